@@ -1,0 +1,906 @@
+// The failover engine (see link.h for the state machine and the delivery rules).
+#include "failover/link.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <unordered_map>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "health/health.h"
+#include "plugin/runtime.h"
+#include "telemetry/journal.h"
+#include "transport/tcp/socket.h"
+
+namespace railover {
+
+const char* pathStateName(PathState s) {
+  switch (s) {
+    case PathState::kConnecting: return "connecting";
+    case PathState::kStandby: return "standby";
+    case PathState::kActive: return "active";
+    case PathState::kFailed: return "failed";
+    case PathState::kClosed: return "closed";
+  }
+  return "?";
+}
+
+void Path::closeAll() {
+  for (auto& s : streams) {
+    if (s.fd >= 0) ::close(s.fd);
+    s.fd = -1;
+    s.connected = false;
+    s.resetIo();
+  }
+  ctlOut.clear();
+  ctlInGot = 0;
+}
+
+Link::~Link() {
+  for (auto& p : paths) p.closeAll();
+}
+
+static std::string nicName(int nic) {
+  auto& rt = Runtime::get();
+  return nic >= 0 && nic < (int)rt.nics.size() ? rt.nics[nic].name : std::string("?");
+}
+
+static uint16_t portOf(const sockaddr_storage& a) {
+  return ntohs(a.ss_family == AF_INET ? ((const sockaddr_in&)a).sin_port : ((const sockaddr_in6&)a).sin6_port);
+}
+
+std::string Link::describe(const Path& p) const {
+  return nicName(p.localNic) + "->" + addrToString(p.remote) + ":" + std::to_string(portOf(p.remote));
+}
+
+static uint32_t holdDownOf(const Path& p) { return p.holdDownMs ? p.holdDownMs : Runtime::get().cfg.holdDownMs; }
+
+// ------------------------------------------------------------------------------------------
+// Registry of recv links by secret
+namespace {
+std::mutex gRegMu;
+std::unordered_map<uint64_t, RecvLink*>& registry() {
+  static auto* m = new std::unordered_map<uint64_t, RecvLink*>();
+  return *m;
+}
+}  // namespace
+
+void registerRecvLink(uint64_t secret, RecvLink* l) {
+  std::lock_guard<std::mutex> g(gRegMu);
+  registry()[secret] = l;
+}
+void unregisterRecvLink(uint64_t secret) {
+  std::lock_guard<std::mutex> g(gRegMu);
+  registry().erase(secret);
+}
+bool routeStream(int fd, const wire::Hello& h, const sockaddr_storage& peer, int localNic) {
+  std::lock_guard<std::mutex> g(gRegMu);
+  auto it = registry().find(h.secret);
+  if (it == registry().end()) return false;
+  it->second->offerStream(fd, h, peer, localNic);
+  return true;
+}
+
+// ------------------------------------------------------------------------------------------
+// SendLink
+
+static bool handleAddrToSockaddr(const wire::HandleAddr& a, sockaddr_storage* out, socklen_t* len) {
+  memset(out, 0, sizeof(*out));
+  if (a.family == 4) {
+    auto* s = (sockaddr_in*)out;
+    s->sin_family = AF_INET;
+    s->sin_port = htons(a.port);
+    memcpy(&s->sin_addr, a.addr, 4);
+    *len = sizeof(sockaddr_in);
+  } else {
+    auto* s = (sockaddr_in6*)out;
+    s->sin6_family = AF_INET6;
+    s->sin6_port = htons(a.port);
+    memcpy(&s->sin6_addr, a.addr, 16);
+    *len = sizeof(sockaddr_in6);
+  }
+  return true;
+}
+
+SendLink* SendLink::create(int dev, const wire::Handle& h, std::string* err) {
+  auto& rt = Runtime::get();
+  auto* l = new SendLink();
+  l->dev_ = dev;
+  l->handle_ = h;
+  l->secret = h.secret;
+  l->nStreams = rt.cfg.nStreams;
+  auto addPath = [&](int localNic, int remoteIdx) {
+    Path p;
+    p.index = remoteIdx;
+    p.localNic = localNic;
+    p.rail = rt.nics[localNic].rail;
+    handleAddrToSockaddr(h.addrs[remoteIdx], &p.remote, &p.remoteLen);
+    p.holdDownMs = rt.cfg.holdDownMs;
+    p.state = PathState::kFailed;  // startConnect() moves it on
+    if (Health* hl = Health::get()) p.pairId = hl->registerPair(localNic, p.remote, p.remoteLen);
+    l->paths.push_back(p);
+  };
+  addPath(dev, h.primary);
+  l->primary = 0;
+  // Standby paths: from each other local NIC to the peer's NIC on the same rail.
+  auto remoteOnRail = [&](int rail) {
+    for (int i = 0; i < h.naddr; ++i)
+      if (i != h.primary && h.addrs[i].rail == (uint8_t)rail) return i;
+    return -1;
+  };
+  std::vector<int> standbyNics;
+  if (rt.cfg.standby == StandbyPolicy::kAll) {
+    for (int j = 0; j < (int)rt.nics.size(); ++j)
+      if (j != dev) standbyNics.push_back(j);
+  } else if (rt.cfg.standby == StandbyPolicy::kExplicit) {
+    for (auto& pr : rt.cfg.standbyPairs) {
+      if (pr.first != rt.nics[dev].name) continue;
+      for (int j = 0; j < (int)rt.nics.size(); ++j)
+        if (rt.nics[j].name == pr.second && j != dev) standbyNics.push_back(j);
+    }
+  }
+  for (int j : standbyNics) {
+    int r = remoteOnRail(rt.nics[j].rail);
+    if (r >= 0) addPath(j, r);
+  }
+  l->peerName = addrToString(l->paths[0].remote);
+  uint64_t now = nowUs();
+  for (auto& p : l->paths) l->startConnect(p, now);
+  l->lastSlowTickUs = now;
+  RO_INFO(RO_SUBSYS_NET | RO_SUBSYS_INIT, "railover: connect comm %016llx primary %s, %zu standby path(s)",
+          (unsigned long long)l->secret, l->describe(l->paths[0]).c_str(), l->paths.size() - 1);
+  (void)err;
+  return l;
+}
+
+void SendLink::startConnect(Path& p, uint64_t now) {
+  auto& rt = Runtime::get();
+  p.closeAll();
+  p.generation++;
+  p.streams.assign(nStreams, Stream());
+  p.state = PathState::kConnecting;
+  p.attemptStartUs = now;
+  socklen_t srcLen = 0;
+  sockaddr_storage src = rt.nics[p.localNic].getAddr(&srcLen);
+  for (auto& s : p.streams) {
+    std::string err;
+    s.fd = tcp::startConnect(src, srcLen, rt.nics[p.localNic].name, p.remote, p.remoteLen, rt.cfg.tcpUserTimeoutMs,
+                             &err);
+    if (s.fd < 0) {
+      failPath(p, err, now);
+      return;
+    }
+  }
+}
+
+void SendLink::advanceConnect(Path& p, uint64_t now) {
+  auto& rt = Runtime::get();
+  bool all = true;
+  for (size_t i = 0; i < p.streams.size(); ++i) {
+    Stream& s = p.streams[i];
+    if (s.connected) continue;
+    std::string err;
+    int r = tcp::connectDone(s.fd, &err);
+    if (r < 0) return failPath(p, err, now);
+    if (r == 0) {
+      all = false;
+      continue;
+    }
+    wire::Hello h;
+    h.stream = (uint8_t)i;
+    h.nStreams = (uint8_t)p.streams.size();
+    h.secret = secret;
+    h.path = (uint8_t)p.index;
+    h.srcRail = (uint8_t)p.rail;
+    h.probePort = rt.ports[p.localNic];
+    h.generation = p.generation;
+    uint8_t buf[wire::kFrameBytes];
+    wire::encodeHello(h, buf);
+    ssize_t n = tcp::sendSome(s.fd, buf, sizeof(buf), &err);
+    if (n != (ssize_t)sizeof(buf)) return failPath(p, n < 0 ? err : "short HELLO write", now);
+    s.connected = true;
+  }
+  if (!all) {
+    if (now - p.attemptStartUs > 3000000) failPath(p, "connect timed out after 3 s", now);
+    return;
+  }
+  p.state = PathState::kStandby;
+  p.upSinceUs = now;
+  p.backoffMs = 0;
+  journalAppend("path_up", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"send\",\"nic\":" +
+                               jsonStr(nicName(p.localNic)) + ",\"peer\":" + jsonStr(addrToString(p.remote)) +
+                               ",\"generation\":" + std::to_string(p.generation));
+}
+
+void SendLink::failPath(Path& p, const std::string& why, uint64_t now) {
+  auto& cfg = Runtime::get().cfg;
+  bool wasActive = active >= 0 && &paths[active] == &p;
+  bool wasUsable = p.state == PathState::kActive || p.state == PathState::kStandby;
+  p.closeAll();
+  p.state = PathState::kFailed;
+  p.lastError = why;
+  if (wasUsable && p.upSinceUs && now - p.upSinceUs < (uint64_t)holdDownOf(p) * 1000) {
+    // A flap: it failed again within its hold-down. Grow the hold-down (capped).
+    p.flaps++;
+    counters.flaps++;
+    p.holdDownMs = std::min<uint32_t>(std::max<uint32_t>(holdDownOf(p), 1) * 2, cfg.holdDownMaxMs);
+    RO_WARN("railover: path %s flapped (%u flaps); hold-down now %u ms", describe(p).c_str(), p.flaps, p.holdDownMs);
+    journalAppend("flap", "\"comm\":\"" + std::to_string(secret) + "\",\"nic\":" + jsonStr(nicName(p.localNic)) +
+                              ",\"flaps\":" + std::to_string(p.flaps) + ",\"hold_down_ms\":" + std::to_string(p.holdDownMs));
+  }
+  p.failedAtUs = now;
+  p.backoffMs = p.backoffMs ? std::min<uint32_t>(p.backoffMs * 2, cfg.backoffMaxMs) : 100;
+  p.nextAttemptUs = now + (uint64_t)p.backoffMs * 1000;
+  if (wasUsable) {
+    journalAppend("path_down", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"send\",\"nic\":" +
+                                   jsonStr(nicName(p.localNic)) + ",\"peer\":" + jsonStr(addrToString(p.remote)) +
+                                   ",\"cause\":" + jsonStr(why) + ",\"active\":" + (wasActive ? "true" : "false"));
+  }
+  if (!wasActive) return;
+  active = -1;
+  faultUs_ = now;
+  int next = pickStandby();
+  if (next >= 0) {
+    RO_WARN("railover: comm %016llx path %s failed (%s); failing over to %s", (unsigned long long)secret,
+            describe(p).c_str(), why.c_str(), describe(paths[next]).c_str());
+    activate(next, now, false);
+  } else {
+    RO_WARN("railover: comm %016llx path %s failed (%s); no standby path is usable, retrying",
+            (unsigned long long)secret, describe(p).c_str(), why.c_str());
+    noPathSinceUs = now;
+  }
+}
+
+int SendLink::pickStandby() const {
+  Health* hl = Health::get();
+  auto usable = [&](const Path& p) {
+    return p.state == PathState::kStandby && (!hl || (hl->nicUp(p.localNic) && hl->pairUp(p.pairId)));
+  };
+  const Path& pr = paths[primary];
+  uint64_t now = nowUs();
+  if (usable(pr) && (pr.failedAtUs == 0 || now - pr.upSinceUs >= (uint64_t)holdDownOf(pr) * 1000)) return primary;
+  // Spread comms over the surviving NICs: rotate the start by the comm's secret.
+  int n = (int)paths.size();
+  for (int k = 0; k < n; ++k) {
+    int i = (int)((secret + (uint64_t)k) % (uint64_t)n);
+    if (i != primary && usable(paths[i])) return i;
+  }
+  if (usable(pr)) return primary;
+  return -1;
+}
+
+void SendLink::activate(int idx, uint64_t now, bool planned) {
+  int old = active;
+  if (old >= 0 && old != idx) {
+    // Fence the old path: nothing more is written on it; the receiver fences it on RESUME.
+    Path& o = paths[old];
+    o.closeAll();
+    o.state = PathState::kFailed;
+    o.nextAttemptUs = now;  // reconnect it at once as a standby
+    o.failedAtUs = o.failedAtUs ? o.failedAtUs : now;
+    if (planned) o.backoffMs = 0, o.failedAtUs = 0;
+  }
+  Path& p = paths[idx];
+  p.state = PathState::kActive;
+  active = idx;
+  for (auto& s : p.streams) s.resetIo();
+  uint8_t buf[wire::kFrameBytes];
+  wire::Frame f;
+  f.type = wire::kResume;
+  f.seq = acked_;
+  f.offset = p.generation;
+  wire::encodeFrame(f, buf);
+  p.ctlOut.assign((const char*)buf, sizeof(buf));
+  resuming_ = true;
+  resumeSentUs_ = now;
+  resumeFromSeq_ = acked_;
+  plannedSwitch_ = planned;
+  noPathSinceUs = 0;
+  lastProgressUs_ = now;
+  burstRequested_ = false;
+}
+
+void SendLink::enqueueMsg(const SendReq& r) {
+  if (active < 0 || resuming_) return;
+  auto& cfg = Runtime::get().cfg;
+  Path& p = paths[active];
+  if (r.size == 0) {
+    p.streams[0].q.push_back({r.seq, 0, 0, 0});
+    return;
+  }
+  uint64_t cs = wire::chunkSize(r.size, (int)p.streams.size(), cfg.minChunkBytes, cfg.maxChunkBytes);
+  for (uint64_t off = 0; off < r.size; off += cs) {
+    uint64_t len = std::min(cs, r.size - off);
+    Stream* best = &p.streams[0];
+    for (auto& s : p.streams)
+      if (s.queuedBytes < best->queuedBytes) best = &s;
+    best->q.push_back({r.seq, off, len, r.size});
+    best->queuedBytes += len;
+  }
+}
+
+void SendLink::enqueueFrom(uint64_t seq) {
+  for (uint64_t s = std::max(seq, acked_); s < nextSeq_; ++s) enqueueMsg(ring_[s % kRing]);
+}
+
+void SendLink::complete(uint64_t upTo) {
+  for (uint64_t s = acked_; s < upTo; ++s) ring_[s % kRing].done = true;
+  if (upTo > acked_) acked_ = upTo, lastProgressUs_ = nowUs(), burstRequested_ = false;
+}
+
+bool SendLink::writeStream(Path& p, Stream& s, std::string* err) {
+  bool isCtl = &s == &p.streams[0];
+  while (true) {
+    if (isCtl && !p.ctlOut.empty() && !s.hdrBuilt) {
+      ssize_t n = tcp::sendSome(s.fd, p.ctlOut.data(), p.ctlOut.size(), err);
+      if (n < 0) return false;
+      p.ctlOut.erase(0, (size_t)n);
+      if (!p.ctlOut.empty()) return true;
+      continue;
+    }
+    if (s.q.empty()) return true;
+    Chunk& c = s.q.front();
+    if (!s.hdrBuilt) {
+      wire::Frame f;
+      f.type = wire::kData;
+      f.len = (uint32_t)c.len;
+      f.seq = c.seq;
+      f.offset = c.offset;
+      f.total = c.total;
+      wire::encodeFrame(f, s.hdr);
+      s.hdrBuilt = true, s.hdrDone = 0, s.payloadDone = 0;
+    }
+    const SendReq& r = ring_[c.seq % kRing];
+    iovec iov[2];
+    int niov = 0;
+    if (s.hdrDone < wire::kFrameBytes) iov[niov++] = {s.hdr + s.hdrDone, wire::kFrameBytes - s.hdrDone};
+    if (c.len > s.payloadDone) iov[niov++] = {(void*)(r.data + c.offset + s.payloadDone), c.len - s.payloadDone};
+    ssize_t n = 0;
+    if (niov) {
+      msghdr mh{};
+      mh.msg_iov = iov;
+      mh.msg_iovlen = niov;
+      n = sendmsg(s.fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return true;
+        *err = strerror(errno);
+        return false;
+      }
+    }
+    size_t h = std::min<size_t>((size_t)n, wire::kFrameBytes - s.hdrDone);
+    s.hdrDone += h;
+    s.payloadDone += (uint64_t)n - h;
+    if (n > 0) lastProgressUs_ = nowUs();
+    if (s.hdrDone == wire::kFrameBytes && s.payloadDone == c.len) {
+      s.queuedBytes -= c.len;
+      s.q.pop_front();
+      s.hdrBuilt = false;
+      continue;
+    }
+    return true;  // kernel buffer full
+  }
+}
+
+bool SendLink::readControl(Path& p, uint64_t now, std::string* err) {
+  Stream& s = p.streams[0];
+  while (true) {
+    ssize_t n = tcp::recvSome(s.fd, p.ctlIn + p.ctlInGot, wire::kFrameBytes - p.ctlInGot, err);
+    if (n < 0) return false;
+    if (n == 0) return true;
+    p.ctlInGot += (size_t)n;
+    if (p.ctlInGot < wire::kFrameBytes) return true;
+    p.ctlInGot = 0;
+    wire::Frame f;
+    if (!wire::decodeFrame(p.ctlIn, &f, err)) return *err = "protocol error from receiver: " + *err, false;
+    if (f.type == wire::kAck) {
+      if (f.seq > nextSeq_) return *err = "receiver acknowledged a message never sent", false;
+      complete(f.seq);
+    } else if (f.type == wire::kResumeAck && &p == &paths[active] && resuming_) {
+      if (f.seq > nextSeq_ || f.seq < acked_) return *err = "RESUME_ACK seq out of range", false;
+      uint64_t resent = 0;
+      for (uint64_t q = f.seq; q < nextSeq_; ++q) resent += ring_[q % kRing].size;
+      complete(f.seq);
+      resuming_ = false;
+      enqueueFrom(acked_);
+      if (faultUs_ || plannedSwitch_) {
+        uint64_t conv = faultUs_ ? now - faultUs_ : now - resumeSentUs_;
+        counters.lastConvergeUs = conv;
+        counters.bytesResent += resent;
+        counters.resumes++;
+        bool failback = plannedSwitch_;
+        if (failback) counters.failbacks++;
+        else counters.failovers++;
+        std::string fields = "\"comm\":\"" + std::to_string(secret) + "\",\"to_nic\":" + jsonStr(nicName(p.localNic)) +
+                             ",\"peer\":" + jsonStr(addrToString(p.remote)) + ",\"resumed_seq\":" +
+                             std::to_string(f.seq) + ",\"bytes_resent\":" + std::to_string(resent) +
+                             ",\"convergence_us\":" + std::to_string(conv);
+        journalAppend(failback ? "failback" : "failover", fields);
+        if (failback)
+          RO_INFO(RO_SUBSYS_NET, "railover: comm %016llx failed back to %s", (unsigned long long)secret,
+                  describe(p).c_str());
+        else
+          RO_WARN("railover: comm %016llx resumed on %s at seq %llu after %llu us (%llu bytes resent)",
+                  (unsigned long long)secret, describe(p).c_str(), (unsigned long long)f.seq,
+                  (unsigned long long)conv, (unsigned long long)resent);
+      }
+      faultUs_ = 0;
+      plannedSwitch_ = false;
+    } else if (f.type == wire::kNack) {
+      return *err = "receiver refused the path", false;
+    } else if (f.type != wire::kResumeAck) {
+      return *err = "unexpected frame type " + std::to_string(f.type) + " from receiver", false;
+    }
+  }
+}
+
+void SendLink::slowTick(uint64_t now) {
+  auto& cfg = Runtime::get().cfg;
+  lastSlowTickUs = now;
+  Health* hl = Health::get();
+  if (hl && hl->epoch() != seenEpoch) {
+    seenEpoch = hl->epoch();
+    for (auto& p : paths) {
+      bool nicUp = hl->nicUp(p.localNic), pairUp = hl->pairUp(p.pairId);
+      if ((p.state == PathState::kStandby || p.state == PathState::kActive || p.state == PathState::kConnecting) &&
+          (!nicUp || !pairUp))
+        failPath(p, !nicUp ? "local NIC down" : hl->pairDownCause(p.pairId), now);
+      else if (p.state == PathState::kFailed && nicUp && pairUp && p.nextAttemptUs > now + 1000)
+        p.nextAttemptUs = now;  // NIC or pair came back: retry at once
+    }
+  }
+  for (size_t i = 0; i < paths.size(); ++i) {
+    Path& p = paths[i];
+    if (p.state == PathState::kConnecting) {
+      advanceConnect(p, now);
+    } else if (p.state == PathState::kFailed && now >= p.nextAttemptUs && (!hl || hl->nicUp(p.localNic))) {
+      startConnect(p, now);
+    } else if (p.state == PathState::kStandby) {
+      char b;
+      ssize_t n = recv(p.streams[0].fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+        failPath(p, n == 0 ? "standby closed by peer" : strerror(errno), now);
+      else if (p.holdDownMs > cfg.holdDownMs && now - p.upSinceUs > 4ULL * p.holdDownMs * 1000)
+        p.holdDownMs = std::max(cfg.holdDownMs, p.holdDownMs / 2);  // stable: shrink the hold-down again
+    }
+  }
+  if (active < 0) {
+    int next = pickStandby();
+    if (next >= 0) {
+      activate(next, now, false);
+    } else if (noPathSinceUs == 0) {
+      noPathSinceUs = now;
+    } else if (cfg.fatalTimeoutS && now - noPathSinceUs > (uint64_t)cfg.fatalTimeoutS * 1000000 && acked_ < nextSeq_) {
+      std::string nics, causes;
+      for (auto& p : paths) {
+        nics += (nics.empty() ? "" : ",") + nicName(p.localNic);
+        causes += (causes.empty() ? "" : "; ") + nicName(p.localNic) + ": " + p.lastError;
+      }
+      fatal = true;
+      fatalMsg = "railover: no usable path to peer " + peerName + " from NIC(s) " + nics + " for " +
+                 std::to_string(cfg.fatalTimeoutS) + " s (" + causes + ")";
+      journalAppend("fatal", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"send\",\"message\":" + jsonStr(fatalMsg));
+    }
+  } else if (active != primary && !resuming_) {
+    Path& pr = paths[primary];
+    bool ok = pr.state == PathState::kStandby && (!hl || (hl->nicUp(pr.localNic) && hl->pairUp(pr.pairId)));
+    if (ok && now - pr.upSinceUs >= (uint64_t)holdDownOf(pr) * 1000) activate(primary, now, true);
+  }
+  // Stalled-progress watch: data pending but nothing moved for a while -> probe burst.
+  if (active >= 0 && hl && acked_ < nextSeq_ && !burstRequested_ && now - lastProgressUs_ > (uint64_t)cfg.stallMs * 1000) {
+    hl->requestBurst(paths[active].pairId);
+    burstRequested_ = true;
+  }
+}
+
+void SendLink::progress() {
+  uint64_t now = nowUs();
+  Health* hl = Health::get();
+  if (now - lastSlowTickUs >= 1000 || active < 0 || (hl && hl->epoch() != seenEpoch)) slowTick(now);
+  for (int guard = 0; guard < 4 && active >= 0; ++guard) {
+    Path& p = paths[active];
+    std::string err;
+    if (!readControl(p, now, &err)) {
+      failPath(p, err, now);
+      continue;
+    }
+    bool ok = true;
+    for (auto& s : p.streams) {
+      if (resuming_ && &s != &p.streams[0]) break;
+      if (!writeStream(p, s, &err)) {
+        ok = false;
+        break;
+      }
+    }
+    if (!ok) {
+      failPath(p, err, now);
+      continue;
+    }
+    break;
+  }
+}
+
+bool SendLink::ready() {
+  std::lock_guard<std::mutex> g(mu);
+  progress();
+  return active >= 0 || fatal;
+}
+
+ncclResult_t SendLink::isend(const void* data, uint64_t size, void** request) {
+  std::lock_guard<std::mutex> g(mu);
+  *request = nullptr;
+  if (fatal) {
+    RO_WARN("%s", fatalMsg.c_str());
+    return ncclSystemError;
+  }
+  if (nextSeq_ - acked_ >= kRing) {
+    progress();
+    return ncclSuccess;
+  }
+  SendReq& r = ring_[nextSeq_ % kRing];
+  r = SendReq();
+  r.seq = nextSeq_++;
+  r.data = (const uint8_t*)data;
+  r.size = size;
+  r.link = this;
+  enqueueMsg(r);
+  progress();
+  *request = &r;
+  return ncclSuccess;
+}
+
+ncclResult_t SendLink::test(SendReq* r, int* done, int* size) {
+  std::lock_guard<std::mutex> g(mu);
+  if (!r->done) progress();
+  if (fatal && !r->done) {
+    RO_WARN("%s", fatalMsg.c_str());
+    return ncclSystemError;
+  }
+  *done = r->done ? 1 : 0;
+  if (r->done && size) *size = (int)r->size;
+  return ncclSuccess;
+}
+
+void SendLink::close() {
+  std::lock_guard<std::mutex> g(mu);
+  Health* hl = Health::get();
+  for (auto& p : paths) {
+    p.closeAll();
+    p.state = PathState::kClosed;
+    if (hl && p.pairId >= 0) hl->unregisterPair(p.pairId);
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// RecvLink
+
+RecvLink::RecvLink(uint64_t s, int dev) : dev_(dev) {
+  secret = s;
+  scratch_.resize(256 << 10);
+  lastSlowTickUs = nowUs();
+  registerRecvLink(secret, this);
+}
+
+void RecvLink::offerStream(int fd, const wire::Hello& h, const sockaddr_storage& peer, int localNic) {
+  std::lock_guard<std::mutex> g(inMu_);
+  incoming_.push_back({fd, h, peer, localNic});
+}
+
+void RecvLink::takeIncoming(uint64_t now) {
+  std::vector<Incoming> in;
+  {
+    std::lock_guard<std::mutex> g(inMu_);
+    in.swap(incoming_);
+  }
+  Health* hl = Health::get();
+  for (auto& x : in) {
+    const wire::Hello& h = x.hello;
+    if (h.path >= wire::kMaxHandleAddrs) {
+      ::close(x.fd);
+      continue;
+    }
+    if (paths.size() <= h.path) paths.resize(h.path + 1);
+    Path& p = paths[h.path];
+    p.index = h.path;
+    if (h.generation < p.generation) {  // a stale attempt the sender already gave up on
+      ::close(x.fd);
+      continue;
+    }
+    if (h.generation > p.generation || p.streams.size() != h.nStreams) {
+      if (active == (int)h.path) {
+        active = -1;
+        noPathSinceUs = now;
+      }
+      p.closeAll();
+      p.generation = h.generation;
+      p.streams.assign(h.nStreams, Stream());
+      p.state = PathState::kConnecting;
+      p.localNic = x.localNic;
+      p.rail = h.srcRail;
+      p.remote = x.peer;
+      p.remoteLen = x.peer.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+      if (hl && p.pairId < 0) {
+        sockaddr_storage probe = x.peer;
+        if (probe.ss_family == AF_INET) ((sockaddr_in&)probe).sin_port = htons(h.probePort);
+        else ((sockaddr_in6&)probe).sin6_port = htons(h.probePort);
+        p.pairId = hl->registerPair(x.localNic, probe, p.remoteLen);
+      }
+    }
+    Stream& s = p.streams[h.stream];
+    if (s.fd >= 0) ::close(s.fd);
+    s.fd = x.fd;
+    s.connected = true;
+    tcp::tuneStream(s.fd, Runtime::get().cfg.tcpUserTimeoutMs);
+    bool all = true;
+    for (auto& st : p.streams) all &= st.connected;
+    if (all && p.state == PathState::kConnecting) {
+      p.state = PathState::kStandby;
+      p.upSinceUs = now;
+      if (peerName.empty()) peerName = addrToString(p.remote);
+      journalAppend("path_up", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"recv\",\"nic\":" +
+                                   jsonStr(nicName(p.localNic)) + ",\"peer\":" + jsonStr(addrToString(p.remote)) +
+                                   ",\"generation\":" + std::to_string(p.generation));
+    }
+  }
+}
+
+void RecvLink::failPath(Path& p, const std::string& why, uint64_t now) {
+  bool wasActive = active >= 0 && &paths[active] == &p;
+  if (p.state == PathState::kActive || p.state == PathState::kStandby)
+    journalAppend("path_down", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"recv\",\"nic\":" +
+                                   jsonStr(nicName(p.localNic)) + ",\"peer\":" + jsonStr(addrToString(p.remote)) +
+                                   ",\"cause\":" + jsonStr(why) + ",\"active\":" + (wasActive ? "true" : "false"));
+  p.closeAll();
+  p.state = PathState::kFailed;
+  p.lastError = why;
+  p.failedAtUs = now;
+  if (wasActive) {
+    active = -1;
+    noPathSinceUs = now;
+    RO_WARN("railover: recv comm %016llx lost its active path %s (%s); waiting for the sender to resume on a standby",
+            (unsigned long long)secret, describe(p).c_str(), why.c_str());
+  }
+}
+
+void RecvLink::onResume(int idx, uint64_t fromSeq, uint64_t now) {
+  // Fence every other path that carried data: close it, so no stale byte lands later.
+  for (int j = 0; j < (int)paths.size(); ++j)
+    if (j != idx && paths[j].state == PathState::kActive) failPath(paths[j], "fenced by RESUME on another path", now);
+  // Forget partial progress: the sender resends every incomplete message whole.
+  for (uint64_t s = nextComplete_; s < nextPost_; ++s) {
+    RecvReq& r = ring_[s % kRing];
+    if (!r.done) r.got = 0, r.total = UINT64_MAX;
+  }
+  Path& p = paths[idx];
+  for (auto& s : p.streams) s.resetIo();
+  bool switched = active != idx && everReady_ && fromSeq > 0;
+  p.state = PathState::kActive;
+  active = idx;
+  noPathSinceUs = 0;
+  if (fromSeq > nextComplete_) {
+    fatal = true;
+    fatalMsg = "railover: protocol error: sender resumed at seq " + std::to_string(fromSeq) +
+               " beyond the receiver's " + std::to_string(nextComplete_);
+  }
+  uint8_t buf[wire::kFrameBytes];
+  wire::Frame f;
+  f.type = wire::kResumeAck;
+  f.seq = nextComplete_;
+  wire::encodeFrame(f, buf);
+  p.ctlOut.append((const char*)buf, sizeof(buf));
+  ackSent_ = nextComplete_;
+  if (switched) {
+    counters.resumes++;
+    journalAppend("resume", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"recv\",\"nic\":" +
+                                jsonStr(nicName(p.localNic)) + ",\"peer\":" + jsonStr(addrToString(p.remote)) +
+                                ",\"next_seq\":" + std::to_string(nextComplete_));
+  }
+}
+
+bool RecvLink::flushControl(Path& p, std::string* err) {
+  if (p.ctlOut.empty()) return true;
+  ssize_t n = tcp::sendSome(p.streams[0].fd, p.ctlOut.data(), p.ctlOut.size(), err);
+  if (n < 0) return false;
+  p.ctlOut.erase(0, (size_t)n);
+  return true;
+}
+
+// Standby paths carry nothing but a RESUME (or an EOF when the sender drops them).
+bool RecvLink::readControl(Path& p, int idx, uint64_t now, std::string* err) {
+  Stream& s = p.streams[0];
+  while (p.state == PathState::kStandby) {
+    ssize_t n = tcp::recvSome(s.fd, p.ctlIn + p.ctlInGot, wire::kFrameBytes - p.ctlInGot, err);
+    if (n < 0) return false;
+    if (n == 0) return true;
+    p.ctlInGot += (size_t)n;
+    if (p.ctlInGot < wire::kFrameBytes) return true;
+    p.ctlInGot = 0;
+    wire::Frame f;
+    if (!wire::decodeFrame(p.ctlIn, &f, err)) return *err = "protocol error from sender: " + *err, false;
+    if (f.type != wire::kResume) return *err = "unexpected frame type " + std::to_string(f.type) + " on a standby path", false;
+    onResume(idx, f.seq, now);
+  }
+  return true;
+}
+
+bool RecvLink::readData(Path& p, Stream& s, std::string* err) {
+  uint64_t budget = 8 << 20;  // bytes per stream per pass, so other streams get their turn
+  while (budget > 0) {
+    if (!s.haveHdr) {
+      ssize_t n = tcp::recvSome(s.fd, s.rhdr + s.rhdrGot, wire::kFrameBytes - s.rhdrGot, err);
+      if (n < 0) return false;
+      if (n == 0) return true;
+      s.rhdrGot += (size_t)n;
+      if (s.rhdrGot < wire::kFrameBytes) return true;
+      s.rhdrGot = 0;
+      if (!wire::decodeFrame(s.rhdr, &s.cur, err)) return *err = "protocol error from sender: " + *err, false;
+      if (s.cur.type != wire::kData) return *err = "unexpected frame type " + std::to_string(s.cur.type) + " on the active path", false;
+      s.haveHdr = true;
+      s.curGot = 0;
+    }
+    const wire::Frame& f = s.cur;
+    if (f.seq >= nextPost_) return true;  // its receive is not posted yet: leave it in the socket
+    RecvReq& r = ring_[f.seq % kRing];
+    bool discard = f.seq < nextComplete_ || r.seq != f.seq || r.done;
+    if (!discard) {
+      if (f.total > r.cap) {
+        r.error = true;
+        usageError_ = true;
+        fatalMsg = "railover: message truncated: peer " + peerName + " sent " + std::to_string(f.total) +
+                   " bytes but the receive was posted with " + std::to_string(r.cap) + " bytes";
+        return true;
+      }
+      if (r.total == UINT64_MAX) r.total = f.total;
+      else if (r.total != f.total) return *err = "protocol error: message size changed between chunks", false;
+    }
+    while (s.curGot < f.len) {
+      uint64_t want = f.len - s.curGot;
+      uint8_t* dst;
+      if (discard) {
+        want = std::min<uint64_t>(want, scratch_.size());
+        dst = scratch_.data();
+      } else {
+        dst = r.data + f.offset + s.curGot;
+      }
+      ssize_t n = tcp::recvSome(s.fd, dst, want, err);
+      if (n < 0) return false;
+      if (n == 0) return true;
+      s.curGot += (uint64_t)n;
+      budget -= std::min<uint64_t>(budget, (uint64_t)n);
+    }
+    s.haveHdr = false;
+    if (!discard) {
+      r.got += f.len;
+      if (r.got == r.total) {
+        r.done = true;
+        while (nextComplete_ < nextPost_ && ring_[nextComplete_ % kRing].done) nextComplete_++;
+      }
+    }
+  }
+  return true;
+}
+
+void RecvLink::slowTick(uint64_t now) {
+  auto& cfg = Runtime::get().cfg;
+  lastSlowTickUs = now;
+  takeIncoming(now);
+  Health* hl = Health::get();
+  if (hl && hl->epoch() != seenEpoch) {
+    seenEpoch = hl->epoch();
+    // Bilateral detection: a receiver that sees its side of a path down closes it, so the
+    // sender's next write fails at once instead of waiting for its own probes.
+    for (auto& p : paths)
+      if ((p.state == PathState::kActive || p.state == PathState::kStandby) &&
+          (!hl->nicUp(p.localNic) || !hl->pairUp(p.pairId)))
+        failPath(p, !hl->nicUp(p.localNic) ? "local NIC down" : hl->pairDownCause(p.pairId), now);
+  }
+  for (int i = 0; i < (int)paths.size(); ++i) {
+    Path& p = paths[i];
+    if (p.state != PathState::kStandby) continue;
+    std::string err;
+    if (!readControl(p, i, now, &err)) failPath(p, err, now);
+  }
+  if (active < 0 && cfg.fatalTimeoutS && noPathSinceUs && nextComplete_ < nextPost_ &&
+      now - noPathSinceUs > (uint64_t)cfg.fatalTimeoutS * 1000000 && !fatal) {
+    std::string nics;
+    for (auto& p : paths) nics += (nics.empty() ? "" : ",") + nicName(p.localNic) + " (" + p.lastError + ")";
+    fatal = true;
+    fatalMsg = "railover: no usable path from peer " + peerName + " on NIC(s) " + nics + " for " +
+               std::to_string(cfg.fatalTimeoutS) + " s";
+    journalAppend("fatal", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"recv\",\"message\":" + jsonStr(fatalMsg));
+  }
+}
+
+void RecvLink::progress() {
+  uint64_t now = nowUs();
+  Health* hl = Health::get();
+  if (now - lastSlowTickUs >= 1000 || active < 0 || (hl && hl->epoch() != seenEpoch)) slowTick(now);
+  if (active < 0) return;
+  Path& p = paths[active];
+  std::string err;
+  bool ok = flushControl(p, &err);
+  for (auto& s : p.streams) {
+    if (!ok) break;
+    ok = readData(p, s, &err);
+  }
+  if (ok && nextComplete_ > ackSent_) {
+    uint8_t buf[wire::kFrameBytes];
+    wire::Frame f;
+    f.type = wire::kAck;
+    f.seq = nextComplete_;
+    wire::encodeFrame(f, buf);
+    p.ctlOut.append((const char*)buf, sizeof(buf));
+    ackSent_ = nextComplete_;
+    ok = flushControl(p, &err);
+  }
+  if (!ok) failPath(p, err, now);
+}
+
+bool RecvLink::ready() {
+  std::lock_guard<std::mutex> g(mu);
+  uint64_t now = nowUs();
+  slowTick(now);
+  for (auto& p : paths)
+    if (p.state == PathState::kStandby || p.state == PathState::kActive) everReady_ = true;
+  return everReady_;
+}
+
+ncclResult_t RecvLink::irecv(void* data, uint64_t cap, void** request) {
+  std::lock_guard<std::mutex> g(mu);
+  *request = nullptr;
+  if (fatal) {
+    RO_WARN("%s", fatalMsg.c_str());
+    return ncclSystemError;
+  }
+  if (nextPost_ - nextComplete_ >= kRing) {
+    progress();
+    return ncclSuccess;
+  }
+  RecvReq& r = ring_[nextPost_ % kRing];
+  r = RecvReq();
+  r.seq = nextPost_++;
+  r.data = (uint8_t*)data;
+  r.cap = cap;
+  r.link = this;
+  progress();
+  *request = &r;
+  return ncclSuccess;
+}
+
+ncclResult_t RecvLink::test(RecvReq* r, int* done, int* size) {
+  std::lock_guard<std::mutex> g(mu);
+  if (!r->done && !r->error) progress();
+  if (r->error) {
+    RO_WARN("%s", fatalMsg.c_str());
+    return ncclInvalidUsage;
+  }
+  if (fatal && !r->done) {
+    RO_WARN("%s", fatalMsg.c_str());
+    return ncclSystemError;
+  }
+  *done = r->done ? 1 : 0;
+  if (r->done && size) *size = (int)r->total;
+  return ncclSuccess;
+}
+
+void RecvLink::close() {
+  unregisterRecvLink(secret);
+  std::lock_guard<std::mutex> g(mu);
+  {
+    std::lock_guard<std::mutex> g2(inMu_);
+    for (auto& x : incoming_) ::close(x.fd);
+    incoming_.clear();
+  }
+  Health* hl = Health::get();
+  for (auto& p : paths) {
+    p.closeAll();
+    p.state = PathState::kClosed;
+    if (hl && p.pairId >= 0) hl->unregisterPair(p.pairId);
+  }
+}
+
+}  // namespace railover

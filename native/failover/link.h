@@ -1,0 +1,229 @@
+// The failover engine: one *link* per NCCL comm (a SendLink for a send comm, a RecvLink for
+// its peer recv comm), each owning a primary path and standby paths over other NICs.
+//
+// This file and link.cc hold the whole path state machine:
+//
+//   CONNECTING --all streams connected, HELLO sent--> STANDBY --RESUME acknowledged--> ACTIVE
+//        ^                                               |                              |
+//        +------ back-off retry (capped) <--- FAILED <---+------ error / pair down -----+
+//
+// Delivery rules (ARCHITECTURE.md invariants 1-3):
+//  * the k-th isend lands in the k-th irecv's buffer exactly once, in order;
+//  * a send completes only when the receiver acknowledged the whole message (cumulative ACK);
+//  * before data moves on a newly activated path the sender sends RESUME(first unacked seq)
+//    and the receiver fences every other path, forgets partial progress of incomplete
+//    receives and answers RESUME_ACK(next expected seq); the sender resends from there.
+//    Chunks of completed seqs are read and discarded, never written.
+//
+// Threading: NCCL's progress thread calls isend/irecv/test, its service thread connect/
+// accept/close; a per-link mutex serialises them. The health thread is never blocked by a
+// link: links only read its atomics. No call blocks (invariant 5).
+#pragma once
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "abi/nccl_net_abi.h"
+#include "transport/tcp/wire.h"
+
+namespace railover {
+
+constexpr int kRing = 64;  // requests in flight per comm (NCCL needs 32)
+
+enum class PathState { kConnecting, kStandby, kActive, kFailed, kClosed };
+const char* pathStateName(PathState s);
+
+struct Chunk {
+  uint64_t seq, offset, len, total;
+};
+
+// One TCP connection of a path.
+struct Stream {
+  int fd = -1;
+  bool connected = false;
+  // sender direction: queued chunks and the progress of the one being written
+  std::deque<Chunk> q;
+  uint8_t hdr[wire::kFrameBytes];
+  size_t hdrDone = 0;
+  uint64_t payloadDone = 0;
+  bool hdrBuilt = false;
+  uint64_t queuedBytes = 0;
+  // receiver direction: frame being read
+  uint8_t rhdr[wire::kFrameBytes];
+  size_t rhdrGot = 0;
+  bool haveHdr = false;
+  wire::Frame cur;
+  uint64_t curGot = 0;
+  void resetIo() {
+    q.clear(), hdrDone = 0, payloadDone = 0, hdrBuilt = false, queuedBytes = 0;
+    rhdrGot = 0, haveHdr = false, curGot = 0;
+  }
+};
+
+struct Path {
+  int index = 0;        // index in the receiver's handle address list
+  int localNic = -1;    // our NIC
+  int rail = -1;
+  int pairId = -1;      // Health pair id
+  sockaddr_storage remote{};
+  socklen_t remoteLen = 0;
+  PathState state = PathState::kConnecting;
+  std::vector<Stream> streams;
+  uint32_t generation = 0;
+  uint64_t nextAttemptUs = 0;
+  uint32_t backoffMs = 0;
+  uint64_t upSinceUs = 0;      // when it last became usable (hold-down clock)
+  uint64_t failedAtUs = 0;
+  uint64_t attemptStartUs = 0;
+  uint32_t flaps = 0;
+  uint32_t holdDownMs = 0;     // current (flap-grown) hold-down
+  std::string lastError;
+  // control frames waiting to go out on stream 0 (reverse direction for a receiver)
+  std::string ctlOut;
+  uint8_t ctlIn[wire::kFrameBytes];
+  size_t ctlInGot = 0;
+  uint64_t lastRxUs = 0;
+  void closeAll();
+};
+
+struct LinkCounters {
+  uint64_t failovers = 0, failbacks = 0, flaps = 0, bytesResent = 0, resumes = 0;
+  uint64_t lastDetectUs = 0, lastConvergeUs = 0;
+};
+
+class Link {
+ public:
+  virtual ~Link();
+  std::mutex mu;
+  uint64_t secret = 0;
+  std::vector<Path> paths;
+  int active = -1;
+  int primary = 0;
+  int nStreams = 1;
+  bool fatal = false;
+  std::string fatalMsg;
+  uint64_t noPathSinceUs = 0;
+  uint64_t lastSlowTickUs = 0;
+  uint64_t seenEpoch = 0;
+  LinkCounters counters;
+  std::string peerName;  // for logs: peer address of the primary path
+  std::string describe(const Path& p) const;
+};
+
+// Requests handed to NCCL. `kind` comes first in both so test() can tell them apart.
+enum : uint32_t { kKindSend = 0x53454e44, kKindRecv = 0x52454356 };
+
+struct SendReq {
+  uint32_t kind = kKindSend;
+  uint64_t seq = 0;
+  const uint8_t* data = nullptr;
+  uint64_t size = 0;
+  bool done = false;
+  Link* link = nullptr;
+};
+
+class SendLink : public Link {
+ public:
+  uint64_t createdUs = 0;
+  // Creates paths to every address in the handle allowed by the standby policy; starts connects.
+  static SendLink* create(int dev, const wire::Handle& h, std::string* err);
+  // NULL comm = call again (connect in progress); the link is returned once a path is active.
+  bool ready();
+  ncclResult_t isend(const void* data, uint64_t size, void** request);
+  ncclResult_t test(SendReq* r, int* done, int* size);
+  void close();
+
+ private:
+  void progress();
+  void slowTick(uint64_t now);
+  void advanceConnect(Path& p, uint64_t now);
+  void startConnect(Path& p, uint64_t now);
+  void failPath(Path& p, const std::string& why, uint64_t now);
+  void activate(int idx, uint64_t now, bool planned);
+  int pickStandby() const;
+  void enqueueFrom(uint64_t seq);
+  void enqueueMsg(const SendReq& r);
+  bool writeStream(Path& p, Stream& s, std::string* err);
+  bool readControl(Path& p, uint64_t now, std::string* err);
+  void complete(uint64_t upTo);
+
+  int dev_ = 0;
+  wire::Handle handle_{};
+  SendReq ring_[kRing];
+  uint64_t nextSeq_ = 0;
+  uint64_t acked_ = 0;          // every seq < acked_ is acknowledged
+  bool resuming_ = false;       // RESUME sent on the active path, waiting for RESUME_ACK
+  uint64_t resumeSentUs_ = 0;
+  uint64_t resumeFromSeq_ = 0;
+  uint64_t faultUs_ = 0;        // when the current outage was detected (for convergence time)
+  uint64_t lastProgressUs_ = 0;
+  bool burstRequested_ = false;
+  bool plannedSwitch_ = false;
+};
+
+struct RecvReq {
+  uint32_t kind = kKindRecv;
+  uint64_t seq = 0;
+  uint8_t* data = nullptr;
+  uint64_t cap = 0;
+  uint64_t total = UINT64_MAX;  // known from the first chunk
+  uint64_t got = 0;
+  bool done = false;
+  bool error = false;
+  Link* link = nullptr;
+};
+
+class RecvLink : public Link {
+ public:
+  RecvLink(uint64_t secret, int dev);
+  // Called by the acceptor thread with a validated stream (takes ownership of fd).
+  void offerStream(int fd, const wire::Hello& h, const sockaddr_storage& peer, int localNic);
+  bool ready();  // true once the first path has all its streams
+  ncclResult_t irecv(void* data, uint64_t cap, void** request);
+  ncclResult_t test(RecvReq* r, int* done, int* size);
+  void close();
+  int dev() const { return dev_; }
+
+ private:
+  void progress();
+  void takeIncoming(uint64_t now);
+  void slowTick(uint64_t now);
+  bool readData(Path& p, Stream& s, std::string* err);
+  bool readControl(Path& p, int idx, uint64_t now, std::string* err);
+  void onResume(int idx, uint64_t fromSeq, uint64_t now);
+  bool flushControl(Path& p, std::string* err);
+  void failPath(Path& p, const std::string& why, uint64_t now);
+
+  int dev_ = 0;
+  std::mutex inMu_;
+  struct Incoming {
+    int fd;
+    wire::Hello hello;
+    sockaddr_storage peer;
+    int localNic;
+  };
+  std::vector<Incoming> incoming_;
+  RecvReq ring_[kRing];
+  uint64_t nextPost_ = 0;
+  uint64_t nextComplete_ = 0;   // every seq < nextComplete_ is complete
+  uint64_t ackSent_ = 0;
+  std::vector<uint8_t> scratch_;
+  bool everReady_ = false;
+  bool usageError_ = false;
+};
+
+// Process-wide registry of recv links by secret (the acceptor routes streams with it).
+void registerRecvLink(uint64_t secret, RecvLink* l);
+void unregisterRecvLink(uint64_t secret);
+// Returns false when no live link has this secret (the stream is then dropped).
+bool routeStream(int fd, const wire::Hello& h, const sockaddr_storage& peer, int localNic);
+
+}  // namespace railover

@@ -1,0 +1,410 @@
+#include "health/health.h"
+
+#include <arpa/inet.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+#include <net/if.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/config.h"
+#include "common/log.h"
+#include "plugin/devices.h"
+#include "telemetry/journal.h"
+#include "transport/tcp/socket.h"
+#include "transport/tcp/wire.h"
+
+namespace railover {
+namespace {
+
+constexpr int kMaxPairs = 4096;
+constexpr int kMaxNics = 16;
+constexpr uint8_t kFlagBig = 1;     // full-size probe (size-dependent loss check)
+constexpr uint8_t kFlagNotice = 2;  // "my NIC with this address is down"
+constexpr size_t kBigProbeBytes = 4000;
+
+struct Pair {
+  bool used = false;
+  int refs = 0;
+  int nic = -1;
+  sockaddr_storage remote{};
+  socklen_t len = 0;
+  std::atomic<bool> up{true};
+  uint64_t lastAckUs = 0;
+  uint64_t lastBigAckUs = 0;
+  uint64_t burstUntilUs = 0;
+  uint64_t downSinceUs = 0;
+  std::atomic<bool> burst{false};
+  std::string cause;  // guarded by Monitor::mu
+};
+
+struct NicState {
+  std::atomic<bool> up{true};
+  bool linkUp = true, hasAddr = true;
+  int udp = -1;
+};
+
+bool sameIp(const sockaddr_storage& a, const sockaddr_storage& b) {
+  if (a.ss_family != b.ss_family) return false;
+  if (a.ss_family == AF_INET) return ((const sockaddr_in&)a).sin_addr.s_addr == ((const sockaddr_in&)b).sin_addr.s_addr;
+  return !memcmp(&((const sockaddr_in6&)a).sin6_addr, &((const sockaddr_in6&)b).sin6_addr, 16);
+}
+bool sameEndpoint(const sockaddr_storage& a, const sockaddr_storage& b) {
+  if (!sameIp(a, b)) return false;
+  if (a.ss_family == AF_INET) return ((const sockaddr_in&)a).sin_port == ((const sockaddr_in&)b).sin_port;
+  return ((const sockaddr_in6&)a).sin6_port == ((const sockaddr_in6&)b).sin6_port;
+}
+
+class Monitor : public Health {
+ public:
+  Config cfg;
+  Nic* nics = nullptr;
+  int nNics = 0;
+  NicState nicState[kMaxNics];
+  Pair pairs[kMaxPairs];
+  std::mutex mu;
+  int nl = -1;
+  uint64_t nextProbeUs = 0;
+  uint64_t probeSeq = 0;
+
+  void bump() { epoch_.fetch_add(1, std::memory_order_acq_rel); }
+
+  void setPairDown(Pair& p, const std::string& cause, uint64_t now) {
+    if (!p.up.load()) return;
+    p.cause = cause;
+    p.downSinceUs = now;
+    p.up.store(false, std::memory_order_release);
+    journalAppend("pair_down", "\"nic\":" + jsonStr(nics[p.nic].name) + ",\"peer\":" + jsonStr(addrToString(p.remote)) +
+                                   ",\"cause\":" + jsonStr(cause) + ",\"detection_us\":" +
+                                   std::to_string(p.lastAckUs ? now - p.lastAckUs : 0));
+    RO_INFO(RO_SUBSYS_NET, "railover: NIC pair %s -> %s down: %s", nics[p.nic].name.c_str(),
+            addrToString(p.remote).c_str(), cause.c_str());
+    bump();
+  }
+  void setPairUp(Pair& p, uint64_t now) {
+    if (p.up.load()) return;
+    p.up.store(true, std::memory_order_release);
+    journalAppend("pair_up", "\"nic\":" + jsonStr(nics[p.nic].name) + ",\"peer\":" + jsonStr(addrToString(p.remote)) +
+                                 ",\"down_for_us\":" + std::to_string(now - p.downSinceUs));
+    bump();
+  }
+
+  void setNic(int i, bool linkUp, bool hasAddr, const char* signal, uint64_t now) {
+    NicState& s = nicState[i];
+    bool was = s.up.load();
+    s.linkUp = linkUp, s.hasAddr = hasAddr;
+    bool up = linkUp && hasAddr;
+    if (up == was) return;
+    s.up.store(up, std::memory_order_release);
+    journalAppend(up ? "nic_up" : "nic_down", "\"nic\":" + jsonStr(nics[i].name) + ",\"signal\":" + jsonStr(signal));
+    if (up) {
+      RO_INFO(RO_SUBSYS_NET, "railover: NIC %s up (%s)", nics[i].name.c_str(), signal);
+      sockaddr_storage a;
+      socklen_t l;
+      if (lookupIfAddr(nics[i].name, cfg.family, &a, &l)) nics[i].setAddr(a, l);  // re-learn the address
+    } else {
+      RO_WARN("railover: NIC %s down (%s); moving its comms to standby paths", nics[i].name.c_str(), signal);
+      std::lock_guard<std::mutex> g(mu);
+      for (auto& p : pairs)
+        if (p.used && p.nic == i) setPairDown(p, std::string("local NIC ") + nics[i].name + " down (" + signal + ")", now);
+      sendNotices(i);
+    }
+    bump();
+  }
+
+  // Bilateral detection: tell every peer, over our surviving NICs, that NIC `down` is gone.
+  void sendNotices(int down) {
+    socklen_t l;
+    sockaddr_storage a = nics[down].getAddr(&l);
+    uint8_t buf[wire::kFrameBytes + 32] = {};
+    wire::Frame f;
+    f.type = wire::kProbe;
+    f.flags = kFlagNotice;
+    f.len = 32;
+    wire::encodeFrame(f, buf);
+    buf[wire::kFrameBytes] = a.ss_family == AF_INET ? 4 : 6;
+    if (a.ss_family == AF_INET) memcpy(buf + wire::kFrameBytes + 4, &((sockaddr_in&)a).sin_addr, 4);
+    else memcpy(buf + wire::kFrameBytes + 4, &((sockaddr_in6&)a).sin6_addr, 16);
+    for (auto& p : pairs)
+      if (p.used && p.nic != down && nicState[p.nic].up.load() && nicState[p.nic].udp >= 0)
+        sendto(nicState[p.nic].udp, buf, sizeof(buf), MSG_DONTWAIT, (sockaddr*)&p.remote, p.len);
+  }
+
+  void sendProbe(Pair& p, bool big) {
+    static uint8_t buf[wire::kFrameBytes + kBigProbeBytes];
+    wire::Frame f;
+    f.type = wire::kProbe;
+    f.flags = big ? kFlagBig : 0;
+    f.len = big ? (uint32_t)kBigProbeBytes : 0;
+    f.seq = ++probeSeq;
+    f.offset = nowUs();
+    wire::encodeFrame(f, buf);
+    sendto(nicState[p.nic].udp, buf, wire::kFrameBytes + f.len, MSG_DONTWAIT, (sockaddr*)&p.remote, p.len);
+  }
+
+  void onUdp(int nic) {
+    static uint8_t buf[wire::kFrameBytes + 65536];
+    while (true) {
+      sockaddr_storage from{};
+      socklen_t fl = sizeof(from);
+      ssize_t n = recvfrom(nicState[nic].udp, buf, sizeof(buf), MSG_DONTWAIT, (sockaddr*)&from, &fl);
+      if (n < 0) return;
+      if ((size_t)n < wire::kFrameBytes) continue;
+      wire::Frame f;
+      std::string err;
+      if (!wire::decodeFrame(buf, &f, &err) || (f.type != wire::kProbe && f.type != wire::kProbeAck)) continue;
+      uint64_t now = nowUs();
+      if (f.type == wire::kProbe && (f.flags & kFlagNotice)) {
+        if ((size_t)n < wire::kFrameBytes + 20) continue;
+        sockaddr_storage gone{};
+        uint8_t fam = buf[wire::kFrameBytes];
+        gone.ss_family = fam == 4 ? AF_INET : AF_INET6;
+        if (fam == 4) memcpy(&((sockaddr_in&)gone).sin_addr, buf + wire::kFrameBytes + 4, 4);
+        else memcpy(&((sockaddr_in6&)gone).sin6_addr, buf + wire::kFrameBytes + 4, 16);
+        std::lock_guard<std::mutex> g(mu);
+        for (auto& p : pairs)
+          if (p.used && sameIp(p.remote, gone)) setPairDown(p, "peer reported its NIC " + addrToString(gone) + " down", now);
+        continue;
+      }
+      if (f.type == wire::kProbe) {  // answer with the same size, so big probes test both directions
+        buf[0] = wire::kProbeAck;
+        sendto(nicState[nic].udp, buf, (size_t)n, MSG_DONTWAIT, (sockaddr*)&from, fl);
+        continue;
+      }
+      std::lock_guard<std::mutex> g(mu);
+      for (auto& p : pairs) {
+        if (!p.used || p.nic != nic || !sameEndpoint(p.remote, from)) continue;
+        p.lastAckUs = now;
+        if (f.flags & kFlagBig) p.lastBigAckUs = now;
+        if (!p.up.load() && nicState[nic].up.load() && now - p.downSinceUs > 2ULL * cfg.probeIntervalMs * 1000)
+          setPairUp(p, now);
+      }
+    }
+  }
+
+  void onTimer(uint64_t now) {
+    std::lock_guard<std::mutex> g(mu);
+    uint64_t detect = (uint64_t)cfg.probeIntervalMs * cfg.probeMultiplier * 1000;
+    for (auto& p : pairs) {
+      if (!p.used || !nicState[p.nic].up.load()) continue;
+      bool burst = p.burst.exchange(false);
+      if (burst) {
+        p.burstUntilUs = now + detect;
+        p.lastBigAckUs = 0;
+      }
+      // Re-probes of a down pair always use full-size probes (no failback while big frames drop).
+      bool big = burst || (p.burstUntilUs && now < p.burstUntilUs) || !p.up.load();
+      sendProbe(p, big);
+      if (!p.lastAckUs) p.lastAckUs = now;  // grace for a new pair
+      if (p.up.load() && now - p.lastAckUs > detect) {
+        setPairDown(p, "probe timeout: no answer for " + std::to_string((now - p.lastAckUs) / 1000) + " ms", now);
+      } else if (p.up.load() && p.burstUntilUs && now >= p.burstUntilUs) {
+        if (p.lastBigAckUs == 0 && now - p.lastAckUs < detect) {
+          RO_WARN("railover: NIC pair %s -> %s passes small probes but loses full-size ones: size-dependent loss "
+                  "(MTU mismatch?)", nics[p.nic].name.c_str(), addrToString(p.remote).c_str());
+          setPairDown(p, "size-dependent loss (full-size probes lost, small ones pass)", now);
+        }
+        p.burstUntilUs = 0;
+      }
+    }
+  }
+
+  void onNetlink(uint64_t now) {
+    char buf[16384];
+    while (true) {
+      ssize_t n = recv(nl, buf, sizeof(buf), MSG_DONTWAIT);
+      if (n <= 0) return;
+      for (nlmsghdr* h = (nlmsghdr*)buf; NLMSG_OK(h, (unsigned)n); h = NLMSG_NEXT(h, n)) {
+        if (h->nlmsg_type == RTM_NEWLINK || h->nlmsg_type == RTM_DELLINK) {
+          auto* ifi = (ifinfomsg*)NLMSG_DATA(h);
+          for (int i = 0; i < nNics; ++i) {
+            if (nics[i].ifindex != ifi->ifi_index) continue;
+            bool admin = ifi->ifi_flags & IFF_UP, running = ifi->ifi_flags & IFF_RUNNING;
+            bool linkUp = h->nlmsg_type == RTM_NEWLINK && admin && running;
+            const char* sig = h->nlmsg_type == RTM_DELLINK ? "link removed" : !admin ? "admin down" : !running ? "carrier lost" : "link up";
+            setNic(i, linkUp, nicState[i].hasAddr, sig, now);
+          }
+        } else if (h->nlmsg_type == RTM_NEWADDR || h->nlmsg_type == RTM_DELADDR) {
+          auto* ifa = (ifaddrmsg*)NLMSG_DATA(h);
+          for (int i = 0; i < nNics; ++i) {
+            if (nics[i].ifindex != (int)ifa->ifa_index) continue;
+            sockaddr_storage a;
+            socklen_t l;
+            bool has = lookupIfAddr(nics[i].name, cfg.family, &a, &l);
+            if (has) {
+              socklen_t ol;
+              sockaddr_storage old = nics[i].getAddr(&ol);
+              if (!sameIp(old, a)) {
+                RO_WARN("railover: NIC %s address changed %s -> %s; re-learned", nics[i].name.c_str(),
+                        addrToString(old).c_str(), addrToString(a).c_str());
+                nics[i].setAddr(a, l);
+              }
+            }
+            setNic(i, nicState[i].linkUp, has, has ? "address added" : "address removed", now);
+          }
+        }
+      }
+    }
+  }
+
+  void run() {
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    if (nl >= 0) {
+      ev.data.u32 = 1000;
+      epoll_ctl(ep, EPOLL_CTL_ADD, nl, &ev);
+    }
+    for (int i = 0; i < nNics; ++i)
+      if (nicState[i].udp >= 0) {
+        ev.data.u32 = (uint32_t)i;
+        epoll_ctl(ep, EPOLL_CTL_ADD, nicState[i].udp, &ev);
+      }
+    epoll_event evs[32];
+    uint64_t interval = (uint64_t)cfg.probeIntervalMs * 1000;
+    nextProbeUs = nowUs() + interval;
+    while (true) {
+      uint64_t now = nowUs();
+      int wait = now >= nextProbeUs ? 0 : (int)((nextProbeUs - now + 999) / 1000);
+      int n = epoll_wait(ep, evs, 32, wait);
+      now = nowUs();
+      for (int i = 0; i < n; ++i) {
+        if (evs[i].data.u32 == 1000) onNetlink(now);
+        else onUdp((int)evs[i].data.u32);
+      }
+      bool burstPending = false;
+      for (auto& p : pairs) burstPending |= p.used && p.burst.load(std::memory_order_relaxed);
+      if (now >= nextProbeUs || burstPending) {
+        onTimer(now);
+        if (now >= nextProbeUs) nextProbeUs = now + interval;
+      }
+    }
+  }
+};
+
+Monitor* gMon = nullptr;
+
+std::string readOper(const std::string& name) {
+  FILE* f = fopen(("/sys/class/net/" + name + "/operstate").c_str(), "r");
+  char b[32] = {};
+  if (f) {
+    if (!fgets(b, sizeof(b), f)) b[0] = 0;
+    fclose(f);
+  }
+  std::string s(b);
+  while (!s.empty() && (s.back() == '\n')) s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+void Health::start(const Config& cfg, Nic* nics, int nNics, const uint16_t* ports) {
+  if (gMon) return;
+  auto* m = new Monitor();
+  m->cfg = cfg;
+  m->nics = nics;
+  m->nNics = std::min(nNics, kMaxNics);
+  for (int i = 0; i < m->nNics; ++i) {
+    socklen_t l;
+    sockaddr_storage a = nics[i].getAddr(&l);
+    std::string err;
+    m->nicState[i].udp = tcp::udpOn(a, l, ports[i], nics[i].name, &err);
+    if (m->nicState[i].udp < 0)
+      RO_WARN("railover: no probe socket on NIC %s (%s); silent faults there are found by socket errors only",
+              nics[i].name.c_str(), err.c_str());
+    std::string oper = readOper(nics[i].name);
+    unsigned int flags = 0;
+    bool linkUp = oper != "down" && oper != "lowerlayerdown" && oper != "notpresent";
+    (void)flags;
+    m->nicState[i].linkUp = linkUp;
+    m->nicState[i].up.store(linkUp);
+  }
+  m->nl = socket(AF_NETLINK, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, NETLINK_ROUTE);
+  if (m->nl >= 0) {
+    sockaddr_nl sa{};
+    sa.nl_family = AF_NETLINK;
+    sa.nl_groups = RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR;
+    if (bind(m->nl, (sockaddr*)&sa, sizeof(sa)) != 0) {
+      RO_WARN("railover: netlink bind failed (%s); local NIC events come from probes and socket errors only",
+              strerror(errno));
+      ::close(m->nl);
+      m->nl = -1;
+    }
+  }
+  gMon = m;
+  std::thread([m] { m->run(); }).detach();
+}
+
+Health* Health::get() { return gMon; }
+
+bool Health::nicUp(int nic) const {
+  auto* m = static_cast<const Monitor*>(this);
+  return nic < 0 || nic >= m->nNics || m->nicState[nic].up.load(std::memory_order_acquire);
+}
+
+int Health::registerPair(int nic, const sockaddr_storage& remote, socklen_t len) {
+  auto* m = static_cast<Monitor*>(this);
+  std::lock_guard<std::mutex> g(m->mu);
+  int freeSlot = -1;
+  for (int i = 0; i < kMaxPairs; ++i) {
+    Pair& p = m->pairs[i];
+    if (p.used && p.nic == nic && sameEndpoint(p.remote, remote)) {
+      p.refs++;
+      return i;
+    }
+    if (!p.used && freeSlot < 0) freeSlot = i;
+  }
+  if (freeSlot < 0) return -1;  // table full: the path is then judged by socket errors only
+  Pair& p = m->pairs[freeSlot];
+  p.nic = nic, p.remote = remote, p.len = len, p.refs = 1, p.lastAckUs = 0, p.lastBigAckUs = 0;
+  p.burstUntilUs = 0, p.downSinceUs = 0, p.cause.clear();
+  p.up.store(true);
+  p.used = true;
+  return freeSlot;
+}
+
+void Health::unregisterPair(int id) {
+  auto* m = static_cast<Monitor*>(this);
+  if (id < 0 || id >= kMaxPairs) return;
+  std::lock_guard<std::mutex> g(m->mu);
+  Pair& p = m->pairs[id];
+  if (p.used && --p.refs <= 0) p.used = false;
+}
+
+bool Health::pairUp(int id) const {
+  auto* m = static_cast<const Monitor*>(this);
+  return id < 0 || id >= kMaxPairs || m->pairs[id].up.load(std::memory_order_acquire);
+}
+
+uint64_t Health::pairDownSinceUs(int id) const {
+  auto* m = static_cast<const Monitor*>(this);
+  return id < 0 || id >= kMaxPairs ? 0 : m->pairs[id].downSinceUs;
+}
+
+std::string Health::pairDownCause(int id) const {
+  auto* m = static_cast<Monitor*>(const_cast<Health*>(this));
+  if (id < 0 || id >= kMaxPairs) return "pair down";
+  std::lock_guard<std::mutex> g(m->mu);
+  return m->pairs[id].cause.empty() ? "pair down" : m->pairs[id].cause;
+}
+
+void Health::requestBurst(int id) {
+  auto* m = static_cast<Monitor*>(this);
+  if (id >= 0 && id < kMaxPairs) m->pairs[id].burst.store(true, std::memory_order_release);
+}
+
+void Health::reportPairError(int id, const char* cause) {
+  auto* m = static_cast<Monitor*>(this);
+  if (id < 0 || id >= kMaxPairs) return;
+  std::lock_guard<std::mutex> g(m->mu);
+  m->setPairDown(m->pairs[id], cause, nowUs());
+}
+
+}  // namespace railover

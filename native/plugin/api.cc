@@ -1,0 +1,269 @@
+#include "plugin/api.h"
+
+#include <arpa/inet.h>
+#include <sys/random.h>
+
+#include <cstring>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "failover/link.h"
+#include "plugin/runtime.h"
+#include "transport/tcp/wire.h"
+
+namespace railover {
+namespace api {
+namespace {
+
+constexpr uint32_t kListenKind = 0x4c53544e;
+constexpr uint32_t kCtxKind = 0x43545854;
+// Bytes [120,128) of a handle hold the connect-in-progress link between connect() calls
+// (the wire part ends at 16 + 5 * 20 = 116 bytes).
+constexpr size_t kStageOffset = 120;
+
+struct ListenComm {
+  uint32_t kind = kListenKind;
+  RecvLink* link = nullptr;
+  bool accepted = false;
+};
+
+struct Ctx {
+  uint32_t kind = kCtxKind;
+  uint64_t commId = 0;
+  bool ok = false;
+};
+
+char gMr;  // TCP needs no registration; every mhandle points here
+
+Runtime& rt() { return Runtime::get(); }
+
+bool checkDev(int dev) {
+  if (!rt().initialized()) {
+    RO_WARN("railover: called before a successful init");
+    return false;
+  }
+  if (dev < 0 || dev >= (int)rt().nics.size()) {
+    RO_WARN("railover: device %d does not exist (%zu devices)", dev, rt().nics.size());
+    return false;
+  }
+  return true;
+}
+
+uint64_t randomSecret() {
+  uint64_t s = 0;
+  while (s == 0)
+    if (getrandom(&s, sizeof(s), 0) != sizeof(s)) s = nowUs() * 0x9e3779b97f4a7c15ULL;
+  return s;
+}
+
+void fillAddr(const Nic& n, uint16_t port, wire::HandleAddr* a) {
+  socklen_t l;
+  sockaddr_storage s = n.getAddr(&l);
+  a->rail = (uint8_t)(n.rail & 0xff);
+  a->port = port;
+  memset(a->addr, 0, 16);
+  if (s.ss_family == AF_INET) {
+    a->family = 4;
+    memcpy(a->addr, &((sockaddr_in&)s).sin_addr, 4);
+  } else {
+    a->family = 6;
+    memcpy(a->addr, &((sockaddr_in6&)s).sin6_addr, 16);
+  }
+}
+
+}  // namespace
+
+ncclResult_t init(ncclDebugLogger_t logger) { return rt().init(logger); }
+
+ncclResult_t devices(int* n) {
+  *n = rt().initialized() ? (int)rt().nics.size() : 0;
+  return ncclSuccess;
+}
+
+ncclResult_t getProperties(int dev, Props* p) {
+  if (!checkDev(dev)) return ncclInvalidArgument;
+  const Nic& n = rt().nics[dev];
+  p->name = n.name.c_str();
+  p->pciPath = n.pciPath.empty() ? nullptr : n.pciPath.c_str();
+  p->guid = n.guid;
+  p->ptrSupport = RAILOVER_NCCL_PTR_HOST;
+  p->speed = n.speedMbps;
+  p->port = 0;
+  p->latency = 0;
+  p->maxComms = 65536;
+  p->maxRecvs = 1;
+  p->maxP2pBytes = RAILOVER_NCCL_MAX_NET_SIZE_BYTES;
+  p->maxCollBytes = RAILOVER_NCCL_MAX_NET_SIZE_BYTES;
+  p->railId = (int16_t)n.rail;
+  p->planeId = -1;
+  return ncclSuccess;
+}
+
+ncclResult_t listen(int dev, void* handle, void** listenComm) {
+  *listenComm = nullptr;
+  if (!checkDev(dev)) return ncclInvalidArgument;
+  wire::Handle h;
+  h.secret = randomSecret();
+  h.primary = 0;
+  fillAddr(rt().nics[dev], rt().ports[dev], &h.addrs[0]);
+  h.naddr = 1;
+  for (auto& n : rt().nics) {
+    if (n.index == dev || h.naddr >= wire::kMaxHandleAddrs) continue;
+    fillAddr(n, rt().ports[n.index], &h.addrs[h.naddr++]);
+  }
+  wire::encodeHandle(h, handle);
+  auto* lc = new ListenComm();
+  lc->link = new RecvLink(h.secret, dev);
+  *listenComm = lc;
+  return ncclSuccess;
+}
+
+ncclResult_t connect(int dev, void* handle, void** sendComm) {
+  *sendComm = nullptr;
+  if (!checkDev(dev)) return ncclInvalidArgument;
+  uint8_t* hb = (uint8_t*)handle;
+  SendLink* l = nullptr;
+  memcpy(&l, hb + kStageOffset, sizeof(l));
+  if (!l) {
+    wire::Handle h;
+    std::string err;
+    if (!wire::decodeHandle(handle, wire::kHandleBytes, &h, &err)) {
+      RO_WARN("railover: connect on NIC %s: malformed handle: %s", rt().nics[dev].name.c_str(), err.c_str());
+      return ncclInvalidArgument;
+    }
+    l = SendLink::create(dev, h, &err);
+    l->createdUs = nowUs();
+    memcpy(hb + kStageOffset, &l, sizeof(l));
+  }
+  if (l->ready() && !l->fatal) {
+    memset(hb + kStageOffset, 0, sizeof(l));
+    *sendComm = l;
+    return ncclSuccess;
+  }
+  uint32_t limit = rt().cfg.fatalTimeoutS;
+  if (l->fatal || (limit && nowUs() - l->createdUs > (uint64_t)limit * 1000000)) {
+    std::string why;
+    for (auto& p : l->paths) why += (why.empty() ? "" : "; ") + l->describe(p) + ": " + p.lastError;
+    RO_WARN("railover: cannot connect to peer %s within RAILOVER_FATAL_TIMEOUT=%u s (%s)", l->peerName.c_str(), limit,
+            why.c_str());
+    memset(hb + kStageOffset, 0, sizeof(l));
+    l->close();
+    delete l;
+    return ncclSystemError;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t accept(void* listenComm, void** recvComm) {
+  *recvComm = nullptr;
+  auto* lc = (ListenComm*)listenComm;
+  if (!lc || lc->kind != kListenKind) return ncclInvalidArgument;
+  if (lc->accepted) {
+    RO_WARN("railover: accept called again on a listen comm that already accepted");
+    return ncclInvalidUsage;
+  }
+  if (lc->link->ready()) {
+    lc->accepted = true;
+    *recvComm = lc->link;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t regMr(void*, void*, size_t, int type, void** mhandle) {
+  if (type != RAILOVER_NCCL_PTR_HOST) {
+    *mhandle = nullptr;
+    RO_WARN("railover: only host memory can be registered (type %d asked)", type);
+    return ncclInternalError;
+  }
+  *mhandle = &gMr;
+  return ncclSuccess;
+}
+
+ncclResult_t deregMr(void*, void*) { return ncclSuccess; }
+
+ncclResult_t isend(void* sendComm, void* data, size_t size, int, void*, void** request) {
+  return ((SendLink*)sendComm)->isend(data, size, request);
+}
+
+ncclResult_t irecv(void* recvComm, int n, void** data, const size_t* sizes, int*, void**, void** request) {
+  *request = nullptr;
+  if (n != 1) {
+    RO_WARN("railover: grouped receive of %d buffers asked, but maxRecvs is 1", n);
+    return ncclInternalError;
+  }
+  return ((RecvLink*)recvComm)->irecv(data[0], sizes[0], request);
+}
+
+ncclResult_t iflush(void*, int, void**, int*, void**, void** request) {
+  *request = nullptr;  // host memory only: there is never anything to flush
+  RO_WARN("railover: iflush called, but railover advertises host memory only");
+  return ncclInternalError;
+}
+
+ncclResult_t test(void* request, int* done, int* sizes) {
+  *done = 0;
+  uint32_t kind = *(uint32_t*)request;
+  if (kind == kKindSend) {
+    auto* r = (SendReq*)request;
+    return ((SendLink*)r->link)->test(r, done, sizes);
+  }
+  if (kind == kKindRecv) {
+    auto* r = (RecvReq*)request;
+    return ((RecvLink*)r->link)->test(r, done, sizes);
+  }
+  RO_WARN("railover: test called with something that is not a railover request");
+  return ncclInvalidArgument;
+}
+
+ncclResult_t closeSend(void* sendComm) {
+  if (!sendComm) return ncclSuccess;
+  auto* l = (SendLink*)sendComm;
+  l->close();
+  delete l;
+  return ncclSuccess;
+}
+
+ncclResult_t closeRecv(void* recvComm) {
+  if (!recvComm) return ncclSuccess;
+  auto* l = (RecvLink*)recvComm;
+  l->close();
+  delete l;
+  return ncclSuccess;
+}
+
+ncclResult_t closeListen(void* listenComm) {
+  auto* lc = (ListenComm*)listenComm;
+  if (!lc) return ncclSuccess;
+  if (!lc->accepted) {
+    lc->link->close();
+    delete lc->link;
+  }
+  delete lc;
+  return ncclSuccess;
+}
+
+ncclResult_t initCtx(void** ctx, uint64_t commId, ncclDebugLogger_t logger) {
+  auto* c = new Ctx();
+  c->commId = commId;
+  ncclResult_t r = init(logger);
+  c->ok = r == ncclSuccess;
+  if (c->ok) rt().refs.fetch_add(1);
+  *ctx = c;
+  return r;
+}
+
+ncclResult_t finalizeCtx(void* ctx) {
+  auto* c = (Ctx*)ctx;
+  if (!c) return ncclSuccess;
+  if (c->kind != kCtxKind) {
+    RO_WARN("railover: finalize called with an unknown context");
+    return ncclInvalidArgument;
+  }
+  if (c->ok) rt().refs.fetch_sub(1);
+  c->kind = 0;
+  delete c;
+  return ncclSuccess;
+}
+
+}  // namespace api
+}  // namespace railover

@@ -1,0 +1,52 @@
+// railover's one internal plugin API. The ABI adapters (abi/adapters.cc) convert every NCCL
+// ABI version (v7..v12) onto these functions; nothing below this layer knows the versions.
+//
+// Contracts (NCCL's): listen/connect/accept/isend/irecv/test never block; a NULL comm or
+// request means "call again". Errors: ncclInvalidArgument for bad input (unknown device,
+// malformed handle), ncclSystemError when the network is unusable past RAILOVER_FATAL_TIMEOUT,
+// ncclInvalidUsage for a message larger than its posted receive.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "abi/nccl_net_abi.h"
+
+namespace railover {
+namespace api {
+
+// Superset of every version's device properties.
+struct Props {
+  const char* name;
+  const char* pciPath;  // nullptr for virtual NICs
+  uint64_t guid;
+  int ptrSupport, speed, port, maxComms, maxRecvs;
+  float latency;
+  size_t maxP2pBytes, maxCollBytes;
+  int16_t railId, planeId;
+};
+
+ncclResult_t init(ncclDebugLogger_t logger);
+ncclResult_t devices(int* n);
+ncclResult_t getProperties(int dev, Props* p);
+ncclResult_t listen(int dev, void* handle, void** listenComm);
+ncclResult_t connect(int dev, void* handle, void** sendComm);
+ncclResult_t accept(void* listenComm, void** recvComm);
+ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle);
+ncclResult_t deregMr(void* comm, void* mhandle);
+ncclResult_t isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void** request);
+ncclResult_t irecv(void* recvComm, int n, void** data, const size_t* sizes, int* tags, void** mhandles,
+                   void** request);
+ncclResult_t iflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request);
+ncclResult_t test(void* request, int* done, int* sizes);
+ncclResult_t closeSend(void* sendComm);
+ncclResult_t closeRecv(void* recvComm);
+ncclResult_t closeListen(void* listenComm);
+
+// v11+ per-communicator contexts: refcounted; finalize accepts NULL and contexts of failed inits.
+ncclResult_t initCtx(void** ctx, uint64_t commId, ncclDebugLogger_t logger);
+ncclResult_t finalizeCtx(void* ctx);
+
+}  // namespace api
+}  // namespace railover

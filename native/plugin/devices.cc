@@ -1,0 +1,159 @@
+#include "plugin/devices.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <limits.h>
+#include <net/if.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+
+#include "common/log.h"
+
+namespace railover {
+
+bool ifnameMatches(const std::string& specIn, const std::string& name) {
+  std::string spec = specIn;
+  bool exclude = false, exact = false;
+  if (!spec.empty() && spec[0] == '^') exclude = true, spec = spec.substr(1);
+  if (!spec.empty() && spec[0] == '=') exact = true, spec = spec.substr(1);
+  bool hit = false;
+  size_t start = 0;
+  while (start <= spec.size()) {
+    size_t pos = spec.find(',', start);
+    std::string item = spec.substr(start, pos == std::string::npos ? std::string::npos : pos - start);
+    if (!item.empty() && (exact ? name == item : name.compare(0, item.size(), item) == 0)) hit = true;
+    if (pos == std::string::npos) break;
+    start = pos + 1;
+  }
+  return exclude ? !hit : hit;
+}
+
+sockaddr_storage Nic::getAddr(socklen_t* len) const {
+  std::lock_guard<std::mutex> g(addrMu);
+  if (len) *len = addrLen;
+  return addr;
+}
+
+void Nic::setAddr(const sockaddr_storage& a, socklen_t len) {
+  std::lock_guard<std::mutex> g(addrMu);
+  addr = a, addrLen = len;
+}
+
+std::string addrToString(const sockaddr_storage& a) {
+  char buf[INET6_ADDRSTRLEN + 8] = "?";
+  if (a.ss_family == AF_INET) {
+    inet_ntop(AF_INET, &((const sockaddr_in&)a).sin_addr, buf, sizeof(buf));
+  } else if (a.ss_family == AF_INET6) {
+    inet_ntop(AF_INET6, &((const sockaddr_in6&)a).sin6_addr, buf, sizeof(buf));
+  }
+  return buf;
+}
+
+namespace {
+
+bool sameFamilyOk(int want, int fam) { return want ? fam == want : (fam == AF_INET || fam == AF_INET6); }
+
+std::string readFile(const std::string& path) {
+  std::ifstream f(path);
+  std::string s;
+  std::getline(f, s);
+  return s;
+}
+
+}  // namespace
+
+bool lookupIfAddr(const std::string& name, int family, sockaddr_storage* out, socklen_t* len) {
+  ifaddrs* ifa = nullptr;
+  if (getifaddrs(&ifa) != 0) return false;
+  bool found = false;
+  for (int pass = 0; pass < 2 && !found; ++pass) {
+    int want = family ? family : (pass == 0 ? AF_INET : AF_INET6);
+    for (ifaddrs* p = ifa; p; p = p->ifa_next) {
+      if (!p->ifa_addr || name != p->ifa_name || p->ifa_addr->sa_family != want) continue;
+      if (want == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&((sockaddr_in6*)p->ifa_addr)->sin6_addr)) continue;
+      memset(out, 0, sizeof(*out));
+      *len = want == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+      memcpy(out, p->ifa_addr, *len);
+      found = true;
+      break;
+    }
+    if (family) break;
+  }
+  freeifaddrs(ifa);
+  return found;
+}
+
+bool discoverNics(const Config& cfg, std::vector<Nic>* out, std::string* err) {
+  ifaddrs* ifa = nullptr;
+  if (getifaddrs(&ifa) != 0) {
+    *err = std::string("getifaddrs failed: ") + strerror(errno);
+    return false;
+  }
+  std::vector<std::string> names;
+  for (ifaddrs* p = ifa; p; p = p->ifa_next) {
+    if (!p->ifa_addr || !sameFamilyOk(cfg.family, p->ifa_addr->sa_family)) continue;
+    if (p->ifa_addr->sa_family == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&((sockaddr_in6*)p->ifa_addr)->sin6_addr))
+      continue;
+    if (std::find(names.begin(), names.end(), p->ifa_name) == names.end()) names.push_back(p->ifa_name);
+  }
+  freeifaddrs(ifa);
+  std::sort(names.begin(), names.end(),
+            [](const std::string& a, const std::string& b) { return if_nametoindex(a.c_str()) < if_nametoindex(b.c_str()); });
+
+  std::vector<std::string> chosen;
+  if (!cfg.ifnamesVar.empty()) {
+    for (auto& n : names)
+      if (ifnameMatches(cfg.ifnames, n)) chosen.push_back(n);
+  } else {
+    // Automatic: like NCCL's socket transport, skip loopback, docker and virbr unless nothing else exists.
+    for (auto& n : names)
+      if (n != "lo" && n.rfind("docker", 0) != 0 && n.rfind("virbr", 0) != 0) chosen.push_back(n);
+    if (chosen.empty())
+      for (auto& n : names)
+        if (n == "lo") chosen.push_back(n);
+  }
+  if (chosen.empty()) {
+    *err = cfg.ifnamesVar.empty() ? std::string("no network interface with an address was found")
+                                  : cfg.ifnamesVar + "='" + cfg.ifnames + "' selects no interface with an address";
+    return false;
+  }
+  if (chosen.size() > 16) chosen.resize(16);
+
+  out->clear();
+  for (size_t i = 0; i < chosen.size(); ++i) {
+    Nic nic;
+    nic.index = (int)i;
+    nic.name = chosen[i];
+    nic.ifindex = (int)if_nametoindex(chosen[i].c_str());
+    nic.rail = (int)i;
+    for (auto& r : cfg.rails)
+      if (r.first == nic.name) nic.rail = r.second;
+    char real[PATH_MAX];
+    std::string dev = "/sys/class/net/" + nic.name + "/device";
+    if (realpath(dev.c_str(), real)) nic.pciPath = real;
+    std::string sp = readFile("/sys/class/net/" + nic.name + "/speed");
+    int speed = sp.empty() ? -1 : atoi(sp.c_str());
+    nic.speedMbps = speed > 0 ? speed : 10000;
+    nic.guid = 0x7261696c00000000ULL | (uint64_t)nic.index;  // "rail" + index: unique per device
+    if (!lookupIfAddr(nic.name, cfg.family, &nic.addr, &nic.addrLen)) {
+      *err = "interface " + nic.name + " lost its address during discovery";
+      return false;
+    }
+    std::string oper = readFile("/sys/class/net/" + nic.name + "/operstate");
+    if (oper == "down" || oper == "lowerlayerdown")
+      RO_WARN("railover: NIC %s is %s at init; it is kept as a device and used once it comes up", nic.name.c_str(),
+              oper.c_str());
+    out->push_back(nic);
+  }
+  for (auto& r : cfg.rails) {
+    bool known = false;
+    for (auto& n : *out) known |= n.name == r.first;
+    if (!known) RO_WARN("railover: RAILOVER_RAILS names %s, which is not a selected NIC", r.first.c_str());
+  }
+  return true;
+}
+
+}  // namespace railover

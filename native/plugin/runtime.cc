@@ -1,0 +1,169 @@
+#include "plugin/runtime.h"
+
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+#include <unordered_map>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "failover/link.h"
+#include "health/health.h"
+#include "telemetry/journal.h"
+#include "transport/tcp/socket.h"
+#include "transport/tcp/wire.h"
+
+namespace railover {
+
+Runtime& Runtime::get() {
+  static Runtime* r = new Runtime();  // never destroyed: the library is -z nodelete
+  return *r;
+}
+
+ncclResult_t Runtime::init(ncclDebugLogger_t logger) {
+  if (logger) setLogger(logger);
+  std::lock_guard<std::mutex> g(mu_);
+  if (tried_) {
+    if (result_ != ncclSuccess) RO_WARN("railover: init failed earlier: %s", error_.c_str());
+    return result_;
+  }
+  tried_ = true;
+  std::string err;
+  if (!parseConfig(processEnv(), &cfg, &err)) {
+    error_ = err;
+    RO_WARN("railover: %s", err.c_str());
+    return result_ = ncclInvalidArgument;
+  }
+  if (!discoverNics(cfg, &nics, &err)) {
+    error_ = err;
+    RO_WARN("railover: %s", err.c_str());
+    return result_ = ncclSystemError;
+  }
+  ports.assign(nics.size(), 0);
+  for (auto& n : nics) {
+    socklen_t len = 0;
+    sockaddr_storage a = n.getAddr(&len);
+    uint16_t port = 0;
+    int fd = tcp::listenOn(a, len, &port, &err);
+    if (fd < 0) {
+      error_ = "cannot listen on NIC " + n.name + " (" + addrToString(a) + "): " + err;
+      RO_WARN("railover: %s", error_.c_str());
+      for (int f : listenFds_) ::close(f);
+      listenFds_.clear();
+      return result_ = ncclSystemError;
+    }
+    listenFds_.push_back(fd);
+    ports[n.index] = port;
+    RO_INFO(RO_SUBSYS_INIT | RO_SUBSYS_NET, "railover: NIC %d %s addr %s rail %d speed %d Mbps pci %s port %u",
+            n.index, n.name.c_str(), addrToString(a).c_str(), n.rail, n.speedMbps,
+            n.pciPath.empty() ? "(virtual)" : n.pciPath.c_str(), port);
+  }
+  journalOpen(cfg.eventLog);
+  Health::start(cfg, nics.data(), (int)nics.size(), ports.data());
+  std::thread(&Runtime::acceptLoop, this).detach();
+  ok_.store(true, std::memory_order_release);
+  return result_ = ncclSuccess;
+}
+
+// The acceptor: accepts streams on every NIC's listener, reads and checks their HELLO
+// (magic, version, secret) and hands them to their recv link. Anything else is dropped and
+// logged; the listener keeps working.
+void Runtime::acceptLoop() {
+  struct Pending {
+    int fd;
+    int nic;
+    uint8_t buf[wire::kFrameBytes];
+    size_t got;
+    uint64_t startUs;
+    sockaddr_storage peer;
+  };
+  int ep = epoll_create1(EPOLL_CLOEXEC);
+  for (size_t i = 0; i < listenFds_.size(); ++i) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = (1ULL << 32) | i;
+    epoll_ctl(ep, EPOLL_CTL_ADD, listenFds_[i], &ev);
+  }
+  std::unordered_map<int, Pending> pending;
+  auto drop = [&](int fd, const char* why) {
+    auto it = pending.find(fd);
+    if (it != pending.end()) {
+      RO_WARN("railover: dropping connection from %s on NIC %s: %s", addrToString(it->second.peer).c_str(),
+              nics[it->second.nic].name.c_str(), why);
+      pending.erase(it);
+    }
+    epoll_ctl(ep, EPOLL_CTL_DEL, fd, nullptr);
+    ::close(fd);
+  };
+  epoll_event evs[64];
+  while (true) {
+    int n = epoll_wait(ep, evs, 64, 500);
+    uint64_t now = nowUs();
+    for (int i = 0; i < n; ++i) {
+      uint64_t tag = evs[i].data.u64;
+      if (tag >> 32) {
+        int nic = (int)(tag & 0xffffffff);
+        while (true) {
+          sockaddr_storage peer{};
+          socklen_t pl = sizeof(peer);
+          int fd = accept4(listenFds_[nic], (sockaddr*)&peer, &pl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+          if (fd < 0) break;
+          Pending p{fd, nic, {}, 0, now, peer};
+          pending[fd] = p;
+          epoll_event ev{};
+          ev.events = EPOLLIN | EPOLLRDHUP;
+          ev.data.u64 = (uint64_t)(uint32_t)fd;
+          epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+        }
+        continue;
+      }
+      int fd = (int)(uint32_t)tag;
+      auto it = pending.find(fd);
+      if (it == pending.end()) continue;
+      Pending& p = it->second;
+      ssize_t r = recv(fd, p.buf + p.got, sizeof(p.buf) - p.got, MSG_DONTWAIT);
+      if (r == 0) {
+        drop(fd, "closed before a complete HELLO (truncated HELLO)");
+        continue;
+      }
+      if (r < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) drop(fd, strerror(errno));
+        continue;
+      }
+      p.got += (size_t)r;
+      if (p.got < sizeof(p.buf)) continue;
+      wire::Hello h;
+      std::string err;
+      if (!wire::decodeHello(p.buf, &h, &err)) {
+        drop(fd, ("bad HELLO: " + err).c_str());
+        continue;
+      }
+      int nic = p.nic;
+      sockaddr_storage peer = p.peer;
+      pending.erase(it);
+      epoll_ctl(ep, EPOLL_CTL_DEL, fd, nullptr);
+      if (!routeStream(fd, h, peer, nic)) {
+        RO_WARN("railover: dropping connection from %s on NIC %s: unknown or stale secret", addrToString(peer).c_str(),
+                nics[nic].name.c_str());
+        ::close(fd);
+      }
+    }
+    // A HELLO must arrive within 5 s; stray connections are not kept open.
+    for (auto it = pending.begin(); it != pending.end();) {
+      if (now - it->second.startUs > 5000000) {
+        int fd = it->first;
+        RO_WARN("railover: dropping connection from %s on NIC %s: no HELLO within 5 s",
+                addrToString(it->second.peer).c_str(), nics[it->second.nic].name.c_str());
+        epoll_ctl(ep, EPOLL_CTL_DEL, fd, nullptr);
+        ::close(fd);
+        it = pending.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+}
+
+}  // namespace railover

@@ -1,0 +1,45 @@
+// Process-wide railover state: configuration, the NIC table, one TCP listener (and a UDP
+// probe socket on the same port) per NIC, the acceptor thread that validates HELLOs and
+// routes streams to their recv link, and the health monitor.
+//
+// Created once per process at the first successful init and never destroyed (the plugin is
+// linked -z nodelete, so NCCL's dlclose/dlopen cycles keep it). init is idempotent and
+// thread-safe; a refcount counts live contexts (v11+) for finalize.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "abi/nccl_net_abi.h"
+#include "common/config.h"
+#include "plugin/devices.h"
+
+namespace railover {
+
+class Runtime {
+ public:
+  static Runtime& get();
+  // Parses the configuration, discovers NICs, opens listeners and starts the background
+  // thread, once. Later calls return the first call's result (and its error message).
+  ncclResult_t init(ncclDebugLogger_t logger);
+  bool initialized() const { return ok_.load(std::memory_order_acquire); }
+
+  Config cfg;
+  std::vector<Nic> nics;
+  std::vector<uint16_t> ports;  // listener port per NIC (TCP and UDP)
+  std::atomic<int> refs{0};
+
+ private:
+  void acceptLoop();
+  std::mutex mu_;
+  bool tried_ = false;
+  ncclResult_t result_ = ncclSuccess;
+  std::string error_;
+  std::atomic<bool> ok_{false};
+  std::vector<int> listenFds_;
+};
+
+}  // namespace railover

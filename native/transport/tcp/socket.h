@@ -1,0 +1,38 @@
+// Thin POSIX socket helpers for the TCP transport: non-blocking, source-bound sockets.
+//
+// Every data connection binds its source address to its NIC's address (and, where allowed,
+// SO_BINDTODEVICE), so traffic leaves through that NIC even when several NICs share a subnet.
+// Thread-safety: stateless functions on file descriptors the caller owns.
+#pragma once
+
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+
+namespace railover {
+namespace tcp {
+
+// Creates a non-blocking listening TCP socket on `addr` (port 0 = ephemeral). Returns the fd
+// (and the bound port in *port), or -1 with `err` set.
+int listenOn(const sockaddr_storage& addr, socklen_t len, uint16_t* port, std::string* err);
+// Binds a UDP socket on the same address and port (for probes). -1 with `err` on failure.
+int udpOn(const sockaddr_storage& addr, socklen_t len, uint16_t port, const std::string& ifname, std::string* err);
+// Starts a non-blocking connect from `src` (port 0) on interface `ifname` to `dst`.
+// Returns the fd, or -1 with `err` (the connect itself completes later: see connectDone).
+int startConnect(const sockaddr_storage& src, socklen_t srcLen, const std::string& ifname,
+                 const sockaddr_storage& dst, socklen_t dstLen, uint32_t userTimeoutMs, std::string* err);
+// 1 = connected, 0 = still in progress, -1 = failed (errno-style reason in *err).
+int connectDone(int fd, std::string* err);
+// Applies the data-stream options (TCP_NODELAY, TCP_USER_TIMEOUT, buffer sizes).
+void tuneStream(int fd, uint32_t userTimeoutMs);
+void setNonBlocking(int fd);
+
+// Non-blocking send/recv wrappers: return bytes moved (>= 0), 0 when it would block, or -1 on
+// a connection error (reason in *err; "closed by peer" for EOF on recv).
+ssize_t sendSome(int fd, const void* buf, size_t len, std::string* err);
+ssize_t recvSome(int fd, void* buf, size_t len, std::string* err);
+
+}  // namespace tcp
+}  // namespace railover

@@ -1,0 +1,55 @@
+"""Locate the native artefacts: the plugin ``.so`` and the ``railover-perf`` driver.
+
+Search order: ``RAILOVER_NATIVE_DIR`` (a directory holding both), the installed package's
+``_native/`` folder, then a developer build tree (``build/`` at the repository root).
+Raises FileNotFoundError naming every place looked at when nothing is found.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+PLUGIN_NAME = "railover"
+PLUGIN_FILE = "libnccl-net-railover.so"
+PERF_FILE = "railover-perf"
+
+_PKG = Path(__file__).resolve().parent
+
+
+def _candidates() -> list[Path]:
+    out = []
+    env = os.environ.get("RAILOVER_NATIVE_DIR")
+    if env:
+        out.append(Path(env))
+    out.append(_PKG / "_native")
+    repo = _PKG.parent.parent
+    out.append(repo / "build")
+    return out
+
+
+def _find(fname: str) -> Path:
+    tried = []
+    for d in _candidates():
+        p = d / fname
+        tried.append(str(p))
+        if p.is_file():
+            return p
+    raise FileNotFoundError(f"{fname} not found; looked at: {', '.join(tried)}. "
+                            "Install with 'pip install .' or build with 'cmake -S . -B build && cmake --build build'.")
+
+
+def plugin_path() -> Path:
+    """Absolute path of ``libnccl-net-railover.so``."""
+    return _find(PLUGIN_FILE)
+
+
+def perf_path() -> Path:
+    """Absolute path of the ``railover-perf`` executable."""
+    return _find(PERF_FILE)
+
+
+def perf_main() -> None:
+    """Console entry point ``railover-perf``: exec the native driver with the same arguments."""
+    exe = str(perf_path())
+    os.execv(exe, [exe] + sys.argv[1:])
