@@ -442,15 +442,28 @@ void SendLink::slowTick(uint64_t now) {
   auto& cfg = Runtime::get().cfg;
   lastSlowTickUs = now;
   Health* hl = Health::get();
-  if (hl && hl->epoch() != seenEpoch) {
-    seenEpoch = hl->epoch();
-    for (auto& p : paths) {
+  bool epochMoved = hl && hl->epoch() != seenEpoch;
+  if (epochMoved) seenEpoch = hl->epoch();
+  if (hl) {
+    for (size_t i = 0; i < paths.size(); ++i) {
+      Path& p = paths[i];
       bool nicUp = hl->nicUp(p.localNic), pairUp = hl->pairUp(p.pairId);
-      if ((p.state == PathState::kStandby || p.state == PathState::kActive || p.state == PathState::kConnecting) &&
-          (!nicUp || !pairUp))
-        failPath(p, !nicUp ? "local NIC down" : hl->pairDownCause(p.pairId), now);
-      else if (p.state == PathState::kFailed && nicUp && pairUp && p.nextAttemptUs > now + 1000)
+      bool hard = !nicUp || hl->pairHardDown(p.pairId);
+      std::string cause = !nicUp ? "local NIC " + nicName(p.localNic) + " down" : pairUp ? "" : hl->pairDownCause(p.pairId);
+      if (p.state == PathState::kActive && !pairUp) {
+        // A probe timeout alone may be congestion or a stopped peer: fail over only when the
+        // active path also stopped moving data and another path is healthy.
+        bool stalled = acked_ == nextSeq_ || now - lastProgressUs_ >= (uint64_t)cfg.stallMs * 1000;
+        bool otherUsable = false;
+        for (size_t j = 0; j < paths.size(); ++j)
+          otherUsable |= j != i && paths[j].state == PathState::kStandby && hl->nicUp(paths[j].localNic) &&
+                         hl->pairUp(paths[j].pairId);
+        if (hard || (stalled && otherUsable)) failPath(p, cause, now);
+      } else if ((p.state == PathState::kStandby || p.state == PathState::kConnecting) && hard) {
+        failPath(p, cause, now);
+      } else if (p.state == PathState::kFailed && epochMoved && nicUp && pairUp && p.nextAttemptUs > now + 1000) {
         p.nextAttemptUs = now;  // NIC or pair came back: retry at once
+      }
     }
   }
   for (size_t i = 0; i < paths.size(); ++i) {
@@ -795,8 +808,8 @@ void RecvLink::slowTick(uint64_t now) {
     // sender's next write fails at once instead of waiting for its own probes.
     for (auto& p : paths)
       if ((p.state == PathState::kActive || p.state == PathState::kStandby) &&
-          (!hl->nicUp(p.localNic) || !hl->pairUp(p.pairId)))
-        failPath(p, !hl->nicUp(p.localNic) ? "local NIC down" : hl->pairDownCause(p.pairId), now);
+          (!hl->nicUp(p.localNic) || hl->pairHardDown(p.pairId)))
+        failPath(p, !hl->nicUp(p.localNic) ? "local NIC " + nicName(p.localNic) + " down" : hl->pairDownCause(p.pairId), now);
   }
   for (int i = 0; i < (int)paths.size(); ++i) {
     Path& p = paths[i];

@@ -37,6 +37,7 @@ struct Pair {
   sockaddr_storage remote{};
   socklen_t len = 0;
   std::atomic<bool> up{true};
+  std::atomic<bool> hard{false};
   uint64_t lastAckUs = 0;
   uint64_t lastBigAckUs = 0;
   uint64_t burstUntilUs = 0;
@@ -76,7 +77,11 @@ class Monitor : public Health {
 
   void bump() { epoch_.fetch_add(1, std::memory_order_acq_rel); }
 
-  void setPairDown(Pair& p, const std::string& cause, uint64_t now) {
+  void setPairDown(Pair& p, const std::string& cause, uint64_t now, bool hard = false) {
+    if (hard && !p.hard.load()) {
+      p.hard.store(true, std::memory_order_release);
+      if (!p.up.load()) bump();
+    }
     if (!p.up.load()) return;
     p.cause = cause;
     p.downSinceUs = now;
@@ -90,6 +95,7 @@ class Monitor : public Health {
   }
   void setPairUp(Pair& p, uint64_t now) {
     if (p.up.load()) return;
+    p.hard.store(false, std::memory_order_release);
     p.up.store(true, std::memory_order_release);
     journalAppend("pair_up", "\"nic\":" + jsonStr(nics[p.nic].name) + ",\"peer\":" + jsonStr(addrToString(p.remote)) +
                                  ",\"down_for_us\":" + std::to_string(now - p.downSinceUs));
@@ -113,7 +119,7 @@ class Monitor : public Health {
       RO_WARN("railover: NIC %s down (%s); moving its comms to standby paths", nics[i].name.c_str(), signal);
       std::lock_guard<std::mutex> g(mu);
       for (auto& p : pairs)
-        if (p.used && p.nic == i) setPairDown(p, std::string("local NIC ") + nics[i].name + " down (" + signal + ")", now);
+        if (p.used && p.nic == i) setPairDown(p, std::string("local NIC ") + nics[i].name + " down (" + signal + ")", now, true);
       sendNotices(i);
     }
     bump();
@@ -170,7 +176,7 @@ class Monitor : public Health {
         else memcpy(&((sockaddr_in6&)gone).sin6_addr, buf + wire::kFrameBytes + 4, 16);
         std::lock_guard<std::mutex> g(mu);
         for (auto& p : pairs)
-          if (p.used && sameIp(p.remote, gone)) setPairDown(p, "peer reported its NIC " + addrToString(gone) + " down", now);
+          if (p.used && sameIp(p.remote, gone)) setPairDown(p, "peer reported its NIC " + addrToString(gone) + " down", now, true);
         continue;
       }
       if (f.type == wire::kProbe) {  // answer with the same size, so big probes test both directions
@@ -366,6 +372,7 @@ int Health::registerPair(int nic, const sockaddr_storage& remote, socklen_t len)
   p.nic = nic, p.remote = remote, p.len = len, p.refs = 1, p.lastAckUs = 0, p.lastBigAckUs = 0;
   p.burstUntilUs = 0, p.downSinceUs = 0, p.cause.clear();
   p.up.store(true);
+  p.hard.store(false);
   p.used = true;
   return freeSlot;
 }
@@ -404,7 +411,13 @@ void Health::reportPairError(int id, const char* cause) {
   auto* m = static_cast<Monitor*>(this);
   if (id < 0 || id >= kMaxPairs) return;
   std::lock_guard<std::mutex> g(m->mu);
-  m->setPairDown(m->pairs[id], cause, nowUs());
+  m->setPairDown(m->pairs[id], cause, nowUs(), true);
+}
+
+bool Health::pairHardDown(int id) const {
+  auto* m = static_cast<const Monitor*>(this);
+  return id >= 0 && id < kMaxPairs && !m->pairs[id].up.load(std::memory_order_acquire) &&
+         m->pairs[id].hard.load(std::memory_order_acquire);
 }
 
 }  // namespace railover

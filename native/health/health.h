@@ -36,6 +36,9 @@ class Health {
   int registerPair(int nic, const sockaddr_storage& remote, socklen_t len);
   void unregisterPair(int id);
   bool pairUp(int id) const;
+  // Down for a hard reason (local NIC down, peer's NIC-down notice): no need to confirm with
+  // data progress. A soft down (probe timeout) may be congestion or a stopped peer.
+  bool pairHardDown(int id) const;
   // Last detection time (µs from the fault signal to "down"), for the journal; 0 if unknown.
   uint64_t pairDownSinceUs(int id) const;
   std::string pairDownCause(int id) const;

@@ -1,0 +1,26 @@
+"""Builds the C++ unit tests (GoogleTest) with CMake and runs them through ctest, so the
+README's single test command covers the native code too."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.skipif(not shutil.which("cmake"), reason="cmake not installed")
+def test_cpp_unit_tests(tmp_path_factory):
+    build = REPO / "build-unit"
+    gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+    subprocess.run(["cmake", "-S", str(REPO), "-B", str(build), *gen, "-DCMAKE_BUILD_TYPE=RelWithDebInfo"],
+                   check=True, capture_output=True, text=True)
+    b = subprocess.run(["cmake", "--build", str(build), "--target", "railover_unit_tests", "-j2"],
+                       capture_output=True, text=True)
+    assert b.returncode == 0, b.stdout[-4000:] + b.stderr[-4000:]
+    r = subprocess.run(["ctest", "--test-dir", str(build), "--output-on-failure", "--timeout", "300"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-6000:]
+    assert "tests passed" in r.stdout
