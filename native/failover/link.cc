@@ -15,7 +15,6 @@
 #include "health/health.h"
 #include "plugin/runtime.h"
 #include "telemetry/journal.h"
-#include "transport/tcp/socket.h"
 
 namespace railover {
 
@@ -32,8 +31,7 @@ const char* pathStateName(PathState s) {
 
 void Path::closeAll() {
   for (auto& s : streams) {
-    if (s.fd >= 0) ::close(s.fd);
-    s.fd = -1;
+    s.conn.reset();
     s.connected = false;
     s.resetIo();
   }
@@ -78,11 +76,11 @@ void unregisterRecvLink(uint64_t secret) {
   std::lock_guard<std::mutex> g(gRegMu);
   registry().erase(secret);
 }
-bool routeStream(int fd, const wire::Hello& h, const sockaddr_storage& peer, int localNic) {
+bool routeStream(std::unique_ptr<Conn>& c, const wire::Hello& h, const sockaddr_storage& peer, int localNic) {
   std::lock_guard<std::mutex> g(gRegMu);
   auto it = registry().find(h.secret);
   if (it == registry().end()) return false;
-  it->second->offerStream(fd, h, peer, localNic);
+  it->second->offerStream(std::move(c), h, peer, localNic);
   return true;
 }
 
@@ -123,7 +121,7 @@ SendLink* SendLink::create(int dev, const wire::Handle& h, std::string* err) {
     p.holdDownMs = rt.cfg.holdDownMs;
     p.state = PathState::kFailed;  // startConnect() moves it on
     if (Health* hl = Health::get()) p.pairId = hl->registerPair(localNic, p.remote, p.remoteLen);
-    l->paths.push_back(p);
+    l->paths.push_back(std::move(p));
   };
   addPath(dev, h.primary);
   l->primary = 0;
@@ -162,16 +160,14 @@ void SendLink::startConnect(Path& p, uint64_t now) {
   auto& rt = Runtime::get();
   p.closeAll();
   p.generation++;
-  p.streams.assign(nStreams, Stream());
+  p.streams.clear();
+  p.streams.resize(nStreams);
   p.state = PathState::kConnecting;
   p.attemptStartUs = now;
-  socklen_t srcLen = 0;
-  sockaddr_storage src = rt.nics[p.localNic].getAddr(&srcLen);
   for (auto& s : p.streams) {
     std::string err;
-    s.fd = tcp::startConnect(src, srcLen, rt.nics[p.localNic].name, p.remote, p.remoteLen, rt.cfg.tcpUserTimeoutMs,
-                             &err);
-    if (s.fd < 0) {
+    s.conn = rt.transport->connect(p.localNic, p.remote, p.remoteLen, &err);
+    if (!s.conn) {
       failPath(p, err, now);
       return;
     }
@@ -185,7 +181,7 @@ void SendLink::advanceConnect(Path& p, uint64_t now) {
     Stream& s = p.streams[i];
     if (s.connected) continue;
     std::string err;
-    int r = tcp::connectDone(s.fd, &err);
+    int r = s.conn->connectState(&err);
     if (r < 0) return failPath(p, err, now);
     if (r == 0) {
       all = false;
@@ -201,8 +197,7 @@ void SendLink::advanceConnect(Path& p, uint64_t now) {
     h.generation = p.generation;
     uint8_t buf[wire::kFrameBytes];
     wire::encodeHello(h, buf);
-    ssize_t n = tcp::sendSome(s.fd, buf, sizeof(buf), &err);
-    if (n != (ssize_t)sizeof(buf)) return failPath(p, n < 0 ? err : "short HELLO write", now);
+    if (!writeAll(*s.conn, buf, sizeof(buf), &err)) return failPath(p, "HELLO: " + err, now);
     s.connected = true;
   }
   if (!all) {
@@ -337,7 +332,8 @@ bool SendLink::writeStream(Path& p, Stream& s, std::string* err) {
   bool isCtl = &s == &p.streams[0];
   while (true) {
     if (isCtl && !p.ctlOut.empty() && !s.hdrBuilt) {
-      ssize_t n = tcp::sendSome(s.fd, p.ctlOut.data(), p.ctlOut.size(), err);
+      iovec iov{(void*)p.ctlOut.data(), p.ctlOut.size()};
+      ssize_t n = s.conn->writev(&iov, 1, err);
       if (n < 0) return false;
       p.ctlOut.erase(0, (size_t)n);
       if (!p.ctlOut.empty()) return true;
@@ -362,15 +358,9 @@ bool SendLink::writeStream(Path& p, Stream& s, std::string* err) {
     if (c.len > s.payloadDone) iov[niov++] = {(void*)(r.data + c.offset + s.payloadDone), c.len - s.payloadDone};
     ssize_t n = 0;
     if (niov) {
-      msghdr mh{};
-      mh.msg_iov = iov;
-      mh.msg_iovlen = niov;
-      n = sendmsg(s.fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
-      if (n < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return true;
-        *err = strerror(errno);
-        return false;
-      }
+      n = s.conn->writev(iov, niov, err);
+      if (n < 0) return false;
+      if (n == 0) return true;
     }
     size_t h = std::min<size_t>((size_t)n, wire::kFrameBytes - s.hdrDone);
     s.hdrDone += h;
@@ -389,7 +379,7 @@ bool SendLink::writeStream(Path& p, Stream& s, std::string* err) {
 bool SendLink::readControl(Path& p, uint64_t now, std::string* err) {
   Stream& s = p.streams[0];
   while (true) {
-    ssize_t n = tcp::recvSome(s.fd, p.ctlIn + p.ctlInGot, wire::kFrameBytes - p.ctlInGot, err);
+    ssize_t n = s.conn->read(p.ctlIn + p.ctlInGot, wire::kFrameBytes - p.ctlInGot, err);
     if (n < 0) return false;
     if (n == 0) return true;
     p.ctlInGot += (size_t)n;
@@ -473,10 +463,8 @@ void SendLink::slowTick(uint64_t now) {
     } else if (p.state == PathState::kFailed && now >= p.nextAttemptUs && (!hl || hl->nicUp(p.localNic))) {
       startConnect(p, now);
     } else if (p.state == PathState::kStandby) {
-      char b;
-      ssize_t n = recv(p.streams[0].fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-        failPath(p, n == 0 ? "standby closed by peer" : strerror(errno), now);
+      std::string err;
+      if (p.streams[0].conn->dead(&err)) failPath(p, "standby: " + err, now);
       else if (p.holdDownMs > cfg.holdDownMs && now - p.upSinceUs > 4ULL * p.holdDownMs * 1000)
         p.holdDownMs = std::max(cfg.holdDownMs, p.holdDownMs / 2);  // stable: shrink the hold-down again
     }
@@ -598,9 +586,9 @@ RecvLink::RecvLink(uint64_t s, int dev) : dev_(dev) {
   registerRecvLink(secret, this);
 }
 
-void RecvLink::offerStream(int fd, const wire::Hello& h, const sockaddr_storage& peer, int localNic) {
+void RecvLink::offerStream(std::unique_ptr<Conn> c, const wire::Hello& h, const sockaddr_storage& peer, int localNic) {
   std::lock_guard<std::mutex> g(inMu_);
-  incoming_.push_back({fd, h, peer, localNic});
+  incoming_.push_back({std::move(c), h, peer, localNic});
 }
 
 void RecvLink::takeIncoming(uint64_t now) {
@@ -612,17 +600,11 @@ void RecvLink::takeIncoming(uint64_t now) {
   Health* hl = Health::get();
   for (auto& x : in) {
     const wire::Hello& h = x.hello;
-    if (h.path >= wire::kMaxHandleAddrs) {
-      ::close(x.fd);
-      continue;
-    }
+    if (h.path >= wire::kMaxHandleAddrs) continue;  // dropped with x.conn
     if (paths.size() <= h.path) paths.resize(h.path + 1);
     Path& p = paths[h.path];
     p.index = h.path;
-    if (h.generation < p.generation) {  // a stale attempt the sender already gave up on
-      ::close(x.fd);
-      continue;
-    }
+    if (h.generation < p.generation) continue;  // a stale attempt the sender already gave up on
     if (h.generation > p.generation || p.streams.size() != h.nStreams) {
       if (active == (int)h.path) {
         active = -1;
@@ -630,7 +612,8 @@ void RecvLink::takeIncoming(uint64_t now) {
       }
       p.closeAll();
       p.generation = h.generation;
-      p.streams.assign(h.nStreams, Stream());
+      p.streams.clear();
+      p.streams.resize(h.nStreams);
       p.state = PathState::kConnecting;
       p.localNic = x.localNic;
       p.rail = h.srcRail;
@@ -644,10 +627,8 @@ void RecvLink::takeIncoming(uint64_t now) {
       }
     }
     Stream& s = p.streams[h.stream];
-    if (s.fd >= 0) ::close(s.fd);
-    s.fd = x.fd;
+    s.conn = std::move(x.conn);
     s.connected = true;
-    tcp::tuneStream(s.fd, Runtime::get().cfg.tcpUserTimeoutMs);
     bool all = true;
     for (auto& st : p.streams) all &= st.connected;
     if (all && p.state == PathState::kConnecting) {
@@ -716,7 +697,8 @@ void RecvLink::onResume(int idx, uint64_t fromSeq, uint64_t now) {
 
 bool RecvLink::flushControl(Path& p, std::string* err) {
   if (p.ctlOut.empty()) return true;
-  ssize_t n = tcp::sendSome(p.streams[0].fd, p.ctlOut.data(), p.ctlOut.size(), err);
+  iovec iov{(void*)p.ctlOut.data(), p.ctlOut.size()};
+  ssize_t n = p.streams[0].conn->writev(&iov, 1, err);
   if (n < 0) return false;
   p.ctlOut.erase(0, (size_t)n);
   return true;
@@ -726,7 +708,7 @@ bool RecvLink::flushControl(Path& p, std::string* err) {
 bool RecvLink::readControl(Path& p, int idx, uint64_t now, std::string* err) {
   Stream& s = p.streams[0];
   while (p.state == PathState::kStandby) {
-    ssize_t n = tcp::recvSome(s.fd, p.ctlIn + p.ctlInGot, wire::kFrameBytes - p.ctlInGot, err);
+    ssize_t n = s.conn->read(p.ctlIn + p.ctlInGot, wire::kFrameBytes - p.ctlInGot, err);
     if (n < 0) return false;
     if (n == 0) return true;
     p.ctlInGot += (size_t)n;
@@ -744,7 +726,7 @@ bool RecvLink::readData(Path& p, Stream& s, std::string* err) {
   uint64_t budget = 8 << 20;  // bytes per stream per pass, so other streams get their turn
   while (budget > 0) {
     if (!s.haveHdr) {
-      ssize_t n = tcp::recvSome(s.fd, s.rhdr + s.rhdrGot, wire::kFrameBytes - s.rhdrGot, err);
+      ssize_t n = s.conn->read(s.rhdr + s.rhdrGot, wire::kFrameBytes - s.rhdrGot, err);
       if (n < 0) return false;
       if (n == 0) return true;
       s.rhdrGot += (size_t)n;
@@ -779,7 +761,7 @@ bool RecvLink::readData(Path& p, Stream& s, std::string* err) {
       } else {
         dst = r.data + f.offset + s.curGot;
       }
-      ssize_t n = tcp::recvSome(s.fd, dst, want, err);
+      ssize_t n = s.conn->read(dst, want, err);
       if (n < 0) return false;
       if (n == 0) return true;
       s.curGot += (uint64_t)n;
@@ -905,7 +887,6 @@ void RecvLink::close() {
   std::lock_guard<std::mutex> g(mu);
   {
     std::lock_guard<std::mutex> g2(inMu_);
-    for (auto& x : incoming_) ::close(x.fd);
     incoming_.clear();
   }
   Health* hl = Health::get();

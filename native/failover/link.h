@@ -26,6 +26,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -33,6 +34,7 @@
 
 #include "abi/nccl_net_abi.h"
 #include "transport/tcp/wire.h"
+#include "transport/transport.h"
 
 namespace railover {
 
@@ -47,7 +49,7 @@ struct Chunk {
 
 // One TCP connection of a path.
 struct Stream {
-  int fd = -1;
+  std::unique_ptr<Conn> conn;
   bool connected = false;
   // sender direction: queued chunks and the progress of the one being written
   std::deque<Chunk> q;
@@ -184,8 +186,8 @@ struct RecvReq {
 class RecvLink : public Link {
  public:
   RecvLink(uint64_t secret, int dev);
-  // Called by the acceptor thread with a validated stream (takes ownership of fd).
-  void offerStream(int fd, const wire::Hello& h, const sockaddr_storage& peer, int localNic);
+  // Called by the acceptor thread with a validated stream.
+  void offerStream(std::unique_ptr<Conn> c, const wire::Hello& h, const sockaddr_storage& peer, int localNic);
   bool ready();  // true once the first path has all its streams
   ncclResult_t irecv(void* data, uint64_t cap, void** request);
   ncclResult_t test(RecvReq* r, int* done, int* size);
@@ -205,7 +207,7 @@ class RecvLink : public Link {
   int dev_ = 0;
   std::mutex inMu_;
   struct Incoming {
-    int fd;
+    std::unique_ptr<Conn> conn;
     wire::Hello hello;
     sockaddr_storage peer;
     int localNic;
@@ -223,7 +225,8 @@ class RecvLink : public Link {
 // Process-wide registry of recv links by secret (the acceptor routes streams with it).
 void registerRecvLink(uint64_t secret, RecvLink* l);
 void unregisterRecvLink(uint64_t secret);
-// Returns false when no live link has this secret (the stream is then dropped).
-bool routeStream(int fd, const wire::Hello& h, const sockaddr_storage& peer, int localNic);
+// Hands a validated stream to the recv link with this secret. Returns false (and leaves `c`
+// with the caller, who drops it) when no live link has the secret.
+bool routeStream(std::unique_ptr<Conn>& c, const wire::Hello& h, const sockaddr_storage& peer, int localNic);
 
 }  // namespace railover

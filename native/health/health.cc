@@ -75,8 +75,6 @@ class Monitor : public Health {
   uint64_t nextProbeUs = 0;
   uint64_t probeSeq = 0;
 
-  void bump() { epoch_.fetch_add(1, std::memory_order_acq_rel); }
-
   void setPairDown(Pair& p, const std::string& cause, uint64_t now, bool hard = false) {
     if (hard && !p.hard.load()) {
       p.hard.store(true, std::memory_order_release);
@@ -260,6 +258,14 @@ class Monitor : public Health {
     }
   }
 
+  bool nicUp(int nic) const override;
+  int registerPair(int nic, const sockaddr_storage& remote, socklen_t len) override;
+  void unregisterPair(int id) override;
+  bool pairUp(int id) const override;
+  bool pairHardDown(int id) const override;
+  std::string pairDownCause(int id) const override;
+  void requestBurst(int id) override;
+
   void run() {
     int ep = epoll_create1(EPOLL_CLOEXEC);
     epoll_event ev{};
@@ -295,7 +301,7 @@ class Monitor : public Health {
   }
 };
 
-Monitor* gMon = nullptr;
+std::atomic<Health*> gHealth{nullptr};
 
 std::string readOper(const std::string& name) {
   FILE* f = fopen(("/sys/class/net/" + name + "/operstate").c_str(), "r");
@@ -312,7 +318,7 @@ std::string readOper(const std::string& name) {
 }  // namespace
 
 void Health::start(const Config& cfg, Nic* nics, int nNics, const uint16_t* ports) {
-  if (gMon) return;
+  if (gHealth.load()) return;
   auto* m = new Monitor();
   m->cfg = cfg;
   m->nics = nics;
@@ -344,19 +350,20 @@ void Health::start(const Config& cfg, Nic* nics, int nNics, const uint16_t* port
       m->nl = -1;
     }
   }
-  gMon = m;
+  gHealth.store(m);
   std::thread([m] { m->run(); }).detach();
 }
 
-Health* Health::get() { return gMon; }
+Health* Health::get() { return gHealth.load(std::memory_order_acquire); }
+void Health::install(Health* h) { gHealth.store(h, std::memory_order_release); }
 
-bool Health::nicUp(int nic) const {
-  auto* m = static_cast<const Monitor*>(this);
+bool Monitor::nicUp(int nic) const {
+  auto* m = this;
   return nic < 0 || nic >= m->nNics || m->nicState[nic].up.load(std::memory_order_acquire);
 }
 
-int Health::registerPair(int nic, const sockaddr_storage& remote, socklen_t len) {
-  auto* m = static_cast<Monitor*>(this);
+int Monitor::registerPair(int nic, const sockaddr_storage& remote, socklen_t len) {
+  auto* m = this;
   std::lock_guard<std::mutex> g(m->mu);
   int freeSlot = -1;
   for (int i = 0; i < kMaxPairs; ++i) {
@@ -377,45 +384,35 @@ int Health::registerPair(int nic, const sockaddr_storage& remote, socklen_t len)
   return freeSlot;
 }
 
-void Health::unregisterPair(int id) {
-  auto* m = static_cast<Monitor*>(this);
+void Monitor::unregisterPair(int id) {
+  auto* m = this;
   if (id < 0 || id >= kMaxPairs) return;
   std::lock_guard<std::mutex> g(m->mu);
   Pair& p = m->pairs[id];
   if (p.used && --p.refs <= 0) p.used = false;
 }
 
-bool Health::pairUp(int id) const {
-  auto* m = static_cast<const Monitor*>(this);
+bool Monitor::pairUp(int id) const {
+  auto* m = this;
   return id < 0 || id >= kMaxPairs || m->pairs[id].up.load(std::memory_order_acquire);
 }
 
-uint64_t Health::pairDownSinceUs(int id) const {
-  auto* m = static_cast<const Monitor*>(this);
-  return id < 0 || id >= kMaxPairs ? 0 : m->pairs[id].downSinceUs;
-}
 
-std::string Health::pairDownCause(int id) const {
-  auto* m = static_cast<Monitor*>(const_cast<Health*>(this));
+std::string Monitor::pairDownCause(int id) const {
+  auto* m = const_cast<Monitor*>(this);
   if (id < 0 || id >= kMaxPairs) return "pair down";
   std::lock_guard<std::mutex> g(m->mu);
   return m->pairs[id].cause.empty() ? "pair down" : m->pairs[id].cause;
 }
 
-void Health::requestBurst(int id) {
-  auto* m = static_cast<Monitor*>(this);
+void Monitor::requestBurst(int id) {
+  auto* m = this;
   if (id >= 0 && id < kMaxPairs) m->pairs[id].burst.store(true, std::memory_order_release);
 }
 
-void Health::reportPairError(int id, const char* cause) {
-  auto* m = static_cast<Monitor*>(this);
-  if (id < 0 || id >= kMaxPairs) return;
-  std::lock_guard<std::mutex> g(m->mu);
-  m->setPairDown(m->pairs[id], cause, nowUs(), true);
-}
 
-bool Health::pairHardDown(int id) const {
-  auto* m = static_cast<const Monitor*>(this);
+bool Monitor::pairHardDown(int id) const {
+  auto* m = this;
   return id >= 0 && id < kMaxPairs && !m->pairs[id].up.load(std::memory_order_acquire) &&
          m->pairs[id].hard.load(std::memory_order_acquire);
 }

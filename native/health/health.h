@@ -25,28 +25,29 @@ struct Nic;
 
 class Health {
  public:
+  virtual ~Health() = default;
   // Starts the monitor thread for `nics` (whose UDP probe sockets bind the listener ports).
   static void start(const Config& cfg, Nic* nics, int nNics, const uint16_t* ports);
   static Health* get();  // nullptr before start()
+  // Replaces the process-wide instance (unit tests install a scripted one).
+  static void install(Health* h);
 
   // Changes whenever any NIC or pair changes state; comms re-check their paths when it moves.
   uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
-  bool nicUp(int nic) const;
+  virtual bool nicUp(int nic) const = 0;
   // A pair is identified by local NIC index and the remote NIC's probe address (IP + port).
-  int registerPair(int nic, const sockaddr_storage& remote, socklen_t len);
-  void unregisterPair(int id);
-  bool pairUp(int id) const;
+  virtual int registerPair(int nic, const sockaddr_storage& remote, socklen_t len) = 0;
+  virtual void unregisterPair(int id) = 0;
+  virtual bool pairUp(int id) const = 0;
   // Down for a hard reason (local NIC down, peer's NIC-down notice): no need to confirm with
   // data progress. A soft down (probe timeout) may be congestion or a stopped peer.
-  bool pairHardDown(int id) const;
-  // Last detection time (µs from the fault signal to "down"), for the journal; 0 if unknown.
-  uint64_t pairDownSinceUs(int id) const;
-  std::string pairDownCause(int id) const;
+  virtual bool pairHardDown(int id) const = 0;
+  virtual std::string pairDownCause(int id) const = 0;
   // The active path on this pair made no progress for a while: probe now, with full-size probes.
-  void requestBurst(int id);
-  // The data path saw a hard error on this pair (socket error): mark it down at once.
-  void reportPairError(int id, const char* cause);
+  virtual void requestBurst(int id) = 0;
 
+ protected:
+  void bump() { epoch_.fetch_add(1, std::memory_order_acq_rel); }
   std::atomic<uint64_t> epoch_{1};
 };
 

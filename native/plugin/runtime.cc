@@ -13,6 +13,7 @@
 #include "health/health.h"
 #include "telemetry/journal.h"
 #include "transport/tcp/socket.h"
+#include "transport/tcp/tcp_transport.h"
 #include "transport/tcp/wire.h"
 
 namespace railover {
@@ -42,6 +43,7 @@ ncclResult_t Runtime::init(ncclDebugLogger_t logger) {
     return result_ = ncclSystemError;
   }
   ports.assign(nics.size(), 0);
+  if (!transport) transport = new TcpTransport();
   for (auto& n : nics) {
     socklen_t len = 0;
     sockaddr_storage a = n.getAddr(&len);
@@ -65,6 +67,18 @@ ncclResult_t Runtime::init(ncclDebugLogger_t logger) {
   std::thread(&Runtime::acceptLoop, this).detach();
   ok_.store(true, std::memory_order_release);
   return result_ = ncclSuccess;
+}
+
+void Runtime::initForTest(const Config& c, const std::vector<Nic>& n, Transport* t) {
+  std::lock_guard<std::mutex> g(mu_);
+  cfg = c;
+  nics = n;
+  ports.assign(nics.size(), 0);
+  for (size_t i = 0; i < ports.size(); ++i) ports[i] = (uint16_t)(1000 + i);
+  transport = t;
+  tried_ = true;
+  result_ = ncclSuccess;
+  ok_.store(true, std::memory_order_release);
 }
 
 // The acceptor: accepts streams on every NIC's listener, reads and checks their HELLO
@@ -144,11 +158,11 @@ void Runtime::acceptLoop() {
       sockaddr_storage peer = p.peer;
       pending.erase(it);
       epoll_ctl(ep, EPOLL_CTL_DEL, fd, nullptr);
-      if (!routeStream(fd, h, peer, nic)) {
+      tcp::tuneStream(fd, cfg.tcpUserTimeoutMs);
+      std::unique_ptr<Conn> conn(new TcpConn(fd));
+      if (!routeStream(conn, h, peer, nic))
         RO_WARN("railover: dropping connection from %s on NIC %s: unknown or stale secret", addrToString(peer).c_str(),
                 nics[nic].name.c_str());
-        ::close(fd);
-      }
     }
     // A HELLO must arrive within 5 s; stray connections are not kept open.
     for (auto it = pending.begin(); it != pending.end();) {

@@ -16,6 +16,7 @@
 #include "abi/nccl_net_abi.h"
 #include "common/config.h"
 #include "plugin/devices.h"
+#include "transport/transport.h"
 
 namespace railover {
 
@@ -27,8 +28,13 @@ class Runtime {
   ncclResult_t init(ncclDebugLogger_t logger);
   bool initialized() const { return ok_.load(std::memory_order_acquire); }
 
+  // Unit tests: adopt this configuration and NIC table, with `t` as the transport, without
+  // listeners or threads (the test installs its own Health and plays the acceptor).
+  void initForTest(const Config& c, const std::vector<Nic>& n, Transport* t);
+
   Config cfg;
   std::vector<Nic> nics;
+  Transport* transport = nullptr;  // TCP unless a test installed another
   std::vector<uint16_t> ports;  // listener port per NIC (TCP and UDP)
   std::atomic<int> refs{0};
 

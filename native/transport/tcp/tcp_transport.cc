@@ -1,0 +1,63 @@
+#include "transport/tcp/tcp_transport.h"
+
+#include <errno.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "plugin/runtime.h"
+#include "transport/tcp/socket.h"
+
+namespace railover {
+
+bool writeAll(Conn& c, const void* buf, size_t len, std::string* err) {
+  iovec iov{(void*)buf, len};
+  ssize_t n = c.writev(&iov, 1, err);
+  if (n == (ssize_t)len) return true;
+  if (n >= 0) *err = "short write of a control frame";
+  return false;
+}
+
+TcpConn::~TcpConn() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+int TcpConn::connectState(std::string* err) {
+  if (connected_) return 1;
+  int r = tcp::connectDone(fd_, err);
+  if (r == 1) connected_ = true;
+  return r;
+}
+
+ssize_t TcpConn::writev(const iovec* iov, int n, std::string* err) {
+  msghdr mh{};
+  mh.msg_iov = const_cast<iovec*>(iov);
+  mh.msg_iovlen = n;
+  ssize_t r = sendmsg(fd_, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+  if (r >= 0) return r;
+  if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return 0;
+  *err = strerror(errno);
+  return -1;
+}
+
+ssize_t TcpConn::read(void* buf, size_t len, std::string* err) { return tcp::recvSome(fd_, buf, len, err); }
+
+bool TcpConn::dead(std::string* err) {
+  char b;
+  ssize_t n = recv(fd_, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n == 0) return *err = "closed by peer", true;
+  if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return *err = strerror(errno), true;
+  return false;
+}
+
+std::unique_ptr<Conn> TcpTransport::connect(int nic, const sockaddr_storage& remote, socklen_t len, std::string* err) {
+  auto& rt = Runtime::get();
+  socklen_t srcLen = 0;
+  sockaddr_storage src = rt.nics[nic].getAddr(&srcLen);
+  int fd = tcp::startConnect(src, srcLen, rt.nics[nic].name, remote, len, rt.cfg.tcpUserTimeoutMs, err);
+  if (fd < 0) return nullptr;
+  return std::unique_ptr<Conn>(new TcpConn(fd));
+}
+
+}  // namespace railover

@@ -1,0 +1,28 @@
+// TCP implementation of the transport interface: source-bound, non-blocking sockets.
+#pragma once
+
+#include "transport/transport.h"
+
+namespace railover {
+
+class TcpConn : public Conn {
+ public:
+  explicit TcpConn(int fd) : fd_(fd) {}
+  ~TcpConn() override;
+  int connectState(std::string* err) override;
+  ssize_t writev(const iovec* iov, int n, std::string* err) override;
+  ssize_t read(void* buf, size_t len, std::string* err) override;
+  bool dead(std::string* err) override;
+  int fd() const { return fd_; }
+
+ private:
+  int fd_;
+  bool connected_ = false;
+};
+
+class TcpTransport : public Transport {
+ public:
+  std::unique_ptr<Conn> connect(int nic, const sockaddr_storage& remote, socklen_t len, std::string* err) override;
+};
+
+}  // namespace railover
