@@ -206,6 +206,7 @@ void SendLink::advanceConnect(Path& p, uint64_t now) {
   }
   p.state = PathState::kStandby;
   p.upSinceUs = now;
+  p.restoredUs = now;
   p.backoffMs = 0;
   journalAppend("path_up", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"send\",\"nic\":" +
                                jsonStr(nicName(p.localNic)) + ",\"peer\":" + jsonStr(addrToString(p.remote)) +
@@ -219,8 +220,9 @@ void SendLink::failPath(Path& p, const std::string& why, uint64_t now) {
   p.closeAll();
   p.state = PathState::kFailed;
   p.lastError = why;
-  if (wasUsable && p.upSinceUs && now - p.upSinceUs < (uint64_t)holdDownOf(p) * 1000) {
-    // A flap: it failed again within its hold-down. Grow the hold-down (capped).
+  if (wasUsable && p.failedAtUs && p.restoredUs && now - p.restoredUs < (uint64_t)holdDownOf(p) * 1000) {
+    // A flap: a path that had failed before fails again within its hold-down. Grow the
+    // hold-down (capped).
     p.flaps++;
     counters.flaps++;
     p.holdDownMs = std::min<uint32_t>(std::max<uint32_t>(holdDownOf(p), 1) * 2, cfg.holdDownMaxMs);
@@ -282,6 +284,7 @@ void SendLink::activate(int idx, uint64_t now, bool planned) {
   }
   Path& p = paths[idx];
   p.state = PathState::kActive;
+  p.restoredUs = now;
   active = idx;
   for (auto& s : p.streams) s.resetIo();
   uint8_t buf[wire::kFrameBytes];
@@ -465,8 +468,11 @@ void SendLink::slowTick(uint64_t now) {
     } else if (p.state == PathState::kStandby) {
       std::string err;
       if (p.streams[0].conn->dead(&err)) failPath(p, "standby: " + err, now);
-      else if (p.holdDownMs > cfg.holdDownMs && now - p.upSinceUs > 4ULL * p.holdDownMs * 1000)
-        p.holdDownMs = std::max(cfg.holdDownMs, p.holdDownMs / 2);  // stable: shrink the hold-down again
+    }
+    if ((p.state == PathState::kStandby || p.state == PathState::kActive) && p.holdDownMs > cfg.holdDownMs &&
+        now - std::max(p.restoredUs, p.decayedUs) > 4ULL * p.holdDownMs * 1000) {
+      p.holdDownMs = std::max(cfg.holdDownMs, p.holdDownMs / 2);  // stable for 4 hold-downs: shrink it again
+      p.decayedUs = now;
     }
   }
   if (active < 0) {
@@ -768,6 +774,7 @@ bool RecvLink::readData(Path& p, Stream& s, std::string* err) {
       budget -= std::min<uint64_t>(budget, (uint64_t)n);
     }
     s.haveHdr = false;
+    if (discard) counters.dupBytesDropped += f.len;
     if (!discard) {
       r.got += f.len;
       if (r.got == r.total) {

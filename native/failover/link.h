@@ -83,6 +83,8 @@ struct Path {
   uint64_t nextAttemptUs = 0;
   uint32_t backoffMs = 0;
   uint64_t upSinceUs = 0;      // when it last became usable (hold-down clock)
+  uint64_t restoredUs = 0;     // when it last became usable or active again (flap clock)
+  uint64_t decayedUs = 0;      // when its hold-down last shrank
   uint64_t failedAtUs = 0;
   uint64_t attemptStartUs = 0;
   uint32_t flaps = 0;
@@ -98,6 +100,7 @@ struct Path {
 
 struct LinkCounters {
   uint64_t failovers = 0, failbacks = 0, flaps = 0, bytesResent = 0, resumes = 0;
+  uint64_t dupBytesDropped = 0;  // receiver: chunks of already-complete messages read and discarded
   uint64_t lastDetectUs = 0, lastConvergeUs = 0;
 };
 

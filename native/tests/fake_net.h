@@ -1,0 +1,190 @@
+// A fault-injecting fake transport and a scripted health view, for deterministic tests of the
+// failover engine (path state machine, resume, exactly-once delivery) without sockets.
+//
+// Each connection is a pair of in-memory byte pipes. A "wire" groups every connection opened
+// from one local NIC to one remote address (one NIC pair) and carries the faults:
+//   drop      bytes written vanish (a black hole: writes still succeed)
+//   broken    every read/write on both ends fails (a reset)
+//   stalled   writes take nothing (full socket buffer)
+//   maxWrite  at most this many bytes per write toward the receiver (partial writes)
+//   refuse    new connections fail
+#pragma once
+
+#include <arpa/inet.h>
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "failover/link.h"
+#include "health/health.h"
+#include "plugin/devices.h"
+#include "transport/transport.h"
+
+namespace railover {
+namespace fake {
+
+struct Wire {
+  bool drop = false, broken = false, stalled = false, refuse = false;
+  size_t maxWrite = SIZE_MAX;
+  uint64_t bytes = 0;  // payload bytes written toward the receiver
+};
+
+struct Pipe {
+  std::deque<uint8_t> q;
+  bool closed = false;
+};
+
+class FakeConn : public Conn {
+ public:
+  FakeConn(std::shared_ptr<Pipe> out, std::shared_ptr<Pipe> in, std::shared_ptr<Wire> w, bool toReceiver)
+      : out_(out), in_(in), wire_(w), toReceiver_(toReceiver) {}
+  ~FakeConn() override {
+    out_->closed = true;
+    in_->closed = true;
+  }
+  int connectState(std::string* err) override {
+    if (wire_->broken) return *err = "connection reset (fake)", -1;
+    return 1;
+  }
+  ssize_t writev(const iovec* iov, int n, std::string* err) override {
+    if (wire_->broken || out_->closed) return *err = "connection reset (fake)", -1;
+    if (wire_->stalled || stalled) return 0;
+    size_t budget = toReceiver_ ? wire_->maxWrite : SIZE_MAX, done = 0;
+    for (int i = 0; i < n && budget; ++i) {
+      size_t k = std::min(budget, iov[i].iov_len);
+      if (!(wire_->drop && toReceiver_)) out_->q.insert(out_->q.end(), (uint8_t*)iov[i].iov_base, (uint8_t*)iov[i].iov_base + k);
+      done += k, budget -= k;
+      if (k < iov[i].iov_len) break;
+    }
+    if (toReceiver_) wire_->bytes += done;
+    return (ssize_t)done;
+  }
+  ssize_t read(void* buf, size_t len, std::string* err) override {
+    if (wire_->broken) return *err = "connection reset (fake)", -1;
+    if (in_->q.empty()) {
+      if (in_->closed) return *err = "connection closed by peer", -1;
+      return 0;
+    }
+    size_t k = std::min(len, in_->q.size());
+    std::copy(in_->q.begin(), in_->q.begin() + k, (uint8_t*)buf);
+    in_->q.erase(in_->q.begin(), in_->q.begin() + k);
+    return (ssize_t)k;
+  }
+  bool stalled = false;  // this one connection takes nothing (per-stream stall)
+
+  bool dead(std::string* err) override {
+    if (wire_->broken) return *err = "connection reset (fake)", true;
+    if (in_->q.empty() && in_->closed) return *err = "closed by peer", true;
+    return false;
+  }
+
+ private:
+  std::shared_ptr<Pipe> out_, in_;
+  std::shared_ptr<Wire> wire_;
+  bool toReceiver_;
+};
+
+// The server ends wait here until their HELLO has arrived; pump() routes them like the acceptor.
+class FakeTransport : public Transport {
+ public:
+  struct Pending {
+    std::shared_ptr<Pipe> in;  // bytes from the client
+    std::unique_ptr<Conn> server;
+    int remoteNic;
+    sockaddr_storage clientAddr;
+  };
+  // Maps a remote address (its first byte after 10.0.) to the receiver NIC index.
+  std::map<std::pair<int, std::string>, std::shared_ptr<Wire>> wires;
+  std::vector<Pending> pending;
+  std::vector<std::string> nicAddr;  // address per local NIC index
+
+  std::shared_ptr<Wire> wire(int nic, const std::string& remote) {
+    auto& w = wires[{nic, remote}];
+    if (!w) w = std::make_shared<Wire>();
+    return w;
+  }
+
+  std::unique_ptr<Conn> connect(int nic, const sockaddr_storage& remote, socklen_t, std::string* err) override {
+    std::string ra = addrToString(remote);
+    auto w = wire(nic, ra);
+    if (w->refuse || w->broken) return *err = "connection refused (fake)", nullptr;
+    auto c2s = std::make_shared<Pipe>(), s2c = std::make_shared<Pipe>();
+    std::unique_ptr<Conn> client(new FakeConn(c2s, s2c, w, true));
+    Pending p;
+    p.in = c2s;
+    p.server.reset(new FakeConn(s2c, c2s, w, false));
+    p.remoteNic = -1;
+    for (size_t i = 0; i < nicAddr.size(); ++i)
+      if (nicAddr[i] == ra) p.remoteNic = (int)i;
+    memset(&p.clientAddr, 0, sizeof(p.clientAddr));
+    auto* sin = (sockaddr_in*)&p.clientAddr;
+    sin->sin_family = AF_INET;
+    inet_pton(AF_INET, nicAddr[nic].c_str(), &sin->sin_addr);
+    pending.push_back(std::move(p));
+    return client;
+  }
+
+  // Plays the acceptor: reads complete HELLOs (without consuming data after them) and routes.
+  void pump() {
+    for (size_t i = 0; i < pending.size();) {
+      Pending& p = pending[i];
+      if (p.in->q.size() < wire::kFrameBytes) {
+        ++i;
+        continue;
+      }
+      uint8_t buf[wire::kFrameBytes];
+      std::string err;
+      ssize_t n = p.server->read(buf, sizeof(buf), &err);
+      wire::Hello h;
+      if (n == (ssize_t)sizeof(buf) && wire::decodeHello(buf, &h, &err)) routeStream(p.server, h, p.clientAddr, p.remoteNic);
+      pending.erase(pending.begin() + i);
+    }
+  }
+};
+
+// Health the test scripts: NICs and pairs go up and down when the test says so.
+class ScriptedHealth : public Health {
+ public:
+  struct PairInfo {
+    int nic;
+    std::string remote;
+    bool up = true, hard = false;
+    std::string cause;
+  };
+  std::vector<bool> nics = std::vector<bool>(8, true);
+  std::vector<PairInfo> pairs;
+  std::vector<std::string> bursts;
+
+  bool nicUp(int nic) const override { return nic < 0 || nic >= (int)nics.size() || nics[nic]; }
+  int registerPair(int nic, const sockaddr_storage& remote, socklen_t) override {
+    std::string ra = addrToString(remote);
+    for (size_t i = 0; i < pairs.size(); ++i)
+      if (pairs[i].nic == nic && pairs[i].remote == ra) return (int)i;
+    PairInfo pi;
+    pi.nic = nic, pi.remote = ra;
+    pairs.push_back(pi);
+    return (int)pairs.size() - 1;
+  }
+  void unregisterPair(int) override {}
+  bool pairUp(int id) const override { return id < 0 || pairs[id].up; }
+  bool pairHardDown(int id) const override { return id >= 0 && !pairs[id].up && pairs[id].hard; }
+  std::string pairDownCause(int id) const override { return pairs[id].cause; }
+  void requestBurst(int id) override { bursts.push_back(pairs[id].remote); }
+
+  // Sets every pair between local NIC `nic` and address `remote` (both directions' views).
+  void setPair(int nic, const std::string& remote, bool up, bool hard, const std::string& cause) {
+    for (auto& p : pairs)
+      if (p.nic == nic && p.remote == remote) p.up = up, p.hard = hard, p.cause = cause;
+    bump();
+  }
+  void setNic(int nic, bool up) {
+    nics[nic] = up;
+    bump();
+  }
+};
+
+}  // namespace fake
+}  // namespace railover
