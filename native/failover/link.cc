@@ -84,6 +84,18 @@ bool routeStream(std::unique_ptr<Conn>& c, const wire::Hello& h, const sockaddr_
   return true;
 }
 
+// Best effort: tell the peer on the active path that this comm is closing in order, so its
+// EOFs are not reported as path failures. Only at a frame boundary; never blocks.
+static void sendClose(Path& p, bool atBoundary) {
+  if (p.streams.empty() || !p.streams[0].conn || !atBoundary || !p.ctlOut.empty()) return;
+  uint8_t buf[wire::kFrameBytes];
+  wire::Frame f;
+  f.type = wire::kClose;
+  wire::encodeFrame(f, buf);
+  std::string err;
+  writeAll(*p.streams[0].conn, buf, sizeof(buf), &err);
+}
+
 // ------------------------------------------------------------------------------------------
 // SendLink
 
@@ -215,6 +227,12 @@ void SendLink::advanceConnect(Path& p, uint64_t now) {
 
 void SendLink::failPath(Path& p, const std::string& why, uint64_t now) {
   auto& cfg = Runtime::get().cfg;
+  if (peerClosed) {  // the receiver closed the comm: nothing to report or retry
+    p.closeAll();
+    p.state = PathState::kClosed;
+    if (active >= 0 && &paths[active] == &p) active = -1;
+    return;
+  }
   bool wasActive = active >= 0 && &paths[active] == &p;
   bool wasUsable = p.state == PathState::kActive || p.state == PathState::kStandby;
   p.closeAll();
@@ -425,6 +443,9 @@ bool SendLink::readControl(Path& p, uint64_t now, std::string* err) {
       plannedSwitch_ = false;
     } else if (f.type == wire::kNack) {
       return *err = "receiver refused the path", false;
+    } else if (f.type == wire::kClose) {
+      peerClosed = true;
+      return *err = "receiver closed the comm", false;
     } else if (f.type != wire::kResumeAck) {
       return *err = "unexpected frame type " + std::to_string(f.type) + " from receiver", false;
     }
@@ -451,7 +472,14 @@ void SendLink::slowTick(uint64_t now) {
         for (size_t j = 0; j < paths.size(); ++j)
           otherUsable |= j != i && paths[j].state == PathState::kStandby && hl->nicUp(paths[j].localNic) &&
                          hl->pairUp(paths[j].pairId);
-        if (hard || (stalled && otherUsable)) failPath(p, cause, now);
+        // The peer's kernel acknowledges nothing either: the network is dead, not the peer
+        // process (a stopped process's kernel still acknowledges). That is as good as hard.
+        uint32_t detectMs = cfg.probeIntervalMs * cfg.probeMultiplier;
+        bool netSilent = false;
+        if (stalled && !otherUsable)
+          for (auto& st : p.streams) netSilent |= st.conn && st.conn->unackedSilenceMs() >= detectMs;
+        if (netSilent) cause += "; the peer acknowledges nothing";
+        if (hard || (stalled && (otherUsable || netSilent))) failPath(p, cause, now);
       } else if ((p.state == PathState::kStandby || p.state == PathState::kConnecting) && hard) {
         failPath(p, cause, now);
       } else if (p.state == PathState::kFailed && epochMoved && nicUp && pairUp && p.nextAttemptUs > now + 1000) {
@@ -507,6 +535,10 @@ void SendLink::slowTick(uint64_t now) {
 void SendLink::progress() {
   uint64_t now = nowUs();
   Health* hl = Health::get();
+  // If we were not called for a while (descheduled, or NCCL busy elsewhere), the network had
+  // no chance to show progress: restart the stall clock instead of blaming the path.
+  if (now - lastCallUs_ > (uint64_t)Runtime::get().cfg.stallMs * 500) lastProgressUs_ = std::max(lastProgressUs_, now);
+  lastCallUs_ = now;
   if (now - lastSlowTickUs >= 1000 || active < 0 || (hl && hl->epoch() != seenEpoch)) slowTick(now);
   for (int guard = 0; guard < 4 && active >= 0; ++guard) {
     Path& p = paths[active];
@@ -574,6 +606,7 @@ ncclResult_t SendLink::test(SendReq* r, int* done, int* size) {
 
 void SendLink::close() {
   std::lock_guard<std::mutex> g(mu);
+  if (active >= 0 && !resuming_) sendClose(paths[active], !paths[active].streams[0].hdrBuilt);
   Health* hl = Health::get();
   for (auto& p : paths) {
     p.closeAll();
@@ -650,6 +683,12 @@ void RecvLink::takeIncoming(uint64_t now) {
 
 void RecvLink::failPath(Path& p, const std::string& why, uint64_t now) {
   bool wasActive = active >= 0 && &paths[active] == &p;
+  if (peerClosed) {  // the sender closed the comm: nothing to report
+    p.closeAll();
+    p.state = PathState::kClosed;
+    if (wasActive) active = -1;
+    return;
+  }
   if (p.state == PathState::kActive || p.state == PathState::kStandby)
     journalAppend("path_down", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"recv\",\"nic\":" +
                                    jsonStr(nicName(p.localNic)) + ",\"peer\":" + jsonStr(addrToString(p.remote)) +
@@ -739,6 +778,10 @@ bool RecvLink::readData(Path& p, Stream& s, std::string* err) {
       if (s.rhdrGot < wire::kFrameBytes) return true;
       s.rhdrGot = 0;
       if (!wire::decodeFrame(s.rhdr, &s.cur, err)) return *err = "protocol error from sender: " + *err, false;
+      if (s.cur.type == wire::kClose) {
+        peerClosed = true;
+        return *err = "sender closed the comm", false;
+      }
       if (s.cur.type != wire::kData) return *err = "unexpected frame type " + std::to_string(s.cur.type) + " on the active path", false;
       s.haveHdr = true;
       s.curGot = 0;
@@ -892,6 +935,7 @@ ncclResult_t RecvLink::test(RecvReq* r, int* done, int* size) {
 void RecvLink::close() {
   unregisterRecvLink(secret);
   std::lock_guard<std::mutex> g(mu);
+  if (active >= 0) sendClose(paths[active], true);  // this direction carries only whole control frames
   {
     std::lock_guard<std::mutex> g2(inMu_);
     incoming_.clear();

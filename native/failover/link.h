@@ -114,6 +114,7 @@ class Link {
   int primary = 0;
   int nStreams = 1;
   bool fatal = false;
+  bool peerClosed = false;  // the peer closed the comm in order: later EOFs are not faults
   std::string fatalMsg;
   uint64_t noPathSinceUs = 0;
   uint64_t lastSlowTickUs = 0;
@@ -170,6 +171,7 @@ class SendLink : public Link {
   uint64_t resumeFromSeq_ = 0;
   uint64_t faultUs_ = 0;        // when the current outage was detected (for convergence time)
   uint64_t lastProgressUs_ = 0;
+  uint64_t lastCallUs_ = 0;     // the caller's last progress() (a long gap is not a network stall)
   bool burstRequested_ = false;
   bool plannedSwitch_ = false;
 };

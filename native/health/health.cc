@@ -86,7 +86,7 @@ class Monitor : public Health {
     p.up.store(false, std::memory_order_release);
     journalAppend("pair_down", "\"nic\":" + jsonStr(nics[p.nic].name) + ",\"peer\":" + jsonStr(addrToString(p.remote)) +
                                    ",\"cause\":" + jsonStr(cause) + ",\"detection_us\":" +
-                                   std::to_string(p.lastAckUs ? now - p.lastAckUs : 0));
+                                   std::to_string(p.lastAckUs && now > p.lastAckUs ? now - p.lastAckUs : 0));
     RO_INFO(RO_SUBSYS_NET, "railover: NIC pair %s -> %s down: %s", nics[p.nic].name.c_str(),
             addrToString(p.remote).c_str(), cause.c_str());
     bump();
@@ -207,10 +207,11 @@ class Monitor : public Health {
       bool big = burst || (p.burstUntilUs && now < p.burstUntilUs) || !p.up.load();
       sendProbe(p, big);
       if (!p.lastAckUs) p.lastAckUs = now;  // grace for a new pair
-      if (p.up.load() && now - p.lastAckUs > detect) {
-        setPairDown(p, "probe timeout: no answer for " + std::to_string((now - p.lastAckUs) / 1000) + " ms", now);
+      uint64_t age = p.lastAckUs >= now ? 0 : now - p.lastAckUs;  // acks are stamped after `now` was read
+      if (p.up.load() && age > detect) {
+        setPairDown(p, "probe timeout: no answer for " + std::to_string(age / 1000) + " ms", now);
       } else if (p.up.load() && p.burstUntilUs && now >= p.burstUntilUs) {
-        if (p.lastBigAckUs == 0 && now - p.lastAckUs < detect) {
+        if (p.lastBigAckUs == 0 && age < detect) {
           RO_WARN("railover: NIC pair %s -> %s passes small probes but loses full-size ones: size-dependent loss "
                   "(MTU mismatch?)", nics[p.nic].name.c_str(), addrToString(p.remote).c_str());
           setPairDown(p, "size-dependent loss (full-size probes lost, small ones pass)", now);

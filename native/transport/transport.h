@@ -12,6 +12,8 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include <cstdint>
+
 #include <memory>
 #include <string>
 
@@ -28,6 +30,10 @@ class Conn {
   virtual ssize_t read(void* buf, size_t len, std::string* err) = 0;
   // True when the peer closed or the connection broke (does not consume data).
   virtual bool dead(std::string* err) = 0;
+  // Milliseconds since the peer's transport last acknowledged anything while data is
+  // outstanding (0 when nothing is outstanding or unknown). Tells a dead network (nothing is
+  // acknowledged) from a stopped peer process (its kernel still acknowledges).
+  virtual uint32_t unackedSilenceMs() { return 0; }
 };
 
 class Transport {

@@ -1,6 +1,8 @@
 #include "transport/tcp/tcp_transport.h"
 
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -49,6 +51,13 @@ bool TcpConn::dead(std::string* err) {
   if (n == 0) return *err = "closed by peer", true;
   if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return *err = strerror(errno), true;
   return false;
+}
+
+uint32_t TcpConn::unackedSilenceMs() {
+  tcp_info ti{};
+  socklen_t l = sizeof(ti);
+  if (getsockopt(fd_, IPPROTO_TCP, TCP_INFO, &ti, &l) != 0 || ti.tcpi_unacked == 0) return 0;
+  return ti.tcpi_last_ack_recv;
 }
 
 std::unique_ptr<Conn> TcpTransport::connect(int nic, const sockaddr_storage& remote, socklen_t len, std::string* err) {

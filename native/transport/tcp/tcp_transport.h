@@ -13,6 +13,7 @@ class TcpConn : public Conn {
   ssize_t writev(const iovec* iov, int n, std::string* err) override;
   ssize_t read(void* buf, size_t len, std::string* err) override;
   bool dead(std::string* err) override;
+  uint32_t unackedSilenceMs() override;
   int fd() const { return fd_; }
 
  private:

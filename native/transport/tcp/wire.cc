@@ -140,6 +140,7 @@ bool decodeFrame(const void* inv, Frame* f, std::string* err) {
     case kResume:
     case kResumeAck:
     case kNack:
+    case kClose:
       if (f->len != 0) return *err = "control frame carries a payload", false;
       return true;
     default:

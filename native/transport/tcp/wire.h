@@ -56,6 +56,7 @@ enum FrameType : uint8_t {
   kProbe = 6,      // either way: liveness probe, `seq` = probe id, `total` = padding bytes that follow
   kProbeAck = 7,   // answer to a probe
   kNack = 8,       // receiver -> sender: refused (bad secret/version); `seq` = reason code
+  kClose = 9,      // either way, on the active path: the comm is being closed (orderly, not a fault)
 };
 
 struct Hello {

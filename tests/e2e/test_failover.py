@@ -1,0 +1,189 @@
+"""End-to-end failover with real faults: 2 hosts x 2 NICs (T2, one switch per rail), one
+railover-perf rank per host running a ring all-reduce over the plugin, every byte checked.
+
+Pass bounds from SCENARIOS.md §0.4 (generous: CI machines are small and shared):
+T_carrier <= 1 s for carrier/admin/address faults, T_silent <= 3 s for black holes and one-way
+loss, a clean error within the fatal timeout + 5 s when no path is left. Product targets are
+much tighter and are measured by `railover bench`, not here.
+"""
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from railover import faults
+from railover.scenario import LazyFault, Step, rank_process, run_scenario
+
+pytestmark = pytest.mark.netns
+
+T_CARRIER_MS = 1000
+T_SILENT_MS = 3000
+FAST = {"RAILOVER_HOLD_DOWN_MS": "1000"}
+
+
+def _one_failover(res, bound_ms, failback=True):
+    rows = res.analyze()
+    assert res.wrong_bytes == 0
+    r = rows[0]
+    assert r["failovers"] >= 1, f"no failover recorded: {rows}\n{res.events[-20:]}"
+    assert r["convergence_ms"] is not None and r["convergence_ms"] <= bound_ms, rows
+    assert r["detection_ms"] is not None and r["detection_ms"] <= r["convergence_ms"], rows
+    if failback:
+        assert r["failbacks"] >= 1, f"no failback after repair: {rows}"
+        # the hold-down (1 s) is included; back-off and the probe that proves the repair add a little
+        assert r["failback_ms"] <= 1000 + 4000, rows
+    return r
+
+
+@pytest.mark.parametrize("side", ["a0", "b0"])
+def test_switch_port_down_at_either_end(testbed, side):
+    tb = testbed("T2")
+    f = faults.PortDown(tb.nic(side))
+    res = run_scenario(tb, [Step(2, "apply", f), Step(5, "undo", f)], duration_s=11, env=FAST)
+    _one_failover(res, T_CARRIER_MS)
+    # the journal names the NIC and the cause
+    downs = [e for e in res.events if e["event"] in ("nic_down", "path_down")]
+    assert any(side in e.get("nic", "") for e in downs) or any("reported its NIC" in e.get("cause", "") for e in res.events)
+
+
+def test_host_nic_admin_down(testbed):
+    tb = testbed("T2")
+    f = faults.HostDown(tb.nic("a0"))
+    res = run_scenario(tb, [Step(2, "apply", f), Step(5, "undo", f)], duration_s=11, env=FAST)
+    r = _one_failover(res, T_CARRIER_MS)
+    assert any(e["event"] == "nic_down" and e.get("signal") == "admin down" for e in res.events)
+
+
+def test_address_removed_then_restored(testbed):
+    tb = testbed("T2")
+    f = faults.AddrDel(tb.nic("b0"))
+    res = run_scenario(tb, [Step(2, "apply", f), Step(5, "undo", f)], duration_s=11, env=FAST)
+    _one_failover(res, T_CARRIER_MS)
+    assert any(e["event"] == "nic_down" and e.get("signal") == "address removed" for e in res.events)
+
+
+def test_silent_black_hole(testbed):
+    tb = testbed("T2")
+    f = faults.Silent(tb.nic("b0"))
+    res = run_scenario(tb, [Step(2, "apply", f), Step(6, "undo", f)], duration_s=13, env=FAST)
+    r = _one_failover(res, T_SILENT_MS)
+    assert not any(e["event"] == "nic_down" for e in res.events), "a black hole has no carrier event"
+
+
+def test_one_way_loss(testbed):
+    tb = testbed("T2")
+    # B's traffic to A on rail 0 is dropped; A -> B still works.
+    f = faults.OneWay(tb.nic("b0"), tb.nic("a0").addr)
+    res = run_scenario(tb, [Step(2, "apply", f), Step(6, "undo", f)], duration_s=13, env=FAST)
+    _one_failover(res, T_SILENT_MS)
+    # both directions of the affected ring hop moved: each rank failed over its send comm
+    fo_ranks = {e["rank"] for e in res.select("failover", res.analyze()[0]["t_us"])}
+    assert fo_ranks, res.events[-10:]
+
+
+def test_flapping_link_grows_hold_down_and_limits_switches(testbed):
+    tb = testbed("T2")
+    steps = []
+    f = faults.HostDown(tb.nic("a0"))
+    t = 2.0
+    for _ in range(4):  # down 0.5 s, up 1.0 s
+        steps += [Step(t, "apply", f), Step(t + 0.5, "undo", f)]
+        t += 1.5
+    res = run_scenario(tb, steps, duration_s=t + 8, env={"RAILOVER_HOLD_DOWN_MS": "1000"})
+    assert res.wrong_bytes == 0
+    first = steps[0].t_us
+    fos = res.select("failover", first)
+    fbs = res.select("failback", first)
+    # Flap budget: at most 2 switches per hold-down window (1 s) per comm.
+    for comm in {e["comm"] for e in fos + fbs}:
+        ts = sorted(e["t_us"] for e in fos + fbs if e["comm"] == comm)
+        for i in range(len(ts) - 2):
+            assert ts[i + 2] - ts[i] > 1_000_000, f"3 switches within 1 s for comm {comm}: {ts}"
+    assert res.count("flap", first) >= 1, "the repeated failures are reported as flaps"
+    grown = [int(e["hold_down_ms"]) for e in res.select("flap", first)]
+    assert max(grown) > 1000
+    # once it stops flapping, traffic returns to the primary
+    last_undo = steps[-1].t_us
+    assert res.count("failback", last_undo) >= 1
+
+
+def test_long_outage_is_retried_with_capped_backoff_then_fails_back(testbed):
+    tb = testbed("T2")
+    f = faults.Silent(tb.nic("a0"))
+    env = {"RAILOVER_HOLD_DOWN_MS": "500", "RAILOVER_BACKOFF_MAX_MS": "400"}  # compressed: cap 0.4 s
+    res = run_scenario(tb, [Step(2, "apply", f), Step(12, "undo", f)], duration_s=19, env=env)
+    r = _one_failover(res, T_SILENT_MS, failback=False)
+    # retried all along: reconnect attempts never stop, so the repair is noticed within cap + hold + probe
+    assert r["failbacks"] >= 1, res.analyze()
+    assert r["failback_ms"] <= 400 + 500 + 3000, res.analyze()
+
+
+def test_both_nics_down_is_a_clean_error_within_the_fatal_timeout(testbed):
+    tb = testbed("T2")
+    fa0, fa1 = faults.HostDown(tb.nic("a0")), faults.HostDown(tb.nic("a1"))
+    env = {"RAILOVER_FATAL_TIMEOUT": "4"}
+    res = run_scenario(tb, [Step(2, "apply", fa0), Step(2, "apply", fa1)], duration_s=30, env=env,
+                       expect_failure=True, timeout_s=60)
+    assert not res.perf.timed_out, "never a silent hang"
+    assert any(r.returncode not in (0, None) for r in res.perf.ranks), [r.returncode for r in res.perf.ranks]
+    t_fault = min(s.t_us for s in res.steps)
+    for rank in (0, 1):
+        # every rank's pending call got the error (the driver may stop quietly once a peer left)
+        fatal = [e for e in res.select("fatal") if e["rank"] == rank]
+        assert fatal, f"rank {rank}: the journal records no fatal error"
+        assert 4_000_000 <= fatal[0]["t_us"] - t_fault <= (4 + 5) * 1_000_000, fatal[0]
+        err = res.perf.ranks[rank].stderr
+        assert "no usable path" in err and "ncclSystemError" in err, err[-2000:]
+    # the WARN names the local NICs and the peer
+    msg = [e for e in res.select("fatal") if e["rank"] == 1][0]["message"]
+    assert tb.nic("b0").ifname in msg and tb.nic("a0").addr in msg, msg
+    assert res.wrong_bytes == 0
+
+
+# ---------------------------------------------------------------- negative controls: no failover
+
+
+def test_stopped_peer_is_not_a_nic_failure(testbed):
+    tb = testbed("T2")
+    f = LazyFault(lambda: faults.Stop(rank_process(tb, 1)))  # SIGSTOP the rank on host B for 3 s
+    res = run_scenario(tb, [Step(2, "apply", f), Step(5, "undo", f)], duration_s=10)
+    assert res.wrong_bytes == 0
+    assert res.count("failover") == 0, res.select("failover")
+    assert res.count("path_down") == 0, res.select("path_down")
+
+
+def test_rate_limited_primary_is_not_a_failure(testbed):
+    tb = testbed("T2")
+    fa, fb = faults.Rate(tb.nic("a0"), "100mbit"), faults.Rate(tb.nic("b0"), "100mbit")
+    res = run_scenario(tb, [Step(1, "apply", fa), Step(1, "apply", fb)], duration_s=8, size="1M")
+    assert res.wrong_bytes == 0
+    assert res.count("failover") == 0, res.select("failover")
+
+
+def test_saturating_competing_traffic_is_not_a_failure(testbed):
+    tb = testbed("T2")
+    b0, a0 = tb.nic("b0"), tb.nic("a0")
+    srv = tb.run("B", ["iperf3", "-s", "-1", "-B", b0.addr, "-p", "5299"], stdout=subprocess.DEVNULL,
+                 stderr=subprocess.DEVNULL)
+    try:
+        class Flood(faults.Fault):
+            code = "FLOOD"
+
+            def _apply(self):
+                self.p = tb.run("A", ["iperf3", "-c", b0.addr, "-B", a0.addr, "-p", "5299", "-t", "6", "-P", "4"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+            def _undo(self):
+                if self.p.poll() is None:
+                    self.p.terminate()
+                self.p.wait(timeout=10)
+
+        f = Flood()
+        res = run_scenario(tb, [Step(1, "apply", f), Step(7.5, "undo", f)], duration_s=9)
+        assert res.wrong_bytes == 0
+        assert res.count("failover") == 0, res.select("failover")
+    finally:
+        if srv.poll() is None:
+            srv.terminate()
+        srv.wait(timeout=10)
