@@ -39,8 +39,73 @@ void Path::closeAll() {
   ctlInGot = 0;
 }
 
+namespace {
+std::mutex gLinksMu;
+std::vector<Link*>& allLinks() {
+  static auto* v = new std::vector<Link*>();
+  return *v;
+}
+}  // namespace
+
+std::atomic<bool> gStateDirty{true};
+
+Link::Link() {
+  std::lock_guard<std::mutex> g(gLinksMu);
+  allLinks().push_back(this);
+}
+
 Link::~Link() {
+  {
+    std::lock_guard<std::mutex> g(gLinksMu);
+    auto& v = allLinks();
+    v.erase(std::remove(v.begin(), v.end(), this), v.end());
+  }
+  gStateDirty.store(true, std::memory_order_release);
   for (auto& p : paths) p.closeAll();
+}
+
+void forEachLink(const std::function<void(Link&)>& fn) {
+  std::lock_guard<std::mutex> g(gLinksMu);
+  for (Link* l : allLinks()) fn(*l);
+}
+
+void Link::publishIfChanged(bool isSend) {
+  uint64_t sig = 1469598103934665603ULL;
+  auto mix = [&](uint64_t v) { sig = (sig ^ v) * 1099511628211ULL; };
+  mix((uint64_t)(active + 1));
+  mix(fatal);
+  for (auto& p : paths) mix((uint64_t)p.state), mix(p.flaps), mix(p.holdDownMs), mix((uint64_t)p.localNic);
+  mix(counters.failovers), mix(counters.failbacks), mix(counters.flaps), mix(counters.bytesResent);
+  if (sig == snapSig) return;
+  snapSig = sig;
+  LinkSnap s;
+  s.isSend = isSend;
+  s.secret = secret;
+  s.peer = peerName;
+  s.active = active;
+  s.primary = primary;
+  s.fatal = fatal;
+  s.counters = counters;
+  for (auto& p : paths) {
+    PathSnap ps;
+    ps.localNic = p.localNic;
+    ps.peer = addrToString(p.remote);
+    ps.state = p.state;
+    ps.flaps = p.flaps;
+    ps.holdDownMs = p.holdDownMs;
+    ps.lastError = p.lastError;
+    s.paths.push_back(ps);
+  }
+  {
+    std::lock_guard<std::mutex> g(snapMu);
+    snap = std::move(s);
+  }
+  gStateDirty.store(true, std::memory_order_release);
+}
+
+LinkSnap Link::snapshot() {
+  std::lock_guard<std::mutex> g(snapMu);
+  return snap;
 }
 
 static std::string nicName(int nic) {
@@ -530,6 +595,7 @@ void SendLink::slowTick(uint64_t now) {
     hl->requestBurst(paths[active].pairId);
     burstRequested_ = true;
   }
+  publishIfChanged(true);
 }
 
 void SendLink::progress() {
@@ -857,7 +923,7 @@ void RecvLink::slowTick(uint64_t now) {
     fatalMsg = "railover: no usable path from peer " + peerName + " on NIC(s) " + nics + " for " +
                std::to_string(cfg.fatalTimeoutS) + " s";
     journalAppend("fatal", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"recv\",\"message\":" + jsonStr(fatalMsg));
-  }
+  }  publishIfChanged(false);
 }
 
 void RecvLink::progress() {

@@ -26,6 +26,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -104,9 +105,35 @@ struct LinkCounters {
   uint64_t lastDetectUs = 0, lastConvergeUs = 0;
 };
 
+// What the state file shows of a link; copied under Link::snapMu when the link changes.
+struct PathSnap {
+  int localNic = -1;
+  std::string peer;
+  PathState state = PathState::kConnecting;
+  uint32_t flaps = 0, holdDownMs = 0;
+  std::string lastError;
+};
+struct LinkSnap {
+  bool isSend = true;
+  uint64_t secret = 0;
+  std::string peer;
+  int active = -1, primary = 0;
+  bool fatal = false;
+  std::vector<PathSnap> paths;
+  LinkCounters counters;
+};
+
 class Link {
  public:
+  Link();
   virtual ~Link();
+  // Publishes a snapshot for the state file when anything it shows changed (called from the
+  // link's slow tick, at most every ms; cheap when nothing changed).
+  void publishIfChanged(bool isSend);
+  LinkSnap snapshot();
+  std::mutex snapMu;
+  LinkSnap snap;
+  uint64_t snapSig = 0;
   std::mutex mu;
   uint64_t secret = 0;
   std::vector<Path> paths;
@@ -226,6 +253,11 @@ class RecvLink : public Link {
   bool everReady_ = false;
   bool usageError_ = false;
 };
+
+// Every live link of the process, for the state file. `fn` runs under the registry lock.
+void forEachLink(const std::function<void(Link&)>& fn);
+// Set when any link published a new snapshot; the state writer clears it.
+extern std::atomic<bool> gStateDirty;
 
 // Process-wide registry of recv links by secret (the acceptor routes streams with it).
 void registerRecvLink(uint64_t secret, RecvLink* l);

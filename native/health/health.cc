@@ -266,6 +266,7 @@ class Monitor : public Health {
   bool pairHardDown(int id) const override;
   std::string pairDownCause(int id) const override;
   void requestBurst(int id) override;
+  std::string pairsJson() const override;
 
   void run() {
     int ep = epoll_create1(EPOLL_CLOEXEC);
@@ -416,6 +417,19 @@ bool Monitor::pairHardDown(int id) const {
   auto* m = this;
   return id >= 0 && id < kMaxPairs && !m->pairs[id].up.load(std::memory_order_acquire) &&
          m->pairs[id].hard.load(std::memory_order_acquire);
+}
+
+std::string Monitor::pairsJson() const {
+  auto* m = const_cast<Monitor*>(this);
+  std::lock_guard<std::mutex> g(m->mu);
+  std::string o = "[";
+  for (auto& p : m->pairs) {
+    if (!p.used) continue;
+    if (o.size() > 1) o += ",";
+    o += "{\"nic\":" + jsonStr(nics[p.nic].name) + ",\"peer\":" + jsonStr(addrToString(p.remote)) +
+         ",\"up\":" + (p.up.load() ? "true" : "false") + ",\"cause\":" + jsonStr(p.up.load() ? "" : p.cause) + "}";
+  }
+  return o + "]";
 }
 
 }  // namespace railover

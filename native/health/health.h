@@ -45,6 +45,8 @@ class Health {
   virtual std::string pairDownCause(int id) const = 0;
   // The active path on this pair made no progress for a while: probe now, with full-size probes.
   virtual void requestBurst(int id) = 0;
+  // JSON array of every registered NIC pair: [{"nic","peer","up","cause"}] (state file).
+  virtual std::string pairsJson() const { return "[]"; }
 
  protected:
   void bump() { epoch_.fetch_add(1, std::memory_order_acq_rel); }

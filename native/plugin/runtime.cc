@@ -12,6 +12,7 @@
 #include "failover/link.h"
 #include "health/health.h"
 #include "telemetry/journal.h"
+#include "telemetry/state.h"
 #include "transport/tcp/socket.h"
 #include "transport/tcp/tcp_transport.h"
 #include "transport/tcp/wire.h"
@@ -63,6 +64,7 @@ ncclResult_t Runtime::init(ncclDebugLogger_t logger) {
             n.pciPath.empty() ? "(virtual)" : n.pciPath.c_str(), port);
   }
   journalOpen(cfg.eventLog);
+  stateStart(cfg, getenv("RAILOVER_STATE_DIR") != nullptr);
   Health::start(cfg, nics.data(), (int)nics.size(), ports.data());
   std::thread(&Runtime::acceptLoop, this).detach();
   ok_.store(true, std::memory_order_release);

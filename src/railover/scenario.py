@@ -72,7 +72,7 @@ class LazyFault(Fault):
 
 def rank_process(tb: TestBed, rank: int):
     """The live railover-perf process of `rank` started by run_scenario on this test bed."""
-    for p in tb._procs:
+    for p in tb.processes:
         args = " ".join(map(str, p.args))
         if p.poll() is None and "railover-perf" in args and f"--rank {rank} " in args + " ":
             return p

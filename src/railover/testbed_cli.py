@@ -1,0 +1,122 @@
+"""``railover testbed`` sub-commands: ``up``, ``down``, ``list``.
+
+``railover.cli`` imports this module and calls :func:`register`.
+"""
+from __future__ import annotations
+
+import shutil
+import signal
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from . import testbed as _tb
+
+# Not a terminal (pipes, CI logs): rich would use 80 columns and crop addresses.
+_console = Console(width=shutil.get_terminal_size((120, 24)).columns)
+
+
+def topology_table(tb: "_tb.TestBed") -> Table:
+    """A rich table with one row per NIC of ``tb``."""
+    t = Table(title=f"test bed {tb.prefix} ({tb.layout}, mode {tb.mode}, fabric {tb.fabric_ns})")
+    for col in ("host", "netns", "nic", "ifname", "address", "rail", "bridge", "switch port"):
+        t.add_column(col, no_wrap=True)
+    for h in tb.hosts:
+        for n in h.nics:
+            t.add_row(h.name, h.ns, n.name, n.ifname, n.cidr, str(n.rail), n.bridge, n.port)
+    return t
+
+
+def _fail(msg: str, code: int = 2) -> None:
+    typer.echo(f"error: {msg}", err=True)
+    raise typer.Exit(code)
+
+
+def up_cmd(
+    layout: str = typer.Option("T2", "--layout", "-l",
+                               help="T2, T2-flat, T3, T3-flat or <hosts>x<nics>[-flat]"),
+    hosts: Optional[int] = typer.Option(None, help="override the number of hosts"),
+    nics: Optional[int] = typer.Option(None, help="override the NICs per host"),
+    base: int = typer.Option(0, help="second address octet: addresses are 10.<base>.x.y"),
+    prefix: Optional[str] = typer.Option(None, help="use this prefix ('ro' + 4 lowercase letters/digits) instead of a random one"),
+    detach: bool = typer.Option(False, "--detach", "-d",
+                                help="leave the bed up and exit (remove it with 'railover testbed down')"),
+) -> None:
+    """Build a test bed, print its topology, and keep it until Ctrl-C/SIGTERM (or --detach)."""
+    try:
+        tb = _tb.TestBed(layout, hosts=hosts, nics=nics, base=base, prefix=prefix)
+        tb.up()
+    except (ValueError, _tb.TestBedError) as e:
+        _fail(str(e))
+    try:
+        _console.print(topology_table(tb))
+        typer.echo(f"mode: {tb.mode}")
+        typer.echo(f"prefix: {tb.prefix}")
+        if detach:
+            try:
+                tb.detach()
+            except _tb.TestBedError as e:
+                _fail(str(e))
+            typer.echo(f"detached; remove with: railover testbed down --prefix {tb.prefix}")
+            return
+        typer.echo("up; press Ctrl-C to tear it down", err=True)
+        while True:
+            signal.pause()  # SIGINT/SIGTERM raise (handlers installed by TestBed.up)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if tb.is_up and not tb.detached:
+            tb.down()
+            typer.echo(f"torn down: {tb.prefix}", err=True)
+
+
+def down_cmd(
+    prefix: Optional[str] = typer.Option(None, help="remove only this bed (whatever its state)"),
+    all_: bool = typer.Option(False, "--all", help="also remove beds whose owner process still runs"),
+) -> None:
+    """Remove leftover test beds (crashed runs, detached beds); processes inside are killed.
+
+    Beds are found from state files (/run/railover-testbed or the temp dir) and by sweeping namespaces named ro????-ns*."""
+    if _tb.privilege_mode() == "none":
+        _fail("removing namespaces needs root (beds made in user-namespace mode vanish with "
+              "their process anyway)")
+    if prefix is not None and prefix not in {i.prefix for i in _tb.list_testbeds()}:
+        _fail(f"no test bed with prefix {prefix!r}", 1)
+    removed = _tb.cleanup_leftovers(prefix, include_live=all_)
+    if removed:
+        for ns in removed:
+            typer.echo(f"removed {ns}")
+    else:
+        typer.echo("nothing to remove")
+    live = [i for i in _tb.list_testbeds() if i.alive and not i.detached]
+    if live and not all_ and prefix is None:
+        typer.echo("kept (owner still running; use --all to remove): " +
+                   ", ".join(f"{i.prefix} (pid {i.pid})" for i in live), err=True)
+
+
+def list_cmd() -> None:
+    """List test beds: live, detached and leftovers of crashed runs."""
+    infos = _tb.list_testbeds()
+    if not infos:
+        typer.echo("no test beds")
+        return
+    t = Table(title="railover test beds")
+    for col in ("prefix", "layout", "mode", "owner pid", "state", "namespaces"):
+        t.add_column(col)
+    for i in infos:
+        state = "detached" if i.detached else ("live" if i.alive else "leftover")
+        t.add_row(i.prefix, i.layout or "?", i.mode or "?", str(i.pid or "-"), state,
+                  " ".join(i.namespaces) or "-")
+    _console.print(t)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``testbed`` sub-app (up/down/list) to the main Typer ``app``."""
+    sub = typer.Typer(no_args_is_help=True,
+                      help="Network-namespace test bed: hosts x NICs wired through per-rail bridges.")
+    sub.command("up")(up_cmd)
+    sub.command("down")(down_cmd)
+    sub.command("list")(list_cmd)
+    app.add_typer(sub, name="testbed")
