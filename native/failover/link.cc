@@ -324,6 +324,8 @@ void SendLink::failPath(Path& p, const std::string& why, uint64_t now) {
   if (!wasActive) return;
   active = -1;
   faultUs_ = now;
+  // Detection time as the engine saw it: from the last data progress on the path to the verdict.
+  counters.lastDetectUs = now > lastProgressUs_ ? now - lastProgressUs_ : 0;
   int next = pickStandby();
   if (next >= 0) {
     RO_WARN("railover: comm %016llx path %s failed (%s); failing over to %s", (unsigned long long)secret,

@@ -5,6 +5,8 @@
 #include <linux/rtnetlink.h>
 #include <net/if.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -269,6 +271,9 @@ class Monitor : public Health {
   std::string pairsJson() const override;
 
   void run() {
+    // Detection must not starve behind busy-polling progress threads: best effort, a higher
+    // priority for this (mostly sleeping) thread; silently kept at normal without privilege.
+    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), -10);
     int ep = epoll_create1(EPOLL_CLOEXEC);
     epoll_event ev{};
     ev.events = EPOLLIN;

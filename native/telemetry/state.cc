@@ -61,9 +61,11 @@ std::string render(const std::string& start, const std::string& host) {
   LinkCounters tot;
   uint64_t fatals = 0;
   bool first = true;
+  int ncomms = 0;
   forEachLink([&](Link& l) {
     LinkSnap s = l.snapshot();
     if (s.secret == 0) return;
+    ++ncomms;
     if (!first) o += ",";
     first = false;
     auto nic = [&](int i) { return i >= 0 && i < (int)rt.nics.size() ? rt.nics[i].name : std::string(); };
@@ -88,7 +90,7 @@ std::string render(const std::string& start, const std::string& host) {
     tot.bytesResent += s.counters.bytesResent;
     fatals += s.fatal;
   });
-  o += "],\"totals\":{\"comms\":" + std::to_string(0) + ",\"failovers\":" + std::to_string(tot.failovers) +
+  o += "],\"totals\":{\"comms\":" + std::to_string(ncomms) + ",\"failovers\":" + std::to_string(tot.failovers) +
        ",\"failbacks\":" + std::to_string(tot.failbacks) + ",\"flaps\":" + std::to_string(tot.flaps) +
        ",\"bytes_resent\":" + std::to_string(tot.bytesResent) + ",\"fatal_errors\":" + std::to_string(fatals) + "}}\n";
   return o;

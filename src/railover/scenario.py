@@ -20,6 +20,7 @@ ranks' output when a rank failed.
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 import threading
 import time
@@ -197,13 +198,21 @@ def run_scenario(tb: TestBed, steps: Sequence[Step], *, duration_s: float = 10.0
                  size: str = "4M", ranks_per_host: int = 1, channels: int = 1, env: Optional[Mapping[str, str]] = None,
                  rank_envs: Optional[Mapping[int, Mapping[str, str]]] = None, workdir: Optional[Path] = None,
                  connect_timeout_s: float = 30.0, timeout_s: Optional[float] = None, expect_failure: bool = False,
-                 extra_args: Sequence[str] = (), on_tick: Optional[Any] = None) -> ScenarioResult:
+                 extra_args: Sequence[str] = (), on_tick: Optional[Any] = None,
+                 idle_sleep_us: Optional[int] = None) -> ScenarioResult:
     """Run ``ranks_per_host`` ranks on every host of ``tb`` (rank r on host r % hosts, so every
     ring hop crosses the network) for ``duration_s`` seconds of ``workload`` at ``size`` bytes,
     applying ``steps`` on their schedule. ``env`` goes to every rank, ``rank_envs[r]`` to rank r.
     ``expect_failure``: a rank exiting non-zero is the expected outcome (fatal-timeout tests).
-    ``on_tick(now_s)`` is called about every 50 ms while the workload runs (live progress)."""
+    ``on_tick(now_s)`` is called about every 50 ms while the workload runs (live progress).
+    ``idle_sleep_us``: the driver's progress threads sleep this long when idle instead of
+    spinning; by default 50 µs when ranks outnumber CPU cores (otherwise spinning ranks starve
+    each other and the stalls measured are the scheduler's, not the network's)."""
     wd = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="railover-scn-"))
+    if idle_sleep_us is None:
+        idle_sleep_us = 50 if len(tb.hosts) * ranks_per_host > (os.cpu_count() or 1) else 0
+    if idle_sleep_us:
+        extra_args = list(extra_args) + ["--idle-sleep-us", str(idle_sleep_us)]
     wd.mkdir(parents=True, exist_ok=True)
     nhosts = len(tb.hosts)
     nranks = nhosts * ranks_per_host

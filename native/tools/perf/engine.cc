@@ -327,6 +327,7 @@ void Engine::stopProgress(bool postInflight) {
 void Engine::progressLoop() {
   CallTracker::get().registerThread("progress");
   std::deque<std::function<void()>> cmds;
+  uint32_t idlePasses = 0;
   for (;;) {
     {
       std::unique_lock<std::mutex> lk(progMu_);
@@ -364,7 +365,14 @@ void Engine::progressLoop() {
       Conn* c = progConns_[i];
       progressed |= c->isSend ? progressSend(c, now) : progressRecv(c, now);
     }
-    if (!progressed) sched_yield();
+    if (progressed) {
+      idlePasses = 0;
+    } else if (cfg_.idleSleepUs && ++idlePasses > 64) {
+      // Oversubscribed small machines (test beds): give the CPU away instead of spinning.
+      std::this_thread::sleep_for(std::chrono::microseconds(cfg_.idleSleepUs));
+    } else {
+      sched_yield();
+    }
   }
   std::lock_guard<std::mutex> g(progMu_);
   for (auto& f : progCmds_) f();

@@ -136,6 +136,7 @@ struct EngineConfig {
   int rank = 0, nranks = 1, dev = 0;
   size_t slotBytes[kNumProtos] = {64 << 10, 512 << 10};
   uint64_t opTimeoutUs = 30000000;
+  uint32_t idleSleepUs = 0;  // progress thread: sleep this long after 64 idle passes (0 = spin, as NCCL)
   bool profilerHandles = true;  // pass non-NULL phandles to v10+ isend/irecv
 };
 

@@ -71,6 +71,9 @@ output and limits:
   --op-timeout SECONDS     a request, connection setup or plugin call stuck this long is
                            reported and ends the run (default 30)
   --rendezvous-timeout S   time for all ranks to join / pass a barrier (default 60)
+  --idle-sleep-us N        progress thread sleeps N us after 64 passes without progress
+                           (default 0: spin with sched_yield, as NCCL does; use on
+                           oversubscribed machines where ranks outnumber cores)
   --selftest-corrupt K     flip one byte of rank 0's K-th non-empty message (checks the checker)
   --all-ranks-print        every rank prints the table (default: rank 0 only)
   -v, --verbose            driver INFO lines on stderr (also with NCCL_DEBUG=INFO)
@@ -172,6 +175,7 @@ Options parseArgs(int argc, char** argv) {
     else if (k == "--timeseries") o.timeseries = val();
     else if (k == "--json") o.json = val();
     else if (k == "--op-timeout") o.opTimeout = secVal();
+    else if (k == "--idle-sleep-us") o.idleSleepUs = int(intVal(0, 100000));
     else if (k == "--rendezvous-timeout") o.rvTimeout = secVal();
     else if (k == "--traffic-class") o.trafficClass = int(intVal(-1, 1 << 20));
     else if (k == "--no-close-inflight") o.closeInflight = false;

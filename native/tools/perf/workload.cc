@@ -212,6 +212,7 @@ void Communicator::setup() {
   ec.slotBytes[kProtoLL] = opt_.llSlotBytes;
   ec.slotBytes[kProtoSimple] = opt_.slotBytes;
   ec.opTimeoutUs = secToUs(opt_.opTimeout);
+  ec.idleSleepUs = (uint32_t)opt_.idleSleepUs;
   ec.profilerHandles = opt_.profilerHandles;
   engine_ = std::make_unique<Engine>(net_, rv_, ec);
   engine_->start();

@@ -51,6 +51,7 @@ struct Options {
   double duration = 0;                // --duration SECONDS (0 = sweep mode)
   std::string timeseries, json;       // --timeseries FILE, --json FILE (%r = rank)
   double opTimeout = 30, rvTimeout = 60;
+  int idleSleepUs = 0;                // --idle-sleep-us N
   bool check = true, closeInflight = true, profilerHandles = true;
   int trafficClass = -1;
   long selftestCorrupt = 0;           // flip one byte of rank 0's Nth non-empty sent message
