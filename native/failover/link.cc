@@ -224,6 +224,20 @@ SendLink* SendLink::create(int dev, const wire::Handle& h, std::string* err) {
     if (r >= 0) addPath(j, r);
   }
   l->peerName = addrToString(l->paths[0].remote);
+  if (l->paths.size() == 1 && rt.cfg.standby != StandbyPolicy::kNone) {
+    // S-05: say once per NIC that its connections cannot fail over, and why.
+    static std::mutex warnMu;
+    static std::vector<int> warned;
+    std::lock_guard<std::mutex> g(warnMu);
+    if (std::find(warned.begin(), warned.end(), dev) == warned.end()) {
+      warned.push_back(dev);
+      RO_WARN("railover: connections from NIC %s to peer %s have no standby path (%s); they cannot fail over",
+              rt.nics[dev].name.c_str(), l->peerName.c_str(),
+              rt.nics.size() < 2 ? "this process has only one NIC"
+                                 : "the peer has no NIC on the rail of any other local NIC (see RAILOVER_RAILS, RAILOVER_STANDBY)");
+      journalAppend("no_standby", "\"nic\":" + jsonStr(rt.nics[dev].name) + ",\"peer\":" + jsonStr(l->peerName));
+    }
+  }
   uint64_t now = nowUs();
   for (auto& p : l->paths) l->startConnect(p, now);
   l->lastSlowTickUs = now;

@@ -205,9 +205,16 @@ class Monitor : public Health {
         p.burstUntilUs = now + detect;
         p.lastBigAckUs = 0;
       }
-      // Re-probes of a down pair always use full-size probes (no failback while big frames drop).
-      bool big = burst || (p.burstUntilUs && now < p.burstUntilUs) || !p.up.load();
-      sendProbe(p, big);
+      // During a burst every interval carries a small and a full-size probe, so lost big ones
+      // with answered small ones show size-dependent loss. Re-probes of a down pair are always
+      // full size: no failback while big frames still drop.
+      bool inBurst = burst || (p.burstUntilUs && now < p.burstUntilUs);
+      if (!p.up.load()) {
+        sendProbe(p, true);
+      } else {
+        sendProbe(p, false);
+        if (inBurst) sendProbe(p, true);
+      }
       if (!p.lastAckUs) p.lastAckUs = now;  // grace for a new pair
       uint64_t age = p.lastAckUs >= now ? 0 : now - p.lastAckUs;  // acks are stamped after `now` was read
       if (p.up.load() && age > detect) {

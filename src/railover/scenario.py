@@ -185,13 +185,21 @@ class ScenarioResult:
         return rows
 
 
-def _ready(journals: Sequence[Path], nics: int) -> bool:
-    """Every rank has its send comm's primary and standby paths up."""
-    for j in journals:
+def _ready(journals: Sequence[Path], paths: Sequence[int]) -> bool:
+    """Every rank has its send comm's primary and standby paths up (paths[r] of them)."""
+    for j, n in zip(journals, paths):
         ups = [e for e in read_journal(j) if e.get("event") == "path_up" and e.get("dir") == "send"]
-        if len(ups) < nics:
+        if len(ups) < n:
             return False
     return True
+
+
+def _expected_paths(tb: TestBed, rank: int, env: Mapping[str, str]) -> int:
+    """Paths a rank's send comm opens: one per NIC it uses, 1 with RAILOVER_STANDBY=none."""
+    if env.get("RAILOVER_STANDBY") == "none":
+        return 1
+    names = env.get("RAILOVER_IFNAMES", "").lstrip("^=")
+    return max(1, len([n for n in names.split(",") if n])) if names else len(tb.hosts[0].nics)
 
 
 def run_scenario(tb: TestBed, steps: Sequence[Step], *, duration_s: float = 10.0, workload: str = "allreduce",
@@ -222,11 +230,17 @@ def run_scenario(tb: TestBed, steps: Sequence[Step], *, duration_s: float = 10.0
         if j.exists():
             j.unlink()
 
-    def spawn(rank: int, argv: List[str], full_env: Dict[str, str]):
-        host = rank % nhosts
-        e = dict(full_env)
-        e.update(rank_env(tb, host, journals[rank], env))
+    def env_of(rank: int) -> Dict[str, str]:
+        e = rank_env(tb, rank % nhosts, journals[rank], env)
         e.update((rank_envs or {}).get(rank, {}))
+        return e
+
+    expected = [_expected_paths(tb, r, env_of(r)) for r in range(nranks)]
+
+    def spawn(rank: int, argv: List[str], full_env: Dict[str, str]):
+        e = dict(full_env)
+        e.update(env_of(rank))
+        host = rank % nhosts
         out = open(wd / f"rank{rank}.out", "w")
         err = open(wd / f"rank{rank}.err", "w")
         try:
@@ -250,7 +264,7 @@ def run_scenario(tb: TestBed, steps: Sequence[Step], *, duration_s: float = 10.0
     th = threading.Thread(target=runner, daemon=True)
     th.start()
     try:
-        poll_until(lambda: _ready(journals, nics) or not th.is_alive(), timeout_s=connect_timeout_s,
+        poll_until(lambda: _ready(journals, expected) or not th.is_alive(), timeout_s=connect_timeout_s,
                    what="every rank's primary and standby paths")
     except TimeoutError:
         th.join(timeout=total)

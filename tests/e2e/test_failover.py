@@ -187,3 +187,59 @@ def test_saturating_competing_traffic_is_not_a_failure(testbed):
         if srv.poll() is None:
             srv.terminate()
         srv.wait(timeout=10)
+
+
+# ---------------------------------------------------------------- more SCENARIOS.md cases
+
+
+def test_no_backup_black_hole_is_a_clean_error(testbed):
+    """S-08: railover restricted to rail 0; a silent black hole must end in an attributable
+    error within the fatal timeout + 5 s, never a hang."""
+    tb = testbed("T2")
+    f = faults.Silent(tb.nic("a0"))
+    only_rail0 = {r: {"RAILOVER_IFNAMES": "=" + tb.hosts[r].nics[0].ifname} for r in (0, 1)}
+    res = run_scenario(tb, [Step(2, "apply", f)], duration_s=30, env={"RAILOVER_FATAL_TIMEOUT": "3"},
+                       rank_envs=only_rail0, expect_failure=True, timeout_s=60)
+    assert not res.perf.timed_out
+    assert any(r.returncode not in (0, None) for r in res.perf.ranks)
+    fatal = res.select("fatal")
+    assert fatal, res.events[-10:]
+    assert fatal[0]["t_us"] - res.steps[0].t_us <= (3 + 5) * 1_000_000
+    assert res.count("no_standby") >= 1, "a comm without redundancy is reported at connect (S-05)"
+    assert res.wrong_bytes == 0
+
+
+def test_size_dependent_black_hole_fails_over(testbed):
+    """S-14: frames above 1200 bytes vanish on rail 0 while small packets pass: the stalled
+    data triggers full-size probes, which fail, so the pair is down for size-dependent loss."""
+    tb = testbed("T2")
+    f = faults.BigDrop(tb.nic("a0"), 1200, peers=[tb.nic("b0")])
+    res = run_scenario(tb, [Step(2, "apply", f), Step(7, "undo", f)], duration_s=14, env=FAST)
+    _one_failover(res, T_SILENT_MS)
+    causes = " ".join(e.get("cause", "") for e in res.events)
+    assert "size-dependent" in causes, causes[-2000:]
+
+
+def test_flat_subnet_port_down_uses_the_other_nic(testbed):
+    """S-15: all four NICs in one subnet (T2-flat); connections are source-bound to their NIC,
+    so a port down on a0 moves traffic to a1 and back after repair."""
+    tb = testbed("T2-flat")
+    f = faults.PortDown(tb.nic("a0"))
+    res = run_scenario(tb, [Step(2, "apply", f), Step(5, "undo", f)], duration_s=11, env=FAST)
+    _one_failover(res, T_CARRIER_MS)
+    fo = res.select("failover", res.steps[0].t_us)
+    assert {e["to_nic"] for e in fo if e["rank"] == 0} == {tb.nic("a1").ifname}
+
+
+def test_dead_nic_never_repaired(testbed):
+    """S-07: 2 ranks per host, a0 admin down with its address flushed for good: every comm of
+    both local ranks moves to rail 1 and the job completes with correct data."""
+    tb = testbed("T2")
+    down, addr = faults.HostDown(tb.nic("a0")), faults.AddrDel(tb.nic("a0"))
+    res = run_scenario(tb, [Step(2, "apply", down), Step(2, "apply", addr)], duration_s=8, ranks_per_host=2,
+                       env=FAST)
+    assert res.wrong_bytes == 0
+    t0 = res.steps[0].t_us
+    moved = {e["rank"] for e in res.select("failover", t0)}
+    assert {0, 2} <= moved, res.select("failover", t0)  # both ranks on host A
+    assert max(e["convergence_us"] for e in res.select("failover", t0)) <= T_CARRIER_MS * 1000

@@ -62,14 +62,15 @@ void Engine::start() {
   progThread_ = std::thread([this] { progressLoop(); });
 }
 
-std::unique_ptr<Conn> Engine::makeConn(bool isSend, int peer, int channel, uint32_t round, void* ctx, Waiter* w) {
+std::unique_ptr<Conn> Engine::makeConn(bool isSend, int peer, int channel, uint32_t round, void* ctx, Waiter* w,
+                                       int dev) {
   auto c = std::make_unique<Conn>();
   c->isSend = isSend;
   c->peer = peer;
   c->channel = channel;
   c->round = round;
   c->ctx = ctx;
-  c->dev = cfg_.dev;
+  c->dev = dev >= 0 ? dev : cfg_.dev;
   c->myRank = cfg_.rank;
   c->waiter = w;
   c->label = strf("%s comm ch%d %s rank %d (round %u)", isSend ? "send" : "recv", channel, isSend ? "to" : "from", peer,
@@ -361,8 +362,11 @@ void Engine::progressLoop() {
     }
     bool progressed = false;
     uint64_t now = nowUs();
+    uint64_t pf = pauseFromUs_.load(std::memory_order_relaxed);
+    bool recvPaused = pf && now >= pf && now < pauseToUs_.load(std::memory_order_relaxed);
     for (size_t i = 0; i < progConns_.size() && !Fatal::get().halted(); i++) {
       Conn* c = progConns_[i];
+      if (!c->isSend && recvPaused) continue;
       progressed |= c->isSend ? progressSend(c, now) : progressRecv(c, now);
     }
     if (progressed) {

@@ -172,7 +172,9 @@ class Engine {
   void stopService();
 
   // Creates a connection object (not yet set up).
-  std::unique_ptr<Conn> makeConn(bool isSend, int peer, int channel, uint32_t round, void* ctx, Waiter* w);
+  // dev < 0: the configured device (EngineConfig::dev).
+  std::unique_ptr<Conn> makeConn(bool isSend, int peer, int channel, uint32_t round, void* ctx, Waiter* w,
+                                 int dev = -1);
   // Queues setup of conns on the service thread; returns a ticket for waitSetup.
   int setupAsync(const std::vector<Conn*>& conns);
   // Waits until every task of the ticket has finished. stopOnAbort: give up (false) as soon as
@@ -189,6 +191,13 @@ class Engine {
   int closeAsync(const std::vector<Conn*>& conns);
   // Runs setNetAttr(ctx, attr) on the progress thread (blocks until done).
   void setNetAttrOnProgress(void* ctx, const ncclNetAttr_t& attr);
+
+  // Benchmarks (--pause-recv): between these CLOCK_MONOTONIC µs instants the progress thread
+  // neither posts nor tests receives (a receiver that stops posting); sends go on.
+  void setRecvPause(uint64_t fromUs, uint64_t toUs) {
+    pauseToUs_.store(toUs);
+    pauseFromUs_.store(fromUs);
+  }
 
   TimeSeries& timeseries() { return ts_; }
   uint64_t bytesReceived() const { return bytesRecv_.load(); }
@@ -235,6 +244,7 @@ class Engine {
   std::vector<Conn*> progConns_;  // progress thread only
 
   TimeSeries ts_;
+  std::atomic<uint64_t> pauseFromUs_{0}, pauseToUs_{0};
   std::atomic<uint64_t> bytesRecv_{0};
   std::atomic<int> maxInflight_{0};
   std::atomic<uint64_t> leftInflight_{0};

@@ -1,6 +1,8 @@
 // railover-perf workloads and communicator life cycle; see workload.h.
 #include "tools/perf/workload.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
@@ -148,6 +150,7 @@ void Communicator::run() {
     setup();
     if (opt_.duration > 0) runDuration();
     else runSweep();
+    if (opt_.holdS > 0 && !stopEarly_ && !Fatal::get().aborted()) holdIdle();
   } catch (Aborted&) {
     if (!Fatal::get().aborted()) {
       int gone = rv_.firstGonePeer();
@@ -223,8 +226,13 @@ void Communicator::setup() {
     channels_.push_back(std::move(ch));
   }
   int ticket = -1;
+  uint64_t setupStart = nowUs();
   live_ = openRound(round_, &ticket);
   if (!engine_->waitSetup(ticket, nowUs() + secToUs(opt_.opTimeout) + 5000000)) throw Aborted{};
+  if (comm_ == 0) {
+    std::lock_guard<std::mutex> g(st_.mu);
+    st_.setupUs = nowUs() - setupStart;
+  }
   std::vector<Conn*> raw;
   for (auto& c : live_) raw.push_back(c.get());
   engine_->addToProgress(raw);
@@ -273,10 +281,17 @@ std::vector<std::unique_ptr<Conn>> Communicator::openRound(uint32_t round, int* 
   uint32_t tagRound = (uint32_t(comm_) << 16) | (round & 0xffff);
   std::vector<std::unique_ptr<Conn>> conns;
   std::vector<Conn*> raw;
+  int ndev;
+  {
+    std::lock_guard<std::mutex> g(st_.mu);
+    ndev = st_.ndev > 0 ? st_.ndev : 1;
+  }
   for (size_t c = 0; c < channels_.size(); c++) {
     void* ctx = ctxs_[c % ctxs_.size()];
-    conns.push_back(engine_->makeConn(false, prev, int(c), tagRound, ctx, &channels_[c]->waiter));
-    conns.push_back(engine_->makeConn(true, next, int(c), tagRound, ctx, &channels_[c]->waiter));
+    // --dev-spread: channels over the devices round-robin, as NCCL spreads channels over NICs.
+    int dev = opt_.devSpread ? (opt_.dev + int(c)) % ndev : opt_.dev;
+    conns.push_back(engine_->makeConn(false, prev, int(c), tagRound, ctx, &channels_[c]->waiter, dev));
+    conns.push_back(engine_->makeConn(true, next, int(c), tagRound, ctx, &channels_[c]->waiter, dev));
   }
   for (auto& c : conns) raw.push_back(c.get());
   *ticket = engine_->setupAsync(raw);
@@ -294,6 +309,44 @@ void Communicator::drainSends(uint64_t deadlineUs) {
       throw Aborted{};
     }
   }
+}
+
+// --hold: every comm stays connected with nothing in flight and the progress thread parked (it
+// makes no plugin call), as a communicator between two collectives. Only the plugin's own
+// threads (health probes, acceptor) run meanwhile, so the process's CPU time is theirs.
+void Communicator::holdIdle() {
+  drainSends(nowUs() + secToUs(opt_.opTimeout) + 5000000);
+  std::vector<Conn*> raw;
+  for (auto& c : live_) raw.push_back(c.get());
+  engine_->removeFromProgress(raw);
+  uint64_t a = nowUs();
+  {
+    std::lock_guard<std::mutex> g(st_.mu);
+    st_.holdStartUs = a;
+  }
+  if (opt_.rank == 0 || opt_.allRanksPrint) {
+    printf("# idle hold: %zu comm(s) connected, no traffic for %.3g s (from t_us %llu)\n", live_.size(),
+           opt_.holdS, (unsigned long long)a);
+    fflush(stdout);
+  }
+  logInfo("idle hold started: %zu comms, %.3g s", live_.size(), opt_.holdS);
+  uint64_t end = a + secToUs(opt_.holdS);
+  while (nowUs() < end && !stopRequested())
+    std::this_thread::sleep_for(std::chrono::microseconds(std::min<uint64_t>(end - nowUs(), 50000)));
+  {
+    std::lock_guard<std::mutex> g(st_.mu);
+    st_.holdEndUs = nowUs();
+  }
+  engine_->addToProgress(raw);
+}
+
+bool Communicator::stopFileSeen() {
+  if (opt_.stopFile.empty()) return false;
+  uint64_t now = nowUs();
+  if (now - stopCheckUs_ < 10000) return false;  // look at most every 10 ms
+  stopCheckUs_ = now;
+  struct stat sb;
+  return stat(opt_.stopFile.c_str(), &sb) == 0;
 }
 
 void Communicator::switchRound() {
@@ -728,11 +781,23 @@ void Communicator::runSweep() {
       throw Aborted{};
     }
     uint64_t t0 = nowNs();
+    // --timeseries in a sweep: per-iteration latency records (latency percentiles per size).
+    std::vector<IterRecord> iterLat;
+    const bool recordIters = !opt_.timeseries.empty();
+    if (recordIters) iterLat.reserve(size_t(opt_.iters));
     for (int i = 0; i < opt_.iters; i++) {
       maybeReconnect(k);
-      wrong += runIteration(bytes, k++, proto);
+      uint64_t a = recordIters ? nowUs() : 0;
+      uint64_t w = runIteration(bytes, k, proto);
+      if (recordIters) iterLat.push_back(IterRecord{comm_, k, a, nowUs() - a, w, bytes});
+      wrong += w;
+      k++;
     }
     uint64_t t1 = nowNs();
+    if (!iterLat.empty()) {
+      std::lock_guard<std::mutex> g(st_.mu);
+      for (auto& r : iterLat) st_.iterRecords.push_back(r);
+    }
     Row row;
     row.comm = comm_;
     row.bytes = bytes;
@@ -777,7 +842,7 @@ bool Communicator::mayRunIteration(uint64_t k, uint64_t* limit, bool* final, uin
     if (!*final) {
       std::string err;
       uint64_t msg[2];
-      if (nowUs() >= deadlineUs) {
+      if (nowUs() >= deadlineUs || stopFileSeen()) {
         *final = true;
         msg[0] = *limit;
         msg[1] = 1;
@@ -833,6 +898,11 @@ void Communicator::runDuration() {
   logInfo("timed run started: %s per iteration for %.3g s", humanBytes(bytes).c_str(), opt_.duration);
   engine_->timeseries().start(t0, uint64_t(opt_.duration + 2 * opt_.opTimeout + 60));
   uint64_t deadline = t0 + secToUs(opt_.duration);
+  if (opt_.pauseRecvRank == opt_.rank && opt_.pauseRecvForS > 0) {
+    uint64_t from = t0 + secToUs(opt_.pauseRecvAtS);
+    engine_->setRecvPause(from, from + secToUs(opt_.pauseRecvForS));
+    logInfo("receives pause %.3g s after the start for %.3g s", opt_.pauseRecvAtS, opt_.pauseRecvForS);
+  }
   uint64_t limit = 0, k = 0, wrong = 0;
   bool final = false, fatal = false;
   uint64_t tStart = nowNs();
@@ -844,7 +914,7 @@ void Communicator::runDuration() {
       uint64_t b = nowUs();
       wrong += w;
       std::lock_guard<std::mutex> g(st_.mu);
-      st_.iterRecords.push_back(IterRecord{comm_, k, a, b - a, w});
+      st_.iterRecords.push_back(IterRecord{comm_, k, a, b - a, w, bytes});
       k++;
     }
   } catch (Aborted&) {

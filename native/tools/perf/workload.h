@@ -43,6 +43,7 @@ struct Options {
   double factor = 2;                  // -f
   int iters = 20, warmup = 5;         // -n -w
   int channels = 1, contexts = 1, dev = 0;
+  bool devSpread = false;             // --dev-spread: channel c uses device (dev + c) % ndev
   size_t slotBytes = 512 << 10;       // --slot-size: SIMPLE step size
   size_t llSlotBytes = 64 << 10;      // --ll-slot: LL step size
   uint64_t llMax = 16 << 10;          // --ll-max: collectives up to this size use LL (marker 0x1)
@@ -50,6 +51,10 @@ struct Options {
   bool reload = false, reloadNoInit = false;
   double duration = 0;                // --duration SECONDS (0 = sweep mode)
   std::string timeseries, json;       // --timeseries FILE, --json FILE (%r = rank)
+  std::string stopFile;               // --stop-file PATH: rank 0 ends a timed run once PATH exists
+  double holdS = 0;                   // --hold SECONDS: comms stay connected and idle after the run
+  int pauseRecvRank = -1;             // --pause-recv RANK:AT:FOR (timed runs)
+  double pauseRecvAtS = 0, pauseRecvForS = 0;
   double opTimeout = 30, rvTimeout = 60;
   int idleSleepUs = 0;                // --idle-sleep-us N
   bool check = true, closeInflight = true, profilerHandles = true;
@@ -72,6 +77,7 @@ struct Row {
 struct IterRecord {
   int comm;
   uint64_t iter, startUs, latUs, wrong;
+  uint64_t bytes;  // message size of the iteration
 };
 
 // Shared run state collected for the report (main thread writes; watchdog may read: lock mu).
@@ -83,6 +89,8 @@ struct RunState {
   int ndev = 0;
   std::string stoppedEarly;
   uint64_t reconnects = 0, connsOpened = 0, bytesReceived = 0, leftInflight = 0;
+  uint64_t setupUs = 0;                         // first communicator: listen..connect/accept of every comm
+  uint64_t holdStartUs = 0, holdEndUs = 0;      // --hold window (CLOCK_MONOTONIC µs), 0 when none
   int maxInflight = 0;
   uint64_t tsStartUs = 0, tsEndUs = 0;
   std::vector<uint64_t> tsBuckets;
@@ -110,6 +118,8 @@ class Communicator {
   void runDuration();
   bool mayRunIteration(uint64_t k, uint64_t* limit, bool* final, uint64_t deadlineUs);
   void drainSends(uint64_t deadlineUs);
+  void holdIdle();
+  bool stopFileSeen();
   bool stopRequested() const;
   // Work of one channel for one iteration (worker thread); returns wrong bytes. Throws Aborted.
   uint64_t channelWork(Channel* ch, uint64_t bytes, uint64_t iter, int proto);
@@ -130,6 +140,7 @@ class Communicator {
   std::vector<float> in_, out_, hv_;  // allreduce input, output, per-element H (see workload.cc)
   bool stopEarly_ = false;
   uint64_t permitSeq_ = 0;  // duration mode, ranks > 0: next grant message from rank 0
+  uint64_t stopCheckUs_ = 0;  // --stop-file: last time it was looked for
   int proto_ = kProtoSimple;
 };
 
