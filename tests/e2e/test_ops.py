@@ -1,0 +1,249 @@
+"""Operating railover on the network-namespace test bed: state files, `railover status` and
+the exporter while a railover-perf job fails over; doctor on healthy and broken hosts;
+launch; drill (refusal, restore on SIGTERM, and the report of a failover it caused).
+
+Every wait polls a condition with a deadline; the only timed waits are the fault schedules
+themselves.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from typer.testing import CliRunner
+
+from railover import envvars, exporter, faults
+from railover import state as st
+from railover.cli import app
+from railover.scenario import Step, run_scenario
+from railover.testbed import netlink, poll_until
+
+pytestmark = pytest.mark.netns
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+RANKS = {0: {"RANK": "0"}, 1: {"RANK": "1"}}
+FAST = {"RAILOVER_HOLD_DOWN_MS": "1000"}
+
+
+def scrape(url: str) -> List:
+    with urllib.request.urlopen(url, timeout=5) as r:
+        text = r.read().decode()
+    return [s for fam in text_string_to_metric_families(text) for s in fam.samples]
+
+
+def total(samples, name: str, **labels: str) -> float:
+    return sum(s.value for s in samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
+
+
+def cli(*args: str, env: Dict[str, str] = None) -> List[str]:
+    return [sys.executable, "-m", "railover.cli", *args]
+
+
+def _armed(snap) -> bool:
+    """Both ranks run, each with its send and recv comm on the primary and a standby ready."""
+    procs = [p for h in snap["hosts"].values() for p in h["processes"] if not p["stale"]]
+    return len(procs) == 2 and all(len(p["comms"]) == 2 and all(c["health"] == "ok" for c in p["comms"]) for p in procs)
+
+
+def test_status_and_exporter_follow_a_failover(testbed, tmp_path):
+    tb = testbed("T2")
+    a0 = tb.nic("a0")
+    sd = tmp_path / "state"
+    sd.mkdir()
+    port_down = faults.PortDown(a0)
+    seen: Dict[str, object] = {}
+    with exporter.serve([sd], addr="127.0.0.1", port=0) as srv:
+
+        def tick(now_s: float) -> None:
+            if "base" not in seen and not port_down.active:
+                snap = st.snapshot([sd], events=0)
+                if _armed(snap):
+                    seen["base"], seen["base_at_s"] = scrape(srv.url), now_s
+            elif port_down.active and "during" not in seen:
+                snap = st.snapshot([sd], events=0)
+                if snap["totals"]["failed_over"] >= 1:
+                    seen["during"] = snap
+                    seen["status"] = CliRunner().invoke(app, ["status", "--state-dir", str(sd), "--events", "5"]).output
+
+        res = run_scenario(tb, [Step(2, "apply", port_down), Step(4, "undo", port_down)], duration_s=9,
+                           env=dict(FAST, RAILOVER_STATE_DIR=str(sd)), rank_envs=RANKS, on_tick=tick)
+        assert res.wrong_bytes == 0
+        assert "base" in seen, "the state files never showed both ranks armed before the fault"
+        base = seen["base"]
+        # What the fault must cause, from the exporter's own view before it: every send comm
+        # whose active path used a0 (rank 0 sends from it, rank 1 sends to its address) fails over.
+        active_over_a0 = [s for s in base if s.name == "railover_path_active" and s.value == 1
+                          and s.labels["dir"] == "send" and (s.labels["nic"] == a0.ifname or s.labels["peer"] == a0.addr)]
+        expected = len(active_over_a0)
+        assert expected == 2, [s.labels for s in base if s.name == "railover_path_active"]
+        assert {s.labels["rank"] for s in active_over_a0} == {"0", "1"}
+
+        # status while the port was down: both send comms off their primary, on rail 1
+        assert "during" in seen, "status never showed a failed-over comm while the port was down"
+        during = seen["during"]
+        moved = [c for h in during["hosts"].values() for p in h["processes"] for c in p["comms"]
+                 if c["health"] == "failed-over"]
+        assert moved and all(c["active_nic"] in (tb.nic("a1").ifname, tb.nic("b1").ifname) for c in moved), moved
+        assert "failed-over" in seen["status"] and "traffic on" in seen["status"], seen["status"]
+
+        # after the job: processes gone, counters kept, increased by exactly the failovers caused
+        journal_fo = res.count("failover")
+        journal_fb = res.count("failback")
+        assert journal_fo == expected, res.select("failover")
+        after = scrape(srv.url)
+        for metric, n in (("railover_failovers_total", journal_fo), ("railover_failbacks_total", journal_fb)):
+            assert total(after, metric) - total(base, metric) == n, metric
+        assert journal_fb >= expected
+        assert total(after, "railover_failovers_total", rank="0") + total(after, "railover_failovers_total", rank="1") \
+            == journal_fo
+        assert total(after, "railover_fatal_errors_total") == 0
+        assert total(after, "railover_processes", state="stale") == 2
+        assert total(after, "railover_events_total", event="failover") == journal_fo
+        assert total(after, "railover_convergence_seconds_count", event="failover") == journal_fo
+        conv = sorted(e["convergence_us"] / 1e6 for e in res.select("failover"))
+        assert total(after, "railover_convergence_seconds_sum", event="failover") == pytest.approx(sum(conv))
+
+    # `railover status --json` afterwards: stale files, their final counters, the journal events
+    cp = subprocess.run(cli("status", "--state-dir", str(sd), "--json", "--events", "200"), env=dict(os.environ, PYTHONPATH=SRC),
+                        capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 0, cp.stderr
+    doc = json.loads(cp.stdout)
+    procs = [p for h in doc["hosts"].values() for p in h["processes"]]
+    assert len(procs) == 2 and all(p["stale"] for p in procs)
+    assert sum(p["totals"]["failovers"] for p in procs) == journal_fo
+    assert sum(1 for e in doc["events"] if e["event"] == "failover") == journal_fo
+
+
+def _doctor(tb, host: str, peers: List[str]):
+    h = tb.host(host)
+    env = dict(envvars.nccl_env(), PYTHONPATH=SRC, RAILOVER_IFNAMES="=" + ",".join(n.ifname for n in h.nics))
+    args = cli("doctor", "--json", "--no-torch", "--probe-port", "9")
+    for p in peers:
+        args += ["--peer", p]
+    rc, out, err = tb.run_collect(host, args, env=env, timeout_s=60)
+    assert out, err
+    doc = json.loads(out)
+    fails = {(c["section"], c["what"]) for c in doc["checks"] if c["status"] == "FAIL"}
+    return rc, doc, fails
+
+
+def test_doctor_on_a_healthy_and_a_broken_host(testbed):
+    tb = testbed("T2")
+    a0, a1, b0, b1 = (tb.nic(n) for n in ("a0", "a1", "b0", "b1"))
+    rc, doc, fails = _doctor(tb, "A", [b0.addr, b1.addr])
+    assert rc == 0 and not fails, doc["checks"]
+    assert [n["name"] for n in doc["nics"] if n["selected"]] == [a0.ifname, a1.ifname]
+    oks = {(c["section"], c["what"]) for c in doc["checks"] if c["status"] == "OK"}
+    for n, p in ((a0, b0), (a1, b1)):
+        assert ("routing", f"{n.ifname} -> {p.addr}") in oks and ("reach", f"{n.ifname} -> {p.addr}") in oks
+        assert ("nics", n.ifname) in oks
+
+    # a down NIC on host A
+    with faults.HostDown(a1):
+        rc, doc, fails = _doctor(tb, "A", [b0.addr, b1.addr])
+    assert rc == 1
+    assert fails == {("nics", a1.ifname), ("routing", f"{a1.ifname} -> {b1.addr}"), ("reach", f"{a1.ifname} -> {b1.addr}")}
+    down = [c for c in doc["checks"] if c["what"] == a1.ifname][0]
+    assert "administratively down" in down["detail"] and f"ip link set {a1.ifname} up" in down["fix"]
+
+    # a missing route on host B: b1 is up but its subnet route is gone
+    with netlink(b1.ns) as ipr:
+        ipr.route("del", dst=b1.subnet, oif=ipr.link_lookup(ifname=b1.ifname)[0], scope="link", table=254)
+    rc, doc, fails = _doctor(tb, "B", [a0.addr, a1.addr])
+    assert rc == 1
+    assert fails == {("routing", f"{b1.ifname} -> {a1.addr}"), ("reach", f"{b1.ifname} -> {a1.addr}")}, doc["checks"]
+    route = [c for c in doc["checks"] if c["section"] == "routing" and c["status"] == "FAIL"][0]
+    assert "unreachable" in route["detail"].lower() and b1.addr in route["detail"]
+
+
+def test_launch_sets_the_environment_nccl_needs(testbed):
+    tb = testbed("T2")
+    a0 = tb.nic("a0")
+    # What NCCL does with it: dlopen("libnccl-net-" + NCCL_NET_PLUGIN + ".so") through LD_LIBRARY_PATH.
+    probe = ("import ctypes, json, os; ctypes.CDLL('libnccl-net-' + os.environ['NCCL_NET_PLUGIN'] + '.so', "
+             "mode=os.RTLD_NOW); print(json.dumps(dict(os.environ)))")
+    env = {"PYTHONPATH": SRC, "RAILOVER_IFNAMES": "=" + a0.ifname, "LD_LIBRARY_PATH": "/nonexistent"}
+    for k in ("NCCL_NET", "NCCL_NET_PLUGIN"):
+        env[k] = ""  # tb.run adds to our environment; make sure nothing leaks in, then drop below
+    rc, out, err = tb.run_collect("A", ["env", "-u", "NCCL_NET", "-u", "NCCL_NET_PLUGIN"] + cli("launch", "--", sys.executable,
+                                  "-c", probe), env=env, timeout_s=60)
+    assert rc == 0, err
+    got = json.loads(out)
+    assert got["NCCL_NET"] == "railover" and got["NCCL_NET_PLUGIN"] == "railover"
+    assert got["NCCL_NET_PLUGIN_REF_COUNT"] == "1"
+    assert got["RAILOVER_IFNAMES"] == "=" + a0.ifname
+    assert got["LD_LIBRARY_PATH"].endswith(":/nonexistent")
+
+
+def test_drill_refuses_without_yes_and_restores_the_nic_on_sigterm(testbed, tmp_path):
+    tb = testbed("T2")
+    a1 = tb.nic("a1")
+    env = dict(os.environ, PYTHONPATH=SRC)
+    base = cli("drill", "--nic", a1.ifname, "--netns", a1.ns, "--state-dir", str(tmp_path))
+    cp = subprocess.run(base + ["--down-for", "5"], env=env, capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 2 and "--yes" in cp.stderr and a1.ifname in cp.stderr
+    assert faults.link_state(tb, a1).admin_up
+
+    p = subprocess.Popen(base + ["--down-for", "120", "--yes"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        poll_until(lambda: not faults.link_state(tb, a1).admin_up or p.poll() is not None, 20, what="the drill's NIC down")
+        assert p.poll() is None, p.communicate()
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=20)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 143, err
+    assert "set up again" in err
+    assert faults.link_state(tb, a1).admin_up, "the drill left the NIC down"
+
+
+def test_drill_reports_the_failover_it_caused(testbed, tmp_path):
+    tb = testbed("T2")
+    a0 = tb.nic("a0")
+    sd = tmp_path / "state"
+    sd.mkdir()
+    holder: Dict[str, subprocess.Popen] = {}
+
+    def tick(now_s: float) -> None:
+        if "p" not in holder and _armed(st.snapshot([sd], events=0)):
+            holder["p"] = subprocess.Popen(
+                cli("drill", "--nic", a0.ifname, "--netns", a0.ns, "--down-for", "1.5", "--yes", "--state-dir", str(sd),
+                    "--wait-failback", "8", "--json"),
+                env=dict(os.environ, PYTHONPATH=SRC), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    try:
+        res = run_scenario(tb, [], duration_s=10, env=dict(FAST, RAILOVER_STATE_DIR=str(sd)), rank_envs=RANKS,
+                           on_tick=tick)
+        assert "p" in holder, "the job never showed armed comms"
+        out, err = holder["p"].communicate(timeout=60)
+    finally:
+        if "p" in holder and holder["p"].poll() is None:
+            holder["p"].kill()
+    assert res.wrong_bytes == 0
+    assert holder["p"].returncode == 0, out + err
+    doc = json.loads(out)
+    assert doc["ok"] and doc["problems"] == [] and not doc["interrupted"]
+    assert doc["users"] == ["rank 0"]
+    # the report agrees with the journals of the run, event for event
+    fo = [e for e in res.select("failover", doc["down_us"])]
+    fb = [e for e in res.select("failback", doc["up_us"])]
+    assert len(fo) == 2 and {e["rank"] for e in fo} == {0, 1}, res.events[-20:]
+    assert [(e["pid"], e["comm"], e["t_us"]) for e in doc["failovers"]] == [(e["pid"], e["comm"], e["t_us"]) for e in fo]
+    assert [(e["pid"], e["comm"]) for e in doc["failbacks"]] == [(e["pid"], e["comm"]) for e in fb]
+    assert {(e["pid"], e["comm"]) for e in fb} == {(e["pid"], e["comm"]) for e in fo}
+    det = doc["detection"]
+    assert det is not None and det["event"] in ("nic_down", "pair_down", "path_down") and det["since_down_ms"] < 1000
+    assert all(e["since_down_ms"] < 1000 for e in doc["failovers"])
+    # rank 0 (the process on the drilled NIC) counted its own failover in its state file
+    rank0_fo = sum(1 for e in fo if e["rank"] == 0)
+    assert doc["counters_after"]["failovers"] - doc["counters_before"]["failovers"] == rank0_fo

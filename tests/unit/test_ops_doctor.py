@@ -1,0 +1,307 @@
+"""railover.doctor on synthetic hosts: NIC selection, config validation, routing,
+reachability, NCCL settings, plugin exports, NCCL version -> ABI."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+
+import pytest
+from typer.testing import CliRunner
+
+from railover import _paths, doctor as dr, envvars
+from railover.cli import app
+
+IFACES = [
+    dr.Iface("lo", 1, ["127.0.0.1/8"], operstate="UNKNOWN"),
+    dr.Iface("eth0", 2, ["10.0.0.1/24"]),
+    dr.Iface("eth1", 3, ["10.0.1.1/24", "fd00::1/64"]),
+    dr.Iface("docker0", 4, ["172.17.0.1/16"]),
+    dr.Iface("ib0", 5, []),
+    dr.Iface("virbr0", 6, ["192.168.122.1/24"]),
+]
+PLUGIN_OK = {"path": "/opt/railover/libnccl-net-railover.so", "loaded": True, "error": "", "abi": [7, 8, 9, 10, 11, 12],
+             "collnet": [], "foreign": []}
+GOOD_NCCL = {"NCCL_NET": "railover", "NCCL_NET_PLUGIN": "railover", "NCCL_NET_PLUGIN_REF_COUNT": "1",
+             "LD_LIBRARY_PATH": "/opt/railover"}
+
+
+def good_route(dst, src):
+    return {"10.0.0.1": "eth0", "10.0.1.1": "eth1"}[src], ""
+
+
+def reachable(src, dst):
+    return True, "TCP port 22 refused (host answered)"
+
+
+def run(env, ifaces=IFACES, peers=(), route=good_route, probe=reachable, plugin=PLUGIN_OK, torch=None,
+        resolved="/opt/railover/libnccl-net-railover.so"):
+    facts = dr.Facts(env=dict(env), ifaces=ifaces, plugin=plugin, torch=torch, ld_resolve=resolved)
+    return dr.diagnose(facts, peers, route=route, probe=probe)
+
+
+def find(rep, section, what=None, status=None):
+    return [c for c in rep.checks if c.section == section and (what is None or c.what == what)
+            and (status is None or c.status == status)]
+
+
+@pytest.mark.parametrize("spec,name,hit", [
+    ("eth", "eth0", True), ("eth", "ib0", False), ("eth,ib", "ib0", True),
+    ("^eth", "eth0", False), ("^eth", "ib0", True), ("=eth0", "eth0", True), ("=eth0", "eth01", False),
+    ("^=eth0", "eth01", True), ("^=eth0", "eth0", False), ("eth0,", "eth0", True),
+])
+def test_ifname_matching_is_nccl_syntax(spec, name, hit):
+    assert dr.ifname_matches(spec, name) is hit
+
+
+def test_default_selection_skips_lo_docker_virbr_and_unaddressed():
+    sel, why, src = dr.select_interfaces({}, IFACES)
+    assert [i.name for i in sel] == ["eth0", "eth1"] and src == "default"
+    assert "excluded by default" in why["docker0"] and "excluded by default" in why["lo"]
+    assert "no address" in why["ib0"]
+
+
+def test_loopback_is_the_last_resort():
+    sel, why, _ = dr.select_interfaces({}, [IFACES[0], IFACES[3]])
+    assert [i.name for i in sel] == ["lo"] and "no other interface" in why["lo"]
+
+
+def test_railover_ifnames_wins_over_nccl_socket_ifname():
+    sel, why, src = dr.select_interfaces({"RAILOVER_IFNAMES": "=eth1", "NCCL_SOCKET_IFNAME": "eth"}, IFACES)
+    assert [i.name for i in sel] == ["eth1"] and src == "RAILOVER_IFNAMES"
+    assert why["eth0"] == "not matched by RAILOVER_IFNAMES='=eth1'"
+    sel, why, src = dr.select_interfaces({"NCCL_SOCKET_IFNAME": "^docker,lo"}, IFACES)
+    assert [i.name for i in sel] == ["eth0", "eth1", "virbr0"] and src == "NCCL_SOCKET_IFNAME"
+    assert "excluded by NCCL_SOCKET_IFNAME" in why["docker0"]
+
+
+def test_family_selects_addresses():
+    sel, why, _ = dr.select_interfaces({"NCCL_SOCKET_FAMILY": "AF_INET6"}, IFACES)
+    assert [i.name for i in sel] == ["eth1"] and sel[0].addr(socket.AF_INET6) == "fd00::1"
+    assert "no IPv6 address" in why["eth0"]
+
+
+@pytest.mark.parametrize("var,value,words", [
+    ("RAILOVER_NSTREAMS", "17", "expected an integer 1..16"),
+    ("RAILOVER_NSTREAMS", "", "expected an integer 1..16"),
+    ("RAILOVER_PROBE_MULT", "1", "2..100"),
+    ("RAILOVER_PROBE_INTERVAL_MS", "20ms", "1..60000"),
+    ("RAILOVER_MIN_CHUNK_BYTES", "1000", "multiple of 128"),
+    ("RAILOVER_HOLD_DOWN_MS", "-1", "0..3600000"),
+    ("RAILOVER_FATAL_TIMEOUT", "1e3", "0..604800"),
+    ("RAILOVER_BACKOFF_MAX_MS", "5", "10..60000"),
+    ("RAILOVER_TCP_USER_TIMEOUT_MS", "600001", "0..600000"),
+    ("RAILOVER_STALL_MS", "0", "1..60000"),
+    ("RAILOVER_IFNAMES", "", "comma list of interface-name prefixes"),
+    ("RAILOVER_IFNAMES", "eth0,,eth1", "comma list"),
+    ("RAILOVER_IFNAMES", "averyveryverylongname", "comma list"),
+    ("NCCL_SOCKET_IFNAME", "^", "comma list"),
+    ("NCCL_SOCKET_FAMILY", "inet", "AF_INET or AF_INET6"),
+    ("RAILOVER_STANDBY", "eth0=eth0", "'primary=standby'"),
+    ("RAILOVER_STANDBY", ";", "no 'primary=standby' pair"),
+    ("RAILOVER_RAILS", "eth0=40000", "rail 0..32767"),
+    ("RAILOVER_RAILS", "eth0", "'ifname=rail'"),
+])
+def test_bad_values_name_the_variable(var, value, words):
+    checks = [c for c in dr.validate_config({var: value}) if c.status == dr.FAIL]
+    assert len(checks) == 1, checks
+    assert checks[0].what == var and checks[0].detail.startswith(f"{var}=") and words in checks[0].detail
+
+
+def test_good_values_pass_and_typos_warn(tmp_path):
+    env = {"RAILOVER_NSTREAMS": "4", "RAILOVER_STANDBY": "eth0=eth1;eth1=eth0", "RAILOVER_RAILS": "eth0=0, eth1=1",
+           "RAILOVER_IFNAMES": "^=docker0", "RAILOVER_HOLD_DOWN_MS": "0", "RAILOVER_STATE_DIR": str(tmp_path / "new"),
+           "RAILOVER_PROBE_INTERVAL": "10"}
+    checks = dr.validate_config(env)
+    assert not [c for c in checks if c.status == dr.FAIL], checks
+    warn = [c for c in checks if c.status == dr.WARN]
+    assert [c.what for c in warn] == ["RAILOVER_PROBE_INTERVAL"] and "typo" in warn[0].detail
+
+
+def test_semantic_warnings():
+    checks = dr.validate_config({"RAILOVER_HOLD_DOWN_MS": "5000", "RAILOVER_HOLD_DOWN_MAX_MS": "1000",
+                                 "RAILOVER_PROBE_INTERVAL_MS": "5", "RAILOVER_PROBE_MULT": "3", "RAILOVER_STANDBY": "none"})
+    warns = {c.what for c in checks if c.status == dr.WARN}
+    assert warns == {"RAILOVER_HOLD_DOWN_MAX_MS", "RAILOVER_PROBE_INTERVAL_MS", "RAILOVER_STANDBY"}
+
+
+def test_healthy_host_is_ok():
+    rep = run(GOOD_NCCL, peers=["10.0.0.2", "10.0.1.2"])
+    assert rep.ok, [c for c in rep.checks if c.status == dr.FAIL]
+    assert [n["name"] for n in rep.nics if n["selected"]] == ["eth0", "eth1"]
+    assert {c.what for c in find(rep, "reach", status=dr.OK)} == {"eth0 -> 10.0.0.2", "eth1 -> 10.0.1.2"}
+    assert {c.what for c in find(rep, "routing", status=dr.OK)} == {"eth0 -> 10.0.0.2", "eth1 -> 10.0.1.2"}
+    assert find(rep, "nics", "selection", dr.OK)
+
+
+def test_down_nic_and_missing_route_are_blocking():
+    ifaces = [IFACES[0], dr.Iface("eth0", 2, ["10.0.0.1/24"]),
+              dr.Iface("eth1", 3, ["10.0.1.1/24"], admin_up=True, carrier=False, operstate="LOWERLAYERDOWN")]
+
+    def route(dst, src):
+        return (None, "Network is unreachable") if src == "10.0.1.1" else ("eth0", "")
+
+    def probe(src, dst):
+        return (src == "10.0.0.1"), "No route to host"
+
+    rep = run(GOOD_NCCL, ifaces, peers=["10.0.0.2", "10.0.1.2"], route=route, probe=probe)
+    assert not rep.ok
+    fails = {(c.section, c.what) for c in rep.checks if c.status == dr.FAIL}
+    assert fails == {("nics", "eth1"), ("routing", "eth1 -> 10.0.1.2"), ("reach", "eth1 -> 10.0.1.2")}
+    assert "no carrier" in find(rep, "nics", "eth1")[0].detail
+    assert "Network is unreachable" in find(rep, "routing", "eth1 -> 10.0.1.2")[0].detail
+
+
+def test_route_through_the_wrong_nic():
+    rep = run(GOOD_NCCL, route=lambda dst, src: ("eth0", ""))
+    bad = find(rep, "routing", status=dr.FAIL)
+    assert [c.what for c in bad] == ["eth1 -> 10.0.1.2"]   # neighbour in eth1's own subnet
+    assert "leaves through eth0, not eth1" in bad[0].detail and "ip rule add from 10.0.1.1" in bad[0].fix
+
+
+def test_routed_peer_is_checked_from_every_nic_and_wrong_egress_warns():
+    rep = run(GOOD_NCCL, peers=["192.168.5.5"], route=lambda dst, src: ("eth0", ""))
+    assert [c.status for c in find(rep, "routing")] == [dr.OK, dr.WARN]
+    assert len(find(rep, "reach")) == 2
+
+
+def test_single_nic_warns_and_no_nic_fails():
+    rep = run(dict(GOOD_NCCL, RAILOVER_IFNAMES="=eth0"))
+    assert find(rep, "nics", "selection", dr.WARN) and rep.ok
+    rep = run(dict(GOOD_NCCL, RAILOVER_IFNAMES="=eth9"))
+    assert find(rep, "nics", "selection", dr.FAIL) and not rep.ok
+    rep = run(dict(GOOD_NCCL, RAILOVER_IFNAMES="ib"))
+    assert [c.what for c in rep.checks if c.status == dr.WARN and c.section == "nics"][:1] == ["ib0"]
+
+
+def test_bad_peer_raises():
+    with pytest.raises(ValueError):
+        run(GOOD_NCCL, peers=["not-an-ip"])
+
+
+@pytest.mark.parametrize("env,what,status,words", [
+    ({}, "NCCL_NET_PLUGIN", dr.FAIL, "unset"),
+    ({}, "NCCL_NET", dr.WARN, "silently falls back"),
+    (dict(GOOD_NCCL, NCCL_NET="IB"), "NCCL_NET", dr.FAIL, "not railover"),
+    (dict(GOOD_NCCL, NCCL_NET="RailOver"), "NCCL_NET", dr.OK, "fatal"),
+    (dict(GOOD_NCCL, NCCL_NET_PLUGIN="aws-ofi"), "NCCL_NET_PLUGIN", dr.FAIL, "another plugin"),
+    (dict(GOOD_NCCL, NCCL_NET_PLUGIN="none"), "NCCL_NET_PLUGIN", dr.FAIL, "another plugin"),
+    (dict(GOOD_NCCL, NCCL_NET_PLUGIN="railover,aws-ofi"), "NCCL_NET_PLUGIN", dr.WARN, "several plugins"),
+    (dict(GOOD_NCCL, NCCL_NET_PLUGIN_REF_COUNT="0"), "NCCL_NET_PLUGIN_REF_COUNT", dr.WARN, "issue 1978"),
+    (dict(GOOD_NCCL, NCCL_IB_HCA="mlx5_0", NCCL_IB_TIMEOUT="20"), "NCCL_IB_*", dr.INFO, "NCCL_IB_HCA, NCCL_IB_TIMEOUT"),
+])
+def test_nccl_settings(env, what, status, words):
+    rep = run(env)
+    hits = [c for c in find(rep, "nccl", what) if c.status == status]
+    assert hits and words in hits[0].detail, rep.checks
+
+
+def test_plugin_not_on_library_path():
+    rep = run(GOOD_NCCL, resolved=None)
+    c = find(rep, "nccl", "LD_LIBRARY_PATH", dr.FAIL)
+    assert c and "export LD_LIBRARY_PATH=/opt/railover" in c[0].fix
+
+
+def test_absolute_plugin_path_depends_on_the_nccl_release(tmp_path):
+    so = tmp_path / _paths.PLUGIN_FILE
+    so.write_text("")
+    env = dict(GOOD_NCCL, NCCL_NET_PLUGIN=str(so))
+    torch = lambda v: {"torch": "2.x", "nccl": v, "error": ""}  # noqa: E731
+    assert find(run(env, torch=torch([2, 27, 3])), "nccl", "NCCL_NET_PLUGIN", dr.FAIL)
+    assert find(run(env, torch=torch([2, 20, 5])), "nccl", "NCCL_NET_PLUGIN", dr.FAIL)
+    rep = run(env, torch=torch([2, 27, 5]))
+    assert find(rep, "nccl", "NCCL_NET_PLUGIN", dr.WARN) and rep.ok
+
+
+@pytest.mark.parametrize("version,abi", [((2, 18, 3), None), ((2, 19, 3), 7), ((2, 20, 5), 8), ((2, 23, 4), 8),
+                                          ((2, 24, 3), 9), ((2, 25, 1), 9), ((2, 26, 2), 10), ((2, 27, 7), 10),
+                                          ((2, 28, 9), 11), ((2, 29, 7), 11), ((2, 30, 7), 12), ((2, 31, 0), 12)])
+def test_nccl_version_to_abi(version, abi):
+    assert dr.nccl_abi(version) == abi
+
+
+def test_nccl_version_parsing():
+    assert dr.parse_nccl_version((2, 28, 9)) == [2, 28, 9]
+    assert dr.parse_nccl_version(22809) == [2, 28, 9]
+    assert dr.parse_nccl_version(2708) == [2, 7, 8]
+    assert dr.parse_nccl_version("x") is None
+
+
+def test_torch_nccl_version_checks():
+    t = lambda v: {"torch": "2.11.0", "nccl": v, "error": ""}  # noqa: E731
+    rep = run(GOOD_NCCL, torch=t([2, 28, 9]))
+    ok = find(rep, "nccl", "NCCL", dr.OK)
+    assert ok and "NCCL 2.28.9, which uses net ABI v11" in ok[0].detail
+    assert find(run(GOOD_NCCL, torch=t([2, 18, 1])), "nccl", "NCCL", dr.FAIL)
+    rep = run(GOOD_NCCL, torch=t([2, 28, 9]), plugin=dict(PLUGIN_OK, abi=[7, 8, 9, 10]))
+    assert find(rep, "plugin", "ABI", dr.FAIL)
+    assert find(run(GOOD_NCCL, torch=t([2, 23, 4])), "nccl", "NCCL", dr.INFO)
+    rep = run(dict(GOOD_NCCL, NCCL_NET_PLUGIN_REF_COUNT="0"), torch=t([2, 30, 3]))
+    assert not find(rep, "nccl", "NCCL_NET_PLUGIN_REF_COUNT")   # fixed in 2.30.3
+    assert find(run(GOOD_NCCL, torch={"torch": "2.13.0+cpu", "nccl": None, "error": "CPU"}), "nccl", "PyTorch", dr.INFO)
+
+
+def test_plugin_failures():
+    rep = run(GOOD_NCCL, plugin={"path": "/x.so", "loaded": False, "error": "undefined symbol: foo", "abi": []})
+    assert "undefined symbol" in find(rep, "plugin", status=dr.FAIL)[0].detail
+    rep = run(GOOD_NCCL, plugin={"path": "", "loaded": False, "error": "not found", "abi": []})
+    assert find(rep, "plugin", status=dr.FAIL)
+    rep = run(GOOD_NCCL, plugin=dict(PLUGIN_OK, foreign=["ncclTunerPlugin_v3"]))
+    assert find(rep, "plugin", "symbols", dr.WARN)
+
+
+def test_the_built_plugin_loads_and_exports_v7_to_v12(tmp_path):
+    info = dr.plugin_exports(_paths.plugin_path())
+    assert info["loaded"], info["error"]
+    assert info["abi"] == [7, 8, 9, 10, 11, 12]
+    assert info["foreign"] == []
+    bad = tmp_path / "libnccl-net-railover.so"
+    bad.write_text("not an ELF")
+    info = dr.plugin_exports(bad)
+    assert not info["loaded"] and info["error"]
+
+
+def test_ld_resolve_follows_library_path(tmp_path):
+    so = tmp_path / _paths.PLUGIN_FILE
+    so.write_text("")
+    assert dr.ld_resolve({"LD_LIBRARY_PATH": f"/nonexistent:{tmp_path}"}) == str(so)
+
+
+def test_torch_probe_reports_something():
+    r = dr.torch_nccl()
+    if r is None:
+        pytest.skip("PyTorch not installed")
+    assert r["torch"] and (r["nccl"] is not None or r["error"])
+
+
+def test_tcp_probe_answers_and_timeouts():
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+    try:
+        assert dr.tcp_probe("127.0.0.1", "127.0.0.1", port) == (True, f"TCP port {port} accepted")
+    finally:
+        srv.close()
+    ok, how = dr.tcp_probe("127.0.0.1", "127.0.0.1", port)   # closed now: a refusal is an answer
+    assert ok and "refused" in how
+    ok, how = dr.tcp_probe("127.0.0.1", "127.0.0.2", port, timeout_s=0.5)
+    assert ok   # 127/8 is local: refused too
+    ok, how = dr.tcp_probe("10.255.255.1", "127.0.0.1", port)   # cannot bind an address we do not have
+    assert not ok and how
+
+
+def test_doctor_cli_json_and_exit_code(monkeypatch):
+    facts = dr.Facts(env=dict(GOOD_NCCL), ifaces=IFACES, plugin=PLUGIN_OK, ld_resolve=PLUGIN_OK["path"])
+    monkeypatch.setattr(dr, "gather", lambda plugin=None, check_torch=True: facts)
+    monkeypatch.setattr(dr, "route_get", good_route)
+    r = CliRunner().invoke(app, ["doctor", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert doc["ok"] is True and any(c["section"] == "routing" for c in doc["checks"])
+    facts.env["RAILOVER_NSTREAMS"] = "0"
+    r = CliRunner().invoke(app, ["doctor"])
+    assert r.exit_code == 1
+    assert "RAILOVER_NSTREAMS='0' is not valid" in " ".join(r.output.split())
+    r = CliRunner().invoke(app, ["doctor", "--peer", "nonsense"])
+    assert r.exit_code == 2 and "bad --peer" in r.output

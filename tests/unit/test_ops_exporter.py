@@ -1,0 +1,153 @@
+"""railover.exporter: metric rendering over HTTP, monotonic counters across rewrites and
+process exits, the convergence histogram from journals."""
+from __future__ import annotations
+
+import urllib.request
+from typing import Dict, Tuple
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from railover import exporter as ex
+
+from ops_fixtures import append_events, comm, path, state, write_proc, write_state
+
+Samples = Dict[Tuple[str, Tuple[Tuple[str, str], ...]], float]
+
+
+def scrape(url: str) -> Samples:
+    with urllib.request.urlopen(url, timeout=5) as r:
+        assert r.status == 200
+        assert r.headers["Content-Type"].startswith("text/plain")
+        text = r.read().decode()
+    out: Samples = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def val(samples: Samples, name: str, **labels: str) -> float:
+    return samples[(name, tuple(sorted(labels.items())))]
+
+
+@pytest.fixture
+def setup(tmp_path):
+    proc, d, j = tmp_path / "proc", tmp_path / "state", tmp_path / "events.jsonl"
+    j.write_text("")
+    col = ex.RailoverCollector([d], [j], proc=proc)
+    srv = ex.Exporter(col, "127.0.0.1", 0)
+    yield proc, d, j, srv
+    srv.close()
+
+
+def test_binds_localhost_and_renders_every_metric(setup):
+    proc, d, j, srv = setup
+    assert srv.addr == "127.0.0.1" and srv.port > 0
+    write_proc(proc, 100, 5, {"RANK": "3"})
+    write_state(d, state(100, 5, [comm("1", failovers=2, failbacks=1, flaps=1, resent=4096),
+                                  comm("2", dir_="recv", active="eth1", primary="eth1",
+                                       paths=[path("eth1", "10.0.1.2", "active", True),
+                                              path("eth0", "10.0.0.2", "failed", False)])],
+                         nic_up={"eth0": False}))
+    s = scrape(srv.url)
+    assert val(s, "railover_failovers_total", rank="3", nic="eth0") == 2
+    assert val(s, "railover_failbacks_total", rank="3", nic="eth0") == 1
+    assert val(s, "railover_flaps_total", rank="3", nic="eth0") == 1
+    assert val(s, "railover_bytes_resent_total", rank="3", nic="eth0") == 4096
+    assert val(s, "railover_fatal_errors_total", rank="3", nic="eth1") == 0
+    assert val(s, "railover_nic_up", nic="eth0", addr="10.0.0.1", rail="0") == 0
+    assert val(s, "railover_nic_up", nic="eth1", addr="10.0.1.1", rail="1") == 1
+    assert val(s, "railover_pair_up", nic="eth0", peer="10.0.0.2") == 0
+    assert val(s, "railover_path_active", rank="3", comm="1", dir="send", nic="eth0", peer="10.0.0.2") == 1
+    assert val(s, "railover_path_active", rank="3", comm="1", dir="send", nic="eth1", peer="10.0.1.2") == 0
+    assert val(s, "railover_nic_paths", nic="eth0", state="failed") == 1
+    assert val(s, "railover_nic_paths", nic="eth1", state="active") == 1
+    assert val(s, "railover_comms", rank="3", health="ok") == 1
+    assert val(s, "railover_comms", rank="3", health="unprotected") == 1
+    assert val(s, "railover_processes", state="live") == 1
+    assert val(s, "railover_last_convergence_seconds", rank="3", comm="1", dir="send") == pytest.approx(0.0025)
+    assert val(s, "railover_convergence_seconds_count", event="failover") == 0
+
+
+def test_counters_stay_monotonic_across_rewrites_and_exits(setup):
+    proc, d, j, srv = setup
+    write_proc(proc, 200, 7, {"RANK": "0"})
+    write_state(d, state(200, 7, [comm("1", failovers=1), comm("2", failovers=2)]))
+    assert val(scrape(srv.url), "railover_failovers_total", rank="0", nic="eth0") == 3
+    # comm 2 was closed (vanishes from the file), comm 1 failed over again
+    write_state(d, state(200, 7, [comm("1", failovers=2)]))
+    assert val(scrape(srv.url), "railover_failovers_total", rank="0", nic="eth0") == 4
+    # the process exits: its file stays behind, stale; the counter keeps its value
+    (proc / "200" / "stat").unlink()
+    s = scrape(srv.url)
+    assert val(s, "railover_failovers_total", rank="0", nic="eth0") == 4
+    assert val(s, "railover_processes", state="stale") == 1
+    assert val(scrape(srv.url), "railover_failovers_total", rank="0", nic="eth0") == 4   # folded once only
+    # the next job's rank 0 adds to the same series
+    write_proc(proc, 201, 9, {"RANK": "0"})
+    write_state(d, state(201, 9, [comm("5", failovers=1)]))
+    assert val(scrape(srv.url), "railover_failovers_total", rank="0", nic="eth0") == 5
+    # the stale file is removed (railover status --prune): nothing is lost
+    (d / "railover-200.json").unlink()
+    assert val(scrape(srv.url), "railover_failovers_total", rank="0", nic="eth0") == 5
+
+
+def test_pid_reuse_starts_a_new_process_and_unknown_rank_uses_the_pid(setup):
+    proc, d, j, srv = setup
+    write_proc(proc, 300, 1)  # environ without a rank
+    write_state(d, state(300, 1, [comm("1", failovers=2)]))
+    assert val(scrape(srv.url), "railover_failovers_total", rank="pid:300", nic="eth0") == 2
+    write_proc(proc, 300, 2)  # same pid, another process
+    write_state(d, state(300, 2, [comm("1", failovers=1)]))
+    s = scrape(srv.url)
+    # the old process's file was overwritten before the exporter saw it stale: its comms are
+    # remembered under its own key, the new process adds its own
+    assert val(s, "railover_failovers_total", rank="pid:300", nic="eth0") == 3
+
+
+def test_stale_file_seen_first_is_counted_once(setup):
+    proc, d, j, srv = setup
+    write_state(d, state(400, 1, [comm("1", failovers=4, fatal=True)]))   # no /proc/400: dead before we started
+    for _ in range(3):
+        s = scrape(srv.url)
+        assert val(s, "railover_failovers_total", rank="pid:400", nic="eth0") == 4
+        assert val(s, "railover_fatal_errors_total", rank="pid:400", nic="eth0") == 1
+
+
+def test_convergence_histogram_and_event_counts_from_journals(setup):
+    proc, d, j, srv = setup
+    append_events(j, [{"t_us": 1, "pid": 1, "event": "failover", "comm": "1", "convergence_us": 3000},
+                      {"t_us": 2, "pid": 1, "event": "failover", "comm": "2", "convergence_us": 30000},
+                      {"t_us": 3, "pid": 1, "event": "failback", "comm": "1", "convergence_us": 500},
+                      {"t_us": 4, "pid": 1, "event": "nic_down", "nic": "eth0", "signal": "carrier lost"}],
+                  partial='{"t_us": 5, "pid": 1, "event": "failover", "convergence_us": 1')
+    s = scrape(srv.url)
+    assert val(s, "railover_convergence_seconds_count", event="failover") == 2
+    assert val(s, "railover_convergence_seconds_sum", event="failover") == pytest.approx(0.033)
+    assert val(s, "railover_convergence_seconds_bucket", event="failover", le="0.005") == 1
+    assert val(s, "railover_convergence_seconds_bucket", event="failover", le="0.05") == 2
+    assert val(s, "railover_convergence_seconds_bucket", event="failback", le="0.001") == 1
+    assert val(s, "railover_events_total", event="nic_down") == 1
+    with open(j, "a") as f:
+        f.write("0000000}\n")   # completes the partial line: 10 000 000 µs = 10 s
+    s = scrape(srv.url)
+    assert val(s, "railover_convergence_seconds_count", event="failover") == 3
+    assert val(s, "railover_convergence_seconds_bucket", event="failover", le="5.0") == 2
+    assert val(s, "railover_convergence_seconds_bucket", event="failover", le="10.0") == 3
+    assert val(s, "railover_events_total", event="failover") == 3
+
+
+def test_unreadable_state_file_is_counted_not_fatal(setup):
+    proc, d, j, srv = setup
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "railover-1.json").write_text("{")
+    s = scrape(srv.url)
+    assert val(s, "railover_state_read_errors_total") == 1
+    assert val(s, "railover_processes", state="live") == 0
+
+
+def test_port_in_use_is_an_oserror(setup):
+    proc, d, j, srv = setup
+    with pytest.raises(OSError):
+        ex.Exporter(ex.RailoverCollector([d]), "127.0.0.1", srv.port)

@@ -1,0 +1,147 @@
+"""`railover launch` (environment, conflicts, exec) and `railover drill` (refusal, report
+logic) without network namespaces."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from railover import _paths, drill as dl, envvars
+from railover.cli import app
+from railover.ops_cli import LaunchConflict, launch_env
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+DUMP = "import json, os; print(json.dumps(dict(os.environ)))"
+
+
+def test_launch_env_adds_ncclvars_and_keeps_the_users_railover_settings():
+    base = {"PATH": "/usr/bin", "LD_LIBRARY_PATH": "/opt/cuda/lib64", "RAILOVER_HOLD_DOWN_MS": "500",
+            "RAILOVER_IFNAMES": "=eth0,eth1"}
+    env, warnings = launch_env(base)
+    libdir = str(_paths.plugin_path().parent)
+    assert warnings == []
+    assert env["NCCL_NET"] == "railover" and env["NCCL_NET_PLUGIN"] == "railover"
+    assert env["NCCL_NET_PLUGIN_REF_COUNT"] == "1"
+    assert env["LD_LIBRARY_PATH"] == f"{libdir}:/opt/cuda/lib64"
+    assert env["RAILOVER_HOLD_DOWN_MS"] == "500" and env["RAILOVER_IFNAMES"] == "=eth0,eth1"
+    assert base == {"PATH": "/usr/bin", "LD_LIBRARY_PATH": "/opt/cuda/lib64", "RAILOVER_HOLD_DOWN_MS": "500",
+                    "RAILOVER_IFNAMES": "=eth0,eth1"}   # not modified in place
+    assert {k: v for k, v in env.items() if k.startswith("NCCL_")} == \
+        {k: v for k, v in envvars.nccl_env(base).items() if k.startswith("NCCL_")}
+
+
+def test_launch_env_keeps_an_explicit_ref_count_with_a_warning():
+    env, warnings = launch_env({"NCCL_NET_PLUGIN_REF_COUNT": "0"})
+    assert env["NCCL_NET_PLUGIN_REF_COUNT"] == "0" and "2.28/2.29" in warnings[0]
+    env, warnings = launch_env({"NCCL_NET": "railover", "NCCL_NET_PLUGIN": str(_paths.plugin_path())})
+    assert warnings == [] and env["NCCL_NET_PLUGIN"] == "railover"
+
+
+@pytest.mark.parametrize("base,words", [
+    ({"NCCL_NET": "IB"}, "NCCL_NET=IB selects another network"),
+    ({"NCCL_NET_PLUGIN": "aws-ofi"}, "NCCL_NET_PLUGIN=aws-ofi selects another plugin"),
+    ({"RAILOVER_NSTREAMS": "99"}, "RAILOVER_NSTREAMS='99' is not valid"),
+])
+def test_launch_env_refuses_conflicts_unless_forced(base, words):
+    with pytest.raises(LaunchConflict) as ei:
+        launch_env(base)
+    assert words in str(ei.value)
+    env, warnings = launch_env(base, force=True)
+    assert env["NCCL_NET"] == "railover" and env["NCCL_NET_PLUGIN"] == "railover"
+    assert any(words in w and "--force" in w for w in warnings)
+
+
+def _launch(args, extra_env=None):
+    env = dict(os.environ, PYTHONPATH=SRC, **(extra_env or {}))
+    return subprocess.run([sys.executable, "-m", "railover.cli", "launch"] + args, env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_launch_execs_the_command_with_the_environment():
+    cp = _launch(["--", sys.executable, "-c", DUMP], {"RAILOVER_STALL_MS": "70"})
+    assert cp.returncode == 0, cp.stderr
+    env = json.loads(cp.stdout)
+    assert env["NCCL_NET"] == "railover" and env["NCCL_NET_PLUGIN"] == "railover"
+    assert env["RAILOVER_STALL_MS"] == "70"
+    assert str(_paths.plugin_path().parent) in env["LD_LIBRARY_PATH"].split(":")
+
+
+def test_launch_passes_the_exit_code_and_options_of_the_command():
+    cp = _launch(["--", sys.executable, "-c", "import sys; sys.exit(7)", "--force"])
+    assert cp.returncode == 7
+
+
+def test_launch_refusals_and_missing_command():
+    cp = _launch(["--", "true"], {"NCCL_NET": "Socket"})
+    assert cp.returncode == 2 and "NCCL_NET=Socket selects another network" in cp.stderr and "--force" in cp.stderr
+    cp = _launch(["--force", "--", sys.executable, "-c", DUMP], {"NCCL_NET": "Socket"})
+    assert cp.returncode == 0 and json.loads(cp.stdout)["NCCL_NET"] == "railover" and "overridden" in cp.stderr
+    cp = _launch(["--", "no-such-command-railover"])
+    assert cp.returncode == 127 and "command not found" in cp.stderr
+
+
+def test_launch_dry_run_prints_the_changes():
+    r = CliRunner().invoke(app, ["launch", "--dry-run", "--", "torchrun", "train.py"])
+    assert r.exit_code == 0, r.output
+    assert "NCCL_NET=railover" in r.output and "exec: torchrun train.py" in r.output
+
+
+# --------------------------------------------------------------------------- drill
+
+def test_drill_refuses_without_yes():
+    r = CliRunner().invoke(app, ["drill", "--nic", "eth0", "--down-for", "5"])
+    assert r.exit_code == 2
+    out = " ".join(r.output.split())
+    assert "refusing to run" in out and "eth0" in out and "--yes" in out
+
+
+def test_drill_missing_nic_is_a_clear_error():
+    r = CliRunner().invoke(app, ["drill", "--nic", "norailovernic0", "--down-for", "1", "--yes"])
+    assert r.exit_code == 2 and "no interface named 'norailovernic0'" in r.output
+
+
+def test_drill_bad_duration():
+    with pytest.raises(dl.DrillError):
+        dl.run_drill("lo", 0)
+
+
+def _res(**kw):
+    r = dl.DrillResult(nic="eth0", netns=None, down_for_s=2.0, down_us=1_000_000, up_us=3_000_000,
+                       users=["rank 0"], journals=["/j"])
+    for k, v in kw.items():
+        setattr(r, k, v)
+    return r
+
+
+def test_drill_analysis_of_a_good_run():
+    evs = [{"t_us": 900_000, "pid": 1, "event": "pair_down", "nic": "eth0"},        # before the drill: ignored
+           {"t_us": 1_000_400, "pid": 1, "event": "nic_down", "nic": "eth0", "signal": "admin down"},
+           {"t_us": 1_001_000, "pid": 1, "event": "failover", "comm": "5", "to_nic": "eth1", "convergence_us": 600},
+           {"t_us": 1_002_000, "pid": 2, "event": "failover", "comm": "6", "to_nic": "eth1", "convergence_us": 900},
+           {"t_us": 4_100_000, "pid": 1, "event": "failback", "comm": "5", "to_nic": "eth0", "convergence_us": 300},
+           {"t_us": 4_200_000, "pid": 2, "event": "failback", "comm": "6", "to_nic": "eth0", "convergence_us": 300}]
+    r = dl.analyze(_res(), evs)
+    assert r.ok, r.problems
+    assert r.detection["event"] == "nic_down" and r.detection["since_down_ms"] == pytest.approx(0.4)
+    assert [e["since_down_ms"] for e in r.failovers] == [1.0, 2.0]
+    assert [e["since_up_ms"] for e in r.failbacks] == [1100.0, 1200.0]
+
+
+def test_drill_analysis_finds_the_problems():
+    r = dl.analyze(_res(), [])
+    assert not r.ok and any("did not notice" in p for p in r.problems) and any("no failover" in p for p in r.problems)
+    evs = [{"t_us": 1_000_400, "pid": 1, "event": "nic_down"},
+           {"t_us": 1_001_000, "pid": 1, "event": "failover", "comm": "5"},
+           {"t_us": 1_500_000, "pid": 1, "event": "fatal", "comm": "7", "message": "no usable path"}]
+    r = dl.analyze(_res(still_failed_over=["rank 0 comm 5"]), evs)
+    text = " | ".join(r.problems)
+    assert "no failback" in text and "pid 1 comm 5" in text and "no usable path" in text and "still on a standby" in text
+    r = dl.analyze(_res(users=[]), [])
+    assert r.problems == ["no running railover process used eth0: nothing to observe"]
+    r = dl.analyze(_res(journals=[]), [])
+    assert any("no event journal" in p for p in r.problems)

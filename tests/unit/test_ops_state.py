@@ -1,0 +1,192 @@
+"""railover.state: parsing state files, staleness, journals, summaries, `railover status`."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from railover import state as st
+from railover.cli import app
+
+from ops_fixtures import append_events, comm, state, write_proc, write_state
+
+
+def test_live_file_is_read_with_its_rank(tmp_path):
+    proc = tmp_path / "proc"
+    write_proc(proc, 4242, 777, {"RANK": "3", "PATH": "/bin"})
+    f = write_state(tmp_path / "s", state(4242, 777, [comm("1")]))
+    s = st.read_state_file(f, proc)
+    assert not s.stale and s.stale_reason == ""
+    assert s.rank == "3" and s.label == "rank 3"
+    assert s.key == (4242, 777) and s.host == "node1"
+    assert [n["name"] for n in s.nics] == ["eth0", "eth1"]
+
+
+def test_rank_falls_back_to_other_launchers_and_to_unknown(tmp_path):
+    proc = tmp_path / "proc"
+    write_proc(proc, 1, 5, {"SLURM_PROCID": "7"})
+    write_proc(proc, 2, 5, {"OMPI_COMM_WORLD_RANK": "2", "SLURM_PROCID": "9"})
+    write_proc(proc, 3, 5, {"RANK": "not-a-number"})
+    write_proc(proc, 4, 5)  # environ unreadable/missing
+    assert st.process_rank(1, proc) == "7"
+    assert st.process_rank(2, proc) == "2"
+    assert st.process_rank(3, proc) is None
+    assert st.process_rank(4, proc) is None
+
+
+def test_exited_process_is_stale(tmp_path):
+    f = write_state(tmp_path / "s", state(4243, 777, [comm("1")]))
+    s = st.read_state_file(f, tmp_path / "proc")
+    assert s.stale and "4243 has exited" in s.stale_reason
+    assert s.rank is None
+
+
+def test_reused_pid_is_stale(tmp_path):
+    proc = tmp_path / "proc"
+    write_proc(proc, 4244, 999)  # same pid, started later: another process
+    s = st.read_state_file(write_state(tmp_path / "s", state(4244, 777, [])), proc)
+    assert s.stale and "another process" in s.stale_reason and "999 != 777" in s.stale_reason
+
+
+def test_staleness_against_the_real_procfs(tmp_path):
+    me = os.getpid()
+    start = st.proc_start_time(me)
+    assert start is not None and start > 0
+    live = st.read_state_file(write_state(tmp_path, state(me, start, [])))
+    wrong = st.read_state_file(write_state(tmp_path / "b", state(me, start + 1, [])))
+    assert not live.stale and wrong.stale
+
+
+@pytest.mark.parametrize("content,msg", [
+    ("{not json", "not valid JSON"),
+    (json.dumps({"version": 2, "pid": 1}), "schema version 2"),
+    (json.dumps({"version": 1, "pid": 1, "nics": [], "comms": []}), "'totals' missing"),
+    (json.dumps([1, 2]), "not a JSON object"),
+])
+def test_bad_files_raise_a_clear_error(tmp_path, content, msg):
+    f = tmp_path / "railover-1.json"
+    f.write_text(content)
+    with pytest.raises(st.StateFileError) as ei:
+        st.read_state_file(f, tmp_path / "proc")
+    assert msg in str(ei.value) and str(f) in str(ei.value)
+
+
+def test_read_dirs_collects_errors_and_ignores_other_files(tmp_path):
+    proc = tmp_path / "proc"
+    write_proc(proc, 10, 1)
+    d = tmp_path / "s"
+    write_state(d, state(10, 1, [comm("1")]))
+    write_state(d, state(11, 1, []))                  # stale
+    (d / "railover-12.json").write_text("garbage")    # unreadable
+    (d / "railover-13.json.tmp").write_text("{}")     # a write in progress: not a state file
+    (d / "other.json").write_text("{}")
+    states, errors = st.read_state_dirs([d, tmp_path / "missing"], proc)
+    assert [(s.pid, s.stale) for s in states] == [(10, False), (11, True)]
+    assert len(errors) == 1 and "railover-12.json" in errors[0]
+
+
+def test_prune_removes_only_stale_files(tmp_path):
+    proc = tmp_path / "proc"
+    write_proc(proc, 10, 1)
+    d = tmp_path / "s"
+    keep = write_state(d, state(10, 1, []))
+    gone = write_state(d, state(11, 1, []))
+    assert st.prune_stale([d], proc) == [gone]
+    assert keep.exists() and not gone.exists()
+
+
+def test_default_state_dirs_follow_the_plugin_rules(tmp_path):
+    assert st.default_state_dirs({"RAILOVER_STATE_DIR": str(tmp_path)}) == [tmp_path]
+    assert st.default_state_dirs({"RAILOVER_STATE_DIR": ""}) == []   # "" turns the writer off
+    dirs = st.default_state_dirs({})
+    assert dirs[0] == Path("/run/railover")
+    assert all(p.name.startswith("railover-") for p in dirs[1:])
+
+
+def test_journal_tail_returns_each_complete_line_once(tmp_path):
+    j = tmp_path / "j.jsonl"
+    append_events(j, [{"t_us": 5, "pid": 1, "event": "nic_down", "nic": "eth0"}], partial='{"t_us": 6, "pid"')
+    tail = st.JournalTail()
+    assert [e["event"] for e in tail.poll([j])] == ["nic_down"]
+    assert tail.poll([j]) == []                     # partial line not yet complete
+    with open(j, "a") as f:
+        f.write(': 1, "event": "failover", "comm": "9"}\n')
+    got = tail.poll([j])
+    assert [(e["t_us"], e["event"]) for e in got] == [(6, "failover")]
+    j.write_text(json.dumps({"t_us": 1, "pid": 2, "event": "nic_up"}) + "\n")   # truncated and rewritten
+    assert [e["event"] for e in tail.poll([j])] == ["nic_up"]
+
+
+def test_journal_files_resolve_pid_patterns_and_directories(tmp_path):
+    proc = tmp_path / "proc"
+    write_proc(proc, 21, 1)
+    write_proc(proc, 22, 1)
+    jd = tmp_path / "jdir"
+    jd.mkdir()
+    (jd / "railover-21.jsonl").write_text("")
+    (tmp_path / "ev-22.jsonl").write_text("")
+    (tmp_path / "extra.jsonl").write_text("")
+    d = tmp_path / "s"
+    write_state(d, state(21, 1, [], event_log=str(jd)))
+    write_state(d, state(22, 1, [], event_log=str(tmp_path / "ev-%p.jsonl")))
+    states, _ = st.read_state_dirs([d], proc)
+    files = st.journal_files(states, [tmp_path / "extra.jsonl", tmp_path / "nothing.jsonl"])
+    assert files == [jd / "railover-21.jsonl", tmp_path / "ev-22.jsonl", tmp_path / "extra.jsonl"]
+
+
+def test_comm_health_words():
+    assert st.comm_health(comm("1")) == "ok"
+    assert st.comm_health(comm("1", active="eth1")) == "failed-over"
+    assert st.comm_health(comm("1", fatal=True)) == "fatal"
+    lonely = comm("1", paths=[{"nic": "eth0", "peer": "p", "state": "active"}, {"nic": "eth1", "peer": "q", "state": "failed"}])
+    assert st.comm_health(lonely) == "unprotected"
+    assert st.comm_health(comm("1", active="")) == "down"
+
+
+def test_snapshot_summarises_nics_comms_and_events(tmp_path):
+    proc = tmp_path / "proc"
+    write_proc(proc, 31, 1, {"RANK": "0"})
+    j = tmp_path / "ev.jsonl"
+    now = st.now_us()
+    append_events(j, [{"t_us": now - 2_000_000, "pid": 31, "event": "nic_down", "nic": "eth0", "signal": "carrier lost"},
+                      {"t_us": now - 1_999_000, "pid": 31, "event": "failover", "comm": "7", "to_nic": "eth1",
+                       "peer": "10.0.1.2", "convergence_us": 800, "bytes_resent": 4096}])
+    d = tmp_path / "s"
+    write_state(d, state(31, 1, [comm("7", active="eth1", failovers=1, resent=4096), comm("8", dir_="recv")],
+                         event_log=str(j), nic_up={"eth0": False}))
+    write_state(d, state(32, 1, [comm("9", failovers=5)]))  # stale: not in totals
+    snap = st.snapshot([d], events=10, proc=proc)
+    assert snap["totals"]["processes"] == 1 and snap["totals"]["stale_processes"] == 1
+    assert snap["totals"]["failovers"] == 1 and snap["totals"]["failed_over"] == 1
+    nics = {n["name"]: n for n in snap["hosts"]["node1"]["nics"]}
+    assert nics["eth0"]["up"] is False and nics["eth0"]["pairs_down"] == ["10.0.0.2"]
+    assert nics["eth1"]["active"] == 1 and nics["eth0"]["active"] == 1   # comm 7 on eth1, comm 8 on eth0
+    assert nics["eth0"]["failed"] == 1 and nics["eth1"]["standby"] == 1
+    assert [e["event"] for e in snap["events"]] == ["nic_down", "failover"]
+    assert 1.9 <= snap["events"][0]["age_s"] <= 60 and snap["events"][0]["rank"] == "0"
+    assert "convergence=0.8ms" in st.format_event(snap["events"][1])
+
+
+def test_status_cli_table_and_json(tmp_path, monkeypatch):
+    me = os.getpid()
+    d = tmp_path / "s"
+    j = tmp_path / "ev.jsonl"
+    append_events(j, [{"t_us": st.now_us(), "pid": me, "event": "failover", "comm": "7", "to_nic": "eth1",
+                       "peer": "10.0.1.2", "convergence_us": 800, "bytes_resent": 0}])
+    write_state(d, state(me, st.proc_start_time(me), [comm("7", active="eth1", failovers=1)], event_log=str(j)))
+    write_state(d, state(1 << 22, 1, []))
+    r = CliRunner().invoke(app, ["status", "--state-dir", str(d), "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    procs = doc["hosts"]["node1"]["processes"]
+    assert [p["stale"] for p in procs] == [False, True]
+    assert procs[0]["comms"][0]["health"] == "failed-over"
+    r = CliRunner().invoke(app, ["status", "--state-dir", str(d)])
+    assert r.exit_code == 0, r.output
+    for text in ("eth0", "eth1", "failed-over", "failover", "stale state file", "has exited"):
+        assert text in r.output, r.output
+    r = CliRunner().invoke(app, ["status", "--state-dir", str(d), "--prune"])
+    assert r.exit_code == 0 and not (d / f"railover-{1 << 22}.json").exists()
