@@ -185,6 +185,7 @@ static bool handleAddrToSockaddr(const wire::HandleAddr& a, sockaddr_storage* ou
 SendLink* SendLink::create(int dev, const wire::Handle& h, std::string* err) {
   auto& rt = Runtime::get();
   auto* l = new SendLink();
+  l->createdUs = nowUs();
   l->dev_ = dev;
   l->handle_ = h;
   l->secret = h.secret;
@@ -331,14 +332,16 @@ void SendLink::failPath(Path& p, const std::string& why, uint64_t now) {
   p.backoffMs = p.backoffMs ? std::min<uint32_t>(p.backoffMs * 2, cfg.backoffMaxMs) : 100;
   p.nextAttemptUs = now + (uint64_t)p.backoffMs * 1000;
   if (wasUsable) {
+    // Detection as the engine saw it (active path): from its last data progress to the verdict.
+    uint64_t detect = wasActive && now > lastProgressUs_ ? now - lastProgressUs_ : 0;
     journalAppend("path_down", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"send\",\"nic\":" +
                                    jsonStr(nicName(p.localNic)) + ",\"peer\":" + jsonStr(addrToString(p.remote)) +
-                                   ",\"cause\":" + jsonStr(why) + ",\"active\":" + (wasActive ? "true" : "false"));
+                                   ",\"cause\":" + jsonStr(why) + ",\"active\":" + (wasActive ? "true" : "false") +
+                                   ",\"detection_us\":" + std::to_string(detect));
   }
   if (!wasActive) return;
   active = -1;
   faultUs_ = now;
-  // Detection time as the engine saw it: from the last data progress on the path to the verdict.
   counters.lastDetectUs = now > lastProgressUs_ ? now - lastProgressUs_ : 0;
   int next = pickStandby();
   if (next >= 0) {
@@ -360,6 +363,9 @@ int SendLink::pickStandby() const {
   const Path& pr = paths[primary];
   uint64_t now = nowUs();
   if (usable(pr) && (pr.failedAtUs == 0 || now - pr.upSinceUs >= (uint64_t)holdDownOf(pr) * 1000)) return primary;
+  // At connect, give the primary a moment to finish before settling for a standby (which
+  // would mean a failback right after connect).
+  if (active < 0 && counters.resumes == 0 && pr.state == PathState::kConnecting && now - createdUs < 1000000) return -1;
   // Spread comms over the surviving NICs: rotate the start by the comm's secret.
   int n = (int)paths.size();
   for (int k = 0; k < n; ++k) {

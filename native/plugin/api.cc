@@ -132,7 +132,6 @@ ncclResult_t connect(int dev, void* handle, void** sendComm) {
       return ncclInvalidArgument;
     }
     l = SendLink::create(dev, h, &err);
-    l->createdUs = nowUs();
     memcpy(hb + kStageOffset, &l, sizeof(l));
   }
   if (l->ready() && !l->fatal) {

@@ -44,6 +44,8 @@ workload and sizes (nccl-tests style; sizes accept 8, 64K, 1M, 256M, 1G):
   --contexts K             plugin init contexts, channel c uses context c%K (default 1;
                            v11+: one init(ctx) per context; <=v10: NCCL-style shim contexts)
   --dev D                  plugin device for listen/connect (default 0)
+  --dev-spread             channel c uses device (D + c) % ndev, as NCCL spreads channels
+                           over NICs (default: every channel on device D)
   --slot-size SIZE         SIMPLE step size = receive size posted (default 512K)
   --ll-slot SIZE           LL step size (default 64K)
   --ll-max SIZE            sizes up to this use LL steps with the optional-completion
@@ -64,7 +66,16 @@ plugin and life cycle:
 timed run (failover timelines):
   --duration SECONDS       run the -b size repeatedly for this long (rank 0 keeps time)
   --timeseries FILE        bytes received per 1 ms bucket + per-iteration latency
-                           (.csv → CSV, otherwise JSON lines; %r = rank)
+                           (.csv → CSV, otherwise JSON lines; %r = rank); in a sweep
+                           (no --duration): per-iteration latency of the timed iterations
+  --stop-file PATH         rank 0 ends the timed run as soon as PATH exists (checked every
+                           10 ms); --duration stays the upper bound
+
+benchmark helpers:
+  --hold SECONDS           after the run, keep every comm connected and idle (no request in
+                           flight, progress thread parked) for SECONDS before closing
+  --pause-recv R:AT:FOR    timed run: rank R's progress thread stops posting and testing
+                           receives AT s after the start, for FOR s (sends go on)
 
 output and limits:
   --json FILE              machine-readable results (%r = rank; without %r only rank 0)
@@ -162,9 +173,24 @@ Options parseArgs(int argc, char** argv) {
     else if (k == "-n" || k == "--iters") o.iters = int(intVal(0, 1L << 30));
     else if (k == "-w" || k == "--warmup") o.warmup = int(intVal(0, 1L << 30));
     else if (k == "-c" || k == "--check") o.check = intVal(0, 1) != 0;
-    else if (k == "--channels") o.channels = int(intVal(1, 64));
+    else if (k == "--channels") o.channels = int(intVal(1, 1024));
     else if (k == "--contexts") o.contexts = int(intVal(1, 64));
     else if (k == "--dev") o.dev = int(intVal(0, 1 << 16));
+    else if (k == "--dev-spread") o.devSpread = true;
+    else if (k == "--stop-file") o.stopFile = val();
+    else if (k == "--hold") o.holdS = secVal();
+    else if (k == "--pause-recv") {
+      std::string pv = val();
+      size_t a = pv.find(':'), b = a == std::string::npos ? a : pv.find(':', a + 1);
+      long r;
+      double at, dur;
+      if (b == std::string::npos || !parseInt(pv.substr(0, a), 0, 1 << 20, &r) ||
+          !parseSeconds(pv.substr(a + 1, b - a - 1), &at) || !parseSeconds(pv.substr(b + 1), &dur) || dur <= 0)
+        usageError("bad value for --pause-recv: " + pv + " (expected RANK:AT_SECONDS:FOR_SECONDS)");
+      o.pauseRecvRank = int(r);
+      o.pauseRecvAtS = at;
+      o.pauseRecvForS = dur;
+    }
     else if (k == "--slot-size") o.slotBytes = sizeVal();
     else if (k == "--ll-slot") o.llSlotBytes = sizeVal();
     else if (k == "--ll-max") o.llMax = sizeVal();
@@ -194,7 +220,8 @@ Options parseArgs(int argc, char** argv) {
   for (size_t s : {o.slotBytes, o.llSlotBytes})
     if (s < 8 || s % 8 || s > kIntAbiMaxMessage) usageError("slot sizes must be multiples of 8 between 8 B and 1 GiB");
   if (o.minBytes > o.maxBytes && o.duration <= 0) usageError("-b must not exceed -e");
-  if (!o.timeseries.empty() && o.duration <= 0) usageError("--timeseries needs --duration");
+  if (!o.stopFile.empty() && o.duration <= 0) usageError("--stop-file needs --duration");
+  if (o.pauseRecvRank >= 0 && o.duration <= 0) usageError("--pause-recv needs --duration");
   if (o.opTimeout <= 0) usageError("--op-timeout must be > 0");
   if (o.duration <= 0 && o.iters < 1) usageError("-n must be >= 1");
   return o;
@@ -280,7 +307,7 @@ int main(int argc, char** argv) {
   }
   int code = exitCodeNow();
   printFooter(o, st);
-  if (o.duration > 0) writeTimeseries(outputPath(o.timeseries, o.rank), st);
+  writeTimeseries(outputPath(o.timeseries, o.rank), st);  // "" (no --timeseries): nothing
   wd.stop();
   writeJson(jsonPath, o, net, st, code);
   rv.stop();

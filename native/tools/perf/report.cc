@@ -167,10 +167,12 @@ bool writeJson(const std::string& path, const Options& o, Plugin& net, RunState&
               (unsigned long long)net.nulls(kFnConnect), (unsigned long long)net.nulls(kFnAccept),
               (unsigned long long)net.nulls(kFnIsend), (unsigned long long)net.nulls(kFnIrecv));
     j += strf("\"plugin_init_calls\": %llu, \"profiler_events\": %llu, \"reconnects\": %llu, \"conns_opened\": %llu, \"bytes_received\": %llu, "
-              "\"max_inflight\": %d, \"left_inflight_at_close\": %llu},\n",
+              "\"max_inflight\": %d, \"left_inflight_at_close\": %llu, \"setup_us\": %llu, \"hold_start_us\": %llu, "
+              "\"hold_end_us\": %llu},\n",
               (unsigned long long)pluginInitCalls(), (unsigned long long)profilerEvents(), (unsigned long long)st.reconnects,
               (unsigned long long)st.connsOpened, (unsigned long long)st.bytesReceived, st.maxInflight,
-              (unsigned long long)st.leftInflight);
+              (unsigned long long)st.leftInflight, (unsigned long long)st.setupUs, (unsigned long long)st.holdStartUs,
+              (unsigned long long)st.holdEndUs);
     std::string tsPath = outputPath(o.timeseries, o.rank);
     if (o.duration > 0)
       j += strf("  \"timeseries\": {\"path\": %s, \"t0_us\": %llu, \"end_us\": %llu, \"iterations\": %zu}\n",
@@ -208,13 +210,14 @@ bool writeTimeseries(const std::string& path, RunState& st) {
     else fprintf(f, "{\"kind\": \"bytes\", \"t_us\": %llu, \"bytes\": %llu}\n", t, b);
   }
   for (auto& it : st.iterRecords) {
+    // iter records: the bytes column holds the iteration's message size.
     if (csv)
-      fprintf(f, "iter,%llu,,%llu,%llu,%llu\n", (unsigned long long)it.startUs, (unsigned long long)it.iter,
-              (unsigned long long)it.latUs, (unsigned long long)it.wrong);
+      fprintf(f, "iter,%llu,%llu,%llu,%llu,%llu\n", (unsigned long long)it.startUs, (unsigned long long)it.bytes,
+              (unsigned long long)it.iter, (unsigned long long)it.latUs, (unsigned long long)it.wrong);
     else
-      fprintf(f, "{\"kind\": \"iter\", \"t_us\": %llu, \"iter\": %llu, \"lat_us\": %llu, \"wrong\": %llu}\n",
+      fprintf(f, "{\"kind\": \"iter\", \"t_us\": %llu, \"iter\": %llu, \"lat_us\": %llu, \"wrong\": %llu, \"bytes\": %llu}\n",
               (unsigned long long)it.startUs, (unsigned long long)it.iter, (unsigned long long)it.latUs,
-              (unsigned long long)it.wrong);
+              (unsigned long long)it.wrong, (unsigned long long)it.bytes);
   }
   bool ok = fclose(f) == 0;
   if (!ok) logError("cannot write %s: %s", path.c_str(), strerror(errno));

@@ -22,14 +22,17 @@
 //    "stopped_early":null|"...",
 //    "stats":{"calls":{fn:n},"null_returns":{"connect","accept","isend","irecv"},
 //             "plugin_init_calls" (the plugin's own init calls), "profiler_events","reconnects",
-//             "conns_opened","bytes_received","max_inflight","left_inflight_at_close"},
+//             "conns_opened","bytes_received","max_inflight","left_inflight_at_close",
+//             "setup_us" (listen..connect/accept of every comm of the first communicator),
+//             "hold_start_us","hold_end_us" (--hold window, CLOCK_MONOTONIC µs; 0 without)},
 //    "timeseries":null|{"path","t0_us","end_us","iterations"}}
 //
-// Time series (--timeseries FILE, duration mode): ".csv" → CSV with header
+// Time series (--timeseries FILE): ".csv" → CSV with header
 // "kind,t_us,bytes,iter,lat_us,wrong"; anything else → JSON lines. Two record kinds:
 //   bytes: t_us = start of a 1 ms bucket (CLOCK_MONOTONIC µs), bytes = bytes received in it
-//          (every bucket from the start to the end of the run, zeros included);
-//   iter:  t_us = iteration start, iter = index, lat_us = its duration, wrong = wrong bytes.
+//          (every bucket from the start to the end of the run, zeros included; timed runs only);
+//   iter:  t_us = iteration start, iter = index, lat_us = its duration, wrong = wrong bytes,
+//          bytes = the iteration's message size (sweeps: the timed iterations of every size).
 //
 // Thread-safety: printing/writing functions take RunState::mu; call from one thread at a time
 // (the watchdog may call writeJson while the main thread is blocked in the plugin).
