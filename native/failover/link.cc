@@ -196,6 +196,7 @@ SendLink* SendLink::create(int dev, const wire::Handle& h, std::string* err) {
     p.localNic = localNic;
     p.rail = rt.nics[localNic].rail;
     handleAddrToSockaddr(h.addrs[remoteIdx], &p.remote, &p.remoteLen);
+    if (Health* hl = Health::get()) hl->remapRemote(&p.remote);
     p.holdDownMs = rt.cfg.holdDownMs;
     p.state = PathState::kFailed;  // startConnect() moves it on
     if (Health* hl = Health::get()) p.pairId = hl->registerPair(localNic, p.remote, p.remoteLen);
@@ -256,6 +257,7 @@ void SendLink::startConnect(Path& p, uint64_t now) {
   p.streams.resize(nStreams);
   p.state = PathState::kConnecting;
   p.attemptStartUs = now;
+  if (Health* hl = Health::get()) hl->remapRemote(&p.remote);  // the peer's NIC may have moved
   for (auto& s : p.streams) {
     std::string err;
     s.conn = rt.transport->connect(p.localNic, p.remote, p.remoteLen, &err);

@@ -30,6 +30,7 @@ constexpr int kMaxPairs = 4096;
 constexpr int kMaxNics = 16;
 constexpr uint8_t kFlagBig = 1;     // full-size probe (size-dependent loss check)
 constexpr uint8_t kFlagNotice = 2;  // "my NIC with this address is down"
+constexpr uint8_t kFlagAddrChange = 4;  // "my NIC moved from this address to that one"
 constexpr size_t kBigProbeBytes = 4000;
 
 struct Pair {
@@ -47,6 +48,26 @@ struct Pair {
   std::atomic<bool> burst{false};
   std::string cause;  // guarded by Monitor::mu
 };
+
+void (*gAddrHook)(int, const sockaddr_storage&, socklen_t) = nullptr;
+
+void putAddr(uint8_t* out, const sockaddr_storage& a) {
+  if (a.ss_family == AF_INET) memcpy(out, &((const sockaddr_in&)a).sin_addr, 4);
+  else memcpy(out, &((const sockaddr_in6&)a).sin6_addr, 16);
+}
+void getAddr(const uint8_t* in, int fam, sockaddr_storage* a) {
+  memset(a, 0, sizeof(*a));
+  a->ss_family = fam == 4 ? AF_INET : AF_INET6;
+  if (fam == 4) memcpy(&((sockaddr_in*)a)->sin_addr, in, 4);
+  else memcpy(&((sockaddr_in6*)a)->sin6_addr, in, 16);
+}
+uint16_t portOf(const sockaddr_storage& a) {
+  return ntohs(a.ss_family == AF_INET ? ((const sockaddr_in&)a).sin_port : ((const sockaddr_in6&)a).sin6_port);
+}
+void setPortOf(sockaddr_storage* a, uint16_t port) {
+  if (a->ss_family == AF_INET) ((sockaddr_in*)a)->sin_port = htons(port);
+  else ((sockaddr_in6*)a)->sin6_port = htons(port);
+}
 
 struct NicState {
   std::atomic<bool> up{true};
@@ -72,7 +93,9 @@ class Monitor : public Health {
   int nNics = 0;
   NicState nicState[kMaxNics];
   Pair pairs[kMaxPairs];
-  std::mutex mu;
+  mutable std::mutex mu;
+  std::vector<std::pair<sockaddr_storage, sockaddr_storage>> remaps;  // peer NIC old -> new endpoint
+  std::vector<uint16_t> ports;
   int nl = -1;
   uint64_t nextProbeUs = 0;
   uint64_t probeSeq = 0;
@@ -123,6 +146,46 @@ class Monitor : public Health {
       sendNotices(i);
     }
     bump();
+  }
+
+  // A local NIC moved to a new address: re-open its probe socket and listener there and tell
+  // every peer (over every NIC) where it went, so their reconnects and probes follow it.
+  void onLocalAddrChange(int i, const sockaddr_storage& oldA, const sockaddr_storage& newA, socklen_t len, uint64_t now) {
+    std::string err;
+    int fd = tcp::udpOn(newA, len, ports[i], nics[i].name, &err);
+    if (fd >= 0) {
+      if (nicState[i].udp >= 0) {
+        epoll_ctl(ep_, EPOLL_CTL_DEL, nicState[i].udp, nullptr);
+        ::close(nicState[i].udp);
+      }
+      nicState[i].udp = fd;
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.u32 = (uint32_t)i;
+      epoll_ctl(ep_, EPOLL_CTL_ADD, fd, &ev);
+    } else {
+      RO_WARN("railover: cannot re-open the probe socket of NIC %s on %s: %s", nics[i].name.c_str(),
+              addrToString(newA).c_str(), err.c_str());
+    }
+    if (gAddrHook) gAddrHook(i, newA, len);
+    uint8_t buf[wire::kFrameBytes + 40] = {};
+    wire::Frame f;
+    f.type = wire::kProbe;
+    f.flags = kFlagAddrChange;
+    f.len = 40;
+    wire::encodeFrame(f, buf);
+    uint8_t* b = buf + wire::kFrameBytes;
+    b[0] = newA.ss_family == AF_INET ? 4 : 6;
+    putAddr(b + 4, oldA);
+    putAddr(b + 20, newA);
+    b[36] = (uint8_t)(ports[i] & 0xff), b[37] = (uint8_t)(ports[i] >> 8);
+    std::lock_guard<std::mutex> g(mu);
+    for (auto& p : pairs)
+      if (p.used && nicState[p.nic].udp >= 0)
+        sendto(nicState[p.nic].udp, buf, sizeof(buf), MSG_DONTWAIT, (sockaddr*)&p.remote, p.len);
+    journalAppend("nic_addr_change", "\"nic\":" + jsonStr(nics[i].name) + ",\"old\":" + jsonStr(addrToString(oldA)) +
+                                         ",\"new\":" + jsonStr(addrToString(newA)));
+    (void)now;
   }
 
   // Bilateral detection: tell every peer, over our surviving NICs, that NIC `down` is gone.
@@ -177,6 +240,30 @@ class Monitor : public Health {
         std::lock_guard<std::mutex> g(mu);
         for (auto& p : pairs)
           if (p.used && sameIp(p.remote, gone)) setPairDown(p, "peer reported its NIC " + addrToString(gone) + " down", now, true);
+        continue;
+      }
+      if (f.type == wire::kProbe && (f.flags & kFlagAddrChange)) {
+        if ((size_t)n < wire::kFrameBytes + 40) continue;
+        const uint8_t* b = buf + wire::kFrameBytes;
+        sockaddr_storage oldA, newA;
+        getAddr(b + 4, b[0], &oldA);
+        getAddr(b + 20, b[0], &newA);
+        uint16_t port = (uint16_t)(b[36] | (b[37] << 8));
+        setPortOf(&oldA, port);
+        setPortOf(&newA, port);
+        std::lock_guard<std::mutex> g(mu);
+        bool known = false;
+        for (auto& r : remaps) {
+          if (sameEndpoint(r.second, oldA)) r.second = newA;  // chains: a -> b -> c
+          known |= sameEndpoint(r.first, oldA);
+        }
+        if (!known) remaps.push_back({oldA, newA});
+        for (auto& p : pairs)
+          if (p.used && sameEndpoint(p.remote, oldA)) p.remote = newA;
+        journalAppend("peer_addr_change", "\"old\":" + jsonStr(addrToString(oldA)) + ",\"new\":" +
+                                              jsonStr(addrToString(newA)) + ",\"port\":" + std::to_string(port));
+        RO_INFO(RO_SUBSYS_NET, "railover: peer NIC moved %s -> %s", addrToString(oldA).c_str(), addrToString(newA).c_str());
+        bump();
         continue;
       }
       if (f.type == wire::kProbe) {  // answer with the same size, so big probes test both directions
@@ -259,6 +346,7 @@ class Monitor : public Health {
                 RO_WARN("railover: NIC %s address changed %s -> %s; re-learned", nics[i].name.c_str(),
                         addrToString(old).c_str(), addrToString(a).c_str());
                 nics[i].setAddr(a, l);
+                onLocalAddrChange(i, old, a, l, now);
               }
             }
             setNic(i, nicState[i].linkUp, has, has ? "address added" : "address removed", now);
@@ -276,12 +364,23 @@ class Monitor : public Health {
   std::string pairDownCause(int id) const override;
   void requestBurst(int id) override;
   std::string pairsJson() const override;
+  void remapRemote(sockaddr_storage* remote) const override {
+    std::lock_guard<std::mutex> g(mu);
+    for (auto& r : remaps)
+      if (sameEndpoint(r.first, *remote)) {
+        *remote = r.second;
+        return;
+      }
+  }
+
+  int ep_ = -1;
 
   void run() {
     // Detection must not starve behind busy-polling progress threads: best effort, a higher
     // priority for this (mostly sleeping) thread; silently kept at normal without privilege.
     setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), -10);
     int ep = epoll_create1(EPOLL_CLOEXEC);
+    ep_ = ep;
     epoll_event ev{};
     ev.events = EPOLLIN;
     if (nl >= 0) {
@@ -337,6 +436,7 @@ void Health::start(const Config& cfg, Nic* nics, int nNics, const uint16_t* port
   m->cfg = cfg;
   m->nics = nics;
   m->nNics = std::min(nNics, kMaxNics);
+  m->ports.assign(ports, ports + m->nNics);
   for (int i = 0; i < m->nNics; ++i) {
     socklen_t l;
     sockaddr_storage a = nics[i].getAddr(&l);
@@ -370,6 +470,7 @@ void Health::start(const Config& cfg, Nic* nics, int nNics, const uint16_t* port
 
 Health* Health::get() { return gHealth.load(std::memory_order_acquire); }
 void Health::install(Health* h) { gHealth.store(h, std::memory_order_release); }
+void Health::setAddrChangeHook(void (*hook)(int, const sockaddr_storage&, socklen_t)) { gAddrHook = hook; }
 
 bool Monitor::nicUp(int nic) const {
   auto* m = this;

@@ -45,6 +45,12 @@ class Health {
   virtual std::string pairDownCause(int id) const = 0;
   // The active path on this pair made no progress for a while: probe now, with full-size probes.
   virtual void requestBurst(int id) = 0;
+  // A peer moved one of its NICs to a new address (its notice): rewrite `remote` (IP + port)
+  // to where that NIC is now, so reconnects and probes go there. No-op when unknown.
+  virtual void remapRemote(sockaddr_storage* remote) const {}
+  // Called (on the health thread) when a local NIC's address changed, so the listener can be
+  // re-opened on the new address; set once by the runtime before start().
+  static void setAddrChangeHook(void (*hook)(int nic, const sockaddr_storage& addr, socklen_t len));
   // JSON array of every registered NIC pair: [{"nic","peer","up","cause"}] (state file).
   virtual std::string pairsJson() const { return "[]"; }
 

@@ -1,6 +1,7 @@
 #include "plugin/runtime.h"
 
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -63,6 +64,8 @@ ncclResult_t Runtime::init(ncclDebugLogger_t logger) {
             n.index, n.name.c_str(), addrToString(a).c_str(), n.rail, n.speedMbps,
             n.pciPath.empty() ? "(virtual)" : n.pciPath.c_str(), port);
   }
+  wakeFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  Health::setAddrChangeHook([](int nic, const sockaddr_storage& a, socklen_t l) { Runtime::get().relisten(nic, a, l); });
   journalOpen(cfg.eventLog);
   stateStart(cfg, getenv("RAILOVER_STATE_DIR") != nullptr);
   Health::start(cfg, nics.data(), (int)nics.size(), ports.data());
@@ -83,6 +86,23 @@ void Runtime::initForTest(const Config& c, const std::vector<Nic>& n, Transport*
   ok_.store(true, std::memory_order_release);
 }
 
+void Runtime::relisten(int nic, const sockaddr_storage& a, socklen_t len) {
+  uint16_t port = ports[nic];
+  std::string err;
+  int fd = tcp::listenOn(a, len, &port, &err);
+  if (fd < 0) {
+    RO_WARN("railover: NIC %s moved to %s but cannot listen there on port %u: %s; peers cannot reconnect to it",
+            nics[nic].name.c_str(), addrToString(a).c_str(), ports[nic], err.c_str());
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    newListeners_.push_back({nic, fd});
+  }
+  uint64_t one = 1;
+  if (write(wakeFd_, &one, sizeof(one)) < 0) RO_WARN("railover: cannot wake the acceptor");
+}
+
 // The acceptor: accepts streams on every NIC's listener, reads and checks their HELLO
 // (magic, version, secret) and hands them to their recv link. Anything else is dropped and
 // logged; the listener keeps working.
@@ -96,11 +116,19 @@ void Runtime::acceptLoop() {
     sockaddr_storage peer;
   };
   int ep = epoll_create1(EPOLL_CLOEXEC);
-  for (size_t i = 0; i < listenFds_.size(); ++i) {
+  // Listener tags: bit 63 set, NIC index in bits 32..62, fd in the low 32 bits.
+  auto addListener = [&](int nic, int fd) {
     epoll_event ev{};
     ev.events = EPOLLIN;
-    ev.data.u64 = (1ULL << 32) | i;
-    epoll_ctl(ep, EPOLL_CTL_ADD, listenFds_[i], &ev);
+    ev.data.u64 = (1ULL << 63) | ((uint64_t)nic << 32) | (uint32_t)fd;
+    epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+  };
+  for (size_t i = 0; i < listenFds_.size(); ++i) addListener((int)i, listenFds_[i]);
+  {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = (1ULL << 62);  // wake-up: a NIC moved, a new listener waits in newListeners_
+    epoll_ctl(ep, EPOLL_CTL_ADD, wakeFd_, &ev);
   }
   std::unordered_map<int, Pending> pending;
   auto drop = [&](int fd, const char* why) {
@@ -119,12 +147,21 @@ void Runtime::acceptLoop() {
     uint64_t now = nowUs();
     for (int i = 0; i < n; ++i) {
       uint64_t tag = evs[i].data.u64;
-      if (tag >> 32) {
-        int nic = (int)(tag & 0xffffffff);
+      if (tag == (1ULL << 62)) {
+        uint64_t v;
+        if (read(wakeFd_, &v, sizeof(v)) < 0) continue;
+        std::lock_guard<std::mutex> g(mu_);
+        for (auto& nl : newListeners_) addListener(nl.first, nl.second);
+        newListeners_.clear();
+        continue;
+      }
+      if (tag >> 63) {
+        int nic = (int)((tag >> 32) & 0x7fffffff);
+        int lfd = (int)(uint32_t)tag;
         while (true) {
           sockaddr_storage peer{};
           socklen_t pl = sizeof(peer);
-          int fd = accept4(listenFds_[nic], (sockaddr*)&peer, &pl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+          int fd = accept4(lfd, (sockaddr*)&peer, &pl, SOCK_NONBLOCK | SOCK_CLOEXEC);
           if (fd < 0) break;
           Pending p{fd, nic, {}, 0, now, peer};
           pending[fd] = p;

@@ -27,6 +27,8 @@ class Runtime {
   // thread, once. Later calls return the first call's result (and its error message).
   ncclResult_t init(ncclDebugLogger_t logger);
   bool initialized() const { return ok_.load(std::memory_order_acquire); }
+  // A NIC moved to a new address: listen there too (same port), so peers can reconnect.
+  void relisten(int nic, const sockaddr_storage& a, socklen_t len);
 
   // Unit tests: adopt this configuration and NIC table, with `t` as the transport, without
   // listeners or threads (the test installs its own Health and plays the acceptor).
@@ -46,6 +48,8 @@ class Runtime {
   std::string error_;
   std::atomic<bool> ok_{false};
   std::vector<int> listenFds_;
+  std::vector<std::pair<int, int>> newListeners_;  // (nic, fd) waiting for the acceptor
+  int wakeFd_ = -1;
 };
 
 }  // namespace railover

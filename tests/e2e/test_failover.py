@@ -252,3 +252,25 @@ def test_dead_nic_never_repaired(testbed):
     moved = {e["rank"] for e in res.select("failover", t0)}
     assert {0, 2} <= moved, res.select("failover", t0)  # both ranks on host A
     assert max(e["convergence_us"] for e in res.select("failover", t0)) <= T_CARRIER_MS * 1000
+
+
+def test_peer_nic_address_change_is_relearned(testbed):
+    """S-06/S-04: B's rail-1 NIC moves to a new address. Only rail 1 is touched (no failover on
+    rail 0); A learns the new address from B's notice and reconnects its standby there, so a
+    later port-down on rail 0 still fails over to rail 1."""
+    tb = testbed("T2")
+    b1 = tb.nic("b1")
+    new_addr = b1.addr.rsplit(".", 1)[0] + ".22"
+    move = faults.AddrChange(b1, new_addr)
+    port = faults.PortDown(tb.nic("a0"))
+    res = run_scenario(tb, [Step(1.5, "apply", move), Step(5, "apply", port), Step(8, "undo", port)],
+                       duration_s=14, env=FAST)
+    assert res.wrong_bytes == 0
+    t_move, t_port = res.steps[0].t_us, res.steps[1].t_us
+    assert res.count("failover", t_move, t_port) == 0, "rail 0 carried on untouched"
+    moved = [e for e in res.select("peer_addr_change", t_move) if e["rank"] == 0]
+    assert moved and moved[0]["new"] == new_addr, res.events[-20:]
+    ups = [e for e in res.select("path_up", t_move, t_port) if e["rank"] == 0 and e.get("dir") == "send"]
+    assert any(e["peer"] == new_addr for e in ups), "A's standby reconnected to B's new address"
+    fo = [e for e in res.select("failover", t_port) if e["rank"] == 0]
+    assert fo and fo[0]["peer"] == new_addr and fo[0]["convergence_us"] <= T_CARRIER_MS * 1000, fo
