@@ -274,3 +274,18 @@ def test_peer_nic_address_change_is_relearned(testbed):
     assert any(e["peer"] == new_addr for e in ups), "A's standby reconnected to B's new address"
     fo = [e for e in res.select("failover", t_port) if e["rank"] == 0]
     assert fo and fo[0]["peer"] == new_addr and fo[0]["convergence_us"] <= T_CARRIER_MS * 1000, fo
+
+
+def test_new_connections_while_a_nic_flaps(testbed):
+    """S-02 phase 2: the driver keeps opening new connections (NCCL's lazy connect) while the
+    standby rail flaps; no connection setup fails and no byte is wrong."""
+    tb = testbed("T2")
+    f = faults.HostDown(tb.nic("a1"))
+    steps = []
+    for i in range(4):
+        steps += [Step(1.0 + 2 * i, "apply", f), Step(2.0 + 2 * i, "undo", f)]
+    res = run_scenario(tb, steps, duration_s=11, size="1M", env=FAST, extra_args=["--reconnect-every", "10"])
+    assert res.wrong_bytes == 0
+    js = res.perf.ranks[0].json
+    assert js["stats"]["reconnects"] >= 3, js["stats"]
+    assert not js["errors"], js["errors"]
