@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -130,6 +131,12 @@ void stateStart(const Config& cfg, bool dirSet) {
     return;
   }
   gPath = dir + "/railover-" + std::to_string(getpid()) + ".json";
+  // A process that exits normally removes its file; one that crashes leaves it, and readers
+  // recognise it as stale by pid and start time.
+  atexit([] {
+    unlink(gPath.c_str());
+    unlink((gPath + ".tmp").c_str());
+  });
   std::thread(writer, gPath).detach();
 }
 

@@ -100,6 +100,7 @@ def rank_env(tb: TestBed, host_index: int, journal: Path, extra: Optional[Mappin
     env = {
         "RAILOVER_IFNAMES": "=" + ",".join(n.ifname for n in host.nics),
         "RAILOVER_EVENT_LOG": str(journal),
+        "RAILOVER_STATE_DIR": str(journal.parent / "state"),  # per run, not the node's /run/railover
         "NCCL_DEBUG": "WARN",
     }
     env.update(extra or {})
