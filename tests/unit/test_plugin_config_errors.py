@@ -1,0 +1,28 @@
+"""A bad RAILOVER_* value makes the plugin's init fail through the real ABI (loaded by
+railover-perf like NCCL loads it) with a WARN naming the variable, for the per-process (v10)
+and the per-communicator (v11+, whose finalize must accept the failed init's context) paths."""
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+
+import pytest
+
+from railover import _paths
+
+
+@pytest.mark.parametrize("abi", [10, 12])
+@pytest.mark.parametrize("var,value", [("RAILOVER_NSTREAMS", "abc"), ("RAILOVER_STANDBY", "eth0"),
+                                       ("RAILOVER_HOLD_DOWN_MS", "-1"), ("RAILOVER_IFNAMES", "nosuchif")])
+def test_bad_value_fails_init_naming_the_variable(abi, var, value):
+    env = dict(os.environ, RAILOVER_IFNAMES="=lo", NCCL_DEBUG="WARN", RAILOVER_STATE_DIR="")
+    env[var] = value
+    with tempfile.TemporaryDirectory() as rv:
+        r = subprocess.run([str(_paths.perf_path()), "--plugin", str(_paths.plugin_path()), "--rank", "0",
+                            "--nranks", "1", "--rendezvous", rv, "-b", "8", "-e", "8", "--abi", str(abi)],
+                           env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 3, r.stderr[-2000:]
+    assert "plugin call init failed" in r.stderr
+    warn = [l for l in r.stderr.splitlines() if "NCCL WARN railover:" in l]
+    assert warn and var in warn[0], r.stderr[-2000:]
