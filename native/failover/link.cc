@@ -344,6 +344,7 @@ void SendLink::failPath(Path& p, const std::string& why, uint64_t now) {
   if (!wasActive) return;
   active = -1;
   faultUs_ = now;
+  failedFrom_ = (int)(&p - &paths[0]);
   counters.lastDetectUs = now > lastProgressUs_ ? now - lastProgressUs_ : 0;
   int next = pickStandby();
   if (next >= 0) {
@@ -513,13 +514,16 @@ bool SendLink::readControl(Path& p, uint64_t now, std::string* err) {
         counters.bytesResent += resent;
         counters.resumes++;
         bool failback = plannedSwitch_;
+        // Back on the very path that failed (no standby was usable): a recovery, not a failover.
+        bool recovery = !failback && failedFrom_ == active;
         if (failback) counters.failbacks++;
+        else if (recovery) counters.recoveries++;
         else counters.failovers++;
         std::string fields = "\"comm\":\"" + std::to_string(secret) + "\",\"to_nic\":" + jsonStr(nicName(p.localNic)) +
                              ",\"peer\":" + jsonStr(addrToString(p.remote)) + ",\"resumed_seq\":" +
                              std::to_string(f.seq) + ",\"bytes_resent\":" + std::to_string(resent) +
                              ",\"convergence_us\":" + std::to_string(conv);
-        journalAppend(failback ? "failback" : "failover", fields);
+        journalAppend(failback ? "failback" : recovery ? "recover" : "failover", fields);
         if (failback)
           RO_INFO(RO_SUBSYS_NET, "railover: comm %016llx failed back to %s", (unsigned long long)secret,
                   describe(p).c_str());
@@ -529,6 +533,7 @@ bool SendLink::readControl(Path& p, uint64_t now, std::string* err) {
                   (unsigned long long)conv, (unsigned long long)resent);
       }
       faultUs_ = 0;
+      failedFrom_ = -1;
       plannedSwitch_ = false;
     } else if (f.type == wire::kNack) {
       return *err = "receiver refused the path", false;

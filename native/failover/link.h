@@ -100,7 +100,7 @@ struct Path {
 };
 
 struct LinkCounters {
-  uint64_t failovers = 0, failbacks = 0, flaps = 0, bytesResent = 0, resumes = 0;
+  uint64_t failovers = 0, failbacks = 0, flaps = 0, bytesResent = 0, resumes = 0, recoveries = 0;
   uint64_t dupBytesDropped = 0;  // receiver: chunks of already-complete messages read and discarded
   uint64_t lastDetectUs = 0, lastConvergeUs = 0;
 };
@@ -197,6 +197,7 @@ class SendLink : public Link {
   uint64_t resumeSentUs_ = 0;
   uint64_t resumeFromSeq_ = 0;
   uint64_t faultUs_ = 0;        // when the current outage was detected (for convergence time)
+  int failedFrom_ = -1;         // path that failed at faultUs_ (resuming on it again is a recovery)
   uint64_t lastProgressUs_ = 0;
   uint64_t lastCallUs_ = 0;     // the caller's last progress() (a long gap is not a network stall)
   bool burstRequested_ = false;
