@@ -54,11 +54,26 @@ Link::Link() {
   allLinks().push_back(this);
 }
 
+namespace {
+LinkCounters gClosed;
+uint64_t gClosedFatals = 0;
+}  // namespace
+
+LinkCounters closedLinkTotals(uint64_t* fatals) {
+  std::lock_guard<std::mutex> g(gLinksMu);
+  if (fatals) *fatals = gClosedFatals;
+  return gClosed;
+}
+
 Link::~Link() {
   {
     std::lock_guard<std::mutex> g(gLinksMu);
     auto& v = allLinks();
     v.erase(std::remove(v.begin(), v.end(), this), v.end());
+    gClosed.failovers += counters.failovers, gClosed.failbacks += counters.failbacks;
+    gClosed.flaps += counters.flaps, gClosed.bytesResent += counters.bytesResent;
+    gClosed.recoveries += counters.recoveries, gClosed.resumes += counters.resumes;
+    gClosedFatals += fatal;
   }
   gStateDirty.store(true, std::memory_order_release);
   for (auto& p : paths) p.closeAll();

@@ -259,6 +259,8 @@ class RecvLink : public Link {
 void forEachLink(const std::function<void(Link&)>& fn);
 // Set when any link published a new snapshot; the state writer clears it.
 extern std::atomic<bool> gStateDirty;
+// Counters of links already closed (the process's lifetime totals = live links + these).
+LinkCounters closedLinkTotals(uint64_t* fatals);
 
 // Process-wide registry of recv links by secret (the acceptor routes streams with it).
 void registerRecvLink(uint64_t secret, RecvLink* l);

@@ -91,6 +91,12 @@ std::string render(const std::string& start, const std::string& host) {
     tot.bytesResent += s.counters.bytesResent;
     fatals += s.fatal;
   });
+  // Lifetime totals: closed comms keep counting, so metrics built on them never go down.
+  uint64_t closedFatals = 0;
+  LinkCounters closed = closedLinkTotals(&closedFatals);
+  tot.failovers += closed.failovers, tot.failbacks += closed.failbacks, tot.flaps += closed.flaps;
+  tot.bytesResent += closed.bytesResent;
+  fatals += closedFatals;
   o += "],\"totals\":{\"comms\":" + std::to_string(ncomms) + ",\"failovers\":" + std::to_string(tot.failovers) +
        ",\"failbacks\":" + std::to_string(tot.failbacks) + ",\"flaps\":" + std::to_string(tot.flaps) +
        ",\"bytes_resent\":" + std::to_string(tot.bytesResent) + ",\"fatal_errors\":" + std::to_string(fatals) + "}}\n";

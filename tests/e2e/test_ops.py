@@ -7,6 +7,7 @@ themselves.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -21,9 +22,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 from railover import envvars, exporter, faults
+from railover import testbed as tbmod
 from railover import state as st
 from railover.cli import app
-from railover.scenario import Step, run_scenario
+from railover.scenario import run_scenario
 from railover.testbed import netlink, poll_until
 
 pytestmark = pytest.mark.netns
@@ -43,7 +45,8 @@ def total(samples, name: str, **labels: str) -> float:
     return sum(s.value for s in samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
 
 
-def cli(*args: str, env: Dict[str, str] = None) -> List[str]:
+def cli(*args: str) -> List[str]:
+    """argv of the railover CLI run by this interpreter."""
     return [sys.executable, "-m", "railover.cli", *args]
 
 
@@ -63,20 +66,29 @@ def test_status_and_exporter_follow_a_failover(testbed, tmp_path):
     with exporter.serve([sd], addr="127.0.0.1", port=0) as srv:
 
         def tick(now_s: float) -> None:
-            if "base" not in seen and not port_down.active:
-                snap = st.snapshot([sd], events=0)
-                if _armed(snap):
-                    seen["base"], seen["base_at_s"] = scrape(srv.url), now_s
-            elif port_down.active and "during" not in seen:
+            # The port goes down as soon as the state files show both ranks armed (baseline
+            # scraped first) and comes back 2 s later; the job runs on for the failback.
+            if "base" not in seen:
+                if now_s < 6 and _armed(st.snapshot([sd], events=0)):
+                    seen["base"] = scrape(srv.url)
+                    port_down.apply()
+                    seen["down_at_s"] = now_s
+                return
+            if port_down.active and now_s - seen["down_at_s"] >= 2.0:
+                port_down.undo()
+            if port_down.active and "during" not in seen:
                 snap = st.snapshot([sd], events=0)
                 if snap["totals"]["failed_over"] >= 1:
                     seen["during"] = snap
                     seen["status"] = CliRunner().invoke(app, ["status", "--state-dir", str(sd), "--events", "5"]).output
 
-        res = run_scenario(tb, [Step(2, "apply", port_down), Step(4, "undo", port_down)], duration_s=9,
-                           env=dict(FAST, RAILOVER_STATE_DIR=str(sd)), rank_envs=RANKS, on_tick=tick)
+        try:
+            res = run_scenario(tb, [], duration_s=12, env=dict(FAST, RAILOVER_STATE_DIR=str(sd)), rank_envs=RANKS,
+                               on_tick=tick)
+        finally:
+            port_down.undo()
         assert res.wrong_bytes == 0
-        assert "base" in seen, "the state files never showed both ranks armed before the fault"
+        assert "base" in seen, "the state files never showed both ranks armed in the first 6 s"
         base = seen["base"]
         # What the fault must cause, from the exporter's own view before it: every send comm
         # whose active path used a0 (rank 0 sends from it, rank 1 sends to its address) fails over.
@@ -111,14 +123,15 @@ def test_status_and_exporter_follow_a_failover(testbed, tmp_path):
         conv = sorted(e["convergence_us"] / 1e6 for e in res.select("failover"))
         assert total(after, "railover_convergence_seconds_sum", event="failover") == pytest.approx(sum(conv))
 
-    # `railover status --json` afterwards: stale files, their final counters, the journal events
+    # `railover status --json` afterwards: stale files and the journal events. (Their counters
+    # are not checked: the plugin drops a comm from its state file when NCCL closes it, so the
+    # last file of an exited process may or may not still list the comms.)
     cp = subprocess.run(cli("status", "--state-dir", str(sd), "--json", "--events", "200"), env=dict(os.environ, PYTHONPATH=SRC),
                         capture_output=True, text=True, timeout=60)
     assert cp.returncode == 0, cp.stderr
     doc = json.loads(cp.stdout)
     procs = [p for h in doc["hosts"].values() for p in h["processes"]]
     assert len(procs) == 2 and all(p["stale"] for p in procs)
-    assert sum(p["totals"]["failovers"] for p in procs) == journal_fo
     assert sum(1 for e in doc["events"] if e["event"] == "failover") == journal_fo
 
 
@@ -171,8 +184,7 @@ def test_launch_sets_the_environment_nccl_needs(testbed):
     probe = ("import ctypes, json, os; ctypes.CDLL('libnccl-net-' + os.environ['NCCL_NET_PLUGIN'] + '.so', "
              "mode=os.RTLD_NOW); print(json.dumps(dict(os.environ)))")
     env = {"PYTHONPATH": SRC, "RAILOVER_IFNAMES": "=" + a0.ifname, "LD_LIBRARY_PATH": "/nonexistent"}
-    for k in ("NCCL_NET", "NCCL_NET_PLUGIN"):
-        env[k] = ""  # tb.run adds to our environment; make sure nothing leaks in, then drop below
+    # tb.run adds to this process's environment: `env -u` drops NCCL settings it might carry
     rc, out, err = tb.run_collect("A", ["env", "-u", "NCCL_NET", "-u", "NCCL_NET_PLUGIN"] + cli("launch", "--", sys.executable,
                                   "-c", probe), env=env, timeout_s=60)
     assert rc == 0, err
@@ -215,16 +227,16 @@ def test_drill_reports_the_failover_it_caused(testbed, tmp_path):
     holder: Dict[str, subprocess.Popen] = {}
 
     def tick(now_s: float) -> None:
-        if "p" not in holder and _armed(st.snapshot([sd], events=0)):
+        if "p" not in holder and now_s < 5 and _armed(st.snapshot([sd], events=0)):
             holder["p"] = subprocess.Popen(
                 cli("drill", "--nic", a0.ifname, "--netns", a0.ns, "--down-for", "1.5", "--yes", "--state-dir", str(sd),
                     "--wait-failback", "8", "--json"),
                 env=dict(os.environ, PYTHONPATH=SRC), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     try:
-        res = run_scenario(tb, [], duration_s=10, env=dict(FAST, RAILOVER_STATE_DIR=str(sd)), rank_envs=RANKS,
+        res = run_scenario(tb, [], duration_s=13, env=dict(FAST, RAILOVER_STATE_DIR=str(sd)), rank_envs=RANKS,
                            on_tick=tick)
-        assert "p" in holder, "the job never showed armed comms"
+        assert "p" in holder, "the state files never showed both ranks armed in the first 5 s"
         out, err = holder["p"].communicate(timeout=60)
     finally:
         if "p" in holder and holder["p"].poll() is None:
@@ -247,3 +259,30 @@ def test_drill_reports_the_failover_it_caused(testbed, tmp_path):
     # rank 0 (the process on the drilled NIC) counted its own failover in its state file
     rank0_fo = sum(1 for e in fo if e["rank"] == 0)
     assert doc["counters_after"]["failovers"] - doc["counters_before"]["failovers"] == rank0_fo
+
+
+def test_gpu_validation_harness_dry_run_in_the_test_bed(tmp_path):
+    """scripts/gpu_validate.sh with DRY=1: gloo instead of NCCL, but the real orchestration:
+    a 2x3 test bed, one rank per host namespace, the switch-port fault and its repair, the
+    result files, and the bed removed afterwards."""
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("PyTorch not installed (the dry run uses torch's gloo backend)")
+    root = Path(SRC).parent
+    out, work = tmp_path / "out", tmp_path / "work"
+    env = dict(os.environ, DRY="1", OUT=str(out), WORK=str(work), DRY_MAX_BYTES=str(1 << 16),
+               DRY_SKIP="correct,sweep,colls,reinit")
+    cp = subprocess.run(["bash", str(root / "scripts" / "gpu_validate.sh")], env=env, capture_output=True, text=True,
+                        timeout=240)
+    assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-3000:]
+    files = sorted(p.name for p in out.iterdir())
+    assert len(files) <= 8 and {"summary.json", "run.log", "fault.csv", "bench.txt"} <= set(files), files
+    s = json.loads((out / "summary.json").read_text())["dry"]
+    assert s["verdict"] == "PASS", s
+    bed = s["testbed"]
+    assert bed and [r["ns"].rsplit("-", 1)[1] for r in bed["ranks"]] == ["nsA", "nsB"]
+    fault = s["rank0"]["fault"]
+    assert fault["injected"] and fault["errors"] == 0
+    assert [(e["event"], e["rc"]) for e in fault["events"]] == [("down", 0), ("up", 0)]
+    port = fault["events"][0]["cmd"].split()[-2]
+    assert port in bed["ranks"][0]["ports"] and bed["fabric_ns"] in fault["events"][0]["cmd"]
+    assert bed["prefix"] not in {i.prefix for i in tbmod.list_testbeds()}, "the harness left its test bed behind"

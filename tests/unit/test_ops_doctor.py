@@ -3,13 +3,12 @@ reachability, NCCL settings, plugin exports, NCCL version -> ABI."""
 from __future__ import annotations
 
 import json
-import os
 import socket
 
 import pytest
 from typer.testing import CliRunner
 
-from railover import _paths, doctor as dr, envvars
+from railover import _paths, doctor as dr
 from railover.cli import app
 
 IFACES = [

@@ -151,3 +151,42 @@ def test_port_in_use_is_an_oserror(setup):
     proc, d, j, srv = setup
     with pytest.raises(OSError):
         ex.Exporter(ex.RailoverCollector([d]), "127.0.0.1", srv.port)
+
+
+def test_journal_and_state_file_are_merged_without_double_counting(setup):
+    proc, d, j, srv = setup
+    write_proc(proc, 500, 3, {"RANK": "2"})
+    write_state(d, state(500, 3, [comm("1", failovers=1, resent=100)], event_log=str(j)))
+    append_events(j, [{"t_us": 1, "pid": 500, "event": "failover", "comm": "1", "convergence_us": 10, "bytes_resent": 100}])
+    s = scrape(srv.url)
+    assert val(s, "railover_failovers_total", rank="2", nic="eth0") == 1          # same failover seen twice
+    assert val(s, "railover_bytes_resent_total", rank="2", nic="eth0") == 100
+    # comm 2 fails over, fails back, flaps and closes between two scrapes: only the journal saw it
+    append_events(j, [{"t_us": 2, "pid": 500, "event": "failover", "comm": "2", "bytes_resent": 7},
+                      {"t_us": 3, "pid": 500, "event": "failback", "comm": "2", "bytes_resent": 0},
+                      {"t_us": 4, "pid": 500, "event": "flap", "comm": "2", "nic": "eth0", "flaps": 1},
+                      {"t_us": 5, "pid": 500, "event": "fatal", "comm": "3", "dir": "send", "message": "x"}])
+    s = scrape(srv.url)
+    assert total_of(s, "railover_failovers_total", rank="2") == 2
+    assert total_of(s, "railover_failbacks_total", rank="2") == 1
+    assert total_of(s, "railover_flaps_total", rank="2") == 1
+    assert total_of(s, "railover_bytes_resent_total", rank="2") == 107
+    assert total_of(s, "railover_fatal_errors_total", rank="2") == 1
+    # the process exits after its comms closed: the file is rewritten without comms
+    write_state(d, state(500, 3, [], event_log=str(j)))
+    (proc / "500" / "stat").unlink()
+    for _ in range(2):
+        s = scrape(srv.url)
+        assert total_of(s, "railover_failovers_total", rank="2") == 2
+        assert total_of(s, "railover_bytes_resent_total", rank="2") == 107
+
+
+def test_journal_only_process_is_counted_under_its_pid(setup):
+    proc, d, j, srv = setup
+    append_events(j, [{"t_us": 1, "pid": 600, "event": "failover", "comm": "9", "convergence_us": 10}])
+    s = scrape(srv.url)
+    assert val(s, "railover_failovers_total", rank="pid:600", nic="") == 1
+
+
+def total_of(samples: Samples, name: str, **labels: str) -> float:
+    return sum(v for (n, lb), v in samples.items() if n == name and all(dict(lb).get(k) == x for k, x in labels.items()))

@@ -1,0 +1,761 @@
+"""``railover doctor``: check a host before a job and say what to fix.
+
+Checks, each reported as OK / WARN / FAIL (FAIL = blocking: the job would not use railover,
+or would run without the redundancy railover is there for):
+
+* configuration: every ``RAILOVER_*`` variable, validated with the plugin's own rules
+  (``native/common/config.cc``); unknown ``RAILOVER_*`` names (typos);
+* interfaces: which ones the plugin will select and why (``RAILOVER_IFNAMES`` /
+  ``NCCL_SOCKET_IFNAME`` syntax: comma list of prefixes, ``^`` excludes, ``=`` exact; by
+  default every interface with an address except ``lo``, ``docker*``, ``virbr*``), their
+  addresses, link state (admin, carrier) and rails (``RAILOVER_RAILS`` or interface order);
+* source routing per NIC: traffic sourced from a NIC's address to a peer (or, without
+  ``--peer``, to a neighbour in its subnet) must leave through that NIC;
+* reachability of each ``--peer`` address from each NIC that should reach it (TCP connect
+  bound to the NIC's address: an answer, even a refusal, proves the path);
+* NCCL settings that conflict (``NCCL_NET``/``NCCL_NET_PLUGIN`` pointing elsewhere, the
+  plugin not on ``LD_LIBRARY_PATH``, ``NCCL_IB_*`` that do not apply);
+* the plugin loads (``dlopen`` with ``RTLD_NOW``) and which net ABI versions it exports;
+* with PyTorch installed: the NCCL version it bundles, the ABI that NCCL will use, and the
+  known bugs of that release.
+
+The evaluation is split from the fact gathering (:func:`gather` vs :func:`diagnose`) so the
+checks can be tested on synthetic hosts.
+"""
+from __future__ import annotations
+
+import ctypes
+import ipaddress
+import json
+import os
+import socket
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from . import _paths
+
+__all__ = ["OK", "WARN", "FAIL", "Check", "Iface", "Facts", "Report", "ifname_matches", "validate_config",
+           "select_interfaces", "nccl_abi", "plugin_exports", "torch_nccl", "list_interfaces", "route_get",
+           "tcp_probe", "gather", "diagnose", "KNOWN_VARS"]
+
+OK, WARN, FAIL, INFO = "OK", "WARN", "FAIL", "INFO"
+
+#: Every RAILOVER_* variable something in railover reads (the plugin, the Python tools, tests).
+KNOWN_VARS = {
+    "RAILOVER_IFNAMES", "RAILOVER_NSTREAMS", "RAILOVER_MIN_CHUNK_BYTES", "RAILOVER_STANDBY", "RAILOVER_RAILS",
+    "RAILOVER_HOLD_DOWN_MS", "RAILOVER_HOLD_DOWN_MAX_MS", "RAILOVER_FATAL_TIMEOUT", "RAILOVER_PROBE_INTERVAL_MS",
+    "RAILOVER_PROBE_MULT", "RAILOVER_STALL_MS", "RAILOVER_BACKOFF_MAX_MS", "RAILOVER_TCP_USER_TIMEOUT_MS",
+    "RAILOVER_EVENT_LOG", "RAILOVER_STATE_DIR", "RAILOVER_NATIVE_DIR", "RAILOVER_TESTBED_STATE",
+    "RAILOVER_REQUIRE_NETNS",
+}
+#: Numeric variables: (name, lo, hi, unit), exactly the plugin's bounds.
+UINT_VARS = (
+    ("RAILOVER_NSTREAMS", 1, 16, "TCP streams per path"),
+    ("RAILOVER_MIN_CHUNK_BYTES", 128, 1 << 20, "bytes, multiple of 128"),
+    ("RAILOVER_HOLD_DOWN_MS", 0, 3600000, "ms"),
+    ("RAILOVER_HOLD_DOWN_MAX_MS", 0, 86400000, "ms"),
+    ("RAILOVER_FATAL_TIMEOUT", 0, 86400 * 7, "s, 0 = never"),
+    ("RAILOVER_PROBE_INTERVAL_MS", 1, 60000, "ms"),
+    ("RAILOVER_PROBE_MULT", 2, 100, "missed probes"),
+    ("RAILOVER_BACKOFF_MAX_MS", 10, 60000, "ms"),
+    ("RAILOVER_TCP_USER_TIMEOUT_MS", 0, 600000, "ms, 0 = kernel default"),
+    ("RAILOVER_STALL_MS", 1, 60000, "ms"),
+)
+MAX_NICS = 16
+DEFAULT_EXCLUDED = ("lo", "docker", "virbr")  # "lo" exact, the others prefixes
+
+
+@dataclass
+class Check:
+    """One finding. ``status``: OK, WARN, FAIL (blocking) or INFO; ``what`` the subject
+    (a NIC, a variable...); ``detail`` what was seen; ``fix`` what to do (empty when OK)."""
+
+    section: str
+    what: str
+    status: str
+    detail: str
+    fix: str = ""
+
+
+@dataclass
+class Iface:
+    """A network interface as the plugin sees it: ``addrs`` are ``addr/prefixlen`` strings
+    (IPv4 and global IPv6, link-local excluded), ``admin_up`` (IFF_UP), ``carrier``,
+    ``operstate`` (``UP``, ``DOWN``, ``LOWERLAYERDOWN``, ``UNKNOWN``...), ``speed_mbps``
+    (None when unknown)."""
+
+    name: str
+    index: int
+    addrs: List[str] = field(default_factory=list)
+    admin_up: bool = True
+    carrier: bool = True
+    operstate: str = "UP"
+    speed_mbps: Optional[int] = None
+
+    def addr(self, family: int = 0) -> Optional[str]:
+        """The address the plugin uses: the first IPv4 one (unless ``family`` is AF_INET6),
+        else the first IPv6 one, without prefix length; None when it has none."""
+        order = [socket.AF_INET6] if family == socket.AF_INET6 else ([socket.AF_INET] if family == socket.AF_INET
+                                                                    else [socket.AF_INET, socket.AF_INET6])
+        for fam in order:
+            for a in self.addrs:
+                ip = ipaddress.ip_interface(a)
+                if (ip.version == 4) == (fam == socket.AF_INET):
+                    return str(ip.ip)
+        return None
+
+    def network_of(self, addr: str) -> Optional[ipaddress._BaseNetwork]:
+        for a in self.addrs:
+            ip = ipaddress.ip_interface(a)
+            if str(ip.ip) == addr:
+                return ip.network
+        return None
+
+
+@dataclass
+class Facts:
+    """What :func:`gather` observed, the input of :func:`diagnose`. ``plugin``: dict with
+    ``path``, ``loaded`` (bool), ``error``, ``abi`` (exported net ABI versions, ints),
+    ``collnet``, ``foreign`` (tuner/profiler symbols that NCCL would also pick up);
+    ``torch``: dict with ``torch`` (version), ``nccl`` (``[major, minor, patch]``) or
+    ``error``, or None when PyTorch is not installed; ``ld_resolve``: the file NCCL's
+    ``dlopen("libnccl-net-railover.so")`` would open given LD_LIBRARY_PATH (None if none)."""
+
+    env: Dict[str, str]
+    ifaces: List[Iface]
+    plugin: Dict[str, Any]
+    torch: Optional[Dict[str, Any]] = None
+    ld_resolve: Optional[str] = None
+
+
+@dataclass
+class Report:
+    """The doctor's result: ``checks``; ``nics`` (one row per interface: selected, reason,
+    address, state, rail); ``ok`` is False when any check FAILed."""
+
+    checks: List[Check]
+    nics: List[Dict[str, Any]]
+
+    @property
+    def ok(self) -> bool:
+        return not any(c.status == FAIL for c in self.checks)
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"ok": self.ok, "nics": self.nics, "checks": [asdict(c) for c in self.checks]}
+
+
+# --------------------------------------------------------------------------- configuration
+
+def _uint(s: str, lo: int, hi: int) -> Optional[int]:
+    if not s or not s.isdigit() or not s.isascii():
+        return None
+    v = int(s)
+    return v if lo <= v <= hi else None
+
+
+def _valid_ifname(s: str) -> bool:
+    return bool(s) and len(s) < 16 and not any(c in s for c in " =,;/")
+
+
+def _split(s: str, sep: str) -> List[str]:
+    return [p.strip(" \t") for p in s.split(sep)]
+
+
+def ifname_matches(spec: str, name: str) -> bool:
+    """Whether interface ``name`` is selected by ``spec`` (NCCL_SOCKET_IFNAME syntax: a comma
+    list of prefixes; a leading ``^`` excludes the listed ones, a leading ``=`` (after the
+    optional ``^``) makes them exact names). Same rule as the plugin's ``ifnameMatches``."""
+    exclude = spec.startswith("^")
+    if exclude:
+        spec = spec[1:]
+    exact = spec.startswith("=")
+    if exact:
+        spec = spec[1:]
+    hit = any(item and (name == item if exact else name.startswith(item)) for item in spec.split(","))
+    return not hit if exclude else hit
+
+
+def validate_config(env: Mapping[str, str]) -> List[Check]:
+    """Validate the plugin's variables with the plugin's rules. One FAIL per bad variable,
+    naming it and the accepted values (the plugin stops at the first; doctor reports all),
+    a WARN per unknown ``RAILOVER_*`` name, OK for each valid one that is set."""
+    out: List[Check] = []
+
+    def bad(var: str, msg: str) -> None:
+        out.append(Check("config", var, FAIL, f"{var}='{env[var]}' is not valid: {msg}",
+                         f"fix or unset {var} (NCCL init fails with this value)"))
+
+    def good(var: str, note: str = "") -> None:
+        out.append(Check("config", var, OK, f"{var}='{env[var]}'" + (f" ({note})" if note else "")))
+
+    for var in ("RAILOVER_IFNAMES", "NCCL_SOCKET_IFNAME"):
+        if var not in env:
+            continue
+        body = env[var]
+        if body.startswith("^"):
+            body = body[1:]
+        if body.startswith("="):
+            body = body[1:]
+        items = _split(body, ",")
+        if not body or any(not p or len(p) > 15 or any(c in p for c in " =^;/") for p in items):
+            bad(var, "expected a comma list of interface-name prefixes, optionally led by '^' (exclude) "
+                     "and/or '=' (exact match), e.g. 'eth,ib' or '^=docker0'")
+        else:
+            note = "used by railover" if var == "RAILOVER_IFNAMES" or "RAILOVER_IFNAMES" not in env else \
+                "ignored by railover (RAILOVER_IFNAMES wins); NCCL's bootstrap still uses it"
+            good(var, note)
+    if "NCCL_SOCKET_FAMILY" in env:
+        if env["NCCL_SOCKET_FAMILY"] in ("AF_INET", "AF_INET6"):
+            good("NCCL_SOCKET_FAMILY")
+        else:
+            bad("NCCL_SOCKET_FAMILY", "expected AF_INET or AF_INET6")
+    values: Dict[str, int] = {}
+    for var, lo, hi, unit in UINT_VARS:
+        if var not in env:
+            continue
+        v = _uint(env[var], lo, hi)
+        if v is None:
+            bad(var, f"expected an integer {lo}..{hi} ({unit})")
+        elif var == "RAILOVER_MIN_CHUNK_BYTES" and v % 128:
+            out.append(Check("config", var, FAIL, f"RAILOVER_MIN_CHUNK_BYTES={v} is not valid: must be a multiple of 128",
+                             "use a multiple of 128, e.g. 65536"))
+        else:
+            values[var] = v
+            good(var)
+    if "RAILOVER_STANDBY" in env:
+        v = env["RAILOVER_STANDBY"].strip(" \t")
+        if v in ("all", "", "none"):
+            good("RAILOVER_STANDBY", "no standby paths: failover disabled" if v == "none" else "")
+        else:
+            pairs = [p for p in _split(v, ";") if p]
+            okp = bool(pairs)
+            for item in pairs:
+                kv = _split(item, "=")
+                if len(kv) != 2 or not _valid_ifname(kv[0]) or not _valid_ifname(kv[1]) or kv[0] == kv[1]:
+                    okp = False
+            if okp:
+                good("RAILOVER_STANDBY")
+            elif not pairs:
+                bad("RAILOVER_STANDBY", "no 'primary=standby' pair given")
+            else:
+                bad("RAILOVER_STANDBY", "expected 'all', 'none', or ';'-separated pairs 'primary=standby' of interface "
+                                        "names, e.g. 'eth0=eth1;eth1=eth0'")
+        if v == "none":
+            out[-1].status = WARN
+            out[-1].fix = "unset RAILOVER_STANDBY (or 'all') to have standby paths"
+    if "RAILOVER_RAILS" in env:
+        okr = True
+        for item in _split(env["RAILOVER_RAILS"], ","):
+            kv = _split(item, "=")
+            if len(kv) != 2 or not _valid_ifname(kv[0]) or _uint(kv[1], 0, 32767) is None:
+                okr = False
+        if okr:
+            good("RAILOVER_RAILS")
+        else:
+            bad("RAILOVER_RAILS", "expected a comma list 'ifname=rail' with rail 0..32767, e.g. 'eth0=0,eth1=1'")
+    hd, hdm = values.get("RAILOVER_HOLD_DOWN_MS", 3000), values.get("RAILOVER_HOLD_DOWN_MAX_MS")
+    if hdm is not None and hdm < hd:
+        out.append(Check("config", "RAILOVER_HOLD_DOWN_MAX_MS", WARN,
+                         f"RAILOVER_HOLD_DOWN_MAX_MS={hdm} < RAILOVER_HOLD_DOWN_MS={hd}: the plugin raises it to {hd}",
+                         "set RAILOVER_HOLD_DOWN_MAX_MS >= RAILOVER_HOLD_DOWN_MS"))
+    pi, pm = values.get("RAILOVER_PROBE_INTERVAL_MS", 20), values.get("RAILOVER_PROBE_MULT", 5)
+    if pi * pm < 50:
+        out.append(Check("config", "RAILOVER_PROBE_INTERVAL_MS", WARN,
+                         f"probe detection time {pi} ms x {pm} = {pi * pm} ms is very short: scheduling hiccups "
+                         "on a busy host can declare healthy NIC pairs down",
+                         "keep RAILOVER_PROBE_INTERVAL_MS x RAILOVER_PROBE_MULT >= 50 ms (default 100 ms)"))
+    for var in ("RAILOVER_STATE_DIR", "RAILOVER_EVENT_LOG"):
+        if var in env and env[var]:
+            p = Path(env[var].replace("%p", str(os.getpid())))
+            d = p if (var == "RAILOVER_STATE_DIR" or p.is_dir()) else p.parent
+            if var == "RAILOVER_STATE_DIR" and not d.exists():
+                d = d.parent  # the plugin creates the directory itself
+            if not d.is_dir() or not os.access(d, os.W_OK):
+                out.append(Check("config", var, WARN, f"{var}='{env[var]}': {d} is not a writable directory",
+                                 f"create {d} writable for the job's user, or change {var}"))
+            else:
+                good(var)
+    for var in sorted(env):
+        if var.startswith("RAILOVER_") and var not in KNOWN_VARS:
+            out.append(Check("config", var, WARN, f"{var} is not a railover variable (typo?); it is ignored",
+                             "see the configuration table in README.md"))
+    return out
+
+
+def select_interfaces(env: Mapping[str, str], ifaces: Sequence[Iface]) -> Tuple[List[Iface], Dict[str, str], str]:
+    """Reproduce the plugin's NIC discovery: ``(selected, reasons, source)`` where
+    ``selected`` are in the plugin's order (by ifindex, at most 16), ``reasons`` maps every
+    interface name to why it is or is not selected, ``source`` names the variable used
+    (``RAILOVER_IFNAMES``, ``NCCL_SOCKET_IFNAME`` or ``default``)."""
+    fam = {"AF_INET": socket.AF_INET, "AF_INET6": socket.AF_INET6}.get(env.get("NCCL_SOCKET_FAMILY", ""), 0)
+    var = "RAILOVER_IFNAMES" if "RAILOVER_IFNAMES" in env else ("NCCL_SOCKET_IFNAME" if "NCCL_SOCKET_IFNAME" in env else "")
+    reasons: Dict[str, str] = {}
+    cands = []
+    for i in sorted(ifaces, key=lambda x: x.index):
+        if i.addr(fam) is None:
+            fam_s = {socket.AF_INET: "IPv4 ", socket.AF_INET6: "IPv6 "}.get(fam, "")
+            reasons[i.name] = f"no {fam_s}address: the plugin does not see it"
+            continue
+        cands.append(i)
+    chosen: List[Iface] = []
+    if var:
+        spec = env[var]
+        for i in cands:
+            if ifname_matches(spec, i.name):
+                chosen.append(i)
+                reasons[i.name] = f"selected by {var}='{spec}'"
+            else:
+                reasons[i.name] = f"{'excluded' if spec.startswith('^') else 'not matched'} by {var}='{spec}'"
+    else:
+        for i in cands:
+            if i.name == "lo" or i.name.startswith("docker") or i.name.startswith("virbr"):
+                reasons[i.name] = "excluded by default (lo, docker*, virbr*)"
+            else:
+                chosen.append(i)
+                reasons[i.name] = "selected (default: every interface with an address except lo, docker*, virbr*)"
+        if not chosen:
+            chosen = [i for i in cands if i.name == "lo"]
+            for i in chosen:
+                reasons[i.name] = "selected: no other interface has an address"
+    for i in chosen[MAX_NICS:]:
+        reasons[i.name] = f"dropped: the plugin uses at most {MAX_NICS} NICs"
+    return chosen[:MAX_NICS], reasons, var or "default"
+
+
+def rails_of(env: Mapping[str, str], selected: Sequence[Iface]) -> Dict[str, int]:
+    """Rail of each selected NIC: its ``RAILOVER_RAILS`` entry, else its position."""
+    rails = {i.name: n for n, i in enumerate(selected)}
+    for item in _split(env.get("RAILOVER_RAILS", ""), ","):
+        kv = _split(item, "=")
+        if len(kv) == 2 and kv[0] in rails and _uint(kv[1], 0, 32767) is not None:
+            rails[kv[0]] = int(kv[1])
+    return rails
+
+
+# --------------------------------------------------------------------------- NCCL / plugin / torch
+
+def nccl_abi(version: Sequence[int]) -> Optional[int]:
+    """Net-plugin ABI version NCCL ``(major, minor, ...)`` looks for first: 2.19 v7,
+    2.20-2.23 v8, 2.24-2.25 v9, 2.26-2.27 v10, 2.28-2.29 v11, 2.30 and later v12 (later
+    than 2.30 is an expectation, not verified). None for releases before 2.19 (unsupported)."""
+    major, minor = int(version[0]), int(version[1])
+    if major != 2:
+        return 12 if major > 2 else None
+    if minor < 19:
+        return None
+    for hi, abi in ((19, 7), (23, 8), (25, 9), (27, 10), (29, 11)):
+        if minor <= hi:
+            return abi
+    return 12
+
+
+def parse_nccl_version(v: Any) -> Optional[List[int]]:
+    """``torch.cuda.nccl.version()`` as ``[major, minor, patch]``: accepts a tuple/list or the
+    old integer code (``major*10000 + minor*100 + patch`` since 2.9, ``*1000`` before)."""
+    if isinstance(v, (list, tuple)) and len(v) >= 2:
+        return [int(x) for x in v[:3]] + [0] * (3 - len(v[:3]))
+    if isinstance(v, int):
+        if v >= 20900:
+            return [v // 10000, (v // 100) % 100, v % 100]
+        return [v // 1000, (v // 100) % 10, v % 100]
+    return None
+
+
+def plugin_exports(path: Path) -> Dict[str, Any]:
+    """dlopen the plugin like NCCL does (``RTLD_NOW | RTLD_LOCAL``) and look up its symbols.
+    Returns ``{"path", "loaded", "error", "abi": [versions of ncclNetPlugin_vN], "collnet":
+    [...], "foreign": [tuner/profiler symbol names]}``; never raises."""
+    out: Dict[str, Any] = {"path": str(path), "loaded": False, "error": "", "abi": [], "collnet": [], "foreign": []}
+    try:
+        lib = ctypes.CDLL(str(path), mode=os.RTLD_NOW | os.RTLD_LOCAL)
+    except OSError as e:
+        out["error"] = str(e)
+        return out
+    out["loaded"] = True
+
+    def has(sym: str) -> bool:
+        try:
+            ctypes.c_void_p.in_dll(lib, sym)
+            return True
+        except ValueError:
+            return False
+
+    out["abi"] = [v for v in range(1, 21) if has(f"ncclNetPlugin_v{v}")]
+    out["collnet"] = [v for v in range(1, 21) if has(f"ncclCollNetPlugin_v{v}")]
+    out["foreign"] = [s for s in [f"ncclTunerPlugin_v{v}" for v in range(1, 8)] +
+                      [f"ncclProfiler_v{v}" for v in range(1, 8)] if has(s)]
+    return out
+
+
+def torch_nccl(python: str = sys.executable, timeout_s: float = 60.0) -> Optional[Dict[str, Any]]:
+    """PyTorch's version and the NCCL it bundles, asked in a child interpreter (importing
+    torch is slow and loads CUDA libraries; a crash there must not take doctor down).
+    Returns None when torch is not installed, else ``{"torch", "cuda", "nccl": [M, m, p] or
+    None, "error"}``."""
+    code = ("import json\ntry:\n import torch\nexcept ImportError:\n print(json.dumps(None)); raise SystemExit\n"
+            "r={'torch':torch.__version__,'cuda':torch.version.cuda,'nccl':None,'error':''}\n"
+            "try:\n v=torch.cuda.nccl.version(); r['nccl']=list(v) if isinstance(v,(tuple,list)) else v\n"
+            "except Exception as e:\n r['error']='%s: %s'%(type(e).__name__,e)\n"
+            "print(json.dumps(r))\n")
+    try:
+        cp = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return {"torch": "?", "cuda": None, "nccl": None, "error": f"could not ask PyTorch: {e}"}
+    try:
+        r = json.loads(cp.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"torch": "?", "cuda": None, "nccl": None, "error": f"importing torch failed: {cp.stderr.strip()[-300:]}"}
+    if r is not None and r.get("nccl") is not None:
+        r["nccl"] = parse_nccl_version(r["nccl"])
+    return r
+
+
+def ld_resolve(env: Mapping[str, str], fname: str = _paths.PLUGIN_FILE) -> Optional[str]:
+    """Where ``dlopen(fname)`` would find the file in a process started with ``env``:
+    the first ``LD_LIBRARY_PATH`` entry holding it, else the ldconfig cache; None if nowhere."""
+    for d in env.get("LD_LIBRARY_PATH", "").split(":"):
+        if d and (Path(d) / fname).is_file():
+            return str(Path(d) / fname)
+    try:
+        cp = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=10)
+        for line in cp.stdout.splitlines():
+            if line.strip().startswith(fname + " ") and "=>" in line:
+                return line.split("=>", 1)[1].strip()
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    return None
+
+
+def nccl_checks(env: Mapping[str, str], plugin: Mapping[str, Any], torch: Optional[Mapping[str, Any]],
+                resolved: Optional[str]) -> List[Check]:
+    """NCCL variables, plugin file, exported ABIs, PyTorch's NCCL and its known bugs."""
+    out: List[Check] = []
+    name = _paths.PLUGIN_NAME
+    nver = torch.get("nccl") if torch else None
+    abi = nccl_abi(nver) if nver else None
+
+    # the plugin file itself
+    if not plugin.get("path"):
+        out.append(Check("plugin", _paths.PLUGIN_FILE, FAIL, plugin.get("error") or "plugin not found",
+                         "pip install railover (or build it: cmake -S . -B build && cmake --build build)"))
+    elif not plugin.get("loaded"):
+        out.append(Check("plugin", plugin["path"], FAIL, f"dlopen failed: {plugin.get('error')}",
+                         "check 'ldd' on the file for missing libraries and the glibc version"))
+    else:
+        abis = plugin.get("abi", [])
+        out.append(Check("plugin", plugin["path"], OK if abis else FAIL,
+                         f"loads; exports net ABI {', '.join('v%d' % v for v in abis) or 'none'}",
+                         "" if abis else "the file is not a railover plugin build"))
+        if plugin.get("foreign"):
+            out.append(Check("plugin", "symbols", WARN, f"also exports {', '.join(plugin['foreign'])}: NCCL would use "
+                             "them as tuner/profiler plugins", "rebuild with hidden visibility"))
+        if abi is not None and abi not in abis:
+            out.append(Check("plugin", "ABI", FAIL, f"NCCL {'.'.join(map(str, nver))} looks for ncclNetPlugin_v{abi}, "
+                             f"which this plugin does not export", "use a railover build that exports it"))
+
+    # NCCL_NET
+    net = env.get("NCCL_NET")
+    if net is None:
+        out.append(Check("nccl", "NCCL_NET", WARN, "unset: if railover fails to load, NCCL silently falls back to "
+                         "its own IB/Socket transports (no failover)", f"export NCCL_NET={name}"))
+    elif net.lower() != name:
+        out.append(Check("nccl", "NCCL_NET", FAIL, f"NCCL_NET='{net}': NCCL will use that network, not railover",
+                         f"export NCCL_NET={name} (or 'railover launch')"))
+    else:
+        out.append(Check("nccl", "NCCL_NET", OK, f"NCCL_NET={net}: a plugin load failure is fatal, not a silent fallback"))
+
+    # NCCL_NET_PLUGIN
+    plug = env.get("NCCL_NET_PLUGIN")
+    our_file = plugin.get("path") or ""
+    if plug is None:
+        out.append(Check("nccl", "NCCL_NET_PLUGIN", FAIL, "unset: NCCL only opens libnccl-net.so, not railover",
+                         f"export NCCL_NET_PLUGIN={name} and put {Path(our_file).parent if our_file else 'its directory'} "
+                         "on LD_LIBRARY_PATH ('railover env --shell' prints both)"))
+    else:
+        items = [p.strip() for p in plug.split(",") if p.strip()]
+        ours = [p for p in items if p == name or p == _paths.PLUGIN_FILE or
+                (("/" in p) and Path(p).name == _paths.PLUGIN_FILE)]
+        if not ours:
+            out.append(Check("nccl", "NCCL_NET_PLUGIN", FAIL, f"NCCL_NET_PLUGIN='{plug}' points to another plugin",
+                             f"export NCCL_NET_PLUGIN={name}"))
+        else:
+            if len(items) > 1:
+                out.append(Check("nccl", "NCCL_NET_PLUGIN", WARN, f"NCCL_NET_PLUGIN='{plug}' lists several plugins "
+                                 "(NCCL 2.27+ tries them in order; older releases take the value as one name)",
+                                 f"export NCCL_NET_PLUGIN={name}"))
+            p = ours[0]
+            if "/" in p:
+                bad_rel = nver is not None and ((nver[1] in (19, 20)) or tuple(nver[:3]) == (2, 27, 3))
+                out.append(Check("nccl", "NCCL_NET_PLUGIN", FAIL if bad_rel else WARN,
+                                 f"absolute path '{p}': NCCL 2.19, 2.20 and 2.27.3 cannot open a plugin by path"
+                                 + (f" (this NCCL is {'.'.join(map(str, nver))})" if bad_rel else ""),
+                                 f"export NCCL_NET_PLUGIN={name} and LD_LIBRARY_PATH={Path(p).parent}:$LD_LIBRARY_PATH"))
+                if not Path(p).is_file():
+                    out.append(Check("nccl", "NCCL_NET_PLUGIN", FAIL, f"'{p}' does not exist", f"export NCCL_NET_PLUGIN={name}"))
+            elif resolved is None:
+                out.append(Check("nccl", "LD_LIBRARY_PATH", FAIL, f"NCCL_NET_PLUGIN={p} but no {_paths.PLUGIN_FILE} on "
+                                 "LD_LIBRARY_PATH or in the ldconfig cache: NCCL cannot open it",
+                                 f"export LD_LIBRARY_PATH={Path(our_file).parent if our_file else '<plugin dir>'}:$LD_LIBRARY_PATH"))
+            else:
+                same = our_file and os.path.realpath(resolved) == os.path.realpath(our_file)
+                out.append(Check("nccl", "NCCL_NET_PLUGIN", OK if same or not our_file else WARN,
+                                 f"NCCL_NET_PLUGIN={p} -> {resolved}" +
+                                 ("" if same or not our_file else f" (not the checked file {our_file})"),
+                                 "" if same or not our_file else "put the intended plugin directory first on LD_LIBRARY_PATH"))
+
+    # reload bug 2.28/2.29
+    rc = env.get("NCCL_NET_PLUGIN_REF_COUNT")
+    affected = nver is None or (nver[0] == 2 and nver[1] in (28, 29))
+    if rc != "1" and affected:
+        out.append(Check("nccl", "NCCL_NET_PLUGIN_REF_COUNT", WARN,
+                         ("unset" if rc is None else f"'{rc}'") + ": NCCL 2.28/2.29 forget a non-default plugin name when the "
+                         "last communicator is destroyed (NCCL issue 1978) and later ones fall back"
+                         + ("" if nver else " (NCCL version unknown here)"), "export NCCL_NET_PLUGIN_REF_COUNT=1"))
+    # variables that do nothing for railover
+    ib = sorted(k for k in env if k.startswith("NCCL_IB_"))
+    if ib:
+        out.append(Check("nccl", "NCCL_IB_*", INFO, f"{', '.join(ib)} only tune NCCL's internal IB transport; railover "
+                         "does not read them (NCCL's own IB port failover does not apply either)"))
+    sock = sorted(k for k in env if k in ("NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD"))
+    if sock:
+        out.append(Check("nccl", ", ".join(sock), INFO, "only tune NCCL's Socket transport; railover uses "
+                         "RAILOVER_NSTREAMS streams per path"))
+    if env.get("NCCL_IB_DISABLE") == "0" and net and net.lower() == name:
+        pass  # harmless: NCCL_NET=railover wins
+
+    # PyTorch / NCCL version
+    if torch is None:
+        out.append(Check("nccl", "PyTorch", INFO, "PyTorch is not installed here: NCCL version not checked"))
+    elif not nver:
+        out.append(Check("nccl", "PyTorch", INFO, f"PyTorch {torch.get('torch')} has no NCCL ({torch.get('error') or 'CPU build'})"))
+    else:
+        v = ".".join(map(str, nver))
+        if abi is None:
+            out.append(Check("nccl", "NCCL", FAIL, f"PyTorch {torch.get('torch')} bundles NCCL {v}: railover needs 2.19 or later",
+                             "use a PyTorch built with NCCL >= 2.19"))
+        else:
+            note = " (expected: releases after 2.30 are not verified)" if (nver[0], nver[1]) > (2, 30) else ""
+            out.append(Check("nccl", "NCCL", OK, f"PyTorch {torch.get('torch')} bundles NCCL {v}, which uses net ABI v{abi}{note}"))
+            if 22 <= nver[1] <= 25:
+                out.append(Check("nccl", "NCCL", INFO, f"NCCL {v} unloads the plugin after the last communicator and does "
+                                 "not call init again after reloading it; railover is linked -z nodelete for this"))
+    return out
+
+
+# --------------------------------------------------------------------------- host facts
+
+def list_interfaces(ns: Optional[str] = None) -> List[Iface]:
+    """Interfaces of this network namespace (or of named netns ``ns``) via netlink.
+    Raises OSError when netlink is unavailable."""
+    from pyroute2 import IPRoute
+    ipr = IPRoute(netns=ns) if ns else IPRoute()
+    try:
+        out: Dict[int, Iface] = {}
+        for link in ipr.get_links():
+            name = link.get("IFLA_IFNAME")
+            idx = link["index"]
+            speed = None
+            try:
+                s = int(Path(f"/sys/class/net/{name}/speed").read_text().strip()) if not ns else -1
+                speed = s if s > 0 else None
+            except (OSError, ValueError):
+                pass
+            out[idx] = Iface(name, idx, [], bool(link["flags"] & 1), bool(link.get("IFLA_CARRIER")),
+                             str(link.get("IFLA_OPERSTATE")), speed)
+        for a in ipr.get_addr():
+            i = out.get(a["index"])
+            addr = a.get("IFA_ADDRESS")
+            if i is None or addr is None:
+                continue
+            ip = ipaddress.ip_address(addr)
+            if ip.version == 6 and ip.is_link_local:
+                continue
+            i.addrs.append(f"{addr}/{a['prefixlen']}")
+        return sorted(out.values(), key=lambda x: x.index)
+    finally:
+        ipr.close()
+
+
+def route_get(dst: str, src: str) -> Tuple[Optional[str], str]:
+    """``ip route get <dst> from <src>``: ``(outgoing interface name, "")``, or
+    ``(None, reason)`` when the kernel has no route (e.g. "Network is unreachable")."""
+    from pyroute2 import IPRoute
+    from pyroute2.netlink.exceptions import NetlinkError
+    with IPRoute() as ipr:
+        try:
+            r = ipr.route("get", dst=dst, src=src)
+        except NetlinkError as e:
+            return None, os.strerror(e.code) if e.code else str(e)
+        if not r:
+            return None, "no route"
+        rt = r[0]
+        if rt.get("type", 1) not in (1, 2):  # unicast, local
+            return None, {7: "unreachable route", 6: "blackhole route", 8: "prohibited route"}.get(rt.get("type"), f"route type {rt.get('type')}")
+        oif = rt.get("RTA_OIF")
+        links = ipr.get_links(oif) if oif else []
+        return (links[0].get("IFLA_IFNAME") if links else None), ""
+
+
+def tcp_probe(src: str, dst: str, port: int = 22, timeout_s: float = 1.0) -> Tuple[bool, str]:
+    """Open a TCP connection from ``src`` (bound, like the plugin's streams) to ``dst:port``.
+    ``(True, how)`` when the peer's kernel answered (accepted or refused: both prove the
+    path), ``(False, why)`` on timeout or a network error. ``timeout_s`` in seconds."""
+    fam = socket.AF_INET6 if ":" in dst else socket.AF_INET
+    s = socket.socket(fam, socket.SOCK_STREAM)
+    try:
+        s.settimeout(timeout_s)
+        s.bind((src, 0))
+        s.connect((dst, port))
+        return True, f"TCP port {port} accepted"
+    except ConnectionRefusedError:
+        return True, f"TCP port {port} refused (host answered)"
+    except socket.timeout:
+        return False, f"no answer on TCP port {port} within {timeout_s:g} s (unreachable or filtered)"
+    except OSError as e:
+        return False, e.strerror or str(e)
+    finally:
+        s.close()
+
+
+def gather(env: Optional[Mapping[str, str]] = None, plugin: Optional[Path] = None, check_torch: bool = True) -> Facts:
+    """Observe this host (current network namespace): interfaces, the plugin, PyTorch's NCCL."""
+    env = dict(os.environ if env is None else env)
+    if plugin is None:
+        try:
+            plugin = _paths.plugin_path()
+        except FileNotFoundError as e:
+            pinfo: Dict[str, Any] = {"path": "", "loaded": False, "error": str(e), "abi": [], "collnet": [], "foreign": []}
+            plugin = None
+    if plugin is not None:
+        pinfo = plugin_exports(Path(plugin))
+    return Facts(env=env, ifaces=list_interfaces(), plugin=pinfo,
+                 torch=torch_nccl() if check_torch else None, ld_resolve=ld_resolve(env))
+
+
+def _neighbour(net: ipaddress._BaseNetwork, own: str) -> Optional[str]:
+    if net.num_addresses < 4:
+        return None
+    for h in (net.network_address + 1, net.network_address + 2):
+        if str(h) != own:
+            return str(h)
+    return None
+
+
+def diagnose(facts: Facts, peers: Sequence[str] = (), *,
+             route: Optional[Callable[[str, str], Tuple[Optional[str], str]]] = None,
+             probe: Optional[Callable[[str, str], Tuple[bool, str]]] = None) -> Report:
+    """Evaluate ``facts`` into a :class:`Report`. ``peers`` are IP addresses of other hosts'
+    NICs. ``route(dst, src)`` answers "which interface does traffic from src to dst leave
+    through" (default :func:`route_get`); ``probe(src, dst)`` tests reachability (default
+    :func:`tcp_probe`). Raises ValueError for a peer that is not an IP address."""
+    route = route or route_get
+    probe = probe or tcp_probe
+    env = facts.env
+    checks = validate_config(env)
+    for p in peers:
+        ipaddress.ip_address(p)  # ValueError names the bad one
+    selected, reasons, source = select_interfaces(env, facts.ifaces)
+    fam = {"AF_INET": socket.AF_INET, "AF_INET6": socket.AF_INET6}.get(env.get("NCCL_SOCKET_FAMILY", ""), 0)
+    rails = rails_of(env, selected)
+    nics = []
+    for i in sorted(facts.ifaces, key=lambda x: x.index):
+        nics.append({"name": i.name, "selected": i in selected, "reason": reasons.get(i.name, ""),
+                     "addrs": i.addrs, "admin_up": i.admin_up, "carrier": i.carrier, "operstate": i.operstate,
+                     "rail": rails.get(i.name), "speed_mbps": i.speed_mbps})
+        if i not in selected and source != "default" and i.addr(fam) is None and ifname_matches(env[source], i.name):
+            checks.append(Check("nics", i.name, WARN, f"matches {source} but has no address: railover ignores it",
+                                f"give {i.name} an address, or drop it from {source}"))
+    if not selected:
+        checks.append(Check("nics", "selection", FAIL,
+                            f"{source}='{env.get(source, '')}' selects no interface with an address" if source != "default"
+                            else "no network interface with an address", "set RAILOVER_IFNAMES to the job's NICs"))
+    elif len(selected) == 1:
+        checks.append(Check("nics", "selection", WARN, f"only {selected[0].name} is selected ({source}): no standby NIC, "
+                            "failover is impossible", "select at least two NICs with RAILOVER_IFNAMES"))
+    else:
+        checks.append(Check("nics", "selection", OK, f"{len(selected)} NICs selected via {source}: "
+                            + ", ".join(f"{i.name} (rail {rails[i.name]})" for i in selected)))
+        if any(i.name == "lo" for i in selected):
+            checks.append(Check("nics", "lo", WARN, "loopback is selected: it only reaches this host",
+                                "exclude it (RAILOVER_IFNAMES)"))
+    for name, _r in _split_rails(env):
+        if name not in rails:
+            checks.append(Check("nics", "RAILOVER_RAILS", WARN, f"RAILOVER_RAILS names {name}, which is not a selected NIC",
+                                "fix the name or the NIC selection"))
+    speeds = {i.speed_mbps for i in selected if i.speed_mbps}
+    if len(speeds) > 1:
+        checks.append(Check("nics", "speed", INFO, "selected NICs have different speeds "
+                            f"({', '.join(f'{i.name} {i.speed_mbps} Mb/s' for i in selected if i.speed_mbps)}): "
+                            "after a failover the job runs at the standby's speed"))
+
+    # link state
+    for i in selected:
+        addr = i.addr(fam)
+        if not i.admin_up:
+            checks.append(Check("nics", i.name, FAIL, f"{i.name} ({addr}) is administratively down",
+                                f"ip link set {i.name} up"))
+        elif not i.carrier or i.operstate in ("DOWN", "LOWERLAYERDOWN"):
+            checks.append(Check("nics", i.name, FAIL, f"{i.name} ({addr}) has no carrier (operstate {i.operstate}): "
+                                "cable, optic or switch port", "repair the link before running jobs on this host"))
+        else:
+            checks.append(Check("nics", i.name, OK, f"{i.name} {', '.join(i.addrs)} up, rail {rails[i.name]}"))
+
+    # source routing and reachability
+    sel_addrs = {i.name: i.addr(fam) for i in selected}
+    targets: List[Tuple[Iface, str, bool]] = []   # (nic, destination, on the NIC's own subnet)
+    peer_nics: Dict[str, List[Iface]] = {}
+    for p in peers:
+        onlink = [i for i in selected if i.network_of(sel_addrs[i.name]) is not None and
+                  ipaddress.ip_address(p) in i.network_of(sel_addrs[i.name])]
+        peer_nics[p] = onlink or list(selected)
+        for i in peer_nics[p]:
+            targets.append((i, p, bool(onlink)))
+    if not peers:
+        for i in selected:
+            net = i.network_of(sel_addrs[i.name])
+            nb = _neighbour(net, sel_addrs[i.name]) if net is not None else None
+            if nb:
+                targets.append((i, nb, True))
+    for i, dst, onlink in targets:
+        src = sel_addrs[i.name]
+        oif, err = route(dst, src)
+        what = f"{i.name} -> {dst}"
+        if oif is None:
+            checks.append(Check("routing", what, FAIL, f"ip route get {dst} from {src}: {err}",
+                                f"add a route for {dst} via {i.name} (is {i.name} up with its subnet route?)"))
+        elif oif != i.name:
+            checks.append(Check("routing", what, FAIL if onlink else WARN,
+                                f"traffic from {src} to {dst} leaves through {oif}, not {i.name}",
+                                f"add source routing: ip rule add from {src} table <N>; ip route add "
+                                f"{dst if not onlink else i.network_of(src)} dev {i.name} table <N>"))
+        else:
+            checks.append(Check("routing", what, OK, f"from {src} leaves through {i.name}"))
+    if peers:
+        jobs = [(i, p) for p in peers for i in peer_nics[p]]
+        with ThreadPoolExecutor(max_workers=min(16, max(1, len(jobs)))) as ex:
+            results = list(ex.map(lambda j: probe(sel_addrs[j[0].name], j[1]), jobs))
+        reach: Dict[str, List[str]] = {p: [] for p in peers}
+        for (i, p), (ok, how) in zip(jobs, results):
+            if ok:
+                reach[p].append(i.name)
+                checks.append(Check("reach", f"{i.name} -> {p}", OK, how))
+            else:
+                checks.append(Check("reach", f"{i.name} -> {p}", FAIL, f"{p} not reachable from {i.name} "
+                                    f"({sel_addrs[i.name]}): {how}", f"check {i.name}'s link, routes and the peer"))
+    checks += nccl_checks(env, facts.plugin, facts.torch, facts.ld_resolve)
+    return Report(checks, nics)
+
+
+def _split_rails(env: Mapping[str, str]) -> List[Tuple[str, str]]:
+    if "RAILOVER_RAILS" not in env:
+        return []
+    out = []
+    for item in _split(env["RAILOVER_RAILS"], ","):
+        kv = _split(item, "=")
+        if len(kv) == 2:
+            out.append((kv[0], kv[1]))
+    return out

@@ -1,0 +1,349 @@
+"""``railover exporter``: node-level Prometheus metrics from railover's state files and journals.
+
+One exporter per node reads every state file (``railover-<pid>.json``) in the state
+directories and tails the event journals they name, at scrape time. Metric names, types and
+labels are listed in docs/OPERATIONS.md; the main ones:
+
+* counters ``railover_failovers_total``, ``railover_failbacks_total``, ``railover_flaps_total``,
+  ``railover_bytes_resent_total``, ``railover_fatal_errors_total`` with labels ``rank`` and
+  ``nic`` (the comm's primary NIC); ``railover_events_total{event}`` from the journals;
+* gauges ``railover_nic_up{nic,addr,rail}``, ``railover_pair_up{nic,peer}``,
+  ``railover_path_active{rank,comm,dir,nic,peer}``, ``railover_nic_paths{nic,state}``,
+  ``railover_comms{rank,health}``, ``railover_processes{state}``;
+* histogram ``railover_convergence_seconds{event}`` (failover/failback) from journal events.
+
+Counters stay monotonic when state files are rewritten and when processes exit: the
+collector keeps, per process (pid + start time) and comm, the largest value the state files
+showed and the count of the comm's journal events (failover, failback, flap, fatal; bytes
+resent), and exports the larger of the two. A state file drops a comm when NCCL closes it
+and is rewritten at most every 100 ms, so without a journal a failover just before a comm
+closes can be missed between scrapes; with ``RAILOVER_EVENT_LOG`` the counts are exact.
+When a process has exited its counts are folded into a per-label total kept for the
+exporter's lifetime. An exporter restart resets the counters (``rate()``/``increase()``
+handle resets); processes that died while no exporter ran are counted once when first seen.
+
+The rank label is the process's ``RANK`` (or ``OMPI_COMM_WORLD_RANK``, ``PMI_RANK``,
+``SLURM_PROCID``) read from ``/proc/<pid>/environ`` while it runs; when that is unreadable
+(another user's process and no root) it is ``pid:<pid>``.
+"""
+from __future__ import annotations
+
+import socketserver
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.utils import floatToGoString
+
+from . import state as st
+
+__all__ = ["COUNTERS", "CONVERGENCE_BUCKETS_S", "RailoverCollector", "Exporter", "serve"]
+
+#: State-file counter fields -> metric name (without ``_total``) and help text.
+COUNTERS = {
+    "failovers": ("railover_failovers", "Failovers: traffic of a comm moved from a failed path to a standby path"),
+    "failbacks": ("railover_failbacks", "Failbacks: traffic moved back to the repaired primary path"),
+    "flaps": ("railover_flaps", "Flaps: a path failed again within its hold-down after being restored"),
+    "bytes_resent": ("railover_bytes_resent", "Bytes sent again after a failover or failback (unacknowledged data)"),
+    "fatal_errors": ("railover_fatal_errors", "Comms that returned an error to NCCL (no usable path for RAILOVER_FATAL_TIMEOUT)"),
+}
+#: Histogram buckets of railover_convergence_seconds (seconds): 1 ms .. 10 s.
+CONVERGENCE_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
+
+Labels = Tuple[str, str]  # (rank, nic)
+
+
+def _comm_counts(c: Dict[str, Any]) -> Dict[str, int]:
+    return {"failovers": int(c.get("failovers", 0)), "failbacks": int(c.get("failbacks", 0)),
+            "flaps": int(c.get("flaps", 0)), "bytes_resent": int(c.get("bytes_resent", 0)),
+            "fatal_errors": 1 if c.get("fatal") else 0}
+
+
+@dataclass
+class _Comm:
+    """Counters of one comm as seen in the state files and counted from the journal; the
+    value exported is the larger of the two (both only grow, both may miss something: the
+    state file drops a comm when it closes and is rewritten at most every 100 ms, the journal
+    is optional)."""
+    nic: str = ""
+    state: Dict[str, int] = field(default_factory=dict)
+    journal: Dict[str, int] = field(default_factory=dict)
+
+    def value(self) -> Dict[str, int]:
+        return {k: max(self.state.get(k, 0), self.journal.get(k, 0)) for k in COUNTERS}
+
+
+@dataclass
+class _Proc:
+    rank: str
+    comms: Dict[str, _Comm] = field(default_factory=dict)
+
+    def comm(self, cid: str) -> _Comm:
+        c = self.comms.get(cid)
+        if c is None:
+            c = self.comms[cid] = _Comm()
+        return c
+
+
+class _Hist:
+    def __init__(self, buckets: Sequence[float]):
+        self.buckets = list(buckets)
+        self.counts = [0] * len(self.buckets)
+        self.total = 0
+        self.sum = 0.0
+
+    def observe(self, v: float) -> None:
+        self.total += 1
+        self.sum += v
+        for i, b in enumerate(self.buckets):
+            if v <= b:
+                self.counts[i] += 1
+
+    def family_buckets(self) -> List[Tuple[str, float]]:
+        out = [(floatToGoString(b), float(c)) for b, c in zip(self.buckets, self.counts)]
+        out.append(("+Inf", float(self.total)))
+        return out
+
+
+class RailoverCollector:
+    """A prometheus_client collector; every :meth:`collect` (one per scrape) re-reads the
+    state files in ``dirs`` and the new lines of the journals (those the state files name
+    plus ``journals``: files or directories of ``*.jsonl``). ``proc`` is the procfs root
+    (tests use a fake one). Thread-safe."""
+
+    def __init__(self, dirs: Iterable[Path], journals: Iterable[Path] = (), proc: Path = Path("/proc"),
+                 buckets: Sequence[float] = CONVERGENCE_BUCKETS_S):
+        self.dirs = [Path(d) for d in dirs]
+        self.journals = [Path(j) for j in journals]
+        self.proc = Path(proc)
+        self._lock = threading.Lock()
+        self._procs: Dict[Tuple[int, int], _Proc] = {}
+        self._retired: Dict[Labels, Dict[str, int]] = {}
+        self._dead: set = set()            # process keys already folded into _retired
+        self._tail = st.JournalTail()
+        self._events: Dict[str, int] = {}
+        self._hist: Dict[str, _Hist] = {}
+        self._buckets = buckets
+        self._read_errors = 0
+        self._states: List[st.ProcessState] = []
+
+    # ---- bookkeeping
+    def refresh(self) -> None:
+        """Read the state files and the journals' new lines now (``collect`` calls this)."""
+        with self._lock:
+            states, errors = st.read_state_dirs(self.dirs, self.proc)
+            self._read_errors += len(errors)
+            self._states = states
+            for s in states:
+                self._proc_for(s)
+            by_pid = {s.pid: s.key for s in states}
+            for e in self._tail.poll(st.journal_files(states, self.journals)):
+                self._journal_event(e, by_pid)
+            for s in states:
+                self._account(s)
+
+    def _proc_for(self, s: st.ProcessState) -> Optional[_Proc]:
+        if s.key in self._dead:
+            return None
+        p = self._procs.get(s.key)
+        if p is None:
+            p = self._procs[s.key] = _Proc(rank=s.rank if s.rank is not None else f"pid:{s.pid}")
+        return p
+
+    def _journal_event(self, e: Dict[str, Any], by_pid: Dict[int, Tuple[int, int]]) -> None:
+        ev = str(e.get("event"))
+        self._events[ev] = self._events.get(ev, 0) + 1
+        if ev in ("failover", "failback") and isinstance(e.get("convergence_us"), (int, float)):
+            self._hist.setdefault(ev, _Hist(self._buckets)).observe(e["convergence_us"] / 1e6)
+        if ev not in ("failover", "failback", "flap", "fatal") or "comm" not in e:
+            return
+        pid = int(e.get("pid", 0))
+        key = by_pid.get(pid, (pid, 0))
+        p = self._procs.get(key)
+        if p is None:
+            if key in self._dead:
+                return  # already folded with everything its journal held when it was seen dead
+            p = self._procs[key] = _Proc(rank=f"pid:{pid}")
+        j = p.comm(str(e["comm"])).journal
+        if ev == "fatal":
+            j["fatal_errors"] = 1
+        else:
+            field_ = {"failover": "failovers", "failback": "failbacks", "flap": "flaps"}[ev]
+            j[field_] = j.get(field_, 0) + 1
+            j["bytes_resent"] = j.get("bytes_resent", 0) + int(e.get("bytes_resent", 0) or 0)
+
+    def _account(self, s: st.ProcessState) -> None:
+        p = self._proc_for(s)
+        if p is None:
+            return
+        seen: Dict[str, Dict[str, int]] = {}
+        for c in s.comms:  # a process may hold a send and a recv comm with the same id: add them
+            cid = str(c.get("id"))
+            cur = _comm_counts(c)
+            prev = seen.setdefault(cid, {k: 0 for k in COUNTERS})
+            for k, v in cur.items():
+                prev[k] += v
+            if c.get("primary_nic"):
+                p.comm(cid).nic = str(c["primary_nic"])
+        for cid, cur in seen.items():
+            cm = p.comm(cid)
+            cm.state = {k: max(v, cm.state.get(k, 0)) for k, v in cur.items()}
+        if s.stale:
+            for cm in p.comms.values():
+                acc = self._retired.setdefault((p.rank, cm.nic), {k: 0 for k in COUNTERS})
+                for k, v in cm.value().items():
+                    acc[k] += v
+            del self._procs[s.key]
+            self._dead.add(s.key)
+
+    def totals(self) -> Dict[Labels, Dict[str, int]]:
+        """Current counter values per ``(rank, nic)`` label pair (dead processes included)."""
+        out: Dict[Labels, Dict[str, int]] = {lb: dict(v) for lb, v in self._retired.items()}
+        for p in self._procs.values():
+            for cm in p.comms.values():
+                acc = out.setdefault((p.rank, cm.nic), {k: 0 for k in COUNTERS})
+                for k, v in cm.value().items():
+                    acc[k] += v
+        return out
+
+    # ---- prometheus_client interface
+    def describe(self):
+        return []  # no fixed description: avoids a scrape at registration time
+
+    def collect(self):
+        self.refresh()
+        with self._lock:
+            yield from self._families()
+
+    def _families(self):
+        totals = self.totals()
+        for field_, (name, help_) in COUNTERS.items():
+            fam = CounterMetricFamily(name, help_, labels=["rank", "nic"])
+            for (rank, nic), counts in sorted(totals.items()):
+                fam.add_metric([rank, nic], counts.get(field_, 0))
+            yield fam
+        ev = CounterMetricFamily("railover_events", "Journal events seen, by event type", labels=["event"])
+        for k in sorted(self._events):
+            ev.add_metric([k], self._events[k])
+        yield ev
+        err = CounterMetricFamily("railover_state_read_errors", "State files that could not be read or parsed")
+        err.add_metric([], self._read_errors)
+        yield err
+
+        live = [s for s in self._states if not s.stale]
+        procs = GaugeMetricFamily("railover_processes", "Processes with a state file, live or stale (exited)", labels=["state"])
+        procs.add_metric(["live"], len(live))
+        procs.add_metric(["stale"], len(self._states) - len(live))
+        yield procs
+
+        nic_up: Dict[Tuple[str, str, str], bool] = {}
+        nic_paths: Dict[Tuple[str, str], int] = {}
+        pair_up: Dict[Tuple[str, str], bool] = {}
+        path_active = GaugeMetricFamily(
+            "railover_path_active", "1 if the path carries the comm's traffic, 0 if it is standby or down",
+            labels=["rank", "comm", "dir", "nic", "peer"])
+        comms: Dict[Tuple[str, str], int] = {}
+        last_conv = GaugeMetricFamily("railover_last_convergence_seconds",
+                                      "Duration of the comm's last failover or failback", labels=["rank", "comm", "dir"])
+        last_det = GaugeMetricFamily("railover_last_detection_seconds",
+                                     "Detection time of the comm's last failure", labels=["rank", "comm", "dir"])
+        for s in live:
+            rank = self._procs[s.key].rank if s.key in self._procs else f"pid:{s.pid}"
+            for n in s.nics:
+                k = (str(n.get("name")), str(n.get("addr", "")), str(n.get("rail", "")))
+                nic_up[k] = nic_up.get(k, True) and bool(n.get("up", True))
+            for p in s.pairs:
+                k = (str(p.get("nic")), str(p.get("peer")))
+                pair_up[k] = pair_up.get(k, True) and bool(p.get("up", True))
+            for c in s.comms:
+                h = st.comm_health(c)
+                comms[(rank, h)] = comms.get((rank, h), 0) + 1
+                cid, cdir = str(c.get("id")), str(c.get("dir"))
+                for p in c.get("paths", []):
+                    state = str(p.get("state"))
+                    path_active.add_metric([rank, cid, cdir, str(p.get("nic")), str(p.get("peer"))],
+                                           1 if state == "active" else 0)
+                    nk = (str(p.get("nic")), state)
+                    nic_paths[nk] = nic_paths.get(nk, 0) + 1
+                if int(c.get("failovers", 0)) + int(c.get("failbacks", 0)) > 0:
+                    last_conv.add_metric([rank, cid, cdir], int(c.get("last_convergence_us", 0)) / 1e6)
+                    last_det.add_metric([rank, cid, cdir], int(c.get("last_detection_us", 0)) / 1e6)
+        g = GaugeMetricFamily("railover_nic_up", "1 if every live railover process sees the NIC up",
+                              labels=["nic", "addr", "rail"])
+        for k in sorted(nic_up):
+            g.add_metric(list(k), 1 if nic_up[k] else 0)
+        yield g
+        g = GaugeMetricFamily("railover_pair_up", "1 if probes between the local NIC and the peer address answer",
+                              labels=["nic", "peer"])
+        for k in sorted(pair_up):
+            g.add_metric(list(k), 1 if pair_up[k] else 0)
+        yield g
+        g = GaugeMetricFamily("railover_nic_paths", "Paths over the NIC, by state (active, standby, connecting, failed, closed)",
+                              labels=["nic", "state"])
+        for k in sorted(nic_paths):
+            g.add_metric(list(k), nic_paths[k])
+        yield g
+        yield path_active
+        g = GaugeMetricFamily("railover_comms", "Comms of live processes by health (ok, failed-over, unprotected, down, fatal)",
+                              labels=["rank", "health"])
+        for k in sorted(comms):
+            g.add_metric(list(k), comms[k])
+        yield g
+        yield last_conv
+        yield last_det
+        hist = HistogramMetricFamily("railover_convergence_seconds",
+                                     "Failover/failback convergence from the journals (detection to traffic resumed)",
+                                     labels=["event"])
+        for ev_name in ("failover", "failback"):
+            hh = self._hist.get(ev_name) or _Hist(self._buckets)
+            hist.add_metric([ev_name], hh.family_buckets(), sum_value=hh.sum)
+        yield hist
+
+
+class _Server(socketserver.ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, *args: Any) -> None:  # no access log on stderr
+        pass
+
+
+class Exporter:
+    """An HTTP server (own thread) exposing ``/metrics`` for one :class:`RailoverCollector`.
+    ``port`` 0 picks a free port (see :attr:`port`). Raises OSError when the address cannot
+    be bound. Use :meth:`close` (or ``with``) to stop it."""
+
+    def __init__(self, collector: RailoverCollector, addr: str = "127.0.0.1", port: int = 9464):
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(collector)
+        self.collector = collector
+        self._httpd = make_server(addr, port, make_wsgi_app(self.registry), _Server, handler_class=_QuietHandler)
+        self.addr, self.port = self._httpd.server_address[:2]
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="railover-exporter", daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.addr}:{self.port}/metrics"
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(5)
+
+    def __enter__(self) -> "Exporter":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def serve(dirs: Iterable[Path], journals: Iterable[Path] = (), addr: str = "127.0.0.1", port: int = 9464) -> Exporter:
+    """Start an exporter for state directories ``dirs`` (and extra ``journals``); returns it."""
+    return Exporter(RailoverCollector(dirs, journals), addr, port)

@@ -1,0 +1,419 @@
+"""Operator commands: ``railover status``, ``exporter``, ``doctor``, ``launch``, ``drill``.
+
+``railover.cli`` imports this module and calls :func:`register`. The logic lives in
+``state``, ``exporter``, ``doctor`` and ``drill``; this module parses options and renders.
+
+Exit codes: 0 success; 1 ``doctor`` found a blocking problem / ``drill`` ran but railover did
+not behave (no failover, no failback, a fatal error); 2 usage errors and refusals (``drill``
+without ``--yes``, ``launch`` with conflicting NCCL settings); 3 ``drill`` could not restore
+the NIC; 127 ``launch`` could not find the command.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+import typer
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from . import _paths, envvars
+from . import state as st
+
+_console = Console(width=max(100, shutil.get_terminal_size((140, 24)).columns))
+_STYLE = {"OK": "green", "WARN": "yellow", "FAIL": "bold red", "INFO": "cyan"}
+_HEALTH_STYLE = {"ok": "green", "failed-over": "yellow", "unprotected": "yellow", "down": "bold red", "fatal": "bold red"}
+
+
+def _fail(msg: str, code: int = 2) -> None:
+    typer.echo(f"error: {msg}", err=True)
+    raise typer.Exit(code)
+
+
+def _dirs(state_dir: Optional[List[Path]]) -> List[Path]:
+    return list(state_dir) if state_dir else st.default_state_dirs()
+
+
+def _ms(us: Any) -> str:
+    try:
+        v = int(us)
+    except (TypeError, ValueError):
+        return "-"
+    return "-" if v <= 0 else f"{v / 1000:.1f}"
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+# --------------------------------------------------------------------------- status
+
+def render_status(snap: Dict[str, Any], show_comms: bool = False) -> Group:
+    """Rich renderables for a :func:`railover.state.snapshot`: per host a NIC table and a
+    process table (and every comm with ``show_comms``; otherwise only comms that are not
+    ok), then the recent journal events."""
+    parts: List[Any] = []
+    tot = snap["totals"]
+    parts.append(Text(f"state dirs: {', '.join(snap['state_dirs']) or '(none)'}   live processes: {tot['processes']}   "
+                      f"stale files: {tot['stale_processes']}   comms: {tot['comms']} "
+                      f"(failed over {tot['failed_over']}, unprotected {tot['unprotected']})   "
+                      f"failovers {tot['failovers']} failbacks {tot['failbacks']} flaps {tot['flaps']} "
+                      f"fatal {tot['fatal_errors']}"))
+    if not snap["hosts"]:
+        parts.append(Text("no railover state files found (is a job running? is RAILOVER_STATE_DIR the same as the job's?)",
+                          style="yellow"))
+    for host, h in sorted(snap["hosts"].items()):
+        if all(p["stale"] for p in h["processes"]):
+            parts.append(Text(f"host {host}: no live railover process", style="dim"))
+            for p in h["processes"]:
+                parts.append(Text(f"stale state file: pid {p['pid']}: {p['stale_reason']}", style="dim"))
+            continue
+        t = Table(title=f"host {host}: NICs", title_justify="left")
+        for c in ("NIC", "address", "rail", "link", "active paths", "standby paths", "failed paths", "pairs down",
+                  "processes"):
+            t.add_column(c, no_wrap=True)
+        for n in h["nics"]:
+            t.add_row(n["name"], n["addr"], str(n["rail"]), Text("up", "green") if n["up"] else Text("DOWN", "bold red"),
+                      str(n["active"]), str(n["standby"]), Text(str(n["failed"]), "red" if n["failed"] else ""),
+                      Text(", ".join(n["pairs_down"]) or "-", "red" if n["pairs_down"] else ""), str(n["processes"]))
+        parts.append(t)
+        pt = Table(title=f"host {host}: processes", title_justify="left")
+        for c in ("process", "comms", "ok", "failed over", "unprotected", "fatal", "failovers", "failbacks", "flaps",
+                  "resent"):
+            pt.add_column(c, no_wrap=True)
+        stale = []
+        comm_rows = []
+        for p in h["processes"]:
+            who = f"rank {p['rank']} (pid {p['pid']})" if p.get("rank") is not None else f"pid {p['pid']}"
+            if p["stale"]:
+                stale.append(f"{who}: {p['stale_reason']}")
+                continue
+            cs = p["comms"]
+            cnt = {k: sum(1 for c in cs if c["health"] == k) for k in ("ok", "failed-over", "unprotected", "fatal")}
+            tt = p["totals"]
+            pt.add_row(who, str(len(cs)), str(cnt["ok"]), Text(str(cnt["failed-over"]), "yellow" if cnt["failed-over"] else ""),
+                       Text(str(cnt["unprotected"]), "yellow" if cnt["unprotected"] else ""),
+                       Text(str(cnt["fatal"]), "bold red" if cnt["fatal"] else ""), str(tt.get("failovers", 0)),
+                       str(tt.get("failbacks", 0)), str(tt.get("flaps", 0)), _bytes(int(tt.get("bytes_resent", 0))))
+            for c in cs:
+                if show_comms or c["health"] != "ok":
+                    comm_rows.append((who, c))
+        parts.append(pt)
+        if comm_rows:
+            ct = Table(title=f"host {host}: comms" + ("" if show_comms else " that are not ok (--comms shows all)"),
+                       title_justify="left")
+            for c in ("process", "comm", "dir", "peer", "traffic on", "health", "standby", "failovers/backs/flaps",
+                      "last detect/converge ms"):
+                ct.add_column(c, overflow="fold")
+            for who, c in comm_rows:
+                standby = ", ".join(p["nic"] for p in c.get("paths", []) if p.get("state") == "standby") or "-"
+                on = c["active_nic"] or "-"
+                if c["active_nic"] != c["primary_nic"]:
+                    on += f" (primary {c['primary_nic']})"
+                ct.add_row(who, str(c["id"]), c["dir"], c["peer"], on, Text(c["health"], _HEALTH_STYLE.get(c["health"], "")),
+                           standby, f"{c['failovers']}/{c['failbacks']}/{c['flaps']}",
+                           f"{_ms(c.get('last_detection_us'))}/{_ms(c.get('last_convergence_us'))}")
+            parts.append(ct)
+        for s in stale:
+            parts.append(Text(f"stale state file: {s}", style="dim"))
+    if snap["events"]:
+        et = Table(title="recent events (journals)", title_justify="left")
+        for c in ("age", "process", "event", "details"):
+            et.add_column(c, no_wrap=False)
+        for e in snap["events"]:
+            who = f"rank {e['rank']}" if e.get("rank") is not None else f"pid {e.get('pid')}"
+            style = "red" if e["event"] in ("nic_down", "pair_down", "path_down", "fatal") else \
+                "yellow" if e["event"] in ("failover", "flap") else ""
+            et.add_row(f"{e['age_s']:.1f}s", who, Text(e["event"], style), st.format_event(e))
+        parts.append(et)
+    for err in snap["errors"]:
+        parts.append(Text(f"unreadable: {err}", style="red"))
+    return Group(*parts)
+
+
+def status_cmd(
+    state_dir: Optional[List[Path]] = typer.Option(None, "--state-dir", help="directory of state files (repeatable; "
+                                                   "default: $RAILOVER_STATE_DIR, else /run/railover and /tmp/railover-<uid>)"),
+    journal: Optional[List[Path]] = typer.Option(None, "--journal", help="extra event journal file or directory (repeatable)"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON document instead of tables"),
+    watch: bool = typer.Option(False, "--watch", "-w", help="refresh until Ctrl-C"),
+    interval: float = typer.Option(1.0, "--interval", help="refresh interval of --watch, seconds"),
+    events: int = typer.Option(15, "--events", help="how many recent journal events to show (0: none)"),
+    comms: bool = typer.Option(False, "--comms", help="list every comm, not only those that are not ok"),
+    prune: bool = typer.Option(False, "--prune", help="delete the state files of exited processes first"),
+) -> None:
+    """Show railover's live state on this host: NICs and their health, comms per NIC (active vs
+    standby paths), failover counters, recent journal events."""
+    dirs = _dirs(state_dir)
+    if interval <= 0:
+        _fail("--interval must be > 0 seconds")
+    if prune:
+        try:
+            for p in st.prune_stale(dirs):
+                typer.echo(f"removed stale {p}", err=True)
+        except OSError as e:
+            _fail(f"cannot remove a stale state file: {e}")
+    take = lambda: st.snapshot(dirs, journal or (), events=events)  # noqa: E731
+    if as_json and not watch:
+        typer.echo(json.dumps(take(), indent=1))
+        return
+    if not watch:
+        _console.print(render_status(take(), comms))
+        return
+    try:
+        if as_json:
+            while True:
+                typer.echo(json.dumps(take()))
+                sys.stdout.flush()
+                time.sleep(interval)  # refresh period chosen by the user
+        from rich.live import Live
+        with Live(render_status(take(), comms), console=_console, refresh_per_second=4, screen=False) as live:
+            while True:
+                time.sleep(interval)  # refresh period chosen by the user
+                live.update(render_status(take(), comms))
+    except KeyboardInterrupt:
+        return
+
+
+# --------------------------------------------------------------------------- exporter
+
+def _interrupt(sig: int, frame: Any) -> None:
+    """SIGTERM handler: unwind like Ctrl-C so servers close cleanly."""
+    raise KeyboardInterrupt
+
+DEFAULT_EXPORTER_PORT = 9477
+
+
+def exporter_cmd(
+    port: int = typer.Option(DEFAULT_EXPORTER_PORT, "--port", help="TCP port of /metrics (0: any free port)"),
+    addr: str = typer.Option("127.0.0.1", "--addr", help="address to bind; 0.0.0.0 exposes it to the network"),
+    state_dir: Optional[List[Path]] = typer.Option(None, "--state-dir", help="directory of state files (repeatable)"),
+    journal: Optional[List[Path]] = typer.Option(None, "--journal", help="extra event journal file or directory (repeatable)"),
+) -> None:
+    """Serve Prometheus metrics (node level) from the state files and journals until SIGINT/SIGTERM."""
+    from . import exporter as ex
+    dirs = _dirs(state_dir)
+    try:
+        srv = ex.serve(dirs, journal or (), addr, port)
+    except OSError as e:
+        _fail(f"cannot listen on {addr}:{port}: {e.strerror or e}")
+    typer.echo(f"railover exporter: {srv.url} (state dirs: {', '.join(map(str, dirs)) or 'none'})")
+    sys.stdout.flush()
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        while True:
+            signal.pause()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        srv.close()
+
+
+# --------------------------------------------------------------------------- doctor
+
+def render_doctor(rep: Any) -> Group:
+    """Rich tables for a :class:`railover.doctor.Report`."""
+    t = Table(title="interfaces", title_justify="left")
+    for c in ("interface", "selected", "why", "addresses", "link", "rail"):
+        t.add_column(c)
+    for n in rep.nics:
+        link = "up" if n["admin_up"] and n["carrier"] else ("admin down" if not n["admin_up"] else "no carrier")
+        t.add_row(n["name"], Text("yes", "green") if n["selected"] else "no", n["reason"], ", ".join(n["addrs"]) or "-",
+                  Text(link, "" if link == "up" else ("red" if n["selected"] else "dim")),
+                  "-" if n["rail"] is None else str(n["rail"]))
+    c = Table(title="checks", title_justify="left")
+    for col in ("", "area", "subject", "finding", "what to do"):
+        c.add_column(col)
+    for ch in rep.checks:
+        c.add_row(Text(ch.status, _STYLE.get(ch.status, "")), ch.section, ch.what, ch.detail, ch.fix)
+    nfail = sum(1 for ch in rep.checks if ch.status == "FAIL")
+    nwarn = sum(1 for ch in rep.checks if ch.status == "WARN")
+    verdict = Text(f"{'FAIL' if nfail else 'OK'}: {nfail} blocking problem(s), {nwarn} warning(s)",
+                   "bold red" if nfail else "bold green")
+    return Group(t, c, verdict)
+
+
+def doctor_cmd(
+    peer: Optional[List[str]] = typer.Option(None, "--peer", help="IP address of a peer host's NIC to probe (repeatable)"),
+    probe_port: int = typer.Option(22, "--probe-port", help="TCP port for the reachability probe (a refusal counts as reachable)"),
+    plugin: Optional[Path] = typer.Option(None, "--plugin", help="plugin .so to check (default: the installed one)"),
+    no_torch: bool = typer.Option(False, "--no-torch", help="do not ask PyTorch for its NCCL version"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
+) -> None:
+    """Check this host before a job: NIC selection, addresses, link state, rails, source routing,
+    reachability of peers, NCCL settings, the plugin's exports, PyTorch's NCCL. Exit 1 on a
+    blocking problem."""
+    from . import doctor as dr
+    try:
+        facts = dr.gather(plugin=plugin, check_torch=not no_torch)
+        rep = dr.diagnose(facts, peer or (), probe=lambda s, d: dr.tcp_probe(s, d, probe_port))
+    except ValueError as e:
+        _fail(f"bad --peer: {e}")
+    except OSError as e:
+        _fail(f"cannot inspect this host: {e}")
+    if as_json:
+        typer.echo(json.dumps(rep.to_json(), indent=1))
+    else:
+        _console.print(render_doctor(rep))
+    raise typer.Exit(0 if rep.ok else 1)
+
+
+# --------------------------------------------------------------------------- launch
+
+class LaunchConflict(Exception):
+    """The user's environment selects another NCCL network or plugin (message says which)."""
+
+
+def _is_ours(plugin_value: str) -> bool:
+    v = plugin_value.strip()
+    return v in (_paths.PLUGIN_NAME, _paths.PLUGIN_FILE) or ("/" in v and Path(v).name == _paths.PLUGIN_FILE)
+
+
+def launch_env(base: Mapping[str, str], force: bool = False) -> Tuple[Dict[str, str], List[str]]:
+    """The environment ``railover launch`` runs a command with: ``base`` plus
+    :func:`railover.envvars.nccl_env` (the user's ``RAILOVER_*`` and an explicit
+    ``NCCL_NET_PLUGIN_REF_COUNT`` are kept). Returns ``(env, warnings)``.
+
+    Raises LaunchConflict when ``NCCL_NET`` or ``NCCL_NET_PLUGIN`` select something else, or
+    a ``RAILOVER_*`` value is invalid, unless ``force`` (then railover's values win and the
+    conflicts become warnings). Raises FileNotFoundError when the plugin is not installed."""
+    from .doctor import validate_config
+    env = dict(base)
+    add = envvars.nccl_env(env)
+    problems = []
+    if "NCCL_NET" in env and env["NCCL_NET"].lower() != _paths.PLUGIN_NAME:
+        problems.append(f"NCCL_NET={env['NCCL_NET']} selects another network")
+    if "NCCL_NET_PLUGIN" in env and not _is_ours(env["NCCL_NET_PLUGIN"]):
+        problems.append(f"NCCL_NET_PLUGIN={env['NCCL_NET_PLUGIN']} selects another plugin")
+    for c in validate_config(env):
+        if c.status == "FAIL":
+            problems.append(c.detail)
+    if problems and not force:
+        raise LaunchConflict("; ".join(problems))
+    warnings = [f"{p} (overridden by --force)" for p in problems]
+    if "NCCL_NET_PLUGIN_REF_COUNT" in env:
+        add.pop("NCCL_NET_PLUGIN_REF_COUNT")
+        if env["NCCL_NET_PLUGIN_REF_COUNT"] != "1":
+            warnings.append(f"keeping NCCL_NET_PLUGIN_REF_COUNT={env['NCCL_NET_PLUGIN_REF_COUNT']}: NCCL 2.28/2.29 may then "
+                            "lose the plugin after the last communicator is destroyed")
+    env.update(add)
+    return env, warnings
+
+
+def launch_cmd(
+    command: List[str] = typer.Argument(..., help="the command to run, after '--' (e.g. -- torchrun ... train.py)"),
+    force: bool = typer.Option(False, "--force", help="override NCCL_NET/NCCL_NET_PLUGIN that select something else"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the environment changes and the command, run nothing"),
+) -> None:
+    """Run a command (e.g. torchrun) with NCCL's environment set for railover:
+    ``railover launch -- torchrun --nproc-per-node 8 train.py``."""
+    try:
+        env, warnings = launch_env(os.environ, force)
+    except LaunchConflict as e:
+        _fail(f"{e}. Unset it, or pass --force to let railover's settings win.")
+    except FileNotFoundError as e:
+        _fail(str(e))
+    for w in warnings:
+        typer.echo(f"warning: {w}", err=True)
+    if dry_run:
+        for k in sorted(env):
+            if os.environ.get(k) != env[k]:
+                typer.echo(f"{k}={env[k]}")
+        typer.echo("exec: " + " ".join(command))
+        return
+    exe = shutil.which(command[0], path=env.get("PATH"))
+    if exe is None:
+        _fail(f"command not found: {command[0]}", 127)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(exe, command, env)
+
+
+# --------------------------------------------------------------------------- drill
+
+def render_drill(res: Any) -> Group:
+    """Rich rendering of a :class:`railover.drill.DrillResult`."""
+    parts: List[Any] = []
+    where = f" (netns {res.netns})" if res.netns else ""
+    parts.append(Text(f"drill: {res.nic}{where} down for {res.down_for_s:g} s; railover processes using it: "
+                      f"{', '.join(res.users) or 'none'}"))
+    if res.detection:
+        d = res.detection
+        parts.append(Text(f"detection: {d['event']} after {d['since_down_ms']:.1f} ms ({st.format_event(d)}) "
+                          f"in pid {d.get('pid')}"))
+    t = Table(title="what railover did", title_justify="left")
+    for c in ("event", "pid", "comm", "to NIC", "peer", "after NIC down ms", "after NIC up ms", "convergence ms",
+              "resent"):
+        t.add_column(c, no_wrap=True)
+    for e in res.failovers + res.failbacks:
+        t.add_row(e["event"], str(e.get("pid")), str(e.get("comm")), str(e.get("to_nic")), str(e.get("peer")),
+                  f"{e['since_down_ms']:.1f}", f"{e['since_up_ms']:.1f}" if "since_up_ms" in e else "-",
+                  _ms(e.get("convergence_us")), _bytes(int(e.get("bytes_resent", 0))))
+    parts.append(t)
+    for e in res.flaps:
+        parts.append(Text(f"flap: pid {e.get('pid')} {st.format_event(e)}", "yellow"))
+    b, a = res.counters_before, res.counters_after
+    parts.append(Text("state counters (before -> after): " + ", ".join(f"{k} {b.get(k, 0)} -> {a.get(k, 0)}" for k in a)))
+    if res.problems:
+        for p in res.problems:
+            parts.append(Text(f"PROBLEM: {p}", "bold red"))
+    else:
+        parts.append(Text("OK: railover detected the failure, moved the traffic and moved it back", "bold green"))
+    return Group(*parts)
+
+
+def drill_cmd(
+    nic: str = typer.Option(..., "--nic", help="interface to take down"),
+    down_for: float = typer.Option(..., "--down-for", help="how long the NIC stays down, seconds"),
+    yes: bool = typer.Option(False, "--yes", help="really do it (the NIC goes down on this host)"),
+    netns: Optional[str] = typer.Option(None, "--netns", help="the NIC lives in this named network namespace"),
+    state_dir: Optional[List[Path]] = typer.Option(None, "--state-dir", help="directory of state files (repeatable)"),
+    journal: Optional[List[Path]] = typer.Option(None, "--journal", help="extra event journal file or directory (repeatable)"),
+    wait_failback: float = typer.Option(30.0, "--wait-failback", help="after the NIC is back, wait this long (s) at most for failback"),
+    as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
+) -> None:
+    """Rehearse a NIC failure: take NIC down for --down-for seconds while a job runs, bring it
+    back, and report from the journals what railover did (detection, convergence, failback).
+    Needs --yes. The NIC is restored on Ctrl-C/SIGTERM."""
+    from . import drill as dl
+    if not yes:
+        where = f" in network namespace {netns}" if netns else " on this host"
+        _fail(f"refusing to run: the drill takes {nic}{where} DOWN for {down_for:g} s, cutting every connection "
+              "over it (railover should move its traffic to another NIC). Rerun with --yes to do it.", 2)
+    dirs = _dirs(state_dir)
+    progress = (lambda m: typer.echo(m, err=True))
+    try:
+        res = dl.run_drill(nic, down_for, netns=netns, state_dirs=dirs, journals=journal or (),
+                           wait_failback_s=wait_failback, progress=progress)
+    except dl.RestoreError as e:
+        _fail(str(e), 3)
+    except dl.DrillError as e:
+        _fail(str(e), 2)
+    except (KeyboardInterrupt, SystemExit) as e:  # SIGINT / SIGTERM: the NIC was restored before we got here
+        typer.echo(f"interrupted; {nic} was set up again", err=True)
+        raise typer.Exit(130 if isinstance(e, KeyboardInterrupt) else 143)
+    if as_json:
+        typer.echo(json.dumps(res.to_json(), indent=1))
+    else:
+        _console.print(render_drill(res))
+    raise typer.Exit(0 if res.ok else 1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add status, exporter, doctor, launch and drill to the main Typer ``app``."""
+    app.command("status")(status_cmd)
+    app.command("exporter")(exporter_cmd)
+    app.command("doctor")(doctor_cmd)
+    app.command("launch", context_settings={"allow_interspersed_args": False})(launch_cmd)
+    app.command("drill")(drill_cmd)

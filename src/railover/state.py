@@ -1,0 +1,465 @@
+"""Read what running railover processes publish: their state files and event journals.
+
+Every process that loaded the plugin writes ``<RAILOVER_STATE_DIR>/railover-<pid>.json``
+(schema: docs/OPERATIONS.md, writer: ``native/telemetry/state.cc``) and, with
+``RAILOVER_EVENT_LOG``, appends JSON lines to an event journal. This module is the one reader
+of both, shared by ``railover status``, ``railover exporter`` and ``railover drill``.
+
+Staleness: a file stays behind when its process exits. A file is *stale* when no process
+with its ``pid`` exists, or one exists but started at a different time (field 22 of
+``/proc/<pid>/stat`` differs from the file's ``start_time``: the pid was reused). The check
+needs the reader to share the writer's pid namespace (on Kubernetes: ``hostPID`` or a shared
+process namespace in the pod).
+
+Clocks: ``updated_us`` and the journal's ``t_us`` are CLOCK_MONOTONIC microseconds, the same
+clock as :func:`now_us`, so ages need no conversion on the same host.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+__all__ = [
+    "SCHEMA_VERSION", "StateFileError", "ProcessState", "JournalTail", "now_us", "default_state_dirs",
+    "proc_start_time", "process_rank", "read_state_file", "read_state_dirs", "journal_files",
+    "read_journal", "recent_events", "comm_health", "nic_summary", "snapshot", "prune_stale",
+    "format_event",
+]
+
+SCHEMA_VERSION = 1
+STATE_GLOB = "railover-*.json"
+STATE_RE = re.compile(r"^railover-(\d+)\.json$")
+#: Environment variables that name a process's rank, in order of preference.
+RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
+
+
+class StateFileError(ValueError):
+    """A state file is unreadable, not JSON, or not schema version 1 (message names the file)."""
+
+
+def now_us() -> int:
+    """CLOCK_MONOTONIC in microseconds: the clock of ``updated_us`` and of journal ``t_us``."""
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+
+
+def default_state_dirs(env: Optional[Mapping[str, str]] = None) -> List[Path]:
+    """Where to look for state files when no ``--state-dir`` is given.
+
+    ``RAILOVER_STATE_DIR`` when set and non-empty (an empty value means the plugin writes
+    none: the list is empty then); otherwise the plugin's defaults: ``/run/railover`` and every
+    existing ``/tmp/railover-<uid>`` directory (one per user that ran jobs).
+    """
+    env = os.environ if env is None else env
+    if "RAILOVER_STATE_DIR" in env:
+        v = env["RAILOVER_STATE_DIR"]
+        return [Path(v)] if v else []
+    out = [Path("/run/railover")]
+    try:
+        out += sorted(p for p in Path("/tmp").glob("railover-*") if p.is_dir() and p.name[9:].isdigit())
+    except OSError:
+        pass
+    return out
+
+
+def proc_start_time(pid: int, proc: Path = Path("/proc")) -> Optional[int]:
+    """Start time of process ``pid`` (field 22 of ``/proc/<pid>/stat``, clock ticks since
+    boot), or None when no such process exists (or its stat is unreadable)."""
+    try:
+        stat = (proc / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    try:
+        return int(stat[stat.rindex(")") + 2:].split()[19])
+    except (ValueError, IndexError):
+        return None
+
+
+def process_rank(pid: int, proc: Path = Path("/proc")) -> Optional[str]:
+    """The rank of process ``pid`` from its environment (``RANK``, ``OMPI_COMM_WORLD_RANK``,
+    ``PMI_RANK``, ``SLURM_PROCID``), or None when unknown or ``/proc/<pid>/environ`` is not
+    readable (another user's process, without root)."""
+    try:
+        raw = (proc / str(pid) / "environ").read_bytes()
+    except OSError:
+        return None
+    env = {}
+    for item in raw.split(b"\0"):
+        k, sep, v = item.partition(b"=")
+        if sep:
+            env[k.decode(errors="replace")] = v.decode(errors="replace")
+    for k in RANK_VARS:
+        if env.get(k, "").strip().isdigit():
+            return env[k].strip()
+    return None
+
+
+@dataclass
+class ProcessState:
+    """One state file. ``data`` is the parsed JSON; ``stale`` is True when its process is
+    gone or the pid was reused (``stale_reason`` says which); ``rank`` comes from the live
+    process's environment (None when unknown); ``mtime`` is the file's modification time
+    (seconds since the epoch)."""
+
+    path: Path
+    data: Dict[str, Any]
+    stale: bool = False
+    stale_reason: str = ""
+    rank: Optional[str] = None
+    mtime: float = 0.0
+
+    @property
+    def pid(self) -> int:
+        return int(self.data["pid"])
+
+    @property
+    def start_time(self) -> int:
+        return int(self.data.get("start_time", 0))
+
+    @property
+    def key(self) -> Tuple[int, int]:
+        """``(pid, start_time)``: identifies one process over its whole life."""
+        return self.pid, self.start_time
+
+    @property
+    def host(self) -> str:
+        return str(self.data.get("host", ""))
+
+    @property
+    def nics(self) -> List[Dict[str, Any]]:
+        return list(self.data.get("nics", []))
+
+    @property
+    def pairs(self) -> List[Dict[str, Any]]:
+        return list(self.data.get("pairs", []))
+
+    @property
+    def comms(self) -> List[Dict[str, Any]]:
+        return list(self.data.get("comms", []))
+
+    @property
+    def totals(self) -> Dict[str, int]:
+        return dict(self.data.get("totals", {}))
+
+    @property
+    def event_log(self) -> str:
+        return str(self.data.get("event_log", "") or "")
+
+    @property
+    def label(self) -> str:
+        """``rank N`` when the rank is known, else ``pid N``."""
+        return f"rank {self.rank}" if self.rank is not None else f"pid {self.pid}"
+
+    def to_json(self) -> Dict[str, Any]:
+        d = dict(self.data)
+        d.update(file=str(self.path), stale=self.stale, stale_reason=self.stale_reason, rank=self.rank)
+        return d
+
+
+def _check_schema(path: Path, data: Any) -> None:
+    if not isinstance(data, dict):
+        raise StateFileError(f"{path}: not a JSON object")
+    if data.get("version") != SCHEMA_VERSION:
+        raise StateFileError(f"{path}: schema version {data.get('version')!r}, this railover reads {SCHEMA_VERSION}")
+    for k, t in (("pid", int), ("nics", list), ("comms", list), ("totals", dict)):
+        if not isinstance(data.get(k), t):
+            raise StateFileError(f"{path}: field {k!r} missing or not a {t.__name__}")
+
+
+def read_state_file(path: Path, proc: Path = Path("/proc")) -> ProcessState:
+    """Parse one state file and decide whether it is stale.
+
+    Raises :class:`StateFileError` when it cannot be read or parsed, or has another schema
+    version. (The writer renames complete files into place, so a partial file is never seen.)
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+        mtime = path.stat().st_mtime
+    except OSError as e:
+        raise StateFileError(f"{path}: {e.strerror or e}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise StateFileError(f"{path}: not valid JSON ({e})") from None
+    _check_schema(path, data)
+    st = ProcessState(path, data, mtime=mtime)
+    start = proc_start_time(st.pid, proc)
+    if start is None:
+        st.stale, st.stale_reason = True, f"process {st.pid} has exited"
+    elif start != st.start_time:
+        st.stale, st.stale_reason = True, f"pid {st.pid} now belongs to another process (start time {start} != {st.start_time})"
+    else:
+        st.rank = process_rank(st.pid, proc)
+    return st
+
+
+def read_state_dirs(dirs: Iterable[Path], proc: Path = Path("/proc")) -> Tuple[List[ProcessState], List[str]]:
+    """Every state file in ``dirs`` (missing directories are skipped): ``(states, errors)``,
+    states sorted by host then pid, errors one message per unreadable file. Never raises for
+    a single bad file."""
+    states: List[ProcessState] = []
+    errors: List[str] = []
+    seen = set()
+    for d in dirs:
+        d = Path(d)
+        try:
+            files = sorted(d.glob(STATE_GLOB))
+        except OSError as e:
+            errors.append(f"{d}: {e.strerror or e}")
+            continue
+        for f in files:
+            if not STATE_RE.match(f.name):
+                continue
+            rp = f.resolve()
+            if rp in seen:
+                continue
+            seen.add(rp)
+            try:
+                states.append(read_state_file(f, proc))
+            except StateFileError as e:
+                if f.exists():  # vanished between glob and read: not an error
+                    errors.append(str(e))
+    states.sort(key=lambda s: (s.host, s.pid))
+    return states, errors
+
+
+def prune_stale(dirs: Iterable[Path], proc: Path = Path("/proc")) -> List[Path]:
+    """Delete the state files of processes that are gone; returns the files removed.
+    Raises OSError when a stale file cannot be removed (e.g. another user's, without root)."""
+    removed = []
+    states, _ = read_state_dirs(dirs, proc)
+    for s in states:
+        if s.stale:
+            s.path.unlink()
+            removed.append(s.path)
+    return removed
+
+
+# --------------------------------------------------------------------------- journals
+
+def journal_files(states: Sequence[ProcessState], extra: Iterable[Path] = ()) -> List[Path]:
+    """Journal files to read: each state file's ``event_log`` (a directory there means its
+    ``railover-<pid>.jsonl``; ``%p`` is the pid) plus ``extra`` paths (a directory: every
+    ``*.jsonl`` in it). Missing files are left out; no duplicates."""
+    out: List[Path] = []
+
+    def add(p: Path) -> None:
+        if p.is_file() and p not in out:
+            out.append(p)
+
+    for s in states:
+        log = s.event_log
+        if not log:
+            continue
+        log = log.replace("%p", str(s.pid))
+        p = Path(log)
+        add(p / f"railover-{s.pid}.jsonl" if p.is_dir() else p)
+    for e in extra:
+        p = Path(e)
+        if p.is_dir():
+            for f in sorted(p.glob("*.jsonl")):
+                add(f)
+        else:
+            add(p)
+    return out
+
+
+def read_journal(path: Path) -> List[Dict[str, Any]]:
+    """All events of one journal (JSON lines; a partial or garbled line is skipped)."""
+    out = []
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return out
+    for line in text.splitlines():
+        try:
+            e = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(e, dict) and "event" in e and "t_us" in e:
+            out.append(e)
+    return out
+
+
+class JournalTail:
+    """Incremental reader of journals: each :meth:`poll` returns only the events appended
+    since the previous one (complete lines only). A file that was truncated or replaced
+    (different inode) is read again from the start."""
+
+    def __init__(self) -> None:
+        self._pos: Dict[Path, Tuple[int, int]] = {}   # path -> (inode, offset of the next unread byte)
+
+    def poll(self, paths: Iterable[Path]) -> List[Dict[str, Any]]:
+        out: List[Dict[str, Any]] = []
+        for p in paths:
+            p = Path(p)
+            try:
+                st = p.stat()
+            except OSError:
+                continue
+            ino, off = self._pos.get(p, (st.st_ino, 0))
+            if ino != st.st_ino or st.st_size < off:
+                off = 0
+            if st.st_size == off:
+                self._pos[p] = (st.st_ino, off)
+                continue
+            try:
+                with open(p, "rb") as f:
+                    f.seek(off)
+                    chunk = f.read()
+            except OSError:
+                continue
+            end = chunk.rfind(b"\n")
+            if end < 0:
+                continue  # no complete line yet
+            for line in chunk[:end].split(b"\n"):
+                try:
+                    e = json.loads(line)
+                except (json.JSONDecodeError, UnicodeDecodeError):
+                    continue
+                if isinstance(e, dict) and "event" in e and "t_us" in e:
+                    e.setdefault("journal", str(p))
+                    out.append(e)
+            self._pos[p] = (st.st_ino, off + end + 1)
+        out.sort(key=lambda e: e["t_us"])
+        return out
+
+
+def recent_events(paths: Iterable[Path], limit: int = 20, since_us: Optional[int] = None) -> List[Dict[str, Any]]:
+    """The last ``limit`` events (oldest first) of the given journals, optionally only those
+    at or after ``since_us`` (CLOCK_MONOTONIC µs)."""
+    evs: List[Dict[str, Any]] = []
+    for p in paths:
+        for e in read_journal(p):
+            if since_us is None or e["t_us"] >= since_us:
+                e.setdefault("journal", str(p))
+                evs.append(e)
+    evs.sort(key=lambda e: e["t_us"])
+    return evs[-limit:] if limit > 0 else evs
+
+
+_EVENT_FIELDS = {
+    "nic_down": ("nic", "signal"), "nic_up": ("nic", "signal"),
+    "pair_down": ("nic", "peer", "cause", "detection_us"), "pair_up": ("nic", "peer", "down_for_us"),
+    "path_up": ("comm", "dir", "nic", "peer"), "path_down": ("comm", "dir", "nic", "peer", "cause"),
+    "failover": ("comm", "to_nic", "peer", "convergence_us", "bytes_resent"),
+    "failback": ("comm", "to_nic", "peer", "convergence_us", "bytes_resent"),
+    "resume": ("comm", "nic", "peer", "next_seq"), "flap": ("comm", "nic", "flaps", "hold_down_ms"),
+    "fatal": ("comm", "dir", "message"), "no_standby": ("nic", "peer"),
+    "nic_addr_change": ("nic", "old", "new"), "peer_addr_change": ("old", "new", "port"),
+}
+
+
+def format_event(e: Mapping[str, Any]) -> str:
+    """One-line human description of a journal event's fields (µs durations shown in ms)."""
+    keys = _EVENT_FIELDS.get(str(e.get("event")), tuple(k for k in e if k not in ("t_us", "pid", "event", "journal", "rank")))
+    parts = []
+    for k in keys:
+        if k not in e:
+            continue
+        v = e[k]
+        if k.endswith("_us") and isinstance(v, (int, float)):
+            parts.append(f"{k[:-3]}={v / 1000:.1f}ms")
+        else:
+            parts.append(f"{k}={v}")
+    return " ".join(parts)
+
+
+# --------------------------------------------------------------------------- summaries
+
+def comm_health(comm: Mapping[str, Any]) -> str:
+    """One word for a comm: ``fatal``; ``failed-over`` (traffic is not on the primary path);
+    ``unprotected`` (on its primary, but no standby path ready: a NIC failure now would stop
+    it); ``down`` (no active path); ``ok``."""
+    if comm.get("fatal"):
+        return "fatal"
+    paths = comm.get("paths", [])
+    if not comm.get("active_nic"):
+        return "down"
+    if comm.get("active_nic") != comm.get("primary_nic"):
+        return "failed-over"
+    if not any(p.get("state") == "standby" for p in paths):
+        return "unprotected"
+    return "ok"
+
+
+def nic_summary(states: Sequence[ProcessState]) -> Dict[str, List[Dict[str, Any]]]:
+    """Per host, one row per NIC over the live processes: name, addr, rail, ``up`` (every
+    process sees it up), ``processes`` using it, ``active`` paths carrying traffic over it,
+    ``standby`` paths ready on it, ``failed`` paths, ``pairs_down`` (peer addresses whose
+    pair with this NIC is down)."""
+    hosts: Dict[str, Dict[str, Dict[str, Any]]] = {}
+    for s in states:
+        if s.stale:
+            continue
+        rows = hosts.setdefault(s.host, {})
+        for n in s.nics:
+            r = rows.setdefault(n["name"], {"name": n["name"], "addr": n.get("addr", ""), "rail": n.get("rail"),
+                                            "speed_mbps": n.get("speed_mbps"), "up": True, "processes": 0,
+                                            "active": 0, "standby": 0, "failed": 0, "pairs_down": []})
+            r["processes"] += 1
+            r["up"] = r["up"] and bool(n.get("up", True))
+        for p in s.pairs:
+            r = rows.get(p.get("nic"))
+            if r is not None and not p.get("up", True) and p.get("peer") not in r["pairs_down"]:
+                r["pairs_down"].append(p.get("peer"))
+        for c in s.comms:
+            for p in c.get("paths", []):
+                r = rows.get(p.get("nic"))
+                if r is None:
+                    continue
+                st = p.get("state")
+                if st == "active":
+                    r["active"] += 1
+                elif st == "standby":
+                    r["standby"] += 1
+                elif st == "failed":
+                    r["failed"] += 1
+    return {h: sorted(rows.values(), key=lambda r: (r["rail"] if r["rail"] is not None else 1 << 30, r["name"]))
+            for h, rows in hosts.items()}
+
+
+def snapshot(dirs: Iterable[Path], journals: Iterable[Path] = (), events: int = 20,
+             proc: Path = Path("/proc")) -> Dict[str, Any]:
+    """Everything ``railover status --json`` prints: ``generated_us`` (CLOCK_MONOTONIC µs),
+    ``state_dirs``, ``hosts`` (per host: ``nics`` from :func:`nic_summary`, ``processes``
+    with their state file contents plus ``stale``/``rank`` and per comm ``health``),
+    ``totals`` over live processes, ``events`` (the last ``events`` journal events, each with
+    ``age_s``) and ``errors`` (unreadable files)."""
+    dirs = [Path(d) for d in dirs]
+    states, errors = read_state_dirs(dirs, proc)
+    now = now_us()
+    nics = nic_summary(states)
+    hosts: Dict[str, Dict[str, Any]] = {}
+    totals = {"processes": 0, "stale_processes": 0, "comms": 0, "failed_over": 0, "unprotected": 0,
+              "failovers": 0, "failbacks": 0, "flaps": 0, "bytes_resent": 0, "fatal_errors": 0}
+    for s in states:
+        h = hosts.setdefault(s.host, {"nics": nics.get(s.host, []), "processes": []})
+        d = s.to_json()
+        for c in d.get("comms", []):
+            c["health"] = comm_health(c)
+        h["processes"].append(d)
+        if s.stale:
+            totals["stale_processes"] += 1
+            continue
+        totals["processes"] += 1
+        for c in d.get("comms", []):
+            totals["comms"] += 1
+            totals["failed_over"] += c["health"] == "failed-over"
+            totals["unprotected"] += c["health"] == "unprotected"
+        for k in ("failovers", "failbacks", "flaps", "bytes_resent", "fatal_errors"):
+            totals[k] += int(s.totals.get(k, 0))
+    evs = recent_events(journal_files(states, journals), limit=events) if events > 0 else []
+    by_pid = {s.pid: s for s in states}
+    for e in evs:
+        e["age_s"] = round((now - int(e["t_us"])) / 1e6, 3)
+        st = by_pid.get(e.get("pid"))
+        if st is not None and st.rank is not None:
+            e.setdefault("rank", st.rank)
+    return {"generated_us": now, "state_dirs": [str(d) for d in dirs], "hosts": hosts, "totals": totals,
+            "events": evs, "errors": errors}
