@@ -716,7 +716,10 @@ ncclResult_t SendLink::test(SendReq* r, int* done, int* size) {
 
 void SendLink::close() {
   std::lock_guard<std::mutex> g(mu);
-  if (active >= 0 && !resuming_) sendClose(paths[active], !paths[active].streams[0].hdrBuilt);
+  for (int i = 0; i < (int)paths.size(); ++i) {
+    if (i == active && !resuming_) sendClose(paths[i], !paths[i].streams[0].hdrBuilt);
+    else if (paths[i].state == PathState::kStandby) sendClose(paths[i], true);  // standbys carry nothing
+  }
   Health* hl = Health::get();
   for (auto& p : paths) {
     p.closeAll();
@@ -871,6 +874,10 @@ bool RecvLink::readControl(Path& p, int idx, uint64_t now, std::string* err) {
     p.ctlInGot = 0;
     wire::Frame f;
     if (!wire::decodeFrame(p.ctlIn, &f, err)) return *err = "protocol error from sender: " + *err, false;
+    if (f.type == wire::kClose) {
+      peerClosed = true;
+      return *err = "sender closed the comm", false;
+    }
     if (f.type != wire::kResume) return *err = "unexpected frame type " + std::to_string(f.type) + " on a standby path", false;
     onResume(idx, f.seq, now);
   }
@@ -1045,7 +1052,8 @@ ncclResult_t RecvLink::test(RecvReq* r, int* done, int* size) {
 void RecvLink::close() {
   unregisterRecvLink(secret);
   std::lock_guard<std::mutex> g(mu);
-  if (active >= 0) sendClose(paths[active], true);  // this direction carries only whole control frames
+  for (auto& p : paths)  // this direction carries only whole control frames
+    if (p.state == PathState::kActive || p.state == PathState::kStandby) sendClose(p, true);
   {
     std::lock_guard<std::mutex> g2(inMu_);
     incoming_.clear();

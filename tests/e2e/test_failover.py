@@ -289,3 +289,16 @@ def test_new_connections_while_a_nic_flaps(testbed):
     js = res.perf.ranks[0].json
     assert js["stats"]["reconnects"] >= 3, js["stats"]
     assert not js["errors"], js["errors"]
+
+
+def test_receiver_that_posts_nothing_for_seconds_is_not_a_failure(testbed):
+    """Negative control: rank 1 stops posting and testing receives for 3 s (its process and
+    health thread run on); the sender stalls behind full buffers, probes keep answering: no
+    path switch, and everything completes afterwards."""
+    tb = testbed("T2")
+    res = run_scenario(tb, [], duration_s=9, extra_args=["--pause-recv", "1:2:3"])
+    assert res.wrong_bytes == 0
+    assert res.count("failover") == 0, res.select("failover")
+    assert res.count("path_down") == 0, res.select("path_down")
+    gap = res.longest_gap_ms(res.started_us, res.started_us + 9_000_000, rank=1)
+    assert gap >= 2000, f"the pause really stopped rank 1's receives (longest gap {gap} ms)"
