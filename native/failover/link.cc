@@ -373,6 +373,21 @@ void SendLink::failPath(Path& p, const std::string& why, uint64_t now) {
   }
 }
 
+// S-12: the peer process is gone, not a NIC: every path was refused or reset by the peer's
+// kernel (nobody listens on any of its NICs). Waiting for the fatal timeout would only delay
+// the job's restart, so the pending call fails now.
+static bool peerGoneError(const std::string& e) {
+  return e.find("refused") != std::string::npos || e.find("reset by peer") != std::string::npos ||
+         e.find("closed by peer") != std::string::npos || e.find("Broken pipe") != std::string::npos;
+}
+
+bool Link::peerGoneOnAllPaths() const {
+  if (paths.empty()) return false;
+  for (auto& p : paths)
+    if (p.state != PathState::kFailed || !peerGoneError(p.lastError)) return false;
+  return true;
+}
+
 int SendLink::pickStandby() const {
   Health* hl = Health::get();
   auto usable = [&](const Path& p) {
@@ -618,6 +633,15 @@ void SendLink::slowTick(uint64_t now) {
       activate(next, now, false);
     } else if (noPathSinceUs == 0) {
       noPathSinceUs = now;
+    } else if (acked_ < nextSeq_ && peerGoneOnAllPaths() && !fatal) {
+      bool refusedAll = true;
+      for (auto& p : paths) refusedAll &= p.lastError.find("refused") != std::string::npos;
+      if (refusedAll) {
+        fatal = true;
+        fatalMsg = "railover: peer " + peerName + " closed the connection on all rails and refuses new ones on every "
+                   "NIC: the peer process exited (not a NIC fault)";
+        journalAppend("fatal", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"send\",\"message\":" + jsonStr(fatalMsg));
+      }
     } else if (cfg.fatalTimeoutS && now - noPathSinceUs > (uint64_t)cfg.fatalTimeoutS * 1000000 && acked_ < nextSeq_) {
       std::string nics, causes;
       for (auto& p : paths) {
@@ -965,6 +989,12 @@ void RecvLink::slowTick(uint64_t now) {
     if (p.state != PathState::kStandby) continue;
     std::string err;
     if (!readControl(p, i, now, &err)) failPath(p, err, now);
+  }
+  if (active < 0 && !fatal && nextComplete_ < nextPost_ && peerGoneOnAllPaths()) {
+    fatal = true;
+    fatalMsg = "railover: peer " + peerName + " closed the connection on all rails without closing the comm: the "
+               "peer process exited (not a NIC fault)";
+    journalAppend("fatal", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"recv\",\"message\":" + jsonStr(fatalMsg));
   }
   if (active < 0 && cfg.fatalTimeoutS && noPathSinceUs && nextComplete_ < nextPost_ &&
       now - noPathSinceUs > (uint64_t)cfg.fatalTimeoutS * 1000000 && !fatal) {

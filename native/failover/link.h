@@ -149,6 +149,8 @@ class Link {
   LinkCounters counters;
   std::string peerName;  // for logs: peer address of the primary path
   std::string describe(const Path& p) const;
+  // Every path failed because the peer's kernel refused or reset it (the peer process exited).
+  bool peerGoneOnAllPaths() const;
 };
 
 // Requests handed to NCCL. `kind` comes first in both so test() can tell them apart.

@@ -7,7 +7,8 @@
 //   broken    every read/write on both ends fails (a reset)
 //   stalled   writes take nothing (full socket buffer)
 //   maxWrite  at most this many bytes per write toward the receiver (partial writes)
-//   refuse    new connections fail
+//   refuse    new connections fail as the network would (no route to host)
+//   peerGone  new connections are refused by the peer's kernel (its process exited)
 #pragma once
 
 #include <arpa/inet.h>
@@ -27,7 +28,7 @@ namespace railover {
 namespace fake {
 
 struct Wire {
-  bool drop = false, broken = false, stalled = false, refuse = false;
+  bool drop = false, broken = false, stalled = false, refuse = false, peerGone = false;
   size_t maxWrite = SIZE_MAX;
   uint64_t bytes = 0;  // payload bytes written toward the receiver
 };
@@ -110,7 +111,8 @@ class FakeTransport : public Transport {
   std::unique_ptr<Conn> connect(int nic, const sockaddr_storage& remote, socklen_t, std::string* err) override {
     std::string ra = addrToString(remote);
     auto w = wire(nic, ra);
-    if (w->refuse || w->broken) return *err = "connection refused (fake)", nullptr;
+    if (w->peerGone) return *err = "connect: Connection refused (fake)", nullptr;
+    if (w->refuse || w->broken) return *err = "connect: No route to host (fake)", nullptr;
     auto c2s = std::make_shared<Pipe>(), s2c = std::make_shared<Pipe>();
     std::unique_ptr<Conn> client(new FakeConn(c2s, s2c, w, true));
     Pending p;

@@ -302,3 +302,21 @@ def test_receiver_that_posts_nothing_for_seconds_is_not_a_failure(testbed):
     assert res.count("path_down") == 0, res.select("path_down")
     gap = res.longest_gap_ms(res.started_us, res.started_us + 9_000_000, rank=1)
     assert gap >= 2000, f"the pause really stopped rank 1's receives (longest gap {gap} ms)"
+
+
+def test_killed_peer_is_an_error_within_5s_not_a_nic_failure(testbed):
+    """S-12 KILL: every rail to the peer closes and nobody listens any more. railover must not
+    take that for a NIC failure and loop on the standby: the survivor gets an error within 5 s
+    saying the peer process exited."""
+    tb = testbed("T2")
+    f = LazyFault(lambda: faults.Kill(rank_process(tb, 1)))
+    res = run_scenario(tb, [Step(2, "apply", f)], duration_s=30, expect_failure=True, timeout_s=60)
+    t_kill = res.steps[0].t_us
+    fatal = [e for e in res.select("fatal", t_kill) if e["rank"] == 0]
+    stopped = (res.perf.ranks[0].json or {}).get("stopped_early")
+    assert fatal or stopped, res.events[-15:]
+    if fatal:
+        assert fatal[0]["t_us"] - t_kill <= 5_000_000, fatal[0]
+        assert "peer process exited" in fatal[0]["message"]
+    assert res.count("failover", t_kill) <= 1, "no loop over the standby rail"
+    assert not res.perf.timed_out

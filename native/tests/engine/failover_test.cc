@@ -302,7 +302,7 @@ TEST_F(Engine, FlapsGrowTheHoldDownThenItDecays) {
       grown.push_back(send->paths[0].holdDownMs);
       w(0, kA0)->broken = false;
       state = 2;
-    } else if (state == 2 && activeNic() == 0) {
+    } else if (state == 2 && activeNic() == 0 && send->counters.failbacks == (uint64_t)cycles + 1) {
       if (++cycles < 4) {
         w(0, kA0)->broken = true;
         state = 1;
@@ -385,6 +385,23 @@ TEST_F(Engine, NoUsablePathIsAFatalErrorAfterTheTimeout) {
   EXPECT_NE(msg.find("n0"), std::string::npos) << msg;
   EXPECT_NE(msg.find("n1"), std::string::npos) << msg;
   EXPECT_NE(msg.find("10.0.0.1"), std::string::npos) << msg;
+}
+
+TEST_F(Engine, PeerProcessGoneOnEveryRailIsAnErrorAtOnce) {
+  connectComm();
+  // S-12 KILL: every path is reset and the peer refuses new connections on every NIC. That is
+  // a dead process, not a NIC fault: error at once, not after RAILOVER_FATAL_TIMEOUT.
+  auto t0 = std::chrono::steady_clock::now();
+  Stats st = run(100, mixed, 8, [&](int k) {
+    if (k == 30) {
+      w(0, kA0)->broken = true, w(0, kA0)->peerGone = true;
+      w(1, kA1)->broken = true, w(1, kA1)->peerGone = true;
+    }
+  }, 15000);
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(st.err, ncclSystemError);
+  EXPECT_LT(ms, 900) << "well before the 1 s fatal timeout";
+  EXPECT_NE(send->fatalMsg.find("peer process exited"), std::string::npos) << send->fatalMsg;
 }
 
 }  // namespace
