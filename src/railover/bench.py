@@ -1,0 +1,235 @@
+"""``railover bench <suite>``: the benchmarks behind docs/BENCHMARKS.md.
+
+Suites (each runs on network-namespace test beds, needs root, prints tables and writes
+``<out>/<suite>.json`` plus PNG plots; ``--quick`` is a tiny version for smoke tests):
+
+* ``healthy``        busbw and small-message latency: armed vs RAILOVER_STANDBY=none vs iperf3,
+                     loopback and veth, 2 and 4 ranks, and the RAILOVER_NSTREAMS measurement
+* ``failover``       N faults per kind under a checked all-reduce: detection, convergence,
+                     stall, bytes resent (p50/p99/max)
+* ``degraded``       busbw during a fault relative to before, 2 and 4 NICs per host, spread
+                     over the survivors vs one buddy
+* ``failback``       repair -> traffic back on the primary, minus the hold-down; busbw after
+                     failback relative to before the fault
+* ``false-failover`` congestion, a rate-limited rail, a receiver that stops posting, a stopped
+                     peer: failovers counted (target 0)
+* ``scale``          1..1024 comms per process: connect time, memory, idle CPU, convergence
+* ``all``            every suite, then ``summary.md`` (the tables of docs/BENCHMARKS.md)
+* ``report``         rebuild ``summary.md`` from the JSON files in --out
+
+Exit status: 0 when every figure meets its target, 1 when some miss, 2 when a suite could
+not run (no privileges, a rank failed...).
+"""
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from . import bench_common as C
+
+SUITES = ("healthy", "failover", "degraded", "failback", "false-failover", "scale")
+
+
+def _module(suite: str):
+    import importlib
+    return importlib.import_module({
+        "healthy": "railover.bench_healthy",
+        "failover": "railover.bench_failover",
+        "degraded": "railover.bench_degraded",
+        "failback": "railover.bench_failback",
+        "false-failover": "railover.bench_false",
+        "scale": "railover.bench_scale",
+    }[suite])
+
+
+def targets_table(reports: List[Dict[str, Any]], only_misses: bool = False) -> Table:
+    t = Table(title="targets" + (" missed" if only_misses else ""))
+    for c in ("figure", "value", "target", "met", "detail"):
+        t.add_column(c, overflow="fold")
+    for rep in reports:
+        for x in rep.get("targets", []):
+            if only_misses and x["met"] is True:
+                continue
+            met = {True: "[green]yes[/]", False: "[red]NO[/]", None: "[yellow]no value[/]"}[x["met"]]
+            t.add_row(x["figure"], C.fmt(x["value"], 3) if isinstance(x["value"], float) else str(x["value"]),
+                      x["target"], met, x.get("detail", ""))
+    return t
+
+
+def summary_markdown(out: Path) -> str:
+    """Markdown of every suite's latest JSON in ``out``: machine, commands, missed targets,
+    then each suite's tables and plots."""
+    reports = [(s, C.load_report(out, s)) for s in SUITES]
+    reports = [(s, r) for s, r in reports if r]
+    if not reports:
+        return "(no results)\n"
+    m0 = reports[0][1]["machine"]
+    L = [f"Machine: {C.machine_line(m0)}\n",
+         f"Plugin: `{m0['plugin']}` (sha256 {m0.get('plugin_sha256')}…, built {m0.get('plugin_mtime')}"
+         + (f", from commit {m0['native_commit']}" if m0.get("native_commit") else "") + ")\n"]
+    L.append("| suite | command | started | took | load average at start / end (1 min) |")
+    L.append("|---|---|---|---:|---|")
+    for s, r in reports:
+        m = r["machine"]
+        L.append(f"| {s} | `{r['command']}` | {r['started']} | {r['elapsed_s']:.0f} s | "
+                 f"{m['loadavg_at_start'][0]} / {m.get('loadavg_at_end', ['-'])[0]} |")
+    L.append("\n### Targets missed\n")
+    miss = [(s, t) for s, r in reports for t in C.misses(r)]
+    if not miss:
+        L.append("None.\n")
+    for s, t in miss:
+        v = t["value"]
+        vs = C.fmt(v, 3) if isinstance(v, float) else str(v)
+        L.append(f"- **{t['figure']}**: {vs} (target {t['target']}). {t.get('detail', '')}")
+    L.append("\n### Every target\n")
+    L.append("| figure | value | target | met |")
+    L.append("|---|---:|---|---|")
+    for s, r in reports:
+        for t in r.get("targets", []):
+            v = t["value"]
+            vs = C.fmt(v, 3) if isinstance(v, float) else str(v)
+            L.append(f"| {t['figure']} | {vs} | {t['target']} | {'yes' if t['met'] else ('**no**' if t['met'] is False else 'no value')} |")
+    for s, r in reports:
+        L.append(f"\n## {s}\n")
+        L.append(f"`{r['command']}` — {r['elapsed_s']:.0f} s, wrong bytes {r['wrong_bytes']}\n")
+        L.append(_module(s).markdown(r))
+        for p in r.get("plots", []):
+            L.append(f"![{p}](bench/{p})")
+    return "\n".join(L) + "\n"
+
+
+def _run_suite(suite: str, out: Path, quick: bool, console: Console, **kw) -> Optional[Dict[str, Any]]:
+    from .testbed import PrivilegeError
+    try:
+        return _module(suite).run(out, quick=quick, console=console, **kw)
+    except PrivilegeError as e:
+        console.print(f"[red]cannot build the test bed:[/] {e}\nrun as root (network namespaces need CAP_NET_ADMIN)")
+        raise typer.Exit(2)
+    except C.BenchError as e:
+        console.print(f"[red]{suite} could not run:[/] {e}")
+        raise typer.Exit(2)
+
+
+def _finish(reports: List[Dict[str, Any]], console: Console) -> None:
+    console.print(targets_table(reports, only_misses=True))
+    wrong = sum(r["wrong_bytes"] for r in reports)
+    missed = sum(len(C.misses(r)) for r in reports)
+    console.print(f"wrong bytes: {wrong}; targets missed: {missed}")
+    raise typer.Exit(1 if missed or wrong else 0)
+
+
+def _console() -> Console:
+    return Console(width=max(160, shutil.get_terminal_size((160, 24)).columns))
+
+
+def register(app: typer.Typer) -> None:
+    bench = typer.Typer(no_args_is_help=True, add_completion=False,
+                        help="Benchmarks (need root): healthy overhead, failover, degraded bandwidth, failback, "
+                             "false failovers, scale. Results: <out>/<suite>.json and PNG plots.")
+    app.add_typer(bench, name="bench")
+
+    OUT = typer.Option(Path("railover-bench"), "--out", "-o", help="output directory")
+    QUICK = typer.Option(False, "--quick", help="tiny sizes and counts (smoke test)")
+
+    def _csv_ints(s: str) -> List[int]:
+        return [int(x) for x in s.split(",") if x.strip()]
+
+    def _csv(s: str) -> List[str]:
+        return [x.strip() for x in s.split(",") if x.strip()]
+
+    @bench.command("healthy")
+    def healthy_cmd(out: Path = OUT, quick: bool = QUICK,
+                    rounds: int = typer.Option(0, "--rounds", help="interleaved rounds (0: 3, or 1 with --quick)"),
+                    networks: str = typer.Option("loopback,veth", "--networks", help="loopback, veth"),
+                    ranks: str = typer.Option("2,4", "--ranks", help="rank counts"),
+                    workloads: str = typer.Option("sendrecv,allreduce", "--workloads"),
+                    nstreams: str = typer.Option("1,2,4", "--nstreams", help="RAILOVER_NSTREAMS values to compare (2 ranks)")):
+        """busbw 8 B..256 MiB and small-message latency: standby armed vs RAILOVER_STANDBY=none vs
+        iperf3 (same flows, same stream count), loopback and veth, 2 and 4 ranks; NSTREAMS 1/2/4."""
+        console = _console()
+        rep = _run_suite("healthy", out, quick, console, rounds=rounds or None, networks=_csv(networks),
+                         ranks=_csv_ints(ranks), workloads=_csv(workloads), nstreams=_csv_ints(nstreams))
+        _finish([rep], console)
+
+    @bench.command("failover")
+    def failover_cmd(out: Path = OUT, quick: bool = QUICK,
+                     faults: int = typer.Option(0, "--faults", "-n", help="faults per kind (0: 50, or 3 with --quick)"),
+                     kinds: str = typer.Option("port-down,host-down,addr-del,silent,one-way", "--kinds"),
+                     size: str = typer.Option("1M", "--size", help="all-reduce size")):
+        """N injected faults per kind under a checked ring all-reduce: detection, convergence,
+        stall, bytes resent (p50/p99/max), wrong bytes."""
+        console = _console()
+        rep = _run_suite("failover", out, quick, console, faults=faults or None, kinds=_csv(kinds), size=size)
+        _finish([rep], console)
+
+    @bench.command("degraded")
+    def degraded_cmd(out: Path = OUT, quick: bool = QUICK,
+                     nics: str = typer.Option("2,4", "--nics", help="NICs per host"),
+                     rate: str = typer.Option("100mbit", "--rate", help="line rate of every NIC (tc tbf); 'none' for unshaped veth")):
+        """busbw during a NIC fault relative to before, 2 and 4 NICs per host, comms spread over
+        the survivors (default) vs all onto one buddy (explicit RAILOVER_STANDBY pairs)."""
+        console = _console()
+        rep = _run_suite("degraded", out, quick, console, nics=_csv_ints(nics), rate=rate)
+        _finish([rep], console)
+
+    @bench.command("failback")
+    def failback_cmd(out: Path = OUT, quick: bool = QUICK,
+                     faults: int = typer.Option(0, "--faults", "-n", help="repairs per kind (0: 10, or 2 with --quick)"),
+                     kinds: str = typer.Option("port-down,silent", "--kinds"),
+                     hold_down_ms: int = typer.Option(3000, "--hold-down-ms", help="RAILOVER_HOLD_DOWN_MS (default: the plugin's)")):
+        """Repair -> traffic back on the primary, minus the hold-down; busbw after failback
+        relative to before the fault."""
+        console = _console()
+        rep = _run_suite("failback", out, quick, console, faults=faults or None, kinds=_csv(kinds),
+                         hold_down_ms=hold_down_ms)
+        _finish([rep], console)
+
+    @bench.command("false-failover")
+    def false_cmd(out: Path = OUT, quick: bool = QUICK):
+        """Congestion (iperf3 -P 4 on the primary rail), a tbf-limited rail, a receiver that
+        stops posting for 5 s, a SIGSTOPped peer: failovers counted (target 0)."""
+        console = _console()
+        rep = _run_suite("false-failover", out, quick, console)
+        _finish([rep], console)
+
+    @bench.command("scale")
+    def scale_cmd(out: Path = OUT, quick: bool = QUICK,
+                  comms: str = typer.Option("1,64,256,1024", "--comms", help="comms per process"),
+                  idle_s: float = typer.Option(0.0, "--idle-seconds", help="idle CPU window (0: 10, or 1 with --quick)")):
+        """1..1024 comms per process: connect time, memory per comm, CPU of idle standby probing,
+        time until every comm on a failed NIC has converged."""
+        console = _console()
+        rep = _run_suite("scale", out, quick, console, comms=_csv_ints(comms), idle_s=idle_s or None)
+        _finish([rep], console)
+
+    @bench.command("all")
+    def all_cmd(out: Path = OUT, quick: bool = QUICK,
+                suites: str = typer.Option(",".join(SUITES), "--suites", help="comma list of suites")):
+        """Every suite in turn, then <out>/summary.md (the tables of docs/BENCHMARKS.md)."""
+        console = _console()
+        reports = []
+        for s in _csv(suites):
+            if s not in SUITES:
+                raise typer.BadParameter(f"unknown suite {s!r}; one of {', '.join(SUITES)}")
+            t0 = time.monotonic()
+            console.rule(f"railover bench {s}")
+            reports.append(_run_suite(s, out, quick, console))
+            console.print(f"{s}: {time.monotonic() - t0:.0f} s")
+        (Path(out) / "summary.md").write_text(summary_markdown(Path(out)))
+        console.print(f"wrote {Path(out) / 'summary.md'}")
+        _finish(reports, console)
+
+    @bench.command("report")
+    def report_cmd(out: Path = OUT):
+        """Rebuild <out>/summary.md from the suites' JSON files and list the missed targets."""
+        console = _console()
+        (Path(out) / "summary.md").write_text(summary_markdown(Path(out)))
+        reports = [r for r in (C.load_report(out, s) for s in SUITES) if r]
+        console.print(f"wrote {Path(out) / 'summary.md'} ({len(reports)} suite(s))")
+        console.print(targets_table(reports, only_misses=True))

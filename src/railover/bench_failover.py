@@ -1,0 +1,402 @@
+"""``railover bench failover``: N injected faults per kind under a continuous, checked ring
+all-reduce (2 hosts x 2 NICs, one rank per host, 1 MiB per iteration).
+
+One long run per kind: apply the fault, wait until every send comm has resumed on its
+standby path (journal ``failover`` events), let it run a little (``settle``), repair, wait
+for the failback and for the standby paths to be armed again, wait out the hold-down (so the
+next fault is not a flap), repeat. Per fault:
+
+* detection: fault -> the first ``nic_down`` / ``pair_down`` / ``path_down`` journal event;
+* convergence: fault -> the last affected comm's ``failover`` event (the RESUME was
+  acknowledged: bytes flow again on every hop of the ring); ``first`` = the first comm's;
+* stall: the longest run of 1 ms buckets in which rank 0 received nothing, from 50 ms before
+  the fault to the repair (``normal gap``: the same measure over the 300 ms before the fault);
+* bytes resent: the ``bytes_resent`` of the fault's failover events.
+
+Settings are the plugin's defaults (probe interval 20 ms x 5, stall watch 50 ms) except
+``RAILOVER_HOLD_DOWN_MS`` = 300: the hold-down only delays failback, and 3 s per cycle would
+make 250 faults take half an hour. Data is generated and checked on every byte.
+"""
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from . import bench_common as C
+from . import faults as F
+from .testbed import TestBed, now_us
+
+class NetlinkFault(F.Fault):
+    """PORT-DOWN, HOST-DOWN and ADDR-DEL through a netlink handle opened once, so that the
+    instant of the change is known to within a netlink round trip (``t_issue`` is taken right
+    before the request; the fault objects of :mod:`railover.faults` open a namespace handle per
+    call, which takes 15-50 ms). Re-usable: apply/undo any number of times; close() at the end."""
+
+    def __init__(self, nic, code: str):
+        super().__init__()
+        from pyroute2 import IPRoute
+        self.nic, self.code = nic, code
+        ns, ifname = (nic.fabric_ns, nic.port) if code == "PORT-DOWN" else (nic.ns, nic.ifname)
+        self.ipr = IPRoute(netns=ns, flags=0)
+        self.idx = self.ipr.link_lookup(ifname=ifname)[0]
+        self.t_issue: Optional[int] = None
+
+    def _target(self) -> str:
+        return self.nic.name
+
+    def _apply(self) -> None:
+        self.t_issue = now_us()
+        if self.code == "ADDR-DEL":
+            self.ipr.addr("del", index=self.idx, address=self.nic.addr, prefixlen=self.nic.prefixlen)
+        else:
+            self.ipr.link("set", index=self.idx, state="down")
+
+    def _undo(self) -> None:
+        from .testbed import add_nic_address, ensure_nic_routing
+        if self.code == "ADDR-DEL":
+            add_nic_address(self.nic, self.nic.addr, self.ipr)
+        else:
+            self.ipr.link("set", index=self.idx, state="up")
+            if self.code == "HOST-DOWN":
+                ensure_nic_routing(self.nic, None, self.ipr)
+
+    def close(self) -> None:
+        self.ipr.close()
+
+
+class GroupFault(F.Fault):
+    """SILENT and ONEWAY at the switch, with a precisely known instant: an nft bridge table,
+    installed once in the fabric namespace, drops the frames of switch ports whose interface
+    group is ``group`` (SILENT: everything from or to the port; ONEWAY: frames entering from
+    the port towards ``dst_addr``). apply/undo flip the port's group with one netlink request
+    on a pre-opened handle; carrier and addresses never change, so nothing on the hosts can
+    see the fault but the missing packets."""
+
+    _next_group = 7
+
+    def __init__(self, nic, code: str, dst_addr: Optional[str] = None):
+        super().__init__()
+        import secrets
+        import subprocess
+        from pyroute2 import IPRoute
+        from .testbed import ns_exec_argv
+        self.nic, self.code, self.dst = nic, code, dst_addr
+        self.group = GroupFault._next_group
+        GroupFault._next_group += 1
+        self.table = f"ro_bench_{secrets.token_hex(3)}"
+        rules = ([f"iifgroup {self.group} counter drop", f"oifgroup {self.group} counter drop"] if code == "SILENT"
+                 else [f"iifgroup {self.group} ip daddr {dst_addr} counter drop"])
+        script = (f"table bridge {self.table} {{\n chain xfwd {{\n  type filter hook forward priority 0; policy accept;\n"
+                  + "".join(f"  {r}\n" for r in rules) + " }\n}\n")
+        self._ns_exec = ns_exec_argv(nic.fabric_ns)
+        r = subprocess.run(self._ns_exec + ["nft", "-f", "-"], input=script, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise F.FaultError(f"nft in {nic.fabric_ns}: {r.stderr.strip()}")
+        self.ipr = IPRoute(netns=nic.fabric_ns, flags=0)
+        self.idx = self.ipr.link_lookup(ifname=nic.port)[0]
+        self.t_issue: Optional[int] = None
+
+    def _target(self) -> str:
+        return self.nic.port
+
+    def _apply(self) -> None:
+        self.t_issue = now_us()
+        self.ipr.link("set", index=self.idx, group=self.group)
+
+    def _undo(self) -> None:
+        self.ipr.link("set", index=self.idx, group=0)
+
+    def close(self) -> None:
+        import subprocess
+        subprocess.run(self._ns_exec + ["nft", "delete", "table", "bridge", self.table], capture_output=True)
+        self.ipr.close()
+
+
+KINDS: Dict[str, Dict[str, Any]] = {
+    "port-down": dict(cls="carrier", make=lambda tb: NetlinkFault(tb.nic("a0"), "PORT-DOWN"),
+                      what="switch port of a0 down (carrier loss)"),
+    "host-down": dict(cls="carrier", make=lambda tb: NetlinkFault(tb.nic("a0"), "HOST-DOWN"),
+                      what="host NIC a0 set admin down"),
+    "addr-del": dict(cls="address", make=lambda tb: NetlinkFault(tb.nic("a0"), "ADDR-DEL"), what="address of a0 removed"),
+    "silent": dict(cls="silent", make=lambda tb: GroupFault(tb.nic("b0"), "SILENT"),
+                   what="black hole at b0's switch port, no carrier event"),
+    "one-way": dict(cls="silent", make=lambda tb: GroupFault(tb.nic("b0"), "ONEWAY", tb.nic("a0").addr),
+                    what="frames b0 -> a0 dropped at the switch, a0 -> b0 works"),
+}
+TARGET_MS = {"carrier": 20.0, "address": 20.0, "silent": 200.0}
+MAX_APPLY_MS = 5.0
+DOWN_EVENTS = ("nic_down", "pair_down", "path_down")
+
+
+def send_comms(lr: C.LiveRun) -> Dict[str, int]:
+    """comm id -> rank, of every send comm (from the journals' first path_up events)."""
+    out: Dict[str, int] = {}
+    for e in lr.events:
+        if e.get("event") == "path_up" and e.get("dir") == "send":
+            out.setdefault(e["comm"], e["rank"])
+    return out
+
+
+def _first_per_comm(events: List[Dict[str, Any]], name: str, since: int, comms) -> Dict[str, Dict[str, Any]]:
+    got: Dict[str, Dict[str, Any]] = {}
+    for e in events:
+        if e.get("event") == name and e["t_us"] >= since and e.get("comm") in comms and e["comm"] not in got:
+            got[e["comm"]] = e
+    return got
+
+
+def fault_cycles(lr: C.LiveRun, make_fault: Callable[[], F.Fault], n: int, *, hold_down_ms: int,
+                 conv_timeout_s: float = 5.0, settle_s: float = 0.3, fault_for_s: Optional[float] = None,
+                 post_failback: Optional[Callable[[Dict[str, Any]], None]] = None,
+                 pre_fault_s: float = 0.0, progress: Optional[Callable[[int, Dict[str, Any]], None]] = None,
+                 valid_on: str = "apply") -> List[Dict[str, Any]]:
+    """Run ``n`` fault/repair cycles on a running LiveRun and return one record per cycle
+    (CLOCK_MONOTONIC µs instants and the journal events that answer them). A cycle whose
+    failover or failback does not come within its timeout is recorded with None values and
+    the run goes on. ``fault_for_s``: keep the fault this long after it was applied (default:
+    until convergence + ``settle_s``). ``post_failback(cycle)`` runs after the standby paths
+    are armed again (the failback suite samples bandwidth there); ``pre_fault_s``: steady
+    running time before each fault, beyond the hold-down. ``valid_on``: which instant must be
+    known to within MAX_APPLY_MS for the cycle to count ("apply": the fault, "undo": the
+    repair); the cycles go on until ``n`` count (at most n + max(5, n/5) attempts)."""
+    comms = send_comms(lr)
+    cycles = []
+    last_fb = now_us()
+    pids = [p.pid for p in lr.procs.values()]
+    attempts = 0
+    while len([c for c in cycles if c["valid"]]) < n and attempts < n + max(5, n // 5):
+        attempts += 1
+        i = len(cycles)
+        # Not a flap: the primary must have been restored for longer than its hold-down (which
+        # the plugin doubles after a flap; the journal's flap events say by how much).
+        cur_hold = max([hold_down_ms] + [int(e.get("hold_down_ms", 0)) for e in lr.select("flap")])
+        lr.wait_for(lambda: now_us() - last_fb >= (cur_hold + 200) * 1000 + pre_fault_s * 1e6, cur_hold / 1000 + 60)
+        if not lr.alive:
+            break
+        f = make_fault()
+        rd0 = [C.thread_run_delay_ns(p) for p in pids]
+        t0 = now_us()
+        f.apply()
+        # The change happened between t0 and applied_us; with a pre-opened handle t_issue
+        # narrows that to one netlink request. Measuring from the start is conservative.
+        t0 = getattr(f, "t_issue", None) or t0
+        apply_ms = (f.applied_us - t0) / 1e3
+        conv_ok = lr.wait_for(lambda: len(_first_per_comm(lr.events, "failover", t0, comms)) == len(comms), conv_timeout_s)
+        t_conv = now_us()
+        rd1 = [C.thread_run_delay_ns(p) for p in pids]
+        keep = fault_for_s if fault_for_s is not None else settle_s
+        base = t0 if fault_for_s is not None else t_conv
+        lr.wait_for(lambda: now_us() - base >= keep * 1e6, keep + 1)
+        t1 = now_us()
+        f.undo()
+        undo_ms = (f.undone_us - t1) / 1e3
+        # Generous: a late failback is measured, not cut off (the next fault must not come
+        # before it, or it would count as a flap and grow the hold-down).
+        fb_timeout = max([hold_down_ms] + [int(e.get("hold_down_ms", 0)) for e in lr.select("flap")]) / 1000 + 90
+        fb_ok = lr.wait_for(lambda: len(_first_per_comm(lr.events, "failback", t1, comms)) == len(comms), fb_timeout)
+        fbs = _first_per_comm(lr.events, "failback", t1, comms)
+        t_fb = max((e["t_us"] for e in fbs.values()), default=now_us())
+        # The path that carried the traffic during the fault is fenced at failback and
+        # reconnects as a standby: wait until every comm has all its paths up again.
+        def rearmed() -> bool:
+            for c in comms:
+                since = fbs[c]["t_us"] if c in fbs else t_fb
+                if not any(e.get("event") == "path_up" and e.get("comm") == c and e["t_us"] >= since for e in lr.events):
+                    return False
+            return True
+        lr.wait_for(rearmed, 10)
+        last_fb = now_us()
+        evs = [e for e in lr.events if t0 <= e["t_us"] < t1]
+        downs = [e for e in evs if e.get("event") in DOWN_EVENTS]
+        fos = _first_per_comm(lr.events, "failover", t0, comms)
+        fos = {c: e for c, e in fos.items() if e["t_us"] < t1}
+        all_fo = [e for e in evs if e.get("event") == "failover"]
+        rec = {
+            "i": i, "t_apply": t0, "t_undo": t1, "t_failback": t_fb if fb_ok else None, "apply_ms": apply_ms,
+            # A fault whose injection took longer than MAX_APPLY_MS (the injecting thread was
+            # descheduled) has no known instant: recorded, but not in the statistics.
+            "valid": (apply_ms if valid_on == "apply" else undo_ms) <= MAX_APPLY_MS, "undo_ms": undo_ms,
+            # The longest a rank's thread waited for a CPU between the fault and convergence:
+            # large values mean the machine, not the plugin, held the comm back.
+            "max_run_delay_ms": C.max_delay_ms(rd0, rd1),
+            "code": f.code,
+            "detection_ms": (downs[0]["t_us"] - t0) / 1e3 if downs else None,
+            "detection_event": downs[0]["event"] if downs else None,
+            "convergence_ms": (max(e["t_us"] for e in fos.values()) - t0) / 1e3 if len(fos) == len(comms) else None,
+            "first_convergence_ms": (min(e["t_us"] for e in fos.values()) - t0) / 1e3 if fos else None,
+            "engine_convergence_ms": max((int(e.get("convergence_us", 0)) for e in fos.values()), default=None),
+            "bytes_resent": sum(int(e.get("bytes_resent", 0)) for e in all_fo),
+            "failovers": len(all_fo),
+            "to_nics": sorted({e.get("to_nic") for e in fos.values()}),
+            "failback_ms": (t_fb - t1) / 1e3 if fb_ok else None,
+            "converged_comms": len(fos), "comms": len(comms),
+        }
+        if rec["engine_convergence_ms"] is not None:
+            rec["engine_convergence_ms"] /= 1e3
+        if post_failback:
+            post_failback(rec)
+        cycles.append(rec)
+        if progress:
+            progress(i, rec)
+    return cycles
+
+
+def keep_journals(src: Path, dst: Path) -> None:
+    """Copy a run's plugin journals (evidence for the report) next to the results."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for j in Path(src).glob("events-rank*.jsonl"):
+        shutil.copy(j, dst / j.name)
+
+
+def add_stalls(cycles: List[Dict[str, Any]], buckets: List) -> None:
+    """Stall and normal gap per cycle from rank 0's delivered-bytes buckets (after the run)."""
+    for c in cycles:
+        c["stall_ms"] = C.longest_gap_ms(buckets, c["t_apply"] - 50_000, c["t_undo"]) if buckets else None
+        c["normal_gap_ms"] = C.longest_gap_ms(buckets, c["t_apply"] - 300_000, c["t_apply"]) if buckets else None
+
+
+def run(out: Path, quick: bool = False, faults: Optional[int] = None,
+        kinds: Sequence[str] = tuple(KINDS), size: str = "1M", console: Optional[Console] = None) -> Dict[str, Any]:
+    console = console or Console()
+    n = faults or (3 if quick else 50)
+    hold = 300
+    env = {"RAILOVER_HOLD_DOWN_MS": str(hold)}
+    rep = C.Report("failover", out, quick, {"faults_per_kind": n, "kinds": list(kinds), "size": size,
+                                            "workload": "allreduce", "ranks": 2, "layout": "T2", "check": True,
+                                            "env": env, "settle_s": 0.3})
+    work = Path(out) / "failover-work"
+    per_kind: Dict[str, Any] = {}
+    with TestBed("T2") as tb:
+        for kind in kinds:
+            spec = KINDS[kind]
+            console.print(f"[bold]failover[/] {kind}: {n} x {spec['what']} ({tb.prefix})")
+            lr = C.LiveRun(tb, work / kind, env=env, workload="allreduce", minbytes=size, check=True,
+                           duration_s=60 + n * 20).start()
+            t_start = time.monotonic()
+            fault = spec["make"](tb)
+
+            def prog(i, rec):
+                if (i + 1) % 10 == 0 or i + 1 == n:
+                    console.print(f"  {kind}: {i + 1}/{n} faults, last convergence {C.fmt(rec['convergence_ms'], 1)} ms "
+                                  f"({time.monotonic() - t_start:.0f} s)")
+            try:
+                cycles = fault_cycles(lr, lambda: fault, n, hold_down_ms=hold, progress=prog)
+            finally:
+                lr.stop()
+                if fault.active:
+                    fault.undo()
+                if hasattr(fault, "close"):
+                    fault.close()
+            res = lr.finish(check=False)
+            keep_journals(work / kind, Path(out) / "failover-journals" / kind)
+            add_stalls(cycles, res.buckets[0] if res.buckets else [])
+            flaps = len(res.select("flap"))
+            in_windows = sum(c["failovers"] for c in cycles)
+            all_cycles, cycles = cycles, [c for c in cycles if c["valid"]]
+            per_kind[kind] = {
+                "class": spec["cls"], "what": spec["what"], "faults": len(cycles),
+                "discarded_slow_injection": len(all_cycles) - len(cycles),
+                "max_run_delay_ms": C.summary([c["max_run_delay_ms"] for c in cycles]),
+                "detection_ms": C.summary([c["detection_ms"] for c in cycles]),
+                "convergence_ms": C.summary([c["convergence_ms"] for c in cycles]),
+                "first_convergence_ms": C.summary([c["first_convergence_ms"] for c in cycles]),
+                "engine_convergence_ms": C.summary([c["engine_convergence_ms"] for c in cycles]),
+                "stall_ms": C.summary([c["stall_ms"] for c in cycles]),
+                "apply_ms": C.summary([c["apply_ms"] for c in cycles]),
+                "normal_gap_ms": C.summary([c["normal_gap_ms"] for c in cycles]),
+                "bytes_resent": C.summary([c["bytes_resent"] for c in cycles]),
+                "failback_ms": C.summary([c["failback_ms"] for c in cycles]),
+                "not_converged": sum(1 for c in cycles if c["convergence_ms"] is None),
+                "failovers": len(res.select("failover")), "failovers_in_fault_windows": in_windows,
+                "flaps": flaps, "wrong_bytes": res.wrong_bytes, "rank_exit_codes": [r.returncode for r in res.perf.ranks],
+                "iterations": (res.perf.ranks[0].json or {}).get("rows", [{}])[0].get("iters") if res.perf.ranks[0].json else None,
+                "cycles": all_cycles,
+            }
+            rep.add_wrong(res.wrong_bytes)
+            if not res.ok:
+                per_kind[kind]["error"] = res.perf.describe()[-3000:]
+            shutil.rmtree(work / kind, ignore_errors=True)
+    shutil.rmtree(work, ignore_errors=True)
+    rep.results["kinds"] = per_kind
+    for kind, r in per_kind.items():
+        lim = TARGET_MS[r["class"]]
+        cv = r["convergence_ms"]
+        rep.add_target(f"failover: {kind} convergence p99", cv["p99"], "<=", lim, "ms",
+                       detail=f"p50 {C.fmt(cv['p50'], 1)}, max {C.fmt(cv['max'], 1)} ms over {cv['n']} faults; "
+                              f"detection p99 {C.fmt(r['detection_ms']['p99'], 1)} ms")
+        rep.add_target(f"failover: {kind} faults not converged", r["not_converged"], "==", 0)
+        rep.add_target(f"failover: {kind} wrong bytes", r["wrong_bytes"], "==", 0, "B")
+        rep.add_target(f"failover: {kind} ranks exited 0", 1 if all(x == 0 for x in r["rank_exit_codes"]) else 0, "==", 1)
+    _plot(rep, per_kind)
+    data = rep.finish()
+    for t in tables(data):
+        console.print(t)
+    return data
+
+
+def _plot(rep: C.Report, per_kind: Dict[str, Any]) -> None:
+    if not per_kind:
+        return
+    plt = C.matplotlib_pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    for kind, r in per_kind.items():
+        for ax, key in zip(axes, ("convergence_ms", "detection_ms")):
+            v = sorted(c[key] for c in r["cycles"] if c[key] is not None and c["valid"])
+            if v:
+                ax.step(v, [(i + 1) / len(v) for i in range(len(v))], where="post", label=f"{kind} (n={len(v)})")
+    for ax, title, key in zip(axes, ("convergence: fault -> every comm resumed", "detection: fault -> first down event"),
+                              ("convergence", "detection")):
+        ax.set_xscale("log")
+        ax.set_xlabel("ms after the fault")
+        ax.set_ylabel("fraction of faults")
+        ax.set_title(title, fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    for lim, ls in ((20, ":"), (200, "--")):
+        axes[0].axvline(lim, color="k", ls=ls, lw=0.8)
+    fig.tight_layout()
+    fig.savefig(rep.plot_path("failover-cdf.png"), dpi=100)
+    plt.close(fig)
+
+
+def tables(data: Dict[str, Any]) -> List[Table]:
+    t = Table(title=f"failover: {data['settings']['faults_per_kind']} faults per kind under a checked all-reduce "
+                    f"(ms; p50 / p99 / max)")
+    for c in ("kind", "faults", "detection", "convergence (all comms)", "first comm", "stall (normal gap)",
+              "bytes resent p50/max", "CPU wait", "not conv.", "wrong B"):
+        t.add_column(c, justify="right")
+    for kind, r in data["results"]["kinds"].items():
+        s = lambda k, nd=1: f"{C.fmt(r[k]['p50'], nd)} / {C.fmt(r[k]['p99'], nd)} / {C.fmt(r[k]['max'], nd)}"
+        t.add_row(kind, str(r["faults"]), s("detection_ms"), s("convergence_ms"), s("first_convergence_ms"),
+                  f"{s('stall_ms', 0)} ({C.fmt(r['normal_gap_ms']['p50'], 0)})",
+                  f"{C.fmt(r['bytes_resent']['p50'], 0)} / {C.fmt(r['bytes_resent']['max'], 0)}",
+                  s("max_run_delay_ms"), str(r["not_converged"]), str(r["wrong_bytes"]))
+    return [t]
+
+
+def markdown(data: Dict[str, Any]) -> str:
+    L = [f"{data['settings']['faults_per_kind']} faults per kind, ring all-reduce of {data['settings']['size']} "
+         f"(2 hosts x 2 NICs, 1 rank per host, every byte checked), `RAILOVER_HOLD_DOWN_MS=300`, other settings "
+         "default. Milliseconds, p50 / p99 / max.\n",
+         "| kind | faults | detection | convergence (every comm) | first comm | engine (verdict→resumed) | stall | normal gap p50 | bytes resent p50 / max | longest CPU wait of a rank thread | not converged | flaps | wrong bytes |",
+         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for kind, r in data["results"]["kinds"].items():
+        s = lambda k, nd=1: f"{C.fmt(r[k]['p50'], nd)} / {C.fmt(r[k]['p99'], nd)} / {C.fmt(r[k]['max'], nd)}"
+        L.append(f"| {kind} ({r['what']}) | {r['faults']} | {s('detection_ms')} | {s('convergence_ms')} | "
+                 f"{s('first_convergence_ms')} | {s('engine_convergence_ms')} | {s('stall_ms', 0)} | "
+                 f"{C.fmt(r['normal_gap_ms']['p50'], 0)} | {C.fmt(r['bytes_resent']['p50'], 0)} / "
+                 f"{C.fmt(r['bytes_resent']['max'], 0)} | {s('max_run_delay_ms')} | {r['not_converged']} | {r['flaps']} | "
+                 f"{r['wrong_bytes']} |")
+    disc = {k: r["discarded_slow_injection"] for k, r in data["results"]["kinds"].items() if r.get("discarded_slow_injection")}
+    L.append("\nA fault is issued with one netlink request on a pre-opened handle and timed from just before it; "
+             f"faults whose injection took more than {MAX_APPLY_MS:g} ms (the injecting thread was descheduled, so "
+             "the instant is unknown) are repeated and left out: "
+             + (", ".join(f"{k}: {v}" for k, v in disc.items()) if disc else "none") + ". "
+             "\"Longest CPU wait\" is the largest run-queue delay of any rank thread between the fault and "
+             "convergence (/proc schedstat): when it is close to the convergence time, the rank was not running.")
+    return "\n".join(L) + "\n"

@@ -1,0 +1,222 @@
+"""``railover bench scale``: 1 .. 1024 comms per process.
+
+2 hosts x 2 NICs, one rank per host, sendrecv with N channels: each process has N send comms
+and N receive comms (each send comm with its primary path and one armed standby path of
+``RAILOVER_NSTREAMS`` TCP streams each); 4 KiB per channel per iteration, small driver
+slots (4 KiB) so driver buffers stay small. For every N:
+
+* connect time: the driver's listen .. connect/accept of all 2N comms (``setup_us``), and
+  first -> last send ``path_up`` (standby paths armed);
+* idle: after the traffic, the driver keeps every comm connected with nothing in flight and
+  its progress thread parked (``--hold``): the process's CPU time (all threads, from
+  /proc/<pid>/task/*/schedstat) over the idle window is the plugin's own (standby probes,
+  acceptor, state writer), RSS and threads/fds per process;
+* memory per comm: (RSS(N) - RSS(1) - the driver's slot buffers) / (N - 1) per channel (a
+  send + a receive comm), thread stacks of the driver's channel workers included;
+* convergence: with traffic on every comm, the switch port of a0 goes down (every comm's
+  primary is NIC 0): fault -> the last of the 2N send comms' ``failover`` events ("every comm
+  converged"), the median comm, and the plugin's own part per comm (its ``path_down`` verdict
+  -> its ``failover``). A comm converges when the driver next calls it, so the driver's
+  iteration time (every channel once per iteration) is reported next to it.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from . import bench_common as C
+from .bench_failover import NetlinkFault, keep_journals
+from .testbed import TestBed, now_us
+
+SLOT = 4096
+PER_CHANNEL = 4096
+
+
+def _driver_buffer_kib(channels: int) -> float:
+    """RSS of the driver's per-connection slot buffers (memset at setup): 2 conns per
+    channel x 2 protocols x 8 slots, page-rounded."""
+    per_conn = 2 * ((8 * SLOT + 4095) // 4096 * 4096)
+    return channels * 2 * per_conn / 1024
+
+
+def run(out: Path, quick: bool = False, comms: Sequence[int] = (1, 64, 256, 1024), idle_s: Optional[float] = None,
+        console: Optional[Console] = None) -> Dict[str, Any]:
+    console = console or Console()
+    if quick:
+        comms = [c for c in comms if c <= 16] or [1, 8]
+        if comms == [1]:
+            comms = [1, 8]
+    idle_s = idle_s or (1.0 if quick else 10.0)
+    rep = C.Report("scale", out, quick, {"comms": list(comms), "idle_s": idle_s, "workload": "sendrecv",
+                                         "bytes_per_channel": PER_CHANNEL, "slot_size": SLOT, "layout": "T2",
+                                         "fault": "switch port of a0 down", "check": False,
+                                         "env": {"RAILOVER_HOLD_DOWN_MS": "1000"}})
+    work = Path(out) / "scale-work"
+    rows: List[Dict[str, Any]] = []
+    with TestBed("T2") as tb:
+        for n in comms:
+            console.print(f"[bold]scale[/] {n} channel(s): {n} send + {n} receive comms per process ({tb.prefix})")
+            hold = idle_s + 3.0
+            lr = C.LiveRun(tb, work / f"n{n}", env={"RAILOVER_HOLD_DOWN_MS": "1000"}, workload="sendrecv", minbytes=PER_CHANNEL * n, channels=n, check=False,
+                           slot_size=SLOT, ll_slot=SLOT, ll_max=0, duration_s=300, connect_timeout_s=120,
+                           op_timeout=120, idle_sleep_us=50,
+                           extra_args=["--hold", f"{hold:g}", "--all-ranks-print"]).start()
+            row: Dict[str, Any] = {"channels": n, "comms_per_process": 2 * n}
+            fault = NetlinkFault(tb.nic("a0"), "PORT-DOWN")
+            try:
+                ups = [e["t_us"] for e in lr.events if e.get("event") == "path_up" and e.get("dir") == "send"]
+                row["standby_armed_ms"] = (max(ups) - min(ups)) / 1e3 if ups else None
+                lr.wait_for(lambda: now_us() - lr.started_us >= 1e6, 2)
+                comm_ids = {e["comm"] for e in lr.events if e.get("event") == "path_up" and e.get("dir") == "send"}
+                t0_iter = now_us()
+                f = fault
+                f.apply()
+                t0 = f.t_issue
+                ok = lr.wait_for(lambda: len({e["comm"] for e in lr.select("failover", t0)}) >= len(comm_ids), 60,
+                                 interval_s=0.02)
+                fos = {}
+                for e in lr.select("failover", t0):
+                    fos.setdefault(e["comm"], e)
+                downs = {}
+                for e in lr.select("path_down", t0):
+                    if e.get("dir") == "send" and e.get("active"):
+                        downs.setdefault(e["comm"], e)
+                conv = sorted((e["t_us"] - t0) / 1e3 for e in fos.values())
+                plugin = sorted((e["t_us"] - downs[c]["t_us"]) / 1e3 for c, e in fos.items() if c in downs)
+                detect = sorted((downs[c]["t_us"] - t0) / 1e3 for c in downs)
+                row.update({
+                    "send_comms": len(comm_ids), "converged": len(fos),
+                    "all_converged_ms": conv[-1] if ok and conv else None,
+                    "median_comm_ms": C.percentile(conv, 50),
+                    "comm_noticed_p50_ms": C.percentile(detect, 50), "comm_noticed_max_ms": detect[-1] if detect else None,
+                    "plugin_handling_p50_ms": C.percentile(plugin, 50), "plugin_handling_max_ms": plugin[-1] if plugin else None,
+                })
+                t1 = now_us()
+                f.undo()
+                lr.wait_for(lambda: len({e["comm"] for e in lr.select("failback", t1)}) >= len(comm_ids), 60, interval_s=0.02)
+                row["failed_back"] = len({e["comm"] for e in lr.select("failback", t1)})
+                t_fb = max((e["t_us"] for e in lr.select("failback", t1)), default=now_us())
+                lr.wait_for(lambda: len({e["comm"] for e in lr.select("path_up", t_fb) if e.get("dir") == "send"})
+                            >= len(comm_ids), 30, interval_s=0.02)
+            finally:
+                if fault.active:
+                    fault.undo()
+                fault.close()
+                lr.stop()
+            # Idle: the driver prints "# idle hold" when every comm is parked (each rank).
+            held = lr.wait_for(lambda: all("# idle hold" in lr.stdout(r) for r in range(lr.nranks)), 120, interval_s=0.05)
+            if held:
+                lr.wait_for(lambda: False, 1.0)  # let the last in-flight bookkeeping settle (not a synchronisation)
+                pids = [lr.procs[r].pid for r in range(lr.nranks)]
+                a = [(C.proc_cpu_ns(p), now_us(), C.thread_cpu_ns(p)) for p in pids]
+                lr.wait_for(lambda: False, idle_s)
+                b = [(C.proc_cpu_ns(p), now_us(), C.thread_cpu_ns(p)) for p in pids]
+                cpu = [(cb - ca) / ((tb_ - ta) * 1e3) * 100 for (ca, ta, _), (cb, tb_, _) in zip(a, b)]
+                # the busiest threads during the idle window (% of a core), rank 0
+                ta0, tb0 = a[0][2], b[0][2]
+                span_ns = (b[0][1] - a[0][1]) * 1e3
+                row["idle_top_threads_pct"] = sorted(((tb0[t] - ta0.get(t, 0)) / span_ns * 100 for t in tb0), reverse=True)[:5]
+                row.update({
+                    "idle_cpu_pct": cpu, "idle_cpu_pct_max": max(cpu),
+                    "rss_kib": [C.proc_rss_kib(p) for p in pids], "threads": [C.proc_threads(p) for p in pids],
+                    "fds": [C.proc_fds(p) for p in pids], "idle_window_s": idle_s,
+                })
+            res = lr.finish(check=False)
+            js = [r.json or {} for r in res.perf.ranks]
+            row["setup_ms"] = max((j.get("stats", {}).get("setup_us", 0) for j in js), default=0) / 1e3
+            row["iteration_ms"] = (res.perf.rows[0]["time_us"] / 1e3) if res.perf.ranks[0].json and res.perf.rows else None
+            row["rank_exit_codes"] = [r.returncode for r in res.perf.ranks]
+            row["driver_buffers_kib"] = _driver_buffer_kib(n)
+            if not res.ok:
+                row["error"] = res.perf.describe()[-3000:]
+            if n == max(comms):
+                keep_journals(work / f"n{n}", Path(out) / "scale-journals" / f"n{n}")
+            shutil.rmtree(work / f"n{n}", ignore_errors=True)
+            rows.append(row)
+            console.print(f"  connect {C.fmt(row['setup_ms'], 0)} ms, idle CPU {C.fmt(row.get('idle_cpu_pct_max'), 2)} %, "
+                          f"all converged {C.fmt(row.get('all_converged_ms'), 1)} ms, iteration {C.fmt(row['iteration_ms'], 1)} ms")
+    shutil.rmtree(work, ignore_errors=True)
+    base = next((r for r in rows if r["channels"] == 1 and r.get("rss_kib")), None)
+    for r in rows:
+        if base and r is not base and r.get("rss_kib"):
+            d = max(r["rss_kib"]) - max(base["rss_kib"]) - (r["driver_buffers_kib"] - base["driver_buffers_kib"])
+            r["rss_per_channel_kib"] = d / (r["channels"] - 1)
+        else:
+            r["rss_per_channel_kib"] = None
+    rep.results["rows"] = rows
+    big = max(rows, key=lambda r: r["channels"])
+    rep.add_target(f"scale: idle CPU per process, {big['channels']} channels ({2 * big['channels']} comms)",
+                   big.get("idle_cpu_pct_max"), "<=", 1.0, "% of a core",
+                   detail=f"both ranks: {', '.join(C.fmt(x, 2) for x in big.get('idle_cpu_pct', []))} % over {idle_s:g} s")
+    rep.add_target(f"scale: every comm on the failed NIC converged, {big['channels']} channels ({big.get('send_comms', '?')} send comms)",
+                   big.get("all_converged_ms"), "<=", 100.0, "ms",
+                   detail=f"median comm {C.fmt(big.get('median_comm_ms'), 1)} ms; plugin handling per comm p50 "
+                          f"{C.fmt(big.get('plugin_handling_p50_ms'), 2)} / max {C.fmt(big.get('plugin_handling_max_ms'), 1)} ms; "
+                          f"driver iteration {C.fmt(big.get('iteration_ms'), 1)} ms")
+    for r in rows:
+        rep.add_target(f"scale: {r['channels']} channels: ranks exited 0", 1 if all(x == 0 for x in r["rank_exit_codes"]) else 0, "==", 1)
+    _plot(rep, rows)
+    data = rep.finish()
+    for t in tables(data):
+        console.print(t)
+    return data
+
+
+def _plot(rep: C.Report, rows: List[Dict[str, Any]]) -> None:
+    plt = C.matplotlib_pyplot()
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
+    xs = [r["channels"] for r in rows]
+    axes[0].plot(xs, [r["setup_ms"] for r in rows], marker="o", label="connect (setup)")
+    axes[0].plot(xs, [r.get("standby_armed_ms") or 0 for r in rows], marker=".", label="standby armed")
+    axes[0].set_ylabel("ms")
+    axes[1].plot(xs, [r.get("idle_cpu_pct_max") or 0 for r in rows], marker="o")
+    axes[1].axhline(1.0, color="k", ls="--", lw=0.8)
+    axes[1].set_ylabel("idle CPU, % of a core")
+    axes[2].plot(xs, [r.get("all_converged_ms") or 0 for r in rows], marker="o", label="every comm converged")
+    axes[2].plot(xs, [r.get("iteration_ms") or 0 for r in rows], marker=".", ls=":", label="driver iteration")
+    axes[2].axhline(100, color="k", ls="--", lw=0.8)
+    axes[2].set_ylabel("ms")
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("channels (send + recv comm each)")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(rep.plot_path("scale.png"), dpi=100)
+    plt.close(fig)
+
+
+def tables(data: Dict[str, Any]) -> List[Table]:
+    t = Table(title=f"scale (idle window {data['settings']['idle_s']:g} s)")
+    for c in ("channels", "comms/process", "connect ms", "standby armed ms", "idle CPU %", "RSS MiB", "RSS/channel KiB",
+              "threads", "fds", "all converged ms", "median comm ms", "plugin per comm ms (p50/max)", "iteration ms"):
+        t.add_column(c, justify="right")
+    for r in data["results"]["rows"]:
+        t.add_row(str(r["channels"]), str(r["comms_per_process"]), C.fmt(r["setup_ms"], 0), C.fmt(r.get("standby_armed_ms"), 0),
+                  C.fmt(r.get("idle_cpu_pct_max"), 2), C.fmt(max(r["rss_kib"]) / 1024 if r.get("rss_kib") else None, 1),
+                  C.fmt(r.get("rss_per_channel_kib"), 1), str(max(r.get("threads") or [0])), str(max(r.get("fds") or [0])),
+                  C.fmt(r.get("all_converged_ms"), 1), C.fmt(r.get("median_comm_ms"), 1),
+                  f"{C.fmt(r.get('plugin_handling_p50_ms'), 2)} / {C.fmt(r.get('plugin_handling_max_ms'), 1)}",
+                  C.fmt(r.get("iteration_ms"), 1))
+    return [t]
+
+
+def markdown(data: Dict[str, Any]) -> str:
+    L = [f"sendrecv, 2 hosts x 2 NICs, 1 rank per host; N channels = N send + N receive comms per process; "
+         f"idle window {data['settings']['idle_s']:g} s; fault: switch port of a0 down with traffic on every comm.\n",
+         "| channels | comms / process | connect (ms) | standby armed (ms) | idle CPU (% of a core) | RSS (MiB) | RSS per channel (KiB) | threads | fds | every comm converged (ms) | median comm (ms) | plugin per comm p50 / max (ms) | driver iteration (ms) |",
+         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in data["results"]["rows"]:
+        L.append(f"| {r['channels']} | {r['comms_per_process']} | {C.fmt(r['setup_ms'], 0)} | {C.fmt(r.get('standby_armed_ms'), 0)} | "
+                 f"{C.fmt(r.get('idle_cpu_pct_max'), 2)} | {C.fmt(max(r['rss_kib']) / 1024 if r.get('rss_kib') else None, 1)} | "
+                 f"{C.fmt(r.get('rss_per_channel_kib'), 1)} | {max(r.get('threads') or [0])} | {max(r.get('fds') or [0])} | "
+                 f"{C.fmt(r.get('all_converged_ms'), 1)} | {C.fmt(r.get('median_comm_ms'), 1)} | "
+                 f"{C.fmt(r.get('plugin_handling_p50_ms'), 2)} / {C.fmt(r.get('plugin_handling_max_ms'), 1)} | "
+                 f"{C.fmt(r.get('iteration_ms'), 1)} |")
+    return "\n".join(L) + "\n"
