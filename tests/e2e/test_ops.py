@@ -30,7 +30,11 @@ from railover.testbed import netlink, poll_until
 
 pytestmark = pytest.mark.netns
 
-SRC = str(Path(__file__).resolve().parents[2] / "src")
+# Subprocesses import the same railover this test process imported (the installed package in
+# CI, src/ in a developer tree), so they find the same native files.
+import railover as _railover_pkg  # noqa: E402
+
+SRC = str(Path(_railover_pkg.__file__).resolve().parent.parent)
 RANKS = {0: {"RANK": "0"}, 1: {"RANK": "1"}}
 FAST = {"RAILOVER_HOLD_DOWN_MS": "1000"}
 
@@ -267,7 +271,7 @@ def test_gpu_validation_harness_dry_run_in_the_test_bed(tmp_path):
     result files, and the bed removed afterwards."""
     if importlib.util.find_spec("torch") is None:
         pytest.skip("PyTorch not installed (the dry run uses torch's gloo backend)")
-    root = Path(SRC).parent
+    root = Path(__file__).resolve().parents[2]  # the repository (scripts/ is not installed)
     out, work = tmp_path / "out", tmp_path / "work"
     env = dict(os.environ, DRY="1", OUT=str(out), WORK=str(work), DRY_MAX_BYTES=str(1 << 16),
                DRY_SKIP="correct,sweep,colls,reinit")

@@ -15,7 +15,11 @@ from railover import _paths, drill as dl, envvars
 from railover.cli import app
 from railover.ops_cli import LaunchConflict, launch_env
 
-SRC = str(Path(__file__).resolve().parents[2] / "src")
+# Subprocesses import the same railover this test process imported (the installed package in
+# CI, src/ in a developer tree), so they find the same native files.
+import railover as _railover_pkg  # noqa: E402
+
+SRC = str(Path(_railover_pkg.__file__).resolve().parent.parent)
 DUMP = "import json, os; print(json.dumps(dict(os.environ)))"
 
 
