@@ -237,6 +237,16 @@ TEST_F(Engine, DuplicateChunksOfCompletedMessagesAreDiscarded) {
 }
 
 TEST_F(Engine, FailureDuringResumeAndOfTheStandbyRecovers) {
+  // Both paths are down for a while here: give the reconnect back-off room before the fatal
+  // timeout (slow sanitizer builds take longer per loop iteration).
+  auto& cfg = Runtime::get().cfg;
+  uint32_t savedFatal = cfg.fatalTimeoutS;
+  cfg.fatalTimeoutS = 10;
+  struct Restore {
+    Config& c;
+    uint32_t v;
+    ~Restore() { c.fatalTimeoutS = v; }
+  } restore{cfg, savedFatal};
   connectComm();
   int step = 0;
   Stats st = run(150, mixed, 8, [&](int k) {
