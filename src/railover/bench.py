@@ -97,7 +97,9 @@ def summary_markdown(out: Path) -> str:
             L.append(f"| {t['figure']} | {vs} | {t['target']} | {'yes' if t['met'] else ('**no**' if t['met'] is False else 'no value')} |")
     for s, r in reports:
         L.append(f"\n## {s}\n")
-        L.append(f"`{r['command']}` — {r['elapsed_s']:.0f} s, wrong bytes {r['wrong_bytes']}\n")
+        checked = r["settings"].get("check", True)
+        L.append(f"`{r['command']}` — {r['elapsed_s']:.0f} s, "
+                 + (f"wrong bytes {r['wrong_bytes']}\n" if checked is not False else "data not checked (-c 0)\n"))
         L.append(_module(s).markdown(r))
         for p in r.get("plots", []):
             L.append(f"![{p}](bench/{p})")
@@ -171,7 +173,7 @@ def register(app: typer.Typer) -> None:
     @bench.command("degraded")
     def degraded_cmd(out: Path = OUT, quick: bool = QUICK,
                      nics: str = typer.Option("2,4", "--nics", help="NICs per host"),
-                     rate: str = typer.Option("100mbit", "--rate", help="line rate of every NIC (tc tbf); 'none' for unshaped veth")):
+                     rate: str = typer.Option("200mbit", "--rate", help="line rate of every NIC (tc tbf); 'none' for unshaped veth")):
         """busbw during a NIC fault relative to before, 2 and 4 NICs per host, comms spread over
         the survivors (default) vs all onto one buddy (explicit RAILOVER_STANDBY pairs)."""
         console = _console()

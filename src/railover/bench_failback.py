@@ -81,7 +81,7 @@ def run(out: Path, quick: bool = False, faults: Optional[int] = None, kinds: Seq
             all_cycles, cycles = cycles, [c for c in cycles if c["valid"]]
             nxt = {c["i"]: (all_cycles[k + 1]["t_apply"] if k + 1 < len(all_cycles) else None) for k, c in enumerate(all_cycles)}
             for c in all_cycles:
-                _stages(c, res.events, nxt[c["i"]])
+                _stages(c, res.events, nxt[c["i"]], (tb.nic("a0").ifname, tb.nic("b0").ifname))
                 # The repair as the hosts can see it: a carrier/address repair reaches the host
                 # when the kernel's link watch reports it (nic_up), which a busy kernel (rtnl
                 # held by other work) can delay by seconds after the netlink call returned.
@@ -134,10 +134,11 @@ def run(out: Path, quick: bool = False, faults: Optional[int] = None, kinds: Seq
     return data
 
 
-def _stages(c: Dict[str, Any], events: List[Dict[str, Any]], next_apply: Optional[int]) -> None:
+def _stages(c: Dict[str, Any], events: List[Dict[str, Any]], next_apply: Optional[int],
+            primary_nics: Sequence[str] = ()) -> None:
     """From the repair call: the first nic_up (the kernel reported the link/address back), the
-    first nic_up/pair_up (the plugin saw the repair), the last primary path_up before the
-    failback (reconnected)."""
+    first nic_up/pair_up (the plugin saw the repair), the last send path_up on a primary NIC
+    (``primary_nics``) before the failback (the primaries reconnected)."""
     t1 = c["t_undo"]
     end = c["t_failback"] or next_apply or (t1 + 60_000_000)
     win = [e for e in events if t1 <= e["t_us"] <= end]
@@ -145,8 +146,29 @@ def _stages(c: Dict[str, Any], events: List[Dict[str, Any]], next_apply: Optiona
     c["nic_up_ms"] = (min(nic) - t1) / 1e3 if nic else None
     seen = [e["t_us"] for e in win if e.get("event") in ("nic_up", "pair_up")]
     c["repair_seen_ms"] = (min(seen) - t1) / 1e3 if seen else None
-    ups = [e["t_us"] for e in win if e.get("event") == "path_up" and e.get("dir") == "send"]
+    ups = [e["t_us"] for e in win if e.get("event") == "path_up" and e.get("dir") == "send"
+           and (not primary_nics or e.get("nic") in primary_nics)]
     c["reconnected_ms"] = (max(ups) - t1) / 1e3 if ups else None
+
+
+def restage(data: Dict[str, Any], journals: Path) -> Dict[str, Any]:
+    """Recompute the per-repair stages of a failback report from its kept journals
+    (``<out>/failback-journals/<kind>/``), e.g. after a change of the stage rules."""
+    from .scenario import read_journal
+    for kind, r in data["results"]["kinds"].items():
+        ev = []
+        for j in sorted((Path(journals) / kind).glob("events-rank*.jsonl")):
+            ev += read_journal(j)
+        ev.sort(key=lambda e: e["t_us"])
+        prim = {e["nic"] for e in ev if e.get("event") == "path_up" and e.get("dir") == "send"
+                and str(e.get("nic", "")).endswith(("a0", "b0"))}
+        cs = r["cycles"]
+        for k, c in enumerate(cs):
+            _stages(c, ev, cs[k + 1]["t_apply"] if k + 1 < len(cs) else None, tuple(prim))
+        valid = [c for c in cs if c["valid"]]
+        r["reconnected_ms"] = C.summary([c.get("reconnected_ms") for c in valid])
+        r["repair_seen_ms"] = C.summary([c.get("repair_seen_ms") for c in valid])
+    return data
 
 
 def _plot(rep: C.Report, per_kind: Dict[str, Any]) -> None:

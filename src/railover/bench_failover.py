@@ -383,7 +383,7 @@ def markdown(data: Dict[str, Any]) -> str:
     L = [f"{data['settings']['faults_per_kind']} faults per kind, ring all-reduce of {data['settings']['size']} "
          f"(2 hosts x 2 NICs, 1 rank per host, every byte checked), `RAILOVER_HOLD_DOWN_MS=300`, other settings "
          "default. Milliseconds, p50 / p99 / max.\n",
-         "| kind | faults | detection | convergence (every comm) | first comm | engine (verdict→resumed) | stall | normal gap p50 | bytes resent p50 / max | longest CPU wait of a rank thread | not converged | flaps | wrong bytes |",
+         "| kind | faults | detection | convergence (every comm) | first comm | engine (verdict→resumed) | stall | normal gap p50 | bytes resent p50 / max | run-queue wait of the most delayed rank thread | not converged | flaps | wrong bytes |",
          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for kind, r in data["results"]["kinds"].items():
         s = lambda k, nd=1: f"{C.fmt(r[k]['p50'], nd)} / {C.fmt(r[k]['p99'], nd)} / {C.fmt(r[k]['max'], nd)}"
@@ -397,6 +397,7 @@ def markdown(data: Dict[str, Any]) -> str:
              f"faults whose injection took more than {MAX_APPLY_MS:g} ms (the injecting thread was descheduled, so "
              "the instant is unknown) are repeated and left out: "
              + (", ".join(f"{k}: {v}" for k, v in disc.items()) if disc else "none") + ". "
-             "\"Longest CPU wait\" is the largest run-queue delay of any rank thread between the fault and "
-             "convergence (/proc schedstat): when it is close to the convergence time, the rank was not running.")
+             "The run-queue wait is, for the rank thread that waited most, the time it was runnable but not "
+             "running between the fault and convergence (/proc/<pid>/task/*/schedstat): when it is close to "
+             "the convergence time, the rank was not running.")
     return "\n".join(L) + "\n"

@@ -10,7 +10,8 @@ checked, default settings. Each case runs 1 s of steady traffic, then the condit
 * ``rate-limit``: tc tbf at 100 Mbit/s on a0 and b0 (the primary rail; ~40x slower than the
   unshaped veth);
 * ``rate-limit-all``: the same tbf on every NIC of both hosts, 4 channels spread over the two
-  NICs (all-reduce of 4 MiB): every rail is slow and saturated, none failed;
+  NICs (all-reduce of 4 MiB), for 3x the condition time: every rail is slow and saturated,
+  none failed;
 * ``recv-pause``: rank 1's progress thread stops posting and testing receives (driver
   ``--pause-recv``): a receiver that stops consuming, so the sender stalls with full buffers;
 * ``sigstop``: rank 1 is SIGSTOPped (its plugin threads, probes included, stop too).
@@ -97,7 +98,7 @@ def run(out: Path, quick: bool = False, cases=CASES, console: Optional[Console] 
                 size, channels = "4M", 4
                 extra = ["--dev-spread"]
             lr = C.LiveRun(tb, work / case, workload="allreduce", minbytes=size, check=True, channels=channels,
-                           duration_s=60 + hold * 3, extra_args=extra).start()
+                           duration_s=60 + hold * 5, extra_args=extra).start()
             f: Optional[F.Fault] = None
             extra_info: Dict[str, Any] = {}
             try:
@@ -111,9 +112,11 @@ def run(out: Path, quick: bool = False, cases=CASES, console: Optional[Console] 
                     f = F.Rate(a0, "100mbit", peers=[n for n in tb.nics if n is not a0])
                 elif case == "sigstop":
                     f = F.Stop(lr.procs[1])
+                # Saturated slow rails need longer to show probe trouble: 3x the condition time.
+                cond = hold * 3 if case == "rate-limit-all" else hold
                 if f is not None:
                     f.apply()
-                    lr.wait_for(lambda: now_us() - t0 >= hold * 1e6, hold + 1)
+                    lr.wait_for(lambda: now_us() - t0 >= cond * 1e6, cond + 1)
                     t1 = now_us()
                     f.undo()
                     if isinstance(f, F.Rate):
@@ -183,7 +186,8 @@ def tables(data: Dict[str, Any]) -> List[Table]:
 
 def markdown(data: Dict[str, Any]) -> str:
     L = [f"Ring all-reduce of 1 MiB (rate-limit-all: 4 MiB over 4 channels spread over both NICs; 2 hosts x 2 NICs, "
-         f"every byte checked, default settings); each condition lasts {data['settings']['condition_s']:g} s; tbf "
+         f"every byte checked, default settings); each condition lasts {data['settings']['condition_s']:g} s "
+         f"(rate-limit-all: {3 * data['settings']['condition_s']:g} s); tbf "
          f"{data['settings'].get('tbf', '')}.\n",
          "| case | failovers | path_down | pair_down (soft, ignored) | longest stall (ms) | GB/s before / during / after | wrong bytes |",
          "|---|---:|---:|---:|---:|---:|---:|"]

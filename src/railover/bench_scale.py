@@ -52,17 +52,18 @@ def run(out: Path, quick: bool = False, comms: Sequence[int] = (1, 64, 256, 1024
         if comms == [1]:
             comms = [1, 8]
     idle_s = idle_s or (1.0 if quick else 10.0)
+    hold_down = "300" if quick else "1000"  # failback is not measured here; only its wait
     rep = C.Report("scale", out, quick, {"comms": list(comms), "idle_s": idle_s, "workload": "sendrecv",
                                          "bytes_per_channel": PER_CHANNEL, "slot_size": SLOT, "layout": "T2",
                                          "fault": "switch port of a0 down", "check": False,
-                                         "env": {"RAILOVER_HOLD_DOWN_MS": "1000"}})
+                                         "env": {"RAILOVER_HOLD_DOWN_MS": hold_down}})
     work = Path(out) / "scale-work"
     rows: List[Dict[str, Any]] = []
     with TestBed("T2") as tb:
         for n in comms:
             console.print(f"[bold]scale[/] {n} channel(s): {n} send + {n} receive comms per process ({tb.prefix})")
-            hold = idle_s + 3.0
-            lr = C.LiveRun(tb, work / f"n{n}", env={"RAILOVER_HOLD_DOWN_MS": "1000"}, workload="sendrecv", minbytes=PER_CHANNEL * n, channels=n, check=False,
+            hold = idle_s + (1.5 if quick else 3.0)
+            lr = C.LiveRun(tb, work / f"n{n}", env={"RAILOVER_HOLD_DOWN_MS": hold_down}, workload="sendrecv", minbytes=PER_CHANNEL * n, channels=n, check=False,
                            slot_size=SLOT, ll_slot=SLOT, ll_max=0, duration_s=300, connect_timeout_s=120,
                            op_timeout=120, idle_sleep_us=50,
                            extra_args=["--hold", f"{hold:g}", "--all-ranks-print"]).start()
