@@ -592,6 +592,15 @@ void SendLink::slowTick(uint64_t now) {
         // A probe timeout alone may be congestion or a stopped peer: fail over only when the
         // active path also stopped moving data and another path is healthy.
         bool stalled = acked_ == nextSeq_ || now - lastProgressUs_ >= (uint64_t)cfg.stallMs * 1000;
+        // A slow path is not a stalled one: when every rail is saturated (or rate-limited),
+        // probes queue behind data and time out while messages still complete, only slowly.
+        // If the peer's kernel acknowledged our bytes within the stall window, data is moving.
+        if (stalled && acked_ < nextSeq_ && !hard)
+          for (auto& st : p.streams)
+            if (st.conn && st.conn->peerAckedWithinMs(cfg.stallMs)) {
+              stalled = false;
+              break;
+            }
         bool otherUsable = false;
         for (size_t j = 0; j < paths.size(); ++j)
           otherUsable |= j != i && paths[j].state == PathState::kStandby && hl->nicUp(paths[j].localNic) &&
@@ -608,6 +617,11 @@ void SendLink::slowTick(uint64_t now) {
         failPath(p, cause, now);
       } else if (p.state == PathState::kFailed && epochMoved && nicUp && pairUp && p.nextAttemptUs > now + 1000) {
         p.nextAttemptUs = now;  // NIC or pair came back: retry at once
+      } else if (p.state == PathState::kConnecting && epochMoved && nicUp && pairUp &&
+                 hl->repairedUs(p.localNic, p.pairId) > p.attemptStartUs) {
+        // An attempt started while the NIC or pair was down: its SYN was lost and the kernel
+        // would resend it only after its retransmission timeout (1 s, then 3 s). Start over now.
+        startConnect(p, now);
       }
     }
   }
@@ -757,7 +771,6 @@ void SendLink::close() {
 
 RecvLink::RecvLink(uint64_t s, int dev) : dev_(dev) {
   secret = s;
-  scratch_.resize(256 << 10);
   lastSlowTickUs = nowUs();
   registerRecvLink(secret, this);
 }
@@ -946,6 +959,9 @@ bool RecvLink::readData(Path& p, Stream& s, std::string* err) {
       uint64_t want = f.len - s.curGot;
       uint8_t* dst;
       if (discard) {
+        // Allocated on first use: only a RESUME produces such chunks, and 256 KiB per receive
+        // comm would be most of a comm's memory.
+        if (scratch_.empty()) scratch_.resize(256 << 10);
         want = std::min<uint64_t>(want, scratch_.size());
         dst = scratch_.data();
       } else {

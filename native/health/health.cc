@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <linux/netlink.h>
+#include <linux/neighbour.h>
 #include <linux/rtnetlink.h>
 #include <net/if.h>
 #include <sys/epoll.h>
@@ -9,6 +10,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -46,6 +48,7 @@ struct Pair {
   uint64_t burstUntilUs = 0;
   uint64_t downSinceUs = 0;
   std::atomic<bool> burst{false};
+  std::atomic<uint64_t> upSinceUs{0};  // last down -> up transition (0 = never down)
   std::string cause;  // guarded by Monitor::mu
 };
 
@@ -71,6 +74,7 @@ void setPortOf(sockaddr_storage* a, uint16_t port) {
 
 struct NicState {
   std::atomic<bool> up{true};
+  std::atomic<uint64_t> upSinceUs{0};  // last down -> up transition (0 = never down)
   bool linkUp = true, hasAddr = true;
   int udp = -1;
 };
@@ -93,6 +97,17 @@ class Monitor : public Health {
   int nNics = 0;
   NicState nicState[kMaxNics];
   Pair pairs[kMaxPairs];
+  // Slots [0, hw) may be used; every loop over pairs stops there instead of walking the whole
+  // table (4096 x ~224 B) on every wake-up (that walk was ~40 % of an idle process's CPU).
+  // Written under mu; read without it only by the burst check in run() (relaxed is enough).
+  std::atomic<int> hw{0};
+  struct Range {
+    Pair* b;
+    Pair* e;
+    Pair* begin() const { return b; }
+    Pair* end() const { return e; }
+  };
+  Range live() { return {pairs, pairs + hw.load(std::memory_order_relaxed)}; }
   mutable std::mutex mu;
   std::vector<std::pair<sockaddr_storage, sockaddr_storage>> remaps;  // peer NIC old -> new endpoint
   std::vector<uint16_t> ports;
@@ -119,6 +134,7 @@ class Monitor : public Health {
   void setPairUp(Pair& p, uint64_t now) {
     if (p.up.load()) return;
     p.hard.store(false, std::memory_order_release);
+    p.upSinceUs.store(now, std::memory_order_release);
     p.up.store(true, std::memory_order_release);
     journalAppend("pair_up", "\"nic\":" + jsonStr(nics[p.nic].name) + ",\"peer\":" + jsonStr(addrToString(p.remote)) +
                                  ",\"down_for_us\":" + std::to_string(now - p.downSinceUs));
@@ -131,8 +147,14 @@ class Monitor : public Health {
     s.linkUp = linkUp, s.hasAddr = hasAddr;
     bool up = linkUp && hasAddr;
     if (up == was) return;
+    // Before anyone sees the NIC up (and reconnects through it): forget the neighbour entries
+    // that failed to resolve during the outage, or the first packets would wait for the
+    // kernel's next ARP/ND retransmission (retrans_time_ms, 1 s by default).
+    int cleared = up ? flushFailedNeighbours(i) : 0;
+    if (up) s.upSinceUs.store(nowUs(), std::memory_order_release);
     s.up.store(up, std::memory_order_release);
-    journalAppend(up ? "nic_up" : "nic_down", "\"nic\":" + jsonStr(nics[i].name) + ",\"signal\":" + jsonStr(signal));
+    journalAppend(up ? "nic_up" : "nic_down", "\"nic\":" + jsonStr(nics[i].name) + ",\"signal\":" + jsonStr(signal) +
+                                                  (up ? ",\"neigh_cleared\":" + std::to_string(cleared) : std::string()));
     if (up) {
       RO_INFO(RO_SUBSYS_NET, "railover: NIC %s up (%s)", nics[i].name.c_str(), signal);
       sockaddr_storage a;
@@ -141,11 +163,91 @@ class Monitor : public Health {
     } else {
       RO_WARN("railover: NIC %s down (%s); moving its comms to standby paths", nics[i].name.c_str(), signal);
       std::lock_guard<std::mutex> g(mu);
-      for (auto& p : pairs)
+      for (Pair& p : live())
         if (p.used && p.nic == i) setPairDown(p, std::string("local NIC ") + nics[i].name + " down (" + signal + ")", now, true);
       sendNotices(i);
     }
     bump();
+  }
+
+  // Deletes the INCOMPLETE and FAILED neighbour (ARP/ND) entries of NIC i (returns how many), so the next packet
+  // to a peer resolves at once (a new entry sends its first solicitation immediately). Needs
+  // CAP_NET_ADMIN; without it this is a no-op (logged once) and recovery after a repair waits
+  // for the kernel's retransmission timer. Runs on the health thread; blocks at most ~100 ms.
+  bool neighFlushDenied = false;
+  int flushFailedNeighbours(int i) {
+    if (neighFlushDenied) return 0;
+    int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+    if (fd < 0) return 0;
+    timeval tv{0, 100000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    struct {
+      nlmsghdr h;
+      ndmsg n;
+    } req{};
+    req.h.nlmsg_len = sizeof(req);
+    req.h.nlmsg_type = RTM_GETNEIGH;
+    req.h.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+    req.h.nlmsg_seq = 1;
+    req.n.ndm_family = AF_UNSPEC;
+    req.n.ndm_ifindex = nics[i].ifindex;
+    std::vector<std::vector<uint8_t>> dels;  // RTM_DELNEIGH requests built from the dump
+    if (send(fd, &req, sizeof(req), 0) == (ssize_t)sizeof(req)) {
+      static char buf[32768];
+      bool done = false;
+      while (!done) {
+        ssize_t n = recv(fd, buf, sizeof(buf), 0);
+        if (n <= 0) break;
+        for (nlmsghdr* h = (nlmsghdr*)buf; NLMSG_OK(h, (unsigned)n); h = NLMSG_NEXT(h, n)) {
+          if (h->nlmsg_type == NLMSG_DONE || h->nlmsg_type == NLMSG_ERROR) {
+            done = true;
+            break;
+          }
+          if (h->nlmsg_type != RTM_NEWNEIGH) continue;
+          auto* nd = (ndmsg*)NLMSG_DATA(h);
+          if (nd->ndm_ifindex != nics[i].ifindex || !(nd->ndm_state & (NUD_INCOMPLETE | NUD_FAILED))) continue;
+          int alen = (int)h->nlmsg_len - (int)NLMSG_LENGTH(sizeof(ndmsg));
+          for (rtattr* a = (rtattr*)((char*)nd + NLMSG_ALIGN(sizeof(ndmsg))); RTA_OK(a, alen); a = RTA_NEXT(a, alen)) {
+            if (a->rta_type != NDA_DST) continue;
+            std::vector<uint8_t> d(NLMSG_SPACE(sizeof(ndmsg)) + RTA_SPACE(RTA_PAYLOAD(a)), 0);
+            auto* dh = (nlmsghdr*)d.data();
+            dh->nlmsg_len = (uint32_t)d.size();
+            dh->nlmsg_type = RTM_DELNEIGH;
+            dh->nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK;
+            dh->nlmsg_seq = 2 + (uint32_t)dels.size();
+            auto* dn = (ndmsg*)NLMSG_DATA(dh);
+            dn->ndm_family = nd->ndm_family;
+            dn->ndm_ifindex = nd->ndm_ifindex;
+            auto* da = (rtattr*)(d.data() + NLMSG_SPACE(sizeof(ndmsg)));
+            da->rta_type = NDA_DST;
+            da->rta_len = (unsigned short)RTA_LENGTH(RTA_PAYLOAD(a));
+            memcpy(RTA_DATA(da), RTA_DATA(a), RTA_PAYLOAD(a));
+            dels.push_back(std::move(d));
+          }
+        }
+      }
+    }
+    int deleted = 0;
+    for (auto& d : dels) {
+      if (send(fd, d.data(), d.size(), 0) != (ssize_t)d.size()) break;
+      char ack[256];
+      ssize_t n = recv(fd, ack, sizeof(ack), 0);
+      if (n < (ssize_t)NLMSG_LENGTH(sizeof(nlmsgerr))) break;
+      auto* h = (nlmsghdr*)ack;
+      int e = h->nlmsg_type == NLMSG_ERROR ? -((nlmsgerr*)NLMSG_DATA(h))->error : 0;
+      if (e == EPERM || e == EACCES) {
+        neighFlushDenied = true;
+        RO_INFO(RO_SUBSYS_NET, "railover: no CAP_NET_ADMIN: failed ARP/ND entries are not cleared when a NIC comes "
+                "back; recovery may wait up to net.ipv4.neigh.<nic>.retrans_time_ms");
+        break;
+      }
+      if (e == 0) deleted++;
+    }
+    ::close(fd);
+    if (deleted)
+      RO_INFO(RO_SUBSYS_NET, "railover: NIC %s back: cleared %d unresolved neighbour entr%s", nics[i].name.c_str(),
+              deleted, deleted == 1 ? "y" : "ies");
+    return deleted;
   }
 
   // A local NIC moved to a new address: re-open its probe socket and listener there and tell
@@ -180,7 +282,7 @@ class Monitor : public Health {
     putAddr(b + 20, newA);
     b[36] = (uint8_t)(ports[i] & 0xff), b[37] = (uint8_t)(ports[i] >> 8);
     std::lock_guard<std::mutex> g(mu);
-    for (auto& p : pairs)
+    for (Pair& p : live())
       if (p.used && nicState[p.nic].udp >= 0)
         sendto(nicState[p.nic].udp, buf, sizeof(buf), MSG_DONTWAIT, (sockaddr*)&p.remote, p.len);
     journalAppend("nic_addr_change", "\"nic\":" + jsonStr(nics[i].name) + ",\"old\":" + jsonStr(addrToString(oldA)) +
@@ -201,7 +303,7 @@ class Monitor : public Health {
     buf[wire::kFrameBytes] = a.ss_family == AF_INET ? 4 : 6;
     if (a.ss_family == AF_INET) memcpy(buf + wire::kFrameBytes + 4, &((sockaddr_in&)a).sin_addr, 4);
     else memcpy(buf + wire::kFrameBytes + 4, &((sockaddr_in6&)a).sin6_addr, 16);
-    for (auto& p : pairs)
+    for (Pair& p : live())
       if (p.used && p.nic != down && nicState[p.nic].up.load() && nicState[p.nic].udp >= 0)
         sendto(nicState[p.nic].udp, buf, sizeof(buf), MSG_DONTWAIT, (sockaddr*)&p.remote, p.len);
   }
@@ -238,7 +340,7 @@ class Monitor : public Health {
         if (fam == 4) memcpy(&((sockaddr_in&)gone).sin_addr, buf + wire::kFrameBytes + 4, 4);
         else memcpy(&((sockaddr_in6&)gone).sin6_addr, buf + wire::kFrameBytes + 4, 16);
         std::lock_guard<std::mutex> g(mu);
-        for (auto& p : pairs)
+        for (Pair& p : live())
           if (p.used && sameIp(p.remote, gone)) setPairDown(p, "peer reported its NIC " + addrToString(gone) + " down", now, true);
         continue;
       }
@@ -258,7 +360,7 @@ class Monitor : public Health {
           known |= sameEndpoint(r.first, oldA);
         }
         if (!known) remaps.push_back({oldA, newA});
-        for (auto& p : pairs)
+        for (Pair& p : live())
           if (p.used && sameEndpoint(p.remote, oldA)) p.remote = newA;
         journalAppend("peer_addr_change", "\"old\":" + jsonStr(addrToString(oldA)) + ",\"new\":" +
                                               jsonStr(addrToString(newA)) + ",\"port\":" + std::to_string(port));
@@ -272,7 +374,7 @@ class Monitor : public Health {
         continue;
       }
       std::lock_guard<std::mutex> g(mu);
-      for (auto& p : pairs) {
+      for (Pair& p : live()) {
         if (!p.used || p.nic != nic || !sameEndpoint(p.remote, from)) continue;
         p.lastAckUs = now;
         if (f.flags & kFlagBig) p.lastBigAckUs = now;
@@ -285,7 +387,7 @@ class Monitor : public Health {
   void onTimer(uint64_t now) {
     std::lock_guard<std::mutex> g(mu);
     uint64_t detect = (uint64_t)cfg.probeIntervalMs * cfg.probeMultiplier * 1000;
-    for (auto& p : pairs) {
+    for (Pair& p : live()) {
       if (!p.used || !nicState[p.nic].up.load()) continue;
       bool burst = p.burst.exchange(false);
       if (burst) {
@@ -362,6 +464,7 @@ class Monitor : public Health {
   bool pairUp(int id) const override;
   bool pairHardDown(int id) const override;
   std::string pairDownCause(int id) const override;
+  uint64_t repairedUs(int nic, int id) const override;
   void requestBurst(int id) override;
   std::string pairsJson() const override;
   void remapRemote(sockaddr_storage* remote) const override {
@@ -405,7 +508,7 @@ class Monitor : public Health {
         else onUdp((int)evs[i].data.u32);
       }
       bool burstPending = false;
-      for (auto& p : pairs) burstPending |= p.used && p.burst.load(std::memory_order_relaxed);
+      for (Pair& p : live()) burstPending |= p.used && p.burst.load(std::memory_order_relaxed);
       if (now >= nextProbeUs || burstPending) {
         onTimer(now);
         if (now >= nextProbeUs) nextProbeUs = now + interval;
@@ -481,7 +584,8 @@ int Monitor::registerPair(int nic, const sockaddr_storage& remote, socklen_t len
   auto* m = this;
   std::lock_guard<std::mutex> g(m->mu);
   int freeSlot = -1;
-  for (int i = 0; i < kMaxPairs; ++i) {
+  int h = m->hw.load();
+  for (int i = 0; i < h; ++i) {
     Pair& p = m->pairs[i];
     if (p.used && p.nic == nic && sameEndpoint(p.remote, remote)) {
       p.refs++;
@@ -489,13 +593,16 @@ int Monitor::registerPair(int nic, const sockaddr_storage& remote, socklen_t len
     }
     if (!p.used && freeSlot < 0) freeSlot = i;
   }
+  if (freeSlot < 0 && h < kMaxPairs) freeSlot = h;
   if (freeSlot < 0) return -1;  // table full: the path is then judged by socket errors only
   Pair& p = m->pairs[freeSlot];
   p.nic = nic, p.remote = remote, p.len = len, p.refs = 1, p.lastAckUs = 0, p.lastBigAckUs = 0;
   p.burstUntilUs = 0, p.downSinceUs = 0, p.cause.clear();
+  p.upSinceUs.store(0);
   p.up.store(true);
   p.hard.store(false);
   p.used = true;
+  if (freeSlot >= m->hw.load()) m->hw.store(freeSlot + 1);
   return freeSlot;
 }
 
@@ -505,6 +612,15 @@ void Monitor::unregisterPair(int id) {
   std::lock_guard<std::mutex> g(m->mu);
   Pair& p = m->pairs[id];
   if (p.used && --p.refs <= 0) p.used = false;
+  int h = m->hw.load();
+  while (h > 0 && !m->pairs[h - 1].used) --h;
+  m->hw.store(h);
+}
+
+uint64_t Monitor::repairedUs(int nic, int id) const {
+  uint64_t t = nic >= 0 && nic < nNics ? nicState[nic].upSinceUs.load(std::memory_order_acquire) : 0;
+  if (id >= 0 && id < kMaxPairs) t = std::max(t, pairs[id].upSinceUs.load(std::memory_order_acquire));
+  return t;
 }
 
 bool Monitor::pairUp(int id) const {
@@ -536,7 +652,7 @@ std::string Monitor::pairsJson() const {
   auto* m = const_cast<Monitor*>(this);
   std::lock_guard<std::mutex> g(m->mu);
   std::string o = "[";
-  for (auto& p : m->pairs) {
+  for (Pair& p : m->live()) {
     if (!p.used) continue;
     if (o.size() > 1) o += ",";
     o += "{\"nic\":" + jsonStr(nics[p.nic].name) + ",\"peer\":" + jsonStr(addrToString(p.remote)) +

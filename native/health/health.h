@@ -43,6 +43,9 @@ class Health {
   // data progress. A soft down (probe timeout) may be congestion or a stopped peer.
   virtual bool pairHardDown(int id) const = 0;
   virtual std::string pairDownCause(int id) const = 0;
+  // When local NIC `nic` or pair `id` last came back up (CLOCK_MONOTONIC µs; 0 = never was
+  // down). A connect attempt that started before this instant sent its SYN into the outage.
+  virtual uint64_t repairedUs(int nic, int id) const { (void)nic, (void)id; return 0; }
   // The active path on this pair made no progress for a while: probe now, with full-size probes.
   virtual void requestBurst(int id) = 0;
   // A peer moved one of its NICs to a new address (its notice): rewrite `remote` (IP + port)

@@ -19,6 +19,9 @@
 #include <string>
 #include <vector>
 
+#include <algorithm>
+
+#include "common/clock.h"
 #include "failover/link.h"
 #include "health/health.h"
 #include "plugin/devices.h"
@@ -29,6 +32,8 @@ namespace fake {
 
 struct Wire {
   bool drop = false, broken = false, stalled = false, refuse = false, peerGone = false;
+  bool hangConnect = false;  // connects started now never complete (their SYN is lost)
+  bool peerAcks = false;     // the peer's transport still acknowledges bytes (a slow, not dead, link)
   size_t maxWrite = SIZE_MAX;
   uint64_t bytes = 0;  // payload bytes written toward the receiver
 };
@@ -41,15 +46,16 @@ struct Pipe {
 class FakeConn : public Conn {
  public:
   FakeConn(std::shared_ptr<Pipe> out, std::shared_ptr<Pipe> in, std::shared_ptr<Wire> w, bool toReceiver)
-      : out_(out), in_(in), wire_(w), toReceiver_(toReceiver) {}
+      : out_(out), in_(in), wire_(w), toReceiver_(toReceiver), hangs_(toReceiver && w->hangConnect) {}
   ~FakeConn() override {
     out_->closed = true;
     in_->closed = true;
   }
   int connectState(std::string* err) override {
     if (wire_->broken) return *err = "connection reset (fake)", -1;
-    return 1;
+    return hangs_ ? 0 : 1;
   }
+  bool peerAckedWithinMs(uint32_t) override { return toReceiver_ && wire_->peerAcks; }
   ssize_t writev(const iovec* iov, int n, std::string* err) override {
     if (wire_->broken || out_->closed) return *err = "connection reset (fake)", -1;
     if (wire_->stalled || stalled) return 0;
@@ -86,6 +92,7 @@ class FakeConn : public Conn {
   std::shared_ptr<Pipe> out_, in_;
   std::shared_ptr<Wire> wire_;
   bool toReceiver_;
+  bool hangs_;
 };
 
 // The server ends wait here until their HELLO has arrived; pump() routes them like the acceptor.
@@ -155,7 +162,9 @@ class ScriptedHealth : public Health {
     std::string remote;
     bool up = true, hard = false;
     std::string cause;
+    uint64_t repairedUs = 0;
   };
+  std::vector<uint64_t> nicRepairedUs = std::vector<uint64_t>(8, 0);
   std::vector<bool> nics = std::vector<bool>(8, true);
   std::vector<PairInfo> pairs;
   std::vector<std::string> bursts;
@@ -175,14 +184,22 @@ class ScriptedHealth : public Health {
   bool pairHardDown(int id) const override { return id >= 0 && !pairs[id].up && pairs[id].hard; }
   std::string pairDownCause(int id) const override { return pairs[id].cause; }
   void requestBurst(int id) override { bursts.push_back(pairs[id].remote); }
+  uint64_t repairedUs(int nic, int id) const override {
+    uint64_t t = nic >= 0 && nic < (int)nicRepairedUs.size() ? nicRepairedUs[nic] : 0;
+    return id >= 0 ? std::max(t, pairs[id].repairedUs) : t;
+  }
 
   // Sets every pair between local NIC `nic` and address `remote` (both directions' views).
   void setPair(int nic, const std::string& remote, bool up, bool hard, const std::string& cause) {
     for (auto& p : pairs)
-      if (p.nic == nic && p.remote == remote) p.up = up, p.hard = hard, p.cause = cause;
+      if (p.nic == nic && p.remote == remote) {
+        if (up && !p.up) p.repairedUs = nowUs();
+        p.up = up, p.hard = hard, p.cause = cause;
+      }
     bump();
   }
   void setNic(int nic, bool up) {
+    if (up && !nics[nic]) nicRepairedUs[nic] = nowUs();
     nics[nic] = up;
     bump();
   }

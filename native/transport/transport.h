@@ -34,6 +34,11 @@ class Conn {
   // outstanding (0 when nothing is outstanding or unknown). Tells a dead network (nothing is
   // acknowledged) from a stopped peer process (its kernel still acknowledges).
   virtual uint32_t unackedSilenceMs() { return 0; }
+  // True when data is outstanding and the peer's transport acknowledged some of it within the
+  // last `ms` milliseconds: the path is slow (a saturated or rate-limited link), not dead.
+  // False when nothing is outstanding or it is unknown. Costs a syscall: call it only when a
+  // path is already suspect.
+  virtual bool peerAckedWithinMs(uint32_t ms) { (void)ms; return false; }
 };
 
 class Transport {

@@ -14,6 +14,7 @@ import pytest
 
 from railover import faults
 from railover.scenario import LazyFault, Step, rank_process, run_scenario
+from railover.testbed import _ns_sysctl
 
 pytestmark = pytest.mark.netns
 
@@ -45,6 +46,30 @@ def test_switch_port_down_at_either_end(testbed, side):
     # the journal names the NIC and the cause
     downs = [e for e in res.events if e["event"] in ("nic_down", "path_down")]
     assert any(side in e.get("nic", "") for e in downs) or any("reported its NIC" in e.get("cause", "") for e in res.events)
+
+
+def test_repaired_nic_resolves_its_neighbours_at_once(testbed):
+    """Failback after a switch port repair does not wait for ARP. While a0's port is down, A's
+    neighbour entry for b0 cannot resolve; with ARP retransmissions every 30 s on a0 the kernel
+    alone would keep the repaired rail dark for up to 30 s. railover clears the failed entries
+    when the NIC comes back, so both comms fail back one hold-down after the repair."""
+    tb = testbed("T2")
+    a0 = tb.nic("a0")
+    _ns_sysctl(a0.ns, {f"net.ipv4.neigh.{a0.ifname}.retrans_time_ms": 30000})
+    f = faults.PortDown(a0)
+    res = run_scenario(tb, [Step(2, "apply", f), Step(5, "undo", f)], duration_s=10, env=FAST)
+    r = _one_failover(res, T_CARRIER_MS)
+    undo = r["undo_t_us"]
+    ups = [e for e in res.events if e["event"] == "nic_up" and e["t_us"] >= undo]
+    assert any(int(e.get("neigh_cleared", 0)) >= 1 for e in ups), f"no unresolved neighbour cleared: {ups}"
+    first_fb = {}
+    for e in res.events:
+        if e["event"] == "failback" and e["t_us"] >= undo:
+            first_fb.setdefault(e["comm"], e["t_us"])
+    assert len(first_fb) >= 2, f"both ranks' send comms fail back: {first_fb}"
+    worst_ms = (max(first_fb.values()) - undo) / 1e3
+    # hold-down 1000 ms + generous slack, far below the 30 s ARP retransmission
+    assert worst_ms <= 1000 + 2000, f"last failback {worst_ms:.0f} ms after the repair"
 
 
 def test_host_nic_admin_down(testbed):

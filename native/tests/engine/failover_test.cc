@@ -352,6 +352,83 @@ TEST_F(Engine, SoftDownWithDataStillFlowingIsNotAFailure) {
   EXPECT_EQ(activeNic(), 0);
 }
 
+TEST_F(Engine, SlowPathWhoseKernelStillAcksIsNotStalled) {
+  connectComm();
+  // Every rail saturated: probes of the primary time out and its socket takes no new bytes
+  // for far longer than RAILOVER_STALL_MS (5 ms here), but the peer's kernel keeps
+  // acknowledging: slow, not dead. No failover. Then the same without acknowledgements is a
+  // black hole and fails over (the control).
+  int phase = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  Stats st = run(300, mixed, 8, [&](int k) {
+    if (k == 50) {
+      w(0, kA0)->peerAcks = true;
+      w(0, kA0)->stalled = true;
+      gHl->setPair(0, kA0, false, false, "probe timeout (test)");
+      t0 = std::chrono::steady_clock::now();
+      phase = 1;
+    }
+  }, 20000, [&] {
+    if (phase == 1 && std::chrono::steady_clock::now() - t0 > std::chrono::milliseconds(200)) {
+      w(0, kA0)->stalled = false;  // the congestion clears
+      gHl->setPair(0, kA0, true, false, "");
+      phase = 2;
+    }
+  });
+  EXPECT_FALSE(st.timedOut);
+  EXPECT_EQ(st.delivered, 300u);
+  EXPECT_EQ(phase, 2);
+  EXPECT_EQ(send->counters.failovers, 0u) << "a slow path whose peer still acknowledges stays active";
+  EXPECT_EQ(activeNic(), 0);
+
+  w(0, kA0)->peerAcks = false;
+  st = run(300, mixed, 8, [&](int k) {
+    if (k == 50) {
+      w(0, kA0)->stalled = true;
+      gHl->setPair(0, kA0, false, false, "probe timeout (test)");
+    }
+  });
+  EXPECT_EQ(st.delivered, 300u);
+  EXPECT_EQ(send->counters.failovers, 1u) << "control: nothing acknowledged is a dead path";
+  w(0, kA0)->stalled = false;
+}
+
+TEST_F(Engine, ConnectAttemptStartedDuringTheOutageRestartsAtRepair) {
+  auto& cfg = Runtime::get().cfg;
+  uint32_t savedHold = cfg.holdDownMs;
+  cfg.holdDownMs = 10;
+  struct Restore {
+    Config& c;
+    uint32_t v;
+    ~Restore() { c.holdDownMs = v; }
+  } restore{cfg, savedHold};
+  connectComm();
+  // The primary fails; its reconnects are SYNs into the outage (never complete on their own
+  // before the 3 s connect timeout).
+  w(0, kA0)->broken = true;
+  ASSERT_EQ(run(100, mixed, 8).delivered, 100u);
+  ASSERT_EQ(activeNic(), 1);
+  gHl->setPair(0, kA0, false, false, "probe timeout: silent black hole (test)");
+  w(0, kA0)->broken = false;
+  w(0, kA0)->hangConnect = true;
+  auto t0 = std::chrono::steady_clock::now();
+  while (send->paths[0].state != PathState::kConnecting && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5))
+    ASSERT_EQ(run(20, mixed, 8).delivered, 20u);
+  ASSERT_EQ(send->paths[0].state, PathState::kConnecting);
+  uint32_t gen = send->paths[0].generation;
+  // Repair: new SYNs get through; the probes see the pair again.
+  w(0, kA0)->hangConnect = false;
+  gHl->setPair(0, kA0, true, false, "");
+  t0 = std::chrono::steady_clock::now();
+  while (send->counters.failbacks == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5))
+    ASSERT_EQ(run(20, mixed, 8).delivered, 20u);
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(send->counters.failbacks, 1u);
+  EXPECT_GT(send->paths[0].generation, gen) << "the stale attempt was abandoned for a new one";
+  EXPECT_LT(ms, 2000) << "failback came from a fresh connect, not the stale attempt's 3 s timeout";
+  EXPECT_EQ(activeNic(), 0);
+}
+
 TEST_F(Engine, EveryPairSilentIsAStoppedPeerNotANicFault) {
   connectComm();
   // SIGSTOP analogue: nothing answers on any pair, no hard signal: no path switch.

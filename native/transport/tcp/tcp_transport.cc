@@ -60,6 +60,13 @@ uint32_t TcpConn::unackedSilenceMs() {
   return ti.tcpi_last_ack_recv;
 }
 
+bool TcpConn::peerAckedWithinMs(uint32_t ms) {
+  tcp_info ti{};
+  socklen_t l = sizeof(ti);
+  if (getsockopt(fd_, IPPROTO_TCP, TCP_INFO, &ti, &l) != 0 || ti.tcpi_unacked == 0) return false;
+  return ti.tcpi_last_ack_recv < ms;
+}
+
 std::unique_ptr<Conn> TcpTransport::connect(int nic, const sockaddr_storage& remote, socklen_t len, std::string* err) {
   auto& rt = Runtime::get();
   socklen_t srcLen = 0;

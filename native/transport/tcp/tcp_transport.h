@@ -14,6 +14,7 @@ class TcpConn : public Conn {
   ssize_t read(void* buf, size_t len, std::string* err) override;
   bool dead(std::string* err) override;
   uint32_t unackedSilenceMs() override;
+  bool peerAckedWithinMs(uint32_t ms) override;
   int fd() const { return fd_; }
 
  private:
