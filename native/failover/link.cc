@@ -4,10 +4,15 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <thread>
 #include <unordered_map>
 
 #include "common/clock.h"
@@ -49,9 +54,18 @@ std::vector<Link*>& allLinks() {
 
 std::atomic<bool> gStateDirty{true};
 
-Link::Link() {
+Link::Link() = default;
+
+void Link::list() {
   std::lock_guard<std::mutex> g(gLinksMu);
-  allLinks().push_back(this);
+  auto& v = allLinks();
+  if (std::find(v.begin(), v.end(), this) == v.end()) v.push_back(this);
+}
+
+void Link::unlist() {
+  std::lock_guard<std::mutex> g(gLinksMu);
+  auto& v = allLinks();
+  v.erase(std::remove(v.begin(), v.end(), this), v.end());
 }
 
 namespace {
@@ -82,6 +96,96 @@ Link::~Link() {
 void forEachLink(const std::function<void(Link&)>& fn) {
   std::lock_guard<std::mutex> g(gLinksMu);
   for (Link* l : allLinks()) fn(*l);
+}
+
+// ------------------------------------------------------------------------------------------
+// Failover sweeper
+
+namespace {
+// Never destroyed: the sweeper thread waits on the condition variable until the process
+// ends, and destroying a condition variable that has a waiter blocks exit() forever.
+struct SweepState {
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t kicks = 0;
+};
+SweepState& sweepState() {
+  static auto* s = new SweepState();
+  return *s;
+}
+std::atomic<bool> gSweeperOn{false};
+
+bool pathHealthy(const Path& p, Health* hl) {
+  return !hl || (hl->nicUp(p.localNic) && hl->pairUp(p.pairId));
+}
+}  // namespace
+
+void sweeperNotify() {
+  if (!gSweeperOn.load(std::memory_order_acquire)) return;
+  {
+    std::lock_guard<std::mutex> g(sweepState().mu);
+    sweepState().kicks++;
+  }
+  sweepState().cv.notify_one();
+}
+
+size_t sweepLinks() {
+  std::lock_guard<std::mutex> g(gLinksMu);
+  size_t unsettled = 0;
+  for (Link* l : allLinks()) unsettled += l->sweep() ? 0 : 1;
+  return unsettled;
+}
+
+void startSweeper() {
+  if (gSweeperOn.exchange(true)) return;
+  std::thread([] {
+    // Like the health thread: best effort ahead of busy-polling threads, silently normal
+    // without privilege.
+    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), -10);
+    uint64_t seen = 0;
+    while (true) {
+      {
+        std::unique_lock<std::mutex> lk(sweepState().mu);
+        sweepState().cv.wait(lk, [&] { return sweepState().kicks != seen; });
+        seen = sweepState().kicks;
+      }
+      uint64_t until = nowUs() + 1000000;
+      while (sweepLinks() > 0 && nowUs() < until) {
+        std::unique_lock<std::mutex> lk(sweepState().mu);
+        // Next pass in 1 ms, or at once when health changes again (which extends the window).
+        if (sweepState().cv.wait_for(lk, std::chrono::milliseconds(1), [&] { return sweepState().kicks != seen; })) {
+          seen = sweepState().kicks;
+          until = nowUs() + 1000000;
+        }
+      }
+    }
+  }).detach();
+}
+
+bool SendLink::sweep() {
+  std::unique_lock<std::mutex> lk(mu, std::try_to_lock);
+  if (!lk.owns_lock()) return false;
+  Health* hl = Health::get();
+  auto settled = [&] {
+    return fatal || peerClosed ||
+           (active >= 0 && !resuming_ && (!hl || seenEpoch == hl->epoch()) && pathHealthy(paths[active], hl));
+  };
+  if (settled()) return true;
+  progress();
+  return settled();
+}
+
+bool RecvLink::sweep() {
+  std::unique_lock<std::mutex> lk(mu, std::try_to_lock);
+  if (!lk.owns_lock()) return false;
+  Health* hl = Health::get();
+  auto settled = [&] {
+    return fatal || !everReady_ ||
+           (active >= 0 && (!hl || seenEpoch == hl->epoch()) && pathHealthy(paths[active], hl));
+  };
+  if (settled()) return true;
+  progress();
+  return settled();
 }
 
 void Link::publishIfChanged(bool isSend) {
@@ -258,6 +362,7 @@ SendLink* SendLink::create(int dev, const wire::Handle& h, std::string* err) {
   uint64_t now = nowUs();
   for (auto& p : l->paths) l->startConnect(p, now);
   l->lastSlowTickUs = now;
+  l->list();
   RO_INFO(RO_SUBSYS_NET | RO_SUBSYS_INIT, "railover: connect comm %016llx primary %s, %zu standby path(s)",
           (unsigned long long)l->secret, l->describe(l->paths[0]).c_str(), l->paths.size() - 1);
   (void)err;
@@ -753,6 +858,7 @@ ncclResult_t SendLink::test(SendReq* r, int* done, int* size) {
 }
 
 void SendLink::close() {
+  unlist();  // out of the sweeper's reach before anything is torn down
   std::lock_guard<std::mutex> g(mu);
   for (int i = 0; i < (int)paths.size(); ++i) {
     if (i == active && !resuming_) sendClose(paths[i], !paths[i].streams[0].hdrBuilt);
@@ -773,6 +879,7 @@ RecvLink::RecvLink(uint64_t s, int dev) : dev_(dev) {
   secret = s;
   lastSlowTickUs = nowUs();
   registerRecvLink(secret, this);
+  list();
 }
 
 void RecvLink::offerStream(std::unique_ptr<Conn> c, const wire::Hello& h, const sockaddr_storage& peer, int localNic) {
@@ -1096,6 +1203,7 @@ ncclResult_t RecvLink::test(RecvReq* r, int* done, int* size) {
 }
 
 void RecvLink::close() {
+  unlist();
   unregisterRecvLink(secret);
   std::lock_guard<std::mutex> g(mu);
   for (auto& p : paths)  // this direction carries only whole control frames

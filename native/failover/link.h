@@ -127,6 +127,15 @@ class Link {
  public:
   Link();
   virtual ~Link();
+  // Makes the link visible to forEachLink (state file) and the failover sweeper. Called once
+  // it is fully constructed; unlist() before it is torn down (close() and the destructors do).
+  void list();
+  void unlist();
+  // One step of the failover sweeper (sweeper thread, never an NCCL thread): if the link is
+  // not settled on a healthy active path, drives it as a test() call would, so a NIC fault
+  // moves every comm without waiting for NCCL to call each one. Never blocks: skips a link
+  // whose mutex is held. Returns true when the link is settled.
+  virtual bool sweep() { return true; }
   // Publishes a snapshot for the state file when anything it shows changed (called from the
   // link's slow tick, at most every ms; cheap when nothing changed).
   void publishIfChanged(bool isSend);
@@ -167,6 +176,8 @@ struct SendReq {
 
 class SendLink : public Link {
  public:
+  ~SendLink() override { unlist(); }
+  bool sweep() override;
   uint64_t createdUs = 0;
   // Creates paths to every address in the handle allowed by the standby policy; starts connects.
   static SendLink* create(int dev, const wire::Handle& h, std::string* err);
@@ -221,6 +232,8 @@ struct RecvReq {
 class RecvLink : public Link {
  public:
   RecvLink(uint64_t secret, int dev);
+  ~RecvLink() override { unlist(); }
+  bool sweep() override;
   // Called by the acceptor thread with a validated stream.
   void offerStream(std::unique_ptr<Conn> c, const wire::Hello& h, const sockaddr_storage& peer, int localNic);
   bool ready();  // true once the first path has all its streams
@@ -256,6 +269,15 @@ class RecvLink : public Link {
   bool everReady_ = false;
   bool usageError_ = false;
 };
+
+// The failover sweeper: a thread that, for up to 1 s after every health change, drives the
+// links that are not settled (sweep()) every millisecond until they are. Convergence of many
+// comms then no longer waits for NCCL's proxy to come round to each of them. Started by the
+// runtime (not in unit tests); sweeperNotify() is the health epoch hook.
+void startSweeper();
+void sweeperNotify();
+// One pass over every listed link; returns how many are not settled (tests call it directly).
+size_t sweepLinks();
 
 // Every live link of the process, for the state file. `fn` runs under the registry lock.
 void forEachLink(const std::function<void(Link&)>& fn);

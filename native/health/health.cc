@@ -36,7 +36,7 @@ constexpr uint8_t kFlagAddrChange = 4;  // "my NIC moved from this address to th
 constexpr size_t kBigProbeBytes = 4000;
 
 struct Pair {
-  bool used = false;
+  std::atomic<bool> used{false};  // read without mu by the burst check in run()
   int refs = 0;
   int nic = -1;
   sockaddr_storage remote{};
@@ -573,6 +573,13 @@ void Health::start(const Config& cfg, Nic* nics, int nNics, const uint16_t* port
 
 Health* Health::get() { return gHealth.load(std::memory_order_acquire); }
 void Health::install(Health* h) { gHealth.store(h, std::memory_order_release); }
+namespace {
+std::atomic<void (*)()> gEpochHook{nullptr};
+}
+void Health::setEpochHook(void (*hook)()) { gEpochHook.store(hook, std::memory_order_release); }
+void Health::notifyEpoch() {
+  if (auto h = gEpochHook.load(std::memory_order_acquire)) h();
+}
 void Health::setAddrChangeHook(void (*hook)(int, const sockaddr_storage&, socklen_t)) { gAddrHook = hook; }
 
 bool Monitor::nicUp(int nic) const {

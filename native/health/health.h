@@ -54,11 +54,18 @@ class Health {
   // Called (on the health thread) when a local NIC's address changed, so the listener can be
   // re-opened on the new address; set once by the runtime before start().
   static void setAddrChangeHook(void (*hook)(int nic, const sockaddr_storage& addr, socklen_t len));
+  // Called (on the thread that changed it) after every epoch change; set once by the runtime
+  // to wake the failover sweeper. Must not block.
+  static void setEpochHook(void (*hook)());
   // JSON array of every registered NIC pair: [{"nic","peer","up","cause"}] (state file).
   virtual std::string pairsJson() const { return "[]"; }
 
  protected:
-  void bump() { epoch_.fetch_add(1, std::memory_order_acq_rel); }
+  void bump() {
+    epoch_.fetch_add(1, std::memory_order_acq_rel);
+    notifyEpoch();
+  }
+  static void notifyEpoch();
   std::atomic<uint64_t> epoch_{1};
 };
 

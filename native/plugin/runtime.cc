@@ -68,6 +68,8 @@ ncclResult_t Runtime::init(ncclDebugLogger_t logger) {
   Health::setAddrChangeHook([](int nic, const sockaddr_storage& a, socklen_t l) { Runtime::get().relisten(nic, a, l); });
   journalOpen(cfg.eventLog);
   stateStart(cfg, getenv("RAILOVER_STATE_DIR") != nullptr);
+  startSweeper();
+  Health::setEpochHook(&sweeperNotify);
   Health::start(cfg, nics.data(), (int)nics.size(), ports.data());
   std::thread(&Runtime::acceptLoop, this).detach();
   ok_.store(true, std::memory_order_release);

@@ -452,6 +452,31 @@ TEST_F(Engine, HardNicDownMovesAtOnce) {
   EXPECT_EQ(activeNic(), 1);
 }
 
+TEST_F(Engine, SweeperMovesACommNobodyCalls) {
+  connectComm();
+  ASSERT_EQ(run(100, mixed, 8).delivered, 100u);
+  // The NIC dies while NCCL is not calling this comm at all (e.g. its proxy is busy with
+  // others): the sweeper alone fails it over on both ends.
+  uint64_t before = send->counters.failovers;
+  w(0, kA0)->broken = true;
+  gHl->setNic(0, false);
+  bool moved = false;
+  for (int i = 0; i < 20000 && !moved; ++i) {
+    sweepLinks();
+    gTr->pump();
+    moved = send->counters.failovers > before && recv->active >= 0 && recv->paths[recv->active].localNic == 1;
+  }
+  EXPECT_TRUE(moved) << "send failovers " << send->counters.failovers << ", recv active " << recv->active;
+  EXPECT_EQ(activeNic(), 1);
+  EXPECT_EQ(sweepLinks(), 0u) << "every link settled on a healthy path";
+  // Traffic then flows on the standby with every byte in place.
+  Stats st = run(200, mixed, 8);
+  EXPECT_EQ(st.delivered, 200u);
+  EXPECT_EQ(send->counters.failovers, before + 1);
+  w(0, kA0)->broken = false;
+  gHl->setNic(0, true);
+}
+
 TEST_F(Engine, NoUsablePathIsAFatalErrorAfterTheTimeout) {
   connectComm();
   auto t0 = std::chrono::steady_clock::now();
