@@ -4,6 +4,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+
+#include "common/clock.h"
 
 namespace railover {
 namespace {
@@ -22,6 +25,22 @@ int fallbackLevel() {
   return lvl;
 }
 }  // namespace
+
+ncclDebugLogLevel eventWarnLevel(unsigned* suppressed) {
+  static std::mutex mu;
+  static uint64_t windowStartUs = 0;
+  static unsigned inWindow = 0, demoted = 0;
+  std::lock_guard<std::mutex> g(mu);
+  uint64_t now = nowUs();
+  *suppressed = 0;
+  if (now - windowStartUs >= 1000000) {
+    *suppressed = demoted;
+    windowStartUs = now, inWindow = 0, demoted = 0;
+  }
+  if (++inWindow <= (unsigned)kEventWarnsPerSecond) return RO_LOG_WARN;
+  demoted++;
+  return RO_LOG_INFO;
+}
 
 void setLogger(ncclDebugLogger_t fn) { gLogger.store(fn, std::memory_order_release); }
 

@@ -171,7 +171,7 @@ bool SendLink::sweep() {
            (active >= 0 && !resuming_ && (!hl || seenEpoch == hl->epoch()) && pathHealthy(paths[active], hl));
   };
   if (settled()) return true;
-  progress();
+  progress(true);
   return settled();
 }
 
@@ -446,7 +446,7 @@ void SendLink::failPath(Path& p, const std::string& why, uint64_t now) {
     p.flaps++;
     counters.flaps++;
     p.holdDownMs = std::min<uint32_t>(std::max<uint32_t>(holdDownOf(p), 1) * 2, cfg.holdDownMaxMs);
-    RO_WARN("railover: path %s flapped (%u flaps); hold-down now %u ms", describe(p).c_str(), p.flaps, p.holdDownMs);
+    RO_WARN_EVENT("railover: path %s flapped (%u flaps); hold-down now %u ms", describe(p).c_str(), p.flaps, p.holdDownMs);
     journalAppend("flap", "\"comm\":\"" + std::to_string(secret) + "\",\"nic\":" + jsonStr(nicName(p.localNic)) +
                               ",\"flaps\":" + std::to_string(p.flaps) + ",\"hold_down_ms\":" + std::to_string(p.holdDownMs));
   }
@@ -468,11 +468,11 @@ void SendLink::failPath(Path& p, const std::string& why, uint64_t now) {
   counters.lastDetectUs = now > lastProgressUs_ ? now - lastProgressUs_ : 0;
   int next = pickStandby();
   if (next >= 0) {
-    RO_WARN("railover: comm %016llx path %s failed (%s); failing over to %s", (unsigned long long)secret,
+    RO_WARN_EVENT("railover: comm %016llx path %s failed (%s); failing over to %s", (unsigned long long)secret,
             describe(p).c_str(), why.c_str(), describe(paths[next]).c_str());
     activate(next, now, false);
   } else {
-    RO_WARN("railover: comm %016llx path %s failed (%s); no standby path is usable, retrying",
+    RO_WARN_EVENT("railover: comm %016llx path %s failed (%s); no standby path is usable, retrying",
             (unsigned long long)secret, describe(p).c_str(), why.c_str());
     noPathSinceUs = now;
   }
@@ -663,7 +663,7 @@ bool SendLink::readControl(Path& p, uint64_t now, std::string* err) {
           RO_INFO(RO_SUBSYS_NET, "railover: comm %016llx failed back to %s", (unsigned long long)secret,
                   describe(p).c_str());
         else
-          RO_WARN("railover: comm %016llx resumed on %s at seq %llu after %llu us (%llu bytes resent)",
+          RO_WARN_EVENT("railover: comm %016llx resumed on %s at seq %llu after %llu us (%llu bytes resent)",
                   (unsigned long long)secret, describe(p).c_str(), (unsigned long long)f.seq,
                   (unsigned long long)conv, (unsigned long long)resent);
       }
@@ -785,13 +785,16 @@ void SendLink::slowTick(uint64_t now) {
   publishIfChanged(true);
 }
 
-void SendLink::progress() {
+void SendLink::progress(bool fromSweeper) {
   uint64_t now = nowUs();
   Health* hl = Health::get();
   // If we were not called for a while (descheduled, or NCCL busy elsewhere), the network had
-  // no chance to show progress: restart the stall clock instead of blaming the path.
-  if (now - lastCallUs_ > (uint64_t)Runtime::get().cfg.stallMs * 500) lastProgressUs_ = std::max(lastProgressUs_, now);
-  lastCallUs_ = now;
+  // no chance to show progress: restart the stall clock instead of blaming the path. The
+  // sweeper's calls are not the caller coming back (they follow a health change).
+  if (!fromSweeper) {
+    if (now - lastCallUs_ > (uint64_t)Runtime::get().cfg.stallMs * 500) lastProgressUs_ = std::max(lastProgressUs_, now);
+    lastCallUs_ = now;
+  }
   if (now - lastSlowTickUs >= 1000 || active < 0 || (hl && hl->epoch() != seenEpoch)) slowTick(now);
   for (int guard = 0; guard < 4 && active >= 0; ++guard) {
     Path& p = paths[active];
@@ -957,7 +960,7 @@ void RecvLink::failPath(Path& p, const std::string& why, uint64_t now) {
   if (wasActive) {
     active = -1;
     noPathSinceUs = now;
-    RO_WARN("railover: recv comm %016llx lost its active path %s (%s); waiting for the sender to resume on a standby",
+    RO_WARN_EVENT("railover: recv comm %016llx lost its active path %s (%s); waiting for the sender to resume on a standby",
             (unsigned long long)secret, describe(p).c_str(), why.c_str());
   }
 }

@@ -188,7 +188,8 @@ class SendLink : public Link {
   void close();
 
  private:
-  void progress();
+  // fromSweeper: the sweeper, not NCCL, is calling (does not count as the caller's return).
+  void progress(bool fromSweeper = false);
   void slowTick(uint64_t now);
   void advanceConnect(Path& p, uint64_t now);
   void startConnect(Path& p, uint64_t now);

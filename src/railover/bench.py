@@ -13,7 +13,7 @@ Suites (each runs on network-namespace test beds, needs root, prints tables and 
                      failback relative to before the fault
 * ``false-failover`` congestion, a rate-limited rail, a receiver that stops posting, a stopped
                      peer: failovers counted (target 0)
-* ``scale``          1..1024 comms per process: connect time, memory, idle CPU, convergence
+* ``scale``          2..2048 comms per process: connect time, memory, idle CPU, convergence
 * ``all``            every suite, then ``summary.md`` (the tables of docs/BENCHMARKS.md)
 * ``report``         rebuild ``summary.md`` from the JSON files in --out
 
@@ -202,9 +202,10 @@ def register(app: typer.Typer) -> None:
 
     @bench.command("scale")
     def scale_cmd(out: Path = OUT, quick: bool = QUICK,
-                  comms: str = typer.Option("1,64,256,1024", "--comms", help="comms per process"),
+                  comms: str = typer.Option("1,32,128,512,1024", "--channels", "--comms",
+                                            help="channels per process; each is 1 send + 1 receive comm (targets judged at 512 = 1024 comms)"),
                   idle_s: float = typer.Option(0.0, "--idle-seconds", help="idle CPU window (0: 10, or 1 with --quick)")):
-        """1..1024 comms per process: connect time, memory per comm, CPU of idle standby probing,
+        """2..2048 comms per process (1..1024 channels): connect time, memory per comm, CPU of idle standby probing,
         time until every comm on a failed NIC has converged."""
         console = _console()
         rep = _run_suite("scale", out, quick, console, comms=_csv_ints(comms), idle_s=idle_s or None)

@@ -1,7 +1,8 @@
-"""``railover bench scale``: 1 .. 1024 comms per process.
+"""``railover bench scale``: 2 .. 2048 comms per process.
 
 2 hosts x 2 NICs, one rank per host, sendrecv with N channels: each process has N send comms
-and N receive comms (each send comm with its primary path and one armed standby path of
+and N receive comms (2N comms; the targets of the issue, "1024 comms per process", are judged
+at N = 512, and N = 1024 (2048 comms) is measured too) (each send comm with its primary path and one armed standby path of
 ``RAILOVER_NSTREAMS`` TCP streams each); 4 KiB per channel per iteration, small driver
 slots (4 KiB) so driver buffers stay small. For every N:
 
@@ -44,7 +45,10 @@ def _driver_buffer_kib(channels: int) -> float:
     return channels * 2 * per_conn / 1024
 
 
-def run(out: Path, quick: bool = False, comms: Sequence[int] = (1, 64, 256, 1024), idle_s: Optional[float] = None,
+TARGET_COMMS = 1024  # comms per process at which the targets are judged (send + receive comms)
+
+
+def run(out: Path, quick: bool = False, comms: Sequence[int] = (1, 32, 128, 512, 1024), idle_s: Optional[float] = None,
         console: Optional[Console] = None) -> Dict[str, Any]:
     console = console or Console()
     if quick:
@@ -135,7 +139,7 @@ def run(out: Path, quick: bool = False, comms: Sequence[int] = (1, 64, 256, 1024
             row["driver_buffers_kib"] = _driver_buffer_kib(n)
             if not res.ok:
                 row["error"] = res.perf.describe()[-3000:]
-            if n == max(comms):
+            if n == max(comms) or 2 * n == TARGET_COMMS:
                 keep_journals(work / f"n{n}", Path(out) / "scale-journals" / f"n{n}")
             shutil.rmtree(work / f"n{n}", ignore_errors=True)
             rows.append(row)
@@ -150,11 +154,14 @@ def run(out: Path, quick: bool = False, comms: Sequence[int] = (1, 64, 256, 1024
         else:
             r["rss_per_channel_kib"] = None
     rep.results["rows"] = rows
-    big = max(rows, key=lambda r: r["channels"])
+    # The targets are for TARGET_COMMS comms per process (N channels = 2N comms); the largest
+    # row at or below it, else the largest row (quick runs).
+    at = [r for r in rows if 2 * r["channels"] <= TARGET_COMMS]
+    big = max(at or rows, key=lambda r: r["channels"])
     rep.add_target(f"scale: idle CPU per process, {big['channels']} channels ({2 * big['channels']} comms)",
                    big.get("idle_cpu_pct_max"), "<=", 1.0, "% of a core",
                    detail=f"both ranks: {', '.join(C.fmt(x, 2) for x in big.get('idle_cpu_pct', []))} % over {idle_s:g} s")
-    rep.add_target(f"scale: every comm on the failed NIC converged, {big['channels']} channels ({big.get('send_comms', '?')} send comms)",
+    rep.add_target(f"scale: every comm on the failed NIC converged, {big['channels']} channels ({2 * big['channels']} comms per process)",
                    big.get("all_converged_ms"), "<=", 100.0, "ms",
                    detail=f"median comm {C.fmt(big.get('median_comm_ms'), 1)} ms; plugin handling per comm p50 "
                           f"{C.fmt(big.get('plugin_handling_p50_ms'), 2)} / max {C.fmt(big.get('plugin_handling_max_ms'), 1)} ms; "
