@@ -37,6 +37,14 @@ Nic makeNic(int idx, const char* name, const char* addr, int rail) {
   return n;
 }
 
+// Sets one config value for the rest of a test and restores it at the end.
+struct Setting {
+  uint32_t& ref;
+  uint32_t saved;
+  Setting(uint32_t& r, uint32_t v) : ref(r), saved(r) { r = v; }
+  ~Setting() { ref = saved; }
+};
+
 uint8_t pattern(uint64_t msg, uint64_t off) { return (uint8_t)(msg * 2654435761u + off * 40503u + (off >> 9)); }
 
 class Engine : public ::testing::Test {
@@ -239,14 +247,7 @@ TEST_F(Engine, DuplicateChunksOfCompletedMessagesAreDiscarded) {
 TEST_F(Engine, FailureDuringResumeAndOfTheStandbyRecovers) {
   // Both paths are down for a while here: give the reconnect back-off room before the fatal
   // timeout (slow sanitizer builds take longer per loop iteration).
-  auto& cfg = Runtime::get().cfg;
-  uint32_t savedFatal = cfg.fatalTimeoutS;
-  cfg.fatalTimeoutS = 10;
-  struct Restore {
-    Config& c;
-    uint32_t v;
-    ~Restore() { c.fatalTimeoutS = v; }
-  } restore{cfg, savedFatal};
+  Setting fatal(Runtime::get().cfg.fatalTimeoutS, 10);
   connectComm();
   int step = 0;
   Stats st = run(150, mixed, 8, [&](int k) {
@@ -293,14 +294,7 @@ TEST_F(Engine, FailbackAfterHoldDown) {
 
 TEST_F(Engine, FlapsGrowTheHoldDownThenItDecays) {
   // A hold-down long enough that a loaded machine's scheduling delays stay well inside it.
-  auto& cfg = Runtime::get().cfg;
-  uint32_t saved[2] = {cfg.holdDownMs, cfg.holdDownMaxMs};
-  cfg.holdDownMs = 300, cfg.holdDownMaxMs = 5000;
-  struct Restore {
-    Config& c;
-    uint32_t* v;
-    ~Restore() { c.holdDownMs = v[0], c.holdDownMaxMs = v[1]; }
-  } restore{cfg, saved};
+  Setting hold(Runtime::get().cfg.holdDownMs, 300), holdMax(Runtime::get().cfg.holdDownMaxMs, 5000);
   connectComm();
   int state = 0, cycles = 0;
   std::vector<uint32_t> grown;  // the primary's hold-down right after each failover
@@ -394,14 +388,7 @@ TEST_F(Engine, SlowPathWhoseKernelStillAcksIsNotStalled) {
 }
 
 TEST_F(Engine, ConnectAttemptStartedDuringTheOutageRestartsAtRepair) {
-  auto& cfg = Runtime::get().cfg;
-  uint32_t savedHold = cfg.holdDownMs;
-  cfg.holdDownMs = 10;
-  struct Restore {
-    Config& c;
-    uint32_t v;
-    ~Restore() { c.holdDownMs = v; }
-  } restore{cfg, savedHold};
+  Setting hold(Runtime::get().cfg.holdDownMs, 10);
   connectComm();
   // The primary fails; its reconnects are SYNs into the outage (never complete on their own
   // before the 3 s connect timeout).
