@@ -52,9 +52,9 @@ def run(out: Path, quick: bool = False, comms: Sequence[int] = (1, 32, 128, 512,
         console: Optional[Console] = None) -> Dict[str, Any]:
     console = console or Console()
     if quick:
-        comms = [c for c in comms if c <= 16] or [1, 8]
+        comms = [c for c in comms if c <= 16] or [1, 8, 16]
         if comms == [1]:
-            comms = [1, 8]
+            comms = [1, 8, 16]
     idle_s = idle_s or (1.0 if quick else 10.0)
     hold_down = "300" if quick else "1000"  # failback is not measured here; only its wait
     rep = C.Report("scale", out, quick, {"comms": list(comms), "idle_s": idle_s, "workload": "sendrecv",

@@ -121,14 +121,16 @@ def test_false_failover(out):
 
 def test_scale(out):
     from railover import bench_scale
-    data = bench_scale.run(out, quick=True, comms=[1, 8], idle_s=0.5)
+    data = bench_scale.run(out, quick=True, comms=[1, 8, 16], idle_s=0.5)
     _common(data, "scale", out)
     rows = data["results"]["rows"]
-    assert [r["channels"] for r in rows] == [1, 8]
+    assert [r["channels"] for r in rows] == [1, 8, 16]
     for r in rows:
         assert r["setup_ms"] > 0 and r["send_comms"] == 2 * r["channels"] == r["converged"] == r["failed_back"]
         assert r["idle_cpu_pct_max"] is not None and min(r["rss_kib"]) > 0 and r["rank_exit_codes"] == [0, 0]
-    assert rows[1]["rss_per_channel_kib"] is not None
+    # memory per added channel: from the 8-channel row to the 16-channel one (1 channel is no base)
+    assert rows[0]["rss_per_channel_kib"] is None and rows[1]["rss_per_channel_kib"] is None
+    assert rows[2]["rss_per_channel_kib"] is not None
 
 
 def test_report_and_cli(out):
