@@ -153,6 +153,18 @@ bool discoverNics(const Config& cfg, std::vector<Nic>* out, std::string* err) {
     for (auto& n : *out) known |= n.name == r.first;
     if (!known) RO_WARN("railover: RAILOVER_RAILS names %s, which is not a selected NIC", r.first.c_str());
   }
+  // A misspelt RAILOVER_STANDBY pair would leave the NIC's comms without failover, silently.
+  std::string have;
+  for (auto& n : *out) have += (have.empty() ? "" : ",") + n.name;
+  for (auto& pr : cfg.standbyPairs)
+    for (const std::string* name : {&pr.first, &pr.second}) {
+      bool known = false;
+      for (auto& n : *out) known |= n.name == *name;
+      if (!known)
+        RO_WARN("railover: RAILOVER_STANDBY pair %s=%s names %s, which is not a selected NIC (selected: %s); "
+                "comms of that pair get no standby path from it",
+                pr.first.c_str(), pr.second.c_str(), name->c_str(), have.c_str());
+    }
   return true;
 }
 

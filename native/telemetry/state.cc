@@ -137,12 +137,15 @@ void stateStart(const Config& cfg, bool dirSet) {
     return;
   }
   gPath = dir + "/railover-" + std::to_string(getpid()) + ".json";
-  // A process that exits normally removes its file; one that crashes leaves it, and readers
-  // recognise it as stale by pid and start time.
-  atexit([] {
+  // A process that exits normally (exit() or quick_exit(), which railover-perf uses) removes
+  // its file; one that crashes leaves it, and readers recognise it as stale by pid and start
+  // time.
+  auto cleanup = [] {
     unlink(gPath.c_str());
     unlink((gPath + ".tmp").c_str());
-  });
+  };
+  atexit(cleanup);
+  at_quick_exit(cleanup);
   std::thread(writer, gPath).detach();
 }
 

@@ -140,7 +140,13 @@ def register(app: typer.Typer) -> None:
     QUICK = typer.Option(False, "--quick", help="tiny sizes and counts (smoke test)")
 
     def _csv_ints(s: str) -> List[int]:
-        return [int(x) for x in s.split(",") if x.strip()]
+        try:
+            vals = [int(x) for x in s.split(",") if x.strip()]
+        except ValueError:
+            raise typer.BadParameter(f"{s!r}: expected a comma list of positive integers, e.g. 1,64,256")
+        if not vals or min(vals) < 1:
+            raise typer.BadParameter(f"{s!r}: expected a comma list of positive integers, e.g. 1,64,256")
+        return vals
 
     def _csv(s: str) -> List[str]:
         return [x.strip() for x in s.split(",") if x.strip()]

@@ -13,6 +13,7 @@ fault was survived with 0 wrong bytes; 1 otherwise; 2 when the test bed cannot b
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -27,7 +28,8 @@ from rich.table import Table
 
 from . import faults as F
 from .scenario import ScenarioError, ScenarioResult, Step, read_journal, run_scenario
-from .testbed import PrivilegeError, TestBed, TestBedError
+from .faults import parse_size
+from .testbed import PrivilegeError, TestBed, TestBedError, Topology, host_label
 
 FAULT_KINDS = {
     "port-down": (F.PortDown, "switch port down (carrier loss)"),
@@ -35,6 +37,29 @@ FAULT_KINDS = {
     "silent": (F.Silent, "silent black hole at the switch"),
     "addr-del": (F.AddrDel, "address removed"),
 }
+
+
+def check_args(layout: str, size: str, duration: float, specs: List[tuple]) -> None:
+    """Reject a bad layout, size, duration or a fault on a NIC the layout lacks before anything
+    is built. Raises typer.BadParameter naming the option."""
+    try:
+        topo = Topology.from_layout(layout)
+        topo.validate()
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--layout")
+    try:
+        nbytes = parse_size(size)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--size")
+    if nbytes < 1:
+        raise typer.BadParameter(f"{size!r}: the all-reduce needs at least 1 byte", param_hint="--size")
+    if duration < 0:
+        raise typer.BadParameter(f"{duration:g}: must be >= 0 (0 = fit the faults)", param_hint="--duration")
+    names = {f"{host_label(h, topo.hosts).lower()}{n}" for h in range(topo.hosts) for n in range(topo.nics)}
+    for kind, nic in specs:
+        if nic.lower() not in names:
+            raise typer.BadParameter(f"fault {kind}:{nic}: layout {layout} has no NIC {nic} (it has "
+                                     f"{', '.join(sorted(names))})", param_hint="--faults")
 
 
 def parse_faults(spec: str) -> List[tuple]:
@@ -170,11 +195,18 @@ def run_demo(layout: str = "T2", ranks_per_host: int = 2, fault_spec: str = "por
              fault_for: float = 5.0, baseline: bool = False, quiet: bool = False) -> int:
     console = Console(quiet=quiet, width=max(120, shutil.get_terminal_size((120, 24)).columns))
     specs = parse_faults(fault_spec)
+    check_args(layout, size, duration, specs)
     gap = fault_for + hold_down_ms / 1000 + 3.0
     if not duration:
         duration = 3.0 + len(specs) * gap + 2.0
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    lock = open(out / ".demo.lock", "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        lock.close()
+        raise typer.BadParameter(f"another railover demo is writing to {out}; wait for it or use another --out")
     env = {"RAILOVER_HOLD_DOWN_MS": str(hold_down_ms), "RAILOVER_STATE_DIR": ""}
     if baseline:
         env.update(RAILOVER_STANDBY="none", RAILOVER_FATAL_TIMEOUT=str(int(fault_for + 30)))

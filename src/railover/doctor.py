@@ -686,6 +686,15 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
         if name not in rails:
             checks.append(Check("nics", "RAILOVER_RAILS", WARN, f"RAILOVER_RAILS names {name}, which is not a selected NIC",
                                 "fix the name or the NIC selection"))
+    standby = env.get("RAILOVER_STANDBY", "").strip(" \t")
+    if standby not in ("", "all", "none"):
+        for item in _split(standby, ";"):
+            kv = _split(item, "=")
+            for name in kv if len(kv) == 2 else []:
+                if name and name not in rails:
+                    checks.append(Check("nics", "RAILOVER_STANDBY", WARN,
+                                        f"RAILOVER_STANDBY pair {item} names {name}, which is not a selected NIC: "
+                                        "that pair gives no standby path", "fix the name or the NIC selection"))
     speeds = {i.speed_mbps for i in selected if i.speed_mbps}
     if len(speeds) > 1:
         checks.append(Check("nics", "speed", INFO, "selected NICs have different speeds "

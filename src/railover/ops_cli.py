@@ -196,7 +196,7 @@ DEFAULT_EXPORTER_PORT = 9477
 
 
 def exporter_cmd(
-    port: int = typer.Option(DEFAULT_EXPORTER_PORT, "--port", help="TCP port of /metrics (0: any free port)"),
+    port: int = typer.Option(DEFAULT_EXPORTER_PORT, "--port", min=0, max=65535, help="TCP port of /metrics (0: any free port)"),
     addr: str = typer.Option("127.0.0.1", "--addr", help="address to bind; 0.0.0.0 exposes it to the network"),
     state_dir: Optional[List[Path]] = typer.Option(None, "--state-dir", help="directory of state files (repeatable)"),
     journal: Optional[List[Path]] = typer.Option(None, "--journal", help="extra event journal file or directory (repeatable)"),

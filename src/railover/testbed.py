@@ -367,6 +367,9 @@ class Topology:
             raise ValueError(f"nics must be 1..99, got {self.nics}")
         if not 0 <= self.base <= 255:
             raise ValueError(f"base must be 0..255, got {self.base}")
+        if self.hosts > 26 and self.nics >= 10:
+            raise ValueError(f"{self.hosts}x{self.nics}: with more than 26 hosts (named H<i>), at most 9 NICs per "
+                             "host (NIC and switch port names would collide)")
         if self.flat and self.flat_stride() * (self.nics - 1) + self.hosts > 254:
             raise ValueError(f"flat layout {self.hosts}x{self.nics} does not fit one /24")
 
@@ -869,6 +872,12 @@ class TestBed:
         if self._is_up:
             return self
         self.mode = ensure_privileges(self.allow_userns)
+        # Refuse before touching any state: the namespaces (and the state file) may belong to a
+        # live bed with this prefix.
+        taken = [ns for ns in self.namespaces if ns in _list_netns()]
+        if taken:
+            raise TestBedError(f"network namespace {taken[0]} already exists: test bed {self.prefix} is up "
+                               "(see 'railover testbed list') or was left behind ('railover testbed down')")
         self._owner_pid = os.getpid()
         self.up_us = now_us()
         self.state_file = _writable_state_dir() / f"{self.prefix}.json"

@@ -206,3 +206,18 @@ def test_load_errors_are_reported(tmp_path):
     bad_dev = _run(1, dev=99, maxbytes="8")
     assert bad_dev.ranks[0].returncode == perf.EXIT_USAGE
     assert "--dev 99" in bad_dev.result["errors"][0]
+
+
+def test_exit_removes_the_state_files_and_a_misspelt_standby_nic_is_named(tmp_path):
+    # Every rank writes RAILOVER_STATE_DIR/railover-<pid>.json while it runs; a rank that exits
+    # normally leaves none behind (railover-perf ends with quick_exit, the plugin's cleanup
+    # is registered for it). RAILOVER_STANDBY naming a NIC that is not selected is a WARN that
+    # names it (it would otherwise leave that NIC's comms without failover, silently).
+    sd = tmp_path / "state"
+    env = dict(LOOPBACK, RAILOVER_STATE_DIR=str(sd), RAILOVER_STANDBY="lo=eth9", NCCL_DEBUG="WARN")
+    res = perf.run_perf(2, env=env, timeout=60, **SMALL).check()
+    assert res.wrong_total == 0
+    assert sd.is_dir(), "the ranks created their state directory"
+    assert not list(sd.glob("railover-*.json*")), list(sd.iterdir())
+    err = "\n".join(r.stderr for r in res.ranks)
+    assert "RAILOVER_STANDBY pair lo=eth9 names eth9, which is not a selected NIC" in err, err[-2000:]

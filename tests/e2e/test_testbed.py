@@ -589,3 +589,16 @@ def test_undo_after_teardown_is_quiet(netns_mode):
         assert not f.active and f.undone_us is not None
     with pytest.raises(F.FaultError, match="Cannot open network namespace"):
         F.Silent(tb.nic("a0")).apply()
+
+
+@netns
+def test_second_bed_with_a_live_prefix_is_refused_and_leaves_the_first_intact(netns_mode):
+    with T.TestBed("1x2") as first:
+        state = first.state_file
+        assert state is not None and state.exists()
+        with pytest.raises(T.TestBedError, match="already exists"):
+            T.TestBed("1x2", prefix=first.prefix).up()
+        assert state.exists(), "the refused bed must not touch the live bed's state file"
+        info = {i.prefix: i for i in T.list_testbeds()}[first.prefix]
+        assert info.alive and info.state_file == state
+        assert _existing(first.prefix), "the live bed's namespaces are still there"

@@ -133,6 +133,14 @@ def test_healthy_host_is_ok():
     assert find(rep, "nics", "selection", dr.OK)
 
 
+def test_standby_pair_naming_an_unselected_nic_warns():
+    rep = run(dict(GOOD_NCCL, RAILOVER_STANDBY="eth0=eth9;eth1=eth0"), peers=["10.0.0.2", "10.0.1.2"])
+    (w,) = find(rep, "nics", "RAILOVER_STANDBY", dr.WARN)
+    assert "eth0=eth9" in w.detail and "eth9" in w.detail and "not a selected NIC" in w.detail
+    ok = run(dict(GOOD_NCCL, RAILOVER_STANDBY="eth0=eth1;eth1=eth0"), peers=["10.0.0.2", "10.0.1.2"])
+    assert not find(ok, "nics", "RAILOVER_STANDBY")
+
+
 def test_down_nic_and_missing_route_are_blocking():
     ifaces = [IFACES[0], dr.Iface("eth0", 2, ["10.0.0.1/24"]),
               dr.Iface("eth1", 3, ["10.0.1.1/24"], admin_up=True, carrier=False, operstate="LOWERLAYERDOWN")]

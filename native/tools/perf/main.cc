@@ -313,6 +313,7 @@ int main(int argc, char** argv) {
   rv.stop();
   if (code != kExitOk && code != kExitWrongData) logError("exiting with code %d", code);
   fflush(stdout);
-  // Threads of a misbehaving plugin must not keep the process alive or crash it at exit.
-  _exit(code);
+  // Threads of a misbehaving plugin must not keep the process alive or crash it at exit:
+  // no static destructors, only the at_quick_exit handlers (the plugin's state-file removal).
+  std::quick_exit(code);
 }
