@@ -19,7 +19,8 @@ resent), and exports the larger of the two. A state file drops a comm when NCCL 
 and is rewritten at most every 100 ms, so without a journal a failover just before a comm
 closes can be missed between scrapes; with ``RAILOVER_EVENT_LOG`` the counts are exact.
 When a process has exited its counts are folded into a per-label total kept for the
-exporter's lifetime. An exporter restart resets the counters (``rate()``/``increase()``
+exporter's lifetime; a process that exited normally removed its state file, and its journal
+(once seen) is still read to its end and counted under the same labels. An exporter restart resets the counters (``rate()``/``increase()``
 handle resets); processes that died while no exporter ran are counted once when first seen.
 
 The rank label is the process's ``RANK`` (or ``OMPI_COMM_WORLD_RANK``, ``PMI_RANK``,
@@ -130,6 +131,8 @@ class RailoverCollector:
         self._buckets = buckets
         self._read_errors = 0
         self._states: List[st.ProcessState] = []
+        self._journal_paths: List[Path] = []   # every journal seen so far (kept after its process exits)
+        self._pid_keys: Dict[int, Tuple[int, int]] = {}  # pid -> process key, for journals of exited processes
 
     # ---- bookkeeping
     def refresh(self) -> None:
@@ -140,8 +143,15 @@ class RailoverCollector:
             self._states = states
             for s in states:
                 self._proc_for(s)
-            by_pid = {s.pid: s.key for s in states}
-            for e in self._tail.poll(st.journal_files(states, self.journals)):
+                self._pid_keys[s.pid] = s.key
+            # A process that exits normally removes its state file; its journal stays and is
+            # still read (to its end), and its events still count for the process (and rank)
+            # they came from.
+            for f in st.journal_files(states, self.journals):
+                if f not in self._journal_paths:
+                    self._journal_paths.append(f)
+            by_pid = dict(self._pid_keys)
+            for e in self._tail.poll(self._journal_paths):
                 self._journal_event(e, by_pid)
             for s in states:
                 self._account(s)
