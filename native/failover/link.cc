@@ -757,6 +757,7 @@ void SendLink::slowTick(uint64_t now) {
       for (auto& p : paths) refusedAll &= p.lastError.find("refused") != std::string::npos;
       if (refusedAll) {
         fatal = true;
+        fatalPeerGone = true;
         fatalMsg = "railover: peer " + peerName + " closed the connection on all rails and refuses new ones on every "
                    "NIC: the peer process exited (not a NIC fault)";
         journalAppend("fatal", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"send\",\"message\":" + jsonStr(fatalMsg));
@@ -828,7 +829,7 @@ bool SendLink::ready() {
 ncclResult_t SendLink::isend(const void* data, uint64_t size, void** request) {
   std::lock_guard<std::mutex> g(mu);
   *request = nullptr;
-  if (fatal) {
+  if (fatal && !fatalPeerGone) {
     RO_WARN("%s", fatalMsg.c_str());
     return ncclSystemError;
   }
@@ -1118,6 +1119,7 @@ void RecvLink::slowTick(uint64_t now) {
   }
   if (active < 0 && !fatal && nextComplete_ < nextPost_ && peerGoneOnAllPaths()) {
     fatal = true;
+    fatalPeerGone = true;
     fatalMsg = "railover: peer " + peerName + " closed the connection on all rails without closing the comm: the "
                "peer process exited (not a NIC fault)";
     journalAppend("fatal", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"recv\",\"message\":" + jsonStr(fatalMsg));
@@ -1170,7 +1172,7 @@ bool RecvLink::ready() {
 ncclResult_t RecvLink::irecv(void* data, uint64_t cap, void** request) {
   std::lock_guard<std::mutex> g(mu);
   *request = nullptr;
-  if (fatal) {
+  if (fatal && !fatalPeerGone) {
     RO_WARN("%s", fatalMsg.c_str());
     return ncclSystemError;
   }

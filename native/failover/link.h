@@ -150,6 +150,9 @@ class Link {
   int primary = 0;
   int nStreams = 1;
   bool fatal = false;
+  // The fatal error is "the peer process exited": requests already pending fail (in test()),
+  // but posting more still succeeds, as NCCL may post receives it then closes unmatched.
+  bool fatalPeerGone = false;
   bool peerClosed = false;  // the peer closed the comm in order: later EOFs are not faults
   std::string fatalMsg;
   uint64_t noPathSinceUs = 0;
