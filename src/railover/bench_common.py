@@ -161,6 +161,11 @@ def fmt(v: Optional[float], nd: int = 2, unit: str = "") -> str:
     return f"{v:.{nd}f}{unit}"
 
 
+def p50_p99_max(summary: Dict[str, Any], nd: int = 1) -> str:
+    """``"p50 / p99 / max"`` of a :func:`summary` dict, ``nd`` decimals."""
+    return f"{fmt(summary['p50'], nd)} / {fmt(summary['p99'], nd)} / {fmt(summary['max'], nd)}"
+
+
 def human_size(n: int) -> str:
     for unit, k in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= k and n % k == 0:
@@ -316,8 +321,9 @@ def proc_cpu_ns(pid: int) -> int:
     return total
 
 
-def thread_cpu_ns(pid: int) -> Dict[int, int]:
-    """Per-thread CPU time in ns: {tid: ns}."""
+def _schedstat_field(pid: int, field_: int) -> Dict[int, int]:
+    """Field ``field_`` of every thread's /proc schedstat, ns: {tid: ns} (0: on-CPU time,
+    1: time runnable but waiting for a CPU)."""
     out: Dict[int, int] = {}
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
@@ -325,23 +331,19 @@ def thread_cpu_ns(pid: int) -> Dict[int, int]:
         return out
     for t in tasks:
         s = _read(f"/proc/{pid}/task/{t}/schedstat").split()
-        if s:
-            out[int(t)] = int(s[0])
+        if len(s) > field_:
+            out[int(t)] = int(s[field_])
     return out
+
+
+def thread_cpu_ns(pid: int) -> Dict[int, int]:
+    """Per-thread CPU time in ns: {tid: ns}."""
+    return _schedstat_field(pid, 0)
 
 
 def thread_run_delay_ns(pid: int) -> Dict[int, int]:
     """Per-thread time spent runnable but waiting for a CPU (schedstat field 2), ns."""
-    out: Dict[int, int] = {}
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for t in tasks:
-        s = _read(f"/proc/{pid}/task/{t}/schedstat").split()
-        if len(s) > 1:
-            out[int(t)] = int(s[1])
-    return out
+    return _schedstat_field(pid, 1)
 
 
 def max_delay_ms(before: Sequence[Dict[int, int]], after: Sequence[Dict[int, int]]) -> Optional[float]:

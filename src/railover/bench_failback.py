@@ -198,7 +198,7 @@ def tables(data: Dict[str, Any]) -> List[Table]:
               "busbw after/before", "primary share", "no failback"):
         t.add_column(c, justify="right")
     for kind, r in data["results"]["kinds"].items():
-        s = lambda k, nd=0: f"{C.fmt(r[k]['p50'], nd)} / {C.fmt(r[k]['p99'], nd)} / {C.fmt(r[k]['max'], nd)}"
+        s = lambda k, nd=0: C.p50_p99_max(r[k], nd)
         t.add_row(kind, str(r["overhead_ms"]["n"] + r["no_failback"]), s("overhead_ms"), s("repair_seen_ms"),
                   s("reconnected_ms"), f"{C.fmt(r['after_vs_before']['p50'], 3)} (min {C.fmt(r['after_vs_before']['min'], 3)})",
                   C.fmt(r["primary_share"]["p50"], 3), str(r["no_failback"]))
@@ -213,7 +213,7 @@ def markdown(data: Dict[str, Any]) -> str:
          "| kind | repairs | failback − hold-down (from the repair the host sees) | same, from the repair call | kernel reported the repair (nic_up) | plugin saw the repair (nic_up/pair_up) | primary reconnected (path_up) | busbw after / before (p50, min) | primary share after | flaps |",
          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for kind, r in data["results"]["kinds"].items():
-        s = lambda k, nd=0: f"{C.fmt(r[k]['p50'], nd)} / {C.fmt(r[k]['p99'], nd)} / {C.fmt(r[k]['max'], nd)}"
+        s = lambda k, nd=0: C.p50_p99_max(r[k], nd)
         L.append(f"| {kind} | {r['overhead_ms']['n'] + r['no_failback']} | {s('overhead_ms')} | {s('overhead_from_call_ms')} | "
                  f"{s('repair_visible_ms')} | {s('repair_seen_ms')} | "
                  f"{s('reconnected_ms')} | {C.fmt(r['after_vs_before']['p50'], 3)}, {C.fmt(r['after_vs_before']['min'], 3)} | "

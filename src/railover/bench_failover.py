@@ -371,7 +371,7 @@ def tables(data: Dict[str, Any]) -> List[Table]:
               "bytes resent p50/max", "CPU wait", "not conv.", "wrong B"):
         t.add_column(c, justify="right")
     for kind, r in data["results"]["kinds"].items():
-        s = lambda k, nd=1: f"{C.fmt(r[k]['p50'], nd)} / {C.fmt(r[k]['p99'], nd)} / {C.fmt(r[k]['max'], nd)}"
+        s = lambda k, nd=1: C.p50_p99_max(r[k], nd)
         t.add_row(kind, str(r["faults"]), s("detection_ms"), s("convergence_ms"), s("first_convergence_ms"),
                   f"{s('stall_ms', 0)} ({C.fmt(r['normal_gap_ms']['p50'], 0)})",
                   f"{C.fmt(r['bytes_resent']['p50'], 0)} / {C.fmt(r['bytes_resent']['max'], 0)}",
@@ -386,7 +386,7 @@ def markdown(data: Dict[str, Any]) -> str:
          "| kind | faults | detection | convergence (every comm) | first comm | engine (verdict→resumed) | stall | normal gap p50 | bytes resent p50 / max | run-queue wait of the most delayed rank thread | not converged | flaps | wrong bytes |",
          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for kind, r in data["results"]["kinds"].items():
-        s = lambda k, nd=1: f"{C.fmt(r[k]['p50'], nd)} / {C.fmt(r[k]['p99'], nd)} / {C.fmt(r[k]['max'], nd)}"
+        s = lambda k, nd=1: C.p50_p99_max(r[k], nd)
         L.append(f"| {kind} ({r['what']}) | {r['faults']} | {s('detection_ms')} | {s('convergence_ms')} | "
                  f"{s('first_convergence_ms')} | {s('engine_convergence_ms')} | {s('stall_ms', 0)} | "
                  f"{C.fmt(r['normal_gap_ms']['p50'], 0)} | {C.fmt(r['bytes_resent']['p50'], 0)} / "
