@@ -221,10 +221,10 @@ def free_port() -> int:
 
 
 def bed_layout(prefix: str) -> Dict[str, Any]:
-    """Names and addresses of a detached test bed (via railover.testbed): per rank its host
+    """Names and addresses of a detached test bed (via railover.testbed.netns): per rank its host
     netns, railover NICs with their switch ports, the out-of-band NIC and address; and the
     fabric netns. Raises RuntimeError when the bed is not a 2-host, 3-NIC one."""
-    from railover.testbed import TestBed
+    from railover.testbed.netns import TestBed
     tb = TestBed.attach(prefix)
     if len(tb.hosts) != 2 or len(tb.hosts[0].nics) != 3:
         raise RuntimeError(f"test bed {prefix} is {tb.layout}; gpu_validate needs --layout 2x3")
@@ -273,11 +273,11 @@ def worker_env(a, rank: int, port: int, port2: int, bed: Optional[Dict[str, Any]
 
 
 def expected_abi(nccl: Optional[str]) -> Optional[int]:
-    """Net ABI that NCCL ``"2.28.9"`` looks for first (see railover.doctor.nccl_abi)."""
+    """Net ABI that NCCL ``"2.28.9"`` looks for first (see railover.ops.doctor.nccl_abi)."""
     if not nccl:
         return None
     try:
-        from railover.doctor import nccl_abi
+        from railover.ops.doctor import nccl_abi
         return nccl_abi([int(x) for x in nccl.split(".")[:2]])
     except (ImportError, ValueError):
         return None

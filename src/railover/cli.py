@@ -2,11 +2,9 @@
 register themselves here through a ``register(app)`` function."""
 from __future__ import annotations
 
-import importlib
-
 import typer
 
-from . import __version__, envvars
+from railover import __version__, envvars
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="railover: transparent NIC failover for NCCL. Plugin tools, test bed, demo, benchmarks.")
@@ -34,15 +32,14 @@ def version_cmd():
     typer.echo(__version__)
 
 
-# Sub-command modules; each defines register(app).
-_MODULES = ("railover.testbed_cli", "railover.demo", "railover.bench", "railover.ops_cli")
-for _m in _MODULES:
-    try:
-        _mod = importlib.import_module(_m)
-    except ModuleNotFoundError as _e:
-        if _e.name != _m:
-            raise
-        continue
+# Sub-command modules, each with register(app): declared here, imported eagerly, so a missing
+# or broken module is an error at start-up, never a silently absent command.
+from railover import demo  # noqa: E402
+from railover.bench import cli as bench_cli  # noqa: E402
+from railover.ops import cli as ops_cli  # noqa: E402
+from railover.testbed import cli as testbed_cli  # noqa: E402
+
+for _mod in (testbed_cli, demo, bench_cli, ops_cli):
     _mod.register(app)
 
 

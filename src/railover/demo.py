@@ -26,10 +26,10 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from . import faults as F
-from .scenario import ScenarioError, ScenarioResult, Step, read_journal, run_scenario
-from .faults import parse_size
-from .testbed import PrivilegeError, TestBed, TestBedError, Topology, host_label
+from railover.testbed import faults as F
+from railover.testbed.scenario import ScenarioError, ScenarioResult, Step, read_journal, run_scenario
+from railover.testbed.faults import parse_size
+from railover.testbed.netns import PrivilegeError, TestBed, TestBedError, Topology, host_label
 
 FAULT_KINDS = {
     "port-down": (F.PortDown, "switch port down (carrier loss)"),

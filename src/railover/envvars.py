@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import shlex
 
-from . import _paths
+from railover import _paths
 
 
 def nccl_env(base: dict[str, str] | None = None) -> dict[str, str]:

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from . import _paths
+from railover import _paths
 
 __all__ = [
     "EXIT_OK", "EXIT_WRONG_DATA", "EXIT_USAGE", "EXIT_PLUGIN", "EXIT_TIMEOUT", "EXIT_PEER", "EXIT_INTERNAL",

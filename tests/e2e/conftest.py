@@ -10,7 +10,7 @@
 * ``t2``: a T2 bed; ``t2_echo``: ``(tb, a0, b0, port)`` with a TCP echo server on b0.
 
 Unprivileged runs: the gate enters an unprivileged user namespace for the whole pytest
-process (see ``railover.testbed.ensure_privileges``); that must happen while the process is
+process (see ``railover.testbed.netns.ensure_privileges``); that must happen while the process is
 single-threaded, i.e. before any test started threads.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Callable, List
 
 import pytest
 
-from railover import testbed as tbmod
+from railover.testbed import netns as tbmod
 
 REQUIRE_ENV = "RAILOVER_REQUIRE_NETNS"
 

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from railover import bench, bench_common
-from railover import testbed as tbmod
+from railover.bench import cli as bench
+from railover.bench import common as bench_common
+from railover.testbed import netns as tbmod
 
 pytestmark = pytest.mark.netns
 
@@ -46,7 +47,7 @@ def _common(data: dict, suite: str, out: Path) -> None:
 
 
 def test_healthy(out):
-    from railover import bench_healthy
+    from railover.bench import healthy as bench_healthy
     data = bench_healthy.run(out, quick=True, networks=["veth"], ranks=[2], nstreams=[1, 2])
     _common(data, "healthy", out)
     res = data["results"]
@@ -66,7 +67,7 @@ def test_healthy(out):
 
 
 def test_failover(out):
-    from railover import bench_failover
+    from railover.bench import failover as bench_failover
     data = bench_failover.run(out, quick=True, faults=1)
     _common(data, "failover", out)
     kinds = data["results"]["kinds"]
@@ -83,7 +84,7 @@ def test_failover(out):
 
 
 def test_degraded(out):
-    from railover import bench_degraded
+    from railover.bench import degraded as bench_degraded
     data = bench_degraded.run(out, quick=True, nics=[2])
     _common(data, "degraded", out)
     rows = data["results"]["rows"]
@@ -95,7 +96,7 @@ def test_degraded(out):
 
 
 def test_failback(out):
-    from railover import bench_failback
+    from railover.bench import failback as bench_failback
     data = bench_failback.run(out, quick=True, faults=1, kinds=["port-down"], hold_down_ms=300)
     _common(data, "failback", out)
     r = data["results"]["kinds"]["port-down"]
@@ -108,7 +109,7 @@ def test_failback(out):
 
 
 def test_false_failover(out):
-    from railover import bench_false
+    from railover.bench import false_failover as bench_false
     data = bench_false.run(out, quick=True)
     _common(data, "false-failover", out)
     cases = data["results"]["cases"]
@@ -120,7 +121,7 @@ def test_false_failover(out):
 
 
 def test_scale(out):
-    from railover import bench_scale
+    from railover.bench import scale as bench_scale
     data = bench_scale.run(out, quick=True, comms=[1, 8, 16], idle_s=0.5)
     _common(data, "scale", out)
     rows = data["results"]["rows"]
@@ -135,7 +136,7 @@ def test_scale(out):
 
 def test_report_and_cli(out):
     # runs after the suites above (file order): the summary covers every suite that ran
-    env = dict(os.environ, PYTHONPATH=str(Path(bench.__file__).resolve().parent.parent))
+    env = dict(os.environ, PYTHONPATH=str(Path(bench.__file__).resolve().parents[2]))
     r = subprocess.run([sys.executable, "-m", "railover.cli", "bench", "report", "-o", str(out)], env=env,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr

@@ -12,9 +12,9 @@ import subprocess
 
 import pytest
 
-from railover import faults
-from railover.scenario import LazyFault, Step, rank_process, run_scenario
-from railover.testbed import _ns_sysctl
+from railover.testbed import faults
+from railover.testbed.scenario import LazyFault, Step, rank_process, run_scenario
+from railover.testbed.netns import _ns_sysctl
 
 pytestmark = pytest.mark.netns
 

@@ -21,12 +21,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
-from railover import envvars, exporter, faults
-from railover import testbed as tbmod
-from railover import state as st
+from railover import envvars
+from railover.ops import exporter
+from railover.testbed import faults
+from railover.testbed import netns as tbmod
+from railover.ops import state as st
 from railover.cli import app
-from railover.scenario import run_scenario
-from railover.testbed import netlink, poll_until
+from railover.testbed.scenario import run_scenario
+from railover.testbed.netns import netlink, poll_until
 
 pytestmark = pytest.mark.netns
 

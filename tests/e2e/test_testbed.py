@@ -1,5 +1,5 @@
-"""End-to-end tests of the namespace test bed (railover.testbed) and the fault primitives
-(railover.faults). Every fault is checked by observing traffic: it works before, fails (or
+"""End-to-end tests of the namespace test bed (railover.testbed.netns) and the fault primitives
+(railover.testbed.faults). Every fault is checked by observing traffic: it works before, fails (or
 drop counters rise) while the fault is active, and works again after undo()."""
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from railover import faults as F
-from railover import testbed as T
-from railover.testbed import TestBed, Topology, now_us, poll_until
+from railover.testbed import faults as F
+from railover.testbed import netns as T
+from railover.testbed.netns import TestBed, Topology, now_us, poll_until
 
 netns = pytest.mark.netns
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -216,7 +216,7 @@ def test_run_and_run_collect(t2):
 
 CRASHER = """
 import os, signal, subprocess
-from railover.testbed import TestBed, ns_pids, poll_until
+from railover.testbed.netns import TestBed, ns_pids, poll_until
 tb = TestBed("T2").up()
 p = tb.run("A", ["sleep", "300"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 poll_until(lambda: p.pid in ns_pids(tb.host("A").ns), 10, what="sleep inside nsA")

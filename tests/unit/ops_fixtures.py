@@ -1,5 +1,5 @@
 """Builders for synthetic railover state files, journals and a fake procfs (unit tests of
-railover.state, railover.exporter, railover.drill)."""
+railover.ops.state, railover.ops.exporter, railover.ops.drill)."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""railover.doctor on synthetic hosts: NIC selection, config validation, routing,
+"""railover.ops.doctor on synthetic hosts: NIC selection, config validation, routing,
 reachability, NCCL settings, plugin exports, NCCL version -> ABI."""
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import socket
 import pytest
 from typer.testing import CliRunner
 
-from railover import _paths, doctor as dr
+from railover import _paths
+from railover.ops import doctor as dr
 from railover.cli import app
 
 IFACES = [

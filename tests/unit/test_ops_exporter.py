@@ -1,4 +1,4 @@
-"""railover.exporter: metric rendering over HTTP, monotonic counters across rewrites and
+"""railover.ops.exporter: metric rendering over HTTP, monotonic counters across rewrites and
 process exits, the convergence histogram from journals."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Dict, Tuple
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from railover import exporter as ex
+from railover.ops import exporter as ex
 
 from ops_fixtures import append_events, comm, path, state, write_proc, write_state
 

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from railover import _paths, drill as dl, envvars
+from railover import _paths, envvars
+from railover.ops import drill as dl
 from railover.cli import app
-from railover.ops_cli import LaunchConflict, launch_env
+from railover.ops.cli import LaunchConflict, launch_env
 
 # Subprocesses import the same railover this test process imported (the installed package in
 # CI, src/ in a developer tree), so they find the same native files.

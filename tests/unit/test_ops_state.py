@@ -1,4 +1,4 @@
-"""railover.state: parsing state files, staleness, journals, summaries, `railover status`."""
+"""railover.ops.state: parsing state files, staleness, journals, summaries, `railover status`."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from railover import state as st
+from railover.ops import state as st
 from railover.cli import app
 
 from ops_fixtures import append_events, comm, state, write_proc, write_state

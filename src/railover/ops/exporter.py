@@ -40,7 +40,7 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
-from . import state as st
+from railover.ops import state as st
 
 __all__ = ["COUNTERS", "CONVERGENCE_BUCKETS_S", "RailoverCollector", "Exporter", "serve"]
 

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from . import testbed as _tb
+from railover.testbed import netns as _tb
 
 # Not a terminal (pipes, CI logs): rich would use 80 columns and crop addresses.
 _console = Console(width=shutil.get_terminal_size((120, 24)).columns)

@@ -24,8 +24,8 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from . import _paths, envvars
-from . import state as st
+from railover import _paths, envvars
+from railover.ops import state as st
 
 _console = Console(width=max(100, shutil.get_terminal_size((140, 24)).columns))
 _STYLE = {"OK": "green", "WARN": "yellow", "FAIL": "bold red", "INFO": "cyan"}
@@ -60,7 +60,7 @@ def _bytes(n: int) -> str:
 # --------------------------------------------------------------------------- status
 
 def render_status(snap: Dict[str, Any], show_comms: bool = False) -> Group:
-    """Rich renderables for a :func:`railover.state.snapshot`: per host a NIC table and a
+    """Rich renderables for a :func:`railover.ops.state.snapshot`: per host a NIC table and a
     process table (and every comm with ``show_comms``; otherwise only comms that are not
     ok), then the recent journal events."""
     parts: List[Any] = []
@@ -202,7 +202,7 @@ def exporter_cmd(
     journal: Optional[List[Path]] = typer.Option(None, "--journal", help="extra event journal file or directory (repeatable)"),
 ) -> None:
     """Serve Prometheus metrics (node level) from the state files and journals until SIGINT/SIGTERM."""
-    from . import exporter as ex
+    from railover.ops import exporter as ex
     dirs = _dirs(state_dir)
     try:
         srv = ex.serve(dirs, journal or (), addr, port)
@@ -223,7 +223,7 @@ def exporter_cmd(
 # --------------------------------------------------------------------------- doctor
 
 def render_doctor(rep: Any) -> Group:
-    """Rich tables for a :class:`railover.doctor.Report`."""
+    """Rich tables for a :class:`railover.ops.doctor.Report`."""
     t = Table(title="interfaces", title_justify="left")
     for c in ("interface", "selected", "why", "addresses", "link", "rail"):
         t.add_column(c)
@@ -254,7 +254,7 @@ def doctor_cmd(
     """Check this host before a job: NIC selection, addresses, link state, rails, source routing,
     reachability of peers, NCCL settings, the plugin's exports, PyTorch's NCCL. Exit 1 on a
     blocking problem."""
-    from . import doctor as dr
+    from railover.ops import doctor as dr
     try:
         facts = dr.gather(plugin=plugin, check_torch=not no_torch)
         rep = dr.diagnose(facts, peer or (), probe=lambda s, d: dr.tcp_probe(s, d, probe_port))
@@ -288,7 +288,7 @@ def launch_env(base: Mapping[str, str], force: bool = False) -> Tuple[Dict[str, 
     Raises LaunchConflict when ``NCCL_NET`` or ``NCCL_NET_PLUGIN`` select something else, or
     a ``RAILOVER_*`` value is invalid, unless ``force`` (then railover's values win and the
     conflicts become warnings). Raises FileNotFoundError when the plugin is not installed."""
-    from .doctor import validate_config
+    from railover.ops.doctor import validate_config
     env = dict(base)
     add = envvars.nccl_env(env)
     problems = []
@@ -343,7 +343,7 @@ def launch_cmd(
 # --------------------------------------------------------------------------- drill
 
 def render_drill(res: Any) -> Group:
-    """Rich rendering of a :class:`railover.drill.DrillResult`."""
+    """Rich rendering of a :class:`railover.ops.drill.DrillResult`."""
     parts: List[Any] = []
     where = f" (netns {res.netns})" if res.netns else ""
     parts.append(Text(f"drill: {res.nic}{where} down for {res.down_for_s:g} s; railover processes using it: "
@@ -386,7 +386,7 @@ def drill_cmd(
     """Rehearse a NIC failure: take NIC down for --down-for seconds while a job runs, bring it
     back, and report from the journals what railover did (detection, convergence, failback).
     Needs --yes. The NIC is restored on Ctrl-C/SIGTERM."""
-    from . import drill as dl
+    from railover.ops import drill as dl
     if not yes:
         where = f" in network namespace {netns}" if netns else " on this host"
         _fail(f"refusing to run: the drill takes {nic}{where} DOWN for {down_for:g} s, cutting every connection "

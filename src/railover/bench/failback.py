@@ -24,10 +24,10 @@ from typing import Any, Dict, List, Optional, Sequence
 from rich.console import Console
 from rich.table import Table
 
-from . import bench_common as C
-from . import faults as F
-from .bench_failover import KINDS, fault_cycles, keep_journals
-from .testbed import TestBed, now_us
+from railover.bench import common as C
+from railover.testbed import faults as F
+from railover.bench.failover import KINDS, fault_cycles, keep_journals
+from railover.testbed.netns import TestBed, now_us
 
 BEFORE_S, AFTER_FROM_S, AFTER_TO_S = 2.0, 0.5, 2.5
 
@@ -154,7 +154,7 @@ def _stages(c: Dict[str, Any], events: List[Dict[str, Any]], next_apply: Optiona
 def restage(data: Dict[str, Any], journals: Path) -> Dict[str, Any]:
     """Recompute the per-repair stages of a failback report from its kept journals
     (``<out>/failback-journals/<kind>/``), e.g. after a change of the stage rules."""
-    from .scenario import read_journal
+    from railover.testbed.scenario import read_journal
     for kind, r in data["results"]["kinds"].items():
         ev = []
         for j in sorted((Path(journals) / kind).glob("events-rank*.jsonl")):

@@ -34,8 +34,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from rich.console import Console
 from rich.table import Table
 
-from . import bench_common as C
-from .testbed import TestBed
+from railover.bench import common as C
+from railover.testbed.netns import TestBed
 
 DEFAULT_NSTREAMS = 2
 NETWORKS = {

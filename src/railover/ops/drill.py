@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from . import state as st
+from railover.ops import state as st
 
 __all__ = ["DrillError", "RestoreError", "DrillResult", "set_link", "link_admin_up", "users_of", "analyze", "run_drill"]
 

@@ -35,7 +35,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union
 
-from .testbed import (NETNS_DIR, Nic, TestBed, TestBedError, add_nic_address,
+from railover.testbed.netns import (NETNS_DIR, Nic, TestBed, TestBedError, add_nic_address,
                       del_nic_address, ensure_nic_routing, netlink, now_us, ns_exec_argv)
 
 __all__ = [

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from . import _paths, perf
-from .scenario import rank_env
-from .testbed import TestBed, now_us, poll_until
+from railover import _paths, perf
+from railover.testbed.scenario import rank_env
+from railover.testbed.netns import TestBed, now_us, poll_until
 
 SCHEMA = 1
 
@@ -65,7 +65,7 @@ def machine_info() -> Dict[str, Any]:
     if shutil.which("iperf3"):
         r = subprocess.run(["iperf3", "--version"], capture_output=True, text=True)
         iperf = (r.stdout or r.stderr).splitlines()[0].strip() if (r.stdout or r.stderr) else ""
-    repo = Path(__file__).resolve().parent.parent.parent
+    repo = Path(__file__).resolve().parents[3]
     commit, dirty = None, None
     if (repo / ".git").exists() and shutil.which("git"):
         r = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True)

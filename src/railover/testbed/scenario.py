@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from . import perf
-from .faults import Fault
-from .testbed import TestBed, now_us, poll_until
+from railover import perf
+from railover.testbed.faults import Fault
+from railover.testbed.netns import TestBed, now_us, poll_until
 
 __all__ = ["Step", "LazyFault", "ScenarioError", "ScenarioResult", "run_scenario", "rank_env", "read_journal",
            "rank_process"]

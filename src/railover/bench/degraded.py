@@ -27,10 +27,10 @@ from typing import Any, Dict, List, Optional, Sequence
 from rich.console import Console
 from rich.table import Table
 
-from . import bench_common as C
-from . import faults as F
-from .bench_failover import NetlinkFault, keep_journals
-from .testbed import TestBed, now_us
+from railover.bench import common as C
+from railover.testbed import faults as F
+from railover.bench.failover import NetlinkFault, keep_journals
+from railover.testbed.netns import TestBed, now_us
 
 HOLD_DOWN_S = 3.0  # the plugin's default RAILOVER_HOLD_DOWN_MS
 TBF_LATENCY = "20ms"

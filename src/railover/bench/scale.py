@@ -30,9 +30,9 @@ from typing import Any, Dict, List, Optional, Sequence
 from rich.console import Console
 from rich.table import Table
 
-from . import bench_common as C
-from .bench_failover import NetlinkFault, keep_journals
-from .testbed import TestBed, now_us
+from railover.bench import common as C
+from railover.bench.failover import NetlinkFault, keep_journals
+from railover.testbed.netns import TestBed, now_us
 
 SLOT = 4096
 PER_CHANNEL = 4096

@@ -27,14 +27,14 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from rich.console import Console
 from rich.table import Table
 
-from . import bench_common as C
-from . import faults as F
-from .testbed import TestBed, now_us
+from railover.bench import common as C
+from railover.testbed import faults as F
+from railover.testbed.netns import TestBed, now_us
 
 class NetlinkFault(F.Fault):
     """PORT-DOWN, HOST-DOWN and ADDR-DEL through a netlink handle opened once, so that the
     instant of the change is known to within a netlink round trip (``t_issue`` is taken right
-    before the request; the fault objects of :mod:`railover.faults` open a namespace handle per
+    before the request; the fault objects of :mod:`railover.testbed.faults` open a namespace handle per
     call, which takes 15-50 ms). Re-usable: apply/undo any number of times; close() at the end."""
 
     def __init__(self, nic, code: str):
@@ -57,7 +57,7 @@ class NetlinkFault(F.Fault):
             self.ipr.link("set", index=self.idx, state="down")
 
     def _undo(self) -> None:
-        from .testbed import add_nic_address, ensure_nic_routing
+        from railover.testbed.netns import add_nic_address, ensure_nic_routing
         if self.code == "ADDR-DEL":
             add_nic_address(self.nic, self.nic.addr, self.ipr)
         else:
@@ -84,7 +84,7 @@ class GroupFault(F.Fault):
         import secrets
         import subprocess
         from pyroute2 import IPRoute
-        from .testbed import ns_exec_argv
+        from railover.testbed.netns import ns_exec_argv
         self.nic, self.code, self.dst = nic, code, dst_addr
         self.group = GroupFault._next_group
         GroupFault._next_group += 1

@@ -30,10 +30,10 @@ from typing import Any, Dict, List, Optional
 from rich.console import Console
 from rich.table import Table
 
-from . import bench_common as C
-from . import faults as F
-from .bench_failover import keep_journals
-from .testbed import TestBed, now_us, poll_until
+from railover.bench import common as C
+from railover.testbed import faults as F
+from railover.bench.failover import keep_journals
+from railover.testbed.netns import TestBed, now_us, poll_until
 
 CASES = ("congestion", "rate-limit", "rate-limit-all", "recv-pause", "sigstop")
 

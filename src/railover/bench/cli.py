@@ -31,7 +31,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from . import bench_common as C
+from railover.bench import common as C
 
 SUITES = ("healthy", "failover", "degraded", "failback", "false-failover", "scale")
 
@@ -39,12 +39,12 @@ SUITES = ("healthy", "failover", "degraded", "failback", "false-failover", "scal
 def _module(suite: str):
     import importlib
     return importlib.import_module({
-        "healthy": "railover.bench_healthy",
-        "failover": "railover.bench_failover",
-        "degraded": "railover.bench_degraded",
-        "failback": "railover.bench_failback",
-        "false-failover": "railover.bench_false",
-        "scale": "railover.bench_scale",
+        "healthy": "railover.bench.healthy",
+        "failover": "railover.bench.failover",
+        "degraded": "railover.bench.degraded",
+        "failback": "railover.bench.failback",
+        "false-failover": "railover.bench.false_failover",
+        "scale": "railover.bench.scale",
     }[suite])
 
 
@@ -107,7 +107,7 @@ def summary_markdown(out: Path) -> str:
 
 
 def _run_suite(suite: str, out: Path, quick: bool, console: Console, **kw) -> Optional[Dict[str, Any]]:
-    from .testbed import PrivilegeError
+    from railover.testbed.netns import PrivilegeError
     try:
         return _module(suite).run(out, quick=quick, console=console, **kw)
     except PrivilegeError as e:
