@@ -62,6 +62,33 @@ def check_args(layout: str, size: str, duration: float, specs: List[tuple]) -> N
                                      f"{', '.join(sorted(names))})", param_hint="--faults")
 
 
+def prepare_out(out: Path):
+    """Create the output directory ``out`` (parents too) and take its lock file, before the
+    test bed is built. Returns the open lock file (held until the process exits). Raises
+    typer.BadParameter naming ``--out`` and the problem: a path that exists and is not a
+    directory, one that cannot be created (e.g. under /proc), one that is not writable, or a
+    directory another demo is writing to."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise typer.BadParameter(f"{out} exists and is not a directory; give a directory (it is created if missing)",
+                                 param_hint="--out")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise typer.BadParameter(f"cannot create the output directory {out}: {e.strerror or e}", param_hint="--out")
+    try:
+        lock = open(out / ".demo.lock", "w")
+    except OSError as e:
+        raise typer.BadParameter(f"cannot write into {out}: {e.strerror or e}", param_hint="--out")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        lock.close()
+        raise typer.BadParameter(f"another railover demo is writing to {out}; wait for it or use another --out",
+                                 param_hint="--out")
+    return lock
+
+
 def parse_faults(spec: str) -> List[tuple]:
     """'port-down:a0,silent:b0' -> [(kind, nic)]. Raises typer.BadParameter naming the bad item."""
     out = []
@@ -200,13 +227,7 @@ def run_demo(layout: str = "T2", ranks_per_host: int = 2, fault_spec: str = "por
     if not duration:
         duration = 3.0 + len(specs) * gap + 2.0
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    lock = open(out / ".demo.lock", "w")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        lock.close()
-        raise typer.BadParameter(f"another railover demo is writing to {out}; wait for it or use another --out")
+    lock = prepare_out(out)  # noqa: F841 (held open: the flock lasts as long as the process)
     env = {"RAILOVER_HOLD_DOWN_MS": str(hold_down_ms), "RAILOVER_STATE_DIR": ""}
     if baseline:
         env.update(RAILOVER_STANDBY="none", RAILOVER_FATAL_TIMEOUT=str(int(fault_for + 30)))

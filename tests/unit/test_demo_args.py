@@ -24,3 +24,44 @@ def test_bad_options_are_rejected_naming_the_option(layout, size, duration, faul
 def test_good_options_pass():
     demo.check_args("T2", "4M", 0, demo.parse_faults("port-down:a0,silent:b0"))
     demo.check_args("T3", "64K", 10, demo.parse_faults("host-down:c1"))
+
+
+def _demo_cli(*args: str):
+    import os
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-m", "railover.cli", "demo", *args], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, COLUMNS="250"))
+
+
+def _flat(text: str) -> str:
+    """CLI output without rich's box drawing and line wrapping."""
+    import re
+    return " ".join(re.sub(r"[\u2500-\u257f]", " ", text).split())
+
+
+@pytest.mark.parametrize("kind", ["file", "proc", "under-file"])
+def test_bad_out_is_a_usage_error_naming_the_problem(tmp_path, kind):
+    f = tmp_path / "existing"
+    f.write_text("not a directory")
+    out, words = {"file": (f, "exists and is not a directory"),
+                  "proc": ("/proc/railover-demo-out", "cannot create the output directory"),
+                  "under-file": (f / "sub", "cannot create the output directory")}[kind]
+    r = _demo_cli("--out", str(out))
+    both = r.stdout + r.stderr
+    assert r.returncode == 2, both
+    assert "Traceback" not in both, both
+    assert "--out" in both and words in _flat(both), both
+    assert f.read_text() == "not a directory"
+
+
+def test_prepare_out_creates_the_directory_and_refuses_a_second_demo(tmp_path):
+    out = tmp_path / "a" / "b"
+    lock = demo.prepare_out(out)
+    try:
+        assert out.is_dir()
+        with pytest.raises(typer.BadParameter, match="another railover demo is writing to"):
+            demo.prepare_out(out)
+    finally:
+        lock.close()
+    demo.prepare_out(out).close()  # released with the first one
