@@ -282,6 +282,11 @@ def run_demo(layout: str = "T2", ranks_per_host: int = 2, fault_spec: str = "por
         console.print("[green bold]every fault survived, 0 wrong bytes[/]" if not baseline else
                       "[yellow]baseline finished: compare its stalls with the railover run[/]")
         return 0
+    if baseline:
+        console.print("[yellow]baseline did not survive the faults, as expected without failover[/]: " + ("; ".join(
+            f"rank {r['rank']} exited {r['exit_code']}" for r in report["ranks"] if r["exit_code"] != 0) or
+            "see the stalls") + f" (details in {res.workdir})")
+        return 1
     console.print("[red bold]NOT survived[/]: " + ("; ".join(
         f"rank {r['rank']} exited {r['exit_code']}" for r in report["ranks"] if r["exit_code"] != 0) or
         "a fault caused no failover") + f" (details in {res.workdir})")
@@ -301,22 +306,62 @@ def register(app: typer.Typer) -> None:
         hold_down_ms: int = typer.Option(2000, "--hold-down-ms", min=0, help="RAILOVER_HOLD_DOWN_MS for the run"),
         out: Path = typer.Option(Path("railover-demo"), "--out", "-o", help="output directory"),
         baseline: bool = typer.Option(False, "--baseline",
-                                      help="also run the same faults with failover disabled (RAILOVER_STANDBY=none)"),
+                                      help="then run the same faults with failover disabled (RAILOVER_STANDBY=none) and "
+                                           "print the stalls side by side. The baseline is expected to stall or fail; "
+                                           "that does not change the exit status (see below)"),
     ):
         """Run a ring all-reduce through real NIC faults on a namespace test bed and show what
-        railover did (needs root). Writes a plot, a JSON report and the event journals."""
+        railover did (needs root). Writes a plot, a JSON report and the event journals.
+
+        Exit status: 0 when the railover run survived every fault with 0 wrong bytes; 1 when it
+        did not; 2 for bad options, missing system tools or no test bed. With --baseline the
+        baseline's stalls and failed ranks are expected and do not count; it makes the status 1
+        only when it could not run or counted a wrong byte, 2 when its test bed failed."""
         rc = run_demo(layout, ranks_per_host, faults, duration, size, out, hold_down_ms, fault_for, False)
         if baseline:
             rc_b = run_demo(layout, ranks_per_host, faults, duration, size, out, hold_down_ms, fault_for, True)
-            _compare(out)
-            rc = rc or (0 if rc_b in (0, 1) else rc_b)
+            b_report = _load_report(out / "baseline-report.json") if rc_b in (0, 1) else None
+            if rc == 0 or rc == 1:
+                _compare(out)
+            rc = exit_code_with_baseline(rc, rc_b, b_report)
         raise typer.Exit(rc)
+
+
+def exit_code_with_baseline(rc_railover: int, rc_baseline: int, baseline_report: Optional[Dict[str, Any]]) -> int:
+    """Exit status of ``railover demo --baseline``. The baseline runs the same faults with
+    failover disabled, so it is expected to stall or fail (its ranks may time out): its
+    survival does not count. Rules, in order:
+
+    * the railover run's status when it is not 0 (1 not survived, 2 no test bed);
+    * 2 when the baseline could not build its test bed (``rc_baseline`` 2);
+    * 1 when the baseline did not produce a report (it could not run), or its report
+      counts wrong bytes (a wrong byte is never expected, failover or not);
+    * else 0.
+    """
+    if rc_railover != 0:
+        return rc_railover
+    if rc_baseline == 2:
+        return 2
+    if rc_baseline not in (0, 1) or baseline_report is None:
+        return 1
+    return 1 if baseline_report.get("wrong_bytes", 0) else 0
+
+
+def _load_report(path: Path) -> Optional[Dict[str, Any]]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def _compare(out: Path) -> None:
     console = Console()
-    a = json.loads((out / "demo-report.json").read_text())
-    b = json.loads((out / "baseline-report.json").read_text())
+    a = _load_report(out / "demo-report.json")
+    b = _load_report(out / "baseline-report.json")
+    if a is None or b is None:
+        console.print("[red]no side-by-side comparison: the " + ("railover" if a is None else "baseline")
+                      + " run wrote no report[/]")
+        return
     t = Table(title="railover vs failover disabled (same faults)")
     for c in ("fault", "stall with railover", "stall without", "ranks OK with / without"):
         t.add_column(c)

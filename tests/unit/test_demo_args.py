@@ -65,3 +65,25 @@ def test_prepare_out_creates_the_directory_and_refuses_a_second_demo(tmp_path):
     finally:
         lock.close()
     demo.prepare_out(out).close()  # released with the first one
+
+
+@pytest.mark.parametrize("rc, rc_b, b_report, want", [
+    (0, 1, {"survived": False, "wrong_bytes": 0}, 0),   # the baseline stalls/fails without failover: expected
+    (0, 0, {"survived": True, "wrong_bytes": 0}, 0),
+    (1, 1, {"survived": False, "wrong_bytes": 0}, 1),   # railover did not survive
+    (1, 0, {"survived": True, "wrong_bytes": 0}, 1),
+    (2, 2, None, 2),                                    # no test bed
+    (0, 2, None, 2),                                    # the baseline's test bed failed
+    (0, 1, None, 1),                                    # the baseline could not run (no report)
+    (0, 1, {"survived": False, "wrong_bytes": 4096}, 1),  # a wrong byte is never expected
+])
+def test_baseline_exit_status_rule(rc, rc_b, b_report, want):
+    assert demo.exit_code_with_baseline(rc, rc_b, b_report) == want
+
+
+def test_baseline_help_says_it_is_expected_to_stall_and_states_the_exit_status():
+    r = _demo_cli("--help")
+    text = _flat(r.stdout)
+    assert r.returncode == 0, r.stderr
+    assert "The baseline is expected to stall or fail" in text
+    assert "Exit status: 0 when the railover run survived every fault" in text
