@@ -61,6 +61,27 @@ def test_launch_env_refuses_conflicts_unless_forced(base, words):
     assert any(words in w and "--force" in w for w in warnings)
 
 
+def test_launch_force_really_removes_an_invalid_value_and_says_so():
+    base = {"RAILOVER_NSTREAMS": "99", "RAILOVER_HOLD_DOWN_MS": "500", "NCCL_NET": "IB"}
+    env, warnings = launch_env(base, force=True)
+    assert "RAILOVER_NSTREAMS" not in env, "an invalid value must not reach the plugin (its init would fail)"
+    assert env["RAILOVER_HOLD_DOWN_MS"] == "500"   # valid ones are kept
+    assert env["NCCL_NET"] == "railover"
+    assert any("RAILOVER_NSTREAMS='99'" in w and "removed" in w and "default" in w for w in warnings), warnings
+    assert any("NCCL_NET=IB" in w and "replaced by NCCL_NET=railover" in w for w in warnings), warnings
+    assert base["RAILOVER_NSTREAMS"] == "99"   # the caller's mapping is not modified
+
+
+def test_launch_force_runs_the_command_without_the_invalid_value():
+    cp = _launch(["--force", "--", sys.executable, "-c", DUMP], {"RAILOVER_PROBE_MULT": "1", "RAILOVER_STALL_MS": "70"})
+    assert cp.returncode == 0, cp.stderr
+    env = json.loads(cp.stdout)
+    assert "RAILOVER_PROBE_MULT" not in env and env["RAILOVER_STALL_MS"] == "70"
+    assert "RAILOVER_PROBE_MULT='1'" in cp.stderr and "removed" in cp.stderr
+    r = CliRunner().invoke(app, ["launch", "--force", "--dry-run", "--", "torchrun"], env={"RAILOVER_PROBE_MULT": "1"})
+    assert r.exit_code == 0 and "unset RAILOVER_PROBE_MULT" in r.output, r.output
+
+
 def _launch(args, extra_env=None):
     env = dict(os.environ, PYTHONPATH=SRC, **(extra_env or {}))
     return subprocess.run([sys.executable, "-m", "railover.cli", "launch"] + args, env=env, capture_output=True,
@@ -85,7 +106,7 @@ def test_launch_refusals_and_missing_command():
     cp = _launch(["--", "true"], {"NCCL_NET": "Socket"})
     assert cp.returncode == 2 and "NCCL_NET=Socket selects another network" in cp.stderr and "--force" in cp.stderr
     cp = _launch(["--force", "--", sys.executable, "-c", DUMP], {"NCCL_NET": "Socket"})
-    assert cp.returncode == 0 and json.loads(cp.stdout)["NCCL_NET"] == "railover" and "overridden" in cp.stderr
+    assert cp.returncode == 0 and json.loads(cp.stdout)["NCCL_NET"] == "railover" and "replaced by NCCL_NET=railover" in cp.stderr
     cp = _launch(["--", "no-such-command-railover"])
     assert cp.returncode == 127 and "command not found" in cp.stderr
 

@@ -286,22 +286,38 @@ def launch_env(base: Mapping[str, str], force: bool = False) -> Tuple[Dict[str, 
     ``NCCL_NET_PLUGIN_REF_COUNT`` are kept). Returns ``(env, warnings)``.
 
     Raises LaunchConflict when ``NCCL_NET`` or ``NCCL_NET_PLUGIN`` select something else, or
-    a ``RAILOVER_*`` value is invalid, unless ``force`` (then railover's values win and the
-    conflicts become warnings). Raises FileNotFoundError when the plugin is not installed."""
+    a variable the plugin reads (``RAILOVER_*``, ``NCCL_SOCKET_IFNAME``, ``NCCL_SOCKET_FAMILY``)
+    has a value the plugin rejects, unless ``force``. With ``force``: ``NCCL_NET`` and
+    ``NCCL_NET_PLUGIN`` are replaced by railover's values, and each invalid variable is
+    removed from the command's environment so the plugin uses its default; a warning says
+    which. Raises FileNotFoundError when the plugin is not installed."""
     from railover.ops.doctor import validate_config
     env = dict(base)
     add = envvars.nccl_env(env)
-    problems = []
-    if "NCCL_NET" in env and env["NCCL_NET"].lower() != _paths.PLUGIN_NAME:
-        problems.append(f"NCCL_NET={env['NCCL_NET']} selects another network")
-    if "NCCL_NET_PLUGIN" in env and not _is_ours(env["NCCL_NET_PLUGIN"]):
-        problems.append(f"NCCL_NET_PLUGIN={env['NCCL_NET_PLUGIN']} selects another plugin")
+    problems: List[str] = []
+    warnings: List[str] = []
+    for var in ("NCCL_NET", "NCCL_NET_PLUGIN"):
+        if var not in env:
+            continue
+        if var == "NCCL_NET" and env[var].lower() != _paths.PLUGIN_NAME:
+            problems.append(f"NCCL_NET={env[var]} selects another network")
+        elif var == "NCCL_NET_PLUGIN" and not _is_ours(env[var]):
+            problems.append(f"NCCL_NET_PLUGIN={env[var]} selects another plugin")
+        else:
+            continue
+        warnings.append(f"{problems[-1]}: replaced by {var}={add[var]} (--force)")
+    invalid = []
     for c in validate_config(env):
         if c.status == "FAIL":
             problems.append(c.detail)
+            if c.what in env:
+                invalid.append(c.what)
+                warnings.append(f"{c.detail}: removed from the command's environment (--force), the plugin uses its "
+                                "default")
     if problems and not force:
         raise LaunchConflict("; ".join(problems))
-    warnings = [f"{p} (overridden by --force)" for p in problems]
+    for var in invalid:
+        env.pop(var, None)
     if "NCCL_NET_PLUGIN_REF_COUNT" in env:
         add.pop("NCCL_NET_PLUGIN_REF_COUNT")
         if env["NCCL_NET_PLUGIN_REF_COUNT"] != "1":
@@ -313,7 +329,9 @@ def launch_env(base: Mapping[str, str], force: bool = False) -> Tuple[Dict[str, 
 
 def launch_cmd(
     command: List[str] = typer.Argument(..., help="the command to run, after '--' (e.g. -- torchrun ... train.py)"),
-    force: bool = typer.Option(False, "--force", help="override NCCL_NET/NCCL_NET_PLUGIN that select something else"),
+    force: bool = typer.Option(False, "--force", help="run anyway: NCCL_NET/NCCL_NET_PLUGIN that select something else "
+                               "are replaced by railover's, and variables with values the plugin rejects are removed "
+                               "(the plugin then uses its defaults); a warning names each"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the environment changes and the command, run nothing"),
 ) -> None:
     """Run a command (e.g. torchrun) with NCCL's environment set for railover:
@@ -321,7 +339,8 @@ def launch_cmd(
     try:
         env, warnings = launch_env(os.environ, force)
     except LaunchConflict as e:
-        _fail(f"{e}. Unset it, or pass --force to let railover's settings win.")
+        _fail(f"{e}. Fix or unset it, or pass --force (railover's NCCL_NET/NCCL_NET_PLUGIN replace others, "
+              "invalid variables are removed so the plugin uses its defaults).")
     except FileNotFoundError as e:
         _fail(str(e))
     for w in warnings:
@@ -330,6 +349,8 @@ def launch_cmd(
         for k in sorted(env):
             if os.environ.get(k) != env[k]:
                 typer.echo(f"{k}={env[k]}")
+        for k in sorted(set(os.environ) - set(env)):
+            typer.echo(f"unset {k}")
         typer.echo("exec: " + " ".join(command))
         return
     exe = shutil.which(command[0], path=env.get("PATH"))
