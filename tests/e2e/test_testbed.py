@@ -306,6 +306,35 @@ def test_cli_up_tears_down_on_signal(netns_mode, sig, rc):
 
 
 @netns
+def test_cli_up_started_in_the_background_with_sigint_ignored_still_tears_down_on_sigint(netns_mode):
+    # A non-interactive shell starts 'railover testbed up &' with SIGINT ignored (inherited
+    # across exec); the command tells the user to send SIGINT, so it must act on it.
+    p = subprocess.Popen([sys.executable, "-m", "railover.cli", "testbed", "up", "-l", "T2"], env=_env(),
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        prefix = None
+        for line in p.stdout:
+            m = re.match(r"^prefix: (\S+)$", line)
+            if m:
+                prefix = m.group(1)
+                break
+        assert prefix, p.stderr.read()
+        hint = p.stderr.readline()
+        assert f"kill -INT {p.pid}" in hint and f"railover testbed down --prefix {prefix}" in hint, hint
+        if netns_mode == "root":
+            assert len(_existing(prefix)) == 3
+        p.send_signal(signal.SIGINT)
+        assert p.wait(timeout=30) == 0, p.stderr.read()
+        assert _existing(prefix) == []
+        assert prefix not in {i.prefix for i in T.list_testbeds()}
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+@netns
 def test_sigterm_inside_with_block_tears_down(netns_mode):
     tb = TestBed("T2")
     old = signal.getsignal(signal.SIGTERM)

@@ -4,8 +4,10 @@
 """
 from __future__ import annotations
 
+import os
 import shutil
 import signal
+import sys
 from typing import Optional
 
 import typer
@@ -44,7 +46,13 @@ def up_cmd(
     detach: bool = typer.Option(False, "--detach", "-d",
                                 help="leave the bed up and exit (remove it with 'railover testbed down')"),
 ) -> None:
-    """Build a test bed, print its topology, and keep it until Ctrl-C/SIGTERM (or --detach)."""
+    """Build a test bed, print its topology, and keep it until SIGINT (Ctrl-C) or SIGTERM
+    (or --detach)."""
+    if not detach and signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        # A shell starts a background job ('railover testbed up &' in a script) with SIGINT
+        # ignored, and the ignore survives exec. This command waits for SIGINT to tear down,
+        # so it restores the default (KeyboardInterrupt) before the bed's handler chains to it.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         tb = _tb.TestBed(layout, hosts=hosts, nics=nics, base=base, prefix=prefix)
         tb.up()
@@ -61,7 +69,11 @@ def up_cmd(
                 _fail(str(e))
             typer.echo(f"detached; remove with: railover testbed down --prefix {tb.prefix}")
             return
-        typer.echo("up; press Ctrl-C to tear it down", err=True)
+        if sys.stdin is not None and sys.stdin.isatty():
+            typer.echo("up; press Ctrl-C to tear it down", err=True)
+        else:
+            typer.echo(f"up; tear it down with: kill -INT {os.getpid()} (or kill {os.getpid()}), or "
+                       f"railover testbed down --prefix {tb.prefix}", err=True)
         while True:
             signal.pause()  # SIGINT/SIGTERM raise (handlers installed by TestBed.up)
     except KeyboardInterrupt:
