@@ -11,7 +11,7 @@ def nccl_env(base: dict[str, str] | None = None) -> dict[str, str]:
     """Variables that make stock NCCL load railover and fail loudly if it cannot.
 
     ``NCCL_NET_PLUGIN=railover`` + the plugin's directory on ``LD_LIBRARY_PATH`` is the
-    spelling every NCCL from 2.19 on resolves (an absolute path fails on 2.19-2.20 and 2.27.3).
+    spelling every NCCL from 2.19 to 2.32 resolves (an absolute path fails on 2.19-2.20 and 2.27.3).
     ``NCCL_NET=railover`` turns a load failure into an error instead of a silent fallback to
     NCCL's own transports. ``NCCL_NET_PLUGIN_REF_COUNT=1`` works around NCCL 2.28/2.29 losing
     the plugin name after the last communicator is destroyed (NCCL issue 1978).

@@ -228,6 +228,16 @@ def test_nccl_version_to_abi(version, abi):
     assert dr.nccl_abi(version) == abi
 
 
+@pytest.mark.parametrize("version,verified", [([2, 30, 7], True), ([2, 31, 2], True), ([2, 32, 3], True),
+                                               ([2, 33, 0], False)])
+def test_released_nccl_versions_up_to_2_32_are_known_to_use_v12(version, verified):
+    rep = run(GOOD_NCCL, torch={"torch": "2.12.0", "nccl": version, "error": ""})
+    ok = find(rep, "nccl", "NCCL", dr.OK)
+    assert ok and "uses net ABI v12" in ok[0].detail, ok
+    assert ("not verified" in ok[0].detail) is (not verified), ok[0].detail
+    assert dr.NEWEST_KNOWN_NCCL == (2, 32)
+
+
 def test_nccl_version_parsing():
     assert dr.parse_nccl_version((2, 28, 9)) == [2, 28, 9]
     assert dr.parse_nccl_version(22809) == [2, 28, 9]

@@ -22,3 +22,15 @@ def test_demo_output_directory_is_ignored_by_git(path):
     # `railover demo` run from the repository root writes ./railover-demo/
     r = _git("check-ignore", "--no-index", "-q", path)
     assert r.returncode == 0, f"{path} is not ignored by .gitignore"
+
+
+def test_docs_state_the_same_newest_nccl_as_doctor():
+    from railover.ops.doctor import NEWEST_KNOWN_NCCL
+    newest = ".".join(map(str, NEWEST_KNOWN_NCCL))
+    readme = (ROOT / "README.md").read_text()
+    ops = (ROOT / "docs" / "OPERATIONS.md").read_text()
+    assert f"every NCCL from 2.19 to {newest}" in " ".join(readme.split())
+    assert f"works on 2.19 to {newest}" in readme
+    assert f"works 2.19 to {newest}" in " ".join(ops.split())
+    for old in ("2.19 to 2.30", "2.19 to 2.31"):
+        assert old not in readme and old not in ops

@@ -338,10 +338,16 @@ def rails_of(env: Mapping[str, str], selected: Sequence[Iface]) -> Dict[str, int
 
 # --------------------------------------------------------------------------- NCCL / plugin / torch
 
+#: Newest NCCL release (major, minor) whose net-plugin ABI is known: 2.31.2 and 2.32.3 are
+#: released and, like 2.30, look for ncclNetPlugin_v12 first. Later releases: v12 expected.
+NEWEST_KNOWN_NCCL = (2, 32)
+
+
 def nccl_abi(version: Sequence[int]) -> Optional[int]:
     """Net-plugin ABI version NCCL ``(major, minor, ...)`` looks for first: 2.19 v7,
-    2.20-2.23 v8, 2.24-2.25 v9, 2.26-2.27 v10, 2.28-2.29 v11, 2.30 and later v12 (later
-    than 2.30 is an expectation, not verified). None for releases before 2.19 (unsupported)."""
+    2.20-2.23 v8, 2.24-2.25 v9, 2.26-2.27 v10, 2.28-2.29 v11, 2.30-2.32 v12 (later than
+    :data:`NEWEST_KNOWN_NCCL` is an expectation, not verified). None for releases before 2.19
+    (unsupported)."""
     major, minor = int(version[0]), int(version[1])
     if major != 2:
         return 12 if major > 2 else None
@@ -538,7 +544,8 @@ def nccl_checks(env: Mapping[str, str], plugin: Mapping[str, Any], torch: Option
             out.append(Check("nccl", "NCCL", FAIL, f"PyTorch {torch.get('torch')} bundles NCCL {v}: railover needs 2.19 or later",
                              "use a PyTorch built with NCCL >= 2.19"))
         else:
-            note = " (expected: releases after 2.30 are not verified)" if (nver[0], nver[1]) > (2, 30) else ""
+            newest = ".".join(map(str, NEWEST_KNOWN_NCCL))
+            note = f" (expected: releases after {newest} are not verified)" if tuple(nver[:2]) > NEWEST_KNOWN_NCCL else ""
             out.append(Check("nccl", "NCCL", OK, f"PyTorch {torch.get('torch')} bundles NCCL {v}, which uses net ABI v{abi}{note}"))
             if 22 <= nver[1] <= 25:
                 out.append(Check("nccl", "NCCL", INFO, f"NCCL {v} unloads the plugin after the last communicator and does "
