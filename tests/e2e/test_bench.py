@@ -128,7 +128,9 @@ def test_scale(out):
     assert [r["channels"] for r in rows] == [1, 8, 16]
     for r in rows:
         assert r["setup_ms"] > 0 and r["send_comms"] == 2 * r["channels"] == r["converged"] == r["failed_back"]
-        assert r["idle_cpu_pct_max"] is not None and min(r["rss_kib"]) > 0 and r["rank_exit_codes"] == [0, 0]
+        assert r["idle_error"] is None, r["idle_error"]   # the window lies inside both ranks' idle hold
+        assert r["idle_cpu_pct_max"] is not None and all(0 <= c < 100 for c in r["idle_cpu_pct"]), r["idle_cpu_pct"]
+        assert min(r["rss_kib"]) > 0 and min(r["threads"]) > 1 and min(r["fds"]) > 3 and r["rank_exit_codes"] == [0, 0]
     # memory per added channel: from the 8-channel row to the 16-channel one (1 channel is no base)
     assert rows[0]["rss_per_channel_kib"] is None and rows[1]["rss_per_channel_kib"] is None
     assert rows[2]["rss_per_channel_kib"] is not None

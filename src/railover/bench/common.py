@@ -307,28 +307,24 @@ def longest_gap_ms(buckets: Sequence[Tuple[int, int]], t0: int, t1: int) -> floa
 
 # --------------------------------------------------------------------------- processes
 
-def proc_cpu_ns(pid: int) -> int:
-    """CPU time (user + system) of every thread of a process, in ns (per-task schedstat)."""
-    total = 0
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return 0
-    for t in tasks:
-        s = _read(f"/proc/{pid}/task/{t}/schedstat").split()
-        if s:
-            total += int(s[0])
-    return total
+def proc_cpu_ns(pid: int) -> Optional[int]:
+    """CPU time (user + system) of the threads a process has now, in ns (per-task schedstat);
+    None when the process is gone. Threads that already exited are not included, so the
+    difference of two readings is only the process's CPU time over the interval when no
+    thread exited in between (compare :func:`thread_cpu_ns` readings to know)."""
+    threads = _schedstat_field(pid, 0, missing=None)
+    return None if threads is None else sum(threads.values())
 
 
-def _schedstat_field(pid: int, field_: int) -> Dict[int, int]:
+def _schedstat_field(pid: int, field_: int, missing: Any = ()) -> Any:
     """Field ``field_`` of every thread's /proc schedstat, ns: {tid: ns} (0: on-CPU time,
-    1: time runnable but waiting for a CPU)."""
+    1: time runnable but waiting for a CPU). When the process is gone: ``missing`` (an empty
+    dict by default)."""
     out: Dict[int, int] = {}
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        return out
+        return {} if missing == () else missing
     for t in tasks:
         s = _read(f"/proc/{pid}/task/{t}/schedstat").split()
         if len(s) > field_:
@@ -356,25 +352,38 @@ def max_delay_ms(before: Sequence[Dict[int, int]], after: Sequence[Dict[int, int
     return best
 
 
-def proc_rss_kib(pid: int) -> int:
+def proc_rss_kib(pid: int) -> Optional[int]:
+    """Resident set size of a process, KiB; None when it is gone (or a zombie: no VmRSS)."""
     for line in _read(f"/proc/{pid}/status").splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
-    return 0
+    return None
 
 
-def proc_threads(pid: int) -> int:
+def proc_threads(pid: int) -> Optional[int]:
+    """Number of threads of a process; None when it is gone."""
     try:
         return len(os.listdir(f"/proc/{pid}/task"))
     except OSError:
-        return 0
+        return None
 
 
-def proc_fds(pid: int) -> int:
+def proc_fds(pid: int) -> Optional[int]:
+    """Number of open file descriptors of a process; None when it is gone."""
     try:
         return len(os.listdir(f"/proc/{pid}/fd"))
     except OSError:
-        return 0
+        return None
+
+
+def proc_start_ticks(pid: int) -> Optional[int]:
+    """Start time of a process (field 22 of /proc/<pid>/stat, clock ticks since boot): tells
+    a process from a later one that reuses its pid. None when it is gone."""
+    s = _read(f"/proc/{pid}/stat")
+    try:
+        return int(s[s.rindex(")") + 2:].split()[19])
+    except (ValueError, IndexError):
+        return None
 
 
 # --------------------------------------------------------------------------- iperf3
