@@ -129,7 +129,8 @@ def journal_summary(events: Iterable[Mapping[str, Any]], fault_mono_us: Optional
 
 def verdict(summary: Mapping[str, Any]) -> Tuple[str, List[str]]:
     """``("PASS"|"FAIL", reasons)`` for one mode's summary: every rank exited 0, the log checks
-    passed (not in dry mode), 0 wrong elements, all phases done, and when a fault was injected:
+    passed (not in dry mode), 0 wrong elements, all phases done, a fault injected when one was
+    expected (``fault_expected``: a test bed and the fault phase not skipped), and when a fault was injected:
     its commands succeeded, 0 errors during it and (plugin mode) the journals show a failover
     and a failback and no fatal error."""
     reasons = []
@@ -143,6 +144,8 @@ def verdict(summary: Mapping[str, Any]) -> Tuple[str, List[str]]:
     if r0.get("wrong_total", 1) != 0:
         reasons.append(f"{r0.get('wrong_total')} wrong elements")
     fault = r0.get("fault")
+    if summary.get("fault_expected") and not (isinstance(fault, dict) and fault.get("injected")):
+        reasons.append("no fault was injected although a test bed was given and the fault phase was not skipped")
     if isinstance(fault, dict) and fault.get("injected"):
         if fault.get("errors", 1) != 0:
             reasons.append(f"{fault.get('errors')} wrong elements during the fault")
@@ -315,7 +318,7 @@ def orchestrate(a) -> int:
                 p.kill()
         rcs = [p.wait() for p in procs]
     summary: Dict[str, Any] = {"mode": a.mode, "exit_codes": rcs, "killed_at_deadline": killed,
-                               "testbed": bed}
+                               "testbed": bed, "fault_expected": bool(bed) and "fault" not in set(a.skip.split(","))}
     path = os.path.join(a.work, "%s.r0.json" % a.mode)
     if os.path.exists(path):
         with open(path) as f:

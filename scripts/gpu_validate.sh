@@ -11,10 +11,13 @@
 # PLUGIN_SO (default: build/libnccl-net-railover.so, built with cmake if missing), PY (python),
 # NETNS=0 (no test bed: both ranks on loopback, no fault), PLUGIN_ENV ("K=V K=V" for both ranks),
 # DRY_MAX_BYTES / DRY_SKIP (shorter dry runs for the test suite).
+# Exit status: 0 only when every run passed AND every expected output is in $OUT (fault.csv
+# whenever a test bed was up and the fault phase ran); a test bed that does not come up is a
+# failure (NETNS=0 is the way to run without one). Sourcing the file only defines the functions.
 set -uo pipefail
-HERE=$(cd "$(dirname "$0")" && pwd)
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
-OUT=${OUT:-/tmp/gpuval-out}; WORK=${WORK:-/tmp/gpuval}; rm -rf "$WORK"; mkdir -p "$OUT" "$WORK"
+OUT=${OUT:-/tmp/gpuval-out}; WORK=${WORK:-/tmp/gpuval}
 PY=${PY:-python3}; export PYTHONUNBUFFERED=1
 export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
 PREFIX=""
@@ -26,16 +29,40 @@ cleanup() {  # main runs in a pipeline (a subshell): the bed's prefix comes back
       echo "warning: could not remove test bed $p (railover testbed down --prefix $p)"
   fi
 }
-trap cleanup EXIT
-
 testbed_up() {  # a 2-host x 3-NIC bed: NICs 0,1 = railover rails, NIC 2 = out-of-band (bootstrap, store)
   [ "${NETNS:-1}" = 0 ] && { echo "NETNS=0: no test bed, ranks on loopback, no fault"; return 0; }
-  local p="ro$(head -c 64 /dev/urandom | tr -dc 'a-z0-9' | head -c 4)"
-  if $PY -m railover.cli testbed up --detach --layout 2x3 --base 77 --prefix "$p" > "$WORK/testbed.txt" 2>&1; then
-    PREFIX=$p; echo "$p" > "$WORK/testbed.prefix"; echo "test bed $PREFIX up (2 hosts x 3 NICs)"
-  else
-    echo "WARN: test bed failed, running without namespaces and without the fault:"; tail -5 "$WORK/testbed.txt"
+  # railover picks the prefix (random, never one in use) and prints it. A prefix made here from
+  # /dev/urandom was sometimes shorter than 4 characters (about 1 run in 70): the bed was refused
+  # and the run went on without namespaces and without the fault, and still passed.
+  if $PY -m railover.cli testbed up --detach --layout 2x3 --base 77 > "$WORK/testbed.txt" 2>&1; then
+    PREFIX=$(sed -n 's/^prefix: \(ro[a-z0-9]\{4\}\)$/\1/p' "$WORK/testbed.txt" | head -1)
   fi
+  if [ -z "$PREFIX" ]; then
+    echo "FAIL: the test bed did not come up (NETNS=0 runs on loopback without it and without the fault):"
+    tail -5 "$WORK/testbed.txt"
+    return 2
+  fi
+  echo "$PREFIX" > "$WORK/testbed.prefix"; echo "test bed $PREFIX up (2 hosts x 3 NICs)"
+}
+
+expected_outputs() {  # the files $OUT must hold after this run
+  local out=(summary.json bench.txt run.log)
+  if [ -s "$WORK/testbed.prefix" ]; then
+    if [ "${DRY:-0}" = 1 ]; then
+      case ",${DRY_SKIP:-}," in *,fault,*) ;; *) out+=(fault.csv) ;; esac
+    else
+      out+=(fault.csv events.jsonl)
+    fi
+  fi
+  echo "${out[@]}"
+}
+
+check_outputs() {  # 0 when every expected output is in $OUT and not empty; names each missing one
+  local f missing=0
+  for f in $(expected_outputs); do
+    if [ ! -s "$OUT/$f" ]; then echo "FAIL: expected output $OUT/$f is missing or empty"; missing=1; fi
+  done
+  return $missing
 }
 
 main() {
@@ -43,7 +70,7 @@ main() {
   uname -r; ldd --version 2>&1 | head -1
   $PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())' \
     || { echo "FAIL: PyTorch is not importable"; return 2; }
-  testbed_up
+  testbed_up || return $?
   local bedargs=(); [ -n "$PREFIX" ] && bedargs=(--testbed "$PREFIX")
 
   if [ "${DRY:-0}" = 1 ]; then
@@ -86,6 +113,10 @@ main() {
   return $rc
 }
 
+[ "${BASH_SOURCE[0]}" = "$0" ] || return 0   # sourced (tests): functions only
+
+rm -rf "$WORK"; mkdir -p "$OUT" "$WORK"
+trap cleanup EXIT
 main 2>&1 | tee "$WORK/run.log"
 rc=${PIPESTATUS[0]}
 
@@ -111,4 +142,5 @@ for name, head, tail in (("run.log", 200000, 200000), ("fault.csv", 300000, 0), 
         open(os.path.join(out, name), "w").write(gv.trim(open(p, errors="replace").read(), head, tail))
 PYEOF
 ls "$OUT"
+check_outputs || { [ "$rc" = 0 ] && rc=1; }
 exit $rc

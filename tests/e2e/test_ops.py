@@ -267,6 +267,27 @@ def test_drill_reports_the_failover_it_caused(testbed, tmp_path):
     assert doc["counters_after"]["failovers"] - doc["counters_before"]["failovers"] == rank0_fo
 
 
+def test_gpu_validation_harness_brings_up_its_bed_with_the_prefix_railover_picked(tmp_path):
+    """The harness's testbed_up (sourced from scripts/gpu_validate.sh, no PyTorch needed): the
+    prefix railover chose is recorded, the bed is a live 2x3 one, and cleanup removes it."""
+    root = Path(__file__).resolve().parents[2]
+    work = tmp_path / "work"
+    work.mkdir()
+    env = dict(os.environ, WORK=str(work), OUT=str(tmp_path / "out"))
+    script = f'source "{root}/scripts/gpu_validate.sh"\ntestbed_up || exit $?\n{sys.executable} -c "$CHECK" "$PREFIX"\ncleanup'
+    check = ("import sys; from railover.testbed.netns import TestBed; tb = TestBed.attach(sys.argv[1]); "
+             "print('bed', tb.prefix, len(tb.hosts), len(tb.hosts[0].nics))")
+    cp = subprocess.run(["bash", "-c", script], env=dict(env, CHECK=check), capture_output=True, text=True, timeout=120)
+    prefix = (work / "testbed.prefix").read_text().strip() if (work / "testbed.prefix").exists() else ""
+    try:
+        assert cp.returncode == 0, cp.stdout + cp.stderr
+        assert tbmod.PREFIX_RE.match(prefix) and f"bed {prefix} 2 3" in cp.stdout, cp.stdout + cp.stderr
+        assert prefix not in {i.prefix for i in tbmod.list_testbeds()}, "cleanup left the bed behind"
+    finally:
+        if prefix:
+            tbmod.cleanup_leftovers(prefix)
+
+
 def test_gpu_validation_harness_dry_run_in_the_test_bed(tmp_path):
     """scripts/gpu_validate.sh with DRY=1: gloo instead of NCCL, but the real orchestration:
     a 2x3 test bed, one rank per host namespace, the switch-port fault and its repair, the

@@ -104,6 +104,63 @@ def test_verdict():
     assert gv.verdict(_summary(rank0=r0))[1] == ["rank 0 did not finish every phase", "3 wrong elements"]
 
 
+def test_verdict_fails_when_a_bed_was_given_but_no_fault_was_injected():
+    r0 = {"done": True, "wrong_total": 0}
+    assert gv.verdict(_summary(mode="dry", rank0=r0, fault_expected=True)) == (
+        "FAIL", ["no fault was injected although a test bed was given and the fault phase was not skipped"])
+    assert gv.verdict(_summary(mode="dry", rank0=r0, fault_expected=False))[0] == "PASS"   # NETNS=0 or --skip fault
+    assert gv.verdict(_summary(fault_expected=True))[0] == "PASS"
+
+
+def _sourced(script: str, **env: str) -> subprocess.CompletedProcess:
+    """Run ``script`` in bash after sourcing scripts/gpu_validate.sh (functions only)."""
+    e = dict(os.environ, **env)
+    return subprocess.run(["bash", "-c", f'source "{ROOT}/scripts/gpu_validate.sh"\n{script}'], env=e,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_sourcing_the_harness_runs_nothing(tmp_path):
+    work = tmp_path / "work"
+    r = _sourced("echo sourced", WORK=str(work), OUT=str(tmp_path / "out"))
+    assert r.returncode == 0 and r.stdout.strip() == "sourced", r.stdout + r.stderr
+    assert not work.exists()
+
+
+@pytest.mark.parametrize("dry,skip,bed,want", [
+    ("1", "correct,sweep,colls,reinit", True, "summary.json bench.txt run.log fault.csv"),
+    ("1", "fault,reinit", True, "summary.json bench.txt run.log"),
+    ("1", "", False, "summary.json bench.txt run.log"),            # NETNS=0: no bed, no fault
+    ("0", "", True, "summary.json bench.txt run.log fault.csv events.jsonl"),
+])
+def test_expected_outputs(tmp_path, dry, skip, bed, want):
+    (tmp_path / "work").mkdir()
+    if bed:
+        (tmp_path / "work" / "testbed.prefix").write_text("roabcd\n")
+    r = _sourced("expected_outputs", WORK=str(tmp_path / "work"), DRY=dry, DRY_SKIP=skip)
+    assert r.stdout.split() == want.split(), r.stdout + r.stderr
+
+
+def test_a_missing_fault_csv_fails_the_run(tmp_path):
+    work, out = tmp_path / "work", tmp_path / "out"
+    work.mkdir()
+    out.mkdir()
+    (work / "testbed.prefix").write_text("roabcd\n")
+    for f in ("summary.json", "bench.txt", "run.log"):
+        (out / f).write_text("x")
+    env = dict(WORK=str(work), OUT=str(out), DRY="1", DRY_SKIP="correct,sweep,colls,reinit")
+    r = _sourced("check_outputs", **env)
+    assert r.returncode == 1 and f"expected output {out}/fault.csv is missing" in r.stdout, r.stdout + r.stderr
+    (out / "fault.csv").write_text("iter,start_s,dur_ms,wrong\n")
+    assert _sourced("check_outputs", **env).returncode == 0
+
+
+def test_a_test_bed_that_does_not_come_up_is_a_failure_not_a_run_without_the_fault(tmp_path):
+    (tmp_path / "work").mkdir()
+    r = _sourced("testbed_up; echo rc=$?", WORK=str(tmp_path / "work"), PY="false")
+    assert "rc=2" in r.stdout and "FAIL: the test bed did not come up" in r.stdout, r.stdout + r.stderr
+    assert not (tmp_path / "work" / "testbed.prefix").exists()
+
+
 def test_bench_text_and_trim_and_busiest_nic():
     row = {"size": 1024, "count": 256, "type": "float", "redop": "sum", "time_us": 10.0, "algbw": 0.1, "busbw": 0.1,
            "wrong": 0}
