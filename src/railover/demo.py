@@ -9,7 +9,9 @@ Default fault sequence (each repair is followed by a visible failback after the 
 It prints live progress, then a timeline table per fault (detection, convergence, stall,
 bytes resent, failback) and bandwidth before/during/after; it writes a PNG plot, a JSON
 report and the plugin's event journals to the output directory. Exit status: 0 when every
-fault was survived with 0 wrong bytes; 1 otherwise; 2 when the test bed cannot be built.
+fault was survived with 0 wrong bytes; 1 otherwise; 2 for bad options, a missing system
+program (``ip``, ``nft``: named with the Debian package to install) or native file, and when
+the test bed cannot be built.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from railover import _paths, prereqs
 from railover.testbed import faults as F
 from railover.testbed.scenario import ScenarioError, ScenarioResult, Step, read_journal, run_scenario
 from railover.testbed.faults import parse_size
@@ -87,6 +90,23 @@ def prepare_out(out: Path):
         raise typer.BadParameter(f"another railover demo is writing to {out}; wait for it or use another --out",
                                  param_hint="--out")
     return lock
+
+
+def needed_tools(specs: List[tuple]) -> List[str]:
+    """Programs the demo runs: ``ip`` (namespaces), ``nft`` when a fault is nftables-based."""
+    tools = ["ip"]
+    if any(issubclass(FAULT_KINDS[k][0], F.NftFault) for k, _ in specs):
+        tools.append("nft")
+    return tools
+
+
+def check_system(specs: List[tuple], path: Optional[str] = None) -> None:
+    """Before anything is built: the programs the demo runs (see :func:`needed_tools`) and
+    the native files (plugin, railover-perf). Raises prereqs.MissingTools naming each missing
+    program and its Debian package, FileNotFoundError naming a missing native file."""
+    prereqs.require(needed_tools(specs), "railover demo", path)
+    _paths.plugin_path()
+    _paths.perf_path()
 
 
 def parse_faults(spec: str) -> List[tuple]:
@@ -228,6 +248,11 @@ def run_demo(layout: str = "T2", ranks_per_host: int = 2, fault_spec: str = "por
         duration = 3.0 + len(specs) * gap + 2.0
     out = Path(out)
     lock = prepare_out(out)  # noqa: F841 (held open: the flock lasts as long as the process)
+    try:
+        check_system(specs)
+    except (prereqs.MissingTools, FileNotFoundError) as e:
+        console.print(f"[red]error:[/] {e}", soft_wrap=True)
+        return 2
     env = {"RAILOVER_HOLD_DOWN_MS": str(hold_down_ms), "RAILOVER_STATE_DIR": ""}
     if baseline:
         env.update(RAILOVER_STANDBY="none", RAILOVER_FATAL_TIMEOUT=str(int(fault_for + 30)))
@@ -260,7 +285,7 @@ def run_demo(layout: str = "T2", ranks_per_host: int = 2, fault_spec: str = "por
     except PrivilegeError as e:
         console.print(f"[red]cannot build the test bed:[/] {e}\nrun as root (network namespaces need CAP_NET_ADMIN)")
         return 2
-    except ScenarioError as e:
+    except (ScenarioError, TestBedError) as e:  # TestBedError includes a fault that failed to apply
         console.print(f"[red]the demo could not run:[/] {e}")
         return 1
     report = build_report(res, specs, baseline)

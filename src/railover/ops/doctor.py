@@ -17,7 +17,10 @@ or would run without the redundancy railover is there for):
   plugin not on ``LD_LIBRARY_PATH``, ``NCCL_IB_*`` that do not apply);
 * the plugin loads (``dlopen`` with ``RTLD_NOW``) and which net ABI versions it exports;
 * with PyTorch installed: the NCCL version it bundles, the ABI that NCCL will use, and the
-  known bugs of that release.
+  known bugs of that release;
+* system programs railover's tools run (``ip``, ``nft``, ``iperf3``, ``taskset``, and
+  ``cmake``/``c++`` for building): a missing one is a WARN naming its Debian package (a job
+  needs none of them; the test bed, demo, bench and builds do).
 
 The evaluation is split from the fact gathering (:func:`gather` vs :func:`diagnose`) so the
 checks can be tested on synthetic hosts.
@@ -36,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from railover import _paths
+from railover import _paths, prereqs
 
 __all__ = ["OK", "WARN", "FAIL", "Check", "Iface", "Facts", "Report", "ifname_matches", "validate_config",
            "select_interfaces", "nccl_abi", "plugin_exports", "torch_nccl", "list_interfaces", "route_get",
@@ -130,6 +133,7 @@ class Facts:
     plugin: Dict[str, Any]
     torch: Optional[Dict[str, Any]] = None
     ld_resolve: Optional[str] = None
+    tools: Optional[Dict[str, Optional[str]]] = None  # program -> path or None (railover.prereqs)
 
 
 @dataclass
@@ -640,7 +644,8 @@ def gather(env: Optional[Mapping[str, str]] = None, plugin: Optional[Path] = Non
     if plugin is not None:
         pinfo = plugin_exports(Path(plugin))
     return Facts(env=env, ifaces=list_interfaces(), plugin=pinfo,
-                 torch=torch_nccl() if check_torch else None, ld_resolve=ld_resolve(env))
+                 torch=torch_nccl() if check_torch else None, ld_resolve=ld_resolve(env),
+                 tools=prereqs.found(path=env.get("PATH")))
 
 
 def _neighbour(net: ipaddress._BaseNetwork, own: str) -> Optional[str]:
@@ -763,6 +768,8 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
                 checks.append(Check("reach", f"{i.name} -> {p}", FAIL, f"{p} not reachable from {i.name} "
                                     f"({sel_addrs[i.name]}): {how}", f"check {i.name}'s link, routes and the peer"))
     checks += nccl_checks(env, facts.plugin, facts.torch, facts.ld_resolve)
+    if facts.tools is not None:
+        checks += [Check("system", what, status, detail, fix) for what, status, detail, fix in prereqs.doctor_rows(facts.tools)]
     return Report(checks, nics)
 
 

@@ -1,0 +1,128 @@
+"""System prerequisites: the programs railover's commands run and the Debian 12 packages that
+provide them. This file is the one list: ``scripts/install.sh`` installs :data:`PACKAGES`
+(it runs this file with the system ``python3`` before the package is installed, so it uses
+the standard library only), ``railover demo`` checks its tools before it builds anything,
+and ``railover doctor`` reports every missing one with the package to install.
+
+Run as a script: ``python3 prereqs.py --packages run build [test]`` prints the Debian
+packages of those groups, one per line.
+"""
+from __future__ import annotations
+
+import shutil
+import sys
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+#: Debian packages per purpose. ``python``: an interpreter with pip and venv (Debian splits
+#: them out); ``run``: the test bed, faults and benchmarks (``ip``, ``nft``, ``iperf3``,
+#: ``taskset``/``ps``); ``build``: compiling the plugin and railover-perf when pip builds the
+#: package; ``test``: the C++ unit tests (GoogleTest) and the plugin checks (``nm``,
+#: ``readelf``).
+PACKAGES: Dict[str, List[str]] = {
+    "python": ["python3", "python3-pip", "python3-venv"],
+    "run": ["iproute2", "nftables", "iperf3", "util-linux", "procps"],
+    "build": ["build-essential", "cmake", "ninja-build"],
+    "test": ["libgtest-dev", "binutils"],
+}
+
+#: program -> (Debian package, what railover uses it for). Queueing disciplines (rate
+#: limits) are set through netlink (pyroute2), so ``tc`` is not needed.
+TOOLS: Dict[str, Tuple[str, str]] = {
+    "ip": ("iproute2", "network namespaces of the test bed (ip netns exec)"),
+    "nft": ("nftables", "silent black-hole, loss and one-way faults"),
+    "iperf3": ("iperf3", "the TCP reference of railover bench"),
+    "taskset": ("util-linux", "CPU pinning in railover bench"),
+    "cmake": ("cmake", "building the plugin"),
+    "c++": ("build-essential", "compiling the plugin"),
+}
+
+
+class MissingTools(RuntimeError):
+    """Programs a command needs are not installed; the message names each one and the
+    ``apt-get install`` line that provides them."""
+
+    def __init__(self, missing: Sequence[str], what: str):
+        self.missing = list(missing)
+        super().__init__(f"{what} needs {', '.join(self.missing)}, not installed here: "
+                         + "; ".join(hint(t) for t in self.missing)
+                         + f". Install everything at once with: {install_line(self.missing)}"
+                         + " (or ./scripts/install.sh in the source tree)")
+
+
+def hint(tool: str) -> str:
+    """``"nft not found: apt-get install nftables"``."""
+    pkg = TOOLS[tool][0] if tool in TOOLS else tool
+    return f"{tool} not found: apt-get install {pkg}"
+
+
+def install_line(tools: Iterable[str]) -> str:
+    """One ``apt-get install`` command for the packages of ``tools`` (order kept, no repeats)."""
+    pkgs: List[str] = []
+    for t in tools:
+        p = TOOLS[t][0] if t in TOOLS else t
+        if p not in pkgs:
+            pkgs.append(p)
+    return "apt-get install " + " ".join(pkgs)
+
+
+def missing(tools: Iterable[str], path: Optional[str] = None) -> List[str]:
+    """The programs of ``tools`` not found on ``path`` (default: $PATH; as root the sbin
+    directories are searched too, where Debian puts ``ip`` and ``nft``)."""
+    return [t for t in tools if _which(t, path) is None]
+
+
+def _which(tool: str, path: Optional[str]) -> Optional[str]:
+    return shutil.which(tool, path=path)
+
+
+def require(tools: Sequence[str], what: str, path: Optional[str] = None) -> None:
+    """Raise :class:`MissingTools` naming every program of ``tools`` that is missing."""
+    gone = missing(tools, path)
+    if gone:
+        raise MissingTools(gone, what)
+
+
+def found(tools: Iterable[str] = tuple(TOOLS), path: Optional[str] = None) -> Dict[str, Optional[str]]:
+    """``{program: its path, or None when missing}`` for ``tools``."""
+    return {t: _which(t, path) for t in tools}
+
+
+def packages(groups: Sequence[str]) -> List[str]:
+    """The Debian packages of ``groups`` (keys of :data:`PACKAGES`), in order, no repeats.
+    Raises KeyError naming an unknown group."""
+    out: List[str] = []
+    for g in groups:
+        if g not in PACKAGES:
+            raise KeyError(f"unknown package group {g!r} (known: {', '.join(PACKAGES)})")
+        out += [p for p in PACKAGES[g] if p not in out]
+    return out
+
+
+def doctor_rows(tools: Mapping[str, Optional[str]]) -> List[Tuple[str, str, str, str]]:
+    """``(program, status, finding, fix)`` rows for ``railover doctor``: OK when found; WARN
+    when missing (a job needs none of them: they serve the test bed, demo, bench and the
+    build), with the package to install."""
+    rows = []
+    for t, where in tools.items():
+        pkg, use = TOOLS.get(t, (t, ""))
+        if where:
+            rows.append((t, "OK", f"{t}: {where}", ""))
+        else:
+            rows.append((t, "WARN", f"{hint(t)} (needed for {use})", f"apt-get install {pkg}"))
+    return rows
+
+
+def main(argv: Sequence[str]) -> int:
+    if len(argv) >= 2 and argv[0] == "--packages":
+        try:
+            print("\n".join(packages(argv[1:])))
+        except KeyError as e:
+            print(f"error: {e.args[0]}", file=sys.stderr)
+            return 2
+        return 0
+    print("usage: prereqs.py --packages GROUP [GROUP...]   (groups: " + ", ".join(PACKAGES) + ")", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
