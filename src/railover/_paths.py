@@ -36,7 +36,8 @@ def _find(fname: str) -> Path:
         if p.is_file():
             return p
     raise FileNotFoundError(f"{fname} not found; looked at: {', '.join(tried)}. "
-                            "Install with 'pip install .' or build with 'cmake -S . -B build && cmake --build build'.")
+                            "Install with './scripts/install.sh' (or 'pip install .') in the source tree, or build with "
+                            "'cmake -S . -B build && cmake --build build'.")
 
 
 def plugin_path() -> Path:

@@ -451,7 +451,7 @@ def nccl_checks(env: Mapping[str, str], plugin: Mapping[str, Any], torch: Option
     # the plugin file itself
     if not plugin.get("path"):
         out.append(Check("plugin", _paths.PLUGIN_FILE, FAIL, plugin.get("error") or "plugin not found",
-                         "pip install railover (or build it: cmake -S . -B build && cmake --build build)"))
+                         "install it from the source tree: ./scripts/install.sh (or pip install .)"))
     elif not plugin.get("loaded"):
         out.append(Check("plugin", plugin["path"], FAIL, f"dlopen failed: {plugin.get('error')}",
                          "check 'ldd' on the file for missing libraries and the glibc version"))
