@@ -50,7 +50,22 @@ def perf_path() -> Path:
     return _find(PERF_FILE)
 
 
-def perf_main() -> None:
-    """Console entry point ``railover-perf``: exec the native driver with the same arguments."""
+def perf_argv(args: list[str]) -> list[str]:
+    """The native driver's argv for the console command ``railover-perf ARGS``: ``ARGS``
+    plus ``--plugin <the installed plugin>`` when they name no plugin (and ask for no help).
+    Raises FileNotFoundError when a native file is missing."""
     exe = str(perf_path())
-    os.execv(exe, [exe] + sys.argv[1:])
+    named = any(a == "--plugin" or a.startswith("--plugin=") for a in args)
+    help_ = any(a in ("-h", "--help") for a in args)
+    return [exe] + ([] if named or help_ else ["--plugin", str(plugin_path())]) + list(args)
+
+
+def perf_main() -> None:
+    """Console entry point ``railover-perf``: exec the native driver with the same arguments
+    (and the installed plugin unless ``--plugin`` is given)."""
+    try:
+        argv = perf_argv(sys.argv[1:])
+    except FileNotFoundError as e:
+        sys.stderr.write(f"railover-perf: {e}\n")
+        sys.exit(2)
+    os.execv(argv[0], argv)
