@@ -90,6 +90,7 @@ struct Path {
   uint64_t attemptStartUs = 0;
   uint32_t flaps = 0;
   uint32_t holdDownMs = 0;     // current (flap-grown) hold-down
+  uint64_t repairSeenUs = 0;   // last NIC/pair repair (Health::repairedUs) this path acted on
   std::string lastError;
   // control frames waiting to go out on stream 0 (reverse direction for a receiver)
   std::string ctlOut;
