@@ -26,7 +26,7 @@ from typing import Dict, Iterator, List, Tuple
 import pytest
 
 from railover import faults
-from railover.scenario import Step, run_scenario
+from railover.scenario import LazyFault, Step, rank_process, run_scenario
 from railover.testbed import netlink, now_us
 
 pytestmark = pytest.mark.netns
@@ -104,9 +104,28 @@ def test_cpu_hog_on_every_core_causes_no_failover(testbed):
     assert res.wrong_bytes == 0
     assert res.count("failover") == 0, res.select("failover")
     assert res.count("path_down") == 0, res.select("path_down")
+    # Not even a soft verdict: probes late on every rail at once are scheduling, not loss.
+    assert res.count("pair_down") == 0, res.select("pair_down")
     late = res.select("health_late")
     print(f"health_late events: {len(late)}; max late {max([e['max_late_us'] for e in late], default=0)} us; "
           f"pair_down: {res.count('pair_down')}; peer_silence holds: {res.count('peer_silence')}")
+
+
+def test_peer_descheduled_for_600ms_is_no_pair_down(testbed):
+    """The peer process stops for 600 ms, twice (SIGSTOP/SIGCONT: its probe thread answers
+    nothing on either rail, then wakes 600 ms late). Every rail to it goes silent at once, which
+    is that peer's scheduling, not the network: no NIC pair is declared down on either side, no
+    path moves. (A stop longer than max(1 s, 4 x detection) is still judged, see the stopped-
+    peer test in test_failover.py.)"""
+    tb = testbed("T2")
+    f1 = LazyFault(lambda: faults.Stop(rank_process(tb, 1)))
+    f2 = LazyFault(lambda: faults.Stop(rank_process(tb, 1)))
+    steps = [Step(2, "apply", f1), Step(2.6, "undo", f1), Step(5, "apply", f2), Step(5.6, "undo", f2)]
+    res = run_scenario(tb, steps, duration_s=9)
+    assert res.wrong_bytes == 0
+    assert res.count("failover") == 0, res.select("failover")
+    assert res.count("pair_down") == 0, res.select("pair_down")
+    assert res.count("peer_silence") + res.count("health_late") >= 1, "the stop was seen and held, not missed"
 
 
 def test_dead_pair_probes_and_reconnects_back_off_and_the_repair_is_found_on_a_busy_host(testbed):
