@@ -802,13 +802,19 @@ void SendLink::slowTick(uint64_t now) {
   if (active >= 0 && hl && acked_ < nextSeq_ && now - lastProgressUs_ > (uint64_t)cfg.stallMs * 1000) {
     int pair = paths[active].pairId;
     bool checkAcks = !burstRequested_ || hl->burstActive(pair);
-    bool tcpAcked = false;
-    if (checkAcks && !resuming_)
+    // TCP_INFO costs a syscall per stream: on a path that stays slow (saturated, rate-limited)
+    // look at most every RAILOVER_STALL_MS / 2 and keep the answer meanwhile.
+    uint64_t every = std::max<uint64_t>(500, (uint64_t)cfg.stallMs * 500);
+    if (checkAcks && !resuming_ && now - ackCheckUs_ >= every) {
+      ackCheckUs_ = now;
+      ackSeen_ = false;
       for (auto& st : paths[active].streams)
         if (st.conn && st.conn->peerAckedWithinMs(cfg.stallMs)) {
-          tcpAcked = true;
+          ackSeen_ = true;
           break;
         }
+    }
+    bool tcpAcked = checkAcks && !resuming_ && ackSeen_ && now - ackCheckUs_ < every;
     // While any comm's burst runs on this pair, tell the monitor the rail still carries data.
     if (tcpAcked && hl->burstActive(pair)) hl->noteDataAcked(pair);
     if (!burstRequested_ && !tcpAcked) {
