@@ -46,6 +46,7 @@ struct Pair {
   std::atomic<bool> up{true};
   std::atomic<bool> hard{false};
   uint64_t lastAckUs = 0;
+  uint64_t wokeUs = 0;  // when an answer last ended a silence of half the detection time (peer woke up)
   uint64_t lastBigAckUs = 0;
   uint64_t burstUntilUs = 0;
   uint64_t downSinceUs = 0;
@@ -408,6 +409,8 @@ class Monitor : public Health {
       std::lock_guard<std::mutex> g(mu);
       for (Pair& p : live()) {
         if (!p.used || p.nic != nic || !sameEndpoint(p.remote, from)) continue;
+        uint64_t detectUs = (uint64_t)cfg.probeIntervalMs * cfg.probeMultiplier * 1000;
+        if (p.lastAckUs && now > p.lastAckUs + detectUs / 2) p.wokeUs = now;  // this answer ended a silence
         p.lastAckUs = now;
         if (pr.responder) p.peerId = pr.responder;
         if (pr.big) p.lastBigAckUs = now;
@@ -481,7 +484,9 @@ class Monitor : public Health {
           for (Pair& o : live()) {
             if (&o == &p || !o.used || o.peerId != p.peerId || !nicState[o.nic].up.load()) continue;
             sib++;
-            sibSilent += !o.up.load() || !o.lastAckUs || now - std::min(now, o.lastAckUs) > detect / 2;
+            sibSilent += !o.lastAckUs ||
+                         health::siblingSilent(o.up.load(), now - std::min(now, o.lastAckUs),
+                                               o.wokeUs ? now - std::min(now, o.wokeUs) : UINT64_MAX, detect);
           }
         if (health::holdForPeerWideSilence(age, detect, sib, sibSilent)) {
           if (!p.silenceHeld) {
@@ -707,7 +712,7 @@ int Monitor::registerPair(int nic, const sockaddr_storage& remote, socklen_t len
   if (freeSlot < 0 && h < kMaxPairs) freeSlot = h;
   if (freeSlot < 0) return -1;  // table full: the path is then judged by socket errors only
   Pair& p = m->pairs[freeSlot];
-  p.nic = nic, p.remote = remote, p.len = len, p.refs = 1, p.lastAckUs = 0, p.lastBigAckUs = 0;
+  p.nic = nic, p.remote = remote, p.len = len, p.refs = 1, p.lastAckUs = 0, p.lastBigAckUs = 0, p.wokeUs = 0;
   p.burstUntilUs = 0, p.downSinceUs = 0, p.cause.clear();
   p.nextProbeUs = 0, p.probeGapMs = 0, p.downProbes = 0, p.nextRoundUs = 0, p.peerId = 0, p.silenceHeld = false;
   p.burstBigSent = p.burstBigAnswered = p.burstSmallAnswered = 0, p.burstStartUs = 0;

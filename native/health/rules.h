@@ -60,6 +60,17 @@ inline uint64_t peerWideHoldUs(uint64_t detectUs) {
   return detectUs * 4 > floor ? detectUs * 4 : floor;
 }
 
+// Whether a sibling pair (another rail to the same peer process) counts as silent for the
+// peer-wide rule: down, or no answer for half the detection time, or it ended such a silence
+// only `sinceWakeUs` ago, less than the detection time: the peer has just woken up and answers
+// rail by rail (a busy peer may be preempted in between), so this pair's answer may be a
+// moment behind. `sinceWakeUs` = UINT64_MAX when it never was silent.
+inline bool siblingSilent(bool up, uint64_t sinceAnswerUs, uint64_t sinceWakeUs, uint64_t detectUs) {
+  if (!up) return true;
+  if (sinceAnswerUs > detectUs / 2) return true;
+  return sinceWakeUs <= detectUs;
+}
+
 // A pair's probe answers are `ageUs` old; `siblingsSilent` of its `siblings` other pairs to
 // the same peer process are silent too (answers older than half the detection time). True
 // when the timeout must not be read as a network fault yet: every rail to that peer went

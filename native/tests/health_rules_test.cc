@@ -46,6 +46,18 @@ TEST(HealthRules, SilenceOnEveryRailToOnePeerIsHeldForABoundedTime) {
   EXPECT_EQ(peerWideHoldUs(2000000), 8000000u);
 }
 
+TEST(HealthRules, ASiblingThatJustWokeUpStillCountsAsSilent) {
+  const uint64_t detect = 100000;
+  const uint64_t never = UINT64_MAX;
+  EXPECT_TRUE(siblingSilent(false, 0, never, detect)) << "a sibling that is down";
+  EXPECT_TRUE(siblingSilent(true, 60000, never, detect)) << "no answer for more than half the detection time";
+  EXPECT_FALSE(siblingSilent(true, 5000, never, detect)) << "answering on schedule: this rail is the odd one out";
+  EXPECT_FALSE(siblingSilent(true, 5000, 2000000, detect)) << "woke up long ago";
+  // The peer woke up 40 ms ago after a long stall and answered on the sibling first: this
+  // pair's answer is a moment behind, not lost.
+  EXPECT_TRUE(siblingSilent(true, 2000, 40000, detect));
+}
+
 TEST(HealthRules, SizeDependentLossNeedsEvidenceCongestionCannotGive) {
   EXPECT_TRUE(sizeDependentLoss(5, 0, 5, false, 4)) << "every big probe lost, small ones answered, no TCP progress";
   EXPECT_FALSE(sizeDependentLoss(5, 0, 5, true, 4)) << "TCP still acknowledged data: congestion";

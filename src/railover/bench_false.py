@@ -133,7 +133,8 @@ def run(out: Path, quick: bool = False, cases=CASES, console: Optional[Console] 
     with TestBed("T2") as tb:
         a0, b0 = tb.nic("a0"), tb.nic("b0")
         for case in cases:
-            console.print(f"[bold]false-failover[/] {case} for {hold:g} s ({tb.prefix})")
+            secs = hold * 3 if case == "rate-limit-all" else hog_s if case in HOG_PROGRAMS else hold
+            console.print(f"[bold]false-failover[/] {case} for {secs:g} s ({tb.prefix})")
             extra = []
             pause_at = None
             if case == "recv-pause":
