@@ -152,6 +152,7 @@ bool parseConfig(const EnvLookup& env, Config* out, std::string* err) {
   if (!getNum(env, {"RAILOVER_PROBE_INTERVAL_MS", 1, 60000, "ms"}, &c.probeIntervalMs, err)) return false;
   if (!getNum(env, {"RAILOVER_PROBE_MULT", 2, 100, "missed probes"}, &c.probeMultiplier, err)) return false;
   if (!getNum(env, {"RAILOVER_BACKOFF_MAX_MS", 10, 60000, "ms"}, &c.backoffMaxMs, err)) return false;
+  if (!getNum(env, {"RAILOVER_PROBE_BACKOFF_MAX_MS", 1, 60000, "ms"}, &c.probeBackoffMaxMs, err)) return false;
   if (!getNum(env, {"RAILOVER_TCP_USER_TIMEOUT_MS", 0, 600000, "ms, 0 = kernel default"}, &c.tcpUserTimeoutMs, err))
     return false;
   if (!getNum(env, {"RAILOVER_STALL_MS", 1, 60000, "ms"}, &c.stallMs, err)) return false;

@@ -34,6 +34,7 @@ struct Config {
   uint32_t fatalTimeoutS = 120;   // RAILOVER_FATAL_TIMEOUT: s without any usable path, 0 = forever
   uint32_t probeIntervalMs = 20;  // RAILOVER_PROBE_INTERVAL_MS: BFD-style probe interval
   uint32_t probeMultiplier = 5;   // RAILOVER_PROBE_MULT: missed probes before a NIC pair is down
+  uint32_t probeBackoffMaxMs = 1000;  // RAILOVER_PROBE_BACKOFF_MAX_MS: cap of the probe gap to a down NIC pair
   uint32_t backoffMaxMs = 60000;  // RAILOVER_BACKOFF_MAX_MS: cap between reconnect attempts
   uint32_t tcpUserTimeoutMs = 10000;  // RAILOVER_TCP_USER_TIMEOUT_MS on data streams
   uint32_t stallMs = 50;          // RAILOVER_STALL_MS: no progress this long with data pending -> probe burst

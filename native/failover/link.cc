@@ -242,6 +242,14 @@ std::string Link::describe(const Path& p) const {
 
 static uint32_t holdDownOf(const Path& p) { return p.holdDownMs ? p.holdDownMs : Runtime::get().cfg.holdDownMs; }
 
+// When the hold-down of path `p` started: the later of its reconnect and the last repair of
+// its NIC or NIC pair. A path may reconnect (TCP) before the probes prove its pair healthy
+// again; the hold-down counts from that proof, so a busy host that learns of the repair late
+// still waits the whole hold-down before failing back.
+static uint64_t holdDownStartUs(const Path& p, Health* hl) {
+  return std::max(p.upSinceUs, hl ? hl->repairedUs(p.localNic, p.pairId) : 0);
+}
+
 // ------------------------------------------------------------------------------------------
 // Registry of recv links by secret
 namespace {
@@ -500,7 +508,8 @@ int SendLink::pickStandby() const {
   };
   const Path& pr = paths[primary];
   uint64_t now = nowUs();
-  if (usable(pr) && (pr.failedAtUs == 0 || now - pr.upSinceUs >= (uint64_t)holdDownOf(pr) * 1000)) return primary;
+  if (usable(pr) && (pr.failedAtUs == 0 || now - std::min(now, holdDownStartUs(pr, hl)) >= (uint64_t)holdDownOf(pr) * 1000))
+    return primary;
   // At connect, give the primary a moment to finish before settling for a standby (which
   // would mean a failback right after connect).
   if (active < 0 && counters.resumes == 0 && pr.state == PathState::kConnecting && now - createdUs < 1000000) return -1;
@@ -720,13 +729,22 @@ void SendLink::slowTick(uint64_t now) {
         if (hard || (stalled && (otherUsable || netSilent))) failPath(p, cause, now);
       } else if ((p.state == PathState::kStandby || p.state == PathState::kConnecting) && hard) {
         failPath(p, cause, now);
-      } else if (p.state == PathState::kFailed && epochMoved && nicUp && pairUp && p.nextAttemptUs > now + 1000) {
-        p.nextAttemptUs = now;  // NIC or pair came back: retry at once
-      } else if (p.state == PathState::kConnecting && epochMoved && nicUp && pairUp &&
-                 hl->repairedUs(p.localNic, p.pairId) > p.attemptStartUs) {
-        // An attempt started while the NIC or pair was down: its SYN was lost and the kernel
-        // would resend it only after its retransmission timeout (1 s, then 3 s). Start over now.
-        startConnect(p, now);
+      }
+      // A repair of the NIC or pair (it came back up since this path last looked): every
+      // reconnect starts afresh. A waiting retry runs now, with its back-off reset (it grew
+      // during the outage); an attempt in progress is restarted, whenever it began: its SYN
+      // may have been lost, and the kernel would resend it only after its retransmission
+      // timeout (1 s, 3 s, ...), and a failed late attempt must not wait the grown back-off.
+      uint64_t repaired = hl->repairedUs(p.localNic, p.pairId);
+      if (repaired > std::max(p.repairSeenUs, createdUs) && nicUp && pairUp) {
+        p.repairSeenUs = repaired;
+        if (p.state == PathState::kFailed) {
+          p.backoffMs = 0;
+          p.nextAttemptUs = now;
+        } else if (p.state == PathState::kConnecting) {
+          p.backoffMs = 0;
+          startConnect(p, now);
+        }
       }
     }
   }
@@ -776,12 +794,33 @@ void SendLink::slowTick(uint64_t now) {
   } else if (active != primary && !resuming_) {
     Path& pr = paths[primary];
     bool ok = pr.state == PathState::kStandby && (!hl || (hl->nicUp(pr.localNic) && hl->pairUp(pr.pairId)));
-    if (ok && now - pr.upSinceUs >= (uint64_t)holdDownOf(pr) * 1000) activate(primary, now, true);
+    if (ok && now - std::min(now, holdDownStartUs(pr, hl)) >= (uint64_t)holdDownOf(pr) * 1000) activate(primary, now, true);
   }
-  // Stalled-progress watch: data pending but nothing moved for a while -> probe burst.
-  if (active >= 0 && hl && acked_ < nextSeq_ && !burstRequested_ && now - lastProgressUs_ > (uint64_t)cfg.stallMs * 1000) {
-    hl->requestBurst(paths[active].pairId);
-    burstRequested_ = true;
+  // Stalled-progress watch: data pending but nothing moved for a while -> probe burst. Not
+  // when the peer's TCP is still acknowledging our bytes: that path is slow (a saturated
+  // queue), not stalled, and full-size probes lost in that queue are congestion.
+  if (active >= 0 && hl && acked_ < nextSeq_ && now - lastProgressUs_ > (uint64_t)cfg.stallMs * 1000) {
+    int pair = paths[active].pairId;
+    bool checkAcks = !burstRequested_ || hl->burstActive(pair);
+    // TCP_INFO costs a syscall per stream: on a path that stays slow (saturated, rate-limited)
+    // look at most every RAILOVER_STALL_MS / 2 and keep the answer meanwhile.
+    uint64_t every = std::max<uint64_t>(500, (uint64_t)cfg.stallMs * 500);
+    if (checkAcks && !resuming_ && now - ackCheckUs_ >= every) {
+      ackCheckUs_ = now;
+      ackSeen_ = false;
+      for (auto& st : paths[active].streams)
+        if (st.conn && st.conn->peerAckedWithinMs(cfg.stallMs)) {
+          ackSeen_ = true;
+          break;
+        }
+    }
+    bool tcpAcked = checkAcks && !resuming_ && ackSeen_ && now - ackCheckUs_ < every;
+    // While any comm's burst runs on this pair, tell the monitor the rail still carries data.
+    if (tcpAcked && hl->burstActive(pair)) hl->noteDataAcked(pair);
+    if (!burstRequested_ && !tcpAcked) {
+      hl->requestBurst(pair);
+      burstRequested_ = true;
+    }
   }
   publishIfChanged(true);
 }

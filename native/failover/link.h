@@ -90,6 +90,7 @@ struct Path {
   uint64_t attemptStartUs = 0;
   uint32_t flaps = 0;
   uint32_t holdDownMs = 0;     // current (flap-grown) hold-down
+  uint64_t repairSeenUs = 0;   // last NIC/pair repair (Health::repairedUs) this path acted on
   std::string lastError;
   // control frames waiting to go out on stream 0 (reverse direction for a receiver)
   std::string ctlOut;
@@ -218,6 +219,8 @@ class SendLink : public Link {
   uint64_t lastProgressUs_ = 0;
   uint64_t lastCallUs_ = 0;     // the caller's last progress() (a long gap is not a network stall)
   bool burstRequested_ = false;
+  uint64_t ackCheckUs_ = 0;     // last look at the active path's TCP acknowledgements (stall watch)
+  bool ackSeen_ = false;        // ...and whether the peer's TCP had acknowledged data then
   bool plannedSwitch_ = false;
 };
 

@@ -14,12 +14,14 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <random>
 #include <thread>
 #include <vector>
 
 #include "common/clock.h"
 #include "common/config.h"
 #include "common/log.h"
+#include "health/rules.h"
 #include "plugin/devices.h"
 #include "telemetry/journal.h"
 #include "transport/tcp/socket.h"
@@ -44,9 +46,25 @@ struct Pair {
   std::atomic<bool> up{true};
   std::atomic<bool> hard{false};
   uint64_t lastAckUs = 0;
+  uint64_t wokeUs = 0;  // when an answer last ended a silence of half the detection time (peer woke up)
   uint64_t lastBigAckUs = 0;
   uint64_t burstUntilUs = 0;
   uint64_t downSinceUs = 0;
+  // Down pairs are re-probed with back-off: next probe due at nextProbeUs, gap probeGapMs
+  // (interval doubling to RAILOVER_PROBE_BACKOFF_MAX_MS); downProbes counts this outage's.
+  uint64_t nextProbeUs = 0;
+  uint32_t probeGapMs = 0;
+  uint64_t downProbes = 0;
+  uint64_t nextRoundUs = 0;  // an up pair is probed once per round, not again on a burst's extra round
+  // The peer process answering on this pair (its instance id from the answers; 0 = unknown).
+  uint64_t peerId = 0;
+  bool silenceHeld = false;  // this timeout is being held as a peer-wide silence (journaled once)
+  // Full-size burst bookkeeping (size-dependent loss needs every big probe lost, small ones
+  // answered, and no TCP progress reported on the pair meanwhile).
+  int burstBigSent = 0, burstBigAnswered = 0, burstSmallAnswered = 0;
+  uint64_t burstStartUs = 0;
+  std::atomic<uint64_t> dataAckedUs{0};  // a comm saw TCP acknowledge data on this pair (noteDataAcked)
+  std::atomic<bool> burstOn{false};      // a full-size burst is running (read by links: burstActive)
   std::atomic<bool> burst{false};
   std::atomic<uint64_t> upSinceUs{0};  // last down -> up transition (0 = never down)
   std::string cause;  // guarded by Monitor::mu
@@ -114,6 +132,9 @@ class Monitor : public Health {
   int nl = -1;
   uint64_t nextProbeUs = 0;
   uint64_t probeSeq = 0;
+  uint64_t instanceId = 0;     // sent in every probe answer: tells peers which rails reach one process
+  uint64_t lastRoundUs = 0;    // previous probe round (late-wake check)
+  uint64_t lateRounds = 0, lateMaxUs = 0, lastLateLogUs = 0;
 
   void setPairDown(Pair& p, const std::string& cause, uint64_t now, bool hard = false) {
     if (hard && !p.hard.load()) {
@@ -123,6 +144,9 @@ class Monitor : public Health {
     if (!p.up.load()) return;
     p.cause = cause;
     p.downSinceUs = now;
+    p.nextProbeUs = now + (uint64_t)cfg.probeIntervalMs * 1000;
+    p.probeGapMs = cfg.probeIntervalMs;
+    p.downProbes = 0;
     p.up.store(false, std::memory_order_release);
     journalAppend("pair_down", "\"nic\":" + jsonStr(nics[p.nic].name) + ",\"peer\":" + jsonStr(addrToString(p.remote)) +
                                    ",\"cause\":" + jsonStr(cause) + ",\"detection_us\":" +
@@ -137,7 +161,8 @@ class Monitor : public Health {
     p.upSinceUs.store(now, std::memory_order_release);
     p.up.store(true, std::memory_order_release);
     journalAppend("pair_up", "\"nic\":" + jsonStr(nics[p.nic].name) + ",\"peer\":" + jsonStr(addrToString(p.remote)) +
-                                 ",\"down_for_us\":" + std::to_string(now - p.downSinceUs));
+                                 ",\"down_for_us\":" + std::to_string(now - p.downSinceUs) +
+                                 ",\"probes_while_down\":" + std::to_string(p.downProbes));
     bump();
   }
 
@@ -157,6 +182,12 @@ class Monitor : public Health {
                                                   (up ? ",\"neigh_cleared\":" + std::to_string(cleared) : std::string()));
     if (up) {
       RO_INFO(RO_SUBSYS_NET, "railover: NIC %s up (%s)", nics[i].name.c_str(), signal);
+      {
+        // Probes to its pairs backed off during the outage: probe them at the next round.
+        std::lock_guard<std::mutex> g(mu);
+        for (Pair& p : live())
+          if (p.used && p.nic == i) p.nextProbeUs = 0, p.probeGapMs = cfg.probeIntervalMs;
+      }
       sockaddr_storage a;
       socklen_t l;
       if (lookupIfAddr(nics[i].name, cfg.family, &a, &l)) nics[i].setAddr(a, l);  // re-learn the address
@@ -310,14 +341,14 @@ class Monitor : public Health {
 
   void sendProbe(Pair& p, bool big) {
     static uint8_t buf[wire::kFrameBytes + kBigProbeBytes];
-    wire::Frame f;
-    f.type = wire::kProbe;
-    f.flags = big ? kFlagBig : 0;
-    f.len = big ? (uint32_t)kBigProbeBytes : 0;
-    f.seq = ++probeSeq;
-    f.offset = nowUs();
-    wire::encodeFrame(f, buf);
-    sendto(nicState[p.nic].udp, buf, wire::kFrameBytes + f.len, MSG_DONTWAIT, (sockaddr*)&p.remote, p.len);
+    health::Probe pr;
+    pr.big = big;
+    pr.padding = big ? (uint32_t)kBigProbeBytes : 0;
+    pr.id = ++probeSeq;
+    pr.sentUs = nowUs();
+    health::encodeProbe(pr, buf);
+    sendto(nicState[p.nic].udp, buf, wire::kFrameBytes + pr.padding, MSG_DONTWAIT, (sockaddr*)&p.remote, p.len);
+    if (!p.up.load()) p.downProbes++;
   }
 
   void onUdp(int nic) {
@@ -368,53 +399,127 @@ class Monitor : public Health {
         bump();
         continue;
       }
-      if (f.type == wire::kProbe) {  // answer with the same size, so big probes test both directions
-        buf[0] = wire::kProbeAck;
+      health::Probe pr;
+      if (!health::decodeProbe(buf, (size_t)n, &pr)) continue;
+      if (!pr.ack) {  // answer with the same size, so big probes test both directions
+        health::answerProbe(buf, instanceId);
         sendto(nicState[nic].udp, buf, (size_t)n, MSG_DONTWAIT, (sockaddr*)&from, fl);
         continue;
       }
       std::lock_guard<std::mutex> g(mu);
       for (Pair& p : live()) {
         if (!p.used || p.nic != nic || !sameEndpoint(p.remote, from)) continue;
+        uint64_t detectUs = (uint64_t)cfg.probeIntervalMs * cfg.probeMultiplier * 1000;
+        if (p.lastAckUs && now > p.lastAckUs + detectUs / 2) p.wokeUs = now;  // this answer ended a silence
         p.lastAckUs = now;
-        if (f.flags & kFlagBig) p.lastBigAckUs = now;
+        if (pr.responder) p.peerId = pr.responder;
+        if (pr.big) p.lastBigAckUs = now;
+        if (p.burstStartUs && pr.sentUs >= p.burstStartUs) {
+          if (pr.big) p.burstBigAnswered++;
+          else p.burstSmallAnswered++;
+        }
         if (!p.up.load() && nicState[nic].up.load() && now - p.downSinceUs > 2ULL * cfg.probeIntervalMs * 1000)
           setPairUp(p, now);
       }
     }
   }
 
+  // One probe round (every interval, and at once when a comm asks for a burst).
   void onTimer(uint64_t now) {
     std::lock_guard<std::mutex> g(mu);
-    uint64_t detect = (uint64_t)cfg.probeIntervalMs * cfg.probeMultiplier * 1000;
+    uint64_t interval = (uint64_t)cfg.probeIntervalMs * 1000;
+    uint64_t detect = interval * cfg.probeMultiplier;
+    // This thread's own lateness is not the network's: if the previous round was more than 2
+    // intervals ago (descheduled on a busy host), no probes went out and no answers were read
+    // meanwhile, so push every deadline back by the gap.
+    uint64_t credit = lastRoundUs ? health::lateWakeCreditUs(now - lastRoundUs, interval) : 0;
+    lastRoundUs = now;
+    if (credit) {
+      lateRounds++;
+      lateMaxUs = std::max(lateMaxUs, credit);
+      for (Pair& p : live())
+        if (p.used && p.lastAckUs) p.lastAckUs = std::min(now, p.lastAckUs + credit);
+      if (credit > detect / 2 && now - lastLateLogUs > 1000000) {
+        lastLateLogUs = now;
+        journalAppend("health_late", "\"late_us\":" + std::to_string(credit) + ",\"late_rounds\":" +
+                                         std::to_string(lateRounds) + ",\"max_late_us\":" + std::to_string(lateMaxUs));
+      }
+    }
     for (Pair& p : live()) {
       if (!p.used || !nicState[p.nic].up.load()) continue;
       bool burst = p.burst.exchange(false);
-      if (burst) {
+      if (burst && !(p.burstUntilUs && now < p.burstUntilUs)) {
         p.burstUntilUs = now + detect;
         p.lastBigAckUs = 0;
+        p.burstStartUs = now;
+        p.burstBigSent = p.burstBigAnswered = p.burstSmallAnswered = 0;
+        p.burstOn.store(true, std::memory_order_relaxed);
       }
       // During a burst every interval carries a small and a full-size probe, so lost big ones
       // with answered small ones show size-dependent loss. Re-probes of a down pair are always
-      // full size: no failback while big frames still drop.
-      bool inBurst = burst || (p.burstUntilUs && now < p.burstUntilUs);
+      // full size (no failback while big frames still drop) and back off: interval doubling
+      // to RAILOVER_PROBE_BACKOFF_MAX_MS, so an outage of minutes costs a few probes a second.
+      bool inBurst = p.burstUntilUs && now < p.burstUntilUs;
       if (!p.up.load()) {
-        sendProbe(p, true);
-      } else {
-        sendProbe(p, false);
-        if (inBurst) sendProbe(p, true);
+        p.burstUntilUs = 0, p.burstStartUs = 0;  // a down pair is probed full size anyway
+        p.burstOn.store(false, std::memory_order_relaxed);
+        if (now >= p.nextProbeUs) {
+          sendProbe(p, true);
+          p.nextProbeUs = now + (uint64_t)p.probeGapMs * 1000;
+          p.probeGapMs = health::nextProbeGapMs(p.probeGapMs, cfg.probeIntervalMs, cfg.probeBackoffMaxMs);
+        }
+        continue;
       }
+      if (now < p.nextRoundUs && !inBurst) continue;  // a burst's extra round: only bursting pairs
+      p.nextRoundUs = now + interval / 2;
+      sendProbe(p, false);
+      if (inBurst) sendProbe(p, true), p.burstBigSent++;
       if (!p.lastAckUs) p.lastAckUs = now;  // grace for a new pair
       uint64_t age = p.lastAckUs >= now ? 0 : now - p.lastAckUs;  // acks are stamped after `now` was read
-      if (p.up.load() && age > detect) {
-        setPairDown(p, "probe timeout: no answer for " + std::to_string(age / 1000) + " ms", now);
-      } else if (p.up.load() && p.burstUntilUs && now >= p.burstUntilUs) {
-        if (p.lastBigAckUs == 0 && age < detect) {
+      if (age > detect) {
+        // Every other rail to the same peer process silent too: that peer (or this host) is
+        // not running its probe thread, not a network fault. Hold, up to peerWideHoldUs.
+        int sib = 0, sibSilent = 0;
+        if (p.peerId)
+          for (Pair& o : live()) {
+            if (&o == &p || !o.used || o.peerId != p.peerId || !nicState[o.nic].up.load()) continue;
+            sib++;
+            sibSilent += !o.lastAckUs ||
+                         health::siblingSilent(o.up.load(), now - std::min(now, o.lastAckUs),
+                                               o.wokeUs ? now - std::min(now, o.wokeUs) : UINT64_MAX, detect);
+          }
+        if (health::holdForPeerWideSilence(age, detect, sib, sibSilent)) {
+          if (!p.silenceHeld) {
+            p.silenceHeld = true;
+            journalAppend("peer_silence", "\"nic\":" + jsonStr(nics[p.nic].name) + ",\"peer\":" +
+                                              jsonStr(addrToString(p.remote)) + ",\"rails\":" + std::to_string(sib + 1) +
+                                              ",\"age_us\":" + std::to_string(age));
+          }
+          continue;
+        }
+        setPairDown(p, "probe timeout: no answer for " + std::to_string(age / 1000) + " ms" +
+                           (p.silenceHeld ? " (every rail to this peer silent)" : ""), now);
+        p.silenceHeld = false;
+        continue;
+      }
+      p.silenceHeld = false;
+      if (p.burstUntilUs && now >= p.burstUntilUs) {
+        bool dataAcked = p.dataAckedUs.load(std::memory_order_acquire) >= p.burstStartUs;
+        if (health::sizeDependentLoss(p.burstBigSent, p.burstBigAnswered, p.burstSmallAnswered, dataAcked,
+                                      (int)cfg.probeMultiplier - 1)) {
           RO_WARN("railover: NIC pair %s -> %s passes small probes but loses full-size ones: size-dependent loss "
                   "(MTU mismatch?)", nics[p.nic].name.c_str(), addrToString(p.remote).c_str());
           setPairDown(p, "size-dependent loss (full-size probes lost, small ones pass)", now);
+        } else if (p.burstBigAnswered == 0 && p.burstBigSent > 0) {
+          journalAppend("size_loss_ignored", "\"nic\":" + jsonStr(nics[p.nic].name) + ",\"peer\":" +
+                                                 jsonStr(addrToString(p.remote)) + ",\"big_sent\":" +
+                                                 std::to_string(p.burstBigSent) + ",\"small_answered\":" +
+                                                 std::to_string(p.burstSmallAnswered) + ",\"tcp_acked\":" +
+                                                 (dataAcked ? "true" : "false"));
         }
         p.burstUntilUs = 0;
+        p.burstStartUs = 0;
+        p.burstOn.store(false, std::memory_order_relaxed);
       }
     }
   }
@@ -466,6 +571,8 @@ class Monitor : public Health {
   std::string pairDownCause(int id) const override;
   uint64_t repairedUs(int nic, int id) const override;
   void requestBurst(int id) override;
+  bool burstActive(int id) const override;
+  void noteDataAcked(int id) override;
   std::string pairsJson() const override;
   void remapRemote(sockaddr_storage* remote) const override {
     std::lock_guard<std::mutex> g(mu);
@@ -540,6 +647,8 @@ void Health::start(const Config& cfg, Nic* nics, int nNics, const uint16_t* port
   m->nics = nics;
   m->nNics = std::min(nNics, kMaxNics);
   m->ports.assign(ports, ports + m->nNics);
+  std::random_device rd;
+  while (!m->instanceId) m->instanceId = ((uint64_t)rd() << 32) ^ rd() ^ (uint64_t)getpid();
   for (int i = 0; i < m->nNics; ++i) {
     socklen_t l;
     sockaddr_storage a = nics[i].getAddr(&l);
@@ -603,8 +712,12 @@ int Monitor::registerPair(int nic, const sockaddr_storage& remote, socklen_t len
   if (freeSlot < 0 && h < kMaxPairs) freeSlot = h;
   if (freeSlot < 0) return -1;  // table full: the path is then judged by socket errors only
   Pair& p = m->pairs[freeSlot];
-  p.nic = nic, p.remote = remote, p.len = len, p.refs = 1, p.lastAckUs = 0, p.lastBigAckUs = 0;
+  p.nic = nic, p.remote = remote, p.len = len, p.refs = 1, p.lastAckUs = 0, p.lastBigAckUs = 0, p.wokeUs = 0;
   p.burstUntilUs = 0, p.downSinceUs = 0, p.cause.clear();
+  p.nextProbeUs = 0, p.probeGapMs = 0, p.downProbes = 0, p.nextRoundUs = 0, p.peerId = 0, p.silenceHeld = false;
+  p.burstBigSent = p.burstBigAnswered = p.burstSmallAnswered = 0, p.burstStartUs = 0;
+  p.dataAckedUs.store(0);
+  p.burstOn.store(false);
   p.upSinceUs.store(0);
   p.up.store(true);
   p.hard.store(false);
@@ -641,6 +754,16 @@ std::string Monitor::pairDownCause(int id) const {
   if (id < 0 || id >= kMaxPairs) return "pair down";
   std::lock_guard<std::mutex> g(m->mu);
   return m->pairs[id].cause.empty() ? "pair down" : m->pairs[id].cause;
+}
+
+bool Monitor::burstActive(int id) const {
+  if (id < 0 || id >= kMaxPairs) return false;
+  const Pair& p = pairs[id];
+  return p.burst.load(std::memory_order_relaxed) || p.burstOn.load(std::memory_order_relaxed);
+}
+
+void Monitor::noteDataAcked(int id) {
+  if (id >= 0 && id < kMaxPairs) pairs[id].dataAckedUs.store(nowUs(), std::memory_order_release);
 }
 
 void Monitor::requestBurst(int id) {

@@ -48,6 +48,12 @@ class Health {
   virtual uint64_t repairedUs(int nic, int id) const { (void)nic, (void)id; return 0; }
   // The active path on this pair made no progress for a while: probe now, with full-size probes.
   virtual void requestBurst(int id) = 0;
+  // A full-size probe burst is requested or running on pair `id` (one atomic load).
+  virtual bool burstActive(int id) const { (void)id; return false; }
+  // A comm saw the peer's TCP acknowledge its data on pair `id` just now (called while a burst
+  // runs): the rail carries data, so lost full-size probes there are congestion, not an MTU
+  // black hole. Thread-safe, never blocks.
+  virtual void noteDataAcked(int id) { (void)id; }
   // A peer moved one of its NICs to a new address (its notice): rewrite `remote` (IP + port)
   // to where that NIC is now, so reconnects and probes go there. No-op when unknown.
   virtual void remapRemote(sockaddr_storage* remote) const {}

@@ -50,7 +50,7 @@ ncclResult_t Runtime::init(ncclDebugLogger_t logger) {
     socklen_t len = 0;
     sockaddr_storage a = n.getAddr(&len);
     uint16_t port = 0;
-    int fd = tcp::listenOn(a, len, &port, &err);
+    int fd = tcp::listenOn(a, len, &port, &err, n.name);
     if (fd < 0) {
       error_ = "cannot listen on NIC " + n.name + " (" + addrToString(a) + "): " + err;
       RO_WARN("railover: %s", error_.c_str());
@@ -91,7 +91,7 @@ void Runtime::initForTest(const Config& c, const std::vector<Nic>& n, Transport*
 void Runtime::relisten(int nic, const sockaddr_storage& a, socklen_t len) {
   uint16_t port = ports[nic];
   std::string err;
-  int fd = tcp::listenOn(a, len, &port, &err);
+  int fd = tcp::listenOn(a, len, &port, &err, nics[nic].name);
   if (fd < 0) {
     RO_WARN("railover: NIC %s moved to %s but cannot listen there on port %u: %s; peers cannot reconnect to it",
             nics[nic].name.c_str(), addrToString(a).c_str(), ports[nic], err.c_str());

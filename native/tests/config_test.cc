@@ -36,6 +36,7 @@ TEST(Config, BadValuesNameTheVariable) {
       {{"RAILOVER_RAILS", "eth0=x"}},        {{"NCCL_SOCKET_FAMILY", "ipv4"}},
       {{"RAILOVER_IFNAMES", "^"}},           {{"RAILOVER_IFNAMES", "eth0,,eth1"}},
       {{"RAILOVER_MIN_CHUNK_BYTES", "1000"}}, {{"RAILOVER_BACKOFF_MAX_MS", "600000"}},
+      {{"RAILOVER_PROBE_BACKOFF_MAX_MS", "0"}}, {{"RAILOVER_PROBE_BACKOFF_MAX_MS", "1s"}},
   };
   for (auto& env : bad) {
     Config c;
@@ -53,6 +54,7 @@ TEST(Config, GoodValues) {
                      {"RAILOVER_RAILS", "eth0=0, eth1=1"},
                      {"RAILOVER_HOLD_DOWN_MS", "250"},
                      {"RAILOVER_FATAL_TIMEOUT", "0"},
+                     {"RAILOVER_PROBE_BACKOFF_MAX_MS", "250"},
                      {"NCCL_SOCKET_FAMILY", "AF_INET"}},
                     &c, &err))
       << err;
@@ -64,6 +66,7 @@ TEST(Config, GoodValues) {
   EXPECT_EQ(c.rails[1].second, 1);
   EXPECT_EQ(c.holdDownMs, 250u);
   EXPECT_EQ(c.fatalTimeoutS, 0u);
+  EXPECT_EQ(c.probeBackoffMaxMs, 250u);
   ASSERT_TRUE(parse({{"RAILOVER_STANDBY", "none"}}, &c, &err));
   EXPECT_EQ(c.standby, StandbyPolicy::kNone);
 }

@@ -118,6 +118,10 @@ def test_false_failover(out):
         assert r["wrong_bytes"] == 0 and r["rank_exit_codes"] == [0, 0], (case, r.get("error"))
         assert r["bw_before_gbs"] > 0 and r["stall_ms"] is not None
     assert cases["rate-limit"]["tbf_drops"] >= 0
+    # A busy host is the normal case: a CPU hog or memory-bandwidth hog on every core moves nothing.
+    for case in ("cpu-hog", "mem-bw"):
+        assert cases[case]["failovers"] == 0 and cases[case]["path_downs"] == 0, (case, cases[case])
+        assert cases[case]["hog"]["processes"] >= 1, cases[case]
 
 
 def test_scale(out):

@@ -7,8 +7,33 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <atomic>
+
+#include "common/log.h"
+
 namespace railover {
 namespace tcp {
+
+int bindToDevice(int fd, const std::string& ifname) {
+  if (ifname.empty()) return 0;
+  if (setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, ifname.c_str(), (socklen_t)ifname.size()) == 0) return 0;
+  int e = errno;
+  static std::atomic<bool> warned{false};
+  if (e == EPERM && !warned.exchange(true))
+    RO_WARN("railover: cannot bind sockets to NIC %s (SO_BINDTODEVICE: %s; needs CAP_NET_RAW before Linux 5.7): "
+            "they are bound to the NIC's address only, and egress follows the routing table",
+            ifname.c_str(), strerror(e));
+  return e;
+}
+
+// A device binding that fails for lack of privilege is not fatal (address binding remains);
+// any other failure (no such device) is.
+static bool bindDeviceOrFail(int fd, const std::string& ifname, std::string* err) {
+  int e = bindToDevice(fd, ifname);
+  if (e == 0 || e == EPERM) return true;
+  *err = "bind to device " + ifname + ": " + strerror(e);
+  return false;
+}
 
 void setNonBlocking(int fd) {
   int fl = fcntl(fd, F_GETFL, 0);
@@ -24,7 +49,8 @@ static uint16_t getPort(const sockaddr_storage& a) {
   return ntohs(a.ss_family == AF_INET ? ((const sockaddr_in&)a).sin_port : ((const sockaddr_in6&)a).sin6_port);
 }
 
-int listenOn(const sockaddr_storage& addrIn, socklen_t len, uint16_t* port, std::string* err) {
+int listenOn(const sockaddr_storage& addrIn, socklen_t len, uint16_t* port, std::string* err,
+             const std::string& ifname) {
   sockaddr_storage addr = addrIn;
   setPort(&addr, *port);
   int fd = socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -33,6 +59,10 @@ int listenOn(const sockaddr_storage& addrIn, socklen_t len, uint16_t* port, std:
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   // IP_FREEBIND lets the listener survive (and be re-created) while the address is absent.
   setsockopt(fd, IPPROTO_IP, IP_FREEBIND, &one, sizeof(one));
+  if (!bindDeviceOrFail(fd, ifname, err)) {
+    close(fd);
+    return -1;
+  }
   if (bind(fd, (sockaddr*)&addr, len) != 0 || listen(fd, 1024) != 0) {
     *err = std::string("bind/listen: ") + strerror(errno);
     close(fd);
@@ -52,6 +82,10 @@ int udpOn(const sockaddr_storage& addrIn, socklen_t len, uint16_t port, const st
   if (fd < 0) return *err = std::string("socket: ") + strerror(errno), -1;
   int one = 1;
   setsockopt(fd, IPPROTO_IP, IP_FREEBIND, &one, sizeof(one));
+  if (!bindDeviceOrFail(fd, ifname, err)) {
+    close(fd);
+    return -1;
+  }
   if (bind(fd, (sockaddr*)&addr, len) != 0) {
     *err = std::string("bind udp: ") + strerror(errno);
     close(fd);
@@ -77,6 +111,11 @@ int startConnect(const sockaddr_storage& srcIn, socklen_t srcLen, const std::str
   setPort(&src, 0);
   int one = 1;
   setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
+  // Device first, then address: the route lookup of connect() is then confined to this NIC.
+  if (!bindDeviceOrFail(fd, ifname, err)) {
+    close(fd);
+    return -1;
+  }
   if (bind(fd, (sockaddr*)&src, srcLen) != 0) {
     *err = std::string("bind source address: ") + strerror(errno);
     close(fd);
@@ -88,7 +127,6 @@ int startConnect(const sockaddr_storage& srcIn, socklen_t srcLen, const std::str
     close(fd);
     return -1;
   }
-  (void)ifname;
   return fd;
 }
 

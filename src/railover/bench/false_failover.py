@@ -14,7 +14,15 @@ checked, default settings. Each case runs 1 s of steady traffic, then the condit
   none failed;
 * ``recv-pause``: rank 1's progress thread stops posting and testing receives (driver
   ``--pause-recv``): a receiver that stops consuming, so the sender stalls with full buffers;
-* ``sigstop``: rank 1 is SIGSTOPped (its plugin threads, probes included, stop too).
+* ``sigstop``: rank 1 is SIGSTOPped (its plugin threads, probes included, stop too);
+* ``cpu-hog``: every core saturated by other work: one busy-looping process per core (nice 0,
+  the ranks' own priority) for 60 s (5 s with --quick): a training host whose data loaders
+  use every core;
+* ``mem-bw``: memory-bandwidth pressure: one process per core copying a 64 MiB buffer into
+  another without pause, for 60 s (5 s with --quick).
+
+The hogs are plain Python processes (no extra dependency), started on the host (outside the
+test bed's namespaces: CPU and memory are shared anyway) and killed by their pids.
 
 Counted per case: ``failover`` and ``path_down`` journal events (should be 0), the
 ``pair_down`` verdicts of the probe monitor (soft signals the failover rules must ignore),
@@ -22,8 +30,10 @@ and the longest delivery stall.
 """
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -35,7 +45,41 @@ from railover.testbed import faults as F
 from railover.bench.failover import keep_journals
 from railover.testbed.netns import TestBed, now_us, poll_until
 
-CASES = ("congestion", "rate-limit", "rate-limit-all", "recv-pause", "sigstop")
+CASES = ("congestion", "rate-limit", "rate-limit-all", "recv-pause", "sigstop", "cpu-hog", "mem-bw")
+
+HOG_PROGRAMS = {
+    "cpu-hog": "while 1: pass",
+    "mem-bw": "a = bytearray(64 << 20)\nb = bytearray(64 << 20)\nwhile 1: b[:] = a",
+}
+
+
+class Hog(F.Fault):
+    """One process per CPU core running ``program`` (a CPU or memory-bandwidth hog) on the
+    host; undo kills each by its pid. ``result``: the load average seen at undo."""
+
+    code = "HOG"
+
+    def __init__(self, program: str):
+        super().__init__()
+        self.program = program
+        self.procs: List[subprocess.Popen] = []
+        self.result: Optional[Dict[str, Any]] = None
+
+    def _target(self) -> str:
+        return f"{os.cpu_count()} processes"
+
+    def _apply(self) -> None:
+        self.procs = [subprocess.Popen([sys.executable, "-c", self.program], stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.DEVNULL) for _ in range(os.cpu_count() or 1)]
+
+    def _undo(self) -> None:
+        self.result = {"processes": len(self.procs), "loadavg_1m": os.getloadavg()[0]}
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+        for p in self.procs:
+            p.wait(timeout=10)
+        self.procs = []
 
 
 class Flood(F.Fault):
@@ -77,17 +121,20 @@ class Flood(F.Fault):
 def run(out: Path, quick: bool = False, cases=CASES, console: Optional[Console] = None) -> Dict[str, Any]:
     console = console or Console()
     hold = 1.5 if quick else 5.0
+    hog_s = 5.0 if quick else 60.0
     warm, after = 1.0, 2.0
     rep = C.Report("false-failover", out, quick, {"cases": list(cases), "condition_s": hold, "warm_s": warm,
                                                   "after_s": after, "workload": "allreduce",
                                                   "size": "1M (rate-limit-all: 4M over 4 channels)",
-                                                  "check": True, "layout": "T2", "tbf": "100mbit, burst 64kb, latency 50ms"})
+                                                  "check": True, "layout": "T2", "tbf": "100mbit, burst 64kb, latency 50ms",
+                                                  "hog_s": hog_s, "cores": os.cpu_count()})
     work = Path(out) / "false-work"
     results: Dict[str, Any] = {}
     with TestBed("T2") as tb:
         a0, b0 = tb.nic("a0"), tb.nic("b0")
         for case in cases:
-            console.print(f"[bold]false-failover[/] {case} for {hold:g} s ({tb.prefix})")
+            secs = hold * 3 if case == "rate-limit-all" else hog_s if case in HOG_PROGRAMS else hold
+            console.print(f"[bold]false-failover[/] {case} for {secs:g} s ({tb.prefix})")
             extra = []
             pause_at = None
             if case == "recv-pause":
@@ -98,7 +145,7 @@ def run(out: Path, quick: bool = False, cases=CASES, console: Optional[Console] 
                 size, channels = "4M", 4
                 extra = ["--dev-spread"]
             lr = C.LiveRun(tb, work / case, workload="allreduce", minbytes=size, check=True, channels=channels,
-                           duration_s=60 + hold * 5, extra_args=extra).start()
+                           duration_s=60 + hold * 5 + (hog_s if case in HOG_PROGRAMS else 0), extra_args=extra).start()
             f: Optional[F.Fault] = None
             extra_info: Dict[str, Any] = {}
             try:
@@ -112,8 +159,10 @@ def run(out: Path, quick: bool = False, cases=CASES, console: Optional[Console] 
                     f = F.Rate(a0, "100mbit", peers=[n for n in tb.nics if n is not a0])
                 elif case == "sigstop":
                     f = F.Stop(lr.procs[1])
+                elif case in HOG_PROGRAMS:
+                    f = Hog(HOG_PROGRAMS[case])
                 # Saturated slow rails need longer to show probe trouble: 3x the condition time.
-                cond = hold * 3 if case == "rate-limit-all" else hold
+                cond = hold * 3 if case == "rate-limit-all" else hog_s if case in HOG_PROGRAMS else hold
                 if f is not None:
                     f.apply()
                     lr.wait_for(lambda: now_us() - t0 >= cond * 1e6, cond + 1)
@@ -125,6 +174,8 @@ def run(out: Path, quick: bool = False, cases=CASES, console: Optional[Console] 
                                                                 if e.get("active")})
                     if isinstance(f, Flood):
                         extra_info["iperf3"] = f.result
+                    if isinstance(f, Hog):
+                        extra_info["hog"] = f.result
                 else:  # recv-pause: the driver pauses itself; wait it out
                     lr.wait_for(lambda: now_us() - lr.started_us >= (pause_at + hold + 0.5) * 1e6, pause_at + hold + 5)
                     t1 = now_us()
@@ -147,6 +198,8 @@ def run(out: Path, quick: bool = False, cases=CASES, console: Optional[Console] 
                 "path_downs": len(res.select("path_down")),
                 "pair_downs_in_window": sum(1 for e in window if e.get("event") == "pair_down"),
                 "events_in_window": sorted({e["event"] for e in window}),
+                "health_late_in_window": sum(1 for e in window if e.get("event") == "health_late"),
+                "peer_silence_holds_in_window": sum(1 for e in window if e.get("event") == "peer_silence"),
                 "stall_ms": C.longest_gap_ms(b0s, t0, int(t1 + after * 1e6)),
                 "bw_before_gbs": C.rate_gbs(b0s, int(t0 - warm * 1e6 * 0.8), t0),
                 "bw_during_gbs": C.rate_gbs(b0s, t0, t1),
@@ -187,8 +240,9 @@ def tables(data: Dict[str, Any]) -> List[Table]:
 def markdown(data: Dict[str, Any]) -> str:
     L = [f"Ring all-reduce of 1 MiB (rate-limit-all: 4 MiB over 4 channels spread over both NICs; 2 hosts x 2 NICs, "
          f"every byte checked, default settings); each condition lasts {data['settings']['condition_s']:g} s "
-         f"(rate-limit-all: {3 * data['settings']['condition_s']:g} s); tbf "
-         f"{data['settings'].get('tbf', '')}.\n",
+         f"(rate-limit-all: {3 * data['settings']['condition_s']:g} s; cpu-hog and mem-bw: "
+         f"{data['settings'].get('hog_s', 0):g} s with one hog process per core, {data['settings'].get('cores')} cores); "
+         f"tbf {data['settings'].get('tbf', '')}.\n",
          "| case | failovers | path_down | pair_down (soft, ignored) | longest stall (ms) | GB/s before / during / after | wrong bytes |",
          "|---|---:|---:|---:|---:|---:|---:|"]
     for case, r in data["results"]["cases"].items():

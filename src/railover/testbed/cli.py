@@ -45,6 +45,8 @@ def up_cmd(
     prefix: Optional[str] = typer.Option(None, help="use this prefix ('ro' + 4 lowercase letters/digits) instead of a random one"),
     detach: bool = typer.Option(False, "--detach", "-d",
                                 help="leave the bed up and exit (remove it with 'railover testbed down')"),
+    no_policy_routing: bool = typer.Option(False, "--no-policy-routing",
+                                           help="flat layouts: no per-NIC policy routing (main table only)"),
 ) -> None:
     """Build a test bed, print its topology, and keep it until SIGINT (Ctrl-C) or SIGTERM
     (or --detach)."""
@@ -54,7 +56,10 @@ def up_cmd(
         # so it restores the default (KeyboardInterrupt) before the bed's handler chains to it.
         signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        tb = _tb.TestBed(layout, hosts=hosts, nics=nics, base=base, prefix=prefix)
+        if no_policy_routing and "flat" not in layout:
+            _fail("--no-policy-routing applies to flat layouts only (e.g. --layout T2-flat)")
+        tb = _tb.TestBed(layout, hosts=hosts, nics=nics, base=base, prefix=prefix,
+                         policy_routing=not no_policy_routing)
         tb.up()
     except (ValueError, _tb.TestBedError) as e:
         _fail(str(e))

@@ -14,7 +14,10 @@ Layout (SCENARIOS.md section 0.1)::
   policy routing (``ip rule from <addr> table <100+r>``) makes traffic sourced from a NIC's
   address leave through that NIC (a later ``from <addr> unreachable`` rule makes it fail
   with ENETUNREACH, instead of leaking through another NIC, when that NIC is down), and
-  ``arp_ignore=1``/``arp_announce=2`` avoid ARP flux.
+  ``arp_ignore=1``/``arp_announce=2`` avoid ARP flux. ``TestBed(..., policy_routing=False)``
+  (``railover testbed up --no-policy-routing``) builds a flat layout without those rules and
+  tables: only the main table's connected routes, so whatever is not bound to a device
+  leaves through the NIC of the first route.
 
 Every run gets a random prefix ``ro<4 chars>`` used in namespace names
 (``<prefix>-nsA``, ``<prefix>-nsF``) and in host/port interface names (``<prefix>a0``,
@@ -728,6 +731,9 @@ class TestBed:
     KeyboardInterrupt) so the bed is torn down, a signal arriving during teardown is
     delivered after it.
 
+    ``policy_routing``: flat layouts only; False builds them without the per-NIC policy
+    routing (rules and tables), as on hosts whose NICs share a subnet with only the main table.
+
     Attributes after :meth:`up`: ``prefix``, ``mode`` (``root``/``userns``), ``topology``,
     ``layout``, ``hosts`` (list of :class:`Host`), ``nics`` (all NICs), ``fabric_ns``,
     ``bridges``, ``namespaces``, ``state_file``, ``up_us``.
@@ -741,7 +747,7 @@ class TestBed:
     def __init__(self, layout: Union[str, Topology] = "T2", *, hosts: Optional[int] = None,
                  nics: Optional[int] = None, flat: Optional[bool] = None, base: int = 0,
                  prefix: Optional[str] = None, ipv6: bool = False, allow_userns: bool = True,
-                 handle_signals: bool = True):
+                 handle_signals: bool = True, policy_routing: bool = True):
         topo = layout if isinstance(layout, Topology) else Topology.from_layout(layout, base)
         if isinstance(layout, Topology) and base:
             topo = Topology(topo.hosts, topo.nics, topo.flat, base)
@@ -752,6 +758,7 @@ class TestBed:
         if prefix is not None and not PREFIX_RE.match(prefix):
             raise ValueError(f"prefix must be 'ro' + 4 of [a-z0-9], got {prefix!r}")
         self.topology = topo
+        self.policy_routing = policy_routing
         self.layout = topo.name
         self.prefix = prefix or self._new_prefix()
         self.ipv6 = ipv6
@@ -796,8 +803,9 @@ class TestBed:
                         raise ValueError(f"interface name {n!r} exceeds {IFNAMSIZ_MAX} chars")
                 if t.flat:
                     addr = f"10.{t.base}.0.{1 + i + t.flat_stride() * r}"
-                    nic = Nic(lname, label, r, r, ifname, port, addr, 24, h.ns, self.fabric_ns,
-                              "br0", FLAT_TABLE_BASE + r, FLAT_RULE_PRIO_BASE + r)
+                    routed = self.policy_routing
+                    nic = Nic(lname, label, r, r, ifname, port, addr, 24, h.ns, self.fabric_ns, "br0",
+                              FLAT_TABLE_BASE + r if routed else None, FLAT_RULE_PRIO_BASE + r if routed else None)
                 else:
                     addr = f"10.{t.base}.{r}.{i + 1}"
                     nic = Nic(lname, label, r, r, ifname, port, addr, 24, h.ns, self.fabric_ns,
@@ -863,7 +871,7 @@ class TestBed:
             "namespaces": self.namespaces, "detached": self.detached, "created_us": self.up_us,
             "hosts": [{"name": h.name, "ns": h.ns, "nics": [asdict(n) for n in h.nics]}
                       for h in self.hosts],
-            "fabric_ns": self.fabric_ns, "bridges": self.bridges,
+            "fabric_ns": self.fabric_ns, "bridges": self.bridges, "policy_routing": self.policy_routing,
         }
 
     def up(self) -> "TestBed":
@@ -982,7 +990,8 @@ class TestBed:
         else:
             raise TestBedError(f"no state file for test bed {prefix!r} in "
                                f"{', '.join(map(str, state_dirs()))}")
-        tb = cls(Topology(**st["topology"]), prefix=prefix, handle_signals=False)
+        tb = cls(Topology(**st["topology"]), prefix=prefix, handle_signals=False,
+                 policy_routing=st.get("policy_routing", True))
         tb.mode, tb.state_file, tb.up_us = st.get("mode"), info.state_file, st.get("created_us")
         tb.detached = bool(st.get("detached"))
         tb._created = [ns for ns in tb.namespaces if ns in info.namespaces]

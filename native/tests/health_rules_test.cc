@@ -1,0 +1,103 @@
+// Unit tests of the probe monitor's pure rules and probe payload helpers (health/rules.h).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "health/rules.h"
+
+namespace railover {
+namespace health {
+namespace {
+
+TEST(HealthRules, LateWakeCreditsOnlyAMissedRound) {
+  const uint64_t interval = 20000;
+  EXPECT_EQ(lateWakeCreditUs(20000, interval), 0u) << "on time";
+  EXPECT_EQ(lateWakeCreditUs(40000, interval), 0u) << "within two intervals";
+  // Descheduled for 300 ms: the deadline moves by what was not spent probing.
+  EXPECT_EQ(lateWakeCreditUs(320000, interval), 300000u);
+}
+
+TEST(HealthRules, DownPairProbesBackOffToTheCap) {
+  std::vector<uint32_t> gaps;
+  uint32_t g = 0;
+  for (int i = 0; i < 10; ++i) gaps.push_back(g = nextProbeGapMs(g, 20, 1000));
+  EXPECT_EQ(gaps, (std::vector<uint32_t>{20, 40, 80, 160, 320, 640, 1000, 1000, 1000, 1000}));
+  EXPECT_EQ(nextProbeGapMs(500, 20, 10), 20u) << "a cap below the interval means the interval";
+  // A 25 s outage costs tens of probes, not 25 s / 20 ms = 1250.
+  uint64_t t = 0;
+  int probes = 0;
+  for (g = 0; t < 25000; ++probes) t += (g = nextProbeGapMs(g, 20, 1000));
+  EXPECT_LE(probes, 32);
+}
+
+TEST(HealthRules, SilenceOnEveryRailToOnePeerIsHeldForABoundedTime) {
+  const uint64_t detect = 100000;
+  // One rail silent, the other answering: a network fault, judged at once.
+  EXPECT_FALSE(holdForPeerWideSilence(detect + 1, detect, 1, 0));
+  // A single rail to that peer: nothing to compare with.
+  EXPECT_FALSE(holdForPeerWideSilence(detect + 1, detect, 0, 0));
+  // Every rail silent together: the peer (or this host) is not running; held...
+  EXPECT_TRUE(holdForPeerWideSilence(detect + 1, detect, 1, 1));
+  EXPECT_TRUE(holdForPeerWideSilence(detect + 900000, detect, 3, 3));
+  // ...but not forever: a peer whose every NIC is cut is still judged.
+  EXPECT_FALSE(holdForPeerWideSilence(detect + peerWideHoldUs(detect), detect, 1, 1));
+  EXPECT_GE(peerWideHoldUs(detect), 1000000u);
+  EXPECT_EQ(peerWideHoldUs(2000000), 8000000u);
+}
+
+TEST(HealthRules, ASiblingThatJustWokeUpStillCountsAsSilent) {
+  const uint64_t detect = 100000;
+  const uint64_t never = UINT64_MAX;
+  EXPECT_TRUE(siblingSilent(false, 0, never, detect)) << "a sibling that is down";
+  EXPECT_TRUE(siblingSilent(true, 60000, never, detect)) << "no answer for more than half the detection time";
+  EXPECT_FALSE(siblingSilent(true, 5000, never, detect)) << "answering on schedule: this rail is the odd one out";
+  EXPECT_FALSE(siblingSilent(true, 5000, 2000000, detect)) << "woke up long ago";
+  // The peer woke up 40 ms ago after a long stall and answered on the sibling first: this
+  // pair's answer is a moment behind, not lost.
+  EXPECT_TRUE(siblingSilent(true, 2000, 40000, detect));
+}
+
+TEST(HealthRules, SizeDependentLossNeedsEvidenceCongestionCannotGive) {
+  EXPECT_TRUE(sizeDependentLoss(5, 0, 5, false, 4)) << "every big probe lost, small ones answered, no TCP progress";
+  EXPECT_FALSE(sizeDependentLoss(5, 0, 5, true, 4)) << "TCP still acknowledged data: congestion";
+  EXPECT_FALSE(sizeDependentLoss(5, 1, 5, false, 4)) << "one big probe got through";
+  EXPECT_FALSE(sizeDependentLoss(5, 0, 0, false, 4)) << "small ones lost too: not size-dependent";
+  EXPECT_FALSE(sizeDependentLoss(2, 0, 5, false, 4)) << "too few big probes to judge";
+}
+
+TEST(HealthRules, ProbeRoundTrip) {
+  uint8_t buf[kProbeHeaderBytes + 4000] = {};
+  Probe p;
+  p.big = true, p.id = 77, p.sentUs = 123456789, p.padding = 4000;
+  encodeProbe(p, buf);
+  Probe q;
+  ASSERT_TRUE(decodeProbe(buf, sizeof(buf), &q));
+  EXPECT_FALSE(q.ack);
+  EXPECT_TRUE(q.big);
+  EXPECT_EQ(q.id, 77u);
+  EXPECT_EQ(q.sentUs, 123456789u);
+  EXPECT_EQ(q.responder, 0u);
+  answerProbe(buf, 0xfeedULL);
+  ASSERT_TRUE(decodeProbe(buf, sizeof(buf), &q));
+  EXPECT_TRUE(q.ack);
+  EXPECT_EQ(q.responder, 0xfeedULL);
+  EXPECT_EQ(q.id, 77u);
+  EXPECT_EQ(q.sentUs, 123456789u) << "the prober's send time is echoed";
+  // Malformed: truncated, padding not matching the datagram, other frame types, notices.
+  EXPECT_FALSE(decodeProbe(buf, 31, &q));
+  EXPECT_FALSE(decodeProbe(buf, sizeof(buf) - 1, &q));
+  uint8_t small[kProbeHeaderBytes];
+  p = Probe();
+  encodeProbe(p, small);
+  EXPECT_TRUE(decodeProbe(small, sizeof(small), &q));
+  small[1] = 2;  // NIC-down notice flag
+  EXPECT_FALSE(decodeProbe(small, sizeof(small), &q));
+  small[1] = 0;
+  small[0] = 2;  // DATA frame
+  EXPECT_FALSE(decodeProbe(small, sizeof(small), &q));
+}
+
+}  // namespace
+}  // namespace health
+}  // namespace railover
