@@ -25,9 +25,9 @@ from typing import Dict, Iterator, List, Tuple
 
 import pytest
 
-from railover import faults
-from railover.scenario import LazyFault, Step, rank_process, run_scenario
-from railover.testbed import netlink, now_us
+from railover.testbed import faults
+from railover.testbed.scenario import LazyFault, Step, rank_process, run_scenario
+from railover.testbed.netns import netlink, now_us
 
 pytestmark = pytest.mark.netns
 
