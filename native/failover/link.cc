@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <unordered_map>
@@ -278,6 +280,20 @@ static void sendClose(Path& p, bool atBoundary) {
   wire::encodeFrame(f, buf);
   std::string err;
   writeAll(*p.streams[0].conn, buf, sizeof(buf), &err);
+}
+
+// The one place a link's fatal error leaves the plugin. With RAILOVER_ABORT_ON_FATAL=1 the
+// process exits here (one stderr line naming the path and the cause, then quick_exit, which
+// runs the state-file cleanup); otherwise the WARN and ncclSystemError as NCCL expects.
+ncclResult_t fatalResult(const std::string& msg) {
+  if (Runtime::get().cfg.abortOnFatal) {
+    std::string m = msg.rfind("railover: ", 0) == 0 ? msg.substr(10) : msg;
+    fprintf(stderr, "railover: RAILOVER_ABORT_ON_FATAL=1: exiting on a fatal error: %s\n", m.c_str());
+    fflush(stderr);
+    std::quick_exit(kAbortOnFatalExitCode);
+  }
+  RO_WARN("%s", msg.c_str());
+  return ncclSystemError;
 }
 
 // ------------------------------------------------------------------------------------------
@@ -829,10 +845,7 @@ bool SendLink::ready() {
 ncclResult_t SendLink::isend(const void* data, uint64_t size, void** request) {
   std::lock_guard<std::mutex> g(mu);
   *request = nullptr;
-  if (fatal && !fatalPeerGone) {
-    RO_WARN("%s", fatalMsg.c_str());
-    return ncclSystemError;
-  }
+  if (fatal && !fatalPeerGone) return fatalResult(fatalMsg);
   if (nextSeq_ - acked_ >= kRing) {
     progress();
     return ncclSuccess;
@@ -852,10 +865,7 @@ ncclResult_t SendLink::isend(const void* data, uint64_t size, void** request) {
 ncclResult_t SendLink::test(SendReq* r, int* done, int* size) {
   std::lock_guard<std::mutex> g(mu);
   if (!r->done) progress();
-  if (fatal && !r->done) {
-    RO_WARN("%s", fatalMsg.c_str());
-    return ncclSystemError;
-  }
+  if (fatal && !r->done) return fatalResult(fatalMsg);
   *done = r->done ? 1 : 0;
   if (r->done && size) *size = (int)r->size;
   return ncclSuccess;
@@ -1172,10 +1182,7 @@ bool RecvLink::ready() {
 ncclResult_t RecvLink::irecv(void* data, uint64_t cap, void** request) {
   std::lock_guard<std::mutex> g(mu);
   *request = nullptr;
-  if (fatal && !fatalPeerGone) {
-    RO_WARN("%s", fatalMsg.c_str());
-    return ncclSystemError;
-  }
+  if (fatal && !fatalPeerGone) return fatalResult(fatalMsg);
   if (nextPost_ - nextComplete_ >= kRing) {
     progress();
     return ncclSuccess;
@@ -1198,10 +1205,7 @@ ncclResult_t RecvLink::test(RecvReq* r, int* done, int* size) {
     RO_WARN("%s", fatalMsg.c_str());
     return ncclInvalidUsage;
   }
-  if (fatal && !r->done) {
-    RO_WARN("%s", fatalMsg.c_str());
-    return ncclSystemError;
-  }
+  if (fatal && !r->done) return fatalResult(fatalMsg);
   *done = r->done ? 1 : 0;
   if (r->done && size) *size = (int)r->total;
   return ncclSuccess;

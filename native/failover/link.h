@@ -290,6 +290,11 @@ extern std::atomic<bool> gStateDirty;
 // Counters of links already closed (the process's lifetime totals = live links + these).
 LinkCounters closedLinkTotals(uint64_t* fatals);
 
+// Returns a link's fatal error to NCCL: logs `msg` (a WARN) and returns ncclSystemError; with
+// RAILOVER_ABORT_ON_FATAL=1 it writes `msg` as one stderr line and exits the process instead
+// (status kAbortOnFatalExitCode). Thread-safe.
+ncclResult_t fatalResult(const std::string& msg);
+
 // Process-wide registry of recv links by secret (the acceptor routes streams with it).
 void registerRecvLink(uint64_t secret, RecvLink* l);
 void unregisterRecvLink(uint64_t secret);

@@ -143,12 +143,12 @@ ncclResult_t connect(int dev, void* handle, void** sendComm) {
   if (l->fatal || (limit && nowUs() - l->createdUs > (uint64_t)limit * 1000000)) {
     std::string why;
     for (auto& p : l->paths) why += (why.empty() ? "" : "; ") + l->describe(p) + ": " + p.lastError;
-    RO_WARN("railover: cannot connect to peer %s within RAILOVER_FATAL_TIMEOUT=%u s (%s)", l->peerName.c_str(), limit,
-            why.c_str());
+    std::string msg = "railover: cannot connect to peer " + l->peerName + " within RAILOVER_FATAL_TIMEOUT=" +
+                      std::to_string(limit) + " s (" + why + ")";
     memset(hb + kStageOffset, 0, sizeof(l));
     l->close();
     delete l;
-    return ncclSystemError;
+    return fatalResult(msg);
   }
   return ncclSuccess;
 }

@@ -36,6 +36,7 @@ TEST(Config, BadValuesNameTheVariable) {
       {{"RAILOVER_RAILS", "eth0=x"}},        {{"NCCL_SOCKET_FAMILY", "ipv4"}},
       {{"RAILOVER_IFNAMES", "^"}},           {{"RAILOVER_IFNAMES", "eth0,,eth1"}},
       {{"RAILOVER_MIN_CHUNK_BYTES", "1000"}}, {{"RAILOVER_BACKOFF_MAX_MS", "600000"}},
+      {{"RAILOVER_ABORT_ON_FATAL", "2"}},    {{"RAILOVER_ABORT_ON_FATAL", "yes"}},
   };
   for (auto& env : bad) {
     Config c;
@@ -66,6 +67,11 @@ TEST(Config, GoodValues) {
   EXPECT_EQ(c.fatalTimeoutS, 0u);
   ASSERT_TRUE(parse({{"RAILOVER_STANDBY", "none"}}, &c, &err));
   EXPECT_EQ(c.standby, StandbyPolicy::kNone);
+  EXPECT_FALSE(c.abortOnFatal) << "default: return ncclSystemError";
+  ASSERT_TRUE(parse({{"RAILOVER_ABORT_ON_FATAL", "1"}}, &c, &err));
+  EXPECT_TRUE(c.abortOnFatal);
+  ASSERT_TRUE(parse({{"RAILOVER_ABORT_ON_FATAL", "0"}}, &c, &err));
+  EXPECT_FALSE(c.abortOnFatal);
 }
 
 TEST(Config, RailoverIfnamesTakesPrecedence) {

@@ -175,6 +175,26 @@ def test_both_nics_down_is_a_clean_error_within_the_fatal_timeout(testbed):
     assert res.wrong_bytes == 0
 
 
+def test_abort_on_fatal_exits_the_process_with_one_line(testbed):
+    """RAILOVER_ABORT_ON_FATAL=1 (for JAX/XLA, which have no collective watchdog): the same
+    fatal as above ends the process with status 70 and one stderr line naming the path and the
+    cause, instead of returning ncclSystemError to the caller."""
+    tb = testbed("T2")
+    fa0, fa1 = faults.HostDown(tb.nic("a0")), faults.HostDown(tb.nic("a1"))
+    env = {"RAILOVER_FATAL_TIMEOUT": "3", "RAILOVER_ABORT_ON_FATAL": "1"}
+    res = run_scenario(tb, [Step(2, "apply", fa0), Step(2, "apply", fa1)], duration_s=30, env=env,
+                       expect_failure=True, timeout_s=60)
+    assert not res.perf.timed_out, "never a silent hang"
+    aborted = [r for r in res.perf.ranks if r.returncode == 70]
+    assert aborted, [(r.returncode, r.stderr[-500:]) for r in res.perf.ranks]
+    for r in aborted:
+        lines = [ln for ln in r.stderr.splitlines() if "RAILOVER_ABORT_ON_FATAL=1: exiting" in ln]
+        assert len(lines) == 1, r.stderr[-3000:]
+        assert "no usable path" in lines[0] and "peer" in lines[0], lines[0]
+        assert any(n.ifname in lines[0] for h in tb.hosts for n in h.nics), lines[0]
+        assert "ncclSystemError" not in r.stderr, "the call did not return: the process exited"
+
+
 # ---------------------------------------------------------------- negative controls: no failover
 
 

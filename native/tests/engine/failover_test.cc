@@ -504,3 +504,30 @@ TEST_F(Engine, PeerProcessGoneOnEveryRailIsAnErrorAtOnce) {
 }
 
 }  // namespace
+
+namespace {
+
+// RAILOVER_ABORT_ON_FATAL=1: the fatal error ends the process with one stderr line naming the
+// path and the cause (status 70) instead of returning ncclSystemError (the =0 behaviour is
+// NoUsablePathIsAFatalErrorAfterTheTimeout above).
+TEST_F(Engine, AbortOnFatalExitsTheProcessWithOneLine) {
+  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  connectComm();
+  EXPECT_EXIT(
+      {
+        Runtime::get().cfg.abortOnFatal = true;
+        Stats st = run(100, mixed, 8, [&](int k) {
+          if (k == 30) {
+            w(0, kA0)->broken = true, w(0, kA0)->refuse = true;
+            w(1, kA1)->broken = true, w(1, kA1)->refuse = true;
+          }
+        }, 15000);
+        fprintf(stderr, "the call returned %d instead of exiting\n", (int)st.err);
+        exit(0);
+      },
+      ::testing::ExitedWithCode(kAbortOnFatalExitCode),
+      "railover: RAILOVER_ABORT_ON_FATAL=1: exiting on a fatal error: no usable path (to|from) peer 10\\.0\\.[01]\\.1 "
+      "(from|on) NIC\\(s\\) n0[^\n]*n1[^\n]*(No route to host|reset)");
+}
+
+}  // namespace
