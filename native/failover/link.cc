@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -15,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <map>
 #include <unordered_map>
 
 #include "common/clock.h"
@@ -245,41 +247,113 @@ std::string Link::describe(const Path& p) const {
 static uint32_t holdDownOf(const Path& p) { return p.holdDownMs ? p.holdDownMs : Runtime::get().cfg.holdDownMs; }
 
 // ------------------------------------------------------------------------------------------
-// Registry of recv links by secret
+// Registry of recv links by (secret, connection id), and of open listen comms by secret.
+// Lock order: gRegMu before gLinksMu (a link created here lists itself).
 namespace {
 std::mutex gRegMu;
-std::unordered_map<uint64_t, RecvLink*>& registry() {
-  static auto* m = new std::unordered_map<uint64_t, RecvLink*>();
+std::map<std::pair<uint64_t, uint64_t>, RecvLink*>& registry() {
+  static auto* m = new std::map<std::pair<uint64_t, uint64_t>, RecvLink*>();
+  return *m;
+}
+std::unordered_map<uint64_t, Listener*>& listeners() {
+  static auto* m = new std::unordered_map<uint64_t, Listener*>();
   return *m;
 }
 }  // namespace
 
-void registerRecvLink(uint64_t secret, RecvLink* l) {
+void unregisterRecvLink(uint64_t secret, uint64_t connId) {
   std::lock_guard<std::mutex> g(gRegMu);
-  registry()[secret] = l;
+  registry().erase({secret, connId});
 }
-void unregisterRecvLink(uint64_t secret) {
-  std::lock_guard<std::mutex> g(gRegMu);
-  registry().erase(secret);
-}
+
 bool routeStream(std::unique_ptr<Conn>& c, const wire::Hello& h, const sockaddr_storage& peer, int localNic) {
+  if (h.connId == 0) return false;  // a liveness check: the caller drops it quietly
   std::lock_guard<std::mutex> g(gRegMu);
-  auto it = registry().find(h.secret);
-  if (it == registry().end()) return false;
-  it->second->offerStream(std::move(c), h, peer, localNic);
+  auto it = registry().find({h.secret, h.connId});
+  if (it != registry().end()) {
+    it->second->offerStream(std::move(c), h, peer, localNic);
+    return true;
+  }
+  auto lt = listeners().find(h.secret);
+  if (lt == listeners().end()) return false;
+  Listener* L = lt->second;
+  // A connection whose recv link was closed is not re-created by a late reconnect.
+  if (!L->open_ || std::find(L->seen_.begin(), L->seen_.end(), h.connId) != L->seen_.end()) return false;
+  L->seen_.push_back(h.connId);
+  auto* l = new RecvLink(h.secret, h.connId, L->dev);
+  registry()[{h.secret, h.connId}] = l;
+  L->fresh_.push_back(l);
+  l->offerStream(std::move(c), h, peer, localNic);
   return true;
 }
 
-// Best effort: tell the peer on the active path that this comm is closing in order, so its
-// EOFs are not reported as path failures. Only at a frame boundary; never blocks.
-static void sendClose(Path& p, bool atBoundary) {
-  if (p.streams.empty() || !p.streams[0].conn || !atBoundary || !p.ctlOut.empty()) return;
+Listener::Listener(uint64_t s, int d) : secret(s), dev(d) {
+  std::lock_guard<std::mutex> g(gRegMu);
+  listeners()[secret] = this;
+}
+
+RecvLink* Listener::accept() {
+  std::vector<RecvLink*> cand;
+  {
+    std::lock_guard<std::mutex> g(gRegMu);
+    cand = fresh_;
+  }
+  for (RecvLink* l : cand) {
+    if (!l->ready()) continue;
+    std::lock_guard<std::mutex> g(gRegMu);
+    fresh_.erase(std::find(fresh_.begin(), fresh_.end(), l));
+    return l;
+  }
+  return nullptr;
+}
+
+void Listener::close() {
+  std::vector<RecvLink*> unaccepted;
+  {
+    std::lock_guard<std::mutex> g(gRegMu);
+    open_ = false;
+    listeners().erase(secret);
+    unaccepted.swap(fresh_);
+  }
+  // Their senders learn it from the CLOSE (their connect fails with that cause).
+  for (RecvLink* l : unaccepted) {
+    l->close();
+    delete l;
+  }
+}
+
+// Best effort, never blocks: tells the peer on every connected stream of `p` that the comm
+// is closing in order, so the EOFs and resets that follow are not taken for path failures
+// (whichever stream the peer reads next, the CLOSE comes before the end of that stream). A
+// stream gets it only at a frame boundary: control bytes still queued (stream 0) are flushed
+// first, and a stream in the middle of a DATA frame is skipped.
+static void sendCloseAll(Path& p) {
   uint8_t buf[wire::kFrameBytes];
   wire::Frame f;
   f.type = wire::kClose;
   wire::encodeFrame(f, buf);
-  std::string err;
-  writeAll(*p.streams[0].conn, buf, sizeof(buf), &err);
+  for (size_t i = 0; i < p.streams.size(); ++i) {
+    Stream& s = p.streams[i];
+    if (!s.conn || !s.connected || (s.hdrBuilt && (s.hdrDone > 0 || s.payloadDone > 0))) continue;
+    std::string err;
+    if (i == 0 && !p.ctlOut.empty()) {
+      iovec iov{(void*)p.ctlOut.data(), p.ctlOut.size()};
+      ssize_t n = s.conn->writev(&iov, 1, &err);
+      if (n < 0) continue;
+      p.ctlOut.erase(0, (size_t)n);
+      if (!p.ctlOut.empty()) continue;
+    }
+    writeAll(*s.conn, buf, sizeof(buf), &err);
+  }
+}
+
+// A failure that only the peer process can cause: its kernel refused the connection, or the
+// peer closed or reset the stream. A NIC, cable or switch fault never produces one (it shows
+// as timeouts and silence), so a receiver does not report these as path failures: the sender
+// decided (and reports its own faults), or the comm is being closed.
+static bool peerGoneError(const std::string& e) {
+  return e.find("refused") != std::string::npos || e.find("reset by peer") != std::string::npos ||
+         e.find("closed by peer") != std::string::npos || e.find("Broken pipe") != std::string::npos;
 }
 
 // The one place a link's fatal error leaves the plugin. With RAILOVER_ABORT_ON_FATAL=1 the
@@ -298,6 +372,11 @@ ncclResult_t fatalResult(const std::string& msg) {
 
 // ------------------------------------------------------------------------------------------
 // SendLink
+
+// Causes recorded when the receiver closed the comm.
+static const char* const kCloseCause = "the receiver closed the comm (CLOSE)";
+static const char* const kNackCause =
+    "the receiver no longer knows this comm (NACK: its listen comm or recv comm was closed)";
 
 static bool handleAddrToSockaddr(const wire::HandleAddr& a, sockaddr_storage* out, socklen_t* len) {
   memset(out, 0, sizeof(*out));
@@ -324,6 +403,8 @@ SendLink* SendLink::create(int dev, const wire::Handle& h, std::string* err) {
   l->dev_ = dev;
   l->handle_ = h;
   l->secret = h.secret;
+  while (l->connId == 0)
+    if (getrandom(&l->connId, sizeof(l->connId), 0) != sizeof(l->connId)) l->connId = nowUs() * 0x9e3779b97f4a7c15ULL;
   l->nStreams = rt.cfg.nStreams;
   auto addPath = [&](int localNic, int remoteIdx) {
     Path p;
@@ -425,6 +506,7 @@ void SendLink::advanceConnect(Path& p, uint64_t now) {
     h.srcRail = (uint8_t)p.rail;
     h.probePort = rt.ports[p.localNic];
     h.generation = p.generation;
+    h.connId = connId;
     uint8_t buf[wire::kFrameBytes];
     wire::encodeHello(h, buf);
     if (!writeAll(*s.conn, buf, sizeof(buf), &err)) return failPath(p, "HELLO: " + err, now);
@@ -438,6 +520,7 @@ void SendLink::advanceConnect(Path& p, uint64_t now) {
   p.upSinceUs = now;
   p.restoredUs = now;
   p.backoffMs = 0;
+  everConnected_ = true;
   journalAppend("path_up", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"send\",\"nic\":" +
                                jsonStr(nicName(p.localNic)) + ",\"peer\":" + jsonStr(addrToString(p.remote)) +
                                ",\"generation\":" + std::to_string(p.generation));
@@ -445,10 +528,15 @@ void SendLink::advanceConnect(Path& p, uint64_t now) {
 
 void SendLink::failPath(Path& p, const std::string& why, uint64_t now) {
   auto& cfg = Runtime::get().cfg;
+  // An orderly close by the receiver may surface first as an EOF or a reset on one stream
+  // while its CLOSE waits, unread, on another: look before calling it a fault.
+  if (!peerClosed) {
+    std::string e;
+    if (active >= 0 && &paths[active] == &p && !p.streams.empty() && p.streams[0].conn) readControl(p, now, &e);
+    if (!peerClosed) pollPeerClose(p, now, &e);
+  }
   if (peerClosed) {  // the receiver closed the comm: nothing to report or retry
-    p.closeAll();
-    p.state = PathState::kClosed;
-    if (active >= 0 && &paths[active] == &p) active = -1;
+    onPeerClosed(closedCause);
     return;
   }
   bool wasActive = active >= 0 && &paths[active] == &p;
@@ -492,14 +580,6 @@ void SendLink::failPath(Path& p, const std::string& why, uint64_t now) {
             (unsigned long long)secret, describe(p).c_str(), why.c_str());
     noPathSinceUs = now;
   }
-}
-
-// S-12: the peer process is gone, not a NIC: every path was refused or reset by the peer's
-// kernel (nobody listens on any of its NICs). Waiting for the fatal timeout would only delay
-// the job's restart, so the pending call fails now.
-static bool peerGoneError(const std::string& e) {
-  return e.find("refused") != std::string::npos || e.find("reset by peer") != std::string::npos ||
-         e.find("closed by peer") != std::string::npos || e.find("Broken pipe") != std::string::npos;
 }
 
 bool Link::peerGoneOnAllPaths() const {
@@ -687,10 +767,16 @@ bool SendLink::readControl(Path& p, uint64_t now, std::string* err) {
       failedFrom_ = -1;
       plannedSwitch_ = false;
     } else if (f.type == wire::kNack) {
-      return *err = "receiver refused the path", false;
+      if (f.seq == wire::kNackUnknownComm) {
+        peerClosed = true;
+        if (closedCause.empty()) closedCause = kNackCause;
+        return *err = kNackCause, false;
+      }
+      return *err = "receiver refused the path (reason " + std::to_string(f.seq) + ")", false;
     } else if (f.type == wire::kClose) {
       peerClosed = true;
-      return *err = "receiver closed the comm", false;
+      if (closedCause.empty()) closedCause = kCloseCause;
+      return *err = kCloseCause, false;
     } else if (f.type != wire::kResumeAck) {
       return *err = "unexpected frame type " + std::to_string(f.type) + " from receiver", false;
     }
@@ -753,8 +839,8 @@ void SendLink::slowTick(uint64_t now) {
     } else if (p.state == PathState::kFailed && now >= p.nextAttemptUs && (!hl || hl->nicUp(p.localNic))) {
       startConnect(p, now);
     } else if (p.state == PathState::kStandby) {
-      std::string err;
-      if (p.streams[0].conn->dead(&err)) failPath(p, "standby: " + err, now);
+      std::string err;  // a standby carries nothing from the receiver but a CLOSE or a NACK
+      if (!pollPeerClose(p, now, &err) || peerClosed) failPath(p, peerClosed ? closedCause : "standby: " + err, now);
     }
     if ((p.state == PathState::kStandby || p.state == PathState::kActive) && p.holdDownMs > cfg.holdDownMs &&
         now - std::max(p.restoredUs, p.decayedUs) > 4ULL * p.holdDownMs * 1000) {
@@ -836,10 +922,84 @@ void SendLink::progress(bool fromSweeper) {
   }
 }
 
-bool SendLink::ready() {
+bool SendLink::pollPeerClose(Path& p, uint64_t now, std::string* err) {
+  bool isActive = active >= 0 && &paths[active] == &p;
+  for (size_t i = 0; i < p.streams.size() && !peerClosed; ++i) {
+    Stream& s = p.streams[i];
+    if (!s.conn || !s.connected || (isActive && i == 0)) continue;  // active stream 0: readControl()
+    while (!peerClosed) {
+      // The receive-direction fields of a sender's stream are free for this.
+      ssize_t n = s.conn->read(s.rhdr + s.rhdrGot, wire::kFrameBytes - s.rhdrGot, err);
+      if (n < 0) return false;
+      if (n == 0) break;
+      s.rhdrGot += (size_t)n;
+      if (s.rhdrGot < wire::kFrameBytes) break;
+      s.rhdrGot = 0;
+      wire::Frame f;
+      if (!wire::decodeFrame(s.rhdr, &f, err)) return *err = "protocol error from receiver: " + *err, false;
+      if (f.type == wire::kClose) {
+        peerClosed = true;
+        if (closedCause.empty()) closedCause = kCloseCause;
+      } else if (f.type == wire::kNack && f.seq == wire::kNackUnknownComm) {
+        peerClosed = true;
+        if (closedCause.empty()) closedCause = kNackCause;
+      } else if (f.type == wire::kNack) {
+        return *err = "receiver refused the path (reason " + std::to_string(f.seq) + ")", false;
+      } else {
+        return *err = "unexpected frame type " + std::to_string(f.type) + " on a path without control traffic", false;
+      }
+    }
+  }
+  (void)now;
+  return true;
+}
+
+void SendLink::onPeerClosed(const std::string& cause) {
+  for (auto& p : paths) {
+    if (p.state == PathState::kClosed) continue;
+    p.closeAll();
+    p.state = PathState::kClosed;
+    p.lastError = cause;
+  }
+  active = -1;
+  resuming_ = false;
+}
+
+bool SendLink::closedVerdict(ncclResult_t* res) {
+  if (!peerClosed) return false;
+  if (!fatal) {
+    fatal = true;
+    fatalPeerGone = true;  // posting more still succeeds; pending requests fail in test()
+    fatalMsg = "railover: peer " + peerName + " closed the comm with " + std::to_string(nextSeq_ - acked_) +
+               " message(s) not acknowledged (" + (closedCause.empty() ? kCloseCause : closedCause) +
+               "): the receiving rank destroyed or aborted its communicator";
+    journalAppend("fatal", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"send\",\"message\":" + jsonStr(fatalMsg));
+  }
+  *res = fatalResult(fatalMsg);
+  return true;
+}
+
+int SendLink::connectStep(std::string* why) {
   std::lock_guard<std::mutex> g(mu);
   progress();
-  return active >= 0 || fatal;
+  uint64_t now = nowUs();
+  // A receiver that closed (or never knew) this connection says so on the paths we opened.
+  for (auto& p : paths) {
+    if (peerClosed) break;
+    if (p.state != PathState::kConnecting && p.state != PathState::kStandby) continue;
+    std::string err;
+    if (!pollPeerClose(p, now, &err) && !peerClosed) failPath(p, err, now);
+  }
+  if (peerClosed) {
+    onPeerClosed(closedCause);
+    *why = closedCause;
+    return -1;
+  }
+  if (fatal) {
+    *why = fatalMsg;
+    return -1;
+  }
+  return everConnected_ ? 1 : 0;
 }
 
 ncclResult_t SendLink::isend(const void* data, uint64_t size, void** request) {
@@ -865,6 +1025,8 @@ ncclResult_t SendLink::isend(const void* data, uint64_t size, void** request) {
 ncclResult_t SendLink::test(SendReq* r, int* done, int* size) {
   std::lock_guard<std::mutex> g(mu);
   if (!r->done) progress();
+  ncclResult_t res;
+  if (!r->done && closedVerdict(&res)) return res;
   if (fatal && !r->done) return fatalResult(fatalMsg);
   *done = r->done ? 1 : 0;
   if (r->done && size) *size = (int)r->size;
@@ -874,10 +1036,10 @@ ncclResult_t SendLink::test(SendReq* r, int* done, int* size) {
 void SendLink::close() {
   unlist();  // out of the sweeper's reach before anything is torn down
   std::lock_guard<std::mutex> g(mu);
-  for (int i = 0; i < (int)paths.size(); ++i) {
-    if (i == active && !resuming_) sendClose(paths[i], !paths[i].streams[0].hdrBuilt);
-    else if (paths[i].state == PathState::kStandby) sendClose(paths[i], true);  // standbys carry nothing
-  }
+  if (!peerClosed)
+    for (auto& p : paths)
+      if (p.state == PathState::kActive || p.state == PathState::kStandby || p.state == PathState::kConnecting)
+        sendCloseAll(p);
   Health* hl = Health::get();
   for (auto& p : paths) {
     p.closeAll();
@@ -889,10 +1051,9 @@ void SendLink::close() {
 // ------------------------------------------------------------------------------------------
 // RecvLink
 
-RecvLink::RecvLink(uint64_t s, int dev) : dev_(dev) {
+RecvLink::RecvLink(uint64_t s, uint64_t id, int dev) : connId(id), dev_(dev) {
   secret = s;
   lastSlowTickUs = nowUs();
-  registerRecvLink(secret, this);
   list();
 }
 
@@ -929,6 +1090,9 @@ void RecvLink::takeIncoming(uint64_t now) {
       p.rail = h.srcRail;
       p.remote = x.peer;
       p.remoteLen = x.peer.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+      p.peerPort = h.probePort;
+      p.live.reset();
+      p.liveResult = 0;
       if (hl && p.pairId < 0) {
         sockaddr_storage probe = x.peer;
         if (probe.ss_family == AF_INET) ((sockaddr_in&)probe).sin_port = htons(h.probePort);
@@ -957,10 +1121,18 @@ void RecvLink::failPath(Path& p, const std::string& why, uint64_t now) {
   if (peerClosed) {  // the sender closed the comm: nothing to report
     p.closeAll();
     p.state = PathState::kClosed;
+    p.lastError = closedCause;
     if (wasActive) active = -1;
     return;
   }
-  if (p.state == PathState::kActive || p.state == PathState::kStandby)
+  // The sender closed or reset this path (it fenced it, moved to another path, closed the
+  // comm, or its process exited): the sender reports its own faults, and the peer-gone verdict
+  // (checkPeerGone) handles an exited process, so this is no fault of ours to report.
+  bool bySender = peerGoneError(why);
+  if (bySender) {
+    RO_INFO(RO_SUBSYS_NET, "railover: recv comm %016llx path %s closed by the sender (%s)", (unsigned long long)secret,
+            describe(p).c_str(), why.c_str());
+  } else if (p.state == PathState::kActive || p.state == PathState::kStandby)
     journalAppend("path_down", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"recv\",\"nic\":" +
                                    jsonStr(nicName(p.localNic)) + ",\"peer\":" + jsonStr(addrToString(p.remote)) +
                                    ",\"cause\":" + jsonStr(why) + ",\"active\":" + (wasActive ? "true" : "false"));
@@ -971,9 +1143,60 @@ void RecvLink::failPath(Path& p, const std::string& why, uint64_t now) {
   if (wasActive) {
     active = -1;
     noPathSinceUs = now;
-    RO_WARN_EVENT("railover: recv comm %016llx lost its active path %s (%s); waiting for the sender to resume on a standby",
-            (unsigned long long)secret, describe(p).c_str(), why.c_str());
+    if (!bySender)
+      RO_WARN_EVENT("railover: recv comm %016llx lost its active path %s (%s); waiting for the sender to resume on a standby",
+              (unsigned long long)secret, describe(p).c_str(), why.c_str());
   }
+}
+
+void RecvLink::checkPeerGone(uint64_t now) {
+  if (active >= 0 || fatal || peerClosed || nextComplete_ >= nextPost_ || paths.empty()) return;
+  for (auto& p : paths)
+    if (p.state != PathState::kFailed || !peerGoneError(p.lastError) || p.peerPort == 0) return;
+  auto& rt = Runtime::get();
+  bool allRefused = true;
+  for (auto& p : paths) {
+    if (p.liveResult == 0 && !p.live && now >= liveNextUs_) {
+      // Connect to the sender process's listener on the NIC this path came from.
+      sockaddr_storage a = p.remote;
+      if (a.ss_family == AF_INET) ((sockaddr_in&)a).sin_port = htons(p.peerPort);
+      else ((sockaddr_in6&)a).sin6_port = htons(p.peerPort);
+      std::string err;
+      p.live = rt.transport->connect(p.localNic, a, p.remoteLen, &err);
+      p.liveStartUs = now;
+      if (!p.live && err.find("refused") != std::string::npos) p.liveResult = -1;
+    }
+    if (p.live) {
+      std::string err;
+      int r = p.live->connectState(&err);
+      if (r > 0) {
+        // The sender process is alive (it will reconnect, e.g. after fencing its paths under
+        // congestion): say it was only a liveness check (connId 0) and look again later.
+        wire::Hello h;
+        uint8_t buf[wire::kFrameBytes];
+        wire::encodeHello(h, buf);
+        writeAll(*p.live, buf, sizeof(buf), &err);
+        p.live.reset();
+        for (auto& q : paths) q.liveResult = 0, q.live.reset();
+        liveNextUs_ = now + 500000;
+        return;
+      }
+      if (r < 0) {
+        p.live.reset();
+        if (err.find("refused") != std::string::npos) p.liveResult = -1;
+        else liveNextUs_ = now + 100000;  // inconclusive (no route, timeout): try again
+      } else if (now - p.liveStartUs > 3000000) {
+        p.live.reset();  // no answer at all: a network fault, not evidence either way
+      }
+    }
+    allRefused &= p.liveResult < 0;
+  }
+  if (!allRefused) return;
+  fatal = true;
+  fatalPeerGone = true;
+  fatalMsg = "railover: peer " + peerName + " closed the connection on all rails without closing the comm, and its "
+             "process refuses connections on every NIC: the peer process exited (not a NIC fault)";
+  journalAppend("fatal", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"recv\",\"message\":" + jsonStr(fatalMsg));
 }
 
 void RecvLink::onResume(int idx, uint64_t fromSeq, uint64_t now) {
@@ -1034,7 +1257,8 @@ bool RecvLink::readControl(Path& p, int idx, uint64_t now, std::string* err) {
     if (!wire::decodeFrame(p.ctlIn, &f, err)) return *err = "protocol error from sender: " + *err, false;
     if (f.type == wire::kClose) {
       peerClosed = true;
-      return *err = "sender closed the comm", false;
+      if (closedCause.empty()) closedCause = "the sender closed the comm (CLOSE)";
+      return *err = closedCause, false;
     }
     if (f.type != wire::kResume) return *err = "unexpected frame type " + std::to_string(f.type) + " on a standby path", false;
     onResume(idx, f.seq, now);
@@ -1055,7 +1279,8 @@ bool RecvLink::readData(Path& p, Stream& s, std::string* err) {
       if (!wire::decodeFrame(s.rhdr, &s.cur, err)) return *err = "protocol error from sender: " + *err, false;
       if (s.cur.type == wire::kClose) {
         peerClosed = true;
-        return *err = "sender closed the comm", false;
+        if (closedCause.empty()) closedCause = "the sender closed the comm (CLOSE)";
+        return *err = closedCause, false;
       }
       if (s.cur.type != wire::kData) return *err = "unexpected frame type " + std::to_string(s.cur.type) + " on the active path", false;
       s.haveHdr = true;
@@ -1127,13 +1352,7 @@ void RecvLink::slowTick(uint64_t now) {
     std::string err;
     if (!readControl(p, i, now, &err)) failPath(p, err, now);
   }
-  if (active < 0 && !fatal && nextComplete_ < nextPost_ && peerGoneOnAllPaths()) {
-    fatal = true;
-    fatalPeerGone = true;
-    fatalMsg = "railover: peer " + peerName + " closed the connection on all rails without closing the comm: the "
-               "peer process exited (not a NIC fault)";
-    journalAppend("fatal", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"recv\",\"message\":" + jsonStr(fatalMsg));
-  }
+  checkPeerGone(now);
   if (active < 0 && cfg.fatalTimeoutS && noPathSinceUs && nextComplete_ < nextPost_ &&
       now - noPathSinceUs > (uint64_t)cfg.fatalTimeoutS * 1000000 && !fatal) {
     std::string nics;
@@ -1205,6 +1424,13 @@ ncclResult_t RecvLink::test(RecvReq* r, int* done, int* size) {
     RO_WARN("%s", fatalMsg.c_str());
     return ncclInvalidUsage;
   }
+  if (!r->done && peerClosed && !fatal) {
+    fatal = true;
+    fatalPeerGone = true;  // posting more still succeeds; pending requests fail here
+    fatalMsg = "railover: peer " + peerName + " closed the comm with " + std::to_string(nextPost_ - nextComplete_) +
+               " receive(s) incomplete (" + closedCause + "): the sending rank destroyed or aborted its communicator";
+    journalAppend("fatal", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"recv\",\"message\":" + jsonStr(fatalMsg));
+  }
   if (fatal && !r->done) return fatalResult(fatalMsg);
   *done = r->done ? 1 : 0;
   if (r->done && size) *size = (int)r->total;
@@ -1213,10 +1439,13 @@ ncclResult_t RecvLink::test(RecvReq* r, int* done, int* size) {
 
 void RecvLink::close() {
   unlist();
-  unregisterRecvLink(secret);
+  unregisterRecvLink(secret, connId);
   std::lock_guard<std::mutex> g(mu);
-  for (auto& p : paths)  // this direction carries only whole control frames
-    if (p.state == PathState::kActive || p.state == PathState::kStandby) sendClose(p, true);
+  takeIncoming(nowUs());  // streams routed here but not yet taken learn of the close too
+  if (!peerClosed)
+    for (auto& p : paths)  // this direction carries only whole control frames
+      if (p.state == PathState::kActive || p.state == PathState::kStandby || p.state == PathState::kConnecting)
+        sendCloseAll(p);
   {
     std::lock_guard<std::mutex> g2(inMu_);
     incoming_.clear();

@@ -96,6 +96,12 @@ struct Path {
   uint8_t ctlIn[wire::kFrameBytes];
   size_t ctlInGot = 0;
   uint64_t lastRxUs = 0;
+  // Receiver only: the sender's listener port on the NIC this path comes from (its HELLO's
+  // probePort), and the liveness check of the sender process over it (peer-gone verdict).
+  uint16_t peerPort = 0;
+  std::unique_ptr<Conn> live;
+  uint64_t liveStartUs = 0;
+  int liveResult = 0;  // 0 unknown, 1 the sender process accepted, -1 its kernel refused
   void closeAll();
 };
 
@@ -163,6 +169,8 @@ class Link {
   std::string describe(const Path& p) const;
   // Every path failed because the peer's kernel refused or reset it (the peer process exited).
   bool peerGoneOnAllPaths() const;
+  // Why the peer closed the comm (CLOSE, or a NACK saying it no longer knows it); "" if it did not.
+  std::string closedCause;
 };
 
 // Requests handed to NCCL. `kind` comes first in both so test() can tell them apart.
@@ -184,8 +192,12 @@ class SendLink : public Link {
   uint64_t createdUs = 0;
   // Creates paths to every address in the handle allowed by the standby policy; starts connects.
   static SendLink* create(int dev, const wire::Handle& h, std::string* err);
-  // NULL comm = call again (connect in progress); the link is returned once a path is active.
-  bool ready();
+  // One connect() step (NCCL's service thread): 1 = hand the comm to NCCL (a path has all its
+  // streams connected and HELLOs written, i.e. no later than the receiver's accept can return;
+  // data posted before a path is active waits for it), 0 = call again, -1 = error with the
+  // cause in *why (the receiver closed the comm, or the link is fatal).
+  int connectStep(std::string* why);
+  uint64_t connId = 0;  // this connection's id in the HELLO (several connects per listen handle)
   ncclResult_t isend(const void* data, uint64_t size, void** request);
   ncclResult_t test(SendReq* r, int* done, int* size);
   void close();
@@ -204,6 +216,17 @@ class SendLink : public Link {
   bool writeStream(Path& p, Stream& s, std::string* err);
   bool readControl(Path& p, uint64_t now, std::string* err);
   void complete(uint64_t upTo);
+  // Reads what the receiver sent on a path that carries no control traffic for us (a standby
+  // or connecting path, or streams 1.. of the active one): only CLOSE or NACK may come there.
+  // Returns false with *err on a stream error or protocol error; a CLOSE or an unknown-comm
+  // NACK sets peerClosed (see onPeerClosed) and returns true.
+  bool pollPeerClose(Path& p, uint64_t now, std::string* err);
+  // The receiver closed the comm: every path is closed quietly (no path_down, no reconnect).
+  void onPeerClosed(const std::string& cause);
+  // test()/isend() verdicts on a comm whose peer closed it or exited; returns true (with the
+  // error in *res) when the request can never complete.
+  bool closedVerdict(ncclResult_t* res);
+  bool everConnected_ = false;  // some path had all streams connected and HELLOs written
 
   int dev_ = 0;
   wire::Handle handle_{};
@@ -235,7 +258,9 @@ struct RecvReq {
 
 class RecvLink : public Link {
  public:
-  RecvLink(uint64_t secret, int dev);
+  // Created by routeStream() for the first stream of a new connection to a listen comm.
+  RecvLink(uint64_t secret, uint64_t connId, int dev);
+  uint64_t connId = 0;
   ~RecvLink() override { unlist(); }
   bool sweep() override;
   // Called by the acceptor thread with a validated stream.
@@ -255,6 +280,13 @@ class RecvLink : public Link {
   void onResume(int idx, uint64_t fromSeq, uint64_t now);
   bool flushControl(Path& p, std::string* err);
   void failPath(Path& p, const std::string& why, uint64_t now);
+  // Peer-gone verdict: with receives pending and every path closed or reset by the sender,
+  // checks whether the sender process still exists by connecting to its listener on each
+  // path's NIC pair (refused on every one: the process exited; accepted: it is alive and will
+  // reconnect, e.g. after fencing its paths under congestion). Never judged from the closes
+  // alone.
+  void checkPeerGone(uint64_t now);
+  uint64_t liveNextUs_ = 0;
 
   int dev_ = 0;
   std::mutex inMu_;
@@ -295,11 +327,33 @@ LinkCounters closedLinkTotals(uint64_t* fatals);
 // (status kAbortOnFatalExitCode). Thread-safe.
 ncclResult_t fatalResult(const std::string& msg);
 
-// Process-wide registry of recv links by secret (the acceptor routes streams with it).
-void registerRecvLink(uint64_t secret, RecvLink* l);
-void unregisterRecvLink(uint64_t secret);
-// Hands a validated stream to the recv link with this secret. Returns false (and leaves `c`
-// with the caller, who drops it) when no live link has the secret.
+// A listen comm: accepts any number of connections to its handle (as NCCL's socket and IB
+// transports do). The acceptor thread creates a RecvLink for each new connection id seen with
+// the handle's secret (routeStream); accept() hands them out, oldest ready first. closeListen
+// (close()) stops new connections; links already accepted live on (their failed paths keep
+// reconnecting through the process's listeners), links never accepted are closed.
+// Thread-safety: accept()/close() from NCCL's service thread; routeStream from the acceptor.
+class Listener {
+ public:
+  Listener(uint64_t secret, int dev);  // registers the secret
+  RecvLink* accept();                  // nullptr = no connection ready yet
+  void close();                        // unregisters; closes the links never accepted
+  const uint64_t secret;
+  const int dev;
+
+ private:
+  friend bool routeStream(std::unique_ptr<Conn>& c, const wire::Hello& h, const sockaddr_storage& peer, int localNic);
+  bool open_ = true;
+  std::vector<RecvLink*> fresh_;  // created, not accepted yet (oldest first); under the registry lock
+  std::vector<uint64_t> seen_;    // every connection id ever created here (a closed one is not re-created)
+};
+
+// Process-wide registry of recv links by (secret, connection id).
+void unregisterRecvLink(uint64_t secret, uint64_t connId);
+// Hands a validated stream to the recv link of its (secret, connId), creating the link when a
+// listen comm with that secret is open and the id is new. Returns false (and leaves `c` with the
+// caller, who answers NACK(kNackUnknownComm) and drops it) when neither exists, or for a
+// liveness check (connId 0).
 bool routeStream(std::unique_ptr<Conn>& c, const wire::Hello& h, const sockaddr_storage& peer, int localNic);
 
 }  // namespace railover

@@ -23,8 +23,7 @@ constexpr size_t kStageOffset = 120;
 
 struct ListenComm {
   uint32_t kind = kListenKind;
-  RecvLink* link = nullptr;
-  bool accepted = false;
+  Listener* listener = nullptr;
 };
 
 struct Ctx {
@@ -113,7 +112,7 @@ ncclResult_t listen(int dev, void* handle, void** listenComm) {
   }
   wire::encodeHandle(h, handle);
   auto* lc = new ListenComm();
-  lc->link = new RecvLink(h.secret, dev);
+  lc->listener = new Listener(h.secret, dev);
   *listenComm = lc;
   return ncclSuccess;
 }
@@ -134,17 +133,25 @@ ncclResult_t connect(int dev, void* handle, void** sendComm) {
     l = SendLink::create(dev, h, &err);
     memcpy(hb + kStageOffset, &l, sizeof(l));
   }
-  if (l->ready() && !l->fatal) {
+  std::string cause;
+  int st = l->connectStep(&cause);
+  if (st > 0) {
     memset(hb + kStageOffset, 0, sizeof(l));
     *sendComm = l;
     return ncclSuccess;
   }
   uint32_t limit = rt().cfg.fatalTimeoutS;
-  if (l->fatal || (limit && nowUs() - l->createdUs > (uint64_t)limit * 1000000)) {
-    std::string why;
-    for (auto& p : l->paths) why += (why.empty() ? "" : "; ") + l->describe(p) + ": " + p.lastError;
-    std::string msg = "railover: cannot connect to peer " + l->peerName + " within RAILOVER_FATAL_TIMEOUT=" +
-                      std::to_string(limit) + " s (" + why + ")";
+  if (st < 0 || (limit && nowUs() - l->createdUs > (uint64_t)limit * 1000000)) {
+    std::string msg;
+    if (st < 0) {
+      msg = "railover: connect to peer " + l->peerName + " failed: " + cause;
+    } else {
+      std::string why;
+      for (auto& p : l->paths)
+        why += (why.empty() ? "" : "; ") + l->describe(p) + ": " + (p.lastError.empty() ? "still connecting" : p.lastError);
+      msg = "railover: cannot connect to peer " + l->peerName + " within RAILOVER_FATAL_TIMEOUT=" + std::to_string(limit) +
+            " s (" + why + ")";
+    }
     memset(hb + kStageOffset, 0, sizeof(l));
     l->close();
     delete l;
@@ -153,18 +160,16 @@ ncclResult_t connect(int dev, void* handle, void** sendComm) {
   return ncclSuccess;
 }
 
+// Any number of connections per listen comm, like NCCL's socket and IB transports: each
+// call returns the next connection that is ready (NULL = none yet, call again).
 ncclResult_t accept(void* listenComm, void** recvComm) {
   *recvComm = nullptr;
   auto* lc = (ListenComm*)listenComm;
-  if (!lc || lc->kind != kListenKind) return ncclInvalidArgument;
-  if (lc->accepted) {
-    RO_WARN("railover: accept called again on a listen comm that already accepted");
-    return ncclInvalidUsage;
+  if (!lc || lc->kind != kListenKind) {  // NCCL's plugin contract: the caller's misuse is an internal error
+    RO_WARN("railover: accept called with %p, which is not an open railover listen comm", listenComm);
+    return ncclInternalError;
   }
-  if (lc->link->ready()) {
-    lc->accepted = true;
-    *recvComm = lc->link;
-  }
+  *recvComm = lc->listener->accept();
   return ncclSuccess;
 }
 
@@ -210,8 +215,8 @@ ncclResult_t test(void* request, int* done, int* sizes) {
     auto* r = (RecvReq*)request;
     return ((RecvLink*)r->link)->test(r, done, sizes);
   }
-  RO_WARN("railover: test called with something that is not a railover request");
-  return ncclInvalidArgument;
+  RO_WARN("railover: test called with %p, which is not a pending railover request", request);
+  return ncclInternalError;  // NCCL's plugin contract: the caller's misuse is an internal error
 }
 
 ncclResult_t closeSend(void* sendComm) {
@@ -233,10 +238,13 @@ ncclResult_t closeRecv(void* recvComm) {
 ncclResult_t closeListen(void* listenComm) {
   auto* lc = (ListenComm*)listenComm;
   if (!lc) return ncclSuccess;
-  if (!lc->accepted) {
-    lc->link->close();
-    delete lc->link;
+  if (lc->kind != kListenKind) {
+    RO_WARN("railover: closeListen called with %p, which is not an open railover listen comm", listenComm);
+    return ncclInternalError;
   }
+  lc->listener->close();
+  delete lc->listener;
+  lc->kind = 0;
   delete lc;
   return ncclSuccess;
 }
