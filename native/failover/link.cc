@@ -662,11 +662,11 @@ void SendLink::enqueueMsg(const SendReq& r) {
 }
 
 void SendLink::enqueueFrom(uint64_t seq) {
-  for (uint64_t s = std::max(seq, acked_); s < nextSeq_; ++s) enqueueMsg(ring_[s % kRing]);
+  for (uint64_t s = std::max(seq, acked_); s < nextSeq_; ++s) enqueueMsg(ring_.at(s));
 }
 
 void SendLink::complete(uint64_t upTo) {
-  for (uint64_t s = acked_; s < upTo; ++s) ring_[s % kRing].done = true;
+  for (uint64_t s = acked_; s < upTo; ++s) ring_.at(s).done = true;
   if (upTo > acked_) acked_ = upTo, lastProgressUs_ = nowUs(), burstRequested_ = false;
 }
 
@@ -690,10 +690,11 @@ bool SendLink::writeStream(Path& p, Stream& s, std::string* err) {
       f.seq = c.seq;
       f.offset = c.offset;
       f.total = c.total;
+      f.tag = ring_.at(c.seq).tag;
       wire::encodeFrame(f, s.hdr);
       s.hdrBuilt = true, s.hdrDone = 0, s.payloadDone = 0;
     }
-    const SendReq& r = ring_[c.seq % kRing];
+    const SendReq& r = ring_.at(c.seq);
     iovec iov[2];
     int niov = 0;
     if (s.hdrDone < wire::kFrameBytes) iov[niov++] = {s.hdr + s.hdrDone, wire::kFrameBytes - s.hdrDone};
@@ -735,7 +736,7 @@ bool SendLink::readControl(Path& p, uint64_t now, std::string* err) {
     } else if (f.type == wire::kResumeAck && &p == &paths[active] && resuming_) {
       if (f.seq > nextSeq_ || f.seq < acked_) return *err = "RESUME_ACK seq out of range", false;
       uint64_t resent = 0;
-      for (uint64_t q = f.seq; q < nextSeq_; ++q) resent += ring_[q % kRing].size;
+      for (uint64_t q = f.seq; q < nextSeq_; ++q) resent += ring_.at(q).size;
       complete(f.seq);
       resuming_ = false;
       enqueueFrom(acked_);
@@ -1002,19 +1003,23 @@ int SendLink::connectStep(std::string* why) {
   return everConnected_ ? 1 : 0;
 }
 
-ncclResult_t SendLink::isend(const void* data, uint64_t size, void** request) {
+ncclResult_t SendLink::isend(const void* data, uint64_t size, int tag, void** request) {
   std::lock_guard<std::mutex> g(mu);
   *request = nullptr;
   if (fatal && !fatalPeerGone) return fatalResult(fatalMsg);
-  if (nextSeq_ - acked_ >= kRing) {
+  // The slot must be free: acknowledged and seen done by NCCL (shared comms test requests of
+  // several connections in their own orders).
+  if (nextSeq_ - acked_ >= kSendRing || !ring_.at(nextSeq_).released) {
     progress();
     return ncclSuccess;
   }
-  SendReq& r = ring_[nextSeq_ % kRing];
+  SendReq& r = ring_.at(nextSeq_);
   r = SendReq();
   r.seq = nextSeq_++;
   r.data = (const uint8_t*)data;
   r.size = size;
+  r.tag = tag;
+  r.released = false;
   r.link = this;
   enqueueMsg(r);
   progress();
@@ -1029,6 +1034,7 @@ ncclResult_t SendLink::test(SendReq* r, int* done, int* size) {
   if (!r->done && closedVerdict(&res)) return res;
   if (fatal && !r->done) return fatalResult(fatalMsg);
   *done = r->done ? 1 : 0;
+  if (r->done) r->released = true;
   if (r->done && size) *size = (int)r->size;
   return ncclSuccess;
 }
@@ -1204,9 +1210,10 @@ void RecvLink::onResume(int idx, uint64_t fromSeq, uint64_t now) {
   for (int j = 0; j < (int)paths.size(); ++j)
     if (j != idx && paths[j].state == PathState::kActive) failPath(paths[j], "fenced by RESUME on another path", now);
   // Forget partial progress: the sender resends every incomplete message whole.
+  // (A message keeps the buffer its tag chose: the resent copy carries the same tag.)
   for (uint64_t s = nextComplete_; s < nextPost_; ++s) {
-    RecvReq& r = ring_[s % kRing];
-    if (!r.done) r.got = 0, r.total = UINT64_MAX;
+    MsgSlot& m = msgs_.at(s);
+    if (!m.done) m.got = 0, m.total = UINT64_MAX;
   }
   Path& p = paths[idx];
   for (auto& s : p.streams) s.resetIo();
@@ -1288,18 +1295,40 @@ bool RecvLink::readData(Path& p, Stream& s, std::string* err) {
     }
     const wire::Frame& f = s.cur;
     if (f.seq >= nextPost_) return true;  // its receive is not posted yet: leave it in the socket
-    RecvReq& r = ring_[f.seq % kRing];
-    bool discard = f.seq < nextComplete_ || r.seq != f.seq || r.done;
+    MsgSlot& m = msgs_.at(f.seq);
+    bool discard = f.seq < nextComplete_ || m.seq != f.seq || m.done;
+    RecvBuf* b = nullptr;
     if (!discard) {
-      if (f.total > r.cap) {
+      RecvReq& r = *m.req;
+      if (r.error) return true;  // the caller's error is reported by test(); nothing moves
+      if (m.idx < 0) {
+        // The message's first chunk: pick its buffer. A grouped receive matches tags (the
+        // first free buffer with this tag); a single one takes any tag.
+        RecvBuf* bs = r.bufs();
+        for (int i = 0; i < r.n && m.idx < 0; ++i)
+          if (!bs[i].matched && (r.n == 1 || bs[i].tag == f.tag)) m.idx = i;
+        if (m.idx < 0) {
+          std::string tags;
+          for (int i = 0; i < r.n; ++i) tags += (i ? "," : "") + std::to_string(bs[i].tag);
+          r.error = true;
+          r.errorCode = ncclInternalError;  // the sends do not match the posted receive: the caller's misuse
+          usageMsg_ = "railover: peer " + peerName + " sent message " + std::to_string(f.seq) + " with tag " +
+                      std::to_string(f.tag) + ", but no free buffer of the grouped receive it belongs to has that tag (tags " +
+                      tags + ")";
+          return true;
+        }
+        bs[m.idx].matched = true;
+      }
+      b = &r.bufs()[m.idx];
+      if (f.total > b->cap) {
         r.error = true;
-        usageError_ = true;
-        fatalMsg = "railover: message truncated: peer " + peerName + " sent " + std::to_string(f.total) +
-                   " bytes but the receive was posted with " + std::to_string(r.cap) + " bytes";
+        r.errorCode = ncclInvalidUsage;
+        usageMsg_ = "railover: message truncated: peer " + peerName + " sent " + std::to_string(f.total) +
+                    " bytes but the receive was posted with " + std::to_string(b->cap) + " bytes";
         return true;
       }
-      if (r.total == UINT64_MAX) r.total = f.total;
-      else if (r.total != f.total) return *err = "protocol error: message size changed between chunks", false;
+      if (m.total == UINT64_MAX) m.total = f.total;
+      else if (m.total != f.total) return *err = "protocol error: message size changed between chunks", false;
     }
     while (s.curGot < f.len) {
       uint64_t want = f.len - s.curGot;
@@ -1311,7 +1340,7 @@ bool RecvLink::readData(Path& p, Stream& s, std::string* err) {
         want = std::min<uint64_t>(want, scratch_.size());
         dst = scratch_.data();
       } else {
-        dst = r.data + f.offset + s.curGot;
+        dst = b->data + f.offset + s.curGot;
       }
       ssize_t n = s.conn->read(dst, want, err);
       if (n < 0) return false;
@@ -1322,10 +1351,14 @@ bool RecvLink::readData(Path& p, Stream& s, std::string* err) {
     s.haveHdr = false;
     if (discard) counters.dupBytesDropped += f.len;
     if (!discard) {
-      r.got += f.len;
-      if (r.got == r.total) {
-        r.done = true;
-        while (nextComplete_ < nextPost_ && ring_[nextComplete_ % kRing].done) nextComplete_++;
+      m.got += f.len;
+      if (m.got == m.total) {
+        m.done = true;
+        b->size = m.total;
+        RecvReq& r = *m.req;
+        if (++r.ndone == r.n) r.done = true;
+        while (nextComplete_ < nextPost_ && msgs_.at(nextComplete_).done) nextComplete_++;
+        while (reqComplete_ < reqPost_ && ring_[reqComplete_ % kRing].done) reqComplete_++;
       }
     }
   }
@@ -1398,31 +1431,48 @@ bool RecvLink::ready() {
   return everReady_;
 }
 
-ncclResult_t RecvLink::irecv(void* data, uint64_t cap, void** request) {
+ncclResult_t RecvLink::irecv(int n, void** data, const uint64_t* caps, const int* tags, void** request) {
   std::lock_guard<std::mutex> g(mu);
   *request = nullptr;
   if (fatal && !fatalPeerGone) return fatalResult(fatalMsg);
-  if (nextPost_ - nextComplete_ >= kRing) {
+  // Room for the request (NCCL keeps at most 32 untested: 64 slots never reuse one it may
+  // still test) and for its n messages.
+  if (reqPost_ - reqComplete_ >= kRing || nextPost_ + (uint64_t)n - nextComplete_ > (uint64_t)kMsgRing) {
     progress();
     return ncclSuccess;
   }
-  RecvReq& r = ring_[nextPost_ % kRing];
-  r = RecvReq();
-  r.seq = nextPost_++;
-  r.data = (uint8_t*)data;
-  r.cap = cap;
+  RecvReq& r = ring_[reqPost_++ % kRing];
+  r.firstSeq = nextPost_;
+  r.n = n;
+  r.ndone = 0;
+  r.done = r.error = false;
+  r.errorCode = ncclSuccess;
   r.link = this;
+  if (n > 1 && !r.group) r.group.reset(new RecvBuf[kMaxRecvs]);
+  RecvBuf* bs = r.bufs();
+  for (int i = 0; i < n; ++i) {
+    bs[i] = RecvBuf();
+    bs[i].data = (uint8_t*)data[i];
+    bs[i].cap = caps[i];
+    bs[i].tag = tags ? tags[i] : 0;
+  }
+  for (int i = 0; i < n; ++i) {
+    MsgSlot& m = msgs_.at(nextPost_);
+    m = MsgSlot();
+    m.seq = nextPost_++;
+    m.req = &r;
+  }
   progress();
   *request = &r;
   return ncclSuccess;
 }
 
-ncclResult_t RecvLink::test(RecvReq* r, int* done, int* size) {
+ncclResult_t RecvLink::test(RecvReq* r, int* done, int* sizes) {
   std::lock_guard<std::mutex> g(mu);
   if (!r->done && !r->error) progress();
   if (r->error) {
-    RO_WARN("%s", fatalMsg.c_str());
-    return ncclInvalidUsage;
+    RO_WARN("%s", usageMsg_.c_str());
+    return r->errorCode;
   }
   if (!r->done && peerClosed && !fatal) {
     fatal = true;
@@ -1433,7 +1483,8 @@ ncclResult_t RecvLink::test(RecvReq* r, int* done, int* size) {
   }
   if (fatal && !r->done) return fatalResult(fatalMsg);
   *done = r->done ? 1 : 0;
-  if (r->done && size) *size = (int)r->total;
+  if (r->done && sizes)
+    for (int i = 0; i < r->n; ++i) sizes[i] = (int)r->bufs()[i].size;
   return ncclSuccess;
 }
 

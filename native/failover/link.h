@@ -39,7 +39,14 @@
 
 namespace railover {
 
-constexpr int kRing = 64;  // requests in flight per comm (NCCL needs 32)
+constexpr int kRing = 64;  // receive requests in flight per comm (NCCL needs 32)
+// Largest n of a grouped receive (irecv of n buffers), advertised as maxRecvs; as NCCL's IB
+// transport (NCCL_NET_IB_MAX_RECVS).
+constexpr int kMaxRecvs = 8;
+// Sends in flight per comm: NCCL may post 32 x maxRecvs on a send comm.
+constexpr int kSendRing = 32 * kMaxRecvs;
+// Messages in flight per recv comm (a grouped receive takes n of them).
+constexpr int kMsgRing = 32 * kMaxRecvs;
 
 enum class PathState { kConnecting, kStandby, kActive, kFailed, kClosed };
 const char* pathStateName(PathState s);
@@ -173,6 +180,24 @@ class Link {
   std::string closedCause;
 };
 
+// A ring of kChunks x kChunk slots indexed by a sequence number, allocated one chunk at a time
+// on first use (most comms never have more than kChunk requests in flight, and memory per comm
+// matters at thousands of comms). Slots never move: pointers to them may be handed to NCCL.
+template <typename T, int kChunk, int kChunks>
+class ChunkedRing {
+ public:
+  static constexpr uint64_t kSize = (uint64_t)kChunk * kChunks;
+  T& at(uint64_t seq) {
+    uint64_t i = seq % kSize;
+    auto& c = chunks_[i / kChunk];
+    if (!c) c.reset(new T[kChunk]);
+    return c[i % kChunk];
+  }
+
+ private:
+  std::unique_ptr<T[]> chunks_[kChunks];
+};
+
 // Requests handed to NCCL. `kind` comes first in both so test() can tell them apart.
 enum : uint32_t { kKindSend = 0x53454e44, kKindRecv = 0x52454356 };
 
@@ -181,7 +206,9 @@ struct SendReq {
   uint64_t seq = 0;
   const uint8_t* data = nullptr;
   uint64_t size = 0;
+  int32_t tag = 0;  // carried in every DATA frame; picks the buffer of a grouped receive
   bool done = false;
+  bool released = true;  // NCCL saw it done (test), so the slot may be reused
   Link* link = nullptr;
 };
 
@@ -198,7 +225,7 @@ class SendLink : public Link {
   // cause in *why (the receiver closed the comm, or the link is fatal).
   int connectStep(std::string* why);
   uint64_t connId = 0;  // this connection's id in the HELLO (several connects per listen handle)
-  ncclResult_t isend(const void* data, uint64_t size, void** request);
+  ncclResult_t isend(const void* data, uint64_t size, int tag, void** request);
   ncclResult_t test(SendReq* r, int* done, int* size);
   void close();
 
@@ -230,7 +257,7 @@ class SendLink : public Link {
 
   int dev_ = 0;
   wire::Handle handle_{};
-  SendReq ring_[kRing];
+  ChunkedRing<SendReq, 64, kSendRing / 64> ring_;
   uint64_t nextSeq_ = 0;
   uint64_t acked_ = 0;          // every seq < acked_ is acknowledged
   bool resuming_ = false;       // RESUME sent on the active path, waiting for RESUME_ACK
@@ -244,16 +271,40 @@ class SendLink : public Link {
   bool plannedSwitch_ = false;
 };
 
-struct RecvReq {
-  uint32_t kind = kKindRecv;
-  uint64_t seq = 0;
+// One buffer of a (grouped) receive.
+struct RecvBuf {
   uint8_t* data = nullptr;
   uint64_t cap = 0;
+  int32_t tag = 0;
+  bool matched = false;  // a message was assigned to it
+  uint64_t size = 0;     // bytes received (valid once its message is complete)
+};
+
+// A receive request: n buffers (n > 1: a grouped receive) filled by the next n messages of
+// the comm, in order; within the group a message goes to a free buffer with its tag (n == 1:
+// the one buffer, whatever the tag, as NCCL's socket transport). Done when all n are.
+struct RecvReq {
+  uint32_t kind = kKindRecv;
+  uint64_t firstSeq = 0;  // seq of the group's first message
+  int n = 1;
+  int ndone = 0;
+  bool done = false;
+  bool error = false;
+  ncclResult_t errorCode = ncclSuccess;
+  Link* link = nullptr;
+  RecvBuf one;                       // n == 1
+  std::unique_ptr<RecvBuf[]> group;  // n > 1: kMaxRecvs buffers, allocated at the slot's first grouped use
+  RecvBuf* bufs() { return n == 1 ? &one : group.get(); }
+};
+
+// The receiver's view of one message seq: which request (and buffer) it fills.
+struct MsgSlot {
+  uint64_t seq = UINT64_MAX;
+  RecvReq* req = nullptr;
+  int idx = -1;                 // buffer of req, chosen by tag at the message's first chunk
   uint64_t total = UINT64_MAX;  // known from the first chunk
   uint64_t got = 0;
   bool done = false;
-  bool error = false;
-  Link* link = nullptr;
 };
 
 class RecvLink : public Link {
@@ -266,8 +317,10 @@ class RecvLink : public Link {
   // Called by the acceptor thread with a validated stream.
   void offerStream(std::unique_ptr<Conn> c, const wire::Hello& h, const sockaddr_storage& peer, int localNic);
   bool ready();  // true once the first path has all its streams
-  ncclResult_t irecv(void* data, uint64_t cap, void** request);
-  ncclResult_t test(RecvReq* r, int* done, int* size);
+  // n buffers (1..kMaxRecvs) with their capacities (bytes) and tags; NULL *request = ring full.
+  ncclResult_t irecv(int n, void** data, const uint64_t* caps, const int* tags, void** request);
+  // sizes: n ints (bytes received per buffer), filled when *done.
+  ncclResult_t test(RecvReq* r, int* done, int* sizes);
   void close();
   int dev() const { return dev_; }
 
@@ -297,13 +350,16 @@ class RecvLink : public Link {
     int localNic;
   };
   std::vector<Incoming> incoming_;
-  RecvReq ring_[kRing];
-  uint64_t nextPost_ = 0;
+  RecvReq ring_[kRing];         // requests, by request number
+  uint64_t reqPost_ = 0;        // requests posted
+  uint64_t reqComplete_ = 0;    // every request below this one is complete
+  ChunkedRing<MsgSlot, kRing, kMsgRing / kRing> msgs_;  // messages, by seq
+  uint64_t nextPost_ = 0;       // message seqs below this one have a posted buffer
   uint64_t nextComplete_ = 0;   // every seq < nextComplete_ is complete
+  std::string usageMsg_;        // the caller's error (truncation, tag mismatch)
   uint64_t ackSent_ = 0;
   std::vector<uint8_t> scratch_;
   bool everReady_ = false;
-  bool usageError_ = false;
 };
 
 // The failover sweeper: a thread that, for up to 1 s after every health change, drives the

@@ -90,7 +90,7 @@ ncclResult_t getProperties(int dev, Props* p) {
   p->port = 0;
   p->latency = 0;
   p->maxComms = 65536;
-  p->maxRecvs = 1;
+  p->maxRecvs = kMaxRecvs;  // grouped receives, as NCCL's IB transport
   p->maxP2pBytes = RAILOVER_NCCL_MAX_NET_SIZE_BYTES;
   p->maxCollBytes = RAILOVER_NCCL_MAX_NET_SIZE_BYTES;
   p->railId = (int16_t)n.rail;
@@ -185,17 +185,19 @@ ncclResult_t regMr(void*, void*, size_t, int type, void** mhandle) {
 
 ncclResult_t deregMr(void*, void*) { return ncclSuccess; }
 
-ncclResult_t isend(void* sendComm, void* data, size_t size, int, void*, void** request) {
-  return ((SendLink*)sendComm)->isend(data, size, request);
+ncclResult_t isend(void* sendComm, void* data, size_t size, int tag, void*, void** request) {
+  return ((SendLink*)sendComm)->isend(data, size, tag, request);
 }
 
-ncclResult_t irecv(void* recvComm, int n, void** data, const size_t* sizes, int*, void**, void** request) {
+ncclResult_t irecv(void* recvComm, int n, void** data, const size_t* sizes, int* tags, void**, void** request) {
   *request = nullptr;
-  if (n != 1) {
-    RO_WARN("railover: grouped receive of %d buffers asked, but maxRecvs is 1", n);
+  if (n < 1 || n > kMaxRecvs) {  // NCCL's plugin contract: the caller's misuse is an internal error
+    RO_WARN("railover: grouped receive of %d buffers asked; maxRecvs is %d", n, kMaxRecvs);
     return ncclInternalError;
   }
-  return ((RecvLink*)recvComm)->irecv(data[0], sizes[0], request);
+  uint64_t caps[kMaxRecvs];
+  for (int i = 0; i < n; ++i) caps[i] = sizes[i];
+  return ((RecvLink*)recvComm)->irecv(n, data, caps, tags, request);
 }
 
 ncclResult_t iflush(void*, int, void**, int*, void**, void** request) {

@@ -774,3 +774,166 @@ TEST_F(Engine, EveryRailClosedByALiveSenderIsNotPeerGone) {
 }
 
 }  // namespace
+
+// ------------------------------------------------------------------------------------------
+// Grouped receives (irecv of n buffers, maxRecvs = 8)
+
+namespace {
+
+class Grouped : public Engine {
+ protected:
+  // `groups` grouped receives of `n` buffers each. The k-th isend carries tag 100 + (p + j) % n
+  // (j = k / n its group, p = k % n its place in it: each group's sends come in a different
+  // tag order); the receiver posts group j's buffers with tags 100 + n - 1 - i (reversed). So
+  // buffer i of group j must receive message j*n + ((n - 1 - i - j) mod n), whole and in place.
+  Stats runGrouped(int groups, int n, std::function<void(int)> onGroup = nullptr, std::function<void()> each = nullptr) {
+    const int total = groups * n;
+    auto sizeOf = [](int k) { return mixed(k * 7 + 3); };
+    std::vector<std::vector<uint8_t>> sb(total), rb(total);
+    for (int k = 0; k < total; ++k) {
+      sb[k].resize(sizeOf(k));
+      for (size_t j = 0; j < sb[k].size(); ++j) sb[k][j] = pattern(k, j);
+      rb[k].assign(sb[k].size() + 64, 0xEE);  // rb[k]: the buffer message k must land in
+    }
+    auto msgFor = [&](int j, int i) { return j * n + (((n - 1 - i - j) % n) + n) % n; };
+    std::vector<void*> sr(total), rr(groups);
+    int sp = 0, rp = 0, sd = 0, rd = 0;
+    Stats st;
+    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while ((sd < total || rd < groups) && st.err == ncclSuccess) {
+      if (std::chrono::steady_clock::now() > end) {
+        st.timedOut = true;
+        break;
+      }
+      if (each) each();
+      gTr->pump();
+      while (sp < total && sp - sd < 8 * n) {
+        int j = sp / n, p = sp % n;
+        void* q = nullptr;
+        st.err = api::isend(send, sb[sp].data(), sb[sp].size(), 100 + (p + j) % n, nullptr, &q);
+        if (!q || st.err) break;
+        sr[sp++] = q;
+      }
+      while (rp < groups && rp - rd < 8 && st.err == ncclSuccess) {
+        if (onGroup) onGroup(rp);
+        void* d[kMaxRecvs];
+        size_t caps[kMaxRecvs];
+        int tags[kMaxRecvs];
+        for (int i = 0; i < n; ++i) {
+          int k = msgFor(rp, i);
+          d[i] = rb[k].data(), caps[i] = rb[k].size(), tags[i] = 100 + n - 1 - i;
+        }
+        void* q = (void*)0x1;
+        st.err = api::irecv(recv, n, d, caps, tags, nullptr, &q);
+        if (!q || st.err) break;
+        rr[rp++] = q;
+      }
+      int done = 0, sizes[kMaxRecvs];
+      if (sd < sp && st.err == ncclSuccess) {
+        st.err = api::test(sr[sd], &done, sizes);
+        if (done) ++sd;
+      }
+      done = 0;
+      if (rd < rp && st.err == ncclSuccess) {
+        for (int i = 0; i < n; ++i) sizes[i] = -1;
+        st.err = api::test(rr[rd], &done, sizes);
+        if (done) {
+          for (int i = 0; i < n; ++i) {
+            int k = msgFor(rd, i);
+            EXPECT_EQ((size_t)sizes[i], sb[k].size()) << "group " << rd << " buffer " << i;
+            EXPECT_TRUE(sb[k].empty() || !memcmp(rb[k].data(), sb[k].data(), sb[k].size()))
+                << "group " << rd << " buffer " << i << " does not hold message " << k;
+            for (size_t b = sb[k].size(); b < rb[k].size(); ++b)
+              if (rb[k][b] != 0xEE) {
+                ADD_FAILURE() << "byte past message " << k << " written";
+                break;
+              }
+            memset(rb[k].data(), 0xAA, rb[k].size());  // NCCL reuses the buffer now
+          }
+          ++rd;
+          st.delivered += n;
+        }
+      }
+    }
+    for (int j = 0; j < rd; ++j)
+      for (int i = 0; i < n; ++i)
+        for (uint8_t b : rb[msgFor(j, i)])
+          if (b != 0xAA) {
+            ADD_FAILURE() << "a stale byte landed in group " << j << " buffer " << i << " after it completed";
+            break;
+          }
+    return st;
+  }
+};
+
+TEST_F(Grouped, TagsPickTheBufferInsideEachGroupExactlyOnceInOrder) {
+  connectComm();
+  for (int n : {2, 3, 8}) {
+    SCOPED_TRACE("n = " + std::to_string(n));
+    Stats st = runGrouped(60, n);
+    EXPECT_FALSE(st.timedOut);
+    EXPECT_EQ(st.err, ncclSuccess);
+    EXPECT_EQ(st.delivered, 60u * n);
+  }
+  // Single receives still work on the same comm between groups.
+  EXPECT_EQ(run(50, mixed, 8).delivered, 50u);
+}
+
+TEST_F(Grouped, SurviveFailoverAndResume) {
+  connectComm();
+  Stats st = runGrouped(80, 4, [&](int j) {
+    if (j == 30) w(0, kA0)->broken = true;  // the active path resets mid-run
+  });
+  EXPECT_FALSE(st.timedOut);
+  EXPECT_EQ(st.err, ncclSuccess);
+  EXPECT_EQ(st.delivered, 320u);
+  EXPECT_EQ(send->counters.failovers, 1u);
+  EXPECT_EQ(activeNic(), 1);
+}
+
+TEST_F(Grouped, DuplicatesAfterResumeAreDiscarded) {
+  connectComm();
+  // As DuplicateChunksOfCompletedMessagesAreDiscarded, with groups: one stream stalls, the
+  // path then breaks, and chunks of completed messages come again after the RESUME.
+  int phase = 0;
+  Stats st = runGrouped(60, 4, [&](int j) {
+    if (j == 15) {
+      dynamic_cast<FakeConn*>(send->paths[0].streams[0].conn.get())->stalled = true;
+      phase = 1;
+    }
+  }, [&] {
+    if (phase >= 1 && ++phase == 300) w(0, kA0)->broken = true;
+  });
+  EXPECT_FALSE(st.timedOut);
+  EXPECT_EQ(st.delivered, 240u);
+  EXPECT_EQ(send->counters.failovers, 1u);
+  EXPECT_GT(recv->counters.dupBytesDropped, 0u) << "the scenario must really produce duplicates";
+}
+
+TEST_F(Grouped, CallerMisuseIsAnInternalError) {
+  connectComm();
+  std::vector<uint8_t> a(100), b(100), sbuf(100, 1);
+  void* d[9] = {a.data(), b.data()};
+  size_t caps[9] = {100, 100};
+  int tags[9] = {1, 2};
+  void* q = nullptr;
+  EXPECT_EQ(api::irecv(recv, kMaxRecvs + 1, d, caps, tags, nullptr, &q), ncclInternalError) << "n > maxRecvs";
+  EXPECT_EQ(q, nullptr);
+  EXPECT_EQ(api::irecv(recv, 0, d, caps, tags, nullptr, &q), ncclInternalError);
+  // A send whose tag matches no buffer of the group it falls into.
+  ASSERT_EQ(api::irecv(recv, 2, d, caps, tags, nullptr, &q), ncclSuccess);
+  ASSERT_NE(q, nullptr);
+  void *s1 = nullptr, *s2 = nullptr;
+  ASSERT_EQ(api::isend(send, sbuf.data(), 100, 1, nullptr, &s1), ncclSuccess);
+  ASSERT_EQ(api::isend(send, sbuf.data(), 100, 7, nullptr, &s2), ncclSuccess);
+  ncclResult_t res = ncclSuccess;
+  for (int i = 0; i < 10000 && res == ncclSuccess; ++i) {
+    int done = 0, sizes[2];
+    res = api::test(q, &done, sizes);
+    ASSERT_FALSE(done);
+  }
+  EXPECT_EQ(res, ncclInternalError);
+  EXPECT_TRUE(std::all_of(b.begin(), b.end(), [](uint8_t x) { return x == 0; })) << "nothing lands on a mismatch";
+}
+
+}  // namespace
