@@ -1437,11 +1437,15 @@ ncclResult_t RecvLink::irecv(int n, void** data, const uint64_t* caps, const int
   if (fatal && !fatalPeerGone) return fatalResult(fatalMsg);
   // Room for the request (NCCL keeps at most 32 untested: 64 slots never reuse one it may
   // still test) and for its n messages.
-  if (reqPost_ - reqComplete_ >= kRing || nextPost_ + (uint64_t)n - nextComplete_ > (uint64_t)kMsgRing) {
+  // A slot NCCL has not yet seen done is never reused (shared comms test the requests of
+  // several connections in their own orders).
+  if (reqPost_ - reqComplete_ >= kRing || nextPost_ + (uint64_t)n - nextComplete_ > (uint64_t)kMsgRing ||
+      !ring_[reqPost_ % kRing].released) {
     progress();
     return ncclSuccess;
   }
   RecvReq& r = ring_[reqPost_++ % kRing];
+  r.released = false;
   r.firstSeq = nextPost_;
   r.n = n;
   r.ndone = 0;
@@ -1483,6 +1487,7 @@ ncclResult_t RecvLink::test(RecvReq* r, int* done, int* sizes) {
   }
   if (fatal && !r->done) return fatalResult(fatalMsg);
   *done = r->done ? 1 : 0;
+  if (r->done) r->released = true;
   if (r->done && sizes)
     for (int i = 0; i < r->n; ++i) sizes[i] = (int)r->bufs()[i].size;
   return ncclSuccess;

@@ -291,6 +291,7 @@ struct RecvReq {
   bool done = false;
   bool error = false;
   ncclResult_t errorCode = ncclSuccess;
+  bool released = true;  // NCCL saw it done (test), so the slot may be reused
   Link* link = nullptr;
   RecvBuf one;                       // n == 1
   std::unique_ptr<RecvBuf[]> group;  // n > 1: kMaxRecvs buffers, allocated at the slot's first grouped use
