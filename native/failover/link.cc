@@ -171,7 +171,7 @@ bool SendLink::sweep() {
   if (!lk.owns_lock()) return false;
   Health* hl = Health::get();
   auto settled = [&] {
-    return fatal || peerClosed ||
+    return fatal || (peerClosed && active < 0) ||
            (active >= 0 && !resuming_ && (!hl || seenEpoch == hl->epoch()) && pathHealthy(paths[active], hl));
   };
   if (settled()) return true;
@@ -184,7 +184,7 @@ bool RecvLink::sweep() {
   if (!lk.owns_lock()) return false;
   Health* hl = Health::get();
   auto settled = [&] {
-    return fatal || !everReady_ ||
+    return fatal || !everReady_ || peerClosed ||
            (active >= 0 && (!hl || seenEpoch == hl->epoch()) && pathHealthy(paths[active], hl));
   };
   if (settled()) return true;
@@ -899,6 +899,10 @@ void SendLink::progress(bool fromSweeper) {
     if (now - lastCallUs_ > (uint64_t)Runtime::get().cfg.stallMs * 500) lastProgressUs_ = std::max(lastProgressUs_, now);
     lastCallUs_ = now;
   }
+  if (peerClosed) {  // the receiver closed the comm: only its last ACKs are still read
+    drainClosing(now);
+    return;
+  }
   if (now - lastSlowTickUs >= 1000 || active < 0 || (hl && hl->epoch() != seenEpoch)) slowTick(now);
   for (int guard = 0; guard < 4 && active >= 0; ++guard) {
     Path& p = paths[active];
@@ -956,18 +960,37 @@ bool SendLink::pollPeerClose(Path& p, uint64_t now, std::string* err) {
 }
 
 void SendLink::onPeerClosed(const std::string& cause) {
-  for (auto& p : paths) {
+  uint64_t now = nowUs();
+  if (!closingSinceUs_) closingSinceUs_ = now;
+  for (int i = 0; i < (int)paths.size(); ++i) {
+    Path& p = paths[i];
     if (p.state == PathState::kClosed) continue;
+    // The active path's stream 0 stays open for reading (drainClosing): ACKs the receiver sent
+    // before its CLOSE may still be on their way there while the CLOSE already arrived on
+    // another stream or rail.
+    if (i == active && !p.streams.empty() && p.streams[0].conn && now - closingSinceUs_ < 1000000) continue;
     p.closeAll();
     p.state = PathState::kClosed;
     p.lastError = cause;
   }
-  active = -1;
-  resuming_ = false;
+  if (active >= 0 && paths[active].state == PathState::kClosed) active = -1;
+}
+
+void SendLink::drainClosing(uint64_t now) {
+  if (active < 0) return;
+  Path& p = paths[active];
+  std::string err;
+  // Ends at the receiver's CLOSE or EOF on this stream (its ACKs come before), or after 1 s.
+  if (!readControl(p, now, &err) || now - closingSinceUs_ >= 1000000) {
+    p.closeAll();
+    p.state = PathState::kClosed;
+    p.lastError = closedCause;
+    active = -1;
+  }
 }
 
 bool SendLink::closedVerdict(ncclResult_t* res) {
-  if (!peerClosed) return false;
+  if (!peerClosed || active >= 0) return false;  // still reading ACKs sent before the CLOSE
   if (!fatal) {
     fatal = true;
     fatalPeerGone = true;  // posting more still succeeds; pending requests fail in test()
@@ -1498,10 +1521,13 @@ void RecvLink::close() {
   unregisterRecvLink(secret, connId);
   std::lock_guard<std::mutex> g(mu);
   takeIncoming(nowUs());  // streams routed here but not yet taken learn of the close too
+  // This direction carries only whole control frames. The active path first: its ACKs are
+  // flushed before any CLOSE leaves on another path (the sender still reads them after it).
+  if (!peerClosed && active >= 0) sendCloseAll(paths[active]);
   if (!peerClosed)
-    for (auto& p : paths)  // this direction carries only whole control frames
-      if (p.state == PathState::kActive || p.state == PathState::kStandby || p.state == PathState::kConnecting)
-        sendCloseAll(p);
+    for (int i = 0; i < (int)paths.size(); ++i)
+      if (i != active && (paths[i].state == PathState::kStandby || paths[i].state == PathState::kConnecting))
+        sendCloseAll(paths[i]);
   {
     std::lock_guard<std::mutex> g2(inMu_);
     incoming_.clear();

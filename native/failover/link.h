@@ -250,6 +250,8 @@ class SendLink : public Link {
   bool pollPeerClose(Path& p, uint64_t now, std::string* err);
   // The receiver closed the comm: every path is closed quietly (no path_down, no reconnect).
   void onPeerClosed(const std::string& cause);
+  void drainClosing(uint64_t now);
+  uint64_t closingSinceUs_ = 0;  // when the receiver's close was first seen
   // test()/isend() verdicts on a comm whose peer closed it or exited; returns true (with the
   // error in *res) when the request can never complete.
   bool closedVerdict(ncclResult_t* res);

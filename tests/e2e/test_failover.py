@@ -349,6 +349,42 @@ def test_receiver_that_posts_nothing_for_seconds_is_not_a_failure(testbed):
     assert gap >= 2000, f"the pause really stopped rank 1's receives (longest gap {gap} ms)"
 
 
+def test_aggressive_probes_under_congestion_are_not_a_dead_peer(testbed):
+    """Negative control for the peer-gone verdict: probe settings far too aggressive for the
+    load (1 ms x 2, stall 2 ms) on rails rate-limited in both directions. Paths may be fenced
+    and reconnected, even all at once; both processes stay alive, so no rank may get an
+    error (in particular not "the peer process exited") and every byte arrives."""
+    tb = testbed("T2")
+    rates = [faults.Rate(tb.nic(n), "60mbit") for n in ("a0", "a1", "b0", "b1")]
+    env = {"RAILOVER_PROBE_INTERVAL_MS": "1", "RAILOVER_PROBE_MULT": "2", "RAILOVER_STALL_MS": "2",
+           "RAILOVER_HOLD_DOWN_MS": "200"}
+    res = run_scenario(tb, [Step(1, "apply", f) for f in rates] + [Step(9, "undo", f) for f in rates],
+                       duration_s=10, env=env, size="1M")
+    assert res.wrong_bytes == 0
+    assert res.count("fatal") == 0, res.select("fatal")
+    assert all(r.returncode == 0 for r in res.perf.ranks), [(r.returncode, r.stderr[-1500:]) for r in res.perf.ranks]
+    assert not any((r.json or {}).get("stopped_early") for r in res.perf.ranks)
+
+
+def test_orderly_close_is_never_a_fault(testbed):
+    """Both ranks run, then close every comm in order (railover-perf closes with requests still
+    in flight, as NCCL's teardown does). Neither side may journal the closes as path_down, flap
+    or failover, and nothing reconnects afterwards."""
+    tb = testbed("T2")
+    res = run_scenario(tb, [], duration_s=4, size="1M")
+    assert res.wrong_bytes == 0
+    assert all(r.returncode == 0 for r in res.perf.ranks), [(r.returncode, r.stderr[-1500:]) for r in res.perf.ranks]
+    # From the end of the timed run on (both ranks' clocks are CLOCK_MONOTONIC, as the journal's)
+    # only the teardown happens.
+    ends = [int(((r.json or {}).get("timeseries") or {}).get("end_us") or 0) for r in res.perf.ranks]
+    assert all(ends), [r.json for r in res.perf.ranks]
+    t_close = min(ends)
+    for ev in ("path_down", "flap", "failover", "fatal"):
+        assert res.count(ev, t_close) == 0, res.select(ev, t_close)
+    reopened = [e for e in res.select("path_up", t_close) if e.get("dir") == "send"]
+    assert not reopened, f"a path was re-opened after the close: {reopened}"
+
+
 def test_killed_peer_is_an_error_within_5s_not_a_nic_failure(testbed):
     """S-12 KILL: every rail to the peer closes and nobody listens any more. railover must not
     take that for a NIC failure and loop on the standby: the survivor gets an error within 5 s

@@ -698,6 +698,38 @@ TEST_F(Engine, ReceiverClosingWithSendsPendingFailsThemPromptlyWithoutFaults) {
   EXPECT_TRUE(journalEvents(mark, {"path_down", "flap", "failover"}).empty());
 }
 
+// The receiver completes a message (its ACK is on the wire) and closes: the sender may read
+// the CLOSE on the standby rail before the ACK on the active one. The send completed and must
+// be reported done, not failed as "closed with messages not acknowledged".
+TEST_F(Engine, AckSentBeforeTheCloseStillCompletesTheSend) {
+  connectComm();
+  ASSERT_EQ(run(20, mixed, 4).delivered, 20u);
+  std::vector<uint8_t> sb(5000, 9), rb(5000);
+  void* sq = nullptr;
+  ASSERT_EQ(api::isend(send, sb.data(), sb.size(), 0, nullptr, &sq), ncclSuccess);
+  void* d = rb.data();
+  size_t cap = rb.size();
+  int tag = 0, done = 0, size = 0;
+  void* rq = nullptr;
+  ASSERT_EQ(api::irecv(recv, 1, &d, &cap, &tag, nullptr, &rq), ncclSuccess);
+  for (int i = 0; i < 100000 && !done; ++i) ASSERT_EQ(api::test(rq, &done, &size), ncclSuccess);
+  ASSERT_TRUE(done);
+  ASSERT_EQ(rb, sb);
+  api::closeRecv(recv);
+  recv = nullptr;
+  // The sender's next call starts with its slow tick, which reads the standby path (and its
+  // CLOSE) before the active path's control stream.
+  auto t0 = std::chrono::steady_clock::now();
+  while (nowUs() - send->lastSlowTickUs < 2000 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1)) {
+  }
+  done = 0;
+  ncclResult_t res = ncclSuccess;
+  for (int i = 0; i < 1000 && !done && res == ncclSuccess; ++i) res = api::test(sq, &done, &size);
+  EXPECT_EQ(res, ncclSuccess) << send->fatalMsg;
+  EXPECT_TRUE(done);
+  EXPECT_TRUE(send->peerClosed);
+}
+
 // Orderly close in every order, with data in flight and with the receiver's ACK stuck in its
 // socket: no path_down, flap or failover in the journal, no reconnect, on either side.
 TEST_F(Engine, OrderlyCloseInAnyOrderIsNeverAFault) {
