@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "abi/nccl_net_abi.h"
+#include "failover/link.h"
 #include "plugin/api.h"
 
 using namespace railover;
@@ -106,10 +107,12 @@ ncclResult_t isend10(void* sc, void* d, size_t size, int tag, void* mh, void*, v
   return api::isend(sc, d, size, tag, mh, req);
 }
 ncclResult_t irecvInt(void* rc, int n, void** d, int* sizes, int* tags, void** mh, void** req) {
-  if (n < 1 || n > 8) return *req = nullptr, ncclInvalidArgument;
-  size_t s[8];
+  // n beyond maxRecvs or a negative size: the caller's misuse (NCCL's plugin contract:
+  // ncclInternalError); api::irecv names the bad n.
+  if (n < 1 || n > kMaxRecvs) return api::irecv(rc, n, d, nullptr, tags, mh, req);
+  size_t s[kMaxRecvs];
   for (int i = 0; i < n; ++i) {
-    if (sizes[i] < 0) return *req = nullptr, ncclInvalidArgument;
+    if (sizes[i] < 0) return *req = nullptr, ncclInternalError;
     s[i] = (size_t)sizes[i];
   }
   return api::irecv(rc, n, d, s, tags, mh, req);

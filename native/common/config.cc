@@ -156,6 +156,12 @@ bool parseConfig(const EnvLookup& env, Config* out, std::string* err) {
   if (!getNum(env, {"RAILOVER_TCP_USER_TIMEOUT_MS", 0, 600000, "ms, 0 = kernel default"}, &c.tcpUserTimeoutMs, err))
     return false;
   if (!getNum(env, {"RAILOVER_STALL_MS", 1, 60000, "ms"}, &c.stallMs, err)) return false;
+  {
+    uint64_t v = c.abortOnFatal ? 1 : 0;
+    if (!getUint(env, {"RAILOVER_ABORT_ON_FATAL", 0, 1, "0 = return ncclSystemError, 1 = exit the process"}, &v, err))
+      return false;
+    c.abortOnFatal = v != 0;
+  }
   if (const char* s = env("RAILOVER_EVENT_LOG")) c.eventLog = s;
   if (const char* s = env("RAILOVER_STATE_DIR")) c.stateDir = s;
   *out = c;

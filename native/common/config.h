@@ -40,7 +40,15 @@ struct Config {
   uint32_t stallMs = 50;          // RAILOVER_STALL_MS: no progress this long with data pending -> probe burst
   std::string eventLog;           // RAILOVER_EVENT_LOG: JSON-lines journal path ("" = none; %p = pid)
   std::string stateDir;           // RAILOVER_STATE_DIR
+  // RAILOVER_ABORT_ON_FATAL (0/1, default 0): on a fatal error (no usable path past
+  // RAILOVER_FATAL_TIMEOUT, the peer process gone) write one line naming the path and the
+  // cause to stderr and exit the process with kAbortOnFatalExitCode, instead of returning
+  // ncclSystemError. For frameworks without a collective watchdog (JAX/XLA) that would
+  // otherwise hang after an NCCL error.
+  bool abortOnFatal = false;
 };
+// Exit status of a process ended by RAILOVER_ABORT_ON_FATAL=1 (sysexits' EX_SOFTWARE).
+constexpr int kAbortOnFatalExitCode = 70;
 
 // Parses the environment into `out`. Returns false and sets `err` (naming the variable and
 // the accepted values) on the first bad value.

@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -11,8 +12,11 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <map>
 #include <unordered_map>
 
 #include "common/clock.h"
@@ -167,7 +171,7 @@ bool SendLink::sweep() {
   if (!lk.owns_lock()) return false;
   Health* hl = Health::get();
   auto settled = [&] {
-    return fatal || peerClosed ||
+    return fatal || (peerClosed && active < 0) ||
            (active >= 0 && !resuming_ && (!hl || seenEpoch == hl->epoch()) && pathHealthy(paths[active], hl));
   };
   if (settled()) return true;
@@ -180,7 +184,7 @@ bool RecvLink::sweep() {
   if (!lk.owns_lock()) return false;
   Health* hl = Health::get();
   auto settled = [&] {
-    return fatal || !everReady_ ||
+    return fatal || !everReady_ || peerClosed ||
            (active >= 0 && (!hl || seenEpoch == hl->epoch()) && pathHealthy(paths[active], hl));
   };
   if (settled()) return true;
@@ -251,45 +255,136 @@ static uint64_t holdDownStartUs(const Path& p, Health* hl) {
 }
 
 // ------------------------------------------------------------------------------------------
-// Registry of recv links by secret
+// Registry of recv links by (secret, connection id), and of open listen comms by secret.
+// Lock order: gRegMu before gLinksMu (a link created here lists itself).
 namespace {
 std::mutex gRegMu;
-std::unordered_map<uint64_t, RecvLink*>& registry() {
-  static auto* m = new std::unordered_map<uint64_t, RecvLink*>();
+std::map<std::pair<uint64_t, uint64_t>, RecvLink*>& registry() {
+  static auto* m = new std::map<std::pair<uint64_t, uint64_t>, RecvLink*>();
+  return *m;
+}
+std::unordered_map<uint64_t, Listener*>& listeners() {
+  static auto* m = new std::unordered_map<uint64_t, Listener*>();
   return *m;
 }
 }  // namespace
 
-void registerRecvLink(uint64_t secret, RecvLink* l) {
+void unregisterRecvLink(uint64_t secret, uint64_t connId) {
   std::lock_guard<std::mutex> g(gRegMu);
-  registry()[secret] = l;
+  registry().erase({secret, connId});
 }
-void unregisterRecvLink(uint64_t secret) {
-  std::lock_guard<std::mutex> g(gRegMu);
-  registry().erase(secret);
-}
+
 bool routeStream(std::unique_ptr<Conn>& c, const wire::Hello& h, const sockaddr_storage& peer, int localNic) {
+  if (h.connId == 0) return false;  // a liveness check: the caller drops it quietly
   std::lock_guard<std::mutex> g(gRegMu);
-  auto it = registry().find(h.secret);
-  if (it == registry().end()) return false;
-  it->second->offerStream(std::move(c), h, peer, localNic);
+  auto it = registry().find({h.secret, h.connId});
+  if (it != registry().end()) {
+    it->second->offerStream(std::move(c), h, peer, localNic);
+    return true;
+  }
+  auto lt = listeners().find(h.secret);
+  if (lt == listeners().end()) return false;
+  Listener* L = lt->second;
+  // A connection whose recv link was closed is not re-created by a late reconnect.
+  if (!L->open_ || std::find(L->seen_.begin(), L->seen_.end(), h.connId) != L->seen_.end()) return false;
+  L->seen_.push_back(h.connId);
+  auto* l = new RecvLink(h.secret, h.connId, L->dev);
+  registry()[{h.secret, h.connId}] = l;
+  L->fresh_.push_back(l);
+  l->offerStream(std::move(c), h, peer, localNic);
   return true;
 }
 
-// Best effort: tell the peer on the active path that this comm is closing in order, so its
-// EOFs are not reported as path failures. Only at a frame boundary; never blocks.
-static void sendClose(Path& p, bool atBoundary) {
-  if (p.streams.empty() || !p.streams[0].conn || !atBoundary || !p.ctlOut.empty()) return;
+Listener::Listener(uint64_t s, int d) : secret(s), dev(d) {
+  std::lock_guard<std::mutex> g(gRegMu);
+  listeners()[secret] = this;
+}
+
+RecvLink* Listener::accept() {
+  std::vector<RecvLink*> cand;
+  {
+    std::lock_guard<std::mutex> g(gRegMu);
+    cand = fresh_;
+  }
+  for (RecvLink* l : cand) {
+    if (!l->ready()) continue;
+    std::lock_guard<std::mutex> g(gRegMu);
+    fresh_.erase(std::find(fresh_.begin(), fresh_.end(), l));
+    return l;
+  }
+  return nullptr;
+}
+
+void Listener::close() {
+  std::vector<RecvLink*> unaccepted;
+  {
+    std::lock_guard<std::mutex> g(gRegMu);
+    open_ = false;
+    listeners().erase(secret);
+    unaccepted.swap(fresh_);
+  }
+  // Their senders learn it from the CLOSE (their connect fails with that cause).
+  for (RecvLink* l : unaccepted) {
+    l->close();
+    delete l;
+  }
+}
+
+// Best effort, never blocks: tells the peer on every connected stream of `p` that the comm
+// is closing in order, so the EOFs and resets that follow are not taken for path failures
+// (whichever stream the peer reads next, the CLOSE comes before the end of that stream). A
+// stream gets it only at a frame boundary: control bytes still queued (stream 0) are flushed
+// first, and a stream in the middle of a DATA frame is skipped.
+static void sendCloseAll(Path& p) {
   uint8_t buf[wire::kFrameBytes];
   wire::Frame f;
   f.type = wire::kClose;
   wire::encodeFrame(f, buf);
-  std::string err;
-  writeAll(*p.streams[0].conn, buf, sizeof(buf), &err);
+  for (size_t i = 0; i < p.streams.size(); ++i) {
+    Stream& s = p.streams[i];
+    if (!s.conn || !s.connected || (s.hdrBuilt && (s.hdrDone > 0 || s.payloadDone > 0))) continue;
+    std::string err;
+    if (i == 0 && !p.ctlOut.empty()) {
+      iovec iov{(void*)p.ctlOut.data(), p.ctlOut.size()};
+      ssize_t n = s.conn->writev(&iov, 1, &err);
+      if (n < 0) continue;
+      p.ctlOut.erase(0, (size_t)n);
+      if (!p.ctlOut.empty()) continue;
+    }
+    writeAll(*s.conn, buf, sizeof(buf), &err);
+  }
+}
+
+// A failure that only the peer process can cause: its kernel refused the connection, or the
+// peer closed or reset the stream. A NIC, cable or switch fault never produces one (it shows
+// as timeouts and silence), so a receiver does not report these as path failures: the sender
+// decided (and reports its own faults), or the comm is being closed.
+static bool peerGoneError(const std::string& e) {
+  return e.find("refused") != std::string::npos || e.find("reset by peer") != std::string::npos ||
+         e.find("closed by peer") != std::string::npos || e.find("Broken pipe") != std::string::npos;
+}
+
+// The one place a link's fatal error leaves the plugin. With RAILOVER_ABORT_ON_FATAL=1 the
+// process exits here (one stderr line naming the path and the cause, then quick_exit, which
+// runs the state-file cleanup); otherwise the WARN and ncclSystemError as NCCL expects.
+ncclResult_t fatalResult(const std::string& msg) {
+  if (Runtime::get().cfg.abortOnFatal) {
+    std::string m = msg.rfind("railover: ", 0) == 0 ? msg.substr(10) : msg;
+    fprintf(stderr, "railover: RAILOVER_ABORT_ON_FATAL=1: exiting on a fatal error: %s\n", m.c_str());
+    fflush(stderr);
+    std::quick_exit(kAbortOnFatalExitCode);
+  }
+  RO_WARN("%s", msg.c_str());
+  return ncclSystemError;
 }
 
 // ------------------------------------------------------------------------------------------
 // SendLink
+
+// Causes recorded when the receiver closed the comm.
+static const char* const kCloseCause = "the receiver closed the comm (CLOSE)";
+static const char* const kNackCause =
+    "the receiver no longer knows this comm (NACK: its listen comm or recv comm was closed)";
 
 static bool handleAddrToSockaddr(const wire::HandleAddr& a, sockaddr_storage* out, socklen_t* len) {
   memset(out, 0, sizeof(*out));
@@ -316,6 +411,8 @@ SendLink* SendLink::create(int dev, const wire::Handle& h, std::string* err) {
   l->dev_ = dev;
   l->handle_ = h;
   l->secret = h.secret;
+  while (l->connId == 0)
+    if (getrandom(&l->connId, sizeof(l->connId), 0) != sizeof(l->connId)) l->connId = nowUs() * 0x9e3779b97f4a7c15ULL;
   l->nStreams = rt.cfg.nStreams;
   auto addPath = [&](int localNic, int remoteIdx) {
     Path p;
@@ -417,6 +514,7 @@ void SendLink::advanceConnect(Path& p, uint64_t now) {
     h.srcRail = (uint8_t)p.rail;
     h.probePort = rt.ports[p.localNic];
     h.generation = p.generation;
+    h.connId = connId;
     uint8_t buf[wire::kFrameBytes];
     wire::encodeHello(h, buf);
     if (!writeAll(*s.conn, buf, sizeof(buf), &err)) return failPath(p, "HELLO: " + err, now);
@@ -430,6 +528,7 @@ void SendLink::advanceConnect(Path& p, uint64_t now) {
   p.upSinceUs = now;
   p.restoredUs = now;
   p.backoffMs = 0;
+  everConnected_ = true;
   journalAppend("path_up", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"send\",\"nic\":" +
                                jsonStr(nicName(p.localNic)) + ",\"peer\":" + jsonStr(addrToString(p.remote)) +
                                ",\"generation\":" + std::to_string(p.generation));
@@ -437,10 +536,15 @@ void SendLink::advanceConnect(Path& p, uint64_t now) {
 
 void SendLink::failPath(Path& p, const std::string& why, uint64_t now) {
   auto& cfg = Runtime::get().cfg;
+  // An orderly close by the receiver may surface first as an EOF or a reset on one stream
+  // while its CLOSE waits, unread, on another: look before calling it a fault.
+  if (!peerClosed) {
+    std::string e;
+    if (active >= 0 && &paths[active] == &p && !p.streams.empty() && p.streams[0].conn) readControl(p, now, &e);
+    if (!peerClosed) pollPeerClose(p, now, &e);
+  }
   if (peerClosed) {  // the receiver closed the comm: nothing to report or retry
-    p.closeAll();
-    p.state = PathState::kClosed;
-    if (active >= 0 && &paths[active] == &p) active = -1;
+    onPeerClosed(closedCause);
     return;
   }
   bool wasActive = active >= 0 && &paths[active] == &p;
@@ -484,14 +588,6 @@ void SendLink::failPath(Path& p, const std::string& why, uint64_t now) {
             (unsigned long long)secret, describe(p).c_str(), why.c_str());
     noPathSinceUs = now;
   }
-}
-
-// S-12: the peer process is gone, not a NIC: every path was refused or reset by the peer's
-// kernel (nobody listens on any of its NICs). Waiting for the fatal timeout would only delay
-// the job's restart, so the pending call fails now.
-static bool peerGoneError(const std::string& e) {
-  return e.find("refused") != std::string::npos || e.find("reset by peer") != std::string::npos ||
-         e.find("closed by peer") != std::string::npos || e.find("Broken pipe") != std::string::npos;
 }
 
 bool Link::peerGoneOnAllPaths() const {
@@ -575,11 +671,11 @@ void SendLink::enqueueMsg(const SendReq& r) {
 }
 
 void SendLink::enqueueFrom(uint64_t seq) {
-  for (uint64_t s = std::max(seq, acked_); s < nextSeq_; ++s) enqueueMsg(ring_[s % kRing]);
+  for (uint64_t s = std::max(seq, acked_); s < nextSeq_; ++s) enqueueMsg(ring_.at(s));
 }
 
 void SendLink::complete(uint64_t upTo) {
-  for (uint64_t s = acked_; s < upTo; ++s) ring_[s % kRing].done = true;
+  for (uint64_t s = acked_; s < upTo; ++s) ring_.at(s).done = true;
   if (upTo > acked_) acked_ = upTo, lastProgressUs_ = nowUs(), burstRequested_ = false;
 }
 
@@ -603,10 +699,11 @@ bool SendLink::writeStream(Path& p, Stream& s, std::string* err) {
       f.seq = c.seq;
       f.offset = c.offset;
       f.total = c.total;
+      f.tag = ring_.at(c.seq).tag;
       wire::encodeFrame(f, s.hdr);
       s.hdrBuilt = true, s.hdrDone = 0, s.payloadDone = 0;
     }
-    const SendReq& r = ring_[c.seq % kRing];
+    const SendReq& r = ring_.at(c.seq);
     iovec iov[2];
     int niov = 0;
     if (s.hdrDone < wire::kFrameBytes) iov[niov++] = {s.hdr + s.hdrDone, wire::kFrameBytes - s.hdrDone};
@@ -648,7 +745,7 @@ bool SendLink::readControl(Path& p, uint64_t now, std::string* err) {
     } else if (f.type == wire::kResumeAck && &p == &paths[active] && resuming_) {
       if (f.seq > nextSeq_ || f.seq < acked_) return *err = "RESUME_ACK seq out of range", false;
       uint64_t resent = 0;
-      for (uint64_t q = f.seq; q < nextSeq_; ++q) resent += ring_[q % kRing].size;
+      for (uint64_t q = f.seq; q < nextSeq_; ++q) resent += ring_.at(q).size;
       complete(f.seq);
       resuming_ = false;
       enqueueFrom(acked_);
@@ -680,10 +777,16 @@ bool SendLink::readControl(Path& p, uint64_t now, std::string* err) {
       failedFrom_ = -1;
       plannedSwitch_ = false;
     } else if (f.type == wire::kNack) {
-      return *err = "receiver refused the path", false;
+      if (f.seq == wire::kNackUnknownComm) {
+        peerClosed = true;
+        if (closedCause.empty()) closedCause = kNackCause;
+        return *err = kNackCause, false;
+      }
+      return *err = "receiver refused the path (reason " + std::to_string(f.seq) + ")", false;
     } else if (f.type == wire::kClose) {
       peerClosed = true;
-      return *err = "receiver closed the comm", false;
+      if (closedCause.empty()) closedCause = kCloseCause;
+      return *err = kCloseCause, false;
     } else if (f.type != wire::kResumeAck) {
       return *err = "unexpected frame type " + std::to_string(f.type) + " from receiver", false;
     }
@@ -755,8 +858,8 @@ void SendLink::slowTick(uint64_t now) {
     } else if (p.state == PathState::kFailed && now >= p.nextAttemptUs && (!hl || hl->nicUp(p.localNic))) {
       startConnect(p, now);
     } else if (p.state == PathState::kStandby) {
-      std::string err;
-      if (p.streams[0].conn->dead(&err)) failPath(p, "standby: " + err, now);
+      std::string err;  // a standby carries nothing from the receiver but a CLOSE or a NACK
+      if (!pollPeerClose(p, now, &err) || peerClosed) failPath(p, peerClosed ? closedCause : "standby: " + err, now);
     }
     if ((p.state == PathState::kStandby || p.state == PathState::kActive) && p.holdDownMs > cfg.holdDownMs &&
         now - std::max(p.restoredUs, p.decayedUs) > 4ULL * p.holdDownMs * 1000) {
@@ -835,6 +938,10 @@ void SendLink::progress(bool fromSweeper) {
     if (now - lastCallUs_ > (uint64_t)Runtime::get().cfg.stallMs * 500) lastProgressUs_ = std::max(lastProgressUs_, now);
     lastCallUs_ = now;
   }
+  if (peerClosed) {  // the receiver closed the comm: only its last ACKs are still read
+    drainClosing(now);
+    return;
+  }
   if (now - lastSlowTickUs >= 1000 || active < 0 || (hl && hl->epoch() != seenEpoch)) slowTick(now);
   for (int guard = 0; guard < 4 && active >= 0; ++guard) {
     Path& p = paths[active];
@@ -859,28 +966,122 @@ void SendLink::progress(bool fromSweeper) {
   }
 }
 
-bool SendLink::ready() {
-  std::lock_guard<std::mutex> g(mu);
-  progress();
-  return active >= 0 || fatal;
+bool SendLink::pollPeerClose(Path& p, uint64_t now, std::string* err) {
+  bool isActive = active >= 0 && &paths[active] == &p;
+  for (size_t i = 0; i < p.streams.size() && !peerClosed; ++i) {
+    Stream& s = p.streams[i];
+    if (!s.conn || !s.connected || (isActive && i == 0)) continue;  // active stream 0: readControl()
+    while (!peerClosed) {
+      // The receive-direction fields of a sender's stream are free for this.
+      ssize_t n = s.conn->read(s.rhdr + s.rhdrGot, wire::kFrameBytes - s.rhdrGot, err);
+      if (n < 0) return false;
+      if (n == 0) break;
+      s.rhdrGot += (size_t)n;
+      if (s.rhdrGot < wire::kFrameBytes) break;
+      s.rhdrGot = 0;
+      wire::Frame f;
+      if (!wire::decodeFrame(s.rhdr, &f, err)) return *err = "protocol error from receiver: " + *err, false;
+      if (f.type == wire::kClose) {
+        peerClosed = true;
+        if (closedCause.empty()) closedCause = kCloseCause;
+      } else if (f.type == wire::kNack && f.seq == wire::kNackUnknownComm) {
+        peerClosed = true;
+        if (closedCause.empty()) closedCause = kNackCause;
+      } else if (f.type == wire::kNack) {
+        return *err = "receiver refused the path (reason " + std::to_string(f.seq) + ")", false;
+      } else {
+        return *err = "unexpected frame type " + std::to_string(f.type) + " on a path without control traffic", false;
+      }
+    }
+  }
+  (void)now;
+  return true;
 }
 
-ncclResult_t SendLink::isend(const void* data, uint64_t size, void** request) {
+void SendLink::onPeerClosed(const std::string& cause) {
+  uint64_t now = nowUs();
+  if (!closingSinceUs_) closingSinceUs_ = now;
+  for (int i = 0; i < (int)paths.size(); ++i) {
+    Path& p = paths[i];
+    if (p.state == PathState::kClosed) continue;
+    // The active path's stream 0 stays open for reading (drainClosing): ACKs the receiver sent
+    // before its CLOSE may still be on their way there while the CLOSE already arrived on
+    // another stream or rail.
+    if (i == active && !p.streams.empty() && p.streams[0].conn && now - closingSinceUs_ < 1000000) continue;
+    p.closeAll();
+    p.state = PathState::kClosed;
+    p.lastError = cause;
+  }
+  if (active >= 0 && paths[active].state == PathState::kClosed) active = -1;
+}
+
+void SendLink::drainClosing(uint64_t now) {
+  if (active < 0) return;
+  Path& p = paths[active];
+  std::string err;
+  // Ends at the receiver's CLOSE or EOF on this stream (its ACKs come before), or after 1 s.
+  if (!readControl(p, now, &err) || now - closingSinceUs_ >= 1000000) {
+    p.closeAll();
+    p.state = PathState::kClosed;
+    p.lastError = closedCause;
+    active = -1;
+  }
+}
+
+bool SendLink::closedVerdict(ncclResult_t* res) {
+  if (!peerClosed || active >= 0) return false;  // still reading ACKs sent before the CLOSE
+  if (!fatal) {
+    fatal = true;
+    fatalPeerGone = true;  // posting more still succeeds; pending requests fail in test()
+    fatalMsg = "railover: peer " + peerName + " closed the comm with " + std::to_string(nextSeq_ - acked_) +
+               " message(s) not acknowledged (" + (closedCause.empty() ? kCloseCause : closedCause) +
+               "): the receiving rank destroyed or aborted its communicator";
+    journalAppend("fatal", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"send\",\"message\":" + jsonStr(fatalMsg));
+  }
+  *res = fatalResult(fatalMsg);
+  return true;
+}
+
+int SendLink::connectStep(std::string* why) {
+  std::lock_guard<std::mutex> g(mu);
+  progress();
+  uint64_t now = nowUs();
+  // A receiver that closed (or never knew) this connection says so on the paths we opened.
+  for (auto& p : paths) {
+    if (peerClosed) break;
+    if (p.state != PathState::kConnecting && p.state != PathState::kStandby) continue;
+    std::string err;
+    if (!pollPeerClose(p, now, &err) && !peerClosed) failPath(p, err, now);
+  }
+  if (peerClosed) {
+    onPeerClosed(closedCause);
+    *why = closedCause;
+    return -1;
+  }
+  if (fatal) {
+    *why = fatalMsg;
+    return -1;
+  }
+  return everConnected_ ? 1 : 0;
+}
+
+ncclResult_t SendLink::isend(const void* data, uint64_t size, int tag, void** request) {
   std::lock_guard<std::mutex> g(mu);
   *request = nullptr;
-  if (fatal && !fatalPeerGone) {
-    RO_WARN("%s", fatalMsg.c_str());
-    return ncclSystemError;
-  }
-  if (nextSeq_ - acked_ >= kRing) {
+  if (fatal && !fatalPeerGone) return fatalResult(fatalMsg);
+  // The slot must be free: acknowledged and seen done by NCCL (shared comms test requests of
+  // several connections in their own orders).
+  if (nextSeq_ - acked_ >= kSendRing || !ring_.at(nextSeq_).released) {
     progress();
     return ncclSuccess;
   }
-  SendReq& r = ring_[nextSeq_ % kRing];
+  SendReq& r = ring_.at(nextSeq_);
   r = SendReq();
   r.seq = nextSeq_++;
   r.data = (const uint8_t*)data;
   r.size = size;
+  r.tag = tag;
+  r.released = false;
   r.link = this;
   enqueueMsg(r);
   progress();
@@ -891,11 +1092,11 @@ ncclResult_t SendLink::isend(const void* data, uint64_t size, void** request) {
 ncclResult_t SendLink::test(SendReq* r, int* done, int* size) {
   std::lock_guard<std::mutex> g(mu);
   if (!r->done) progress();
-  if (fatal && !r->done) {
-    RO_WARN("%s", fatalMsg.c_str());
-    return ncclSystemError;
-  }
+  ncclResult_t res;
+  if (!r->done && closedVerdict(&res)) return res;
+  if (fatal && !r->done) return fatalResult(fatalMsg);
   *done = r->done ? 1 : 0;
+  if (r->done) r->released = true;
   if (r->done && size) *size = (int)r->size;
   return ncclSuccess;
 }
@@ -903,10 +1104,10 @@ ncclResult_t SendLink::test(SendReq* r, int* done, int* size) {
 void SendLink::close() {
   unlist();  // out of the sweeper's reach before anything is torn down
   std::lock_guard<std::mutex> g(mu);
-  for (int i = 0; i < (int)paths.size(); ++i) {
-    if (i == active && !resuming_) sendClose(paths[i], !paths[i].streams[0].hdrBuilt);
-    else if (paths[i].state == PathState::kStandby) sendClose(paths[i], true);  // standbys carry nothing
-  }
+  if (!peerClosed)
+    for (auto& p : paths)
+      if (p.state == PathState::kActive || p.state == PathState::kStandby || p.state == PathState::kConnecting)
+        sendCloseAll(p);
   Health* hl = Health::get();
   for (auto& p : paths) {
     p.closeAll();
@@ -918,10 +1119,9 @@ void SendLink::close() {
 // ------------------------------------------------------------------------------------------
 // RecvLink
 
-RecvLink::RecvLink(uint64_t s, int dev) : dev_(dev) {
+RecvLink::RecvLink(uint64_t s, uint64_t id, int dev) : connId(id), dev_(dev) {
   secret = s;
   lastSlowTickUs = nowUs();
-  registerRecvLink(secret, this);
   list();
 }
 
@@ -958,6 +1158,9 @@ void RecvLink::takeIncoming(uint64_t now) {
       p.rail = h.srcRail;
       p.remote = x.peer;
       p.remoteLen = x.peer.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+      p.peerPort = h.probePort;
+      p.live.reset();
+      p.liveResult = 0;
       if (hl && p.pairId < 0) {
         sockaddr_storage probe = x.peer;
         if (probe.ss_family == AF_INET) ((sockaddr_in&)probe).sin_port = htons(h.probePort);
@@ -986,10 +1189,18 @@ void RecvLink::failPath(Path& p, const std::string& why, uint64_t now) {
   if (peerClosed) {  // the sender closed the comm: nothing to report
     p.closeAll();
     p.state = PathState::kClosed;
+    p.lastError = closedCause;
     if (wasActive) active = -1;
     return;
   }
-  if (p.state == PathState::kActive || p.state == PathState::kStandby)
+  // The sender closed or reset this path (it fenced it, moved to another path, closed the
+  // comm, or its process exited): the sender reports its own faults, and the peer-gone verdict
+  // (checkPeerGone) handles an exited process, so this is no fault of ours to report.
+  bool bySender = peerGoneError(why);
+  if (bySender) {
+    RO_INFO(RO_SUBSYS_NET, "railover: recv comm %016llx path %s closed by the sender (%s)", (unsigned long long)secret,
+            describe(p).c_str(), why.c_str());
+  } else if (p.state == PathState::kActive || p.state == PathState::kStandby)
     journalAppend("path_down", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"recv\",\"nic\":" +
                                    jsonStr(nicName(p.localNic)) + ",\"peer\":" + jsonStr(addrToString(p.remote)) +
                                    ",\"cause\":" + jsonStr(why) + ",\"active\":" + (wasActive ? "true" : "false"));
@@ -1000,9 +1211,60 @@ void RecvLink::failPath(Path& p, const std::string& why, uint64_t now) {
   if (wasActive) {
     active = -1;
     noPathSinceUs = now;
-    RO_WARN_EVENT("railover: recv comm %016llx lost its active path %s (%s); waiting for the sender to resume on a standby",
-            (unsigned long long)secret, describe(p).c_str(), why.c_str());
+    if (!bySender)
+      RO_WARN_EVENT("railover: recv comm %016llx lost its active path %s (%s); waiting for the sender to resume on a standby",
+              (unsigned long long)secret, describe(p).c_str(), why.c_str());
   }
+}
+
+void RecvLink::checkPeerGone(uint64_t now) {
+  if (active >= 0 || fatal || peerClosed || nextComplete_ >= nextPost_ || paths.empty()) return;
+  for (auto& p : paths)
+    if (p.state != PathState::kFailed || !peerGoneError(p.lastError) || p.peerPort == 0) return;
+  auto& rt = Runtime::get();
+  bool allRefused = true;
+  for (auto& p : paths) {
+    if (p.liveResult == 0 && !p.live && now >= liveNextUs_) {
+      // Connect to the sender process's listener on the NIC this path came from.
+      sockaddr_storage a = p.remote;
+      if (a.ss_family == AF_INET) ((sockaddr_in&)a).sin_port = htons(p.peerPort);
+      else ((sockaddr_in6&)a).sin6_port = htons(p.peerPort);
+      std::string err;
+      p.live = rt.transport->connect(p.localNic, a, p.remoteLen, &err);
+      p.liveStartUs = now;
+      if (!p.live && err.find("refused") != std::string::npos) p.liveResult = -1;
+    }
+    if (p.live) {
+      std::string err;
+      int r = p.live->connectState(&err);
+      if (r > 0) {
+        // The sender process is alive (it will reconnect, e.g. after fencing its paths under
+        // congestion): say it was only a liveness check (connId 0) and look again later.
+        wire::Hello h;
+        uint8_t buf[wire::kFrameBytes];
+        wire::encodeHello(h, buf);
+        writeAll(*p.live, buf, sizeof(buf), &err);
+        p.live.reset();
+        for (auto& q : paths) q.liveResult = 0, q.live.reset();
+        liveNextUs_ = now + 500000;
+        return;
+      }
+      if (r < 0) {
+        p.live.reset();
+        if (err.find("refused") != std::string::npos) p.liveResult = -1;
+        else liveNextUs_ = now + 100000;  // inconclusive (no route, timeout): try again
+      } else if (now - p.liveStartUs > 3000000) {
+        p.live.reset();  // no answer at all: a network fault, not evidence either way
+      }
+    }
+    allRefused &= p.liveResult < 0;
+  }
+  if (!allRefused) return;
+  fatal = true;
+  fatalPeerGone = true;
+  fatalMsg = "railover: peer " + peerName + " closed the connection on all rails without closing the comm, and its "
+             "process refuses connections on every NIC: the peer process exited (not a NIC fault)";
+  journalAppend("fatal", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"recv\",\"message\":" + jsonStr(fatalMsg));
 }
 
 void RecvLink::onResume(int idx, uint64_t fromSeq, uint64_t now) {
@@ -1010,9 +1272,10 @@ void RecvLink::onResume(int idx, uint64_t fromSeq, uint64_t now) {
   for (int j = 0; j < (int)paths.size(); ++j)
     if (j != idx && paths[j].state == PathState::kActive) failPath(paths[j], "fenced by RESUME on another path", now);
   // Forget partial progress: the sender resends every incomplete message whole.
+  // (A message keeps the buffer its tag chose: the resent copy carries the same tag.)
   for (uint64_t s = nextComplete_; s < nextPost_; ++s) {
-    RecvReq& r = ring_[s % kRing];
-    if (!r.done) r.got = 0, r.total = UINT64_MAX;
+    MsgSlot& m = msgs_.at(s);
+    if (!m.done) m.got = 0, m.total = UINT64_MAX;
   }
   Path& p = paths[idx];
   for (auto& s : p.streams) s.resetIo();
@@ -1063,7 +1326,8 @@ bool RecvLink::readControl(Path& p, int idx, uint64_t now, std::string* err) {
     if (!wire::decodeFrame(p.ctlIn, &f, err)) return *err = "protocol error from sender: " + *err, false;
     if (f.type == wire::kClose) {
       peerClosed = true;
-      return *err = "sender closed the comm", false;
+      if (closedCause.empty()) closedCause = "the sender closed the comm (CLOSE)";
+      return *err = closedCause, false;
     }
     if (f.type != wire::kResume) return *err = "unexpected frame type " + std::to_string(f.type) + " on a standby path", false;
     onResume(idx, f.seq, now);
@@ -1084,7 +1348,8 @@ bool RecvLink::readData(Path& p, Stream& s, std::string* err) {
       if (!wire::decodeFrame(s.rhdr, &s.cur, err)) return *err = "protocol error from sender: " + *err, false;
       if (s.cur.type == wire::kClose) {
         peerClosed = true;
-        return *err = "sender closed the comm", false;
+        if (closedCause.empty()) closedCause = "the sender closed the comm (CLOSE)";
+        return *err = closedCause, false;
       }
       if (s.cur.type != wire::kData) return *err = "unexpected frame type " + std::to_string(s.cur.type) + " on the active path", false;
       s.haveHdr = true;
@@ -1092,18 +1357,40 @@ bool RecvLink::readData(Path& p, Stream& s, std::string* err) {
     }
     const wire::Frame& f = s.cur;
     if (f.seq >= nextPost_) return true;  // its receive is not posted yet: leave it in the socket
-    RecvReq& r = ring_[f.seq % kRing];
-    bool discard = f.seq < nextComplete_ || r.seq != f.seq || r.done;
+    MsgSlot& m = msgs_.at(f.seq);
+    bool discard = f.seq < nextComplete_ || m.seq != f.seq || m.done;
+    RecvBuf* b = nullptr;
     if (!discard) {
-      if (f.total > r.cap) {
+      RecvReq& r = *m.req;
+      if (r.error) return true;  // the caller's error is reported by test(); nothing moves
+      if (m.idx < 0) {
+        // The message's first chunk: pick its buffer. A grouped receive matches tags (the
+        // first free buffer with this tag); a single one takes any tag.
+        RecvBuf* bs = r.bufs();
+        for (int i = 0; i < r.n && m.idx < 0; ++i)
+          if (!bs[i].matched && (r.n == 1 || bs[i].tag == f.tag)) m.idx = i;
+        if (m.idx < 0) {
+          std::string tags;
+          for (int i = 0; i < r.n; ++i) tags += (i ? "," : "") + std::to_string(bs[i].tag);
+          r.error = true;
+          r.errorCode = ncclInternalError;  // the sends do not match the posted receive: the caller's misuse
+          usageMsg_ = "railover: peer " + peerName + " sent message " + std::to_string(f.seq) + " with tag " +
+                      std::to_string(f.tag) + ", but no free buffer of the grouped receive it belongs to has that tag (tags " +
+                      tags + ")";
+          return true;
+        }
+        bs[m.idx].matched = true;
+      }
+      b = &r.bufs()[m.idx];
+      if (f.total > b->cap) {
         r.error = true;
-        usageError_ = true;
-        fatalMsg = "railover: message truncated: peer " + peerName + " sent " + std::to_string(f.total) +
-                   " bytes but the receive was posted with " + std::to_string(r.cap) + " bytes";
+        r.errorCode = ncclInvalidUsage;
+        usageMsg_ = "railover: message truncated: peer " + peerName + " sent " + std::to_string(f.total) +
+                    " bytes but the receive was posted with " + std::to_string(b->cap) + " bytes";
         return true;
       }
-      if (r.total == UINT64_MAX) r.total = f.total;
-      else if (r.total != f.total) return *err = "protocol error: message size changed between chunks", false;
+      if (m.total == UINT64_MAX) m.total = f.total;
+      else if (m.total != f.total) return *err = "protocol error: message size changed between chunks", false;
     }
     while (s.curGot < f.len) {
       uint64_t want = f.len - s.curGot;
@@ -1115,7 +1402,7 @@ bool RecvLink::readData(Path& p, Stream& s, std::string* err) {
         want = std::min<uint64_t>(want, scratch_.size());
         dst = scratch_.data();
       } else {
-        dst = r.data + f.offset + s.curGot;
+        dst = b->data + f.offset + s.curGot;
       }
       ssize_t n = s.conn->read(dst, want, err);
       if (n < 0) return false;
@@ -1126,10 +1413,14 @@ bool RecvLink::readData(Path& p, Stream& s, std::string* err) {
     s.haveHdr = false;
     if (discard) counters.dupBytesDropped += f.len;
     if (!discard) {
-      r.got += f.len;
-      if (r.got == r.total) {
-        r.done = true;
-        while (nextComplete_ < nextPost_ && ring_[nextComplete_ % kRing].done) nextComplete_++;
+      m.got += f.len;
+      if (m.got == m.total) {
+        m.done = true;
+        b->size = m.total;
+        RecvReq& r = *m.req;
+        if (++r.ndone == r.n) r.done = true;
+        while (nextComplete_ < nextPost_ && msgs_.at(nextComplete_).done) nextComplete_++;
+        while (reqComplete_ < reqPost_ && ring_[reqComplete_ % kRing].done) reqComplete_++;
       }
     }
   }
@@ -1156,13 +1447,7 @@ void RecvLink::slowTick(uint64_t now) {
     std::string err;
     if (!readControl(p, i, now, &err)) failPath(p, err, now);
   }
-  if (active < 0 && !fatal && nextComplete_ < nextPost_ && peerGoneOnAllPaths()) {
-    fatal = true;
-    fatalPeerGone = true;
-    fatalMsg = "railover: peer " + peerName + " closed the connection on all rails without closing the comm: the "
-               "peer process exited (not a NIC fault)";
-    journalAppend("fatal", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"recv\",\"message\":" + jsonStr(fatalMsg));
-  }
+  checkPeerGone(now);
   if (active < 0 && cfg.fatalTimeoutS && noPathSinceUs && nextComplete_ < nextPost_ &&
       now - noPathSinceUs > (uint64_t)cfg.fatalTimeoutS * 1000000 && !fatal) {
     std::string nics;
@@ -1208,50 +1493,80 @@ bool RecvLink::ready() {
   return everReady_;
 }
 
-ncclResult_t RecvLink::irecv(void* data, uint64_t cap, void** request) {
+ncclResult_t RecvLink::irecv(int n, void** data, const uint64_t* caps, const int* tags, void** request) {
   std::lock_guard<std::mutex> g(mu);
   *request = nullptr;
-  if (fatal && !fatalPeerGone) {
-    RO_WARN("%s", fatalMsg.c_str());
-    return ncclSystemError;
-  }
-  if (nextPost_ - nextComplete_ >= kRing) {
+  if (fatal && !fatalPeerGone) return fatalResult(fatalMsg);
+  // Room for the request (NCCL keeps at most 32 untested: 64 slots never reuse one it may
+  // still test) and for its n messages.
+  // A slot NCCL has not yet seen done is never reused (shared comms test the requests of
+  // several connections in their own orders).
+  if (reqPost_ - reqComplete_ >= kRing || nextPost_ + (uint64_t)n - nextComplete_ > (uint64_t)kMsgRing ||
+      !ring_[reqPost_ % kRing].released) {
     progress();
     return ncclSuccess;
   }
-  RecvReq& r = ring_[nextPost_ % kRing];
-  r = RecvReq();
-  r.seq = nextPost_++;
-  r.data = (uint8_t*)data;
-  r.cap = cap;
+  RecvReq& r = ring_[reqPost_++ % kRing];
+  r.released = false;
+  r.firstSeq = nextPost_;
+  r.n = n;
+  r.ndone = 0;
+  r.done = r.error = false;
+  r.errorCode = ncclSuccess;
   r.link = this;
+  if (n > 1 && !r.group) r.group.reset(new RecvBuf[kMaxRecvs]);
+  RecvBuf* bs = r.bufs();
+  for (int i = 0; i < n; ++i) {
+    bs[i] = RecvBuf();
+    bs[i].data = (uint8_t*)data[i];
+    bs[i].cap = caps[i];
+    bs[i].tag = tags ? tags[i] : 0;
+  }
+  for (int i = 0; i < n; ++i) {
+    MsgSlot& m = msgs_.at(nextPost_);
+    m = MsgSlot();
+    m.seq = nextPost_++;
+    m.req = &r;
+  }
   progress();
   *request = &r;
   return ncclSuccess;
 }
 
-ncclResult_t RecvLink::test(RecvReq* r, int* done, int* size) {
+ncclResult_t RecvLink::test(RecvReq* r, int* done, int* sizes) {
   std::lock_guard<std::mutex> g(mu);
   if (!r->done && !r->error) progress();
   if (r->error) {
-    RO_WARN("%s", fatalMsg.c_str());
-    return ncclInvalidUsage;
+    RO_WARN("%s", usageMsg_.c_str());
+    return r->errorCode;
   }
-  if (fatal && !r->done) {
-    RO_WARN("%s", fatalMsg.c_str());
-    return ncclSystemError;
+  if (!r->done && peerClosed && !fatal) {
+    fatal = true;
+    fatalPeerGone = true;  // posting more still succeeds; pending requests fail here
+    fatalMsg = "railover: peer " + peerName + " closed the comm with " + std::to_string(nextPost_ - nextComplete_) +
+               " receive(s) incomplete (" + closedCause + "): the sending rank destroyed or aborted its communicator";
+    journalAppend("fatal", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"recv\",\"message\":" + jsonStr(fatalMsg));
   }
+  if (fatal && !r->done) return fatalResult(fatalMsg);
   *done = r->done ? 1 : 0;
-  if (r->done && size) *size = (int)r->total;
+  if (r->done) r->released = true;
+  if (r->done && sizes)
+    for (int i = 0; i < r->n; ++i) sizes[i] = (int)r->bufs()[i].size;
   return ncclSuccess;
 }
 
 void RecvLink::close() {
   unlist();
-  unregisterRecvLink(secret);
+  unregisterRecvLink(secret, connId);
   std::lock_guard<std::mutex> g(mu);
-  for (auto& p : paths)  // this direction carries only whole control frames
-    if (p.state == PathState::kActive || p.state == PathState::kStandby) sendClose(p, true);
+  takeIncoming(nowUs());  // streams routed here but not yet taken learn of the close too
+  // This direction carries only whole control frames. The active path first: its ACKs are
+  // flushed before any CLOSE leaves on another path (the sender still reads them after it).
+  if (!peerClosed && active >= 0) sendCloseAll(paths[active]);
+  if (!peerClosed)
+    for (int i = 0; i < (int)paths.size(); ++i)
+      if (i != active && (paths[i].state == PathState::kStandby || paths[i].state == PathState::kConnecting))
+        sendCloseAll(paths[i]);
   {
     std::lock_guard<std::mutex> g2(inMu_);
     incoming_.clear();

@@ -39,7 +39,14 @@
 
 namespace railover {
 
-constexpr int kRing = 64;  // requests in flight per comm (NCCL needs 32)
+constexpr int kRing = 64;  // receive requests in flight per comm (NCCL needs 32)
+// Largest n of a grouped receive (irecv of n buffers), advertised as maxRecvs; as NCCL's IB
+// transport (NCCL_NET_IB_MAX_RECVS).
+constexpr int kMaxRecvs = 8;
+// Sends in flight per comm: NCCL may post 32 x maxRecvs on a send comm.
+constexpr int kSendRing = 32 * kMaxRecvs;
+// Messages in flight per recv comm (a grouped receive takes n of them).
+constexpr int kMsgRing = 32 * kMaxRecvs;
 
 enum class PathState { kConnecting, kStandby, kActive, kFailed, kClosed };
 const char* pathStateName(PathState s);
@@ -97,6 +104,12 @@ struct Path {
   uint8_t ctlIn[wire::kFrameBytes];
   size_t ctlInGot = 0;
   uint64_t lastRxUs = 0;
+  // Receiver only: the sender's listener port on the NIC this path comes from (its HELLO's
+  // probePort), and the liveness check of the sender process over it (peer-gone verdict).
+  uint16_t peerPort = 0;
+  std::unique_ptr<Conn> live;
+  uint64_t liveStartUs = 0;
+  int liveResult = 0;  // 0 unknown, 1 the sender process accepted, -1 its kernel refused
   void closeAll();
 };
 
@@ -164,6 +177,26 @@ class Link {
   std::string describe(const Path& p) const;
   // Every path failed because the peer's kernel refused or reset it (the peer process exited).
   bool peerGoneOnAllPaths() const;
+  // Why the peer closed the comm (CLOSE, or a NACK saying it no longer knows it); "" if it did not.
+  std::string closedCause;
+};
+
+// A ring of kChunks x kChunk slots indexed by a sequence number, allocated one chunk at a time
+// on first use (most comms never have more than kChunk requests in flight, and memory per comm
+// matters at thousands of comms). Slots never move: pointers to them may be handed to NCCL.
+template <typename T, int kChunk, int kChunks>
+class ChunkedRing {
+ public:
+  static constexpr uint64_t kSize = (uint64_t)kChunk * kChunks;
+  T& at(uint64_t seq) {
+    uint64_t i = seq % kSize;
+    auto& c = chunks_[i / kChunk];
+    if (!c) c.reset(new T[kChunk]);
+    return c[i % kChunk];
+  }
+
+ private:
+  std::unique_ptr<T[]> chunks_[kChunks];
 };
 
 // Requests handed to NCCL. `kind` comes first in both so test() can tell them apart.
@@ -174,7 +207,9 @@ struct SendReq {
   uint64_t seq = 0;
   const uint8_t* data = nullptr;
   uint64_t size = 0;
+  int32_t tag = 0;  // carried in every DATA frame; picks the buffer of a grouped receive
   bool done = false;
+  bool released = true;  // NCCL saw it done (test), so the slot may be reused
   Link* link = nullptr;
 };
 
@@ -185,9 +220,13 @@ class SendLink : public Link {
   uint64_t createdUs = 0;
   // Creates paths to every address in the handle allowed by the standby policy; starts connects.
   static SendLink* create(int dev, const wire::Handle& h, std::string* err);
-  // NULL comm = call again (connect in progress); the link is returned once a path is active.
-  bool ready();
-  ncclResult_t isend(const void* data, uint64_t size, void** request);
+  // One connect() step (NCCL's service thread): 1 = hand the comm to NCCL (a path has all its
+  // streams connected and HELLOs written, i.e. no later than the receiver's accept can return;
+  // data posted before a path is active waits for it), 0 = call again, -1 = error with the
+  // cause in *why (the receiver closed the comm, or the link is fatal).
+  int connectStep(std::string* why);
+  uint64_t connId = 0;  // this connection's id in the HELLO (several connects per listen handle)
+  ncclResult_t isend(const void* data, uint64_t size, int tag, void** request);
   ncclResult_t test(SendReq* r, int* done, int* size);
   void close();
 
@@ -205,10 +244,23 @@ class SendLink : public Link {
   bool writeStream(Path& p, Stream& s, std::string* err);
   bool readControl(Path& p, uint64_t now, std::string* err);
   void complete(uint64_t upTo);
+  // Reads what the receiver sent on a path that carries no control traffic for us (a standby
+  // or connecting path, or streams 1.. of the active one): only CLOSE or NACK may come there.
+  // Returns false with *err on a stream error or protocol error; a CLOSE or an unknown-comm
+  // NACK sets peerClosed (see onPeerClosed) and returns true.
+  bool pollPeerClose(Path& p, uint64_t now, std::string* err);
+  // The receiver closed the comm: every path is closed quietly (no path_down, no reconnect).
+  void onPeerClosed(const std::string& cause);
+  void drainClosing(uint64_t now);
+  uint64_t closingSinceUs_ = 0;  // when the receiver's close was first seen
+  // test()/isend() verdicts on a comm whose peer closed it or exited; returns true (with the
+  // error in *res) when the request can never complete.
+  bool closedVerdict(ncclResult_t* res);
+  bool everConnected_ = false;  // some path had all streams connected and HELLOs written
 
   int dev_ = 0;
   wire::Handle handle_{};
-  SendReq ring_[kRing];
+  ChunkedRing<SendReq, 64, kSendRing / 64> ring_;
   uint64_t nextSeq_ = 0;
   uint64_t acked_ = 0;          // every seq < acked_ is acknowledged
   bool resuming_ = false;       // RESUME sent on the active path, waiting for RESUME_ACK
@@ -224,28 +276,57 @@ class SendLink : public Link {
   bool plannedSwitch_ = false;
 };
 
-struct RecvReq {
-  uint32_t kind = kKindRecv;
-  uint64_t seq = 0;
+// One buffer of a (grouped) receive.
+struct RecvBuf {
   uint8_t* data = nullptr;
   uint64_t cap = 0;
+  int32_t tag = 0;
+  bool matched = false;  // a message was assigned to it
+  uint64_t size = 0;     // bytes received (valid once its message is complete)
+};
+
+// A receive request: n buffers (n > 1: a grouped receive) filled by the next n messages of
+// the comm, in order; within the group a message goes to a free buffer with its tag (n == 1:
+// the one buffer, whatever the tag, as NCCL's socket transport). Done when all n are.
+struct RecvReq {
+  uint32_t kind = kKindRecv;
+  uint64_t firstSeq = 0;  // seq of the group's first message
+  int n = 1;
+  int ndone = 0;
+  bool done = false;
+  bool error = false;
+  ncclResult_t errorCode = ncclSuccess;
+  bool released = true;  // NCCL saw it done (test), so the slot may be reused
+  Link* link = nullptr;
+  RecvBuf one;                       // n == 1
+  std::unique_ptr<RecvBuf[]> group;  // n > 1: kMaxRecvs buffers, allocated at the slot's first grouped use
+  RecvBuf* bufs() { return n == 1 ? &one : group.get(); }
+};
+
+// The receiver's view of one message seq: which request (and buffer) it fills.
+struct MsgSlot {
+  uint64_t seq = UINT64_MAX;
+  RecvReq* req = nullptr;
+  int idx = -1;                 // buffer of req, chosen by tag at the message's first chunk
   uint64_t total = UINT64_MAX;  // known from the first chunk
   uint64_t got = 0;
   bool done = false;
-  bool error = false;
-  Link* link = nullptr;
 };
 
 class RecvLink : public Link {
  public:
-  RecvLink(uint64_t secret, int dev);
+  // Created by routeStream() for the first stream of a new connection to a listen comm.
+  RecvLink(uint64_t secret, uint64_t connId, int dev);
+  uint64_t connId = 0;
   ~RecvLink() override { unlist(); }
   bool sweep() override;
   // Called by the acceptor thread with a validated stream.
   void offerStream(std::unique_ptr<Conn> c, const wire::Hello& h, const sockaddr_storage& peer, int localNic);
   bool ready();  // true once the first path has all its streams
-  ncclResult_t irecv(void* data, uint64_t cap, void** request);
-  ncclResult_t test(RecvReq* r, int* done, int* size);
+  // n buffers (1..kMaxRecvs) with their capacities (bytes) and tags; NULL *request = ring full.
+  ncclResult_t irecv(int n, void** data, const uint64_t* caps, const int* tags, void** request);
+  // sizes: n ints (bytes received per buffer), filled when *done.
+  ncclResult_t test(RecvReq* r, int* done, int* sizes);
   void close();
   int dev() const { return dev_; }
 
@@ -258,6 +339,13 @@ class RecvLink : public Link {
   void onResume(int idx, uint64_t fromSeq, uint64_t now);
   bool flushControl(Path& p, std::string* err);
   void failPath(Path& p, const std::string& why, uint64_t now);
+  // Peer-gone verdict: with receives pending and every path closed or reset by the sender,
+  // checks whether the sender process still exists by connecting to its listener on each
+  // path's NIC pair (refused on every one: the process exited; accepted: it is alive and will
+  // reconnect, e.g. after fencing its paths under congestion). Never judged from the closes
+  // alone.
+  void checkPeerGone(uint64_t now);
+  uint64_t liveNextUs_ = 0;
 
   int dev_ = 0;
   std::mutex inMu_;
@@ -268,13 +356,16 @@ class RecvLink : public Link {
     int localNic;
   };
   std::vector<Incoming> incoming_;
-  RecvReq ring_[kRing];
-  uint64_t nextPost_ = 0;
+  RecvReq ring_[kRing];         // requests, by request number
+  uint64_t reqPost_ = 0;        // requests posted
+  uint64_t reqComplete_ = 0;    // every request below this one is complete
+  ChunkedRing<MsgSlot, kRing, kMsgRing / kRing> msgs_;  // messages, by seq
+  uint64_t nextPost_ = 0;       // message seqs below this one have a posted buffer
   uint64_t nextComplete_ = 0;   // every seq < nextComplete_ is complete
+  std::string usageMsg_;        // the caller's error (truncation, tag mismatch)
   uint64_t ackSent_ = 0;
   std::vector<uint8_t> scratch_;
   bool everReady_ = false;
-  bool usageError_ = false;
 };
 
 // The failover sweeper: a thread that, for up to 1 s after every health change, drives the
@@ -293,11 +384,38 @@ extern std::atomic<bool> gStateDirty;
 // Counters of links already closed (the process's lifetime totals = live links + these).
 LinkCounters closedLinkTotals(uint64_t* fatals);
 
-// Process-wide registry of recv links by secret (the acceptor routes streams with it).
-void registerRecvLink(uint64_t secret, RecvLink* l);
-void unregisterRecvLink(uint64_t secret);
-// Hands a validated stream to the recv link with this secret. Returns false (and leaves `c`
-// with the caller, who drops it) when no live link has the secret.
+// Returns a link's fatal error to NCCL: logs `msg` (a WARN) and returns ncclSystemError; with
+// RAILOVER_ABORT_ON_FATAL=1 it writes `msg` as one stderr line and exits the process instead
+// (status kAbortOnFatalExitCode). Thread-safe.
+ncclResult_t fatalResult(const std::string& msg);
+
+// A listen comm: accepts any number of connections to its handle (as NCCL's socket and IB
+// transports do). The acceptor thread creates a RecvLink for each new connection id seen with
+// the handle's secret (routeStream); accept() hands them out, oldest ready first. closeListen
+// (close()) stops new connections; links already accepted live on (their failed paths keep
+// reconnecting through the process's listeners), links never accepted are closed.
+// Thread-safety: accept()/close() from NCCL's service thread; routeStream from the acceptor.
+class Listener {
+ public:
+  Listener(uint64_t secret, int dev);  // registers the secret
+  RecvLink* accept();                  // nullptr = no connection ready yet
+  void close();                        // unregisters; closes the links never accepted
+  const uint64_t secret;
+  const int dev;
+
+ private:
+  friend bool routeStream(std::unique_ptr<Conn>& c, const wire::Hello& h, const sockaddr_storage& peer, int localNic);
+  bool open_ = true;
+  std::vector<RecvLink*> fresh_;  // created, not accepted yet (oldest first); under the registry lock
+  std::vector<uint64_t> seen_;    // every connection id ever created here (a closed one is not re-created)
+};
+
+// Process-wide registry of recv links by (secret, connection id).
+void unregisterRecvLink(uint64_t secret, uint64_t connId);
+// Hands a validated stream to the recv link of its (secret, connId), creating the link when a
+// listen comm with that secret is open and the id is new. Returns false (and leaves `c` with the
+// caller, who answers NACK(kNackUnknownComm) and drops it) when neither exists, or for a
+// liveness check (connId 0).
 bool routeStream(std::unique_ptr<Conn>& c, const wire::Hello& h, const sockaddr_storage& peer, int localNic);
 
 }  // namespace railover

@@ -23,8 +23,7 @@ constexpr size_t kStageOffset = 120;
 
 struct ListenComm {
   uint32_t kind = kListenKind;
-  RecvLink* link = nullptr;
-  bool accepted = false;
+  Listener* listener = nullptr;
 };
 
 struct Ctx {
@@ -91,7 +90,7 @@ ncclResult_t getProperties(int dev, Props* p) {
   p->port = 0;
   p->latency = 0;
   p->maxComms = 65536;
-  p->maxRecvs = 1;
+  p->maxRecvs = kMaxRecvs;  // grouped receives, as NCCL's IB transport
   p->maxP2pBytes = RAILOVER_NCCL_MAX_NET_SIZE_BYTES;
   p->maxCollBytes = RAILOVER_NCCL_MAX_NET_SIZE_BYTES;
   p->railId = (int16_t)n.rail;
@@ -113,7 +112,7 @@ ncclResult_t listen(int dev, void* handle, void** listenComm) {
   }
   wire::encodeHandle(h, handle);
   auto* lc = new ListenComm();
-  lc->link = new RecvLink(h.secret, dev);
+  lc->listener = new Listener(h.secret, dev);
   *listenComm = lc;
   return ncclSuccess;
 }
@@ -134,37 +133,43 @@ ncclResult_t connect(int dev, void* handle, void** sendComm) {
     l = SendLink::create(dev, h, &err);
     memcpy(hb + kStageOffset, &l, sizeof(l));
   }
-  if (l->ready() && !l->fatal) {
+  std::string cause;
+  int st = l->connectStep(&cause);
+  if (st > 0) {
     memset(hb + kStageOffset, 0, sizeof(l));
     *sendComm = l;
     return ncclSuccess;
   }
   uint32_t limit = rt().cfg.fatalTimeoutS;
-  if (l->fatal || (limit && nowUs() - l->createdUs > (uint64_t)limit * 1000000)) {
-    std::string why;
-    for (auto& p : l->paths) why += (why.empty() ? "" : "; ") + l->describe(p) + ": " + p.lastError;
-    RO_WARN("railover: cannot connect to peer %s within RAILOVER_FATAL_TIMEOUT=%u s (%s)", l->peerName.c_str(), limit,
-            why.c_str());
+  if (st < 0 || (limit && nowUs() - l->createdUs > (uint64_t)limit * 1000000)) {
+    std::string msg;
+    if (st < 0) {
+      msg = "railover: connect to peer " + l->peerName + " failed: " + cause;
+    } else {
+      std::string why;
+      for (auto& p : l->paths)
+        why += (why.empty() ? "" : "; ") + l->describe(p) + ": " + (p.lastError.empty() ? "still connecting" : p.lastError);
+      msg = "railover: cannot connect to peer " + l->peerName + " within RAILOVER_FATAL_TIMEOUT=" + std::to_string(limit) +
+            " s (" + why + ")";
+    }
     memset(hb + kStageOffset, 0, sizeof(l));
     l->close();
     delete l;
-    return ncclSystemError;
+    return fatalResult(msg);
   }
   return ncclSuccess;
 }
 
+// Any number of connections per listen comm, like NCCL's socket and IB transports: each
+// call returns the next connection that is ready (NULL = none yet, call again).
 ncclResult_t accept(void* listenComm, void** recvComm) {
   *recvComm = nullptr;
   auto* lc = (ListenComm*)listenComm;
-  if (!lc || lc->kind != kListenKind) return ncclInvalidArgument;
-  if (lc->accepted) {
-    RO_WARN("railover: accept called again on a listen comm that already accepted");
-    return ncclInvalidUsage;
+  if (!lc || lc->kind != kListenKind) {  // NCCL's plugin contract: the caller's misuse is an internal error
+    RO_WARN("railover: accept called with %p, which is not an open railover listen comm", listenComm);
+    return ncclInternalError;
   }
-  if (lc->link->ready()) {
-    lc->accepted = true;
-    *recvComm = lc->link;
-  }
+  *recvComm = lc->listener->accept();
   return ncclSuccess;
 }
 
@@ -180,17 +185,19 @@ ncclResult_t regMr(void*, void*, size_t, int type, void** mhandle) {
 
 ncclResult_t deregMr(void*, void*) { return ncclSuccess; }
 
-ncclResult_t isend(void* sendComm, void* data, size_t size, int, void*, void** request) {
-  return ((SendLink*)sendComm)->isend(data, size, request);
+ncclResult_t isend(void* sendComm, void* data, size_t size, int tag, void*, void** request) {
+  return ((SendLink*)sendComm)->isend(data, size, tag, request);
 }
 
-ncclResult_t irecv(void* recvComm, int n, void** data, const size_t* sizes, int*, void**, void** request) {
+ncclResult_t irecv(void* recvComm, int n, void** data, const size_t* sizes, int* tags, void**, void** request) {
   *request = nullptr;
-  if (n != 1) {
-    RO_WARN("railover: grouped receive of %d buffers asked, but maxRecvs is 1", n);
+  if (n < 1 || n > kMaxRecvs) {  // NCCL's plugin contract: the caller's misuse is an internal error
+    RO_WARN("railover: grouped receive of %d buffers asked; maxRecvs is %d", n, kMaxRecvs);
     return ncclInternalError;
   }
-  return ((RecvLink*)recvComm)->irecv(data[0], sizes[0], request);
+  uint64_t caps[kMaxRecvs];
+  for (int i = 0; i < n; ++i) caps[i] = sizes[i];
+  return ((RecvLink*)recvComm)->irecv(n, data, caps, tags, request);
 }
 
 ncclResult_t iflush(void*, int, void**, int*, void**, void** request) {
@@ -210,8 +217,8 @@ ncclResult_t test(void* request, int* done, int* sizes) {
     auto* r = (RecvReq*)request;
     return ((RecvLink*)r->link)->test(r, done, sizes);
   }
-  RO_WARN("railover: test called with something that is not a railover request");
-  return ncclInvalidArgument;
+  RO_WARN("railover: test called with %p, which is not a pending railover request", request);
+  return ncclInternalError;  // NCCL's plugin contract: the caller's misuse is an internal error
 }
 
 ncclResult_t closeSend(void* sendComm) {
@@ -233,10 +240,13 @@ ncclResult_t closeRecv(void* recvComm) {
 ncclResult_t closeListen(void* listenComm) {
   auto* lc = (ListenComm*)listenComm;
   if (!lc) return ncclSuccess;
-  if (!lc->accepted) {
-    lc->link->close();
-    delete lc->link;
+  if (lc->kind != kListenKind) {
+    RO_WARN("railover: closeListen called with %p, which is not an open railover listen comm", listenComm);
+    return ncclInternalError;
   }
+  lc->listener->close();
+  delete lc->listener;
+  lc->kind = 0;
   delete lc;
   return ncclSuccess;
 }

@@ -201,9 +201,19 @@ void Runtime::acceptLoop() {
       epoll_ctl(ep, EPOLL_CTL_DEL, fd, nullptr);
       tcp::tuneStream(fd, cfg.tcpUserTimeoutMs);
       std::unique_ptr<Conn> conn(new TcpConn(fd));
-      if (!routeStream(conn, h, peer, nic))
-        RO_WARN("railover: dropping connection from %s on NIC %s: unknown or stale secret", addrToString(peer).c_str(),
-                nics[nic].name.c_str());
+      if (!routeStream(conn, h, peer, nic) && h.connId != 0) {
+        // No open listen comm and no live recv comm has it (closed, or never ours): say so, so
+        // the sender stops reconnecting instead of retrying for as long as its comm lives.
+        uint8_t buf[wire::kFrameBytes];
+        wire::Frame f;
+        f.type = wire::kNack;
+        f.seq = wire::kNackUnknownComm;
+        wire::encodeFrame(f, buf);
+        std::string werr;
+        writeAll(*conn, buf, sizeof(buf), &werr);
+        RO_INFO(RO_SUBSYS_NET, "railover: refusing connection from %s on NIC %s: unknown or closed comm (NACK sent)",
+                addrToString(peer).c_str(), nics[nic].name.c_str());
+      }  // connId 0: a peer's liveness check of this process; closed without a word
     }
     // A HELLO must arrive within 5 s; stray connections are not kept open.
     for (auto it = pending.begin(); it != pending.end();) {

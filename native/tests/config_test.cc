@@ -37,6 +37,7 @@ TEST(Config, BadValuesNameTheVariable) {
       {{"RAILOVER_IFNAMES", "^"}},           {{"RAILOVER_IFNAMES", "eth0,,eth1"}},
       {{"RAILOVER_MIN_CHUNK_BYTES", "1000"}}, {{"RAILOVER_BACKOFF_MAX_MS", "600000"}},
       {{"RAILOVER_PROBE_BACKOFF_MAX_MS", "0"}}, {{"RAILOVER_PROBE_BACKOFF_MAX_MS", "1s"}},
+      {{"RAILOVER_ABORT_ON_FATAL", "2"}},    {{"RAILOVER_ABORT_ON_FATAL", "yes"}},
   };
   for (auto& env : bad) {
     Config c;
@@ -69,6 +70,11 @@ TEST(Config, GoodValues) {
   EXPECT_EQ(c.probeBackoffMaxMs, 250u);
   ASSERT_TRUE(parse({{"RAILOVER_STANDBY", "none"}}, &c, &err));
   EXPECT_EQ(c.standby, StandbyPolicy::kNone);
+  EXPECT_FALSE(c.abortOnFatal) << "default: return ncclSystemError";
+  ASSERT_TRUE(parse({{"RAILOVER_ABORT_ON_FATAL", "1"}}, &c, &err));
+  EXPECT_TRUE(c.abortOnFatal);
+  ASSERT_TRUE(parse({{"RAILOVER_ABORT_ON_FATAL", "0"}}, &c, &err));
+  EXPECT_FALSE(c.abortOnFatal);
 }
 
 TEST(Config, RailoverIfnamesTakesPrecedence) {

@@ -20,6 +20,8 @@
 #include <vector>
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 
 #include "common/clock.h"
 #include "failover/link.h"
@@ -34,6 +36,8 @@ struct Wire {
   bool drop = false, broken = false, stalled = false, refuse = false, peerGone = false;
   bool hangConnect = false;  // connects started now never complete (their SYN is lost)
   bool peerAcks = false;     // the peer's transport still acknowledges bytes (a slow, not dead, link)
+  int hangFrom = INT32_MAX;  // connects after the first `hangFrom` on this wire never complete
+  int connects = 0;          // connections opened on this wire
   size_t maxWrite = SIZE_MAX;
   uint64_t bytes = 0;  // payload bytes written toward the receiver
 };
@@ -46,7 +50,8 @@ struct Pipe {
 class FakeConn : public Conn {
  public:
   FakeConn(std::shared_ptr<Pipe> out, std::shared_ptr<Pipe> in, std::shared_ptr<Wire> w, bool toReceiver)
-      : out_(out), in_(in), wire_(w), toReceiver_(toReceiver), hangs_(toReceiver && w->hangConnect) {}
+      : out_(out), in_(in), wire_(w), toReceiver_(toReceiver),
+        hangs_(toReceiver && (w->hangConnect || w->connects > w->hangFrom)) {}
   ~FakeConn() override {
     out_->closed = true;
     in_->closed = true;
@@ -57,6 +62,7 @@ class FakeConn : public Conn {
   }
   bool peerAckedWithinMs(uint32_t) override { return toReceiver_ && wire_->peerAcks; }
   ssize_t writev(const iovec* iov, int n, std::string* err) override {
+    if (timedOut) return *err = "Connection timed out (fake)", -1;
     if (wire_->broken || out_->closed) return *err = "connection reset (fake)", -1;
     if (wire_->stalled || stalled) return 0;
     size_t budget = toReceiver_ ? wire_->maxWrite : SIZE_MAX, done = 0;
@@ -70,6 +76,7 @@ class FakeConn : public Conn {
     return (ssize_t)done;
   }
   ssize_t read(void* buf, size_t len, std::string* err) override {
+    if (timedOut) return *err = "Connection timed out (fake)", -1;
     if (wire_->broken) return *err = "connection reset (fake)", -1;
     if (in_->q.empty()) {
       if (in_->closed) return *err = "connection closed by peer", -1;
@@ -81,6 +88,7 @@ class FakeConn : public Conn {
     return (ssize_t)k;
   }
   bool stalled = false;  // this one connection takes nothing (per-stream stall)
+  bool timedOut = false;  // this one connection's kernel gave up (TCP_USER_TIMEOUT): calls fail
 
   bool dead(std::string* err) override {
     if (wire_->broken) return *err = "connection reset (fake)", true;
@@ -120,6 +128,7 @@ class FakeTransport : public Transport {
     auto w = wire(nic, ra);
     if (w->peerGone) return *err = "connect: Connection refused (fake)", nullptr;
     if (w->refuse || w->broken) return *err = "connect: No route to host (fake)", nullptr;
+    w->connects++;
     auto c2s = std::make_shared<Pipe>(), s2c = std::make_shared<Pipe>();
     std::unique_ptr<Conn> client(new FakeConn(c2s, s2c, w, true));
     Pending p;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <vector>
 
+#include "failover/link.h"
 #include "plugin/api.h"
 #include "transport/tcp/wire.h"
 
@@ -38,7 +40,30 @@ class Loopback : public ::testing::Test {
   static void SetUpTestSuite() {
     setenv("RAILOVER_IFNAMES", "=lo", 1);
     setenv("RAILOVER_HOLD_DOWN_MS", "100", 1);
+    journalFile() = ::testing::TempDir() + "railover-loopback-journal-" + std::to_string(getpid()) + ".jsonl";
+    setenv("RAILOVER_EVENT_LOG", journalFile().c_str(), 1);
     ASSERT_EQ(api::init(nullptr), ncclSuccess);
+  }
+  static std::string& journalFile() {
+    static std::string p;
+    return p;
+  }
+  static size_t journalSize() {
+    struct stat st;
+    return stat(journalFile().c_str(), &st) == 0 ? (size_t)st.st_size : 0;
+  }
+  // Journal lines since byte `from` whose event is one of `names`.
+  static std::vector<std::string> journalEvents(size_t from, std::initializer_list<const char*> names) {
+    std::vector<std::string> out;
+    FILE* f = fopen(journalFile().c_str(), "r");
+    if (!f) return out;
+    fseek(f, (long)from, SEEK_SET);
+    char line[4096];
+    while (fgets(line, sizeof(line), f))
+      for (const char* n : names)
+        if (strstr(line, (std::string("\"event\":\"") + n + "\"").c_str())) out.push_back(line);
+    fclose(f);
+    return out;
   }
   Pair connectPair() {
     Pair p;
@@ -194,6 +219,166 @@ TEST_F(Loopback, FinalizeAcceptsNullAndFailedContexts) {
   ASSERT_EQ(api::initCtx(&ctx, 42, nullptr), ncclSuccess);
   EXPECT_EQ(api::finalizeCtx(ctx), ncclSuccess);
   EXPECT_EQ(api::finalizeCtx(nullptr), ncclSuccess);
+}
+
+}  // namespace
+
+namespace {
+
+// One listen comm accepts any number of connections (as NCCL's socket and IB transports do):
+// three connects to copies of one handle give three recv comms, each carrying its own
+// sender's bytes. After closeListen a new connect is refused at once with the cause.
+TEST_F(Loopback, OneListenCommAcceptsManyConnections) {
+  uint8_t handle[128] = {};
+  void* lc = nullptr;
+  ASSERT_EQ(api::listen(0, handle, &lc), ncclSuccess);
+  const int n = 3;
+  std::vector<std::vector<uint8_t>> h(n, std::vector<uint8_t>(handle, handle + 128));
+  std::vector<void*> s(n, nullptr), r;
+  ASSERT_TRUE(waitFor([&] {
+    for (int i = 0; i < n; ++i)
+      if (!s[i]) EXPECT_EQ(api::connect(0, h[i].data(), &s[i]), ncclSuccess);
+    void* rc = nullptr;
+    EXPECT_EQ(api::accept(lc, &rc), ncclSuccess) << "a second accept is not a usage error";
+    if (rc) r.push_back(rc);
+    return r.size() == (size_t)n && s[0] && s[1] && s[2];
+  }));
+  void* extra = nullptr;
+  EXPECT_EQ(api::accept(lc, &extra), ncclSuccess);
+  EXPECT_EQ(extra, nullptr) << "only three connections were made";
+  // Which recv comm belongs to which send comm: each sender sends its index.
+  std::vector<uint8_t> got(n, 0xff), ids(n);
+  std::vector<void*> rq(n, nullptr), sq(n, nullptr);
+  for (int j = 0; j < n; ++j) {
+    void* d = &got[j];
+    size_t c = 1;
+    int tag = 0;
+    ASSERT_EQ(api::irecv(r[j], 1, &d, &c, &tag, nullptr, &rq[j]), ncclSuccess);
+  }
+  for (int i = 0; i < n; ++i) {
+    ids[i] = (uint8_t)i;
+    ASSERT_EQ(api::isend(s[i], &ids[i], 1, 0, nullptr, &sq[i]), ncclSuccess);
+  }
+  ASSERT_TRUE(waitFor([&] {
+    int all = 0;
+    for (int i = 0; i < n; ++i) {
+      int done = 0, size = 0;
+      if (sq[i]) EXPECT_EQ(api::test(sq[i], &done, &size), ncclSuccess);
+      if (done) sq[i] = nullptr;
+      done = 0;
+      if (rq[i]) EXPECT_EQ(api::test(rq[i], &done, &size), ncclSuccess);
+      if (done) rq[i] = nullptr;
+      all += !sq[i] && !rq[i];
+    }
+    return all == n;
+  }));
+  std::vector<Pair> pairs(n);
+  std::vector<bool> seen(n, false);
+  for (int j = 0; j < n; ++j) {
+    ASSERT_LT(got[j], n);
+    EXPECT_FALSE(seen[got[j]]) << "two recv comms got sender " << (int)got[j];
+    seen[got[j]] = true;
+    pairs[got[j]].send = s[got[j]];
+    pairs[got[j]].recv = r[j];
+  }
+  for (auto& p : pairs) exchange(p, {0, 100, 300000, 4096}, 1 << 20, 4);
+  ASSERT_EQ(api::closeListen(lc), ncclSuccess);
+  // The listen comm is closed: a new connection to its handle is refused with the cause.
+  std::vector<uint8_t> late(handle, handle + 128);
+  void* ls = nullptr;
+  ncclResult_t res = ncclSuccess;
+  auto t0 = std::chrono::steady_clock::now();
+  waitFor([&] {
+    res = api::connect(0, late.data(), &ls);
+    return res != ncclSuccess || ls != nullptr;
+  });
+  // connect may hand out the comm before the refusal arrives (as NCCL's socket transport
+  // does); then the first send fails with it.
+  if (res == ncclSuccess && ls) {
+    uint8_t b = 1;
+    void* q = nullptr;
+    ASSERT_EQ(api::isend(ls, &b, 1, 0, nullptr, &q), ncclSuccess);
+    waitFor([&] {
+      int done = 0, size = 0;
+      res = api::test(q, &done, &size);
+      EXPECT_FALSE(done);
+      return res != ncclSuccess;
+    });
+    api::closeSend(ls);
+  }
+  EXPECT_EQ(res, ncclSystemError);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
+  for (auto& p : pairs) closePair(p);
+}
+
+TEST_F(Loopback, CallerMisuseIsAnInternalError) {
+  void* rc = (void*)0x1;
+  EXPECT_EQ(api::accept(nullptr, &rc), ncclInternalError);
+  EXPECT_EQ(rc, nullptr);
+  uint64_t junk[4] = {1, 2, 3, 4};
+  EXPECT_EQ(api::accept(junk, &rc), ncclInternalError);
+  int done = 0;
+  EXPECT_EQ(api::test(junk, &done, nullptr), ncclInternalError);
+}
+
+// Orderly close in both orders with megabytes in flight (the CLOSE on a data stream sits
+// behind unread data): no path_down, flap or failover in the journal, no reconnect; the side
+// that keeps testing a pending request gets an error naming the close.
+TEST_F(Loopback, OrderlyCloseWithDataInFlightIsNeverAFault) {
+  for (int senderFirst = 0; senderFirst < 2; ++senderFirst) {
+    SCOPED_TRACE(senderFirst ? "sender closes first" : "receiver closes first");
+    Pair p = connectPair();
+    exchange(p, {1000, 200000}, 1 << 20, 2);
+    size_t mark = journalSize();
+    std::vector<uint8_t> big(4 << 20, 3), rb(4 << 20);
+    std::vector<void*> sq;
+    for (int i = 0; i < 4; ++i) {
+      void* q = nullptr;
+      ASSERT_EQ(api::isend(p.send, big.data(), big.size(), 0, nullptr, &q), ncclSuccess);
+      sq.push_back(q);
+    }
+    void* d = rb.data();
+    size_t c = rb.size();
+    int tag = 0;
+    void* rq = nullptr;
+    ASSERT_EQ(api::irecv(p.recv, 1, &d, &c, &tag, nullptr, &rq), ncclSuccess);
+    for (int i = 0; i < 200; ++i) {  // some of it moves, most stays in flight
+      int done = 0, size = 0;
+      api::test(sq[3], &done, &size);
+      api::test(rq, &done, &size);
+    }
+    auto* sl = (SendLink*)p.send;
+    uint32_t gen = sl->paths[0].generation;
+    ncclResult_t res = ncclSuccess;
+    if (senderFirst) {
+      api::closeSend(p.send);
+      for (int i = 0; i < 4; ++i) {  // the receiver keeps posting and testing
+        void* q = nullptr;
+        api::irecv(p.recv, 1, &d, &c, &tag, nullptr, &q);
+      }
+      waitFor([&] {
+        int done = 0, size = 0;
+        res = api::test(rq, &done, &size);
+        return res != ncclSuccess || done;
+      }, 3000);
+      api::closeRecv(p.recv);
+    } else {
+      api::closeRecv(p.recv);
+      waitFor([&] {
+        int done = 0, size = 0;
+        res = api::test(sq[3], &done, &size);
+        return res != ncclSuccess;
+      }, 3000);
+      EXPECT_EQ(res, ncclSystemError) << "the pending send fails: its receiver is gone";
+      EXPECT_TRUE(sl->peerClosed);
+      EXPECT_EQ(sl->paths[0].generation, gen) << "no reconnect attempt";
+      EXPECT_EQ(sl->paths[0].state, PathState::kClosed);
+      EXPECT_NE(sl->paths[0].lastError.find("closed the comm"), std::string::npos) << sl->paths[0].lastError;
+      api::closeSend(p.send);
+    }
+    auto bad = journalEvents(mark, {"path_down", "flap", "failover"});
+    EXPECT_TRUE(bad.empty()) << bad.size() << " fault event(s), first: " << (bad.empty() ? "" : bad[0]);
+  }
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // Unit tests: handle and frame encoding/decoding, including malformed input.
 #include <gtest/gtest.h>
 
+#include <climits>
+#include <cstdint>
 #include <cstring>
 
 #include "transport/tcp/wire.h"
@@ -83,9 +85,17 @@ TEST(Hello, RoundTripAndChecks) {
   EXPECT_EQ(o.secret, 77u);
   EXPECT_EQ(o.generation, 9u);
   EXPECT_EQ(o.probePort, 555);
-  buf[4] = 2;  // version 2
-  EXPECT_FALSE(decodeHello(buf, &o, &err));
-  EXPECT_NE(err.find("version"), std::string::npos);
+  EXPECT_EQ(o.connId, 0u);
+  h.connId = 0xfedcba9876543210ULL;
+  encodeHello(h, buf);
+  ASSERT_TRUE(decodeHello(buf, &o, &err)) << err;
+  EXPECT_EQ(o.connId, 0xfedcba9876543210ULL);
+  EXPECT_EQ(o.secret, 77u);
+  for (int v : {1, 3}) {  // version 1 (no connection id, no tags) and an unknown one are refused
+    buf[4] = (uint8_t)v;
+    EXPECT_FALSE(decodeHello(buf, &o, &err));
+    EXPECT_NE(err.find("version"), std::string::npos);
+  }
   encodeHello(h, buf);
   buf[6] = 4;  // stream index == nStreams
   EXPECT_FALSE(decodeHello(buf, &o, &err));
@@ -104,6 +114,18 @@ TEST(Frame, BoundsChecked) {
   ASSERT_TRUE(decodeFrame(buf, &o, &err)) << err;
   EXPECT_EQ(o.seq, 3u);
   EXPECT_EQ(o.offset, 8192u);
+  EXPECT_EQ(o.total, 16384u);
+  EXPECT_EQ(o.tag, 0);
+  for (int32_t tag : {7, -1, INT32_MAX, INT32_MIN}) {  // the isend's tag travels unchanged
+    f.tag = tag;
+    f.offset = (1ULL << 40) - 4096, f.total = 1ULL << 40;  // the largest message keeps its offsets
+    encodeFrame(f, buf);
+    ASSERT_TRUE(decodeFrame(buf, &o, &err)) << err;
+    EXPECT_EQ(o.tag, tag);
+    EXPECT_EQ(o.offset, (1ULL << 40) - 4096);
+    EXPECT_EQ(o.total, 1ULL << 40);
+  }
+  f.tag = 0, f.offset = 8192, f.total = 16384;
 
   f.offset = 16000;  // chunk overruns its message
   encodeFrame(f, buf);

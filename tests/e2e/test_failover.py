@@ -175,6 +175,26 @@ def test_both_nics_down_is_a_clean_error_within_the_fatal_timeout(testbed):
     assert res.wrong_bytes == 0
 
 
+def test_abort_on_fatal_exits_the_process_with_one_line(testbed):
+    """RAILOVER_ABORT_ON_FATAL=1 (for JAX/XLA, which have no collective watchdog): the same
+    fatal as above ends the process with status 70 and one stderr line naming the path and the
+    cause, instead of returning ncclSystemError to the caller."""
+    tb = testbed("T2")
+    fa0, fa1 = faults.HostDown(tb.nic("a0")), faults.HostDown(tb.nic("a1"))
+    env = {"RAILOVER_FATAL_TIMEOUT": "3", "RAILOVER_ABORT_ON_FATAL": "1"}
+    res = run_scenario(tb, [Step(2, "apply", fa0), Step(2, "apply", fa1)], duration_s=30, env=env,
+                       expect_failure=True, timeout_s=60)
+    assert not res.perf.timed_out, "never a silent hang"
+    aborted = [r for r in res.perf.ranks if r.returncode == 70]
+    assert aborted, [(r.returncode, r.stderr[-500:]) for r in res.perf.ranks]
+    for r in aborted:
+        lines = [ln for ln in r.stderr.splitlines() if "RAILOVER_ABORT_ON_FATAL=1: exiting" in ln]
+        assert len(lines) == 1, r.stderr[-3000:]
+        assert "no usable path" in lines[0] and "peer" in lines[0], lines[0]
+        assert any(n.ifname in lines[0] for h in tb.hosts for n in h.nics), lines[0]
+        assert "ncclSystemError" not in r.stderr, "the call did not return: the process exited"
+
+
 # ---------------------------------------------------------------- negative controls: no failover
 
 
@@ -327,6 +347,42 @@ def test_receiver_that_posts_nothing_for_seconds_is_not_a_failure(testbed):
     assert res.count("path_down") == 0, res.select("path_down")
     gap = res.longest_gap_ms(res.started_us, res.started_us + 9_000_000, rank=1)
     assert gap >= 2000, f"the pause really stopped rank 1's receives (longest gap {gap} ms)"
+
+
+def test_aggressive_probes_under_congestion_are_not_a_dead_peer(testbed):
+    """Negative control for the peer-gone verdict: probe settings far too aggressive for the
+    load (1 ms x 2, stall 2 ms) on rails rate-limited in both directions. Paths may be fenced
+    and reconnected, even all at once; both processes stay alive, so no rank may get an
+    error (in particular not "the peer process exited") and every byte arrives."""
+    tb = testbed("T2")
+    rates = [faults.Rate(tb.nic(n), "60mbit") for n in ("a0", "a1", "b0", "b1")]
+    env = {"RAILOVER_PROBE_INTERVAL_MS": "1", "RAILOVER_PROBE_MULT": "2", "RAILOVER_STALL_MS": "2",
+           "RAILOVER_HOLD_DOWN_MS": "200"}
+    res = run_scenario(tb, [Step(1, "apply", f) for f in rates] + [Step(9, "undo", f) for f in rates],
+                       duration_s=10, env=env, size="1M")
+    assert res.wrong_bytes == 0
+    assert res.count("fatal") == 0, res.select("fatal")
+    assert all(r.returncode == 0 for r in res.perf.ranks), [(r.returncode, r.stderr[-1500:]) for r in res.perf.ranks]
+    assert not any((r.json or {}).get("stopped_early") for r in res.perf.ranks)
+
+
+def test_orderly_close_is_never_a_fault(testbed):
+    """Both ranks run, then close every comm in order (railover-perf closes with requests still
+    in flight, as NCCL's teardown does). Neither side may journal the closes as path_down, flap
+    or failover, and nothing reconnects afterwards."""
+    tb = testbed("T2")
+    res = run_scenario(tb, [], duration_s=4, size="1M")
+    assert res.wrong_bytes == 0
+    assert all(r.returncode == 0 for r in res.perf.ranks), [(r.returncode, r.stderr[-1500:]) for r in res.perf.ranks]
+    # From the end of the timed run on (both ranks' clocks are CLOCK_MONOTONIC, as the journal's)
+    # only the teardown happens.
+    ends = [int(((r.json or {}).get("timeseries") or {}).get("end_us") or 0) for r in res.perf.ranks]
+    assert all(ends), [r.json for r in res.perf.ranks]
+    t_close = min(ends)
+    for ev in ("path_down", "flap", "failover", "fatal"):
+        assert res.count(ev, t_close) == 0, res.select(ev, t_close)
+    reopened = [e for e in res.select("path_up", t_close) if e.get("dir") == "send"]
+    assert not reopened, f"a path was re-opened after the close: {reopened}"
 
 
 def test_killed_peer_is_an_error_within_5s_not_a_nic_failure(testbed):

@@ -221,3 +221,22 @@ def test_exit_removes_the_state_files_and_a_misspelt_standby_nic_is_named(tmp_pa
     assert not list(sd.glob("railover-*.json*")), list(sd.iterdir())
     err = "\n".join(r.stderr for r in res.ranks)
     assert "RAILOVER_STANDBY pair lo=eth9 names eth9, which is not a selected NIC" in err, err[-2000:]
+
+
+@pytest.mark.parametrize("duration", [None, 5])
+def test_failed_init_says_the_run_failed(duration):
+    # A plugin whose init fails (here: an invalid RAILOVER_NSTREAMS) moved and checked no data:
+    # the footer must not say "Wrong bytes: 0 OK", and every rank exits non-zero. In a timed run
+    # both ranks fail; the one that fails last must not excuse its own init failure as the
+    # consequence of the other's exit.
+    env = dict(LOOPBACK, RAILOVER_NSTREAMS="99")
+    kw = dict(SMALL)
+    if duration:
+        kw.update(duration=duration, maxbytes=None, minbytes="4K")
+    res = perf.run_perf(2, env=env, timeout=60, **kw)
+    for r in res.ranks:
+        assert r.returncode == perf.EXIT_PLUGIN, res.describe()
+    out = res.ranks[0].stdout
+    assert "Wrong bytes" in out, out
+    assert "0 OK" not in out, out
+    assert "failed before any data was checked" in out and "FAILED" in out, out

@@ -5,7 +5,11 @@
 // that no byte lands in a receive buffer after its receive completed.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdarg>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -13,8 +17,10 @@
 
 #include "../fake_net.h"
 #include "common/config.h"
+#include "common/log.h"
 #include "plugin/api.h"
 #include "plugin/runtime.h"
+#include "telemetry/journal.h"
 
 using namespace railover;
 using namespace railover::fake;
@@ -63,6 +69,38 @@ class Engine : public ::testing::Test {
     cfg.backoffMaxMs = 200;
     Runtime::get().initForTest(cfg, {makeNic(0, "n0", kA0, 0), makeNic(1, "n1", kA1, 1)}, gTr);
     Health::install(gHl);
+    journalPath() = ::testing::TempDir() + "railover-engine-journal-" + std::to_string(getpid()) + ".jsonl";
+    journalOpen(journalPath());
+  }
+  static std::string& journalPath() {
+    static std::string p;
+    return p;
+  }
+  // Journal lines written since `from` (a byte offset of the journal file).
+  static std::vector<std::string> journalSince(size_t from) {
+    std::vector<std::string> out;
+    FILE* f = fopen(journalPath().c_str(), "r");
+    if (!f) return out;
+    fseek(f, (long)from, SEEK_SET);
+    char line[4096];
+    while (fgets(line, sizeof(line), f)) out.push_back(line);
+    fclose(f);
+    return out;
+  }
+  static size_t journalSize() {
+    FILE* f = fopen(journalPath().c_str(), "r");
+    if (!f) return 0;
+    fseek(f, 0, SEEK_END);
+    size_t n = (size_t)ftell(f);
+    fclose(f);
+    return n;
+  }
+  static std::vector<std::string> journalEvents(size_t from, std::initializer_list<const char*> names) {
+    std::vector<std::string> out;
+    for (auto& l : journalSince(from))
+      for (const char* n : names)
+        if (l.find(std::string("\"event\":\"") + n + "\"") != std::string::npos) out.push_back(l);
+    return out;
   }
   void SetUp() override {
     for (auto& w : gTr->wires) *w.second = Wire();
@@ -599,6 +637,433 @@ TEST_F(Engine, NoFullSizeBurstWhileTheKernelStillAcks) {
   });
   EXPECT_EQ(st.delivered, 200u);
   EXPECT_FALSE(gHl->bursts.empty()) << "control: a stall with nothing acknowledged asks for full-size probes";
+}
+
+}  // namespace
+
+namespace {
+
+// RAILOVER_ABORT_ON_FATAL=1: the fatal error ends the process with one stderr line naming the
+// path and the cause (status 70) instead of returning ncclSystemError (the =0 behaviour is
+// NoUsablePathIsAFatalErrorAfterTheTimeout above).
+TEST_F(Engine, AbortOnFatalExitsTheProcessWithOneLine) {
+  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  connectComm();
+  EXPECT_EXIT(
+      {
+        Runtime::get().cfg.abortOnFatal = true;
+        Stats st = run(100, mixed, 8, [&](int k) {
+          if (k == 30) {
+            w(0, kA0)->broken = true, w(0, kA0)->refuse = true;
+            w(1, kA1)->broken = true, w(1, kA1)->refuse = true;
+          }
+        }, 15000);
+        fprintf(stderr, "the call returned %d instead of exiting\n", (int)st.err);
+        exit(0);
+      },
+      ::testing::ExitedWithCode(kAbortOnFatalExitCode),
+      "railover: RAILOVER_ABORT_ON_FATAL=1: exiting on a fatal error: no usable path (to|from) peer 10\\.0\\.[01]\\.1 "
+      "(from|on) NIC\\(s\\) n0[^\n]*n1[^\n]*(No route to host|reset)");
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------
+// Connect / accept / close contract
+
+namespace {
+
+std::vector<std::string>& capturedWarns() {
+  static std::vector<std::string> v;
+  return v;
+}
+void captureLogger(ncclDebugLogLevel level, unsigned long, const char*, int, const char* fmt, ...) {
+  if (level != RO_LOG_WARN) return;
+  char buf[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  capturedWarns().push_back(buf);
+}
+struct CaptureWarns {
+  CaptureWarns() {
+    capturedWarns().clear();
+    setLogger(&captureLogger);
+  }
+  ~CaptureWarns() { setLogger(nullptr); }
+};
+
+// NCCL's transports return the send comm no later than the receiver's accept returns. Here
+// the primary NIC's connect hangs (its SYN is lost) and the standby path connects: the
+// receiver accepts on the standby, and connect must have returned by then (it used to wait
+// up to a second for the primary, or for ever while no path could be activated).
+TEST_F(Engine, ConnectReturnsNoLaterThanAccept) {
+  w(0, kA0)->hangConnect = true;
+  uint8_t handle[128] = {};
+  void* lc = nullptr;
+  ASSERT_EQ(api::listen(0, handle, &lc), ncclSuccess);
+  void *s = nullptr, *r = nullptr;
+  for (int i = 0; i < 100000 && !r; ++i) {
+    if (!s) ASSERT_EQ(api::connect(0, handle, &s), ncclSuccess);
+    gTr->pump();
+    ASSERT_EQ(api::accept(lc, &r), ncclSuccess);
+    if (r) EXPECT_NE(s, nullptr) << "accept returned (iteration " << i << ") but connect has not";
+  }
+  ASSERT_NE(r, nullptr);
+  if (!s) ASSERT_EQ(api::connect(0, handle, &s), ncclSuccess);
+  api::closeListen(lc);
+  send = (SendLink*)s;
+  recv = (RecvLink*)r;
+  ASSERT_NE(send, nullptr);
+  // Data posted before any path is active waits for one, then flows (on the standby here).
+  Stats st = run(50, mixed, 8);
+  EXPECT_FALSE(st.timedOut);
+  EXPECT_EQ(st.err, ncclSuccess);
+  EXPECT_EQ(st.delivered, 50u);
+  EXPECT_EQ(activeNic(), 1);
+}
+
+// The receiver aborts (closeListen before its accept returned) while the sender's connect is
+// still in progress (one stream of the primary connected, the rest hang): the sender's next
+// connect fails at once with the cause, instead of returning NULL until RAILOVER_FATAL_TIMEOUT
+// and then failing with an empty cause.
+TEST_F(Engine, ReceiverClosedBeforeConnectCompletedIsAConnectErrorWithTheCause) {
+  Setting fatal(Runtime::get().cfg.fatalTimeoutS, 60);
+  w(0, kA0)->hangFrom = 1;  // stream 0 of the primary connects, stream 1 never does
+  w(1, kA1)->hangConnect = true;
+  uint8_t handle[128] = {};
+  void* lc = nullptr;
+  ASSERT_EQ(api::listen(0, handle, &lc), ncclSuccess);
+  void *s = nullptr, *r = nullptr;
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_EQ(api::connect(0, handle, &s), ncclSuccess);
+    ASSERT_EQ(s, nullptr) << "no path has all its streams";
+    gTr->pump();
+    ASSERT_EQ(api::accept(lc, &r), ncclSuccess);
+    ASSERT_EQ(r, nullptr);
+  }
+  ASSERT_EQ(api::closeListen(lc), ncclSuccess);  // the receiving rank aborts
+  CaptureWarns cap;
+  auto t0 = std::chrono::steady_clock::now();
+  ncclResult_t res = ncclSuccess;
+  for (int i = 0; i < 1000 && res == ncclSuccess; ++i) {
+    res = api::connect(0, handle, &s);
+    ASSERT_EQ(s, nullptr);
+  }
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(res, ncclSystemError);
+  EXPECT_LT(ms, 1000) << "at once, not after RAILOVER_FATAL_TIMEOUT";
+  std::string all;
+  for (auto& m : capturedWarns()) all += m + "\n";
+  EXPECT_NE(all.find("receiver closed the comm"), std::string::npos) << all;
+  EXPECT_NE(all.find("connect to peer 10.0.0.1"), std::string::npos) << all;
+}
+
+// The receiver accepts and then closes while sends are pending: the sender's pending request
+// fails promptly, naming the cause; the sender neither reconnects nor journals a fault.
+TEST_F(Engine, ReceiverClosingWithSendsPendingFailsThemPromptlyWithoutFaults) {
+  Setting fatal(Runtime::get().cfg.fatalTimeoutS, 60);
+  connectComm();
+  ASSERT_EQ(run(20, mixed, 4).delivered, 20u);
+  size_t mark = journalSize();
+  std::vector<uint8_t> buf(70000, 7);
+  void* q = nullptr;
+  ASSERT_EQ(api::isend(send, buf.data(), buf.size(), 0, nullptr, &q), ncclSuccess);
+  ASSERT_NE(q, nullptr);
+  std::vector<uint32_t> gens;
+  for (auto& p : send->paths) gens.push_back(p.generation);
+  ASSERT_EQ(api::closeRecv(recv), ncclSuccess);  // nothing was received: data is in flight
+  recv = nullptr;
+  CaptureWarns cap;
+  auto t0 = std::chrono::steady_clock::now();
+  ncclResult_t res = ncclSuccess;
+  int done = 0, size = 0;
+  while (res == ncclSuccess && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5)) {
+    gTr->pump();
+    res = api::test(q, &done, &size);
+    ASSERT_FALSE(done);
+  }
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(res, ncclSystemError);
+  EXPECT_LT(ms, 1000);
+  ASSERT_FALSE(capturedWarns().empty());
+  EXPECT_NE(capturedWarns().back().find("closed the comm"), std::string::npos) << capturedWarns().back();
+  for (size_t i = 0; i < send->paths.size(); ++i) {
+    EXPECT_EQ(send->paths[i].generation, gens[i]) << "no reconnect attempt";
+    EXPECT_EQ(send->paths[i].state, PathState::kClosed);
+  }
+  EXPECT_TRUE(journalEvents(mark, {"path_down", "flap", "failover"}).empty());
+}
+
+// The receiver completes a message (its ACK is on the wire) and closes: the sender may read
+// the CLOSE on the standby rail before the ACK on the active one. The send completed and must
+// be reported done, not failed as "closed with messages not acknowledged".
+TEST_F(Engine, AckSentBeforeTheCloseStillCompletesTheSend) {
+  connectComm();
+  ASSERT_EQ(run(20, mixed, 4).delivered, 20u);
+  std::vector<uint8_t> sb(5000, 9), rb(5000);
+  void* sq = nullptr;
+  ASSERT_EQ(api::isend(send, sb.data(), sb.size(), 0, nullptr, &sq), ncclSuccess);
+  void* d = rb.data();
+  size_t cap = rb.size();
+  int tag = 0, done = 0, size = 0;
+  void* rq = nullptr;
+  ASSERT_EQ(api::irecv(recv, 1, &d, &cap, &tag, nullptr, &rq), ncclSuccess);
+  for (int i = 0; i < 100000 && !done; ++i) ASSERT_EQ(api::test(rq, &done, &size), ncclSuccess);
+  ASSERT_TRUE(done);
+  ASSERT_EQ(rb, sb);
+  api::closeRecv(recv);
+  recv = nullptr;
+  // The sender's next call starts with its slow tick, which reads the standby path (and its
+  // CLOSE) before the active path's control stream.
+  auto t0 = std::chrono::steady_clock::now();
+  while (nowUs() - send->lastSlowTickUs < 2000 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1)) {
+  }
+  done = 0;
+  ncclResult_t res = ncclSuccess;
+  for (int i = 0; i < 1000 && !done && res == ncclSuccess; ++i) res = api::test(sq, &done, &size);
+  EXPECT_EQ(res, ncclSuccess) << send->fatalMsg;
+  EXPECT_TRUE(done);
+  EXPECT_TRUE(send->peerClosed);
+}
+
+// Orderly close in every order, with data in flight and with the receiver's ACK stuck in its
+// socket: no path_down, flap or failover in the journal, no reconnect, on either side.
+TEST_F(Engine, OrderlyCloseInAnyOrderIsNeverAFault) {
+  for (int order = 0; order < 3; ++order) {
+    SCOPED_TRACE("order " + std::to_string(order));
+    connectComm();
+    ASSERT_EQ(run(30, mixed, 8).delivered, 30u);
+    size_t mark = journalSize();
+    // In flight: 3 sends, a receive posted for the first only, its ACK unable to leave.
+    std::vector<uint8_t> sb(3000, 1), rb(3000);
+    void* sq[3];
+    for (auto& q : sq) ASSERT_EQ(api::isend(send, sb.data(), sb.size(), 0, nullptr, &q), ncclSuccess);
+    void* d = rb.data();
+    size_t cap = rb.size();
+    int tag = 0;
+    void* rq = nullptr;
+    if (order == 2) dynamic_cast<FakeConn*>(recv->paths[recv->active].streams[0].conn.get())->stalled = true;
+    ASSERT_EQ(api::irecv(recv, 1, &d, &cap, &tag, nullptr, &rq), ncclSuccess);
+    for (int i = 0; i < 50; ++i) {
+      int done = 0, size = 0;
+      api::test(rq, &done, &size);
+      api::test(sq[0], &done, &size);
+    }
+    std::vector<uint32_t> gens;
+    for (auto& p : send->paths) gens.push_back(p.generation);
+    if (order == 0) {  // sender first; the receiver keeps being driven for a while
+      api::closeSend(send);
+      send = nullptr;
+      for (int i = 0; i < 2000; ++i) sweepLinks(), api::irecv(recv, 1, &d, &cap, &tag, nullptr, &rq);
+      EXPECT_TRUE(recv->peerClosed) << "the receiver saw the CLOSE";
+      api::closeRecv(recv);
+      recv = nullptr;
+    } else {  // receiver first; the sender keeps being driven for a while
+      api::closeRecv(recv);
+      recv = nullptr;
+      auto t0 = std::chrono::steady_clock::now();
+      while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(300)) {
+        gTr->pump();
+        sweepLinks();
+        void* q = nullptr;
+        api::isend(send, sb.data(), 0, 0, nullptr, &q);
+      }
+      EXPECT_TRUE(send->peerClosed) << "the sender saw the CLOSE";
+      for (size_t i = 0; i < send->paths.size(); ++i) {
+        EXPECT_EQ(send->paths[i].generation, gens[i]) << "no reconnect attempt";
+        EXPECT_EQ(send->paths[i].state, PathState::kClosed);
+      }
+      api::closeSend(send);
+      send = nullptr;
+    }
+    auto bad = journalEvents(mark, {"path_down", "flap", "failover", "fatal"});
+    EXPECT_TRUE(bad.empty()) << bad.size() << " fault event(s), first: " << (bad.empty() ? "" : bad[0]);
+    for (auto& wr : gTr->wires) *wr.second = Wire();
+  }
+}
+
+// Negative control for the peer-gone verdict: the sender's kernel gives up on every stream of
+// both paths at once (as aggressive settings under congestion can make it: the sender fences
+// both paths), so the receiver sees every rail closed by the sender. The sender process is
+// alive and reconnects: the receiver must not call it gone.
+TEST_F(Engine, EveryRailClosedByALiveSenderIsNotPeerGone) {
+  Setting fatal(Runtime::get().cfg.fatalTimeoutS, 30);
+  connectComm();
+  Stats st = run(300, mixed, 8, [&](int k) {
+    if (k == 100)
+      for (auto& p : send->paths)
+        for (auto& sm : p.streams)
+          if (sm.conn) dynamic_cast<FakeConn*>(sm.conn.get())->timedOut = true;
+  });
+  EXPECT_FALSE(st.timedOut);
+  EXPECT_EQ(st.err, ncclSuccess) << (recv->fatal ? recv->fatalMsg : send->fatalMsg);
+  EXPECT_EQ(st.delivered, 300u);
+  EXPECT_FALSE(recv->fatal) << recv->fatalMsg;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------
+// Grouped receives (irecv of n buffers, maxRecvs = 8)
+
+namespace {
+
+class Grouped : public Engine {
+ protected:
+  // `groups` grouped receives of `n` buffers each. The k-th isend carries tag 100 + (p + j) % n
+  // (j = k / n its group, p = k % n its place in it: each group's sends come in a different
+  // tag order); the receiver posts group j's buffers with tags 100 + n - 1 - i (reversed). So
+  // buffer i of group j must receive message j*n + ((n - 1 - i - j) mod n), whole and in place.
+  Stats runGrouped(int groups, int n, std::function<void(int)> onGroup = nullptr, std::function<void()> each = nullptr) {
+    const int total = groups * n;
+    auto sizeOf = [](int k) { return mixed(k * 7 + 3); };
+    std::vector<std::vector<uint8_t>> sb(total), rb(total);
+    for (int k = 0; k < total; ++k) {
+      sb[k].resize(sizeOf(k));
+      for (size_t j = 0; j < sb[k].size(); ++j) sb[k][j] = pattern(k, j);
+      rb[k].assign(sb[k].size() + 64, 0xEE);  // rb[k]: the buffer message k must land in
+    }
+    auto msgFor = [&](int j, int i) { return j * n + (((n - 1 - i - j) % n) + n) % n; };
+    std::vector<void*> sr(total), rr(groups);
+    int sp = 0, rp = 0, sd = 0, rd = 0;
+    Stats st;
+    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while ((sd < total || rd < groups) && st.err == ncclSuccess) {
+      if (std::chrono::steady_clock::now() > end) {
+        st.timedOut = true;
+        break;
+      }
+      if (each) each();
+      gTr->pump();
+      while (sp < total && sp - sd < 8 * n) {
+        int j = sp / n, p = sp % n;
+        void* q = nullptr;
+        st.err = api::isend(send, sb[sp].data(), sb[sp].size(), 100 + (p + j) % n, nullptr, &q);
+        if (!q || st.err) break;
+        sr[sp++] = q;
+      }
+      while (rp < groups && rp - rd < 8 && st.err == ncclSuccess) {
+        if (onGroup) onGroup(rp);
+        void* d[kMaxRecvs];
+        size_t caps[kMaxRecvs];
+        int tags[kMaxRecvs];
+        for (int i = 0; i < n; ++i) {
+          int k = msgFor(rp, i);
+          d[i] = rb[k].data(), caps[i] = rb[k].size(), tags[i] = 100 + n - 1 - i;
+        }
+        void* q = (void*)0x1;
+        st.err = api::irecv(recv, n, d, caps, tags, nullptr, &q);
+        if (!q || st.err) break;
+        rr[rp++] = q;
+      }
+      int done = 0, sizes[kMaxRecvs];
+      if (sd < sp && st.err == ncclSuccess) {
+        st.err = api::test(sr[sd], &done, sizes);
+        if (done) ++sd;
+      }
+      done = 0;
+      if (rd < rp && st.err == ncclSuccess) {
+        for (int i = 0; i < n; ++i) sizes[i] = -1;
+        st.err = api::test(rr[rd], &done, sizes);
+        if (done) {
+          for (int i = 0; i < n; ++i) {
+            int k = msgFor(rd, i);
+            EXPECT_EQ((size_t)sizes[i], sb[k].size()) << "group " << rd << " buffer " << i;
+            EXPECT_TRUE(sb[k].empty() || !memcmp(rb[k].data(), sb[k].data(), sb[k].size()))
+                << "group " << rd << " buffer " << i << " does not hold message " << k;
+            for (size_t b = sb[k].size(); b < rb[k].size(); ++b)
+              if (rb[k][b] != 0xEE) {
+                ADD_FAILURE() << "byte past message " << k << " written";
+                break;
+              }
+            memset(rb[k].data(), 0xAA, rb[k].size());  // NCCL reuses the buffer now
+          }
+          ++rd;
+          st.delivered += n;
+        }
+      }
+    }
+    for (int j = 0; j < rd; ++j)
+      for (int i = 0; i < n; ++i)
+        for (uint8_t b : rb[msgFor(j, i)])
+          if (b != 0xAA) {
+            ADD_FAILURE() << "a stale byte landed in group " << j << " buffer " << i << " after it completed";
+            break;
+          }
+    return st;
+  }
+};
+
+TEST_F(Grouped, TagsPickTheBufferInsideEachGroupExactlyOnceInOrder) {
+  connectComm();
+  for (int n : {2, 3, 8}) {
+    SCOPED_TRACE("n = " + std::to_string(n));
+    Stats st = runGrouped(60, n);
+    EXPECT_FALSE(st.timedOut);
+    EXPECT_EQ(st.err, ncclSuccess);
+    EXPECT_EQ(st.delivered, 60u * n);
+  }
+  // Single receives still work on the same comm between groups.
+  EXPECT_EQ(run(50, mixed, 8).delivered, 50u);
+}
+
+TEST_F(Grouped, SurviveFailoverAndResume) {
+  connectComm();
+  Stats st = runGrouped(80, 4, [&](int j) {
+    if (j == 30) w(0, kA0)->broken = true;  // the active path resets mid-run
+  });
+  EXPECT_FALSE(st.timedOut);
+  EXPECT_EQ(st.err, ncclSuccess);
+  EXPECT_EQ(st.delivered, 320u);
+  EXPECT_EQ(send->counters.failovers, 1u);
+  EXPECT_EQ(activeNic(), 1);
+}
+
+TEST_F(Grouped, DuplicatesAfterResumeAreDiscarded) {
+  connectComm();
+  // As DuplicateChunksOfCompletedMessagesAreDiscarded, with groups: one stream stalls, the
+  // path then breaks, and chunks of completed messages come again after the RESUME.
+  int phase = 0;
+  Stats st = runGrouped(60, 4, [&](int j) {
+    if (j == 15) {
+      dynamic_cast<FakeConn*>(send->paths[0].streams[0].conn.get())->stalled = true;
+      phase = 1;
+    }
+  }, [&] {
+    if (phase >= 1 && ++phase == 300) w(0, kA0)->broken = true;
+  });
+  EXPECT_FALSE(st.timedOut);
+  EXPECT_EQ(st.delivered, 240u);
+  EXPECT_EQ(send->counters.failovers, 1u);
+  EXPECT_GT(recv->counters.dupBytesDropped, 0u) << "the scenario must really produce duplicates";
+}
+
+TEST_F(Grouped, CallerMisuseIsAnInternalError) {
+  connectComm();
+  std::vector<uint8_t> a(100), b(100), sbuf(100, 1);
+  void* d[9] = {a.data(), b.data()};
+  size_t caps[9] = {100, 100};
+  int tags[9] = {1, 2};
+  void* q = nullptr;
+  EXPECT_EQ(api::irecv(recv, kMaxRecvs + 1, d, caps, tags, nullptr, &q), ncclInternalError) << "n > maxRecvs";
+  EXPECT_EQ(q, nullptr);
+  EXPECT_EQ(api::irecv(recv, 0, d, caps, tags, nullptr, &q), ncclInternalError);
+  // A send whose tag matches no buffer of the group it falls into.
+  ASSERT_EQ(api::irecv(recv, 2, d, caps, tags, nullptr, &q), ncclSuccess);
+  ASSERT_NE(q, nullptr);
+  void *s1 = nullptr, *s2 = nullptr;
+  ASSERT_EQ(api::isend(send, sbuf.data(), 100, 1, nullptr, &s1), ncclSuccess);
+  ASSERT_EQ(api::isend(send, sbuf.data(), 100, 7, nullptr, &s2), ncclSuccess);
+  ncclResult_t res = ncclSuccess;
+  for (int i = 0; i < 10000 && res == ncclSuccess; ++i) {
+    int done = 0, sizes[2];
+    res = api::test(q, &done, sizes);
+    ASSERT_FALSE(done);
+  }
+  EXPECT_EQ(res, ncclInternalError);
+  EXPECT_TRUE(std::all_of(b.begin(), b.end(), [](uint8_t x) { return x == 0; })) << "nothing lands on a mismatch";
 }
 
 }  // namespace

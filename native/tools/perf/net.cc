@@ -373,6 +373,13 @@ void Plugin::leave() { CallTracker::get().mine()->sinceUs.store(0, std::memory_o
 
 bool Plugin::check(int fn, ncclResult_t r, const std::string& what) {
   if (r == ncclSuccess) return true;
+  // A failed init/devices/getProperties is this rank's own failure, never the consequence of
+  // a peer's exit: it is not tolerated in timed runs.
+  if (fn == kFnInit || fn == kFnDevices || fn == kFnGetProperties) {
+    Fatal::get().raise(kExitPlugin, strf("plugin call %s failed: %s (%d)%s%s", fnName(fn), resultName(r), int(r),
+                                         what.empty() ? "" : " on ", what.c_str()));
+    return false;
+  }
   Fatal::get().raisePlugin(kExitPlugin, strf("plugin call %s failed: %s (%d)%s%s", fnName(fn), resultName(r), int(r),
                                              what.empty() ? "" : " on ", what.c_str()));
   return false;

@@ -92,9 +92,23 @@ void printFooter(const Options& o, RunState& st) {
     if (!st.stoppedEarly.empty()) printf("# stopped early: %s\n", st.stoppedEarly.c_str());
   }
   uint64_t w = wrongTotal(st, false);
-  printf("# Wrong bytes          : %llu %s\n", (unsigned long long)w, w ? "FAILED" : "OK");
+  bool anyChecked;
+  {
+    std::lock_guard<std::mutex> g(st.mu);
+    anyChecked = o.check && (!st.rows.empty() || !st.iterRecords.empty());
+  }
+  int code = Fatal::get().code();
+  // "0 OK" only when data was checked and the run did not fail: a run that failed before any
+  // data moved (a failed init, connect or listen) checked nothing.
+  if (!anyChecked)
+    printf("# Wrong bytes          : n/a (%s)\n", code ? "the run failed before any data was checked"
+                                                   : o.check ? "no data was received" : "not checked (-c 0)");
+  else
+    printf("# Wrong bytes          : %llu %s\n", (unsigned long long)w,
+           w ? "FAILED" : code ? "(in the data checked before the failure)" : "OK");
   auto errs = Fatal::get().messages();
   if (!errs.empty()) printf("# Errors               : %zu (first: %s)\n", errs.size(), errs[0].c_str());
+  if (code) printf("# Result               : FAILED (exit code %d)\n", code);
   printf("# Avg bus bandwidth    : %g\n", n ? sum / double(n) : 0.0);
   printf("#\n");
   fflush(stdout);

@@ -13,6 +13,14 @@ inline void put32(uint8_t* p, uint32_t v) {
 inline void put64(uint8_t* p, uint64_t v) {
   for (int i = 0; i < 8; ++i) p[i] = (uint8_t)(v >> (8 * i));
 }
+inline void put48(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 6; ++i) p[i] = (uint8_t)(v >> (8 * i));
+}
+inline uint64_t get48(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 5; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
 inline uint16_t get16(const uint8_t* p) { return (uint16_t)(p[0] | (p[1] << 8)); }
 inline uint32_t get32(const uint8_t* p) {
   uint32_t v = 0;
@@ -84,6 +92,7 @@ void encodeHello(const Hello& h, void* outv) {
   out[17] = h.srcRail;
   put16(out + 18, h.probePort);
   put32(out + 20, h.generation);
+  put64(out + 24, h.connId);
 }
 
 bool decodeHello(const void* inv, Hello* h, std::string* err) {
@@ -98,6 +107,7 @@ bool decodeHello(const void* inv, Hello* h, std::string* err) {
   h->srcRail = in[17];
   h->probePort = get16(in + 18);
   h->generation = get32(in + 20);
+  h->connId = get64(in + 24);
   if (h->nStreams == 0 || h->nStreams > 64 || h->stream >= h->nStreams)
     return *err = "bad stream index " + std::to_string(h->stream) + "/" + std::to_string(h->nStreams), false;
   return true;
@@ -110,8 +120,9 @@ void encodeFrame(const Frame& f, void* outv) {
   put16(out + 2, f.stream);
   put32(out + 4, f.len);
   put64(out + 8, f.seq);
-  put64(out + 16, f.offset);
-  put64(out + 24, f.total);
+  put48(out + 16, f.offset);
+  put48(out + 22, f.total);
+  put32(out + 28, (uint32_t)f.tag);
 }
 
 bool decodeFrame(const void* inv, Frame* f, std::string* err) {
@@ -121,8 +132,9 @@ bool decodeFrame(const void* inv, Frame* f, std::string* err) {
   f->stream = get16(in + 2);
   f->len = get32(in + 4);
   f->seq = get64(in + 8);
-  f->offset = get64(in + 16);
-  f->total = get64(in + 24);
+  f->offset = get48(in + 16);
+  f->total = get48(in + 22);
+  f->tag = (int32_t)get32(in + 28);
   switch (f->type) {
     case kData:
       if (f->len > kMaxChunkBytes) return *err = "DATA frame length " + std::to_string(f->len) + " exceeds the bound", false;

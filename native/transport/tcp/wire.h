@@ -1,4 +1,4 @@
-// railover wire format, TCP transport (protocol version 1). docs/PROTOCOL.md describes it
+// railover wire format, TCP transport (protocol version 2). docs/PROTOCOL.md describes it
 // in prose; this header is the one place that defines the bytes. All integers are
 // little-endian on the wire.
 //
@@ -7,6 +7,9 @@
 //   8  u64 secret (random, per listen comm)
 //   16 naddr x { u8 rail, u8 family (4 or 6), u16 port, u8 addr[16] }   (at most 5)
 // Frames: every frame is 32 bytes; DATA frames are followed by `len` payload bytes.
+// Version 2 (this one) added the connection id to the HELLO (several connections per listen
+// handle), the tag to DATA frames (grouped receives) and the NACK reason codes; a peer of
+// another version is refused (handle, HELLO).
 //
 // Thread-safety: pure functions.
 #pragma once
@@ -19,7 +22,7 @@ namespace railover {
 namespace wire {
 
 constexpr uint32_t kMagic = 0x52564C52;  // "RLVR" read as little-endian bytes R L V R
-constexpr uint16_t kVersion = 1;
+constexpr uint16_t kVersion = 2;
 constexpr size_t kHandleBytes = 128;
 constexpr int kMaxHandleAddrs = 5;
 constexpr size_t kFrameBytes = 32;
@@ -55,7 +58,7 @@ enum FrameType : uint8_t {
   kResumeAck = 5,  // receiver -> sender: next seq the receiver expects
   kProbe = 6,      // either way: liveness probe, `seq` = probe id, `total` = padding bytes that follow
   kProbeAck = 7,   // answer to a probe
-  kNack = 8,       // receiver -> sender: refused (bad secret/version); `seq` = reason code
+  kNack = 8,       // receiver -> sender: refused; `seq` = reason code (kNack*)
   kClose = 9,      // either way, on the active path: the comm is being closed (orderly, not a fault)
 };
 
@@ -68,7 +71,15 @@ struct Hello {
   uint8_t srcRail = 0;    // sender NIC's rail
   uint16_t probePort = 0; // sender NIC's listener/probe port (for health probes back)
   uint32_t generation = 0;  // increments every time the sender re-opens this path
+  // Which connection to the listen handle this stream belongs to (random, chosen by connect;
+  // every path and generation of one send comm carries the same id). 0 = a liveness check:
+  // the acceptor closes it without a log line (the peer only wanted to know whether this
+  // process still listens).
+  uint64_t connId = 0;
 };
+
+// NACK reason codes (`seq` of a kNack frame), sent by the acceptor before it closes a stream.
+constexpr uint64_t kNackUnknownComm = 1;  // no open listen comm or live recv comm has this secret/connId
 
 struct Frame {
   uint8_t type = 0;
@@ -76,8 +87,9 @@ struct Frame {
   uint16_t stream = 0;
   uint32_t len = 0;     // payload bytes after the header (kData, kProbe)
   uint64_t seq = 0;
-  uint64_t offset = 0;  // byte offset of the chunk within its message
-  uint64_t total = 0;   // message size in bytes
+  uint64_t offset = 0;  // byte offset of the chunk within its message (< 2^48 on the wire)
+  uint64_t total = 0;   // message size in bytes (< 2^48 on the wire)
+  int32_t tag = 0;      // kData: the isend's tag (picks the buffer of a grouped receive)
 };
 
 void encodeHello(const Hello& h, void* out /* kFrameBytes */);

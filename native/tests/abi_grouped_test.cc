@@ -1,0 +1,208 @@
+// Grouped receives through the plugin's exported ABI tables (the built
+// libnccl-net-railover.so, dlopen'ed as NCCL does), over loopback TCP: maxRecvs is 8, and an
+// irecv of n buffers with tags takes the next n isends, each into the buffer with its tag,
+// with test() reporting every size. Runs the v8 (int sizes), v10 and v12 tables.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "abi/nccl_net_abi.h"
+
+namespace {
+
+// One ABI version's calls, reduced to what the test needs.
+struct Ops {
+  std::function<ncclResult_t()> init;
+  std::function<int()> maxRecvs;
+  std::function<ncclResult_t(void* h, void** lc)> listen;
+  std::function<ncclResult_t(void* h, void** sc)> connect;
+  std::function<ncclResult_t(void* lc, void** rc)> accept;
+  std::function<ncclResult_t(void* sc, void* d, size_t n, int tag, void** r)> isend;
+  std::function<ncclResult_t(void* rc, int n, void** d, size_t* sz, int* tags, void** r)> irecv;
+  ncclResult_t (*test)(void*, int*, int*);
+  ncclResult_t (*closeSend)(void*);
+  ncclResult_t (*closeRecv)(void*);
+  ncclResult_t (*closeListen)(void*);
+};
+
+void* plugin() {
+  static void* h = [] {
+    setenv("RAILOVER_IFNAMES", "=lo", 1);
+    return dlopen(RAILOVER_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
+  }();
+  return h;
+}
+
+template <typename T>
+T* table(const char* sym) {
+  return plugin() ? (T*)dlsym(plugin(), sym) : nullptr;
+}
+
+Ops ops8() {
+  auto* t = table<ncclNet_v8_t>("ncclNetPlugin_v8");
+  Ops o;
+  o.init = [t] { return t->init(nullptr); };
+  o.maxRecvs = [t] {
+    ncclNetProperties_v8_t p;
+    return t->getProperties(0, &p) == ncclSuccess ? p.maxRecvs : -1;
+  };
+  o.listen = [t](void* h, void** lc) { return t->listen(0, h, lc); };
+  o.connect = [t](void* h, void** sc) { return t->connect(0, h, sc, nullptr); };
+  o.accept = [t](void* lc, void** rc) { return t->accept(lc, rc, nullptr); };
+  o.isend = [t](void* sc, void* d, size_t n, int tag, void** r) { return t->isend(sc, d, (int)n, tag, nullptr, r); };
+  o.irecv = [t](void* rc, int n, void** d, size_t* sz, int* tags, void** r) {
+    int s[8];
+    for (int i = 0; i < n && i < 8; ++i) s[i] = (int)sz[i];
+    return t->irecv(rc, n, d, s, tags, nullptr, r);
+  };
+  o.test = t->test, o.closeSend = t->closeSend, o.closeRecv = t->closeRecv, o.closeListen = t->closeListen;
+  return o;
+}
+
+Ops ops10() {
+  auto* t = table<ncclNet_v10_t>("ncclNetPlugin_v10");
+  Ops o;
+  o.init = [t] { return t->init(nullptr, nullptr); };
+  o.maxRecvs = [t] {
+    ncclNetProperties_v10_t p;
+    return t->getProperties(0, &p) == ncclSuccess ? p.maxRecvs : -1;
+  };
+  o.listen = [t](void* h, void** lc) { return t->listen(0, h, lc); };
+  o.connect = [t](void* h, void** sc) {
+    ncclNetCommConfig_t cfg{-1};
+    return t->connect(0, &cfg, h, sc, nullptr);
+  };
+  o.accept = [t](void* lc, void** rc) { return t->accept(lc, rc, nullptr); };
+  o.isend = [t](void* sc, void* d, size_t n, int tag, void** r) { return t->isend(sc, d, n, tag, nullptr, nullptr, r); };
+  o.irecv = [t](void* rc, int n, void** d, size_t* sz, int* tags, void** r) {
+    void* ph[8] = {};
+    return t->irecv(rc, n, d, sz, tags, nullptr, ph, r);
+  };
+  o.test = t->test, o.closeSend = t->closeSend, o.closeRecv = t->closeRecv, o.closeListen = t->closeListen;
+  return o;
+}
+
+Ops ops12() {
+  auto* t = table<ncclNet_v12_t>("ncclNetPlugin_v12");
+  static void* ctx = nullptr;
+  Ops o;
+  o.init = [t] {
+    ncclNetCommConfig_t cfg{-1};
+    return t->init(&ctx, 0x1234, &cfg, nullptr, nullptr);
+  };
+  o.maxRecvs = [t] {
+    ncclNetProperties_v12_t p;
+    return t->getProperties(0, &p) == ncclSuccess ? p.maxRecvs : -1;
+  };
+  o.listen = [t](void* h, void** lc) { return t->listen(ctx, 0, h, lc); };
+  o.connect = [t](void* h, void** sc) { return t->connect(ctx, 0, h, sc, nullptr); };
+  o.accept = [t](void* lc, void** rc) { return t->accept(lc, rc, nullptr); };
+  o.isend = [t](void* sc, void* d, size_t n, int tag, void** r) { return t->isend(sc, d, n, tag, nullptr, nullptr, r); };
+  o.irecv = [t](void* rc, int n, void** d, size_t* sz, int* tags, void** r) {
+    void* ph[8] = {};
+    return t->irecv(rc, n, d, sz, tags, nullptr, ph, r);
+  };
+  o.test = t->test, o.closeSend = t->closeSend, o.closeRecv = t->closeRecv, o.closeListen = t->closeListen;
+  return o;
+}
+
+bool until(const std::function<bool()>& f, int ms) {
+  auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (std::chrono::steady_clock::now() < end)
+    if (f()) return true;
+  return false;
+}
+
+void groupedOverLoopback(Ops o) {
+  ASSERT_EQ(o.init(), ncclSuccess);
+  EXPECT_EQ(o.maxRecvs(), 8) << "grouped receives of up to 8 buffers are advertised";
+  uint8_t handle[128] = {};
+  void *lc = nullptr, *sc = nullptr, *rc = nullptr;
+  ASSERT_EQ(o.listen(handle, &lc), ncclSuccess);
+  ASSERT_TRUE(until([&] {
+    if (!sc) EXPECT_EQ(o.connect(handle, &sc), ncclSuccess);
+    if (!rc) EXPECT_EQ(o.accept(lc, &rc), ncclSuccess);
+    return sc && rc;
+  }, 10000));
+  ASSERT_EQ(o.closeListen(lc), ncclSuccess);
+  // 40 groups of n = 5: the k-th send (group j, place p) has tag 10 + (p + j) % 5; group j's
+  // buffer i has tag 10 + 4 - i, so it must hold message j*5 + ((4 - i - j) mod 5).
+  const int n = 5, groups = 40, total = n * groups;
+  auto sizeOf = [](int k) { return (size_t)((k * 7919) % 70000); };
+  auto msgFor = [&](int j, int i) { return j * n + (((n - 1 - i - j) % n) + n) % n; };
+  std::vector<std::vector<uint8_t>> sb(total), rb(total);
+  for (int k = 0; k < total; ++k) {
+    sb[k].resize(sizeOf(k));
+    for (size_t b = 0; b < sb[k].size(); ++b) sb[k][b] = (uint8_t)(k * 31 + b * 7 + 1);
+    rb[k].assign(70000, 0xEE);
+  }
+  std::vector<void*> sr(total), rr(groups);
+  int sp = 0, rp = 0, sd = 0, rd = 0;
+  ASSERT_TRUE(until([&] {
+    while (sp < total && sp - sd < 32) {
+      void* q = nullptr;
+      EXPECT_EQ(o.isend(sc, sb[sp].data(), sb[sp].size(), 10 + (sp % n + sp / n) % n, &q), ncclSuccess);
+      if (!q) break;
+      sr[sp++] = q;
+    }
+    while (rp < groups && rp - rd < 8) {
+      void* d[n];
+      size_t sz[n];
+      int tags[n];
+      for (int i = 0; i < n; ++i) d[i] = rb[msgFor(rp, i)].data(), sz[i] = 70000, tags[i] = 10 + n - 1 - i;
+      void* q = (void*)0x1;
+      EXPECT_EQ(o.irecv(rc, n, d, sz, tags, &q), ncclSuccess);
+      if (!q) break;
+      EXPECT_NE(q, (void*)0x1);
+      rr[rp++] = q;
+    }
+    int done = 0, sizes[n];
+    if (sd < sp) {
+      EXPECT_EQ(o.test(sr[sd], &done, sizes), ncclSuccess);
+      if (done) ++sd;
+    }
+    done = 0;
+    if (rd < rp) {
+      EXPECT_EQ(o.test(rr[rd], &done, sizes), ncclSuccess);
+      if (done) {
+        for (int i = 0; i < n; ++i) {
+          int k = msgFor(rd, i);
+          EXPECT_EQ((size_t)sizes[i], sb[k].size()) << "group " << rd << " buffer " << i;
+          EXPECT_TRUE(sb[k].empty() || !memcmp(rb[k].data(), sb[k].data(), sb[k].size()))
+              << "group " << rd << " buffer " << i << " does not hold message " << k;
+        }
+        ++rd;
+      }
+    }
+    return sd == total && rd == groups;
+  }, 30000)) << "sent " << sd << "/" << total << ", received " << rd << "/" << groups << " groups";
+  // n above maxRecvs: the caller's misuse.
+  void* d[9];
+  size_t sz[9];
+  int tags[9] = {};
+  for (int i = 0; i < 9; ++i) d[i] = rb[0].data(), sz[i] = 1;
+  void* q = nullptr;
+  EXPECT_EQ(o.irecv(rc, 9, d, sz, tags, &q), ncclInternalError);
+  EXPECT_EQ(o.closeSend(sc), ncclSuccess);
+  EXPECT_EQ(o.closeRecv(rc), ncclSuccess);
+}
+
+TEST(AbiGrouped, V8IntSizes) {
+  ASSERT_NE(plugin(), nullptr) << dlerror();
+  groupedOverLoopback(ops8());
+}
+TEST(AbiGrouped, V10) {
+  ASSERT_NE(plugin(), nullptr) << dlerror();
+  groupedOverLoopback(ops10());
+}
+TEST(AbiGrouped, V12) {
+  ASSERT_NE(plugin(), nullptr) << dlerror();
+  groupedOverLoopback(ops12());
+}
+
+}  // namespace
