@@ -356,7 +356,7 @@ SendLink* SendLink::create(int dev, const wire::Handle& h, std::string* err) {
               rt.nics[dev].name.c_str(), l->peerName.c_str(),
               rt.nics.size() < 2 ? "this process has only one NIC"
                                  : "the peer has no NIC on the rail of any other local NIC (see RAILOVER_RAILS, RAILOVER_STANDBY)");
-      journalAppend("no_standby", "\"nic\":" + jsonStr(rt.nics[dev].name) + ",\"peer\":" + jsonStr(l->peerName));
+      journal::no_standby(rt.nics[dev].name, l->peerName);
     }
   }
   uint64_t now = nowUs();
@@ -422,9 +422,7 @@ void SendLink::advanceConnect(Path& p, uint64_t now) {
   p.upSinceUs = now;
   p.restoredUs = now;
   p.backoffMs = 0;
-  journalAppend("path_up", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"send\",\"nic\":" +
-                               jsonStr(nicName(p.localNic)) + ",\"peer\":" + jsonStr(addrToString(p.remote)) +
-                               ",\"generation\":" + std::to_string(p.generation));
+  journal::path_up(secret, "send", nicName(p.localNic), addrToString(p.remote), p.generation);
 }
 
 void SendLink::failPath(Path& p, const std::string& why, uint64_t now) {
@@ -447,8 +445,7 @@ void SendLink::failPath(Path& p, const std::string& why, uint64_t now) {
     counters.flaps++;
     p.holdDownMs = std::min<uint32_t>(std::max<uint32_t>(holdDownOf(p), 1) * 2, cfg.holdDownMaxMs);
     RO_WARN_EVENT("railover: path %s flapped (%u flaps); hold-down now %u ms", describe(p).c_str(), p.flaps, p.holdDownMs);
-    journalAppend("flap", "\"comm\":\"" + std::to_string(secret) + "\",\"nic\":" + jsonStr(nicName(p.localNic)) +
-                              ",\"flaps\":" + std::to_string(p.flaps) + ",\"hold_down_ms\":" + std::to_string(p.holdDownMs));
+    journal::flap(secret, nicName(p.localNic), p.flaps, p.holdDownMs);
   }
   p.failedAtUs = now;
   p.backoffMs = p.backoffMs ? std::min<uint32_t>(p.backoffMs * 2, cfg.backoffMaxMs) : 100;
@@ -456,10 +453,7 @@ void SendLink::failPath(Path& p, const std::string& why, uint64_t now) {
   if (wasUsable) {
     // Detection as the engine saw it (active path): from its last data progress to the verdict.
     uint64_t detect = wasActive && now > lastProgressUs_ ? now - lastProgressUs_ : 0;
-    journalAppend("path_down", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"send\",\"nic\":" +
-                                   jsonStr(nicName(p.localNic)) + ",\"peer\":" + jsonStr(addrToString(p.remote)) +
-                                   ",\"cause\":" + jsonStr(why) + ",\"active\":" + (wasActive ? "true" : "false") +
-                                   ",\"detection_us\":" + std::to_string(detect));
+    journal::path_down(secret, "send", nicName(p.localNic), addrToString(p.remote), why, wasActive, detect);
   }
   if (!wasActive) return;
   active = -1;
@@ -654,11 +648,8 @@ bool SendLink::readControl(Path& p, uint64_t now, std::string* err) {
         if (failback) counters.failbacks++;
         else if (recovery) counters.recoveries++;
         else counters.failovers++;
-        std::string fields = "\"comm\":\"" + std::to_string(secret) + "\",\"to_nic\":" + jsonStr(nicName(p.localNic)) +
-                             ",\"peer\":" + jsonStr(addrToString(p.remote)) + ",\"resumed_seq\":" +
-                             std::to_string(f.seq) + ",\"bytes_resent\":" + std::to_string(resent) +
-                             ",\"convergence_us\":" + std::to_string(conv);
-        journalAppend(failback ? "failback" : recovery ? "recover" : "failover", fields);
+        (failback ? journal::failback : recovery ? journal::recover : journal::failover)(
+            secret, nicName(p.localNic), addrToString(p.remote), f.seq, resent, conv);
         if (failback)
           RO_INFO(RO_SUBSYS_NET, "railover: comm %016llx failed back to %s", (unsigned long long)secret,
                   describe(p).c_str());
@@ -760,7 +751,7 @@ void SendLink::slowTick(uint64_t now) {
         fatalPeerGone = true;
         fatalMsg = "railover: peer " + peerName + " closed the connection on all rails and refuses new ones on every "
                    "NIC: the peer process exited (not a NIC fault)";
-        journalAppend("fatal", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"send\",\"message\":" + jsonStr(fatalMsg));
+        journal::fatal(secret, "send", fatalMsg);
       }
     } else if (cfg.fatalTimeoutS && now - noPathSinceUs > (uint64_t)cfg.fatalTimeoutS * 1000000 && acked_ < nextSeq_) {
       std::string nics, causes;
@@ -771,7 +762,7 @@ void SendLink::slowTick(uint64_t now) {
       fatal = true;
       fatalMsg = "railover: no usable path to peer " + peerName + " from NIC(s) " + nics + " for " +
                  std::to_string(cfg.fatalTimeoutS) + " s (" + causes + ")";
-      journalAppend("fatal", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"send\",\"message\":" + jsonStr(fatalMsg));
+      journal::fatal(secret, "send", fatalMsg);
     }
   } else if (active != primary && !resuming_) {
     Path& pr = paths[primary];
@@ -935,9 +926,7 @@ void RecvLink::takeIncoming(uint64_t now) {
       p.state = PathState::kStandby;
       p.upSinceUs = now;
       if (peerName.empty()) peerName = addrToString(p.remote);
-      journalAppend("path_up", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"recv\",\"nic\":" +
-                                   jsonStr(nicName(p.localNic)) + ",\"peer\":" + jsonStr(addrToString(p.remote)) +
-                                   ",\"generation\":" + std::to_string(p.generation));
+      journal::path_up(secret, "recv", nicName(p.localNic), addrToString(p.remote), p.generation);
     }
   }
 }
@@ -951,9 +940,7 @@ void RecvLink::failPath(Path& p, const std::string& why, uint64_t now) {
     return;
   }
   if (p.state == PathState::kActive || p.state == PathState::kStandby)
-    journalAppend("path_down", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"recv\",\"nic\":" +
-                                   jsonStr(nicName(p.localNic)) + ",\"peer\":" + jsonStr(addrToString(p.remote)) +
-                                   ",\"cause\":" + jsonStr(why) + ",\"active\":" + (wasActive ? "true" : "false"));
+    journal::path_down(secret, "recv", nicName(p.localNic), addrToString(p.remote), why, wasActive, std::nullopt);
   p.closeAll();
   p.state = PathState::kFailed;
   p.lastError = why;
@@ -995,9 +982,7 @@ void RecvLink::onResume(int idx, uint64_t fromSeq, uint64_t now) {
   ackSent_ = nextComplete_;
   if (switched) {
     counters.resumes++;
-    journalAppend("resume", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"recv\",\"nic\":" +
-                                jsonStr(nicName(p.localNic)) + ",\"peer\":" + jsonStr(addrToString(p.remote)) +
-                                ",\"next_seq\":" + std::to_string(nextComplete_));
+    journal::resume(secret, "recv", nicName(p.localNic), addrToString(p.remote), nextComplete_);
   }
 }
 
@@ -1122,7 +1107,7 @@ void RecvLink::slowTick(uint64_t now) {
     fatalPeerGone = true;
     fatalMsg = "railover: peer " + peerName + " closed the connection on all rails without closing the comm: the "
                "peer process exited (not a NIC fault)";
-    journalAppend("fatal", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"recv\",\"message\":" + jsonStr(fatalMsg));
+    journal::fatal(secret, "recv", fatalMsg);
   }
   if (active < 0 && cfg.fatalTimeoutS && noPathSinceUs && nextComplete_ < nextPost_ &&
       now - noPathSinceUs > (uint64_t)cfg.fatalTimeoutS * 1000000 && !fatal) {
@@ -1131,7 +1116,7 @@ void RecvLink::slowTick(uint64_t now) {
     fatal = true;
     fatalMsg = "railover: no usable path from peer " + peerName + " on NIC(s) " + nics + " for " +
                std::to_string(cfg.fatalTimeoutS) + " s";
-    journalAppend("fatal", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"recv\",\"message\":" + jsonStr(fatalMsg));
+    journal::fatal(secret, "recv", fatalMsg);
   }  publishIfChanged(false);
 }
 

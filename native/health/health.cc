@@ -124,9 +124,8 @@ class Monitor : public Health {
     p.cause = cause;
     p.downSinceUs = now;
     p.up.store(false, std::memory_order_release);
-    journalAppend("pair_down", "\"nic\":" + jsonStr(nics[p.nic].name) + ",\"peer\":" + jsonStr(addrToString(p.remote)) +
-                                   ",\"cause\":" + jsonStr(cause) + ",\"detection_us\":" +
-                                   std::to_string(p.lastAckUs && now > p.lastAckUs ? now - p.lastAckUs : 0));
+    journal::pair_down(nics[p.nic].name, addrToString(p.remote), cause,
+                       p.lastAckUs && now > p.lastAckUs ? now - p.lastAckUs : 0);
     RO_INFO(RO_SUBSYS_NET, "railover: NIC pair %s -> %s down: %s", nics[p.nic].name.c_str(),
             addrToString(p.remote).c_str(), cause.c_str());
     bump();
@@ -136,8 +135,7 @@ class Monitor : public Health {
     p.hard.store(false, std::memory_order_release);
     p.upSinceUs.store(now, std::memory_order_release);
     p.up.store(true, std::memory_order_release);
-    journalAppend("pair_up", "\"nic\":" + jsonStr(nics[p.nic].name) + ",\"peer\":" + jsonStr(addrToString(p.remote)) +
-                                 ",\"down_for_us\":" + std::to_string(now - p.downSinceUs));
+    journal::pair_up(nics[p.nic].name, addrToString(p.remote), now - p.downSinceUs);
     bump();
   }
 
@@ -153,8 +151,8 @@ class Monitor : public Health {
     int cleared = up ? flushFailedNeighbours(i) : 0;
     if (up) s.upSinceUs.store(nowUs(), std::memory_order_release);
     s.up.store(up, std::memory_order_release);
-    journalAppend(up ? "nic_up" : "nic_down", "\"nic\":" + jsonStr(nics[i].name) + ",\"signal\":" + jsonStr(signal) +
-                                                  (up ? ",\"neigh_cleared\":" + std::to_string(cleared) : std::string()));
+    if (up) journal::nic_up(nics[i].name, signal, cleared);
+    else journal::nic_down(nics[i].name, signal);
     if (up) {
       RO_INFO(RO_SUBSYS_NET, "railover: NIC %s up (%s)", nics[i].name.c_str(), signal);
       sockaddr_storage a;
@@ -285,8 +283,7 @@ class Monitor : public Health {
     for (Pair& p : live())
       if (p.used && nicState[p.nic].udp >= 0)
         sendto(nicState[p.nic].udp, buf, sizeof(buf), MSG_DONTWAIT, (sockaddr*)&p.remote, p.len);
-    journalAppend("nic_addr_change", "\"nic\":" + jsonStr(nics[i].name) + ",\"old\":" + jsonStr(addrToString(oldA)) +
-                                         ",\"new\":" + jsonStr(addrToString(newA)));
+    journal::nic_addr_change(nics[i].name, addrToString(oldA), addrToString(newA));
     (void)now;
   }
 
@@ -362,8 +359,7 @@ class Monitor : public Health {
         if (!known) remaps.push_back({oldA, newA});
         for (Pair& p : live())
           if (p.used && sameEndpoint(p.remote, oldA)) p.remote = newA;
-        journalAppend("peer_addr_change", "\"old\":" + jsonStr(addrToString(oldA)) + ",\"new\":" +
-                                              jsonStr(addrToString(newA)) + ",\"port\":" + std::to_string(port));
+        journal::peer_addr_change(addrToString(oldA), addrToString(newA), port);
         RO_INFO(RO_SUBSYS_NET, "railover: peer NIC moved %s -> %s", addrToString(oldA).c_str(), addrToString(newA).c_str());
         bump();
         continue;

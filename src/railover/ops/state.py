@@ -50,14 +50,15 @@ def now_us() -> int:
 def default_state_dirs(env: Optional[Mapping[str, str]] = None) -> List[Path]:
     """Where to look for state files when no ``--state-dir`` is given.
 
-    ``RAILOVER_STATE_DIR`` when set and non-empty (an empty value means the plugin writes
-    none: the list is empty then); otherwise the plugin's defaults: ``/run/railover`` and every
-    existing ``/tmp/railover-<uid>`` directory (one per user that ran jobs).
+    ``RAILOVER_STATE_DIR`` when set (``off`` means the plugin writes none: the list is empty
+    then); otherwise, and when it is empty (the same as unset, as for every railover
+    variable), the plugin's defaults: ``/run/railover`` and every existing
+    ``/tmp/railover-<uid>`` directory (one per user that ran jobs).
     """
     env = os.environ if env is None else env
-    if "RAILOVER_STATE_DIR" in env:
-        v = env["RAILOVER_STATE_DIR"]
-        return [Path(v)] if v else []
+    v = env.get("RAILOVER_STATE_DIR", "").strip(" \t")
+    if v:
+        return [] if v == "off" else [Path(env["RAILOVER_STATE_DIR"])]
     out = [Path("/run/railover")]
     try:
         out += sorted(p for p in Path("/tmp").glob("railover-*") if p.is_dir() and p.name[9:].isdigit())
