@@ -115,9 +115,11 @@ def render_table(ps: List[Dict[str, Any]]) -> Any:
     cells to the terminal's width."""
     from rich import box
     from rich.table import Table
-    t = Table(box=box.SIMPLE, show_lines=False, expand=False)
-    for col in ("variable", "default", "accepted values", "meaning"):
-        t.add_column(col, overflow="fold")
+    t = Table(box=box.SIMPLE, show_lines=False, expand=True)
+    t.add_column("variable", no_wrap=True)
+    t.add_column("default", ratio=1)
+    t.add_column("accepted values", ratio=2)
+    t.add_column("meaning", ratio=3)
     for p in ps:
         note = "" if "plugin" in p["readers"] else f" (read by {', '.join(p['readers'])})"
         t.add_row(p["name"], p["default"], _range(p), p["meaning"] + note)
