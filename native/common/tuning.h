@@ -87,6 +87,8 @@ constexpr long kNeighFlushTimeoutUs = 100000;
 // the sender's side of the same exchange.
 constexpr uint64_t kHelloTimeoutUs = 5000000;
 
+static_assert(kHelloTimeoutUs > kConnectTimeoutUs, "the acceptor must wait longer than the sender tries");
+
 // The acceptor's longest sleep, ms (500 ms): how late at most a HELLO timeout is noticed.
 constexpr int kAcceptorWaitMs = 500;
 
