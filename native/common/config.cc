@@ -78,11 +78,12 @@ const UintField kUintFields[] = {
 
 constexpr size_t countPluginUints() {
   size_t n = 0;
-  for (const ParamSpec& p : kParams) n += p.type == ParamType::kUint && (p.readers & kReadPlugin);
+  for (const ParamSpec& p : kParams)
+    n += (p.type == ParamType::kUint || p.type == ParamType::kFlag) && (p.readers & kReadPlugin);
   return n;
 }
 static_assert(countPluginUints() == sizeof(kUintFields) / sizeof(kUintFields[0]),
-              "every numeric plugin variable in kParams needs exactly one Config field in kUintFields");
+              "every numeric or flag plugin variable in kParams needs exactly one Config field in kUintFields");
 
 const UintField* uintField(const char* name) {
   for (const UintField& f : kUintFields)
@@ -97,6 +98,7 @@ std::string bad(const ParamSpec& p, const char* value, const std::string& why) {
 // Parses one non-empty value of plugin variable `p` into `c`.
 bool parseOne(const ParamSpec& p, const char* s, Config& c, std::string* err) {
   switch (p.type) {
+    case ParamType::kFlag:  // 0 or 1, parsed like a number into its Config field
     case ParamType::kUint: {
       const UintField* f = uintField(p.name);
       uint64_t v = 0;
@@ -168,7 +170,6 @@ bool parseOne(const ParamSpec& p, const char* s, Config& c, std::string* err) {
       c.stateDir = trim(s) == "off" ? std::string() : std::string(s);
       return true;
     case ParamType::kNcclOwned:  // NCCL validates its own variables (log.cc reads NCCL_DEBUG itself)
-    case ParamType::kFlag:
       return true;
   }
   return true;

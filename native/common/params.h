@@ -9,6 +9,11 @@
 // e.g. NCCL_SOCKET_IFNAME="" means automatic selection.) An explicit "off" is spelled out
 // where a variable has one (RAILOVER_STATE_DIR=off, RAILOVER_STANDBY=none).
 //
+// Adding a variable: one entry below. A numeric (kUint) or flag (kFlag) variable the plugin
+// reads also needs its Config field (config.h, initialised with RO_PARAM_DEFAULT) and one
+// RO_UINT_FIELD line in config.cc (a static_assert counts them); then run
+// scripts/update_docs.py for the README's table.
+//
 // Thread-safety: constant data.
 #pragma once
 
@@ -28,7 +33,7 @@ enum class ParamType : uint8_t {
   kPath,        // a file or directory path (not checked by the plugin; doctor checks it is writable)
   kStateDir,    // a directory, or 'off'
   kNcclOwned,   // NCCL's own variable that railover also reads; NCCL validates it, railover does not
-  kFlag,        // 0 or 1
+  kFlag,        // 0 or 1 (parsed like kUint with lo 0, hi 1)
 };
 
 // Who reads a variable (bit mask).
