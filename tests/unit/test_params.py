@@ -120,3 +120,26 @@ def test_env_list_without_plugin_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(params, "describe", boom)
     r = CliRunner().invoke(app, ["env", "--list"])
     assert r.exit_code == 2 and "cannot read railover's parameter table" in r.output and "Traceback" not in r.output
+
+
+def test_table_reads_from_an_installed_package_layout(tmp_path):
+    # A wheel installs the package with the plugin in railover/_native/ and no build tree:
+    # copy that layout and read the table without RAILOVER_NATIVE_DIR, from another directory.
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from railover import _paths
+    pkg = tmp_path / "site" / "railover"
+    shutil.copytree(ROOT / "src" / "railover", pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    (pkg / "_native").mkdir()
+    shutil.copy2(_paths.plugin_path(), pkg / "_native" / _paths.PLUGIN_FILE)
+    env = {k: v for k, v in os.environ.items() if k not in ("RAILOVER_NATIVE_DIR", "PYTHONPATH")}
+    env["PYTHONPATH"] = str(tmp_path / "site")
+    code = ("from railover import params, _paths; print(_paths.plugin_path()); "
+            "print(len(params.params()), params.check('RAILOVER_NSTREAMS', '0'))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    where, line = r.stdout.splitlines()
+    assert where == str(pkg / "_native" / _paths.PLUGIN_FILE)
+    assert line.startswith(f"{len(params.params())} RAILOVER_NSTREAMS='0' is not valid")
