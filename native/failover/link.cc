@@ -461,7 +461,7 @@ SendLink* SendLink::create(int dev, const wire::Handle& h, std::string* err) {
               rt.nics[dev].name.c_str(), l->peerName.c_str(),
               rt.nics.size() < 2 ? "this process has only one NIC"
                                  : "the peer has no NIC on the rail of any other local NIC (see RAILOVER_RAILS, RAILOVER_STANDBY)");
-      journalAppend("no_standby", "\"nic\":" + jsonStr(rt.nics[dev].name) + ",\"peer\":" + jsonStr(l->peerName));
+      journal::no_standby(rt.nics[dev].name, l->peerName);
     }
   }
   uint64_t now = nowUs();
@@ -529,9 +529,7 @@ void SendLink::advanceConnect(Path& p, uint64_t now) {
   p.restoredUs = now;
   p.backoffMs = 0;
   everConnected_ = true;
-  journalAppend("path_up", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"send\",\"nic\":" +
-                               jsonStr(nicName(p.localNic)) + ",\"peer\":" + jsonStr(addrToString(p.remote)) +
-                               ",\"generation\":" + std::to_string(p.generation));
+  journal::path_up(secret, "send", nicName(p.localNic), addrToString(p.remote), p.generation);
 }
 
 void SendLink::failPath(Path& p, const std::string& why, uint64_t now) {
@@ -559,8 +557,7 @@ void SendLink::failPath(Path& p, const std::string& why, uint64_t now) {
     counters.flaps++;
     p.holdDownMs = std::min<uint32_t>(std::max<uint32_t>(holdDownOf(p), 1) * 2, cfg.holdDownMaxMs);
     RO_WARN_EVENT("railover: path %s flapped (%u flaps); hold-down now %u ms", describe(p).c_str(), p.flaps, p.holdDownMs);
-    journalAppend("flap", "\"comm\":\"" + std::to_string(secret) + "\",\"nic\":" + jsonStr(nicName(p.localNic)) +
-                              ",\"flaps\":" + std::to_string(p.flaps) + ",\"hold_down_ms\":" + std::to_string(p.holdDownMs));
+    journal::flap(secret, nicName(p.localNic), p.flaps, p.holdDownMs);
   }
   p.failedAtUs = now;
   p.backoffMs = p.backoffMs ? std::min<uint32_t>(p.backoffMs * 2, cfg.backoffMaxMs) : 100;
@@ -568,10 +565,7 @@ void SendLink::failPath(Path& p, const std::string& why, uint64_t now) {
   if (wasUsable) {
     // Detection as the engine saw it (active path): from its last data progress to the verdict.
     uint64_t detect = wasActive && now > lastProgressUs_ ? now - lastProgressUs_ : 0;
-    journalAppend("path_down", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"send\",\"nic\":" +
-                                   jsonStr(nicName(p.localNic)) + ",\"peer\":" + jsonStr(addrToString(p.remote)) +
-                                   ",\"cause\":" + jsonStr(why) + ",\"active\":" + (wasActive ? "true" : "false") +
-                                   ",\"detection_us\":" + std::to_string(detect));
+    journal::path_down(secret, "send", nicName(p.localNic), addrToString(p.remote), why, wasActive, detect);
   }
   if (!wasActive) return;
   active = -1;
@@ -760,11 +754,8 @@ bool SendLink::readControl(Path& p, uint64_t now, std::string* err) {
         if (failback) counters.failbacks++;
         else if (recovery) counters.recoveries++;
         else counters.failovers++;
-        std::string fields = "\"comm\":\"" + std::to_string(secret) + "\",\"to_nic\":" + jsonStr(nicName(p.localNic)) +
-                             ",\"peer\":" + jsonStr(addrToString(p.remote)) + ",\"resumed_seq\":" +
-                             std::to_string(f.seq) + ",\"bytes_resent\":" + std::to_string(resent) +
-                             ",\"convergence_us\":" + std::to_string(conv);
-        journalAppend(failback ? "failback" : recovery ? "recover" : "failover", fields);
+        (failback ? journal::failback : recovery ? journal::recover : journal::failover)(
+            secret, nicName(p.localNic), addrToString(p.remote), f.seq, resent, conv);
         if (failback)
           RO_INFO(RO_SUBSYS_NET, "railover: comm %016llx failed back to %s", (unsigned long long)secret,
                   describe(p).c_str());
@@ -881,7 +872,7 @@ void SendLink::slowTick(uint64_t now) {
         fatalPeerGone = true;
         fatalMsg = "railover: peer " + peerName + " closed the connection on all rails and refuses new ones on every "
                    "NIC: the peer process exited (not a NIC fault)";
-        journalAppend("fatal", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"send\",\"message\":" + jsonStr(fatalMsg));
+        journal::fatal(secret, "send", fatalMsg);
       }
     } else if (cfg.fatalTimeoutS && now - noPathSinceUs > (uint64_t)cfg.fatalTimeoutS * 1000000 && acked_ < nextSeq_) {
       std::string nics, causes;
@@ -892,7 +883,7 @@ void SendLink::slowTick(uint64_t now) {
       fatal = true;
       fatalMsg = "railover: no usable path to peer " + peerName + " from NIC(s) " + nics + " for " +
                  std::to_string(cfg.fatalTimeoutS) + " s (" + causes + ")";
-      journalAppend("fatal", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"send\",\"message\":" + jsonStr(fatalMsg));
+      journal::fatal(secret, "send", fatalMsg);
     }
   } else if (active != primary && !resuming_) {
     Path& pr = paths[primary];
@@ -1036,7 +1027,7 @@ bool SendLink::closedVerdict(ncclResult_t* res) {
     fatalMsg = "railover: peer " + peerName + " closed the comm with " + std::to_string(nextSeq_ - acked_) +
                " message(s) not acknowledged (" + (closedCause.empty() ? kCloseCause : closedCause) +
                "): the receiving rank destroyed or aborted its communicator";
-    journalAppend("fatal", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"send\",\"message\":" + jsonStr(fatalMsg));
+    journal::fatal(secret, "send", fatalMsg);
   }
   *res = fatalResult(fatalMsg);
   return true;
@@ -1177,9 +1168,7 @@ void RecvLink::takeIncoming(uint64_t now) {
       p.state = PathState::kStandby;
       p.upSinceUs = now;
       if (peerName.empty()) peerName = addrToString(p.remote);
-      journalAppend("path_up", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"recv\",\"nic\":" +
-                                   jsonStr(nicName(p.localNic)) + ",\"peer\":" + jsonStr(addrToString(p.remote)) +
-                                   ",\"generation\":" + std::to_string(p.generation));
+      journal::path_up(secret, "recv", nicName(p.localNic), addrToString(p.remote), p.generation);
     }
   }
 }
@@ -1201,9 +1190,7 @@ void RecvLink::failPath(Path& p, const std::string& why, uint64_t now) {
     RO_INFO(RO_SUBSYS_NET, "railover: recv comm %016llx path %s closed by the sender (%s)", (unsigned long long)secret,
             describe(p).c_str(), why.c_str());
   } else if (p.state == PathState::kActive || p.state == PathState::kStandby)
-    journalAppend("path_down", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"recv\",\"nic\":" +
-                                   jsonStr(nicName(p.localNic)) + ",\"peer\":" + jsonStr(addrToString(p.remote)) +
-                                   ",\"cause\":" + jsonStr(why) + ",\"active\":" + (wasActive ? "true" : "false"));
+    journal::path_down(secret, "recv", nicName(p.localNic), addrToString(p.remote), why, wasActive, std::nullopt);
   p.closeAll();
   p.state = PathState::kFailed;
   p.lastError = why;
@@ -1264,7 +1251,7 @@ void RecvLink::checkPeerGone(uint64_t now) {
   fatalPeerGone = true;
   fatalMsg = "railover: peer " + peerName + " closed the connection on all rails without closing the comm, and its "
              "process refuses connections on every NIC: the peer process exited (not a NIC fault)";
-  journalAppend("fatal", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"recv\",\"message\":" + jsonStr(fatalMsg));
+  journal::fatal(secret, "recv", fatalMsg);
 }
 
 void RecvLink::onResume(int idx, uint64_t fromSeq, uint64_t now) {
@@ -1297,9 +1284,7 @@ void RecvLink::onResume(int idx, uint64_t fromSeq, uint64_t now) {
   ackSent_ = nextComplete_;
   if (switched) {
     counters.resumes++;
-    journalAppend("resume", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"recv\",\"nic\":" +
-                                jsonStr(nicName(p.localNic)) + ",\"peer\":" + jsonStr(addrToString(p.remote)) +
-                                ",\"next_seq\":" + std::to_string(nextComplete_));
+    journal::resume(secret, "recv", nicName(p.localNic), addrToString(p.remote), nextComplete_);
   }
 }
 
@@ -1455,7 +1440,7 @@ void RecvLink::slowTick(uint64_t now) {
     fatal = true;
     fatalMsg = "railover: no usable path from peer " + peerName + " on NIC(s) " + nics + " for " +
                std::to_string(cfg.fatalTimeoutS) + " s";
-    journalAppend("fatal", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"recv\",\"message\":" + jsonStr(fatalMsg));
+    journal::fatal(secret, "recv", fatalMsg);
   }  publishIfChanged(false);
 }
 
@@ -1545,7 +1530,7 @@ ncclResult_t RecvLink::test(RecvReq* r, int* done, int* sizes) {
     fatalPeerGone = true;  // posting more still succeeds; pending requests fail here
     fatalMsg = "railover: peer " + peerName + " closed the comm with " + std::to_string(nextPost_ - nextComplete_) +
                " receive(s) incomplete (" + closedCause + "): the sending rank destroyed or aborted its communicator";
-    journalAppend("fatal", "\"comm\":\"" + std::to_string(secret) + "\",\"dir\":\"recv\",\"message\":" + jsonStr(fatalMsg));
+    journal::fatal(secret, "recv", fatalMsg);
   }
   if (fatal && !r->done) return fatalResult(fatalMsg);
   *done = r->done ? 1 : 0;

@@ -148,9 +148,8 @@ class Monitor : public Health {
     p.probeGapMs = cfg.probeIntervalMs;
     p.downProbes = 0;
     p.up.store(false, std::memory_order_release);
-    journalAppend("pair_down", "\"nic\":" + jsonStr(nics[p.nic].name) + ",\"peer\":" + jsonStr(addrToString(p.remote)) +
-                                   ",\"cause\":" + jsonStr(cause) + ",\"detection_us\":" +
-                                   std::to_string(p.lastAckUs && now > p.lastAckUs ? now - p.lastAckUs : 0));
+    journal::pair_down(nics[p.nic].name, addrToString(p.remote), cause,
+                       p.lastAckUs && now > p.lastAckUs ? now - p.lastAckUs : 0);
     RO_INFO(RO_SUBSYS_NET, "railover: NIC pair %s -> %s down: %s", nics[p.nic].name.c_str(),
             addrToString(p.remote).c_str(), cause.c_str());
     bump();
@@ -160,9 +159,7 @@ class Monitor : public Health {
     p.hard.store(false, std::memory_order_release);
     p.upSinceUs.store(now, std::memory_order_release);
     p.up.store(true, std::memory_order_release);
-    journalAppend("pair_up", "\"nic\":" + jsonStr(nics[p.nic].name) + ",\"peer\":" + jsonStr(addrToString(p.remote)) +
-                                 ",\"down_for_us\":" + std::to_string(now - p.downSinceUs) +
-                                 ",\"probes_while_down\":" + std::to_string(p.downProbes));
+    journal::pair_up(nics[p.nic].name, addrToString(p.remote), now - p.downSinceUs, p.downProbes);
     bump();
   }
 
@@ -178,8 +175,8 @@ class Monitor : public Health {
     int cleared = up ? flushFailedNeighbours(i) : 0;
     if (up) s.upSinceUs.store(nowUs(), std::memory_order_release);
     s.up.store(up, std::memory_order_release);
-    journalAppend(up ? "nic_up" : "nic_down", "\"nic\":" + jsonStr(nics[i].name) + ",\"signal\":" + jsonStr(signal) +
-                                                  (up ? ",\"neigh_cleared\":" + std::to_string(cleared) : std::string()));
+    if (up) journal::nic_up(nics[i].name, signal, cleared);
+    else journal::nic_down(nics[i].name, signal);
     if (up) {
       RO_INFO(RO_SUBSYS_NET, "railover: NIC %s up (%s)", nics[i].name.c_str(), signal);
       {
@@ -316,8 +313,7 @@ class Monitor : public Health {
     for (Pair& p : live())
       if (p.used && nicState[p.nic].udp >= 0)
         sendto(nicState[p.nic].udp, buf, sizeof(buf), MSG_DONTWAIT, (sockaddr*)&p.remote, p.len);
-    journalAppend("nic_addr_change", "\"nic\":" + jsonStr(nics[i].name) + ",\"old\":" + jsonStr(addrToString(oldA)) +
-                                         ",\"new\":" + jsonStr(addrToString(newA)));
+    journal::nic_addr_change(nics[i].name, addrToString(oldA), addrToString(newA));
     (void)now;
   }
 
@@ -393,8 +389,7 @@ class Monitor : public Health {
         if (!known) remaps.push_back({oldA, newA});
         for (Pair& p : live())
           if (p.used && sameEndpoint(p.remote, oldA)) p.remote = newA;
-        journalAppend("peer_addr_change", "\"old\":" + jsonStr(addrToString(oldA)) + ",\"new\":" +
-                                              jsonStr(addrToString(newA)) + ",\"port\":" + std::to_string(port));
+        journal::peer_addr_change(addrToString(oldA), addrToString(newA), port);
         RO_INFO(RO_SUBSYS_NET, "railover: peer NIC moved %s -> %s", addrToString(oldA).c_str(), addrToString(newA).c_str());
         bump();
         continue;
@@ -441,8 +436,7 @@ class Monitor : public Health {
         if (p.used && p.lastAckUs) p.lastAckUs = std::min(now, p.lastAckUs + credit);
       if (credit > detect / 2 && now - lastLateLogUs > 1000000) {
         lastLateLogUs = now;
-        journalAppend("health_late", "\"late_us\":" + std::to_string(credit) + ",\"late_rounds\":" +
-                                         std::to_string(lateRounds) + ",\"max_late_us\":" + std::to_string(lateMaxUs));
+        journal::health_late(credit, lateRounds, lateMaxUs);
       }
     }
     for (Pair& p : live()) {
@@ -491,9 +485,7 @@ class Monitor : public Health {
         if (health::holdForPeerWideSilence(age, detect, sib, sibSilent)) {
           if (!p.silenceHeld) {
             p.silenceHeld = true;
-            journalAppend("peer_silence", "\"nic\":" + jsonStr(nics[p.nic].name) + ",\"peer\":" +
-                                              jsonStr(addrToString(p.remote)) + ",\"rails\":" + std::to_string(sib + 1) +
-                                              ",\"age_us\":" + std::to_string(age));
+            journal::peer_silence(nics[p.nic].name, addrToString(p.remote), (uint64_t)sib + 1, age);
           }
           continue;
         }
@@ -511,11 +503,7 @@ class Monitor : public Health {
                   "(MTU mismatch?)", nics[p.nic].name.c_str(), addrToString(p.remote).c_str());
           setPairDown(p, "size-dependent loss (full-size probes lost, small ones pass)", now);
         } else if (p.burstBigAnswered == 0 && p.burstBigSent > 0) {
-          journalAppend("size_loss_ignored", "\"nic\":" + jsonStr(nics[p.nic].name) + ",\"peer\":" +
-                                                 jsonStr(addrToString(p.remote)) + ",\"big_sent\":" +
-                                                 std::to_string(p.burstBigSent) + ",\"small_answered\":" +
-                                                 std::to_string(p.burstSmallAnswered) + ",\"tcp_acked\":" +
-                                                 (dataAcked ? "true" : "false"));
+          journal::size_loss_ignored(nics[p.nic].name, addrToString(p.remote), p.burstBigSent, p.burstSmallAnswered, dataAcked);
         }
         p.burstUntilUs = 0;
         p.burstStartUs = 0;

@@ -67,7 +67,7 @@ ncclResult_t Runtime::init(ncclDebugLogger_t logger) {
   wakeFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   Health::setAddrChangeHook([](int nic, const sockaddr_storage& a, socklen_t l) { Runtime::get().relisten(nic, a, l); });
   journalOpen(cfg.eventLog);
-  stateStart(cfg, getenv("RAILOVER_STATE_DIR") != nullptr);
+  stateStart(cfg, cfg.stateDirSet);
   startSweeper();
   Health::setEpochHook(&sweeperNotify);
   Health::start(cfg, nics.data(), (int)nics.size(), ports.data());

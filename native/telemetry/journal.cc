@@ -46,13 +46,41 @@ std::string jsonStr(const std::string& s) {
   return o + "\"";
 }
 
-void journalAppend(const char* event, const std::string& fields) {
+void journalCloseForTest() {
+  int fd = gFd.exchange(-1);
+  if (fd >= 0) close(fd);
+}
+
+namespace jarg {
+void put(std::string* out, const char* name, const Str& x) {
+  *out += std::string(",\"") + name + "\":" + jsonStr(x.v);
+}
+void put(std::string* out, const char* name, const U64& x) {
+  *out += std::string(",\"") + name + "\":" + std::to_string(x.v);
+}
+void put(std::string* out, const char* name, const Comm& x) {
+  *out += std::string(",\"") + name + "\":\"" + std::to_string(x.v) + "\"";
+}
+void put(std::string* out, const char* name, const Bool& x) {
+  *out += std::string(",\"") + name + "\":" + (x.v ? "true" : "false");
+}
+void put(std::string* out, const char* name, const OptU64& x) {
+  if (x.v) put(out, name, U64(*x.v));
+}
+}  // namespace jarg
+
+namespace detail {
+bool journalOn() { return journalEnabled(); }
+
+void journalWrite(Event e, const std::string& fields) {
   int fd = gFd.load(std::memory_order_acquire);
   if (fd < 0) return;
+  // `fields` starts with a comma (jarg::put writes ",\"name\":value").
   std::string line = "{\"t_us\":" + std::to_string(nowUs()) + ",\"pid\":" + std::to_string(getpid()) +
-                     ",\"event\":\"" + event + "\"" + (fields.empty() ? "" : ",") + fields + "}\n";
+                     ",\"event\":\"" + eventName(e) + "\"" + fields + "}\n";
   ssize_t n = write(fd, line.data(), line.size());
   (void)n;
 }
+}  // namespace detail
 
 }  // namespace railover

@@ -2,10 +2,13 @@
 // selection syntax.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "common/config.h"
+#include "common/params.h"
 #include "plugin/devices.h"
 
 using namespace railover;
@@ -108,4 +111,119 @@ TEST(Config, ParseUint) {
   EXPECT_FALSE(parseUint("101", 0, 100, &v));
   EXPECT_FALSE(parseUint("4 2", 0, 100, &v));
   EXPECT_FALSE(parseUint("99999999999999999999999", 0, UINT64_MAX, &v));
+}
+
+// ---- the parameter table drives parseConfig ----
+
+static bool parseOne(const char* var, const std::string& value, Config* c, std::string* err) {
+  return parse({{var, value}}, c, err);
+}
+
+TEST(ParamTable, NamesAreUniqueAndDescribed) {
+  for (size_t i = 0; i < kParamCount; ++i) {
+    const ParamSpec& p = kParams[i];
+    EXPECT_TRUE(*p.meaning && *p.defaultText && *p.example) << p.name;
+    EXPECT_EQ(findParam(p.name), &p);
+    for (size_t j = i + 1; j < kParamCount; ++j) EXPECT_STRNE(p.name, kParams[j].name);
+  }
+  EXPECT_EQ(findParam("RAILOVER_NO_SUCH"), nullptr);
+}
+
+TEST(ParamTable, NumericDefaultsRangesAndSteps) {
+  const Config defaults;
+  int numeric = 0;
+  for (const ParamSpec& p : kParams) {
+    if (p.type != ParamType::kUint || !(p.readers & kReadPlugin)) continue;
+    ++numeric;
+    SCOPED_TRACE(p.name);
+    uint64_t v = 0;
+    ASSERT_TRUE(configUintField(p.name, defaults, &v)) << "no Config field";
+    EXPECT_EQ(v, p.def) << "Config's initial value differs from the table's default";
+    EXPECT_EQ(std::to_string(p.def), p.defaultText);
+    EXPECT_TRUE(p.lo <= p.def && p.def <= p.hi && p.def % p.step == 0);
+    for (uint64_t good : {p.lo + (p.step - p.lo % p.step) % p.step, p.hi - p.hi % p.step}) {
+      Config c;
+      std::string err;
+      ASSERT_TRUE(parseOne(p.name, std::to_string(good), &c, &err)) << err;
+      ASSERT_TRUE(configUintField(p.name, c, &v));
+      if (std::string(p.name) == "RAILOVER_HOLD_DOWN_MAX_MS")  // raised to the hold-down when below it
+        EXPECT_EQ(v, std::max<uint64_t>(good, c.holdDownMs));
+      else
+        EXPECT_EQ(v, good);
+    }
+    std::vector<std::string> bad = {std::to_string(p.hi + 1), "x", "-1", "1.5", " 7", "0x10"};
+    if (p.lo > 0) bad.push_back(std::to_string(p.lo - 1));
+    if (p.step > 1) bad.push_back(std::to_string(p.lo + 1));
+    for (auto& b : bad) {
+      Config c;
+      std::string err;
+      EXPECT_FALSE(parseOne(p.name, b, &c, &err)) << b;
+      EXPECT_EQ(err.rfind(std::string(p.name) + "='" + b + "' is not valid", 0), 0u) << err;
+      if (p.step == 1 || b != std::to_string(p.lo + 1))
+        EXPECT_NE(err.find(paramRangeText(p)), std::string::npos) << err;  // names the accepted range
+    }
+  }
+  EXPECT_EQ(numeric, 10);
+}
+
+TEST(ParamTable, EveryExampleIsValid) {
+  for (const ParamSpec& p : kParams) {
+    std::string err;
+    EXPECT_TRUE(checkParam(p.name, p.example, &err)) << p.name << ": " << err;
+  }
+  std::string err;
+  EXPECT_FALSE(checkParam("RAILOVER_NO_SUCH", "1", &err));
+  EXPECT_NE(err.find("RAILOVER_NO_SUCH"), std::string::npos);
+  EXPECT_FALSE(checkParam("RAILOVER_STANDBY", "eth0", &err));
+  EXPECT_EQ(err.rfind("RAILOVER_STANDBY='eth0' is not valid", 0), 0u) << err;
+}
+
+// One rule for empty values, for every variable: empty (or blank) = unset.
+TEST(ParamTable, EmptyValueMeansUnset) {
+  const Config d;
+  for (const ParamSpec& p : kParams) {
+    for (const char* empty : {"", " ", "\t "}) {
+      SCOPED_TRACE(std::string(p.name) + "='" + empty + "'");
+      Config c;
+      std::string err;
+      ASSERT_TRUE(parseOne(p.name, empty, &c, &err)) << err;
+      EXPECT_TRUE(c.ifnamesVar.empty());
+      EXPECT_EQ(c.family, d.family);
+      EXPECT_EQ(c.standby, StandbyPolicy::kAll);
+      EXPECT_TRUE(c.rails.empty());
+      EXPECT_TRUE(c.eventLog.empty());
+      EXPECT_FALSE(c.stateDirSet);
+      for (const ParamSpec& q : kParams) {
+        uint64_t a = 0, b = 0;
+        if (configUintField(q.name, c, &a) && configUintField(q.name, d, &b)) EXPECT_EQ(a, b) << q.name;
+      }
+      EXPECT_TRUE(checkParam(p.name, empty, &err)) << err;
+    }
+  }
+  // An empty RAILOVER_IFNAMES is unset, so NCCL_SOCKET_IFNAME applies.
+  Config c;
+  std::string err;
+  ASSERT_TRUE(parse({{"RAILOVER_IFNAMES", ""}, {"NCCL_SOCKET_IFNAME", "=eth1"}}, &c, &err)) << err;
+  EXPECT_EQ(c.ifnamesVar, "NCCL_SOCKET_IFNAME");
+  EXPECT_EQ(c.ifnames, "=eth1");
+}
+
+TEST(ParamTable, StateDir) {
+  Config c;
+  std::string err;
+  ASSERT_TRUE(parse({}, &c, &err));
+  EXPECT_FALSE(c.stateDirSet);  // default directory
+  ASSERT_TRUE(parse({{"RAILOVER_STATE_DIR", "off"}}, &c, &err));
+  EXPECT_TRUE(c.stateDirSet);
+  EXPECT_TRUE(c.stateDir.empty());  // explicitly off
+  ASSERT_TRUE(parse({{"RAILOVER_STATE_DIR", "/tmp/x"}}, &c, &err));
+  EXPECT_TRUE(c.stateDirSet);
+  EXPECT_EQ(c.stateDir, "/tmp/x");
+}
+
+TEST(ParamTable, HoldDownMaxIsRaisedToHoldDown) {
+  Config c;
+  std::string err;
+  ASSERT_TRUE(parse({{"RAILOVER_HOLD_DOWN_MS", "5000"}, {"RAILOVER_HOLD_DOWN_MAX_MS", "1000"}}, &c, &err));
+  EXPECT_EQ(c.holdDownMaxMs, 5000u);
 }

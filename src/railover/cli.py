@@ -2,18 +2,60 @@
 register themselves here through a ``register(app)`` function."""
 from __future__ import annotations
 
+import json
+
 import typer
 
-from railover import __version__, envvars
+from railover import __version__, envvars, params
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="railover: transparent NIC failover for NCCL. Plugin tools, test bed, demo, benchmarks.")
 
 
 @app.command("env")
-def env_cmd(shell: bool = typer.Option(False, "--shell", help="print 'export K=V' lines for scripts and job specs")):
+def env_cmd(shell: bool = typer.Option(False, "--shell", help="print 'export K=V' lines for scripts and job specs"),
+            list_: bool = typer.Option(False, "--list", help="list every variable railover reads: default, accepted "
+                                       "values, meaning (from the plugin's parameter table)"),
+            events: bool = typer.Option(False, "--events", help="list the event journal's events and their fields"),
+            as_json: bool = typer.Option(False, "--json", help="with --list/--events: JSON"),
+            markdown: bool = typer.Option(False, "--markdown", help="with --list/--events: a Markdown table (the docs' one)")):
     """Print the environment that makes NCCL load railover (NCCL_NET_PLUGIN, NCCL_NET,
-    LD_LIBRARY_PATH, and the NCCL 2.28/2.29 reload-bug workaround)."""
+    LD_LIBRARY_PATH, and the NCCL 2.28/2.29 reload-bug workaround); with --list, every
+    variable railover reads; with --events, the journal's events."""
+    if (as_json or markdown) and not (list_ or events):
+        typer.echo("error: --json and --markdown go with --list or --events", err=True)
+        raise typer.Exit(2)
+    if list_ or events:
+        try:
+            d = params.describe()
+        except OSError as e:  # FileNotFoundError included: no plugin built/installed
+            typer.echo(f"error: cannot read railover's parameter table from the plugin: {e}", err=True)
+            raise typer.Exit(2)
+        if as_json:
+            out = {}
+            if list_:
+                out.update(empty_values=d["empty_values"], params=d["params"])
+            if events:
+                out.update(journal=d["journal"])
+            typer.echo(json.dumps(out, indent=2, ensure_ascii=False))
+        elif markdown:
+            parts = []
+            if list_:
+                parts.append(params.render_markdown(d["params"], d["empty_values"]))
+            if events:
+                parts.append(params.render_events_markdown(d))
+            typer.echo("\n\n".join(parts))
+        else:
+            if list_:
+                from rich.console import Console
+                Console(soft_wrap=False).print(params.render_table(d["params"]))
+                typer.echo(d["empty_values"])
+            if events:
+                for e in d["journal"]["events"]:
+                    typer.echo(f"{e['name']}: {e['meaning']}")
+                    for f in e["fields"]:
+                        typer.echo(f"    {f['name']} ({f['type']}): {f['meaning']}")
+        return
     try:
         env = envvars.nccl_env()
     except FileNotFoundError as e:

@@ -253,7 +253,7 @@ def run_demo(layout: str = "T2", ranks_per_host: int = 2, fault_spec: str = "por
     except (prereqs.MissingTools, FileNotFoundError) as e:
         console.print(f"[red]error:[/] {e}", soft_wrap=True)
         return 2
-    env = {"RAILOVER_HOLD_DOWN_MS": str(hold_down_ms), "RAILOVER_STATE_DIR": ""}
+    env = {"RAILOVER_HOLD_DOWN_MS": str(hold_down_ms), "RAILOVER_STATE_DIR": "off"}
     if baseline:
         env.update(RAILOVER_STANDBY="none", RAILOVER_FATAL_TIMEOUT=str(int(fault_for + 30)))
     try:

@@ -83,7 +83,6 @@ def test_family_selects_addresses():
 
 @pytest.mark.parametrize("var,value,words", [
     ("RAILOVER_NSTREAMS", "17", "expected an integer 1..16"),
-    ("RAILOVER_NSTREAMS", "", "expected an integer 1..16"),
     ("RAILOVER_PROBE_MULT", "1", "2..100"),
     ("RAILOVER_PROBE_INTERVAL_MS", "20ms", "1..60000"),
     ("RAILOVER_MIN_CHUNK_BYTES", "1000", "multiple of 128"),
@@ -92,7 +91,6 @@ def test_family_selects_addresses():
     ("RAILOVER_BACKOFF_MAX_MS", "5", "10..60000"),
     ("RAILOVER_TCP_USER_TIMEOUT_MS", "600001", "0..600000"),
     ("RAILOVER_STALL_MS", "0", "1..60000"),
-    ("RAILOVER_IFNAMES", "", "comma list of interface-name prefixes"),
     ("RAILOVER_IFNAMES", "eth0,,eth1", "comma list"),
     ("RAILOVER_IFNAMES", "averyveryverylongname", "comma list"),
     ("NCCL_SOCKET_IFNAME", "^", "comma list"),
@@ -106,6 +104,16 @@ def test_bad_values_name_the_variable(var, value, words):
     checks = [c for c in dr.validate_config({var: value}) if c.status == dr.FAIL]
     assert len(checks) == 1, checks
     assert checks[0].what == var and checks[0].detail.startswith(f"{var}=") and words in checks[0].detail
+
+
+@pytest.mark.parametrize("var", ["RAILOVER_NSTREAMS", "RAILOVER_IFNAMES", "RAILOVER_STANDBY", "NCCL_SOCKET_FAMILY"])
+def test_empty_values_mean_unset(var):
+    # One rule for every variable, the plugin's: empty (or blank) = unset, the default applies.
+    for empty in ("", " "):
+        (c,) = [c for c in dr.validate_config({var: empty}) if c.what == var]
+        assert c.status == dr.OK and "the same as unset" in c.detail
+    sel, _, src = dr.select_interfaces({"RAILOVER_IFNAMES": "", "NCCL_SOCKET_IFNAME": "=eth1"}, IFACES)
+    assert src == "NCCL_SOCKET_IFNAME" and [i.name for i in sel] == ["eth1"]
 
 
 def test_good_values_pass_and_typos_warn(tmp_path):

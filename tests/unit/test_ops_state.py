@@ -100,7 +100,9 @@ def test_prune_removes_only_stale_files(tmp_path):
 
 def test_default_state_dirs_follow_the_plugin_rules(tmp_path):
     assert st.default_state_dirs({"RAILOVER_STATE_DIR": str(tmp_path)}) == [tmp_path]
-    assert st.default_state_dirs({"RAILOVER_STATE_DIR": ""}) == []   # "" turns the writer off
+    assert st.default_state_dirs({"RAILOVER_STATE_DIR": "off"}) == []   # "off" turns the writer off
+    # Empty is the same as unset (one rule for every variable): the plugin's default directories.
+    assert st.default_state_dirs({"RAILOVER_STATE_DIR": ""}) == st.default_state_dirs({})
     dirs = st.default_state_dirs({})
     assert dirs[0] == Path("/run/railover")
     assert all(p.name.startswith("railover-") for p in dirs[1:])

@@ -16,7 +16,7 @@ from railover import _paths
 @pytest.mark.parametrize("var,value", [("RAILOVER_NSTREAMS", "abc"), ("RAILOVER_STANDBY", "eth0"),
                                        ("RAILOVER_HOLD_DOWN_MS", "-1"), ("RAILOVER_IFNAMES", "nosuchif")])
 def test_bad_value_fails_init_naming_the_variable(abi, var, value):
-    env = dict(os.environ, RAILOVER_IFNAMES="=lo", NCCL_DEBUG="WARN", RAILOVER_STATE_DIR="")
+    env = dict(os.environ, RAILOVER_IFNAMES="=lo", NCCL_DEBUG="WARN", RAILOVER_STATE_DIR="off")
     env[var] = value
     with tempfile.TemporaryDirectory() as rv:
         r = subprocess.run([str(_paths.perf_path()), "--plugin", str(_paths.plugin_path()), "--rank", "0",

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from railover import _paths, perf
+from railover import _paths, journal, perf
 from railover.testbed.scenario import rank_env
 from railover.testbed.netns import TestBed, now_us, poll_until
 
@@ -448,35 +448,19 @@ def iperf_ring(tb: TestBed, pairs: Sequence[Tuple[Any, Any, str, str]], streams:
 # --------------------------------------------------------------------------- journal tail
 
 class JournalTail:
-    """Incremental reader of one JSON-lines journal (keeps the file offset; a partial last
-    line waits for its end)."""
+    """Incremental reader of one JSON-lines journal (:class:`railover.journal.Tail`: keeps the
+    file offset; a partial last line waits for its end); events get ``rank``. ``stats``
+    counts garbled lines and events this railover does not know."""
 
     def __init__(self, path: Path, rank: int):
         self.path, self.rank = Path(path), rank
-        self.offset = 0
-        self.partial = b""
+        self._tail = journal.Tail(self.path)
+        self.stats = self._tail.stats
 
     def read_new(self) -> List[Dict[str, Any]]:
-        try:
-            with self.path.open("rb") as f:
-                f.seek(self.offset)
-                data = f.read()
-        except FileNotFoundError:
-            return []
-        self.offset += len(data)
-        data = self.partial + data
-        lines = data.split(b"\n")
-        self.partial = lines.pop()
-        out = []
-        for line in lines:
-            if not line.strip():
-                continue
-            try:
-                e = json.loads(line)
-            except json.JSONDecodeError:
-                continue
+        out = self._tail.read_new()
+        for e in out:
             e["rank"] = self.rank
-            out.append(e)
         return out
 
 
@@ -665,6 +649,11 @@ class LiveRun:
             buckets.append(b)
             iters.append(it)
         out = LiveResult(perf=res, events=list(self.events), buckets=buckets, iters=iters, workdir=self.wd)
+        stats = journal.Stats()
+        for t in self.tails:
+            stats.add(t.stats)
+        out.marks["journal_unknown"] = dict(stats.unknown)   # events this railover does not know
+        out.marks["journal_unreadable_lines"] = stats.garbled
         if check and not res.ok:
             raise BenchError("a rank failed:\n" + res.describe())
         return out

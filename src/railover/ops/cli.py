@@ -139,6 +139,10 @@ def render_status(snap: Dict[str, Any], show_comms: bool = False) -> Group:
         parts.append(et)
     for err in snap["errors"]:
         parts.append(Text(f"unreadable: {err}", style="red"))
+    j = snap.get("journal", {})
+    if j.get("unknown"):
+        parts.append(Text("journal events this railover does not know (a newer plugin?): " +
+                          ", ".join(f"{k} x{v}" for k, v in sorted(j["unknown"].items())), style="yellow"))
     return Group(*parts)
 
 

@@ -3,8 +3,10 @@
 Checks, each reported as OK / WARN / FAIL (FAIL = blocking: the job would not use railover,
 or would run without the redundancy railover is there for):
 
-* configuration: every ``RAILOVER_*`` variable, validated with the plugin's own rules
-  (``native/common/config.cc``); unknown ``RAILOVER_*`` names (typos);
+* configuration: every variable of the plugin's parameter table (``native/common/params.h``,
+  read through :mod:`railover.params`) that is set, validated by the plugin's own parser
+  (``railover_check_param``); unknown ``RAILOVER_*`` names (typos); an empty value is the same
+  as an unset one, as in the plugin;
 * interfaces: which ones the plugin will select and why (``RAILOVER_IFNAMES`` /
   ``NCCL_SOCKET_IFNAME`` syntax: comma list of prefixes, ``^`` excludes, ``=`` exact; by
   default every interface with an address except ``lo``, ``docker*``, ``virbr*``), their
@@ -39,38 +41,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from railover import _paths, prereqs
+from railover import _paths, params, prereqs
 
 __all__ = ["OK", "WARN", "FAIL", "Check", "Iface", "Facts", "Report", "ifname_matches", "validate_config",
            "select_interfaces", "nccl_abi", "plugin_exports", "torch_nccl", "list_interfaces", "route_get",
-           "tcp_probe", "gather", "diagnose", "KNOWN_VARS"]
+           "tcp_probe", "gather", "diagnose", "known_vars", "effective_env"]
 
 OK, WARN, FAIL, INFO = "OK", "WARN", "FAIL", "INFO"
 
-#: Every RAILOVER_* variable something in railover reads (the plugin, the Python tools, tests).
-KNOWN_VARS = {
-    "RAILOVER_IFNAMES", "RAILOVER_NSTREAMS", "RAILOVER_MIN_CHUNK_BYTES", "RAILOVER_STANDBY", "RAILOVER_RAILS",
-    "RAILOVER_HOLD_DOWN_MS", "RAILOVER_HOLD_DOWN_MAX_MS", "RAILOVER_FATAL_TIMEOUT", "RAILOVER_PROBE_INTERVAL_MS",
-    "RAILOVER_PROBE_MULT", "RAILOVER_STALL_MS", "RAILOVER_BACKOFF_MAX_MS", "RAILOVER_TCP_USER_TIMEOUT_MS",
-    "RAILOVER_PROBE_BACKOFF_MAX_MS",
-    "RAILOVER_EVENT_LOG", "RAILOVER_STATE_DIR", "RAILOVER_NATIVE_DIR", "RAILOVER_TESTBED_STATE",
-    "RAILOVER_REQUIRE_NETNS",
-}
-#: Numeric variables: (name, lo, hi, unit), exactly the plugin's bounds.
-UINT_VARS = (
-    ("RAILOVER_NSTREAMS", 1, 16, "TCP streams per path"),
-    ("RAILOVER_MIN_CHUNK_BYTES", 128, 1 << 20, "bytes, multiple of 128"),
-    ("RAILOVER_HOLD_DOWN_MS", 0, 3600000, "ms"),
-    ("RAILOVER_HOLD_DOWN_MAX_MS", 0, 86400000, "ms"),
-    ("RAILOVER_FATAL_TIMEOUT", 0, 86400 * 7, "s, 0 = never"),
-    ("RAILOVER_PROBE_INTERVAL_MS", 1, 60000, "ms"),
-    ("RAILOVER_PROBE_MULT", 2, 100, "missed probes"),
-    ("RAILOVER_BACKOFF_MAX_MS", 10, 60000, "ms"),
-    ("RAILOVER_PROBE_BACKOFF_MAX_MS", 1, 60000, "ms"),
-    ("RAILOVER_TCP_USER_TIMEOUT_MS", 0, 600000, "ms, 0 = kernel default"),
-    ("RAILOVER_STALL_MS", 1, 60000, "ms"),
-)
 MAX_NICS = 16
+#: Probe interval x multiplier below which doctor warns (ms): on a loaded host (many ranks per
+#: node, CPU-bound data loaders) probe answers are delayed by tens of ms, see docs/OPERATIONS.md.
+MIN_DETECTION_MS = 50
 DEFAULT_EXCLUDED = ("lo", "docker", "virbr")  # "lo" exact, the others prefixes
 
 
@@ -163,12 +145,23 @@ def _uint(s: str, lo: int, hi: int) -> Optional[int]:
     return v if lo <= v <= hi else None
 
 
-def _valid_ifname(s: str) -> bool:
-    return bool(s) and len(s) < 16 and not any(c in s for c in " =,;/")
-
-
 def _split(s: str, sep: str) -> List[str]:
     return [p.strip(" \t") for p in s.split(sep)]
+
+
+def _blank(v: str) -> bool:
+    return not v.strip(" \t")
+
+
+def effective_env(env: Mapping[str, str]) -> Dict[str, str]:
+    """``env`` without the variables set to an empty or blank value: railover treats those as
+    unset (the rule of the parameter table, for every variable)."""
+    return {k: v for k, v in env.items() if not _blank(v)}
+
+
+def known_vars(table: Optional[Sequence[Mapping[str, Any]]] = None) -> set:
+    """Names of every variable railover reads (the plugin's parameter table)."""
+    return {p["name"] for p in (table if table is not None else params.params())}
 
 
 def ifname_matches(spec: str, name: str) -> bool:
@@ -185,110 +178,80 @@ def ifname_matches(spec: str, name: str) -> bool:
     return not hit if exclude else hit
 
 
-def validate_config(env: Mapping[str, str]) -> List[Check]:
-    """Validate the plugin's variables with the plugin's rules. One FAIL per bad variable,
-    naming it and the accepted values (the plugin stops at the first; doctor reports all),
-    a WARN per unknown ``RAILOVER_*`` name, OK for each valid one that is set."""
+def validate_config(env: Mapping[str, str], native: Optional[params.Native] = None) -> List[Check]:
+    """Validate the variables of the plugin's parameter table that ``env`` sets, with the
+    plugin's own parser (``native``: a loaded :class:`railover.params.Native`, default the
+    installed plugin). One FAIL per bad variable, naming it and the accepted values (the plugin
+    stops at the first; doctor reports all), a WARN per unknown ``RAILOVER_*`` name and for
+    risky combinations, OK for each valid one that is set. When the plugin cannot be loaded,
+    one WARN says the configuration was not checked."""
     out: List[Check] = []
-
-    def bad(var: str, msg: str) -> None:
-        out.append(Check("config", var, FAIL, f"{var}='{env[var]}' is not valid: {msg}",
-                         f"fix or unset {var} (NCCL init fails with this value)"))
+    try:
+        native = native or params.load()
+    except OSError as e:
+        return [Check("config", "parameter table", WARN, f"configuration not checked: cannot load the plugin's "
+                      f"parameter table ({e})", "build or install railover (the plugin check below says more)")]
+    table = native.describe["params"]
+    defaults = {p["name"]: p.get("default_value") for p in table}
 
     def good(var: str, note: str = "") -> None:
         out.append(Check("config", var, OK, f"{var}='{env[var]}'" + (f" ({note})" if note else "")))
 
-    for var in ("RAILOVER_IFNAMES", "NCCL_SOCKET_IFNAME"):
-        if var not in env:
-            continue
-        body = env[var]
-        if body.startswith("^"):
-            body = body[1:]
-        if body.startswith("="):
-            body = body[1:]
-        items = _split(body, ",")
-        if not body or any(not p or len(p) > 15 or any(c in p for c in " =^;/") for p in items):
-            bad(var, "expected a comma list of interface-name prefixes, optionally led by '^' (exclude) "
-                     "and/or '=' (exact match), e.g. 'eth,ib' or '^=docker0'")
-        else:
-            note = "used by railover" if var == "RAILOVER_IFNAMES" or "RAILOVER_IFNAMES" not in env else \
-                "ignored by railover (RAILOVER_IFNAMES wins); NCCL's bootstrap still uses it"
-            good(var, note)
-    if "NCCL_SOCKET_FAMILY" in env:
-        if env["NCCL_SOCKET_FAMILY"] in ("AF_INET", "AF_INET6"):
-            good("NCCL_SOCKET_FAMILY")
-        else:
-            bad("NCCL_SOCKET_FAMILY", "expected AF_INET or AF_INET6")
     values: Dict[str, int] = {}
-    for var, lo, hi, unit in UINT_VARS:
-        if var not in env:
+    for p in table:
+        var = p["name"]
+        if var not in env or "plugin" not in p["readers"]:
             continue
-        v = _uint(env[var], lo, hi)
-        if v is None:
-            bad(var, f"expected an integer {lo}..{hi} ({unit})")
-        elif var == "RAILOVER_MIN_CHUNK_BYTES" and v % 128:
-            out.append(Check("config", var, FAIL, f"RAILOVER_MIN_CHUNK_BYTES={v} is not valid: must be a multiple of 128",
-                             "use a multiple of 128, e.g. 65536"))
-        else:
-            values[var] = v
-            good(var)
-    if "RAILOVER_STANDBY" in env:
-        v = env["RAILOVER_STANDBY"].strip(" \t")
-        if v in ("all", "", "none"):
-            good("RAILOVER_STANDBY", "no standby paths: failover disabled" if v == "none" else "")
-        else:
-            pairs = [p for p in _split(v, ";") if p]
-            okp = bool(pairs)
-            for item in pairs:
-                kv = _split(item, "=")
-                if len(kv) != 2 or not _valid_ifname(kv[0]) or not _valid_ifname(kv[1]) or kv[0] == kv[1]:
-                    okp = False
-            if okp:
-                good("RAILOVER_STANDBY")
-            elif not pairs:
-                bad("RAILOVER_STANDBY", "no 'primary=standby' pair given")
+        v = env[var]
+        if _blank(v):
+            good(var, f"empty: the same as unset, the default ({p['default']}) applies")
+            continue
+        err = native.check(var, v)
+        if err:
+            out.append(Check("config", var, FAIL, err, f"fix or unset {var} (NCCL init fails with this value)"))
+            continue
+        if p["type"] == "uint":
+            values[var] = int(v)
+        if var in ("RAILOVER_IFNAMES", "NCCL_SOCKET_IFNAME"):
+            used = var == "RAILOVER_IFNAMES" or _blank(env.get("RAILOVER_IFNAMES", ""))
+            good(var, "used by railover" if used else
+                 "ignored by railover (RAILOVER_IFNAMES wins); NCCL's bootstrap still uses it")
+        elif var == "RAILOVER_STANDBY" and v.strip(" \t") == "none":
+            out.append(Check("config", var, WARN, f"{var}='{v}' (no standby paths: failover disabled)",
+                             "unset RAILOVER_STANDBY (or 'all') to have standby paths"))
+        elif var == "RAILOVER_STATE_DIR" and v.strip(" \t") == "off":
+            good(var, "no state file: railover status and the exporter will not see this job")
+        elif var in ("RAILOVER_STATE_DIR", "RAILOVER_EVENT_LOG"):
+            path = Path(v.replace("%p", str(os.getpid())))
+            d = path if (var == "RAILOVER_STATE_DIR" or path.is_dir()) else path.parent
+            if var == "RAILOVER_STATE_DIR" and not d.exists():
+                d = d.parent  # the plugin creates the directory itself
+            if not d.is_dir() or not os.access(d, os.W_OK):
+                out.append(Check("config", var, WARN, f"{var}='{v}': {d} is not a writable directory",
+                                 f"create {d} writable for the job's user, or change {var}"))
             else:
-                bad("RAILOVER_STANDBY", "expected 'all', 'none', or ';'-separated pairs 'primary=standby' of interface "
-                                        "names, e.g. 'eth0=eth1;eth1=eth0'")
-        if v == "none":
-            out[-1].status = WARN
-            out[-1].fix = "unset RAILOVER_STANDBY (or 'all') to have standby paths"
-    if "RAILOVER_RAILS" in env:
-        okr = True
-        for item in _split(env["RAILOVER_RAILS"], ","):
-            kv = _split(item, "=")
-            if len(kv) != 2 or not _valid_ifname(kv[0]) or _uint(kv[1], 0, 32767) is None:
-                okr = False
-        if okr:
-            good("RAILOVER_RAILS")
+                good(var)
         else:
-            bad("RAILOVER_RAILS", "expected a comma list 'ifname=rail' with rail 0..32767, e.g. 'eth0=0,eth1=1'")
-    hd, hdm = values.get("RAILOVER_HOLD_DOWN_MS", 3000), values.get("RAILOVER_HOLD_DOWN_MAX_MS")
+            good(var)
+    hd = values.get("RAILOVER_HOLD_DOWN_MS", defaults["RAILOVER_HOLD_DOWN_MS"])
+    hdm = values.get("RAILOVER_HOLD_DOWN_MAX_MS")
     if hdm is not None and hdm < hd:
         out.append(Check("config", "RAILOVER_HOLD_DOWN_MAX_MS", WARN,
                          f"RAILOVER_HOLD_DOWN_MAX_MS={hdm} < RAILOVER_HOLD_DOWN_MS={hd}: the plugin raises it to {hd}",
                          "set RAILOVER_HOLD_DOWN_MAX_MS >= RAILOVER_HOLD_DOWN_MS"))
-    pi, pm = values.get("RAILOVER_PROBE_INTERVAL_MS", 20), values.get("RAILOVER_PROBE_MULT", 5)
-    if pi * pm < 50:
+    di, dm = defaults["RAILOVER_PROBE_INTERVAL_MS"], defaults["RAILOVER_PROBE_MULT"]
+    pi, pm = values.get("RAILOVER_PROBE_INTERVAL_MS", di), values.get("RAILOVER_PROBE_MULT", dm)
+    if pi * pm < MIN_DETECTION_MS:
         out.append(Check("config", "RAILOVER_PROBE_INTERVAL_MS", WARN,
                          f"probe detection time {pi} ms x {pm} = {pi * pm} ms is very short: scheduling hiccups "
                          "on a busy host can declare healthy NIC pairs down",
-                         "keep RAILOVER_PROBE_INTERVAL_MS x RAILOVER_PROBE_MULT >= 50 ms (default 100 ms)"))
-    for var in ("RAILOVER_STATE_DIR", "RAILOVER_EVENT_LOG"):
-        if var in env and env[var]:
-            p = Path(env[var].replace("%p", str(os.getpid())))
-            d = p if (var == "RAILOVER_STATE_DIR" or p.is_dir()) else p.parent
-            if var == "RAILOVER_STATE_DIR" and not d.exists():
-                d = d.parent  # the plugin creates the directory itself
-            if not d.is_dir() or not os.access(d, os.W_OK):
-                out.append(Check("config", var, WARN, f"{var}='{env[var]}': {d} is not a writable directory",
-                                 f"create {d} writable for the job's user, or change {var}"))
-            else:
-                good(var)
+                         f"keep RAILOVER_PROBE_INTERVAL_MS x RAILOVER_PROBE_MULT >= {MIN_DETECTION_MS} ms "
+                         f"(default {di * dm} ms)"))
+    names = known_vars(table)
     for var in sorted(env):
-        if var.startswith("RAILOVER_") and var not in KNOWN_VARS:
+        if var.startswith("RAILOVER_") and var not in names:
             out.append(Check("config", var, WARN, f"{var} is not a railover variable (typo?); it is ignored",
-                             "see the configuration table in README.md"))
+                             "see `railover env --list` or the configuration table in README.md"))
     return out
 
 
@@ -296,7 +259,8 @@ def select_interfaces(env: Mapping[str, str], ifaces: Sequence[Iface]) -> Tuple[
     """Reproduce the plugin's NIC discovery: ``(selected, reasons, source)`` where
     ``selected`` are in the plugin's order (by ifindex, at most 16), ``reasons`` maps every
     interface name to why it is or is not selected, ``source`` names the variable used
-    (``RAILOVER_IFNAMES``, ``NCCL_SOCKET_IFNAME`` or ``default``)."""
+    (``RAILOVER_IFNAMES``, ``NCCL_SOCKET_IFNAME`` or ``default``). Empty values count as unset."""
+    env = effective_env(env)
     fam = {"AF_INET": socket.AF_INET, "AF_INET6": socket.AF_INET6}.get(env.get("NCCL_SOCKET_FAMILY", ""), 0)
     var = "RAILOVER_IFNAMES" if "RAILOVER_IFNAMES" in env else ("NCCL_SOCKET_IFNAME" if "NCCL_SOCKET_IFNAME" in env else "")
     reasons: Dict[str, str] = {}
@@ -334,6 +298,7 @@ def select_interfaces(env: Mapping[str, str], ifaces: Sequence[Iface]) -> Tuple[
 
 def rails_of(env: Mapping[str, str], selected: Sequence[Iface]) -> Dict[str, int]:
     """Rail of each selected NIC: its ``RAILOVER_RAILS`` entry, else its position."""
+    env = effective_env(env)
     rails = {i.name: n for n, i in enumerate(selected)}
     for item in _split(env.get("RAILOVER_RAILS", ""), ","):
         kv = _split(item, "=")
@@ -700,7 +665,7 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
         if name not in rails:
             checks.append(Check("nics", "RAILOVER_RAILS", WARN, f"RAILOVER_RAILS names {name}, which is not a selected NIC",
                                 "fix the name or the NIC selection"))
-    standby = env.get("RAILOVER_STANDBY", "").strip(" \t")
+    standby = effective_env(env).get("RAILOVER_STANDBY", "").strip(" \t")
     if standby not in ("", "all", "none"):
         for item in _split(standby, ";"):
             kv = _split(item, "=")
@@ -776,6 +741,7 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
 
 
 def _split_rails(env: Mapping[str, str]) -> List[Tuple[str, str]]:
+    env = effective_env(env)
     if "RAILOVER_RAILS" not in env:
         return []
     out = []

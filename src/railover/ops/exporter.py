@@ -5,17 +5,19 @@ directories and tails the event journals they name, at scrape time. Metric names
 labels are listed in docs/OPERATIONS.md; the main ones:
 
 * counters ``railover_failovers_total``, ``railover_failbacks_total``, ``railover_flaps_total``,
-  ``railover_bytes_resent_total``, ``railover_fatal_errors_total`` with labels ``rank`` and
-  ``nic`` (the comm's primary NIC); ``railover_events_total{event}`` from the journals;
+  ``railover_bytes_resent_total``, ``railover_fatal_errors_total``, ``railover_recoveries_total``
+  (journal only) with labels ``rank`` and ``nic`` (the comm's primary NIC);
+  ``railover_events_total{event}`` from the journals, and
+  ``railover_journal_unknown_events_total{event}`` for events this exporter does not know;
 * gauges ``railover_nic_up{nic,addr,rail}``, ``railover_pair_up{nic,peer}``,
   ``railover_path_active{rank,comm,dir,nic,peer}``, ``railover_nic_paths{nic,state}``,
   ``railover_comms{rank,health}``, ``railover_processes{state}``;
-* histogram ``railover_convergence_seconds{event}`` (failover/failback) from journal events.
+* histogram ``railover_convergence_seconds{event}`` (failover/failback/recover) from journal events.
 
 Counters stay monotonic when state files are rewritten and when processes exit: the
 collector keeps, per process (pid + start time) and comm, the largest value the state files
-showed and the count of the comm's journal events (failover, failback, flap, fatal; bytes
-resent), and exports the larger of the two. A state file drops a comm when NCCL closes it
+showed and the count of the comm's journal events (failover, failback, recover, flap, fatal;
+bytes resent), and exports the larger of the two. A state file drops a comm when NCCL closes it
 and is rewritten at most every 100 ms, so without a journal a failover just before a comm
 closes can be missed between scrapes; with ``RAILOVER_EVENT_LOG`` the counts are exact.
 When a process has exited its counts are folded into a per-label total kept for the
@@ -40,6 +42,7 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
+from railover import journal as jr
 from railover.ops import state as st
 
 __all__ = ["COUNTERS", "CONVERGENCE_BUCKETS_S", "RailoverCollector", "Exporter", "serve"]
@@ -51,7 +54,13 @@ COUNTERS = {
     "flaps": ("railover_flaps", "Flaps: a path failed again within its hold-down after being restored"),
     "bytes_resent": ("railover_bytes_resent", "Bytes sent again after a failover or failback (unacknowledged data)"),
     "fatal_errors": ("railover_fatal_errors", "Comms that returned an error to NCCL (no usable path for RAILOVER_FATAL_TIMEOUT)"),
+    "recoveries": ("railover_recoveries", "Recoveries: traffic resumed on the very path that failed (no standby was "
+                                          "usable); counted from the journals"),
 }
+#: Journal events that count toward a comm's counters -> the counter (bytes_resent grows with
+#: every resumed event too).
+EVENT_COUNTERS = {"failover": "failovers", "failback": "failbacks", "recover": "recoveries", "flap": "flaps",
+                  "fatal": "fatal_errors"}
 #: Histogram buckets of railover_convergence_seconds (seconds): 1 ms .. 10 s.
 CONVERGENCE_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 
@@ -61,7 +70,7 @@ Labels = Tuple[str, str]  # (rank, nic)
 def _comm_counts(c: Dict[str, Any]) -> Dict[str, int]:
     return {"failovers": int(c.get("failovers", 0)), "failbacks": int(c.get("failbacks", 0)),
             "flaps": int(c.get("flaps", 0)), "bytes_resent": int(c.get("bytes_resent", 0)),
-            "fatal_errors": 1 if c.get("fatal") else 0}
+            "fatal_errors": 1 if c.get("fatal") else 0, "recoveries": int(c.get("recoveries", 0))}
 
 
 @dataclass
@@ -167,9 +176,9 @@ class RailoverCollector:
     def _journal_event(self, e: Dict[str, Any], by_pid: Dict[int, Tuple[int, int]]) -> None:
         ev = str(e.get("event"))
         self._events[ev] = self._events.get(ev, 0) + 1
-        if ev in ("failover", "failback") and isinstance(e.get("convergence_us"), (int, float)):
+        if ev in jr.RESUMED and isinstance(e.get("convergence_us"), (int, float)):
             self._hist.setdefault(ev, _Hist(self._buckets)).observe(e["convergence_us"] / 1e6)
-        if ev not in ("failover", "failback", "flap", "fatal") or "comm" not in e:
+        if ev not in EVENT_COUNTERS or "comm" not in e:
             return
         pid = int(e.get("pid", 0))
         key = by_pid.get(pid, (pid, 0))
@@ -182,7 +191,7 @@ class RailoverCollector:
         if ev == "fatal":
             j["fatal_errors"] = 1
         else:
-            field_ = {"failover": "failovers", "failback": "failbacks", "flap": "flaps"}[ev]
+            field_ = EVENT_COUNTERS[ev]
             j[field_] = j.get(field_, 0) + 1
             j["bytes_resent"] = j.get("bytes_resent", 0) + int(e.get("bytes_resent", 0) or 0)
 
@@ -243,6 +252,15 @@ class RailoverCollector:
         err = CounterMetricFamily("railover_state_read_errors", "State files that could not be read or parsed")
         err.add_metric([], self._read_errors)
         yield err
+        unk = CounterMetricFamily("railover_journal_unknown_events",
+                                  "Journal events this exporter does not know (written by a newer railover), by event",
+                                  labels=["event"])
+        for k in sorted(self._tail.stats.unknown):
+            unk.add_metric([k], self._tail.stats.unknown[k])
+        yield unk
+        bad = CounterMetricFamily("railover_journal_unreadable_lines", "Journal lines that are not a JSON event object")
+        bad.add_metric([], self._tail.stats.garbled)
+        yield bad
 
         live = [s for s in self._states if not s.stale]
         procs = GaugeMetricFamily("railover_processes", "Processes with a state file, live or stale (exited)", labels=["state"])
@@ -306,9 +324,9 @@ class RailoverCollector:
         yield last_conv
         yield last_det
         hist = HistogramMetricFamily("railover_convergence_seconds",
-                                     "Failover/failback convergence from the journals (detection to traffic resumed)",
-                                     labels=["event"])
-        for ev_name in ("failover", "failback"):
+                                     "Failover/failback/recover convergence from the journals (detection to traffic "
+                                     "resumed)", labels=["event"])
+        for ev_name in jr.RESUMED:
             hh = self._hist.get(ev_name) or _Hist(self._buckets)
             hist.add_metric([ev_name], hh.family_buckets(), sum_value=hh.sum)
         yield hist

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from railover import journal as jr
+
 __all__ = [
     "SCHEMA_VERSION", "StateFileError", "ProcessState", "JournalTail", "now_us", "default_state_dirs",
     "proc_start_time", "process_rank", "read_state_file", "read_state_dirs", "journal_files",
@@ -50,14 +52,15 @@ def now_us() -> int:
 def default_state_dirs(env: Optional[Mapping[str, str]] = None) -> List[Path]:
     """Where to look for state files when no ``--state-dir`` is given.
 
-    ``RAILOVER_STATE_DIR`` when set and non-empty (an empty value means the plugin writes
-    none: the list is empty then); otherwise the plugin's defaults: ``/run/railover`` and every
-    existing ``/tmp/railover-<uid>`` directory (one per user that ran jobs).
+    ``RAILOVER_STATE_DIR`` when set (``off`` means the plugin writes none: the list is empty
+    then); otherwise, and when it is empty (the same as unset, as for every railover
+    variable), the plugin's defaults: ``/run/railover`` and every existing
+    ``/tmp/railover-<uid>`` directory (one per user that ran jobs).
     """
     env = os.environ if env is None else env
-    if "RAILOVER_STATE_DIR" in env:
-        v = env["RAILOVER_STATE_DIR"]
-        return [Path(v)] if v else []
+    v = env.get("RAILOVER_STATE_DIR", "").strip(" \t")
+    if v:
+        return [] if v == "off" else [Path(env["RAILOVER_STATE_DIR"])]
     out = [Path("/run/railover")]
     try:
         out += sorted(p for p in Path("/tmp").glob("railover-*") if p.is_dir() and p.name[9:].isdigit())
@@ -269,73 +272,44 @@ def journal_files(states: Sequence[ProcessState], extra: Iterable[Path] = ()) ->
     return out
 
 
-def read_journal(path: Path) -> List[Dict[str, Any]]:
-    """All events of one journal (JSON lines; a partial or garbled line is skipped)."""
-    out = []
-    try:
-        text = Path(path).read_text(errors="replace")
-    except OSError:
-        return out
-    for line in text.splitlines():
-        try:
-            e = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(e, dict) and "event" in e and "t_us" in e:
-            out.append(e)
-    return out
+def read_journal(path: Path, stats: Optional[jr.Stats] = None) -> List[Dict[str, Any]]:
+    """All events of one journal (JSON lines; a partial or garbled line is skipped). Lines
+    skipped and events not in :data:`railover.journal.EVENTS` are counted in ``stats``."""
+    return jr.read(path, stats)
 
 
 class JournalTail:
     """Incremental reader of journals: each :meth:`poll` returns only the events appended
-    since the previous one (complete lines only). A file that was truncated or replaced
-    (different inode) is read again from the start."""
+    since the previous one (complete lines only), each with ``journal`` (its file). A file
+    that was truncated or replaced (different inode) is read again from the start.
+    :attr:`stats` accumulates garbled lines and events this railover does not know."""
 
     def __init__(self) -> None:
-        self._pos: Dict[Path, Tuple[int, int]] = {}   # path -> (inode, offset of the next unread byte)
+        self._tails: Dict[Path, jr.Tail] = {}
+        self.stats = jr.Stats()
 
     def poll(self, paths: Iterable[Path]) -> List[Dict[str, Any]]:
         out: List[Dict[str, Any]] = []
         for p in paths:
             p = Path(p)
-            try:
-                st = p.stat()
-            except OSError:
-                continue
-            ino, off = self._pos.get(p, (st.st_ino, 0))
-            if ino != st.st_ino or st.st_size < off:
-                off = 0
-            if st.st_size == off:
-                self._pos[p] = (st.st_ino, off)
-                continue
-            try:
-                with open(p, "rb") as f:
-                    f.seek(off)
-                    chunk = f.read()
-            except OSError:
-                continue
-            end = chunk.rfind(b"\n")
-            if end < 0:
-                continue  # no complete line yet
-            for line in chunk[:end].split(b"\n"):
-                try:
-                    e = json.loads(line)
-                except (json.JSONDecodeError, UnicodeDecodeError):
-                    continue
-                if isinstance(e, dict) and "event" in e and "t_us" in e:
-                    e.setdefault("journal", str(p))
-                    out.append(e)
-            self._pos[p] = (st.st_ino, off + end + 1)
+            t = self._tails.get(p)
+            if t is None:
+                t = self._tails[p] = jr.Tail(p)
+                t.stats = self.stats
+            for e in t.read_new():
+                e.setdefault("journal", str(p))
+                out.append(e)
         out.sort(key=lambda e: e["t_us"])
         return out
 
 
-def recent_events(paths: Iterable[Path], limit: int = 20, since_us: Optional[int] = None) -> List[Dict[str, Any]]:
+def recent_events(paths: Iterable[Path], limit: int = 20, since_us: Optional[int] = None,
+                  stats: Optional[jr.Stats] = None) -> List[Dict[str, Any]]:
     """The last ``limit`` events (oldest first) of the given journals, optionally only those
-    at or after ``since_us`` (CLOCK_MONOTONIC µs)."""
+    at or after ``since_us`` (CLOCK_MONOTONIC µs); ``stats`` counts what was skipped or unknown."""
     evs: List[Dict[str, Any]] = []
     for p in paths:
-        for e in read_journal(p):
+        for e in read_journal(p, stats):
             if since_us is None or e["t_us"] >= since_us:
                 e.setdefault("journal", str(p))
                 evs.append(e)
@@ -343,21 +317,22 @@ def recent_events(paths: Iterable[Path], limit: int = 20, since_us: Optional[int
     return evs[-limit:] if limit > 0 else evs
 
 
-_EVENT_FIELDS = {
-    "nic_down": ("nic", "signal"), "nic_up": ("nic", "signal"),
-    "pair_down": ("nic", "peer", "cause", "detection_us"), "pair_up": ("nic", "peer", "down_for_us"),
-    "path_up": ("comm", "dir", "nic", "peer"), "path_down": ("comm", "dir", "nic", "peer", "cause"),
-    "failover": ("comm", "to_nic", "peer", "convergence_us", "bytes_resent"),
-    "failback": ("comm", "to_nic", "peer", "convergence_us", "bytes_resent"),
-    "resume": ("comm", "nic", "peer", "next_seq"), "flap": ("comm", "nic", "flaps", "hold_down_ms"),
-    "fatal": ("comm", "dir", "message"), "no_standby": ("nic", "peer"),
-    "nic_addr_change": ("nic", "old", "new"), "peer_addr_change": ("old", "new", "port"),
-}
+#: Fields ``railover status`` leaves out of an event's one-line description (for brevity).
+_HIDDEN_FIELDS = {"path_up": ("generation",), "path_down": ("active", "detection_us"), "nic_up": ("neigh_cleared",),
+                  "failover": ("resumed_seq",), "failback": ("resumed_seq",), "recover": ("resumed_seq",),
+                  "resume": ("dir",)}
+_NOT_FIELDS = ("t_us", "pid", "event", "journal", "rank", "age_s")
 
 
 def format_event(e: Mapping[str, Any]) -> str:
-    """One-line human description of a journal event's fields (µs durations shown in ms)."""
-    keys = _EVENT_FIELDS.get(str(e.get("event")), tuple(k for k in e if k not in ("t_us", "pid", "event", "journal", "rank")))
+    """One-line human description of a journal event's fields (µs durations shown in ms):
+    the declared fields of a known event (:data:`railover.journal.EVENTS`), all fields of an
+    unknown one."""
+    ev = str(e.get("event"))
+    if ev in jr.EVENTS:
+        keys = tuple(k for k in jr.EVENTS[ev] if k not in _HIDDEN_FIELDS.get(ev, ()))
+    else:
+        keys = tuple(k for k in e if k not in _NOT_FIELDS)
     parts = []
     for k in keys:
         if k not in e:
@@ -430,7 +405,8 @@ def snapshot(dirs: Iterable[Path], journals: Iterable[Path] = (), events: int = 
     ``state_dirs``, ``hosts`` (per host: ``nics`` from :func:`nic_summary`, ``processes``
     with their state file contents plus ``stale``/``rank`` and per comm ``health``),
     ``totals`` over live processes, ``events`` (the last ``events`` journal events, each with
-    ``age_s``) and ``errors`` (unreadable files)."""
+    ``age_s``), ``journal`` (``unknown``: count per event name this railover does not know,
+    ``garbled``: unreadable lines) and ``errors`` (unreadable files)."""
     dirs = [Path(d) for d in dirs]
     states, errors = read_state_dirs(dirs, proc)
     now = now_us()
@@ -454,7 +430,8 @@ def snapshot(dirs: Iterable[Path], journals: Iterable[Path] = (), events: int = 
             totals["unprotected"] += c["health"] == "unprotected"
         for k in ("failovers", "failbacks", "flaps", "bytes_resent", "fatal_errors"):
             totals[k] += int(s.totals.get(k, 0))
-    evs = recent_events(journal_files(states, journals), limit=events) if events > 0 else []
+    jstats = jr.Stats()
+    evs = recent_events(journal_files(states, journals), limit=events, stats=jstats) if events > 0 else []
     by_pid = {s.pid: s for s in states}
     for e in evs:
         e["age_s"] = round((now - int(e["t_us"])) / 1e6, 3)
@@ -462,4 +439,4 @@ def snapshot(dirs: Iterable[Path], journals: Iterable[Path] = (), events: int = 
         if st is not None and st.rank is not None:
             e.setdefault("rank", st.rank)
     return {"generated_us": now, "state_dirs": [str(d) for d in dirs], "hosts": hosts, "totals": totals,
-            "events": evs, "errors": errors}
+            "events": evs, "journal": {"unknown": dict(jstats.unknown), "garbled": jstats.garbled}, "errors": errors}

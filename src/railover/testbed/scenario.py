@@ -19,7 +19,6 @@ ranks' output when a rank failed.
 """
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 import threading
@@ -28,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from railover import perf
+from railover import journal, perf
 from railover.testbed.faults import Fault
 from railover.testbed.netns import TestBed, now_us, poll_until
 
@@ -80,17 +79,10 @@ def rank_process(tb: TestBed, rank: int):
     raise ScenarioError(f"no running railover-perf process for rank {rank}")
 
 
-def read_journal(path: Path) -> List[Dict[str, Any]]:
-    """Events of one JSON-lines journal (a partial last line is ignored)."""
-    out = []
-    if not path.exists():
-        return out
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            pass
-    return out
+def read_journal(path: Path, stats: Optional[journal.Stats] = None) -> List[Dict[str, Any]]:
+    """Events of one JSON-lines journal (:func:`railover.journal.read`: a partial last line is
+    ignored; ``stats`` counts skipped lines and events this railover does not know)."""
+    return journal.read(Path(path), stats)
 
 
 def rank_env(tb: TestBed, host_index: int, journal: Path, extra: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
@@ -299,8 +291,9 @@ def run_scenario(tb: TestBed, steps: Sequence[Step], *, duration_s: float = 10.0
         raise ScenarioError(f"railover-perf could not run: {holder['exc']}")
     res: perf.PerfResult = holder["res"]
     events = []
+    jstats = journal.Stats()
     for r, j in enumerate(journals):
-        for e in read_journal(j):
+        for e in read_journal(j, jstats):
             e["rank"] = r
             events.append(e)
     events.sort(key=lambda e: e["t_us"])
@@ -309,7 +302,9 @@ def run_scenario(tb: TestBed, steps: Sequence[Step], *, duration_s: float = 10.0
         p = wd / f"ts-rank{r}.csv"
         buckets.append(perf.read_timeseries(p)[0] if p.exists() else [])
     out = ScenarioResult(perf=res, steps=list(steps), events=events, buckets=buckets, started_us=start, workdir=wd,
-                         meta={"nranks": nranks, "workload": workload, "size": size, "duration_s": duration_s})
+                         meta={"nranks": nranks, "workload": workload, "size": size, "duration_s": duration_s,
+                               # reported, not dropped: events this railover does not know, unreadable lines
+                               "journal_unknown": dict(jstats.unknown), "journal_unreadable_lines": jstats.garbled})
     if not expect_failure:
         out.check()
     return out

@@ -1,0 +1,102 @@
+// The engine's and runtime's fixed tuning numbers, in one place, each with its unit and the
+// reason for its value. Numbers a user may need to change are variables of the parameter
+// table (common/params.h) instead; these are not configurable.
+//
+// Thread-safety: constants.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace railover {
+namespace tuning {
+
+// ---- path connection (failover/link.cc)
+
+// A path's connect + HELLO must complete within this, µs (3 s), or the attempt fails and is
+// retried with back-off. Longer than the kernel's first SYN retransmission (1 s) so one lost
+// SYN on a healthy network does not fail the path; short enough that a dead NIC found at
+// connect time moves on to its standby within seconds.
+constexpr uint64_t kConnectTimeoutUs = 3000000;
+
+// First reconnect back-off after a path fails, ms; it doubles on every failure up to
+// RAILOVER_BACKOFF_MAX_MS. 100 ms: well above a connect's round trip, below a human-visible
+// pause after a quick repair.
+constexpr uint32_t kFirstBackoffMs = 100;
+
+// At connect, while no path is active yet, how long traffic waits for a still-connecting
+// primary before it starts on a ready standby, µs (1 s). Starting on the standby would mean a
+// failback right after the primary connects.
+constexpr uint64_t kPrimaryPreferenceAtConnectUs = 1000000;
+
+// A failed path whose next attempt is more than this away is retried at once when its NIC
+// and NIC pair are seen up again, µs (1 ms: "not already due").
+constexpr uint64_t kRetryNowSlackUs = 1000;
+
+// After this many hold-downs without a flap the flap-grown hold-down of a path halves
+// (hold-downs; the doubling on every flap is undone step by step on a stable path).
+constexpr uint64_t kHoldDownDecayPeriods = 4;
+
+// ---- progress and stall detection (failover/link.cc)
+
+// Period of a link's slow checks (timeouts, hold-downs, reconnects, fatal timeout) on NCCL's
+// progress calls, µs (1 ms: finer than any timeout it checks, rare enough to cost nothing).
+constexpr uint64_t kSlowTickUs = 1000;
+
+// A caller away longer than half of RAILOVER_STALL_MS restarts the stall clock instead of
+// blaming the path: µs per ms of RAILOVER_STALL_MS (500 = half). A descheduled progress
+// thread must never look like a network fault.
+constexpr uint64_t kCallGapUsPerStallMs = 500;
+
+// Bytes a receive pass reads from one stream before it turns to the next, so that one fast
+// stream cannot starve the others (8 MiB: several socket buffers' worth).
+constexpr uint64_t kRecvBudgetBytesPerPass = 8 << 20;
+
+// Scratch buffer into which resent data already received is read and discarded, bytes
+// (256 KiB: a few socket reads per pass; allocated on the first RESUME only).
+constexpr size_t kDiscardBufferBytes = 256 << 10;
+
+// ---- sweeper (failover/link.cc)
+
+// After a health change, the sweeper drives every comm that is not settled on a healthy path
+// for up to this long, µs (1 s; every further change restarts it). Enough for all comms of a
+// process to move even when NCCL is busy with others.
+constexpr uint64_t kSweeperWindowUs = 1000000;
+
+// Pause between two sweeper passes, ms (1 ms).
+constexpr int kSweeperPassMs = 1;
+
+// Nice value asked for the health and sweeper threads: ahead of busy-polling threads (NCCL's
+// proxy, data loaders), best effort; without privilege they stay at normal priority.
+constexpr int kHelperThreadNice = -10;
+
+// ---- health (health/health.cc)
+
+// A NIC pair that is down is declared up again only after probes answered for this many
+// probe intervals (hysteresis against a pair flapping on one lucky answer).
+constexpr uint64_t kPairUpAfterIntervals = 2;
+
+// Longest wait for the kernel's neighbour (ARP/ND) dump when flushing unresolved entries at a
+// NIC repair, µs (100 ms; the health thread must not block longer).
+constexpr long kNeighFlushTimeoutUs = 100000;
+
+// ---- acceptor (plugin/runtime.cc)
+
+// An accepted connection must deliver its HELLO within this, µs (5 s), or it is dropped:
+// stray or half-open connections are not kept. Longer than kConnectTimeoutUs, which bounds
+// the sender's side of the same exchange.
+constexpr uint64_t kHelloTimeoutUs = 5000000;
+
+static_assert(kHelloTimeoutUs > kConnectTimeoutUs, "the acceptor must wait longer than the sender tries");
+
+// The acceptor's longest sleep, ms (500 ms): how late at most a HELLO timeout is noticed.
+constexpr int kAcceptorWaitMs = 500;
+
+// ---- logging (common/log.cc)
+
+// Window of the per-process WARN budget for per-comm events (RO_WARN_EVENT), µs (1 s); the
+// budget itself is kEventWarnsPerSecond (common/log.h).
+constexpr uint64_t kEventWarnWindowUs = 1000000;
+
+}  // namespace tuning
+}  // namespace railover

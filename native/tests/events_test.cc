@@ -1,0 +1,146 @@
+// Unit tests: the journal's typed emitters write every declared event with exactly its
+// declared fields, in order, with values of the declared JSON types; the self-description
+// lists every parameter and event.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "common/params.h"
+#include "telemetry/describe.h"
+#include "telemetry/events.h"
+#include "telemetry/journal.h"
+
+using namespace railover;
+
+namespace {
+
+// A flat JSON object's members: (key, raw value text). Enough for journal lines, whose values
+// are strings, integers and booleans.
+bool flatMembers(const std::string& s, std::vector<std::pair<std::string, std::string>>* out) {
+  size_t i = 0;
+  auto str = [&](std::string* v) {
+    if (s[i] != '"') return false;
+    size_t start = i++;
+    while (i < s.size() && s[i] != '"') i += s[i] == '\\' ? 2 : 1;
+    if (i >= s.size()) return false;
+    *v = s.substr(start, ++i - start);
+    return true;
+  };
+  if (s.empty() || s[i++] != '{') return false;
+  while (i < s.size()) {
+    std::string k, v;
+    if (!str(&k) || s[i++] != ':') return false;
+    if (s[i] == '"') {
+      if (!str(&v)) return false;
+    } else {
+      size_t start = i;
+      while (i < s.size() && s[i] != ',' && s[i] != '}') ++i;
+      v = s.substr(start, i - start);
+    }
+    out->emplace_back(k.substr(1, k.size() - 2), v);
+    if (s[i] == '}') return i + 1 == s.size();
+    if (s[i++] != ',') return false;
+  }
+  return false;
+}
+
+bool isInt(const std::string& v) { return !v.empty() && v.find_first_not_of("0123456789") == std::string::npos; }
+
+bool hasType(const std::string& v, const char* type) {
+  std::string t = eventFieldJsonType(type);
+  if (t == "string") return v.size() >= 2 && v.front() == '"';
+  if (t == "comm") return v.size() >= 3 && v.front() == '"' && isInt(v.substr(1, v.size() - 2));
+  if (t == "integer" || t == "integer?") return isInt(v);
+  if (t == "boolean") return v == "true" || v == "false";
+  return false;
+}
+
+// Sample values by field type; the string has characters JSON must escape.
+std::string sample_Str() { return "eth\"0\\\n"; }
+uint64_t sample_U64() { return 42; }
+uint64_t sample_Comm() { return 18446744073709551615ull; }
+bool sample_Bool() { return true; }
+uint64_t sample_OptU64() { return 7; }
+
+}  // namespace
+
+TEST(Journal, EveryEventIsWrittenWithItsDeclaredFields) {
+  char path[] = "/tmp/railover-events-test-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  journalCloseForTest();
+  journalOpen(path);
+  ASSERT_TRUE(journalEnabled());
+  // Every declared event, through its emitter (generated from the declaration itself).
+#define SAMPLE_FIRST(n, t, m) sample_##t()
+#define SAMPLE_NEXT(n, t, m) , sample_##t()
+#define EMIT(name, meaning) journal::name(RO_EVENT_FIELDS_##name(SAMPLE_FIRST, SAMPLE_NEXT));
+  RAILOVER_JOURNAL_EVENTS(EMIT)
+#undef EMIT
+  // An optional field left out.
+  journal::path_down(1u, "recv", "eth1", "10.0.0.2", "reset", false, std::nullopt);
+  journalCloseForTest();
+
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  unlink(path);
+  ASSERT_EQ(lines.size(), kEventCount + 1);
+  for (size_t i = 0; i < kEventCount; ++i) {
+    const EventSpec& e = kEvents[i];
+    SCOPED_TRACE(lines[i]);
+    std::vector<std::pair<std::string, std::string>> m;
+    ASSERT_TRUE(flatMembers(lines[i], &m));
+    ASSERT_EQ(m.size(), 3 + e.nFields);
+    EXPECT_EQ(m[0].first, "t_us");
+    EXPECT_TRUE(isInt(m[0].second));
+    EXPECT_EQ(m[1].first, "pid");
+    EXPECT_EQ(m[1].second, std::to_string(getpid()));
+    EXPECT_EQ(m[2].first, "event");
+    EXPECT_EQ(m[2].second, std::string("\"") + e.name + "\"");
+    for (size_t j = 0; j < e.nFields; ++j) {
+      EXPECT_EQ(m[3 + j].first, e.fields[j].name);
+      EXPECT_TRUE(hasType(m[3 + j].second, e.fields[j].type)) << e.fields[j].name << " " << e.fields[j].type;
+      if (std::string(e.fields[j].type) == "Str") EXPECT_EQ(m[3 + j].second, "\"eth\\\"0\\\\\\u000a\"");
+      if (std::string(e.fields[j].type) == "Comm") EXPECT_EQ(m[3 + j].second, "\"18446744073709551615\"");
+    }
+  }
+  std::vector<std::pair<std::string, std::string>> m;
+  ASSERT_TRUE(flatMembers(lines.back(), &m));
+  ASSERT_EQ(m.size(), 3 + 6u);  // path_down without detection_us
+  EXPECT_EQ(m.back().first, "active");
+  EXPECT_EQ(m.back().second, "false");
+}
+
+TEST(Journal, EmittersAreSilentWhenTheJournalIsOff) {
+  journalCloseForTest();
+  EXPECT_FALSE(journalEnabled());
+  journal::failover(1u, "eth1", "10.0.0.2", 5u, 0u, 100u);  // must not crash or write anywhere
+}
+
+TEST(Journal, EventNamesAndFieldsAreUniqueAndDescribed) {
+  for (size_t i = 0; i < kEventCount; ++i) {
+    EXPECT_TRUE(*kEvents[i].meaning) << kEvents[i].name;
+    EXPECT_STREQ(eventName((Event)i), kEvents[i].name);
+    for (size_t j = i + 1; j < kEventCount; ++j) EXPECT_STRNE(kEvents[i].name, kEvents[j].name);
+    for (size_t a = 0; a < kEvents[i].nFields; ++a) {
+      const EventFieldSpec& f = kEvents[i].fields[a];
+      EXPECT_TRUE(*f.meaning) << kEvents[i].name << "." << f.name;
+      EXPECT_STRNE(eventFieldJsonType(f.type), "?");
+      for (const char* common : {"t_us", "pid", "event"}) EXPECT_STRNE(f.name, common);
+      for (size_t b = a + 1; b < kEvents[i].nFields; ++b) EXPECT_STRNE(f.name, kEvents[i].fields[b].name);
+    }
+  }
+}
+
+TEST(Describe, ListsEveryParameterAndEvent) {
+  std::string d = describeJson();
+  std::vector<std::pair<std::string, std::string>> m;
+  for (const ParamSpec& p : kParams) EXPECT_NE(d.find(std::string("{\"name\":\"") + p.name + "\""), std::string::npos) << p.name;
+  for (const EventSpec& e : kEvents) EXPECT_NE(d.find(std::string("{\"name\":\"") + e.name + "\""), std::string::npos) << e.name;
+}

@@ -1,0 +1,152 @@
+"""Reading railover's event journals (``RAILOVER_EVENT_LOG``): one place that parses their
+lines and knows their events, used by ``railover status``/``exporter``/``drill``
+(:mod:`railover.ops.state`), the test bed (:mod:`railover.testbed.scenario`) and the
+benchmarks (:mod:`railover.bench.common`).
+
+:data:`EVENTS` is what these readers know: every event of the plugin's declaration
+(``native/telemetry/events.h``) with its fields and their JSON types. A test compares it with
+the declaration the plugin exports, so an event added to the plugin without being handled
+here fails the tests. A line whose event is not in :data:`EVENTS` (a newer plugin) is still
+returned, and counted in :attr:`Stats.unknown` so readers report it instead of dropping it.
+
+Lines: one JSON object each, ``{"t_us": <CLOCK_MONOTONIC µs>, "pid": N, "event": "...",
+<fields>}``. A partial last line (the writer appends whole lines, so only while reading a
+file being written) or a garbled one is skipped and counted in :attr:`Stats.garbled`.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+import json
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Union
+
+__all__ = ["EVENTS", "COMMON_FIELDS", "RESUMED", "Stats", "parse_line", "read", "Tail"]
+
+#: Fields every line has.
+COMMON_FIELDS = {"t_us": "integer", "pid": "integer", "event": "string"}
+
+_RESUMED = {"comm": "comm", "to_nic": "string", "peer": "string", "resumed_seq": "integer",
+            "bytes_resent": "integer", "convergence_us": "integer"}
+
+#: Every event railover writes -> its fields (in order) and their JSON types: "string",
+#: "integer", "boolean", "comm" (a decimal string), "integer?" (an integer that may be absent).
+EVENTS: Dict[str, Dict[str, str]] = {
+    "nic_down": {"nic": "string", "signal": "string"},
+    "nic_up": {"nic": "string", "signal": "string", "neigh_cleared": "integer"},
+    "nic_addr_change": {"nic": "string", "old": "string", "new": "string"},
+    "peer_addr_change": {"old": "string", "new": "string", "port": "integer"},
+    "pair_down": {"nic": "string", "peer": "string", "cause": "string", "detection_us": "integer"},
+    "pair_up": {"nic": "string", "peer": "string", "down_for_us": "integer", "probes_while_down": "integer?"},
+    "path_up": {"comm": "comm", "dir": "string", "nic": "string", "peer": "string", "generation": "integer"},
+    "path_down": {"comm": "comm", "dir": "string", "nic": "string", "peer": "string", "cause": "string",
+                  "active": "boolean", "detection_us": "integer?"},
+    "no_standby": {"nic": "string", "peer": "string"},
+    "failover": dict(_RESUMED),
+    "failback": dict(_RESUMED),
+    "recover": dict(_RESUMED),
+    "resume": {"comm": "comm", "dir": "string", "nic": "string", "peer": "string", "next_seq": "integer"},
+    "flap": {"comm": "comm", "nic": "string", "flaps": "integer", "hold_down_ms": "integer"},
+    "fatal": {"comm": "comm", "dir": "string", "message": "string"},
+    "health_late": {"late_us": "integer", "late_rounds": "integer", "max_late_us": "integer"},
+    "peer_silence": {"nic": "string", "peer": "string", "rails": "integer", "age_us": "integer"},
+    "size_loss_ignored": {"nic": "string", "peer": "string", "big_sent": "integer", "small_answered": "integer",
+                          "tcp_acked": "boolean"},
+}
+
+#: Events that mean traffic of a comm resumed on a path after a switch (same fields).
+RESUMED = ("failover", "failback", "recover")
+
+
+@dataclass
+class Stats:
+    """What a reader skipped or did not know: ``unknown`` counts lines per event name that is
+    not in :data:`EVENTS`; ``garbled`` counts lines that are not a journal object."""
+
+    unknown: Counter = field(default_factory=Counter)
+    garbled: int = 0
+
+    def add(self, other: "Stats") -> None:
+        self.unknown.update(other.unknown)
+        self.garbled += other.garbled
+
+    def summary(self) -> str:
+        """One line for a report: empty when nothing was skipped or unknown."""
+        parts = []
+        if self.unknown:
+            parts.append("unknown journal events (a newer railover?): "
+                         + ", ".join(f"{k} x{v}" for k, v in sorted(self.unknown.items())))
+        if self.garbled:
+            parts.append(f"{self.garbled} unreadable journal line(s) skipped")
+        return "; ".join(parts)
+
+
+def parse_line(line: Union[str, bytes], stats: Optional[Stats] = None) -> Optional[Dict[str, Any]]:
+    """The event of one line, or None for an empty or garbled line (counted in ``stats``).
+    An event not in :data:`EVENTS` is returned too, and counted in ``stats.unknown``."""
+    if not line.strip():
+        return None
+    try:
+        e = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        e = None
+    if not isinstance(e, dict) or not isinstance(e.get("event"), str) or not isinstance(e.get("t_us"), int):
+        if stats is not None:
+            stats.garbled += 1
+        return None
+    if e["event"] not in EVENTS and stats is not None:
+        stats.unknown[e["event"]] += 1
+    return e
+
+
+def read(path: Path, stats: Optional[Stats] = None) -> List[Dict[str, Any]]:
+    """All events of one journal, in file order; a missing or unreadable file has none."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return []
+    out = []
+    for line in data.split(b"\n"):
+        e = parse_line(line, stats)
+        if e is not None:
+            out.append(e)
+    return out
+
+
+class Tail:
+    """Incremental reader of one journal: :meth:`read_new` returns the events of the complete
+    lines appended since the previous call (a partial last line waits for its end). A file
+    that was truncated or replaced (other inode) is read again from the start. ``stats``
+    accumulates what was skipped or unknown."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.stats = Stats()
+        self._ino: Optional[int] = None
+        self._off = 0
+
+    def read_new(self) -> List[Dict[str, Any]]:
+        try:
+            st = self.path.stat()
+        except OSError:
+            return []
+        if self._ino != st.st_ino or st.st_size < self._off:
+            self._ino, self._off = st.st_ino, 0
+        if st.st_size == self._off:
+            return []
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._off)
+                chunk = f.read()
+        except OSError:
+            return []
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            return []
+        self._off += end + 1
+        out = []
+        for line in chunk[:end].split(b"\n"):
+            e = parse_line(line, self.stats)
+            if e is not None:
+                out.append(e)
+        return out

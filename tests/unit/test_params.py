@@ -1,0 +1,145 @@
+"""The parameter table (native/common/params.h) as the Python tools read it from the plugin:
+it declares every variable railover reads, `railover env --list` prints it, doctor validates
+with it, and the README's configuration table is its rendering."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from railover import params
+from railover.cli import app
+from railover.ops import doctor as dr
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def table():
+    return params.params()
+
+
+def _read_in_sources():
+    """Variable names the code reads: getenv("X") in native/, and every RAILOVER_* string
+    literal in src/ and the test suite's conftest files."""
+    names = {}
+    for f in (ROOT / "native").rglob("*"):
+        if f.suffix in (".cc", ".h"):
+            for m in re.finditer(r'getenv\("([A-Z0-9_]+)"\)', f.read_text()):
+                names.setdefault(m.group(1), str(f.relative_to(ROOT)))
+    for f in list((ROOT / "src").rglob("*.py")) + list((ROOT / "tests").rglob("conftest.py")):
+        for m in re.finditer(r'["\'](RAILOVER_[A-Z0-9_]*[A-Z0-9])["\']', f.read_text()):
+            names.setdefault(m.group(1), str(f.relative_to(ROOT)))
+    return names
+
+
+def test_every_variable_read_is_declared(table):
+    declared = {p["name"] for p in table}
+    read = _read_in_sources()
+    assert read, "the scan found nothing: the patterns are wrong"
+    missing = {n: f for n, f in read.items() if n not in declared}
+    assert not missing, f"read but not declared in native/common/params.h: {missing}"
+
+
+def test_entries_are_complete(table):
+    names = [p["name"] for p in table]
+    assert len(names) == len(set(names))
+    for p in table:
+        assert p["meaning"] and p["default"] and p["example"] and p["readers"], p
+        if p["type"] == "uint":
+            assert p["lo"] <= p["default_value"] <= p["hi"] and p["default_value"] % p["step"] == 0, p
+            assert p["range"].startswith(f"{p['lo']}..{p['hi']}"), p
+            assert str(p["default_value"]) == p["default"], p
+
+
+def test_readme_table_is_the_rendered_table():
+    d = params.describe()
+    text = (ROOT / "README.md").read_text()
+    want = params.replace_block(text, params.README_BEGIN, params.README_END,
+                                params.render_markdown(d["params"], d["empty_values"]))
+    assert text == want, ("README.md's configuration table differs from the plugin's parameter table; "
+                          "run: PYTHONPATH=src RAILOVER_NATIVE_DIR=build python3 scripts/update_docs.py")
+
+
+def test_native_check_is_the_plugin_parser(table):
+    n = params.load()
+    assert n.check("RAILOVER_NSTREAMS", "4") is None
+    assert n.check("RAILOVER_NSTREAMS", "") is None          # empty = unset
+    assert n.check("RAILOVER_NSTREAMS", "17") == "RAILOVER_NSTREAMS='17' is not valid: expected an integer 1..16 streams"
+    assert "multiple of 128" in n.check("RAILOVER_MIN_CHUNK_BYTES", "1000")
+    assert "not a railover variable" in n.check("RAILOVER_NOPE", "1")
+    assert n.check("RAILOVER_STATE_DIR", "off") is None
+
+
+def test_doctor_checks_come_from_the_table(table):
+    assert dr.known_vars() == {p["name"] for p in table}
+    for p in table:
+        if "plugin" not in p["readers"]:
+            continue
+        var = p["name"]
+        ok = dr.validate_config({var: p["example"]})
+        assert not [c for c in ok if c.status == dr.FAIL], (var, ok)
+        if p["type"] == "uint":
+            bad = [c for c in dr.validate_config({var: str(p["hi"] + 1)}) if c.status == dr.FAIL]
+            assert len(bad) == 1 and bad[0].what == var and p["range"] in bad[0].detail, (var, bad)
+        elif p["type"] in ("ifname_list", "family", "standby", "rails"):
+            bad = [c for c in dr.validate_config({var: "a b=c;d"}) if c.status == dr.FAIL]
+            assert len(bad) == 1 and bad[0].detail.startswith(f"{var}='a b=c;d' is not valid"), (var, bad)
+
+
+def test_doctor_without_the_plugin_says_config_was_not_checked(monkeypatch):
+    def boom(*a, **k):
+        raise FileNotFoundError("libnccl-net-railover.so not found")
+    monkeypatch.setattr(params, "load", boom)
+    (c,) = dr.validate_config({"RAILOVER_NSTREAMS": "99"})
+    assert c.status == dr.WARN and "not checked" in c.detail and "not found" in c.detail
+
+
+def test_env_list_plain_and_json(table):
+    r = CliRunner().invoke(app, ["env", "--list"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    for p in table:
+        assert p["name"] in r.output
+    assert "Empty values" in r.output
+    r = CliRunner().invoke(app, ["env", "--list", "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert [p["name"] for p in d["params"]] == [p["name"] for p in table] and "journal" not in d
+    r = CliRunner().invoke(app, ["env", "--events", "--json"])
+    assert r.exit_code == 0 and "failover" in [e["name"] for e in json.loads(r.output)["journal"]["events"]]
+    r = CliRunner().invoke(app, ["env", "--json"])
+    assert r.exit_code == 2 and "--list" in r.output
+
+
+def test_env_list_without_plugin_is_a_clear_error(monkeypatch):
+    def boom(*a, **k):
+        raise FileNotFoundError("libnccl-net-railover.so not found; looked at: /x")
+    monkeypatch.setattr(params, "describe", boom)
+    r = CliRunner().invoke(app, ["env", "--list"])
+    assert r.exit_code == 2 and "cannot read railover's parameter table" in r.output and "Traceback" not in r.output
+
+
+def test_table_reads_from_an_installed_package_layout(tmp_path):
+    # A wheel installs the package with the plugin in railover/_native/ and no build tree:
+    # copy that layout and read the table without RAILOVER_NATIVE_DIR, from another directory.
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from railover import _paths
+    pkg = tmp_path / "site" / "railover"
+    shutil.copytree(ROOT / "src" / "railover", pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    (pkg / "_native").mkdir()
+    shutil.copy2(_paths.plugin_path(), pkg / "_native" / _paths.PLUGIN_FILE)
+    env = {k: v for k, v in os.environ.items() if k not in ("RAILOVER_NATIVE_DIR", "PYTHONPATH")}
+    env["PYTHONPATH"] = str(tmp_path / "site")
+    code = ("from railover import params, _paths; print(_paths.plugin_path()); "
+            "print(len(params.params()), params.check('RAILOVER_NSTREAMS', '0'))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    where, line = r.stdout.splitlines()
+    assert where == str(pkg / "_native" / _paths.PLUGIN_FILE)
+    assert line.startswith(f"{len(params.params())} RAILOVER_NSTREAMS='0' is not valid")
