@@ -163,7 +163,7 @@ TEST(ParamTable, NumericDefaultsRangesAndSteps) {
         EXPECT_NE(err.find(paramRangeText(p)), std::string::npos) << err;  // names the accepted range
     }
   }
-  EXPECT_EQ(numeric, 10);
+  EXPECT_EQ(numeric, 11);
 }
 
 TEST(ParamTable, EveryExampleIsValid) {
