@@ -15,11 +15,14 @@
 * Session end: the run fails when test-bed namespaces (``ro????-ns*``) or files in the
   default state directories (``/run/railover``, ``/tmp/railover-<uid>``) appeared during it
   and are still there. Namespaces of beds whose owner process is alive and not one of this
-  run's processes are another run's (several runs may share a machine) and are not counted.
+  run's processes, and state files of such live processes, are another run's (several runs
+  may share a machine) and are not counted; a state file of a process that has exited cannot
+  be told apart and is counted (the message says so).
 """
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -108,7 +111,12 @@ def leftovers(before_ns: Set[str], before_files: Set[str], ours: Set[str]) -> Li
             if not foreign:
                 out.append(f"network namespace {ns}")
     for f in sorted(_default_state_files() - before_files):
-        out.append(f"state file {f}")
+        m = re.match(r"railover-(\d+)\.json$", Path(f).name)
+        pid = int(m.group(1)) if m else None
+        if pid is not None and Path(f"/proc/{pid}").exists() and not _ancestors_include(pid, os.getpid()):
+            continue  # a live process of another run
+        out.append(f"state file {f}" + (" (its process has exited; if another run shares this machine, it may be "
+                                        "that run's)" if pid is not None and not Path(f"/proc/{pid}").exists() else ""))
     return out
 
 

@@ -343,7 +343,7 @@ def register(app: typer.Typer) -> None:
         baseline's stalls and failed ranks are expected and do not count; it makes the status 1
         only when it could not run or counted a wrong byte, 2 when its test bed failed."""
         rc = run_demo(layout, ranks_per_host, faults, duration, size, out, hold_down_ms, fault_for, False)
-        if baseline:
+        if baseline and rc != 2:  # 2: the railover run could not start (tools, test bed): nor could the baseline
             rc_b = run_demo(layout, ranks_per_host, faults, duration, size, out, hold_down_ms, fault_for, True)
             b_report = _load_report(out / "baseline-report.json") if rc_b in (0, 1) else None
             if rc == 0 or rc == 1:

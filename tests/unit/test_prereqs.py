@@ -78,6 +78,13 @@ def test_demo_without_nft_says_what_to_install_before_building_anything(tmp_path
     assert not (tmp_path / "out" / "run").exists()
 
 
+def test_demo_baseline_without_nft_stops_after_the_first_refusal(tmp_path, path_without_nft):
+    r = _cli(["demo", "--baseline", "--out", str(tmp_path / "out")], path_without_nft)
+    both = _flat(r.stdout + r.stderr)
+    assert r.returncode == 2 and "Traceback" not in both, both
+    assert both.count("railover demo needs nft") == 1, both
+
+
 def test_doctor_reports_missing_programs_with_their_package():
     rep = dr.diagnose(dr.Facts(env={}, ifaces=[dr.Iface("eth0", 2, ["10.0.0.1/24"]), dr.Iface("eth1", 3, ["10.0.1.1/24"])],
                                plugin={"path": "/x.so", "loaded": True, "abi": [7, 8, 9, 10, 11, 12]},
