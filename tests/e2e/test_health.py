@@ -228,13 +228,14 @@ def test_flat_subnet_without_policy_routing_egress_follows_the_nic(testbed):
     nics = [tb.nic(n) for n in ("a0", "a1", "b0", "b1")]
     f = faults.Silent(tb.nic("a0"))
     samples: List[Tuple[float, Dict[str, int]]] = []
-    want = [1.0, 2.0, 3.0, 6.0, 9.5, 12.0]
+    want = [2.5, 4.4, 5.5, 8.4, 12.0, 15.0]
 
     def tick(now_s: float) -> None:
         if want and now_s >= want[0]:
             samples.append((want.pop(0), _tx_bytes(tb, nics)))
 
-    res = run_scenario(tb, [Step(2.5, "apply", f), Step(6.5, "undo", f)], duration_s=13, env=FAST, on_tick=tick)
+    res = run_scenario(tb, [Step(4.5, "apply", f), Step(8.5, "undo", f)], duration_s=16, env=FAST, on_tick=tick,
+                       timeout_s=240)
     assert res.wrong_bytes == 0
     assert len(samples) == 6, samples
     s = {t: c for t, c in samples}
@@ -242,13 +243,19 @@ def test_flat_subnet_without_policy_routing_egress_follows_the_nic(testbed):
     def delta(a: float, b: float) -> Dict[str, int]:
         return {k: s[b][k] - s[a][k] for k in s[a]}
 
-    before, during, after = delta(1.0, 2.0), delta(3.0, 6.0), delta(9.5, 12.0)
+    before, during, after = delta(2.5, 4.4), delta(5.5, 8.4), delta(12.0, 15.0)
     print(f"TX bytes before {before}\nduring a0 outage {during}\nafter failback {after}")
+    # Relative bounds (a loaded host moves little data): the carrying NIC sends at least 1 MiB
+    # and 8x what the other one sends (probes, SYNs, retransmissions into the black hole).
     mb = 1 << 20
-    for p, s_ in (("a", "b"), ("b", "a")):
-        assert before[f"{p}0"] > 4 * mb and before[f"{p}1"] < mb, f"primary on {p}0: {before}"
-        assert during[f"{p}1"] > 4 * mb and during[f"{p}0"] < mb, f"standby {p}1 carries the outage: {during}"
-        assert after[f"{p}0"] > 4 * mb and after[f"{p}1"] < mb, f"back on {p}0 after failback: {after}"
+
+    def carries(d: Dict[str, int], busy: str, idle: str) -> bool:
+        return d[busy] > mb and d[busy] > 8 * d[idle]
+
+    for p in ("a", "b"):
+        assert carries(before, f"{p}0", f"{p}1"), f"primary on {p}0: {before}"
+        assert carries(during, f"{p}1", f"{p}0"), f"standby {p}1 carries the outage: {during}"
+        assert carries(after, f"{p}0", f"{p}1"), f"back on {p}0 after failback: {after}"
     rows = res.analyze()
     assert rows[0]["failovers"] >= 1 and rows[0]["failbacks"] >= 1, rows
     fo = res.select("failover", res.steps[0].t_us)
