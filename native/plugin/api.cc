@@ -208,6 +208,10 @@ ncclResult_t iflush(void*, int, void**, int*, void**, void** request) {
 
 ncclResult_t test(void* request, int* done, int* sizes) {
   *done = 0;
+  if (!request) {
+    RO_WARN("railover: test called with a NULL request");
+    return ncclInternalError;
+  }
   uint32_t kind = *(uint32_t*)request;
   if (kind == kKindSend) {
     auto* r = (SendReq*)request;

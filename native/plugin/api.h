@@ -2,9 +2,15 @@
 // ABI version (v7..v12) onto these functions; nothing below this layer knows the versions.
 //
 // Contracts (NCCL's): listen/connect/accept/isend/irecv/test never block; a NULL comm or
-// request means "call again". Errors: ncclInvalidArgument for bad input (unknown device,
-// malformed handle), ncclSystemError when the network is unusable past RAILOVER_FATAL_TIMEOUT,
-// ncclInvalidUsage for a message larger than its posted receive.
+// request means "call again". connect returns its comm no later than the peer's accept can
+// (or fails at once when the receiver closed); a listen comm accepts any number of
+// connections; irecv takes up to kMaxRecvs (8) buffers with tags (a grouped receive, see
+// docs/PROTOCOL.md). Errors: ncclInvalidArgument for bad input (unknown device, malformed
+// handle), ncclInternalError for the caller's misuse (NCCL's plugin documentation: a comm or
+// request that is not ours, n outside 1..maxRecvs, sends whose tags match no buffer of their
+// grouped receive), ncclSystemError when the network is unusable past RAILOVER_FATAL_TIMEOUT
+// or the peer exited or closed the comm with requests pending (or the process exits, with
+// RAILOVER_ABORT_ON_FATAL=1), ncclInvalidUsage for a message larger than its posted receive.
 #pragma once
 
 #include <cstddef>

@@ -319,6 +319,7 @@ TEST_F(Loopback, CallerMisuseIsAnInternalError) {
   EXPECT_EQ(api::accept(junk, &rc), ncclInternalError);
   int done = 0;
   EXPECT_EQ(api::test(junk, &done, nullptr), ncclInternalError);
+  EXPECT_EQ(api::test(nullptr, &done, nullptr), ncclInternalError);
 }
 
 // Orderly close in both orders with megabytes in flight (the CLOSE on a data stream sits
