@@ -6,8 +6,7 @@
   when ``RAILOVER_REQUIRE_RDMA=1`` (CI must not silently skip).
 * ``rdma_bed`` (module scope): one booted 2 x 2 bed per test module; torn down after the module,
   which then fails if a QEMU process, the run directory or the state file survives.
-* :func:`crash_retry`: run a test body, and after a :class:`GuestCrash` (panic, hang) restart
-  the guests and run it once more.
+* ``rdma_helpers``: crash retry and event-watch helpers used by the tests.
 
 Timeouts are generous: under TCG on a loaded 2-core machine everything in a guest is 10-50x
 slower than native (a boot took 60-200 s with ~20 other runnable threads on the host).
@@ -18,16 +17,14 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Callable, List, Optional, TypeVar
+from typing import List, Optional
 
 import pytest
 
 from railover import _paths
-from railover.testbed.netns import poll_until
 from railover.testbed.rdma import bed as rbed
 
 REQUIRE_ENV = "RAILOVER_REQUIRE_RDMA"
-T = TypeVar("T")
 
 
 def rdma_unavailable() -> Optional[str]:
@@ -86,25 +83,3 @@ def rdma_bed(rdma_ok, tmp_path_factory) -> rbed.RdmaBed:
     assert_no_leftovers(bed, pids)
 
 
-def crash_retry(bed: rbed.RdmaBed, body: Callable[[], T]) -> T:
-    """Run ``body()``; after a GuestCrash (kernel panic, hang: rxe on 6.12 has crashed once
-    in ~26 boots) report it, reboot the guests and run ``body()`` once more."""
-    try:
-        return body()
-    except rbed.GuestCrash as e:
-        print(f"[rdma bed] guest crash, retrying once after a reboot: {e}")
-        bed.restart()
-        return body()
-
-
-def start_watch(bed: rbed.RdmaBed, host: str, *devs: str) -> rbed.GuestProc:
-    """Start ``railover-verbs-probe events`` in ``host`` and wait until it is subscribed."""
-    p = bed.spawn(host, ["railover-verbs-probe", "events", *devs])
-    poll_until(lambda: any(e.get("ev") == "ready" for e in p.json_lines()) or p.poll() is not None, 180, 0.2,
-               f"event watcher in {host} to subscribe")
-    assert p.returncode is None, f"event watcher in {host} exited: {p.stderr()}"
-    return p
-
-
-def events(p: rbed.GuestProc, ev: str, **match) -> List[dict]:
-    return [e for e in p.json_lines() if e.get("ev") == ev and all(e.get(k) == v for k, v in match.items())]

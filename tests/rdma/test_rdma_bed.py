@@ -26,7 +26,7 @@ from railover.testbed.netns import poll_until
 from railover.testbed.rdma import bed as rbed
 from railover.testbed.rdma import faults as rf
 
-from .conftest import crash_retry, events, start_watch
+from rdma_helpers import crash_retry, events, start_watch
 
 pytestmark = pytest.mark.rdma
 
