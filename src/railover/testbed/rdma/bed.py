@@ -373,7 +373,7 @@ class RdmaBed:
 
         with RdmaBed(rails=2) as bed:
             rc, out, err = bed.run("A", ["ibv_devinfo", "-d", "rxe0"])
-            p = bed.spawn("B", ["railover-perf", ...], env={"RAILOVER_IFNAMES": "=eth1,=eth2"})
+            p = bed.spawn("B", ["railover-perf", ...], env={"RAILOVER_IFNAMES": "=eth1,eth2"})
             p.wait(120); bed.fetch("B", "/tmp/journal.jsonl")
 
     Arguments: ``hosts`` (2; a QEMU UDP socket wire joins exactly two ends), ``rails`` (1..8
@@ -506,7 +506,9 @@ class RdmaBed:
         argv += ["-accel", "kvm", "-cpu", "host"] if self.accel == "kvm" else ["-accel", "tcg"]
         addrs = [f"{h.mgmt_addr}/24"] + [n.cidr for n in h.nics]
         sysctl = ",".join(f"{k}={v}" for k, v in self.sysctls.items())
-        cmdline = (f"console=ttyS0 panic=-1 quiet ro.host={h.name} ro.addrs={','.join(addrs)} "
+        # no_timer_check: a starved TCG vCPU fails the IO-APIC timer check and panics at boot
+        # ("IO-APIC + timer doesn't work!"), seen here on a host with ~20 runnable threads.
+        cmdline = (f"console=ttyS0 panic=-1 quiet no_timer_check ro.host={h.name} ro.addrs={','.join(addrs)} "
                    f"ro.rails={self.rails}" + (f" ro.sysctl={sysctl}" if sysctl else "") +
                    (f" {self.extra_cmdline}" if self.extra_cmdline else ""))
         argv += ["-kernel", str(self.image.kernel), "-initrd", str(self.image.initrd), "-append", cmdline]
@@ -896,7 +898,7 @@ class RdmaBed:
     def rail_env(self, rails: Optional[Sequence[int]] = None) -> Dict[str, str]:
         """Environment restricting the plugin to the rail NICs (``RAILOVER_IFNAMES``)."""
         rs = range(self.rails) if rails is None else rails
-        return {"RAILOVER_IFNAMES": ",".join(f"={self.hosts[0].nics[r].ifname}" for r in rs)}
+        return {"RAILOVER_IFNAMES": "=" + ",".join(self.hosts[0].nics[r].ifname for r in rs)}  # '=': exact names
 
     def describe(self) -> List[Dict[str, str]]:
         """One dict per NIC (management included) for tables and JSON output."""

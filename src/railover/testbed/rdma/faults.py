@@ -132,10 +132,11 @@ class _NftFault(GuestFault):
     def _apply(self) -> None:
         body = []
         for chain, (hook, rule) in enumerate(self._rules()):
-            body.append(f"chain c{chain} {{ type filter hook {hook} priority -300; policy accept; {rule} counter drop; }}")
-        # netdev family: the rule sees frames at the NIC (ingress) or on their way out of it
-        # (egress needs 5.16+; output/input hooks of inet otherwise)
-        script = f"table inet {self.table} {{ {' '.join(body)} }}"
+            body.append(f"  chain c{chain} {{\n    type filter hook {hook} priority -300; policy accept;\n"
+                        f"    {rule} counter drop\n  }}\n")
+        # inet family, input/output/forward hooks: rxe's UDP/4791 traffic passes them like any
+        # other locally sent or received packet
+        script = f"table inet {self.table} {{\n{''.join(body)}}}"
         self._stamp = self._sh(f"nft -f - <<'EOF'\n{script}\nEOF", f"nft add table {self.table}")
 
     def counter(self) -> int:

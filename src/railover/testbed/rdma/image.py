@@ -155,12 +155,51 @@ def _candidate_versions(pkgs: Sequence[str]) -> Dict[str, str]:
     return vers
 
 
+def _apt_fingerprint() -> str:
+    """Changes whenever apt's package lists (hence candidate versions) may have changed."""
+    h = hashlib.sha256()
+    for d in (Path("/var/lib/apt/lists"), Path("/etc/apt/sources.list.d"), Path("/etc/apt/preferences.d")):
+        if d.is_dir():
+            for f in sorted(d.iterdir()):
+                try:
+                    st = f.stat()
+                except OSError:
+                    continue
+                h.update(f"{f}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    for f in (Path("/etc/apt/sources.list"),):
+        if f.exists():
+            h.update(f.read_bytes())
+    h.update(json.dumps([GUEST_PACKAGES, KERNELS]).encode())
+    return h.hexdigest()
+
+
 def resolve_packages(series: str = "6.1") -> Dict[str, str]:
     """Every package of the image (kernel included) -> candidate version. Raises ImageError
     for an unknown series or packages missing from the apt sources. Runs only local apt
-    queries (no download)."""
+    queries (no download); the answer is remembered in the cache directory until apt's
+    package lists change (apt-cache is slow on a loaded machine)."""
     if series not in KERNELS:
         raise ImageError(f"unknown kernel series {series!r}; choose one of {', '.join(KERNELS)}")
+    memo = cache_root() / f"resolved-{series}.json"
+    fp = _apt_fingerprint()
+    try:
+        m = json.loads(memo.read_text())
+        if m.get("fingerprint") == fp:
+            return dict(m["packages"])
+    except (OSError, ValueError, KeyError):
+        pass
+    pkgs = _resolve(series)
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"fingerprint": fp, "packages": pkgs}))
+        os.replace(tmp, memo)
+    except OSError:
+        pass
+    return pkgs
+
+
+def _resolve(series: str) -> Dict[str, str]:
     meta = KERNELS[series]
     kdeps = [d for d in _depends([meta]).get(meta, []) if d.startswith("linux-image-")]
     if not kdeps:
