@@ -27,10 +27,17 @@ from railover.perf import PerfResult, RankResult, build_argv
 from railover.testbed.netns import poll_until
 from railover.testbed.rdma.bed import GuestProc, RdmaBed, RdmaBedError
 
-__all__ = ["RELAY_PORT_BASE", "run_perf"]
+__all__ = ["RELAY_PORT_BASE", "TCG_PLUGIN_ENV", "run_perf"]
 
 #: TCP port of the relay for rank R is RELAY_PORT_BASE + R (management NIC only).
 RELAY_PORT_BASE = 19300
+
+#: Plugin timers for emulated (TCG) guests, where a rank can be descheduled for hundreds of
+#: ms: with the defaults (20 ms x 5 probes) healthy paths were declared down (measured: "probe
+#: timeout: no answer for 124 ms" on idle rails, 2 ranks per 1-vCPU guest, loaded host).
+#: Detection becomes 250 ms x 40 = 10 s. Callers' ``env`` overrides these.
+TCG_PLUGIN_ENV: Dict[str, str] = {"RAILOVER_PROBE_INTERVAL_MS": "250", "RAILOVER_PROBE_MULT": "40",
+                                  "RAILOVER_STALL_MS": "5000", "RAILOVER_TCP_USER_TIMEOUT_MS": "60000"}
 
 
 def run_perf(bed: RdmaBed, ranks_per_host: int = 1, *, env: Optional[Mapping[str, str]] = None,
@@ -38,7 +45,8 @@ def run_perf(bed: RdmaBed, ranks_per_host: int = 1, *, env: Optional[Mapping[str
              **argv_options: Any) -> PerfResult:
     """Run ``2 * ranks_per_host`` ranks across the bed's guests and wait at most ``timeout_s``
     seconds (then the ranks are killed and ``timed_out`` is set). ``env`` is added to each
-    rank's environment on top of the rail restriction and the journal path. ``argv_options``
+    rank's environment on top of the rail restriction, the journal path and (under TCG)
+    :data:`TCG_PLUGIN_ENV`. ``argv_options``
     go to :func:`railover.perf.build_argv`. Returns a :class:`PerfResult` (``workdir`` =
     ``fetch_to`` when given); does not raise on rank failure (call ``check()``). Raises
     :class:`RdmaBedError` when the relays cannot start."""
@@ -74,6 +82,8 @@ def run_perf(bed: RdmaBed, ranks_per_host: int = 1, *, env: Optional[Mapping[str
         opts = dict(argv_options)
         opts.setdefault("json_path", f"{wd}/rank%r.json")
         full_env = dict(bed.rail_env())
+        if bed.accel != "kvm":
+            full_env.update(TCG_PLUGIN_ENV)
         full_env.update(env or {})
         argvs = {}
         for r in range(nranks):
