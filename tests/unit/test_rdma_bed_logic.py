@@ -76,3 +76,32 @@ def test_qemu_argv_wires_each_nic_to_the_same_nic_of_the_peer(tmp_path):
     cmdline = a[a.index("-append") + 1]
     assert "ro.addrs=10.0.200.1/24,10.0.0.1/24,10.0.1.1/24" in cmdline and "panic=-1" in cmdline
     assert "-no-reboot" in a and not any("tap" in x or "bridge" in x for x in a)
+
+
+def test_leftovers_of_a_killed_owner_are_listed_and_removed(tmp_path, monkeypatch):
+    # A stand-in process plays the orphaned QEMU (only the bookkeeping is under test here;
+    # tests/rdma exercise real QEMU teardown).
+    import json
+    from railover.testbed import netns
+    monkeypatch.setenv("RAILOVER_TESTBED_STATE", str(tmp_path / "state"))
+    (tmp_path / "state").mkdir()
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    victim = subprocess.Popen(["sleep", "600"])
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    try:
+        (tmp_path / "state" / "rdma-roabcd.json").write_text(json.dumps({
+            "prefix": "roabcd", "pid": dead.pid, "pid_start": 1, "run_dir": str(run_dir), "kernel": "6.1.0-x",
+            "hosts": 2, "rails": 2, "qemu": [{"host": "A", "pid": victim.pid,
+                                              "start": netns._proc_starttime(victim.pid)}]}))
+        [info] = [i for i in rbed.list_rdma_beds() if i.prefix == "roabcd"]
+        assert not info.alive and info.qemu_pids == [victim.pid]
+        removed = rbed.cleanup_rdma_leftovers()
+        assert victim.wait(10) == -9
+        assert not run_dir.exists() and rbed.list_rdma_beds() == []
+        assert any(str(victim.pid) in line for line in removed)
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+            victim.wait()
