@@ -32,7 +32,7 @@ pytestmark = pytest.mark.rdma
 
 PROBE = "railover-verbs-probe"
 #: RC local ACK timeout exponent used by the streams: 4.096 µs * 2^14 = 67 ms per try, so
-#: retry_cnt 6 gives up after about 0.47 s nominal (REPORT: 0.46-0.62 s measured).
+#: retry_cnt 6 gives up after about 0.47 s nominal (0.46-0.62 s measured earlier on an idle machine).
 RC_TIMEOUT = 14
 
 
@@ -143,7 +143,7 @@ def test_local_cable_pull_port_err_only_on_pulled_end(rdma_bed):
                 pe = poll_until(lambda: events(wa, "async", type="port error"), 120, 0.2, "PORT_ERR in A")
                 lk = poll_until(lambda: [e for e in events(wa, "link", ifname="eth1") if e["carrier"] == 0], 120, 0.2,
                                 "carrier loss in A")
-                # PORT_ERR follows the carrier loss the kernel saw (REPORT: 0.8-6 ms; bound loose for TCG)
+                # PORT_ERR follows the carrier loss the kernel saw (0.8-6 ms on an idle machine; bound loose for TCG)
                 assert 0 <= pe[0]["t_us"] - lk[0]["t_us"] < 2_000_000, (pe, lk)
                 assert pe[0]["t_us"] >= f.applied_us - f.stamp_error_us - 1000
                 # the client's own device reports it too (the stream's async fd)
@@ -189,7 +189,7 @@ def test_silent_black_hole_retry_6_errors_retry_7_retries_forever(rdma_bed, retr
             try:
                 if retry <= 6:
                     err = poll_until(lambda: events(cli, "cqe_error"), 180, 0.2, "an error CQE under a black hole")
-                    # REPORT (netem loss on the client's own NIC, 1 guest): RETRY_EXC_ERR (12).
+                    # Measured earlier with netem loss on the client's own NIC (1 guest): RETRY_EXC_ERR (12).
                     # New fact measured here (nft drop of everything on the *peer's* NIC, 6.1.192):
                     # REM_INV_REQ_ERR (9) 0.32 s after the last good CQE in one of two runs, RETRY_EXC_ERR
                     # 0.62 s after it in the other. Both end the QP within the

@@ -9,8 +9,8 @@ Layout (2 hosts x 2 rails)::
       eth2 10.<base>.1.1 rxe1 == UDP 127.0.0.1 ====  eth2 10.<base>.1.2 rxe1 rail 1
 
 * Every NIC is a virtio-net device on a QEMU ``-netdev socket,udp=...`` pair on 127.0.0.1:
-  nothing appears on the host's own network (no tap, no bridge). With more than two hosts each
-  wire is a UDP multicast-free hub is not available, so beds have exactly 2 hosts.
+  nothing appears on the host's own network (no tap, no bridge). A UDP socket wire joins exactly
+  two ends, so a bed has exactly 2 hosts.
 * rxe device ``rxe<r>`` sits on ``eth<r+1>``; GID index 1 is its RoCE v2 (IPv4-mapped) GID.
 * Control: a virtio-serial port per guest (see :mod:`railover.testbed.rdma.guest`); command
   output lands in files of a 9p share the host reads directly. The project's plugin,

@@ -34,7 +34,7 @@ import time
 from typing import List, Optional, Tuple, Union
 
 from railover.testbed.faults import Fault, FaultError
-from railover.testbed.netns import now_us, poll_until
+from railover.testbed.netns import now_us
 from railover.testbed.rdma.bed import RdmaBed, RdmaNic
 
 __all__ = ["FaultError", "GuestFault", "CablePull", "AdminDown", "Silent", "OneWay", "Rate", "Flap",
