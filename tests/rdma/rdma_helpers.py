@@ -31,3 +31,14 @@ def start_watch(bed: rbed.RdmaBed, host: str, *devs: str) -> rbed.GuestProc:
 
 def events(p: rbed.GuestProc, ev: str, **match) -> List[dict]:
     return [e for e in p.json_lines() if e.get("ev") == ev and all(e.get(k) == v for k, v in match.items())]
+
+
+def wait_listening(bed: rbed.RdmaBed, host: str, port: int, server: rbed.GuestProc, timeout_s: float = 180) -> None:
+    """Wait until a TCP listener on ``port`` exists in ``host`` (perftest and ibv_*_pingpong
+    clients give up at once when their server is not listening yet)."""
+    def listening():
+        if server.poll() is not None:
+            raise AssertionError(f"server exited early ({server.returncode}): {server.stdout()} {server.stderr()}")
+        rc, out, _ = bed.run(host, ["ss", "-Hltn", f"sport = :{port}"], timeout_s=60)
+        return rc == 0 and out.strip() != ""
+    poll_until(listening, timeout_s, 0.3, f"a listener on port {port} in {host}")

@@ -26,7 +26,7 @@ from railover.testbed.netns import poll_until
 from railover.testbed.rdma import bed as rbed
 from railover.testbed.rdma import faults as rf
 
-from rdma_helpers import crash_retry, events, start_watch
+from rdma_helpers import crash_retry, events, start_watch, wait_listening
 
 pytestmark = pytest.mark.rdma
 
@@ -84,6 +84,7 @@ def test_ibv_rc_pingpong_and_ib_write_bw_per_rail(rdma_bed, rail):
     def body():
         port = 18600 + rail
         srv = bed.spawn("B", ["ibv_rc_pingpong", "-d", b.rdma_dev, "-g", "1", "-p", str(port), "-n", "200"])
+        wait_listening(bed, "B", port, srv)
         rc, out, err = bed.run("A", ["ibv_rc_pingpong", "-d", a.rdma_dev, "-g", "1", "-p", str(port), "-n", "200",
                                      b.addr], timeout_s=300)
         assert rc == 0, err
@@ -92,6 +93,7 @@ def test_ibv_rc_pingpong_and_ib_write_bw_per_rail(rdma_bed, rail):
         port = 18700 + rail
         srv = bed.spawn("B", ["ib_write_bw", "-d", b.rdma_dev, "-x", "1", "-p", str(port), "-s", "65536", "-D", "3",
                               "-F", "--report_gbits"])
+        wait_listening(bed, "B", port, srv)
         rc, out, err = bed.run("A", ["ib_write_bw", "-d", a.rdma_dev, "-x", "1", "-p", str(port), "-s", "65536",
                                      "-D", "3", "-F", "--report_gbits", b.addr], timeout_s=300)
         assert rc == 0, out + err
