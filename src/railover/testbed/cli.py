@@ -47,6 +47,11 @@ def up_cmd(
                                 help="leave the bed up and exit (remove it with 'railover testbed down')"),
     no_policy_routing: bool = typer.Option(False, "--no-policy-routing",
                                            help="flat layouts: no per-NIC policy routing (main table only)"),
+    rdma: bool = typer.Option(False, "--rdma", help="QEMU guests with Soft-RoCE (rxe) NICs instead of namespaces "
+                                                     "(2 hosts; see docs/RDMA-TESTBED.md)"),
+    rails: int = typer.Option(2, "--rails", help="with --rdma: rail NICs per guest"),
+    kernel: str = typer.Option("6.1", "--kernel", help="with --rdma: guest kernel series, 6.1 or 6.12"),
+    accel: str = typer.Option("auto", "--accel", help="with --rdma: auto, kvm or tcg"),
 ) -> None:
     """Build a test bed, print its topology, and keep it until SIGINT (Ctrl-C) or SIGTERM
     (or --detach)."""
@@ -55,6 +60,12 @@ def up_cmd(
         # ignored, and the ignore survives exec. This command waits for SIGINT to tear down,
         # so it restores the default (KeyboardInterrupt) before the bed's handler chains to it.
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    if rdma:
+        if detach:
+            _fail("--detach is not supported with --rdma (the guests live as long as this command)")
+        from railover.testbed.rdma import cli as _rcli
+        _rcli.up(rails=rails, kernel=kernel, accel=accel, base=base, prefix=prefix, console=_console, fail=_fail)
+        return
     try:
         if no_policy_routing and "flat" not in layout:
             _fail("--no-policy-routing applies to flat layouts only (e.g. --layout T2-flat)")
@@ -99,25 +110,41 @@ def down_cmd(
     if _tb.privilege_mode() == "none":
         _fail("removing namespaces needs root (beds made in user-namespace mode vanish with "
               "their process anyway)")
-    if prefix is not None and prefix not in {i.prefix for i in _tb.list_testbeds()}:
+    from railover.testbed.rdma import bed as _rbed
+    known = {i.prefix for i in _tb.list_testbeds()} | {i.prefix for i in _rbed.list_rdma_beds()}
+    if prefix is not None and prefix not in known:
         _fail(f"no test bed with prefix {prefix!r}", 1)
-    removed = _tb.cleanup_leftovers(prefix, include_live=all_)
+    from railover.testbed.rdma import bed as _rbed
+    removed = _tb.cleanup_leftovers(prefix, include_live=all_) + _rbed.cleanup_rdma_leftovers(prefix, include_live=all_)
     if removed:
         for ns in removed:
             typer.echo(f"removed {ns}")
     else:
         typer.echo("nothing to remove")
-    live = [i for i in _tb.list_testbeds() if i.alive and not i.detached]
+    live = [i for i in _tb.list_testbeds() if i.alive and not i.detached] + \
+        [i for i in _rbed.list_rdma_beds() if i.alive]
     if live and not all_ and prefix is None:
         typer.echo("kept (owner still running; use --all to remove): " +
                    ", ".join(f"{i.prefix} (pid {i.pid})" for i in live), err=True)
 
 
 def list_cmd() -> None:
-    """List test beds: live, detached and leftovers of crashed runs."""
+    """List test beds: live, detached and leftovers of crashed runs (namespace and RDMA beds)."""
+    from railover.testbed.rdma import bed as _rbed
     infos = _tb.list_testbeds()
-    if not infos:
+    rinfos = _rbed.list_rdma_beds()
+    if not infos and not rinfos:
         typer.echo("no test beds")
+        return
+    if rinfos:
+        rt = Table(title="railover RDMA test beds (QEMU guests)")
+        for col in ("prefix", "kernel", "hosts x rails", "owner pid", "state", "QEMU pids", "run dir"):
+            rt.add_column(col)
+        for i in rinfos:
+            rt.add_row(i.prefix, i.kernel or "?", f"{i.hosts}x{i.rails}", str(i.pid or "-"),
+                       "live" if i.alive else "leftover", " ".join(map(str, i.qemu_pids)) or "-", i.run_dir or "-")
+        _console.print(rt)
+    if not infos:
         return
     t = Table(title="railover test beds")
     for col in ("prefix", "layout", "mode", "owner pid", "state", "namespaces"):
@@ -132,7 +159,8 @@ def list_cmd() -> None:
 def register(app: typer.Typer) -> None:
     """Add the ``testbed`` sub-app (up/down/list) to the main Typer ``app``."""
     sub = typer.Typer(no_args_is_help=True,
-                      help="Network-namespace test bed: hosts x NICs wired through per-rail bridges.")
+                      help="Test beds: network namespaces (hosts x NICs wired through per-rail bridges), "
+                           "or with --rdma QEMU guests with Soft-RoCE NICs.")
     sub.command("up")(up_cmd)
     sub.command("down")(down_cmd)
     sub.command("list")(list_cmd)

@@ -1,0 +1,297 @@
+"""Fault primitives of the RDMA test bed, each with ``apply()`` and an exact ``undo()``, in the
+style of :mod:`railover.testbed.faults` (same base class, same life cycle)::
+
+    f = CablePull(bed, "a0").apply()      # or: with CablePull(bed, "a0") as f: ...
+    f.applied_us, f.undone_us             # CLOCK_MONOTONIC µs of the guest the fault acts in
+    f.undo()
+
+Times are on the CLOCK_MONOTONIC of the guest the fault is applied in (``f.guest``), the clock
+the plugin's journal uses inside that guest. Faults run inside the guest read the clock right
+after the change took effect, in the same shell (no extra process). :class:`CablePull` acts in
+QEMU (HMP ``set_link``), outside the guest: its stamp is the host time of the monitor's reply
+mapped onto the guest clock through :meth:`RdmaBed.clock_offset_us`; ``stamp_error_us`` is the
+uncertainty of that mapping (half the best control-port round trip).
+
+Faults:
+
+* :class:`CablePull`: QEMU ``set_link <nic> off`` on one end. Only that guest sees carrier
+  loss (its virtio-net link goes down); the peer's NIC stays up and its frames vanish.
+* :class:`AdminDown`: ``ip link set <if> down`` inside the guest.
+* :class:`Silent`: nftables drop of everything in and out of the NIC (no link event).
+* :class:`OneWay`: nftables drop of packets *leaving* the NIC only.
+* :class:`Rate`: tbf rate limit on the NIC's egress.
+* :class:`Flap`: ``count`` cable pulls of ``down_ms`` each, ``up_ms`` apart (apply returns
+  when the last one was undone; ``cycles`` holds each cycle's guest-clock stamps).
+* :class:`AddrChange`: the NIC's IPv4 address is replaced (the RoCE v2 GID follows it).
+
+Errors: apply() raises :class:`FaultError` naming the command, the guest and its stderr.
+"""
+from __future__ import annotations
+
+import re
+import secrets
+import time
+from typing import List, Optional, Tuple, Union
+
+from railover.testbed.faults import Fault, FaultError
+from railover.testbed.netns import now_us
+from railover.testbed.rdma.bed import RdmaBed, RdmaNic
+
+__all__ = ["FaultError", "GuestFault", "CablePull", "AdminDown", "Silent", "OneWay", "Rate", "Flap",
+           "AddrChange", "guest_link", "nft_tables_in"]
+
+
+class GuestFault(Fault):
+    """Base of RDMA-bed faults on one NIC. ``bed``, ``nic`` (:class:`RdmaNic`), ``guest`` (the
+    host label whose clock ``applied_us``/``undone_us`` use)."""
+
+    def __init__(self, bed: RdmaBed, nic: Union[str, RdmaNic]):
+        super().__init__()
+        self.bed, self.nic = bed, bed.nic(nic)
+        self.guest = self.nic.host
+        self.stamp_error_us = 0
+        self._stamp: Optional[int] = None
+
+    def _namespaces(self) -> List[str]:
+        return []
+
+    def _target(self) -> str:
+        return self.nic.name
+
+    def _sh(self, script: str, what: str) -> int:
+        """Run ``script`` in the guest; it must end by calling ``ro_now``; returns the stamp
+        (µs). Raises FaultError with the guest's stderr."""
+        rc, out, err = self.bed.sh(self.guest, f"set -e\n{script}\nro_now; echo \"RO_STAMP $RO_NOW\"\n", timeout_s=120)
+        m = re.search(r"RO_STAMP (\d+)", out)
+        if rc != 0 or not m:
+            raise FaultError(f"{what} in guest {self.guest} failed (exit {rc}): {err.strip()[-500:]}")
+        return int(m.group(1)) // 1000
+
+    def apply(self) -> "Fault":
+        super().apply()
+        if self._stamp is not None:
+            self.applied_us = self._stamp
+        return self
+
+    def undo(self) -> None:
+        was = self.active
+        super().undo()
+        if was and self._stamp is not None:
+            self.undone_us = self._stamp
+
+
+class CablePull(GuestFault):
+    """CABLE-PULL: the virtual cable of ``nic`` is pulled at that NIC (QEMU HMP ``set_link
+    <netdev> off`` on its guest). The guest sees NO-CARRIER, the peer sees nothing. Undo:
+    ``set_link <netdev> on``."""
+
+    code = "CABLE-PULL"
+
+    def _hmp_stamp(self, state: str) -> int:
+        off, err = self.bed.clock_offset_us(self.guest, samples=3)
+        t0 = now_us()
+        out = self.bed.hmp(self.guest, f"set_link {self.nic.netdev} {state}")
+        t1 = now_us()
+        if out.strip():
+            raise FaultError(f"QEMU set_link {self.nic.netdev} {state} on {self.guest}: {out.strip()}")
+        self.stamp_error_us = err + (t1 - t0)
+        return t0 + off  # the change happens between t0 and t1; stamp its earliest moment
+
+    def _apply(self) -> None:
+        self._stamp = self._hmp_stamp("off")
+
+    def _undo(self) -> None:
+        self._stamp = self._hmp_stamp("on")
+
+
+class AdminDown(GuestFault):
+    """ADMIN-DOWN: ``ip link set <if> down`` in the NIC's guest; undo sets it up (the
+    address stays; the kernel re-adds the connected route)."""
+
+    code = "ADMIN-DOWN"
+
+    def _apply(self) -> None:
+        self._stamp = self._sh(f"ip link set dev {self.nic.ifname} down", "ip link set down")
+
+    def _undo(self) -> None:
+        self._stamp = self._sh(f"ip link set dev {self.nic.ifname} up", "ip link set up")
+
+
+class _NftFault(GuestFault):
+    kind = "nft"
+    rules: Tuple[str, ...] = ()
+
+    def __init__(self, bed: RdmaBed, nic: Union[str, RdmaNic]):
+        super().__init__(bed, nic)
+        self.table = f"ro_{self.kind}_{secrets.token_hex(3)}"
+        self._last_count = 0
+
+    def _rules(self) -> List[Tuple[str, str]]:
+        raise NotImplementedError
+
+    def _apply(self) -> None:
+        body = []
+        for chain, (hook, rule) in enumerate(self._rules()):
+            body.append(f"  chain c{chain} {{\n    type filter hook {hook} priority -300; policy accept;\n"
+                        f"    {rule} counter drop\n  }}\n")
+        # inet family, input/output/forward hooks: rxe's UDP/4791 traffic passes them like any
+        # other locally sent or received packet
+        script = f"table inet {self.table} {{\n{''.join(body)}}}"
+        self._stamp = self._sh(f"nft -f - <<'EOF'\n{script}\nEOF", f"nft add table {self.table}")
+
+    def counter(self) -> int:
+        """Packets dropped by this fault's rules; after undo the count read just before."""
+        if not self.active:
+            return self._last_count
+        rc, out, err = self.bed.run(self.guest, ["nft", "list", "table", "inet", self.table], timeout_s=60)
+        if rc != 0:
+            raise FaultError(f"nft list table {self.table} in {self.guest}: {err.strip()}")
+        return sum(int(x) for x in re.findall(r"counter packets (\d+)", out))
+
+    def _undo(self) -> None:
+        try:
+            self._last_count = self.counter()
+        except FaultError:
+            pass
+        self._stamp = self._sh(f"nft delete table inet {self.table}", f"nft delete table {self.table}")
+
+
+class Silent(_NftFault):
+    """SILENT: every packet into or out of the NIC is dropped by nftables in its guest (no
+    carrier or port event; rxe's UDP/4791 traffic included). Undo deletes the table."""
+
+    code, kind = "SILENT", "silent"
+
+    def _rules(self):
+        i = self.nic.ifname
+        return [("input", f'iifname "{i}"'), ("output", f'oifname "{i}"'), ("forward", f'iifname "{i}"')]
+
+
+class OneWay(_NftFault):
+    """ONEWAY: packets leaving the NIC are dropped; what arrives still gets in."""
+
+    code, kind = "ONEWAY", "oneway"
+
+    def _rules(self):
+        return [("output", f'oifname "{self.nic.ifname}"')]
+
+
+class Rate(GuestFault):
+    """RATE: tbf on the NIC's egress (``rate`` e.g. ``"10mbit"``, ``burst`` bytes, ``latency_ms``
+    queue bound). Undo removes the root qdisc (back to the default)."""
+
+    code = "RATE"
+
+    def __init__(self, bed: RdmaBed, nic: Union[str, RdmaNic], rate: str = "10mbit", burst: int = 32768,
+                 latency_ms: int = 50):
+        super().__init__(bed, nic)
+        if not re.fullmatch(r"\d+(\.\d+)?([kmg]?bit|[kmg]?bps)", rate):
+            raise ValueError(f"bad rate {rate!r} (e.g. 10mbit, 500kbit)")
+        self.rate, self.burst, self.latency_ms = rate, int(burst), int(latency_ms)
+
+    def _target(self) -> str:
+        return f"{self.nic.name} {self.rate}"
+
+    def _apply(self) -> None:
+        self._stamp = self._sh(f"tc qdisc add dev {self.nic.ifname} root tbf rate {self.rate} burst {self.burst} "
+                               f"latency {self.latency_ms}ms", "tc qdisc add tbf")
+
+    def _undo(self) -> None:
+        self._stamp = self._sh(f"tc qdisc del dev {self.nic.ifname} root", "tc qdisc del")
+
+
+class AddrChange(GuestFault):
+    """ADDR-CHANGE: ``nic.addr`` is replaced by ``new_addr`` (same prefix length); rxe's RoCE v2
+    GID follows the address. Undo restores the original address."""
+
+    code = "ADDR-CHANGE"
+
+    def __init__(self, bed: RdmaBed, nic: Union[str, RdmaNic], new_addr: str):
+        super().__init__(bed, nic)
+        if not re.fullmatch(r"\d{1,3}(\.\d{1,3}){3}", new_addr):
+            raise ValueError(f"not an IPv4 address: {new_addr!r}")
+        self.new_addr = new_addr
+
+    def _target(self) -> str:
+        return f"{self.nic.name} {self.nic.addr}->{self.new_addr}"
+
+    def _swap(self, old: str, new: str) -> int:
+        i, p = self.nic.ifname, self.nic.prefixlen
+        return self._sh(f"ip addr del {old}/{p} dev {i}\nip addr add {new}/{p} dev {i}", f"address {old} -> {new}")
+
+    def _apply(self) -> None:
+        self._stamp = self._swap(self.nic.addr, self.new_addr)
+
+    def _undo(self) -> None:
+        self._stamp = self._swap(self.new_addr, self.nic.addr)
+
+
+class Flap(GuestFault):
+    """FLAP: ``count`` cable pulls at the NIC, each ``down_ms`` long and ``up_ms`` apart.
+    apply() returns when the last pull has been undone; ``cycles`` lists ``(down_us, up_us)``
+    on the guest clock; undo() only restores the cable if an apply was interrupted."""
+
+    code = "FLAP"
+
+    def __init__(self, bed: RdmaBed, nic: Union[str, RdmaNic], count: int = 3, down_ms: int = 500,
+                 up_ms: int = 1000):
+        super().__init__(bed, nic)
+        if count < 1 or down_ms < 0 or up_ms < 0:
+            raise ValueError("count >= 1, down_ms >= 0, up_ms >= 0")
+        self.count, self.down_ms, self.up_ms = count, down_ms, up_ms
+        self.cycles: List[Tuple[int, int]] = []
+        self._pull = CablePull(bed, nic)
+
+    def _apply(self) -> None:
+        self.cycles = []
+        for k in range(self.count):
+            self._pull.apply()
+            _hold(self.down_ms)
+            self._pull.undo()
+            assert self._pull.applied_us is not None and self._pull.undone_us is not None
+            self.cycles.append((self._pull.applied_us, self._pull.undone_us))
+            if k + 1 < self.count:
+                _hold(self.up_ms)
+        self.stamp_error_us = self._pull.stamp_error_us
+        self._stamp = self.cycles[0][0]
+
+    def _undo(self) -> None:
+        self._pull.undo()
+        self._stamp = self.cycles[-1][1] if self.cycles else None
+
+
+def _hold(ms: int) -> None:
+    """Keep a fault in place for ``ms`` (the fault's duration, not a synchronisation)."""
+    end = time.monotonic() + ms / 1000.0
+    while True:
+        left = end - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(min(left, 0.05))
+
+
+def guest_link(bed: RdmaBed, nic: Union[str, RdmaNic]) -> dict:
+    """``{"admin_up", "carrier", "operstate", "addrs", "port_state", "gid1"}`` of the NIC as
+    its guest sees it (sysfs and the rxe port)."""
+    n = bed.nic(nic)
+    i, d = n.ifname, n.rdma_dev
+    script = (f"read -r fl </sys/class/net/{i}/flags; read -r op </sys/class/net/{i}/operstate; "
+              f"c=$(cat /sys/class/net/{i}/carrier 2>/dev/null || echo x); "
+              f"read -r ps </sys/class/infiniband/{d}/ports/1/state; read -r g </sys/class/infiniband/{d}/ports/1/gids/1; "
+              f"echo \"$fl|$c|$op|$ps|$g\"; ip -4 -o addr show dev {i}")
+    rc, out, err = bed.sh(n.host, script, timeout_s=60)
+    if rc != 0:
+        raise FaultError(f"reading link state of {n.name} in {n.host}: {err.strip()}")
+    first, *rest = out.strip().split("\n")
+    fl, c, op, ps, g = first.split("|")
+    addrs = [m for line in rest for m in re.findall(r"inet (\d+\.\d+\.\d+\.\d+)/", line)]
+    return {"admin_up": bool(int(fl, 16) & 1), "carrier": c.strip() == "1", "operstate": op.strip(),
+            "addrs": addrs, "port_state": ps.strip(), "gid1": g.strip()}
+
+
+def nft_tables_in(bed: RdmaBed, host: str) -> List[str]:
+    """Names of the nft tables in a guest."""
+    rc, out, err = bed.run(host, ["nft", "list", "tables"], timeout_s=60)
+    if rc != 0:
+        raise FaultError(f"nft list tables in {host}: {err.strip()}")
+    return re.findall(r"table \S+ (\S+)", out)

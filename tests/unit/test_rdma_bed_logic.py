@@ -1,0 +1,107 @@
+"""Logic of the RDMA test bed that needs no guest: argument checks, apt output parsing, the
+accelerator choice, the guest /init script's syntax, and the QEMU command line's wiring."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from railover.testbed.rdma import bed as rbed
+from railover.testbed.rdma import guest, image
+
+
+def test_bad_arguments_name_the_problem():
+    with pytest.raises(ValueError, match="exactly 2 hosts"):
+        rbed.RdmaBed(hosts=3)
+    with pytest.raises(ValueError, match="rails must be 1..8"):
+        rbed.RdmaBed(rails=0)
+    with pytest.raises(ValueError, match="kernel must be one of 6.1, 6.12"):
+        rbed.RdmaBed(kernel="5.10")
+    with pytest.raises(ValueError, match="bad sysctl"):
+        rbed.RdmaBed(sysctls={"net.ipv4.x; reboot": 1})
+    with pytest.raises(image.ImageError, match="unknown kernel series"):
+        image.resolve_packages("4.19")
+
+
+def test_topology_names_addresses_and_peers():
+    bed = rbed.RdmaBed(rails=3, base=7)
+    assert [n.name for n in bed.hosts[0].nics] == ["a0", "a1", "a2"]
+    b2 = bed.nic("b2")
+    assert (b2.ifname, b2.rdma_dev, b2.addr, b2.netdev) == ("eth3", "rxe2", "10.7.2.2", "nic3")
+    assert bed.peer("a1").name == "b1" and bed.peer(b2).name == "a2"
+    assert bed.hosts[1].mgmt_addr == "10.7.200.2"
+    assert bed.rail_env() == {"RAILOVER_IFNAMES": "=eth1,eth2,eth3"}
+    with pytest.raises(KeyError):
+        bed.nic("c0")
+
+
+def test_apt_depends_parser_takes_first_alternative_and_skips_virtual(monkeypatch):
+    out = ("iproute2\n |Depends: debconf\n  Depends: <debconf-2.0>\n    cdebconf\n  Depends: libbpf1\n"
+           "  PreDepends: libc6\nbash\n  PreDepends: libtinfo6\n")
+    monkeypatch.setattr(image, "_run", lambda *a, **k: out)
+    assert image._depends(["iproute2", "bash"]) == {"iproute2": ["debconf", "libbpf1", "libc6"],
+                                                    "bash": ["libtinfo6"]}
+
+
+def test_accel_choice_explains_itself(monkeypatch):
+    assert rbed.choose_accel("tcg") == ("tcg", "requested")
+    with pytest.raises(rbed.RdmaBedError, match="accel must be"):
+        rbed.choose_accel("hvf")
+    monkeypatch.setattr(rbed.os, "access", lambda p, m: False)
+    accel, why = rbed.choose_accel("auto")
+    assert accel == "tcg" and "/dev/kvm" in why
+    with pytest.raises(rbed.RdmaBedError, match="KVM requested but unusable"):
+        rbed.choose_accel("kvm")
+
+
+def test_guest_init_is_valid_bash():
+    r = subprocess.run(["bash", "-n"], input=guest.INIT_SCRIPT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert guest.CTL_PORT_NAME in guest.INIT_SCRIPT
+
+
+def test_qemu_argv_wires_each_nic_to_the_same_nic_of_the_peer(tmp_path):
+    bed = rbed.RdmaBed(rails=2)
+    bed.run_dir = tmp_path
+    bed.accel = "tcg"
+    bed.smp = 1
+    bed.image = image.GuestImage(Path("/k"), Path("/i"), "6.1.0-x", "6.1", "k", {}, False, 0.0)
+    ports = {(h, n): 40000 + 10 * h + n for h in (0, 1) for n in range(3)}
+    a = bed._qemu_argv(bed.hosts[0], ports, tmp_path / "build")
+    b = bed._qemu_argv(bed.hosts[1], ports, tmp_path / "build")
+    for n in range(3):
+        assert f"socket,id=nic{n},udp=127.0.0.1:{40010 + n},localaddr=127.0.0.1:{40000 + n}" in a
+        assert f"socket,id=nic{n},udp=127.0.0.1:{40000 + n},localaddr=127.0.0.1:{40010 + n}" in b
+    cmdline = a[a.index("-append") + 1]
+    assert "ro.addrs=10.0.200.1/24,10.0.0.1/24,10.0.1.1/24" in cmdline and "panic=-1" in cmdline
+    assert "-no-reboot" in a and not any("tap" in x or "bridge" in x for x in a)
+
+
+def test_leftovers_of_a_killed_owner_are_listed_and_removed(tmp_path, monkeypatch):
+    # A stand-in process plays the orphaned QEMU (only the bookkeeping is under test here;
+    # tests/rdma exercise real QEMU teardown).
+    import json
+    from railover.testbed import netns
+    monkeypatch.setenv("RAILOVER_TESTBED_STATE", str(tmp_path / "state"))
+    (tmp_path / "state").mkdir()
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    victim = subprocess.Popen(["sleep", "600"])
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    try:
+        (tmp_path / "state" / "rdma-roabcd.json").write_text(json.dumps({
+            "prefix": "roabcd", "pid": dead.pid, "pid_start": 1, "run_dir": str(run_dir), "kernel": "6.1.0-x",
+            "hosts": 2, "rails": 2, "qemu": [{"host": "A", "pid": victim.pid,
+                                              "start": netns._proc_starttime(victim.pid)}]}))
+        [info] = [i for i in rbed.list_rdma_beds() if i.prefix == "roabcd"]
+        assert not info.alive and info.qemu_pids == [victim.pid]
+        removed = rbed.cleanup_rdma_leftovers()
+        assert victim.wait(10) == -9
+        assert not run_dir.exists() and rbed.list_rdma_beds() == []
+        assert any(str(victim.pid) in line for line in removed)
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+            victim.wait()
