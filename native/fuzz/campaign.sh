@@ -7,11 +7,11 @@
 set -euo pipefail
 build=$(realpath "$1"); out=$(realpath -m "$2"); runs=$3; maxt=$4; shift 4
 here=$(dirname "$(realpath "$0")")
-targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(handle hello frame probe recv)
+targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(handle hello frame probe recv send)
 for t in "${targets[@]}"; do
   d=$out/$t; mkdir -p "$d/corpus"
   cp -n "$here/corpus/$t/"* "$d/corpus/" 2>/dev/null || true
-  maxlen=4096; [ "$t" = recv ] && maxlen=1024
+  maxlen=4096; case $t in recv|send) maxlen=1024 ;; esac
   start=$(date +%s)
   (cd "$d" && nice -n 10 "$build/fuzz_$t" -jobs=1 -workers=1 -runs="$runs" -max_total_time="$maxt" \
      -max_len=$maxlen -print_final_stats=1 -artifact_prefix="$d/" corpus >/dev/null 2>&1) || true

@@ -86,6 +86,23 @@ def recv_raw(name, nrecv, caps, paths, max_read=0, short_every=1, post=None):
     write("recv", name, f.build())
 
 
+def send_seed(name, streams, sizes, conns, max_write=0, post=None):
+    """conns: (eof, reply bytes) for each connection the sender opens, in order."""
+    f = Fdp()
+    f.int(1, 3, streams)
+    f.int(0, 96, max_write)
+    f.int(1, 64, 32)  # reply bytes arriving per round: one frame
+    f.int(1, 8, len(sizes))
+    f.int(1, len(sizes), post or len(sizes))
+    for s in sizes:
+        f.int(0, 4096, s)
+    for eof, reply in conns:
+        f.bool(eof)
+        f.int(0, 512, len(reply))
+        f.front += reply
+    write("send", name, f.build())
+
+
 def data(seq, off, payload, total):
     return frame(DATA, ln=len(payload), seq=seq, off=off, total=total) + payload
 
@@ -135,6 +152,16 @@ def main():
     recv_raw("reconnect_new_generation", 1, [64], [(0, 0, 0, [(False, False, frame(RESUME) + data(0, 0, m1[:30], 64))]),
                                                    (0, 1, 1, [(False, False, frame(RESUME) + data(0, 0, m1[:64], 64))])])
     recv_raw("zero_size_and_truncation", 2, [0, 16], [(0, 0, 0, [(False, True, frame(RESUME) + data(0, 0, b"", 0) + data(1, 0, m1[:32], 32))])])
+    # send path: the receiver's answers on each connection the sender opens (primary first)
+    ok = frame(RESUME_ACK, seq=0) + frame(ACK, seq=1) + frame(ACK, seq=2) + frame(ACK, seq=3)
+    send_seed("acked", 1, [1000, 0, 300], [(False, ok), (False, b"")])
+    send_seed("acked_two_streams_short_writes", 2, [3000, 700], [(False, ok), (False, b""), (False, b""), (False, b"")],
+              max_write=40, post=1)
+    send_seed("primary_breaks_then_standby", 1, [500, 500],
+              [(True, frame(RESUME_ACK, seq=0) + frame(ACK, seq=1)), (False, frame(RESUME_ACK, seq=1) + frame(ACK, seq=2))])
+    send_seed("nack", 1, [100], [(False, frame(NACK, seq=1)), (False, frame(RESUME_ACK, seq=0) + frame(ACK, seq=1))])
+    send_seed("close_and_overack", 1, [100, 100], [(False, frame(RESUME_ACK, seq=0) + frame(ACK, seq=9)),
+                                                    (False, frame(CLOSE))])
     # receive path, structured mode: any bytes make a valid stream; a few shapes
     for i, tail in enumerate((b"\x01", b"\x07\x03\x05\x00\x01\x01", b"\x40\x10\x20\x30\x01\x05\x03\x07\x02\x01")):
         write("recv", "structured_%d" % i, bytes(range(i * 7, i * 7 + 24)) + tail)
