@@ -1,4 +1,5 @@
 #include "health/health.h"
+#include "health/probe_wire.h"
 
 #include <arpa/inet.h>
 #include <linux/netlink.h>
@@ -32,10 +33,8 @@ namespace {
 
 constexpr int kMaxPairs = 4096;
 constexpr int kMaxNics = 16;
-constexpr uint8_t kFlagBig = 1;     // full-size probe (size-dependent loss check)
-constexpr uint8_t kFlagNotice = 2;  // "my NIC with this address is down"
-constexpr uint8_t kFlagAddrChange = 4;  // "my NIC moved from this address to that one"
-constexpr size_t kBigProbeBytes = 4000;
+using probe::kBigProbeBytes;
+using probe::kFlagBig;
 
 struct Pair {
   std::atomic<bool> used{false};  // read without mu by the burst check in run()
@@ -298,17 +297,13 @@ class Monitor : public Health {
               addrToString(newA).c_str(), err.c_str());
     }
     if (gAddrHook) gAddrHook(i, newA, len);
-    uint8_t buf[wire::kFrameBytes + 40] = {};
-    wire::Frame f;
-    f.type = wire::kProbe;
-    f.flags = kFlagAddrChange;
-    f.len = 40;
-    wire::encodeFrame(f, buf);
-    uint8_t* b = buf + wire::kFrameBytes;
-    b[0] = newA.ss_family == AF_INET ? 4 : 6;
-    putAddr(b + 4, oldA);
-    putAddr(b + 20, newA);
-    b[36] = (uint8_t)(ports[i] & 0xff), b[37] = (uint8_t)(ports[i] >> 8);
+    uint8_t buf[wire::kFrameBytes + probe::kAddrChangeBytes];
+    probe::AddrChange c;
+    c.family = newA.ss_family == AF_INET ? 4 : 6;
+    putAddr(c.oldAddr, oldA);
+    putAddr(c.newAddr, newA);
+    c.port = ports[i];
+    probe::encodeAddrChange(c, buf);
     std::lock_guard<std::mutex> g(mu);
     for (Pair& p : live())
       if (p.used && nicState[p.nic].udp >= 0)
@@ -321,15 +316,11 @@ class Monitor : public Health {
   void sendNotices(int down) {
     socklen_t l;
     sockaddr_storage a = nics[down].getAddr(&l);
-    uint8_t buf[wire::kFrameBytes + 32] = {};
-    wire::Frame f;
-    f.type = wire::kProbe;
-    f.flags = kFlagNotice;
-    f.len = 32;
-    wire::encodeFrame(f, buf);
-    buf[wire::kFrameBytes] = a.ss_family == AF_INET ? 4 : 6;
-    if (a.ss_family == AF_INET) memcpy(buf + wire::kFrameBytes + 4, &((sockaddr_in&)a).sin_addr, 4);
-    else memcpy(buf + wire::kFrameBytes + 4, &((sockaddr_in6&)a).sin6_addr, 16);
+    uint8_t buf[wire::kFrameBytes + probe::kNoticeBytes];
+    probe::NicNotice notice;
+    notice.family = a.ss_family == AF_INET ? 4 : 6;
+    putAddr(notice.addr, a);
+    probe::encodeNotice(notice, buf);
     for (Pair& p : live())
       if (p.used && p.nic != down && nicState[p.nic].up.load() && nicState[p.nic].udp >= 0)
         sendto(nicState[p.nic].udp, buf, sizeof(buf), MSG_DONTWAIT, (sockaddr*)&p.remote, p.len);
@@ -354,30 +345,23 @@ class Monitor : public Health {
       socklen_t fl = sizeof(from);
       ssize_t n = recvfrom(nicState[nic].udp, buf, sizeof(buf), MSG_DONTWAIT, (sockaddr*)&from, &fl);
       if (n < 0) return;
-      if ((size_t)n < wire::kFrameBytes) continue;
-      wire::Frame f;
+      probe::Datagram d;
       std::string err;
-      if (!wire::decodeFrame(buf, &f, &err) || (f.type != wire::kProbe && f.type != wire::kProbeAck)) continue;
+      if (!probe::decodeDatagram(buf, (size_t)n, &d, &err)) continue;
       uint64_t now = nowUs();
-      if (f.type == wire::kProbe && (f.flags & kFlagNotice)) {
-        if ((size_t)n < wire::kFrameBytes + 20) continue;
-        sockaddr_storage gone{};
-        uint8_t fam = buf[wire::kFrameBytes];
-        gone.ss_family = fam == 4 ? AF_INET : AF_INET6;
-        if (fam == 4) memcpy(&((sockaddr_in&)gone).sin_addr, buf + wire::kFrameBytes + 4, 4);
-        else memcpy(&((sockaddr_in6&)gone).sin6_addr, buf + wire::kFrameBytes + 4, 16);
+      if (d.kind == probe::Kind::kNotice) {
+        sockaddr_storage gone;
+        getAddr(d.notice.addr, d.notice.family, &gone);
         std::lock_guard<std::mutex> g(mu);
         for (Pair& p : live())
           if (p.used && sameIp(p.remote, gone)) setPairDown(p, "peer reported its NIC " + addrToString(gone) + " down", now, true);
         continue;
       }
-      if (f.type == wire::kProbe && (f.flags & kFlagAddrChange)) {
-        if ((size_t)n < wire::kFrameBytes + 40) continue;
-        const uint8_t* b = buf + wire::kFrameBytes;
+      if (d.kind == probe::Kind::kAddrChange) {
         sockaddr_storage oldA, newA;
-        getAddr(b + 4, b[0], &oldA);
-        getAddr(b + 20, b[0], &newA);
-        uint16_t port = (uint16_t)(b[36] | (b[37] << 8));
+        getAddr(d.change.oldAddr, d.change.family, &oldA);
+        getAddr(d.change.newAddr, d.change.family, &newA);
+        uint16_t port = d.change.port;
         setPortOf(&oldA, port);
         setPortOf(&newA, port);
         std::lock_guard<std::mutex> g(mu);

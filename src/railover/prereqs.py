@@ -18,13 +18,14 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 #: ``taskset``/``ps``); ``build``: compiling the plugin and railover-perf when pip builds the
 #: package; ``test``: the C++ unit tests (GoogleTest), the plugin checks (``nm``,
 #: ``readelf``) and the RDMA test bed (QEMU guests with Soft-RoCE; libibverbs-dev builds
-#: railover-verbs-probe, which must be installed before pip builds the package).
+#: railover-verbs-probe, which must be installed before pip builds the package), and clang with
+#: its libFuzzer/sanitizer runtimes for the fuzz targets (docs/RELIABILITY.md).
 PACKAGES: Dict[str, List[str]] = {
     "python": ["python3", "python3-pip", "python3-venv"],
     "run": ["iproute2", "nftables", "iperf3", "util-linux", "procps"],
     "build": ["build-essential", "cmake", "ninja-build"],
     "test": ["libgtest-dev", "binutils", "qemu-system-x86", "libibverbs-dev", "ibverbs-providers", "cpio",
-             "kmod", "dpkg"],
+             "kmod", "dpkg", "clang", "llvm", "libclang-rt-14-dev"],
 }
 
 #: program -> (Debian package, what railover uses it for). Queueing disciplines (rate
