@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "common/clock.h"
+#include "common/tuning.h"
 
 namespace railover {
 namespace {
@@ -33,7 +34,7 @@ ncclDebugLogLevel eventWarnLevel(unsigned* suppressed) {
   std::lock_guard<std::mutex> g(mu);
   uint64_t now = nowUs();
   *suppressed = 0;
-  if (now - windowStartUs >= 1000000) {
+  if (now - windowStartUs >= tuning::kEventWarnWindowUs) {
     *suppressed = demoted;
     windowStartUs = now, inWindow = 0, demoted = 0;
   }

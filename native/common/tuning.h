@@ -29,9 +29,18 @@ constexpr uint32_t kFirstBackoffMs = 100;
 // failback right after the primary connects.
 constexpr uint64_t kPrimaryPreferenceAtConnectUs = 1000000;
 
-// A failed path whose next attempt is more than this away is retried at once when its NIC
-// and NIC pair are seen up again, µs (1 ms: "not already due").
-constexpr uint64_t kRetryNowSlackUs = 1000;
+// After the receiver's CLOSE, how long the sender keeps reading the active path's stream 0 for
+// ACKs sent before that CLOSE (they may still be in flight on that stream while the CLOSE
+// arrived on another stream or rail), µs (1 s: many round trips, short for a closing comm).
+constexpr uint64_t kCloseDrainUs = 1000000;
+
+// Peer-gone check (receiver): a liveness connect to the sender's listener that gets no answer
+// at all within this is inconclusive (a network fault, not evidence the process exited), µs
+// (3 s, the same bound as a path connect); inconclusive checks are retried after
+// kLivenessRetryUs, and after kLivenessRoundUs once every rail answered.
+constexpr uint64_t kLivenessTimeoutUs = 3000000;
+constexpr uint64_t kLivenessRetryUs = 100000;
+constexpr uint64_t kLivenessRoundUs = 500000;
 
 // After this many hold-downs without a flap the flap-grown hold-down of a path halves
 // (hold-downs; the doubling on every flap is undone step by step on a stable path).
@@ -75,6 +84,10 @@ constexpr int kHelperThreadNice = -10;
 // A NIC pair that is down is declared up again only after probes answered for this many
 // probe intervals (hysteresis against a pair flapping on one lucky answer).
 constexpr uint64_t kPairUpAfterIntervals = 2;
+
+// The health thread journals its late wake-ups (health_late) at most once per this, µs (1 s):
+// on a busy host every round may be late, and the journal must not grow with the load.
+constexpr uint64_t kHealthLateLogIntervalUs = 1000000;
 
 // Longest wait for the kernel's neighbour (ARP/ND) dump when flushing unresolved entries at a
 // NIC repair, µs (100 ms; the health thread must not block longer).

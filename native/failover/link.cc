@@ -21,6 +21,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/tuning.h"
 #include "health/health.h"
 #include "plugin/runtime.h"
 #include "telemetry/journal.h"
@@ -145,7 +146,7 @@ void startSweeper() {
   std::thread([] {
     // Like the health thread: best effort ahead of busy-polling threads, silently normal
     // without privilege.
-    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), -10);
+    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), tuning::kHelperThreadNice);
     uint64_t seen = 0;
     while (true) {
       {
@@ -153,13 +154,13 @@ void startSweeper() {
         sweepState().cv.wait(lk, [&] { return sweepState().kicks != seen; });
         seen = sweepState().kicks;
       }
-      uint64_t until = nowUs() + 1000000;
+      uint64_t until = nowUs() + tuning::kSweeperWindowUs;
       while (sweepLinks() > 0 && nowUs() < until) {
         std::unique_lock<std::mutex> lk(sweepState().mu);
         // Next pass in 1 ms, or at once when health changes again (which extends the window).
-        if (sweepState().cv.wait_for(lk, std::chrono::milliseconds(1), [&] { return sweepState().kicks != seen; })) {
+        if (sweepState().cv.wait_for(lk, std::chrono::milliseconds(tuning::kSweeperPassMs), [&] { return sweepState().kicks != seen; })) {
           seen = sweepState().kicks;
-          until = nowUs() + 1000000;
+          until = nowUs() + tuning::kSweeperWindowUs;
         }
       }
     }
@@ -521,7 +522,7 @@ void SendLink::advanceConnect(Path& p, uint64_t now) {
     s.connected = true;
   }
   if (!all) {
-    if (now - p.attemptStartUs > 3000000) failPath(p, "connect timed out after 3 s", now);
+    if (now - p.attemptStartUs > tuning::kConnectTimeoutUs) failPath(p, "connect timed out after 3 s", now);
     return;
   }
   p.state = PathState::kStandby;
@@ -560,7 +561,7 @@ void SendLink::failPath(Path& p, const std::string& why, uint64_t now) {
     journal::flap(secret, nicName(p.localNic), p.flaps, p.holdDownMs);
   }
   p.failedAtUs = now;
-  p.backoffMs = p.backoffMs ? std::min<uint32_t>(p.backoffMs * 2, cfg.backoffMaxMs) : 100;
+  p.backoffMs = p.backoffMs ? std::min<uint32_t>(p.backoffMs * 2, cfg.backoffMaxMs) : tuning::kFirstBackoffMs;
   p.nextAttemptUs = now + (uint64_t)p.backoffMs * 1000;
   if (wasUsable) {
     // Detection as the engine saw it (active path): from its last data progress to the verdict.
@@ -602,7 +603,7 @@ int SendLink::pickStandby() const {
     return primary;
   // At connect, give the primary a moment to finish before settling for a standby (which
   // would mean a failback right after connect).
-  if (active < 0 && counters.resumes == 0 && pr.state == PathState::kConnecting && now - createdUs < 1000000) return -1;
+  if (active < 0 && counters.resumes == 0 && pr.state == PathState::kConnecting && now - createdUs < tuning::kPrimaryPreferenceAtConnectUs) return -1;
   // Spread comms over the surviving NICs: rotate the start by the comm's secret.
   int n = (int)paths.size();
   for (int k = 0; k < n; ++k) {
@@ -853,7 +854,7 @@ void SendLink::slowTick(uint64_t now) {
       if (!pollPeerClose(p, now, &err) || peerClosed) failPath(p, peerClosed ? closedCause : "standby: " + err, now);
     }
     if ((p.state == PathState::kStandby || p.state == PathState::kActive) && p.holdDownMs > cfg.holdDownMs &&
-        now - std::max(p.restoredUs, p.decayedUs) > 4ULL * p.holdDownMs * 1000) {
+        now - std::max(p.restoredUs, p.decayedUs) > tuning::kHoldDownDecayPeriods * p.holdDownMs * 1000) {
       p.holdDownMs = std::max(cfg.holdDownMs, p.holdDownMs / 2);  // stable for 4 hold-downs: shrink it again
       p.decayedUs = now;
     }
@@ -926,14 +927,14 @@ void SendLink::progress(bool fromSweeper) {
   // no chance to show progress: restart the stall clock instead of blaming the path. The
   // sweeper's calls are not the caller coming back (they follow a health change).
   if (!fromSweeper) {
-    if (now - lastCallUs_ > (uint64_t)Runtime::get().cfg.stallMs * 500) lastProgressUs_ = std::max(lastProgressUs_, now);
+    if (now - lastCallUs_ > (uint64_t)Runtime::get().cfg.stallMs * tuning::kCallGapUsPerStallMs) lastProgressUs_ = std::max(lastProgressUs_, now);
     lastCallUs_ = now;
   }
   if (peerClosed) {  // the receiver closed the comm: only its last ACKs are still read
     drainClosing(now);
     return;
   }
-  if (now - lastSlowTickUs >= 1000 || active < 0 || (hl && hl->epoch() != seenEpoch)) slowTick(now);
+  if (now - lastSlowTickUs >= tuning::kSlowTickUs || active < 0 || (hl && hl->epoch() != seenEpoch)) slowTick(now);
   for (int guard = 0; guard < 4 && active >= 0; ++guard) {
     Path& p = paths[active];
     std::string err;
@@ -998,7 +999,7 @@ void SendLink::onPeerClosed(const std::string& cause) {
     // The active path's stream 0 stays open for reading (drainClosing): ACKs the receiver sent
     // before its CLOSE may still be on their way there while the CLOSE already arrived on
     // another stream or rail.
-    if (i == active && !p.streams.empty() && p.streams[0].conn && now - closingSinceUs_ < 1000000) continue;
+    if (i == active && !p.streams.empty() && p.streams[0].conn && now - closingSinceUs_ < tuning::kCloseDrainUs) continue;
     p.closeAll();
     p.state = PathState::kClosed;
     p.lastError = cause;
@@ -1011,7 +1012,7 @@ void SendLink::drainClosing(uint64_t now) {
   Path& p = paths[active];
   std::string err;
   // Ends at the receiver's CLOSE or EOF on this stream (its ACKs come before), or after 1 s.
-  if (!readControl(p, now, &err) || now - closingSinceUs_ >= 1000000) {
+  if (!readControl(p, now, &err) || now - closingSinceUs_ >= tuning::kCloseDrainUs) {
     p.closeAll();
     p.state = PathState::kClosed;
     p.lastError = closedCause;
@@ -1233,14 +1234,14 @@ void RecvLink::checkPeerGone(uint64_t now) {
         writeAll(*p.live, buf, sizeof(buf), &err);
         p.live.reset();
         for (auto& q : paths) q.liveResult = 0, q.live.reset();
-        liveNextUs_ = now + 500000;
+        liveNextUs_ = now + tuning::kLivenessRoundUs;
         return;
       }
       if (r < 0) {
         p.live.reset();
         if (err.find("refused") != std::string::npos) p.liveResult = -1;
-        else liveNextUs_ = now + 100000;  // inconclusive (no route, timeout): try again
-      } else if (now - p.liveStartUs > 3000000) {
+        else liveNextUs_ = now + tuning::kLivenessRetryUs;  // inconclusive (no route, timeout): try again
+      } else if (now - p.liveStartUs > tuning::kLivenessTimeoutUs) {
         p.live.reset();  // no answer at all: a network fault, not evidence either way
       }
     }
@@ -1321,7 +1322,7 @@ bool RecvLink::readControl(Path& p, int idx, uint64_t now, std::string* err) {
 }
 
 bool RecvLink::readData(Path& p, Stream& s, std::string* err) {
-  uint64_t budget = 8 << 20;  // bytes per stream per pass, so other streams get their turn
+  uint64_t budget = tuning::kRecvBudgetBytesPerPass;  // bytes per stream per pass, so other streams get their turn
   while (budget > 0) {
     if (!s.haveHdr) {
       ssize_t n = s.conn->read(s.rhdr + s.rhdrGot, wire::kFrameBytes - s.rhdrGot, err);
@@ -1383,7 +1384,7 @@ bool RecvLink::readData(Path& p, Stream& s, std::string* err) {
       if (discard) {
         // Allocated on first use: only a RESUME produces such chunks, and 256 KiB per receive
         // comm would be most of a comm's memory.
-        if (scratch_.empty()) scratch_.resize(256 << 10);
+        if (scratch_.empty()) scratch_.resize(tuning::kDiscardBufferBytes);
         want = std::min<uint64_t>(want, scratch_.size());
         dst = scratch_.data();
       } else {
@@ -1447,7 +1448,7 @@ void RecvLink::slowTick(uint64_t now) {
 void RecvLink::progress() {
   uint64_t now = nowUs();
   Health* hl = Health::get();
-  if (now - lastSlowTickUs >= 1000 || active < 0 || (hl && hl->epoch() != seenEpoch)) slowTick(now);
+  if (now - lastSlowTickUs >= tuning::kSlowTickUs || active < 0 || (hl && hl->epoch() != seenEpoch)) slowTick(now);
   if (active < 0) return;
   Path& p = paths[active];
   std::string err;

@@ -23,6 +23,7 @@
 #include "common/config.h"
 #include "common/log.h"
 #include "health/rules.h"
+#include "common/tuning.h"
 #include "plugin/devices.h"
 #include "telemetry/journal.h"
 #include "transport/tcp/socket.h"
@@ -206,7 +207,7 @@ class Monitor : public Health {
     if (neighFlushDenied) return 0;
     int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
     if (fd < 0) return 0;
-    timeval tv{0, 100000};
+    timeval tv{0, tuning::kNeighFlushTimeoutUs};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     struct {
       nlmsghdr h;
@@ -397,7 +398,7 @@ class Monitor : public Health {
           if (pr.big) p.burstBigAnswered++;
           else p.burstSmallAnswered++;
         }
-        if (!p.up.load() && nicState[nic].up.load() && now - p.downSinceUs > 2ULL * cfg.probeIntervalMs * 1000)
+        if (!p.up.load() && nicState[nic].up.load() && now - p.downSinceUs > tuning::kPairUpAfterIntervals * cfg.probeIntervalMs * 1000)
           setPairUp(p, now);
       }
     }
@@ -418,7 +419,7 @@ class Monitor : public Health {
       lateMaxUs = std::max(lateMaxUs, credit);
       for (Pair& p : live())
         if (p.used && p.lastAckUs) p.lastAckUs = std::min(now, p.lastAckUs + credit);
-      if (credit > detect / 2 && now - lastLateLogUs > 1000000) {
+      if (credit > detect / 2 && now - lastLateLogUs > tuning::kHealthLateLogIntervalUs) {
         lastLateLogUs = now;
         journal::health_late(credit, lateRounds, lateMaxUs);
       }
@@ -560,7 +561,7 @@ class Monitor : public Health {
   void run() {
     // Detection must not starve behind busy-polling progress threads: best effort, a higher
     // priority for this (mostly sleeping) thread; silently kept at normal without privilege.
-    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), -10);
+    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), tuning::kHelperThreadNice);
     int ep = epoll_create1(EPOLL_CLOEXEC);
     ep_ = ep;
     epoll_event ev{};

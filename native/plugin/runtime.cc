@@ -10,6 +10,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/tuning.h"
 #include "failover/link.h"
 #include "health/health.h"
 #include "telemetry/journal.h"
@@ -145,7 +146,7 @@ void Runtime::acceptLoop() {
   };
   epoll_event evs[64];
   while (true) {
-    int n = epoll_wait(ep, evs, 64, 500);
+    int n = epoll_wait(ep, evs, 64, tuning::kAcceptorWaitMs);
     uint64_t now = nowUs();
     for (int i = 0; i < n; ++i) {
       uint64_t tag = evs[i].data.u64;
@@ -217,7 +218,7 @@ void Runtime::acceptLoop() {
     }
     // A HELLO must arrive within 5 s; stray connections are not kept open.
     for (auto it = pending.begin(); it != pending.end();) {
-      if (now - it->second.startUs > 5000000) {
+      if (now - it->second.startUs > tuning::kHelloTimeoutUs) {
         int fd = it->first;
         RO_WARN("railover: dropping connection from %s on NIC %s: no HELLO within 5 s",
                 addrToString(it->second.peer).c_str(), nics[it->second.nic].name.c_str());
