@@ -452,7 +452,7 @@ SendLink* SendLink::create(int dev, const wire::Handle& h, std::string* err) {
   }
   l->peerName = addrToString(l->paths[0].remote);
   if (l->paths.size() == 1 && rt.cfg.standby != StandbyPolicy::kNone) {
-    // S-05: say once per NIC that its connections cannot fail over, and why.
+    // A comm without a standby path: say once per NIC that its connections cannot fail over, and why.
     static std::mutex warnMu;
     static std::vector<int> warned;
     std::lock_guard<std::mutex> g(warnMu);

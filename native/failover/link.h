@@ -7,7 +7,7 @@
 //        ^                                               |                              |
 //        +------ back-off retry (capped) <--- FAILED <---+------ error / pair down -----+
 //
-// Delivery rules (ARCHITECTURE.md invariants 1-3):
+// Delivery rules (docs/DESIGN.md, invariants 1-3):
 //  * the k-th isend lands in the k-th irecv's buffer exactly once, in order;
 //  * a send completes only when the receiver acknowledged the whole message (cumulative ACK);
 //  * before data moves on a newly activated path the sender sends RESUME(first unacked seq)

@@ -526,7 +526,7 @@ TEST_F(Engine, NoUsablePathIsAFatalErrorAfterTheTimeout) {
 
 TEST_F(Engine, PeerProcessGoneOnEveryRailIsAnErrorAtOnce) {
   connectComm();
-  // S-12 KILL: every path is reset and the peer refuses new connections on every NIC. That is
+  // A killed peer process: every path is reset and the peer refuses new connections on every NIC. That is
   // a dead process, not a NIC fault: error at once, not after RAILOVER_FATAL_TIMEOUT. The
   // timeout is set far (30 s) so "at once" and "after the timeout" stay apart on a busy host,
   // and the time is measured from the fault, not from the start: the 30 messages before it

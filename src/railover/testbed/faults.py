@@ -1,4 +1,5 @@
-"""Fault primitives of SCENARIOS.md section 0.2, each with ``apply()`` and an exact ``undo()``.
+"""Fault primitives (the link faults of the field: port or host NIC down, silent black hole,
+one-way loss, loss, rate limit, address change, killed or stopped process), each with ``apply()`` and an exact ``undo()``.
 
 Every fault is an object::
 
@@ -20,8 +21,7 @@ nftables binding on PyPI, and Debian's ``python3-nftables`` only serves the syst
 
 Where a drop happens matters: a rule in a host's ``output`` hook is *local* — the sending
 kernel sees NF_DROP, so ``sendto()`` on UDP returns EPERM and TCP retries on its next
-transmit attempt instead of waiting for an RTO. That is the SCENARIOS.md primitive, and the
-default here. ``Loss`` and ``OneWay`` also accept ``at="switch"`` to drop in the fabric
+transmit attempt instead of waiting for an RTO. That is the default here. ``Loss`` and ``OneWay`` also accept ``at="switch"`` to drop in the fabric
 bridge instead, which the sender cannot notice (like a real lossy cable or switch).
 """
 from __future__ import annotations
@@ -52,8 +52,8 @@ class FaultError(TestBedError):
 # --------------------------------------------------------------------------- base
 
 class Fault:
-    """Base class. Subclasses implement ``_apply``/``_undo``; ``code`` is the SCENARIOS.md
-    name (``HOST-DOWN``, ``SILENT`` ...)."""
+    """Base class. Subclasses implement ``_apply``/``_undo``; ``code`` is the fault's short
+    name in reports (``HOST-DOWN``, ``SILENT`` ...)."""
 
     code = "FAULT"
 
@@ -321,7 +321,7 @@ def _check_ip(a: str) -> str:
 
 class OneWay(NftFault):
     """ONEWAY x->y: packets leaving ``src_nic`` for ``dst`` (an address or a Nic) are
-    dropped; the reverse direction works. ``at="host"`` (default, SCENARIOS.md): inet table,
+    dropped; the reverse direction works. ``at="host"`` (default): inet table,
     output hook, in the source host netns. ``at="switch"``: bridge table in the fabric netns
     on frames entering from the source's port (invisible to the sender)."""
 

@@ -1,6 +1,6 @@
 """Network-namespace test bed: H hosts x M NICs wired through per-rail bridges.
 
-Layout (SCENARIOS.md section 0.1)::
+Layout::
 
     host netns  <prefix>-nsA        fabric netns <prefix>-nsF          host netns <prefix>-nsB
       <prefix>a0 ==== veth ==== <prefix>swA0 --[br0]-- <prefix>swB0 ==== veth ==== <prefix>b0
@@ -22,7 +22,7 @@ Layout (SCENARIOS.md section 0.1)::
 Every run gets a random prefix ``ro<4 chars>`` used in namespace names
 (``<prefix>-nsA``, ``<prefix>-nsF``) and in host/port interface names (``<prefix>a0``,
 ``<prefix>swA0``), so parallel runs never collide. Bridges are called ``br<r>``; they only
-ever exist inside the private fabric namespace. The logical names of SCENARIOS.md
+ever exist inside the private fabric namespace. The logical names
 (``a0``, ``swA0``, ``A``) are kept as :attr:`Nic.name` / :attr:`Host.name` and accepted by
 :meth:`TestBed.nic` and :meth:`TestBed.host`.
 
