@@ -247,6 +247,21 @@ def fd_kinds(pid: int) -> Dict[str, int]:
     return out
 
 
+def sockets(tb: TestBed, procs: Dict[int, Any]) -> Dict[str, List[str]]:
+    """Every rank's sockets as ``ss -tuanpe`` lists them in its host (state, addresses), so
+    a changed fd count can be told apart (a leak, a listener, a reconnect in progress)."""
+    out: Dict[str, List[str]] = {}
+    for r, p in sorted(procs.items()):
+        host = r % len(tb.hosts)
+        try:
+            rc, text, _ = tb.run_collect(host, ["ss", "-tuanpe"], timeout_s=20)
+        except Exception as e:  # diagnostics only
+            out[str(r)] = [f"ss failed: {e}"]
+            continue
+        out[str(r)] = [" ".join(line.split()[:6]) for line in text.splitlines() if f"pid={p.pid}," in line]
+    return out
+
+
 def sample(procs: Dict[int, Any], kinds: bool = False) -> Dict[str, Any]:
     """RSS (KiB), open fds and threads of every rank process, with a CLOCK_MONOTONIC µs stamp;
     with ``kinds`` also the fds by kind."""
@@ -439,6 +454,7 @@ def soak(duration_s: float, out: Path, layout: str = "T2", seed: Optional[int] =
         try:
             lr.wait_for(lambda: now_us() - t_start >= warmup_s * 1e6, warmup_s + 5)
             start_sample = sample(lr.procs, kinds=True)
+            start_sample["sockets"] = sockets(tb, lr.procs)
             samples.append(start_sample)
             last_sample = time.monotonic()
             stop_at = end_us - int(settle_s * 1e6)
@@ -468,6 +484,7 @@ def soak(duration_s: float, out: Path, layout: str = "T2", seed: Optional[int] =
                        for r, v in start_sample["ranks"].items() for k in ("fds", "threads"))
         settle_ok = lr.wait_for(settled, min(60.0, max(1.0, (end_us - now_us()) / 1e6 - 5)), interval_s=0.5)
         end_sample = sample(lr.procs, kinds=True)
+        end_sample["sockets"] = sockets(tb, lr.procs)
         samples.append(end_sample)
         res = lr.finish(check=False)
     perf = res.perf
@@ -504,7 +521,14 @@ def soak(duration_s: float, out: Path, layout: str = "T2", seed: Optional[int] =
             growth.append(f"rank {r}: RSS {v['rss_kib']} -> {e.get('rss_kib')} KiB (tolerance +{tol} KiB)")
         for k in ("fds", "threads"):
             if e.get(k) != v[k]:
-                growth.append(f"rank {r}: {k} {v[k]} -> {e.get(k)}")
+                msg = f"rank {r}: {k} {v[k]} -> {e.get(k)}"
+                if k == "fds":
+                    # name what is new: listeners and bound UDP sockets keep their address
+                    fixed = lambda ss: {x for x in ss.get(r, []) if x.startswith(("tcp LISTEN", "udp"))}
+                    new = sorted(fixed(end_sample.get("sockets", {})) - fixed(start_sample.get("sockets", {})))
+                    if new:
+                        msg += " (new: " + "; ".join(new) + ")"
+                growth.append(msg)
     per_kind: Dict[str, Any] = {}
     for k in kinds:
         rs = [x for x in records if x["kind"] == k]
