@@ -82,7 +82,7 @@ def test_soak_two_minutes_clean(tmp_path: Path):
     assert res["failovers"] >= 1 and res["failbacks"] >= 1, (res["failovers"], res["failbacks"])
     assert sum(v["with_failover"] for v in res["per_kind"].values()) >= 1
     # The ranks ran for the whole duration and every rank's counters were sampled.
-    assert res["run_s"] >= 115, res["run_s"]
+    assert min(res["run_s"].values()) >= 115, res["run_s"]
     assert res["rank_exit_codes"] == [0, 0]
     assert set(res["counters"]) == {"0", "1"}
     for v in res["counters"].values():

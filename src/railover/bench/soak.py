@@ -314,6 +314,37 @@ def gaps(buckets: Sequence[Tuple[int, int]], min_ms: int) -> List[Tuple[int, int
     return out
 
 
+def file_gaps(path: Path, min_ms: int) -> Tuple[List[Tuple[int, int]], Optional[int], Optional[int]]:
+    """:func:`gaps` of a driver ``--timeseries`` CSV, read line by line (an hour is 3.6 M
+    buckets per rank: too many to hold as Python tuples). Returns ``(gaps, first_us,
+    end_us)``; ``(.., None, None)`` when the file is missing or has no bucket."""
+    def buckets():
+        with open(path) as f:
+            for line in f:
+                if line.startswith("bytes,"):
+                    _, t, b, _r = line.split(",", 3)
+                    yield int(t), int(b)
+    if not Path(path).exists():
+        return [], None, None
+    first = last = None
+    g = []
+    start = None
+    for t, b in buckets():
+        if first is None:
+            first = t
+        last = t
+        if b == 0:
+            if start is None:
+                start = t
+        elif start is not None:
+            if (t - start) // 1000 >= min_ms:
+                g.append((start, t))
+            start = None
+    if start is not None and last is not None and (last + 1000 - start) // 1000 >= min_ms:
+        g.append((start, last + 1000))
+    return g, first, (last + 1000 if last is not None else None)
+
+
 def judge_gaps(rank_gaps: Sequence[Tuple[int, int]], records: Sequence[Dict[str, Any]], bound_s: float,
                run_end_us: int) -> List[Dict[str, Any]]:
     """Gaps that are hangs: no progress for longer than ``bound_s``, counted from the later of
@@ -486,19 +517,27 @@ def soak(duration_s: float, out: Path, layout: str = "T2", seed: Optional[int] =
         end_sample = sample(lr.procs, kinds=True)
         end_sample["sockets"] = sockets(tb, lr.procs)
         samples.append(end_sample)
-        res = lr.finish(check=False)
-    perf = res.perf
-    run_end = {r: (b[-1][0] + 1000 if b else t_start) for r, b in enumerate(res.buckets)}
-    for rec in records:
-        rec.setdefault("t_next", rec["t_undo"])
-        analyze_fault(rec, res.events, comms)
+        # LiveRun.finish() would load every 1 ms bucket as Python tuples: wait here instead
+        # and read the time series line by line.
+        lr._thread.join(lr.timeout_s + 60)
+        if "exc" in lr._holder:
+            raise C.BenchError(f"railover-perf could not run: {lr._holder['exc']}")
+        perf = lr._holder["res"]
+        lr.poll()
+        events = list(lr.events)
+    select = lambda name: [e for e in events if e.get("event") == name]
+    run_end, run_first = {}, {}
     rank_hangs = {}
     longest_gap = {}
-    for r, b in enumerate(res.buckets):
-        g = gaps(b, 200)
+    for rec in records:
+        rec.setdefault("t_next", rec["t_undo"])
+        analyze_fault(rec, events, comms)
+    for r in range(lr.nranks):
+        g, first, end = file_gaps(lr.wd / f"ts-rank{r}.csv", 200)
+        run_first[r], run_end[r] = first, end
         longest_gap[r] = max(((ge - gs) / 1e6 for gs, ge in g), default=0.0)
-        rank_hangs[r] = judge_gaps(g, records, hang_bound_s, run_end[r])
-    fatal = [e for e in res.events if e.get("event") == "fatal"]
+        rank_hangs[r] = judge_gaps(g, records, hang_bound_s, end or t_start)
+    fatal = select("fatal")
     errors = []
     for rr in perf.ranks:
         if rr.returncode != 0:
@@ -544,15 +583,15 @@ def soak(duration_s: float, out: Path, layout: str = "T2", seed: Optional[int] =
     verdict = {"wrong_bytes": perf.wrong_total, "hangs": hangs, "errors": len(errors), "growth": len(growth)}
     rep.results.update({
         "seed": seed, "faults": len(records), "per_kind": per_kind,
-        "failovers": len(res.select("failover")), "failbacks": len(res.select("failback")),
-        "recovers": len(res.select("recover")), "flaps": len(res.select("flap")),
+        "failovers": len(select("failover")), "failbacks": len(select("failback")),
+        "recovers": len(select("recover")), "flaps": len(select("flap")),
         "fatal_events": len(fatal), "rank_exit_codes": [rr.returncode for rr in perf.ranks],
         "iterations": [((rr.json or {}).get("rows") or [{}])[0].get("iters") for rr in perf.ranks],
         "longest_gap_s": {str(r): v for r, v in longest_gap.items()},
         "hangs": {str(r): v for r, v in rank_hangs.items()}, "errors": errors, "growth": growth,
         "counters": counters, "settled_at_end": bool(settle_ok), "samples": samples, "verdict": verdict,
         "clean": not any(verdict.values()), "records": records,
-        "run_s": (max(run_end.values()) - min(b[0][0] for b in res.buckets if b)) / 1e6 if any(res.buckets) else None,
+        "run_s": {str(r): (run_end[r] - run_first[r]) / 1e6 if run_first[r] else None for r in run_end},
     })
     rep.add_wrong(perf.wrong_total)
     for name, v in verdict.items():
