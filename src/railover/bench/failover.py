@@ -401,3 +401,296 @@ def markdown(data: Dict[str, Any]) -> str:
              "running between the fault and convergence (/proc/<pid>/task/*/schedstat): when it is close to "
              "the convergence time, the rank was not running.")
     return "\n".join(L) + "\n"
+
+
+# --------------------------------------------------------------------------- --peer mptcp
+
+class RailSampler:
+    """Bytes received by host B's NIC on rail 0 and rail 1, sampled every ``every_s`` from a
+    pre-opened netlink handle: ``series`` = [(t_us, rx_rail0, rx_rail1)]. Tells which rail
+    carries the traffic, whatever carries it (railover paths or MPTCP subflows)."""
+
+    def __init__(self, tb: TestBed, every_s: float = 0.01):
+        import threading
+        from pyroute2 import IPRoute
+        b0, b1 = tb.nic("b0"), tb.nic("b1")
+        self.ipr = IPRoute(netns=b0.ns, flags=0)
+        self.idx = [self.ipr.link_lookup(ifname=b0.ifname)[0], self.ipr.link_lookup(ifname=b1.ifname)[0]]
+        self.every_s = every_s
+        self.series: List[tuple] = []
+        self._stop = threading.Event()
+        self._th = threading.Thread(target=self._loop, daemon=True)
+        self._th.start()
+
+    def _rx(self) -> List[int]:
+        return [int(self.ipr.get_links(i)[0].get("IFLA_STATS64")["rx_bytes"]) for i in self.idx]
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            r = self._rx()
+            self.series.append((now_us(), r[0], r[1]))
+            self._stop.wait(self.every_s)
+
+    def share(self, t0: int, t1: int) -> Optional[tuple]:
+        """(bytes on rail 0, bytes on rail 1) received in [t0, t1] (None without two samples)."""
+        pts = [p for p in self.series if t0 <= p[0] <= t1]
+        if len(pts) < 2:
+            return None
+        return pts[-1][1] - pts[0][1], pts[-1][2] - pts[0][2]
+
+    def on_primary_since(self, since: int, window_us: int = 100_000, frac: float = 0.9,
+                         min_bytes: int = 100_000) -> Optional[int]:
+        """Start of the first ``window_us`` window after ``since`` in which rail 0 carried at
+        least ``frac`` of at least ``min_bytes`` received: the instant traffic was back on the
+        primary (None if not yet)."""
+        pts = [p for p in self.series if p[0] >= since]
+        j = 0
+        for i, p in enumerate(pts):
+            while j < len(pts) and pts[j][0] - p[0] < window_us:
+                j += 1
+            if j >= len(pts):
+                return None
+            d0, d1 = pts[j][1] - p[1], pts[j][2] - p[2]
+            if d0 + d1 >= min_bytes and d0 >= frac * (d0 + d1):
+                return p[0]
+        return None
+
+    def close(self) -> None:
+        self._stop.set()
+        self._th.join(2)
+        self.ipr.close()
+
+
+PEER_KINDS = {
+    "port-down": (lambda tb: NetlinkFault(tb.nic("a0"), "PORT-DOWN"), "switch port of a0 down (carrier loss)"),
+    "silent": (lambda tb: GroupFault(tb.nic("a0"), "SILENT"), "black hole at a0's switch port, no carrier event"),
+}
+
+
+def _wait(pred: Callable[[], Any], timeout_s: float, alive: Callable[[], bool], every_s: float = 0.01) -> bool:
+    """Poll ``pred`` until true (True), the time is up or the peer died (False)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if pred():
+            return True
+        if time.monotonic() >= deadline or not alive():
+            return bool(pred())
+        time.sleep(every_s)
+
+
+def peer_cycles(tb: TestBed, rs: RailSampler, alive: Callable[[], bool], kinds: Sequence[str], n: int,
+                fault_for_s: float, failback_window_s: float, console: Console, name: str) -> List[Dict[str, Any]]:
+    """``n`` fault/repair cycles per kind on rail 0 (host A's a0) against whatever runs on the
+    bed (railover or MPTCP): each waits until rail 0 carries the traffic, applies the fault,
+    keeps it ``fault_for_s``, repairs, and waits up to ``failback_window_s`` for traffic to be
+    back on rail 0. Records instants (µs) only; stalls come from the receiver's buckets."""
+    recs = []
+    for kind in kinds:
+        f = PEER_KINDS[kind][0](tb)
+        try:
+            for i in range(n):
+                steady = _wait(lambda: rs.on_primary_since(now_us() - 400_000, 300_000) is not None, 60, alive)
+                if not alive():
+                    break
+                f.apply()
+                t0 = getattr(f, "t_issue", None) or f.applied_us
+                _wait(lambda: now_us() - t0 >= fault_for_s * 1e6, fault_for_s + 1, lambda: True)
+                f.undo()
+                t1 = f.undone_us
+                _wait(lambda: rs.on_primary_since(t1) is not None, failback_window_s, alive, 0.05)
+                tfb = rs.on_primary_since(t1)
+                rec = {"peer": name, "kind": kind, "i": i, "t_apply": t0, "t_undo": t1, "steady_before": steady,
+                       "failback_ms": (tfb - t1) / 1e3 if tfb else None, "t_failback": tfb}
+                recs.append(rec)
+                console.print(f"  {name} {kind} #{i}: failback "
+                              + (f"{rec['failback_ms']:.0f} ms after repair" if tfb else f"not within {failback_window_s:g} s"))
+        finally:
+            if f.active:
+                f.undo()
+            f.close()
+    return recs
+
+
+def second_fault(tb: TestBed, rs: RailSampler, alive: Callable[[], bool], outage_s: float, after_s: float,
+                 second_for_s: float, recover_s: float, console: Console, name: str) -> Dict[str, Any]:
+    """Rail 0 down (carrier) for ``outage_s``, repaired; ``after_s`` later rail 1 goes down
+    for ``second_for_s``, then is repaired; up to ``recover_s`` more to see traffic again."""
+    fa, fb = NetlinkFault(tb.nic("a0"), "PORT-DOWN"), NetlinkFault(tb.nic("a1"), "PORT-DOWN")
+    try:
+        _wait(lambda: rs.on_primary_since(now_us() - 400_000, 300_000) is not None, 60, alive)
+        fa.apply()
+        t0 = fa.t_issue
+        _wait(lambda: now_us() - t0 >= outage_s * 1e6, outage_s + 1, lambda: True)
+        fa.undo()
+        t1 = fa.undone_us
+        _wait(lambda: now_us() - t1 >= after_s * 1e6, after_s + 1, lambda: True)
+        where = rs.share(now_us() - 500_000, now_us())
+        fb.apply()
+        t2 = fb.t_issue
+        _wait(lambda: now_us() - t2 >= second_for_s * 1e6, second_for_s + 1, lambda: True)
+        fb.undo()
+        t3 = fb.undone_us
+        _wait(lambda: now_us() - t3 >= recover_s * 1e6, recover_s + 1, lambda: True)
+        tfb = rs.on_primary_since(t1)
+    finally:
+        for f in (fa, fb):
+            if f.active:
+                f.undo()
+            f.close()
+    rec = {"peer": name, "t_apply": t0, "t_undo": t1, "t_second": t2, "t_second_undo": t3,
+           "outage_s": outage_s, "after_s": after_s, "second_for_s": second_for_s,
+           "failback_ms": (tfb - t1) / 1e3 if tfb and tfb < t2 else None,
+           "rail_bytes_before_second": where,
+           "on_rail1_at_second": bool(where and where[1] > where[0])}
+    console.print(f"  {name} second fault: traffic on rail {'1' if rec['on_rail1_at_second'] else '0'} "
+                  f"{after_s:g} s after a {outage_s:g} s outage was repaired")
+    return rec
+
+
+def _resume_ms(buckets, t_from: int, t_to: int) -> Optional[float]:
+    """ms from ``t_from`` to the first delivered byte after the longest gap that starts
+    within 50 ms of it (None: nothing delivered before ``t_to``)."""
+    inside = [(t, b) for t, b in buckets if t_from - 50_000 <= t < t_to]
+    gap_start = None
+    for t, b in inside:
+        if b == 0 and gap_start is None:
+            gap_start = t
+        elif b:
+            if gap_start is not None and gap_start <= t_from + 50_000:
+                return (t - t_from) / 1e3
+            gap_start = None
+            if t > t_from + 50_000:
+                return 0.0
+    return None
+
+
+def peer_stats(recs: List[Dict[str, Any]], buckets, second: Optional[Dict[str, Any]], ok: bool,
+               wrong: int) -> Dict[str, Any]:
+    """Per kind: survived (every fault: bytes delivered in the last 500 ms of the fault, the
+    stream intact), stall p50/p99/max (longest gap from 50 ms before the fault to the repair),
+    failback p50/p99/max (repair -> rail 0 carries >= 90 % again; hold-down included)."""
+    out: Dict[str, Any] = {"kinds": {}}
+    for kind in PEER_KINDS:
+        rs = [r for r in recs if r["kind"] == kind]
+        if not rs:
+            continue
+        for r in rs:
+            r["stall_ms"] = C.longest_gap_ms(buckets, r["t_apply"] - 50_000, r["t_undo"])
+            r["delivered_late_in_fault"] = sum(b for t, b in buckets if r["t_undo"] - 500_000 <= t < r["t_undo"])
+            r["survived"] = r["delivered_late_in_fault"] > 0
+        out["kinds"][kind] = {
+            "faults": len(rs), "survived": sum(1 for r in rs if r["survived"]),
+            "stall_ms": C.summary([r["stall_ms"] for r in rs]),
+            "failback_ms": C.summary([r["failback_ms"] for r in rs]),
+            "failback_missing": sum(1 for r in rs if r["failback_ms"] is None),
+            "cycles": rs}
+    if second:
+        s = second
+        s["first_stall_ms"] = C.longest_gap_ms(buckets, s["t_apply"] - 50_000, s["t_undo"])
+        s["second_stall_ms"] = C.longest_gap_ms(buckets, s["t_second"] - 50_000, s["t_second_undo"])
+        s["second_survived"] = sum(b for t, b in buckets if s["t_second_undo"] - 500_000 <= t < s["t_second_undo"]) > 0
+        s["second_resume_ms"] = _resume_ms(buckets, s["t_second"], s["t_second_undo"] + int(60e6))
+        s["delivered_after_all_repaired"] = sum(b for t, b in buckets if t >= s["t_second_undo"])
+        out["second_fault"] = s
+    out["stream_ok"] = ok
+    out["wrong_bytes"] = wrong
+    return out
+
+
+def run_peers(out: Path, quick: bool = False, faults: Optional[int] = None, kinds: Sequence[str] = tuple(PEER_KINDS),
+              size: str = "1M", outage_s: Optional[float] = None, console: Optional[Console] = None) -> Dict[str, Any]:
+    """railover and Linux MPTCP (backup subflow on the standby rail, see
+    :mod:`railover.bench.mptcp`) side by side on one T2 bed in one run, under the same faults
+    on rail 0: survived, stall, failback, and a second fault on rail 1 after a long outage."""
+    from railover.bench import mptcp as M
+    console = console or Console()
+    n = faults or (1 if quick else 5)
+    fault_for_s = 2.0 if quick else 5.0
+    outage = outage_s if outage_s is not None else (5.0 if quick else 60.0)
+    after_s, second_for_s, recover_s = (5.0, 5.0, 5.0) if quick else (10.0, 20.0, 30.0)
+    failback_window_s = 20.0 if quick else 90.0
+    bad = [k for k in kinds if k not in PEER_KINDS]
+    if bad:
+        raise C.BenchError(f"--peer mptcp compares {', '.join(PEER_KINDS)}; not {', '.join(bad)}")
+    rep = C.Report("failover-peers", out, quick, {
+        "faults_per_kind": n, "kinds": list(kinds), "fault_for_s": fault_for_s, "failback_window_s": failback_window_s,
+        "second_fault": {"outage_s": outage, "after_s": after_s, "second_for_s": second_for_s, "recover_s": recover_s},
+        "railover": {"workload": "allreduce", "size": size, "ranks": 2, "check": True, "env": "plugin defaults"},
+        "mptcp": {"stream": "64-bit counter words, every byte checked at the receiver", "setup": None, "sysctls": None}})
+    work = Path(out) / "peers-work"
+    results: Dict[str, Any] = {}
+    with TestBed("T2") as tb:
+        rs = RailSampler(tb)
+        try:
+            # railover: the checked all-reduce, plugin defaults (hold-down 3 s)
+            console.print(f"[bold]failover --peer mptcp[/]: railover ({tb.prefix})")
+            lr = C.LiveRun(tb, work / "railover", workload="allreduce", minbytes=size, check=True,
+                           duration_s=3000, timeout_s=3300).start()
+            try:
+                recs = peer_cycles(tb, rs, lambda: lr.alive, kinds, n, fault_for_s, failback_window_s, console, "railover")
+                sec = second_fault(tb, rs, lambda: lr.alive, outage, after_s, second_for_s, recover_s, console, "railover")
+            finally:
+                lr.stop()
+            res = lr.finish(check=False)
+            rep.add_wrong(res.wrong_bytes)
+            # rank 1 (host B) receives what rank 0 sends A -> B: the MPTCP stream's direction
+            results["railover"] = peer_stats(recs, res.buckets[1], sec, res.ok, res.wrong_bytes)
+            results["railover"]["rank_exit_codes"] = [r.returncode for r in res.perf.ranks]
+            results["railover"]["failovers"] = len(res.select("failover"))
+            if not res.ok:
+                results["railover"]["error"] = res.perf.describe()[-3000:]
+            # MPTCP
+            console.print(f"[bold]failover --peer mptcp[/]: Linux MPTCP, backup subflow on rail 1")
+            peer = M.MptcpPeer(tb, work / "mptcp", max_s=3000)
+            peer.configure()
+            rep.data["settings"]["mptcp"]["setup"] = peer.setup
+            rep.data["settings"]["mptcp"]["sysctls"] = {"A": M.sysctls(tb, "A"), "B": M.sysctls(tb, "B")}
+            peer.start()
+            rep.data["settings"]["mptcp"]["subflows_at_start"] = peer.subflows
+            try:
+                recs = peer_cycles(tb, rs, lambda: peer.alive, kinds, n, fault_for_s, failback_window_s, console, "mptcp")
+                sec = second_fault(tb, rs, lambda: peer.alive, outage, after_s, second_for_s, recover_s, console, "mptcp")
+            finally:
+                r = peer.stop()
+            rep.add_wrong(r["wrong"])
+            ok = r["connected"] and not r["error"] and r["wrong"] == 0
+            results["mptcp"] = peer_stats(recs, r["buckets"], sec, ok, r["wrong"])
+            results["mptcp"].update({"bytes": r["bytes"], "error": r["error"], "send_exit": r["send_exit"],
+                                     "send_out": r["send_out"]})
+        finally:
+            rs.close()
+    shutil.rmtree(work, ignore_errors=True)
+    rep.results["peers"] = results
+    for name, r in results.items():
+        rep.add_target(f"{name}: wrong bytes", r["wrong_bytes"], "==", 0, "B")
+    data = rep.finish()
+    for t in peer_tables(data):
+        console.print(t)
+    return data
+
+
+def peer_tables(data: Dict[str, Any]) -> List[Table]:
+    st = data["settings"]
+    t = Table(title=f"railover vs Linux MPTCP (backup subflow), {st['faults_per_kind']} faults per kind on rail 0, "
+                    f"each held {st['fault_for_s']:g} s (ms: p50 / p99 / max)")
+    for c in ("peer", "fault", "survived", "stall", "failback after repair", "no failback in window"):
+        t.add_column(c, justify="right")
+    for name, r in data["results"]["peers"].items():
+        for kind, k in r["kinds"].items():
+            t.add_row(name, kind, f"{k['survived']}/{k['faults']}", C.p50_p99_max(k["stall_ms"], 0),
+                      C.p50_p99_max(k["failback_ms"], 0), str(k["failback_missing"]))
+    s2 = st["second_fault"]
+    u = Table(title=f"second fault: rail 0 down {s2['outage_s']:g} s, repaired; {s2['after_s']:g} s later rail 1 down "
+                    f"{s2['second_for_s']:g} s")
+    for c in ("peer", "stall (1st)", "failback after the outage", "traffic at the 2nd fault", "2nd fault survived",
+              "stall (2nd)", "bytes after all repaired"):
+        u.add_column(c, justify="right")
+    for name, r in data["results"]["peers"].items():
+        s = r.get("second_fault")
+        if not s:
+            continue
+        u.add_row(name, C.fmt(s["first_stall_ms"], 0) + " ms",
+                  (C.fmt(s["failback_ms"], 0) + " ms") if s["failback_ms"] is not None else f"none in {s2['after_s']:g} s",
+                  "rail 1" if s["on_rail1_at_second"] else "rail 0", "yes" if s["second_survived"] else "[red]no[/]",
+                  C.fmt(s["second_stall_ms"], 0) + " ms", str(s["delivered_after_all_repaired"]))
+    return [t, u]
