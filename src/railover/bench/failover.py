@@ -479,11 +479,13 @@ def _wait(pred: Callable[[], Any], timeout_s: float, alive: Callable[[], bool], 
 
 
 def peer_cycles(tb: TestBed, rs: RailSampler, alive: Callable[[], bool], kinds: Sequence[str], n: int,
-                fault_for_s: float, failback_window_s: float, console: Console, name: str) -> List[Dict[str, Any]]:
+                fault_for_s: float, failback_window_s: float, console: Console, name: str,
+                spacing_s: float = 5.0) -> List[Dict[str, Any]]:
     """``n`` fault/repair cycles per kind on rail 0 (host A's a0) against whatever runs on the
     bed (railover or MPTCP): each waits until rail 0 carries the traffic, applies the fault,
-    keeps it ``fault_for_s``, repairs, and waits up to ``failback_window_s`` for traffic to be
-    back on rail 0. Records instants (µs) only; stalls come from the receiver's buckets."""
+    keeps it ``fault_for_s``, repairs, waits up to ``failback_window_s`` for traffic to be
+    back on rail 0, then ``spacing_s`` more. Records instants (µs) only; stalls come from the
+    receiver's buckets."""
     recs = []
     for kind in kinds:
         f = PEER_KINDS[kind][0](tb)
@@ -502,6 +504,10 @@ def peer_cycles(tb: TestBed, rs: RailSampler, alive: Callable[[], bool], kinds: 
                 rec = {"peer": name, "kind": kind, "i": i, "t_apply": t0, "t_undo": t1, "steady_before": steady,
                        "failback_ms": (tfb - t1) / 1e3 if tfb else None, "t_failback": tfb}
                 recs.append(rec)
+                # Not a flap: the next fault comes spacing_s after the failback, longer than
+                # railover's hold-down (3 s; a path failing again within it doubles it).
+                t_fb = tfb or now_us()
+                _wait(lambda: now_us() - t_fb >= spacing_s * 1e6, spacing_s + 1, lambda: True)
                 console.print(f"  {name} {kind} #{i}: failback "
                               + (f"{rec['failback_ms']:.0f} ms after repair" if tfb else f"not within {failback_window_s:g} s"))
         finally:
@@ -614,6 +620,7 @@ def run_peers(out: Path, quick: bool = False, faults: Optional[int] = None, kind
         raise C.BenchError(f"--peer mptcp compares {', '.join(PEER_KINDS)}; not {', '.join(bad)}")
     rep = C.Report("failover-peers", out, quick, {
         "faults_per_kind": n, "kinds": list(kinds), "fault_for_s": fault_for_s, "failback_window_s": failback_window_s,
+        "spacing_after_failback_s": 5.0,
         "second_fault": {"outage_s": outage, "after_s": after_s, "second_for_s": second_for_s, "recover_s": recover_s},
         "railover": {"workload": "allreduce", "size": size, "ranks": 2, "check": True, "env": "plugin defaults"},
         "mptcp": {"stream": "64-bit counter words, every byte checked at the receiver", "setup": None, "sysctls": None}})
