@@ -68,8 +68,9 @@ def test_failover_peer_mptcp_quick(tmp_path: Path):
 
 
 @pytest.mark.netns
-def test_healthy_baseline_column(tmp_path: Path):
-    data = H.run(tmp_path, quick=True, networks=["veth"], ranks=[2], workloads=["sendrecv"], nstreams=[2])
+def test_healthy_baseline_column(tmp_path_factory):
+    out = tmp_path_factory.mktemp("hb")  # short: the rendezvous socket path must fit sun_path
+    data = H.run(out, quick=True, networks=["veth"], ranks=[2], workloads=["sendrecv"], nstreams=[2])
     (combo,) = data["results"]["combos"]
     assert H.BASELINE in combo["configs"] and combo["iperf_gbs"] > 0
     big = [r for r in combo["rows"] if r["size"] >= 1 << 20]
