@@ -543,7 +543,12 @@ def second_fault(tb: TestBed, rs: RailSampler, alive: Callable[[], bool], outage
             if f.active:
                 f.undo()
             f.close()
-    rec = {"peer": name, "t_apply": t0, "t_undo": t1, "t_second": t2, "t_second_undo": t3,
+    t_from = t0 - 1_000_000
+    rails = [(round((t - t_from) / 1e6, 3), r0, r1) for t, r0, r1 in rs.series if t >= t_from]
+    rail_100ms = []  # bytes received by B on (rail 0, rail 1) per 100 ms, from 1 s before the fault
+    for a, b in zip(rails[::10], rails[10::10]):
+        rail_100ms.append((b[1] - a[1], b[2] - a[2]))
+    rec = {"peer": name, "t_apply": t0, "t_undo": t1, "t_second": t2, "t_second_undo": t3, "rail_rx_100ms": rail_100ms,
            "outage_s": outage_s, "after_s": after_s, "second_for_s": second_for_s,
            "failback_ms": (tfb - t1) / 1e3 if tfb and tfb < t2 else None,
            "rail_bytes_before_second": where,
@@ -554,20 +559,27 @@ def second_fault(tb: TestBed, rs: RailSampler, alive: Callable[[], bool], outage
 
 
 def _resume_ms(buckets, t_from: int, t_to: int) -> Optional[float]:
-    """ms from ``t_from`` to the first delivered byte after the longest gap that starts
-    within 50 ms of it (None: nothing delivered before ``t_to``)."""
-    inside = [(t, b) for t, b in buckets if t_from - 50_000 <= t < t_to]
-    gap_start = None
-    for t, b in inside:
-        if b == 0 and gap_start is None:
-            gap_start = t
-        elif b:
-            if gap_start is not None and gap_start <= t_from + 50_000:
-                return (t - t_from) / 1e3
-            gap_start = None
-            if t > t_from + 50_000:
-                return 0.0
-    return None
+    """ms from ``t_from`` (a fault) to the end of the first delivery gap of at least 20 ms that
+    starts between 50 ms before and 2 s after it; 0.0 when there is no such gap; None when
+    nothing was delivered again before ``t_to``."""
+    run_start = None
+    delivered = False
+    for t, b in buckets:
+        if t < t_from - 50_000:
+            continue
+        if t >= t_to:
+            break
+        if b == 0:
+            if run_start is None:
+                run_start = t
+            continue
+        if run_start is not None and t - run_start >= 20_000 and run_start <= t_from + 2_000_000:
+            return (t - t_from) / 1e3
+        run_start = None
+        delivered = delivered or t >= t_from
+        if t > t_from + 2_000_000:
+            return 0.0
+    return 0.0 if delivered and run_start is None else None
 
 
 def peer_stats(recs: List[Dict[str, Any]], buckets, second: Optional[Dict[str, Any]], ok: bool,
@@ -582,11 +594,14 @@ def peer_stats(recs: List[Dict[str, Any]], buckets, second: Optional[Dict[str, A
             continue
         for r in rs:
             r["stall_ms"] = C.longest_gap_ms(buckets, r["t_apply"] - 50_000, r["t_undo"])
+            # the same measure over the 2 s before the fault: this machine's noise floor
+            r["normal_gap_ms"] = C.longest_gap_ms(buckets, r["t_apply"] - 2_000_000, r["t_apply"])
             r["delivered_late_in_fault"] = sum(b for t, b in buckets if r["t_undo"] - 500_000 <= t < r["t_undo"])
             r["survived"] = r["delivered_late_in_fault"] > 0
         out["kinds"][kind] = {
             "faults": len(rs), "survived": sum(1 for r in rs if r["survived"]),
             "stall_ms": C.summary([r["stall_ms"] for r in rs]),
+            "normal_gap_ms": C.summary([r["normal_gap_ms"] for r in rs]),
             "failback_ms": C.summary([r["failback_ms"] for r in rs]),
             "failback_missing": sum(1 for r in rs if r["failback_ms"] is None),
             "cycles": rs}
@@ -597,6 +612,14 @@ def peer_stats(recs: List[Dict[str, Any]], buckets, second: Optional[Dict[str, A
         s["second_survived"] = sum(b for t, b in buckets if s["t_second_undo"] - 500_000 <= t < s["t_second_undo"]) > 0
         s["second_resume_ms"] = _resume_ms(buckets, s["t_second"], s["t_second_undo"] + int(60e6))
         s["delivered_after_all_repaired"] = sum(b for t, b in buckets if t >= s["t_second_undo"])
+        s["normal_gap_ms"] = C.longest_gap_ms(buckets, s["t_apply"] - 2_000_000, s["t_apply"])
+        # delivered bytes per 100 ms from 1 s before the first fault to the end: the timeline
+        t_from = s["t_apply"] - 1_000_000
+        per: Dict[int, int] = {}
+        for t, b in buckets:
+            if t >= t_from:
+                per[(t - t_from) // 100_000] = per.get((t - t_from) // 100_000, 0) + b
+        s["timeline_100ms"] = [per.get(i, 0) for i in range(max(per) + 1)] if per else []
         out["second_fault"] = s
     out["stream_ok"] = ok
     out["wrong_bytes"] = wrong
@@ -670,6 +693,7 @@ def run_peers(out: Path, quick: bool = False, faults: Optional[int] = None, kind
     rep.results["peers"] = results
     for name, r in results.items():
         rep.add_target(f"{name}: wrong bytes", r["wrong_bytes"], "==", 0, "B")
+    _peer_plot(rep, results)
     data = rep.finish()
     for t in peer_tables(data):
         console.print(t)
@@ -680,17 +704,17 @@ def peer_tables(data: Dict[str, Any]) -> List[Table]:
     st = data["settings"]
     t = Table(title=f"railover vs Linux MPTCP (backup subflow), {st['faults_per_kind']} faults per kind on rail 0, "
                     f"each held {st['fault_for_s']:g} s (ms: p50 / p99 / max)")
-    for c in ("peer", "fault", "survived", "stall", "failback after repair", "no failback in window"):
+    for c in ("peer", "fault", "survived", "stall", "normal gap p50", "failback after repair", "no failback in window"):
         t.add_column(c, justify="right")
     for name, r in data["results"]["peers"].items():
         for kind, k in r["kinds"].items():
             t.add_row(name, kind, f"{k['survived']}/{k['faults']}", C.p50_p99_max(k["stall_ms"], 0),
-                      C.p50_p99_max(k["failback_ms"], 0), str(k["failback_missing"]))
+                      C.fmt(k["normal_gap_ms"]["p50"], 0), C.p50_p99_max(k["failback_ms"], 0), str(k["failback_missing"]))
     s2 = st["second_fault"]
     u = Table(title=f"second fault: rail 0 down {s2['outage_s']:g} s, repaired; {s2['after_s']:g} s later rail 1 down "
                     f"{s2['second_for_s']:g} s")
     for c in ("peer", "stall (1st)", "failback after the outage", "traffic at the 2nd fault", "2nd fault survived",
-              "stall (2nd)", "bytes after all repaired"):
+              "stall (2nd)", "resumed after 2nd fault", "bytes after all repaired"):
         u.add_column(c, justify="right")
     for name, r in data["results"]["peers"].items():
         s = r.get("second_fault")
@@ -699,5 +723,32 @@ def peer_tables(data: Dict[str, Any]) -> List[Table]:
         u.add_row(name, C.fmt(s["first_stall_ms"], 0) + " ms",
                   (C.fmt(s["failback_ms"], 0) + " ms") if s["failback_ms"] is not None else f"none in {s2['after_s']:g} s",
                   "rail 1" if s["on_rail1_at_second"] else "rail 0", "yes" if s["second_survived"] else "[red]no[/]",
-                  C.fmt(s["second_stall_ms"], 0) + " ms", str(s["delivered_after_all_repaired"]))
+                  C.fmt(s["second_stall_ms"], 0) + " ms",
+                  (C.fmt(s["second_resume_ms"], 0) + " ms") if s["second_resume_ms"] is not None else "no",
+                  str(s["delivered_after_all_repaired"]))
     return [t, u]
+
+
+def _peer_plot(rep: C.Report, results: Dict[str, Any]) -> None:
+    """Delivered MB per 100 ms through the second-fault scenario, one panel per peer."""
+    have = [(n, r["second_fault"]) for n, r in results.items() if r.get("second_fault", {}).get("timeline_100ms")]
+    if not have:
+        return
+    plt = C.matplotlib_pyplot()
+    fig, axes = plt.subplots(len(have), 1, figsize=(11, 2.6 * len(have)), squeeze=False)
+    for ax, (name, s) in zip(axes[:, 0], have):
+        base = s["t_apply"] - 1_000_000
+        tl = s["timeline_100ms"]
+        ax.plot([i / 10 for i in range(len(tl))], [b / 1e6 for b in tl], lw=0.8, label="delivered")
+        for t, what, c in ((s["t_apply"], "rail 0 down", "r"), (s["t_undo"], "rail 0 repaired", "g"),
+                           (s["t_second"], "rail 1 down", "m"), (s["t_second_undo"], "rail 1 repaired", "b")):
+            ax.axvline((t - base) / 1e6, color=c, ls="--", lw=0.8, label=what)
+        ax.set_title(f"{name}: rail 0 down {s['outage_s']:g} s, then rail 1 down {s['second_for_s']:g} s "
+                     f"{s['after_s']:g} s after the repair", fontsize=9)
+        ax.set_ylabel("MB / 100 ms", fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6, loc="upper right")
+    axes[-1, 0].set_xlabel("s", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(rep.plot_path("failover-peers.png"), dpi=100)
+    plt.close(fig)
