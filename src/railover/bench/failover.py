@@ -549,7 +549,7 @@ def second_fault(tb: TestBed, rs: RailSampler, alive: Callable[[], bool], outage
     for a, b in zip(rails[::10], rails[10::10]):
         rail_100ms.append((b[1] - a[1], b[2] - a[2]))
     rec = {"peer": name, "t_apply": t0, "t_undo": t1, "t_second": t2, "t_second_undo": t3, "rail_rx_100ms": rail_100ms,
-           "outage_s": outage_s, "after_s": after_s, "second_for_s": second_for_s,
+           "outage_s": outage_s, "after_s": after_s, "second_for_s": second_for_s, "recover_s": recover_s,
            "failback_ms": (tfb - t1) / 1e3 if tfb and tfb < t2 else None,
            "rail_bytes_before_second": where,
            "on_rail1_at_second": bool(where and where[1] > where[0])}
@@ -573,7 +573,7 @@ def _resume_ms(buckets, t_from: int, t_to: int) -> Optional[float]:
             if run_start is None:
                 run_start = t
             continue
-        if run_start is not None and t - run_start >= 20_000 and run_start <= t_from + 2_000_000:
+        if run_start is not None and t - run_start >= 20_000 and run_start <= t_from + 2_000_000 and t > t_from:
             return (t - t_from) / 1e3
         run_start = None
         delivered = delivered or t >= t_from
@@ -582,7 +582,7 @@ def _resume_ms(buckets, t_from: int, t_to: int) -> Optional[float]:
     return 0.0 if delivered and run_start is None else None
 
 
-def peer_stats(recs: List[Dict[str, Any]], buckets, second: Optional[Dict[str, Any]], ok: bool,
+def peer_stats(recs: List[Dict[str, Any]], buckets, seconds: List[Dict[str, Any]], ok: bool,
                wrong: int) -> Dict[str, Any]:
     """Per kind: survived (every fault: bytes delivered in the last 500 ms of the fault, the
     stream intact), stall p50/p99/max (longest gap from 50 ms before the fault to the repair),
@@ -605,13 +605,13 @@ def peer_stats(recs: List[Dict[str, Any]], buckets, second: Optional[Dict[str, A
             "failback_ms": C.summary([r["failback_ms"] for r in rs]),
             "failback_missing": sum(1 for r in rs if r["failback_ms"] is None),
             "cycles": rs}
-    if second:
-        s = second
+    for s in seconds:
         s["first_stall_ms"] = C.longest_gap_ms(buckets, s["t_apply"] - 50_000, s["t_undo"])
         s["second_stall_ms"] = C.longest_gap_ms(buckets, s["t_second"] - 50_000, s["t_second_undo"])
         s["second_survived"] = sum(b for t, b in buckets if s["t_second_undo"] - 500_000 <= t < s["t_second_undo"]) > 0
         s["second_resume_ms"] = _resume_ms(buckets, s["t_second"], s["t_second_undo"] + int(60e6))
-        s["delivered_after_all_repaired"] = sum(b for t, b in buckets if t >= s["t_second_undo"])
+        s["delivered_after_all_repaired"] = sum(b for t, b in buckets if s["t_second_undo"] <= t < s["t_second_undo"]
+                                                + int(s.get("recover_s", 0) * 1e6))
         s["normal_gap_ms"] = C.longest_gap_ms(buckets, s["t_apply"] - 2_000_000, s["t_apply"])
         # delivered bytes per 100 ms from 1 s before the first fault to the end: the timeline
         t_from = s["t_apply"] - 1_000_000
@@ -620,14 +620,17 @@ def peer_stats(recs: List[Dict[str, Any]], buckets, second: Optional[Dict[str, A
             if t >= t_from:
                 per[(t - t_from) // 100_000] = per.get((t - t_from) // 100_000, 0) + b
         s["timeline_100ms"] = [per.get(i, 0) for i in range(max(per) + 1)] if per else []
-        out["second_fault"] = s
+    if seconds:
+        out["second_faults"] = seconds
+        out["second_fault"] = seconds[0]  # the one plotted
     out["stream_ok"] = ok
     out["wrong_bytes"] = wrong
     return out
 
 
 def run_peers(out: Path, quick: bool = False, faults: Optional[int] = None, kinds: Sequence[str] = tuple(PEER_KINDS),
-              size: str = "1M", outage_s: Optional[float] = None, console: Optional[Console] = None) -> Dict[str, Any]:
+              size: str = "1M", outage_s: Optional[float] = None, second_repeats: Optional[int] = None,
+              console: Optional[Console] = None) -> Dict[str, Any]:
     """railover and Linux MPTCP (backup subflow on the standby rail, see
     :mod:`railover.bench.mptcp`) side by side on one T2 bed in one run, under the same faults
     on rail 0: survived, stall, failback, and a second fault on rail 1 after a long outage."""
@@ -636,15 +639,20 @@ def run_peers(out: Path, quick: bool = False, faults: Optional[int] = None, kind
     n = faults or (1 if quick else 5)
     fault_for_s = 2.0 if quick else 5.0
     outage = outage_s if outage_s is not None else (5.0 if quick else 60.0)
-    after_s, second_for_s, recover_s = (5.0, 5.0, 5.0) if quick else (10.0, 20.0, 30.0)
+    # the second fault 10 s after the repair (both peers had time to fail back), twice, and
+    # once 1 s after it (railover still in its hold-down, on the standby rail)
+    afters, second_for_s, recover_s = ((5.0,), 5.0, 5.0) if quick else ((10.0, 10.0, 1.0), 20.0, 30.0)
     failback_window_s = 20.0 if quick else 90.0
+    if second_repeats:
+        afters = tuple(afters[i % len(afters)] for i in range(second_repeats))
     bad = [k for k in kinds if k not in PEER_KINDS]
     if bad:
         raise C.BenchError(f"--peer mptcp compares {', '.join(PEER_KINDS)}; not {', '.join(bad)}")
     rep = C.Report("failover-peers", out, quick, {
         "faults_per_kind": n, "kinds": list(kinds), "fault_for_s": fault_for_s, "failback_window_s": failback_window_s,
         "spacing_after_failback_s": 5.0,
-        "second_fault": {"outage_s": outage, "after_s": after_s, "second_for_s": second_for_s, "recover_s": recover_s},
+        "second_fault": {"outage_s": outage, "after_s": list(afters), "second_for_s": second_for_s, "recover_s": recover_s,
+                         "repeats": len(afters)},
         "railover": {"workload": "allreduce", "size": size, "ranks": 2, "check": True, "env": "plugin defaults"},
         "mptcp": {"stream": "64-bit counter words, every byte checked at the receiver", "setup": None, "sysctls": None}})
     work = Path(out) / "peers-work"
@@ -658,7 +666,8 @@ def run_peers(out: Path, quick: bool = False, faults: Optional[int] = None, kind
                            duration_s=3000, timeout_s=3300).start()
             try:
                 recs = peer_cycles(tb, rs, lambda: lr.alive, kinds, n, fault_for_s, failback_window_s, console, "railover")
-                sec = second_fault(tb, rs, lambda: lr.alive, outage, after_s, second_for_s, recover_s, console, "railover")
+                sec = [second_fault(tb, rs, lambda: lr.alive, outage, a, second_for_s, recover_s, console, "railover")
+                       for a in afters]
             finally:
                 lr.stop()
             res = lr.finish(check=False)
@@ -679,7 +688,8 @@ def run_peers(out: Path, quick: bool = False, faults: Optional[int] = None, kind
             rep.data["settings"]["mptcp"]["subflows_at_start"] = peer.subflows
             try:
                 recs = peer_cycles(tb, rs, lambda: peer.alive, kinds, n, fault_for_s, failback_window_s, console, "mptcp")
-                sec = second_fault(tb, rs, lambda: peer.alive, outage, after_s, second_for_s, recover_s, console, "mptcp")
+                sec = [second_fault(tb, rs, lambda: peer.alive, outage, a, second_for_s, recover_s, console, "mptcp")
+                       for a in afters]
             finally:
                 r = peer.stop()
             rep.add_wrong(r["wrong"])
@@ -711,21 +721,19 @@ def peer_tables(data: Dict[str, Any]) -> List[Table]:
             t.add_row(name, kind, f"{k['survived']}/{k['faults']}", C.p50_p99_max(k["stall_ms"], 0),
                       C.fmt(k["normal_gap_ms"]["p50"], 0), C.p50_p99_max(k["failback_ms"], 0), str(k["failback_missing"]))
     s2 = st["second_fault"]
-    u = Table(title=f"second fault: rail 0 down {s2['outage_s']:g} s, repaired; {s2['after_s']:g} s later rail 1 down "
+    u = Table(title=f"second fault: rail 0 down {s2['outage_s']:g} s, repaired; some seconds later rail 1 down "
                     f"{s2['second_for_s']:g} s")
-    for c in ("peer", "stall (1st)", "failback after the outage", "traffic at the 2nd fault", "2nd fault survived",
+    for c in ("peer", "2nd fault after repair", "stall (1st)", "failback after the outage", "traffic at the 2nd fault", "2nd fault survived",
               "stall (2nd)", "resumed after 2nd fault", "bytes after all repaired"):
         u.add_column(c, justify="right")
     for name, r in data["results"]["peers"].items():
-        s = r.get("second_fault")
-        if not s:
-            continue
-        u.add_row(name, C.fmt(s["first_stall_ms"], 0) + " ms",
-                  (C.fmt(s["failback_ms"], 0) + " ms") if s["failback_ms"] is not None else f"none in {s2['after_s']:g} s",
-                  "rail 1" if s["on_rail1_at_second"] else "rail 0", "yes" if s["second_survived"] else "[red]no[/]",
-                  C.fmt(s["second_stall_ms"], 0) + " ms",
-                  (C.fmt(s["second_resume_ms"], 0) + " ms") if s["second_resume_ms"] is not None else "no",
-                  str(s["delivered_after_all_repaired"]))
+        for k, x in enumerate(r.get("second_faults", [])):
+            u.add_row(f"{name} #{k + 1}", f"{x['after_s']:g} s", C.fmt(x["first_stall_ms"], 0) + " ms",
+                      (C.fmt(x["failback_ms"], 0) + " ms") if x["failback_ms"] is not None else f"none in {x['after_s']:g} s",
+                      "rail 1" if x["on_rail1_at_second"] else "rail 0", "yes" if x["second_survived"] else "[red]no[/]",
+                      C.fmt(x["second_stall_ms"], 0) + " ms",
+                      (C.fmt(x["second_resume_ms"], 0) + " ms") if x["second_resume_ms"] is not None else "no",
+                      str(x["delivered_after_all_repaired"]))
     return [t, u]
 
 
@@ -752,3 +760,31 @@ def _peer_plot(rep: C.Report, results: Dict[str, Any]) -> None:
     fig.tight_layout()
     fig.savefig(rep.plot_path("failover-peers.png"), dpi=100)
     plt.close(fig)
+
+
+def peer_markdown(data: Dict[str, Any]) -> str:
+    """The two tables of ``--peer mptcp`` as markdown (docs/BENCHMARKS.md)."""
+    st = data["settings"]
+    s2 = st["second_fault"]
+    L = [f"{st['faults_per_kind']} faults per kind on rail 0 (host A's NIC a0), each held {st['fault_for_s']:g} s; "
+         f"the next fault {st.get('spacing_after_failback_s', 5):g} s after the failback. Milliseconds, p50 / p99 / max. "
+         "Stall: the longest run of 1 ms buckets without a delivered byte at host B, from 50 ms before the fault "
+         "to the repair; normal gap: the same over the 2 s before the fault. Failback: repair -> rail 0 carries "
+         ">= 90 % of host B's received bytes again (railover: hold-down 3 s included).\n",
+         "| peer | fault | survived | stall | normal gap p50 | failback after repair |", "|---|---|---:|---:|---:|---:|"]
+    for name, r in data["results"]["peers"].items():
+        for kind, k in r["kinds"].items():
+            L.append(f"| {name} | {kind} | {k['survived']}/{k['faults']} | {C.p50_p99_max(k['stall_ms'], 0)} | "
+                     f"{C.fmt(k['normal_gap_ms']['p50'], 0)} | {C.p50_p99_max(k['failback_ms'], 0)} |")
+    L += ["", f"Second fault: rail 0 down {s2['outage_s']:g} s, repaired; some seconds later rail 1 down "
+              f"{s2['second_for_s']:g} s; {s2.get('repeats', 1)} time(s) per peer.\n",
+          "| peer | 2nd fault after the repair | stall during the outage | failback after it | traffic on at the 2nd fault | 2nd fault survived "
+          "| stall (2nd) | delivery resumed after the 2nd fault |", "|---|---:|---:|---:|---|---|---:|---:|"]
+    for name, r in data["results"]["peers"].items():
+        for k, x in enumerate(r.get("second_faults", [])):
+            L.append(f"| {name} #{k + 1} | {x['after_s']:g} s | {C.fmt(x['first_stall_ms'], 0)} | "
+                     + (f"{C.fmt(x['failback_ms'], 0)}" if x["failback_ms"] is not None else f"none in {x['after_s']:g} s")
+                     + f" | rail {'1' if x['on_rail1_at_second'] else '0'} | {'yes' if x['second_survived'] else '**no**'} | "
+                     f"{C.fmt(x['second_stall_ms'], 0)} | "
+                     + (f"{C.fmt(x['second_resume_ms'], 0)} ms" if x["second_resume_ms"] is not None else "no") + " |")
+    return "\n".join(L) + "\n"
