@@ -518,7 +518,8 @@ def peer_cycles(tb: TestBed, rs: RailSampler, alive: Callable[[], bool], kinds: 
 
 
 def second_fault(tb: TestBed, rs: RailSampler, alive: Callable[[], bool], outage_s: float, after_s: float,
-                 second_for_s: float, recover_s: float, console: Console, name: str) -> Dict[str, Any]:
+                 second_for_s: float, recover_s: float, console: Console, name: str,
+                 snapshot: Optional[Callable[[], str]] = None) -> Dict[str, Any]:
     """Rail 0 down (carrier) for ``outage_s``, repaired; ``after_s`` later rail 1 goes down
     for ``second_for_s``, then is repaired; up to ``recover_s`` more to see traffic again."""
     fa, fb = NetlinkFault(tb.nic("a0"), "PORT-DOWN"), NetlinkFault(tb.nic("a1"), "PORT-DOWN")
@@ -526,6 +527,10 @@ def second_fault(tb: TestBed, rs: RailSampler, alive: Callable[[], bool], outage
         _wait(lambda: rs.on_primary_since(now_us() - 400_000, 300_000) is not None, 60, alive)
         fa.apply()
         t0 = fa.t_issue
+        snap = ""
+        if snapshot:  # the connection's state 5 s into the outage
+            _wait(lambda: now_us() - t0 >= min(5.0, outage_s / 2) * 1e6, outage_s + 1, lambda: True)
+            snap = snapshot()
         _wait(lambda: now_us() - t0 >= outage_s * 1e6, outage_s + 1, lambda: True)
         fa.undo()
         t1 = fa.undone_us
@@ -549,6 +554,7 @@ def second_fault(tb: TestBed, rs: RailSampler, alive: Callable[[], bool], outage
     for a, b in zip(rails[::10], rails[10::10]):
         rail_100ms.append((b[1] - a[1], b[2] - a[2]))
     rec = {"peer": name, "t_apply": t0, "t_undo": t1, "t_second": t2, "t_second_undo": t3, "rail_rx_100ms": rail_100ms,
+           "snapshot_in_outage": snap,
            "outage_s": outage_s, "after_s": after_s, "second_for_s": second_for_s, "recover_s": recover_s,
            "failback_ms": (tfb - t1) / 1e3 if tfb and tfb < t2 else None,
            "rail_bytes_before_second": where,
@@ -582,10 +588,24 @@ def _resume_ms(buckets, t_from: int, t_to: int) -> Optional[float]:
     return 0.0 if delivered and run_start is None else None
 
 
+SURVIVED_FRACTION = 0.1
+
+
+def _rate(buckets, t0: int, t1: int) -> float:
+    """Bytes per second delivered in [t0, t1)."""
+    return sum(b for t, b in buckets if t0 <= t < t1) / max(1e-6, (t1 - t0) / 1e6)
+
+
+def _survived(before: float, during: float) -> bool:
+    """The stream carried on: during the fault at least SURVIVED_FRACTION of the rate before
+    it (a trickle of retransmissions is not survival)."""
+    return before > 0 and during >= SURVIVED_FRACTION * before
+
+
 def peer_stats(recs: List[Dict[str, Any]], buckets, seconds: List[Dict[str, Any]], ok: bool,
                wrong: int) -> Dict[str, Any]:
-    """Per kind: survived (every fault: bytes delivered in the last 500 ms of the fault, the
-    stream intact), stall p50/p99/max (longest gap from 50 ms before the fault to the repair),
+    """Per kind: survived (in the last second of the fault the stream delivered at least
+    SURVIVED_FRACTION of its rate before the fault), stall p50/p99/max (longest gap from 50 ms before the fault to the repair),
     failback p50/p99/max (repair -> rail 0 carries >= 90 % again; hold-down included)."""
     out: Dict[str, Any] = {"kinds": {}}
     for kind in PEER_KINDS:
@@ -597,7 +617,9 @@ def peer_stats(recs: List[Dict[str, Any]], buckets, seconds: List[Dict[str, Any]
             # the same measure over the 2 s before the fault: this machine's noise floor
             r["normal_gap_ms"] = C.longest_gap_ms(buckets, r["t_apply"] - 2_000_000, r["t_apply"])
             r["delivered_late_in_fault"] = sum(b for t, b in buckets if r["t_undo"] - 500_000 <= t < r["t_undo"])
-            r["survived"] = r["delivered_late_in_fault"] > 0
+            r["rate_before_Bps"] = _rate(buckets, r["t_apply"] - 2_000_000, r["t_apply"])
+            r["rate_late_in_fault_Bps"] = _rate(buckets, r["t_undo"] - 1_000_000, r["t_undo"])
+            r["survived"] = _survived(r["rate_before_Bps"], r["rate_late_in_fault_Bps"])
         out["kinds"][kind] = {
             "faults": len(rs), "survived": sum(1 for r in rs if r["survived"]),
             "stall_ms": C.summary([r["stall_ms"] for r in rs]),
@@ -608,7 +630,12 @@ def peer_stats(recs: List[Dict[str, Any]], buckets, seconds: List[Dict[str, Any]
     for s in seconds:
         s["first_stall_ms"] = C.longest_gap_ms(buckets, s["t_apply"] - 50_000, s["t_undo"])
         s["second_stall_ms"] = C.longest_gap_ms(buckets, s["t_second"] - 50_000, s["t_second_undo"])
-        s["second_survived"] = sum(b for t, b in buckets if s["t_second_undo"] - 500_000 <= t < s["t_second_undo"]) > 0
+        s["rate_before_Bps"] = _rate(buckets, s["t_apply"] - 2_000_000, s["t_apply"])
+        # the outage after its first second (detection), and the second fault after its first second
+        s["rate_in_outage_Bps"] = _rate(buckets, s["t_apply"] + 1_000_000, s["t_undo"])
+        s["rate_in_second_Bps"] = _rate(buckets, s["t_second"] + 1_000_000, s["t_second_undo"])
+        s["outage_survived"] = _survived(s["rate_before_Bps"], s["rate_in_outage_Bps"])
+        s["second_survived"] = _survived(s["rate_before_Bps"], s["rate_in_second_Bps"])
         s["second_resume_ms"] = _resume_ms(buckets, s["t_second"], s["t_second_undo"] + int(60e6))
         s["delivered_after_all_repaired"] = sum(b for t, b in buckets if s["t_second_undo"] <= t < s["t_second_undo"]
                                                 + int(s.get("recover_s", 0) * 1e6))
@@ -688,7 +715,8 @@ def run_peers(out: Path, quick: bool = False, faults: Optional[int] = None, kind
             rep.data["settings"]["mptcp"]["subflows_at_start"] = peer.subflows
             try:
                 recs = peer_cycles(tb, rs, lambda: peer.alive, kinds, n, fault_for_s, failback_window_s, console, "mptcp")
-                sec = [second_fault(tb, rs, lambda: peer.alive, outage, a, second_for_s, recover_s, console, "mptcp")
+                sec = [second_fault(tb, rs, lambda: peer.alive, outage, a, second_for_s, recover_s, console, "mptcp",
+                                    snapshot=peer.snapshot)
                        for a in afters]
             finally:
                 r = peer.stop()
@@ -723,12 +751,14 @@ def peer_tables(data: Dict[str, Any]) -> List[Table]:
     s2 = st["second_fault"]
     u = Table(title=f"second fault: rail 0 down {s2['outage_s']:g} s, repaired; some seconds later rail 1 down "
                     f"{s2['second_for_s']:g} s")
-    for c in ("peer", "2nd fault after repair", "stall (1st)", "failback after the outage", "traffic at the 2nd fault", "2nd fault survived",
+    for c in ("peer", "2nd fault after repair", "stall (1st)", "rate in the outage / before", "failback after the outage",
+              "traffic at the 2nd fault", "2nd fault survived",
               "stall (2nd)", "resumed after 2nd fault", "bytes after all repaired"):
         u.add_column(c, justify="right")
     for name, r in data["results"]["peers"].items():
         for k, x in enumerate(r.get("second_faults", [])):
             u.add_row(f"{name} #{k + 1}", f"{x['after_s']:g} s", C.fmt(x["first_stall_ms"], 0) + " ms",
+                      C.fmt(C.ratio(x["rate_in_outage_Bps"], x["rate_before_Bps"]), 3),
                       (C.fmt(x["failback_ms"], 0) + " ms") if x["failback_ms"] is not None else f"none in {x['after_s']:g} s",
                       "rail 1" if x["on_rail1_at_second"] else "rail 0", "yes" if x["second_survived"] else "[red]no[/]",
                       C.fmt(x["second_stall_ms"], 0) + " ms",
@@ -769,7 +799,8 @@ def peer_markdown(data: Dict[str, Any]) -> str:
     L = [f"{st['faults_per_kind']} faults per kind on rail 0 (host A's NIC a0), each held {st['fault_for_s']:g} s; "
          f"the next fault {st.get('spacing_after_failback_s', 5):g} s after the failback. Milliseconds, p50 / p99 / max. "
          "Stall: the longest run of 1 ms buckets without a delivered byte at host B, from 50 ms before the fault "
-         "to the repair; normal gap: the same over the 2 s before the fault. Failback: repair -> rail 0 carries "
+         "to the repair; normal gap: the same over the 2 s before the fault. Survived: in the fault's last second "
+         "the receiver got at least 10 % of its rate before the fault. Failback: repair -> rail 0 carries "
          ">= 90 % of host B's received bytes again (railover: hold-down 3 s included).\n",
          "| peer | fault | survived | stall | normal gap p50 | failback after repair |", "|---|---|---:|---:|---:|---:|"]
     for name, r in data["results"]["peers"].items():
@@ -778,11 +809,12 @@ def peer_markdown(data: Dict[str, Any]) -> str:
                      f"{C.fmt(k['normal_gap_ms']['p50'], 0)} | {C.p50_p99_max(k['failback_ms'], 0)} |")
     L += ["", f"Second fault: rail 0 down {s2['outage_s']:g} s, repaired; some seconds later rail 1 down "
               f"{s2['second_for_s']:g} s; {s2.get('repeats', 1)} time(s) per peer.\n",
-          "| peer | 2nd fault after the repair | stall during the outage | failback after it | traffic on at the 2nd fault | 2nd fault survived "
-          "| stall (2nd) | delivery resumed after the 2nd fault |", "|---|---:|---:|---:|---|---|---:|---:|"]
+          "| peer | 2nd fault after the repair | stall during the outage | rate during the outage / before | failback after it | traffic on at the 2nd fault | 2nd fault survived "
+          "| stall (2nd) | delivery resumed after the 2nd fault |", "|---|---:|---:|---:|---:|---|---|---:|---:|"]
     for name, r in data["results"]["peers"].items():
         for k, x in enumerate(r.get("second_faults", [])):
             L.append(f"| {name} #{k + 1} | {x['after_s']:g} s | {C.fmt(x['first_stall_ms'], 0)} | "
+                     f"{C.fmt(C.ratio(x['rate_in_outage_Bps'], x['rate_before_Bps']), 3)} | "
                      + (f"{C.fmt(x['failback_ms'], 0)}" if x["failback_ms"] is not None else f"none in {x['after_s']:g} s")
                      + f" | rail {'1' if x['on_rail1_at_second'] else '0'} | {'yes' if x['second_survived'] else '**no**'} | "
                      f"{C.fmt(x['second_stall_ms'], 0)} | "

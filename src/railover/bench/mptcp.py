@@ -240,6 +240,13 @@ class MptcpPeer:
         self.subflows = out
         return self
 
+    def snapshot(self) -> str:
+        """``ss -tniM`` on host A (the subflows and the MPTCP socket), for the report."""
+        try:
+            return _sh(self.tb, "A", ["ss", "-tniM"])
+        except MptcpError as e:
+            return str(e)
+
     @property
     def alive(self) -> bool:
         return self.send_p is not None and self.send_p.poll() is None and self.recv_p.poll() is None
