@@ -439,20 +439,34 @@ class RailSampler:
         return pts[-1][1] - pts[0][1], pts[-1][2] - pts[0][2]
 
     def on_primary_since(self, since: int, window_us: int = 100_000, frac: float = 0.9,
-                         min_bytes: int = 100_000) -> Optional[int]:
-        """Start of the first ``window_us`` window after ``since`` in which rail 0 carried at
-        least ``frac`` of at least ``min_bytes`` received: the instant traffic was back on the
-        primary (None if not yet)."""
+                         min_bytes: int = 100_000, windows: int = 3) -> Optional[int]:
+        """Start of the first run of ``windows`` consecutive ``window_us`` windows after
+        ``since`` in each of which rail 0 carried at least ``frac`` of at least ``min_bytes``
+        received: the instant traffic was back on the primary (None if not yet). Sustained,
+        so that a short burst on rail 0 (railover's full-size probe burst, a retransmission)
+        is not taken for a failback."""
         pts = [p for p in self.series if p[0] >= since]
-        j = 0
-        for i, p in enumerate(pts):
-            while j < len(pts) and pts[j][0] - p[0] < window_us:
+
+        def ok(i: int) -> Optional[int]:
+            j = i
+            while j < len(pts) and pts[j][0] - pts[i][0] < window_us:
                 j += 1
             if j >= len(pts):
                 return None
-            d0, d1 = pts[j][1] - p[1], pts[j][2] - p[2]
-            if d0 + d1 >= min_bytes and d0 >= frac * (d0 + d1):
-                return p[0]
+            d0, d1 = pts[j][1] - pts[i][1], pts[j][2] - pts[i][2]
+            return j if d0 + d1 >= min_bytes and d0 >= frac * (d0 + d1) else -1
+
+        for i in range(len(pts)):
+            k, good = i, 0
+            while good < windows:
+                j = ok(k)
+                if j is None:
+                    return None
+                if j < 0:
+                    break
+                good, k = good + 1, j
+            if good == windows:
+                return pts[i][0]
         return None
 
     def close(self) -> None:
@@ -703,6 +717,10 @@ def run_peers(out: Path, quick: bool = False, faults: Optional[int] = None, kind
             results["railover"] = peer_stats(recs, res.buckets[1], sec, res.ok, res.wrong_bytes)
             results["railover"]["rank_exit_codes"] = [r.returncode for r in res.perf.ranks]
             results["railover"]["failovers"] = len(res.select("failover"))
+            # cross-check of the rail-counter failback: the plugin's own failback events
+            for r in recs:
+                fb = [e["t_us"] for e in res.select("failback", r["t_undo"]) if e.get("rank") == 0]
+                r["journal_failback_ms"] = (fb[0] - r["t_undo"]) / 1e3 if fb else None
             if not res.ok:
                 results["railover"]["error"] = res.perf.describe()[-3000:]
             # MPTCP
