@@ -89,3 +89,18 @@ def test_soak_two_minutes_clean(tmp_path: Path):
         assert v["start"]["fds"] == v["end"]["fds"] and v["start"]["threads"] == v["end"]["threads"]
     assert "verdict" in r.stdout and "clean" in r.stdout
     assert not list(out.glob("soak-work"))
+
+
+@pytest.mark.parametrize("args,rc,msg", [
+    (["--duration", "10"], 2, "at least 60 s"),
+    (["--duration", "abc"], 2, "bad duration"),
+    (["--kinds", "bogus", "--duration", "2m"], 2, "unknown fault kind"),
+    (["--layout", "X9"], 2, "unknown layout"),
+])
+def test_soak_bad_input_is_named(tmp_path: Path, args, rc, msg):
+    r = subprocess.run([sys.executable, "-m", "railover.cli", "soak", *args, "-o", str(tmp_path / "o")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == rc, r.stdout + r.stderr
+    assert msg in (r.stdout + r.stderr).replace("\n", " ")
+    assert "Traceback" not in r.stdout + r.stderr
+    assert not (tmp_path / "o").exists()
