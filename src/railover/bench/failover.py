@@ -505,7 +505,7 @@ def peer_cycles(tb: TestBed, rs: RailSampler, alive: Callable[[], bool], kinds: 
         f = PEER_KINDS[kind][0](tb)
         try:
             for i in range(n):
-                steady = _wait(lambda: rs.on_primary_since(now_us() - 400_000, 300_000) is not None, 60, alive)
+                steady = _wait(lambda: rs.on_primary_since(now_us() - 400_000, 300_000, windows=1) is not None, 60, alive)
                 if not alive():
                     break
                 f.apply()
@@ -538,7 +538,7 @@ def second_fault(tb: TestBed, rs: RailSampler, alive: Callable[[], bool], outage
     for ``second_for_s``, then is repaired; up to ``recover_s`` more to see traffic again."""
     fa, fb = NetlinkFault(tb.nic("a0"), "PORT-DOWN"), NetlinkFault(tb.nic("a1"), "PORT-DOWN")
     try:
-        _wait(lambda: rs.on_primary_since(now_us() - 400_000, 300_000) is not None, 60, alive)
+        _wait(lambda: rs.on_primary_since(now_us() - 400_000, 300_000, windows=1) is not None, 60, alive)
         fa.apply()
         t0 = fa.t_issue
         snap = ""
