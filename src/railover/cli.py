@@ -78,10 +78,11 @@ def version_cmd():
 # or broken module is an error at start-up, never a silently absent command.
 from railover import demo  # noqa: E402
 from railover.bench import cli as bench_cli  # noqa: E402
+from railover.bench import soak as soak_cli  # noqa: E402
 from railover.ops import cli as ops_cli  # noqa: E402
 from railover.testbed import cli as testbed_cli  # noqa: E402
 
-for _mod in (testbed_cli, demo, bench_cli, ops_cli):
+for _mod in (testbed_cli, demo, bench_cli, soak_cli, ops_cli):
     _mod.register(app)
 
 

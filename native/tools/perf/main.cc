@@ -70,6 +70,9 @@ timed run (failover timelines):
                            (no --duration): per-iteration latency of the timed iterations
   --stop-file PATH         rank 0 ends the timed run as soon as PATH exists (checked every
                            10 ms); --duration stays the upper bound
+  --no-iter-records        timed run: keep no per-iteration record (the time series then
+                           has only the 1 ms byte buckets, which are allocated up front), so
+                           the process's memory stays flat however long it runs
 
 benchmark helpers:
   --hold SECONDS           after the run, keep every comm connected and idle (no request in
@@ -208,6 +211,7 @@ Options parseArgs(int argc, char** argv) {
     else if (k == "--no-profiler-handles") o.profilerHandles = false;
     else if (k == "--selftest-corrupt") o.selftestCorrupt = intVal(0, 1L << 40);
     else if (k == "--all-ranks-print") o.allRanksPrint = true;
+    else if (k == "--no-iter-records") o.iterRecords = false;
     else if (k == "-v" || k == "--verbose") setVerbose(true);
     else usageError("unknown option " + k);
   }

@@ -76,8 +76,10 @@ uint64_t wrongTotal(RunState& st, bool local) {
   uint64_t w = 0;
   for (auto& r : st.rows) w += local ? r.localWrong : r.wrong;
   // Iterations of an interrupted timed run never made it into a row.
-  if (st.rows.empty())
+  if (st.rows.empty()) {
     for (auto& it : st.iterRecords) w += it.wrong;
+    if (st.iterRecords.empty()) w += st.timedWrong;  // --no-iter-records
+  }
   return w;
 }
 

@@ -914,7 +914,10 @@ void Communicator::runDuration() {
       uint64_t b = nowUs();
       wrong += w;
       std::lock_guard<std::mutex> g(st_.mu);
-      st_.iterRecords.push_back(IterRecord{comm_, k, a, b - a, w, bytes});
+      st_.timedWrong += w;
+      // One record per iteration grows the process by ~48 B per iteration: long runs that
+      // watch the process's memory (railover soak) turn it off with --no-iter-records.
+      if (opt_.iterRecords) st_.iterRecords.push_back(IterRecord{comm_, k, a, b - a, w, bytes});
       k++;
     }
   } catch (Aborted&) {

@@ -61,6 +61,7 @@ struct Options {
   int trafficClass = -1;
   long selftestCorrupt = 0;           // flip one byte of rank 0's Nth non-empty sent message
   bool allRanksPrint = false;
+  bool iterRecords = true;            // --no-iter-records: timed runs keep no per-iteration records
 };
 
 struct Row {
@@ -85,6 +86,7 @@ struct RunState {
   std::mutex mu;
   std::vector<Row> rows;
   std::vector<IterRecord> iterRecords;
+  uint64_t timedWrong = 0;  // wrong bytes of the timed run's iterations so far (rows or not)
   NetProps props;
   int ndev = 0;
   std::string stoppedEarly;

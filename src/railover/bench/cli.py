@@ -169,10 +169,31 @@ def register(app: typer.Typer) -> None:
     def failover_cmd(out: Path = OUT, quick: bool = QUICK,
                      faults: int = typer.Option(0, "--faults", "-n", help="faults per kind (0: 50, or 3 with --quick)"),
                      kinds: str = typer.Option("port-down,host-down,addr-del,silent,one-way", "--kinds"),
-                     size: str = typer.Option("1M", "--size", help="all-reduce size")):
+                     size: str = typer.Option("1M", "--size", help="all-reduce size"),
+                     peer: str = typer.Option("", "--peer", help="'mptcp': the same faults, same bed, same run, against "
+                                              "Linux MPTCP with a backup subflow (kinds port-down,silent)"),
+                     outage_s: float = typer.Option(-1, "--outage-s", help="with --peer: rail-0 outage before the "
+                                                    "second fault (default 60, or 5 with --quick)")):
         """N injected faults per kind under a checked ring all-reduce: detection, convergence,
-        stall, bytes resent (p50/p99/max), wrong bytes."""
+        stall, bytes resent (p50/p99/max), wrong bytes. With --peer mptcp: railover and MPTCP
+        side by side (survived, stall, failback, a second fault after a long outage)."""
         console = _console()
+        if peer:
+            if peer != "mptcp":
+                raise typer.BadParameter(f"unknown peer {peer!r}; the only peer is 'mptcp'")
+            from railover.bench import failover as fo
+            pk = [k for k in _csv(kinds) if k in fo.PEER_KINDS] or list(fo.PEER_KINDS)
+            try:
+                from railover.bench.mptcp import MptcpError
+                rep = fo.run_peers(out, quick=quick, faults=faults or None, kinds=pk, size=size,
+                                   outage_s=None if outage_s < 0 else outage_s, console=console)
+            except MptcpError as e:
+                console.print(f"[red]the MPTCP peer could not run:[/] {e}")
+                raise typer.Exit(2)
+            except C.BenchError as e:
+                console.print(f"[red]failover --peer mptcp could not run:[/] {e}")
+                raise typer.Exit(2)
+            _finish([rep], console)
         rep = _run_suite("failover", out, quick, console, faults=faults or None, kinds=_csv(kinds), size=size)
         _finish([rep], console)
 

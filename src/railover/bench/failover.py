@@ -401,3 +401,440 @@ def markdown(data: Dict[str, Any]) -> str:
              "running between the fault and convergence (/proc/<pid>/task/*/schedstat): when it is close to "
              "the convergence time, the rank was not running.")
     return "\n".join(L) + "\n"
+
+
+# --------------------------------------------------------------------------- --peer mptcp
+
+class RailSampler:
+    """Bytes received by host B's NIC on rail 0 and rail 1, sampled every ``every_s`` from a
+    pre-opened netlink handle: ``series`` = [(t_us, rx_rail0, rx_rail1)]. Tells which rail
+    carries the traffic, whatever carries it (railover paths or MPTCP subflows)."""
+
+    def __init__(self, tb: TestBed, every_s: float = 0.01):
+        import threading
+        from pyroute2 import IPRoute
+        b0, b1 = tb.nic("b0"), tb.nic("b1")
+        self.ipr = IPRoute(netns=b0.ns, flags=0)
+        self.idx = [self.ipr.link_lookup(ifname=b0.ifname)[0], self.ipr.link_lookup(ifname=b1.ifname)[0]]
+        self.every_s = every_s
+        self.series: List[tuple] = []
+        self._stop = threading.Event()
+        self._th = threading.Thread(target=self._loop, daemon=True)
+        self._th.start()
+
+    def _rx(self) -> List[int]:
+        return [int(self.ipr.get_links(i)[0].get("IFLA_STATS64")["rx_bytes"]) for i in self.idx]
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            r = self._rx()
+            self.series.append((now_us(), r[0], r[1]))
+            self._stop.wait(self.every_s)
+
+    def share(self, t0: int, t1: int) -> Optional[tuple]:
+        """(bytes on rail 0, bytes on rail 1) received in [t0, t1] (None without two samples)."""
+        pts = [p for p in self.series if t0 <= p[0] <= t1]
+        if len(pts) < 2:
+            return None
+        return pts[-1][1] - pts[0][1], pts[-1][2] - pts[0][2]
+
+    def on_primary_since(self, since: int, window_us: int = 100_000, frac: float = 0.9,
+                         min_bytes: int = 100_000, windows: int = 3) -> Optional[int]:
+        """Start of the first run of ``windows`` consecutive ``window_us`` windows after
+        ``since`` in each of which rail 0 carried at least ``frac`` of at least ``min_bytes``
+        received: the instant traffic was back on the primary (None if not yet). Sustained,
+        so that a short burst on rail 0 (railover's full-size probe burst, a retransmission)
+        is not taken for a failback."""
+        pts = [p for p in self.series if p[0] >= since]
+
+        def ok(i: int) -> Optional[int]:
+            j = i
+            while j < len(pts) and pts[j][0] - pts[i][0] < window_us:
+                j += 1
+            if j >= len(pts):
+                return None
+            d0, d1 = pts[j][1] - pts[i][1], pts[j][2] - pts[i][2]
+            return j if d0 + d1 >= min_bytes and d0 >= frac * (d0 + d1) else -1
+
+        for i in range(len(pts)):
+            k, good = i, 0
+            while good < windows:
+                j = ok(k)
+                if j is None:
+                    return None
+                if j < 0:
+                    break
+                good, k = good + 1, j
+            if good == windows:
+                return pts[i][0]
+        return None
+
+    def close(self) -> None:
+        self._stop.set()
+        self._th.join(2)
+        self.ipr.close()
+
+
+PEER_KINDS = {
+    "port-down": (lambda tb: NetlinkFault(tb.nic("a0"), "PORT-DOWN"), "switch port of a0 down (carrier loss)"),
+    "silent": (lambda tb: GroupFault(tb.nic("a0"), "SILENT"), "black hole at a0's switch port, no carrier event"),
+}
+
+
+def _wait(pred: Callable[[], Any], timeout_s: float, alive: Callable[[], bool], every_s: float = 0.01) -> bool:
+    """Poll ``pred`` until true (True), the time is up or the peer died (False)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if pred():
+            return True
+        if time.monotonic() >= deadline or not alive():
+            return bool(pred())
+        time.sleep(every_s)
+
+
+def peer_cycles(tb: TestBed, rs: RailSampler, alive: Callable[[], bool], kinds: Sequence[str], n: int,
+                fault_for_s: float, failback_window_s: float, console: Console, name: str,
+                spacing_s: float = 5.0) -> List[Dict[str, Any]]:
+    """``n`` fault/repair cycles per kind on rail 0 (host A's a0) against whatever runs on the
+    bed (railover or MPTCP): each waits until rail 0 carries the traffic, applies the fault,
+    keeps it ``fault_for_s``, repairs, waits up to ``failback_window_s`` for traffic to be
+    back on rail 0, then ``spacing_s`` more. Records instants (µs) only; stalls come from the
+    receiver's buckets."""
+    recs = []
+    for kind in kinds:
+        f = PEER_KINDS[kind][0](tb)
+        try:
+            for i in range(n):
+                steady = _wait(lambda: rs.on_primary_since(now_us() - 400_000, 300_000, windows=1) is not None, 60, alive)
+                if not alive():
+                    break
+                f.apply()
+                t0 = getattr(f, "t_issue", None) or f.applied_us
+                _wait(lambda: now_us() - t0 >= fault_for_s * 1e6, fault_for_s + 1, lambda: True)
+                f.undo()
+                t1 = f.undone_us
+                _wait(lambda: rs.on_primary_since(t1) is not None, failback_window_s, alive, 0.05)
+                tfb = rs.on_primary_since(t1)
+                rec = {"peer": name, "kind": kind, "i": i, "t_apply": t0, "t_undo": t1, "steady_before": steady,
+                       "failback_ms": (tfb - t1) / 1e3 if tfb else None, "t_failback": tfb}
+                recs.append(rec)
+                # Not a flap: the next fault comes spacing_s after the failback, longer than
+                # railover's hold-down (3 s; a path failing again within it doubles it).
+                t_fb = tfb or now_us()
+                _wait(lambda: now_us() - t_fb >= spacing_s * 1e6, spacing_s + 1, lambda: True)
+                console.print(f"  {name} {kind} #{i}: failback "
+                              + (f"{rec['failback_ms']:.0f} ms after repair" if tfb else f"not within {failback_window_s:g} s"))
+        finally:
+            if f.active:
+                f.undo()
+            f.close()
+    return recs
+
+
+def second_fault(tb: TestBed, rs: RailSampler, alive: Callable[[], bool], outage_s: float, after_s: float,
+                 second_for_s: float, recover_s: float, console: Console, name: str,
+                 snapshot: Optional[Callable[[], str]] = None) -> Dict[str, Any]:
+    """Rail 0 down (carrier) for ``outage_s``, repaired; ``after_s`` later rail 1 goes down
+    for ``second_for_s``, then is repaired; up to ``recover_s`` more to see traffic again."""
+    fa, fb = NetlinkFault(tb.nic("a0"), "PORT-DOWN"), NetlinkFault(tb.nic("a1"), "PORT-DOWN")
+    try:
+        _wait(lambda: rs.on_primary_since(now_us() - 400_000, 300_000, windows=1) is not None, 60, alive)
+        fa.apply()
+        t0 = fa.t_issue
+        snap = ""
+        if snapshot:  # the connection's state 5 s into the outage
+            _wait(lambda: now_us() - t0 >= min(5.0, outage_s / 2) * 1e6, outage_s + 1, lambda: True)
+            snap = snapshot()
+        _wait(lambda: now_us() - t0 >= outage_s * 1e6, outage_s + 1, lambda: True)
+        fa.undo()
+        t1 = fa.undone_us
+        _wait(lambda: now_us() - t1 >= after_s * 1e6, after_s + 1, lambda: True)
+        where = rs.share(now_us() - 500_000, now_us())
+        fb.apply()
+        t2 = fb.t_issue
+        _wait(lambda: now_us() - t2 >= second_for_s * 1e6, second_for_s + 1, lambda: True)
+        fb.undo()
+        t3 = fb.undone_us
+        _wait(lambda: now_us() - t3 >= recover_s * 1e6, recover_s + 1, lambda: True)
+        tfb = rs.on_primary_since(t1)
+    finally:
+        for f in (fa, fb):
+            if f.active:
+                f.undo()
+            f.close()
+    t_from = t0 - 1_000_000
+    rails = [(round((t - t_from) / 1e6, 3), r0, r1) for t, r0, r1 in rs.series if t >= t_from]
+    rail_100ms = []  # bytes received by B on (rail 0, rail 1) per 100 ms, from 1 s before the fault
+    for a, b in zip(rails[::10], rails[10::10]):
+        rail_100ms.append((b[1] - a[1], b[2] - a[2]))
+    rec = {"peer": name, "t_apply": t0, "t_undo": t1, "t_second": t2, "t_second_undo": t3, "rail_rx_100ms": rail_100ms,
+           "snapshot_in_outage": snap,
+           "outage_s": outage_s, "after_s": after_s, "second_for_s": second_for_s, "recover_s": recover_s,
+           "failback_ms": (tfb - t1) / 1e3 if tfb and tfb < t2 else None,
+           "rail_bytes_before_second": where,
+           "on_rail1_at_second": bool(where and where[1] > where[0])}
+    console.print(f"  {name} second fault: traffic on rail {'1' if rec['on_rail1_at_second'] else '0'} "
+                  f"{after_s:g} s after a {outage_s:g} s outage was repaired")
+    return rec
+
+
+def _resume_ms(buckets, t_from: int, t_to: int) -> Optional[float]:
+    """ms from ``t_from`` (a fault) to the end of the first delivery gap of at least 20 ms that
+    starts between 50 ms before and 2 s after it; 0.0 when there is no such gap; None when
+    nothing was delivered again before ``t_to``."""
+    run_start = None
+    delivered = False
+    for t, b in buckets:
+        if t < t_from - 50_000:
+            continue
+        if t >= t_to:
+            break
+        if b == 0:
+            if run_start is None:
+                run_start = t
+            continue
+        if run_start is not None and t - run_start >= 20_000 and run_start <= t_from + 2_000_000 and t > t_from:
+            return (t - t_from) / 1e3
+        run_start = None
+        delivered = delivered or t >= t_from
+        if t > t_from + 2_000_000:
+            return 0.0
+    return 0.0 if delivered and run_start is None else None
+
+
+SURVIVED_FRACTION = 0.1
+
+
+def _rate(buckets, t0: int, t1: int) -> float:
+    """Bytes per second delivered in [t0, t1)."""
+    return sum(b for t, b in buckets if t0 <= t < t1) / max(1e-6, (t1 - t0) / 1e6)
+
+
+def _survived(before: float, during: float) -> bool:
+    """The stream carried on: during the fault at least SURVIVED_FRACTION of the rate before
+    it (a trickle of retransmissions is not survival)."""
+    return before > 0 and during >= SURVIVED_FRACTION * before
+
+
+def peer_stats(recs: List[Dict[str, Any]], buckets, seconds: List[Dict[str, Any]], ok: bool,
+               wrong: int) -> Dict[str, Any]:
+    """Per kind: survived (in the last second of the fault the stream delivered at least
+    SURVIVED_FRACTION of its rate before the fault), stall p50/p99/max (longest gap from 50 ms before the fault to the repair),
+    failback p50/p99/max (repair -> rail 0 carries >= 90 % again; hold-down included)."""
+    out: Dict[str, Any] = {"kinds": {}}
+    for kind in PEER_KINDS:
+        rs = [r for r in recs if r["kind"] == kind]
+        if not rs:
+            continue
+        for r in rs:
+            r["stall_ms"] = C.longest_gap_ms(buckets, r["t_apply"] - 50_000, r["t_undo"])
+            # the same measure over the 2 s before the fault: this machine's noise floor
+            r["normal_gap_ms"] = C.longest_gap_ms(buckets, r["t_apply"] - 2_000_000, r["t_apply"])
+            r["delivered_late_in_fault"] = sum(b for t, b in buckets if r["t_undo"] - 500_000 <= t < r["t_undo"])
+            r["rate_before_Bps"] = _rate(buckets, r["t_apply"] - 2_000_000, r["t_apply"])
+            r["rate_late_in_fault_Bps"] = _rate(buckets, r["t_undo"] - 1_000_000, r["t_undo"])
+            r["survived"] = _survived(r["rate_before_Bps"], r["rate_late_in_fault_Bps"])
+        out["kinds"][kind] = {
+            "faults": len(rs), "survived": sum(1 for r in rs if r["survived"]),
+            "stall_ms": C.summary([r["stall_ms"] for r in rs]),
+            "normal_gap_ms": C.summary([r["normal_gap_ms"] for r in rs]),
+            "failback_ms": C.summary([r["failback_ms"] for r in rs]),
+            "failback_missing": sum(1 for r in rs if r["failback_ms"] is None),
+            "cycles": rs}
+    for s in seconds:
+        s["first_stall_ms"] = C.longest_gap_ms(buckets, s["t_apply"] - 50_000, s["t_undo"])
+        s["second_stall_ms"] = C.longest_gap_ms(buckets, s["t_second"] - 50_000, s["t_second_undo"])
+        s["rate_before_Bps"] = _rate(buckets, s["t_apply"] - 2_000_000, s["t_apply"])
+        # the outage after its first second (detection), and the second fault after its first second
+        s["rate_in_outage_Bps"] = _rate(buckets, s["t_apply"] + 1_000_000, s["t_undo"])
+        s["rate_in_second_Bps"] = _rate(buckets, s["t_second"] + 1_000_000, s["t_second_undo"])
+        s["outage_survived"] = _survived(s["rate_before_Bps"], s["rate_in_outage_Bps"])
+        s["second_survived"] = _survived(s["rate_before_Bps"], s["rate_in_second_Bps"])
+        s["second_resume_ms"] = _resume_ms(buckets, s["t_second"], s["t_second_undo"] + int(60e6))
+        s["delivered_after_all_repaired"] = sum(b for t, b in buckets if s["t_second_undo"] <= t < s["t_second_undo"]
+                                                + int(s.get("recover_s", 0) * 1e6))
+        s["normal_gap_ms"] = C.longest_gap_ms(buckets, s["t_apply"] - 2_000_000, s["t_apply"])
+        # delivered bytes per 100 ms from 1 s before the first fault to the end: the timeline
+        t_from = s["t_apply"] - 1_000_000
+        per: Dict[int, int] = {}
+        for t, b in buckets:
+            if t >= t_from:
+                per[(t - t_from) // 100_000] = per.get((t - t_from) // 100_000, 0) + b
+        s["timeline_100ms"] = [per.get(i, 0) for i in range(max(per) + 1)] if per else []
+    if seconds:
+        out["second_faults"] = seconds
+        out["second_fault"] = seconds[0]  # the one plotted
+    out["stream_ok"] = ok
+    out["wrong_bytes"] = wrong
+    return out
+
+
+def run_peers(out: Path, quick: bool = False, faults: Optional[int] = None, kinds: Sequence[str] = tuple(PEER_KINDS),
+              size: str = "1M", outage_s: Optional[float] = None, second_repeats: Optional[int] = None,
+              console: Optional[Console] = None) -> Dict[str, Any]:
+    """railover and Linux MPTCP (backup subflow on the standby rail, see
+    :mod:`railover.bench.mptcp`) side by side on one T2 bed in one run, under the same faults
+    on rail 0: survived, stall, failback, and a second fault on rail 1 after a long outage."""
+    from railover.bench import mptcp as M
+    console = console or Console()
+    n = faults or (1 if quick else 5)
+    fault_for_s = 2.0 if quick else 5.0
+    outage = outage_s if outage_s is not None else (5.0 if quick else 60.0)
+    # the second fault 10 s after the repair (both peers had time to fail back), twice, and
+    # once 1 s after it (railover still in its hold-down, on the standby rail)
+    afters, second_for_s, recover_s = ((5.0,), 5.0, 5.0) if quick else ((10.0, 10.0, 1.0), 20.0, 30.0)
+    failback_window_s = 20.0 if quick else 90.0
+    if second_repeats:
+        afters = tuple(afters[i % len(afters)] for i in range(second_repeats))
+    bad = [k for k in kinds if k not in PEER_KINDS]
+    if bad:
+        raise C.BenchError(f"--peer mptcp compares {', '.join(PEER_KINDS)}; not {', '.join(bad)}")
+    rep = C.Report("failover-peers", out, quick, {
+        "faults_per_kind": n, "kinds": list(kinds), "fault_for_s": fault_for_s, "failback_window_s": failback_window_s,
+        "spacing_after_failback_s": 5.0,
+        "second_fault": {"outage_s": outage, "after_s": list(afters), "second_for_s": second_for_s, "recover_s": recover_s,
+                         "repeats": len(afters)},
+        "railover": {"workload": "allreduce", "size": size, "ranks": 2, "check": True, "env": "plugin defaults"},
+        "mptcp": {"stream": "64-bit counter words, every byte checked at the receiver", "setup": None, "sysctls": None}})
+    work = Path(out) / "peers-work"
+    results: Dict[str, Any] = {}
+    with TestBed("T2") as tb:
+        rs = RailSampler(tb)
+        try:
+            # railover: the checked all-reduce, plugin defaults (hold-down 3 s)
+            console.print(f"[bold]failover --peer mptcp[/]: railover ({tb.prefix})")
+            lr = C.LiveRun(tb, work / "railover", workload="allreduce", minbytes=size, check=True,
+                           duration_s=3000, timeout_s=3300).start()
+            try:
+                recs = peer_cycles(tb, rs, lambda: lr.alive, kinds, n, fault_for_s, failback_window_s, console, "railover")
+                sec = [second_fault(tb, rs, lambda: lr.alive, outage, a, second_for_s, recover_s, console, "railover")
+                       for a in afters]
+            finally:
+                lr.stop()
+            res = lr.finish(check=False)
+            rep.add_wrong(res.wrong_bytes)
+            # rank 1 (host B) receives what rank 0 sends A -> B: the MPTCP stream's direction
+            results["railover"] = peer_stats(recs, res.buckets[1], sec, res.ok, res.wrong_bytes)
+            results["railover"]["rank_exit_codes"] = [r.returncode for r in res.perf.ranks]
+            results["railover"]["failovers"] = len(res.select("failover"))
+            # cross-check of the rail-counter failback: the plugin's own failback events
+            for r in recs:
+                fb = [e["t_us"] for e in res.select("failback", r["t_undo"]) if e.get("rank") == 0]
+                r["journal_failback_ms"] = (fb[0] - r["t_undo"]) / 1e3 if fb else None
+            if not res.ok:
+                results["railover"]["error"] = res.perf.describe()[-3000:]
+            # MPTCP
+            console.print(f"[bold]failover --peer mptcp[/]: Linux MPTCP, backup subflow on rail 1")
+            peer = M.MptcpPeer(tb, work / "mptcp", max_s=3000)
+            peer.configure()
+            rep.data["settings"]["mptcp"]["setup"] = peer.setup
+            rep.data["settings"]["mptcp"]["sysctls"] = {"A": M.sysctls(tb, "A"), "B": M.sysctls(tb, "B")}
+            peer.start()
+            rep.data["settings"]["mptcp"]["subflows_at_start"] = peer.subflows
+            try:
+                recs = peer_cycles(tb, rs, lambda: peer.alive, kinds, n, fault_for_s, failback_window_s, console, "mptcp")
+                sec = [second_fault(tb, rs, lambda: peer.alive, outage, a, second_for_s, recover_s, console, "mptcp",
+                                    snapshot=peer.snapshot)
+                       for a in afters]
+            finally:
+                r = peer.stop()
+            rep.add_wrong(r["wrong"])
+            ok = r["connected"] and not r["error"] and r["wrong"] == 0
+            results["mptcp"] = peer_stats(recs, r["buckets"], sec, ok, r["wrong"])
+            results["mptcp"].update({"bytes": r["bytes"], "error": r["error"], "send_exit": r["send_exit"],
+                                     "send_out": r["send_out"]})
+        finally:
+            rs.close()
+    shutil.rmtree(work, ignore_errors=True)
+    rep.results["peers"] = results
+    for name, r in results.items():
+        rep.add_target(f"{name}: wrong bytes", r["wrong_bytes"], "==", 0, "B")
+    _peer_plot(rep, results)
+    data = rep.finish()
+    for t in peer_tables(data):
+        console.print(t)
+    return data
+
+
+def peer_tables(data: Dict[str, Any]) -> List[Table]:
+    st = data["settings"]
+    t = Table(title=f"railover vs Linux MPTCP (backup subflow), {st['faults_per_kind']} faults per kind on rail 0, "
+                    f"each held {st['fault_for_s']:g} s (ms: p50 / p99 / max)")
+    for c in ("peer", "fault", "survived", "stall", "normal gap p50", "failback after repair", "no failback in window"):
+        t.add_column(c, justify="right")
+    for name, r in data["results"]["peers"].items():
+        for kind, k in r["kinds"].items():
+            t.add_row(name, kind, f"{k['survived']}/{k['faults']}", C.p50_p99_max(k["stall_ms"], 0),
+                      C.fmt(k["normal_gap_ms"]["p50"], 0), C.p50_p99_max(k["failback_ms"], 0), str(k["failback_missing"]))
+    s2 = st["second_fault"]
+    u = Table(title=f"second fault: rail 0 down {s2['outage_s']:g} s, repaired; some seconds later rail 1 down "
+                    f"{s2['second_for_s']:g} s")
+    for c in ("peer", "2nd fault after repair", "stall (1st)", "rate in the outage / before", "failback after the outage",
+              "traffic at the 2nd fault", "2nd fault survived",
+              "stall (2nd)", "resumed after 2nd fault", "bytes after all repaired"):
+        u.add_column(c, justify="right")
+    for name, r in data["results"]["peers"].items():
+        for k, x in enumerate(r.get("second_faults", [])):
+            u.add_row(f"{name} #{k + 1}", f"{x['after_s']:g} s", C.fmt(x["first_stall_ms"], 0) + " ms",
+                      C.fmt(C.ratio(x["rate_in_outage_Bps"], x["rate_before_Bps"]), 3),
+                      (C.fmt(x["failback_ms"], 0) + " ms") if x["failback_ms"] is not None else f"none in {x['after_s']:g} s",
+                      "rail 1" if x["on_rail1_at_second"] else "rail 0", "yes" if x["second_survived"] else "[red]no[/]",
+                      C.fmt(x["second_stall_ms"], 0) + " ms",
+                      (C.fmt(x["second_resume_ms"], 0) + " ms") if x["second_resume_ms"] is not None else "no",
+                      str(x["delivered_after_all_repaired"]))
+    return [t, u]
+
+
+def _peer_plot(rep: C.Report, results: Dict[str, Any]) -> None:
+    """Delivered MB per 100 ms through the second-fault scenario, one panel per peer."""
+    have = [(n, r["second_fault"]) for n, r in results.items() if r.get("second_fault", {}).get("timeline_100ms")]
+    if not have:
+        return
+    plt = C.matplotlib_pyplot()
+    fig, axes = plt.subplots(len(have), 1, figsize=(11, 2.6 * len(have)), squeeze=False)
+    for ax, (name, s) in zip(axes[:, 0], have):
+        base = s["t_apply"] - 1_000_000
+        tl = s["timeline_100ms"]
+        ax.plot([i / 10 for i in range(len(tl))], [b / 1e6 for b in tl], lw=0.8, label="delivered")
+        for t, what, c in ((s["t_apply"], "rail 0 down", "r"), (s["t_undo"], "rail 0 repaired", "g"),
+                           (s["t_second"], "rail 1 down", "m"), (s["t_second_undo"], "rail 1 repaired", "b")):
+            ax.axvline((t - base) / 1e6, color=c, ls="--", lw=0.8, label=what)
+        ax.set_title(f"{name}: rail 0 down {s['outage_s']:g} s, then rail 1 down {s['second_for_s']:g} s "
+                     f"{s['after_s']:g} s after the repair", fontsize=9)
+        ax.set_ylabel("MB / 100 ms", fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6, loc="upper right")
+    axes[-1, 0].set_xlabel("s", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(rep.plot_path("failover-peers.png"), dpi=100)
+    plt.close(fig)
+
+
+def peer_markdown(data: Dict[str, Any]) -> str:
+    """The two tables of ``--peer mptcp`` as markdown (docs/BENCHMARKS.md)."""
+    st = data["settings"]
+    s2 = st["second_fault"]
+    L = [f"{st['faults_per_kind']} faults per kind on rail 0 (host A's NIC a0), each held {st['fault_for_s']:g} s; "
+         f"the next fault {st.get('spacing_after_failback_s', 5):g} s after the failback. Milliseconds, p50 / p99 / max. "
+         "Stall: the longest run of 1 ms buckets without a delivered byte at host B, from 50 ms before the fault "
+         "to the repair; normal gap: the same over the 2 s before the fault. Survived: in the fault's last second "
+         "the receiver got at least 10 % of its rate before the fault. Failback: repair -> rail 0 carries "
+         ">= 90 % of host B's received bytes again (railover: hold-down 3 s included).\n",
+         "| peer | fault | survived | stall | normal gap p50 | failback after repair |", "|---|---|---:|---:|---:|---:|"]
+    for name, r in data["results"]["peers"].items():
+        for kind, k in r["kinds"].items():
+            L.append(f"| {name} | {kind} | {k['survived']}/{k['faults']} | {C.p50_p99_max(k['stall_ms'], 0)} | "
+                     f"{C.fmt(k['normal_gap_ms']['p50'], 0)} | {C.p50_p99_max(k['failback_ms'], 0)} |")
+    L += ["", f"Second fault: rail 0 down {s2['outage_s']:g} s, repaired; some seconds later rail 1 down "
+              f"{s2['second_for_s']:g} s; {s2.get('repeats', 1)} time(s) per peer.\n",
+          "| peer | 2nd fault after the repair | stall during the outage | rate during the outage / before | failback after it | traffic on at the 2nd fault | 2nd fault survived "
+          "| stall (2nd) | delivery resumed after the 2nd fault |", "|---|---:|---:|---:|---:|---|---|---:|---:|"]
+    for name, r in data["results"]["peers"].items():
+        for k, x in enumerate(r.get("second_faults", [])):
+            L.append(f"| {name} #{k + 1} | {x['after_s']:g} s | {C.fmt(x['first_stall_ms'], 0)} | "
+                     f"{C.fmt(C.ratio(x['rate_in_outage_Bps'], x['rate_before_Bps']), 3)} | "
+                     + (f"{C.fmt(x['failback_ms'], 0)}" if x["failback_ms"] is not None else f"none in {x['after_s']:g} s")
+                     + f" | rail {'1' if x['on_rail1_at_second'] else '0'} | {'yes' if x['second_survived'] else '**no**'} | "
+                     f"{C.fmt(x['second_stall_ms'], 0)} | "
+                     + (f"{C.fmt(x['second_resume_ms'], 0)} ms" if x["second_resume_ms"] is not None else "no") + " |")
+    return "\n".join(L) + "\n"

@@ -10,6 +10,11 @@ kernel's loopback device; ``veth``: 2 hosts x 2 NICs through per-rail bridges), 
 * ``armed2`` (full runs, 2 ranks): a second, identical armed run: an A/A control whose
   ratio to ``armed`` is the noise floor of this machine,
 * ``nstreams=1`` / ``nstreams=4`` (2 ranks): ``RAILOVER_NSTREAMS`` other than the default 2,
+* ``baseline``: the same railover-perf runs through ``libnccl-net-baseline.so``
+  (native/tools/baseline): the same buffers, slot sizes, requests in flight, number of TCP
+  streams and NICs, with no failover machinery at all: the physical limit of this data
+  movement. ``armed/baseline`` is what the plugin costs; ``armed/iperf3`` (kept) compares with
+  iperf3, whose one small buffer stays in the CPU cache,
 
 interleaved round by round (the order alternates), so every ratio compares runs made side
 by side; ranks are pinned (rank r on CPU r % nproc). Latency: every iteration of the small
@@ -38,6 +43,19 @@ from railover.bench import common as C
 from railover.testbed.netns import TestBed
 
 DEFAULT_NSTREAMS = 2
+#: The config that runs railover-perf through libnccl-net-baseline.so (native/tools/baseline):
+#: the same buffers, slots, requests in flight, streams (RAILOVER_NSTREAMS) and NICs as railover,
+#: over plain TCP sockets with no failover machinery: the physical limit of this data movement.
+BASELINE = "baseline"
+
+
+def baseline_path() -> Path:
+    """libnccl-net-baseline.so, next to the railover plugin (build tree or package)."""
+    from railover import _paths
+    p = _paths.plugin_path().parent / "libnccl-net-baseline.so"
+    if not p.is_file():
+        raise C.BenchError(f"{p} not found: build it (cmake --build build --target nccl-net-baseline)")
+    return p
 NETWORKS = {
     "loopback": dict(hosts=1, nics=2),   # one host: traffic between its own addresses uses lo
     "veth": dict(hosts=2, nics=2),       # T2: two hosts, one bridge per rail
@@ -57,7 +75,7 @@ def _segments(quick: bool) -> List[Dict[str, Any]]:
 
 
 def _configs(nranks: int, quick: bool, nstreams: Sequence[int]) -> List[Tuple[str, Dict[str, str]]]:
-    cfgs = [("armed", {}), ("none", {"RAILOVER_STANDBY": "none"})]
+    cfgs = [("armed", {}), ("none", {"RAILOVER_STANDBY": "none"}), (BASELINE, {})]
     if nranks == 2:
         if not quick:
             cfgs.append(("armed2", {}))
@@ -118,6 +136,8 @@ def run(out: Path, quick: bool = False, rounds: Optional[int] = None, networks: 
                         opts = {k: v for k, v in seg.items() if k != "name"}
                         if segname == "small" and wl == "allreduce" and not quick:
                             opts["iters"] = 100
+                        if name == BASELINE:
+                            opts["plugin"] = str(baseline_path())
                         res = C.run_sweep(tb, wd, ranks_per_host=rph, env=env, workload=wl, check=False, pin=True,
                                           timeseries=str(wd / "ts-rank%r.csv"), **opts)
                         for row in res.rows:
@@ -229,9 +249,13 @@ def _summarize(raw, lat, iperf, networks, workloads, ranks, nstreams) -> Dict[st
                 row["armed2_vs_armed"] = C.ratio(row["armed2"].get("busbw"), a.get("busbw"))
                 row["p50_armed2_vs_armed"] = C.ratio(row["armed2"].get("p50_us"), a.get("p50_us"))
             row["armed_vs_iperf"] = C.ratio(a.get("busbw"), ip)
+            row["armed_vs_baseline"] = C.ratio(a.get("busbw"), row.get(BASELINE, {}).get("busbw"))
             rows.append(row)
+        vs_base = [r["armed_vs_baseline"] for r in rows if r["size"] >= 4 << 20 and r.get("armed_vs_baseline")]
         combos.append({"network": net, "workload": wl, "nranks": n, "configs": cfg_names,
-                       "iperf_gbs": ip, "rows": rows})
+                       "iperf_gbs": ip, "rows": rows,
+                       # geometric mean over sizes >= 4 MiB of busbw armed / baseline
+                       "armed_vs_baseline_ge4m": _geomean(vs_base) if vs_base else None})
     ip_out = {f"{net}/{n}/P{P}": {"network": net, "nranks": n, "streams": P, "gbs": _iperf_ref(v), "rounds": v}
               for (net, n, P), v in sorted(iperf.items())}
     # NSTREAMS: median busbw over sizes >= 4 MiB, 2 ranks, per network and workload.
@@ -369,14 +393,15 @@ def tables(data: Dict[str, Any]) -> List[Table]:
         t = Table(title=f"healthy: {c['network']}, {c['workload']}, {c['nranks']} ranks "
                         f"(busbw GB/s, medians of {data['settings']['rounds']} round(s); iperf3 {C.fmt(c['iperf_gbs'])} GB/s per flow)")
         extra = [x for x in c["configs"] if x not in ("armed", "none")]
-        for col in ["size", "armed", "none", "armed/none", "p50 µs armed/none", "p99 µs armed/none", "armed/iperf3"] + extra:
+        for col in ["size", "armed", "none", "armed/none", "p50 µs armed/none", "p99 µs armed/none", "armed/iperf3",
+                    "armed/baseline"] + extra:
             t.add_column(col, justify="right")
         for r in c["rows"]:
             a, b = r.get("armed", {}), r.get("none", {})
             t.add_row(C.human_size(r["size"]), C.fmt(a.get("busbw"), 3), C.fmt(b.get("busbw"), 3), C.fmt(r["armed_vs_none"], 3),
                       f"{C.fmt(a.get('p50_us'), 0)}/{C.fmt(b.get('p50_us'), 0)}" if a.get("p50_us") else "",
                       f"{C.fmt(a.get('p99_us'), 0)}/{C.fmt(b.get('p99_us'), 0)}" if a.get("p99_us") else "",
-                      C.fmt(r["armed_vs_iperf"], 3),
+                      C.fmt(r["armed_vs_iperf"], 3), C.fmt(r.get("armed_vs_baseline"), 3),
                       *[C.fmt(r.get(x, {}).get("busbw"), 3) for x in extra])
         out.append(t)
     t = Table(title="RAILOVER_NSTREAMS (2 ranks): median busbw over sizes >= 4 MiB (GB/s) and iperf3 -P N")
@@ -399,7 +424,11 @@ def markdown(data: Dict[str, Any]) -> str:
                  f"{data['settings']['rounds']} interleaved rounds); iperf3 -P {DEFAULT_NSTREAMS}, same flows: "
                  f"{C.fmt(c['iperf_gbs'], 3)} GB/s per flow (best of {len(rounds)}: "
                  f"{', '.join(C.fmt(x, 2) for x in rounds)})\n")
-        hdr = ["size", "armed", "none", "armed/none", "p50 µs armed / none", "p99 µs armed / none", "armed/iperf3"] + extra
+        if c.get("armed_vs_baseline_ge4m") is not None:
+            L.append(f"railover / baseline (libnccl-net-baseline.so: same buffers, streams and NICs over plain TCP), "
+                     f"geometric mean over sizes ≥ 4 MiB: {C.fmt(c['armed_vs_baseline_ge4m'], 3)}\n")
+        hdr = ["size", "armed", "none", "armed/none", "p50 µs armed / none", "p99 µs armed / none", "armed/iperf3",
+               "armed/baseline"] + extra
         L.append("| " + " | ".join(hdr) + " |")
         L.append("|" + "---:|" * len(hdr))
         for r in c["rows"]:
@@ -407,7 +436,8 @@ def markdown(data: Dict[str, Any]) -> str:
             cells = [C.human_size(r["size"]), C.fmt(a.get("busbw"), 3), C.fmt(b.get("busbw"), 3), C.fmt(r["armed_vs_none"], 3),
                      f"{C.fmt(a.get('p50_us'), 0)} / {C.fmt(b.get('p50_us'), 0)}" if a.get("p50_us") else "",
                      f"{C.fmt(a.get('p99_us'), 0)} / {C.fmt(b.get('p99_us'), 0)}" if a.get("p99_us") else "",
-                     C.fmt(r["armed_vs_iperf"], 3)] + [C.fmt(r.get(x, {}).get("busbw"), 3) for x in extra]
+                     C.fmt(r["armed_vs_iperf"], 3), C.fmt(r.get("armed_vs_baseline"), 3)] + \
+                [C.fmt(r.get(x, {}).get("busbw"), 3) for x in extra]
             L.append("| " + " | ".join(cells) + " |")
         L.append("")
     L.append("**RAILOVER_NSTREAMS** (2 ranks, armed): median busbw over sizes ≥ 4 MiB and ≥ 1 MiB, and iperf3 with as many streams\n")
