@@ -6,7 +6,8 @@
 //    len <= kMaxChunkBytes, total <= kMaxMessageBytes and offset + len <= total (computed
 //    here without overflow); PROBE/PROBE_ACK with len <= 64 KiB; control frames with len 0.
 //    Otherwise false with a non-empty error;
-//  * every accepted frame re-encodes to the identical 32 bytes (all bytes are meaningful);
+//  * every accepted frame re-encodes to the identical 32 bytes (all bytes are meaningful:
+//    offset and total are 48-bit fields, the last 4 bytes the DATA tag);
 //  * any valid Frame built from the input survives encode -> decode unchanged.
 #include <fuzzer/FuzzedDataProvider.h>
 
@@ -23,7 +24,7 @@ namespace {
 
 bool sameFrame(const Frame& a, const Frame& b) {
   return a.type == b.type && a.flags == b.flags && a.stream == b.stream && a.len == b.len && a.seq == b.seq &&
-         a.offset == b.offset && a.total == b.total;
+         a.offset == b.offset && a.total == b.total && a.tag == b.tag;
 }
 
 // The bounds, restated from wire.h (128-bit sums, so no overflow can hide a bad chunk).
@@ -61,7 +62,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint8_t* d = hdr.get();
   Frame raw;  // the fields as the bytes say, independent of the decoder
   raw.type = d[0], raw.flags = d[1], raw.stream = (uint16_t)le(d + 2, 2), raw.len = (uint32_t)le(d + 4, 4);
-  raw.seq = le(d + 8, 8), raw.offset = le(d + 16, 8), raw.total = le(d + 24, 8);
+  raw.seq = le(d + 8, 8), raw.offset = le(d + 16, 6), raw.total = le(d + 22, 6);
+  raw.tag = (int32_t)(uint32_t)le(d + 28, 4);
 
   Frame f;
   std::string err;
@@ -84,6 +86,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   in.flags = fdp.ConsumeIntegral<uint8_t>();
   in.stream = fdp.ConsumeIntegral<uint16_t>();
   in.seq = fdp.ConsumeIntegral<uint64_t>();
+  in.tag = fdp.ConsumeIntegral<int32_t>();
+  constexpr uint64_t k48 = (1ULL << 48) - 1;  // offset and total travel as 48-bit fields
   if (in.type == kData) {
     in.total = fdp.ConsumeIntegralInRange<uint64_t>(0, kMaxMessageBytes);
     in.offset = fdp.ConsumeIntegralInRange<uint64_t>(0, in.total);
@@ -91,11 +95,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     in.len = (uint32_t)fdp.ConsumeIntegralInRange<uint64_t>(0, room < kMaxChunkBytes ? room : kMaxChunkBytes);
   } else if (in.type == kProbe || in.type == kProbeAck) {
     in.len = fdp.ConsumeIntegralInRange<uint32_t>(0, 65536);
-    in.offset = fdp.ConsumeIntegral<uint64_t>();
-    in.total = fdp.ConsumeIntegral<uint64_t>();
+    in.offset = fdp.ConsumeIntegralInRange<uint64_t>(0, k48);
+    in.total = fdp.ConsumeIntegralInRange<uint64_t>(0, k48);
   } else {
-    in.offset = fdp.ConsumeIntegral<uint64_t>();
-    in.total = fdp.ConsumeIntegral<uint64_t>();
+    in.offset = fdp.ConsumeIntegralInRange<uint64_t>(0, k48);
+    in.total = fdp.ConsumeIntegralInRange<uint64_t>(0, k48);
   }
   uint8_t buf[kFrameBytes];
   encodeFrame(in, buf);

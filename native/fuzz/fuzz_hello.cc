@@ -3,10 +3,10 @@
 // sender at all: any host that can reach a listener port can send these bytes.
 //
 // Contract checked:
-//  * decodeHello accepts exactly: magic, version 1, 1 <= nStreams <= 64, stream < nStreams;
+//  * decodeHello accepts exactly: magic, the protocol version (kVersion), 1 <= nStreams <= 64, stream < nStreams;
 //    otherwise false with a non-empty error;
-//  * an accepted HELLO re-encodes to the same 24 meaningful bytes (24..31 are reserved and
-//    encoded as 0) and decodes again to the same fields;
+//  * an accepted HELLO re-encodes to the same 32 bytes (24..31 carry the connection id) and
+//    decodes again to the same fields;
 //  * any valid Hello built from the input survives encode -> decode unchanged.
 // Inputs shorter than a frame are padded with zeros: the acceptor only decodes complete
 // 32-byte HELLOs (a connection that closes earlier is dropped before parsing).
@@ -25,7 +25,8 @@ namespace {
 
 bool sameHello(const Hello& a, const Hello& b) {
   return a.version == b.version && a.stream == b.stream && a.nStreams == b.nStreams && a.secret == b.secret &&
-         a.path == b.path && a.srcRail == b.srcRail && a.probePort == b.probePort && a.generation == b.generation;
+         a.path == b.path && a.srcRail == b.srcRail && a.probePort == b.probePort && a.generation == b.generation &&
+         a.connId == b.connId;
 }
 
 bool validBytes(const uint8_t* d) {
@@ -48,8 +49,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } else {
     uint8_t out[kFrameBytes];
     encodeHello(h, out);
-    FUZZ_CHECK(memcmp(out, frame.get(), 24) == 0, "re-encoding changed the HELLO");
-    for (size_t i = 24; i < kFrameBytes; ++i) FUZZ_CHECK(out[i] == 0, "reserved byte %zu encoded non-zero", i);
+    FUZZ_CHECK(memcmp(out, frame.get(), kFrameBytes) == 0, "re-encoding changed the HELLO");
     Hello h2;
     std::string err2;
     FUZZ_CHECK(decodeHello(out, &h2, &err2), "re-encoded HELLO rejected: %s", err2.c_str());
@@ -65,6 +65,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   in.srcRail = fdp.ConsumeIntegral<uint8_t>();
   in.probePort = fdp.ConsumeIntegral<uint16_t>();
   in.generation = fdp.ConsumeIntegral<uint32_t>();
+  in.connId = fdp.ConsumeIntegral<uint64_t>();
   uint8_t buf[kFrameBytes];
   encodeHello(in, buf);
   Hello back;

@@ -248,7 +248,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   sockaddr_storage peer{};
   ((sockaddr_in&)peer).sin_family = AF_INET;
   inet_pton(AF_INET, "10.0.0.2", &((sockaddr_in&)peer).sin_addr);
-  auto* link = new RecvLink(secret, 0);
+  auto* link = new RecvLink(secret, /*connId=*/0, /*dev=*/0);
   static const bool debug = getenv("RAILOVER_FUZZ_DEBUG") != nullptr;  // prints the scenario
   if (debug) {
     fprintf(stderr, "structured %d nRecv %d postPerRound %d maxRead %zu\n", structured, nRecv, postPerRound, maxRead);
@@ -322,7 +322,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     link->ready();  // runs the slow tick: takes offered streams, reads RESUMEs on standby paths
     for (int n = 0; n < postPerRound && posted < nRecv && !failed; ++n) {
       void* q = nullptr;
-      ncclResult_t r = link->irecv(bufs[posted].get(), caps[posted], &q);
+      void* data = bufs[posted].get();
+      const int tag = 0;
+      ncclResult_t r = link->irecv(1, &data, &caps[posted], &tag, &q);
       if (r != ncclSuccess) {
         failed = true;
         break;

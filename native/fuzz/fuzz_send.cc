@@ -191,10 +191,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     };
     size_t before = progressOf();
     bool moved = false;
-    link->ready();
+    std::string why;
+    (void)link->connectStep(&why);  // hands the comm out once a path is up; errors show in isend/test
     for (int n = 0; n < postPerRound && posted < nSend; ++n) {
       void* q = nullptr;
-      if (link->isend(bufs[posted].get(), sizes[posted], &q) != ncclSuccess) {
+      if (link->isend(bufs[posted].get(), sizes[posted], /*tag=*/0, &q) != ncclSuccess) {
         failed = true;
         break;
       }

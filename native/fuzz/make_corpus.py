@@ -13,6 +13,7 @@ import struct
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
 MAGIC = 0x52564C52
+VERSION = 2  # wire::kVersion (native/transport/tcp/wire.h)
 DATA, ACK, RESUME, RESUME_ACK, PROBE, PROBE_ACK, NACK, CLOSE = 2, 3, 4, 5, 6, 7, 8, 9
 
 
@@ -23,15 +24,17 @@ def write(target, name, data):
         f.write(bytes(data))
 
 
-def frame(t, flags=0, stream=0, ln=0, seq=0, off=0, total=0):
-    return struct.pack("<BBHIQQQ", t, flags, stream, ln, seq, off, total)
+def frame(t, flags=0, stream=0, ln=0, seq=0, off=0, total=0, tag=0):
+    # offset and total are 48-bit little-endian fields, then the 32-bit DATA tag
+    return (struct.pack("<BBHIQ", t, flags, stream, ln, seq) + off.to_bytes(6, "little")
+            + total.to_bytes(6, "little") + struct.pack("<i", tag))
 
 
-def hello(stream=0, n=1, secret=0x1122334455667788, path=0, rail=0, port=4242, gen=0, version=1):
-    return struct.pack("<IHBBQBBHI", MAGIC, version, stream, n, secret, path, rail, port, gen) + bytes(8)
+def hello(stream=0, n=1, secret=0x1122334455667788, path=0, rail=0, port=4242, gen=0, version=VERSION, conn=0x5A5A):
+    return struct.pack("<IHBBQBBHIQ", MAGIC, version, stream, n, secret, path, rail, port, gen, conn)
 
 
-def handle(addrs, primary=0, secret=0xDEADBEEF, version=1):
+def handle(addrs, primary=0, secret=0xDEADBEEF, version=VERSION):
     b = struct.pack("<IHBBQ", MAGIC, version, len(addrs), primary, secret)
     for rail, fam, port, ip in addrs:
         b += struct.pack("<BBH", rail, fam, port) + ip.ljust(16, b"\0")
@@ -113,7 +116,7 @@ def main():
     write("handle", "one_v4", handle([(0, 4, 4242, v4(10, 0, 0, 1))]))
     write("handle", "two_v4", handle([(0, 4, 4242, v4(10, 0, 0, 1)), (1, 4, 4343, v4(10, 0, 1, 1))], primary=1))
     write("handle", "five_mixed", handle([(i, 6 if i % 2 else 4, 5000 + i, bytes(range(i, i + 16))) for i in range(5)]))
-    write("handle", "bad_version", handle([(0, 4, 4242, v4(10, 0, 0, 1))], version=2))
+    write("handle", "bad_version", handle([(0, 4, 4242, v4(10, 0, 0, 1))], version=VERSION + 1))
     write("handle", "truncated", handle([(0, 4, 4242, v4(10, 0, 0, 1)), (1, 4, 4343, v4(10, 0, 1, 1))])[:40])
     # hello
     write("hello", "stream0_of_2", hello(0, 2))

@@ -1,5 +1,7 @@
 #include "plugin/runtime.h"
 
+#include <algorithm>
+
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -127,6 +129,11 @@ void Runtime::acceptLoop() {
     epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
   };
   for (size_t i = 0; i < listenFds_.size(); ++i) addListener((int)i, listenFds_[i]);
+  // The listener each NIC accepts on now. When a NIC moves to a new address the listener of
+  // the old address is closed (nobody can reach it there any more; keeping it leaked one
+  // socket per address change), after the batch of events that may still name it.
+  std::vector<int> current(listenFds_);
+  std::vector<int> retired;
   {
     epoll_event ev{};
     ev.events = EPOLLIN;
@@ -154,13 +161,23 @@ void Runtime::acceptLoop() {
         uint64_t v;
         if (read(wakeFd_, &v, sizeof(v)) < 0) continue;
         std::lock_guard<std::mutex> g(mu_);
-        for (auto& nl : newListeners_) addListener(nl.first, nl.second);
+        for (auto& nl : newListeners_) {
+          int nic = nl.first;
+          if (nic >= (int)current.size()) current.resize(nic + 1, -1);
+          if (current[nic] >= 0 && current[nic] != nl.second) {
+            epoll_ctl(ep, EPOLL_CTL_DEL, current[nic], nullptr);
+            retired.push_back(current[nic]);
+          }
+          current[nic] = nl.second;
+          addListener(nic, nl.second);
+        }
         newListeners_.clear();
         continue;
       }
       if (tag >> 63) {
         int nic = (int)((tag >> 32) & 0x7fffffff);
         int lfd = (int)(uint32_t)tag;
+        if (std::find(retired.begin(), retired.end(), lfd) != retired.end()) continue;
         while (true) {
           sockaddr_storage peer{};
           socklen_t pl = sizeof(peer);
@@ -216,6 +233,8 @@ void Runtime::acceptLoop() {
                 addrToString(peer).c_str(), nics[nic].name.c_str());
       }  // connId 0: a peer's liveness check of this process; closed without a word
     }
+    for (int fd : retired) ::close(fd);  // after the batch: no event above can name them any more
+    retired.clear();
     // A HELLO must arrive within 5 s; stray connections are not kept open.
     for (auto it = pending.begin(); it != pending.end();) {
       if (now - it->second.startUs > tuning::kHelloTimeoutUs) {
