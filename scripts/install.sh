@@ -5,8 +5,8 @@
 #   ./scripts/install.sh --test     also the test tools; then: python3 -m pytest -q -ra tests
 #
 # 1. apt-get installs the Debian packages listed in src/railover/prereqs.py (the one list:
-#    iproute2, nftables, iperf3, ..., the compiler and cmake that build the plugin, and with
-#    --test GoogleTest and binutils). python3 itself is installed first when missing.
+#    iproute2, nftables, iperf3, ..., the compiler and cmake that build the plugin, QEMU and
+#    rdma-core for the RDMA test bed, and with --test GoogleTest, binutils and clang). python3 itself is installed first when missing.
 # 2. pip installs this tree into $PYTHON (default: python3), which builds the plugin and
 #    railover-perf (scikit-build-core + cmake); with --test the [test] extra (pytest).
 #    Debian's own python3 refuses pip installs (PEP 668, "externally-managed-environment").
@@ -16,7 +16,7 @@
 #    system interpreter, point PYTHON at a virtual environment's python instead.
 #
 # Options: --test; --no-apt (the system packages are there already, or not an apt system:
-# install the packages named by 'python3 src/railover/prereqs.py --packages run build');
+# install the packages named by 'python3 src/railover/prereqs.py --packages run build rdma');
 # -h/--help. Environment: PYTHON (interpreter to install into).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -30,7 +30,7 @@ for arg in "$@"; do
     *) echo "install.sh: unknown option '$arg' (see --help)" >&2; exit 2 ;;
   esac
 done
-groups=(python run build); [ "$TEST" = 1 ] && groups+=(test)
+groups=(python run build rdma); [ "$TEST" = 1 ] && groups+=(test)
 
 if [ "$APT" = 1 ]; then
   if ! command -v apt-get >/dev/null; then

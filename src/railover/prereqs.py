@@ -16,16 +16,17 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 #: Debian packages per purpose. ``python``: an interpreter with pip and venv (Debian splits
 #: them out); ``run``: the test bed, faults and benchmarks (``ip``, ``nft``, ``iperf3``,
 #: ``taskset``/``ps``); ``build``: compiling the plugin and railover-perf when pip builds the
-#: package; ``test``: the C++ unit tests (GoogleTest), the plugin checks (``nm``,
-#: ``readelf``) and the RDMA test bed (QEMU guests with Soft-RoCE; libibverbs-dev builds
-#: railover-verbs-probe, which must be installed before pip builds the package), and clang with
-#: its libFuzzer/sanitizer runtimes for the fuzz targets (docs/RELIABILITY.md).
+#: package; ``rdma``: the RDMA test bed (``railover testbed up --rdma``: QEMU guests with
+#: Soft-RoCE; libibverbs-dev builds railover-verbs-probe, so it must be installed before pip
+#: builds the package; the guest image itself is built from apt-get download at first use);
+#: ``test``: the C++ unit tests (GoogleTest), the plugin checks (``nm``, ``readelf``) and clang
+#: with its libFuzzer/sanitizer runtimes for the fuzz targets (docs/RELIABILITY.md).
 PACKAGES: Dict[str, List[str]] = {
     "python": ["python3", "python3-pip", "python3-venv"],
     "run": ["iproute2", "nftables", "iperf3", "util-linux", "procps"],
     "build": ["build-essential", "cmake", "ninja-build"],
-    "test": ["libgtest-dev", "binutils", "qemu-system-x86", "libibverbs-dev", "ibverbs-providers", "cpio",
-             "kmod", "dpkg", "clang", "llvm", "libclang-rt-14-dev"],
+    "rdma": ["qemu-system-x86", "libibverbs-dev", "ibverbs-providers", "cpio", "kmod", "dpkg"],
+    "test": ["libgtest-dev", "binutils", "clang", "llvm", "libclang-rt-14-dev"],
 }
 
 #: program -> (Debian package, what railover uses it for). Queueing disciplines (rate
