@@ -39,6 +39,7 @@
 #include "common/log.h"
 #include "failover/link.h"
 #include "fuzz/fuzz_check.h"
+#include "fuzz/fuzz_engine.h"
 #include "plugin/devices.h"
 #include "plugin/runtime.h"
 #include "transport/transport.h"
@@ -102,18 +103,8 @@ class FeedConn : public Conn {
   Feed* f_;
 };
 
-void quietLogger(ncclDebugLogLevel, unsigned long, const char*, int, const char*, ...) {}
-
-Nic makeNic(int idx, const char* name, const char* addr) {
-  Nic n;
-  n.index = idx, n.name = name, n.rail = idx, n.ifindex = 100 + idx;
-  sockaddr_storage a{};
-  auto* s = (sockaddr_in*)&a;
-  s->sin_family = AF_INET;
-  inet_pton(AF_INET, addr, &s->sin_addr);
-  n.addr = a, n.addrLen = sizeof(sockaddr_in);
-  return n;
-}
+using fuzz::makeNic;
+using fuzz::quietLogger;
 
 void setup() {
   setLogger(quietLogger);

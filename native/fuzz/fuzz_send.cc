@@ -35,6 +35,7 @@
 #include "common/log.h"
 #include "failover/link.h"
 #include "fuzz/fuzz_check.h"
+#include "fuzz/fuzz_engine.h"
 #include "plugin/devices.h"
 #include "plugin/runtime.h"
 #include "transport/transport.h"
@@ -108,18 +109,8 @@ class FeedTransport : public Transport {
 
 FeedTransport gTransport;
 
-void quietLogger(ncclDebugLogLevel, unsigned long, const char*, int, const char*, ...) {}
-
-Nic makeNic(int idx, const char* name, const char* addr) {
-  Nic n;
-  n.index = idx, n.name = name, n.rail = idx, n.ifindex = 100 + idx;
-  sockaddr_storage a{};
-  auto* s = (sockaddr_in*)&a;
-  s->sin_family = AF_INET;
-  inet_pton(AF_INET, addr, &s->sin_addr);
-  n.addr = a, n.addrLen = sizeof(sockaddr_in);
-  return n;
-}
+using fuzz::makeNic;
+using fuzz::quietLogger;
 
 uint8_t pattern(uint64_t msg, uint64_t off) { return (uint8_t)(msg * 2654435761u + off * 40503u + (off >> 9) + 3); }
 
