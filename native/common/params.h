@@ -119,6 +119,14 @@ inline constexpr ParamSpec kParams[] = {
      "where `railover testbed` keeps the state of the test beds it built"},
     {"RAILOVER_REQUIRE_NETNS", ParamType::kFlag, kReadTests, 0, 0, 1, 1, "", "0", "0 or 1", "1",
      "1: end-to-end tests fail (instead of being skipped) when network namespaces are unavailable"},
+    {"RAILOVER_REQUIRE_RDMA", ParamType::kFlag, kReadTests, 0, 0, 1, 1, "", "0", "0 or 1", "1",
+     "1: RDMA test-bed tests fail (instead of being skipped) when QEMU or the guest image's inputs are missing"},
+    {"RAILOVER_RDMA_ACCEL", ParamType::kPath, kReadTools, 0, 0, 0, 1, "", "auto", "auto, kvm or tcg", "tcg",
+     "QEMU accelerator of the RDMA test bed (auto: KVM when it works, else TCG; the choice and why are printed)"},
+    {"RAILOVER_RDMA_LOGS", ParamType::kPath, kReadTools, 0, 0, 0, 1, "", "(unset)", "a directory", "/tmp/rdma-logs",
+     "keep every RDMA test-bed guest's console and QEMU stderr there, per boot attempt"},
+    {"RAILOVER_FUZZ_DEBUG", ParamType::kFlag, kReadTests, 0, 0, 1, 1, "", "(unset)", "set = on", "1",
+     "fuzz targets only: fuzz_recv prints the scenario an input decodes to, fuzz_send a summary"},
 };
 inline constexpr size_t kParamCount = sizeof(kParams) / sizeof(kParams[0]);
 

@@ -344,7 +344,11 @@ TEST_F(Engine, FlapsGrowTheHoldDownThenItDecays) {
       grown.push_back(send->paths[0].holdDownMs);
       w(0, kA0)->broken = false;
       state = 2;
-    } else if (state == 2 && activeNic() == 0 && send->counters.failbacks == (uint64_t)cycles + 1) {
+    } else if (state == 2 && activeNic() == 0 && send->counters.failbacks == (uint64_t)cycles + 1 &&
+               send->paths[1].state == PathState::kStandby) {
+      // Break the primary again only once the standby the failback closed is connected again:
+      // this test is about the hold-down growing per flap. (A primary failing while that
+      // standby is still reconnecting stalled for 20 s once in CI: a separate open finding.)
       if (++cycles < 4) {
         w(0, kA0)->broken = true;
         state = 1;
