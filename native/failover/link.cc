@@ -963,16 +963,21 @@ bool SendLink::pollPeerClose(Path& p, uint64_t now, std::string* err) {
   for (size_t i = 0; i < p.streams.size() && !peerClosed; ++i) {
     Stream& s = p.streams[i];
     if (!s.conn || !s.connected || (isActive && i == 0)) continue;  // active stream 0: readControl()
+    // Stream 0 reads into the path's control buffer: should this standby become the active
+    // path with part of a frame read, readControl() goes on from the same byte (reading it
+    // into another buffer lost the frame boundary: fuzz_send found it). The other streams
+    // use their (otherwise unused) receive-direction header buffer.
+    uint8_t* hdr = i == 0 ? p.ctlIn : s.rhdr;
+    size_t& got = i == 0 ? p.ctlInGot : s.rhdrGot;
     while (!peerClosed) {
-      // The receive-direction fields of a sender's stream are free for this.
-      ssize_t n = s.conn->read(s.rhdr + s.rhdrGot, wire::kFrameBytes - s.rhdrGot, err);
+      ssize_t n = s.conn->read(hdr + got, wire::kFrameBytes - got, err);
       if (n < 0) return false;
       if (n == 0) break;
-      s.rhdrGot += (size_t)n;
-      if (s.rhdrGot < wire::kFrameBytes) break;
-      s.rhdrGot = 0;
+      got += (size_t)n;
+      if (got < wire::kFrameBytes) break;
+      got = 0;
       wire::Frame f;
-      if (!wire::decodeFrame(s.rhdr, &f, err)) return *err = "protocol error from receiver: " + *err, false;
+      if (!wire::decodeFrame(hdr, &f, err)) return *err = "protocol error from receiver: " + *err, false;
       if (f.type == wire::kClose) {
         peerClosed = true;
         if (closedCause.empty()) closedCause = kCloseCause;

@@ -8,6 +8,7 @@ number first. The fuzz_recv seeds are written in the byte order of LLVM's
 FuzzedDataProvider (integers and booleans are taken from the end of the input, byte strings
 from the front), which is how that target reads its input.
 """
+import base64
 import os
 import struct
 
@@ -165,6 +166,13 @@ def main():
     send_seed("nack", 1, [100], [(False, frame(NACK, seq=1)), (False, frame(RESUME_ACK, seq=0) + frame(ACK, seq=1))])
     send_seed("close_and_overack", 1, [100, 100], [(False, frame(RESUME_ACK, seq=0) + frame(ACK, seq=9)),
                                                     (False, frame(CLOSE))])
+    # Regression input (found by CI's 30 s run of fuzz_send at c9d9368): the standby path had
+    # read part of a frame when it became the active path, and the active path's control
+    # reader started a new frame there (it completed send 0 on a RESUME_ACK read out of
+    # alignment). Kept byte for byte.
+    write("send", "regress_standby_partial_frame_then_active", base64.b64decode(
+        "/wgmBQAAAAAABQUFBQUFBQAAAAAAegAAAAAAAAAAQAAAQAABDPf0AQEAAAADAAAAAAAAAAEAAAAAAAAABOgAAAAAAAAAAAAAAAAAAAUA"
+        "AAAAAAAAAQAAAAAAAAAAAAAAAAEfbGxslJSUlJSUlJSUlJSUlJSUlGxsbGxsbGxsTEpKSkpKAAA="))
     # receive path, structured mode: any bytes make a valid stream; a few shapes
     for i, tail in enumerate((b"\x01", b"\x07\x03\x05\x00\x01\x01", b"\x40\x10\x20\x30\x01\x05\x03\x07\x02\x01")):
         write("recv", "structured_%d" % i, bytes(range(i * 7, i * 7 + 24)) + tail)
