@@ -75,6 +75,13 @@ constexpr uint64_t kSweeperWindowUs = 1000000;
 // Pause between two sweeper passes, ms (1 ms).
 constexpr int kSweeperPassMs = 1;
 
+// A recv comm that NCCL has not called for this long, ms, is driven by the sweeper every
+// this many ms (10 ms): a receiver whose receives are all complete still owes its sender an
+// answer to a RESUME (failback, or failover after the ACKs of its last messages were lost with
+// a path), and NCCL calls it again only at its next irecv. Cost: one pass over the idle recv
+// comms every 10 ms, a few non-blocking reads each.
+constexpr int kIdleSweepMs = 10;
+
 // Nice value asked for the health and sweeper threads: ahead of busy-polling threads (NCCL's
 // proxy, data loaders), best effort; without privilege they stay at normal priority.
 constexpr int kHelperThreadNice = -10;

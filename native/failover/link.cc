@@ -141,6 +141,12 @@ size_t sweepLinks() {
   return unsettled;
 }
 
+void sweepIdleLinks() {
+  uint64_t now = nowUs();
+  std::lock_guard<std::mutex> g(gLinksMu);
+  for (Link* l : allLinks()) l->idleSweep(now);
+}
+
 void startSweeper() {
   if (gSweeperOn.exchange(true)) return;
   std::thread([] {
@@ -151,8 +157,14 @@ void startSweeper() {
     while (true) {
       {
         std::unique_lock<std::mutex> lk(sweepState().mu);
-        sweepState().cv.wait(lk, [&] { return sweepState().kicks != seen; });
+        bool kicked = sweepState().cv.wait_for(lk, std::chrono::milliseconds(tuning::kIdleSweepMs),
+                                               [&] { return sweepState().kicks != seen; });
         seen = sweepState().kicks;
+        if (!kicked) {
+          lk.unlock();
+          sweepIdleLinks();
+          continue;
+        }
       }
       uint64_t until = nowUs() + tuning::kSweeperWindowUs;
       while (sweepLinks() > 0 && nowUs() < until) {
@@ -178,6 +190,13 @@ bool SendLink::sweep() {
   if (settled()) return true;
   progress(true);
   return settled();
+}
+
+void RecvLink::idleSweep(uint64_t now) {
+  std::unique_lock<std::mutex> lk(mu, std::try_to_lock);
+  if (!lk.owns_lock()) return;
+  if (!everReady_ || fatal || peerClosed || now - lastCallUs_ < (uint64_t)tuning::kIdleSweepMs * 1000) return;
+  progress();
 }
 
 bool RecvLink::sweep() {
@@ -1487,6 +1506,7 @@ bool RecvLink::ready() {
 ncclResult_t RecvLink::irecv(int n, void** data, const uint64_t* caps, const int* tags, void** request) {
   std::lock_guard<std::mutex> g(mu);
   *request = nullptr;
+  lastCallUs_ = nowUs();
   if (fatal && !fatalPeerGone) return fatalResult(fatalMsg);
   // Room for the request (NCCL keeps at most 32 untested: 64 slots never reuse one it may
   // still test) and for its n messages.
@@ -1526,6 +1546,7 @@ ncclResult_t RecvLink::irecv(int n, void** data, const uint64_t* caps, const int
 
 ncclResult_t RecvLink::test(RecvReq* r, int* done, int* sizes) {
   std::lock_guard<std::mutex> g(mu);
+  lastCallUs_ = nowUs();
   if (!r->done && !r->error) progress();
   if (r->error) {
     RO_WARN("%s", usageMsg_.c_str());

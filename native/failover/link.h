@@ -150,6 +150,11 @@ class Link {
   // moves every comm without waiting for NCCL to call each one. Never blocks: skips a link
   // whose mutex is held. Returns true when the link is settled.
   virtual bool sweep() { return true; }
+  // The sweeper's idle pass (every tuning::kIdleSweepMs, sweeper thread): drives a link that
+  // owes its peer an answer while NCCL is not calling it (a recv comm whose receives are all
+  // complete must still answer a RESUME, or its sender's last sends never complete). Never
+  // blocks: skips a link whose mutex is held. `now` in µs (nowUs()).
+  virtual void idleSweep(uint64_t now) { (void)now; }
   // Publishes a snapshot for the state file when anything it shows changed (called from the
   // link's slow tick, at most every ms; cheap when nothing changed).
   void publishIfChanged(bool isSend);
@@ -332,6 +337,7 @@ class RecvLink : public Link {
 
  private:
   void progress();
+  void idleSweep(uint64_t now) override;
   void takeIncoming(uint64_t now);
   void slowTick(uint64_t now);
   bool readData(Path& p, Stream& s, std::string* err);
@@ -364,18 +370,24 @@ class RecvLink : public Link {
   uint64_t nextComplete_ = 0;   // every seq < nextComplete_ is complete
   std::string usageMsg_;        // the caller's error (truncation, tag mismatch)
   uint64_t ackSent_ = 0;
+  uint64_t lastCallUs_ = 0;  // NCCL's last irecv/test on this comm, µs (the idle pass starts after it)
   std::vector<uint8_t> scratch_;
   bool everReady_ = false;
 };
 
 // The failover sweeper: a thread that, for up to 1 s after every health change, drives the
 // links that are not settled (sweep()) every millisecond until they are. Convergence of many
-// comms then no longer waits for NCCL's proxy to come round to each of them. Started by the
-// runtime (not in unit tests); sweeperNotify() is the health epoch hook.
+// comms then no longer waits for NCCL's proxy to come round to each of them. Between health
+// changes it runs an idle pass every tuning::kIdleSweepMs (idleSweep()). Started by the
+// runtime (not in unit tests: their driver loop calls sweepIdleLinks()); sweeperNotify() is
+// the health epoch hook.
 void startSweeper();
 void sweeperNotify();
 // One pass over every listed link; returns how many are not settled (tests call it directly).
 size_t sweepLinks();
+// One idle pass (Link::idleSweep) over every listed link; the sweeper runs it every
+// tuning::kIdleSweepMs, tests call it directly.
+void sweepIdleLinks();
 
 // Every live link of the process, for the state file. `fn` runs under the registry lock.
 void forEachLink(const std::function<void(Link&)>& fn);

@@ -159,6 +159,7 @@ class Engine : public ::testing::Test {
         break;
       }
       if (each) each();
+      sweepIdleLinks();  // what the runtime's sweeper thread does every 10 ms
       gTr->pump();
       while (sp < n && sp - sd < window) {
         if (onMsg) onMsg(sp);
@@ -348,7 +349,7 @@ TEST_F(Engine, FlapsGrowTheHoldDownThenItDecays) {
                send->paths[1].state == PathState::kStandby) {
       // Break the primary again only once the standby the failback closed is connected again:
       // this test is about the hold-down growing per flap. (A primary failing while that
-      // standby is still reconnecting stalled for 20 s once in CI: a separate open finding.)
+      // standby still reconnects: PrimaryFailingWhileTheStandbyStillReconnects... below.)
       if (++cycles < 4) {
         w(0, kA0)->broken = true;
         state = 1;
@@ -375,6 +376,112 @@ TEST_F(Engine, FlapsGrowTheHoldDownThenItDecays) {
     ASSERT_EQ(run(50, mixed, 8).delivered, 50u);
   EXPECT_LT(send->paths[0].holdDownMs, peak) << "hold-down decays once stable";
   EXPECT_EQ(activeNic(), 0);
+}
+
+TEST_F(Engine, PrimaryFailingWhileTheStandbyStillReconnectsAfterAFailbackMovesOnceItIsUp) {
+  // After a failback the old active path (the standby now) is closed and reconnects. If the
+  // primary fails again before that reconnect completes, there is no usable path for a
+  // moment: the comm must move to the standby as soon as it is connected, with nothing lost.
+  // Three times in a row, so the primary's hold-down grows (flaps) as it would in the field;
+  // this once stalled for a whole 20 s run instead.
+  Setting hold(Runtime::get().cfg.holdDownMs, 100);
+  Setting fatal(Runtime::get().cfg.fatalTimeoutS, 30);  // the bound below is the test, not the fatal timeout
+  connectComm();
+  int state = 0, cycles = 0;
+  std::vector<PathState> standbyWhenBroken;
+  std::vector<double> movedMs;
+  std::chrono::steady_clock::time_point broke;
+  auto driver = [&] {
+    if (state == 0) {
+      w(0, kA0)->broken = true;
+      state = 1;
+    } else if (state == 1 && activeNic() == 1) {
+      w(0, kA0)->broken = false;
+      state = 2;
+    } else if (state == 2 && activeNic() == 0 && send->counters.failbacks == (uint64_t)cycles + 1) {
+      // The failback just happened: break the primary before the standby is up again.
+      standbyWhenBroken.push_back(send->paths[1].state);
+      w(0, kA0)->broken = true;
+      broke = std::chrono::steady_clock::now();
+      state = 3;
+    } else if (state == 3 && activeNic() == 1 && send->counters.failovers == (uint64_t)cycles + 2) {  // RESUME_ACK seen
+      movedMs.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - broke).count());
+      state = ++cycles < 3 ? 1 : 4;
+    }
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  while (state != 4 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60)) {
+    Stats st = run(50, mixed, 8, nullptr, 30000, driver);
+    ASSERT_EQ(st.err, ncclSuccess);
+    auto dump = [&] {
+      std::string d;
+      for (auto* l : {(Link*)send, (Link*)recv}) {
+        d += l == send ? " send[active " : " recv[active ";
+        d += std::to_string(l->active) + ":";
+        for (auto& p : l->paths)
+          d += std::string(" ") + pathStateName(p.state) + "/g" + std::to_string(p.generation) + "/s" +
+               std::to_string(p.streams.size()) + "/c" + std::to_string(p.streams.empty() ? 0 : (int)p.streams[0].connected) +
+               "/ctlOut" + std::to_string(p.ctlOut.size()) + "/ctlIn" + std::to_string(p.ctlInGot);
+        d += "]";
+      }
+      return d;
+    };
+    ASSERT_FALSE(st.timedOut) << "stalled in state " << state << " (cycle " << cycles << ")" << dump();
+    ASSERT_EQ(st.delivered, 50u);
+  }
+  ASSERT_EQ(state, 4);
+  for (size_t i = 0; i < movedMs.size(); ++i) {
+    EXPECT_NE(standbyWhenBroken[i], PathState::kStandby) << "cycle " << i << ": the standby was already up";
+    // Generous on a loaded machine: the fake connects at once, so this is scheduling time.
+    EXPECT_LT(movedMs[i], 5000) << "cycle " << i << ": moved to the standby " << movedMs[i] << " ms after the primary broke";
+  }
+  w(0, kA0)->broken = false;
+}
+
+TEST_F(Engine, ReceiverWithEveryReceiveCompleteStillAnswersTheResume) {
+  // The receiver completes its last receive and NCCL stops calling it; the ACK it sent is lost
+  // with the primary. The sender's send completes only when the receiver answers the RESUME on
+  // the standby: the sweeper's idle pass must do that without any NCCL call on the receiver
+  // (here the test's stand-in for the sweeper thread, sweepIdleLinks(), is all that drives it).
+  connectComm();
+  ASSERT_EQ(run(20, mixed, 8).delivered, 20u);
+  std::vector<uint8_t> sb(70000), rb(70000, 0xEE);
+  for (size_t j = 0; j < sb.size(); ++j) sb[j] = pattern(7, j);
+  void *sr = nullptr, *rr = nullptr;
+  ASSERT_EQ(api::isend(send, sb.data(), sb.size(), 0, nullptr, &sr), ncclSuccess);
+  void* d = rb.data();
+  size_t cap = rb.size();
+  int tag = 0, done = 0, size = 0;
+  ASSERT_EQ(api::irecv(recv, 1, &d, &cap, &tag, nullptr, &rr), ncclSuccess);
+  ASSERT_TRUE(sr && rr);
+  for (int i = 0; i < 100000 && !done; ++i) {
+    gTr->pump();
+    ASSERT_EQ(api::test(rr, &done, &size), ncclSuccess);
+    if (!done) {
+      int sd = 0;
+      ASSERT_EQ(api::test(sr, &sd, &size), ncclSuccess);
+      ASSERT_FALSE(sd) << "the send completed before its receive";
+    }
+  }
+  ASSERT_TRUE(done);
+  ASSERT_EQ(0, memcmp(rb.data(), sb.data(), sb.size()));
+  // The ACK is on its way; the primary resets before the sender reads it.
+  w(0, kA0)->broken = true;
+  uint64_t before = send->counters.failovers, resentBefore = send->counters.bytesResent;
+  done = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  while (!done && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10)) {
+    ASSERT_EQ(api::test(sr, &done, &size), ncclSuccess);
+    gTr->pump();
+    sweepIdleLinks();
+  }
+  EXPECT_TRUE(done) << "the send never completed: the idle receiver did not answer the RESUME";
+  EXPECT_EQ((size_t)size, sb.size());
+  EXPECT_EQ(send->counters.failovers, before + 1);
+  EXPECT_EQ(activeNic(), 1);
+  EXPECT_EQ(send->counters.bytesResent, resentBefore)
+      << "the receiver held the whole message: RESUME_ACK says so and nothing is resent";
+  w(0, kA0)->broken = false;
 }
 
 TEST_F(Engine, SoftDownWithDataStillFlowingIsNotAFailure) {
