@@ -755,6 +755,14 @@ bool SendLink::readControl(Path& p, uint64_t now, std::string* err) {
     if (!wire::decodeFrame(p.ctlIn, &f, err)) return *err = "protocol error from receiver: " + *err, false;
     if (f.type == wire::kAck) {
       if (f.seq > nextSeq_) return *err = "receiver acknowledged a message never sent", false;
+      // Whole messages acknowledged over this pair while a full-size probe burst runs on it:
+      // the rail carries full-size data, so big probes lost there are congestion. (The stall
+      // watch reports this too, but only while the comm is stalled; on a deep saturated queue
+      // ACKs come in spurts and the burst can end between two stalls.)
+      if (f.seq > acked_) {
+        Health* hl = Health::get();
+        if (hl && hl->burstActive(p.pairId)) hl->noteDataAcked(p.pairId);
+      }
       complete(f.seq);
     } else if (f.type == wire::kResumeAck && &p == &paths[active] && resuming_) {
       if (f.seq > nextSeq_ || f.seq < acked_) return *err = "RESUME_ACK seq out of range", false;

@@ -177,6 +177,8 @@ class ScriptedHealth : public Health {
   std::vector<bool> nics = std::vector<bool>(8, true);
   std::vector<PairInfo> pairs;
   std::vector<std::string> bursts;
+  std::vector<bool> burstOn = std::vector<bool>(16, false);  // pairs with a full-size burst running
+  std::vector<int> dataAcked;                                // noteDataAcked calls, by pair id
 
   bool nicUp(int nic) const override { return nic < 0 || nic >= (int)nics.size() || nics[nic]; }
   int registerPair(int nic, const sockaddr_storage& remote, socklen_t) override {
@@ -193,6 +195,8 @@ class ScriptedHealth : public Health {
   bool pairHardDown(int id) const override { return id >= 0 && !pairs[id].up && pairs[id].hard; }
   std::string pairDownCause(int id) const override { return pairs[id].cause; }
   void requestBurst(int id) override { bursts.push_back(pairs[id].remote); }
+  bool burstActive(int id) const override { return id >= 0 && id < (int)burstOn.size() && burstOn[id]; }
+  void noteDataAcked(int id) override { dataAcked.push_back(id); }
   uint64_t repairedUs(int nic, int id) const override {
     uint64_t t = nic >= 0 && nic < (int)nicRepairedUs.size() ? nicRepairedUs[nic] : 0;
     return id >= 0 ? std::max(t, pairs[id].repairedUs) : t;

@@ -484,6 +484,24 @@ TEST_F(Engine, ReceiverWithEveryReceiveCompleteStillAnswersTheResume) {
   w(0, kA0)->broken = false;
 }
 
+TEST_F(Engine, DataAcknowledgedDuringAProbeBurstIsReportedToHealth) {
+  // A full-size probe burst runs on the primary's pair (health suspects an MTU black hole).
+  // Messages acknowledged over that pair prove the rail carries full-size data, whether or not
+  // the comm stalled: each advance of the cumulative ACK is reported. No burst: no report.
+  connectComm();
+  int pair = send->paths[0].pairId;
+  ASSERT_GE(pair, 0);
+  gHl->dataAcked.clear();
+  ASSERT_EQ(run(50, mixed, 8).delivered, 50u);
+  EXPECT_TRUE(gHl->dataAcked.empty()) << "reported without a burst";
+  gHl->burstOn[pair] = true;
+  ASSERT_EQ(run(50, mixed, 8).delivered, 50u);
+  gHl->burstOn[pair] = false;
+  EXPECT_FALSE(gHl->dataAcked.empty()) << "acknowledged messages during the burst were not reported";
+  for (int id : gHl->dataAcked) EXPECT_EQ(id, pair) << "reported on another pair than the one that carried the data";
+  EXPECT_EQ(send->counters.failovers, 0u);
+}
+
 TEST_F(Engine, SoftDownWithDataStillFlowingIsNotAFailure) {
   connectComm();
   // Congestion analogue: probes to the primary are lost but data keeps moving.
