@@ -40,6 +40,7 @@ const char* pathStateName(PathState s) {
 }
 
 void Path::closeAll() {
+  if (tx) tx->fence(), tx.reset();
   for (auto& s : streams) {
     s.conn.reset();
     s.connected = false;
@@ -336,7 +337,7 @@ void Listener::close() {
 // (whichever stream the peer reads next, the CLOSE comes before the end of that stream). A
 // stream gets it only at a frame boundary: control bytes still queued (stream 0) are flushed
 // first, and a stream in the middle of a DATA frame is skipped.
-static void sendCloseAll(Path& p) {
+static void sendCloseStreams(Path& p) {
   uint8_t buf[wire::kFrameBytes];
   wire::Frame f;
   f.type = wire::kClose;
@@ -386,6 +387,19 @@ ncclResult_t fatalResult(const std::string& msg) {
 static const char* const kCloseCause = "the receiver closed the comm (CLOSE)";
 static const char* const kNackCause =
     "the receiver no longer knows this comm (NACK: its listen comm or recv comm was closed)";
+
+// For protocol errors: the control message's name, or the transport's raw type code.
+static std::string ctlName(const CtlMsg& m) {
+  switch (m.type) {
+    case CtlType::kAck: return "ACK";
+    case CtlType::kResume: return "RESUME";
+    case CtlType::kResumeAck: return "RESUME_ACK";
+    case CtlType::kNack: return "NACK";
+    case CtlType::kClose: return "CLOSE";
+    case CtlType::kOther: break;
+  }
+  return "frame type " + std::to_string(m.arg);
+}
 
 static bool handleAddrToSockaddr(const wire::HandleAddr& a, sockaddr_storage* out, socklen_t* len) {
   memset(out, 0, sizeof(*out));
@@ -479,49 +493,27 @@ void SendLink::startConnect(Path& p, uint64_t now) {
   auto& rt = Runtime::get();
   p.closeAll();
   p.generation++;
-  p.streams.clear();
-  p.streams.resize(nStreams);
   p.state = PathState::kConnecting;
   p.attemptStartUs = now;
   if (Health* hl = Health::get()) hl->remapRemote(&p.remote);  // the peer's NIC may have moved
-  for (auto& s : p.streams) {
-    std::string err;
-    s.conn = rt.transport->connect(p.localNic, p.remote, p.remoteLen, &err);
-    if (!s.conn) {
-      failPath(p, err, now);
-      return;
-    }
-  }
+  PathIdentity id;
+  id.secret = secret;
+  id.connId = connId;
+  id.pathIndex = (uint8_t)p.index;
+  id.srcRail = (uint8_t)p.rail;
+  id.probePort = rt.ports[p.localNic];
+  id.generation = p.generation;
+  ChunkPolicy chunks{rt.cfg.minChunkBytes, rt.cfg.maxChunkBytes};
+  std::string err;
+  p.tx = rt.transport->openSendPath(p.localNic, p.remote, p.remoteLen, nStreams, id, chunks, &err);
+  if (!p.tx) failPath(p, err, now);
 }
 
 void SendLink::advanceConnect(Path& p, uint64_t now) {
-  auto& rt = Runtime::get();
-  bool all = true;
-  for (size_t i = 0; i < p.streams.size(); ++i) {
-    Stream& s = p.streams[i];
-    if (s.connected) continue;
-    std::string err;
-    int r = s.conn->connectState(&err);
-    if (r < 0) return failPath(p, err, now);
-    if (r == 0) {
-      all = false;
-      continue;
-    }
-    wire::Hello h;
-    h.stream = (uint8_t)i;
-    h.nStreams = (uint8_t)p.streams.size();
-    h.secret = secret;
-    h.path = (uint8_t)p.index;
-    h.srcRail = (uint8_t)p.rail;
-    h.probePort = rt.ports[p.localNic];
-    h.generation = p.generation;
-    h.connId = connId;
-    uint8_t buf[wire::kFrameBytes];
-    wire::encodeHello(h, buf);
-    if (!writeAll(*s.conn, buf, sizeof(buf), &err)) return failPath(p, "HELLO: " + err, now);
-    s.connected = true;
-  }
-  if (!all) {
+  std::string err;
+  int r = p.tx ? p.tx->connectState(&err) : -1;
+  if (r < 0) return failPath(p, p.tx ? err : "path not open", now);
+  if (r == 0) {
     if (now - p.attemptStartUs > tuning::kConnectTimeoutUs) failPath(p, "connect timed out after 3 s", now);
     return;
   }
@@ -539,7 +531,7 @@ void SendLink::failPath(Path& p, const std::string& why, uint64_t now) {
   // while its CLOSE waits, unread, on another: look before calling it a fault.
   if (!peerClosed) {
     std::string e;
-    if (active >= 0 && &paths[active] == &p && !p.streams.empty() && p.streams[0].conn) readControl(p, now, &e);
+    if (active >= 0 && &paths[active] == &p && p.tx) readControl(p, now, &e);
     if (!peerClosed) pollPeerClose(p, now, &e);
   }
   if (peerClosed) {  // the receiver closed the comm: nothing to report or retry
@@ -629,14 +621,12 @@ void SendLink::activate(int idx, uint64_t now, bool planned) {
   p.state = PathState::kActive;
   p.restoredUs = now;
   active = idx;
-  for (auto& s : p.streams) s.resetIo();
-  uint8_t buf[wire::kFrameBytes];
-  wire::Frame f;
-  f.type = wire::kResume;
-  f.seq = acked_;
-  f.offset = p.generation;
-  wire::encodeFrame(f, buf);
-  p.ctlOut.assign((const char*)buf, sizeof(buf));
+  // A standby path has nothing queued: the RESUME is the first thing it carries.
+  CtlMsg m;
+  m.type = CtlType::kResume;
+  m.seq = acked_;
+  m.arg = p.generation;
+  p.tx->sendCtl(m);
   resuming_ = true;
   resumeSentUs_ = now;
   resumeFromSeq_ = acked_;
@@ -648,20 +638,18 @@ void SendLink::activate(int idx, uint64_t now, bool planned) {
 
 void SendLink::enqueueMsg(const SendReq& r) {
   if (active < 0 || resuming_) return;
-  auto& cfg = Runtime::get().cfg;
-  Path& p = paths[active];
+  SendPath& tx = *paths[active].tx;
+  ChunkRef c;
+  c.seq = r.seq, c.total = r.size, c.tag = r.tag;
   if (r.size == 0) {
-    p.streams[0].q.push_back({r.seq, 0, 0, 0});
+    tx.post(c, r.data);
     return;
   }
-  uint64_t cs = wire::chunkSize(r.size, (int)p.streams.size(), cfg.minChunkBytes, cfg.maxChunkBytes);
+  uint64_t cs = tx.chunkBytes(r.size);
   for (uint64_t off = 0; off < r.size; off += cs) {
-    uint64_t len = std::min(cs, r.size - off);
-    Stream* best = &p.streams[0];
-    for (auto& s : p.streams)
-      if (s.queuedBytes < best->queuedBytes) best = &s;
-    best->q.push_back({r.seq, off, len, r.size});
-    best->queuedBytes += len;
+    c.offset = off;
+    c.len = std::min(cs, r.size - off);
+    tx.post(c, r.data + off);
   }
 }
 
@@ -674,70 +662,16 @@ void SendLink::complete(uint64_t upTo) {
   if (upTo > acked_) acked_ = upTo, lastProgressUs_ = nowUs(), burstRequested_ = false;
 }
 
-bool SendLink::writeStream(Path& p, Stream& s, std::string* err) {
-  bool isCtl = &s == &p.streams[0];
-  while (true) {
-    if (isCtl && !p.ctlOut.empty() && !s.hdrBuilt) {
-      iovec iov{(void*)p.ctlOut.data(), p.ctlOut.size()};
-      ssize_t n = s.conn->writev(&iov, 1, err);
-      if (n < 0) return false;
-      p.ctlOut.erase(0, (size_t)n);
-      if (!p.ctlOut.empty()) return true;
-      continue;
-    }
-    if (s.q.empty()) return true;
-    Chunk& c = s.q.front();
-    if (!s.hdrBuilt) {
-      wire::Frame f;
-      f.type = wire::kData;
-      f.len = (uint32_t)c.len;
-      f.seq = c.seq;
-      f.offset = c.offset;
-      f.total = c.total;
-      f.tag = ring_.at(c.seq).tag;
-      wire::encodeFrame(f, s.hdr);
-      s.hdrBuilt = true, s.hdrDone = 0, s.payloadDone = 0;
-    }
-    const SendReq& r = ring_.at(c.seq);
-    iovec iov[2];
-    int niov = 0;
-    if (s.hdrDone < wire::kFrameBytes) iov[niov++] = {s.hdr + s.hdrDone, wire::kFrameBytes - s.hdrDone};
-    if (c.len > s.payloadDone) iov[niov++] = {(void*)(r.data + c.offset + s.payloadDone), c.len - s.payloadDone};
-    ssize_t n = 0;
-    if (niov) {
-      n = s.conn->writev(iov, niov, err);
-      if (n < 0) return false;
-      if (n == 0) return true;
-    }
-    size_t h = std::min<size_t>((size_t)n, wire::kFrameBytes - s.hdrDone);
-    s.hdrDone += h;
-    s.payloadDone += (uint64_t)n - h;
-    if (n > 0) lastProgressUs_ = nowUs();
-    if (s.hdrDone == wire::kFrameBytes && s.payloadDone == c.len) {
-      s.queuedBytes -= c.len;
-      s.q.pop_front();
-      s.hdrBuilt = false;
-      continue;
-    }
-    return true;  // kernel buffer full
-  }
-}
-
 bool SendLink::readControl(Path& p, uint64_t now, std::string* err) {
-  Stream& s = p.streams[0];
   while (true) {
-    ssize_t n = s.conn->read(p.ctlIn + p.ctlInGot, wire::kFrameBytes - p.ctlInGot, err);
-    if (n < 0) return false;
-    if (n == 0) return true;
-    p.ctlInGot += (size_t)n;
-    if (p.ctlInGot < wire::kFrameBytes) return true;
-    p.ctlInGot = 0;
-    wire::Frame f;
-    if (!wire::decodeFrame(p.ctlIn, &f, err)) return *err = "protocol error from receiver: " + *err, false;
-    if (f.type == wire::kAck) {
+    CtlMsg f;
+    int r = p.tx->recvCtl(&f, err);
+    if (r < 0) return false;
+    if (r == 0) return true;
+    if (f.type == CtlType::kAck) {
       if (f.seq > nextSeq_) return *err = "receiver acknowledged a message never sent", false;
       complete(f.seq);
-    } else if (f.type == wire::kResumeAck && &p == &paths[active] && resuming_) {
+    } else if (f.type == CtlType::kResumeAck && &p == &paths[active] && resuming_) {
       if (f.seq > nextSeq_ || f.seq < acked_) return *err = "RESUME_ACK seq out of range", false;
       uint64_t resent = 0;
       for (uint64_t q = f.seq; q < nextSeq_; ++q) resent += ring_.at(q).size;
@@ -768,19 +702,19 @@ bool SendLink::readControl(Path& p, uint64_t now, std::string* err) {
       faultUs_ = 0;
       failedFrom_ = -1;
       plannedSwitch_ = false;
-    } else if (f.type == wire::kNack) {
-      if (f.seq == wire::kNackUnknownComm) {
+    } else if (f.type == CtlType::kNack) {
+      if (f.seq == kNackReasonUnknownComm) {
         peerClosed = true;
         if (closedCause.empty()) closedCause = kNackCause;
         return *err = kNackCause, false;
       }
       return *err = "receiver refused the path (reason " + std::to_string(f.seq) + ")", false;
-    } else if (f.type == wire::kClose) {
+    } else if (f.type == CtlType::kClose) {
       peerClosed = true;
       if (closedCause.empty()) closedCause = kCloseCause;
       return *err = kCloseCause, false;
-    } else if (f.type != wire::kResumeAck) {
-      return *err = "unexpected frame type " + std::to_string(f.type) + " from receiver", false;
+    } else if (f.type != CtlType::kResumeAck) {
+      return *err = "unexpected " + ctlName(f) + " from receiver", false;
     }
   }
 }
@@ -804,12 +738,7 @@ void SendLink::slowTick(uint64_t now) {
         // A slow path is not a stalled one: when every rail is saturated (or rate-limited),
         // probes queue behind data and time out while messages still complete, only slowly.
         // If the peer's kernel acknowledged our bytes within the stall window, data is moving.
-        if (stalled && acked_ < nextSeq_ && !hard)
-          for (auto& st : p.streams)
-            if (st.conn && st.conn->peerAckedWithinMs(cfg.stallMs)) {
-              stalled = false;
-              break;
-            }
+        if (stalled && acked_ < nextSeq_ && !hard && p.tx && p.tx->peerAckedWithinMs(cfg.stallMs)) stalled = false;
         bool otherUsable = false;
         for (size_t j = 0; j < paths.size(); ++j)
           otherUsable |= j != i && paths[j].state == PathState::kStandby && hl->nicUp(paths[j].localNic) &&
@@ -818,8 +747,7 @@ void SendLink::slowTick(uint64_t now) {
         // process (a stopped process's kernel still acknowledges). That is as good as hard.
         uint32_t detectMs = cfg.probeIntervalMs * cfg.probeMultiplier;
         bool netSilent = false;
-        if (stalled && !otherUsable)
-          for (auto& st : p.streams) netSilent |= st.conn && st.conn->unackedSilenceMs() >= detectMs;
+        if (stalled && !otherUsable && p.tx) netSilent = p.tx->unackedSilenceMs() >= detectMs;
         if (netSilent) cause += "; the peer acknowledges nothing";
         if (hard || (stalled && (otherUsable || netSilent))) failPath(p, cause, now);
       } else if ((p.state == PathState::kStandby || p.state == PathState::kConnecting) && hard) {
@@ -902,12 +830,7 @@ void SendLink::slowTick(uint64_t now) {
     uint64_t every = std::max<uint64_t>(500, (uint64_t)cfg.stallMs * 500);
     if (checkAcks && !resuming_ && now - ackCheckUs_ >= every) {
       ackCheckUs_ = now;
-      ackSeen_ = false;
-      for (auto& st : paths[active].streams)
-        if (st.conn && st.conn->peerAckedWithinMs(cfg.stallMs)) {
-          ackSeen_ = true;
-          break;
-        }
+      ackSeen_ = paths[active].tx && paths[active].tx->peerAckedWithinMs(cfg.stallMs);
     }
     bool tcpAcked = checkAcks && !resuming_ && ackSeen_ && now - ackCheckUs_ < every;
     // While any comm's burst runs on this pair, tell the monitor the rail still carries data.
@@ -942,53 +865,36 @@ void SendLink::progress(bool fromSweeper) {
       failPath(p, err, now);
       continue;
     }
-    bool ok = true;
-    for (auto& s : p.streams) {
-      if (resuming_ && &s != &p.streams[0]) break;
-      if (!writeStream(p, s, &err)) {
-        ok = false;
-        break;
-      }
-    }
-    if (!ok) {
+    // While resuming nothing but the RESUME is queued (enqueueMsg waits for the RESUME_ACK).
+    int moved = p.tx->progress(&err);
+    if (moved < 0) {
       failPath(p, err, now);
       continue;
     }
+    if (moved > 0) lastProgressUs_ = nowUs();
     break;
   }
 }
 
 bool SendLink::pollPeerClose(Path& p, uint64_t now, std::string* err) {
-  bool isActive = active >= 0 && &paths[active] == &p;
-  for (size_t i = 0; i < p.streams.size() && !peerClosed; ++i) {
-    Stream& s = p.streams[i];
-    if (!s.conn || !s.connected || (isActive && i == 0)) continue;  // active stream 0: readControl()
-    // Stream 0 reads into the path's control buffer: should this standby become the active
-    // path with part of a frame read, readControl() goes on from the same byte (reading it
-    // into another buffer lost the frame boundary: fuzz_send found it). The other streams
-    // use their (otherwise unused) receive-direction header buffer.
-    uint8_t* hdr = i == 0 ? p.ctlIn : s.rhdr;
-    size_t& got = i == 0 ? p.ctlInGot : s.rhdrGot;
-    while (!peerClosed) {
-      ssize_t n = s.conn->read(hdr + got, wire::kFrameBytes - got, err);
-      if (n < 0) return false;
-      if (n == 0) break;
-      got += (size_t)n;
-      if (got < wire::kFrameBytes) break;
-      got = 0;
-      wire::Frame f;
-      if (!wire::decodeFrame(hdr, &f, err)) return *err = "protocol error from receiver: " + *err, false;
-      if (f.type == wire::kClose) {
-        peerClosed = true;
-        if (closedCause.empty()) closedCause = kCloseCause;
-      } else if (f.type == wire::kNack && f.seq == wire::kNackUnknownComm) {
-        peerClosed = true;
-        if (closedCause.empty()) closedCause = kNackCause;
-      } else if (f.type == wire::kNack) {
-        return *err = "receiver refused the path (reason " + std::to_string(f.seq) + ")", false;
-      } else {
-        return *err = "unexpected frame type " + std::to_string(f.type) + " on a path without control traffic", false;
-      }
+  if (!p.tx) return true;
+  // The active path's control channel is read by readControl().
+  bool withCtl = !(active >= 0 && &paths[active] == &p);
+  while (!peerClosed) {
+    CtlMsg f;
+    int r = p.tx->recvNotice(withCtl, &f, err);
+    if (r < 0) return false;
+    if (r == 0) break;
+    if (f.type == CtlType::kClose) {
+      peerClosed = true;
+      if (closedCause.empty()) closedCause = kCloseCause;
+    } else if (f.type == CtlType::kNack && f.seq == kNackReasonUnknownComm) {
+      peerClosed = true;
+      if (closedCause.empty()) closedCause = kNackCause;
+    } else if (f.type == CtlType::kNack) {
+      return *err = "receiver refused the path (reason " + std::to_string(f.seq) + ")", false;
+    } else {
+      return *err = "unexpected " + ctlName(f) + " on a path without control traffic", false;
     }
   }
   (void)now;
@@ -1004,7 +910,7 @@ void SendLink::onPeerClosed(const std::string& cause) {
     // The active path's stream 0 stays open for reading (drainClosing): ACKs the receiver sent
     // before its CLOSE may still be on their way there while the CLOSE already arrived on
     // another stream or rail.
-    if (i == active && !p.streams.empty() && p.streams[0].conn && now - closingSinceUs_ < tuning::kCloseDrainUs) continue;
+    if (i == active && p.tx && now - closingSinceUs_ < tuning::kCloseDrainUs) continue;
     p.closeAll();
     p.state = PathState::kClosed;
     p.lastError = cause;
@@ -1103,8 +1009,8 @@ void SendLink::close() {
   std::lock_guard<std::mutex> g(mu);
   if (!peerClosed)
     for (auto& p : paths)
-      if (p.state == PathState::kActive || p.state == PathState::kStandby || p.state == PathState::kConnecting)
-        sendCloseAll(p);
+      if ((p.state == PathState::kActive || p.state == PathState::kStandby || p.state == PathState::kConnecting) && p.tx)
+        p.tx->sendClose();
   Health* hl = Health::get();
   for (auto& p : paths) {
     p.closeAll();
@@ -1553,11 +1459,11 @@ void RecvLink::close() {
   takeIncoming(nowUs());  // streams routed here but not yet taken learn of the close too
   // This direction carries only whole control frames. The active path first: its ACKs are
   // flushed before any CLOSE leaves on another path (the sender still reads them after it).
-  if (!peerClosed && active >= 0) sendCloseAll(paths[active]);
+  if (!peerClosed && active >= 0) sendCloseStreams(paths[active]);
   if (!peerClosed)
     for (int i = 0; i < (int)paths.size(); ++i)
       if (i != active && (paths[i].state == PathState::kStandby || paths[i].state == PathState::kConnecting))
-        sendCloseAll(paths[i]);
+        sendCloseStreams(paths[i]);
   {
     std::lock_guard<std::mutex> g2(inMu_);
     incoming_.clear();

@@ -86,7 +86,8 @@ struct Path {
   sockaddr_storage remote{};
   socklen_t remoteLen = 0;
   PathState state = PathState::kConnecting;
-  std::vector<Stream> streams;
+  std::vector<Stream> streams;       // receiver: the path's streams
+  std::unique_ptr<SendPath> tx;      // sender: the path's send side (null while failed/closed)
   uint32_t generation = 0;
   uint64_t nextAttemptUs = 0;
   uint32_t backoffMs = 0;
@@ -241,7 +242,6 @@ class SendLink : public Link {
   int pickStandby() const;
   void enqueueFrom(uint64_t seq);
   void enqueueMsg(const SendReq& r);
-  bool writeStream(Path& p, Stream& s, std::string* err);
   bool readControl(Path& p, uint64_t now, std::string* err);
   void complete(uint64_t upTo);
   // Reads what the receiver sent on a path that carries no control traffic for us (a standby

@@ -27,6 +27,7 @@
 #include "failover/link.h"
 #include "health/health.h"
 #include "plugin/devices.h"
+#include "transport/tcp/stream_path.h"
 #include "transport/transport.h"
 
 namespace railover {

@@ -1,11 +1,19 @@
-// The transport interface the failover engine runs on: a path is N byte-stream connections
-// (`Conn`) between a local NIC and a remote NIC. TCP implements it today (tcp/); an RDMA
-// verbs transport would implement the same calls with receiver-advertised buffers, per-NIC
-// memory keys and writes-with-immediate carrying the seq (see docs/DESIGN.md), and the
-// engine's sequencing, acknowledgement and resume logic stays as it is.
+// The transport interfaces the failover engine runs on.
 //
-// Every call is non-blocking. Thread-safety: a Conn is used by one thread at a time (its
-// link's mutex holder).
+// Two layers:
+//  * The path layer (SendPath, RecvPath): what the engine sees. A path moves *chunks* of
+//    numbered messages and a small set of *control messages* (CtlMsg) between one local NIC
+//    and one remote NIC. How a path carries them (TCP: N byte streams with 32-byte frames,
+//    docs/PROTOCOL.md; RDMA verbs: queue pairs and writes into advertised buffers) is the
+//    transport's business. The engine never sees bytes on a stream.
+//  * The byte-stream layer (Conn, Transport::connect): what a stream-based path (TCP, or the
+//    in-memory pipes of the unit tests and fuzz targets) is built from.
+//
+// Units: seq = message sequence number of the comm (0, 1, ...); offset, len, total in bytes.
+// Errors: every call that can fail returns -1 / false with a one-line cause in *err (the
+// engine logs and journals it verbatim), e.g. "connection reset by peer".
+// Thread-safety: a path object is used by one thread at a time (its link's mutex holder).
+// Every call is non-blocking.
 #pragma once
 
 #include <sys/socket.h>
@@ -19,6 +27,103 @@
 
 namespace railover {
 
+// One chunk of message `seq`: bytes [offset, offset + len) of a message of `total` bytes,
+// sent with the isend's `tag` (picks the buffer of a grouped receive). A zero-byte message
+// is one chunk with len = total = 0.
+struct ChunkRef {
+  uint64_t seq = 0;
+  uint64_t offset = 0;
+  uint64_t len = 0;
+  uint64_t total = 0;
+  int32_t tag = 0;
+};
+
+// Engine-level control messages (TCP encodes each as one 32-byte frame, docs/PROTOCOL.md).
+//   kAck        receiver -> sender: every message with seq < `seq` is complete
+//   kResume     sender -> receiver on a newly activated path: first unacknowledged seq;
+//               `arg` = the path's generation
+//   kResumeAck  receiver -> sender: next seq the receiver expects
+//   kNack       receiver -> sender: refused; `seq` = reason code (wire::kNackUnknownComm = 1:
+//               the receiver does not know the comm)
+//   kClose      either way: the comm is being closed in order (not a fault)
+//   kOther      anything else the peer sent where a control message was expected (a
+//               protocol error; `arg` = the transport's raw type code, for the message)
+enum class CtlType : uint8_t { kAck, kResume, kResumeAck, kNack, kClose, kOther };
+struct CtlMsg {
+  CtlType type = CtlType::kOther;
+  uint64_t seq = 0;
+  uint64_t arg = 0;
+};
+constexpr uint64_t kNackReasonUnknownComm = 1;  // same value as wire::kNackUnknownComm
+
+// Who a path belongs to; a stream transport sends it in each stream's HELLO, so the
+// receiver can route the stream to its comm and path.
+struct PathIdentity {
+  uint64_t secret = 0;      // the listen comm's secret (from the handle)
+  uint64_t connId = 0;      // the send comm's connection id (random, never 0)
+  uint8_t pathIndex = 0;    // receiver address index (in the handle) this path targets
+  uint8_t srcRail = 0;      // sender NIC's rail
+  uint16_t probePort = 0;   // sender NIC's listener/probe port
+  uint32_t generation = 0;  // increments every time the sender re-opens this path
+};
+
+// How a path cuts messages into chunks (bytes); from RAILOVER_MIN_CHUNK / RAILOVER_MAX_CHUNK.
+struct ChunkPolicy {
+  uint64_t minChunkBytes = 0;
+  uint64_t maxChunkBytes = 0;
+};
+
+// The send side of one path (sender -> receiver).
+//
+// Completion model: with completionNeedsReceiverAck() (TCP), a chunk handed to the transport
+// is not delivered until the receiver's ACK says so; the engine completes a send only on the
+// receiver's cumulative ACK (or RESUME_ACK). Either way a send completes only when the
+// receiver holds the whole message.
+class SendPath {
+ public:
+  virtual ~SendPath() = default;
+  // Connect progress: 1 = ready (every stream/QP connected, identity told to the receiver),
+  // 0 = in progress, -1 = failed with the cause in *err.
+  virtual int connectState(std::string* err) = 0;
+  // Size (bytes) of the chunks a message of `size` bytes is cut into on this path (the last
+  // chunk may be shorter). Never 0 for size > 0.
+  virtual uint64_t chunkBytes(uint64_t size) const = 0;
+  // Queues chunk `c`, whose bytes are at `src` (valid until the send completes). The
+  // transport stripes chunks over its streams / QPs. No copy of the payload is made.
+  virtual void post(const ChunkRef& c, const void* src) = 0;
+  // Queues a control message (sent before any chunk not yet started on the control channel).
+  virtual void sendCtl(const CtlMsg& m) = 0;
+  // Drives I/O: 1 = some bytes moved, 0 = nothing could move now, -1 = the path is broken
+  // (cause in *err). Never blocks.
+  virtual int progress(std::string* err) = 0;
+  // Next control message from the receiver on the control channel: 1 = *m filled, 0 = none
+  // yet, -1 = broken or undecodable (cause in *err).
+  virtual int recvCtl(CtlMsg* m, std::string* err) = 0;
+  // Reads the receiver's notices (CLOSE, NACK) that may arrive anywhere on the path except
+  // the control channel (and on the control channel too when `withCtl`, for a path that
+  // carries no control traffic: a standby). 1 = *m filled, 0 = none, -1 = broken. Cheap
+  // enough for the slow tick; not called on the hot path.
+  virtual int recvNotice(bool withCtl, CtlMsg* m, std::string* err) = 0;
+  // Best effort, never blocks: tells the receiver the comm is closing in order (kClose on
+  // every stream that is at a message boundary, after the control messages still queued).
+  virtual void sendClose() = 0;
+  // After it returns nothing sent on this path can land in a receive buffer any more (TCP:
+  // the sockets are closed). The path is unusable afterwards.
+  virtual void fence() = 0;
+  // Transport progress signals (TCP: TCP_INFO of the streams). peerAckedWithinMs: data is
+  // outstanding and the peer's transport acknowledged some of it in the last `ms` ms (slow,
+  // not dead); false when nothing is outstanding or unknown. Costs a syscall per stream:
+  // only for a path already suspect. unackedSilenceMs: ms since the peer's transport last
+  // acknowledged anything while data is outstanding (0 = nothing outstanding or unknown).
+  virtual bool peerAckedWithinMs(uint32_t ms) = 0;
+  virtual uint32_t unackedSilenceMs() = 0;
+  // True when delivery is proven only by the receiver's ACK (TCP). A transport that can prove
+  // delivery otherwise (an RDMA write completion with a receiver-side placement guarantee)
+  // may return false; the engine still requires the receiver to hold the whole message.
+  virtual bool completionNeedsReceiverAck() const { return true; }
+};
+
+// The byte-stream layer: one connection of a stream path.
 class Conn {
  public:
   virtual ~Conn() = default;
@@ -46,6 +151,11 @@ class Transport {
   virtual ~Transport() = default;
   // Opens one stream from local NIC `nic` to `remote`. nullptr with *err when it cannot start.
   virtual std::unique_ptr<Conn> connect(int nic, const sockaddr_storage& remote, socklen_t len, std::string* err) = 0;
+  // Opens the send side of a path of `nStreams` streams from local NIC `nic` to `remote`.
+  // nullptr with *err when it cannot start. Default: a stream path (TCP framing, protocol
+  // v2) over connect()'s byte streams (transport/tcp/stream_path.cc).
+  virtual std::unique_ptr<SendPath> openSendPath(int nic, const sockaddr_storage& remote, socklen_t len, int nStreams,
+                                                 const PathIdentity& id, const ChunkPolicy& chunks, std::string* err);
 };
 
 // Writes all of `len` bytes if the connection takes them at once (for small control

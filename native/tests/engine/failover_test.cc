@@ -270,7 +270,7 @@ TEST_F(Engine, DuplicateChunksOfCompletedMessagesAreDiscarded) {
   int phase = 0;
   Stats st = run(120, [](int k) { return (size_t)(k % 3 == 0 ? 30000 : 3000); }, 8, [&](int k) {
     if (k == 40) {
-      dynamic_cast<FakeConn*>(send->paths[0].streams[0].conn.get())->stalled = true;
+      dynamic_cast<FakeConn*>(dynamic_cast<StreamSendPath*>(send->paths[0].tx.get())->stream(0))->stalled = true;
       phase = 1;
     }
   }, 20000, [&] {
@@ -901,8 +901,9 @@ TEST_F(Engine, EveryRailClosedByALiveSenderIsNotPeerGone) {
   Stats st = run(300, mixed, 8, [&](int k) {
     if (k == 100)
       for (auto& p : send->paths)
-        for (auto& sm : p.streams)
-          if (sm.conn) dynamic_cast<FakeConn*>(sm.conn.get())->timedOut = true;
+        if (auto* tx = dynamic_cast<StreamSendPath*>(p.tx.get()))
+          for (size_t i = 0; i < tx->streams(); ++i)
+            if (tx->stream(i)) dynamic_cast<FakeConn*>(tx->stream(i))->timedOut = true;
   });
   EXPECT_FALSE(st.timedOut);
   EXPECT_EQ(st.err, ncclSuccess) << (recv->fatal ? recv->fatalMsg : send->fatalMsg);
@@ -1035,7 +1036,7 @@ TEST_F(Grouped, DuplicatesAfterResumeAreDiscarded) {
   int phase = 0;
   Stats st = runGrouped(60, 4, [&](int j) {
     if (j == 15) {
-      dynamic_cast<FakeConn*>(send->paths[0].streams[0].conn.get())->stalled = true;
+      dynamic_cast<FakeConn*>(dynamic_cast<StreamSendPath*>(send->paths[0].tx.get())->stream(0))->stalled = true;
       phase = 1;
     }
   }, [&] {
