@@ -41,13 +41,45 @@ const char* pathStateName(PathState s) {
 
 void Path::closeAll() {
   if (tx) tx->fence(), tx.reset();
-  for (auto& s : streams) {
-    s.conn.reset();
-    s.connected = false;
-    s.resetIo();
+  if (rx) rx->fence(), rx.reset();
+}
+
+bool RecvRanges::covers(uint64_t a, uint64_t b) const {
+  for (int i = 0; i < n; ++i)
+    if (lo[i] <= a && b <= hi[i]) return true;
+  return false;
+}
+
+bool RecvRanges::admits(uint64_t a, uint64_t b) const {
+  // With chunks still arriving, count each as a possible new range; otherwise exactly.
+  if (inflight) return n + inflight + 1 <= kMax;
+  int apart = 0;  // ranges that [a, b) neither overlaps nor touches
+  for (int i = 0; i < n; ++i) apart += hi[i] < a || b < lo[i];
+  return apart + 1 <= kMax;
+}
+
+uint64_t RecvRanges::add(uint64_t a, uint64_t b) {
+  uint64_t before = 0, after = 0;
+  for (int i = 0; i < n; ++i) before += hi[i] - lo[i];
+  // Merge [a, b) with every range it overlaps or touches; keep the others in order.
+  uint64_t nlo[kMax + 1], nhi[kMax + 1];
+  int m = 0;
+  bool placed = false;
+  for (int i = 0; i < n; ++i) {
+    if (hi[i] < a) {
+      nlo[m] = lo[i], nhi[m++] = hi[i];
+    } else if (b < lo[i]) {
+      if (!placed) nlo[m] = a, nhi[m++] = b, placed = true;
+      nlo[m] = lo[i], nhi[m++] = hi[i];
+    } else {
+      a = std::min(a, lo[i]), b = std::max(b, hi[i]);
+    }
   }
-  ctlOut.clear();
-  ctlInGot = 0;
+  if (!placed) nlo[m] = a, nhi[m++] = b;
+  if (m > kMax) return 0;  // cannot happen for a chunk admits() accepted
+  n = (uint8_t)m;
+  for (int i = 0; i < m; ++i) lo[i] = nlo[i], hi[i] = nhi[i], after += nhi[i] - nlo[i];
+  return after - before;
 }
 
 namespace {
@@ -329,31 +361,6 @@ void Listener::close() {
   for (RecvLink* l : unaccepted) {
     l->close();
     delete l;
-  }
-}
-
-// Best effort, never blocks: tells the peer on every connected stream of `p` that the comm
-// is closing in order, so the EOFs and resets that follow are not taken for path failures
-// (whichever stream the peer reads next, the CLOSE comes before the end of that stream). A
-// stream gets it only at a frame boundary: control bytes still queued (stream 0) are flushed
-// first, and a stream in the middle of a DATA frame is skipped.
-static void sendCloseStreams(Path& p) {
-  uint8_t buf[wire::kFrameBytes];
-  wire::Frame f;
-  f.type = wire::kClose;
-  wire::encodeFrame(f, buf);
-  for (size_t i = 0; i < p.streams.size(); ++i) {
-    Stream& s = p.streams[i];
-    if (!s.conn || !s.connected || (s.hdrBuilt && (s.hdrDone > 0 || s.payloadDone > 0))) continue;
-    std::string err;
-    if (i == 0 && !p.ctlOut.empty()) {
-      iovec iov{(void*)p.ctlOut.data(), p.ctlOut.size()};
-      ssize_t n = s.conn->writev(&iov, 1, &err);
-      if (n < 0) continue;
-      p.ctlOut.erase(0, (size_t)n);
-      if (!p.ctlOut.empty()) continue;
-    }
-    writeAll(*s.conn, buf, sizeof(buf), &err);
   }
 }
 
@@ -1047,15 +1054,15 @@ void RecvLink::takeIncoming(uint64_t now) {
     Path& p = paths[h.path];
     p.index = h.path;
     if (h.generation < p.generation) continue;  // a stale attempt the sender already gave up on
-    if (h.generation > p.generation || p.streams.size() != h.nStreams) {
+    if (h.generation > p.generation || p.nStreams != h.nStreams) {
       if (active == (int)h.path) {
         active = -1;
         noPathSinceUs = now;
       }
       p.closeAll();
       p.generation = h.generation;
-      p.streams.clear();
-      p.streams.resize(h.nStreams);
+      p.nStreams = h.nStreams;
+      p.rx.reset(new StreamRecvPath(h.nStreams));
       p.state = PathState::kConnecting;
       p.localNic = x.localNic;
       p.rail = h.srcRail;
@@ -1071,12 +1078,13 @@ void RecvLink::takeIncoming(uint64_t now) {
         p.pairId = hl->registerPair(x.localNic, probe, p.remoteLen);
       }
     }
-    Stream& s = p.streams[h.stream];
-    s.conn = std::move(x.conn);
-    s.connected = true;
-    bool all = true;
-    for (auto& st : p.streams) all &= st.connected;
-    if (all && p.state == PathState::kConnecting) {
+    if (h.stream >= h.nStreams) continue;  // dropped with x.conn
+    // A stream of the current generation after the path failed: it waits in a fresh receive
+    // side (the path stays failed until the sender opens a new generation).
+    if (!p.rx) p.rx.reset(new StreamRecvPath(p.nStreams));
+    static_cast<StreamRecvPath&>(*p.rx).adopt(h.stream, std::move(x.conn));
+    std::string err;
+    if (p.rx->connectState(&err) > 0 && p.state == PathState::kConnecting) {
       p.state = PathState::kStandby;
       p.upSinceUs = now;
       if (peerName.empty()) peerName = addrToString(p.remote);
@@ -1176,8 +1184,8 @@ void RecvLink::onResume(int idx, uint64_t fromSeq, uint64_t now) {
     MsgSlot& m = msgs_.at(s);
     if (!m.done) m.got = 0, m.total = UINT64_MAX;
   }
+  for (uint64_t s = nextComplete_; s < nextPost_; ++s) msgs_.at(s).ranges.reset();
   Path& p = paths[idx];
-  for (auto& s : p.streams) s.resetIo();
   bool switched = active != idx && everReady_ && fromSeq > 0;
   p.state = PathState::kActive;
   active = idx;
@@ -1187,12 +1195,10 @@ void RecvLink::onResume(int idx, uint64_t fromSeq, uint64_t now) {
     fatalMsg = "railover: protocol error: sender resumed at seq " + std::to_string(fromSeq) +
                " beyond the receiver's " + std::to_string(nextComplete_);
   }
-  uint8_t buf[wire::kFrameBytes];
-  wire::Frame f;
-  f.type = wire::kResumeAck;
-  f.seq = nextComplete_;
-  wire::encodeFrame(f, buf);
-  p.ctlOut.append((const char*)buf, sizeof(buf));
+  CtlMsg m;
+  m.type = CtlType::kResumeAck;
+  m.seq = nextComplete_;
+  p.rx->sendCtl(m);
   ackSent_ = nextComplete_;
   if (switched) {
     counters.resumes++;
@@ -1200,128 +1206,95 @@ void RecvLink::onResume(int idx, uint64_t fromSeq, uint64_t now) {
   }
 }
 
-bool RecvLink::flushControl(Path& p, std::string* err) {
-  if (p.ctlOut.empty()) return true;
-  iovec iov{(void*)p.ctlOut.data(), p.ctlOut.size()};
-  ssize_t n = p.streams[0].conn->writev(&iov, 1, err);
-  if (n < 0) return false;
-  p.ctlOut.erase(0, (size_t)n);
-  return true;
-}
-
 // Standby paths carry nothing but a RESUME (or an EOF when the sender drops them).
 bool RecvLink::readControl(Path& p, int idx, uint64_t now, std::string* err) {
-  Stream& s = p.streams[0];
-  while (p.state == PathState::kStandby) {
-    ssize_t n = s.conn->read(p.ctlIn + p.ctlInGot, wire::kFrameBytes - p.ctlInGot, err);
-    if (n < 0) return false;
-    if (n == 0) return true;
-    p.ctlInGot += (size_t)n;
-    if (p.ctlInGot < wire::kFrameBytes) return true;
-    p.ctlInGot = 0;
-    wire::Frame f;
-    if (!wire::decodeFrame(p.ctlIn, &f, err)) return *err = "protocol error from sender: " + *err, false;
-    if (f.type == wire::kClose) {
+  while (p.state == PathState::kStandby && p.rx) {
+    CtlMsg m;
+    int r = p.rx->recvCtl(&m, err);
+    if (r < 0) return false;
+    if (r == 0) return true;
+    if (m.type == CtlType::kClose) {
       peerClosed = true;
       if (closedCause.empty()) closedCause = "the sender closed the comm (CLOSE)";
       return *err = closedCause, false;
     }
-    if (f.type != wire::kResume) return *err = "unexpected frame type " + std::to_string(f.type) + " on a standby path", false;
-    onResume(idx, f.seq, now);
+    if (m.type != CtlType::kResume) return *err = "unexpected " + ctlName(m) + " on a standby path", false;
+    onResume(idx, m.seq, now);
   }
   return true;
 }
 
-bool RecvLink::readData(Path& p, Stream& s, std::string* err) {
-  uint64_t budget = tuning::kRecvBudgetBytesPerPass;  // bytes per stream per pass, so other streams get their turn
-  while (budget > 0) {
-    if (!s.haveHdr) {
-      ssize_t n = s.conn->read(s.rhdr + s.rhdrGot, wire::kFrameBytes - s.rhdrGot, err);
-      if (n < 0) return false;
-      if (n == 0) return true;
-      s.rhdrGot += (size_t)n;
-      if (s.rhdrGot < wire::kFrameBytes) return true;
-      s.rhdrGot = 0;
-      if (!wire::decodeFrame(s.rhdr, &s.cur, err)) return *err = "protocol error from sender: " + *err, false;
-      if (s.cur.type == wire::kClose) {
-        peerClosed = true;
-        if (closedCause.empty()) closedCause = "the sender closed the comm (CLOSE)";
-        return *err = closedCause, false;
-      }
-      if (s.cur.type != wire::kData) return *err = "unexpected frame type " + std::to_string(s.cur.type) + " on the active path", false;
-      s.haveHdr = true;
-      s.curGot = 0;
-    }
-    const wire::Frame& f = s.cur;
-    if (f.seq >= nextPost_) return true;  // its receive is not posted yet: leave it in the socket
-    MsgSlot& m = msgs_.at(f.seq);
-    bool discard = f.seq < nextComplete_ || m.seq != f.seq || m.done;
-    RecvBuf* b = nullptr;
-    if (!discard) {
-      RecvReq& r = *m.req;
-      if (r.error) return true;  // the caller's error is reported by test(); nothing moves
-      if (m.idx < 0) {
-        // The message's first chunk: pick its buffer. A grouped receive matches tags (the
-        // first free buffer with this tag); a single one takes any tag.
-        RecvBuf* bs = r.bufs();
-        for (int i = 0; i < r.n && m.idx < 0; ++i)
-          if (!bs[i].matched && (r.n == 1 || bs[i].tag == f.tag)) m.idx = i;
-        if (m.idx < 0) {
-          std::string tags;
-          for (int i = 0; i < r.n; ++i) tags += (i ? "," : "") + std::to_string(bs[i].tag);
-          r.error = true;
-          r.errorCode = ncclInternalError;  // the sends do not match the posted receive: the caller's misuse
-          usageMsg_ = "railover: peer " + peerName + " sent message " + std::to_string(f.seq) + " with tag " +
-                      std::to_string(f.tag) + ", but no free buffer of the grouped receive it belongs to has that tag (tags " +
-                      tags + ")";
-          return true;
-        }
-        bs[m.idx].matched = true;
-      }
-      b = &r.bufs()[m.idx];
-      if (f.total > b->cap) {
-        r.error = true;
-        r.errorCode = ncclInvalidUsage;
-        usageMsg_ = "railover: message truncated: peer " + peerName + " sent " + std::to_string(f.total) +
-                    " bytes but the receive was posted with " + std::to_string(b->cap) + " bytes";
-        return true;
-      }
-      if (m.total == UINT64_MAX) m.total = f.total;
-      else if (m.total != f.total) return *err = "protocol error: message size changed between chunks", false;
-    }
-    while (s.curGot < f.len) {
-      uint64_t want = f.len - s.curGot;
-      uint8_t* dst;
-      if (discard) {
-        // Allocated on first use: only a RESUME produces such chunks, and 256 KiB per receive
-        // comm would be most of a comm's memory.
-        if (scratch_.empty()) scratch_.resize(tuning::kDiscardBufferBytes);
-        want = std::min<uint64_t>(want, scratch_.size());
-        dst = scratch_.data();
-      } else {
-        dst = b->data + f.offset + s.curGot;
-      }
-      ssize_t n = s.conn->read(dst, want, err);
-      if (n < 0) return false;
-      if (n == 0) return true;
-      s.curGot += (uint64_t)n;
-      budget -= std::min<uint64_t>(budget, (uint64_t)n);
-    }
-    s.haveHdr = false;
-    if (discard) counters.dupBytesDropped += f.len;
-    if (!discard) {
-      m.got += f.len;
-      if (m.got == m.total) {
-        m.done = true;
-        b->size = m.total;
-        RecvReq& r = *m.req;
-        if (++r.ndone == r.n) r.done = true;
-        while (nextComplete_ < nextPost_ && msgs_.at(nextComplete_).done) nextComplete_++;
-        while (reqComplete_ < reqPost_ && ring_[reqComplete_ % kRing].done) reqComplete_++;
-      }
-    }
+bool RecvLink::control(const CtlMsg& m, std::string* err) {
+  if (m.type == CtlType::kClose) {
+    peerClosed = true;
+    if (closedCause.empty()) closedCause = "the sender closed the comm (CLOSE)";
+    return *err = closedCause, false;
   }
-  return true;
+  return *err = "unexpected " + ctlName(m) + " on the active path", false;
+}
+
+int RecvLink::place(const ChunkRef& f, uint8_t** dst, std::string* err) {
+  if (f.seq >= nextPost_) return kHold;  // its receive is not posted yet: leave it with the transport
+  MsgSlot& m = msgs_.at(f.seq);
+  if (f.seq < nextComplete_ || m.seq != f.seq || m.done) return kDiscard;  // a chunk of a completed message
+  RecvReq& r = *m.req;
+  if (r.error) return kHold;  // the caller's error is reported by test(); nothing moves
+  if (m.idx < 0) {
+    // The message's first chunk: pick its buffer. A grouped receive matches tags (the first
+    // free buffer with this tag); a single one takes any tag.
+    RecvBuf* bs = r.bufs();
+    for (int i = 0; i < r.n && m.idx < 0; ++i)
+      if (!bs[i].matched && (r.n == 1 || bs[i].tag == f.tag)) m.idx = i;
+    if (m.idx < 0) {
+      std::string tags;
+      for (int i = 0; i < r.n; ++i) tags += (i ? "," : "") + std::to_string(bs[i].tag);
+      r.error = true;
+      r.errorCode = ncclInternalError;  // the sends do not match the posted receive: the caller's misuse
+      usageMsg_ = "railover: peer " + peerName + " sent message " + std::to_string(f.seq) + " with tag " +
+                  std::to_string(f.tag) + ", but no free buffer of the grouped receive it belongs to has that tag (tags " +
+                  tags + ")";
+      return kHold;
+    }
+    bs[m.idx].matched = true;
+  }
+  RecvBuf* b = &r.bufs()[m.idx];
+  if (f.total > b->cap) {
+    r.error = true;
+    r.errorCode = ncclInvalidUsage;
+    usageMsg_ = "railover: message truncated: peer " + peerName + " sent " + std::to_string(f.total) +
+                " bytes but the receive was posted with " + std::to_string(b->cap) + " bytes";
+    return kHold;
+  }
+  if (m.total == UINT64_MAX) m.total = f.total;
+  else if (m.total != f.total) return *err = "protocol error: message size changed between chunks", -1;
+  if (f.len > 0) {
+    // Idempotent accounting: bytes already received are dropped, never counted twice.
+    if (m.ranges.covers(f.offset, f.offset + f.len)) return kDiscard;
+    if (!m.ranges.admits(f.offset, f.offset + f.len)) return kHold;
+    m.ranges.inflight++;
+  }
+  *dst = b->data + f.offset;  // offset + len <= total <= cap: checked by the transport and above
+  return kWrite;
+}
+
+void RecvLink::arrived(const ChunkRef& f, bool discarded) {
+  if (discarded) {
+    counters.dupBytesDropped += f.len;
+    return;
+  }
+  MsgSlot& m = msgs_.at(f.seq);
+  if (f.len > 0) {
+    if (m.ranges.inflight) m.ranges.inflight--;
+    m.got += m.ranges.add(f.offset, f.offset + f.len);
+  }
+  if (m.got == m.total && !m.done) {
+    m.done = true;
+    RecvReq& r = *m.req;
+    r.bufs()[m.idx].size = m.total;
+    if (++r.ndone == r.n) r.done = true;
+    while (nextComplete_ < nextPost_ && msgs_.at(nextComplete_).done) nextComplete_++;
+    while (reqComplete_ < reqPost_ && ring_[reqComplete_ % kRing].done) reqComplete_++;
+  }
 }
 
 void RecvLink::slowTick(uint64_t now) {
@@ -1363,22 +1336,16 @@ void RecvLink::progress() {
   if (active < 0) return;
   Path& p = paths[active];
   std::string err;
-  bool ok = flushControl(p, &err);
-  for (auto& s : p.streams) {
-    if (!ok) break;
-    ok = readData(p, s, &err);
-  }
+  bool ok = p.rx && p.rx->progress(*this, &err) >= 0;
   if (ok && nextComplete_ > ackSent_) {
-    uint8_t buf[wire::kFrameBytes];
-    wire::Frame f;
-    f.type = wire::kAck;
-    f.seq = nextComplete_;
-    wire::encodeFrame(f, buf);
-    p.ctlOut.append((const char*)buf, sizeof(buf));
+    CtlMsg m;
+    m.type = CtlType::kAck;
+    m.seq = nextComplete_;
+    p.rx->sendCtl(m);
     ackSent_ = nextComplete_;
-    ok = flushControl(p, &err);
+    ok = p.rx->flushCtl(&err) >= 0;
   }
-  if (!ok) failPath(p, err, now);
+  if (!ok) failPath(p, p.rx ? err : "path not open", now);
 }
 
 bool RecvLink::ready() {
@@ -1459,11 +1426,11 @@ void RecvLink::close() {
   takeIncoming(nowUs());  // streams routed here but not yet taken learn of the close too
   // This direction carries only whole control frames. The active path first: its ACKs are
   // flushed before any CLOSE leaves on another path (the sender still reads them after it).
-  if (!peerClosed && active >= 0) sendCloseStreams(paths[active]);
+  if (!peerClosed && active >= 0 && paths[active].rx) paths[active].rx->sendClose();
   if (!peerClosed)
     for (int i = 0; i < (int)paths.size(); ++i)
-      if (i != active && (paths[i].state == PathState::kStandby || paths[i].state == PathState::kConnecting))
-        sendCloseStreams(paths[i]);
+      if (i != active && (paths[i].state == PathState::kStandby || paths[i].state == PathState::kConnecting) && paths[i].rx)
+        paths[i].rx->sendClose();
   {
     std::lock_guard<std::mutex> g2(inMu_);
     incoming_.clear();

@@ -123,6 +123,64 @@ class SendPath {
   virtual bool completionNeedsReceiverAck() const { return true; }
 };
 
+// What the engine tells a receive path about each chunk (implemented by the engine).
+class RecvSink {
+ public:
+  enum Placement { kHold = 0, kWrite = 1, kDiscard = 2 };
+  virtual ~RecvSink() = default;
+  // Asked once per chunk before any of its bytes are taken: kWrite = put its c.len bytes at
+  // *dst; kDiscard = take them and drop them (a duplicate: a chunk of a completed message or
+  // bytes already received); kHold = not now (leave it, and what follows it on the same
+  // stream / queue, where it is: its receive is not posted yet, or failed); -1 = protocol
+  // error (cause in *err): the path is broken.
+  virtual int place(const ChunkRef& c, uint8_t** dst, std::string* err) = 0;
+  // Every byte of chunk `c` is at the destination place() gave (or was dropped: `discarded`).
+  virtual void arrived(const ChunkRef& c, bool discarded) = 0;
+  // A control message where chunks were expected (TCP: a CLOSE on a data stream). Returns
+  // false with *err to break the path.
+  virtual bool control(const CtlMsg& m, std::string* err) = 0;
+};
+
+// The receive side of one path (sender -> receiver).
+//
+// Duplicate safety, stated per transport: a chunk may arrive twice only across a RESUME (the
+// sender resends every unacknowledged message whole on the new path). A transport that reads
+// chunks itself (TCP) asks place() first and reads a duplicate into a scratch buffer, so it
+// never touches the receive buffer; a transport whose NIC writes into the receive buffer
+// directly (RDMA) cannot ask first, and relies on fence(): the engine fences every other path
+// before it answers RESUME_ACK, so no write of an older path can land after the resent data.
+// Either way the engine's accounting is idempotent per chunk (RecvLink's received ranges).
+class RecvPath {
+ public:
+  virtual ~RecvPath() = default;
+  // 1 = every stream / QP of the path is there (usable as a standby), 0 = not yet, -1 = broken.
+  virtual int connectState(std::string* err) = 0;
+  // Takes the chunks that have arrived (bounded work per call, so other paths get their turn)
+  // and first writes queued control messages: 1 = something moved, 0 = nothing, -1 = broken
+  // (cause in *err). Calls sink.place / arrived / control.
+  virtual int progress(RecvSink& sink, std::string* err) = 0;
+  // Queues a control message to the sender (ACK, RESUME_ACK, CLOSE) and flushCtl() writes
+  // what is queued: 0 = written or queued for the next call, -1 = broken.
+  virtual void sendCtl(const CtlMsg& m) = 0;
+  virtual int flushCtl(std::string* err) = 0;
+  // Next control message from the sender on a path that carries no data yet (a standby: a
+  // RESUME or a CLOSE): 1 = *m filled, 0 = none, -1 = broken or undecodable.
+  virtual int recvCtl(CtlMsg* m, std::string* err) = 0;
+  // Best effort, never blocks: the queued control messages, then kClose, on every stream.
+  virtual void sendClose() = 0;
+  // After it returns nothing sent on this path can land in a receive buffer (TCP: sockets
+  // closed; RDMA: the QPs are in error and flushed). The path is unusable afterwards.
+  virtual void fence() = 0;
+  // The engine posted receive buffer `buf` (`size` bytes, registration `mhandle`) for message
+  // `seq` with `tag`. TCP: nothing to do. A transport whose sender writes into the receiver's
+  // memory tells the sender where. Not called by the engine yet: a grouped receive picks its
+  // buffer by tag at the message's first chunk, and how a group is advertised is for the
+  // first such transport to settle.
+  virtual void advertise(uint64_t seq, int32_t tag, void* buf, uint64_t size, void* mhandle) {
+    (void)seq, (void)tag, (void)buf, (void)size, (void)mhandle;
+  }
+};
+
 // The byte-stream layer: one connection of a stream path.
 class Conn {
  public:

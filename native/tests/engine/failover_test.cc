@@ -267,6 +267,8 @@ TEST_F(Engine, DuplicateChunksOfCompletedMessagesAreDiscarded) {
   // large ones that have a chunk on stream 0. Then the path breaks and everything from the
   // oldest incomplete message is resent: the receiver gets chunks of messages it already
   // completed and must read and discard them.
+  // Duplicate-safety rule checked: the stream (TCP) transport's "ask, then read and discard"
+  // (RecvSink::place answers kDiscard; the receive buffer is never written twice).
   int phase = 0;
   Stats st = run(120, [](int k) { return (size_t)(k % 3 == 0 ? 30000 : 3000); }, 8, [&](int k) {
     if (k == 40) {
@@ -280,6 +282,79 @@ TEST_F(Engine, DuplicateChunksOfCompletedMessagesAreDiscarded) {
   EXPECT_EQ(st.delivered, 120u);
   EXPECT_EQ(send->counters.failovers, 1u);
   EXPECT_GT(recv->counters.dupBytesDropped, 0u) << "the scenario must really produce duplicates";
+}
+
+// Rule checked: the engine's accounting is idempotent per chunk, whatever the transport. A
+// transport that delivers a chunk twice (or overlapping chunks) without a RESUME in between
+// (as one whose NIC writes memory directly may) never makes a message count bytes twice: it
+// completes exactly when every distinct byte arrived, and bytes already held are discarded.
+TEST_F(Engine, ChunkSeenTwiceNeverCountsTwice) {
+  connectComm();
+  std::vector<uint8_t> buf(3000, 0);
+  void* d[1] = {buf.data()};
+  uint64_t caps[1] = {buf.size()};
+  int tags[1] = {0};
+  void* q = nullptr;
+  ASSERT_EQ(recv->irecv(1, d, caps, tags, &q), ncclSuccess);  // the comm's first message: seq 0
+  ASSERT_NE(q, nullptr);
+  auto* r = (RecvReq*)q;
+  auto chunk = [](uint64_t off, uint64_t len) {
+    ChunkRef c;
+    c.seq = 0, c.offset = off, c.len = len, c.total = 3000;
+    return c;
+  };
+  auto deliver = [&](uint64_t off, uint64_t len) {
+    std::lock_guard<std::mutex> g(recv->mu);  // as a transport calls the sink: under the link's mutex
+    uint8_t* dst = nullptr;
+    std::string err;
+    int how = recv->place(chunk(off, len), &dst, &err);
+    EXPECT_GE(how, 0) << err;
+    if (how == RecvSink::kWrite) {
+      EXPECT_EQ(dst, buf.data() + off);
+      memset(dst, 0x5a, len);
+    }
+    if (how != RecvSink::kHold) recv->arrived(chunk(off, len), how == RecvSink::kDiscard);
+    return how;
+  };
+  uint64_t dupBefore = recv->counters.dupBytesDropped;
+  EXPECT_EQ(deliver(1000, 1000), RecvSink::kWrite);
+  EXPECT_EQ(deliver(1000, 1000), RecvSink::kDiscard) << "a chunk already held is dropped";
+  EXPECT_EQ(deliver(1500, 500), RecvSink::kDiscard) << "part of a chunk already held is dropped";
+  EXPECT_FALSE(r->done) << "2000 of 3000 distinct bytes are missing";
+  EXPECT_EQ(deliver(0, 1500), RecvSink::kWrite) << "an overlapping chunk is written whole";
+  EXPECT_FALSE(r->done) << "bytes 2000..3000 are still missing: the overlap counted once";
+  EXPECT_EQ(deliver(2000, 1000), RecvSink::kWrite);
+  EXPECT_TRUE(r->done);
+  EXPECT_EQ(r->one.size, 3000u);
+  EXPECT_EQ(recv->counters.dupBytesDropped - dupBefore, 1500u);
+  EXPECT_EQ(deliver(2000, 1000), RecvSink::kDiscard) << "a chunk of a completed message";
+  int done = 0, size = 0;
+  EXPECT_EQ(recv->test(r, &done, &size), ncclSuccess);
+  EXPECT_EQ(done, 1);
+  EXPECT_EQ(size, 3000);
+  for (uint8_t b : buf) ASSERT_EQ(b, 0x5a);
+}
+
+TEST(RecvRanges, CountsEveryByteOnceAndAlwaysAdmitsTheLowestGap) {
+  RecvRanges r;
+  EXPECT_EQ(r.add(100, 200), 100u);
+  EXPECT_EQ(r.add(100, 200), 0u) << "a duplicate adds nothing";
+  EXPECT_EQ(r.add(150, 250), 50u) << "an overlap adds only its new bytes";
+  EXPECT_TRUE(r.covers(120, 250));
+  EXPECT_FALSE(r.covers(0, 120));
+  // Fill up to kMax ranges with chunks that touch nothing: 0..0 (the start) plus 7 islands.
+  for (uint64_t k = 1; k < (uint64_t)RecvRanges::kMax - 1; ++k) EXPECT_EQ(r.add(1000 * k + 500, 1000 * k + 600), 100u);
+  EXPECT_EQ(r.n, RecvRanges::kMax);
+  EXPECT_FALSE(r.admits(99000, 99100)) << "a ninth range would not fit: the chunk waits";
+  EXPECT_TRUE(r.admits(0, 100)) << "the chunk at the start of the lowest gap always fits";
+  EXPECT_TRUE(r.admits(250, 300)) << "a chunk touching a range always fits";
+  EXPECT_EQ(r.add(0, 100), 100u);
+  EXPECT_EQ(r.n, RecvRanges::kMax - 1) << "[0,100) joined [0,0) and [100,250)";
+  r.inflight = 1;
+  EXPECT_FALSE(r.admits(250, 300)) << "with a chunk still arriving, the count is conservative";
+  r.reset();
+  EXPECT_EQ(r.n, 1);
+  EXPECT_FALSE(r.covers(0, 1));
 }
 
 TEST_F(Engine, FailureDuringResumeAndOfTheStandbyRecovers) {
@@ -851,7 +926,7 @@ TEST_F(Engine, OrderlyCloseInAnyOrderIsNeverAFault) {
     size_t cap = rb.size();
     int tag = 0;
     void* rq = nullptr;
-    if (order == 2) dynamic_cast<FakeConn*>(recv->paths[recv->active].streams[0].conn.get())->stalled = true;
+    if (order == 2) dynamic_cast<FakeConn*>(dynamic_cast<StreamRecvPath*>(recv->paths[recv->active].rx.get())->stream(0))->stalled = true;
     ASSERT_EQ(api::irecv(recv, 1, &d, &cap, &tag, nullptr, &rq), ncclSuccess);
     for (int i = 0; i < 50; ++i) {
       int done = 0, size = 0;

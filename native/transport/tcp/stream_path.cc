@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/tuning.h"
+
 namespace railover {
 
 std::unique_ptr<SendPath> Transport::openSendPath(int nic, const sockaddr_storage& remote, socklen_t len, int nStreams,
@@ -65,7 +67,7 @@ void StreamSendPath::post(const ChunkRef& c, const void* src) {
   best->queuedBytes += c.len;
 }
 
-void StreamSendPath::sendCtl(const CtlMsg& m) {
+bool StreamSendPath::encodeCtl(const CtlMsg& m, uint8_t* out) {
   wire::Frame f;
   switch (m.type) {
     case CtlType::kAck: f.type = wire::kAck; break;
@@ -73,12 +75,16 @@ void StreamSendPath::sendCtl(const CtlMsg& m) {
     case CtlType::kResumeAck: f.type = wire::kResumeAck; break;
     case CtlType::kNack: f.type = wire::kNack; break;
     case CtlType::kClose: f.type = wire::kClose; break;
-    case CtlType::kOther: return;
+    case CtlType::kOther: return false;
   }
   f.seq = m.seq;
+  wire::encodeFrame(f, out);
+  return true;
+}
+
+void StreamSendPath::sendCtl(const CtlMsg& m) {
   uint8_t buf[wire::kFrameBytes];
-  wire::encodeFrame(f, buf);
-  ctlOut_.append((const char*)buf, sizeof(buf));
+  if (encodeCtl(m, buf)) ctlOut_.append((const char*)buf, sizeof(buf));
 }
 
 int StreamSendPath::writeStream(Stream& s, bool isCtl, std::string* err) {
@@ -233,6 +239,151 @@ uint32_t StreamSendPath::unackedSilenceMs() {
   for (auto& s : s_)
     if (s.conn) m = std::max(m, s.conn->unackedSilenceMs());
   return m;
+}
+
+// ------------------------------------------------------------------------------------------
+// Receive side
+
+StreamRecvPath::StreamRecvPath(int nStreams) : s_((size_t)std::max(nStreams, 1)) {}
+
+void StreamRecvPath::adopt(int i, std::unique_ptr<Conn> c) {
+  if (i < 0 || (size_t)i >= s_.size()) return;
+  s_[i] = Stream();
+  s_[i].conn = std::move(c);
+}
+
+int StreamRecvPath::connectState(std::string* err) {
+  for (auto& s : s_)
+    if (!s.conn) return 0;
+  (void)err;
+  return 1;
+}
+
+void StreamRecvPath::sendCtl(const CtlMsg& m) {
+  uint8_t buf[wire::kFrameBytes];
+  if (StreamSendPath::encodeCtl(m, buf)) ctlOut_.append((const char*)buf, sizeof(buf));
+}
+
+int StreamRecvPath::flushCtl(std::string* err) {
+  if (ctlOut_.empty()) return 0;
+  if (s_.empty() || !s_[0].conn) return *err = "path fenced", -1;
+  iovec iov{(void*)ctlOut_.data(), ctlOut_.size()};
+  ssize_t n = s_[0].conn->writev(&iov, 1, err);
+  if (n < 0) return -1;
+  ctlOut_.erase(0, (size_t)n);
+  return 0;
+}
+
+int StreamRecvPath::recvCtl(CtlMsg* m, std::string* err) {
+  if (s_.empty() || !s_[0].conn) return *err = "path fenced", -1;
+  ssize_t n = s_[0].conn->read(ctlIn_ + ctlInGot_, wire::kFrameBytes - ctlInGot_, err);
+  if (n < 0) return -1;
+  if (n == 0) return 0;
+  ctlInGot_ += (size_t)n;
+  if (ctlInGot_ < wire::kFrameBytes) return 0;
+  ctlInGot_ = 0;
+  wire::Frame f;
+  if (!wire::decodeFrame(ctlIn_, &f, err)) return *err = "protocol error from sender: " + *err, -1;
+  *m = StreamSendPath::toCtl(f);
+  return 1;
+}
+
+int StreamRecvPath::progress(RecvSink& sink, std::string* err) {
+  if (flushCtl(err) < 0) return -1;
+  int moved = 0;
+  for (auto& s : s_) {
+    if (!s.conn) return *err = "path fenced", -1;
+    int r = readStream(s, sink, err);
+    if (r < 0) return -1;
+    moved |= r;
+  }
+  return moved;
+}
+
+int StreamRecvPath::readStream(Stream& s, RecvSink& sink, std::string* err) {
+  // Discarded payload is read into a per-thread scratch buffer, allocated on first use (only
+  // a RESUME produces duplicates; one per receive path would be most of a comm's memory).
+  static thread_local std::vector<uint8_t> scratch;
+  uint64_t budget = tuning::kRecvBudgetBytesPerPass;  // bytes per stream per pass, so other streams get their turn
+  int moved = 0;
+  while (budget > 0) {
+    if (!s.haveHdr) {
+      ssize_t n = s.conn->read(s.hdr + s.hdrGot, wire::kFrameBytes - s.hdrGot, err);
+      if (n < 0) return -1;
+      if (n == 0) return moved;
+      moved = 1;
+      s.hdrGot += (size_t)n;
+      if (s.hdrGot < wire::kFrameBytes) return moved;
+      s.hdrGot = 0;
+      if (!wire::decodeFrame(s.hdr, &s.cur, err)) return *err = "protocol error from sender: " + *err, -1;
+      if (s.cur.type != wire::kData) {
+        if (!sink.control(StreamSendPath::toCtl(s.cur), err)) return -1;
+        continue;
+      }
+      s.haveHdr = true;
+      s.placed = false;
+      s.curGot = 0;
+    }
+    const wire::Frame& f = s.cur;
+    ChunkRef c;
+    c.seq = f.seq, c.offset = f.offset, c.len = f.len, c.total = f.total, c.tag = f.tag;
+    if (!s.placed) {
+      uint8_t* dst = nullptr;
+      int r = sink.place(c, &dst, err);
+      if (r < 0) return -1;
+      if (r == RecvSink::kHold) return moved;  // leave it in the socket
+      s.placed = true;
+      s.discard = r == RecvSink::kDiscard;
+      s.dst = dst;
+    }
+    while (s.curGot < f.len) {
+      uint64_t want = f.len - s.curGot;
+      uint8_t* dst;
+      if (s.discard) {
+        if (scratch.empty()) scratch.resize(tuning::kDiscardBufferBytes);
+        want = std::min<uint64_t>(want, scratch.size());
+        dst = scratch.data();
+      } else {
+        dst = s.dst + s.curGot;
+      }
+      ssize_t n = s.conn->read(dst, want, err);
+      if (n < 0) return -1;
+      if (n == 0) return moved;
+      moved = 1;
+      s.curGot += (uint64_t)n;
+      budget -= std::min<uint64_t>(budget, (uint64_t)n);
+    }
+    s.haveHdr = false;
+    s.placed = false;
+    sink.arrived(c, s.discard);
+  }
+  return moved;
+}
+
+void StreamRecvPath::sendClose() {
+  uint8_t buf[wire::kFrameBytes];
+  wire::Frame f;
+  f.type = wire::kClose;
+  wire::encodeFrame(f, buf);
+  for (size_t i = 0; i < s_.size(); ++i) {
+    Stream& s = s_[i];
+    if (!s.conn) continue;
+    std::string err;
+    if (i == 0 && !ctlOut_.empty()) {
+      iovec iov{(void*)ctlOut_.data(), ctlOut_.size()};
+      ssize_t n = s.conn->writev(&iov, 1, &err);
+      if (n < 0) continue;
+      ctlOut_.erase(0, (size_t)n);
+      if (!ctlOut_.empty()) continue;
+    }
+    writeAll(*s.conn, buf, sizeof(buf), &err);
+  }
+}
+
+void StreamRecvPath::fence() {
+  for (auto& s : s_) s = Stream();
+  ctlOut_.clear();
+  ctlInGot_ = 0;
 }
 
 }  // namespace railover

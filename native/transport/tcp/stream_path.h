@@ -58,13 +58,55 @@ class StreamSendPath : public SendPath {
     size_t rxGot = 0;
   };
   int writeStream(Stream& s, bool isCtl, std::string* err);
+ public:
+  // Shared with the receive side: frame <-> control message.
+  static CtlMsg toCtl(const wire::Frame& f);
+  static bool encodeCtl(const CtlMsg& m, uint8_t* out /* wire::kFrameBytes */);
+
+ private:
   // Reads one whole frame from stream `s` into `f`: 1 got, 0 not yet, -1 error.
   int readFrame(Stream& s, wire::Frame* f, std::string* err);
-  static CtlMsg toCtl(const wire::Frame& f);
   std::vector<Stream> s_;
   PathIdentity id_;
   ChunkPolicy chunks_;
   std::string ctlOut_;  // encoded control frames waiting for stream 0
+};
+
+// Receive side: streams arrive one at a time from the acceptor (each after its HELLO) and are
+// adopted by index; DATA frames are read header first, then the payload straight into the
+// destination the sink chose (or into a per-thread scratch buffer when it said discard).
+class StreamRecvPath : public RecvPath {
+ public:
+  explicit StreamRecvPath(int nStreams);
+  // Adopts stream `i` (0 <= i < nStreams), replacing one already there.
+  void adopt(int i, std::unique_ptr<Conn> c);
+  int connectState(std::string* err) override;
+  int progress(RecvSink& sink, std::string* err) override;
+  void sendCtl(const CtlMsg& m) override;
+  int flushCtl(std::string* err) override;
+  int recvCtl(CtlMsg* m, std::string* err) override;
+  void sendClose() override;
+  void fence() override;
+  size_t streams() const { return s_.size(); }
+  Conn* stream(size_t i) { return i < s_.size() ? s_[i].conn.get() : nullptr; }
+
+ private:
+  struct Stream {
+    std::unique_ptr<Conn> conn;
+    uint8_t hdr[wire::kFrameBytes];
+    size_t hdrGot = 0;
+    bool haveHdr = false;  // cur is a DATA frame whose payload is being read
+    bool placed = false;   // the sink answered for cur (dst / discard)
+    bool discard = false;
+    uint8_t* dst = nullptr;
+    wire::Frame cur;
+    uint64_t curGot = 0;
+  };
+  int readStream(Stream& s, RecvSink& sink, std::string* err);
+  std::vector<Stream> s_;
+  std::string ctlOut_;  // encoded control frames waiting for stream 0
+  uint8_t ctlIn_[wire::kFrameBytes];  // control frame being read on stream 0 of a standby
+  size_t ctlInGot_ = 0;
 };
 
 }  // namespace railover
