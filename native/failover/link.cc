@@ -308,12 +308,13 @@ void unregisterRecvLink(uint64_t secret, uint64_t connId) {
   registry().erase({secret, connId});
 }
 
-bool routeStream(std::unique_ptr<Conn>& c, const wire::Hello& h, const sockaddr_storage& peer, int localNic) {
+bool routeStream(std::unique_ptr<Conn>& c, const StreamHello& sh, const sockaddr_storage& peer, int localNic) {
+  const PathIdentity& h = sh.id;
   if (h.connId == 0) return false;  // a liveness check: the caller drops it quietly
   std::lock_guard<std::mutex> g(gRegMu);
   auto it = registry().find({h.secret, h.connId});
   if (it != registry().end()) {
-    it->second->offerStream(std::move(c), h, peer, localNic);
+    it->second->offerStream(std::move(c), sh, peer, localNic);
     return true;
   }
   auto lt = listeners().find(h.secret);
@@ -325,7 +326,7 @@ bool routeStream(std::unique_ptr<Conn>& c, const wire::Hello& h, const sockaddr_
   auto* l = new RecvLink(h.secret, h.connId, L->dev);
   registry()[{h.secret, h.connId}] = l;
   L->fresh_.push_back(l);
-  l->offerStream(std::move(c), h, peer, localNic);
+  l->offerStream(std::move(c), sh, peer, localNic);
   return true;
 }
 
@@ -408,30 +409,11 @@ static std::string ctlName(const CtlMsg& m) {
   return "frame type " + std::to_string(m.arg);
 }
 
-static bool handleAddrToSockaddr(const wire::HandleAddr& a, sockaddr_storage* out, socklen_t* len) {
-  memset(out, 0, sizeof(*out));
-  if (a.family == 4) {
-    auto* s = (sockaddr_in*)out;
-    s->sin_family = AF_INET;
-    s->sin_port = htons(a.port);
-    memcpy(&s->sin_addr, a.addr, 4);
-    *len = sizeof(sockaddr_in);
-  } else {
-    auto* s = (sockaddr_in6*)out;
-    s->sin6_family = AF_INET6;
-    s->sin6_port = htons(a.port);
-    memcpy(&s->sin6_addr, a.addr, 16);
-    *len = sizeof(sockaddr_in6);
-  }
-  return true;
-}
-
-SendLink* SendLink::create(int dev, const wire::Handle& h, std::string* err) {
+SendLink* SendLink::create(int dev, const PeerHandle& h, std::string* err) {
   auto& rt = Runtime::get();
   auto* l = new SendLink();
   l->createdUs = nowUs();
   l->dev_ = dev;
-  l->handle_ = h;
   l->secret = h.secret;
   while (l->connId == 0)
     if (getrandom(&l->connId, sizeof(l->connId), 0) != sizeof(l->connId)) l->connId = nowUs() * 0x9e3779b97f4a7c15ULL;
@@ -441,7 +423,8 @@ SendLink* SendLink::create(int dev, const wire::Handle& h, std::string* err) {
     p.index = remoteIdx;
     p.localNic = localNic;
     p.rail = rt.nics[localNic].rail;
-    handleAddrToSockaddr(h.addrs[remoteIdx], &p.remote, &p.remoteLen);
+    p.remote = h.addrs[remoteIdx].addr;
+    p.remoteLen = h.addrs[remoteIdx].len;
     if (Health* hl = Health::get()) hl->remapRemote(&p.remote);
     p.holdDownMs = rt.cfg.holdDownMs;
     p.state = PathState::kFailed;  // startConnect() moves it on
@@ -453,7 +436,7 @@ SendLink* SendLink::create(int dev, const wire::Handle& h, std::string* err) {
   // Standby paths: from each other local NIC to the peer's NIC on the same rail.
   auto remoteOnRail = [&](int rail) {
     for (int i = 0; i < h.naddr; ++i)
-      if (i != h.primary && h.addrs[i].rail == (uint8_t)rail) return i;
+      if (i != h.primary && h.addrs[i].rail == rail) return i;
     return -1;
   };
   std::vector<int> standbyNics;
@@ -1035,7 +1018,7 @@ RecvLink::RecvLink(uint64_t s, uint64_t id, int dev) : connId(id), dev_(dev) {
   list();
 }
 
-void RecvLink::offerStream(std::unique_ptr<Conn> c, const wire::Hello& h, const sockaddr_storage& peer, int localNic) {
+void RecvLink::offerStream(std::unique_ptr<Conn> c, const StreamHello& h, const sockaddr_storage& peer, int localNic) {
   std::lock_guard<std::mutex> g(inMu_);
   incoming_.push_back({std::move(c), h, peer, localNic});
 }
@@ -1048,21 +1031,22 @@ void RecvLink::takeIncoming(uint64_t now) {
   }
   Health* hl = Health::get();
   for (auto& x : in) {
-    const wire::Hello& h = x.hello;
-    if (h.path >= wire::kMaxHandleAddrs) continue;  // dropped with x.conn
-    if (paths.size() <= h.path) paths.resize(h.path + 1);
-    Path& p = paths[h.path];
-    p.index = h.path;
+    const StreamHello& sh = x.hello;
+    const PathIdentity& h = sh.id;
+    if (h.pathIndex >= kMaxPeerAddrs) continue;  // dropped with x.conn
+    if (paths.size() <= h.pathIndex) paths.resize(h.pathIndex + 1);
+    Path& p = paths[h.pathIndex];
+    p.index = h.pathIndex;
     if (h.generation < p.generation) continue;  // a stale attempt the sender already gave up on
-    if (h.generation > p.generation || p.nStreams != h.nStreams) {
-      if (active == (int)h.path) {
+    if (h.generation > p.generation || p.nStreams != sh.nStreams) {
+      if (active == (int)h.pathIndex) {
         active = -1;
         noPathSinceUs = now;
       }
       p.closeAll();
       p.generation = h.generation;
-      p.nStreams = h.nStreams;
-      p.rx.reset(new StreamRecvPath(h.nStreams));
+      p.nStreams = sh.nStreams;
+      p.rx = Runtime::get().transport->newRecvPath(sh.nStreams);
       p.state = PathState::kConnecting;
       p.localNic = x.localNic;
       p.rail = h.srcRail;
@@ -1078,11 +1062,11 @@ void RecvLink::takeIncoming(uint64_t now) {
         p.pairId = hl->registerPair(x.localNic, probe, p.remoteLen);
       }
     }
-    if (h.stream >= h.nStreams) continue;  // dropped with x.conn
+    if (sh.stream >= sh.nStreams) continue;  // dropped with x.conn
     // A stream of the current generation after the path failed: it waits in a fresh receive
     // side (the path stays failed until the sender opens a new generation).
-    if (!p.rx) p.rx.reset(new StreamRecvPath(p.nStreams));
-    static_cast<StreamRecvPath&>(*p.rx).adopt(h.stream, std::move(x.conn));
+    if (!p.rx) p.rx = Runtime::get().transport->newRecvPath(p.nStreams);
+    p.rx->adopt(sh.stream, std::move(x.conn));
     std::string err;
     if (p.rx->connectState(&err) > 0 && p.state == PathState::kConnecting) {
       p.state = PathState::kStandby;
@@ -1147,10 +1131,7 @@ void RecvLink::checkPeerGone(uint64_t now) {
       if (r > 0) {
         // The sender process is alive (it will reconnect, e.g. after fencing its paths under
         // congestion): say it was only a liveness check (connId 0) and look again later.
-        wire::Hello h;
-        uint8_t buf[wire::kFrameBytes];
-        wire::encodeHello(h, buf);
-        writeAll(*p.live, buf, sizeof(buf), &err);
+        rt.transport->endLivenessCheck(*p.live, &err);
         p.live.reset();
         for (auto& q : paths) q.liveResult = 0, q.live.reset();
         liveNextUs_ = now + tuning::kLivenessRoundUs;

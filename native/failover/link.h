@@ -38,8 +38,6 @@
 #include <vector>
 
 #include "abi/nccl_net_abi.h"
-#include "transport/tcp/stream_path.h"
-#include "transport/tcp/wire.h"
 #include "transport/transport.h"
 
 namespace railover {
@@ -195,7 +193,7 @@ class SendLink : public Link {
   bool sweep() override;
   uint64_t createdUs = 0;
   // Creates paths to every address in the handle allowed by the standby policy; starts connects.
-  static SendLink* create(int dev, const wire::Handle& h, std::string* err);
+  static SendLink* create(int dev, const PeerHandle& h, std::string* err);
   // One connect() step (NCCL's service thread): 1 = hand the comm to NCCL (a path has all its
   // streams connected and HELLOs written, i.e. no later than the receiver's accept can return;
   // data posted before a path is active waits for it), 0 = call again, -1 = error with the
@@ -234,7 +232,6 @@ class SendLink : public Link {
   bool everConnected_ = false;  // some path had all streams connected and HELLOs written
 
   int dev_ = 0;
-  wire::Handle handle_{};
   ChunkedRing<SendReq, 64, kSendRing / 64> ring_;
   uint64_t nextSeq_ = 0;
   uint64_t acked_ = 0;          // every seq < acked_ is acknowledged
@@ -320,7 +317,7 @@ class RecvLink : public Link, public RecvSink {
   ~RecvLink() override { unlist(); }
   bool sweep() override;
   // Called by the acceptor thread with a validated stream.
-  void offerStream(std::unique_ptr<Conn> c, const wire::Hello& h, const sockaddr_storage& peer, int localNic);
+  void offerStream(std::unique_ptr<Conn> c, const StreamHello& h, const sockaddr_storage& peer, int localNic);
   bool ready();  // true once the first path has all its streams
   // n buffers (1..kMaxRecvs) with their capacities (bytes) and tags; NULL *request = ring full.
   ncclResult_t irecv(int n, void** data, const uint64_t* caps, const int* tags, void** request);
@@ -353,7 +350,7 @@ class RecvLink : public Link, public RecvSink {
   std::mutex inMu_;
   struct Incoming {
     std::unique_ptr<Conn> conn;
-    wire::Hello hello;
+    StreamHello hello;
     sockaddr_storage peer;
     int localNic;
   };
@@ -405,7 +402,7 @@ class Listener {
   const int dev;
 
  private:
-  friend bool routeStream(std::unique_ptr<Conn>& c, const wire::Hello& h, const sockaddr_storage& peer, int localNic);
+  friend bool routeStream(std::unique_ptr<Conn>& c, const StreamHello& h, const sockaddr_storage& peer, int localNic);
   bool open_ = true;
   std::vector<RecvLink*> fresh_;  // created, not accepted yet (oldest first); under the registry lock
   std::vector<uint64_t> seen_;    // every connection id ever created here (a closed one is not re-created)
@@ -417,6 +414,6 @@ void unregisterRecvLink(uint64_t secret, uint64_t connId);
 // listen comm with that secret is open and the id is new. Returns false (and leaves `c` with the
 // caller, who answers NACK(kNackUnknownComm) and drops it) when neither exists, or for a
 // liveness check (connId 0).
-bool routeStream(std::unique_ptr<Conn>& c, const wire::Hello& h, const sockaddr_storage& peer, int localNic);
+bool routeStream(std::unique_ptr<Conn>& c, const StreamHello& h, const sockaddr_storage& peer, int localNic);
 
 }  // namespace railover

@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "failover/link.h"
 #include "plugin/runtime.h"
+#include "transport/tcp/stream_path.h"
 #include "transport/tcp/wire.h"
 
 namespace railover {
@@ -130,7 +131,7 @@ ncclResult_t connect(int dev, void* handle, void** sendComm) {
       RO_WARN("railover: connect on NIC %s: malformed handle: %s", rt().nics[dev].name.c_str(), err.c_str());
       return ncclInvalidArgument;
     }
-    l = SendLink::create(dev, h, &err);
+    l = SendLink::create(dev, handleToPeer(h), &err);
     memcpy(hb + kStageOffset, &l, sizeof(l));
   }
   std::string cause;

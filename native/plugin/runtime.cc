@@ -19,6 +19,7 @@
 #include "telemetry/state.h"
 #include "transport/tcp/socket.h"
 #include "transport/tcp/tcp_transport.h"
+#include "transport/tcp/stream_path.h"
 #include "transport/tcp/wire.h"
 
 namespace railover {
@@ -219,7 +220,7 @@ void Runtime::acceptLoop() {
       epoll_ctl(ep, EPOLL_CTL_DEL, fd, nullptr);
       tcp::tuneStream(fd, cfg.tcpUserTimeoutMs);
       std::unique_ptr<Conn> conn(new TcpConn(fd));
-      if (!routeStream(conn, h, peer, nic) && h.connId != 0) {
+      if (!routeStream(conn, helloToStream(h), peer, nic) && h.connId != 0) {
         // No open listen comm and no live recv comm has it (closed, or never ours): say so, so
         // the sender stops reconnecting instead of retrying for as long as its comm lives.
         uint8_t buf[wire::kFrameBytes];

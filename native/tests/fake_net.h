@@ -158,7 +158,7 @@ class FakeTransport : public Transport {
       std::string err;
       ssize_t n = p.server->read(buf, sizeof(buf), &err);
       wire::Hello h;
-      if (n == (ssize_t)sizeof(buf) && wire::decodeHello(buf, &h, &err)) routeStream(p.server, h, p.clientAddr, p.remoteNic);
+      if (n == (ssize_t)sizeof(buf) && wire::decodeHello(buf, &h, &err)) routeStream(p.server, helloToStream(h), p.clientAddr, p.remoteNic);
       pending.erase(pending.begin() + i);
     }
   }

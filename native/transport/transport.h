@@ -27,6 +27,8 @@
 
 namespace railover {
 
+class Conn;
+
 // One chunk of message `seq`: bytes [offset, offset + len) of a message of `total` bytes,
 // sent with the isend's `tag` (picks the buffer of a grouped receive). A zero-byte message
 // is one chunk with len = total = 0.
@@ -65,6 +67,29 @@ struct PathIdentity {
   uint8_t srcRail = 0;      // sender NIC's rail
   uint16_t probePort = 0;   // sender NIC's listener/probe port
   uint32_t generation = 0;  // increments every time the sender re-opens this path
+};
+
+// What a stream of a path says about itself when it reaches the receiver (TCP: its HELLO).
+struct StreamHello {
+  PathIdentity id;
+  uint8_t stream = 0;    // index of the stream within its path
+  uint8_t nStreams = 1;  // streams in the path
+};
+
+// Most addresses a handle carries, hence most paths per link (TCP: wire::kMaxHandleAddrs).
+constexpr int kMaxPeerAddrs = 5;
+
+// What the receiver's handle tells a sender, decoded by the transport that made the handle.
+struct PeerHandle {
+  struct Addr {
+    int rail = -1;
+    sockaddr_storage addr{};
+    socklen_t len = 0;
+  };
+  uint64_t secret = 0;
+  int primary = 0;           // index into addrs: the receiver's NIC NCCL chose
+  int naddr = 0;             // <= kMaxPeerAddrs
+  Addr addrs[kMaxPeerAddrs];
 };
 
 // How a path cuts messages into chunks (bytes); from RAILOVER_MIN_CHUNK / RAILOVER_MAX_CHUNK.
@@ -176,6 +201,9 @@ class RecvPath {
   // memory tells the sender where. Not called by the engine yet: a grouped receive picks its
   // buffer by tag at the message's first chunk, and how a group is advertised is for the
   // first such transport to settle.
+  // Stream transports: takes accepted stream `stream` (< the path's stream count) of the path,
+  // replacing one already there. Returns false when the transport builds paths otherwise.
+  virtual bool adopt(int stream, std::unique_ptr<Conn> c) { (void)stream, (void)c; return false; }
   virtual void advertise(uint64_t seq, int32_t tag, void* buf, uint64_t size, void* mhandle) {
     (void)seq, (void)tag, (void)buf, (void)size, (void)mhandle;
   }
@@ -214,6 +242,12 @@ class Transport {
   // v2) over connect()'s byte streams (transport/tcp/stream_path.cc).
   virtual std::unique_ptr<SendPath> openSendPath(int nic, const sockaddr_storage& remote, socklen_t len, int nStreams,
                                                  const PathIdentity& id, const ChunkPolicy& chunks, std::string* err);
+  // The receive side of a path of `nStreams` streams, empty until the acceptor's streams are
+  // adopted. Default: a stream path (transport/tcp/stream_path.cc).
+  virtual std::unique_ptr<RecvPath> newRecvPath(int nStreams);
+  // Ends a liveness check of the peer process over a connected stream `c` (TCP: a HELLO with
+  // connection id 0, which the peer's acceptor closes without a word). False with *err on error.
+  virtual bool endLivenessCheck(Conn& c, std::string* err);
 };
 
 // Writes all of `len` bytes if the connection takes them at once (for small control

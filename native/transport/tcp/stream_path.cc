@@ -1,6 +1,10 @@
 #include "transport/tcp/stream_path.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <algorithm>
+#include <cstring>
 
 #include "common/tuning.h"
 
@@ -246,10 +250,63 @@ uint32_t StreamSendPath::unackedSilenceMs() {
 
 StreamRecvPath::StreamRecvPath(int nStreams) : s_((size_t)std::max(nStreams, 1)) {}
 
-void StreamRecvPath::adopt(int i, std::unique_ptr<Conn> c) {
-  if (i < 0 || (size_t)i >= s_.size()) return;
+bool StreamRecvPath::adopt(int i, std::unique_ptr<Conn> c) {
+  if (i < 0 || (size_t)i >= s_.size()) return false;
   s_[i] = Stream();
   s_[i].conn = std::move(c);
+  return true;
+}
+
+static_assert(kMaxPeerAddrs == wire::kMaxHandleAddrs, "a handle address per path");
+
+std::unique_ptr<RecvPath> Transport::newRecvPath(int nStreams) {
+  return std::unique_ptr<RecvPath>(new StreamRecvPath(nStreams));
+}
+
+bool Transport::endLivenessCheck(Conn& c, std::string* err) {
+  wire::Hello h;  // connId 0: a liveness check
+  uint8_t buf[wire::kFrameBytes];
+  wire::encodeHello(h, buf);
+  return writeAll(c, buf, sizeof(buf), err);
+}
+
+StreamHello helloToStream(const wire::Hello& h) {
+  StreamHello s;
+  s.id.secret = h.secret;
+  s.id.connId = h.connId;
+  s.id.pathIndex = h.path;
+  s.id.srcRail = h.srcRail;
+  s.id.probePort = h.probePort;
+  s.id.generation = h.generation;
+  s.stream = h.stream;
+  s.nStreams = h.nStreams;
+  return s;
+}
+
+PeerHandle handleToPeer(const wire::Handle& h) {
+  PeerHandle p;
+  p.secret = h.secret;
+  p.primary = h.primary;
+  p.naddr = std::min<int>(h.naddr, kMaxPeerAddrs);
+  for (int i = 0; i < p.naddr; ++i) {
+    const wire::HandleAddr& a = h.addrs[i];
+    PeerHandle::Addr& o = p.addrs[i];
+    o.rail = a.rail;
+    if (a.family == 4) {
+      auto* s = (sockaddr_in*)&o.addr;
+      s->sin_family = AF_INET;
+      s->sin_port = htons(a.port);
+      memcpy(&s->sin_addr, a.addr, 4);
+      o.len = sizeof(sockaddr_in);
+    } else {
+      auto* s = (sockaddr_in6*)&o.addr;
+      s->sin6_family = AF_INET6;
+      s->sin6_port = htons(a.port);
+      memcpy(&s->sin6_addr, a.addr, 16);
+      o.len = sizeof(sockaddr_in6);
+    }
+  }
+  return p;
 }
 
 int StreamRecvPath::connectState(std::string* err) {

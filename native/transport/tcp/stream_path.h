@@ -21,6 +21,10 @@
 
 namespace railover {
 
+// The engine-level view of a HELLO, and of a decoded handle.
+StreamHello helloToStream(const wire::Hello& h);
+PeerHandle handleToPeer(const wire::Handle& h);
+
 class StreamSendPath : public SendPath {
  public:
   // Takes the streams (already connecting); `id` goes into each stream's HELLO.
@@ -79,7 +83,7 @@ class StreamRecvPath : public RecvPath {
  public:
   explicit StreamRecvPath(int nStreams);
   // Adopts stream `i` (0 <= i < nStreams), replacing one already there.
-  void adopt(int i, std::unique_ptr<Conn> c);
+  bool adopt(int i, std::unique_ptr<Conn> c) override;
   int connectState(std::string* err) override;
   int progress(RecvSink& sink, std::string* err) override;
   void sendCtl(const CtlMsg& m) override;
