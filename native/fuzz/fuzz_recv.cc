@@ -109,7 +109,7 @@ using fuzz::quietLogger;
 
 // The receiver opens no streams of its own here: it builds its paths' receive sides (stream
 // paths over the fed streams) and nothing else.
-class NoConnectTransport : public Transport {
+class NoConnectTransport : public StreamTransport {
  public:
   std::unique_ptr<Conn> connect(int, const sockaddr_storage&, socklen_t, std::string* err) override {
     return *err = "no outgoing connections (fuzz)", nullptr;

@@ -91,7 +91,7 @@ class FeedConn : public Conn {
 };
 
 // Opens connections whose reply bytes the current input supplies.
-class FeedTransport : public Transport {
+class FeedTransport : public StreamTransport {
  public:
   FuzzedDataProvider* fdp = nullptr;
   size_t maxWrite = SIZE_MAX;

@@ -24,11 +24,6 @@
 
 namespace railover {
 
-Runtime& Runtime::get() {
-  static Runtime* r = new Runtime();  // never destroyed: the library is -z nodelete
-  return *r;
-}
-
 ncclResult_t Runtime::init(ncclDebugLogger_t logger) {
   if (logger) setLogger(logger);
   std::lock_guard<std::mutex> g(mu_);
@@ -80,17 +75,6 @@ ncclResult_t Runtime::init(ncclDebugLogger_t logger) {
   return result_ = ncclSuccess;
 }
 
-void Runtime::initForTest(const Config& c, const std::vector<Nic>& n, Transport* t) {
-  std::lock_guard<std::mutex> g(mu_);
-  cfg = c;
-  nics = n;
-  ports.assign(nics.size(), 0);
-  for (size_t i = 0; i < ports.size(); ++i) ports[i] = (uint16_t)(1000 + i);
-  transport = t;
-  tried_ = true;
-  result_ = ncclSuccess;
-  ok_.store(true, std::memory_order_release);
-}
 
 void Runtime::relisten(int nic, const sockaddr_storage& a, socklen_t len) {
   uint16_t port = ports[nic];

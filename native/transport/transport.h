@@ -237,17 +237,16 @@ class Transport {
   virtual ~Transport() = default;
   // Opens one stream from local NIC `nic` to `remote`. nullptr with *err when it cannot start.
   virtual std::unique_ptr<Conn> connect(int nic, const sockaddr_storage& remote, socklen_t len, std::string* err) = 0;
-  // Opens the send side of a path of `nStreams` streams from local NIC `nic` to `remote`.
-  // nullptr with *err when it cannot start. Default: a stream path (TCP framing, protocol
-  // v2) over connect()'s byte streams (transport/tcp/stream_path.cc).
+  // Opens the send side of a path of `nStreams` streams (or queue pairs) from local NIC `nic`
+  // to `remote`. nullptr with *err when it cannot start.
   virtual std::unique_ptr<SendPath> openSendPath(int nic, const sockaddr_storage& remote, socklen_t len, int nStreams,
-                                                 const PathIdentity& id, const ChunkPolicy& chunks, std::string* err);
+                                                 const PathIdentity& id, const ChunkPolicy& chunks, std::string* err) = 0;
   // The receive side of a path of `nStreams` streams, empty until the acceptor's streams are
-  // adopted. Default: a stream path (transport/tcp/stream_path.cc).
-  virtual std::unique_ptr<RecvPath> newRecvPath(int nStreams);
+  // adopted (RecvPath::adopt).
+  virtual std::unique_ptr<RecvPath> newRecvPath(int nStreams) = 0;
   // Ends a liveness check of the peer process over a connected stream `c` (TCP: a HELLO with
   // connection id 0, which the peer's acceptor closes without a word). False with *err on error.
-  virtual bool endLivenessCheck(Conn& c, std::string* err);
+  virtual bool endLivenessCheck(Conn& c, std::string* err) = 0;
 };
 
 // Writes all of `len` bytes if the connection takes them at once (for small control

@@ -10,7 +10,7 @@
 
 namespace railover {
 
-std::unique_ptr<SendPath> Transport::openSendPath(int nic, const sockaddr_storage& remote, socklen_t len, int nStreams,
+std::unique_ptr<SendPath> StreamTransport::openSendPath(int nic, const sockaddr_storage& remote, socklen_t len, int nStreams,
                                                   const PathIdentity& id, const ChunkPolicy& chunks, std::string* err) {
   std::vector<std::unique_ptr<Conn>> conns;
   for (int i = 0; i < nStreams; ++i) {
@@ -259,11 +259,11 @@ bool StreamRecvPath::adopt(int i, std::unique_ptr<Conn> c) {
 
 static_assert(kMaxPeerAddrs == wire::kMaxHandleAddrs, "a handle address per path");
 
-std::unique_ptr<RecvPath> Transport::newRecvPath(int nStreams) {
+std::unique_ptr<RecvPath> StreamTransport::newRecvPath(int nStreams) {
   return std::unique_ptr<RecvPath>(new StreamRecvPath(nStreams));
 }
 
-bool Transport::endLivenessCheck(Conn& c, std::string* err) {
+bool StreamTransport::endLivenessCheck(Conn& c, std::string* err) {
   wire::Hello h;  // connId 0: a liveness check
   uint8_t buf[wire::kFrameBytes];
   wire::encodeHello(h, buf);

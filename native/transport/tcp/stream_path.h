@@ -21,6 +21,16 @@
 
 namespace railover {
 
+// A transport whose paths are stream paths over connect()'s byte streams: TCP, and the
+// in-memory streams of the unit tests and fuzz targets.
+class StreamTransport : public Transport {
+ public:
+  std::unique_ptr<SendPath> openSendPath(int nic, const sockaddr_storage& remote, socklen_t len, int nStreams,
+                                         const PathIdentity& id, const ChunkPolicy& chunks, std::string* err) override;
+  std::unique_ptr<RecvPath> newRecvPath(int nStreams) override;
+  bool endLivenessCheck(Conn& c, std::string* err) override;
+};
+
 // The engine-level view of a HELLO, and of a decoded handle.
 StreamHello helloToStream(const wire::Hello& h);
 PeerHandle handleToPeer(const wire::Handle& h);

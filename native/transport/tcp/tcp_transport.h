@@ -1,6 +1,7 @@
 // TCP implementation of the transport interface: source-bound, non-blocking sockets.
 #pragma once
 
+#include "transport/tcp/stream_path.h"
 #include "transport/transport.h"
 
 namespace railover {
@@ -22,7 +23,7 @@ class TcpConn : public Conn {
   bool connected_ = false;
 };
 
-class TcpTransport : public Transport {
+class TcpTransport : public StreamTransport {
  public:
   std::unique_ptr<Conn> connect(int nic, const sockaddr_storage& remote, socklen_t len, std::string* err) override;
 };
