@@ -286,4 +286,112 @@ TEST_F(EngineOnly, FailbackAfterHoldDown) {
   EXPECT_EQ(activeNic(), 0);
 }
 
+TEST_F(EngineOnly, HardNicDownMovesAtOnce) {
+  connectComm();
+  Stats st = run(300, mixed, 8, [&](int k) {
+    if (k == 100) gHl->setNic(0, false);
+  });
+  EXPECT_EQ(st.delivered, 300u);
+  EXPECT_EQ(send->counters.failovers, 1u);
+  EXPECT_EQ(activeNic(), 1);
+  gHl->setNic(0, true);
+}
+
+TEST_F(EngineOnly, SweeperMovesACommNobodyCalls) {
+  connectComm();
+  ASSERT_EQ(run(100, mixed, 8).delivered, 100u);
+  uint64_t before = send->counters.failovers;
+  w(0, kA0)->broken = true;
+  gHl->setNic(0, false);
+  bool moved = false;
+  for (int i = 0; i < 20000 && !moved; ++i) {
+    sweepLinks();
+    gTr->pump();
+    moved = send->counters.failovers > before && recv->active >= 0 && recv->paths[recv->active].localNic == 1;
+  }
+  EXPECT_TRUE(moved) << "send failovers " << send->counters.failovers << ", recv active " << recv->active;
+  EXPECT_EQ(activeNic(), 1);
+  EXPECT_EQ(sweepLinks(), 0u) << "every link settled on a healthy path";
+  Stats st = run(200, mixed, 8);
+  EXPECT_EQ(st.delivered, 200u);
+  EXPECT_EQ(send->counters.failovers, before + 1);
+  w(0, kA0)->broken = false;
+  gHl->setNic(0, true);
+}
+
+TEST_F(EngineOnly, NoUsablePathIsAFatalErrorAfterTheTimeout) {
+  connectComm();
+  auto t0 = std::chrono::steady_clock::now();
+  Stats st = run(100, mixed, 8, [&](int k) {
+    if (k == 30) {
+      w(0, kA0)->broken = true, w(0, kA0)->refuse = true;
+      w(1, kA1)->broken = true, w(1, kA1)->refuse = true;
+    }
+  });
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_FALSE(st.timedOut) << "never a silent hang";
+  EXPECT_EQ(st.err, ncclSystemError);
+  EXPECT_GE(ms, 1000) << "not before RAILOVER_FATAL_TIMEOUT";
+  const std::string& msg = send->fatal ? send->fatalMsg : recv->fatalMsg;
+  EXPECT_TRUE(send->fatal || recv->fatal);
+  EXPECT_NE(msg.find("n0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("n1"), std::string::npos) << msg;
+}
+
+TEST_F(EngineOnly, PeerProcessGoneOnEveryRailIsAnErrorAtOnce) {
+  connectComm();
+  uint32_t saved = Runtime::get().cfg.fatalTimeoutS;
+  Runtime::get().cfg.fatalTimeoutS = 30;  // far, so "at once" and "after the timeout" stay apart
+  auto t0 = std::chrono::steady_clock::now();
+  Stats st = run(100, mixed, 8, [&](int k) {
+    if (k == 30) {
+      t0 = std::chrono::steady_clock::now();
+      w(0, kA0)->broken = true, w(0, kA0)->peerGone = true;
+      w(1, kA1)->broken = true, w(1, kA1)->peerGone = true;
+    }
+  });
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  Runtime::get().cfg.fatalTimeoutS = saved;
+  EXPECT_EQ(st.err, ncclSystemError);
+  EXPECT_LT(ms, 10000) << "well before the 30 s fatal timeout (measured from the fault)";
+  EXPECT_NE(send->fatalMsg.find("peer process exited"), std::string::npos) << send->fatalMsg;
+}
+
+// The receiver closes with a send in flight: its CLOSE (a control message, sent on every path)
+// fails the pending send promptly, with no path reported down and no reconnect.
+TEST_F(EngineOnly, ReceiverClosingWithSendsPendingFailsThemPromptlyWithoutFaults) {
+  uint32_t saved = Runtime::get().cfg.fatalTimeoutS;
+  Runtime::get().cfg.fatalTimeoutS = 60;
+  connectComm();
+  ASSERT_EQ(run(20, mixed, 4).delivered, 20u);
+  std::vector<uint8_t> buf(70000, 7);
+  void* q = nullptr;
+  ASSERT_EQ(send->isend(buf.data(), buf.size(), 0, &q), ncclSuccess);
+  ASSERT_NE(q, nullptr);
+  std::vector<uint32_t> gens;
+  for (auto& p : send->paths) gens.push_back(p.generation);
+  uint64_t failoversBefore = send->counters.failovers;
+  recv->close();
+  delete recv;
+  recv = nullptr;
+  auto t0 = std::chrono::steady_clock::now();
+  ncclResult_t res = ncclSuccess;
+  int done = 0, size = 0;
+  while (res == ncclSuccess && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5)) {
+    gTr->pump();
+    res = send->test((SendReq*)q, &done, &size);
+    ASSERT_FALSE(done);
+  }
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  Runtime::get().cfg.fatalTimeoutS = saved;
+  EXPECT_EQ(res, ncclSystemError);
+  EXPECT_LT(ms, 1000);
+  EXPECT_NE(send->fatalMsg.find("closed the comm"), std::string::npos) << send->fatalMsg;
+  for (size_t i = 0; i < send->paths.size(); ++i) {
+    EXPECT_EQ(send->paths[i].generation, gens[i]) << "no reconnect attempt";
+    EXPECT_EQ(send->paths[i].state, PathState::kClosed);
+  }
+  EXPECT_EQ(send->counters.failovers, failoversBefore) << "a close is not a fault";
+}
+
 }  // namespace
