@@ -23,7 +23,6 @@
 #include "common/log.h"
 #include "common/tuning.h"
 #include "health/health.h"
-#include "plugin/runtime.h"
 #include "telemetry/journal.h"
 
 namespace railover {
@@ -203,7 +202,7 @@ void startSweeper() {
 bool SendLink::sweep() {
   std::unique_lock<std::mutex> lk(mu, std::try_to_lock);
   if (!lk.owns_lock()) return false;
-  Health* hl = Health::get();
+  Health* hl = deps.health;
   auto settled = [&] {
     return fatal || (peerClosed && active < 0) ||
            (active >= 0 && !resuming_ && (!hl || seenEpoch == hl->epoch()) && pathHealthy(paths[active], hl));
@@ -216,7 +215,7 @@ bool SendLink::sweep() {
 bool RecvLink::sweep() {
   std::unique_lock<std::mutex> lk(mu, std::try_to_lock);
   if (!lk.owns_lock()) return false;
-  Health* hl = Health::get();
+  Health* hl = deps.health;
   auto settled = [&] {
     return fatal || !everReady_ || peerClosed ||
            (active >= 0 && (!hl || seenEpoch == hl->epoch()) && pathHealthy(paths[active], hl));
@@ -265,9 +264,8 @@ LinkSnap Link::snapshot() {
   return snap;
 }
 
-static std::string nicName(int nic) {
-  auto& rt = Runtime::get();
-  return nic >= 0 && nic < (int)rt.nics.size() ? rt.nics[nic].name : std::string("?");
+static std::string nicName(const LinkDeps& d, int nic) {
+  return nic >= 0 && nic < (int)d.nics->size() ? (*d.nics)[nic].name : std::string("?");
 }
 
 static uint16_t portOf(const sockaddr_storage& a) {
@@ -275,10 +273,10 @@ static uint16_t portOf(const sockaddr_storage& a) {
 }
 
 std::string Link::describe(const Path& p) const {
-  return nicName(p.localNic) + "->" + addrToString(p.remote) + ":" + std::to_string(portOf(p.remote));
+  return nicName(deps, p.localNic) + "->" + addrToString(p.remote) + ":" + std::to_string(portOf(p.remote));
 }
 
-static uint32_t holdDownOf(const Path& p) { return p.holdDownMs ? p.holdDownMs : Runtime::get().cfg.holdDownMs; }
+static uint32_t holdDownOf(const Path& p, const Config& cfg) { return p.holdDownMs ? p.holdDownMs : cfg.holdDownMs; }
 
 // When the hold-down of path `p` started: the later of its reconnect and the last repair of
 // its NIC or NIC pair. A path may reconnect (TCP) before the probes prove its pair healthy
@@ -323,14 +321,14 @@ bool routeStream(std::unique_ptr<Conn>& c, const StreamHello& sh, const sockaddr
   // A connection whose recv link was closed is not re-created by a late reconnect.
   if (!L->open_ || std::find(L->seen_.begin(), L->seen_.end(), h.connId) != L->seen_.end()) return false;
   L->seen_.push_back(h.connId);
-  auto* l = new RecvLink(h.secret, h.connId, L->dev);
+  auto* l = new RecvLink(L->deps_, h.secret, h.connId, L->dev);
   registry()[{h.secret, h.connId}] = l;
   L->fresh_.push_back(l);
   l->offerStream(std::move(c), sh, peer, localNic);
   return true;
 }
 
-Listener::Listener(uint64_t s, int d) : secret(s), dev(d) {
+Listener::Listener(const LinkDeps& deps, uint64_t s, int d) : secret(s), dev(d), deps_(deps) {
   std::lock_guard<std::mutex> g(gRegMu);
   listeners()[secret] = this;
 }
@@ -377,8 +375,8 @@ static bool peerGoneError(const std::string& e) {
 // The one place a link's fatal error leaves the plugin. With RAILOVER_ABORT_ON_FATAL=1 the
 // process exits here (one stderr line naming the path and the cause, then quick_exit, which
 // runs the state-file cleanup); otherwise the WARN and ncclSystemError as NCCL expects.
-ncclResult_t fatalResult(const std::string& msg) {
-  if (Runtime::get().cfg.abortOnFatal) {
+ncclResult_t fatalResult(const std::string& msg, bool abortOnFatal) {
+  if (abortOnFatal) {
     std::string m = msg.rfind("railover: ", 0) == 0 ? msg.substr(10) : msg;
     fprintf(stderr, "railover: RAILOVER_ABORT_ON_FATAL=1: exiting on a fatal error: %s\n", m.c_str());
     fflush(stderr);
@@ -409,26 +407,27 @@ static std::string ctlName(const CtlMsg& m) {
   return "frame type " + std::to_string(m.arg);
 }
 
-SendLink* SendLink::create(int dev, const PeerHandle& h, std::string* err) {
-  auto& rt = Runtime::get();
+SendLink* SendLink::create(const LinkDeps& deps, int dev, const PeerHandle& h, std::string* err) {
+  const LinkDeps& d = deps;
   auto* l = new SendLink();
+  l->deps = deps;
   l->createdUs = nowUs();
   l->dev_ = dev;
   l->secret = h.secret;
   while (l->connId == 0)
     if (getrandom(&l->connId, sizeof(l->connId), 0) != sizeof(l->connId)) l->connId = nowUs() * 0x9e3779b97f4a7c15ULL;
-  l->nStreams = rt.cfg.nStreams;
+  l->nStreams = d.cfg->nStreams;
   auto addPath = [&](int localNic, int remoteIdx) {
     Path p;
     p.index = remoteIdx;
     p.localNic = localNic;
-    p.rail = rt.nics[localNic].rail;
+    p.rail = (*d.nics)[localNic].rail;
     p.remote = h.addrs[remoteIdx].addr;
     p.remoteLen = h.addrs[remoteIdx].len;
-    if (Health* hl = Health::get()) hl->remapRemote(&p.remote);
-    p.holdDownMs = rt.cfg.holdDownMs;
+    if (Health* hl = deps.health) hl->remapRemote(&p.remote);
+    p.holdDownMs = d.cfg->holdDownMs;
     p.state = PathState::kFailed;  // startConnect() moves it on
-    if (Health* hl = Health::get()) p.pairId = hl->registerPair(localNic, p.remote, p.remoteLen);
+    if (Health* hl = deps.health) p.pairId = hl->registerPair(localNic, p.remote, p.remoteLen);
     l->paths.push_back(std::move(p));
   };
   addPath(dev, h.primary);
@@ -440,22 +439,22 @@ SendLink* SendLink::create(int dev, const PeerHandle& h, std::string* err) {
     return -1;
   };
   std::vector<int> standbyNics;
-  if (rt.cfg.standby == StandbyPolicy::kAll) {
-    for (int j = 0; j < (int)rt.nics.size(); ++j)
+  if (d.cfg->standby == StandbyPolicy::kAll) {
+    for (int j = 0; j < (int)(*d.nics).size(); ++j)
       if (j != dev) standbyNics.push_back(j);
-  } else if (rt.cfg.standby == StandbyPolicy::kExplicit) {
-    for (auto& pr : rt.cfg.standbyPairs) {
-      if (pr.first != rt.nics[dev].name) continue;
-      for (int j = 0; j < (int)rt.nics.size(); ++j)
-        if (rt.nics[j].name == pr.second && j != dev) standbyNics.push_back(j);
+  } else if (d.cfg->standby == StandbyPolicy::kExplicit) {
+    for (auto& pr : d.cfg->standbyPairs) {
+      if (pr.first != (*d.nics)[dev].name) continue;
+      for (int j = 0; j < (int)(*d.nics).size(); ++j)
+        if ((*d.nics)[j].name == pr.second && j != dev) standbyNics.push_back(j);
     }
   }
   for (int j : standbyNics) {
-    int r = remoteOnRail(rt.nics[j].rail);
+    int r = remoteOnRail((*d.nics)[j].rail);
     if (r >= 0) addPath(j, r);
   }
   l->peerName = addrToString(l->paths[0].remote);
-  if (l->paths.size() == 1 && rt.cfg.standby != StandbyPolicy::kNone) {
+  if (l->paths.size() == 1 && d.cfg->standby != StandbyPolicy::kNone) {
     // A comm without a standby path: say once per NIC that its connections cannot fail over, and why.
     static std::mutex warnMu;
     static std::vector<int> warned;
@@ -463,10 +462,10 @@ SendLink* SendLink::create(int dev, const PeerHandle& h, std::string* err) {
     if (std::find(warned.begin(), warned.end(), dev) == warned.end()) {
       warned.push_back(dev);
       RO_WARN("railover: connections from NIC %s to peer %s have no standby path (%s); they cannot fail over",
-              rt.nics[dev].name.c_str(), l->peerName.c_str(),
-              rt.nics.size() < 2 ? "this process has only one NIC"
+              (*d.nics)[dev].name.c_str(), l->peerName.c_str(),
+              (*d.nics).size() < 2 ? "this process has only one NIC"
                                  : "the peer has no NIC on the rail of any other local NIC (see RAILOVER_RAILS, RAILOVER_STANDBY)");
-      journal::no_standby(rt.nics[dev].name, l->peerName);
+      journal::no_standby((*d.nics)[dev].name, l->peerName);
     }
   }
   uint64_t now = nowUs();
@@ -480,22 +479,22 @@ SendLink* SendLink::create(int dev, const PeerHandle& h, std::string* err) {
 }
 
 void SendLink::startConnect(Path& p, uint64_t now) {
-  auto& rt = Runtime::get();
+  const LinkDeps& d = deps;
   p.closeAll();
   p.generation++;
   p.state = PathState::kConnecting;
   p.attemptStartUs = now;
-  if (Health* hl = Health::get()) hl->remapRemote(&p.remote);  // the peer's NIC may have moved
+  if (Health* hl = deps.health) hl->remapRemote(&p.remote);  // the peer's NIC may have moved
   PathIdentity id;
   id.secret = secret;
   id.connId = connId;
   id.pathIndex = (uint8_t)p.index;
   id.srcRail = (uint8_t)p.rail;
-  id.probePort = rt.ports[p.localNic];
+  id.probePort = (*d.ports)[p.localNic];
   id.generation = p.generation;
-  ChunkPolicy chunks{rt.cfg.minChunkBytes, rt.cfg.maxChunkBytes};
+  ChunkPolicy chunks{d.cfg->minChunkBytes, d.cfg->maxChunkBytes};
   std::string err;
-  p.tx = rt.transport->openSendPath(p.localNic, p.remote, p.remoteLen, nStreams, id, chunks, &err);
+  p.tx = d.transport->openSendPath(p.localNic, p.remote, p.remoteLen, nStreams, id, chunks, &err);
   if (!p.tx) failPath(p, err, now);
 }
 
@@ -512,11 +511,11 @@ void SendLink::advanceConnect(Path& p, uint64_t now) {
   p.restoredUs = now;
   p.backoffMs = 0;
   everConnected_ = true;
-  journal::path_up(secret, "send", nicName(p.localNic), addrToString(p.remote), p.generation);
+  journal::path_up(secret, "send", nicName(deps, p.localNic), addrToString(p.remote), p.generation);
 }
 
 void SendLink::failPath(Path& p, const std::string& why, uint64_t now) {
-  auto& cfg = Runtime::get().cfg;
+  const Config& cfg = *deps.cfg;
   // An orderly close by the receiver may surface first as an EOF or a reset on one stream
   // while its CLOSE waits, unread, on another: look before calling it a fault.
   if (!peerClosed) {
@@ -533,14 +532,14 @@ void SendLink::failPath(Path& p, const std::string& why, uint64_t now) {
   p.closeAll();
   p.state = PathState::kFailed;
   p.lastError = why;
-  if (wasUsable && p.failedAtUs && p.restoredUs && now - p.restoredUs < (uint64_t)holdDownOf(p) * 1000) {
+  if (wasUsable && p.failedAtUs && p.restoredUs && now - p.restoredUs < (uint64_t)holdDownOf(p, *deps.cfg) * 1000) {
     // A flap: a path that had failed before fails again within its hold-down. Grow the
     // hold-down (capped).
     p.flaps++;
     counters.flaps++;
-    p.holdDownMs = std::min<uint32_t>(std::max<uint32_t>(holdDownOf(p), 1) * 2, cfg.holdDownMaxMs);
+    p.holdDownMs = std::min<uint32_t>(std::max<uint32_t>(holdDownOf(p, *deps.cfg), 1) * 2, cfg.holdDownMaxMs);
     RO_WARN_EVENT("railover: path %s flapped (%u flaps); hold-down now %u ms", describe(p).c_str(), p.flaps, p.holdDownMs);
-    journal::flap(secret, nicName(p.localNic), p.flaps, p.holdDownMs);
+    journal::flap(secret, nicName(deps, p.localNic), p.flaps, p.holdDownMs);
   }
   p.failedAtUs = now;
   p.backoffMs = p.backoffMs ? std::min<uint32_t>(p.backoffMs * 2, cfg.backoffMaxMs) : tuning::kFirstBackoffMs;
@@ -548,7 +547,7 @@ void SendLink::failPath(Path& p, const std::string& why, uint64_t now) {
   if (wasUsable) {
     // Detection as the engine saw it (active path): from its last data progress to the verdict.
     uint64_t detect = wasActive && now > lastProgressUs_ ? now - lastProgressUs_ : 0;
-    journal::path_down(secret, "send", nicName(p.localNic), addrToString(p.remote), why, wasActive, detect);
+    journal::path_down(secret, "send", nicName(deps, p.localNic), addrToString(p.remote), why, wasActive, detect);
   }
   if (!wasActive) return;
   active = -1;
@@ -575,13 +574,13 @@ bool Link::peerGoneOnAllPaths() const {
 }
 
 int SendLink::pickStandby() const {
-  Health* hl = Health::get();
+  Health* hl = deps.health;
   auto usable = [&](const Path& p) {
     return p.state == PathState::kStandby && (!hl || (hl->nicUp(p.localNic) && hl->pairUp(p.pairId)));
   };
   const Path& pr = paths[primary];
   uint64_t now = nowUs();
-  if (usable(pr) && (pr.failedAtUs == 0 || now - std::min(now, holdDownStartUs(pr, hl)) >= (uint64_t)holdDownOf(pr) * 1000))
+  if (usable(pr) && (pr.failedAtUs == 0 || now - std::min(now, holdDownStartUs(pr, hl)) >= (uint64_t)holdDownOf(pr, *deps.cfg) * 1000))
     return primary;
   // At connect, give the primary a moment to finish before settling for a standby (which
   // would mean a failback right after connect).
@@ -680,7 +679,7 @@ bool SendLink::readControl(Path& p, uint64_t now, std::string* err) {
         else if (recovery) counters.recoveries++;
         else counters.failovers++;
         (failback ? journal::failback : recovery ? journal::recover : journal::failover)(
-            secret, nicName(p.localNic), addrToString(p.remote), f.seq, resent, conv);
+            secret, nicName(deps, p.localNic), addrToString(p.remote), f.seq, resent, conv);
         if (failback)
           RO_INFO(RO_SUBSYS_NET, "railover: comm %016llx failed back to %s", (unsigned long long)secret,
                   describe(p).c_str());
@@ -710,9 +709,9 @@ bool SendLink::readControl(Path& p, uint64_t now, std::string* err) {
 }
 
 void SendLink::slowTick(uint64_t now) {
-  auto& cfg = Runtime::get().cfg;
+  const Config& cfg = *deps.cfg;
   lastSlowTickUs = now;
-  Health* hl = Health::get();
+  Health* hl = deps.health;
   bool epochMoved = hl && hl->epoch() != seenEpoch;
   if (epochMoved) seenEpoch = hl->epoch();
   if (hl) {
@@ -720,7 +719,7 @@ void SendLink::slowTick(uint64_t now) {
       Path& p = paths[i];
       bool nicUp = hl->nicUp(p.localNic), pairUp = hl->pairUp(p.pairId);
       bool hard = !nicUp || hl->pairHardDown(p.pairId);
-      std::string cause = !nicUp ? "local NIC " + nicName(p.localNic) + " down" : pairUp ? "" : hl->pairDownCause(p.pairId);
+      std::string cause = !nicUp ? "local NIC " + nicName(deps, p.localNic) + " down" : pairUp ? "" : hl->pairDownCause(p.pairId);
       if (p.state == PathState::kActive && !pairUp) {
         // A probe timeout alone may be congestion or a stopped peer: fail over only when the
         // active path also stopped moving data and another path is healthy.
@@ -796,8 +795,8 @@ void SendLink::slowTick(uint64_t now) {
     } else if (cfg.fatalTimeoutS && now - noPathSinceUs > (uint64_t)cfg.fatalTimeoutS * 1000000 && acked_ < nextSeq_) {
       std::string nics, causes;
       for (auto& p : paths) {
-        nics += (nics.empty() ? "" : ",") + nicName(p.localNic);
-        causes += (causes.empty() ? "" : "; ") + nicName(p.localNic) + ": " + p.lastError;
+        nics += (nics.empty() ? "" : ",") + nicName(deps, p.localNic);
+        causes += (causes.empty() ? "" : "; ") + nicName(deps, p.localNic) + ": " + p.lastError;
       }
       fatal = true;
       fatalMsg = "railover: no usable path to peer " + peerName + " from NIC(s) " + nics + " for " +
@@ -807,7 +806,7 @@ void SendLink::slowTick(uint64_t now) {
   } else if (active != primary && !resuming_) {
     Path& pr = paths[primary];
     bool ok = pr.state == PathState::kStandby && (!hl || (hl->nicUp(pr.localNic) && hl->pairUp(pr.pairId)));
-    if (ok && now - std::min(now, holdDownStartUs(pr, hl)) >= (uint64_t)holdDownOf(pr) * 1000) activate(primary, now, true);
+    if (ok && now - std::min(now, holdDownStartUs(pr, hl)) >= (uint64_t)holdDownOf(pr, *deps.cfg) * 1000) activate(primary, now, true);
   }
   // Stalled-progress watch: data pending but nothing moved for a while -> probe burst. Not
   // when the peer's TCP is still acknowledging our bytes: that path is slow (a saturated
@@ -835,12 +834,12 @@ void SendLink::slowTick(uint64_t now) {
 
 void SendLink::progress(bool fromSweeper) {
   uint64_t now = nowUs();
-  Health* hl = Health::get();
+  Health* hl = deps.health;
   // If we were not called for a while (descheduled, or NCCL busy elsewhere), the network had
   // no chance to show progress: restart the stall clock instead of blaming the path. The
   // sweeper's calls are not the caller coming back (they follow a health change).
   if (!fromSweeper) {
-    if (now - lastCallUs_ > (uint64_t)Runtime::get().cfg.stallMs * tuning::kCallGapUsPerStallMs) lastProgressUs_ = std::max(lastProgressUs_, now);
+    if (now - lastCallUs_ > (uint64_t)deps.cfg->stallMs * tuning::kCallGapUsPerStallMs) lastProgressUs_ = std::max(lastProgressUs_, now);
     lastCallUs_ = now;
   }
   if (peerClosed) {  // the receiver closed the comm: only its last ACKs are still read
@@ -931,7 +930,7 @@ bool SendLink::closedVerdict(ncclResult_t* res) {
                "): the receiving rank destroyed or aborted its communicator";
     journal::fatal(secret, "send", fatalMsg);
   }
-  *res = fatalResult(fatalMsg);
+  *res = fatalResult(fatalMsg, deps.cfg->abortOnFatal);
   return true;
 }
 
@@ -961,7 +960,7 @@ int SendLink::connectStep(std::string* why) {
 ncclResult_t SendLink::isend(const void* data, uint64_t size, int tag, void** request) {
   std::lock_guard<std::mutex> g(mu);
   *request = nullptr;
-  if (fatal && !fatalPeerGone) return fatalResult(fatalMsg);
+  if (fatal && !fatalPeerGone) return fatalResult(fatalMsg, deps.cfg->abortOnFatal);
   // The slot must be free: acknowledged and seen done by NCCL (shared comms test requests of
   // several connections in their own orders).
   if (nextSeq_ - acked_ >= kSendRing || !ring_.at(nextSeq_).released) {
@@ -987,7 +986,7 @@ ncclResult_t SendLink::test(SendReq* r, int* done, int* size) {
   if (!r->done) progress();
   ncclResult_t res;
   if (!r->done && closedVerdict(&res)) return res;
-  if (fatal && !r->done) return fatalResult(fatalMsg);
+  if (fatal && !r->done) return fatalResult(fatalMsg, deps.cfg->abortOnFatal);
   *done = r->done ? 1 : 0;
   if (r->done) r->released = true;
   if (r->done && size) *size = (int)r->size;
@@ -1001,7 +1000,7 @@ void SendLink::close() {
     for (auto& p : paths)
       if ((p.state == PathState::kActive || p.state == PathState::kStandby || p.state == PathState::kConnecting) && p.tx)
         p.tx->sendClose();
-  Health* hl = Health::get();
+  Health* hl = deps.health;
   for (auto& p : paths) {
     p.closeAll();
     p.state = PathState::kClosed;
@@ -1012,7 +1011,8 @@ void SendLink::close() {
 // ------------------------------------------------------------------------------------------
 // RecvLink
 
-RecvLink::RecvLink(uint64_t s, uint64_t id, int dev) : connId(id), dev_(dev) {
+RecvLink::RecvLink(const LinkDeps& d, uint64_t s, uint64_t id, int dev) : connId(id), dev_(dev) {
+  deps = d;
   secret = s;
   lastSlowTickUs = nowUs();
   list();
@@ -1029,7 +1029,7 @@ void RecvLink::takeIncoming(uint64_t now) {
     std::lock_guard<std::mutex> g(inMu_);
     in.swap(incoming_);
   }
-  Health* hl = Health::get();
+  Health* hl = deps.health;
   for (auto& x : in) {
     const StreamHello& sh = x.hello;
     const PathIdentity& h = sh.id;
@@ -1046,7 +1046,7 @@ void RecvLink::takeIncoming(uint64_t now) {
       p.closeAll();
       p.generation = h.generation;
       p.nStreams = sh.nStreams;
-      p.rx = Runtime::get().transport->newRecvPath(sh.nStreams);
+      p.rx = deps.transport->newRecvPath(sh.nStreams);
       p.state = PathState::kConnecting;
       p.localNic = x.localNic;
       p.rail = h.srcRail;
@@ -1065,14 +1065,14 @@ void RecvLink::takeIncoming(uint64_t now) {
     if (sh.stream >= sh.nStreams) continue;  // dropped with x.conn
     // A stream of the current generation after the path failed: it waits in a fresh receive
     // side (the path stays failed until the sender opens a new generation).
-    if (!p.rx) p.rx = Runtime::get().transport->newRecvPath(p.nStreams);
+    if (!p.rx) p.rx = deps.transport->newRecvPath(p.nStreams);
     p.rx->adopt(sh.stream, std::move(x.conn));
     std::string err;
     if (p.rx->connectState(&err) > 0 && p.state == PathState::kConnecting) {
       p.state = PathState::kStandby;
       p.upSinceUs = now;
       if (peerName.empty()) peerName = addrToString(p.remote);
-      journal::path_up(secret, "recv", nicName(p.localNic), addrToString(p.remote), p.generation);
+      journal::path_up(secret, "recv", nicName(deps, p.localNic), addrToString(p.remote), p.generation);
     }
   }
 }
@@ -1094,7 +1094,7 @@ void RecvLink::failPath(Path& p, const std::string& why, uint64_t now) {
     RO_INFO(RO_SUBSYS_NET, "railover: recv comm %016llx path %s closed by the sender (%s)", (unsigned long long)secret,
             describe(p).c_str(), why.c_str());
   } else if (p.state == PathState::kActive || p.state == PathState::kStandby)
-    journal::path_down(secret, "recv", nicName(p.localNic), addrToString(p.remote), why, wasActive, std::nullopt);
+    journal::path_down(secret, "recv", nicName(deps, p.localNic), addrToString(p.remote), why, wasActive, std::nullopt);
   p.closeAll();
   p.state = PathState::kFailed;
   p.lastError = why;
@@ -1112,7 +1112,7 @@ void RecvLink::checkPeerGone(uint64_t now) {
   if (active >= 0 || fatal || peerClosed || nextComplete_ >= nextPost_ || paths.empty()) return;
   for (auto& p : paths)
     if (p.state != PathState::kFailed || !peerGoneError(p.lastError) || p.peerPort == 0) return;
-  auto& rt = Runtime::get();
+  const LinkDeps& d = deps;
   bool allRefused = true;
   for (auto& p : paths) {
     if (p.liveResult == 0 && !p.live && now >= liveNextUs_) {
@@ -1121,7 +1121,7 @@ void RecvLink::checkPeerGone(uint64_t now) {
       if (a.ss_family == AF_INET) ((sockaddr_in&)a).sin_port = htons(p.peerPort);
       else ((sockaddr_in6&)a).sin6_port = htons(p.peerPort);
       std::string err;
-      p.live = rt.transport->connect(p.localNic, a, p.remoteLen, &err);
+      p.live = d.transport->connect(p.localNic, a, p.remoteLen, &err);
       p.liveStartUs = now;
       if (!p.live && err.find("refused") != std::string::npos) p.liveResult = -1;
     }
@@ -1131,7 +1131,7 @@ void RecvLink::checkPeerGone(uint64_t now) {
       if (r > 0) {
         // The sender process is alive (it will reconnect, e.g. after fencing its paths under
         // congestion): say it was only a liveness check (connId 0) and look again later.
-        rt.transport->endLivenessCheck(*p.live, &err);
+        d.transport->endLivenessCheck(*p.live, &err);
         p.live.reset();
         for (auto& q : paths) q.liveResult = 0, q.live.reset();
         liveNextUs_ = now + tuning::kLivenessRoundUs;
@@ -1183,7 +1183,7 @@ void RecvLink::onResume(int idx, uint64_t fromSeq, uint64_t now) {
   ackSent_ = nextComplete_;
   if (switched) {
     counters.resumes++;
-    journal::resume(secret, "recv", nicName(p.localNic), addrToString(p.remote), nextComplete_);
+    journal::resume(secret, "recv", nicName(deps, p.localNic), addrToString(p.remote), nextComplete_);
   }
 }
 
@@ -1279,10 +1279,10 @@ void RecvLink::arrived(const ChunkRef& f, bool discarded) {
 }
 
 void RecvLink::slowTick(uint64_t now) {
-  auto& cfg = Runtime::get().cfg;
+  const Config& cfg = *deps.cfg;
   lastSlowTickUs = now;
   takeIncoming(now);
-  Health* hl = Health::get();
+  Health* hl = deps.health;
   if (hl && hl->epoch() != seenEpoch) {
     seenEpoch = hl->epoch();
     // Bilateral detection: a receiver that sees its side of a path down closes it, so the
@@ -1290,7 +1290,7 @@ void RecvLink::slowTick(uint64_t now) {
     for (auto& p : paths)
       if ((p.state == PathState::kActive || p.state == PathState::kStandby) &&
           (!hl->nicUp(p.localNic) || hl->pairHardDown(p.pairId)))
-        failPath(p, !hl->nicUp(p.localNic) ? "local NIC " + nicName(p.localNic) + " down" : hl->pairDownCause(p.pairId), now);
+        failPath(p, !hl->nicUp(p.localNic) ? "local NIC " + nicName(deps, p.localNic) + " down" : hl->pairDownCause(p.pairId), now);
   }
   for (int i = 0; i < (int)paths.size(); ++i) {
     Path& p = paths[i];
@@ -1302,7 +1302,7 @@ void RecvLink::slowTick(uint64_t now) {
   if (active < 0 && cfg.fatalTimeoutS && noPathSinceUs && nextComplete_ < nextPost_ &&
       now - noPathSinceUs > (uint64_t)cfg.fatalTimeoutS * 1000000 && !fatal) {
     std::string nics;
-    for (auto& p : paths) nics += (nics.empty() ? "" : ",") + nicName(p.localNic) + " (" + p.lastError + ")";
+    for (auto& p : paths) nics += (nics.empty() ? "" : ",") + nicName(deps, p.localNic) + " (" + p.lastError + ")";
     fatal = true;
     fatalMsg = "railover: no usable path from peer " + peerName + " on NIC(s) " + nics + " for " +
                std::to_string(cfg.fatalTimeoutS) + " s";
@@ -1312,7 +1312,7 @@ void RecvLink::slowTick(uint64_t now) {
 
 void RecvLink::progress() {
   uint64_t now = nowUs();
-  Health* hl = Health::get();
+  Health* hl = deps.health;
   if (now - lastSlowTickUs >= tuning::kSlowTickUs || active < 0 || (hl && hl->epoch() != seenEpoch)) slowTick(now);
   if (active < 0) return;
   Path& p = paths[active];
@@ -1341,7 +1341,7 @@ bool RecvLink::ready() {
 ncclResult_t RecvLink::irecv(int n, void** data, const uint64_t* caps, const int* tags, void** request) {
   std::lock_guard<std::mutex> g(mu);
   *request = nullptr;
-  if (fatal && !fatalPeerGone) return fatalResult(fatalMsg);
+  if (fatal && !fatalPeerGone) return fatalResult(fatalMsg, deps.cfg->abortOnFatal);
   // Room for the request (NCCL keeps at most 32 untested: 64 slots never reuse one it may
   // still test) and for its n messages.
   // A slot NCCL has not yet seen done is never reused (shared comms test the requests of
@@ -1392,7 +1392,7 @@ ncclResult_t RecvLink::test(RecvReq* r, int* done, int* sizes) {
                " receive(s) incomplete (" + closedCause + "): the sending rank destroyed or aborted its communicator";
     journal::fatal(secret, "recv", fatalMsg);
   }
-  if (fatal && !r->done) return fatalResult(fatalMsg);
+  if (fatal && !r->done) return fatalResult(fatalMsg, deps.cfg->abortOnFatal);
   *done = r->done ? 1 : 0;
   if (r->done) r->released = true;
   if (r->done && sizes)
@@ -1416,7 +1416,7 @@ void RecvLink::close() {
     std::lock_guard<std::mutex> g2(inMu_);
     incoming_.clear();
   }
-  Health* hl = Health::get();
+  Health* hl = deps.health;
   for (auto& p : paths) {
     p.closeAll();
     p.state = PathState::kClosed;

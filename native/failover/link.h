@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "abi/nccl_net_abi.h"
+#include "failover/deps.h"
 #include "transport/transport.h"
 
 namespace railover {
@@ -115,6 +116,7 @@ class Link {
  public:
   Link();
   virtual ~Link();
+  LinkDeps deps;  // handed in at construction (SendLink::create, Listener, RecvLink)
   // Makes the link visible to forEachLink (state file) and the failover sweeper. Called once
   // it is fully constructed; unlist() before it is torn down (close() and the destructors do).
   void list();
@@ -193,7 +195,7 @@ class SendLink : public Link {
   bool sweep() override;
   uint64_t createdUs = 0;
   // Creates paths to every address in the handle allowed by the standby policy; starts connects.
-  static SendLink* create(int dev, const PeerHandle& h, std::string* err);
+  static SendLink* create(const LinkDeps& deps, int dev, const PeerHandle& h, std::string* err);
   // One connect() step (NCCL's service thread): 1 = hand the comm to NCCL (a path has all its
   // streams connected and HELLOs written, i.e. no later than the receiver's accept can return;
   // data posted before a path is active waits for it), 0 = call again, -1 = error with the
@@ -312,7 +314,7 @@ struct MsgSlot {
 class RecvLink : public Link, public RecvSink {
  public:
   // Created by routeStream() for the first stream of a new connection to a listen comm.
-  RecvLink(uint64_t secret, uint64_t connId, int dev);
+  RecvLink(const LinkDeps& deps, uint64_t secret, uint64_t connId, int dev);
   uint64_t connId = 0;
   ~RecvLink() override { unlist(); }
   bool sweep() override;
@@ -385,7 +387,7 @@ LinkCounters closedLinkTotals(uint64_t* fatals);
 // Returns a link's fatal error to NCCL: logs `msg` (a WARN) and returns ncclSystemError; with
 // RAILOVER_ABORT_ON_FATAL=1 it writes `msg` as one stderr line and exits the process instead
 // (status kAbortOnFatalExitCode). Thread-safe.
-ncclResult_t fatalResult(const std::string& msg);
+ncclResult_t fatalResult(const std::string& msg, bool abortOnFatal);
 
 // A listen comm: accepts any number of connections to its handle (as NCCL's socket and IB
 // transports do). The acceptor thread creates a RecvLink for each new connection id seen with
@@ -395,7 +397,7 @@ ncclResult_t fatalResult(const std::string& msg);
 // Thread-safety: accept()/close() from NCCL's service thread; routeStream from the acceptor.
 class Listener {
  public:
-  Listener(uint64_t secret, int dev);  // registers the secret
+  Listener(const LinkDeps& deps, uint64_t secret, int dev);  // registers the secret
   RecvLink* accept();                  // nullptr = no connection ready yet
   void close();                        // unregisters; closes the links never accepted
   const uint64_t secret;
@@ -403,6 +405,7 @@ class Listener {
 
  private:
   friend bool routeStream(std::unique_ptr<Conn>& c, const StreamHello& h, const sockaddr_storage& peer, int localNic);
+  const LinkDeps deps_;  // handed to the links it creates
   bool open_ = true;
   std::vector<RecvLink*> fresh_;  // created, not accepted yet (oldest first); under the registry lock
   std::vector<uint64_t> seen_;    // every connection id ever created here (a closed one is not re-created)

@@ -250,7 +250,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   sockaddr_storage peer{};
   ((sockaddr_in&)peer).sin_family = AF_INET;
   inet_pton(AF_INET, "10.0.0.2", &((sockaddr_in&)peer).sin_addr);
-  auto* link = new RecvLink(secret, /*connId=*/0, /*dev=*/0);
+  auto* link = new RecvLink(Runtime::get().linkDeps(), secret, /*connId=*/0, /*dev=*/0);
   static const bool debug = getenv("RAILOVER_FUZZ_DEBUG") != nullptr;  // prints the scenario
   if (debug) {
     fprintf(stderr, "structured %d nRecv %d postPerRound %d maxRead %zu\n", structured, nRecv, postPerRound, maxRead);

@@ -154,7 +154,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     h.addrs[i].addr[0] = 10, h.addrs[i].addr[2] = (uint8_t)i, h.addrs[i].addr[3] = 2;
   }
   std::string err;
-  SendLink* link = SendLink::create(0, handleToPeer(h), &err);
+  SendLink* link = SendLink::create(Runtime::get().linkDeps(), 0, handleToPeer(h), &err);
   FUZZ_CHECK(link != nullptr, "create failed: %s", err.c_str());
 
   // Highest seq the sender could have taken as acknowledged: ACK / RESUME_ACK frames it read.

@@ -113,7 +113,7 @@ ncclResult_t listen(int dev, void* handle, void** listenComm) {
   }
   wire::encodeHandle(h, handle);
   auto* lc = new ListenComm();
-  lc->listener = new Listener(h.secret, dev);
+  lc->listener = new Listener(rt().linkDeps(), h.secret, dev);
   *listenComm = lc;
   return ncclSuccess;
 }
@@ -131,7 +131,7 @@ ncclResult_t connect(int dev, void* handle, void** sendComm) {
       RO_WARN("railover: connect on NIC %s: malformed handle: %s", rt().nics[dev].name.c_str(), err.c_str());
       return ncclInvalidArgument;
     }
-    l = SendLink::create(dev, handleToPeer(h), &err);
+    l = SendLink::create(rt().linkDeps(), dev, handleToPeer(h), &err);
     memcpy(hb + kStageOffset, &l, sizeof(l));
   }
   std::string cause;
@@ -156,7 +156,7 @@ ncclResult_t connect(int dev, void* handle, void** sendComm) {
     memset(hb + kStageOffset, 0, sizeof(l));
     l->close();
     delete l;
-    return fatalResult(msg);
+    return fatalResult(msg, rt().cfg.abortOnFatal);
   }
   return ncclSuccess;
 }

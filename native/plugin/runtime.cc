@@ -44,7 +44,7 @@ ncclResult_t Runtime::init(ncclDebugLogger_t logger) {
     return result_ = ncclSystemError;
   }
   ports.assign(nics.size(), 0);
-  if (!transport) transport = new TcpTransport();
+  if (!transport) transport = new TcpTransport(&nics, &cfg);
   for (auto& n : nics) {
     socklen_t len = 0;
     sockaddr_storage a = n.getAddr(&len);

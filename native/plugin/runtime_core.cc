@@ -3,11 +3,23 @@
 // (the engine-only test target).
 #include "plugin/runtime.h"
 
+#include "health/health.h"
+
 namespace railover {
 
 Runtime& Runtime::get() {
   static Runtime* r = new Runtime();  // never destroyed: the library is -z nodelete
   return *r;
+}
+
+LinkDeps Runtime::linkDeps() {
+  LinkDeps d;
+  d.cfg = &cfg;
+  d.nics = &nics;
+  d.ports = &ports;
+  d.transport = transport;
+  d.health = Health::get();
+  return d;
 }
 
 void Runtime::initForTest(const Config& c, const std::vector<Nic>& n, Transport* t) {

@@ -78,7 +78,7 @@ class EngineOnly : public ::testing::Test {
   void connectComm() {
     static uint64_t secret = 0x5ec2e70000000000ULL;
     ++secret;
-    Listener* L = new Listener(secret, 0);
+    Listener* L = new Listener(Runtime::get().linkDeps(), secret, 0);
     PeerHandle h;
     h.secret = secret;
     h.primary = 0;
@@ -92,7 +92,7 @@ class EngineOnly : public ::testing::Test {
       h.addrs[i].len = sizeof(sockaddr_in);
     }
     std::string err;
-    SendLink* s = SendLink::create(0, h, &err);
+    SendLink* s = SendLink::create(Runtime::get().linkDeps(), 0, h, &err);
     ASSERT_NE(s, nullptr) << err;
     bool connected = false;
     for (int i = 0; i < 100000 && !(connected && recv); ++i) {
