@@ -394,4 +394,54 @@ TEST_F(EngineOnly, ReceiverClosingWithSendsPendingFailsThemPromptlyWithoutFaults
   EXPECT_EQ(send->counters.failovers, failoversBefore) << "a close is not a fault";
 }
 
+TEST_F(EngineOnly, SoftDownWithDataStillFlowingIsNotAFailure) {
+  connectComm();
+  // Congestion analogue: probes to the primary are lost but data keeps moving.
+  Stats st = run(2000, mixed, 8, [&](int k) {
+    if (k == 10) gHl->setPair(0, kA0, false, false, "probe timeout (test)");
+  });
+  EXPECT_EQ(st.delivered, 2000u);
+  EXPECT_EQ(send->counters.failovers, 0u);
+  EXPECT_EQ(activeNic(), 0);
+}
+
+// The transport's progress signal (SendPath::peerAckedWithinMs), not TCP_INFO: the engine's
+// "slow, not stalled" judgement works from whatever the transport reports.
+TEST_F(EngineOnly, SlowPathWhoseTransportStillAcksIsNotStalled) {
+  connectComm();
+  int phase = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  Stats st = run(300, mixed, 8, [&](int k) {
+    if (k == 50) {
+      w(0, kA0)->peerAcks = true;
+      w(0, kA0)->stalled = true;
+      gHl->setPair(0, kA0, false, false, "probe timeout (test)");
+      t0 = std::chrono::steady_clock::now();
+      phase = 1;
+    }
+  }, [&] {
+    if (phase == 1 && std::chrono::steady_clock::now() - t0 > std::chrono::milliseconds(200)) {
+      w(0, kA0)->stalled = false;  // the congestion clears
+      gHl->setPair(0, kA0, true, false, "");
+      phase = 2;
+    }
+  });
+  EXPECT_FALSE(st.timedOut);
+  EXPECT_EQ(st.delivered, 300u);
+  EXPECT_EQ(phase, 2);
+  EXPECT_EQ(send->counters.failovers, 0u) << "a slow path whose peer still acknowledges stays active";
+  EXPECT_EQ(activeNic(), 0);
+
+  w(0, kA0)->peerAcks = false;
+  st = run(300, mixed, 8, [&](int k) {
+    if (k == 50) {
+      w(0, kA0)->stalled = true;
+      gHl->setPair(0, kA0, false, false, "probe timeout (test)");
+    }
+  });
+  EXPECT_EQ(st.delivered, 300u);
+  EXPECT_EQ(send->counters.failovers, 1u) << "control: nothing acknowledged is a dead path";
+  w(0, kA0)->stalled = false;
+}
+
 }  // namespace
