@@ -1108,6 +1108,7 @@ TEST_F(Grouped, DuplicatesAfterResumeAreDiscarded) {
   connectComm();
   // As DuplicateChunksOfCompletedMessagesAreDiscarded, with groups: one stream stalls, the
   // path then breaks, and chunks of completed messages come again after the RESUME.
+  // Duplicate-safety rule checked: the stream (TCP) transport's "ask, then read and discard".
   int phase = 0;
   Stats st = runGrouped(60, 4, [&](int j) {
     if (j == 15) {

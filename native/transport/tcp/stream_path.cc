@@ -258,6 +258,7 @@ bool StreamRecvPath::adopt(int i, std::unique_ptr<Conn> c) {
 }
 
 static_assert(kMaxPeerAddrs == wire::kMaxHandleAddrs, "a handle address per path");
+static_assert(kNackReasonUnknownComm == wire::kNackUnknownComm, "NACK reason codes are the wire's");
 
 std::unique_ptr<RecvPath> StreamTransport::newRecvPath(int nStreams) {
   return std::unique_ptr<RecvPath>(new StreamRecvPath(nStreams));
