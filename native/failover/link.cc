@@ -23,7 +23,6 @@
 #include "common/log.h"
 #include "common/tuning.h"
 #include "health/health.h"
-#include "plugin/runtime.h"
 #include "telemetry/journal.h"
 
 namespace railover {
@@ -40,13 +39,46 @@ const char* pathStateName(PathState s) {
 }
 
 void Path::closeAll() {
-  for (auto& s : streams) {
-    s.conn.reset();
-    s.connected = false;
-    s.resetIo();
+  if (tx) tx->fence(), tx.reset();
+  if (rx) rx->fence(), rx.reset();
+}
+
+bool RecvRanges::covers(uint64_t a, uint64_t b) const {
+  for (int i = 0; i < n; ++i)
+    if (lo[i] <= a && b <= hi[i]) return true;
+  return false;
+}
+
+bool RecvRanges::admits(uint64_t a, uint64_t b) const {
+  // With chunks still arriving, count each as a possible new range; otherwise exactly.
+  if (inflight) return n + inflight + 1 <= kMax;
+  int apart = 0;  // ranges that [a, b) neither overlaps nor touches
+  for (int i = 0; i < n; ++i) apart += hi[i] < a || b < lo[i];
+  return apart + 1 <= kMax;
+}
+
+uint64_t RecvRanges::add(uint64_t a, uint64_t b) {
+  uint64_t before = 0, after = 0;
+  for (int i = 0; i < n; ++i) before += hi[i] - lo[i];
+  // Merge [a, b) with every range it overlaps or touches; keep the others in order.
+  uint64_t nlo[kMax + 1], nhi[kMax + 1];
+  int m = 0;
+  bool placed = false;
+  for (int i = 0; i < n; ++i) {
+    if (hi[i] < a) {
+      nlo[m] = lo[i], nhi[m++] = hi[i];
+    } else if (b < lo[i]) {
+      if (!placed) nlo[m] = a, nhi[m++] = b, placed = true;
+      nlo[m] = lo[i], nhi[m++] = hi[i];
+    } else {
+      a = std::min(a, lo[i]), b = std::max(b, hi[i]);
+    }
   }
-  ctlOut.clear();
-  ctlInGot = 0;
+  if (!placed) nlo[m] = a, nhi[m++] = b;
+  if (m > kMax) return 0;  // cannot happen for a chunk admits() accepted
+  n = (uint8_t)m;
+  for (int i = 0; i < m; ++i) lo[i] = nlo[i], hi[i] = nhi[i], after += nhi[i] - nlo[i];
+  return after - before;
 }
 
 namespace {
@@ -182,7 +214,7 @@ void startSweeper() {
 bool SendLink::sweep() {
   std::unique_lock<std::mutex> lk(mu, std::try_to_lock);
   if (!lk.owns_lock()) return false;
-  Health* hl = Health::get();
+  Health* hl = deps.health;
   auto settled = [&] {
     return fatal || (peerClosed && active < 0) ||
            (active >= 0 && !resuming_ && (!hl || seenEpoch == hl->epoch()) && pathHealthy(paths[active], hl));
@@ -202,7 +234,7 @@ void RecvLink::idleSweep(uint64_t now) {
 bool RecvLink::sweep() {
   std::unique_lock<std::mutex> lk(mu, std::try_to_lock);
   if (!lk.owns_lock()) return false;
-  Health* hl = Health::get();
+  Health* hl = deps.health;
   auto settled = [&] {
     return fatal || !everReady_ || peerClosed ||
            (active >= 0 && (!hl || seenEpoch == hl->epoch()) && pathHealthy(paths[active], hl));
@@ -251,9 +283,8 @@ LinkSnap Link::snapshot() {
   return snap;
 }
 
-static std::string nicName(int nic) {
-  auto& rt = Runtime::get();
-  return nic >= 0 && nic < (int)rt.nics.size() ? rt.nics[nic].name : std::string("?");
+static std::string nicName(const LinkDeps& d, int nic) {
+  return nic >= 0 && nic < (int)d.nics->size() ? (*d.nics)[nic].name : std::string("?");
 }
 
 static uint16_t portOf(const sockaddr_storage& a) {
@@ -261,10 +292,10 @@ static uint16_t portOf(const sockaddr_storage& a) {
 }
 
 std::string Link::describe(const Path& p) const {
-  return nicName(p.localNic) + "->" + addrToString(p.remote) + ":" + std::to_string(portOf(p.remote));
+  return nicName(deps, p.localNic) + "->" + addrToString(p.remote) + ":" + std::to_string(portOf(p.remote));
 }
 
-static uint32_t holdDownOf(const Path& p) { return p.holdDownMs ? p.holdDownMs : Runtime::get().cfg.holdDownMs; }
+static uint32_t holdDownOf(const Path& p, const Config& cfg) { return p.holdDownMs ? p.holdDownMs : cfg.holdDownMs; }
 
 // When the hold-down of path `p` started: the later of its reconnect and the last repair of
 // its NIC or NIC pair. A path may reconnect (TCP) before the probes prove its pair healthy
@@ -294,12 +325,13 @@ void unregisterRecvLink(uint64_t secret, uint64_t connId) {
   registry().erase({secret, connId});
 }
 
-bool routeStream(std::unique_ptr<Conn>& c, const wire::Hello& h, const sockaddr_storage& peer, int localNic) {
+bool routeStream(std::unique_ptr<Conn>& c, const StreamHello& sh, const sockaddr_storage& peer, int localNic) {
+  const PathIdentity& h = sh.id;
   if (h.connId == 0) return false;  // a liveness check: the caller drops it quietly
   std::lock_guard<std::mutex> g(gRegMu);
   auto it = registry().find({h.secret, h.connId});
   if (it != registry().end()) {
-    it->second->offerStream(std::move(c), h, peer, localNic);
+    it->second->offerStream(std::move(c), sh, peer, localNic);
     return true;
   }
   auto lt = listeners().find(h.secret);
@@ -308,14 +340,14 @@ bool routeStream(std::unique_ptr<Conn>& c, const wire::Hello& h, const sockaddr_
   // A connection whose recv link was closed is not re-created by a late reconnect.
   if (!L->open_ || std::find(L->seen_.begin(), L->seen_.end(), h.connId) != L->seen_.end()) return false;
   L->seen_.push_back(h.connId);
-  auto* l = new RecvLink(h.secret, h.connId, L->dev);
+  auto* l = new RecvLink(L->deps_, h.secret, h.connId, L->dev);
   registry()[{h.secret, h.connId}] = l;
   L->fresh_.push_back(l);
-  l->offerStream(std::move(c), h, peer, localNic);
+  l->offerStream(std::move(c), sh, peer, localNic);
   return true;
 }
 
-Listener::Listener(uint64_t s, int d) : secret(s), dev(d) {
+Listener::Listener(const LinkDeps& deps, uint64_t s, int d) : secret(s), dev(d), deps_(deps) {
   std::lock_guard<std::mutex> g(gRegMu);
   listeners()[secret] = this;
 }
@@ -350,31 +382,6 @@ void Listener::close() {
   }
 }
 
-// Best effort, never blocks: tells the peer on every connected stream of `p` that the comm
-// is closing in order, so the EOFs and resets that follow are not taken for path failures
-// (whichever stream the peer reads next, the CLOSE comes before the end of that stream). A
-// stream gets it only at a frame boundary: control bytes still queued (stream 0) are flushed
-// first, and a stream in the middle of a DATA frame is skipped.
-static void sendCloseAll(Path& p) {
-  uint8_t buf[wire::kFrameBytes];
-  wire::Frame f;
-  f.type = wire::kClose;
-  wire::encodeFrame(f, buf);
-  for (size_t i = 0; i < p.streams.size(); ++i) {
-    Stream& s = p.streams[i];
-    if (!s.conn || !s.connected || (s.hdrBuilt && (s.hdrDone > 0 || s.payloadDone > 0))) continue;
-    std::string err;
-    if (i == 0 && !p.ctlOut.empty()) {
-      iovec iov{(void*)p.ctlOut.data(), p.ctlOut.size()};
-      ssize_t n = s.conn->writev(&iov, 1, &err);
-      if (n < 0) continue;
-      p.ctlOut.erase(0, (size_t)n);
-      if (!p.ctlOut.empty()) continue;
-    }
-    writeAll(*s.conn, buf, sizeof(buf), &err);
-  }
-}
-
 // A failure that only the peer process can cause: its kernel refused the connection, or the
 // peer closed or reset the stream. A NIC, cable or switch fault never produces one (it shows
 // as timeouts and silence), so a receiver does not report these as path failures: the sender
@@ -387,8 +394,8 @@ static bool peerGoneError(const std::string& e) {
 // The one place a link's fatal error leaves the plugin. With RAILOVER_ABORT_ON_FATAL=1 the
 // process exits here (one stderr line naming the path and the cause, then quick_exit, which
 // runs the state-file cleanup); otherwise the WARN and ncclSystemError as NCCL expects.
-ncclResult_t fatalResult(const std::string& msg) {
-  if (Runtime::get().cfg.abortOnFatal) {
+ncclResult_t fatalResult(const std::string& msg, bool abortOnFatal) {
+  if (abortOnFatal) {
     std::string m = msg.rfind("railover: ", 0) == 0 ? msg.substr(10) : msg;
     fprintf(stderr, "railover: RAILOVER_ABORT_ON_FATAL=1: exiting on a fatal error: %s\n", m.c_str());
     fflush(stderr);
@@ -406,44 +413,40 @@ static const char* const kCloseCause = "the receiver closed the comm (CLOSE)";
 static const char* const kNackCause =
     "the receiver no longer knows this comm (NACK: its listen comm or recv comm was closed)";
 
-static bool handleAddrToSockaddr(const wire::HandleAddr& a, sockaddr_storage* out, socklen_t* len) {
-  memset(out, 0, sizeof(*out));
-  if (a.family == 4) {
-    auto* s = (sockaddr_in*)out;
-    s->sin_family = AF_INET;
-    s->sin_port = htons(a.port);
-    memcpy(&s->sin_addr, a.addr, 4);
-    *len = sizeof(sockaddr_in);
-  } else {
-    auto* s = (sockaddr_in6*)out;
-    s->sin6_family = AF_INET6;
-    s->sin6_port = htons(a.port);
-    memcpy(&s->sin6_addr, a.addr, 16);
-    *len = sizeof(sockaddr_in6);
+// For protocol errors: the control message's name, or the transport's raw type code.
+static std::string ctlName(const CtlMsg& m) {
+  switch (m.type) {
+    case CtlType::kAck: return "ACK";
+    case CtlType::kResume: return "RESUME";
+    case CtlType::kResumeAck: return "RESUME_ACK";
+    case CtlType::kNack: return "NACK";
+    case CtlType::kClose: return "CLOSE";
+    case CtlType::kOther: break;
   }
-  return true;
+  return "frame type " + std::to_string(m.arg);
 }
 
-SendLink* SendLink::create(int dev, const wire::Handle& h, std::string* err) {
-  auto& rt = Runtime::get();
+SendLink* SendLink::create(const LinkDeps& deps, int dev, const PeerHandle& h, std::string* err) {
+  const LinkDeps& d = deps;
   auto* l = new SendLink();
+  l->deps = deps;
   l->createdUs = nowUs();
   l->dev_ = dev;
-  l->handle_ = h;
   l->secret = h.secret;
   while (l->connId == 0)
     if (getrandom(&l->connId, sizeof(l->connId), 0) != sizeof(l->connId)) l->connId = nowUs() * 0x9e3779b97f4a7c15ULL;
-  l->nStreams = rt.cfg.nStreams;
+  l->nStreams = d.cfg->nStreams;
   auto addPath = [&](int localNic, int remoteIdx) {
     Path p;
     p.index = remoteIdx;
     p.localNic = localNic;
-    p.rail = rt.nics[localNic].rail;
-    handleAddrToSockaddr(h.addrs[remoteIdx], &p.remote, &p.remoteLen);
-    if (Health* hl = Health::get()) hl->remapRemote(&p.remote);
-    p.holdDownMs = rt.cfg.holdDownMs;
+    p.rail = (*d.nics)[localNic].rail;
+    p.remote = h.addrs[remoteIdx].addr;
+    p.remoteLen = h.addrs[remoteIdx].len;
+    if (Health* hl = deps.health) hl->remapRemote(&p.remote);
+    p.holdDownMs = d.cfg->holdDownMs;
     p.state = PathState::kFailed;  // startConnect() moves it on
-    if (Health* hl = Health::get()) p.pairId = hl->registerPair(localNic, p.remote, p.remoteLen);
+    if (Health* hl = deps.health) p.pairId = hl->registerPair(localNic, p.remote, p.remoteLen);
     l->paths.push_back(std::move(p));
   };
   addPath(dev, h.primary);
@@ -451,26 +454,26 @@ SendLink* SendLink::create(int dev, const wire::Handle& h, std::string* err) {
   // Standby paths: from each other local NIC to the peer's NIC on the same rail.
   auto remoteOnRail = [&](int rail) {
     for (int i = 0; i < h.naddr; ++i)
-      if (i != h.primary && h.addrs[i].rail == (uint8_t)rail) return i;
+      if (i != h.primary && h.addrs[i].rail == rail) return i;
     return -1;
   };
   std::vector<int> standbyNics;
-  if (rt.cfg.standby == StandbyPolicy::kAll) {
-    for (int j = 0; j < (int)rt.nics.size(); ++j)
+  if (d.cfg->standby == StandbyPolicy::kAll) {
+    for (int j = 0; j < (int)(*d.nics).size(); ++j)
       if (j != dev) standbyNics.push_back(j);
-  } else if (rt.cfg.standby == StandbyPolicy::kExplicit) {
-    for (auto& pr : rt.cfg.standbyPairs) {
-      if (pr.first != rt.nics[dev].name) continue;
-      for (int j = 0; j < (int)rt.nics.size(); ++j)
-        if (rt.nics[j].name == pr.second && j != dev) standbyNics.push_back(j);
+  } else if (d.cfg->standby == StandbyPolicy::kExplicit) {
+    for (auto& pr : d.cfg->standbyPairs) {
+      if (pr.first != (*d.nics)[dev].name) continue;
+      for (int j = 0; j < (int)(*d.nics).size(); ++j)
+        if ((*d.nics)[j].name == pr.second && j != dev) standbyNics.push_back(j);
     }
   }
   for (int j : standbyNics) {
-    int r = remoteOnRail(rt.nics[j].rail);
+    int r = remoteOnRail((*d.nics)[j].rail);
     if (r >= 0) addPath(j, r);
   }
   l->peerName = addrToString(l->paths[0].remote);
-  if (l->paths.size() == 1 && rt.cfg.standby != StandbyPolicy::kNone) {
+  if (l->paths.size() == 1 && d.cfg->standby != StandbyPolicy::kNone) {
     // A comm without a standby path: say once per NIC that its connections cannot fail over, and why.
     static std::mutex warnMu;
     static std::vector<int> warned;
@@ -478,10 +481,10 @@ SendLink* SendLink::create(int dev, const wire::Handle& h, std::string* err) {
     if (std::find(warned.begin(), warned.end(), dev) == warned.end()) {
       warned.push_back(dev);
       RO_WARN("railover: connections from NIC %s to peer %s have no standby path (%s); they cannot fail over",
-              rt.nics[dev].name.c_str(), l->peerName.c_str(),
-              rt.nics.size() < 2 ? "this process has only one NIC"
+              (*d.nics)[dev].name.c_str(), l->peerName.c_str(),
+              (*d.nics).size() < 2 ? "this process has only one NIC"
                                  : "the peer has no NIC on the rail of any other local NIC (see RAILOVER_RAILS, RAILOVER_STANDBY)");
-      journal::no_standby(rt.nics[dev].name, l->peerName);
+      journal::no_standby((*d.nics)[dev].name, l->peerName);
     }
   }
   uint64_t now = nowUs();
@@ -495,52 +498,30 @@ SendLink* SendLink::create(int dev, const wire::Handle& h, std::string* err) {
 }
 
 void SendLink::startConnect(Path& p, uint64_t now) {
-  auto& rt = Runtime::get();
+  const LinkDeps& d = deps;
   p.closeAll();
   p.generation++;
-  p.streams.clear();
-  p.streams.resize(nStreams);
   p.state = PathState::kConnecting;
   p.attemptStartUs = now;
-  if (Health* hl = Health::get()) hl->remapRemote(&p.remote);  // the peer's NIC may have moved
-  for (auto& s : p.streams) {
-    std::string err;
-    s.conn = rt.transport->connect(p.localNic, p.remote, p.remoteLen, &err);
-    if (!s.conn) {
-      failPath(p, err, now);
-      return;
-    }
-  }
+  if (Health* hl = deps.health) hl->remapRemote(&p.remote);  // the peer's NIC may have moved
+  PathIdentity id;
+  id.secret = secret;
+  id.connId = connId;
+  id.pathIndex = (uint8_t)p.index;
+  id.srcRail = (uint8_t)p.rail;
+  id.probePort = (*d.ports)[p.localNic];
+  id.generation = p.generation;
+  ChunkPolicy chunks{d.cfg->minChunkBytes, d.cfg->maxChunkBytes};
+  std::string err;
+  p.tx = d.transport->openSendPath(p.localNic, p.remote, p.remoteLen, nStreams, id, chunks, &err);
+  if (!p.tx) failPath(p, err, now);
 }
 
 void SendLink::advanceConnect(Path& p, uint64_t now) {
-  auto& rt = Runtime::get();
-  bool all = true;
-  for (size_t i = 0; i < p.streams.size(); ++i) {
-    Stream& s = p.streams[i];
-    if (s.connected) continue;
-    std::string err;
-    int r = s.conn->connectState(&err);
-    if (r < 0) return failPath(p, err, now);
-    if (r == 0) {
-      all = false;
-      continue;
-    }
-    wire::Hello h;
-    h.stream = (uint8_t)i;
-    h.nStreams = (uint8_t)p.streams.size();
-    h.secret = secret;
-    h.path = (uint8_t)p.index;
-    h.srcRail = (uint8_t)p.rail;
-    h.probePort = rt.ports[p.localNic];
-    h.generation = p.generation;
-    h.connId = connId;
-    uint8_t buf[wire::kFrameBytes];
-    wire::encodeHello(h, buf);
-    if (!writeAll(*s.conn, buf, sizeof(buf), &err)) return failPath(p, "HELLO: " + err, now);
-    s.connected = true;
-  }
-  if (!all) {
+  std::string err;
+  int r = p.tx ? p.tx->connectState(&err) : -1;
+  if (r < 0) return failPath(p, p.tx ? err : "path not open", now);
+  if (r == 0) {
     if (now - p.attemptStartUs > tuning::kConnectTimeoutUs) failPath(p, "connect timed out after 3 s", now);
     return;
   }
@@ -549,16 +530,16 @@ void SendLink::advanceConnect(Path& p, uint64_t now) {
   p.restoredUs = now;
   p.backoffMs = 0;
   everConnected_ = true;
-  journal::path_up(secret, "send", nicName(p.localNic), addrToString(p.remote), p.generation);
+  journal::path_up(secret, "send", nicName(deps, p.localNic), addrToString(p.remote), p.generation);
 }
 
 void SendLink::failPath(Path& p, const std::string& why, uint64_t now) {
-  auto& cfg = Runtime::get().cfg;
+  const Config& cfg = *deps.cfg;
   // An orderly close by the receiver may surface first as an EOF or a reset on one stream
   // while its CLOSE waits, unread, on another: look before calling it a fault.
   if (!peerClosed) {
     std::string e;
-    if (active >= 0 && &paths[active] == &p && !p.streams.empty() && p.streams[0].conn) readControl(p, now, &e);
+    if (active >= 0 && &paths[active] == &p && p.tx) readControl(p, now, &e);
     if (!peerClosed) pollPeerClose(p, now, &e);
   }
   if (peerClosed) {  // the receiver closed the comm: nothing to report or retry
@@ -570,14 +551,14 @@ void SendLink::failPath(Path& p, const std::string& why, uint64_t now) {
   p.closeAll();
   p.state = PathState::kFailed;
   p.lastError = why;
-  if (wasUsable && p.failedAtUs && p.restoredUs && now - p.restoredUs < (uint64_t)holdDownOf(p) * 1000) {
+  if (wasUsable && p.failedAtUs && p.restoredUs && now - p.restoredUs < (uint64_t)holdDownOf(p, *deps.cfg) * 1000) {
     // A flap: a path that had failed before fails again within its hold-down. Grow the
     // hold-down (capped).
     p.flaps++;
     counters.flaps++;
-    p.holdDownMs = std::min<uint32_t>(std::max<uint32_t>(holdDownOf(p), 1) * 2, cfg.holdDownMaxMs);
+    p.holdDownMs = std::min<uint32_t>(std::max<uint32_t>(holdDownOf(p, *deps.cfg), 1) * 2, cfg.holdDownMaxMs);
     RO_WARN_EVENT("railover: path %s flapped (%u flaps); hold-down now %u ms", describe(p).c_str(), p.flaps, p.holdDownMs);
-    journal::flap(secret, nicName(p.localNic), p.flaps, p.holdDownMs);
+    journal::flap(secret, nicName(deps, p.localNic), p.flaps, p.holdDownMs);
   }
   p.failedAtUs = now;
   p.backoffMs = p.backoffMs ? std::min<uint32_t>(p.backoffMs * 2, cfg.backoffMaxMs) : tuning::kFirstBackoffMs;
@@ -585,7 +566,7 @@ void SendLink::failPath(Path& p, const std::string& why, uint64_t now) {
   if (wasUsable) {
     // Detection as the engine saw it (active path): from its last data progress to the verdict.
     uint64_t detect = wasActive && now > lastProgressUs_ ? now - lastProgressUs_ : 0;
-    journal::path_down(secret, "send", nicName(p.localNic), addrToString(p.remote), why, wasActive, detect);
+    journal::path_down(secret, "send", nicName(deps, p.localNic), addrToString(p.remote), why, wasActive, detect);
   }
   if (!wasActive) return;
   active = -1;
@@ -612,13 +593,13 @@ bool Link::peerGoneOnAllPaths() const {
 }
 
 int SendLink::pickStandby() const {
-  Health* hl = Health::get();
+  Health* hl = deps.health;
   auto usable = [&](const Path& p) {
     return p.state == PathState::kStandby && (!hl || (hl->nicUp(p.localNic) && hl->pairUp(p.pairId)));
   };
   const Path& pr = paths[primary];
   uint64_t now = nowUs();
-  if (usable(pr) && (pr.failedAtUs == 0 || now - std::min(now, holdDownStartUs(pr, hl)) >= (uint64_t)holdDownOf(pr) * 1000))
+  if (usable(pr) && (pr.failedAtUs == 0 || now - std::min(now, holdDownStartUs(pr, hl)) >= (uint64_t)holdDownOf(pr, *deps.cfg) * 1000))
     return primary;
   // At connect, give the primary a moment to finish before settling for a standby (which
   // would mean a failback right after connect).
@@ -648,14 +629,12 @@ void SendLink::activate(int idx, uint64_t now, bool planned) {
   p.state = PathState::kActive;
   p.restoredUs = now;
   active = idx;
-  for (auto& s : p.streams) s.resetIo();
-  uint8_t buf[wire::kFrameBytes];
-  wire::Frame f;
-  f.type = wire::kResume;
-  f.seq = acked_;
-  f.offset = p.generation;
-  wire::encodeFrame(f, buf);
-  p.ctlOut.assign((const char*)buf, sizeof(buf));
+  // A standby path has nothing queued: the RESUME is the first thing it carries.
+  CtlMsg m;
+  m.type = CtlType::kResume;
+  m.seq = acked_;
+  m.arg = p.generation;
+  p.tx->sendCtl(m);
   resuming_ = true;
   resumeSentUs_ = now;
   resumeFromSeq_ = acked_;
@@ -667,20 +646,18 @@ void SendLink::activate(int idx, uint64_t now, bool planned) {
 
 void SendLink::enqueueMsg(const SendReq& r) {
   if (active < 0 || resuming_) return;
-  auto& cfg = Runtime::get().cfg;
-  Path& p = paths[active];
+  SendPath& tx = *paths[active].tx;
+  ChunkRef c;
+  c.seq = r.seq, c.total = r.size, c.tag = r.tag;
   if (r.size == 0) {
-    p.streams[0].q.push_back({r.seq, 0, 0, 0});
+    tx.post(c, r.data);
     return;
   }
-  uint64_t cs = wire::chunkSize(r.size, (int)p.streams.size(), cfg.minChunkBytes, cfg.maxChunkBytes);
+  uint64_t cs = tx.chunkBytes(r.size);
   for (uint64_t off = 0; off < r.size; off += cs) {
-    uint64_t len = std::min(cs, r.size - off);
-    Stream* best = &p.streams[0];
-    for (auto& s : p.streams)
-      if (s.queuedBytes < best->queuedBytes) best = &s;
-    best->q.push_back({r.seq, off, len, r.size});
-    best->queuedBytes += len;
+    c.offset = off;
+    c.len = std::min(cs, r.size - off);
+    tx.post(c, r.data + off);
   }
 }
 
@@ -693,78 +670,24 @@ void SendLink::complete(uint64_t upTo) {
   if (upTo > acked_) acked_ = upTo, lastProgressUs_ = nowUs(), burstRequested_ = false;
 }
 
-bool SendLink::writeStream(Path& p, Stream& s, std::string* err) {
-  bool isCtl = &s == &p.streams[0];
-  while (true) {
-    if (isCtl && !p.ctlOut.empty() && !s.hdrBuilt) {
-      iovec iov{(void*)p.ctlOut.data(), p.ctlOut.size()};
-      ssize_t n = s.conn->writev(&iov, 1, err);
-      if (n < 0) return false;
-      p.ctlOut.erase(0, (size_t)n);
-      if (!p.ctlOut.empty()) return true;
-      continue;
-    }
-    if (s.q.empty()) return true;
-    Chunk& c = s.q.front();
-    if (!s.hdrBuilt) {
-      wire::Frame f;
-      f.type = wire::kData;
-      f.len = (uint32_t)c.len;
-      f.seq = c.seq;
-      f.offset = c.offset;
-      f.total = c.total;
-      f.tag = ring_.at(c.seq).tag;
-      wire::encodeFrame(f, s.hdr);
-      s.hdrBuilt = true, s.hdrDone = 0, s.payloadDone = 0;
-    }
-    const SendReq& r = ring_.at(c.seq);
-    iovec iov[2];
-    int niov = 0;
-    if (s.hdrDone < wire::kFrameBytes) iov[niov++] = {s.hdr + s.hdrDone, wire::kFrameBytes - s.hdrDone};
-    if (c.len > s.payloadDone) iov[niov++] = {(void*)(r.data + c.offset + s.payloadDone), c.len - s.payloadDone};
-    ssize_t n = 0;
-    if (niov) {
-      n = s.conn->writev(iov, niov, err);
-      if (n < 0) return false;
-      if (n == 0) return true;
-    }
-    size_t h = std::min<size_t>((size_t)n, wire::kFrameBytes - s.hdrDone);
-    s.hdrDone += h;
-    s.payloadDone += (uint64_t)n - h;
-    if (n > 0) lastProgressUs_ = nowUs();
-    if (s.hdrDone == wire::kFrameBytes && s.payloadDone == c.len) {
-      s.queuedBytes -= c.len;
-      s.q.pop_front();
-      s.hdrBuilt = false;
-      continue;
-    }
-    return true;  // kernel buffer full
-  }
-}
-
 bool SendLink::readControl(Path& p, uint64_t now, std::string* err) {
-  Stream& s = p.streams[0];
   while (true) {
-    ssize_t n = s.conn->read(p.ctlIn + p.ctlInGot, wire::kFrameBytes - p.ctlInGot, err);
-    if (n < 0) return false;
-    if (n == 0) return true;
-    p.ctlInGot += (size_t)n;
-    if (p.ctlInGot < wire::kFrameBytes) return true;
-    p.ctlInGot = 0;
-    wire::Frame f;
-    if (!wire::decodeFrame(p.ctlIn, &f, err)) return *err = "protocol error from receiver: " + *err, false;
-    if (f.type == wire::kAck) {
+    CtlMsg f;
+    int r = p.tx->recvCtl(&f, err);
+    if (r < 0) return false;
+    if (r == 0) return true;
+    if (f.type == CtlType::kAck) {
       if (f.seq > nextSeq_) return *err = "receiver acknowledged a message never sent", false;
       // Whole messages acknowledged over this pair while a full-size probe burst runs on it:
       // the rail carries full-size data, so big probes lost there are congestion. (The stall
       // watch reports this too, but only while the comm is stalled; on a deep saturated queue
       // ACKs come in spurts and the burst can end between two stalls.)
       if (f.seq > acked_) {
-        Health* hl = Health::get();
+        Health* hl = deps.health;
         if (hl && hl->burstActive(p.pairId)) hl->noteDataAcked(p.pairId);
       }
       complete(f.seq);
-    } else if (f.type == wire::kResumeAck && &p == &paths[active] && resuming_) {
+    } else if (f.type == CtlType::kResumeAck && &p == &paths[active] && resuming_) {
       if (f.seq > nextSeq_ || f.seq < acked_) return *err = "RESUME_ACK seq out of range", false;
       uint64_t resent = 0;
       for (uint64_t q = f.seq; q < nextSeq_; ++q) resent += ring_.at(q).size;
@@ -783,7 +706,7 @@ bool SendLink::readControl(Path& p, uint64_t now, std::string* err) {
         else if (recovery) counters.recoveries++;
         else counters.failovers++;
         (failback ? journal::failback : recovery ? journal::recover : journal::failover)(
-            secret, nicName(p.localNic), addrToString(p.remote), f.seq, resent, conv);
+            secret, nicName(deps, p.localNic), addrToString(p.remote), f.seq, resent, conv);
         if (failback)
           RO_INFO(RO_SUBSYS_NET, "railover: comm %016llx failed back to %s", (unsigned long long)secret,
                   describe(p).c_str());
@@ -795,27 +718,27 @@ bool SendLink::readControl(Path& p, uint64_t now, std::string* err) {
       faultUs_ = 0;
       failedFrom_ = -1;
       plannedSwitch_ = false;
-    } else if (f.type == wire::kNack) {
-      if (f.seq == wire::kNackUnknownComm) {
+    } else if (f.type == CtlType::kNack) {
+      if (f.seq == kNackReasonUnknownComm) {
         peerClosed = true;
         if (closedCause.empty()) closedCause = kNackCause;
         return *err = kNackCause, false;
       }
       return *err = "receiver refused the path (reason " + std::to_string(f.seq) + ")", false;
-    } else if (f.type == wire::kClose) {
+    } else if (f.type == CtlType::kClose) {
       peerClosed = true;
       if (closedCause.empty()) closedCause = kCloseCause;
       return *err = kCloseCause, false;
-    } else if (f.type != wire::kResumeAck) {
-      return *err = "unexpected frame type " + std::to_string(f.type) + " from receiver", false;
+    } else if (f.type != CtlType::kResumeAck) {
+      return *err = "unexpected " + ctlName(f) + " from receiver", false;
     }
   }
 }
 
 void SendLink::slowTick(uint64_t now) {
-  auto& cfg = Runtime::get().cfg;
+  const Config& cfg = *deps.cfg;
   lastSlowTickUs = now;
-  Health* hl = Health::get();
+  Health* hl = deps.health;
   bool epochMoved = hl && hl->epoch() != seenEpoch;
   if (epochMoved) seenEpoch = hl->epoch();
   if (hl) {
@@ -823,7 +746,7 @@ void SendLink::slowTick(uint64_t now) {
       Path& p = paths[i];
       bool nicUp = hl->nicUp(p.localNic), pairUp = hl->pairUp(p.pairId);
       bool hard = !nicUp || hl->pairHardDown(p.pairId);
-      std::string cause = !nicUp ? "local NIC " + nicName(p.localNic) + " down" : pairUp ? "" : hl->pairDownCause(p.pairId);
+      std::string cause = !nicUp ? "local NIC " + nicName(deps, p.localNic) + " down" : pairUp ? "" : hl->pairDownCause(p.pairId);
       if (p.state == PathState::kActive && !pairUp) {
         // A probe timeout alone may be congestion or a stopped peer: fail over only when the
         // active path also stopped moving data and another path is healthy.
@@ -831,12 +754,7 @@ void SendLink::slowTick(uint64_t now) {
         // A slow path is not a stalled one: when every rail is saturated (or rate-limited),
         // probes queue behind data and time out while messages still complete, only slowly.
         // If the peer's kernel acknowledged our bytes within the stall window, data is moving.
-        if (stalled && acked_ < nextSeq_ && !hard)
-          for (auto& st : p.streams)
-            if (st.conn && st.conn->peerAckedWithinMs(cfg.stallMs)) {
-              stalled = false;
-              break;
-            }
+        if (stalled && acked_ < nextSeq_ && !hard && p.tx && p.tx->peerAckedWithinMs(cfg.stallMs)) stalled = false;
         bool otherUsable = false;
         for (size_t j = 0; j < paths.size(); ++j)
           otherUsable |= j != i && paths[j].state == PathState::kStandby && hl->nicUp(paths[j].localNic) &&
@@ -845,8 +763,7 @@ void SendLink::slowTick(uint64_t now) {
         // process (a stopped process's kernel still acknowledges). That is as good as hard.
         uint32_t detectMs = cfg.probeIntervalMs * cfg.probeMultiplier;
         bool netSilent = false;
-        if (stalled && !otherUsable)
-          for (auto& st : p.streams) netSilent |= st.conn && st.conn->unackedSilenceMs() >= detectMs;
+        if (stalled && !otherUsable && p.tx) netSilent = p.tx->unackedSilenceMs() >= detectMs;
         if (netSilent) cause += "; the peer acknowledges nothing";
         if (hard || (stalled && (otherUsable || netSilent))) failPath(p, cause, now);
       } else if ((p.state == PathState::kStandby || p.state == PathState::kConnecting) && hard) {
@@ -905,8 +822,8 @@ void SendLink::slowTick(uint64_t now) {
     } else if (cfg.fatalTimeoutS && now - noPathSinceUs > (uint64_t)cfg.fatalTimeoutS * 1000000 && acked_ < nextSeq_) {
       std::string nics, causes;
       for (auto& p : paths) {
-        nics += (nics.empty() ? "" : ",") + nicName(p.localNic);
-        causes += (causes.empty() ? "" : "; ") + nicName(p.localNic) + ": " + p.lastError;
+        nics += (nics.empty() ? "" : ",") + nicName(deps, p.localNic);
+        causes += (causes.empty() ? "" : "; ") + nicName(deps, p.localNic) + ": " + p.lastError;
       }
       fatal = true;
       fatalMsg = "railover: no usable path to peer " + peerName + " from NIC(s) " + nics + " for " +
@@ -916,7 +833,7 @@ void SendLink::slowTick(uint64_t now) {
   } else if (active != primary && !resuming_) {
     Path& pr = paths[primary];
     bool ok = pr.state == PathState::kStandby && (!hl || (hl->nicUp(pr.localNic) && hl->pairUp(pr.pairId)));
-    if (ok && now - std::min(now, holdDownStartUs(pr, hl)) >= (uint64_t)holdDownOf(pr) * 1000) activate(primary, now, true);
+    if (ok && now - std::min(now, holdDownStartUs(pr, hl)) >= (uint64_t)holdDownOf(pr, *deps.cfg) * 1000) activate(primary, now, true);
   }
   // Stalled-progress watch: data pending but nothing moved for a while -> probe burst. Not
   // when the peer's TCP is still acknowledging our bytes: that path is slow (a saturated
@@ -929,12 +846,7 @@ void SendLink::slowTick(uint64_t now) {
     uint64_t every = std::max<uint64_t>(500, (uint64_t)cfg.stallMs * 500);
     if (checkAcks && !resuming_ && now - ackCheckUs_ >= every) {
       ackCheckUs_ = now;
-      ackSeen_ = false;
-      for (auto& st : paths[active].streams)
-        if (st.conn && st.conn->peerAckedWithinMs(cfg.stallMs)) {
-          ackSeen_ = true;
-          break;
-        }
+      ackSeen_ = paths[active].tx && paths[active].tx->peerAckedWithinMs(cfg.stallMs);
     }
     bool tcpAcked = checkAcks && !resuming_ && ackSeen_ && now - ackCheckUs_ < every;
     // While any comm's burst runs on this pair, tell the monitor the rail still carries data.
@@ -949,12 +861,12 @@ void SendLink::slowTick(uint64_t now) {
 
 void SendLink::progress(bool fromSweeper) {
   uint64_t now = nowUs();
-  Health* hl = Health::get();
+  Health* hl = deps.health;
   // If we were not called for a while (descheduled, or NCCL busy elsewhere), the network had
   // no chance to show progress: restart the stall clock instead of blaming the path. The
   // sweeper's calls are not the caller coming back (they follow a health change).
   if (!fromSweeper) {
-    if (now - lastCallUs_ > (uint64_t)Runtime::get().cfg.stallMs * tuning::kCallGapUsPerStallMs) lastProgressUs_ = std::max(lastProgressUs_, now);
+    if (now - lastCallUs_ > (uint64_t)deps.cfg->stallMs * tuning::kCallGapUsPerStallMs) lastProgressUs_ = std::max(lastProgressUs_, now);
     lastCallUs_ = now;
   }
   if (peerClosed) {  // the receiver closed the comm: only its last ACKs are still read
@@ -969,53 +881,36 @@ void SendLink::progress(bool fromSweeper) {
       failPath(p, err, now);
       continue;
     }
-    bool ok = true;
-    for (auto& s : p.streams) {
-      if (resuming_ && &s != &p.streams[0]) break;
-      if (!writeStream(p, s, &err)) {
-        ok = false;
-        break;
-      }
-    }
-    if (!ok) {
+    // While resuming nothing but the RESUME is queued (enqueueMsg waits for the RESUME_ACK).
+    int moved = p.tx->progress(&err);
+    if (moved < 0) {
       failPath(p, err, now);
       continue;
     }
+    if (moved > 0) lastProgressUs_ = nowUs();
     break;
   }
 }
 
 bool SendLink::pollPeerClose(Path& p, uint64_t now, std::string* err) {
-  bool isActive = active >= 0 && &paths[active] == &p;
-  for (size_t i = 0; i < p.streams.size() && !peerClosed; ++i) {
-    Stream& s = p.streams[i];
-    if (!s.conn || !s.connected || (isActive && i == 0)) continue;  // active stream 0: readControl()
-    // Stream 0 reads into the path's control buffer: should this standby become the active
-    // path with part of a frame read, readControl() goes on from the same byte (reading it
-    // into another buffer lost the frame boundary: fuzz_send found it). The other streams
-    // use their (otherwise unused) receive-direction header buffer.
-    uint8_t* hdr = i == 0 ? p.ctlIn : s.rhdr;
-    size_t& got = i == 0 ? p.ctlInGot : s.rhdrGot;
-    while (!peerClosed) {
-      ssize_t n = s.conn->read(hdr + got, wire::kFrameBytes - got, err);
-      if (n < 0) return false;
-      if (n == 0) break;
-      got += (size_t)n;
-      if (got < wire::kFrameBytes) break;
-      got = 0;
-      wire::Frame f;
-      if (!wire::decodeFrame(hdr, &f, err)) return *err = "protocol error from receiver: " + *err, false;
-      if (f.type == wire::kClose) {
-        peerClosed = true;
-        if (closedCause.empty()) closedCause = kCloseCause;
-      } else if (f.type == wire::kNack && f.seq == wire::kNackUnknownComm) {
-        peerClosed = true;
-        if (closedCause.empty()) closedCause = kNackCause;
-      } else if (f.type == wire::kNack) {
-        return *err = "receiver refused the path (reason " + std::to_string(f.seq) + ")", false;
-      } else {
-        return *err = "unexpected frame type " + std::to_string(f.type) + " on a path without control traffic", false;
-      }
+  if (!p.tx) return true;
+  // The active path's control channel is read by readControl().
+  bool withCtl = !(active >= 0 && &paths[active] == &p);
+  while (!peerClosed) {
+    CtlMsg f;
+    int r = p.tx->recvNotice(withCtl, &f, err);
+    if (r < 0) return false;
+    if (r == 0) break;
+    if (f.type == CtlType::kClose) {
+      peerClosed = true;
+      if (closedCause.empty()) closedCause = kCloseCause;
+    } else if (f.type == CtlType::kNack && f.seq == kNackReasonUnknownComm) {
+      peerClosed = true;
+      if (closedCause.empty()) closedCause = kNackCause;
+    } else if (f.type == CtlType::kNack) {
+      return *err = "receiver refused the path (reason " + std::to_string(f.seq) + ")", false;
+    } else {
+      return *err = "unexpected " + ctlName(f) + " on a path without control traffic", false;
     }
   }
   (void)now;
@@ -1031,7 +926,7 @@ void SendLink::onPeerClosed(const std::string& cause) {
     // The active path's stream 0 stays open for reading (drainClosing): ACKs the receiver sent
     // before its CLOSE may still be on their way there while the CLOSE already arrived on
     // another stream or rail.
-    if (i == active && !p.streams.empty() && p.streams[0].conn && now - closingSinceUs_ < tuning::kCloseDrainUs) continue;
+    if (i == active && p.tx && now - closingSinceUs_ < tuning::kCloseDrainUs) continue;
     p.closeAll();
     p.state = PathState::kClosed;
     p.lastError = cause;
@@ -1062,7 +957,7 @@ bool SendLink::closedVerdict(ncclResult_t* res) {
                "): the receiving rank destroyed or aborted its communicator";
     journal::fatal(secret, "send", fatalMsg);
   }
-  *res = fatalResult(fatalMsg);
+  *res = fatalResult(fatalMsg, deps.cfg->abortOnFatal);
   return true;
 }
 
@@ -1092,7 +987,7 @@ int SendLink::connectStep(std::string* why) {
 ncclResult_t SendLink::isend(const void* data, uint64_t size, int tag, void** request) {
   std::lock_guard<std::mutex> g(mu);
   *request = nullptr;
-  if (fatal && !fatalPeerGone) return fatalResult(fatalMsg);
+  if (fatal && !fatalPeerGone) return fatalResult(fatalMsg, deps.cfg->abortOnFatal);
   // The slot must be free: acknowledged and seen done by NCCL (shared comms test requests of
   // several connections in their own orders).
   if (nextSeq_ - acked_ >= kSendRing || !ring_.at(nextSeq_).released) {
@@ -1118,7 +1013,7 @@ ncclResult_t SendLink::test(SendReq* r, int* done, int* size) {
   if (!r->done) progress();
   ncclResult_t res;
   if (!r->done && closedVerdict(&res)) return res;
-  if (fatal && !r->done) return fatalResult(fatalMsg);
+  if (fatal && !r->done) return fatalResult(fatalMsg, deps.cfg->abortOnFatal);
   *done = r->done ? 1 : 0;
   if (r->done) r->released = true;
   if (r->done && size) *size = (int)r->size;
@@ -1130,9 +1025,9 @@ void SendLink::close() {
   std::lock_guard<std::mutex> g(mu);
   if (!peerClosed)
     for (auto& p : paths)
-      if (p.state == PathState::kActive || p.state == PathState::kStandby || p.state == PathState::kConnecting)
-        sendCloseAll(p);
-  Health* hl = Health::get();
+      if ((p.state == PathState::kActive || p.state == PathState::kStandby || p.state == PathState::kConnecting) && p.tx)
+        p.tx->sendClose();
+  Health* hl = deps.health;
   for (auto& p : paths) {
     p.closeAll();
     p.state = PathState::kClosed;
@@ -1143,13 +1038,14 @@ void SendLink::close() {
 // ------------------------------------------------------------------------------------------
 // RecvLink
 
-RecvLink::RecvLink(uint64_t s, uint64_t id, int dev) : connId(id), dev_(dev) {
+RecvLink::RecvLink(const LinkDeps& d, uint64_t s, uint64_t id, int dev) : connId(id), dev_(dev) {
+  deps = d;
   secret = s;
   lastSlowTickUs = nowUs();
   list();
 }
 
-void RecvLink::offerStream(std::unique_ptr<Conn> c, const wire::Hello& h, const sockaddr_storage& peer, int localNic) {
+void RecvLink::offerStream(std::unique_ptr<Conn> c, const StreamHello& h, const sockaddr_storage& peer, int localNic) {
   std::lock_guard<std::mutex> g(inMu_);
   incoming_.push_back({std::move(c), h, peer, localNic});
 }
@@ -1160,23 +1056,24 @@ void RecvLink::takeIncoming(uint64_t now) {
     std::lock_guard<std::mutex> g(inMu_);
     in.swap(incoming_);
   }
-  Health* hl = Health::get();
+  Health* hl = deps.health;
   for (auto& x : in) {
-    const wire::Hello& h = x.hello;
-    if (h.path >= wire::kMaxHandleAddrs) continue;  // dropped with x.conn
-    if (paths.size() <= h.path) paths.resize(h.path + 1);
-    Path& p = paths[h.path];
-    p.index = h.path;
+    const StreamHello& sh = x.hello;
+    const PathIdentity& h = sh.id;
+    if (h.pathIndex >= kMaxPeerAddrs) continue;  // dropped with x.conn
+    if (paths.size() <= h.pathIndex) paths.resize(h.pathIndex + 1);
+    Path& p = paths[h.pathIndex];
+    p.index = h.pathIndex;
     if (h.generation < p.generation) continue;  // a stale attempt the sender already gave up on
-    if (h.generation > p.generation || p.streams.size() != h.nStreams) {
-      if (active == (int)h.path) {
+    if (h.generation > p.generation || p.nStreams != sh.nStreams) {
+      if (active == (int)h.pathIndex) {
         active = -1;
         noPathSinceUs = now;
       }
       p.closeAll();
       p.generation = h.generation;
-      p.streams.clear();
-      p.streams.resize(h.nStreams);
+      p.nStreams = sh.nStreams;
+      p.rx = deps.transport->newRecvPath(sh.nStreams);
       p.state = PathState::kConnecting;
       p.localNic = x.localNic;
       p.rail = h.srcRail;
@@ -1192,16 +1089,17 @@ void RecvLink::takeIncoming(uint64_t now) {
         p.pairId = hl->registerPair(x.localNic, probe, p.remoteLen);
       }
     }
-    Stream& s = p.streams[h.stream];
-    s.conn = std::move(x.conn);
-    s.connected = true;
-    bool all = true;
-    for (auto& st : p.streams) all &= st.connected;
-    if (all && p.state == PathState::kConnecting) {
+    if (sh.stream >= sh.nStreams) continue;  // dropped with x.conn
+    // A stream of the current generation after the path failed: it waits in a fresh receive
+    // side (the path stays failed until the sender opens a new generation).
+    if (!p.rx) p.rx = deps.transport->newRecvPath(p.nStreams);
+    p.rx->adopt(sh.stream, std::move(x.conn));
+    std::string err;
+    if (p.rx->connectState(&err) > 0 && p.state == PathState::kConnecting) {
       p.state = PathState::kStandby;
       p.upSinceUs = now;
       if (peerName.empty()) peerName = addrToString(p.remote);
-      journal::path_up(secret, "recv", nicName(p.localNic), addrToString(p.remote), p.generation);
+      journal::path_up(secret, "recv", nicName(deps, p.localNic), addrToString(p.remote), p.generation);
     }
   }
 }
@@ -1223,7 +1121,7 @@ void RecvLink::failPath(Path& p, const std::string& why, uint64_t now) {
     RO_INFO(RO_SUBSYS_NET, "railover: recv comm %016llx path %s closed by the sender (%s)", (unsigned long long)secret,
             describe(p).c_str(), why.c_str());
   } else if (p.state == PathState::kActive || p.state == PathState::kStandby)
-    journal::path_down(secret, "recv", nicName(p.localNic), addrToString(p.remote), why, wasActive, std::nullopt);
+    journal::path_down(secret, "recv", nicName(deps, p.localNic), addrToString(p.remote), why, wasActive, std::nullopt);
   p.closeAll();
   p.state = PathState::kFailed;
   p.lastError = why;
@@ -1241,7 +1139,7 @@ void RecvLink::checkPeerGone(uint64_t now) {
   if (active >= 0 || fatal || peerClosed || nextComplete_ >= nextPost_ || paths.empty()) return;
   for (auto& p : paths)
     if (p.state != PathState::kFailed || !peerGoneError(p.lastError) || p.peerPort == 0) return;
-  auto& rt = Runtime::get();
+  const LinkDeps& d = deps;
   bool allRefused = true;
   for (auto& p : paths) {
     if (p.liveResult == 0 && !p.live && now >= liveNextUs_) {
@@ -1250,7 +1148,7 @@ void RecvLink::checkPeerGone(uint64_t now) {
       if (a.ss_family == AF_INET) ((sockaddr_in&)a).sin_port = htons(p.peerPort);
       else ((sockaddr_in6&)a).sin6_port = htons(p.peerPort);
       std::string err;
-      p.live = rt.transport->connect(p.localNic, a, p.remoteLen, &err);
+      p.live = d.transport->connect(p.localNic, a, p.remoteLen, &err);
       p.liveStartUs = now;
       if (!p.live && err.find("refused") != std::string::npos) p.liveResult = -1;
     }
@@ -1260,10 +1158,7 @@ void RecvLink::checkPeerGone(uint64_t now) {
       if (r > 0) {
         // The sender process is alive (it will reconnect, e.g. after fencing its paths under
         // congestion): say it was only a liveness check (connId 0) and look again later.
-        wire::Hello h;
-        uint8_t buf[wire::kFrameBytes];
-        wire::encodeHello(h, buf);
-        writeAll(*p.live, buf, sizeof(buf), &err);
+        d.transport->endLivenessCheck(*p.live, &err);
         p.live.reset();
         for (auto& q : paths) q.liveResult = 0, q.live.reset();
         liveNextUs_ = now + tuning::kLivenessRoundUs;
@@ -1297,8 +1192,8 @@ void RecvLink::onResume(int idx, uint64_t fromSeq, uint64_t now) {
     MsgSlot& m = msgs_.at(s);
     if (!m.done) m.got = 0, m.total = UINT64_MAX;
   }
+  for (uint64_t s = nextComplete_; s < nextPost_; ++s) msgs_.at(s).ranges.reset();
   Path& p = paths[idx];
-  for (auto& s : p.streams) s.resetIo();
   bool switched = active != idx && everReady_ && fromSeq > 0;
   p.state = PathState::kActive;
   active = idx;
@@ -1308,148 +1203,113 @@ void RecvLink::onResume(int idx, uint64_t fromSeq, uint64_t now) {
     fatalMsg = "railover: protocol error: sender resumed at seq " + std::to_string(fromSeq) +
                " beyond the receiver's " + std::to_string(nextComplete_);
   }
-  uint8_t buf[wire::kFrameBytes];
-  wire::Frame f;
-  f.type = wire::kResumeAck;
-  f.seq = nextComplete_;
-  wire::encodeFrame(f, buf);
-  p.ctlOut.append((const char*)buf, sizeof(buf));
+  CtlMsg m;
+  m.type = CtlType::kResumeAck;
+  m.seq = nextComplete_;
+  p.rx->sendCtl(m);
   ackSent_ = nextComplete_;
   if (switched) {
     counters.resumes++;
-    journal::resume(secret, "recv", nicName(p.localNic), addrToString(p.remote), nextComplete_);
+    journal::resume(secret, "recv", nicName(deps, p.localNic), addrToString(p.remote), nextComplete_);
   }
-}
-
-bool RecvLink::flushControl(Path& p, std::string* err) {
-  if (p.ctlOut.empty()) return true;
-  iovec iov{(void*)p.ctlOut.data(), p.ctlOut.size()};
-  ssize_t n = p.streams[0].conn->writev(&iov, 1, err);
-  if (n < 0) return false;
-  p.ctlOut.erase(0, (size_t)n);
-  return true;
 }
 
 // Standby paths carry nothing but a RESUME (or an EOF when the sender drops them).
 bool RecvLink::readControl(Path& p, int idx, uint64_t now, std::string* err) {
-  Stream& s = p.streams[0];
-  while (p.state == PathState::kStandby) {
-    ssize_t n = s.conn->read(p.ctlIn + p.ctlInGot, wire::kFrameBytes - p.ctlInGot, err);
-    if (n < 0) return false;
-    if (n == 0) return true;
-    p.ctlInGot += (size_t)n;
-    if (p.ctlInGot < wire::kFrameBytes) return true;
-    p.ctlInGot = 0;
-    wire::Frame f;
-    if (!wire::decodeFrame(p.ctlIn, &f, err)) return *err = "protocol error from sender: " + *err, false;
-    if (f.type == wire::kClose) {
+  while (p.state == PathState::kStandby && p.rx) {
+    CtlMsg m;
+    int r = p.rx->recvCtl(&m, err);
+    if (r < 0) return false;
+    if (r == 0) return true;
+    if (m.type == CtlType::kClose) {
       peerClosed = true;
       if (closedCause.empty()) closedCause = "the sender closed the comm (CLOSE)";
       return *err = closedCause, false;
     }
-    if (f.type != wire::kResume) return *err = "unexpected frame type " + std::to_string(f.type) + " on a standby path", false;
-    onResume(idx, f.seq, now);
+    if (m.type != CtlType::kResume) return *err = "unexpected " + ctlName(m) + " on a standby path", false;
+    onResume(idx, m.seq, now);
   }
   return true;
 }
 
-bool RecvLink::readData(Path& p, Stream& s, std::string* err) {
-  uint64_t budget = tuning::kRecvBudgetBytesPerPass;  // bytes per stream per pass, so other streams get their turn
-  while (budget > 0) {
-    if (!s.haveHdr) {
-      ssize_t n = s.conn->read(s.rhdr + s.rhdrGot, wire::kFrameBytes - s.rhdrGot, err);
-      if (n < 0) return false;
-      if (n == 0) return true;
-      s.rhdrGot += (size_t)n;
-      if (s.rhdrGot < wire::kFrameBytes) return true;
-      s.rhdrGot = 0;
-      if (!wire::decodeFrame(s.rhdr, &s.cur, err)) return *err = "protocol error from sender: " + *err, false;
-      if (s.cur.type == wire::kClose) {
-        peerClosed = true;
-        if (closedCause.empty()) closedCause = "the sender closed the comm (CLOSE)";
-        return *err = closedCause, false;
-      }
-      if (s.cur.type != wire::kData) return *err = "unexpected frame type " + std::to_string(s.cur.type) + " on the active path", false;
-      s.haveHdr = true;
-      s.curGot = 0;
-    }
-    const wire::Frame& f = s.cur;
-    if (f.seq >= nextPost_) return true;  // its receive is not posted yet: leave it in the socket
-    MsgSlot& m = msgs_.at(f.seq);
-    bool discard = f.seq < nextComplete_ || m.seq != f.seq || m.done;
-    RecvBuf* b = nullptr;
-    if (!discard) {
-      RecvReq& r = *m.req;
-      if (r.error) return true;  // the caller's error is reported by test(); nothing moves
-      if (m.idx < 0) {
-        // The message's first chunk: pick its buffer. A grouped receive matches tags (the
-        // first free buffer with this tag); a single one takes any tag.
-        RecvBuf* bs = r.bufs();
-        for (int i = 0; i < r.n && m.idx < 0; ++i)
-          if (!bs[i].matched && (r.n == 1 || bs[i].tag == f.tag)) m.idx = i;
-        if (m.idx < 0) {
-          std::string tags;
-          for (int i = 0; i < r.n; ++i) tags += (i ? "," : "") + std::to_string(bs[i].tag);
-          r.error = true;
-          r.errorCode = ncclInternalError;  // the sends do not match the posted receive: the caller's misuse
-          usageMsg_ = "railover: peer " + peerName + " sent message " + std::to_string(f.seq) + " with tag " +
-                      std::to_string(f.tag) + ", but no free buffer of the grouped receive it belongs to has that tag (tags " +
-                      tags + ")";
-          return true;
-        }
-        bs[m.idx].matched = true;
-      }
-      b = &r.bufs()[m.idx];
-      if (f.total > b->cap) {
-        r.error = true;
-        r.errorCode = ncclInvalidUsage;
-        usageMsg_ = "railover: message truncated: peer " + peerName + " sent " + std::to_string(f.total) +
-                    " bytes but the receive was posted with " + std::to_string(b->cap) + " bytes";
-        return true;
-      }
-      if (m.total == UINT64_MAX) m.total = f.total;
-      else if (m.total != f.total) return *err = "protocol error: message size changed between chunks", false;
-    }
-    while (s.curGot < f.len) {
-      uint64_t want = f.len - s.curGot;
-      uint8_t* dst;
-      if (discard) {
-        // Allocated on first use: only a RESUME produces such chunks, and 256 KiB per receive
-        // comm would be most of a comm's memory.
-        if (scratch_.empty()) scratch_.resize(tuning::kDiscardBufferBytes);
-        want = std::min<uint64_t>(want, scratch_.size());
-        dst = scratch_.data();
-      } else {
-        dst = b->data + f.offset + s.curGot;
-      }
-      ssize_t n = s.conn->read(dst, want, err);
-      if (n < 0) return false;
-      if (n == 0) return true;
-      s.curGot += (uint64_t)n;
-      budget -= std::min<uint64_t>(budget, (uint64_t)n);
-    }
-    s.haveHdr = false;
-    if (discard) counters.dupBytesDropped += f.len;
-    if (!discard) {
-      m.got += f.len;
-      if (m.got == m.total) {
-        m.done = true;
-        b->size = m.total;
-        RecvReq& r = *m.req;
-        if (++r.ndone == r.n) r.done = true;
-        while (nextComplete_ < nextPost_ && msgs_.at(nextComplete_).done) nextComplete_++;
-        while (reqComplete_ < reqPost_ && ring_[reqComplete_ % kRing].done) reqComplete_++;
-      }
-    }
+bool RecvLink::control(const CtlMsg& m, std::string* err) {
+  if (m.type == CtlType::kClose) {
+    peerClosed = true;
+    if (closedCause.empty()) closedCause = "the sender closed the comm (CLOSE)";
+    return *err = closedCause, false;
   }
-  return true;
+  return *err = "unexpected " + ctlName(m) + " on the active path", false;
+}
+
+int RecvLink::place(const ChunkRef& f, uint8_t** dst, std::string* err) {
+  if (f.seq >= nextPost_) return kHold;  // its receive is not posted yet: leave it with the transport
+  MsgSlot& m = msgs_.at(f.seq);
+  if (f.seq < nextComplete_ || m.seq != f.seq || m.done) return kDiscard;  // a chunk of a completed message
+  RecvReq& r = *m.req;
+  if (r.error) return kHold;  // the caller's error is reported by test(); nothing moves
+  if (m.idx < 0) {
+    // The message's first chunk: pick its buffer. A grouped receive matches tags (the first
+    // free buffer with this tag); a single one takes any tag.
+    RecvBuf* bs = r.bufs();
+    for (int i = 0; i < r.n && m.idx < 0; ++i)
+      if (!bs[i].matched && (r.n == 1 || bs[i].tag == f.tag)) m.idx = i;
+    if (m.idx < 0) {
+      std::string tags;
+      for (int i = 0; i < r.n; ++i) tags += (i ? "," : "") + std::to_string(bs[i].tag);
+      r.error = true;
+      r.errorCode = ncclInternalError;  // the sends do not match the posted receive: the caller's misuse
+      usageMsg_ = "railover: peer " + peerName + " sent message " + std::to_string(f.seq) + " with tag " +
+                  std::to_string(f.tag) + ", but no free buffer of the grouped receive it belongs to has that tag (tags " +
+                  tags + ")";
+      return kHold;
+    }
+    bs[m.idx].matched = true;
+  }
+  RecvBuf* b = &r.bufs()[m.idx];
+  if (f.total > b->cap) {
+    r.error = true;
+    r.errorCode = ncclInvalidUsage;
+    usageMsg_ = "railover: message truncated: peer " + peerName + " sent " + std::to_string(f.total) +
+                " bytes but the receive was posted with " + std::to_string(b->cap) + " bytes";
+    return kHold;
+  }
+  if (m.total == UINT64_MAX) m.total = f.total;
+  else if (m.total != f.total) return *err = "protocol error: message size changed between chunks", -1;
+  if (f.len > 0) {
+    // Idempotent accounting: bytes already received are dropped, never counted twice.
+    if (m.ranges.covers(f.offset, f.offset + f.len)) return kDiscard;
+    if (!m.ranges.admits(f.offset, f.offset + f.len)) return kHold;
+    m.ranges.inflight++;
+  }
+  *dst = b->data + f.offset;  // offset + len <= total <= cap: checked by the transport and above
+  return kWrite;
+}
+
+void RecvLink::arrived(const ChunkRef& f, bool discarded) {
+  if (discarded) {
+    counters.dupBytesDropped += f.len;
+    return;
+  }
+  MsgSlot& m = msgs_.at(f.seq);
+  if (f.len > 0) {
+    if (m.ranges.inflight) m.ranges.inflight--;
+    m.got += m.ranges.add(f.offset, f.offset + f.len);
+  }
+  if (m.got == m.total && !m.done) {
+    m.done = true;
+    RecvReq& r = *m.req;
+    r.bufs()[m.idx].size = m.total;
+    if (++r.ndone == r.n) r.done = true;
+    while (nextComplete_ < nextPost_ && msgs_.at(nextComplete_).done) nextComplete_++;
+    while (reqComplete_ < reqPost_ && ring_[reqComplete_ % kRing].done) reqComplete_++;
+  }
 }
 
 void RecvLink::slowTick(uint64_t now) {
-  auto& cfg = Runtime::get().cfg;
+  const Config& cfg = *deps.cfg;
   lastSlowTickUs = now;
   takeIncoming(now);
-  Health* hl = Health::get();
+  Health* hl = deps.health;
   if (hl && hl->epoch() != seenEpoch) {
     seenEpoch = hl->epoch();
     // Bilateral detection: a receiver that sees its side of a path down closes it, so the
@@ -1457,7 +1317,7 @@ void RecvLink::slowTick(uint64_t now) {
     for (auto& p : paths)
       if ((p.state == PathState::kActive || p.state == PathState::kStandby) &&
           (!hl->nicUp(p.localNic) || hl->pairHardDown(p.pairId)))
-        failPath(p, !hl->nicUp(p.localNic) ? "local NIC " + nicName(p.localNic) + " down" : hl->pairDownCause(p.pairId), now);
+        failPath(p, !hl->nicUp(p.localNic) ? "local NIC " + nicName(deps, p.localNic) + " down" : hl->pairDownCause(p.pairId), now);
   }
   for (int i = 0; i < (int)paths.size(); ++i) {
     Path& p = paths[i];
@@ -1469,7 +1329,7 @@ void RecvLink::slowTick(uint64_t now) {
   if (active < 0 && cfg.fatalTimeoutS && noPathSinceUs && nextComplete_ < nextPost_ &&
       now - noPathSinceUs > (uint64_t)cfg.fatalTimeoutS * 1000000 && !fatal) {
     std::string nics;
-    for (auto& p : paths) nics += (nics.empty() ? "" : ",") + nicName(p.localNic) + " (" + p.lastError + ")";
+    for (auto& p : paths) nics += (nics.empty() ? "" : ",") + nicName(deps, p.localNic) + " (" + p.lastError + ")";
     fatal = true;
     fatalMsg = "railover: no usable path from peer " + peerName + " on NIC(s) " + nics + " for " +
                std::to_string(cfg.fatalTimeoutS) + " s";
@@ -1479,27 +1339,21 @@ void RecvLink::slowTick(uint64_t now) {
 
 void RecvLink::progress() {
   uint64_t now = nowUs();
-  Health* hl = Health::get();
+  Health* hl = deps.health;
   if (now - lastSlowTickUs >= tuning::kSlowTickUs || active < 0 || (hl && hl->epoch() != seenEpoch)) slowTick(now);
   if (active < 0) return;
   Path& p = paths[active];
   std::string err;
-  bool ok = flushControl(p, &err);
-  for (auto& s : p.streams) {
-    if (!ok) break;
-    ok = readData(p, s, &err);
-  }
+  bool ok = p.rx && p.rx->progress(*this, &err) >= 0;
   if (ok && nextComplete_ > ackSent_) {
-    uint8_t buf[wire::kFrameBytes];
-    wire::Frame f;
-    f.type = wire::kAck;
-    f.seq = nextComplete_;
-    wire::encodeFrame(f, buf);
-    p.ctlOut.append((const char*)buf, sizeof(buf));
+    CtlMsg m;
+    m.type = CtlType::kAck;
+    m.seq = nextComplete_;
+    p.rx->sendCtl(m);
     ackSent_ = nextComplete_;
-    ok = flushControl(p, &err);
+    ok = p.rx->flushCtl(&err) >= 0;
   }
-  if (!ok) failPath(p, err, now);
+  if (!ok) failPath(p, p.rx ? err : "path not open", now);
 }
 
 bool RecvLink::ready() {
@@ -1515,7 +1369,7 @@ ncclResult_t RecvLink::irecv(int n, void** data, const uint64_t* caps, const int
   std::lock_guard<std::mutex> g(mu);
   *request = nullptr;
   lastCallUs_ = nowUs();
-  if (fatal && !fatalPeerGone) return fatalResult(fatalMsg);
+  if (fatal && !fatalPeerGone) return fatalResult(fatalMsg, deps.cfg->abortOnFatal);
   // Room for the request (NCCL keeps at most 32 untested: 64 slots never reuse one it may
   // still test) and for its n messages.
   // A slot NCCL has not yet seen done is never reused (shared comms test the requests of
@@ -1567,7 +1421,7 @@ ncclResult_t RecvLink::test(RecvReq* r, int* done, int* sizes) {
                " receive(s) incomplete (" + closedCause + "): the sending rank destroyed or aborted its communicator";
     journal::fatal(secret, "recv", fatalMsg);
   }
-  if (fatal && !r->done) return fatalResult(fatalMsg);
+  if (fatal && !r->done) return fatalResult(fatalMsg, deps.cfg->abortOnFatal);
   *done = r->done ? 1 : 0;
   if (r->done) r->released = true;
   if (r->done && sizes)
@@ -1582,16 +1436,16 @@ void RecvLink::close() {
   takeIncoming(nowUs());  // streams routed here but not yet taken learn of the close too
   // This direction carries only whole control frames. The active path first: its ACKs are
   // flushed before any CLOSE leaves on another path (the sender still reads them after it).
-  if (!peerClosed && active >= 0) sendCloseAll(paths[active]);
+  if (!peerClosed && active >= 0 && paths[active].rx) paths[active].rx->sendClose();
   if (!peerClosed)
     for (int i = 0; i < (int)paths.size(); ++i)
-      if (i != active && (paths[i].state == PathState::kStandby || paths[i].state == PathState::kConnecting))
-        sendCloseAll(paths[i]);
+      if (i != active && (paths[i].state == PathState::kStandby || paths[i].state == PathState::kConnecting) && paths[i].rx)
+        paths[i].rx->sendClose();
   {
     std::lock_guard<std::mutex> g2(inMu_);
     incoming_.clear();
   }
-  Health* hl = Health::get();
+  Health* hl = deps.health;
   for (auto& p : paths) {
     p.closeAll();
     p.state = PathState::kClosed;

@@ -13,7 +13,11 @@
 //  * before data moves on a newly activated path the sender sends RESUME(first unacked seq)
 //    and the receiver fences every other path, forgets partial progress of incomplete
 //    receives and answers RESUME_ACK(next expected seq); the sender resends from there.
-//    Chunks of completed seqs are read and discarded, never written.
+//    Receive accounting is idempotent per chunk (RecvRanges): bytes already held and chunks
+//    of completed seqs are discarded, never counted twice.
+//
+// The engine moves chunks and control messages through the path interface
+// (transport/transport.h: SendPath, RecvPath, RecvSink); framing is the transport's.
 //
 // Threading: NCCL's progress thread calls isend/irecv/test, its service thread connect/
 // accept/close; a per-link mutex serialises them. The health thread is never blocked by a
@@ -34,7 +38,7 @@
 #include <vector>
 
 #include "abi/nccl_net_abi.h"
-#include "transport/tcp/wire.h"
+#include "failover/deps.h"
 #include "transport/transport.h"
 
 namespace railover {
@@ -51,33 +55,6 @@ constexpr int kMsgRing = 32 * kMaxRecvs;
 enum class PathState { kConnecting, kStandby, kActive, kFailed, kClosed };
 const char* pathStateName(PathState s);
 
-struct Chunk {
-  uint64_t seq, offset, len, total;
-};
-
-// One TCP connection of a path.
-struct Stream {
-  std::unique_ptr<Conn> conn;
-  bool connected = false;
-  // sender direction: queued chunks and the progress of the one being written
-  std::deque<Chunk> q;
-  uint8_t hdr[wire::kFrameBytes];
-  size_t hdrDone = 0;
-  uint64_t payloadDone = 0;
-  bool hdrBuilt = false;
-  uint64_t queuedBytes = 0;
-  // receiver direction: frame being read
-  uint8_t rhdr[wire::kFrameBytes];
-  size_t rhdrGot = 0;
-  bool haveHdr = false;
-  wire::Frame cur;
-  uint64_t curGot = 0;
-  void resetIo() {
-    q.clear(), hdrDone = 0, payloadDone = 0, hdrBuilt = false, queuedBytes = 0;
-    rhdrGot = 0, haveHdr = false, curGot = 0;
-  }
-};
-
 struct Path {
   int index = 0;        // index in the receiver's handle address list
   int localNic = -1;    // our NIC
@@ -86,7 +63,9 @@ struct Path {
   sockaddr_storage remote{};
   socklen_t remoteLen = 0;
   PathState state = PathState::kConnecting;
-  std::vector<Stream> streams;
+  std::unique_ptr<SendPath> tx;  // sender: the path's send side (null while failed or closed)
+  std::unique_ptr<RecvPath> rx;  // receiver: the path's receive side (null while failed or closed)
+  int nStreams = 0;              // receiver: streams the sender's HELLOs announced for this generation
   uint32_t generation = 0;
   uint64_t nextAttemptUs = 0;
   uint32_t backoffMs = 0;
@@ -99,10 +78,6 @@ struct Path {
   uint32_t holdDownMs = 0;     // current (flap-grown) hold-down
   uint64_t repairSeenUs = 0;   // last NIC/pair repair (Health::repairedUs) this path acted on
   std::string lastError;
-  // control frames waiting to go out on stream 0 (reverse direction for a receiver)
-  std::string ctlOut;
-  uint8_t ctlIn[wire::kFrameBytes];
-  size_t ctlInGot = 0;
   uint64_t lastRxUs = 0;
   // Receiver only: the sender's listener port on the NIC this path comes from (its HELLO's
   // probePort), and the liveness check of the sender process over it (peer-gone verdict).
@@ -141,6 +116,7 @@ class Link {
  public:
   Link();
   virtual ~Link();
+  LinkDeps deps;  // handed in at construction (SendLink::create, Listener, RecvLink)
   // Makes the link visible to forEachLink (state file) and the failover sweeper. Called once
   // it is fully constructed; unlist() before it is torn down (close() and the destructors do).
   void list();
@@ -224,7 +200,7 @@ class SendLink : public Link {
   bool sweep() override;
   uint64_t createdUs = 0;
   // Creates paths to every address in the handle allowed by the standby policy; starts connects.
-  static SendLink* create(int dev, const wire::Handle& h, std::string* err);
+  static SendLink* create(const LinkDeps& deps, int dev, const PeerHandle& h, std::string* err);
   // One connect() step (NCCL's service thread): 1 = hand the comm to NCCL (a path has all its
   // streams connected and HELLOs written, i.e. no later than the receiver's accept can return;
   // data posted before a path is active waits for it), 0 = call again, -1 = error with the
@@ -246,7 +222,6 @@ class SendLink : public Link {
   int pickStandby() const;
   void enqueueFrom(uint64_t seq);
   void enqueueMsg(const SendReq& r);
-  bool writeStream(Path& p, Stream& s, std::string* err);
   bool readControl(Path& p, uint64_t now, std::string* err);
   void complete(uint64_t upTo);
   // Reads what the receiver sent on a path that carries no control traffic for us (a standby
@@ -264,7 +239,6 @@ class SendLink : public Link {
   bool everConnected_ = false;  // some path had all streams connected and HELLOs written
 
   int dev_ = 0;
-  wire::Handle handle_{};
   ChunkedRing<SendReq, 64, kSendRing / 64> ring_;
   uint64_t nextSeq_ = 0;
   uint64_t acked_ = 0;          // every seq < acked_ is acknowledged
@@ -308,25 +282,49 @@ struct RecvReq {
   RecvBuf* bufs() { return n == 1 ? &one : group.get(); }
 };
 
+// The byte ranges of one message received so far, for accounting that is idempotent per
+// chunk: a chunk (or part of one) seen twice never counts twice. Sorted, disjoint ranges
+// [lo, hi), at most kMax of them; the first always starts at 0 (initially [0, 0)), so a chunk
+// that extends what is received from the start never needs a new range. A chunk that would
+// need more than kMax ranges waits (RecvSink::kHold) until the gaps before it fill; the chunk
+// at the start of the lowest gap always fits, so receiving always makes progress. A message
+// has at most max(streams, size / 1 MiB) chunks, so with kMax = 8 only messages over ~16 MiB
+// whose streams drift apart by 8 chunks ever wait. No heap allocation.
+struct RecvRanges {
+  static constexpr int kMax = 8;
+  uint64_t lo[kMax], hi[kMax];
+  uint8_t n = 1;
+  uint8_t inflight = 0;  // chunks placed whose bytes are still arriving (each may add a range)
+  RecvRanges() { lo[0] = hi[0] = 0; }
+  void reset() { n = 1, lo[0] = hi[0] = 0, inflight = 0; }
+  // True when [a, b) is already received (a duplicate).
+  bool covers(uint64_t a, uint64_t b) const;
+  // Whether [a, b) may be placed now without ever needing more than kMax ranges.
+  bool admits(uint64_t a, uint64_t b) const;
+  // Records [a, b) as received; returns the bytes it newly covers (0 for a duplicate).
+  uint64_t add(uint64_t a, uint64_t b);
+};
+
 // The receiver's view of one message seq: which request (and buffer) it fills.
 struct MsgSlot {
   uint64_t seq = UINT64_MAX;
   RecvReq* req = nullptr;
   int idx = -1;                 // buffer of req, chosen by tag at the message's first chunk
   uint64_t total = UINT64_MAX;  // known from the first chunk
-  uint64_t got = 0;
+  uint64_t got = 0;             // distinct bytes received (ranges' total)
   bool done = false;
+  RecvRanges ranges;
 };
 
-class RecvLink : public Link {
+class RecvLink : public Link, public RecvSink {
  public:
   // Created by routeStream() for the first stream of a new connection to a listen comm.
-  RecvLink(uint64_t secret, uint64_t connId, int dev);
+  RecvLink(const LinkDeps& deps, uint64_t secret, uint64_t connId, int dev);
   uint64_t connId = 0;
   ~RecvLink() override { unlist(); }
   bool sweep() override;
   // Called by the acceptor thread with a validated stream.
-  void offerStream(std::unique_ptr<Conn> c, const wire::Hello& h, const sockaddr_storage& peer, int localNic);
+  void offerStream(std::unique_ptr<Conn> c, const StreamHello& h, const sockaddr_storage& peer, int localNic);
   bool ready();  // true once the first path has all its streams
   // n buffers (1..kMaxRecvs) with their capacities (bytes) and tags; NULL *request = ring full.
   ncclResult_t irecv(int n, void** data, const uint64_t* caps, const int* tags, void** request);
@@ -334,16 +332,19 @@ class RecvLink : public Link {
   ncclResult_t test(RecvReq* r, int* done, int* sizes);
   void close();
   int dev() const { return dev_; }
+  // RecvSink: the engine's answers to the active path's transport (under `mu`; public for the
+  // engine tests, which deliver chunks directly as a transport would).
+  int place(const ChunkRef& c, uint8_t** dst, std::string* err) override;
+  void arrived(const ChunkRef& c, bool discarded) override;
+  bool control(const CtlMsg& m, std::string* err) override;
 
  private:
   void progress();
   void idleSweep(uint64_t now) override;
   void takeIncoming(uint64_t now);
   void slowTick(uint64_t now);
-  bool readData(Path& p, Stream& s, std::string* err);
   bool readControl(Path& p, int idx, uint64_t now, std::string* err);
   void onResume(int idx, uint64_t fromSeq, uint64_t now);
-  bool flushControl(Path& p, std::string* err);
   void failPath(Path& p, const std::string& why, uint64_t now);
   // Peer-gone verdict: with receives pending and every path closed or reset by the sender,
   // checks whether the sender process still exists by connecting to its listener on each
@@ -357,7 +358,7 @@ class RecvLink : public Link {
   std::mutex inMu_;
   struct Incoming {
     std::unique_ptr<Conn> conn;
-    wire::Hello hello;
+    StreamHello hello;
     sockaddr_storage peer;
     int localNic;
   };
@@ -371,7 +372,6 @@ class RecvLink : public Link {
   std::string usageMsg_;        // the caller's error (truncation, tag mismatch)
   uint64_t ackSent_ = 0;
   uint64_t lastCallUs_ = 0;  // NCCL's last irecv/test on this comm, µs (the idle pass starts after it)
-  std::vector<uint8_t> scratch_;
   bool everReady_ = false;
 };
 
@@ -399,7 +399,7 @@ LinkCounters closedLinkTotals(uint64_t* fatals);
 // Returns a link's fatal error to NCCL: logs `msg` (a WARN) and returns ncclSystemError; with
 // RAILOVER_ABORT_ON_FATAL=1 it writes `msg` as one stderr line and exits the process instead
 // (status kAbortOnFatalExitCode). Thread-safe.
-ncclResult_t fatalResult(const std::string& msg);
+ncclResult_t fatalResult(const std::string& msg, bool abortOnFatal);
 
 // A listen comm: accepts any number of connections to its handle (as NCCL's socket and IB
 // transports do). The acceptor thread creates a RecvLink for each new connection id seen with
@@ -409,14 +409,15 @@ ncclResult_t fatalResult(const std::string& msg);
 // Thread-safety: accept()/close() from NCCL's service thread; routeStream from the acceptor.
 class Listener {
  public:
-  Listener(uint64_t secret, int dev);  // registers the secret
+  Listener(const LinkDeps& deps, uint64_t secret, int dev);  // registers the secret
   RecvLink* accept();                  // nullptr = no connection ready yet
   void close();                        // unregisters; closes the links never accepted
   const uint64_t secret;
   const int dev;
 
  private:
-  friend bool routeStream(std::unique_ptr<Conn>& c, const wire::Hello& h, const sockaddr_storage& peer, int localNic);
+  friend bool routeStream(std::unique_ptr<Conn>& c, const StreamHello& h, const sockaddr_storage& peer, int localNic);
+  const LinkDeps deps_;  // handed to the links it creates
   bool open_ = true;
   std::vector<RecvLink*> fresh_;  // created, not accepted yet (oldest first); under the registry lock
   std::vector<uint64_t> seen_;    // every connection id ever created here (a closed one is not re-created)
@@ -428,6 +429,6 @@ void unregisterRecvLink(uint64_t secret, uint64_t connId);
 // listen comm with that secret is open and the id is new. Returns false (and leaves `c` with the
 // caller, who answers NACK(kNackUnknownComm) and drops it) when neither exists, or for a
 // liveness check (connId 0).
-bool routeStream(std::unique_ptr<Conn>& c, const wire::Hello& h, const sockaddr_storage& peer, int localNic);
+bool routeStream(std::unique_ptr<Conn>& c, const StreamHello& h, const sockaddr_storage& peer, int localNic);
 
 }  // namespace railover

@@ -42,6 +42,7 @@
 #include "fuzz/fuzz_engine.h"
 #include "plugin/devices.h"
 #include "plugin/runtime.h"
+#include "transport/tcp/stream_path.h"
 #include "transport/transport.h"
 
 using namespace railover;
@@ -106,11 +107,21 @@ class FeedConn : public Conn {
 using fuzz::makeNic;
 using fuzz::quietLogger;
 
+// The receiver opens no streams of its own here: it builds its paths' receive sides (stream
+// paths over the fed streams) and nothing else.
+class NoConnectTransport : public StreamTransport {
+ public:
+  std::unique_ptr<Conn> connect(int, const sockaddr_storage&, socklen_t, std::string* err) override {
+    return *err = "no outgoing connections (fuzz)", nullptr;
+  }
+};
+NoConnectTransport gTransport;
+
 void setup() {
   setLogger(quietLogger);
   Config cfg;
   cfg.fatalTimeoutS = 0;  // no wall-clock verdicts: a run must depend on its input only
-  Runtime::get().initForTest(cfg, {makeNic(0, "f0", "10.0.0.1"), makeNic(1, "f1", "10.0.1.1")}, nullptr);
+  Runtime::get().initForTest(cfg, {makeNic(0, "f0", "10.0.0.1"), makeNic(1, "f1", "10.0.1.1")}, &gTransport);
 }
 
 uint8_t pattern(uint64_t msg, uint64_t off) { return (uint8_t)(msg * 2654435761u + off * 40503u + (off >> 9) + 1); }
@@ -239,7 +250,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   sockaddr_storage peer{};
   ((sockaddr_in&)peer).sin_family = AF_INET;
   inet_pton(AF_INET, "10.0.0.2", &((sockaddr_in&)peer).sin_addr);
-  auto* link = new RecvLink(secret, /*connId=*/0, /*dev=*/0);
+  auto* link = new RecvLink(Runtime::get().linkDeps(), secret, /*connId=*/0, /*dev=*/0);
   static const bool debug = getenv("RAILOVER_FUZZ_DEBUG") != nullptr;  // prints the scenario
   if (debug) {
     fprintf(stderr, "structured %d nRecv %d postPerRound %d maxRead %zu\n", structured, nRecv, postPerRound, maxRead);
@@ -265,7 +276,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (size_t s = 0; s < p.feeds.size(); ++s) {
       wire::Hello h = p.hello;
       h.stream = (uint8_t)s;
-      link->offerStream(std::unique_ptr<Conn>(new FeedConn(p.feeds[s].get())), h, peer, p.hello.path % 2);
+      link->offerStream(std::unique_ptr<Conn>(new FeedConn(p.feeds[s].get())), helloToStream(h), peer, p.hello.path % 2);
     }
     p.offered = true;
   };

@@ -38,6 +38,7 @@
 #include "fuzz/fuzz_engine.h"
 #include "plugin/devices.h"
 #include "plugin/runtime.h"
+#include "transport/tcp/stream_path.h"
 #include "transport/transport.h"
 
 using namespace railover;
@@ -90,7 +91,7 @@ class FeedConn : public Conn {
 };
 
 // Opens connections whose reply bytes the current input supplies.
-class FeedTransport : public Transport {
+class FeedTransport : public StreamTransport {
  public:
   FuzzedDataProvider* fdp = nullptr;
   size_t maxWrite = SIZE_MAX;
@@ -153,7 +154,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     h.addrs[i].addr[0] = 10, h.addrs[i].addr[2] = (uint8_t)i, h.addrs[i].addr[3] = 2;
   }
   std::string err;
-  SendLink* link = SendLink::create(0, h, &err);
+  SendLink* link = SendLink::create(Runtime::get().linkDeps(), 0, handleToPeer(h), &err);
   FUZZ_CHECK(link != nullptr, "create failed: %s", err.c_str());
 
   // Highest seq the sender could have taken as acknowledged: ACK / RESUME_ACK frames it read.

@@ -597,8 +597,6 @@ class Monitor : public Health {
   }
 };
 
-std::atomic<Health*> gHealth{nullptr};
-
 std::string readOper(const std::string& name) {
   FILE* f = fopen(("/sys/class/net/" + name + "/operstate").c_str(), "r");
   char b[32] = {};
@@ -614,7 +612,7 @@ std::string readOper(const std::string& name) {
 }  // namespace
 
 void Health::start(const Config& cfg, Nic* nics, int nNics, const uint16_t* ports) {
-  if (gHealth.load()) return;
+  if (Health::get()) return;
   auto* m = new Monitor();
   m->cfg = cfg;
   m->nics = nics;
@@ -649,19 +647,10 @@ void Health::start(const Config& cfg, Nic* nics, int nNics, const uint16_t* port
       m->nl = -1;
     }
   }
-  gHealth.store(m);
+  Health::install(m);
   std::thread([m] { m->run(); }).detach();
 }
 
-Health* Health::get() { return gHealth.load(std::memory_order_acquire); }
-void Health::install(Health* h) { gHealth.store(h, std::memory_order_release); }
-namespace {
-std::atomic<void (*)()> gEpochHook{nullptr};
-}
-void Health::setEpochHook(void (*hook)()) { gEpochHook.store(hook, std::memory_order_release); }
-void Health::notifyEpoch() {
-  if (auto h = gEpochHook.load(std::memory_order_acquire)) h();
-}
 void Health::setAddrChangeHook(void (*hook)(int, const sockaddr_storage&, socklen_t)) { gAddrHook = hook; }
 
 bool Monitor::nicUp(int nic) const {

@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "failover/link.h"
 #include "plugin/runtime.h"
+#include "transport/tcp/stream_path.h"
 #include "transport/tcp/wire.h"
 
 namespace railover {
@@ -112,7 +113,7 @@ ncclResult_t listen(int dev, void* handle, void** listenComm) {
   }
   wire::encodeHandle(h, handle);
   auto* lc = new ListenComm();
-  lc->listener = new Listener(h.secret, dev);
+  lc->listener = new Listener(rt().linkDeps(), h.secret, dev);
   *listenComm = lc;
   return ncclSuccess;
 }
@@ -130,7 +131,7 @@ ncclResult_t connect(int dev, void* handle, void** sendComm) {
       RO_WARN("railover: connect on NIC %s: malformed handle: %s", rt().nics[dev].name.c_str(), err.c_str());
       return ncclInvalidArgument;
     }
-    l = SendLink::create(dev, h, &err);
+    l = SendLink::create(rt().linkDeps(), dev, handleToPeer(h), &err);
     memcpy(hb + kStageOffset, &l, sizeof(l));
   }
   std::string cause;
@@ -155,7 +156,7 @@ ncclResult_t connect(int dev, void* handle, void** sendComm) {
     memset(hb + kStageOffset, 0, sizeof(l));
     l->close();
     delete l;
-    return fatalResult(msg);
+    return fatalResult(msg, rt().cfg.abortOnFatal);
   }
   return ncclSuccess;
 }

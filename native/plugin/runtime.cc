@@ -19,14 +19,10 @@
 #include "telemetry/state.h"
 #include "transport/tcp/socket.h"
 #include "transport/tcp/tcp_transport.h"
+#include "transport/tcp/stream_path.h"
 #include "transport/tcp/wire.h"
 
 namespace railover {
-
-Runtime& Runtime::get() {
-  static Runtime* r = new Runtime();  // never destroyed: the library is -z nodelete
-  return *r;
-}
 
 ncclResult_t Runtime::init(ncclDebugLogger_t logger) {
   if (logger) setLogger(logger);
@@ -48,7 +44,7 @@ ncclResult_t Runtime::init(ncclDebugLogger_t logger) {
     return result_ = ncclSystemError;
   }
   ports.assign(nics.size(), 0);
-  if (!transport) transport = new TcpTransport();
+  if (!transport) transport = new TcpTransport(&nics, &cfg);
   for (auto& n : nics) {
     socklen_t len = 0;
     sockaddr_storage a = n.getAddr(&len);
@@ -79,17 +75,6 @@ ncclResult_t Runtime::init(ncclDebugLogger_t logger) {
   return result_ = ncclSuccess;
 }
 
-void Runtime::initForTest(const Config& c, const std::vector<Nic>& n, Transport* t) {
-  std::lock_guard<std::mutex> g(mu_);
-  cfg = c;
-  nics = n;
-  ports.assign(nics.size(), 0);
-  for (size_t i = 0; i < ports.size(); ++i) ports[i] = (uint16_t)(1000 + i);
-  transport = t;
-  tried_ = true;
-  result_ = ncclSuccess;
-  ok_.store(true, std::memory_order_release);
-}
 
 void Runtime::relisten(int nic, const sockaddr_storage& a, socklen_t len) {
   uint16_t port = ports[nic];
@@ -219,7 +204,7 @@ void Runtime::acceptLoop() {
       epoll_ctl(ep, EPOLL_CTL_DEL, fd, nullptr);
       tcp::tuneStream(fd, cfg.tcpUserTimeoutMs);
       std::unique_ptr<Conn> conn(new TcpConn(fd));
-      if (!routeStream(conn, h, peer, nic) && h.connId != 0) {
+      if (!routeStream(conn, helloToStream(h), peer, nic) && h.connId != 0) {
         // No open listen comm and no live recv comm has it (closed, or never ours): say so, so
         // the sender stops reconnecting instead of retrying for as long as its comm lives.
         uint8_t buf[wire::kFrameBytes];

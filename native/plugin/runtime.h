@@ -15,6 +15,7 @@
 
 #include "abi/nccl_net_abi.h"
 #include "common/config.h"
+#include "failover/deps.h"
 #include "plugin/devices.h"
 #include "transport/transport.h"
 
@@ -33,6 +34,9 @@ class Runtime {
   // Unit tests: adopt this configuration and NIC table, with `t` as the transport, without
   // listeners or threads (the test installs its own Health and plays the acceptor).
   void initForTest(const Config& c, const std::vector<Nic>& n, Transport* t);
+
+  // What links get from the process (its configuration, NICs, ports, transport, health).
+  LinkDeps linkDeps();
 
   Config cfg;
   std::vector<Nic> nics;

@@ -27,7 +27,9 @@
 #include "failover/link.h"
 #include "health/health.h"
 #include "plugin/devices.h"
+#include "transport/tcp/stream_path.h"
 #include "transport/transport.h"
+#include "tests/scripted_health.h"
 
 namespace railover {
 namespace fake {
@@ -104,7 +106,7 @@ class FakeConn : public Conn {
 };
 
 // The server ends wait here until their HELLO has arrived; pump() routes them like the acceptor.
-class FakeTransport : public Transport {
+class FakeTransport : public StreamTransport {
  public:
   struct Pending {
     std::shared_ptr<Pipe> in;  // bytes from the client
@@ -157,64 +159,9 @@ class FakeTransport : public Transport {
       std::string err;
       ssize_t n = p.server->read(buf, sizeof(buf), &err);
       wire::Hello h;
-      if (n == (ssize_t)sizeof(buf) && wire::decodeHello(buf, &h, &err)) routeStream(p.server, h, p.clientAddr, p.remoteNic);
+      if (n == (ssize_t)sizeof(buf) && wire::decodeHello(buf, &h, &err)) routeStream(p.server, helloToStream(h), p.clientAddr, p.remoteNic);
       pending.erase(pending.begin() + i);
     }
-  }
-};
-
-// Health the test scripts: NICs and pairs go up and down when the test says so.
-class ScriptedHealth : public Health {
- public:
-  struct PairInfo {
-    int nic;
-    std::string remote;
-    bool up = true, hard = false;
-    std::string cause;
-    uint64_t repairedUs = 0;
-  };
-  std::vector<uint64_t> nicRepairedUs = std::vector<uint64_t>(8, 0);
-  std::vector<bool> nics = std::vector<bool>(8, true);
-  std::vector<PairInfo> pairs;
-  std::vector<std::string> bursts;
-  std::vector<bool> burstOn = std::vector<bool>(16, false);  // pairs with a full-size burst running
-  std::vector<int> dataAcked;                                // noteDataAcked calls, by pair id
-
-  bool nicUp(int nic) const override { return nic < 0 || nic >= (int)nics.size() || nics[nic]; }
-  int registerPair(int nic, const sockaddr_storage& remote, socklen_t) override {
-    std::string ra = addrToString(remote);
-    for (size_t i = 0; i < pairs.size(); ++i)
-      if (pairs[i].nic == nic && pairs[i].remote == ra) return (int)i;
-    PairInfo pi;
-    pi.nic = nic, pi.remote = ra;
-    pairs.push_back(pi);
-    return (int)pairs.size() - 1;
-  }
-  void unregisterPair(int) override {}
-  bool pairUp(int id) const override { return id < 0 || pairs[id].up; }
-  bool pairHardDown(int id) const override { return id >= 0 && !pairs[id].up && pairs[id].hard; }
-  std::string pairDownCause(int id) const override { return pairs[id].cause; }
-  void requestBurst(int id) override { bursts.push_back(pairs[id].remote); }
-  bool burstActive(int id) const override { return id >= 0 && id < (int)burstOn.size() && burstOn[id]; }
-  void noteDataAcked(int id) override { dataAcked.push_back(id); }
-  uint64_t repairedUs(int nic, int id) const override {
-    uint64_t t = nic >= 0 && nic < (int)nicRepairedUs.size() ? nicRepairedUs[nic] : 0;
-    return id >= 0 ? std::max(t, pairs[id].repairedUs) : t;
-  }
-
-  // Sets every pair between local NIC `nic` and address `remote` (both directions' views).
-  void setPair(int nic, const std::string& remote, bool up, bool hard, const std::string& cause) {
-    for (auto& p : pairs)
-      if (p.nic == nic && p.remote == remote) {
-        if (up && !p.up) p.repairedUs = nowUs();
-        p.up = up, p.hard = hard, p.cause = cause;
-      }
-    bump();
-  }
-  void setNic(int nic, bool up) {
-    if (up && !nics[nic]) nicRepairedUs[nic] = nowUs();
-    nics[nic] = up;
-    bump();
   }
 };
 

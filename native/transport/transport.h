@@ -1,11 +1,19 @@
-// The transport interface the failover engine runs on: a path is N byte-stream connections
-// (`Conn`) between a local NIC and a remote NIC. TCP implements it today (tcp/); an RDMA
-// verbs transport would implement the same calls with receiver-advertised buffers, per-NIC
-// memory keys and writes-with-immediate carrying the seq (see docs/DESIGN.md), and the
-// engine's sequencing, acknowledgement and resume logic stays as it is.
+// The transport interfaces the failover engine runs on.
 //
-// Every call is non-blocking. Thread-safety: a Conn is used by one thread at a time (its
-// link's mutex holder).
+// Two layers:
+//  * The path layer (SendPath, RecvPath): what the engine sees. A path moves *chunks* of
+//    numbered messages and a small set of *control messages* (CtlMsg) between one local NIC
+//    and one remote NIC. How a path carries them (TCP: N byte streams with 32-byte frames,
+//    docs/PROTOCOL.md; RDMA verbs: queue pairs and writes into advertised buffers) is the
+//    transport's business. The engine never sees bytes on a stream.
+//  * The byte-stream layer (Conn, Transport::connect): what a stream-based path (TCP, or the
+//    in-memory pipes of the unit tests and fuzz targets) is built from.
+//
+// Units: seq = message sequence number of the comm (0, 1, ...); offset, len, total in bytes.
+// Errors: every call that can fail returns -1 / false with a one-line cause in *err (the
+// engine logs and journals it verbatim), e.g. "connection reset by peer".
+// Thread-safety: a path object is used by one thread at a time (its link's mutex holder).
+// Every call is non-blocking.
 #pragma once
 
 #include <sys/socket.h>
@@ -19,6 +27,189 @@
 
 namespace railover {
 
+class Conn;
+
+// One chunk of message `seq`: bytes [offset, offset + len) of a message of `total` bytes,
+// sent with the isend's `tag` (picks the buffer of a grouped receive). A zero-byte message
+// is one chunk with len = total = 0.
+struct ChunkRef {
+  uint64_t seq = 0;
+  uint64_t offset = 0;
+  uint64_t len = 0;
+  uint64_t total = 0;
+  int32_t tag = 0;
+};
+
+// Engine-level control messages (TCP encodes each as one 32-byte frame, docs/PROTOCOL.md).
+//   kAck        receiver -> sender: every message with seq < `seq` is complete
+//   kResume     sender -> receiver on a newly activated path: first unacknowledged seq;
+//               `arg` = the path's generation
+//   kResumeAck  receiver -> sender: next seq the receiver expects
+//   kNack       receiver -> sender: refused; `seq` = reason code (wire::kNackUnknownComm = 1:
+//               the receiver does not know the comm)
+//   kClose      either way: the comm is being closed in order (not a fault)
+//   kOther      anything else the peer sent where a control message was expected (a
+//               protocol error; `arg` = the transport's raw type code, for the message)
+enum class CtlType : uint8_t { kAck, kResume, kResumeAck, kNack, kClose, kOther };
+struct CtlMsg {
+  CtlType type = CtlType::kOther;
+  uint64_t seq = 0;
+  uint64_t arg = 0;
+};
+constexpr uint64_t kNackReasonUnknownComm = 1;  // same value as wire::kNackUnknownComm
+
+// Who a path belongs to; a stream transport sends it in each stream's HELLO, so the
+// receiver can route the stream to its comm and path.
+struct PathIdentity {
+  uint64_t secret = 0;      // the listen comm's secret (from the handle)
+  uint64_t connId = 0;      // the send comm's connection id (random, never 0)
+  uint8_t pathIndex = 0;    // receiver address index (in the handle) this path targets
+  uint8_t srcRail = 0;      // sender NIC's rail
+  uint16_t probePort = 0;   // sender NIC's listener/probe port
+  uint32_t generation = 0;  // increments every time the sender re-opens this path
+};
+
+// What a stream of a path says about itself when it reaches the receiver (TCP: its HELLO).
+struct StreamHello {
+  PathIdentity id;
+  uint8_t stream = 0;    // index of the stream within its path
+  uint8_t nStreams = 1;  // streams in the path
+};
+
+// Most addresses a handle carries, hence most paths per link (TCP: wire::kMaxHandleAddrs).
+constexpr int kMaxPeerAddrs = 5;
+
+// What the receiver's handle tells a sender, decoded by the transport that made the handle.
+struct PeerHandle {
+  struct Addr {
+    int rail = -1;
+    sockaddr_storage addr{};
+    socklen_t len = 0;
+  };
+  uint64_t secret = 0;
+  int primary = 0;           // index into addrs: the receiver's NIC NCCL chose
+  int naddr = 0;             // <= kMaxPeerAddrs
+  Addr addrs[kMaxPeerAddrs];
+};
+
+// How a path cuts messages into chunks (bytes); from RAILOVER_MIN_CHUNK / RAILOVER_MAX_CHUNK.
+struct ChunkPolicy {
+  uint64_t minChunkBytes = 0;
+  uint64_t maxChunkBytes = 0;
+};
+
+// The send side of one path (sender -> receiver).
+//
+// Completion model: with completionNeedsReceiverAck() (TCP), a chunk handed to the transport
+// is not delivered until the receiver's ACK says so; the engine completes a send only on the
+// receiver's cumulative ACK (or RESUME_ACK). Either way a send completes only when the
+// receiver holds the whole message.
+class SendPath {
+ public:
+  virtual ~SendPath() = default;
+  // Connect progress: 1 = ready (every stream/QP connected, identity told to the receiver),
+  // 0 = in progress, -1 = failed with the cause in *err.
+  virtual int connectState(std::string* err) = 0;
+  // Size (bytes) of the chunks a message of `size` bytes is cut into on this path (the last
+  // chunk may be shorter). Never 0 for size > 0.
+  virtual uint64_t chunkBytes(uint64_t size) const = 0;
+  // Queues chunk `c`, whose bytes are at `src` (valid until the send completes). The
+  // transport stripes chunks over its streams / QPs. No copy of the payload is made.
+  virtual void post(const ChunkRef& c, const void* src) = 0;
+  // Queues a control message (sent before any chunk not yet started on the control channel).
+  virtual void sendCtl(const CtlMsg& m) = 0;
+  // Drives I/O: 1 = some bytes moved, 0 = nothing could move now, -1 = the path is broken
+  // (cause in *err). Never blocks.
+  virtual int progress(std::string* err) = 0;
+  // Next control message from the receiver on the control channel: 1 = *m filled, 0 = none
+  // yet, -1 = broken or undecodable (cause in *err).
+  virtual int recvCtl(CtlMsg* m, std::string* err) = 0;
+  // Reads the receiver's notices (CLOSE, NACK) that may arrive anywhere on the path except
+  // the control channel (and on the control channel too when `withCtl`, for a path that
+  // carries no control traffic: a standby). 1 = *m filled, 0 = none, -1 = broken. Cheap
+  // enough for the slow tick; not called on the hot path.
+  virtual int recvNotice(bool withCtl, CtlMsg* m, std::string* err) = 0;
+  // Best effort, never blocks: tells the receiver the comm is closing in order (kClose on
+  // every stream that is at a message boundary, after the control messages still queued).
+  virtual void sendClose() = 0;
+  // After it returns nothing sent on this path can land in a receive buffer any more (TCP:
+  // the sockets are closed). The path is unusable afterwards.
+  virtual void fence() = 0;
+  // Transport progress signals (TCP: TCP_INFO of the streams). peerAckedWithinMs: data is
+  // outstanding and the peer's transport acknowledged some of it in the last `ms` ms (slow,
+  // not dead); false when nothing is outstanding or unknown. Costs a syscall per stream:
+  // only for a path already suspect. unackedSilenceMs: ms since the peer's transport last
+  // acknowledged anything while data is outstanding (0 = nothing outstanding or unknown).
+  virtual bool peerAckedWithinMs(uint32_t ms) = 0;
+  virtual uint32_t unackedSilenceMs() = 0;
+  // True when delivery is proven only by the receiver's ACK (TCP). A transport that can prove
+  // delivery otherwise (an RDMA write completion with a receiver-side placement guarantee)
+  // may return false; the engine still requires the receiver to hold the whole message.
+  virtual bool completionNeedsReceiverAck() const { return true; }
+};
+
+// What the engine tells a receive path about each chunk (implemented by the engine).
+class RecvSink {
+ public:
+  enum Placement { kHold = 0, kWrite = 1, kDiscard = 2 };
+  virtual ~RecvSink() = default;
+  // Asked once per chunk before any of its bytes are taken: kWrite = put its c.len bytes at
+  // *dst; kDiscard = take them and drop them (a duplicate: a chunk of a completed message or
+  // bytes already received); kHold = not now (leave it, and what follows it on the same
+  // stream / queue, where it is: its receive is not posted yet, or failed); -1 = protocol
+  // error (cause in *err): the path is broken.
+  virtual int place(const ChunkRef& c, uint8_t** dst, std::string* err) = 0;
+  // Every byte of chunk `c` is at the destination place() gave (or was dropped: `discarded`).
+  virtual void arrived(const ChunkRef& c, bool discarded) = 0;
+  // A control message where chunks were expected (TCP: a CLOSE on a data stream). Returns
+  // false with *err to break the path.
+  virtual bool control(const CtlMsg& m, std::string* err) = 0;
+};
+
+// The receive side of one path (sender -> receiver).
+//
+// Duplicate safety, stated per transport: a chunk may arrive twice only across a RESUME (the
+// sender resends every unacknowledged message whole on the new path). A transport that reads
+// chunks itself (TCP) asks place() first and reads a duplicate into a scratch buffer, so it
+// never touches the receive buffer; a transport whose NIC writes into the receive buffer
+// directly (RDMA) cannot ask first, and relies on fence(): the engine fences every other path
+// before it answers RESUME_ACK, so no write of an older path can land after the resent data.
+// Either way the engine's accounting is idempotent per chunk (RecvLink's received ranges).
+class RecvPath {
+ public:
+  virtual ~RecvPath() = default;
+  // 1 = every stream / QP of the path is there (usable as a standby), 0 = not yet, -1 = broken.
+  virtual int connectState(std::string* err) = 0;
+  // Takes the chunks that have arrived (bounded work per call, so other paths get their turn)
+  // and first writes queued control messages: 1 = something moved, 0 = nothing, -1 = broken
+  // (cause in *err). Calls sink.place / arrived / control.
+  virtual int progress(RecvSink& sink, std::string* err) = 0;
+  // Queues a control message to the sender (ACK, RESUME_ACK, CLOSE) and flushCtl() writes
+  // what is queued: 0 = written or queued for the next call, -1 = broken.
+  virtual void sendCtl(const CtlMsg& m) = 0;
+  virtual int flushCtl(std::string* err) = 0;
+  // Next control message from the sender on a path that carries no data yet (a standby: a
+  // RESUME or a CLOSE): 1 = *m filled, 0 = none, -1 = broken or undecodable.
+  virtual int recvCtl(CtlMsg* m, std::string* err) = 0;
+  // Best effort, never blocks: the queued control messages, then kClose, on every stream.
+  virtual void sendClose() = 0;
+  // After it returns nothing sent on this path can land in a receive buffer (TCP: sockets
+  // closed; RDMA: the QPs are in error and flushed). The path is unusable afterwards.
+  virtual void fence() = 0;
+  // The engine posted receive buffer `buf` (`size` bytes, registration `mhandle`) for message
+  // `seq` with `tag`. TCP: nothing to do. A transport whose sender writes into the receiver's
+  // memory tells the sender where. Not called by the engine yet: a grouped receive picks its
+  // buffer by tag at the message's first chunk, and how a group is advertised is for the
+  // first such transport to settle.
+  // Stream transports: takes accepted stream `stream` (< the path's stream count) of the path,
+  // replacing one already there. Returns false when the transport builds paths otherwise.
+  virtual bool adopt(int stream, std::unique_ptr<Conn> c) { (void)stream, (void)c; return false; }
+  virtual void advertise(uint64_t seq, int32_t tag, void* buf, uint64_t size, void* mhandle) {
+    (void)seq, (void)tag, (void)buf, (void)size, (void)mhandle;
+  }
+};
+
+// The byte-stream layer: one connection of a stream path.
 class Conn {
  public:
   virtual ~Conn() = default;
@@ -46,6 +237,16 @@ class Transport {
   virtual ~Transport() = default;
   // Opens one stream from local NIC `nic` to `remote`. nullptr with *err when it cannot start.
   virtual std::unique_ptr<Conn> connect(int nic, const sockaddr_storage& remote, socklen_t len, std::string* err) = 0;
+  // Opens the send side of a path of `nStreams` streams (or queue pairs) from local NIC `nic`
+  // to `remote`. nullptr with *err when it cannot start.
+  virtual std::unique_ptr<SendPath> openSendPath(int nic, const sockaddr_storage& remote, socklen_t len, int nStreams,
+                                                 const PathIdentity& id, const ChunkPolicy& chunks, std::string* err) = 0;
+  // The receive side of a path of `nStreams` streams, empty until the acceptor's streams are
+  // adopted (RecvPath::adopt).
+  virtual std::unique_ptr<RecvPath> newRecvPath(int nStreams) = 0;
+  // Ends a liveness check of the peer process over a connected stream `c` (TCP: a HELLO with
+  // connection id 0, which the peer's acceptor closes without a word). False with *err on error.
+  virtual bool endLivenessCheck(Conn& c, std::string* err) = 0;
 };
 
 // Writes all of `len` bytes if the connection takes them at once (for small control

@@ -17,7 +17,8 @@ def test_cpp_unit_tests(tmp_path_factory):
     gen = ["-G", "Ninja"] if shutil.which("ninja") else []
     subprocess.run(["cmake", "-S", str(REPO), "-B", str(build), *gen, "-DCMAKE_BUILD_TYPE=RelWithDebInfo"],
                    check=True, capture_output=True, text=True)
-    b = subprocess.run(["cmake", "--build", str(build), "--target", "railover_unit_tests", "railover_engine_tests", "-j2"],
+    b = subprocess.run(["cmake", "--build", str(build), "--target", "railover_unit_tests", "railover_engine_tests",
+                        "railover_engine_only_tests", "-j2"],
                        capture_output=True, text=True)
     assert b.returncode == 0, b.stdout[-4000:] + b.stderr[-4000:]
     r = subprocess.run(["ctest", "--test-dir", str(build), "--output-on-failure", "--timeout", "300"],

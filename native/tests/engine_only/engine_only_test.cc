@@ -1,0 +1,447 @@
+// The failover engine over the chunk-level fake transport (fake_paths.h), in a binary that
+// links the engine without anything from transport/tcp/ (CMake target
+// railover_engine_only_tests): it proves the engine needs nothing from TCP, and checks the
+// engine's delivery rules against a transport that has no framing at all.
+//
+// The comm is set up as the plugin API does it (a Listener, SendLink::create from the
+// receiver's addresses, connectStep until the receiver's accept), without the API itself,
+// whose handle is TCP's.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "common/config.h"
+#include "common/log.h"
+#include "failover/link.h"
+#include "plugin/runtime.h"
+#include "tests/engine_only/fake_paths.h"
+#include "tests/scripted_health.h"
+
+using namespace railover;
+
+namespace {
+
+chunkfake::PathTransport* gTr = nullptr;
+fake::ScriptedHealth* gHl = nullptr;
+const char* kA0 = "10.0.0.1";  // NIC 0, rail 0 (primary)
+const char* kA1 = "10.0.1.1";  // NIC 1, rail 1 (standby)
+
+Nic makeNic(int idx, const char* name, const char* addr, int rail) {
+  Nic n;
+  n.index = idx, n.name = name, n.rail = rail, n.ifindex = 100 + idx;
+  sockaddr_storage a{};
+  auto* s = (sockaddr_in*)&a;
+  s->sin_family = AF_INET;
+  inet_pton(AF_INET, addr, &s->sin_addr);
+  n.addr = a, n.addrLen = sizeof(sockaddr_in);
+  return n;
+}
+
+void quiet(ncclDebugLogLevel, unsigned long, const char*, int, const char*, ...) {}
+
+uint8_t pattern(uint64_t msg, uint64_t off) { return (uint8_t)(msg * 2654435761u + off * 40503u + (off >> 9)); }
+
+class EngineOnly : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    setLogger(quiet);
+    gTr = new chunkfake::PathTransport();
+    gTr->nicAddr = {kA0, kA1};
+    gHl = new fake::ScriptedHealth();
+    Config cfg;
+    cfg.nStreams = 2;
+    cfg.minChunkBytes = 4096;
+    cfg.holdDownMs = 50;
+    cfg.holdDownMaxMs = 800;
+    cfg.stallMs = 5;
+    cfg.fatalTimeoutS = 1;
+    cfg.backoffMaxMs = 200;
+    Runtime::get().initForTest(cfg, {makeNic(0, "n0", kA0, 0), makeNic(1, "n1", kA1, 1)}, gTr);
+    Health::install(gHl);
+  }
+  void SetUp() override {
+    for (auto& w : gTr->wires) *w.second = chunkfake::Wire();
+    for (auto& p : gHl->pairs) p.up = true, p.hard = false;
+    gHl->nics.assign(8, true);
+  }
+  void TearDown() override {
+    if (send) send->close(), delete send;
+    if (recv) recv->close(), delete recv;
+  }
+
+  SendLink* send = nullptr;
+  RecvLink* recv = nullptr;
+
+  void connectComm() {
+    static uint64_t secret = 0x5ec2e70000000000ULL;
+    ++secret;
+    Listener* L = new Listener(Runtime::get().linkDeps(), secret, 0);
+    PeerHandle h;
+    h.secret = secret;
+    h.primary = 0;
+    h.naddr = 2;
+    for (int i = 0; i < 2; ++i) {
+      h.addrs[i].rail = i;
+      auto* s = (sockaddr_in*)&h.addrs[i].addr;
+      s->sin_family = AF_INET;
+      s->sin_port = htons((uint16_t)(1000 + i));
+      inet_pton(AF_INET, i ? kA1 : kA0, &s->sin_addr);
+      h.addrs[i].len = sizeof(sockaddr_in);
+    }
+    std::string err;
+    SendLink* s = SendLink::create(Runtime::get().linkDeps(), 0, h, &err);
+    ASSERT_NE(s, nullptr) << err;
+    bool connected = false;
+    for (int i = 0; i < 100000 && !(connected && recv); ++i) {
+      std::string why;
+      if (!connected) {
+        int st = s->connectStep(&why);
+        ASSERT_GE(st, 0) << why;
+        connected = st > 0;
+      }
+      gTr->pump();
+      if (!recv) recv = L->accept();
+    }
+    L->close();
+    delete L;
+    send = s;
+    ASSERT_TRUE(connected && recv);
+  }
+
+  std::shared_ptr<chunkfake::Wire> w(int nic, const char* remote) { return gTr->wire(nic, remote); }
+  int activeNic() const { return send->active >= 0 ? send->paths[send->active].localNic : -1; }
+
+  struct Stats {
+    uint64_t delivered = 0;
+    bool timedOut = false;
+    ncclResult_t err = ncclSuccess;
+  };
+  // As the engine tests over byte streams: n messages, up to `window` in flight, every byte
+  // checked, nothing written past a message or after its receive completed.
+  Stats run(int n, std::function<size_t(int)> sizeOf, int window, std::function<void(int)> onMsg = nullptr,
+            std::function<void()> each = nullptr) {
+    std::vector<std::vector<uint8_t>> sb(n), rb(n);
+    for (int k = 0; k < n; ++k) {
+      size_t sz = sizeOf(k);
+      sb[k].resize(sz);
+      for (size_t j = 0; j < sz; ++j) sb[k][j] = pattern(k, j);
+      rb[k].assign(sz + 64, 0xEE);
+    }
+    std::vector<void*> sr(n), rr(n);
+    int sp = 0, rp = 0, sd = 0, rd = 0;
+    Stats st;
+    auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(20000);
+    while ((sd < n || rd < n) && st.err == ncclSuccess) {
+      if (std::chrono::steady_clock::now() > end) {
+        st.timedOut = true;
+        break;
+      }
+      if (each) each();
+      gTr->pump();
+      while (sp < n && sp - sd < window) {
+        if (onMsg) onMsg(sp);
+        void* q = nullptr;
+        st.err = send->isend(sb[sp].data(), sb[sp].size(), 0, &q);
+        if (!q || st.err) break;
+        sr[sp++] = q;
+      }
+      while (rp < n && rp - rd < window && st.err == ncclSuccess) {
+        void* q = nullptr;
+        void* d = rb[rp].data();
+        uint64_t cap = rb[rp].size();
+        int tag = 0;
+        st.err = recv->irecv(1, &d, &cap, &tag, &q);
+        if (!q || st.err) break;
+        rr[rp++] = q;
+      }
+      int done = 0, size = 0;
+      if (sd < sp && st.err == ncclSuccess) {
+        st.err = send->test((SendReq*)sr[sd], &done, &size);
+        if (done) ++sd;
+      }
+      done = 0;
+      if (rd < rp && st.err == ncclSuccess) {
+        st.err = recv->test((RecvReq*)rr[rd], &done, &size);
+        if (done) {
+          EXPECT_EQ((size_t)size, sb[rd].size()) << "message " << rd;
+          EXPECT_TRUE(sb[rd].empty() || !memcmp(rb[rd].data(), sb[rd].data(), sb[rd].size())) << "message " << rd << " corrupted";
+          for (size_t j = sb[rd].size(); j < rb[rd].size(); ++j)
+            if (rb[rd][j] != 0xEE) {
+              ADD_FAILURE() << "byte past the message written, message " << rd;
+              break;
+            }
+          memset(rb[rd].data(), 0xAA, rb[rd].size());
+          ++rd;
+          ++st.delivered;
+        }
+      }
+    }
+    for (int k = 0; k < rd; ++k)
+      for (size_t j = 0; j < rb[k].size(); ++j)
+        if (rb[k][j] != 0xAA) {
+          ADD_FAILURE() << "a stale byte landed in message " << k << " after its receive completed";
+          break;
+        }
+    return st;
+  }
+  static size_t mixed(int k) { return (size_t[]){0, 1, 100, 4096, 5000, 70000, 250000, 33}[k % 8]; }
+};
+
+TEST_F(EngineOnly, HealthyDeliveryNeverTouchesTheStandby) {
+  connectComm();
+  ASSERT_EQ(send->paths.size(), 2u) << "a standby path on the other rail is opened at connect";
+  Stats st = run(400, mixed, 8);
+  EXPECT_FALSE(st.timedOut);
+  EXPECT_EQ(st.delivered, 400u);
+  EXPECT_EQ(send->counters.failovers, 0u);
+  EXPECT_EQ(w(1, kA1)->bytes, 0u) << "the standby carried no chunk";
+  EXPECT_EQ(activeNic(), 0);
+}
+
+TEST_F(EngineOnly, ResetOfTheActivePathFailsOverWithoutLoss) {
+  connectComm();
+  Stats st = run(300, mixed, 8, [&](int k) {
+    if (k == 100) w(0, kA0)->broken = true;
+  });
+  EXPECT_FALSE(st.timedOut);
+  EXPECT_EQ(st.err, ncclSuccess);
+  EXPECT_EQ(st.delivered, 300u);
+  EXPECT_EQ(send->counters.failovers, 1u);
+  EXPECT_EQ(activeNic(), 1);
+}
+
+// The chunk-level counterpart of "partial writes keep framing": one chunk per progress call.
+TEST_F(EngineOnly, PartialProgressKeepsOrder) {
+  connectComm();
+  w(0, kA0)->maxChunks = 1;
+  Stats st = run(60, mixed, 4);
+  EXPECT_FALSE(st.timedOut);
+  EXPECT_EQ(st.delivered, 60u);
+  EXPECT_EQ(send->counters.failovers, 0u);
+}
+
+TEST_F(EngineOnly, BlackHoleFailsOverOnceProgressStops) {
+  connectComm();
+  bool holed = false;
+  Stats st = run(200, mixed, 8, [&](int k) {
+    if (k == 80) {
+      w(0, kA0)->drop = true;  // chunks vanish, posting still succeeds
+      holed = true;
+    }
+  }, [&] {
+    if (holed && gHl->pairs.size() && gHl->pairUp(send->paths[0].pairId))
+      gHl->setPair(0, kA0, false, false, "probe timeout (test)");
+  });
+  EXPECT_FALSE(st.timedOut);
+  EXPECT_EQ(st.delivered, 200u);
+  EXPECT_EQ(send->counters.failovers, 1u);
+  EXPECT_GT(send->counters.bytesResent, 0u) << "messages swallowed by the black hole were resent";
+}
+
+// Rule checked: the engine's idempotent accounting with a transport that does not read
+// first: the fake hands every resent chunk to the sink, which discards chunks of completed
+// messages (no byte of them is written again: run() checks the completed buffers stay as the
+// test left them).
+TEST_F(EngineOnly, DuplicateChunksOfCompletedMessagesAreDiscarded) {
+  connectComm();
+  int phase = 0;
+  Stats st = run(120, [](int k) { return (size_t)(k % 3 == 0 ? 30000 : 3000); }, 8, [&](int k) {
+    if (k == 40) {
+      auto* tx = dynamic_cast<chunkfake::FakeSendPath*>(send->paths[0].tx.get());
+      ASSERT_NE(tx, nullptr);
+      tx->channel().laneStalled[0] = true;  // lane 0 of the primary stops: later small messages complete first
+      phase = 1;
+    }
+  }, [&] {
+    if (phase >= 1 && ++phase == 300) w(0, kA0)->broken = true;
+  });
+  EXPECT_FALSE(st.timedOut);
+  EXPECT_EQ(st.delivered, 120u);
+  EXPECT_EQ(send->counters.failovers, 1u);
+  EXPECT_GT(recv->counters.dupBytesDropped, 0u) << "the scenario must really produce duplicates";
+}
+
+TEST_F(EngineOnly, FailbackAfterHoldDown) {
+  connectComm();
+  w(0, kA0)->broken = true;
+  Stats st = run(300, mixed, 8);  // fails over to the standby
+  EXPECT_EQ(st.delivered, 300u);
+  ASSERT_EQ(activeNic(), 1);
+  w(0, kA0)->broken = false;  // repaired: the primary is reconnected and must stay healthy for the hold-down
+  auto t0 = std::chrono::steady_clock::now();
+  while (send->counters.failbacks == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5)) {
+    st = run(200, mixed, 8);
+    ASSERT_EQ(st.delivered, 200u);
+  }
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(send->counters.failovers, 1u);
+  EXPECT_EQ(send->counters.failbacks, 1u);
+  EXPECT_EQ(activeNic(), 0) << "traffic moved back to the repaired primary";
+  EXPECT_GE(ms, 50) << "not before the hold-down";
+  st = run(300, mixed, 8);  // and keeps flowing there
+  EXPECT_EQ(st.delivered, 300u);
+  EXPECT_EQ(activeNic(), 0);
+}
+
+TEST_F(EngineOnly, HardNicDownMovesAtOnce) {
+  connectComm();
+  Stats st = run(300, mixed, 8, [&](int k) {
+    if (k == 100) gHl->setNic(0, false);
+  });
+  EXPECT_EQ(st.delivered, 300u);
+  EXPECT_EQ(send->counters.failovers, 1u);
+  EXPECT_EQ(activeNic(), 1);
+  gHl->setNic(0, true);
+}
+
+TEST_F(EngineOnly, SweeperMovesACommNobodyCalls) {
+  connectComm();
+  ASSERT_EQ(run(100, mixed, 8).delivered, 100u);
+  uint64_t before = send->counters.failovers;
+  w(0, kA0)->broken = true;
+  gHl->setNic(0, false);
+  bool moved = false;
+  for (int i = 0; i < 20000 && !moved; ++i) {
+    sweepLinks();
+    gTr->pump();
+    moved = send->counters.failovers > before && recv->active >= 0 && recv->paths[recv->active].localNic == 1;
+  }
+  EXPECT_TRUE(moved) << "send failovers " << send->counters.failovers << ", recv active " << recv->active;
+  EXPECT_EQ(activeNic(), 1);
+  EXPECT_EQ(sweepLinks(), 0u) << "every link settled on a healthy path";
+  Stats st = run(200, mixed, 8);
+  EXPECT_EQ(st.delivered, 200u);
+  EXPECT_EQ(send->counters.failovers, before + 1);
+  w(0, kA0)->broken = false;
+  gHl->setNic(0, true);
+}
+
+TEST_F(EngineOnly, NoUsablePathIsAFatalErrorAfterTheTimeout) {
+  connectComm();
+  auto t0 = std::chrono::steady_clock::now();
+  Stats st = run(100, mixed, 8, [&](int k) {
+    if (k == 30) {
+      w(0, kA0)->broken = true, w(0, kA0)->refuse = true;
+      w(1, kA1)->broken = true, w(1, kA1)->refuse = true;
+    }
+  });
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_FALSE(st.timedOut) << "never a silent hang";
+  EXPECT_EQ(st.err, ncclSystemError);
+  EXPECT_GE(ms, 1000) << "not before RAILOVER_FATAL_TIMEOUT";
+  const std::string& msg = send->fatal ? send->fatalMsg : recv->fatalMsg;
+  EXPECT_TRUE(send->fatal || recv->fatal);
+  EXPECT_NE(msg.find("n0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("n1"), std::string::npos) << msg;
+}
+
+TEST_F(EngineOnly, PeerProcessGoneOnEveryRailIsAnErrorAtOnce) {
+  connectComm();
+  uint32_t saved = Runtime::get().cfg.fatalTimeoutS;
+  Runtime::get().cfg.fatalTimeoutS = 30;  // far, so "at once" and "after the timeout" stay apart
+  auto t0 = std::chrono::steady_clock::now();
+  Stats st = run(100, mixed, 8, [&](int k) {
+    if (k == 30) {
+      t0 = std::chrono::steady_clock::now();
+      w(0, kA0)->broken = true, w(0, kA0)->peerGone = true;
+      w(1, kA1)->broken = true, w(1, kA1)->peerGone = true;
+    }
+  });
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  Runtime::get().cfg.fatalTimeoutS = saved;
+  EXPECT_EQ(st.err, ncclSystemError);
+  EXPECT_LT(ms, 10000) << "well before the 30 s fatal timeout (measured from the fault)";
+  EXPECT_NE(send->fatalMsg.find("peer process exited"), std::string::npos) << send->fatalMsg;
+}
+
+// The receiver closes with a send in flight: its CLOSE (a control message, sent on every path)
+// fails the pending send promptly, with no path reported down and no reconnect.
+TEST_F(EngineOnly, ReceiverClosingWithSendsPendingFailsThemPromptlyWithoutFaults) {
+  uint32_t saved = Runtime::get().cfg.fatalTimeoutS;
+  Runtime::get().cfg.fatalTimeoutS = 60;
+  connectComm();
+  ASSERT_EQ(run(20, mixed, 4).delivered, 20u);
+  std::vector<uint8_t> buf(70000, 7);
+  void* q = nullptr;
+  ASSERT_EQ(send->isend(buf.data(), buf.size(), 0, &q), ncclSuccess);
+  ASSERT_NE(q, nullptr);
+  std::vector<uint32_t> gens;
+  for (auto& p : send->paths) gens.push_back(p.generation);
+  uint64_t failoversBefore = send->counters.failovers;
+  recv->close();
+  delete recv;
+  recv = nullptr;
+  auto t0 = std::chrono::steady_clock::now();
+  ncclResult_t res = ncclSuccess;
+  int done = 0, size = 0;
+  while (res == ncclSuccess && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5)) {
+    gTr->pump();
+    res = send->test((SendReq*)q, &done, &size);
+    ASSERT_FALSE(done);
+  }
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  Runtime::get().cfg.fatalTimeoutS = saved;
+  EXPECT_EQ(res, ncclSystemError);
+  EXPECT_LT(ms, 1000);
+  EXPECT_NE(send->fatalMsg.find("closed the comm"), std::string::npos) << send->fatalMsg;
+  for (size_t i = 0; i < send->paths.size(); ++i) {
+    EXPECT_EQ(send->paths[i].generation, gens[i]) << "no reconnect attempt";
+    EXPECT_EQ(send->paths[i].state, PathState::kClosed);
+  }
+  EXPECT_EQ(send->counters.failovers, failoversBefore) << "a close is not a fault";
+}
+
+TEST_F(EngineOnly, SoftDownWithDataStillFlowingIsNotAFailure) {
+  connectComm();
+  // Congestion analogue: probes to the primary are lost but data keeps moving.
+  Stats st = run(2000, mixed, 8, [&](int k) {
+    if (k == 10) gHl->setPair(0, kA0, false, false, "probe timeout (test)");
+  });
+  EXPECT_EQ(st.delivered, 2000u);
+  EXPECT_EQ(send->counters.failovers, 0u);
+  EXPECT_EQ(activeNic(), 0);
+}
+
+// The transport's progress signal (SendPath::peerAckedWithinMs), not TCP_INFO: the engine's
+// "slow, not stalled" judgement works from whatever the transport reports.
+TEST_F(EngineOnly, SlowPathWhoseTransportStillAcksIsNotStalled) {
+  connectComm();
+  int phase = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  Stats st = run(300, mixed, 8, [&](int k) {
+    if (k == 50) {
+      w(0, kA0)->peerAcks = true;
+      w(0, kA0)->stalled = true;
+      gHl->setPair(0, kA0, false, false, "probe timeout (test)");
+      t0 = std::chrono::steady_clock::now();
+      phase = 1;
+    }
+  }, [&] {
+    if (phase == 1 && std::chrono::steady_clock::now() - t0 > std::chrono::milliseconds(200)) {
+      w(0, kA0)->stalled = false;  // the congestion clears
+      gHl->setPair(0, kA0, true, false, "");
+      phase = 2;
+    }
+  });
+  EXPECT_FALSE(st.timedOut);
+  EXPECT_EQ(st.delivered, 300u);
+  EXPECT_EQ(phase, 2);
+  EXPECT_EQ(send->counters.failovers, 0u) << "a slow path whose peer still acknowledges stays active";
+  EXPECT_EQ(activeNic(), 0);
+
+  w(0, kA0)->peerAcks = false;
+  st = run(300, mixed, 8, [&](int k) {
+    if (k == 50) {
+      w(0, kA0)->stalled = true;
+      gHl->setPair(0, kA0, false, false, "probe timeout (test)");
+    }
+  });
+  EXPECT_EQ(st.delivered, 300u);
+  EXPECT_EQ(send->counters.failovers, 1u) << "control: nothing acknowledged is a dead path";
+  w(0, kA0)->stalled = false;
+}
+
+}  // namespace
