@@ -48,7 +48,10 @@ def _common(data: dict, suite: str, out: Path) -> None:
 
 def test_healthy(out):
     from railover.bench import healthy as bench_healthy
-    data = bench_healthy.run(out, quick=True, networks=["veth"], ranks=[2], nstreams=[1, 2])
+    from railover import _paths
+    # --against with this very plugin: an A/A comparison, measured interleaved like the others
+    data = bench_healthy.run(out, quick=True, networks=["veth"], ranks=[2], nstreams=[1, 2],
+                             against=_paths.plugin_path().parent)
     _common(data, "healthy", out)
     res = data["results"]
     (combo,) = [c for c in res["combos"] if c["workload"] == "sendrecv"]
@@ -64,6 +67,11 @@ def test_healthy(out):
     assert {(n["workload"], n["nstreams"]) for n in res["nstreams"]} == {(w, s) for w in ("sendrecv", "allreduce") for s in (1, 2)}
     assert res["checked"] and all(c["wrong_bytes"] == 0 and c["bytes_checked"] > 0 for c in res["checked"])
     assert "armed/none" in bench_healthy.markdown(data)
+    assert data["settings"]["against"] == str(_paths.plugin_path().resolve())
+    for r in combo["rows"]:
+        assert r["against"]["busbw"] is not None and r["armed_vs_against"] is not None, r["size"]
+    assert combo["armed_vs_against_ge4m"] is not None and combo["p50_armed_vs_against"] is not None
+    assert "armed/against" in bench_healthy.markdown(data)
 
 
 def test_failover(out):

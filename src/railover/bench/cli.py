@@ -157,12 +157,17 @@ def register(app: typer.Typer) -> None:
                     networks: str = typer.Option("loopback,veth", "--networks", help="loopback, veth"),
                     ranks: str = typer.Option("2,4", "--ranks", help="rank counts"),
                     workloads: str = typer.Option("sendrecv,allreduce", "--workloads"),
-                    nstreams: str = typer.Option("1,2,4", "--nstreams", help="RAILOVER_NSTREAMS values to compare (2 ranks)")):
+                    nstreams: str = typer.Option("1,2,4", "--nstreams", help="RAILOVER_NSTREAMS values to compare (2 ranks)"),
+                    against: Optional[Path] = typer.Option(None, "--against", help="another railover plugin (the .so, or "
+                                                           "the build directory holding it), e.g. from before a change: "
+                                                           "measured interleaved, ratios armed/against")):
         """busbw 8 B..256 MiB and small-message latency: standby armed vs RAILOVER_STANDBY=none vs
-        iperf3 (same flows, same stream count), loopback and veth, 2 and 4 ranks; NSTREAMS 1/2/4."""
+        iperf3 (same flows, same stream count), loopback and veth, 2 and 4 ranks; NSTREAMS 1/2/4;
+        with --against, this build vs another one side by side."""
         console = _console()
         rep = _run_suite("healthy", out, quick, console, rounds=rounds or None, networks=_csv(networks),
-                         ranks=_csv_ints(ranks), workloads=_csv(workloads), nstreams=_csv_ints(nstreams))
+                         ranks=_csv_ints(ranks), workloads=_csv(workloads), nstreams=_csv_ints(nstreams),
+                         against=against)
         _finish([rep], console)
 
     @bench.command("failover")

@@ -47,6 +47,20 @@ DEFAULT_NSTREAMS = 2
 #: the same buffers, slots, requests in flight, streams (RAILOVER_NSTREAMS) and NICs as railover,
 #: over plain TCP sockets with no failover machinery: the physical limit of this data movement.
 BASELINE = "baseline"
+#: The config that runs another build of railover (``--against``: e.g. the plugin from before
+#: a change), interleaved with the others, so "new vs old" is measured side by side in one run.
+AGAINST = "against"
+
+
+def against_path(p: Path) -> Path:
+    """The plugin ``--against`` names: a libnccl-net-railover.so file, or a directory (build
+    tree or package folder) that holds one. Raises BenchError naming what is missing."""
+    p = Path(p)
+    cand = p / "libnccl-net-railover.so" if p.is_dir() else p
+    if not cand.is_file():
+        raise C.BenchError(f"--against {p}: no libnccl-net-railover.so there (give the plugin file or the build "
+                           f"directory that holds it)")
+    return cand.resolve()
 
 
 def baseline_path() -> Path:
@@ -74,8 +88,10 @@ def _segments(quick: bool) -> List[Dict[str, Any]]:
             dict(name="large", minbytes="8M", maxbytes="256M", iters=5, warmup=1)]
 
 
-def _configs(nranks: int, quick: bool, nstreams: Sequence[int]) -> List[Tuple[str, Dict[str, str]]]:
+def _configs(nranks: int, quick: bool, nstreams: Sequence[int], against: bool = False) -> List[Tuple[str, Dict[str, str]]]:
     cfgs = [("armed", {}), ("none", {"RAILOVER_STANDBY": "none"}), (BASELINE, {})]
+    if against:
+        cfgs.insert(1, (AGAINST, {}))
     if nranks == 2:
         if not quick:
             cfgs.append(("armed2", {}))
@@ -97,8 +113,11 @@ def _iperf_pairs(tb: TestBed, nranks: int) -> List[Tuple[Any, Any, str, str]]:
 def run(out: Path, quick: bool = False, rounds: Optional[int] = None, networks: Sequence[str] = ("loopback", "veth"),
         ranks: Sequence[int] = (2, 4), workloads: Sequence[str] = ("sendrecv", "allreduce"),
         nstreams: Sequence[int] = (1, 2, 4), iperf_s: Optional[float] = None,
-        console: Optional[Console] = None) -> Dict[str, Any]:
+        console: Optional[Console] = None, against: Optional[Path] = None) -> Dict[str, Any]:
+    """Runs the healthy suite; ``against``: another railover plugin (file or directory) measured
+    interleaved as config ``against`` (ratios armed/against per size)."""
     console = console or Console()
+    against_so = against_path(against) if against else None
     rounds = rounds or (1 if quick else 3)
     small_repeats = 1 if quick else 3
     iperf_s = iperf_s or (1.0 if quick else 3.0)
@@ -107,6 +126,8 @@ def run(out: Path, quick: bool = False, rounds: Optional[int] = None, networks: 
         "rounds": rounds, "small_runs_per_round": small_repeats, "networks": list(networks), "ranks": list(ranks), "workloads": list(workloads),
         "nstreams": list(nstreams), "iperf_seconds": iperf_s, "segments": segs, "check": "bandwidth and latency runs -c 0; one checked run per combination",
         "default_nstreams": DEFAULT_NSTREAMS, "pinned": "rank r (and iperf3 flow r's client) on CPU r % nproc",
+        "against": str(against_so) if against_so else None,
+        "against_sha256": C._sha256(against_so)[:16] if against_so else None,
     })
     work = Path(out) / "healthy-work"
     # raw[(net, wl, n, cfg)][size] -> list of row dicts (one per round)
@@ -120,7 +141,7 @@ def run(out: Path, quick: bool = False, rounds: Optional[int] = None, networks: 
             console.print(f"[bold]healthy[/] on {net} ({tb.prefix}: {shape['hosts']} host(s) x {shape['nics']} NICs)")
             for rnd in range(rounds):
                 for wl, n in itertools.product(workloads, ranks):
-                    cfgs = _configs(n, quick, nstreams)
+                    cfgs = _configs(n, quick, nstreams, against=against_so is not None)
                     if rnd % 2:
                         cfgs = cfgs[::-1]  # A B ... / ... B A: neither config always goes first
                     rph = n // shape["hosts"]
@@ -138,6 +159,8 @@ def run(out: Path, quick: bool = False, rounds: Optional[int] = None, networks: 
                             opts["iters"] = 100
                         if name == BASELINE:
                             opts["plugin"] = str(baseline_path())
+                        elif name == AGAINST:
+                            opts["plugin"] = str(against_so)
                         res = C.run_sweep(tb, wd, ranks_per_host=rph, env=env, workload=wl, check=False, pin=True,
                                           timeseries=str(wd / "ts-rank%r.csv"), **opts)
                         for row in res.rows:
@@ -250,10 +273,21 @@ def _summarize(raw, lat, iperf, networks, workloads, ranks, nstreams) -> Dict[st
                 row["p50_armed2_vs_armed"] = C.ratio(row["armed2"].get("p50_us"), a.get("p50_us"))
             row["armed_vs_iperf"] = C.ratio(a.get("busbw"), ip)
             row["armed_vs_baseline"] = C.ratio(a.get("busbw"), row.get(BASELINE, {}).get("busbw"))
+            if AGAINST in row:
+                o = row[AGAINST]
+                row["armed_vs_against"] = C.ratio(a.get("busbw"), o.get("busbw"))
+                row["p50_armed_vs_against"] = C.ratio(a.get("p50_us"), o.get("p50_us"))
+                row["p99_armed_vs_against"] = C.ratio(a.get("p99_us"), o.get("p99_us"))
             rows.append(row)
         vs_base = [r["armed_vs_baseline"] for r in rows if r["size"] >= 4 << 20 and r.get("armed_vs_baseline")]
+        vs_ag = [r["armed_vs_against"] for r in rows if r["size"] >= 4 << 20 and r.get("armed_vs_against")]
+        p50_ag = [r["p50_armed_vs_against"] for r in rows if r.get("p50_armed_vs_against")]
         combos.append({"network": net, "workload": wl, "nranks": n, "configs": cfg_names,
                        "iperf_gbs": ip, "rows": rows,
+                       # geometric means: busbw armed / against over sizes >= 4 MiB, and small-
+                       # message p50 latency armed / against over the sizes with latency samples
+                       "armed_vs_against_ge4m": _geomean(vs_ag) if vs_ag else None,
+                       "p50_armed_vs_against": _geomean(p50_ag) if p50_ag else None,
                        # geometric mean over sizes >= 4 MiB of busbw armed / baseline
                        "armed_vs_baseline_ge4m": _geomean(vs_base) if vs_base else None})
     ip_out = {f"{net}/{n}/P{P}": {"network": net, "nranks": n, "streams": P, "gbs": _iperf_ref(v), "rounds": v}
@@ -393,8 +427,9 @@ def tables(data: Dict[str, Any]) -> List[Table]:
         t = Table(title=f"healthy: {c['network']}, {c['workload']}, {c['nranks']} ranks "
                         f"(busbw GB/s, medians of {data['settings']['rounds']} round(s); iperf3 {C.fmt(c['iperf_gbs'])} GB/s per flow)")
         extra = [x for x in c["configs"] if x not in ("armed", "none")]
+        ag = AGAINST in c["configs"]
         for col in ["size", "armed", "none", "armed/none", "p50 µs armed/none", "p99 µs armed/none", "armed/iperf3",
-                    "armed/baseline"] + extra:
+                    "armed/baseline"] + (["armed/against", "p50 armed/against"] if ag else []) + extra:
             t.add_column(col, justify="right")
         for r in c["rows"]:
             a, b = r.get("armed", {}), r.get("none", {})
@@ -402,6 +437,7 @@ def tables(data: Dict[str, Any]) -> List[Table]:
                       f"{C.fmt(a.get('p50_us'), 0)}/{C.fmt(b.get('p50_us'), 0)}" if a.get("p50_us") else "",
                       f"{C.fmt(a.get('p99_us'), 0)}/{C.fmt(b.get('p99_us'), 0)}" if a.get("p99_us") else "",
                       C.fmt(r["armed_vs_iperf"], 3), C.fmt(r.get("armed_vs_baseline"), 3),
+                      *([C.fmt(r.get("armed_vs_against"), 3), C.fmt(r.get("p50_armed_vs_against"), 3)] if ag else []),
                       *[C.fmt(r.get(x, {}).get("busbw"), 3) for x in extra])
         out.append(t)
     t = Table(title="RAILOVER_NSTREAMS (2 ranks): median busbw over sizes >= 4 MiB (GB/s) and iperf3 -P N")
@@ -427,8 +463,13 @@ def markdown(data: Dict[str, Any]) -> str:
         if c.get("armed_vs_baseline_ge4m") is not None:
             L.append(f"railover / baseline (libnccl-net-baseline.so: same buffers, streams and NICs over plain TCP), "
                      f"geometric mean over sizes ≥ 4 MiB: {C.fmt(c['armed_vs_baseline_ge4m'], 3)}\n")
+        ag = AGAINST in c["configs"]
+        if ag:
+            L.append(f"railover / against ({data['settings'].get('against')}), geometric means: busbw over sizes ≥ 4 MiB "
+                     f"{C.fmt(c.get('armed_vs_against_ge4m'), 3)}, small-message p50 latency "
+                     f"{C.fmt(c.get('p50_armed_vs_against'), 3)} (lower is faster)\n")
         hdr = ["size", "armed", "none", "armed/none", "p50 µs armed / none", "p99 µs armed / none", "armed/iperf3",
-               "armed/baseline"] + extra
+               "armed/baseline"] + (["armed/against", "p50 armed/against"] if ag else []) + extra
         L.append("| " + " | ".join(hdr) + " |")
         L.append("|" + "---:|" * len(hdr))
         for r in c["rows"]:
@@ -437,6 +478,7 @@ def markdown(data: Dict[str, Any]) -> str:
                      f"{C.fmt(a.get('p50_us'), 0)} / {C.fmt(b.get('p50_us'), 0)}" if a.get("p50_us") else "",
                      f"{C.fmt(a.get('p99_us'), 0)} / {C.fmt(b.get('p99_us'), 0)}" if a.get("p99_us") else "",
                      C.fmt(r["armed_vs_iperf"], 3), C.fmt(r.get("armed_vs_baseline"), 3)] + \
+                ([C.fmt(r.get("armed_vs_against"), 3), C.fmt(r.get("p50_armed_vs_against"), 3)] if ag else []) + \
                 [C.fmt(r.get(x, {}).get("busbw"), 3) for x in extra]
             L.append("| " + " | ".join(cells) + " |")
         L.append("")
