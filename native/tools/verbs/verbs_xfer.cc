@@ -22,9 +22,10 @@
 // prints {"ev":"broken"} with the status, fences the path (QP to ERR, drain) and prints
 // {"ev":"fenced"}. With --watch-s S the receiver then keeps watching its receive buffers
 // for S seconds or until SIGTERM: {"ev":"fence_watch"} every second and {"ev":"fence_check"}
-// at the end, with the bytes that changed after the fence (must stay 0) and the RoCE packets
-// its HCA port received since (hw_counters/rcvd_pkts), so a test can show that writes reached
-// the HCA after the fence and none landed. --no-fence (negative control for that test) watches
+// at the end, with the bytes that changed after the fence (must stay 0), the packets its NIC
+// received since (statistics/rx_packets) and the RoCE packets its HCA port accepted since
+// (hw_counters/rcvd_pkts: rxe drops packets for a QP in ERR before counting them), so a test
+// can show that the sender's writes reached the receiver after the fence and none landed. --no-fence (negative control for that test) watches
 // the same way without fencing: there the late writes do land.
 //
 // Output: JSON lines with "t_us" (CLOCK_MONOTONIC µs). Exit status: 0 all messages arrived
@@ -222,11 +223,17 @@ void emitFence(const FenceResult& f, const char* extra = "") {
        f.drained ? "true" : "false", f.flushedSends, f.flushedRecvs, f.us, jstr(f.err).c_str(), extra);
 }
 
-long readCounter(const PortSel& ps, const char* name) {
-  std::ifstream f("/sys/class/infiniband/" + ps.dev + "/ports/" + std::to_string(ps.port) + "/hw_counters/" + name);
+long readNum(const std::string& path) {
+  std::ifstream f(path);
   long v = -1;
   if (f) f >> v;
   return v;
+}
+long readCounter(const PortSel& ps, const char* name) {
+  return readNum("/sys/class/infiniband/" + ps.dev + "/ports/" + std::to_string(ps.port) + "/hw_counters/" + name);
+}
+long netdevRx(const PortSel& ps) {
+  return ps.netdev.empty() ? -1 : readNum("/sys/class/net/" + ps.netdev + "/statistics/rx_packets");
 }
 
 // ---------------------------------------------------------------- receiver
@@ -363,7 +370,8 @@ int runRecv(const Opts& o) {
     }
     if (o.watchS > 0) {
       std::vector<uint8_t> snap(mem);
-      long pk0 = readCounter(ps, "rcvd_pkts");
+      long pk0 = readCounter(ps, "rcvd_pkts"), rx0 = netdevRx(ps);
+      auto since = [](long now, long then) { return now >= 0 && then >= 0 ? now - then : -1L; };
       uint64_t end = nowUs() + static_cast<uint64_t>(o.watchS * 1e6), tick = nowUs();
       uint64_t changed = 0;
       auto diff = [&] {
@@ -376,16 +384,15 @@ int runRecv(const Opts& o) {
         changed = diff();
         if (nowUs() - tick > 1000000) {
           tick = nowUs();
-          long pk = readCounter(ps, "rcvd_pkts");
-          emit("fence_watch", ",\"changed_bytes\":%" PRIu64 ",\"rcvd_pkts_since_fence\":%ld", changed,
-               pk0 >= 0 && pk >= 0 ? pk - pk0 : -1L);
+          emit("fence_watch", ",\"changed_bytes\":%" PRIu64 ",\"rcvd_pkts_since_fence\":%ld,\"netdev_rx_since_fence\":%ld",
+               changed, since(readCounter(ps, "rcvd_pkts"), pk0), since(netdevRx(ps), rx0));
         }
         usleep(20000);  // a memory watch, not a synchronisation: compare every 20 ms
       }
       changed = diff();
-      long pk = readCounter(ps, "rcvd_pkts");
-      emit("fence_check", ",\"changed_bytes\":%" PRIu64 ",\"pending\":%zu,\"rcvd_pkts_since_fence\":%ld", changed,
-           pending, pk0 >= 0 && pk >= 0 ? pk - pk0 : -1L);
+      emit("fence_check", ",\"changed_bytes\":%" PRIu64 ",\"pending\":%zu,\"rcvd_pkts_since_fence\":%ld,"
+           "\"netdev_rx_since_fence\":%ld",
+           changed, pending, since(readCounter(ps, "rcvd_pkts"), pk0), since(netdevRx(ps), rx0));
     }
     return 3;
   }
