@@ -12,11 +12,7 @@ namespace verbs {
 
 namespace {
 constexpr uint64_t kRecvTag = 1ull << 63;  // wr_id bit: a receive work request
-constexpr uint8_t kWireAdvert = 1, kWireCtl = 2;
 
-// Control message wire (kCtlBytes = 48, big-endian):
-//   [0] kind (1 advert, 2 control)  [1] control type  [2..3] 0  [4..7] rkey
-//   [8..15] seq  [16..23] addr | arg  [24..31] size  [32..39] tag  [40..47] 0
 void put64(uint8_t* p, uint64_t v) {
   v = htobe64(v);
   std::memcpy(p, &v, 8);
@@ -27,6 +23,48 @@ uint64_t get64(const uint8_t* p) {
   return be64toh(v);
 }
 }  // namespace
+
+namespace ctlwire {
+void encodeAdvert(const Advert& a, uint8_t out[kBytes]) {
+  std::memset(out, 0, kBytes);
+  out[0] = kAdvert;
+  uint32_t rk = htonl(a.rkey);
+  std::memcpy(out + 4, &rk, 4);
+  put64(out + 8, a.seq);
+  put64(out + 16, a.addr);
+  put64(out + 24, a.size);
+  put64(out + 32, a.tag);
+}
+
+void encodeCtl(const CtlMsg& m, uint8_t out[kBytes]) {
+  std::memset(out, 0, kBytes);
+  out[0] = kControl;
+  out[1] = static_cast<uint8_t>(m.type);
+  put64(out + 8, m.seq);
+  put64(out + 16, m.arg);
+}
+
+int decode(const uint8_t in[kBytes], Advert* a, CtlMsg* m) {
+  if (in[0] == kAdvert) {
+    uint32_t rk;
+    std::memcpy(&rk, in + 4, 4);
+    a->rkey = ntohl(rk);
+    a->seq = get64(in + 8);
+    a->addr = get64(in + 16);
+    a->size = get64(in + 24);
+    a->tag = get64(in + 32);
+    return kAdvert;
+  }
+  if (in[0] == kControl && in[1] >= static_cast<uint8_t>(CtlType::kAck) &&
+      in[1] <= static_cast<uint8_t>(CtlType::kClose)) {
+    m->type = static_cast<CtlType>(in[1]);
+    m->seq = get64(in + 8);
+    m->arg = get64(in + 16);
+    return kControl;
+  }
+  return 0;
+}
+}  // namespace ctlwire
 
 PathBase::PathBase(Hca& hca, const PortSel& port, const RcParams& params, std::string* err)
     : hca_(hca), port_(port), params_(params) {
@@ -128,11 +166,7 @@ int PathBase::sendCtl(const CtlMsg& m, std::string* err) {
   }
   if (!sendSlotFree()) return 0;
   uint8_t* w = ctlSendSlot();
-  std::memset(w, 0, kCtlBytes);
-  w[0] = kWireCtl;
-  w[1] = static_cast<uint8_t>(m.type);
-  put64(w + 8, m.seq);
-  put64(w + 16, m.arg);
+  ctlwire::encodeCtl(m, w);
   return postCtlSlot(w, err);
 }
 
@@ -296,25 +330,16 @@ int SendPath::post(const ChunkRef& c, const void* src, uint32_t lkey, std::strin
 }
 
 void SendPath::onCtl(const uint8_t* w) {
-  if (w[0] == kWireAdvert) {
-    Advert a;
-    uint32_t rk;
-    std::memcpy(&rk, w + 4, 4);
-    a.rkey = ntohl(rk);
-    a.seq = get64(w + 8);
-    a.addr = get64(w + 16);
-    a.size = get64(w + 24);
-    a.tag = get64(w + 32);
+  Advert a;
+  Ev e{};
+  int k = ctlwire::decode(w, &a, &e.ctl);
+  if (k == ctlwire::kAdvert) {
     adverts_[a.seq] = a;
-  } else if (w[0] == kWireCtl) {
-    Ev e{};
+  } else if (k == ctlwire::kControl) {
     e.kind = Ev::kCtl;
-    e.ctl.type = static_cast<CtlType>(w[1]);
-    e.ctl.seq = get64(w + 8);
-    e.ctl.arg = get64(w + 16);
     evq_.push_back(e);
   } else {
-    markBroken("protocol", "control message of unknown kind " + std::to_string(w[0]), 0);
+    markBroken("protocol", "control message of unknown kind " + std::to_string(w[0]) + "/" + std::to_string(w[1]), 0);
   }
 }
 
@@ -361,14 +386,7 @@ int RecvPath::advertise(uint64_t seq, uint64_t tag, void* buf, uint64_t size, ui
   a.size = size;
   a.rkey = rkey;
   uint8_t* w = ctlSendSlot();
-  std::memset(w, 0, kCtlBytes);
-  w[0] = kWireAdvert;
-  uint32_t rk = htonl(rkey);
-  std::memcpy(w + 4, &rk, 4);
-  put64(w + 8, seq);
-  put64(w + 16, a.addr);
-  put64(w + 24, size);
-  put64(w + 32, tag);
+  ctlwire::encodeAdvert(a, w);
   int r = postCtlSlot(w, err);
   if (r == 1) pending_.push_back(a);
   return r;
@@ -395,15 +413,13 @@ void RecvPath::onImm(uint32_t imm) {
 }
 
 void RecvPath::onCtl(const uint8_t* w) {
-  if (w[0] != kWireCtl) {
+  Advert a;
+  Ev e{};
+  if (ctlwire::decode(w, &a, &e.ctl) != ctlwire::kControl) {
     markBroken("protocol", "control message of kind " + std::to_string(w[0]) + " at a receiver", 0);
     return;
   }
-  Ev e{};
   e.kind = Ev::kCtl;
-  e.ctl.type = static_cast<CtlType>(w[1]);
-  e.ctl.seq = get64(w + 8);
-  e.ctl.arg = get64(w + 16);
   evq_.push_back(e);
 }
 

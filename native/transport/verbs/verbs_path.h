@@ -62,6 +62,19 @@ struct Advert {
   uint32_t rkey = 0;
 };
 
+// The control message wire (PathBase::kCtlBytes = 48 bytes, big-endian):
+//   [0] kind (1 advert, 2 control)  [1] control type  [2..3] 0  [4..7] rkey
+//   [8..15] seq  [16..23] addr | arg  [24..31] size  [32..39] tag  [40..47] 0
+namespace ctlwire {
+constexpr size_t kBytes = 48;
+enum Kind : uint8_t { kAdvert = 1, kControl = 2 };
+void encodeAdvert(const Advert& a, uint8_t out[kBytes]);
+void encodeCtl(const CtlMsg& m, uint8_t out[kBytes]);
+// Kind of the message (kAdvert fills *a, kControl fills *m), 0 for an unknown kind or a control
+// type outside ACK..CLOSE.
+int decode(const uint8_t in[kBytes], Advert* a, CtlMsg* m);
+}  // namespace ctlwire
+
 // Why a path is broken. source: "completion" (error CQE), "port" (IBV_EVENT_PORT_ERR on this
 // path's HCA port), "qp-event"/"device" (fatal async event), "post" (ibv_post_* failed),
 // "protocol" (a peer broke the wire rules). status: ibv_wc_status_str() / the event's name.
@@ -86,7 +99,7 @@ class PathBase {
   // Depths: send WRs in flight (chunks + control) and receive WRs kept posted.
   static constexpr int kSendDepth = 256;
   static constexpr int kRecvDepth = 256;
-  static constexpr size_t kCtlBytes = 48;  // control message on the wire
+  static constexpr size_t kCtlBytes = ctlwire::kBytes;  // control message on the wire
 
   PathBase(Hca& hca, const PortSel& port, const RcParams& params, std::string* err);
   virtual ~PathBase();
