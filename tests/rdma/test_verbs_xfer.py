@@ -20,12 +20,14 @@ The module boots its own pair of guests (conftest's ``rdma_bed``); tests use dis
 """
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from railover.testbed.netns import poll_until
 from railover.testbed.rdma import faults as rf
 
-from rdma_helpers import crash_retry, events
+from rdma_helpers import crash_retry, events, wait_listening
 
 pytestmark = pytest.mark.rdma
 
@@ -61,7 +63,8 @@ def msg_size(seed: int, seq: int, chunk: int = CHUNK, max_size: int = MAX_SIZE) 
     return _splitmix((seed * 1000003 + seq) & MASK) % (max_size + 1)
 
 
-def _start(bed, rail, port, *, count, seed=7, retry=6, watch_s=0, depth=8, extra_recv=()):
+def _start(bed, rail, port, *, count, seed=7, retry=6, watch_s=0, depth=8, extra_recv=(), extra_send=(),
+           chunk=CHUNK):
     """Receiver in B, sender in A on rail ``rail``; returns both once they are connected."""
     a, b = bed.hosts[0].nics[rail], bed.hosts[1].nics[rail]
     recv = bed.spawn("B", [XFER, "recv", "--netdev", b.ifname, "-p", str(port), "--watch-s", str(watch_s),
@@ -70,8 +73,8 @@ def _start(bed, rail, port, *, count, seed=7, retry=6, watch_s=0, depth=8, extra
     assert recv.returncode is None, recv.stdout() + recv.stderr()
     send = bed.spawn("A", [XFER, "send", "--netdev", a.ifname, "-a", bed.hosts[1].mgmt_addr, "-p", str(port),
                            "--count", str(count), "--seed", str(seed), "--max-size", str(MAX_SIZE), "--chunk",
-                           str(CHUNK), "--depth", str(depth), "--timeout", str(RC_TIMEOUT), "--retry", str(retry),
-                           "--deadline-s", "900"])
+                           str(chunk), "--depth", str(depth), "--timeout", str(RC_TIMEOUT), "--retry", str(retry),
+                           "--deadline-s", "900", *extra_send])
     poll_until(lambda: (events(send, "connected") and events(recv, "connected")) or send.poll() is not None
                or recv.poll() is not None, 300, 0.2, "xfer sender and receiver to connect")
     assert send.returncode is None and recv.returncode is None, (send.stdout() + send.stderr() + recv.stdout()
@@ -119,6 +122,42 @@ def test_verbs_xfer_every_byte_arrives_on_each_rail(rdma_bed, rail):
         assert not events(recv, "broken") and not events(send, "broken")
         print(f"verbs xfer rail {rail}: {count} messages, {sum(sizes)} bytes, {sd['mb_per_s']} MB/s at the sender, "
               f"{rd['mb_per_s']} MB/s at the receiver (TCG)")
+
+    crash_retry(bed, body)
+
+
+def test_verbs_xfer_throughput_beside_ib_write_bw(rdma_bed):
+    """A measurement, side by side on rail 0: railover-verbs-xfer --bench (256 KiB messages, one
+    WRITE_WITH_IMM each, 8 outstanding, receiver ACK per message) and ib_write_bw with the same
+    message size on the same rxe devices. Asserts only that both ran and every size was right;
+    prints both rates and their ratio (TCG: the numbers say little about real hardware)."""
+    bed = rdma_bed
+    a, b = bed.hosts[0].nics[0], bed.hosts[1].nics[0]
+
+    def body():
+        port = 18940
+        srv = bed.spawn("B", ["ib_write_bw", "-d", b.rdma_dev, "-x", "1", "-p", str(port), "-s", str(MAX_SIZE),
+                              "-D", "5", "-F", "--report_gbits"])
+        wait_listening(bed, "B", port, srv)
+        rc, out, err = bed.run("A", ["ib_write_bw", "-d", a.rdma_dev, "-x", "1", "-p", str(port), "-s", str(MAX_SIZE),
+                                     "-D", "5", "-F", "--report_gbits", b.addr], timeout_s=300)
+        assert rc == 0, out + err
+        srv.wait(120)
+        m = re.search(rf"^\s*{MAX_SIZE}\s+\d+\s+([\d.]+)\s+([\d.]+)", out, re.M)
+        assert m, out
+        perftest_mbs = float(m.group(2)) * 1000 / 8
+        count = 80
+        send, recv = _start(bed, 0, 18941, count=count, extra_send=["--bench"], chunk=MAX_SIZE)
+        try:
+            assert send.wait(900) == 0, send.stdout() + send.stderr()
+            assert recv.wait(300) == 0, recv.stdout() + recv.stderr()
+        finally:
+            _finish(send, recv)
+        rd, sd = events(recv, "done")[0], events(send, "done")[0]
+        assert rd["bench"] and rd["messages"] == count and rd["bytes"] == count * MAX_SIZE and rd["bad_messages"] == 0
+        assert sd["chunks"] == count
+        print(f"rail 0, {MAX_SIZE} B messages (TCG): railover-verbs-xfer {sd['mb_per_s']:.2f} MB/s, ib_write_bw "
+              f"{perftest_mbs:.2f} MB/s, ratio {sd['mb_per_s'] / perftest_mbs if perftest_mbs else float('nan'):.2f}")
 
     crash_retry(bed, body)
 

@@ -7,7 +7,7 @@
 //        [--deadline-s S] [--no-fence]
 //   railover-verbs-xfer send (--netdev IF | -d DEV [-g GIDX]) -a ADDR [-p PORT] [--count N]
 //        [--seed S] [--max-size BYTES] [--chunk BYTES] [--depth D] [--timeout T] [--retry R]
-//        [--deadline-s S]
+//        [--deadline-s S] [--bench]
 //
 // The sender connects to the receiver's bootstrap TCP port (PORT, default 18900) at ADDR (the
 // management NIC in the test bed), sends the run's parameters, and both exchange QP endpoints.
@@ -15,7 +15,9 @@
 // one chunk, one chunk + 1, 1 byte and --max-size, the rest uniform in [0, max-size]. The
 // receiver advertises --depth buffers at a time (each max-size + 4096 bytes, filled with a
 // canary byte), checks each arrived message byte by byte and that the bytes past its end still
-// hold the canary, and answers ACK(seq, wrong bytes). --timeout/--retry are the RC local ACK
+// hold the canary, and answers ACK(seq, wrong bytes). --bench (throughput): every message is
+// --max-size bytes and neither side generates or checks content (sizes are still checked), so
+// the guest's CPU goes to the transfer. --timeout/--retry are the RC local ACK
 // timeout exponent and retry count of both QPs (rxe: retry 7 = retry forever).
 //
 // When the path breaks (error completion, PORT_ERR of the path's port, fatal QP event) the tool
@@ -101,9 +103,11 @@ uint64_t splitmix(uint64_t x) {
 struct RunCfg {  // sent by the sender to the receiver (network byte order on the wire)
   uint64_t count = 200, seed = 1, maxSize = 256 * 1024, chunk = 64 * 1024;
   uint32_t depth = 8, timeout = 14, retry = 6;
+  bool bench = false;  // every message max-size, content not generated or checked (throughput)
 };
 
 uint64_t msgSize(const RunCfg& c, uint64_t seq) {
+  if (c.bench) return c.maxSize;
   switch (seq % 16) {
     case 0: return 0;
     case 1: return std::min(c.chunk, c.maxSize);
@@ -159,7 +163,7 @@ int usage(const std::string& why) {
           "                          [--no-fence]\n"
           "       railover-verbs-xfer send (--netdev IF | -d DEV [-g GIDX]) -a ADDR [-p PORT] [--count N] [--seed S]\n"
           "                          [--max-size BYTES] [--chunk BYTES] [--depth D] [--timeout T] [--retry R]\n"
-          "                          [--deadline-s S]\n",
+          "                          [--deadline-s S] [--bench]\n",
           why.c_str());
   return 2;
 }
@@ -252,13 +256,13 @@ struct RecvState : RecvPath::Sink {
   uint8_t* slot(uint64_t seq) { return buf + (seq % cfg.depth) * slotBytes; }
   void arrived(uint64_t seq, uint64_t, uint64_t n) override {
     uint64_t want = msgSize(cfg, seq);
-    uint64_t wrong = n == want ? checkMsg(cfg, seq, slot(seq), n, slotBytes) : n + 1;
+    uint64_t wrong = n != want ? n + 1 : cfg.bench ? 0 : checkMsg(cfg, seq, slot(seq), n, slotBytes);
     if (n != want) emit("size_mismatch", ",\"seq\":%" PRIu64 ",\"got\":%" PRIu64 ",\"want\":%" PRIu64, seq, n, want);
     wrongBytes += wrong;
     badMsgs += wrong != 0;
     ++arrivedN;
     bytes += n;
-    std::memset(slot(seq), kCanary, slotBytes);
+    if (!cfg.bench) std::memset(slot(seq), kCanary, slotBytes);
     CtlMsg a;
     a.type = CtlType::kAck;
     a.seq = seq;
@@ -323,6 +327,7 @@ int runRecv(const Opts& o) {
   st.cfg.depth = static_cast<uint32_t>(get64(cw + 32));
   st.cfg.timeout = cw[40];
   st.cfg.retry = cw[41];
+  st.cfg.bench = cw[42] != 0;
   if (st.cfg.depth == 0 || st.cfg.depth > 64 || st.cfg.maxSize > (1ull << 30))
     return fail("run parameters out of range (depth 1..64, max-size <= 1 GiB)");
 
@@ -399,8 +404,9 @@ int runRecv(const Opts& o) {
   if (st.arrivedN < st.cfg.count) return fail("deadline or signal before all messages arrived");
   double secs = static_cast<double>(nowUs() - t0) / 1e6;
   emit("done", ",\"messages\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"wrong_bytes\":%" PRIu64 ",\"bad_messages\":%" PRIu64
-       ",\"secs\":%.3f,\"mb_per_s\":%.2f",
-       st.arrivedN, st.bytes, st.wrongBytes, st.badMsgs, secs, st.bytes / 1e6 / (secs > 0 ? secs : 1));
+       ",\"secs\":%.3f,\"mb_per_s\":%.2f,\"bench\":%s",
+       st.arrivedN, st.bytes, st.wrongBytes, st.badMsgs, secs, st.bytes / 1e6 / (secs > 0 ? secs : 1),
+       st.cfg.bench ? "true" : "false");
   // Let the last ACKs go out and the sender say CLOSE (bounded).
   uint64_t closeBy = nowUs() + 120000000u;
   while (!g_stop && !st.closeSeen && !st.brokenSeen && nowUs() < closeBy) {
@@ -461,6 +467,7 @@ int runSend(const Opts& o) {
   put64(cw + 32, c.depth);
   cw[40] = static_cast<uint8_t>(c.timeout);
   cw[41] = static_cast<uint8_t>(c.retry);
+  cw[42] = c.bench ? 1 : 0;
   if (!ioAll(fd, cw, sizeof cw, true)) return fail("sending the run parameters");
 
   Hca hca(ps.dev, &err);
@@ -489,7 +496,7 @@ int runSend(const Opts& o) {
     while (cur < c.count && cur < st.acked + c.depth) {
       uint8_t* s = src.data() + (cur % c.depth) * c.maxSize;
       uint64_t total = msgSize(c, cur);
-      if (!curFilled) {
+      if (!curFilled && !c.bench) {
         fillMsg(c, cur, s, total);
         curFilled = true;
       }
@@ -531,9 +538,9 @@ int runSend(const Opts& o) {
   if (st.acked < c.count) return fail("deadline or signal before all messages were acknowledged");
   double secs = static_cast<double>(nowUs() - t0) / 1e6;
   emit("done", ",\"messages\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"wrong_bytes_reported\":%" PRIu64
-       ",\"chunks\":%" PRIu64 ",\"secs\":%.3f,\"mb_per_s\":%.2f",
+       ",\"chunks\":%" PRIu64 ",\"secs\":%.3f,\"mb_per_s\":%.2f,\"bench\":%s",
        st.acked, st.bytesAcked, st.wrongReported, st.chunksDone, secs,
-       st.bytesAcked / 1e6 / (secs > 0 ? secs : 1));
+       st.bytesAcked / 1e6 / (secs > 0 ? secs : 1), c.bench ? "true" : "false");
   CtlMsg cl;
   cl.type = CtlType::kClose;
   if (path.sendCtl(cl, &err) == 1) {
@@ -555,8 +562,8 @@ int main(int argc, char** argv) {
   if (o.mode != "send" && o.mode != "recv") return usage("unknown mode '" + o.mode + "'");
   for (int i = 2; i < argc; ++i) {
     std::string k = argv[i];
-    if (k == "--no-fence") {
-      o.noFence = true;
+    if (k == "--no-fence" || k == "--bench") {
+      (k == "--bench" ? o.cfg.bench : o.noFence) = true;
       continue;
     }
     if (i + 1 >= argc) return usage("option " + k + " needs a value");
