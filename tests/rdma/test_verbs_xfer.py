@@ -20,16 +20,32 @@ The module boots its own pair of guests (conftest's ``rdma_bed``); tests use dis
 """
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
 
+from railover import _paths
 from railover.testbed.netns import poll_until
+from railover.testbed.rdma import bed as rbed
 from railover.testbed.rdma import faults as rf
 
 from rdma_helpers import crash_retry, events, wait_listening
 
 pytestmark = pytest.mark.rdma
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _xfer_built(rdma_ok):
+    """railover-verbs-xfer is built with railover-verbs-probe (both need libibverbs-dev); an
+    older build tree may lack it: skip, or fail under RAILOVER_REQUIRE_RDMA=1."""
+    try:
+        _paths._find(rbed.VERBS_XFER_FILE)
+    except FileNotFoundError as e:
+        if os.environ.get("RAILOVER_REQUIRE_RDMA") == "1":
+            pytest.fail(f"RAILOVER_REQUIRE_RDMA=1 but {e} (rebuild with libibverbs-dev installed)", pytrace=False)
+        pytest.skip(f"{e} (rebuild with libibverbs-dev installed)")
+
 
 XFER = "railover-verbs-xfer"
 #: RC local ACK timeout exponent: 4.096 µs * 2^14 = 67 ms per try; with retry_cnt 6 the QP
