@@ -23,7 +23,7 @@
 // When the path breaks (error completion, PORT_ERR of the path's port, fatal QP event) the tool
 // prints {"ev":"broken"} with the status, fences the path (QP to ERR, drain) and prints
 // {"ev":"fenced"}. With --watch-s S the receiver then keeps watching its receive buffers
-// for S seconds or until SIGTERM: {"ev":"fence_watch"} every second and {"ev":"fence_check"}
+// (compared every 100 ms) for S seconds or until SIGTERM: {"ev":"fence_watch"} every second and {"ev":"fence_check"}
 // at the end, with the bytes that changed after the fence (must stay 0), the packets its NIC
 // received since (statistics/rx_packets) and the RoCE packets its HCA port accepted since
 // (hw_counters/rcvd_pkts: rxe drops packets for a QP in ERR before counting them), so a test
@@ -392,7 +392,7 @@ int runRecv(const Opts& o) {
           emit("fence_watch", ",\"changed_bytes\":%" PRIu64 ",\"rcvd_pkts_since_fence\":%ld,\"netdev_rx_since_fence\":%ld",
                changed, since(readCounter(ps, "rcvd_pkts"), pk0), since(netdevRx(ps), rx0));
         }
-        usleep(20000);  // a memory watch, not a synchronisation: compare every 20 ms
+        usleep(100000);  // a memory watch, not a synchronisation: compare every 100 ms
       }
       changed = diff();
       emit("fence_check", ",\"changed_bytes\":%" PRIu64 ",\"pending\":%zu,\"rcvd_pkts_since_fence\":%ld,"
