@@ -23,12 +23,12 @@
 // When the path breaks (error completion, PORT_ERR of the path's port, fatal QP event) the tool
 // prints {"ev":"broken"} with the status, fences the path (QP to ERR, drain) and prints
 // {"ev":"fenced"}. With --watch-s S the receiver then keeps watching its receive buffers
-// (compared every 100 ms) for S seconds or until SIGTERM: {"ev":"fence_watch"} every second and {"ev":"fence_check"}
-// at the end, with the bytes that changed after the fence (must stay 0), the packets its NIC
-// received since (statistics/rx_packets) and the RoCE packets its HCA port accepted since
-// (hw_counters/rcvd_pkts: rxe drops packets for a QP in ERR before counting them), so a test
-// can show that the sender's writes reached the receiver after the fence and none landed. --no-fence (negative control for that test) watches
-// the same way without fencing: there the late writes do land.
+// (compared every 100 ms) for S seconds or until SIGTERM: {"ev":"fence_watch"} every second
+// and {"ev":"fence_check"} at the end, with the bytes that changed after the fence (must stay
+// 0), the packets its NIC received since (statistics/rx_packets) and the RoCE packets its HCA
+// port accepted since (hw_counters/rcvd_pkts), so a test can show that the sender's writes
+// reached the receiver after the fence and none landed. --no-fence (negative control for that
+// test) watches the same way without fencing: there the late writes do land.
 //
 // Output: JSON lines with "t_us" (CLOCK_MONOTONIC µs). Exit status: 0 all messages arrived
 // intact, 1 runtime failure or wrong bytes, 2 usage, 3 the path broke.
@@ -389,7 +389,8 @@ int runRecv(const Opts& o) {
         changed = diff();
         if (nowUs() - tick > 1000000) {
           tick = nowUs();
-          emit("fence_watch", ",\"changed_bytes\":%" PRIu64 ",\"rcvd_pkts_since_fence\":%ld,\"netdev_rx_since_fence\":%ld",
+          emit("fence_watch",
+               ",\"changed_bytes\":%" PRIu64 ",\"rcvd_pkts_since_fence\":%ld,\"netdev_rx_since_fence\":%ld",
                changed, since(readCounter(ps, "rcvd_pkts"), pk0), since(netdevRx(ps), rx0));
         }
         usleep(100000);  // a memory watch, not a synchronisation: compare every 100 ms

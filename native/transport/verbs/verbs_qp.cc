@@ -36,7 +36,8 @@ std::string RcParams::validate() const {
   if (timeout < 0 || timeout > 31) return "RC timeout " + std::to_string(timeout) + " out of range 0..31";
   if (retryCnt < 0 || retryCnt > 7) return "RC retry_cnt " + std::to_string(retryCnt) + " out of range 0..7";
   if (sl < 0 || sl > 15) return "service level " + std::to_string(sl) + " out of range 0..15";
-  if (trafficClass < 0 || trafficClass > 255) return "traffic class " + std::to_string(trafficClass) + " out of range 0..255";
+  if (trafficClass < 0 || trafficClass > 255)
+    return "traffic class " + std::to_string(trafficClass) + " out of range 0..255";
   return "";
 }
 
