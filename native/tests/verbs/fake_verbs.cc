@@ -2,7 +2,9 @@
 // uses; the test binary is linked without libibverbs.
 #include "fake_verbs.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -12,7 +14,19 @@
 #include <map>
 #include <memory>
 
+#include "transport/verbs/verbs_api.h"
+
 namespace {
+
+// The layer reaches libibverbs through dlsym: point it at this binary's definitions below.
+class FakeVerbsEnv : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    std::string err;
+    ASSERT_TRUE(railover::verbs::loadVerbsApi(RTLD_DEFAULT, &err)) << err;
+  }
+};
+::testing::Environment* const g_env = ::testing::AddGlobalTestEnvironment(new FakeVerbsEnv);
 
 struct FakeCq {
   ibv_cq cq;  // first: the layer sees &cq

@@ -1,6 +1,7 @@
 // A fake verbs provider for unit tests of the verbs layer: the test binary defines the libibverbs
-// functions the layer calls (and fills the context ops that verbs.h's inline post/poll calls
-// dispatch through), so the real layer code runs against an in-process "wire" the test drives:
+// functions the layer calls (resolved through loadVerbsApi(RTLD_DEFAULT) by a global test
+// environment) and fills the context ops that verbs.h's inline post/poll calls dispatch through,
+// so the real layer code runs against an in-process "wire" the test drives:
 // sends stay outstanding until the test delivers them (fake::deliver) or fails them
 // (fake::fail), async events are injected (fake::asyncEvent), and moving a QP to ERR flushes its
 // outstanding work requests (or not, with fake::holdFlushes, to exercise the fence's bound).

@@ -50,23 +50,24 @@ bool isV4Mapped(const ibv_gid& g, in_addr* a) {
 }
 
 struct DevList {
+  const VerbsApi& api;
   ibv_device** list = nullptr;
   int n = 0;
-  DevList() { list = ibv_get_device_list(&n); }
+  explicit DevList(const VerbsApi& a) : api(a) { list = api.get_device_list(&n); }
   ~DevList() {
-    if (list) ibv_free_device_list(list);
+    if (list) api.free_device_list(list);
   }
 };
 
 // Fills the port fields of *out from an opened context. false + *err if the port is unusable.
-bool fillPort(ibv_context* ctx, int port, PortSel* out, std::string* err) {
+bool fillPort(const VerbsApi& api, ibv_context* ctx, int port, PortSel* out, std::string* err) {
   ibv_port_attr pa{};
-  if (ibv_query_port(ctx, static_cast<uint8_t>(port), &pa) != 0) {
+  if (queryPort(api, ctx, static_cast<uint8_t>(port), &pa) != 0) {
     *err = "ibv_query_port(" + out->dev + ", port " + std::to_string(port) + "): " + std::strerror(errno);
     return false;
   }
   if (pa.state != IBV_PORT_ACTIVE) {
-    *err = "HCA " + out->dev + " port " + std::to_string(port) + " is " + ibv_port_state_str(pa.state) +
+    *err = "HCA " + out->dev + " port " + std::to_string(port) + " is " + api.port_state_str(pa.state) +
            ", not ACTIVE";
     return false;
   }
@@ -80,6 +81,9 @@ bool fillPort(ibv_context* ctx, int port, PortSel* out, std::string* err) {
 }  // namespace
 
 bool findPortForNetdev(const std::string& netdev, PortSel* out, std::string* err) {
+  const VerbsApi* a = verbsApi(err);
+  if (!a) return false;
+  const VerbsApi& api = *a;
   unsigned ifindex = if_nametoindex(netdev.c_str());
   if (ifindex == 0) {
     *err = "no network interface named '" + netdev + "'";
@@ -92,46 +96,47 @@ bool findPortForNetdev(const std::string& netdev, PortSel* out, std::string* err
   }
   char wantStr[INET_ADDRSTRLEN];
   inet_ntop(AF_INET, &want, wantStr, sizeof wantStr);
-  DevList dl;
+  DevList dl(api);
   if (!dl.list || dl.n == 0) {
     *err = "no RDMA device found (is an RDMA driver or rdma_rxe loaded, and libibverbs' provider installed?)";
     return false;
   }
   std::string seen;  // HCA ports bound to the NIC but without a matching GID
   for (int d = 0; d < dl.n; ++d) {
-    ibv_context* ctx = ibv_open_device(dl.list[d]);
+    ibv_context* ctx = api.open_device(dl.list[d]);
     if (!ctx) continue;
     ibv_device_attr da{};
-    if (ibv_query_device(ctx, &da) != 0) {
-      ibv_close_device(ctx);
+    if (api.query_device(ctx, &da) != 0) {
+      api.close_device(ctx);
       continue;
     }
     for (int port = 1; port <= da.phys_port_cnt; ++port) {
       ibv_port_attr pa{};
-      if (ibv_query_port(ctx, static_cast<uint8_t>(port), &pa) != 0) continue;
+      if (queryPort(api, ctx, static_cast<uint8_t>(port), &pa) != 0) continue;
       for (int gi = 0; gi < pa.gid_tbl_len; ++gi) {
         ibv_gid_entry ge{};
-        if (ibv_query_gid_ex(ctx, static_cast<uint32_t>(port), static_cast<uint32_t>(gi), &ge, 0) != 0) continue;
+        if (api.query_gid_ex(ctx, static_cast<uint32_t>(port), static_cast<uint32_t>(gi), &ge, 0, sizeof ge) != 0)
+          continue;
         if (ge.ndev_ifindex != ifindex) continue;
         in_addr a{};
         if (ge.gid_type != IBV_GID_TYPE_ROCE_V2 || !isV4Mapped(reinterpret_cast<const ibv_gid&>(ge.gid), &a) ||
             a.s_addr != want.s_addr) {
-          seen = std::string(ibv_get_device_name(dl.list[d])) + " port " + std::to_string(port);
+          seen = std::string(api.get_device_name(dl.list[d])) + " port " + std::to_string(port);
           continue;
         }
-        out->dev = ibv_get_device_name(dl.list[d]);
+        out->dev = api.get_device_name(dl.list[d]);
         out->netdev = netdev;
         out->gidIndex = gi;
         std::memcpy(out->gid.raw, ge.gid.raw, 16);
-        bool ok = fillPort(ctx, port, out, err);
-        ibv_close_device(ctx);
+        bool ok = fillPort(api, ctx, port, out, err);
+        api.close_device(ctx);
         if (ok)
           out->why = "GID " + std::to_string(gi) + " of " + out->dev + " port " + std::to_string(port) +
                      " is RoCE v2 and maps " + netdev + "'s address " + wantStr;
         return ok;
       }
     }
-    ibv_close_device(ctx);
+    api.close_device(ctx);
   }
   if (!seen.empty())
     *err = "RDMA device " + seen + " is bound to " + netdev + " but has no RoCE v2 GID for its address " + wantStr;
@@ -142,24 +147,28 @@ bool findPortForNetdev(const std::string& netdev, PortSel* out, std::string* err
 }
 
 bool findPortByDevice(const std::string& dev, int port, int gidIndex, PortSel* out, std::string* err) {
-  DevList dl;
+  const VerbsApi* a = verbsApi(err);
+  if (!a) return false;
+  const VerbsApi& api = *a;
+  DevList dl(api);
   for (int d = 0; d < dl.n; ++d) {
-    if (dev != ibv_get_device_name(dl.list[d])) continue;
-    ibv_context* ctx = ibv_open_device(dl.list[d]);
+    if (dev != api.get_device_name(dl.list[d])) continue;
+    ibv_context* ctx = api.open_device(dl.list[d]);
     if (!ctx) {
       *err = "cannot open RDMA device " + dev + ": " + std::strerror(errno);
       return false;
     }
     out->dev = dev;
-    bool ok = fillPort(ctx, port, out, err);
+    bool ok = fillPort(api, ctx, port, out, err);
     if (ok && out->roce) {
       ibv_port_attr pa{};
-      ibv_query_port(ctx, static_cast<uint8_t>(port), &pa);
+      queryPort(api, ctx, static_cast<uint8_t>(port), &pa);
       ok = false;
       for (int gi = 0; gi < pa.gid_tbl_len && !ok; ++gi) {
         if (gidIndex >= 0 && gi != gidIndex) continue;
         ibv_gid_entry ge{};
-        if (ibv_query_gid_ex(ctx, static_cast<uint32_t>(port), static_cast<uint32_t>(gi), &ge, 0) != 0) continue;
+        if (api.query_gid_ex(ctx, static_cast<uint32_t>(port), static_cast<uint32_t>(gi), &ge, 0, sizeof ge) != 0)
+          continue;
         if (gidIndex < 0 && (ge.gid_type != IBV_GID_TYPE_ROCE_V2 ||
                              !isV4Mapped(reinterpret_cast<const ibv_gid&>(ge.gid), nullptr)))
           continue;
@@ -178,7 +187,7 @@ bool findPortByDevice(const std::string& dev, int port, int gidIndex, PortSel* o
       out->gidIndex = -1;
       out->why = "InfiniBand port " + std::to_string(port) + " of " + dev + ", LID " + std::to_string(out->lid);
     }
-    ibv_close_device(ctx);
+    api.close_device(ctx);
     return ok;
   }
   *err = "no RDMA device named '" + dev + "'";
@@ -186,14 +195,17 @@ bool findPortByDevice(const std::string& dev, int port, int gidIndex, PortSel* o
 }
 
 Hca::Hca(const std::string& dev, std::string* err) : dev_(dev) {
-  DevList dl;
+  api_ = verbsApi(err);
+  if (!api_) return;
+  const VerbsApi& api = *api_;
+  DevList dl(api);
   for (int d = 0; d < dl.n && !ctx_; ++d)
-    if (dev == ibv_get_device_name(dl.list[d])) ctx_ = ibv_open_device(dl.list[d]);
+    if (dev == api.get_device_name(dl.list[d])) ctx_ = api.open_device(dl.list[d]);
   if (!ctx_) {
     *err = "cannot open RDMA device '" + dev + "'";
     return;
   }
-  pd_ = ibv_alloc_pd(ctx_);
+  pd_ = api.alloc_pd(ctx_);
   if (!pd_) {
     *err = "ibv_alloc_pd(" + dev + "): " + std::strerror(errno);
     return;
@@ -202,17 +214,25 @@ Hca::Hca(const std::string& dev, std::string* err) : dev_(dev) {
   fcntl(ctx_->async_fd, F_SETFL, fl | O_NONBLOCK);
 }
 
+const VerbsApi& Hca::api() const {
+  static const VerbsApi kNone{};  // never called through: nothing is built on an Hca that is not ok()
+  return api_ ? *api_ : kNone;
+}
+
 Hca::~Hca() {
-  if (pd_) ibv_dealloc_pd(pd_);
-  if (ctx_) ibv_close_device(ctx_);
+  if (!api_) return;
+  const VerbsApi& api = *api_;
+  if (pd_) api.dealloc_pd(pd_);
+  if (ctx_) api.close_device(ctx_);
 }
 
 std::vector<AsyncEvent> Hca::pollAsync() {
   std::vector<AsyncEvent> got;
   std::lock_guard<std::mutex> g(mu_);
   if (!ctx_) return got;
+  const VerbsApi& api = *api_;
   ibv_async_event e;
-  while (ibv_get_async_event(ctx_, &e) == 0) {  // non-blocking: async_fd is O_NONBLOCK
+  while (api.get_async_event(ctx_, &e) == 0) {  // non-blocking: async_fd is O_NONBLOCK
     AsyncEvent a;
     a.type = e.event_type;
     a.tUs = nowUs();
@@ -238,16 +258,16 @@ std::vector<AsyncEvent> Hca::pollAsync() {
       case IBV_EVENT_PATH_MIG_ERR:
         a.qpn = e.element.qp ? e.element.qp->qp_num : 0;
         fatalQps_.insert(a.qpn);
-        fatalWhat_ = ibv_event_type_str(e.event_type);
+        fatalWhat_ = api.event_type_str(e.event_type);
         break;
       case IBV_EVENT_DEVICE_FATAL:
         deviceFatal_ = true;
-        fatalWhat_ = ibv_event_type_str(e.event_type);
+        fatalWhat_ = api.event_type_str(e.event_type);
         break;
       default:
         break;
     }
-    ibv_ack_async_event(&e);
+    api.ack_async_event(&e);
     got.push_back(a);
   }
   return got;

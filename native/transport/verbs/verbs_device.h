@@ -10,8 +10,8 @@
 // Thread-safety: findPort*() are reentrant. An Hca is shared by every path on it; its
 // async-event state is guarded by an internal mutex (pollAsync() may be called from any path).
 //
-// Built only where rdma-core's headers are present (never part of the plugin yet: the plugin
-// will reach libibverbs through dlopen so that it still loads where rdma-core is absent).
+// Built only where rdma-core's headers are present; libibverbs itself is reached through dlopen
+// (verbs_api.h): every call here fails with a clear error where it is not installed.
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -21,6 +21,8 @@
 #include <string>
 #include <unordered_set>
 #include <vector>
+
+#include "transport/verbs/verbs_api.h"
 
 namespace railover {
 namespace verbs {
@@ -65,6 +67,9 @@ class Hca {
   Hca& operator=(const Hca&) = delete;
 
   bool ok() const { return ctx_ != nullptr && pd_ != nullptr; }
+  // The libibverbs table this HCA was opened with (valid whenever the Hca was constructed with
+  // libibverbs loaded; ok() is false otherwise).
+  const VerbsApi& api() const;
   const std::string& name() const { return dev_; }
   ibv_context* ctx() const { return ctx_; }
   ibv_pd* pd() const { return pd_; }
@@ -84,6 +89,7 @@ class Hca {
 
  private:
   std::string dev_;
+  const VerbsApi* api_ = nullptr;
   ibv_context* ctx_ = nullptr;
   ibv_pd* pd_ = nullptr;
   std::mutex mu_;

@@ -13,11 +13,11 @@ MrSet::MrSet(const std::vector<Hca*>& hcas, void* addr, size_t size, std::string
     return;
   }
   for (size_t i = 0; i < hcas.size(); ++i) {
-    mrs_[i] = ibv_reg_mr(hcas[i]->pd(), addr, size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    mrs_[i] = hcas[i]->api().reg_mr(hcas[i]->pd(), addr, size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
     if (!mrs_[i]) {
       *err = "ibv_reg_mr(" + hcas[i]->name() + ", " + std::to_string(size) + " bytes): " + std::strerror(errno);
-      for (auto*& m : mrs_)
-        if (m) ibv_dereg_mr(m), m = nullptr;
+      for (size_t j = 0; j < mrs_.size(); ++j)
+        if (mrs_[j]) hcas[j]->api().dereg_mr(mrs_[j]), mrs_[j] = nullptr;
       return;
     }
   }
@@ -25,8 +25,8 @@ MrSet::MrSet(const std::vector<Hca*>& hcas, void* addr, size_t size, std::string
 }
 
 MrSet::~MrSet() {
-  for (auto* m : mrs_)
-    if (m) ibv_dereg_mr(m);
+  for (size_t j = 0; j < mrs_.size(); ++j)
+    if (mrs_[j]) hcas_[j]->api().dereg_mr(mrs_[j]);
 }
 
 int MrSet::indexOf(const Hca* h) const {

@@ -67,7 +67,11 @@ int decode(const uint8_t in[kBytes], Advert* a, CtlMsg* m) {
 }  // namespace ctlwire
 
 PathBase::PathBase(Hca& hca, const PortSel& port, const RcParams& params, std::string* err)
-    : hca_(hca), port_(port), params_(params) {
+    : hca_(hca), api_(hca.api()), port_(port), params_(params) {
+  if (!hca.ok()) {
+    *err = "HCA " + hca.name() + " is not open";
+    return;
+  }
   std::string bad = params.validate();
   if (!bad.empty()) {
     *err = bad;
@@ -78,8 +82,8 @@ PathBase::PathBase(Hca& hca, const PortSel& port, const RcParams& params, std::s
   ctlRecv_.assign(kRecvDepth * kCtlBytes, 0);
   ctlSend_.assign(kSendDepth * kCtlBytes, 0);
   recs_.resize(kSendDepth);
-  ctlRecvMr_ = ibv_reg_mr(hca.pd(), ctlRecv_.data(), ctlRecv_.size(), IBV_ACCESS_LOCAL_WRITE);
-  ctlSendMr_ = ibv_reg_mr(hca.pd(), ctlSend_.data(), ctlSend_.size(), IBV_ACCESS_LOCAL_WRITE);
+  ctlRecvMr_ = api_.reg_mr(hca.pd(), ctlRecv_.data(), ctlRecv_.size(), IBV_ACCESS_LOCAL_WRITE);
+  ctlSendMr_ = api_.reg_mr(hca.pd(), ctlSend_.data(), ctlSend_.size(), IBV_ACCESS_LOCAL_WRITE);
   if (!ctlRecvMr_ || !ctlSendMr_) {
     *err = "ibv_reg_mr(control slots on " + hca.name() + "): " + std::strerror(errno);
     return;
@@ -89,8 +93,8 @@ PathBase::PathBase(Hca& hca, const PortSel& port, const RcParams& params, std::s
 
 PathBase::~PathBase() {
   qp_.reset();  // the QP before the MRs its work requests point into
-  if (ctlRecvMr_) ibv_dereg_mr(ctlRecvMr_);
-  if (ctlSendMr_) ibv_dereg_mr(ctlSendMr_);
+  if (ctlRecvMr_) api_.dereg_mr(ctlRecvMr_);
+  if (ctlSendMr_) api_.dereg_mr(ctlSendMr_);
 }
 
 bool PathBase::postRecv(int slot, std::string* err) {
@@ -219,7 +223,7 @@ void PathBase::pollOnce() {
       if (c.status == IBV_WC_WR_FLUSH_ERR) ++(isRecv ? flushedRecvs_ : flushedSends_);
       // Any error completion outside a fence breaks the path: which status arrives depends on
       // the kernel and the fault (retry exceeded, local QP error, flush first on 6.12 rxe).
-      if (!fenced_) markBroken("completion", ibv_wc_status_str(c.status), c.status);
+      if (!fenced_) markBroken("completion", api_.wc_status_str(c.status), c.status);
       continue;
     }
     lastOkUs_ = now;

@@ -164,6 +164,7 @@ class PathBase {
   std::deque<Ev> evq_;
 
   Hca& hca_;
+  const VerbsApi& api_;
   PortSel port_;
   RcParams params_;
   std::unique_ptr<RcQp> qp_;

@@ -110,15 +110,20 @@ bool exchangeEndpoints(int fd, const QpEndpoint& mine, QpEndpoint* peer, int tim
   return peer->unpack(in, err);
 }
 
-RcQp::RcQp(Hca& hca, const PortSel& port, int sendDepth, int recvDepth, std::string* err) : hca_(hca), port_(port) {
-  ch_ = ibv_create_comp_channel(hca.ctx());
+RcQp::RcQp(Hca& hca, const PortSel& port, int sendDepth, int recvDepth, std::string* err)
+    : hca_(hca), api_(hca.api()), port_(port) {
+  if (!hca.ok()) {
+    *err = "HCA " + hca.name() + " is not open";
+    return;
+  }
+  ch_ = api_.create_comp_channel(hca.ctx());
   if (!ch_) {
     *err = "ibv_create_comp_channel(" + hca.name() + "): " + std::strerror(errno);
     return;
   }
   int fl = fcntl(ch_->fd, F_GETFL);
   fcntl(ch_->fd, F_SETFL, fl | O_NONBLOCK);
-  cq_ = ibv_create_cq(hca.ctx(), sendDepth + recvDepth, nullptr, ch_, 0);
+  cq_ = api_.create_cq(hca.ctx(), sendDepth + recvDepth, nullptr, ch_, 0);
   if (!cq_) {
     *err = "ibv_create_cq(" + hca.name() + ", " + std::to_string(sendDepth + recvDepth) + "): " + std::strerror(errno);
     return;
@@ -132,7 +137,7 @@ RcQp::RcQp(Hca& hca, const PortSel& port, int sendDepth, int recvDepth, std::str
   ia.cap.max_send_sge = 1;
   ia.cap.max_recv_sge = 1;
   ia.sq_sig_all = 0;
-  qp_ = ibv_create_qp(hca.pd(), &ia);
+  qp_ = api_.create_qp(hca.pd(), &ia);
   if (!qp_) {
     *err = "ibv_create_qp(" + hca.name() + ", RC, " + std::to_string(sendDepth) + "/" + std::to_string(recvDepth) +
            " WRs): " + std::strerror(errno);
@@ -148,20 +153,20 @@ RcQp::RcQp(Hca& hca, const PortSel& port, int sendDepth, int recvDepth, std::str
 }
 
 RcQp::~RcQp() {
-  if (qp_) ibv_destroy_qp(qp_);
+  if (qp_) api_.destroy_qp(qp_);
   if (cq_) {
-    if (unacked_) ibv_ack_cq_events(cq_, unacked_);
-    ibv_destroy_cq(cq_);
+    if (unacked_) api_.ack_cq_events(cq_, unacked_);
+    api_.destroy_cq(cq_);
   }
-  if (ch_) ibv_destroy_comp_channel(ch_);
+  if (ch_) api_.destroy_comp_channel(ch_);
 }
 
 void RcQp::rearm() {
   ibv_cq* c = nullptr;
   void* ctx = nullptr;
-  while (ibv_get_cq_event(ch_, &c, &ctx) == 0) ++unacked_;  // non-blocking channel
+  while (api_.get_cq_event(ch_, &c, &ctx) == 0) ++unacked_;  // non-blocking channel
   if (unacked_ >= 64) {
-    ibv_ack_cq_events(cq_, unacked_);
+    api_.ack_cq_events(cq_, unacked_);
     unacked_ = 0;
   }
   ibv_req_notify_cq(cq_, 0);
@@ -173,7 +178,7 @@ bool RcQp::toInit(std::string* err) {
   a.pkey_index = 0;
   a.port_num = static_cast<uint8_t>(port_.port);
   a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE;
-  if (ibv_modify_qp(qp_, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) {
+  if (api_.modify_qp(qp_, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) {
     *err = "modify QP to INIT on " + hca_.name() + ": " + std::strerror(errno);
     return false;
   }
@@ -209,7 +214,7 @@ bool RcQp::toRts(const QpEndpoint& peer, const RcParams& p, std::string* err) {
   } else {
     a.ah_attr.dlid = peer.lid;
   }
-  if (ibv_modify_qp(qp_, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+  if (api_.modify_qp(qp_, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                                  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)) {
     *err = "modify QP to RTR on " + hca_.name() + " towards QP " + std::to_string(peer.qpn) + ": " +
            std::strerror(errno) + " (peer address unresolvable?)";
@@ -222,7 +227,7 @@ bool RcQp::toRts(const QpEndpoint& peer, const RcParams& p, std::string* err) {
   a.rnr_retry = kRnrRetryInfinite;
   a.sq_psn = local_.psn;
   a.max_rd_atomic = 1;
-  if (ibv_modify_qp(qp_, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+  if (api_.modify_qp(qp_, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
                                  IBV_QP_MAX_QP_RD_ATOMIC)) {
     *err = "modify QP to RTS on " + hca_.name() + ": " + std::strerror(errno);
     return false;
@@ -233,7 +238,7 @@ bool RcQp::toRts(const QpEndpoint& peer, const RcParams& p, std::string* err) {
 bool RcQp::toError(std::string* err) {
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_ERR;
-  if (ibv_modify_qp(qp_, &a, IBV_QP_STATE)) {
+  if (api_.modify_qp(qp_, &a, IBV_QP_STATE)) {
     *err = "modify QP to ERR on " + hca_.name() + ": " + std::strerror(errno);
     return false;
   }
@@ -243,7 +248,7 @@ bool RcQp::toError(std::string* err) {
 ibv_qp_state RcQp::state() {
   ibv_qp_attr a{};
   ibv_qp_init_attr ia{};
-  if (ibv_query_qp(qp_, &a, IBV_QP_STATE, &ia)) return IBV_QPS_UNKNOWN;
+  if (api_.query_qp(qp_, &a, IBV_QP_STATE, &ia)) return IBV_QPS_UNKNOWN;
   return a.qp_state;
 }
 

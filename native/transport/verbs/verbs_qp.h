@@ -96,6 +96,7 @@ class RcQp {
 
  private:
   Hca& hca_;
+  const VerbsApi& api_;
   PortSel port_;
   ibv_comp_channel* ch_ = nullptr;
   ibv_cq* cq_ = nullptr;
