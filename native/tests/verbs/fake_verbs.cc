@@ -52,6 +52,7 @@ struct World {
   uint32_t nextQpn = 100, nextKey = 1000;
   bool holdFlushes = false;
   int failModify = 0;
+  std::map<std::pair<std::string, int>, std::vector<ibv_gid_entry>> gids;
   World() {
     std::memset(devs, 0, sizeof devs);
     std::strcpy(devs[0].name, "fake0");
@@ -143,6 +144,9 @@ void reset() { g = std::make_unique<World>(); }
 const std::vector<PostedSend>& outstanding(ibv_qp* qp) { return fqp(qp)->sends; }
 size_t postedRecvs(ibv_qp* qp) { return fqp(qp)->recvs.size(); }
 void holdFlushes(bool hold) { w().holdFlushes = hold; }
+void setGids(const std::string& dev, int port, const std::vector<ibv_gid_entry>& table) {
+  w().gids[{dev, port}] = table;
+}
 void failNextModify(int err) { w().failModify = err; }
 ibv_qp_state state(ibv_qp* qp) { return qp->state; }
 
@@ -332,15 +336,20 @@ int ibv_query_device(ibv_context*, ibv_device_attr* a) {
   return 0;
 }
 #undef ibv_query_port
-int ibv_query_port(ibv_context*, uint8_t, _compat_ibv_port_attr* pa) {
+int ibv_query_port(ibv_context* c, uint8_t port, _compat_ibv_port_attr* pa) {
   auto* p = reinterpret_cast<ibv_port_attr*>(pa);
   p->state = IBV_PORT_ACTIVE;
   p->link_layer = IBV_LINK_LAYER_ETHERNET;
   p->active_mtu = IBV_MTU_1024;
-  p->gid_tbl_len = 0;  // no GID is bound to any NIC of the test host
+  p->gid_tbl_len = static_cast<int>(w().gids[{c->device->name, port}].size());
   return 0;
 }
-int _ibv_query_gid_ex(ibv_context*, uint32_t, uint32_t, ibv_gid_entry*, uint32_t, size_t) { return ENODATA; }
+int _ibv_query_gid_ex(ibv_context* c, uint32_t port, uint32_t idx, ibv_gid_entry* e, uint32_t, size_t) {
+  auto& t = w().gids[{c->device->name, static_cast<int>(port)}];
+  if (idx >= t.size() || t[idx].gid_type == 0xff) return ENODATA;  // 0xff: an empty slot
+  *e = t[idx];
+  return 0;
+}
 
 const char* ibv_wc_status_str(ibv_wc_status s) {
   switch (s) {

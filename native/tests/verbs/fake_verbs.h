@@ -47,6 +47,8 @@ void asyncEvent(ibv_context* ctx, ibv_event_type type, int port, ibv_qp* qp = nu
 void holdFlushes(bool hold);
 // Makes the next ibv_modify_qp fail with `err` (0: none).
 void failNextModify(int err);
+// The GID table of port `port` of HCA `dev` ("fake0"/"fake1"); empty after reset().
+void setGids(const std::string& dev, int port, const std::vector<ibv_gid_entry>& table);
 // Current state of a QP as the fake sees it.
 ibv_qp_state state(ibv_qp* qp);
 

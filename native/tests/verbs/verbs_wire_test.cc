@@ -3,9 +3,14 @@
 // port discovery for NICs that cannot carry RDMA.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+
 #include <cstring>
 #include <string>
 
+#include <net/if.h>
+
+#include "fake_verbs.h"
 #include "transport/verbs/verbs_device.h"
 #include "transport/verbs/verbs_path.h"
 #include "transport/verbs/verbs_qp.h"
@@ -114,6 +119,7 @@ TEST(VerbsRcParams, GiveUpTimeAndRanges) {
 }
 
 TEST(VerbsDiscovery, NicsThatCannotCarryRdmaAreNamed) {
+  fake::reset();
   PortSel ps;
   std::string err;
   EXPECT_FALSE(findPortForNetdev("ro-no-such-nic", &ps, &err));
@@ -125,4 +131,53 @@ TEST(VerbsDiscovery, NicsThatCannotCarryRdmaAreNamed) {
   err.clear();
   EXPECT_FALSE(findPortByDevice("ro-no-such-hca", 1, -1, &ps, &err));
   EXPECT_NE(err.find("no RDMA device named 'ro-no-such-hca'"), std::string::npos) << err;
+}
+
+namespace {
+ibv_gid_entry gidEntry(const char* text, uint32_t type, uint32_t ifindex) {
+  ibv_gid_entry e{};
+  inet_pton(AF_INET6, text, e.gid.raw);
+  e.gid_type = type;
+  e.ndev_ifindex = ifindex;
+  return e;
+}
+}  // namespace
+
+TEST(VerbsDiscovery, TheRoceV2GidThatMapsTheNicsIpv4AddressIsChosen) {
+  fake::reset();
+  unsigned lo = if_nametoindex("lo");
+  ASSERT_NE(lo, 0u);
+  ibv_gid_entry empty{};
+  empty.gid_type = 0xff;
+  std::vector<ibv_gid_entry> t = {
+      gidEntry("fe80::1", IBV_GID_TYPE_ROCE_V2, lo),           // link-local: no IPv4
+      gidEntry("::ffff:127.0.0.1", IBV_GID_TYPE_ROCE_V1, lo),  // RoCE v1
+      empty,
+      gidEntry("::ffff:127.0.0.9", IBV_GID_TYPE_ROCE_V2, lo),  // another address
+      gidEntry("::ffff:127.0.0.1", IBV_GID_TYPE_ROCE_V2, lo + 1000),  // another NIC
+  };
+  fake::setGids("fake1", 1, t);
+  PortSel ps;
+  std::string err;
+  EXPECT_FALSE(findPortForNetdev("lo", &ps, &err));
+  EXPECT_NE(err.find("fake1 port 1 is bound to lo but has no RoCE v2 GID for its address 127.0.0.1"),
+            std::string::npos) << err;
+  t.push_back(gidEntry("::ffff:127.0.0.1", IBV_GID_TYPE_ROCE_V2, lo));  // index 5: the one
+  fake::setGids("fake1", 1, t);
+  ASSERT_TRUE(findPortForNetdev("lo", &ps, &err)) << err;
+  EXPECT_EQ(ps.dev, "fake1");
+  EXPECT_EQ(ps.port, 1);
+  EXPECT_EQ(ps.gidIndex, 5);
+  EXPECT_TRUE(ps.roce);
+  EXPECT_EQ(gidString(ps.gid), "::ffff:127.0.0.1");
+  EXPECT_NE(ps.why.find("GID 5 of fake1 port 1 is RoCE v2 and maps lo's address 127.0.0.1"), std::string::npos)
+      << ps.why;
+  // by HCA name: the first RoCE v2 GID with an IPv4 address, or the index given
+  ASSERT_TRUE(findPortByDevice("fake1", 1, -1, &ps, &err)) << err;
+  EXPECT_EQ(ps.gidIndex, 3);
+  ASSERT_TRUE(findPortByDevice("fake1", 1, 5, &ps, &err)) << err;
+  EXPECT_EQ(ps.gidIndex, 5);
+  EXPECT_EQ(ps.netdev, "lo");
+  EXPECT_FALSE(findPortByDevice("fake1", 1, 2, &ps, &err));  // an empty slot
+  EXPECT_NE(err.find("has no GID index 2"), std::string::npos) << err;
 }
