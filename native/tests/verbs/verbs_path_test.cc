@@ -207,6 +207,8 @@ TEST_F(VerbsPathTest, AnErrorCompletionBreaksThePathOnceWithItsStatus) {
   EXPECT_EQ(ss.breaks[0].source, "completion");
   EXPECT_EQ(ss.breaks[0].code, IBV_WC_RETRY_EXC_ERR);
   EXPECT_EQ(ss.breaks[0].status, "transport retry counter exceeded");  // the first error, not the flush
+  EXPECT_EQ(ss.breaks[0].dev, "fake0");
+  EXPECT_EQ(ss.breaks[0].port, 1);
   EXPECT_TRUE(ss.done.empty());
   EXPECT_TRUE(s->broken());
   ChunkRef c;

@@ -218,8 +218,10 @@ bool bringUp(int fd, PathBase& path, std::string* err) {
 }
 
 void emitBroken(const Broken& b) {
-  emit("broken", ",\"source\":%s,\"status\":%s,\"code\":%d,\"since_last_ok_us\":%" PRIu64 ",\"seen_us\":%" PRIu64,
-       jstr(b.source).c_str(), jstr(b.status).c_str(), b.code, b.sinceLastOkUs, b.tUs);
+  emit("broken",
+       ",\"source\":%s,\"status\":%s,\"code\":%d,\"since_last_ok_us\":%" PRIu64 ",\"seen_us\":%" PRIu64
+       ",\"dev\":%s,\"port\":%d",
+       jstr(b.source).c_str(), jstr(b.status).c_str(), b.code, b.sinceLastOkUs, b.tUs, jstr(b.dev).c_str(), b.port);
 }
 
 void emitFence(const FenceResult& f, const char* extra = "") {

@@ -139,6 +139,8 @@ void PathBase::markBroken(const std::string& source, const std::string& status, 
   why_.code = code;
   why_.tUs = nowUs();
   why_.sinceLastOkUs = why_.tUs > lastOkUs_ ? why_.tUs - lastOkUs_ : 0;
+  why_.dev = port_.dev;
+  why_.port = port_.port;
 }
 
 bool PathBase::takeBrokenNews() {

@@ -84,6 +84,8 @@ struct Broken {
   int code = 0;       // enum ibv_wc_status or enum ibv_event_type; errno for "post"
   uint64_t tUs = 0;   // CLOCK_MONOTONIC when this path saw it
   uint64_t sinceLastOkUs = 0;  // from the last successful completion to tUs
+  std::string dev;             // the path's HCA and port, for the journal and fatal errors
+  int port = 0;
 };
 
 struct FenceResult {
