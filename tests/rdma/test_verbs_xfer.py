@@ -282,7 +282,7 @@ def test_verbs_fence_keeps_late_writes_out_of_the_receive_buffers(rdma_bed, fenc
             else:
                 assert chk[0]["changed_bytes"] > 0, chk
             print(f"{'fenced' if fence else 'unfenced (negative control)'}: {chk[0]['netdev_rx_since_fence']} packets "
-                  f"reached the receiver's NIC after the break, {chk[0]['rcvd_pkts_since_fence']} were accepted by "
+                  f"reached the receiver's NIC after the break, {chk[0]['rcvd_pkts_since_fence']} were counted by "
                   f"its HCA, {chk[0]['changed_bytes']} bytes of {fe['pending']} pending buffers changed")
         finally:
             _finish(send, recv)

@@ -26,7 +26,7 @@
 // (compared every 100 ms) for S seconds or until SIGTERM: {"ev":"fence_watch"} every second
 // and {"ev":"fence_check"} at the end, with the bytes that changed after the fence (must stay
 // 0), the packets its NIC received since (statistics/rx_packets) and the RoCE packets its HCA
-// port accepted since (hw_counters/rcvd_pkts), so a test can show that the sender's writes
+// port counted since (hw_counters/rcvd_pkts), so a test can show that the sender's writes
 // reached the receiver after the fence and none landed. --no-fence (negative control for that
 // test) watches the same way without fencing: there the late writes do land.
 //
