@@ -56,9 +56,11 @@ from railover.testbed.rdma.guest import CTL_PORT_NAME, NOW_SNIPPET
 
 __all__ = ["RdmaBedError", "GuestCrash", "RdmaNic", "RdmaHost", "GuestProc", "RdmaBed",
            "RdmaBedInfo", "list_rdma_beds", "cleanup_rdma_leftovers", "choose_accel",
-           "VERBS_PROBE_FILE"]
+           "VERBS_PROBE_FILE", "VERBS_XFER_FILE"]
 
 VERBS_PROBE_FILE = "railover-verbs-probe"
+#: the verbs transport's test tool (native/tools/verbs/verbs_xfer.cc), staged like the probe
+VERBS_XFER_FILE = "railover-verbs-xfer"
 #: Console lines that mean the guest kernel died or is wedged.
 CRASH_RE = re.compile(r"Kernel panic|BUG: |Oops: |general protection fault|watchdog: BUG: soft lockup|"
                       r"INFO: task .* blocked for more than|RO-GUEST-FATAL")
@@ -484,7 +486,8 @@ class RdmaBed:
         (b / "bin").mkdir(parents=True)
         (b / "lib").mkdir()
         found = []
-        for fn, sub in ((_paths.PERF_FILE, "bin"), (VERBS_PROBE_FILE, "bin"), (_paths.PLUGIN_FILE, "lib")):
+        for fn, sub in ((_paths.PERF_FILE, "bin"), (VERBS_PROBE_FILE, "bin"), (VERBS_XFER_FILE, "bin"),
+                        (_paths.PLUGIN_FILE, "lib")):
             try:
                 src = _paths._find(fn)
             except FileNotFoundError:

@@ -1,0 +1,372 @@
+// The fake verbs provider (see fake_verbs.h). Defines the libibverbs entry points the verbs layer
+// uses; the test binary is linked without libibverbs.
+#include "fake_verbs.h"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+
+#include "transport/verbs/verbs_api.h"
+
+namespace {
+
+// The layer reaches libibverbs through dlsym: point it at this binary's definitions below.
+class FakeVerbsEnv : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    std::string err;
+    ASSERT_TRUE(railover::verbs::loadVerbsApi(RTLD_DEFAULT, &err)) << err;
+  }
+};
+::testing::Environment* const g_env = ::testing::AddGlobalTestEnvironment(new FakeVerbsEnv);
+
+struct FakeCq {
+  ibv_cq cq;  // first: the layer sees &cq
+  std::deque<ibv_wc> wcs;
+};
+
+struct FakeRecv {
+  uint64_t wrId;
+  uint64_t addr;
+  uint32_t len;
+};
+
+struct FakeQp {
+  ibv_qp qp;  // first
+  std::vector<fake::PostedSend> sends;
+  std::deque<FakeRecv> recvs;
+};
+
+struct World {
+  ibv_device devs[2];
+  ibv_device* list[3];
+  std::map<ibv_context*, std::deque<ibv_async_event>> async;
+  uint32_t nextQpn = 100, nextKey = 1000;
+  bool holdFlushes = false;
+  int failModify = 0;
+  std::map<std::pair<std::string, int>, std::vector<ibv_gid_entry>> gids;
+  World() {
+    std::memset(devs, 0, sizeof devs);
+    std::strcpy(devs[0].name, "fake0");
+    std::strcpy(devs[1].name, "fake1");
+    list[0] = &devs[0];
+    list[1] = &devs[1];
+    list[2] = nullptr;
+  }
+};
+std::unique_ptr<World> g;
+World& w() {
+  if (!g) g = std::make_unique<World>();
+  return *g;
+}
+
+FakeCq* fcq(ibv_cq* c) { return reinterpret_cast<FakeCq*>(c); }
+FakeQp* fqp(ibv_qp* q) { return reinterpret_cast<FakeQp*>(q); }
+
+void pushWc(ibv_cq* cq, uint64_t wrId, ibv_wc_status st, ibv_wc_opcode op, uint32_t len = 0, uint32_t immBe = 0,
+            ibv_qp* qp = nullptr) {
+  ibv_wc c{};
+  c.wr_id = wrId;
+  c.status = st;
+  c.opcode = op;
+  c.byte_len = len;
+  c.imm_data = immBe;
+  c.qp_num = qp ? qp->qp_num : 0;
+  fcq(cq)->wcs.push_back(c);
+}
+
+void flushAll(FakeQp* q) {
+  for (auto& s : q->sends) pushWc(q->qp.send_cq, s.wrId, IBV_WC_WR_FLUSH_ERR, IBV_WC_SEND);
+  q->sends.clear();
+  for (auto& r : q->recvs) pushWc(q->qp.recv_cq, r.wrId, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV);
+  q->recvs.clear();
+}
+
+int opPollCq(ibv_cq* cq, int n, ibv_wc* wc) {
+  auto& d = fcq(cq)->wcs;
+  int k = 0;
+  while (k < n && !d.empty()) {
+    wc[k++] = d.front();
+    d.pop_front();
+  }
+  return k;
+}
+
+int opNotify(ibv_cq*, int) { return 0; }
+
+int opPostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
+  FakeQp* q = fqp(qp);
+  for (; wr; wr = wr->next) {
+    if (qp->state != IBV_QPS_RTS) {
+      *bad = wr;
+      return EINVAL;
+    }
+    fake::PostedSend s;
+    s.wrId = wr->wr_id;
+    s.opcode = wr->opcode;
+    for (int i = 0; i < wr->num_sge; ++i) {
+      auto* p = reinterpret_cast<const uint8_t*>(wr->sg_list[i].addr);
+      s.data.insert(s.data.end(), p, p + wr->sg_list[i].length);
+    }
+    s.remoteAddr = wr->wr.rdma.remote_addr;
+    s.rkey = wr->wr.rdma.rkey;
+    s.immBe = wr->imm_data;
+    q->sends.push_back(std::move(s));
+  }
+  return 0;
+}
+
+int opPostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
+  FakeQp* q = fqp(qp);
+  for (; wr; wr = wr->next) {
+    if (qp->state == IBV_QPS_RESET || qp->state == IBV_QPS_ERR) {
+      *bad = wr;
+      return EINVAL;
+    }
+    q->recvs.push_back({wr->wr_id, wr->num_sge ? wr->sg_list[0].addr : 0, wr->num_sge ? wr->sg_list[0].length : 0});
+  }
+  return 0;
+}
+
+}  // namespace
+
+namespace fake {
+
+void reset() { g = std::make_unique<World>(); }
+const std::vector<PostedSend>& outstanding(ibv_qp* qp) { return fqp(qp)->sends; }
+size_t postedRecvs(ibv_qp* qp) { return fqp(qp)->recvs.size(); }
+void holdFlushes(bool hold) { w().holdFlushes = hold; }
+void setGids(const std::string& dev, int port, const std::vector<ibv_gid_entry>& table) {
+  w().gids[{dev, port}] = table;
+}
+void failNextModify(int err) { w().failModify = err; }
+ibv_qp_state state(ibv_qp* qp) { return qp->state; }
+
+int deliver(ibv_qp* from, ibv_qp* to, int max) {
+  FakeQp* a = fqp(from);
+  FakeQp* b = fqp(to);
+  int n = 0;
+  while (n < max && !a->sends.empty()) {
+    PostedSend& s = a->sends.front();
+    bool needsRecv = s.opcode == IBV_WR_SEND || s.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+    if (needsRecv && b->recvs.empty()) break;
+    if (s.opcode == IBV_WR_RDMA_WRITE || s.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
+      if (!s.data.empty()) std::memcpy(reinterpret_cast<void*>(s.remoteAddr), s.data.data(), s.data.size());
+    }
+    if (needsRecv) {
+      FakeRecv r = b->recvs.front();
+      b->recvs.pop_front();
+      if (s.opcode == IBV_WR_SEND) {
+        std::memcpy(reinterpret_cast<void*>(r.addr), s.data.data(), std::min<size_t>(r.len, s.data.size()));
+        pushWc(to->recv_cq, r.wrId, IBV_WC_SUCCESS, IBV_WC_RECV, static_cast<uint32_t>(s.data.size()), 0, to);
+      } else {
+        pushWc(to->recv_cq, r.wrId, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, static_cast<uint32_t>(s.data.size()),
+               s.immBe, to);
+      }
+    }
+    pushWc(from->send_cq, s.wrId, IBV_WC_SUCCESS, s.opcode == IBV_WR_SEND ? IBV_WC_SEND : IBV_WC_RDMA_WRITE);
+    a->sends.erase(a->sends.begin());
+    ++n;
+  }
+  return n;
+}
+
+void fail(ibv_qp* from, ibv_wc_status status, bool flushRest) {
+  FakeQp* a = fqp(from);
+  if (a->sends.empty()) return;
+  pushWc(from->send_cq, a->sends.front().wrId, status, IBV_WC_SEND);
+  a->sends.erase(a->sends.begin());
+  if (flushRest) {
+    from->state = IBV_QPS_ERR;
+    flushAll(a);
+  }
+}
+
+void asyncEvent(ibv_context* ctx, ibv_event_type type, int port, ibv_qp* qp) {
+  ibv_async_event e{};
+  e.event_type = type;
+  if (qp)
+    e.element.qp = qp;
+  else
+    e.element.port_num = port;
+  w().async[ctx].push_back(e);
+}
+
+}  // namespace fake
+
+// ---- the libibverbs entry points (C linkage from verbs.h's declarations)
+
+ibv_device** ibv_get_device_list(int* n) {
+  if (n) *n = 2;
+  return w().list;
+}
+void ibv_free_device_list(ibv_device**) {}
+const char* ibv_get_device_name(ibv_device* d) { return d->name; }
+
+ibv_context* ibv_open_device(ibv_device* d) {
+  auto* c = new ibv_context{};
+  c->device = d;
+  c->ops.poll_cq = opPollCq;
+  c->ops.req_notify_cq = opNotify;
+  c->ops.post_send = opPostSend;
+  c->ops.post_recv = opPostRecv;
+  c->async_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  c->abi_compat = nullptr;  // not an extended context: inline helpers fall back to the calls below
+  return c;
+}
+int ibv_close_device(ibv_context* c) {
+  close(c->async_fd);
+  if (g) g->async.erase(c);
+  delete c;
+  return 0;
+}
+
+ibv_pd* ibv_alloc_pd(ibv_context* c) {
+  auto* p = new ibv_pd{};
+  p->context = c;
+  return p;
+}
+int ibv_dealloc_pd(ibv_pd* p) {
+  delete p;
+  return 0;
+}
+
+#undef ibv_reg_mr
+ibv_mr* ibv_reg_mr(ibv_pd* pd, void* addr, size_t len, int) {
+  auto* m = new ibv_mr{};
+  m->context = pd->context;
+  m->pd = pd;
+  m->addr = addr;
+  m->length = len;
+  m->lkey = ++w().nextKey;
+  m->rkey = ++w().nextKey;
+  return m;
+}
+int ibv_dereg_mr(ibv_mr* m) {
+  delete m;
+  return 0;
+}
+
+ibv_comp_channel* ibv_create_comp_channel(ibv_context* c) {
+  auto* ch = new ibv_comp_channel{};
+  ch->context = c;
+  ch->fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  return ch;
+}
+int ibv_destroy_comp_channel(ibv_comp_channel* ch) {
+  close(ch->fd);
+  delete ch;
+  return 0;
+}
+int ibv_get_cq_event(ibv_comp_channel*, ibv_cq**, void**) {
+  errno = EAGAIN;
+  return -1;
+}
+void ibv_ack_cq_events(ibv_cq*, unsigned int) {}
+
+ibv_cq* ibv_create_cq(ibv_context* c, int cqe, void* ctx, ibv_comp_channel* ch, int) {
+  auto* f = new FakeCq{};
+  f->cq.context = c;
+  f->cq.channel = ch;
+  f->cq.cq_context = ctx;
+  f->cq.cqe = cqe;
+  return &f->cq;
+}
+int ibv_destroy_cq(ibv_cq* cq) {
+  delete fcq(cq);
+  return 0;
+}
+
+ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* ia) {
+  auto* f = new FakeQp{};
+  f->qp.context = pd->context;
+  f->qp.pd = pd;
+  f->qp.send_cq = ia->send_cq;
+  f->qp.recv_cq = ia->recv_cq;
+  f->qp.qp_num = ++w().nextQpn;
+  f->qp.state = IBV_QPS_RESET;
+  f->qp.qp_type = ia->qp_type;
+  return &f->qp;
+}
+int ibv_destroy_qp(ibv_qp* qp) {
+  delete fqp(qp);
+  return 0;
+}
+int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* a, int mask) {
+  if (w().failModify) {
+    int e = w().failModify;
+    w().failModify = 0;
+    errno = e;
+    return e;
+  }
+  if (mask & IBV_QP_STATE) {
+    qp->state = a->qp_state;
+    if (a->qp_state == IBV_QPS_ERR && !w().holdFlushes) flushAll(fqp(qp));
+  }
+  return 0;
+}
+int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* a, int, ibv_qp_init_attr*) {
+  a->qp_state = qp->state;
+  return 0;
+}
+
+int ibv_get_async_event(ibv_context* c, ibv_async_event* e) {
+  auto& q = w().async[c];
+  if (q.empty()) {
+    errno = EAGAIN;
+    return -1;
+  }
+  *e = q.front();
+  q.pop_front();
+  return 0;
+}
+void ibv_ack_async_event(ibv_async_event*) {}
+
+int ibv_query_device(ibv_context*, ibv_device_attr* a) {
+  std::memset(a, 0, sizeof *a);
+  a->phys_port_cnt = 2;
+  return 0;
+}
+#undef ibv_query_port
+int ibv_query_port(ibv_context* c, uint8_t port, _compat_ibv_port_attr* pa) {
+  auto* p = reinterpret_cast<ibv_port_attr*>(pa);
+  p->state = IBV_PORT_ACTIVE;
+  p->link_layer = IBV_LINK_LAYER_ETHERNET;
+  p->active_mtu = IBV_MTU_1024;
+  p->gid_tbl_len = static_cast<int>(w().gids[{c->device->name, port}].size());
+  return 0;
+}
+int _ibv_query_gid_ex(ibv_context* c, uint32_t port, uint32_t idx, ibv_gid_entry* e, uint32_t, size_t) {
+  auto& t = w().gids[{c->device->name, static_cast<int>(port)}];
+  if (idx >= t.size() || t[idx].gid_type == 0xff) return ENODATA;  // 0xff: an empty slot
+  *e = t[idx];
+  return 0;
+}
+
+const char* ibv_wc_status_str(ibv_wc_status s) {
+  switch (s) {
+    case IBV_WC_SUCCESS: return "success";
+    case IBV_WC_WR_FLUSH_ERR: return "Work Request Flushed Error";
+    case IBV_WC_RETRY_EXC_ERR: return "transport retry counter exceeded";
+    case IBV_WC_LOC_QP_OP_ERR: return "local QP operation error";
+    default: return "other error";
+  }
+}
+const char* ibv_event_type_str(ibv_event_type e) {
+  switch (e) {
+    case IBV_EVENT_PORT_ERR: return "port error";
+    case IBV_EVENT_PORT_ACTIVE: return "port active";
+    case IBV_EVENT_QP_FATAL: return "local work queue catastrophic error";
+    case IBV_EVENT_DEVICE_FATAL: return "local catastrophic error";
+    default: return "other event";
+  }
+}
+const char* ibv_port_state_str(ibv_port_state) { return "PORT_ACTIVE"; }

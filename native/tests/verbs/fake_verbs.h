@@ -1,0 +1,55 @@
+// A fake verbs provider for unit tests of the verbs layer: the test binary defines the libibverbs
+// functions the layer calls (resolved through loadVerbsApi(RTLD_DEFAULT) by a global test
+// environment) and fills the context ops that verbs.h's inline post/poll calls dispatch through,
+// so the real layer code runs against an in-process "wire" the test drives:
+// sends stay outstanding until the test delivers them (fake::deliver) or fails them
+// (fake::fail), async events are injected (fake::asyncEvent), and moving a QP to ERR flushes its
+// outstanding work requests (or not, with fake::holdFlushes, to exercise the fence's bound).
+//
+// Two fake HCAs exist: "fake0" and "fake1", two ports each. Not thread-safe (tests are
+// single-threaded).
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fake {
+
+struct PostedSend {
+  uint64_t wrId;
+  ibv_wr_opcode opcode;
+  std::vector<uint8_t> data;  // copied at post time
+  uint64_t remoteAddr;
+  uint32_t rkey;
+  uint32_t immBe;  // as posted (network order)
+};
+
+// Resets every fake object (call at the start of each test).
+void reset();
+// Sends posted on `qp` and not yet completed, oldest first.
+const std::vector<PostedSend>& outstanding(ibv_qp* qp);
+// Receive WRs posted on `qp` and not consumed.
+size_t postedRecvs(ibv_qp* qp);
+// Delivers up to `max` of `from`'s outstanding sends to `to`, in order: WRITE copies into
+// remoteAddr, WRITE_WITH_IMM copies and consumes one of `to`'s receives (RECV_RDMA_WITH_IMM),
+// SEND copies into one of `to`'s receive buffers (RECV). The sender gets a success completion
+// per WR. Returns how many were delivered (stops when `to` has no receive posted).
+int deliver(ibv_qp* from, ibv_qp* to, int max = 1 << 30);
+// Completes `from`'s oldest outstanding send with `status`; the rest get WR_FLUSH_ERR when
+// `flushRest` (as a QP entering the error state does) and the QP moves to ERR.
+void fail(ibv_qp* from, ibv_wc_status status, bool flushRest = true);
+// Queues an async event on HCA context `ctx` (port events name `port`, QP events `qp`).
+void asyncEvent(ibv_context* ctx, ibv_event_type type, int port, ibv_qp* qp = nullptr);
+// While true, moving a QP to ERR does not flush its work requests (a stuck HCA).
+void holdFlushes(bool hold);
+// Makes the next ibv_modify_qp fail with `err` (0: none).
+void failNextModify(int err);
+// The GID table of port `port` of HCA `dev` ("fake0"/"fake1"); empty after reset().
+void setGids(const std::string& dev, int port, const std::vector<ibv_gid_entry>& table);
+// Current state of a QP as the fake sees it.
+ibv_qp_state state(ibv_qp* qp);
+
+}  // namespace fake

@@ -1,0 +1,343 @@
+// Unit tests of the verbs path logic against the fake verbs provider (fake_verbs.h): message
+// delivery through advertised buffers and WRITE_WITH_IMM, the post rules, error completions,
+// async events on the right and on another port/HCA/QP, fence (flushes, bounded wait, a message
+// that arrived just before it), and protocol violations.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "fake_verbs.h"
+#include "transport/verbs/verbs_device.h"
+#include "transport/verbs/verbs_mr.h"
+#include "transport/verbs/verbs_path.h"
+
+using namespace railover::verbs;
+
+namespace {
+
+struct SSink : SendPath::Sink {
+  std::vector<ChunkRef> done;
+  std::vector<CtlMsg> ctls;
+  std::vector<Broken> breaks;
+  void chunkDone(const ChunkRef& c) override { done.push_back(c); }
+  void ctl(const CtlMsg& m) override { ctls.push_back(m); }
+  void broken(const Broken& b) override { breaks.push_back(b); }
+};
+
+struct RSink : RecvPath::Sink {
+  std::vector<std::tuple<uint64_t, uint64_t, uint64_t>> got;  // seq, tag, bytes
+  std::vector<CtlMsg> ctls;
+  std::vector<Broken> breaks;
+  void arrived(uint64_t seq, uint64_t tag, uint64_t bytes) override { got.emplace_back(seq, tag, bytes); }
+  void ctl(const CtlMsg& m) override { ctls.push_back(m); }
+  void broken(const Broken& b) override { breaks.push_back(b); }
+};
+
+PortSel portOf(const char* dev, int port) {
+  PortSel p;
+  p.dev = dev;
+  p.port = port;
+  p.gidIndex = 1;
+  p.roce = true;
+  return p;
+}
+
+RcParams params() {
+  RcParams p;
+  p.timeout = 14;
+  p.retryCnt = 6;
+  return p;
+}
+
+// A sender on fake0 port 1 and a receiver on fake1 port 1, connected to each other.
+class VerbsPathTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fake::reset();
+    std::string err;
+    ha = std::make_unique<Hca>("fake0", &err);
+    hb = std::make_unique<Hca>("fake1", &err);
+    ASSERT_TRUE(ha->ok() && hb->ok()) << err;
+    s = std::make_unique<SendPath>(*ha, portOf("fake0", 1), params(), &err);
+    r = std::make_unique<RecvPath>(*hb, portOf("fake1", 1), params(), &err);
+    ASSERT_TRUE(s->ok() && r->ok()) << err;
+  }
+  void connect() {
+    std::string err;
+    ASSERT_TRUE(s->connect(r->local(), &err)) << err;
+    ASSERT_TRUE(r->connect(s->local(), &err)) << err;
+  }
+  ibv_qp* sq() { return s->qp().qp(); }
+  ibv_qp* rq() { return r->qp().qp(); }
+  void wire() {
+    fake::deliver(sq(), rq());
+    fake::deliver(rq(), sq());
+  }
+  void progress() {
+    s->progress(ss);
+    r->progress(rs);
+  }
+
+  // Declared first so that they are destroyed last (paths hold references to them).
+  std::unique_ptr<Hca> ha, hb;
+  std::unique_ptr<SendPath> s;
+  std::unique_ptr<RecvPath> r;
+  SSink ss;
+  RSink rs;
+};
+
+TEST_F(VerbsPathTest, MessagesOfEverySizeArriveWholeWithTheirSeqTagAndSize) {
+  connect();
+  constexpr uint64_t kChunk = 100, kBuf = 300;
+  const std::vector<uint64_t> sizes = {0, 1, kChunk, kChunk + 1, kBuf};
+  std::vector<uint8_t> rx(kBuf * sizes.size() + 64, 0xA5), tx(kBuf);
+  std::string err;
+  std::vector<Hca*> rh{hb.get()}, sh{ha.get()};
+  MrSet rmr(rh, rx.data(), rx.size(), &err), smr(sh, tx.data(), tx.size(), &err);
+  ASSERT_TRUE(rmr.ok() && smr.ok()) << err;
+  for (uint64_t seq = 0; seq < sizes.size(); ++seq) {
+    uint8_t* buf = rx.data() + seq * kBuf;
+    ASSERT_EQ(r->advertise(seq, seq + 10, buf, kBuf, rmr.rkey(0), &err), 1) << err;
+    wire();
+    progress();
+    Advert a;
+    ASSERT_TRUE(s->advertised(seq, &a));
+    EXPECT_EQ(a.addr, reinterpret_cast<uintptr_t>(buf));
+    EXPECT_EQ(a.size, kBuf);
+    EXPECT_EQ(a.rkey, rmr.rkey(0));
+    uint64_t total = sizes[seq];
+    for (uint64_t i = 0; i < total; ++i) tx[i] = static_cast<uint8_t>(seq * 31 + i);
+    uint64_t off = 0;
+    do {
+      ChunkRef c;
+      c.seq = seq;
+      c.offset = off;
+      c.len = std::min(kChunk, total - off);
+      c.total = total;
+      ASSERT_EQ(s->post(c, tx.data() + off, smr.lkey(0), &err), 1) << err;
+      off += c.len;
+    } while (off < total);
+    const auto& out = fake::outstanding(sq());
+    ASSERT_FALSE(out.empty());
+    EXPECT_EQ(out.back().opcode, IBV_WR_RDMA_WRITE_WITH_IMM);  // the message's last chunk
+    EXPECT_EQ(ntohl(out.back().immBe), total);                   // immediate = total size
+    for (size_t i = 0; i + 1 < out.size(); ++i) EXPECT_EQ(out[i].opcode, IBV_WR_RDMA_WRITE);
+    EXPECT_FALSE(s->advertised(seq, nullptr));  // consumed by the last chunk
+    wire();
+    progress();
+    ASSERT_EQ(rs.got.size(), seq + 1);
+    EXPECT_EQ(rs.got.back(), std::make_tuple(seq, seq + 10, total));
+    for (uint64_t i = 0; i < total; ++i) ASSERT_EQ(buf[i], static_cast<uint8_t>(seq * 31 + i)) << seq << " " << i;
+    for (uint64_t i = total; i < kBuf; ++i) ASSERT_EQ(buf[i], 0xA5) << "written past the end of " << seq;
+    CtlMsg ack;
+    ack.seq = seq;
+    ack.arg = total;
+    ASSERT_EQ(r->sendCtl(ack, &err), 1) << err;
+    wire();
+    progress();
+    ASSERT_EQ(ss.ctls.size(), seq + 1);
+    EXPECT_EQ(ss.ctls.back().type, CtlType::kAck);
+    EXPECT_EQ(ss.ctls.back().seq, seq);
+    EXPECT_EQ(ss.ctls.back().arg, total);
+  }
+  EXPECT_EQ(ss.done.size(), 1u + 1u + 1u + 2u + 3u);  // chunks: 0 B is one 0-byte write
+  EXPECT_TRUE(ss.breaks.empty() && rs.breaks.empty());
+  EXPECT_EQ(s->outstanding(), 0);
+  EXPECT_EQ(r->pending().size(), 0u);
+}
+
+TEST_F(VerbsPathTest, PostRulesRefuseWhatTheReceiverCannotTake) {
+  connect();
+  std::vector<uint8_t> rx(256), tx(256);
+  std::string err;
+  ChunkRef c;
+  c.seq = 0;
+  c.len = 10;
+  c.total = 10;
+  EXPECT_EQ(s->post(c, tx.data(), 1, &err), 0);  // not advertised yet: would block
+  ASSERT_EQ(r->advertise(0, 0, rx.data(), 64, 7, &err), 1);
+  ASSERT_EQ(r->advertise(1, 0, rx.data() + 64, 64, 7, &err), 1);
+  EXPECT_EQ(r->advertise(1, 0, rx.data(), 64, 7, &err), -1);  // not in seq order
+  EXPECT_NE(err.find("seq order"), std::string::npos) << err;
+  wire();
+  progress();
+  c.len = c.total = 65;
+  EXPECT_EQ(s->post(c, tx.data(), 1, &err), -1);
+  EXPECT_NE(err.find("larger than the receive buffer of 64 bytes"), std::string::npos) << err;
+  c.len = 1;
+  c.total = 5ull << 30;
+  EXPECT_EQ(s->post(c, tx.data(), 1, &err), -1);
+  EXPECT_NE(err.find("4 GiB"), std::string::npos) << err;
+  c.offset = 8;
+  c.len = 4;
+  c.total = 10;
+  EXPECT_EQ(s->post(c, tx.data(), 1, &err), -1);
+  EXPECT_NE(err.find("beyond"), std::string::npos) << err;
+  c.seq = 1;  // completing seq 1 while seq 0 is open
+  c.offset = 0;
+  c.len = c.total = 8;
+  EXPECT_EQ(s->post(c, tx.data(), 1, &err), -1);
+  EXPECT_NE(err.find("seq order"), std::string::npos) << err;
+  EXPECT_TRUE(ss.breaks.empty());  // refusals are caller errors, not a broken path
+}
+
+TEST_F(VerbsPathTest, AnErrorCompletionBreaksThePathOnceWithItsStatus) {
+  connect();
+  std::vector<uint8_t> rx(64), tx(64);
+  std::string err;
+  ASSERT_EQ(r->advertise(0, 0, rx.data(), 64, 7, &err), 1);
+  ASSERT_EQ(r->advertise(1, 0, rx.data(), 64, 7, &err), 1);
+  wire();
+  progress();
+  for (uint64_t seq = 0; seq < 2; ++seq) {
+    ChunkRef c;
+    c.seq = seq;
+    c.len = c.total = 32;
+    ASSERT_EQ(s->post(c, tx.data(), 1, &err), 1) << err;
+  }
+  EXPECT_EQ(s->outstanding(), 2);
+  fake::fail(sq(), IBV_WC_RETRY_EXC_ERR);  // the rest is flushed, as the HCA does
+  progress();
+  progress();
+  ASSERT_EQ(ss.breaks.size(), 1u);
+  EXPECT_EQ(ss.breaks[0].source, "completion");
+  EXPECT_EQ(ss.breaks[0].code, IBV_WC_RETRY_EXC_ERR);
+  EXPECT_EQ(ss.breaks[0].status, "transport retry counter exceeded");  // the first error, not the flush
+  EXPECT_EQ(ss.breaks[0].dev, "fake0");
+  EXPECT_EQ(ss.breaks[0].port, 1);
+  EXPECT_TRUE(ss.done.empty());
+  EXPECT_TRUE(s->broken());
+  ChunkRef c;
+  c.seq = 5;
+  EXPECT_EQ(s->post(c, tx.data(), 1, &err), -1);
+  EXPECT_NE(err.find("path broken: transport retry counter exceeded"), std::string::npos) << err;
+  EXPECT_EQ(s->sendCtl(CtlMsg{}, &err), -1);
+  FenceResult f = s->fence(1000);
+  EXPECT_TRUE(f.drained) << f.err;
+  EXPECT_EQ(f.err, "");
+  EXPECT_TRUE(rs.breaks.empty());  // the receiver saw nothing
+}
+
+TEST_F(VerbsPathTest, PortErrorsCountOnlyOnThePathsOwnHcaPortAndOnlyAfterItCameUp) {
+  fake::asyncEvent(ha->ctx(), IBV_EVENT_PORT_ERR, 1);  // before the path exists: history, not a fault
+  connect();
+  progress();
+  EXPECT_TRUE(ss.breaks.empty());
+  fake::asyncEvent(ha->ctx(), IBV_EVENT_PORT_ERR, 2);  // another port of the sender's HCA
+  fake::asyncEvent(hb->ctx(), IBV_EVENT_PORT_ACTIVE, 1);
+  fake::asyncEvent(ha->ctx(), IBV_EVENT_GID_CHANGE, 1);  // counted, not a fault by itself
+  progress();
+  EXPECT_TRUE(ss.breaks.empty() && rs.breaks.empty());
+  EXPECT_EQ(ha->gidChanges(1), 1u);
+  EXPECT_EQ(ha->portErrors(2), 1u);
+  fake::asyncEvent(hb->ctx(), IBV_EVENT_PORT_ERR, 1);  // the receiver's port
+  progress();
+  EXPECT_TRUE(ss.breaks.empty());
+  ASSERT_EQ(rs.breaks.size(), 1u);
+  EXPECT_EQ(rs.breaks[0].source, "port");
+  EXPECT_EQ(rs.breaks[0].code, IBV_EVENT_PORT_ERR);
+  EXPECT_NE(rs.breaks[0].status.find("port error (fake1 port 1)"), std::string::npos) << rs.breaks[0].status;
+  fake::asyncEvent(ha->ctx(), IBV_EVENT_PORT_ERR, 1);  // now the sender's own port
+  progress();
+  ASSERT_EQ(ss.breaks.size(), 1u);
+  EXPECT_EQ(ss.breaks[0].source, "port");
+  EXPECT_EQ(rs.breaks.size(), 1u);  // told once
+}
+
+TEST_F(VerbsPathTest, AFatalQpEventBreaksOnlyTheQpItNames) {
+  connect();
+  std::string err;
+  RecvPath other(*hb, portOf("fake1", 1), params(), &err);
+  ASSERT_TRUE(other.ok()) << err;
+  fake::asyncEvent(hb->ctx(), IBV_EVENT_QP_FATAL, 0, other.qp().qp());
+  progress();
+  EXPECT_TRUE(rs.breaks.empty() && ss.breaks.empty());
+  fake::asyncEvent(hb->ctx(), IBV_EVENT_QP_FATAL, 0, rq());
+  progress();
+  ASSERT_EQ(rs.breaks.size(), 1u);
+  EXPECT_EQ(rs.breaks[0].source, "qp-event");
+  EXPECT_EQ(rs.breaks[0].status, "local work queue catastrophic error");
+  EXPECT_TRUE(ss.breaks.empty());
+}
+
+TEST_F(VerbsPathTest, FenceFlushesEverythingKeepsAnArrivedMessageAndReportsNoFault) {
+  connect();
+  std::vector<uint8_t> rx(128, 0), tx(128, 9);
+  std::string err;
+  ASSERT_EQ(r->advertise(0, 3, rx.data(), 64, 7, &err), 1);
+  ASSERT_EQ(r->advertise(1, 4, rx.data() + 64, 64, 7, &err), 1);
+  wire();
+  progress();
+  for (uint64_t seq = 0; seq < 2; ++seq) {
+    ChunkRef c;
+    c.seq = seq;
+    c.len = c.total = 16;
+    ASSERT_EQ(s->post(c, tx.data(), 1, &err), 1) << err;
+  }
+  fake::deliver(sq(), rq(), 1);  // message 0 lands; its completion waits in the receiver's CQ
+  FenceResult fr = r->fence(1000);
+  EXPECT_EQ(fr.err, "");
+  EXPECT_TRUE(fr.drained);
+  EXPECT_EQ(fr.flushedRecvs, PathBase::kRecvDepth - 1);  // every posted receive but the consumed one
+  EXPECT_EQ(fake::state(rq()), IBV_QPS_ERR);
+  EXPECT_EQ(fake::postedRecvs(rq()), 0u);
+  r->progress(rs);  // the message that arrived before the fence is not lost
+  ASSERT_EQ(rs.got.size(), 1u);
+  EXPECT_EQ(rs.got[0], std::make_tuple(uint64_t{0}, uint64_t{3}, uint64_t{16}));
+  EXPECT_TRUE(rs.breaks.empty());  // flushes of a fence are not a fault
+  ASSERT_EQ(r->pending().size(), 1u);  // what a resume re-advertises elsewhere
+  EXPECT_EQ(r->pending().front().seq, 1u);
+  EXPECT_EQ(r->advertise(2, 0, rx.data(), 64, 7, &err), -1);
+  EXPECT_EQ(err, "path fenced");
+  FenceResult fs = s->fence(1000);
+  EXPECT_TRUE(fs.drained);
+  EXPECT_EQ(fs.flushedSends, 1);  // message 1's write never went out
+  s->progress(ss);
+  EXPECT_TRUE(ss.breaks.empty());
+  EXPECT_EQ(ss.done.size(), 1u);  // message 0's write completed before the fence
+  EXPECT_EQ(s->outstanding(), 0);
+  ChunkRef c;
+  EXPECT_EQ(s->post(c, tx.data(), 1, &err), -1);
+  EXPECT_EQ(err, "path fenced");
+}
+
+TEST_F(VerbsPathTest, FenceWaitIsBoundedWhenFlushesNeverComeAndAFailedModifyIsReported) {
+  connect();
+  fake::holdFlushes(true);
+  uint64_t t0 = nowUs();
+  FenceResult f = r->fence(50);
+  uint64_t took = nowUs() - t0;
+  EXPECT_FALSE(f.drained);
+  EXPECT_EQ(f.err, "");
+  EXPECT_GE(took, 50000u);
+  EXPECT_LT(took, 30000000u);  // bounded (generous for a loaded machine)
+  fake::holdFlushes(false);
+  fake::failNextModify(EIO);
+  FenceResult g = s->fence(50);
+  EXPECT_FALSE(g.drained);
+  EXPECT_NE(g.err.find("modify QP to ERR"), std::string::npos) << g.err;
+}
+
+TEST_F(VerbsPathTest, AWriteWithImmediateWithoutAnAdvertisementIsAProtocolBreak) {
+  connect();
+  std::vector<uint8_t> tx(16);
+  ibv_sge sge{reinterpret_cast<uintptr_t>(tx.data()), 16, 1};
+  ibv_send_wr wr{}, *bad = nullptr;
+  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.imm_data = htonl(16);
+  wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(tx.data());
+  ASSERT_EQ(ibv_post_send(sq(), &wr, &bad), 0);
+  fake::deliver(sq(), rq());
+  r->progress(rs);
+  ASSERT_EQ(rs.breaks.size(), 1u);
+  EXPECT_EQ(rs.breaks[0].source, "protocol");
+  EXPECT_NE(rs.breaks[0].status.find("without an advertised buffer"), std::string::npos);
+}
+
+}  // namespace

@@ -1,0 +1,183 @@
+// Unit tests of the verbs layer's pure logic (no RDMA device needed): the control message and
+// QP endpoint wire forms, RC parameter checks and the RC give-up arithmetic, and the errors of
+// port discovery for NICs that cannot carry RDMA.
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+
+#include <cstring>
+#include <string>
+
+#include <net/if.h>
+
+#include "fake_verbs.h"
+#include "transport/verbs/verbs_device.h"
+#include "transport/verbs/verbs_path.h"
+#include "transport/verbs/verbs_qp.h"
+
+using namespace railover::verbs;
+
+TEST(VerbsCtlWire, AdvertRoundTripsBigEndian) {
+  Advert a;
+  a.seq = 0x0102030405060708ull;
+  a.tag = 0xfffffffffffffffeull;
+  a.addr = 0x00007f0012345678ull;
+  a.size = 4294967295ull;
+  a.rkey = 0xa1b2c3d4u;
+  uint8_t w[ctlwire::kBytes];
+  ctlwire::encodeAdvert(a, w);
+  EXPECT_EQ(w[0], ctlwire::kAdvert);
+  EXPECT_EQ(w[4], 0xa1);  // rkey big-endian
+  EXPECT_EQ(w[8], 0x01);  // seq big-endian
+  EXPECT_EQ(w[15], 0x08);
+  for (size_t i = 40; i < ctlwire::kBytes; ++i) EXPECT_EQ(w[i], 0) << i;
+  Advert b;
+  CtlMsg m;
+  ASSERT_EQ(ctlwire::decode(w, &b, &m), ctlwire::kAdvert);
+  EXPECT_EQ(b.seq, a.seq);
+  EXPECT_EQ(b.tag, a.tag);
+  EXPECT_EQ(b.addr, a.addr);
+  EXPECT_EQ(b.size, a.size);
+  EXPECT_EQ(b.rkey, a.rkey);
+}
+
+TEST(VerbsCtlWire, ControlRoundTripsAndBadKindsAreRejected) {
+  for (CtlType t : {CtlType::kAck, CtlType::kResume, CtlType::kResumeAck, CtlType::kNack, CtlType::kClose}) {
+    CtlMsg m;
+    m.type = t;
+    m.seq = 77;
+    m.arg = 1ull << 40;
+    uint8_t w[ctlwire::kBytes];
+    ctlwire::encodeCtl(m, w);
+    Advert a;
+    CtlMsg got;
+    ASSERT_EQ(ctlwire::decode(w, &a, &got), ctlwire::kControl);
+    EXPECT_EQ(got.type, t);
+    EXPECT_EQ(got.seq, 77u);
+    EXPECT_EQ(got.arg, 1ull << 40);
+  }
+  uint8_t w[ctlwire::kBytes] = {0};
+  Advert a;
+  CtlMsg m;
+  EXPECT_EQ(ctlwire::decode(w, &a, &m), 0);  // kind 0
+  w[0] = ctlwire::kControl;
+  w[1] = 9;  // no such control type
+  EXPECT_EQ(ctlwire::decode(w, &a, &m), 0);
+  w[0] = 3;
+  EXPECT_EQ(ctlwire::decode(w, &a, &m), 0);
+}
+
+TEST(VerbsEndpoint, PackUnpackAndMismatchedPeersAreNamed) {
+  QpEndpoint e;
+  e.qpn = 0x123456;
+  e.psn = 0xabcdef;
+  for (int i = 0; i < 16; ++i) e.gid[i] = static_cast<uint8_t>(i * 17);
+  e.lid = 0x4321;
+  e.mtu = IBV_MTU_4096;
+  e.roce = 0;
+  uint8_t w[QpEndpoint::kWireBytes];
+  e.pack(w);
+  QpEndpoint f;
+  std::string err;
+  ASSERT_TRUE(f.unpack(w, &err)) << err;
+  EXPECT_EQ(f.qpn, e.qpn);
+  EXPECT_EQ(f.psn, e.psn);
+  EXPECT_EQ(0, std::memcmp(f.gid, e.gid, 16));
+  EXPECT_EQ(f.lid, e.lid);
+  EXPECT_EQ(f.mtu, e.mtu);
+  EXPECT_EQ(f.roce, 0);
+  uint8_t bad[QpEndpoint::kWireBytes];
+  std::memcpy(bad, w, sizeof bad);
+  bad[0] ^= 0xff;
+  EXPECT_FALSE(f.unpack(bad, &err));
+  EXPECT_NE(err.find("magic"), std::string::npos) << err;
+  std::memcpy(bad, w, sizeof bad);
+  bad[5] = 99;  // version
+  EXPECT_FALSE(f.unpack(bad, &err));
+  EXPECT_NE(err.find("version"), std::string::npos) << err;
+}
+
+TEST(VerbsRcParams, GiveUpTimeAndRanges) {
+  RcParams p;
+  p.timeout = 14;
+  p.retryCnt = 6;
+  // 4.096 µs * 2^14 = 67.1 ms per try, 7 tries
+  EXPECT_EQ(p.nominalGiveUpUs(), static_cast<uint64_t>(4.096 * 16384 * 7));
+  EXPECT_EQ(p.validate(), "");
+  RcParams d;  // NCCL's defaults: 20 and 7 -> about 30 s
+  EXPECT_EQ(d.timeout, 20);
+  EXPECT_EQ(d.retryCnt, 7);
+  EXPECT_NEAR(static_cast<double>(d.nominalGiveUpUs()) / 1e6, 34.4, 0.1);
+  p.timeout = 32;
+  EXPECT_NE(p.validate().find("timeout"), std::string::npos);
+  p.timeout = 14;
+  p.retryCnt = 8;
+  EXPECT_NE(p.validate().find("retry_cnt"), std::string::npos);
+  p.retryCnt = 6;
+  p.sl = 16;
+  EXPECT_NE(p.validate().find("service level"), std::string::npos);
+}
+
+TEST(VerbsDiscovery, NicsThatCannotCarryRdmaAreNamed) {
+  fake::reset();
+  PortSel ps;
+  std::string err;
+  EXPECT_FALSE(findPortForNetdev("ro-no-such-nic", &ps, &err));
+  EXPECT_NE(err.find("no network interface named 'ro-no-such-nic'"), std::string::npos) << err;
+  // The loopback NIC has an IPv4 address but no RDMA device is ever bound to it.
+  err.clear();
+  EXPECT_FALSE(findPortForNetdev("lo", &ps, &err));
+  EXPECT_FALSE(err.empty());
+  err.clear();
+  EXPECT_FALSE(findPortByDevice("ro-no-such-hca", 1, -1, &ps, &err));
+  EXPECT_NE(err.find("no RDMA device named 'ro-no-such-hca'"), std::string::npos) << err;
+}
+
+namespace {
+ibv_gid_entry gidEntry(const char* text, uint32_t type, uint32_t ifindex) {
+  ibv_gid_entry e{};
+  inet_pton(AF_INET6, text, e.gid.raw);
+  e.gid_type = type;
+  e.ndev_ifindex = ifindex;
+  return e;
+}
+}  // namespace
+
+TEST(VerbsDiscovery, TheRoceV2GidThatMapsTheNicsIpv4AddressIsChosen) {
+  fake::reset();
+  unsigned lo = if_nametoindex("lo");
+  ASSERT_NE(lo, 0u);
+  ibv_gid_entry empty{};
+  empty.gid_type = 0xff;
+  std::vector<ibv_gid_entry> t = {
+      gidEntry("fe80::1", IBV_GID_TYPE_ROCE_V2, lo),           // link-local: no IPv4
+      gidEntry("::ffff:127.0.0.1", IBV_GID_TYPE_ROCE_V1, lo),  // RoCE v1
+      empty,
+      gidEntry("::ffff:127.0.0.9", IBV_GID_TYPE_ROCE_V2, lo),  // another address
+      gidEntry("::ffff:127.0.0.1", IBV_GID_TYPE_ROCE_V2, lo + 1000),  // another NIC
+  };
+  fake::setGids("fake1", 1, t);
+  PortSel ps;
+  std::string err;
+  EXPECT_FALSE(findPortForNetdev("lo", &ps, &err));
+  EXPECT_NE(err.find("fake1 port 1 is bound to lo but has no RoCE v2 GID for its address 127.0.0.1"),
+            std::string::npos) << err;
+  t.push_back(gidEntry("::ffff:127.0.0.1", IBV_GID_TYPE_ROCE_V2, lo));  // index 5: the one
+  fake::setGids("fake1", 1, t);
+  ASSERT_TRUE(findPortForNetdev("lo", &ps, &err)) << err;
+  EXPECT_EQ(ps.dev, "fake1");
+  EXPECT_EQ(ps.port, 1);
+  EXPECT_EQ(ps.gidIndex, 5);
+  EXPECT_TRUE(ps.roce);
+  EXPECT_EQ(gidString(ps.gid), "::ffff:127.0.0.1");
+  EXPECT_NE(ps.why.find("GID 5 of fake1 port 1 is RoCE v2 and maps lo's address 127.0.0.1"), std::string::npos)
+      << ps.why;
+  // by HCA name: the first RoCE v2 GID with an IPv4 address, or the index given
+  ASSERT_TRUE(findPortByDevice("fake1", 1, -1, &ps, &err)) << err;
+  EXPECT_EQ(ps.gidIndex, 3);
+  ASSERT_TRUE(findPortByDevice("fake1", 1, 5, &ps, &err)) << err;
+  EXPECT_EQ(ps.gidIndex, 5);
+  EXPECT_EQ(ps.netdev, "lo");
+  EXPECT_FALSE(findPortByDevice("fake1", 1, 2, &ps, &err));  // an empty slot
+  EXPECT_NE(err.find("has no GID index 2"), std::string::npos) << err;
+}

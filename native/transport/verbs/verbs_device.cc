@@ -1,0 +1,296 @@
+#include "transport/verbs/verbs_device.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <time.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace railover {
+namespace verbs {
+
+uint64_t nowUs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000u + static_cast<uint64_t>(ts.tv_nsec) / 1000u;
+}
+
+std::string gidString(const ibv_gid& g) {
+  char buf[INET6_ADDRSTRLEN] = {0};
+  inet_ntop(AF_INET6, g.raw, buf, sizeof buf);
+  return buf;
+}
+
+namespace {
+
+// The NIC's first IPv4 address; false when it has none.
+bool ipv4Of(const std::string& netdev, in_addr* out) {
+  ifaddrs* ifa = nullptr;
+  if (getifaddrs(&ifa) != 0) return false;
+  bool found = false;
+  for (ifaddrs* p = ifa; p; p = p->ifa_next) {
+    if (!p->ifa_addr || p->ifa_addr->sa_family != AF_INET || netdev != p->ifa_name) continue;
+    *out = reinterpret_cast<sockaddr_in*>(p->ifa_addr)->sin_addr;
+    found = true;
+    break;
+  }
+  freeifaddrs(ifa);
+  return found;
+}
+
+bool isV4Mapped(const ibv_gid& g, in_addr* a) {
+  static const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  if (std::memcmp(g.raw, prefix, 12) != 0) return false;
+  if (a) std::memcpy(&a->s_addr, g.raw + 12, 4);
+  return true;
+}
+
+struct DevList {
+  const VerbsApi& api;
+  ibv_device** list = nullptr;
+  int n = 0;
+  explicit DevList(const VerbsApi& a) : api(a) { list = api.get_device_list(&n); }
+  ~DevList() {
+    if (list) api.free_device_list(list);
+  }
+};
+
+// Fills the port fields of *out from an opened context. false + *err if the port is unusable.
+bool fillPort(const VerbsApi& api, ibv_context* ctx, int port, PortSel* out, std::string* err) {
+  ibv_port_attr pa{};
+  if (queryPort(api, ctx, static_cast<uint8_t>(port), &pa) != 0) {
+    *err = "ibv_query_port(" + out->dev + ", port " + std::to_string(port) + "): " + std::strerror(errno);
+    return false;
+  }
+  if (pa.state != IBV_PORT_ACTIVE) {
+    *err = "HCA " + out->dev + " port " + std::to_string(port) + " is " + api.port_state_str(pa.state) +
+           ", not ACTIVE";
+    return false;
+  }
+  out->port = port;
+  out->roce = pa.link_layer == IBV_LINK_LAYER_ETHERNET;
+  out->lid = pa.lid;
+  out->activeMtu = pa.active_mtu;
+  return true;
+}
+
+}  // namespace
+
+bool findPortForNetdev(const std::string& netdev, PortSel* out, std::string* err) {
+  const VerbsApi* a = verbsApi(err);
+  if (!a) return false;
+  const VerbsApi& api = *a;
+  unsigned ifindex = if_nametoindex(netdev.c_str());
+  if (ifindex == 0) {
+    *err = "no network interface named '" + netdev + "'";
+    return false;
+  }
+  in_addr want{};
+  if (!ipv4Of(netdev, &want)) {
+    *err = "NIC " + netdev + " has no IPv4 address (the RoCE v2 GID is chosen by the IPv4 address)";
+    return false;
+  }
+  char wantStr[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &want, wantStr, sizeof wantStr);
+  DevList dl(api);
+  if (!dl.list || dl.n == 0) {
+    *err = "no RDMA device found (is an RDMA driver or rdma_rxe loaded, and libibverbs' provider installed?)";
+    return false;
+  }
+  std::string seen;  // HCA ports bound to the NIC but without a matching GID
+  for (int d = 0; d < dl.n; ++d) {
+    ibv_context* ctx = api.open_device(dl.list[d]);
+    if (!ctx) continue;
+    ibv_device_attr da{};
+    if (api.query_device(ctx, &da) != 0) {
+      api.close_device(ctx);
+      continue;
+    }
+    for (int port = 1; port <= da.phys_port_cnt; ++port) {
+      ibv_port_attr pa{};
+      if (queryPort(api, ctx, static_cast<uint8_t>(port), &pa) != 0) continue;
+      for (int gi = 0; gi < pa.gid_tbl_len; ++gi) {
+        ibv_gid_entry ge{};
+        if (api.query_gid_ex(ctx, static_cast<uint32_t>(port), static_cast<uint32_t>(gi), &ge, 0, sizeof ge) != 0)
+          continue;
+        if (ge.ndev_ifindex != ifindex) continue;
+        in_addr a{};
+        if (ge.gid_type != IBV_GID_TYPE_ROCE_V2 || !isV4Mapped(reinterpret_cast<const ibv_gid&>(ge.gid), &a) ||
+            a.s_addr != want.s_addr) {
+          seen = std::string(api.get_device_name(dl.list[d])) + " port " + std::to_string(port);
+          continue;
+        }
+        out->dev = api.get_device_name(dl.list[d]);
+        out->netdev = netdev;
+        out->gidIndex = gi;
+        std::memcpy(out->gid.raw, ge.gid.raw, 16);
+        bool ok = fillPort(api, ctx, port, out, err);
+        api.close_device(ctx);
+        if (ok)
+          out->why = "GID " + std::to_string(gi) + " of " + out->dev + " port " + std::to_string(port) +
+                     " is RoCE v2 and maps " + netdev + "'s address " + wantStr;
+        return ok;
+      }
+    }
+    api.close_device(ctx);
+  }
+  if (!seen.empty())
+    *err = "RDMA device " + seen + " is bound to " + netdev + " but has no RoCE v2 GID for its address " + wantStr;
+  else
+    *err = "no RDMA device is bound to NIC " + netdev + " (for Soft-RoCE: rdma link add rxe0 type rxe netdev " +
+           netdev + ")";
+  return false;
+}
+
+bool findPortByDevice(const std::string& dev, int port, int gidIndex, PortSel* out, std::string* err) {
+  const VerbsApi* a = verbsApi(err);
+  if (!a) return false;
+  const VerbsApi& api = *a;
+  DevList dl(api);
+  for (int d = 0; d < dl.n; ++d) {
+    if (dev != api.get_device_name(dl.list[d])) continue;
+    ibv_context* ctx = api.open_device(dl.list[d]);
+    if (!ctx) {
+      *err = "cannot open RDMA device " + dev + ": " + std::strerror(errno);
+      return false;
+    }
+    out->dev = dev;
+    bool ok = fillPort(api, ctx, port, out, err);
+    if (ok && out->roce) {
+      ibv_port_attr pa{};
+      queryPort(api, ctx, static_cast<uint8_t>(port), &pa);
+      ok = false;
+      for (int gi = 0; gi < pa.gid_tbl_len && !ok; ++gi) {
+        if (gidIndex >= 0 && gi != gidIndex) continue;
+        ibv_gid_entry ge{};
+        if (api.query_gid_ex(ctx, static_cast<uint32_t>(port), static_cast<uint32_t>(gi), &ge, 0, sizeof ge) != 0)
+          continue;
+        if (gidIndex < 0 && (ge.gid_type != IBV_GID_TYPE_ROCE_V2 ||
+                             !isV4Mapped(reinterpret_cast<const ibv_gid&>(ge.gid), nullptr)))
+          continue;
+        out->gidIndex = gi;
+        std::memcpy(out->gid.raw, ge.gid.raw, 16);
+        char nd[IF_NAMESIZE] = {0};
+        if (ge.ndev_ifindex && if_indextoname(ge.ndev_ifindex, nd)) out->netdev = nd;
+        out->why = "GID " + std::to_string(gi) + " of " + dev + " port " + std::to_string(port) +
+                   (gidIndex >= 0 ? " (given)" : " (first RoCE v2 GID with an IPv4 address)");
+        ok = true;
+      }
+      if (!ok)
+        *err = "HCA " + dev + " port " + std::to_string(port) +
+               (gidIndex >= 0 ? " has no GID index " + std::to_string(gidIndex) : " has no RoCE v2 IPv4 GID");
+    } else if (ok) {
+      out->gidIndex = -1;
+      out->why = "InfiniBand port " + std::to_string(port) + " of " + dev + ", LID " + std::to_string(out->lid);
+    }
+    api.close_device(ctx);
+    return ok;
+  }
+  *err = "no RDMA device named '" + dev + "'";
+  return false;
+}
+
+Hca::Hca(const std::string& dev, std::string* err) : dev_(dev) {
+  api_ = verbsApi(err);
+  if (!api_) return;
+  const VerbsApi& api = *api_;
+  DevList dl(api);
+  for (int d = 0; d < dl.n && !ctx_; ++d)
+    if (dev == api.get_device_name(dl.list[d])) ctx_ = api.open_device(dl.list[d]);
+  if (!ctx_) {
+    *err = "cannot open RDMA device '" + dev + "'";
+    return;
+  }
+  pd_ = api.alloc_pd(ctx_);
+  if (!pd_) {
+    *err = "ibv_alloc_pd(" + dev + "): " + std::strerror(errno);
+    return;
+  }
+  int fl = fcntl(ctx_->async_fd, F_GETFL);
+  fcntl(ctx_->async_fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+const VerbsApi& Hca::api() const {
+  static const VerbsApi kNone{};  // never called through: nothing is built on an Hca that is not ok()
+  return api_ ? *api_ : kNone;
+}
+
+Hca::~Hca() {
+  if (!api_) return;
+  const VerbsApi& api = *api_;
+  if (pd_) api.dealloc_pd(pd_);
+  if (ctx_) api.close_device(ctx_);
+}
+
+std::vector<AsyncEvent> Hca::pollAsync() {
+  std::vector<AsyncEvent> got;
+  std::lock_guard<std::mutex> g(mu_);
+  if (!ctx_) return got;
+  const VerbsApi& api = *api_;
+  ibv_async_event e;
+  while (api.get_async_event(ctx_, &e) == 0) {  // non-blocking: async_fd is O_NONBLOCK
+    AsyncEvent a;
+    a.type = e.event_type;
+    a.tUs = nowUs();
+    switch (e.event_type) {
+      case IBV_EVENT_PORT_ERR:
+      case IBV_EVENT_PORT_ACTIVE:
+      case IBV_EVENT_GID_CHANGE:
+      case IBV_EVENT_LID_CHANGE:
+      case IBV_EVENT_PKEY_CHANGE:
+      case IBV_EVENT_SM_CHANGE:
+      case IBV_EVENT_CLIENT_REREGISTER:
+        a.port = e.element.port_num;
+        if (static_cast<size_t>(a.port) >= portErr_.size()) {
+          portErr_.resize(a.port + 1, 0);
+          gidChg_.resize(a.port + 1, 0);
+        }
+        if (e.event_type == IBV_EVENT_PORT_ERR) ++portErr_[a.port];
+        if (e.event_type == IBV_EVENT_GID_CHANGE) ++gidChg_[a.port];
+        break;
+      case IBV_EVENT_QP_FATAL:
+      case IBV_EVENT_QP_REQ_ERR:
+      case IBV_EVENT_QP_ACCESS_ERR:
+      case IBV_EVENT_PATH_MIG_ERR:
+        a.qpn = e.element.qp ? e.element.qp->qp_num : 0;
+        fatalQps_.insert(a.qpn);
+        fatalWhat_ = api.event_type_str(e.event_type);
+        break;
+      case IBV_EVENT_DEVICE_FATAL:
+        deviceFatal_ = true;
+        fatalWhat_ = api.event_type_str(e.event_type);
+        break;
+      default:
+        break;
+    }
+    api.ack_async_event(&e);
+    got.push_back(a);
+  }
+  return got;
+}
+
+uint64_t Hca::portErrors(int port) {
+  std::lock_guard<std::mutex> g(mu_);
+  return static_cast<size_t>(port) < portErr_.size() ? portErr_[port] : 0;
+}
+
+uint64_t Hca::gidChanges(int port) {
+  std::lock_guard<std::mutex> g(mu_);
+  return static_cast<size_t>(port) < gidChg_.size() ? gidChg_[port] : 0;
+}
+
+bool Hca::qpFatal(uint32_t qpn, std::string* what) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (deviceFatal_ || fatalQps_.count(qpn)) {
+    if (what) *what = fatalWhat_;
+    return true;
+  }
+  return false;
+}
+
+}  // namespace verbs
+}  // namespace railover

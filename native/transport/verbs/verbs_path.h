@@ -1,0 +1,250 @@
+// Verbs building blocks, part 4: a "verbs path", one RC QP between a local and a remote HCA
+// port that carries one direction of a comm's data plus its control channel. It maps onto the
+// engine's chunk-level transport concepts one to one (docs/VERBS.md has the full design):
+//
+//   engine concept                      verbs path
+//   ---------------------------------   ------------------------------------------------------
+//   receiver advertise(seq, tag, buf,   RecvPath::advertise(): a SEND of {seq, tag, addr, size,
+//     size, mhandle)                      rkey of this path's HCA} to the sender
+//   sender post(ChunkRef, src)          SendPath::post(): RDMA WRITE of the chunk into the
+//                                         advertised buffer at its offset; the message's last
+//                                         chunk is a WRITE_WITH_IMM whose immediate is the
+//                                         message's total size (big-endian 32 bits)
+//   receiver arrived(seq, size)         the WRITE_WITH_IMM's receive completion; the seq is the
+//                                         oldest advertisement not yet completed (RC delivers in
+//                                         order and the sender completes messages in seq order)
+//   control sendCtl/recvCtl CtlMsg      a SEND of {type, seq, arg} in either direction
+//   progress signals                    lastProgressUs(), outstanding()
+//   path broken                         Broken{source, status, code}: an error completion, a
+//                                         PORT_ERR of this HCA port, a fatal QP/device event
+//   fence()                             QP to ERR, then drain every flush completion
+//   completionNeedsReceiverAck()        true: a WRITE's completion proves the remote HCA took
+//                                         the data, not that the receiver holds it
+//
+// Messages are limited to 4 GiB - 1 bytes (the immediate is 32 bits); post() rejects larger.
+// Every call is non-blocking except fence() (bounded by its timeout). Thread-safety: one thread
+// at a time per path; paths on the same Hca may run on different threads (Hca locks its own
+// state).
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/verbs/verbs_device.h"
+#include "transport/verbs/verbs_qp.h"
+
+namespace railover {
+namespace verbs {
+
+// The engine's shapes, mirrored (the engine's own header is not included so that this layer
+// builds on its own; the adapter converts field by field).
+enum class CtlType : uint8_t { kAck = 1, kResume = 2, kResumeAck = 3, kNack = 4, kClose = 5 };
+struct CtlMsg {
+  CtlType type = CtlType::kAck;
+  uint64_t seq = 0;
+  uint64_t arg = 0;
+};
+struct ChunkRef {
+  uint64_t seq = 0;     // message sequence number on the comm
+  uint64_t offset = 0;  // bytes from the start of the message
+  uint64_t len = 0;     // bytes in this chunk
+  uint64_t total = 0;   // bytes in the whole message
+  uint64_t tag = 0;
+};
+struct Advert {
+  uint64_t seq = 0, tag = 0, addr = 0, size = 0;
+  uint32_t rkey = 0;
+};
+
+// The control message wire (PathBase::kCtlBytes = 48 bytes, big-endian):
+//   [0] kind (1 advert, 2 control)  [1] control type  [2..3] 0  [4..7] rkey
+//   [8..15] seq  [16..23] addr | arg  [24..31] size  [32..39] tag  [40..47] 0
+namespace ctlwire {
+constexpr size_t kBytes = 48;
+enum Kind : uint8_t { kAdvert = 1, kControl = 2 };
+void encodeAdvert(const Advert& a, uint8_t out[kBytes]);
+void encodeCtl(const CtlMsg& m, uint8_t out[kBytes]);
+// Kind of the message (kAdvert fills *a, kControl fills *m), 0 for an unknown kind or a control
+// type outside ACK..CLOSE.
+int decode(const uint8_t in[kBytes], Advert* a, CtlMsg* m);
+}  // namespace ctlwire
+
+// Why a path is broken. source: "completion" (error CQE), "port" (IBV_EVENT_PORT_ERR on this
+// path's HCA port), "qp-event"/"device" (fatal async event), "post" (ibv_post_* failed),
+// "protocol" (a peer broke the wire rules). status: ibv_wc_status_str() / the event's name.
+struct Broken {
+  std::string source;
+  std::string status;
+  int code = 0;       // enum ibv_wc_status or enum ibv_event_type; errno for "post"
+  uint64_t tUs = 0;   // CLOCK_MONOTONIC when this path saw it
+  uint64_t sinceLastOkUs = 0;  // from the last successful completion to tUs
+  std::string dev;             // the path's HCA and port, for the journal and fatal errors
+  int port = 0;
+};
+
+struct FenceResult {
+  bool drained = false;      // every outstanding send and posted receive was flushed
+  int flushedSends = 0, flushedRecvs = 0;
+  uint64_t us = 0;           // how long fence() took
+  std::string err;           // modify-to-ERR failure (then nothing is guaranteed)
+};
+
+// Shared machinery: QP, control slots, completion polling, async events, fence.
+class PathBase {
+ public:
+  // Depths: send WRs in flight (chunks + control) and receive WRs kept posted.
+  static constexpr int kSendDepth = 256;
+  static constexpr int kRecvDepth = 256;
+  static constexpr size_t kCtlBytes = ctlwire::kBytes;  // control message on the wire
+
+  PathBase(Hca& hca, const PortSel& port, const RcParams& params, std::string* err);
+  virtual ~PathBase();
+  bool ok() const { return ok_; }
+  const QpEndpoint& local() const { return qp_->local(); }
+  RcQp& qp() { return *qp_; }
+  const RcParams& params() const { return params_; }
+
+  // Brings the QP up towards `peer` (INIT, posts every receive, RTR, RTS). Not for the progress
+  // thread (address resolution may block).
+  bool connect(const QpEndpoint& peer, std::string* err);
+
+  // Sends a control message to the peer. 1 posted, 0 no send slot free (retry after progress),
+  // -1 broken/fenced (*err).
+  int sendCtl(const CtlMsg& m, std::string* err);
+
+  // Moves the QP to ERR and polls until every outstanding send and posted receive has flushed
+  // or timeoutMs passed. After it returns (with err empty) nothing sent on this QP can land in
+  // this side's registered memory, and no completion of this QP remains to be seen later.
+  FenceResult fence(int timeoutMs);
+  bool fenced() const { return fenced_; }
+
+  bool broken() const { return broken_; }
+  const Broken& brokenWhy() const { return why_; }
+  // CLOCK_MONOTONIC µs of the last successful completion (send or receive); connect time before.
+  uint64_t lastProgressUs() const { return lastOkUs_; }
+  // Send work requests posted and not completed yet.
+  int outstanding() const { return sendsInFlight_; }
+  // Completions and async events the last progress() found (0: nothing happened).
+  int lastPollFound() const { return lastFound_; }
+  // For an idle caller: waits in poll(2) until a completion or an async event of the HCA may be
+  // pending, or timeoutMs passes. Never needed for correctness (progress() never blocks).
+  void waitIdle(int timeoutMs);
+
+ protected:
+  struct SendRec {
+    enum Kind : uint8_t { kCtl, kWrite, kWriteImm } kind = kCtl;
+    ChunkRef chunk;
+  };
+  // One poll pass: async events, then up to 32 completions. Calls the hooks below.
+  void pollOnce();
+  virtual void onCtl(const uint8_t* wire) = 0;
+  virtual void onImm(uint32_t imm) = 0;
+  virtual void onSendDone(const SendRec& r) = 0;
+  // True exactly once, the first time it is asked after the path broke (sinks hear it once).
+  bool takeBrokenNews();
+  void markBroken(const std::string& source, const std::string& status, int code);
+  int postSend(ibv_send_wr* wr, const SendRec& rec, std::string* err);
+  bool sendSlotFree() const { return sendsInFlight_ < kSendDepth; }
+  // The control slot the next send will use (valid while sendSlotFree()), and its posting.
+  uint8_t* ctlSendSlot();
+  int postCtlSlot(uint8_t* slot, std::string* err);
+
+  // Events found while polling, delivered to the sink by the next progress() (fence() polls
+  // without a sink: a message that arrived just before the fence is not lost).
+  struct Ev {
+    enum Kind : uint8_t { kChunkDone, kCtl, kArrived } kind;
+    ChunkRef chunk;
+    CtlMsg ctl;
+    uint64_t seq = 0, tag = 0, bytes = 0;
+  };
+  std::deque<Ev> evq_;
+
+  Hca& hca_;
+  const VerbsApi& api_;
+  PortSel port_;
+  RcParams params_;
+  std::unique_ptr<RcQp> qp_;
+  bool ok_ = false, connected_ = false, broken_ = false, fenced_ = false, brokenTold_ = false;
+  Broken why_;
+  uint64_t lastOkUs_ = 0;
+  uint64_t portErrBase_ = 0;
+
+ private:
+  bool postRecv(int slot, std::string* err);
+  std::vector<uint8_t> ctlRecv_, ctlSend_;
+  ibv_mr* ctlRecvMr_ = nullptr;
+  ibv_mr* ctlSendMr_ = nullptr;
+  std::vector<SendRec> recs_;  // ring indexed by wr_id % kSendDepth
+  uint64_t sendHead_ = 0;      // next wr_id to use
+  int sendsInFlight_ = 0;
+  int recvsPosted_ = 0;
+  int lastFound_ = 0;
+  int flushedSends_ = 0, flushedRecvs_ = 0;
+};
+
+// Sender's end of a path.
+class SendPath : public PathBase {
+ public:
+  struct Sink {
+    virtual ~Sink() = default;
+    virtual void chunkDone(const ChunkRef& c) = 0;  // the remote HCA acknowledged the chunk's write
+    virtual void ctl(const CtlMsg& m) = 0;           // a control message from the receiver
+    virtual void broken(const Broken& b) = 0;        // once, the first time the path breaks
+  };
+  using PathBase::PathBase;
+
+  // Polls completions and events, calling the sink (never blocks).
+  void progress(Sink& sink);
+  // The receiver's advertisement for `seq`, if it has arrived.
+  bool advertised(uint64_t seq, Advert* out) const;
+  // Posts one chunk from `src` (registered with `lkey` on this path's HCA). 1 posted, 0 would
+  // block (no advertisement for the seq yet, or no send slot), -1 error (*err: larger than the
+  // advertised buffer, total >= 4 GiB, last chunk out of seq order, path broken or fenced).
+  // Chunks of a message go in offset order; the chunk with offset + len == total is the last.
+  int post(const ChunkRef& c, const void* src, uint32_t lkey, std::string* err);
+  // Always true for verbs: see the header comment.
+  static constexpr bool completionNeedsReceiverAck() { return true; }
+
+ private:
+  void onCtl(const uint8_t* wire) override;
+  void onImm(uint32_t imm) override;
+  void onSendDone(const SendRec& r) override;
+  std::map<uint64_t, Advert> adverts_;
+  bool haveLastSeq_ = false;
+  uint64_t lastImmSeq_ = 0;
+};
+
+// Receiver's end of a path.
+class RecvPath : public PathBase {
+ public:
+  struct Sink {
+    virtual ~Sink() = default;
+    // The whole message `seq` (`bytes` long) is in the buffer advertised for it.
+    virtual void arrived(uint64_t seq, uint64_t tag, uint64_t bytes) = 0;
+    virtual void ctl(const CtlMsg& m) = 0;
+    virtual void broken(const Broken& b) = 0;
+  };
+  using PathBase::PathBase;
+
+  void progress(Sink& sink);
+  // Advertises [buf, buf+size) with `rkey` (of this path's HCA) for message `seq`. Advertise in
+  // seq order. 1 sent, 0 no send slot (retry after progress), -1 broken/fenced (*err).
+  int advertise(uint64_t seq, uint64_t tag, void* buf, uint64_t size, uint32_t rkey, std::string* err);
+  // Advertised and not yet arrived, oldest first (what a resume must re-advertise elsewhere).
+  const std::deque<Advert>& pending() const { return pending_; }
+
+ private:
+  void onCtl(const uint8_t* wire) override;
+  void onImm(uint32_t imm) override;
+  void onSendDone(const SendRec& r) override {}
+  std::deque<Advert> pending_;
+};
+
+}  // namespace verbs
+}  // namespace railover

@@ -1,0 +1,109 @@
+// Verbs building blocks, part 3: RC queue pair parameters, endpoint exchange and bring-up.
+//
+// Constants and their sources:
+// * kNcclDefaultTimeout = 20, kNcclDefaultRetryCnt = 7: NCCL's IB transport defaults for
+//   NCCL_IB_TIMEOUT and NCCL_IB_RETRY_CNT (2.23 and later). The local ACK timeout is
+//   4.096 µs * 2^timeout per try (InfiniBand Architecture Specification, QP attribute "Local
+//   ACK Timeout"), so 20 gives 4.3 s per try and about 30 s until IBV_WC_RETRY_EXC_ERR with 7.
+// * rxe (Soft-RoCE) treats retry_cnt 7 as "retry forever" (its completer only decrements the
+//   count when it is not 7), so a dead peer never produces an error completion there: tests on
+//   rxe use retry_cnt <= 6.
+// * kRnrRetryInfinite = 7 (the verbs encoding of "infinite RNR retry", as NCCL uses),
+//   kMinRnrTimer = 12 (0.64 ms, NCCL's value).
+// * kHopLimit = 64: GRH hop limit, carried as the IP TTL on RoCE v2 (64 = Linux's default TTL).
+//
+// Thread-safety: an RcQp is used by one thread at a time.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+#include <string>
+
+#include "transport/verbs/verbs_device.h"
+
+namespace railover {
+namespace verbs {
+
+constexpr int kNcclDefaultTimeout = 20;
+constexpr int kNcclDefaultRetryCnt = 7;
+constexpr int kRnrRetryInfinite = 7;
+constexpr int kMinRnrTimer = 12;
+constexpr int kHopLimit = 64;
+
+struct RcParams {
+  int timeout = kNcclDefaultTimeout;    // local ACK timeout exponent, 0..31 (4.096 µs * 2^t)
+  int retryCnt = kNcclDefaultRetryCnt;  // 0..7
+  int sl = 0;                           // service level (NCCL_IB_SL)
+  int trafficClass = 0;                 // GRH traffic class (NCCL_IB_TC)
+  int pkeyIndex = 0;                    // NCCL_IB_PKEY
+  // Nominal time from the last acknowledged packet to IBV_WC_RETRY_EXC_ERR, µs:
+  // 4.096 µs * 2^timeout * (retryCnt + 1). Infinite (UINT64_MAX) for retryCnt 7 on rxe only
+  // in practice; this returns the specification's value.
+  uint64_t nominalGiveUpUs() const;
+  // "" when valid, else what is wrong.
+  std::string validate() const;
+};
+
+// What the peer needs to connect to a QP. Sent over the out-of-band channel as 40 bytes in
+// network byte order (pack/unpack), with a magic and version so a mismatched peer is named.
+struct QpEndpoint {
+  uint32_t qpn = 0;
+  uint32_t psn = 0;          // 24 bits
+  uint8_t gid[16] = {0};
+  uint16_t lid = 0;
+  uint8_t mtu = IBV_MTU_1024;  // enum ibv_mtu of the sender's active MTU
+  uint8_t roce = 1;
+  static constexpr size_t kWireBytes = 40;
+  void pack(uint8_t out[kWireBytes]) const;
+  // false with *err when the magic/version does not match.
+  bool unpack(const uint8_t in[kWireBytes], std::string* err);
+};
+
+// Blocking exchange of endpoints over a connected stream socket (bootstrap; never on a
+// progress thread): writes ours, reads the peer's, bounded by timeoutMs.
+bool exchangeEndpoints(int fd, const QpEndpoint& mine, QpEndpoint* peer, int timeoutMs, std::string* err);
+
+// One RC QP on a port, with its own CQ (send and receive completions both land there) and a
+// non-blocking completion channel, so that an idle caller can wait in poll(2) on completionFd()
+// instead of spinning (which starves rxe's kernel work on a slow guest).
+class RcQp {
+ public:
+  RcQp(Hca& hca, const PortSel& port, int sendDepth, int recvDepth, std::string* err);
+  ~RcQp();
+  RcQp(const RcQp&) = delete;
+  RcQp& operator=(const RcQp&) = delete;
+
+  bool ok() const { return qp_ != nullptr; }
+  ibv_qp* qp() const { return qp_; }
+  ibv_cq* cq() const { return cq_; }
+  int completionFd() const { return ch_ ? ch_->fd : -1; }
+  // Consumes pending completion-channel events and re-arms the CQ's notification; call it
+  // before polling the CQ, so that a completion after the poll wakes completionFd().
+  void rearm();
+  Hca& hca() const { return hca_; }
+  const PortSel& port() const { return port_; }
+  const QpEndpoint& local() const { return local_; }
+
+  // RESET -> INIT (receives may be posted from here on).
+  bool toInit(std::string* err);
+  // INIT -> RTR -> RTS towards `peer` with `p` (path MTU = the smaller active MTU).
+  bool toRts(const QpEndpoint& peer, const RcParams& p, std::string* err);
+  // Any state -> ERR: outstanding work requests complete with IBV_WC_WR_FLUSH_ERR, and incoming
+  // packets for this QP are no longer placed into memory.
+  bool toError(std::string* err);
+  ibv_qp_state state();
+
+ private:
+  Hca& hca_;
+  const VerbsApi& api_;
+  PortSel port_;
+  ibv_comp_channel* ch_ = nullptr;
+  ibv_cq* cq_ = nullptr;
+  ibv_qp* qp_ = nullptr;
+  unsigned unacked_ = 0;  // completion events read and not yet acknowledged
+  QpEndpoint local_;
+};
+
+}  // namespace verbs
+}  // namespace railover
