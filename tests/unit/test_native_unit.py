@@ -17,8 +17,13 @@ def test_cpp_unit_tests(tmp_path_factory):
     gen = ["-G", "Ninja"] if shutil.which("ninja") else []
     subprocess.run(["cmake", "-S", str(REPO), "-B", str(build), *gen, "-DCMAKE_BUILD_TYPE=RelWithDebInfo"],
                    check=True, capture_output=True, text=True)
-    b = subprocess.run(["cmake", "--build", str(build), "--target", "railover_unit_tests", "railover_engine_tests",
-                        "railover_engine_only_tests", "-j2"],
+    # Every test binary ctest knows of must be built (ctest reports one that is not as a
+    # failure); the verbs tests exist only where rdma-core's headers are installed.
+    targets = ["railover_unit_tests", "railover_engine_tests", "railover_engine_only_tests"]
+    listed = subprocess.run(["cmake", "--build", str(build), "--target", "help"], capture_output=True, text=True).stdout
+    if "railover_verbs_tests" in listed:
+        targets.append("railover_verbs_tests")
+    b = subprocess.run(["cmake", "--build", str(build), "--target", *targets, "-j2"],
                        capture_output=True, text=True)
     assert b.returncode == 0, b.stdout[-4000:] + b.stderr[-4000:]
     r = subprocess.run(["ctest", "--test-dir", str(build), "--output-on-failure", "--timeout", "300"],
