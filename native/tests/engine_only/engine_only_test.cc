@@ -40,6 +40,14 @@ Nic makeNic(int idx, const char* name, const char* addr, int rail) {
   return n;
 }
 
+// Sets one config value for the rest of a test and restores it at the end.
+struct Setting {
+  uint32_t& ref;
+  uint32_t saved;
+  Setting(uint32_t& r, uint32_t v) : ref(r), saved(r) { r = v; }
+  ~Setting() { ref = saved; }
+};
+
 void quiet(ncclDebugLogLevel, unsigned long, const char*, int, const char*, ...) {}
 
 uint8_t pattern(uint64_t msg, uint64_t off) { return (uint8_t)(msg * 2654435761u + off * 40503u + (off >> 9)); }
@@ -122,7 +130,7 @@ class EngineOnly : public ::testing::Test {
   // As the engine tests over byte streams: n messages, up to `window` in flight, every byte
   // checked, nothing written past a message or after its receive completed.
   Stats run(int n, std::function<size_t(int)> sizeOf, int window, std::function<void(int)> onMsg = nullptr,
-            std::function<void()> each = nullptr) {
+            std::function<void()> each = nullptr, int timeoutMs = 20000) {
     std::vector<std::vector<uint8_t>> sb(n), rb(n);
     for (int k = 0; k < n; ++k) {
       size_t sz = sizeOf(k);
@@ -133,13 +141,14 @@ class EngineOnly : public ::testing::Test {
     std::vector<void*> sr(n), rr(n);
     int sp = 0, rp = 0, sd = 0, rd = 0;
     Stats st;
-    auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(20000);
+    auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
     while ((sd < n || rd < n) && st.err == ncclSuccess) {
       if (std::chrono::steady_clock::now() > end) {
         st.timedOut = true;
         break;
       }
       if (each) each();
+      sweepIdleLinks();  // what the runtime's sweeper thread does every 10 ms
       gTr->pump();
       while (sp < n && sp - sd < window) {
         if (onMsg) onMsg(sp);
@@ -442,6 +451,276 @@ TEST_F(EngineOnly, SlowPathWhoseTransportStillAcksIsNotStalled) {
   EXPECT_EQ(st.delivered, 300u);
   EXPECT_EQ(send->counters.failovers, 1u) << "control: nothing acknowledged is a dead path";
   w(0, kA0)->stalled = false;
+}
+
+
+// Rule checked: the engine's accounting is idempotent per chunk, whatever the transport. A
+// transport that delivers a chunk twice (or overlapping chunks) without a RESUME in between
+// never makes a message count bytes twice: it completes exactly when every distinct byte
+// arrived, and bytes already held are discarded.
+TEST_F(EngineOnly, ChunkSeenTwiceNeverCountsTwice) {
+  connectComm();
+  std::vector<uint8_t> buf(3000, 0);
+  void* d[1] = {buf.data()};
+  uint64_t caps[1] = {buf.size()};
+  int tags[1] = {0};
+  void* q = nullptr;
+  ASSERT_EQ(recv->irecv(1, d, caps, tags, &q), ncclSuccess);  // the comm's first message: seq 0
+  ASSERT_NE(q, nullptr);
+  auto* r = (RecvReq*)q;
+  auto chunk = [](uint64_t off, uint64_t len) {
+    ChunkRef c;
+    c.seq = 0, c.offset = off, c.len = len, c.total = 3000;
+    return c;
+  };
+  auto deliver = [&](uint64_t off, uint64_t len) {
+    std::lock_guard<std::mutex> g(recv->mu);  // as a transport calls the sink: under the link's mutex
+    uint8_t* dst = nullptr;
+    std::string err;
+    int how = recv->place(chunk(off, len), &dst, &err);
+    EXPECT_GE(how, 0) << err;
+    if (how == RecvSink::kWrite) {
+      EXPECT_EQ(dst, buf.data() + off);
+      memset(dst, 0x5a, len);
+    }
+    if (how != RecvSink::kHold) recv->arrived(chunk(off, len), how == RecvSink::kDiscard);
+    return how;
+  };
+  uint64_t dupBefore = recv->counters.dupBytesDropped;
+  EXPECT_EQ(deliver(1000, 1000), RecvSink::kWrite);
+  EXPECT_EQ(deliver(1000, 1000), RecvSink::kDiscard) << "a chunk already held is dropped";
+  EXPECT_EQ(deliver(1500, 500), RecvSink::kDiscard) << "part of a chunk already held is dropped";
+  EXPECT_FALSE(r->done) << "2000 of 3000 distinct bytes are missing";
+  EXPECT_EQ(deliver(0, 1500), RecvSink::kWrite) << "an overlapping chunk is written whole";
+  EXPECT_FALSE(r->done) << "bytes 2000..3000 are still missing: the overlap counted once";
+  EXPECT_EQ(deliver(2000, 1000), RecvSink::kWrite);
+  EXPECT_TRUE(r->done);
+  EXPECT_EQ(r->one.size, 3000u);
+  EXPECT_EQ(recv->counters.dupBytesDropped - dupBefore, 1500u);
+  EXPECT_EQ(deliver(2000, 1000), RecvSink::kDiscard) << "a chunk of a completed message";
+  int done = 0, size = 0;
+  EXPECT_EQ(recv->test(r, &done, &size), ncclSuccess);
+  EXPECT_EQ(done, 1);
+  EXPECT_EQ(size, 3000);
+  for (uint8_t b : buf) ASSERT_EQ(b, 0x5a);
+}
+
+TEST(EngineOnlyRecvRanges, CountsEveryByteOnceAndAlwaysAdmitsTheLowestGap) {
+  RecvRanges r;
+  EXPECT_EQ(r.add(100, 200), 100u);
+  EXPECT_EQ(r.add(100, 200), 0u) << "a duplicate adds nothing";
+  EXPECT_EQ(r.add(150, 250), 50u) << "an overlap adds only its new bytes";
+  EXPECT_TRUE(r.covers(120, 250));
+  EXPECT_FALSE(r.covers(0, 120));
+  // Fill up to kMax ranges with chunks that touch nothing: 0..0 (the start) plus 7 islands.
+  for (uint64_t k = 1; k < (uint64_t)RecvRanges::kMax - 1; ++k) EXPECT_EQ(r.add(1000 * k + 500, 1000 * k + 600), 100u);
+  EXPECT_EQ(r.n, RecvRanges::kMax);
+  EXPECT_FALSE(r.admits(99000, 99100)) << "a ninth range would not fit: the chunk waits";
+  EXPECT_TRUE(r.admits(0, 100)) << "the chunk at the start of the lowest gap always fits";
+  EXPECT_TRUE(r.admits(250, 300)) << "a chunk touching a range always fits";
+  EXPECT_EQ(r.add(0, 100), 100u);
+  EXPECT_EQ(r.n, RecvRanges::kMax - 1) << "[0,100) joined [0,0) and [100,250)";
+  r.inflight = 1;
+  EXPECT_FALSE(r.admits(250, 300)) << "with a chunk still arriving, the count is conservative";
+  r.reset();
+  EXPECT_EQ(r.n, 1);
+  EXPECT_FALSE(r.covers(0, 1));
+}
+
+TEST_F(EngineOnly, FailureDuringResumeAndOfTheStandbyRecovers) {
+  // Both paths are down for a while here: give the reconnect back-off room before the fatal
+  // timeout (slow sanitizer builds take longer per loop iteration).
+  Setting fatal(Runtime::get().cfg.fatalTimeoutS, 10);
+  connectComm();
+  int step = 0;
+  Stats st = run(150, mixed, 8, [&](int k) {
+    if (k == 50) w(0, kA0)->broken = true, step = 1;
+  }, [&] {
+    // The moment the sender resumes on the standby, the standby breaks too.
+    if (step == 1 && send->active >= 0 && send->paths[send->active].localNic == 1) {
+      w(1, kA1)->broken = true;
+      step = 2;
+    } else if (step >= 2 && ++step > 22) {
+      w(0, kA0)->broken = false;  // the primary comes back; it is reconnected after back-off
+      step = -1;
+    }
+  });
+  EXPECT_FALSE(st.timedOut);
+  EXPECT_EQ(st.err, ncclSuccess);
+  EXPECT_EQ(st.delivered, 150u);
+  EXPECT_GE(send->counters.failovers, 1u);
+}
+
+TEST_F(EngineOnly, FlapsGrowTheHoldDownThenItDecays) {
+  // A hold-down long enough that a loaded machine's scheduling delays stay well inside it.
+  Setting hold(Runtime::get().cfg.holdDownMs, 300), holdMax(Runtime::get().cfg.holdDownMaxMs, 5000);
+  connectComm();
+  int state = 0, cycles = 0;
+  std::vector<uint32_t> grown;  // the primary's hold-down right after each failover
+  auto driver = [&] {
+    if (state == 0) {
+      w(0, kA0)->broken = true;
+      state = 1;
+    } else if (state == 1 && activeNic() == 1) {
+      grown.push_back(send->paths[0].holdDownMs);
+      w(0, kA0)->broken = false;
+      state = 2;
+    } else if (state == 2 && activeNic() == 0 && send->counters.failbacks == (uint64_t)cycles + 1 &&
+               send->paths[1].state == PathState::kStandby) {
+      // Break the primary again only once the standby the failback closed is connected again:
+      // this test is about the hold-down growing per flap.
+      if (++cycles < 4) {
+        w(0, kA0)->broken = true;
+        state = 1;
+      } else {
+        state = 3;
+      }
+    }
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  while (state != 3 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60)) {
+    Stats st = run(50, mixed, 8, nullptr, driver);
+    ASSERT_EQ(st.delivered, 50u);
+  }
+  ASSERT_EQ(state, 3);
+  EXPECT_EQ(send->paths[0].flaps, 3u) << "each failure right after a failback is a flap";
+  // The first failure is not a flap; each of the next three doubles the 300 ms hold-down.
+  EXPECT_EQ(grown, (std::vector<uint32_t>{300, 600, 1200, 2400}));
+  EXPECT_GE(send->counters.failbacks, 4u);
+  // Stable now: the hold-down shrinks back toward the configured value.
+  t0 = std::chrono::steady_clock::now();
+  uint32_t peak = send->paths[0].holdDownMs;
+  while (send->paths[0].holdDownMs >= peak && peak > 300u && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30))
+    ASSERT_EQ(run(50, mixed, 8).delivered, 50u);
+  EXPECT_LT(send->paths[0].holdDownMs, peak) << "hold-down decays once stable";
+  EXPECT_EQ(activeNic(), 0);
+}
+
+TEST_F(EngineOnly, PrimaryFailingWhileTheStandbyStillReconnectsAfterAFailbackMovesOnceItIsUp) {
+  // After a failback the old active path (the standby now) is closed and reconnects. If the
+  // primary fails again before that reconnect completes, there is no usable path for a
+  // moment: the comm must move to the standby as soon as it is connected, with nothing lost.
+  // Three times in a row, so the primary's hold-down grows (flaps).
+  Setting hold(Runtime::get().cfg.holdDownMs, 100);
+  Setting fatal(Runtime::get().cfg.fatalTimeoutS, 30);  // the bound below is the test, not the fatal timeout
+  connectComm();
+  int state = 0, cycles = 0;
+  std::vector<PathState> standbyWhenBroken;
+  std::vector<double> movedMs;
+  std::chrono::steady_clock::time_point broke;
+  auto driver = [&] {
+    if (state == 0) {
+      w(0, kA0)->broken = true;
+      state = 1;
+    } else if (state == 1 && activeNic() == 1) {
+      w(0, kA0)->broken = false;
+      state = 2;
+    } else if (state == 2 && activeNic() == 0 && send->counters.failbacks == (uint64_t)cycles + 1) {
+      // The failback just happened: break the primary before the standby is up again.
+      standbyWhenBroken.push_back(send->paths[1].state);
+      w(0, kA0)->broken = true;
+      broke = std::chrono::steady_clock::now();
+      state = 3;
+    } else if (state == 3 && activeNic() == 1 && send->counters.failovers == (uint64_t)cycles + 2) {  // RESUME_ACK seen
+      movedMs.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - broke).count());
+      state = ++cycles < 3 ? 1 : 4;
+    }
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  while (state != 4 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60)) {
+    Stats st = run(50, mixed, 8, nullptr, driver, 30000);
+    ASSERT_EQ(st.err, ncclSuccess);
+    ASSERT_FALSE(st.timedOut) << "stalled in state " << state << " (cycle " << cycles << ")";
+    ASSERT_EQ(st.delivered, 50u);
+  }
+  ASSERT_EQ(state, 4);
+  // The case under test needs the standby still reconnecting when the primary breaks: at least
+  // one of the three cycles must have hit it.
+  int hit = 0;
+  for (PathState s : standbyWhenBroken) hit += s != PathState::kStandby;
+  EXPECT_GE(hit, 1) << "the primary never broke while the standby was still reconnecting";
+  for (size_t i = 0; i < movedMs.size(); ++i) {
+    // Generous on a loaded machine: the fake connects at once, so this is scheduling time.
+    EXPECT_LT(movedMs[i], 5000) << "cycle " << i << ": moved to the standby " << movedMs[i] << " ms after the primary broke";
+  }
+  w(0, kA0)->broken = false;
+}
+
+TEST_F(EngineOnly, ReceiverWithEveryReceiveCompleteStillAnswersTheResume) {
+  // The receiver completes its last receive and nothing calls it any more; the ACK it sent is
+  // lost with the primary. The sender's send completes only when the receiver answers the
+  // RESUME on the standby: the sweeper's idle pass (sweepIdleLinks(), the test's stand-in for
+  // the sweeper thread) must do that without any call on the receiver.
+  connectComm();
+  ASSERT_EQ(run(20, mixed, 8).delivered, 20u);
+  std::vector<uint8_t> sb(70000), rb(70000, 0xEE);
+  for (size_t j = 0; j < sb.size(); ++j) sb[j] = pattern(7, j);
+  void *sr = nullptr, *rr = nullptr;
+  ASSERT_EQ(send->isend(sb.data(), sb.size(), 0, &sr), ncclSuccess);
+  void* d = rb.data();
+  uint64_t cap = rb.size();
+  int tag = 0, done = 0, size = 0;
+  ASSERT_EQ(recv->irecv(1, &d, &cap, &tag, &rr), ncclSuccess);
+  ASSERT_TRUE(sr && rr);
+  for (int i = 0; i < 100000 && !done; ++i) {
+    gTr->pump();
+    ASSERT_EQ(recv->test((RecvReq*)rr, &done, &size), ncclSuccess);
+    if (!done) {
+      int sd = 0;
+      ASSERT_EQ(send->test((SendReq*)sr, &sd, &size), ncclSuccess);
+      ASSERT_FALSE(sd) << "the send completed before its receive";
+    }
+  }
+  ASSERT_TRUE(done);
+  ASSERT_EQ(0, memcmp(rb.data(), sb.data(), sb.size()));
+  // The ACK is on its way; the primary resets before the sender reads it.
+  w(0, kA0)->broken = true;
+  uint64_t before = send->counters.failovers, resentBefore = send->counters.bytesResent;
+  done = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  while (!done && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10)) {
+    ASSERT_EQ(send->test((SendReq*)sr, &done, &size), ncclSuccess);
+    gTr->pump();
+    sweepIdleLinks();
+  }
+  EXPECT_TRUE(done) << "the send never completed: the idle receiver did not answer the RESUME";
+  EXPECT_EQ((size_t)size, sb.size());
+  EXPECT_EQ(send->counters.failovers, before + 1);
+  EXPECT_EQ(activeNic(), 1);
+  EXPECT_EQ(send->counters.bytesResent, resentBefore)
+      << "the receiver held the whole message: RESUME_ACK says so and nothing is resent";
+  w(0, kA0)->broken = false;
+}
+
+TEST_F(EngineOnly, DataAcknowledgedDuringAProbeBurstIsReportedToHealth) {
+  // A full-size probe burst runs on the primary's pair. Messages acknowledged over that pair
+  // prove the rail carries full-size data: each advance of the cumulative ACK is reported. No
+  // burst: no report.
+  connectComm();
+  int pair = send->paths[0].pairId;
+  ASSERT_GE(pair, 0);
+  gHl->dataAcked.clear();
+  ASSERT_EQ(run(50, mixed, 8).delivered, 50u);
+  EXPECT_TRUE(gHl->dataAcked.empty()) << "reported without a burst";
+  gHl->burstOn[pair] = true;
+  ASSERT_EQ(run(50, mixed, 8).delivered, 50u);
+  gHl->burstOn[pair] = false;
+  EXPECT_FALSE(gHl->dataAcked.empty()) << "acknowledged messages during the burst were not reported";
+  for (int id : gHl->dataAcked) EXPECT_EQ(id, pair) << "reported on another pair than the one that carried the data";
+  EXPECT_EQ(send->counters.failovers, 0u);
+}
+
+TEST_F(EngineOnly, EveryPairSilentIsAStoppedPeerNotANicFault) {
+  connectComm();
+  // SIGSTOP analogue: nothing answers on any pair, no hard signal: no path switch.
+  Stats st = run(500, mixed, 8, [&](int k) {
+    if (k == 100) {
+      gHl->setPair(0, kA0, false, false, "probe timeout (test)");
+      gHl->setPair(1, kA1, false, false, "probe timeout (test)");
+    }
+  });
+  EXPECT_EQ(st.delivered, 500u);
+  EXPECT_EQ(send->counters.failovers, 0u);
 }
 
 }  // namespace
