@@ -723,4 +723,155 @@ TEST_F(EngineOnly, EveryPairSilentIsAStoppedPeerNotANicFault) {
   EXPECT_EQ(send->counters.failovers, 0u);
 }
 
+TEST_F(EngineOnly, ConnectAttemptStartedDuringTheOutageRestartsAtRepair) {
+  Setting hold(Runtime::get().cfg.holdDownMs, 10);
+  connectComm();
+  // The primary fails; its reconnects go into the outage (they never complete on their own
+  // before the engine's connect timeout).
+  w(0, kA0)->broken = true;
+  ASSERT_EQ(run(100, mixed, 8).delivered, 100u);
+  ASSERT_EQ(activeNic(), 1);
+  gHl->setPair(0, kA0, false, false, "probe timeout: silent black hole (test)");
+  w(0, kA0)->broken = false;
+  w(0, kA0)->hangConnect = true;
+  auto t0 = std::chrono::steady_clock::now();
+  while (send->paths[0].state != PathState::kConnecting && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5))
+    ASSERT_EQ(run(20, mixed, 8).delivered, 20u);
+  ASSERT_EQ(send->paths[0].state, PathState::kConnecting);
+  uint32_t gen = send->paths[0].generation;
+  // Repair: new connects get through; the probes see the pair again.
+  w(0, kA0)->hangConnect = false;
+  gHl->setPair(0, kA0, true, false, "");
+  t0 = std::chrono::steady_clock::now();
+  while (send->counters.failbacks == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5))
+    ASSERT_EQ(run(20, mixed, 8).delivered, 20u);
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(send->counters.failbacks, 1u);
+  EXPECT_GT(send->paths[0].generation, gen) << "the stale attempt was abandoned for a new one";
+  EXPECT_LT(ms, 2000) << "failback came from a fresh connect, not the stale attempt's 3 s timeout";
+  EXPECT_EQ(activeNic(), 0);
+}
+
+TEST_F(EngineOnly, ReconnectLostAfterTheRepairDoesNotWaitTheOutagesBackoff) {
+  Setting cap(Runtime::get().cfg.backoffMaxMs, 60000);
+  connectComm();
+  w(0, kA0)->broken = true;
+  ASSERT_EQ(run(100, mixed, 8).delivered, 100u);
+  ASSERT_EQ(activeNic(), 1);
+  gHl->setPair(0, kA0, false, false, "probe timeout: silent black hole (test)");
+  ASSERT_EQ(run(20, mixed, 8).delivered, 20u);
+  // A long outage: the primary's reconnect back-off has grown to 30 s.
+  send->paths[0].backoffMs = 30000;
+  send->paths[0].nextAttemptUs = nowUs() + 30000000ULL;
+  // Repair as a busy host sees it: the probes prove the pair first, but the retry started
+  // then is lost (the peer's side is not back yet) and times out after 3 s.
+  w(0, kA0)->broken = false;
+  w(0, kA0)->hangConnect = true;
+  gHl->setPair(0, kA0, true, false, "");
+  auto t0 = std::chrono::steady_clock::now();
+  while (send->paths[0].state != PathState::kConnecting && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2))
+    ASSERT_EQ(run(20, mixed, 8).delivered, 20u);
+  ASSERT_EQ(send->paths[0].state, PathState::kConnecting) << "retried at the repair, not after the back-off";
+  w(0, kA0)->hangConnect = false;  // the peer is back; only a new attempt can succeed
+  while (send->counters.failbacks == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(15))
+    ASSERT_EQ(run(20, mixed, 8).delivered, 20u);
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(send->counters.failbacks, 1u);
+  // 3 s connect timeout, then a fresh back-off (100 ms), not the outage's grown one (60 s).
+  EXPECT_LT(ms, 8000) << "the failed retry waited the outage's back-off";
+  EXPECT_EQ(activeNic(), 0);
+}
+
+TEST_F(EngineOnly, HoldDownCountsFromThePairsRepairNotTheReconnect) {
+  Setting hold(Runtime::get().cfg.holdDownMs, 300);
+  connectComm();
+  w(0, kA0)->broken = true;
+  gHl->setPair(0, kA0, false, false, "probe timeout (test)");
+  ASSERT_EQ(run(100, mixed, 8).delivered, 100u);
+  ASSERT_EQ(activeNic(), 1);
+  // The transport gets through again (the path reconnects) while the probes still fail: not
+  // repaired.
+  w(0, kA0)->broken = false;
+  auto t0 = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(600))
+    ASSERT_EQ(run(20, mixed, 8).delivered, 20u);
+  ASSERT_EQ(send->paths[0].state, PathState::kStandby);
+  EXPECT_EQ(send->counters.failbacks, 0u) << "no failback while the pair is down";
+  gHl->setPair(0, kA0, true, false, "");  // the probes prove the repair now
+  auto t1 = std::chrono::steady_clock::now();
+  while (send->counters.failbacks == 0 && std::chrono::steady_clock::now() - t1 < std::chrono::seconds(5))
+    ASSERT_EQ(run(20, mixed, 8).delivered, 20u);
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t1).count();
+  EXPECT_EQ(send->counters.failbacks, 1u);
+  EXPECT_GE(ms, 300) << "failed back before the hold-down that starts at the repair";
+}
+
+// The transport's progress signal (SendPath::peerAckedWithinMs, the fake's `peerAcks`) stands
+// for the kernel's ACKs of the byte-stream suite.
+TEST_F(EngineOnly, NoFullSizeBurstWhileTheKernelStillAcks) {
+  connectComm();
+  ASSERT_EQ(run(50, mixed, 8).delivered, 50u);
+  gHl->bursts.clear();
+  // A saturated path: it moves nothing for 100 ms (20 x RAILOVER_STALL_MS) but the peer's
+  // transport keeps acknowledging. Lost full-size probes there would be congestion: no burst.
+  int phase = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  Stats st = run(200, mixed, 8, [&](int k) {
+    if (k == 50) {
+      w(0, kA0)->peerAcks = true;
+      w(0, kA0)->stalled = true;
+      t0 = std::chrono::steady_clock::now();
+      phase = 1;
+    }
+  }, [&] {
+    if (phase == 1 && std::chrono::steady_clock::now() - t0 > std::chrono::milliseconds(100)) {
+      w(0, kA0)->stalled = false;
+      phase = 2;
+    }
+  });
+  EXPECT_EQ(st.delivered, 200u);
+  EXPECT_TRUE(gHl->bursts.empty()) << gHl->bursts.size() << " bursts on a path whose peer acknowledges";
+  // Control: the same stall without acknowledgements asks for a burst (the stall lasts until
+  // it does, at most 3 s: a descheduled caller restarts the stall clock on a busy host).
+  w(0, kA0)->peerAcks = false;
+  phase = 0;
+  st = run(200, mixed, 8, [&](int k) {
+    if (k == 50) {
+      w(0, kA0)->stalled = true;
+      t0 = std::chrono::steady_clock::now();
+      phase = 1;
+    }
+  }, [&] {
+    if (phase == 1 && (!gHl->bursts.empty() || std::chrono::steady_clock::now() - t0 > std::chrono::seconds(3))) {
+      w(0, kA0)->stalled = false;
+      phase = 2;
+    }
+  });
+  EXPECT_EQ(st.delivered, 200u);
+  EXPECT_FALSE(gHl->bursts.empty()) << "control: a stall with nothing acknowledged asks for full-size probes";
+}
+
+// RAILOVER_ABORT_ON_FATAL=1: the fatal error ends the process with one stderr line naming the
+// path and the cause (status kAbortOnFatalExitCode) instead of returning ncclSystemError (the
+// =0 behaviour is NoUsablePathIsAFatalErrorAfterTheTimeout above).
+TEST_F(EngineOnly, AbortOnFatalExitsTheProcessWithOneLine) {
+  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  connectComm();
+  EXPECT_EXIT(
+      {
+        Runtime::get().cfg.abortOnFatal = true;
+        Stats st = run(100, mixed, 8, [&](int k) {
+          if (k == 30) {
+            w(0, kA0)->broken = true, w(0, kA0)->refuse = true;
+            w(1, kA1)->broken = true, w(1, kA1)->refuse = true;
+          }
+        }, nullptr, 15000);
+        fprintf(stderr, "the call returned %d instead of exiting\n", (int)st.err);
+        exit(0);
+      },
+      ::testing::ExitedWithCode(kAbortOnFatalExitCode),
+      "railover: RAILOVER_ABORT_ON_FATAL=1: exiting on a fatal error: no usable path (to|from) peer 10\\.0\\.[01]\\.1 "
+      "(from|on) NIC\\(s\\) n0[^\n]*n1[^\n]*(No route to host|reset)");
+}
+
 }  // namespace
