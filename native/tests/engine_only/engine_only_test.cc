@@ -8,6 +8,7 @@
 // whose handle is TCP's.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -872,6 +873,257 @@ TEST_F(EngineOnly, AbortOnFatalExitsTheProcessWithOneLine) {
       ::testing::ExitedWithCode(kAbortOnFatalExitCode),
       "railover: RAILOVER_ABORT_ON_FATAL=1: exiting on a fatal error: no usable path (to|from) peer 10\\.0\\.[01]\\.1 "
       "(from|on) NIC\\(s\\) n0[^\n]*n1[^\n]*(No route to host|reset)");
+}
+
+// NCCL's transports return the send comm no later than the receiver's accept returns. Here
+// the primary NIC's connect hangs and the standby path connects: the receiver accepts on the
+// standby, and the sender's connect must have completed by then.
+TEST_F(EngineOnly, ConnectReturnsNoLaterThanAccept) {
+  w(0, kA0)->hangConnect = true;
+  static uint64_t secret = 0x5ec2e7c000000000ULL;
+  ++secret;
+  Listener* L = new Listener(Runtime::get().linkDeps(), secret, 0);
+  PeerHandle h;
+  h.secret = secret;
+  h.primary = 0;
+  h.naddr = 2;
+  for (int i = 0; i < 2; ++i) {
+    h.addrs[i].rail = i;
+    auto* s = (sockaddr_in*)&h.addrs[i].addr;
+    s->sin_family = AF_INET;
+    s->sin_port = htons((uint16_t)(1000 + i));
+    inet_pton(AF_INET, i ? kA1 : kA0, &s->sin_addr);
+    h.addrs[i].len = sizeof(sockaddr_in);
+  }
+  std::string err;
+  send = SendLink::create(Runtime::get().linkDeps(), 0, h, &err);
+  ASSERT_NE(send, nullptr) << err;
+  bool connected = false;
+  for (int i = 0; i < 100000 && !recv; ++i) {
+    if (!connected) {
+      std::string why;
+      int st = send->connectStep(&why);
+      ASSERT_GE(st, 0) << why;
+      connected = st > 0;
+    }
+    gTr->pump();
+    recv = L->accept();
+    if (recv) EXPECT_TRUE(connected) << "accept returned (iteration " << i << ") but connect has not";
+  }
+  L->close();
+  delete L;
+  ASSERT_NE(recv, nullptr);
+  for (int i = 0; i < 100000 && !connected; ++i) {
+    std::string why;
+    int st = send->connectStep(&why);
+    ASSERT_GE(st, 0) << why;
+    connected = st > 0;
+  }
+  ASSERT_TRUE(connected);
+  // Data posted before any path is active waits for one, then flows (on the standby here).
+  Stats st = run(50, mixed, 8);
+  EXPECT_FALSE(st.timedOut);
+  EXPECT_EQ(st.err, ncclSuccess);
+  EXPECT_EQ(st.delivered, 50u);
+  EXPECT_EQ(activeNic(), 1);
+}
+
+// The receiver completes a message (its ACK is sent) and closes: the sender may read the
+// CLOSE on the standby path before the ACK on the active one. The send completed and must be
+// reported done, not failed as "closed with messages not acknowledged".
+TEST_F(EngineOnly, AckSentBeforeTheCloseStillCompletesTheSend) {
+  connectComm();
+  ASSERT_EQ(run(20, mixed, 4).delivered, 20u);
+  std::vector<uint8_t> sb(5000, 9), rb(5000);
+  void* sq = nullptr;
+  ASSERT_EQ(send->isend(sb.data(), sb.size(), 0, &sq), ncclSuccess);
+  ASSERT_NE(sq, nullptr);
+  void* d = rb.data();
+  uint64_t cap = rb.size();
+  int tag = 0, done = 0, size = 0;
+  void* rq = nullptr;
+  ASSERT_EQ(recv->irecv(1, &d, &cap, &tag, &rq), ncclSuccess);
+  ASSERT_NE(rq, nullptr);
+  for (int i = 0; i < 100000 && !done; ++i) ASSERT_EQ(recv->test((RecvReq*)rq, &done, &size), ncclSuccess);
+  ASSERT_TRUE(done);
+  ASSERT_EQ(rb, sb);
+  recv->close();
+  delete recv;
+  recv = nullptr;
+  // The sender's next call starts with its slow tick, which reads the standby path (and its
+  // CLOSE) before the active path's control messages.
+  auto t0 = std::chrono::steady_clock::now();
+  while (nowUs() - send->lastSlowTickUs < 2000 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1)) {
+  }
+  done = 0;
+  ncclResult_t res = ncclSuccess;
+  for (int i = 0; i < 1000 && !done && res == ncclSuccess; ++i) res = send->test((SendReq*)sq, &done, &size);
+  EXPECT_EQ(res, ncclSuccess) << send->fatalMsg;
+  EXPECT_TRUE(done);
+  EXPECT_TRUE(send->peerClosed);
+}
+
+// ------------------------------------------------------------------------------------------
+// Grouped receives (irecv of n buffers, maxRecvs = 8), as the byte-stream suite's Grouped.
+
+class EngineOnlyGrouped : public EngineOnly {
+ protected:
+  // `groups` grouped receives of `n` buffers each. The k-th isend carries tag 100 + (p + j) % n
+  // (j = k / n its group, p = k % n its place in it); the receiver posts group j's buffers with
+  // tags 100 + n - 1 - i (reversed). So buffer i of group j must receive message
+  // j*n + ((n - 1 - i - j) mod n), whole and in place.
+  Stats runGrouped(int groups, int n, std::function<void(int)> onGroup = nullptr, std::function<void()> each = nullptr) {
+    const int total = groups * n;
+    auto sizeOf = [](int k) { return mixed(k * 7 + 3); };
+    std::vector<std::vector<uint8_t>> sb(total), rb(total);
+    for (int k = 0; k < total; ++k) {
+      sb[k].resize(sizeOf(k));
+      for (size_t j = 0; j < sb[k].size(); ++j) sb[k][j] = pattern(k, j);
+      rb[k].assign(sb[k].size() + 64, 0xEE);  // rb[k]: the buffer message k must land in
+    }
+    auto msgFor = [&](int j, int i) { return j * n + (((n - 1 - i - j) % n) + n) % n; };
+    std::vector<void*> sr(total), rr(groups);
+    int sp = 0, rp = 0, sd = 0, rd = 0;
+    Stats st;
+    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while ((sd < total || rd < groups) && st.err == ncclSuccess) {
+      if (std::chrono::steady_clock::now() > end) {
+        st.timedOut = true;
+        break;
+      }
+      if (each) each();
+      sweepIdleLinks();
+      gTr->pump();
+      while (sp < total && sp - sd < 8 * n) {
+        int j = sp / n, p = sp % n;
+        void* q = nullptr;
+        st.err = send->isend(sb[sp].data(), sb[sp].size(), 100 + (p + j) % n, &q);
+        if (!q || st.err) break;
+        sr[sp++] = q;
+      }
+      while (rp < groups && rp - rd < 8 && st.err == ncclSuccess) {
+        if (onGroup) onGroup(rp);
+        void* d[kMaxRecvs];
+        uint64_t caps[kMaxRecvs];
+        int tags[kMaxRecvs];
+        for (int i = 0; i < n; ++i) {
+          int k = msgFor(rp, i);
+          d[i] = rb[k].data(), caps[i] = rb[k].size(), tags[i] = 100 + n - 1 - i;
+        }
+        void* q = nullptr;
+        st.err = recv->irecv(n, d, caps, tags, &q);
+        if (!q || st.err) break;
+        rr[rp++] = q;
+      }
+      int done = 0, sizes[kMaxRecvs];
+      if (sd < sp && st.err == ncclSuccess) {
+        st.err = send->test((SendReq*)sr[sd], &done, sizes);
+        if (done) ++sd;
+      }
+      done = 0;
+      if (rd < rp && st.err == ncclSuccess) {
+        for (int i = 0; i < n; ++i) sizes[i] = -1;
+        st.err = recv->test((RecvReq*)rr[rd], &done, sizes);
+        if (done) {
+          for (int i = 0; i < n; ++i) {
+            int k = msgFor(rd, i);
+            EXPECT_EQ((size_t)sizes[i], sb[k].size()) << "group " << rd << " buffer " << i;
+            EXPECT_TRUE(sb[k].empty() || !memcmp(rb[k].data(), sb[k].data(), sb[k].size()))
+                << "group " << rd << " buffer " << i << " does not hold message " << k;
+            for (size_t b = sb[k].size(); b < rb[k].size(); ++b)
+              if (rb[k][b] != 0xEE) {
+                ADD_FAILURE() << "byte past message " << k << " written";
+                break;
+              }
+            memset(rb[k].data(), 0xAA, rb[k].size());  // NCCL reuses the buffer now
+          }
+          ++rd;
+          st.delivered += n;
+        }
+      }
+    }
+    for (int j = 0; j < rd; ++j)
+      for (int i = 0; i < n; ++i)
+        for (uint8_t b : rb[msgFor(j, i)])
+          if (b != 0xAA) {
+            ADD_FAILURE() << "a stale byte landed in group " << j << " buffer " << i << " after it completed";
+            break;
+          }
+    return st;
+  }
+};
+
+TEST_F(EngineOnlyGrouped, TagsPickTheBufferInsideEachGroupExactlyOnceInOrder) {
+  connectComm();
+  for (int n : {2, 3, 8}) {
+    SCOPED_TRACE("n = " + std::to_string(n));
+    Stats st = runGrouped(60, n);
+    EXPECT_FALSE(st.timedOut);
+    EXPECT_EQ(st.err, ncclSuccess);
+    EXPECT_EQ(st.delivered, 60u * n);
+  }
+  // Single receives still work on the same comm between groups.
+  EXPECT_EQ(run(50, mixed, 8).delivered, 50u);
+}
+
+TEST_F(EngineOnlyGrouped, SurviveFailoverAndResume) {
+  connectComm();
+  Stats st = runGrouped(80, 4, [&](int j) {
+    if (j == 30) w(0, kA0)->broken = true;  // the active path resets mid-run
+  });
+  EXPECT_FALSE(st.timedOut);
+  EXPECT_EQ(st.err, ncclSuccess);
+  EXPECT_EQ(st.delivered, 320u);
+  EXPECT_EQ(send->counters.failovers, 1u);
+  EXPECT_EQ(activeNic(), 1);
+}
+
+// Rule checked: the engine's idempotent accounting (RecvSink::place answers kDiscard for
+// chunks of completed messages), with groups: lane 0 of the primary stalls, the path then
+// breaks, and chunks of completed messages come again after the RESUME.
+TEST_F(EngineOnlyGrouped, DuplicatesAfterResumeAreDiscarded) {
+  connectComm();
+  int phase = 0;
+  Stats st = runGrouped(60, 4, [&](int j) {
+    if (j == 15) {
+      auto* tx = dynamic_cast<chunkfake::FakeSendPath*>(send->paths[0].tx.get());
+      ASSERT_NE(tx, nullptr);
+      tx->channel().laneStalled[0] = true;
+      phase = 1;
+    }
+  }, [&] {
+    if (phase >= 1 && ++phase == 300) w(0, kA0)->broken = true;
+  });
+  EXPECT_FALSE(st.timedOut);
+  EXPECT_EQ(st.delivered, 240u);
+  EXPECT_EQ(send->counters.failovers, 1u);
+  EXPECT_GT(recv->counters.dupBytesDropped, 0u) << "the scenario must really produce duplicates";
+}
+
+// The engine's half of the byte-stream suite's test: a send whose tag matches no buffer of the
+// group it falls into. (The other half, n outside 1..maxRecvs, is checked by the plugin API
+// layer, which this binary does not link.)
+TEST_F(EngineOnlyGrouped, CallerMisuseIsAnInternalError) {
+  connectComm();
+  std::vector<uint8_t> a(100), b(100), sbuf(100, 1);
+  void* d[2] = {a.data(), b.data()};
+  uint64_t caps[2] = {100, 100};
+  int tags[2] = {1, 2};
+  void* q = nullptr;
+  ASSERT_EQ(recv->irecv(2, d, caps, tags, &q), ncclSuccess);
+  ASSERT_NE(q, nullptr);
+  void *s1 = nullptr, *s2 = nullptr;
+  ASSERT_EQ(send->isend(sbuf.data(), 100, 1, &s1), ncclSuccess);
+  ASSERT_EQ(send->isend(sbuf.data(), 100, 7, &s2), ncclSuccess);
+  ncclResult_t res = ncclSuccess;
+  for (int i = 0; i < 10000 && res == ncclSuccess; ++i) {
+    int done = 0, sizes[2];
+    gTr->pump();
+    res = recv->test((RecvReq*)q, &done, sizes);
+    ASSERT_FALSE(done);
+  }
+  EXPECT_EQ(res, ncclInternalError);
+  EXPECT_TRUE(std::all_of(b.begin(), b.end(), [](uint8_t x) { return x == 0; })) << "nothing lands on a mismatch";
 }
 
 }  // namespace
