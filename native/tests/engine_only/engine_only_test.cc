@@ -8,8 +8,11 @@
 // whose handle is TCP's.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <vector>
@@ -19,6 +22,7 @@
 #include "failover/link.h"
 #include "plugin/runtime.h"
 #include "tests/engine_only/fake_paths.h"
+#include "telemetry/journal.h"
 #include "tests/scripted_health.h"
 
 using namespace railover;
@@ -70,6 +74,34 @@ class EngineOnly : public ::testing::Test {
     cfg.backoffMaxMs = 200;
     Runtime::get().initForTest(cfg, {makeNic(0, "n0", kA0, 0), makeNic(1, "n1", kA1, 1)}, gTr);
     Health::install(gHl);
+    journalPath() = ::testing::TempDir() + "railover-engine-only-journal-" + std::to_string(getpid()) + ".jsonl";
+    journalOpen(journalPath());
+  }
+  static std::string& journalPath() {
+    static std::string p;
+    return p;
+  }
+  static size_t journalSize() {
+    FILE* f = fopen(journalPath().c_str(), "r");
+    if (!f) return 0;
+    fseek(f, 0, SEEK_END);
+    size_t n = (size_t)ftell(f);
+    fclose(f);
+    return n;
+  }
+  // Journal lines written since `from` (a byte offset of the journal file) whose event is one
+  // of `names`.
+  static std::vector<std::string> journalEvents(size_t from, std::initializer_list<const char*> names) {
+    std::vector<std::string> out;
+    FILE* f = fopen(journalPath().c_str(), "r");
+    if (!f) return out;
+    fseek(f, (long)from, SEEK_SET);
+    char line[4096];
+    while (fgets(line, sizeof(line), f))
+      for (const char* n : names)
+        if (std::string(line).find(std::string("\"event\":\"") + n + "\"") != std::string::npos) out.push_back(line);
+    fclose(f);
+    return out;
   }
   void SetUp() override {
     for (auto& w : gTr->wires) *w.second = chunkfake::Wire();
@@ -961,6 +993,101 @@ TEST_F(EngineOnly, AckSentBeforeTheCloseStillCompletesTheSend) {
   EXPECT_EQ(res, ncclSuccess) << send->fatalMsg;
   EXPECT_TRUE(done);
   EXPECT_TRUE(send->peerClosed);
+}
+
+// Orderly close in every order, with data in flight and with the receiver's ACK unable to
+// leave (the fake's backStalled on its active path): no path_down, flap or failover in the
+// journal, no reconnect, on either side.
+TEST_F(EngineOnly, OrderlyCloseInAnyOrderIsNeverAFault) {
+  for (int order = 0; order < 3; ++order) {
+    SCOPED_TRACE("order " + std::to_string(order));
+    connectComm();
+    ASSERT_EQ(run(30, mixed, 8).delivered, 30u);
+    size_t mark = journalSize();
+    // In flight: 3 sends, a receive posted for the first only, its ACK unable to leave.
+    std::vector<uint8_t> sb(3000, 1), rb(3000);
+    void* sq[3];
+    for (auto& q : sq) {
+      ASSERT_EQ(send->isend(sb.data(), sb.size(), 0, &q), ncclSuccess);
+      ASSERT_NE(q, nullptr);
+    }
+    void* d = rb.data();
+    uint64_t cap = rb.size();
+    int tag = 0;
+    void* rq = nullptr;
+    if (order == 2) {
+      auto* rx = dynamic_cast<chunkfake::FakeRecvPath*>(recv->paths[recv->active].rx.get());
+      ASSERT_NE(rx, nullptr);
+      rx->channel().backStalled = true;
+    }
+    ASSERT_EQ(recv->irecv(1, &d, &cap, &tag, &rq), ncclSuccess);
+    ASSERT_NE(rq, nullptr);
+    for (int i = 0; i < 50; ++i) {
+      int done = 0, size = 0;
+      recv->test((RecvReq*)rq, &done, &size);
+      send->test((SendReq*)sq[0], &done, &size);
+    }
+    std::vector<uint32_t> gens;
+    for (auto& p : send->paths) gens.push_back(p.generation);
+    if (order == 0) {  // sender first; the receiver keeps being driven for a while
+      send->close();
+      delete send;
+      send = nullptr;
+      for (int i = 0; i < 2000; ++i) {
+        sweepLinks();
+        void* q = nullptr;
+        recv->irecv(1, &d, &cap, &tag, &q);
+      }
+      EXPECT_TRUE(recv->peerClosed) << "the receiver saw the CLOSE";
+      recv->close();
+      delete recv;
+      recv = nullptr;
+    } else {  // receiver first; the sender keeps being driven for a while
+      recv->close();
+      delete recv;
+      recv = nullptr;
+      auto t0 = std::chrono::steady_clock::now();
+      while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(300)) {
+        gTr->pump();
+        sweepLinks();
+        void* q = nullptr;
+        send->isend(sb.data(), 0, 0, &q);
+      }
+      EXPECT_TRUE(send->peerClosed) << "the sender saw the CLOSE";
+      for (size_t i = 0; i < send->paths.size(); ++i) {
+        EXPECT_EQ(send->paths[i].generation, gens[i]) << "no reconnect attempt";
+        EXPECT_EQ(send->paths[i].state, PathState::kClosed);
+      }
+      send->close();
+      delete send;
+      send = nullptr;
+    }
+    auto bad = journalEvents(mark, {"path_down", "flap", "failover", "fatal"});
+    EXPECT_TRUE(bad.empty()) << bad.size() << " fault event(s), first: " << (bad.empty() ? "" : bad[0]);
+    for (auto& wr : gTr->wires) *wr.second = chunkfake::Wire();
+  }
+}
+
+// Negative control for the peer-gone verdict: the sender's transport gives up on both paths at
+// once (the fake's senderTimedOut, as a kernel user timeout under congestion: the sender fences
+// both paths), so the receiver sees every rail closed by the sender. The sender process is
+// alive and reconnects: the receiver must not call it gone.
+TEST_F(EngineOnly, EveryRailClosedByALiveSenderIsNotPeerGone) {
+  Setting fatal(Runtime::get().cfg.fatalTimeoutS, 30);
+  connectComm();
+  std::vector<uint32_t> gens;
+  for (auto& p : send->paths) gens.push_back(p.generation);
+  Stats st = run(300, mixed, 8, [&](int k) {
+    if (k == 100)
+      for (auto& p : send->paths)
+        if (auto* tx = dynamic_cast<chunkfake::FakeSendPath*>(p.tx.get())) tx->channel().senderTimedOut = true;
+  });
+  EXPECT_FALSE(st.timedOut);
+  EXPECT_EQ(st.err, ncclSuccess) << (recv->fatal ? recv->fatalMsg : send->fatalMsg);
+  EXPECT_EQ(st.delivered, 300u);
+  EXPECT_FALSE(recv->fatal) << recv->fatalMsg;
+  for (size_t i = 0; i < send->paths.size(); ++i)
+    EXPECT_GT(send->paths[i].generation, gens[i]) << "the scenario must really close path " << i << " and reconnect it";
 }
 
 // ------------------------------------------------------------------------------------------
