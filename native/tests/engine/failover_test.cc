@@ -234,6 +234,7 @@ TEST_F(Engine, ResetOfTheActivePathFailsOverWithoutLoss) {
   EXPECT_EQ(activeNic(), 1);
 }
 
+// TCP framing itself (frames split by partial writes): stays here only; engine_only_test.cc has the chunk-level PartialProgressKeepsOrder.
 TEST_F(Engine, PartialWritesKeepFraming) {
   connectComm();
   w(0, kA0)->maxWrite = 7;
@@ -938,6 +939,7 @@ TEST_F(Engine, ConnectReturnsNoLaterThanAccept) {
 // still in progress (one stream of the primary connected, the rest hang): the sender's next
 // connect fails at once with the cause, instead of returning NULL until RAILOVER_FATAL_TIMEOUT
 // and then failing with an empty cause.
+// Stream-transport only (one stream of a path connected, the others hanging): a chunk-level path connects whole, so it stays here only.
 TEST_F(Engine, ReceiverClosedBeforeConnectCompletedIsAConnectErrorWithTheCause) {
   Setting fatal(Runtime::get().cfg.fatalTimeoutS, 60);
   w(0, kA0)->hangFrom = 1;  // stream 0 of the primary connects, stream 1 never does

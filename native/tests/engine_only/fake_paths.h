@@ -14,7 +14,13 @@
 //   peerGone   new paths are refused by the peer (its process exited)
 //   hangConnect  paths opened now never connect
 //   peerAcks   the peer's transport still acknowledges (a slow, not dead, path)
-// Per path: `laneStalled[i]` stops lane i only (one stream of several).
+// Per path (on its Channel):
+//   laneStalled[i]  lane i only stops (one stream of several)
+//   backStalled     the receiver's control channel stops: its ACKs stay queued at the receiver
+//                   (dropped when it fences); notices (CLOSE, NACK), which a multi-stream
+//                   transport sends on every stream, still get through
+//   senderTimedOut  the sender's transport gave up on the path (a kernel user timeout): its
+//                   calls fail; the receiver sees the path closed once the sender fences it
 //
 // Thread-safety: single-threaded tests only.
 #pragma once
@@ -55,6 +61,7 @@ struct Channel {
   std::vector<std::deque<Item>> lanes;  // sender -> receiver; control messages on lane 0
   std::deque<CtlMsg> back;              // receiver -> sender
   std::vector<bool> laneStalled;
+  bool backStalled = false, senderTimedOut = false;
   bool senderGone = false, receiverGone = false;
   std::shared_ptr<Wire> wire;
 };
@@ -97,6 +104,7 @@ class FakeSendPath : public SendPath {
   void sendCtl(const CtlMsg& m) override { ctl_.push_back(m); }
   int progress(std::string* err) override {
     if (ch_->senderGone) return *err = "path fenced", -1;
+    if (ch_->senderTimedOut) return *err = "Connection timed out (fake)", -1;
     if (ch_->wire->broken) return *err = "connection reset (fake)", -1;
     if (ch_->receiverGone) return *err = "Broken pipe (fake)", -1;
     if (ch_->wire->stalled) return 0;
@@ -125,6 +133,7 @@ class FakeSendPath : public SendPath {
     return moved;
   }
   int recvCtl(CtlMsg* m, std::string* err) override {
+    if (ch_->senderTimedOut) return *err = "Connection timed out (fake)", -1;
     if (ch_->wire->broken) return *err = "connection reset (fake)", -1;
     if (ch_->back.empty()) return ch_->receiverGone ? (*err = "connection closed by peer", -1) : 0;
     *m = ch_->back.front();
@@ -132,6 +141,7 @@ class FakeSendPath : public SendPath {
     return 1;
   }
   int recvNotice(bool withCtl, CtlMsg* m, std::string* err) override {
+    if (ch_->senderTimedOut) return *err = "Connection timed out (fake)", -1;
     if (ch_->wire->broken) return *err = "connection reset (fake)", -1;
     if (withCtl || (!ch_->back.empty() && (ch_->back.front().type == CtlType::kClose || ch_->back.front().type == CtlType::kNack)))
       return recvCtl(m, err);
@@ -208,6 +218,14 @@ class FakeRecvPath : public RecvPath {
     if (!ch_) return *err = "path fenced", -1;
     if (ch_->wire->broken) return *err = "connection reset (fake)", -1;
     if (ch_->senderGone) out_.clear();
+    if (ch_->backStalled) {
+      std::deque<CtlMsg> held;
+      for (auto& m : out_)
+        if (m.type == CtlType::kClose || m.type == CtlType::kNack) ch_->back.push_back(m);
+        else held.push_back(m);
+      out_.swap(held);
+      return 0;
+    }
     for (auto& m : out_) ch_->back.push_back(m);
     out_.clear();
     return 0;
@@ -236,6 +254,7 @@ class FakeRecvPath : public RecvPath {
     if (ch_) ch_->receiverGone = true;
     out_.clear();
   }
+  Channel& channel() { return *ch_; }
 
  private:
   bool empty() const {
