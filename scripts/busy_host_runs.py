@@ -14,6 +14,7 @@ every run passed, 1 at the first failing run (its output is kept in the printed 
 import argparse
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -43,6 +44,10 @@ def main() -> int:
         print("busy_host_runs: --runs and --hogs-per-core must be at least 1", file=sys.stderr)
         return 2
     env = dict(os.environ, PYTHONPATH=os.path.join(root, "src"), RAILOVER_NATIVE_DIR=build)
+
+    def _stop(signum, frame):  # SIGTERM: stop the running step and the hogs as for Ctrl-C
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, _stop)
     ncpu = os.cpu_count() or 1
     hogs = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(ncpu * a.hogs_per_core)]
     for h in hogs:
@@ -59,7 +64,14 @@ def main() -> int:
             for cmd in steps:
                 log.write(f"$ {' '.join(cmd)}\n".encode())
                 log.flush()
-                rc = subprocess.run(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+                child = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+                try:
+                    rc = child.wait()
+                except BaseException:
+                    # Stopped (SIGINT, or SIGTERM below): let pytest tear its test beds down.
+                    child.send_signal(signal.SIGINT)
+                    child.wait(120)
+                    raise
                 if rc:
                     break
             log.close()
@@ -70,6 +82,9 @@ def main() -> int:
             if rc:
                 return 1
         return 0
+    except KeyboardInterrupt:
+        print("busy_host_runs: stopped", file=sys.stderr)
+        return 130
     finally:
         for h in hogs:
             h.terminate()
