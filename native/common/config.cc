@@ -131,6 +131,14 @@ bool parseOne(const ParamSpec& p, const char* s, Config& c, std::string* err) {
       else if (!strcmp(s, "AF_INET6")) c.family = AF_INET6;
       else return *err = bad(p, s, "expected AF_INET or AF_INET6"), false;
       return true;
+    case ParamType::kTransport: {
+      std::string v = trim(s);
+      if (v == "auto") c.transport = TransportKind::kAuto;
+      else if (v == "tcp") c.transport = TransportKind::kTcp;
+      else if (v == "rdma") c.transport = TransportKind::kRdma;
+      else return *err = bad(p, s, "expected auto, tcp or rdma"), false;
+      return true;
+    }
     case ParamType::kStandby: {
       std::string v = trim(s);
       if (v == "all") {
@@ -178,6 +186,14 @@ bool parseOne(const ParamSpec& p, const char* s, Config& c, std::string* err) {
 }
 
 }  // namespace
+
+const char* transportName(TransportKind t) {
+  switch (t) {
+    case TransportKind::kTcp: return "tcp";
+    case TransportKind::kRdma: return "rdma";
+    default: return "auto";
+  }
+}
 
 const ParamSpec* findParam(const char* name) {
   for (const ParamSpec& p : kParams)

@@ -20,12 +20,16 @@ using EnvLookup = std::function<const char*(const char*)>;
 EnvLookup processEnv();
 
 enum class StandbyPolicy { kAll, kNone, kExplicit };
+// RAILOVER_TRANSPORT. kAuto resolves at init (plugin/runtime.cc) to kRdma or kTcp.
+enum class TransportKind { kAuto, kTcp, kRdma };
+const char* transportName(TransportKind t);  // "auto", "tcp", "rdma"
 
 // Field defaults come from the parameter table (common/params.h), checked at compile time.
 struct Config {
   std::string ifnames;           // RAILOVER_IFNAMES, else NCCL_SOCKET_IFNAME ("" = automatic)
   std::string ifnamesVar;        // which variable `ifnames` came from (for messages)
   int family = 0;                // NCCL_SOCKET_FAMILY: 0 any, AF_INET, AF_INET6
+  TransportKind transport = TransportKind::kAuto;  // RAILOVER_TRANSPORT
   int nStreams = (int)RO_PARAM_DEFAULT("RAILOVER_NSTREAMS");  // TCP streams per path
   uint64_t minChunkBytes = RO_PARAM_DEFAULT("RAILOVER_MIN_CHUNK_BYTES");  // smallest striped chunk, bytes
   uint64_t maxChunkBytes = 1 << 20;    // largest chunk on the wire (frame length bound), bytes

@@ -34,6 +34,7 @@ enum class ParamType : uint8_t {
   kStateDir,    // a directory, or 'off'
   kNcclOwned,   // NCCL's own variable that railover also reads; NCCL validates it, railover does not
   kFlag,        // 0 or 1 (parsed like kUint with lo 0, hi 1)
+  kTransport,   // auto, tcp or rdma
 };
 
 // Who reads a variable (bit mask).
@@ -68,6 +69,10 @@ inline constexpr ParamSpec kParams[] = {
      "used when RAILOVER_IFNAMES is unset; with neither, every NIC with an address except lo, docker*, virbr*"},
     {"NCCL_SOCKET_FAMILY", ParamType::kFamily, kReadPlugin | kReadTools, 0, 0, 0, 1, "", "any", "AF_INET or AF_INET6",
      "AF_INET", "address family of the NIC addresses railover uses"},
+    {"RAILOVER_TRANSPORT", ParamType::kTransport, kReadPlugin | kReadTools, 0, 0, 0, 1, "", "auto",
+     "auto, tcp or rdma", "rdma",
+     "how paths move data: tcp (sockets), rdma (verbs RC queue pairs on the HCA port behind each NIC), auto (rdma "
+     "when every NIC has an active RDMA port and libibverbs loads, else tcp)"},
     {"RAILOVER_NSTREAMS", ParamType::kUint, kReadPlugin, 2, 1, 16, 1, "streams", "2", "", "4",
      "TCP streams per path (docs/BENCHMARKS.md has the measurement behind the default)"},
     {"RAILOVER_MIN_CHUNK_BYTES", ParamType::kUint, kReadPlugin, 64 << 10, 128, 1 << 20, 128, "bytes", "65536", "",

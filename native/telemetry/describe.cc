@@ -21,6 +21,7 @@ const char* typeName(ParamType t) {
     case ParamType::kStateDir: return "state_dir";
     case ParamType::kNcclOwned: return "nccl_owned";
     case ParamType::kFlag: return "flag";
+    case ParamType::kTransport: return "transport";
   }
   return "?";
 }

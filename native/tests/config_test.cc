@@ -41,6 +41,7 @@ TEST(Config, BadValuesNameTheVariable) {
       {{"RAILOVER_MIN_CHUNK_BYTES", "1000"}}, {{"RAILOVER_BACKOFF_MAX_MS", "600000"}},
       {{"RAILOVER_PROBE_BACKOFF_MAX_MS", "0"}}, {{"RAILOVER_PROBE_BACKOFF_MAX_MS", "1s"}},
       {{"RAILOVER_ABORT_ON_FATAL", "2"}},    {{"RAILOVER_ABORT_ON_FATAL", "yes"}},
+      {{"RAILOVER_TRANSPORT", "ib"}},        {{"RAILOVER_TRANSPORT", "RDMA"}},
   };
   for (auto& env : bad) {
     Config c;
@@ -78,6 +79,11 @@ TEST(Config, GoodValues) {
   EXPECT_TRUE(c.abortOnFatal);
   ASSERT_TRUE(parse({{"RAILOVER_ABORT_ON_FATAL", "0"}}, &c, &err));
   EXPECT_FALSE(c.abortOnFatal);
+  EXPECT_EQ(c.transport, TransportKind::kAuto) << "default: auto";
+  ASSERT_TRUE(parse({{"RAILOVER_TRANSPORT", "rdma"}}, &c, &err));
+  EXPECT_EQ(c.transport, TransportKind::kRdma);
+  ASSERT_TRUE(parse({{"RAILOVER_TRANSPORT", " tcp "}}, &c, &err));
+  EXPECT_EQ(c.transport, TransportKind::kTcp);
 }
 
 TEST(Config, RailoverIfnamesTakesPrecedence) {
