@@ -648,7 +648,7 @@ void SendLink::enqueueMsg(const SendReq& r) {
   if (active < 0 || resuming_) return;
   SendPath& tx = *paths[active].tx;
   ChunkRef c;
-  c.seq = r.seq, c.total = r.size, c.tag = r.tag;
+  c.seq = r.seq, c.total = r.size, c.tag = r.tag, c.mhandle = r.mhandle;
   if (r.size == 0) {
     tx.post(c, r.data);
     return;
@@ -984,7 +984,7 @@ int SendLink::connectStep(std::string* why) {
   return everConnected_ ? 1 : 0;
 }
 
-ncclResult_t SendLink::isend(const void* data, uint64_t size, int tag, void** request) {
+ncclResult_t SendLink::isend(const void* data, uint64_t size, int tag, void** request, void* mhandle) {
   std::lock_guard<std::mutex> g(mu);
   *request = nullptr;
   if (fatal && !fatalPeerGone) return fatalResult(fatalMsg, deps.cfg->abortOnFatal);
@@ -1000,6 +1000,7 @@ ncclResult_t SendLink::isend(const void* data, uint64_t size, int tag, void** re
   r.data = (const uint8_t*)data;
   r.size = size;
   r.tag = tag;
+  r.mhandle = mhandle;
   r.released = false;
   r.link = this;
   enqueueMsg(r);
@@ -1073,7 +1074,7 @@ void RecvLink::takeIncoming(uint64_t now) {
       p.closeAll();
       p.generation = h.generation;
       p.nStreams = sh.nStreams;
-      p.rx = deps.transport->newRecvPath(sh.nStreams);
+      p.rx = deps.transport->newRecvPathOn(x.localNic, sh.nStreams);
       p.state = PathState::kConnecting;
       p.localNic = x.localNic;
       p.rail = h.srcRail;
@@ -1092,15 +1093,23 @@ void RecvLink::takeIncoming(uint64_t now) {
     if (sh.stream >= sh.nStreams) continue;  // dropped with x.conn
     // A stream of the current generation after the path failed: it waits in a fresh receive
     // side (the path stays failed until the sender opens a new generation).
-    if (!p.rx) p.rx = deps.transport->newRecvPath(p.nStreams);
+    if (!p.rx) p.rx = deps.transport->newRecvPathOn(p.localNic, p.nStreams);
     p.rx->adopt(sh.stream, std::move(x.conn));
-    std::string err;
-    if (p.rx->connectState(&err) > 0 && p.state == PathState::kConnecting) {
-      p.state = PathState::kStandby;
-      p.upSinceUs = now;
-      if (peerName.empty()) peerName = addrToString(p.remote);
-      journal::path_up(secret, "recv", nicName(deps, p.localNic), addrToString(p.remote), p.generation);
-    }
+    pollConnect(p, now);
+  }
+}
+
+void RecvLink::pollConnect(Path& p, uint64_t now) {
+  if (p.state != PathState::kConnecting || !p.rx) return;
+  std::string err;
+  int r = p.rx->connectState(&err);
+  if (r > 0) {
+    p.state = PathState::kStandby;
+    p.upSinceUs = now;
+    if (peerName.empty()) peerName = addrToString(p.remote);
+    journal::path_up(secret, "recv", nicName(deps, p.localNic), addrToString(p.remote), p.generation);
+  } else if (r < 0) {
+    failPath(p, err, now);
   }
 }
 
@@ -1208,6 +1217,9 @@ void RecvLink::onResume(int idx, uint64_t fromSeq, uint64_t now) {
   m.seq = nextComplete_;
   p.rx->sendCtl(m);
   ackSent_ = nextComplete_;
+  // A transport that writes into receive buffers learns them on the new path: every posted
+  // receive not complete yet (the sender resends from nextComplete_).
+  advertiseFrom(p, nextComplete_);
   if (switched) {
     counters.resumes++;
     journal::resume(secret, "recv", nicName(deps, p.localNic), addrToString(p.remote), nextComplete_);
@@ -1305,6 +1317,16 @@ void RecvLink::arrived(const ChunkRef& f, bool discarded) {
   }
 }
 
+void RecvLink::advertiseFrom(Path& p, uint64_t from) {
+  for (uint64_t s = from; s < nextPost_; ++s) {
+    MsgSlot& m = msgs_.at(s);
+    if (m.done || !m.req) continue;
+    RecvReq& r = *m.req;
+    if (r.n != 1) continue;  // grouped receives are only offered by transports that need no advertisement
+    p.rx->advertise(s, r.one.tag, r.one.data, r.one.cap, r.one.mhandle);
+  }
+}
+
 void RecvLink::slowTick(uint64_t now) {
   const Config& cfg = *deps.cfg;
   lastSlowTickUs = now;
@@ -1321,6 +1343,7 @@ void RecvLink::slowTick(uint64_t now) {
   }
   for (int i = 0; i < (int)paths.size(); ++i) {
     Path& p = paths[i];
+    pollConnect(p, now);  // a transport whose paths come up in several steps (RDMA)
     if (p.state != PathState::kStandby) continue;
     std::string err;
     if (!readControl(p, i, now, &err)) failPath(p, err, now);
@@ -1365,7 +1388,8 @@ bool RecvLink::ready() {
   return everReady_;
 }
 
-ncclResult_t RecvLink::irecv(int n, void** data, const uint64_t* caps, const int* tags, void** request) {
+ncclResult_t RecvLink::irecv(int n, void** data, const uint64_t* caps, const int* tags, void** request,
+                             void** mhandles) {
   std::lock_guard<std::mutex> g(mu);
   *request = nullptr;
   lastCallUs_ = nowUs();
@@ -1394,6 +1418,7 @@ ncclResult_t RecvLink::irecv(int n, void** data, const uint64_t* caps, const int
     bs[i].data = (uint8_t*)data[i];
     bs[i].cap = caps[i];
     bs[i].tag = tags ? tags[i] : 0;
+    bs[i].mhandle = mhandles ? mhandles[i] : nullptr;
   }
   for (int i = 0; i < n; ++i) {
     MsgSlot& m = msgs_.at(nextPost_);
@@ -1401,6 +1426,7 @@ ncclResult_t RecvLink::irecv(int n, void** data, const uint64_t* caps, const int
     m.seq = nextPost_++;
     m.req = &r;
   }
+  if (active >= 0 && paths[active].rx) advertiseFrom(paths[active], r.firstSeq);
   progress();
   *request = &r;
   return ncclSuccess;

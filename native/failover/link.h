@@ -189,6 +189,7 @@ struct SendReq {
   const uint8_t* data = nullptr;
   uint64_t size = 0;
   int32_t tag = 0;  // carried in every DATA frame; picks the buffer of a grouped receive
+  void* mhandle = nullptr;  // NCCL's registration of `data` (Transport::regMr), for RDMA keys
   bool done = false;
   bool released = true;  // NCCL saw it done (test), so the slot may be reused
   Link* link = nullptr;
@@ -207,7 +208,8 @@ class SendLink : public Link {
   // cause in *why (the receiver closed the comm, or the link is fatal).
   int connectStep(std::string* why);
   uint64_t connId = 0;  // this connection's id in the HELLO (several connects per listen handle)
-  ncclResult_t isend(const void* data, uint64_t size, int tag, void** request);
+  // mhandle: the registration NCCL passes with the buffer (Transport::regMr; nullptr: none).
+  ncclResult_t isend(const void* data, uint64_t size, int tag, void** request, void* mhandle = nullptr);
   ncclResult_t test(SendReq* r, int* done, int* size);
   void close();
 
@@ -260,6 +262,7 @@ struct RecvBuf {
   uint8_t* data = nullptr;
   uint64_t cap = 0;
   int32_t tag = 0;
+  void* mhandle = nullptr;  // NCCL's registration of `data` (Transport::regMr)
   bool matched = false;  // a message was assigned to it
   uint64_t size = 0;     // bytes received (valid once its message is complete)
 };
@@ -327,7 +330,9 @@ class RecvLink : public Link, public RecvSink {
   void offerStream(std::unique_ptr<Conn> c, const StreamHello& h, const sockaddr_storage& peer, int localNic);
   bool ready();  // true once the first path has all its streams
   // n buffers (1..kMaxRecvs) with their capacities (bytes) and tags; NULL *request = ring full.
-  ncclResult_t irecv(int n, void** data, const uint64_t* caps, const int* tags, void** request);
+  // mhandles: n registrations (Transport::regMr), or nullptr when the transport needs none.
+  ncclResult_t irecv(int n, void** data, const uint64_t* caps, const int* tags, void** request,
+                     void** mhandles = nullptr);
   // sizes: n ints (bytes received per buffer), filled when *done.
   ncclResult_t test(RecvReq* r, int* done, int* sizes);
   void close();
@@ -342,9 +347,15 @@ class RecvLink : public Link, public RecvSink {
   void progress();
   void idleSweep(uint64_t now) override;
   void takeIncoming(uint64_t now);
+  // A connecting receive path: becomes a standby once its transport says it is up, fails when
+  // its transport says it broke.
+  void pollConnect(Path& p, uint64_t now);
   void slowTick(uint64_t now);
   bool readControl(Path& p, int idx, uint64_t now, std::string* err);
   void onResume(int idx, uint64_t fromSeq, uint64_t now);
+  // Tells path `p` (active) every posted, incomplete single-buffer receive from seq `from` on
+  // (RecvPath::advertise; a no-op for stream transports).
+  void advertiseFrom(Path& p, uint64_t from);
   void failPath(Path& p, const std::string& why, uint64_t now);
   // Peer-gone verdict: with receives pending and every path closed or reset by the sender,
   // checks whether the sender process still exists by connecting to its listener on each

@@ -33,8 +33,6 @@ struct Ctx {
   bool ok = false;
 };
 
-char gMr;  // TCP needs no registration; every mhandle points here
-
 Runtime& rt() { return Runtime::get(); }
 
 bool checkDev(int dev) {
@@ -91,9 +89,13 @@ ncclResult_t getProperties(int dev, Props* p) {
   p->port = 0;
   p->latency = 0;
   p->maxComms = 65536;
-  p->maxRecvs = kMaxRecvs;  // grouped receives, as NCCL's IB transport
-  p->maxP2pBytes = RAILOVER_NCCL_MAX_NET_SIZE_BYTES;
-  p->maxCollBytes = RAILOVER_NCCL_MAX_NET_SIZE_BYTES;
+  // Grouped receives, as NCCL's IB transport; 1 where the transport advertises each receive
+  // buffer to the sender and has no grouped form yet (RDMA).
+  p->maxRecvs = rt().transport->groupedReceives() ? kMaxRecvs : 1;
+  // The RDMA transport signals a message's size in a 32-bit immediate.
+  uint64_t maxBytes = rt().transport->groupedReceives() ? RAILOVER_NCCL_MAX_NET_SIZE_BYTES : 0xffffffffULL;
+  p->maxP2pBytes = maxBytes;
+  p->maxCollBytes = maxBytes;
   p->railId = (int16_t)n.rail;
   p->planeId = -1;
   return ncclSuccess;
@@ -104,6 +106,7 @@ ncclResult_t listen(int dev, void* handle, void** listenComm) {
   if (!checkDev(dev)) return ncclInvalidArgument;
   wire::Handle h;
   h.secret = randomSecret();
+  h.transport = std::string(rt().transport->name()) == "rdma" ? wire::kTransportRdma : wire::kTransportTcp;
   h.primary = 0;
   fillAddr(rt().nics[dev], rt().ports[dev], &h.addrs[0]);
   h.naddr = 1;
@@ -131,7 +134,14 @@ ncclResult_t connect(int dev, void* handle, void** sendComm) {
       RO_WARN("railover: connect on NIC %s: malformed handle: %s", rt().nics[dev].name.c_str(), err.c_str());
       return ncclInvalidArgument;
     }
-    l = SendLink::create(rt().linkDeps(), dev, handleToPeer(h), &err);
+    PeerHandle peer = handleToPeer(h);
+    if (peer.transport != rt().transport->name()) {
+      RO_WARN("railover: connect on NIC %s: the peer listens with the %s transport but this process uses %s: set "
+              "RAILOVER_TRANSPORT to the same value on every rank",
+              rt().nics[dev].name.c_str(), peer.transport.c_str(), rt().transport->name());
+      return ncclInvalidUsage;
+    }
+    l = SendLink::create(rt().linkDeps(), dev, peer, &err);
     memcpy(hb + kStageOffset, &l, sizeof(l));
   }
   std::string cause;
@@ -174,31 +184,46 @@ ncclResult_t accept(void* listenComm, void** recvComm) {
   return ncclSuccess;
 }
 
-ncclResult_t regMr(void*, void*, size_t, int type, void** mhandle) {
+ncclResult_t regMr(void*, void* data, size_t size, int type, void** mhandle) {
+  *mhandle = nullptr;
   if (type != RAILOVER_NCCL_PTR_HOST) {
-    *mhandle = nullptr;
     RO_WARN("railover: only host memory can be registered (type %d asked)", type);
     return ncclInternalError;
   }
-  *mhandle = &gMr;
+  if (!rt().initialized()) {
+    RO_WARN("railover: regMr called before a successful init");
+    return ncclInternalError;
+  }
+  std::string err;
+  *mhandle = rt().transport->regMr(data, size, &err);
+  if (!*mhandle) {
+    RO_WARN("railover: cannot register %zu bytes at %p with the %s transport: %s", size, data, rt().transport->name(),
+            err.c_str());
+    return ncclSystemError;
+  }
   return ncclSuccess;
 }
 
-ncclResult_t deregMr(void*, void*) { return ncclSuccess; }
-
-ncclResult_t isend(void* sendComm, void* data, size_t size, int tag, void*, void** request) {
-  return ((SendLink*)sendComm)->isend(data, size, tag, request);
+ncclResult_t deregMr(void*, void* mhandle) {
+  if (mhandle && rt().initialized()) rt().transport->deregMr(mhandle);
+  return ncclSuccess;
 }
 
-ncclResult_t irecv(void* recvComm, int n, void** data, const size_t* sizes, int* tags, void**, void** request) {
+ncclResult_t isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void** request) {
+  return ((SendLink*)sendComm)->isend(data, size, tag, request, mhandle);
+}
+
+ncclResult_t irecv(void* recvComm, int n, void** data, const size_t* sizes, int* tags, void** mhandles, void** request) {
   *request = nullptr;
-  if (n < 1 || n > kMaxRecvs) {  // NCCL's plugin contract: the caller's misuse is an internal error
-    RO_WARN("railover: grouped receive of %d buffers asked; maxRecvs is %d", n, kMaxRecvs);
+  int maxRecvs = rt().transport->groupedReceives() ? kMaxRecvs : 1;
+  if (n < 1 || n > maxRecvs) {  // NCCL's plugin contract: the caller's misuse is an internal error
+    RO_WARN("railover: grouped receive of %d buffers asked; maxRecvs is %d (%s transport)", n, maxRecvs,
+            rt().transport->name());
     return ncclInternalError;
   }
   uint64_t caps[kMaxRecvs];
   for (int i = 0; i < n; ++i) caps[i] = sizes[i];
-  return ((RecvLink*)recvComm)->irecv(n, data, caps, tags, request);
+  return ((RecvLink*)recvComm)->irecv(n, data, caps, tags, request, mhandles);
 }
 
 ncclResult_t iflush(void*, int, void**, int*, void**, void** request) {

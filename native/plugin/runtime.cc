@@ -21,6 +21,9 @@
 #include "transport/tcp/tcp_transport.h"
 #include "transport/tcp/stream_path.h"
 #include "transport/tcp/wire.h"
+#ifdef RAILOVER_HAVE_VERBS
+#include "transport/rdma/rdma_transport.h"
+#endif
 
 namespace railover {
 
@@ -44,7 +47,11 @@ ncclResult_t Runtime::init(ncclDebugLogger_t logger) {
     return result_ = ncclSystemError;
   }
   ports.assign(nics.size(), 0);
-  if (!transport) transport = new TcpTransport(&nics, &cfg);
+  if (!transport && !chooseTransport(&err)) {
+    error_ = err;
+    RO_WARN("railover: %s", err.c_str());
+    return result_ = ncclSystemError;
+  }
   for (auto& n : nics) {
     socklen_t len = 0;
     sockaddr_storage a = n.getAddr(&len);
@@ -75,6 +82,37 @@ ncclResult_t Runtime::init(ncclDebugLogger_t logger) {
   return result_ = ncclSuccess;
 }
 
+
+bool Runtime::chooseTransport(std::string* err) {
+  TransportKind k = cfg.transport;
+#ifdef RAILOVER_HAVE_VERBS
+  if (k == TransportKind::kAuto) {
+    std::string why;
+    k = rdma::rdmaUsable(nics, &why) ? TransportKind::kRdma : TransportKind::kTcp;
+    if (k == TransportKind::kTcp)
+      RO_INFO(RO_SUBSYS_INIT | RO_SUBSYS_NET, "railover: RAILOVER_TRANSPORT=auto: using tcp (%s)", why.c_str());
+  }
+  if (k == TransportKind::kRdma) {
+    auto* t = new rdma::RdmaTransport(&nics, &cfg, err);
+    if (!t->ok()) {
+      *err = "RAILOVER_TRANSPORT=" + std::string(transportName(cfg.transport)) + ": cannot use RDMA: " + *err;
+      delete t;
+      return false;
+    }
+    RO_INFO(RO_SUBSYS_INIT | RO_SUBSYS_NET, "railover: transport rdma: %s", t->describe().c_str());
+    transport = t;
+    return true;
+  }
+#else
+  if (k == TransportKind::kRdma) {
+    *err = "RAILOVER_TRANSPORT=rdma, but this build of railover has no RDMA transport (built without rdma-core's "
+           "headers: install libibverbs-dev and rebuild)";
+    return false;
+  }
+#endif
+  transport = new TcpTransport(&nics, &cfg);
+  return true;
+}
 
 void Runtime::relisten(int nic, const sockaddr_storage& a, socklen_t len) {
   uint16_t port = ports[nic];

@@ -46,6 +46,9 @@ class Runtime {
 
  private:
   void acceptLoop();
+  // RAILOVER_TRANSPORT: sets `transport` (auto: rdma when every NIC has an active RDMA port
+  // behind it, else tcp). false with *err when rdma was asked and cannot be used.
+  bool chooseTransport(std::string* err);
   std::mutex mu_;
   bool tried_ = false;
   ncclResult_t result_ = ncclSuccess;

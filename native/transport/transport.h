@@ -38,6 +38,10 @@ struct ChunkRef {
   uint64_t len = 0;
   uint64_t total = 0;
   int32_t tag = 0;
+  // The registration of the message's source buffer: what Transport::regMr returned for the
+  // buffer NCCL passed to isend (nullptr when the caller registered nothing; a transport that
+  // needs a key, RDMA, then fails the path with that cause).
+  void* mhandle = nullptr;
 };
 
 // Engine-level control messages (TCP encodes each as one 32-byte frame, docs/PROTOCOL.md).
@@ -87,6 +91,7 @@ struct PeerHandle {
     socklen_t len = 0;
   };
   uint64_t secret = 0;
+  std::string transport = "tcp";  // the receiver's transport (Transport::name())
   int primary = 0;           // index into addrs: the receiver's NIC NCCL chose
   int naddr = 0;             // <= kMaxPeerAddrs
   Addr addrs[kMaxPeerAddrs];
@@ -196,14 +201,15 @@ class RecvPath {
   // After it returns nothing sent on this path can land in a receive buffer (TCP: sockets
   // closed; RDMA: the QPs are in error and flushed). The path is unusable afterwards.
   virtual void fence() = 0;
-  // The engine posted receive buffer `buf` (`size` bytes, registration `mhandle`) for message
-  // `seq` with `tag`. TCP: nothing to do. A transport whose sender writes into the receiver's
-  // memory tells the sender where. Not called by the engine yet: a grouped receive picks its
-  // buffer by tag at the message's first chunk, and how a group is advertised is for the
-  // first such transport to settle.
   // Stream transports: takes accepted stream `stream` (< the path's stream count) of the path,
   // replacing one already there. Returns false when the transport builds paths otherwise.
   virtual bool adopt(int stream, std::unique_ptr<Conn> c) { (void)stream, (void)c; return false; }
+  // The engine posted receive buffer `buf` (`size` bytes, registration `mhandle`) for message
+  // `seq` with `tag`, and this path is the active one. Called in seq order: for each new
+  // single-buffer receive while the path is active, and right after RESUME_ACK for every
+  // posted receive not complete yet. TCP: nothing to do. A transport whose sender writes into
+  // the receiver's memory (RDMA) tells the sender where. Grouped receives are not advertised:
+  // a transport that needs advertisements reports groupedReceives() false.
   virtual void advertise(uint64_t seq, int32_t tag, void* buf, uint64_t size, void* mhandle) {
     (void)seq, (void)tag, (void)buf, (void)size, (void)mhandle;
   }
@@ -244,6 +250,27 @@ class Transport {
   // The receive side of a path of `nStreams` streams, empty until the acceptor's streams are
   // adopted (RecvPath::adopt).
   virtual std::unique_ptr<RecvPath> newRecvPath(int nStreams) = 0;
+  // The same, knowing the local NIC the path arrived on (a transport whose path lives on the
+  // NIC's HCA needs it; a stream transport does not).
+  virtual std::unique_ptr<RecvPath> newRecvPathOn(int localNic, int nStreams) {
+    (void)localNic;
+    return newRecvPath(nStreams);
+  }
+  // Registers [data, data + size) for sends from it and receives into it on every path the
+  // process may use (RDMA: on every HCA at once, so a failover never registers anything).
+  // Returns the mhandle NCCL passes back to isend/irecv, or nullptr with *err. A transport that
+  // needs no registration returns a token. deregMr releases it (nullptr: nothing).
+  virtual void* regMr(void* data, size_t size, std::string* err) {
+    (void)data, (void)size, (void)err;
+    static char token;
+    return &token;
+  }
+  virtual void deregMr(void* mhandle) { (void)mhandle; }
+  // False when a receive may not group several buffers (the transport advertises each posted
+  // buffer to the sender and has no grouped form yet): the plugin then reports maxRecvs 1.
+  virtual bool groupedReceives() const { return true; }
+  // Short name for logs, the state file and the handle ("tcp", "rdma").
+  virtual const char* name() const { return "tcp"; }
   // Ends a liveness check of the peer process over a connected stream `c` (TCP: a HELLO with
   // connection id 0, which the peer's acceptor closes without a word). False with *err on error.
   virtual bool endLivenessCheck(Conn& c, std::string* err) = 0;

@@ -287,6 +287,7 @@ StreamHello helloToStream(const wire::Hello& h) {
 PeerHandle handleToPeer(const wire::Handle& h) {
   PeerHandle p;
   p.secret = h.secret;
+  p.transport = wire::transportWireName(h.transport);
   p.primary = h.primary;
   p.naddr = std::min<int>(h.naddr, kMaxPeerAddrs);
   for (int i = 0; i < p.naddr; ++i) {

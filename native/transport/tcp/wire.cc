@@ -50,6 +50,11 @@ void encodeHandle(const Handle& h, void* outv) {
     put16(a + 2, h.addrs[i].port);
     memcpy(a + 4, h.addrs[i].addr, 16);
   }
+  out[kHandleTransportOffset] = h.transport;
+}
+
+const char* transportWireName(uint8_t t) {
+  return t == kTransportTcp ? "tcp" : t == kTransportRdma ? "rdma" : "unknown";
 }
 
 bool decodeHandle(const void* inv, size_t len, Handle* h, std::string* err) {
@@ -77,6 +82,9 @@ bool decodeHandle(const void* inv, size_t len, Handle* h, std::string* err) {
     if (a[1] != 4 && a[1] != 6) return *err = "handle address " + std::to_string(i) + " has an unknown family", false;
     if (h->addrs[i].port == 0) return *err = "handle address " + std::to_string(i) + " has port 0", false;
   }
+  h->transport = len > kHandleTransportOffset ? in[kHandleTransportOffset] : kTransportTcp;
+  if (h->transport != kTransportTcp && h->transport != kTransportRdma)
+    return *err = "handle names transport " + std::to_string(h->transport) + ", which this railover does not know", false;
   return true;
 }
 

@@ -6,6 +6,8 @@
 //   0  u32 magic 'RLVR'   4 u16 version   6 u8 naddr   7 u8 primary (index into addrs)
 //   8  u64 secret (random, per listen comm)
 //   16 naddr x { u8 rail, u8 family (4 or 6), u16 port, u8 addr[16] }   (at most 5)
+//   116 u8 transport of the listener's paths (kTransportTcp 0, kTransportRdma 1); a sender
+//       whose transport differs refuses the handle with an error naming both
 // Frames: every frame is 32 bytes; DATA frames are followed by `len` payload bytes.
 // Version 2 (this one) added the connection id to the HELLO (several connections per listen
 // handle), the tag to DATA frames (grouped receives) and the NACK reason codes; a peer of
@@ -38,8 +40,14 @@ struct HandleAddr {
   uint8_t addr[16] = {};
 };
 
+constexpr size_t kHandleTransportOffset = 116;
+constexpr uint8_t kTransportTcp = 0;
+constexpr uint8_t kTransportRdma = 1;
+const char* transportWireName(uint8_t t);  // "tcp", "rdma", "unknown"
+
 struct Handle {
   uint16_t version = kVersion;
+  uint8_t transport = kTransportTcp;
   uint8_t naddr = 0;
   uint8_t primary = 0;
   uint64_t secret = 0;

@@ -1,0 +1,633 @@
+#include "transport/rdma/rdma_transport.h"
+
+#include <atomic>
+#include <cstring>
+#include <map>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "transport/tcp/wire.h"
+#include "transport/verbs/verbs_mr.h"
+#include "transport/verbs/verbs_path.h"
+
+namespace railover {
+namespace rdma {
+namespace {
+
+// How often a path looks at its bootstrap stream for the peer's end (a syscall), µs.
+constexpr uint64_t kDeadCheckUs = 1000;
+
+CtlMsg fromVerbs(const verbs::CtlMsg& v) {
+  CtlMsg m;
+  m.seq = v.seq, m.arg = v.arg;
+  switch (v.type) {
+    case verbs::CtlType::kAck: m.type = CtlType::kAck; break;
+    case verbs::CtlType::kResume: m.type = CtlType::kResume; break;
+    case verbs::CtlType::kResumeAck: m.type = CtlType::kResumeAck; break;
+    case verbs::CtlType::kNack: m.type = CtlType::kNack; break;
+    case verbs::CtlType::kClose: m.type = CtlType::kClose; break;
+  }
+  return m;
+}
+
+bool toVerbs(const CtlMsg& m, verbs::CtlMsg* v) {
+  v->seq = m.seq, v->arg = m.arg;
+  switch (m.type) {
+    case CtlType::kAck: v->type = verbs::CtlType::kAck; return true;
+    case CtlType::kResume: v->type = verbs::CtlType::kResume; return true;
+    case CtlType::kResumeAck: v->type = verbs::CtlType::kResumeAck; return true;
+    case CtlType::kNack: v->type = verbs::CtlType::kNack; return true;
+    case CtlType::kClose: v->type = verbs::CtlType::kClose; return true;
+    default: return false;
+  }
+}
+
+std::string brokenText(const verbs::Broken& b) {
+  return b.dev + " port " + std::to_string(b.port) + ": " + b.source + ": " + b.status;
+}
+
+// The part of a path the worker thread may touch: the verbs path and the bring-up result.
+template <typename P>
+struct Shared {
+  std::unique_ptr<P> path;
+  std::atomic<int> result{0};  // 0 in progress, 1 connected, -1 failed (err set before the store)
+  std::string err;
+};
+
+// Hands the verbs objects to the worker for destruction (destroying a QP can take seconds).
+template <typename P>
+void retire(Worker& w, std::shared_ptr<Shared<P>>& sh) {
+  if (!sh) return;
+  auto last = std::move(sh);
+  w.post([last]() mutable { last.reset(); });
+}
+
+// ---- sender
+
+class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink {
+ public:
+  RdmaSendPath(RdmaTransport& t, int nic, std::unique_ptr<Conn> conn, const PathIdentity& id, uint64_t chunk,
+               std::unique_ptr<verbs::SendPath> path)
+      : t_(t), nic_(nic), conn_(std::move(conn)), id_(id), chunk_(chunk ? chunk : (1u << 20)),
+        sh_(std::make_shared<Shared<verbs::SendPath>>()) {
+    sh_->path = std::move(path);
+  }
+  ~RdmaSendPath() override { retire(t_.worker(), sh_); }
+
+  int connectState(std::string* err) override {
+    if (!why_.empty()) return *err = why_, -1;
+    if (notice_) return 0;  // refused (NACK): recvNotice reports it, the engine closes the path
+    if (stage_ == kTcp) {
+      int r = conn_->connectState(err);
+      if (r <= 0) return r < 0 ? fail("bootstrap connect: " + *err, err) : 0;
+      wire::Hello h;
+      h.stream = 0, h.nStreams = 1, h.secret = id_.secret, h.path = id_.pathIndex, h.srcRail = id_.srcRail;
+      h.probePort = id_.probePort, h.generation = id_.generation, h.connId = id_.connId;
+      uint8_t buf[wire::kFrameBytes + verbs::QpEndpoint::kWireBytes];
+      wire::encodeHello(h, buf);
+      sh_->path->local().pack(buf + wire::kFrameBytes);
+      if (!writeAll(*conn_, buf, sizeof(buf), err)) return fail("HELLO: " + *err, err);
+      stage_ = kEndpoint;
+    }
+    if (stage_ == kEndpoint) {
+      ssize_t n = conn_->read(ep_ + got_, sizeof(ep_) - got_, err);
+      if (n < 0) return fail("bootstrap: " + *err, err);
+      got_ += (size_t)n;
+      if (got_ >= wire::kFrameBytes && ep_[0] == wire::kNack) {  // the receiver's acceptor refused the comm
+        wire::Frame f;
+        std::string e;
+        if (wire::decodeFrame(ep_, &f, &e) && f.type == wire::kNack) {
+          notice_ = true;
+          noticeMsg_.type = CtlType::kNack, noticeMsg_.seq = f.seq;
+          return 0;
+        }
+      }
+      if (got_ < sizeof(ep_)) return 0;
+      verbs::QpEndpoint peer;
+      std::string e;
+      if (!peer.unpack(ep_, &e))
+        return fail("the receiver did not answer with an RDMA endpoint (" + e +
+                        "): is RAILOVER_TRANSPORT the same on every rank?", err);
+      stage_ = kRts;
+      auto sh = sh_;
+      t_.worker().post([sh, peer]() {
+        std::string e2;
+        bool ok = sh->path->connect(peer, &e2);
+        sh->err = e2;
+        sh->result.store(ok ? 1 : -1, std::memory_order_release);
+      });
+      return 0;
+    }
+    if (stage_ == kRts) {
+      int r = sh_->result.load(std::memory_order_acquire);
+      if (r == 0) return 0;
+      if (r < 0) return fail("QP bring-up: " + sh_->err, err);
+      stage_ = kReady;
+    }
+    return 1;
+  }
+
+  uint64_t chunkBytes(uint64_t size) const override { return size < chunk_ ? (size ? size : 1) : chunk_; }
+
+  void post(const ChunkRef& c, const void* src) override { q_.push_back({c, (const uint8_t*)src}); }
+  void sendCtl(const CtlMsg& m) override { ctlOut_.push_back(m); }
+
+  int progress(std::string* err) override {
+    if (!why_.empty()) return *err = why_, -1;
+    if (stage_ != kReady || fenced_) return 0;
+    verbs::SendPath& p = *sh_->path;
+    p.progress(*this);
+    if (!why_.empty()) return *err = why_, -1;
+    int moved = p.lastPollFound() > 0;
+    std::string e;
+    while (!ctlOut_.empty()) {
+      verbs::CtlMsg v;
+      if (!toVerbs(ctlOut_.front(), &v)) return fail("cannot send control message of an unknown type", err);
+      int r = p.sendCtl(v, &e);
+      if (r < 0) return fail(e, err);
+      if (r == 0) break;
+      ctlOut_.pop_front();
+      moved = 1;
+    }
+    while (ctlOut_.empty() && !q_.empty()) {
+      const Pending& x = q_.front();
+      auto* mr = (const verbs::MrSet*)x.c.mhandle;
+      int hi = t_.port(nic_).hcaIndex;
+      if (!mr || hi < 0 || (size_t)hi >= mr->count())
+        return fail("message " + std::to_string(x.c.seq) + ": send buffer not registered with this transport (regMr)", err);
+      uintptr_t a = (uintptr_t)x.src, lo = (uintptr_t)mr->addr();
+      if (x.c.len && (a < lo || a + x.c.len > lo + mr->size()))
+        return fail("message " + std::to_string(x.c.seq) + ": send buffer outside its registration", err);
+      verbs::ChunkRef vc;
+      vc.seq = x.c.seq, vc.offset = x.c.offset, vc.len = x.c.len, vc.total = x.c.total, vc.tag = (uint32_t)x.c.tag;
+      int r = p.post(vc, x.src, mr->lkey((size_t)hi), &e);
+      if (r < 0) return fail(e, err);
+      if (r == 0) break;  // no advertisement for this seq yet, or the send queue is full
+      q_.pop_front();
+      moved = 1;
+    }
+    if (peerGone(err)) return -1;
+    return moved;
+  }
+
+  int recvCtl(CtlMsg* m, std::string* err) override {
+    if (!why_.empty()) return *err = why_, -1;
+    if (stage_ != kReady || fenced_) return 0;
+    if (ctlIn_.empty()) sh_->path->progress(*this);
+    if (!why_.empty()) return *err = why_, -1;
+    if (ctlIn_.empty()) return 0;
+    *m = ctlIn_.front();
+    ctlIn_.pop_front();
+    return 1;
+  }
+
+  int recvNotice(bool withCtl, CtlMsg* m, std::string* err) override {
+    if (notice_) {
+      notice_ = false;
+      *m = noticeMsg_;
+      return 1;
+    }
+    if (!why_.empty()) return *err = why_, -1;
+    if (stage_ != kReady || fenced_) return 0;
+    if (peerGone(err)) return -1;
+    if (!withCtl) return 0;
+    return recvCtl(m, err);
+  }
+
+  void sendClose() override {
+    if (stage_ != kReady || fenced_ || !why_.empty()) return;
+    std::string e;
+    verbs::CtlMsg v;
+    for (auto& m : ctlOut_)
+      if (toVerbs(m, &v) && sh_->path->sendCtl(v, &e) <= 0) return;
+    ctlOut_.clear();
+    v.type = verbs::CtlType::kClose, v.seq = 0, v.arg = 0;
+    sh_->path->sendCtl(v, &e);
+  }
+
+  void fence() override {
+    if (fenced_) return;
+    fenced_ = true;
+    // Nothing more leaves this QP (ERR flushes what is queued). A QP still being brought up by
+    // the worker is left to it: no advertisement ever reached it, so it can write nothing.
+    if (stage_ == kReady) sh_->path->fence(0);
+    conn_.reset();  // the receiver sees the path end
+  }
+
+  bool peerAckedWithinMs(uint32_t ms) override {
+    if (stage_ != kReady || sh_->path->outstanding() == 0) return false;
+    return nowUs() - sh_->path->lastProgressUs() < (uint64_t)ms * 1000;
+  }
+  uint32_t unackedSilenceMs() override {
+    if (stage_ != kReady || sh_->path->outstanding() == 0) return 0;
+    return (uint32_t)((nowUs() - sh_->path->lastProgressUs()) / 1000);
+  }
+
+ private:
+  struct Pending {
+    ChunkRef c;
+    const uint8_t* src;
+  };
+  enum Stage { kTcp, kEndpoint, kRts, kReady };
+
+  int fail(const std::string& why, std::string* err) {
+    if (why_.empty()) why_ = why;
+    *err = why_;
+    return -1;
+  }
+  bool peerGone(std::string* err) {
+    uint64_t now = nowUs();
+    if (!conn_ || now - deadCheckUs_ < kDeadCheckUs) return false;
+    deadCheckUs_ = now;
+    std::string e;
+    if (!conn_->dead(&e)) return false;
+    fail("bootstrap stream: " + e, err);
+    return true;
+  }
+  // verbs::SendPath::Sink
+  void chunkDone(const verbs::ChunkRef&) override {}  // delivery is proven by the receiver's ACK
+  void ctl(const verbs::CtlMsg& m) override { ctlIn_.push_back(fromVerbs(m)); }
+  void broken(const verbs::Broken& b) override {
+    if (why_.empty()) why_ = brokenText(b);
+  }
+
+  RdmaTransport& t_;
+  int nic_;
+  std::unique_ptr<Conn> conn_;
+  PathIdentity id_;
+  uint64_t chunk_;
+  std::shared_ptr<Shared<verbs::SendPath>> sh_;
+  Stage stage_ = kTcp;
+  uint8_t ep_[verbs::QpEndpoint::kWireBytes];
+  size_t got_ = 0;
+  bool notice_ = false;
+  CtlMsg noticeMsg_;
+  bool fenced_ = false;
+  std::string why_;
+  uint64_t deadCheckUs_ = 0;
+  std::deque<Pending> q_;
+  std::deque<CtlMsg> ctlOut_, ctlIn_;
+};
+
+// ---- receiver
+
+class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink {
+ public:
+  RdmaRecvPath(RdmaTransport& t, int nic, int nStreams)
+      : t_(t), nic_(nic), nStreams_(nStreams), sh_(std::make_shared<Shared<verbs::RecvPath>>()) {}
+  ~RdmaRecvPath() override { retire(t_.worker(), sh_); }
+
+  bool adopt(int stream, std::unique_ptr<Conn> c) override {
+    if (stream != 0) return false;
+    conn_ = std::move(c);
+    got_ = 0;
+    return true;
+  }
+
+  int connectState(std::string* err) override {
+    if (!why_.empty()) return *err = why_, -1;
+    if (stage_ == kWait) {
+      if (!conn_) return 0;
+      if (nStreams_ != 1) return fail("an RDMA path has one bootstrap stream, the sender announced " +
+                                          std::to_string(nStreams_) + ": is RAILOVER_TRANSPORT the same on every rank?", err);
+      if (nic_ < 0 || !t_.port(nic_).hca) return fail("no HCA port behind local NIC " + std::to_string(nic_), err);
+      stage_ = kEndpoint;
+    }
+    if (stage_ == kEndpoint) {
+      ssize_t n = conn_->read(ep_ + got_, sizeof(ep_) - got_, err);
+      if (n < 0) return fail("bootstrap: " + *err, err);
+      got_ += (size_t)n;
+      if (got_ < sizeof(ep_)) return 0;
+      verbs::QpEndpoint peer;
+      std::string e;
+      if (!peer.unpack(ep_, &e))
+        return fail("the sender did not send an RDMA endpoint (" + e +
+                        "): is RAILOVER_TRANSPORT the same on every rank?", err);
+      stage_ = kRts;
+      auto sh = sh_;
+      const NicPort& np = t_.port(nic_);
+      verbs::Hca* hca = np.hca;
+      verbs::PortSel sel = np.sel;
+      verbs::RcParams rc = t_.rcParams();
+      // The QP is created and brought to RTS before our endpoint goes back (see the header).
+      t_.worker().post([sh, hca, sel, rc, peer]() {
+        std::string e2;
+        auto p = std::make_unique<verbs::RecvPath>(*hca, sel, rc, &e2);
+        bool ok = p->ok() && p->connect(peer, &e2);
+        sh->path = std::move(p);
+        sh->err = e2;
+        sh->result.store(ok ? 1 : -1, std::memory_order_release);
+      });
+      return 0;
+    }
+    if (stage_ == kRts) {
+      int r = sh_->result.load(std::memory_order_acquire);
+      if (r == 0) return 0;
+      if (r < 0) return fail("QP bring-up: " + sh_->err, err);
+      uint8_t buf[verbs::QpEndpoint::kWireBytes];
+      sh_->path->local().pack(buf);
+      if (!writeAll(*conn_, buf, sizeof(buf), err)) return fail("bootstrap: " + *err, err);
+      stage_ = kReady;
+    }
+    return 1;
+  }
+
+  int progress(RecvSink& sink, std::string* err) override {
+    if (!why_.empty()) return *err = why_, -1;
+    if (stage_ != kReady || fenced_) return 0;
+    if (flush(err) < 0) return -1;
+    verbs::RecvPath& p = *sh_->path;
+    p.progress(*this);
+    if (!why_.empty()) return *err = why_, -1;
+    int moved = p.lastPollFound() > 0;
+    while (!arr_.empty()) {
+      const Arrival& a = arr_.front();
+      ChunkRef c;
+      c.seq = a.seq, c.offset = 0, c.len = a.bytes, c.total = a.bytes, c.tag = (int32_t)a.tag;
+      uint8_t* dst = nullptr;
+      std::string e;
+      int r = sink.place(c, &dst, &e);
+      if (r < 0) return fail(e, err);
+      if (r == RecvSink::kHold) break;  // the engine reports the caller's error; the bytes stay where they are
+      auto it = where_.find(a.seq);
+      if (r == RecvSink::kWrite && (it == where_.end() || it->second != dst))
+        return fail("message " + std::to_string(a.seq) + " arrived in a buffer the engine did not choose for it", err);
+      if (it != where_.end()) where_.erase(it);
+      sink.arrived(c, r == RecvSink::kDiscard);
+      arr_.pop_front();
+      moved = 1;
+    }
+    while (!ctlIn_.empty()) {
+      CtlMsg m = ctlIn_.front();
+      ctlIn_.pop_front();
+      std::string e;
+      if (!sink.control(m, &e)) return fail(e, err);
+      moved = 1;
+    }
+    if (peerGone(err)) return -1;
+    return moved;
+  }
+
+  void sendCtl(const CtlMsg& m) override {
+    Out o;
+    o.isCtl = true, o.ctl = m;
+    out_.push_back(o);
+  }
+  int flushCtl(std::string* err) override { return flush(err) < 0 ? -1 : 0; }
+
+  int recvCtl(CtlMsg* m, std::string* err) override {
+    if (!why_.empty()) return *err = why_, -1;
+    if (stage_ != kReady || fenced_) return 0;
+    if (ctlIn_.empty()) sh_->path->progress(*this);
+    if (!why_.empty()) return *err = why_, -1;
+    if (ctlIn_.empty()) return peerGone(err) ? -1 : 0;
+    *m = ctlIn_.front();
+    ctlIn_.pop_front();
+    return 1;
+  }
+
+  void sendClose() override {
+    if (stage_ != kReady || fenced_ || !why_.empty()) return;
+    std::string e;
+    if (flush(&e) < 0 || !out_.empty()) return;
+    verbs::CtlMsg v;
+    v.type = verbs::CtlType::kClose;
+    sh_->path->sendCtl(v, &e);
+  }
+
+  void fence() override {
+    if (fenced_) return;
+    fenced_ = true;
+    if (stage_ == kReady) {
+      verbs::FenceResult fr = sh_->path->fence(kFenceDrainMs);
+      if (!fr.err.empty() || !fr.drained)
+        RO_WARN("railover: RDMA fence on %s port %d: %s (after %llu us)", t_.port(nic_).sel.dev.c_str(),
+                t_.port(nic_).sel.port, fr.err.empty() ? "flushes not all seen" : fr.err.c_str(),
+                (unsigned long long)fr.us);
+    }
+    conn_.reset();
+  }
+
+  void advertise(uint64_t seq, int32_t tag, void* buf, uint64_t size, void* mhandle) override {
+    if (!why_.empty() || fenced_) return;
+    auto* mr = (const verbs::MrSet*)mhandle;
+    int hi = nic_ >= 0 ? t_.port(nic_).hcaIndex : -1;
+    std::string e;
+    if (!mr || hi < 0 || (size_t)hi >= mr->count()) {
+      fail("receive buffer of message " + std::to_string(seq) + " not registered with this transport (regMr)", &e);
+      return;
+    }
+    uintptr_t a = (uintptr_t)buf, lo = (uintptr_t)mr->addr();
+    if (size && (a < lo || a + size > lo + mr->size())) {
+      fail("receive buffer of message " + std::to_string(seq) + " outside its registration", &e);
+      return;
+    }
+    Out o;
+    o.isCtl = false;
+    o.adv.seq = seq, o.adv.tag = (uint32_t)tag, o.adv.addr = a, o.adv.size = size, o.adv.rkey = mr->rkey((size_t)hi);
+    out_.push_back(o);
+    where_[seq] = (uint8_t*)buf;
+    flush(&e);
+  }
+
+ private:
+  struct Arrival {
+    uint64_t seq, tag, bytes;
+  };
+  struct Out {
+    bool isCtl = true;
+    CtlMsg ctl;
+    verbs::Advert adv;
+  };
+  enum Stage { kWait, kEndpoint, kRts, kReady };
+
+  int fail(const std::string& why, std::string* err) {
+    if (why_.empty()) why_ = why;
+    *err = why_;
+    return -1;
+  }
+  bool peerGone(std::string* err) {
+    uint64_t now = nowUs();
+    if (!conn_ || now - deadCheckUs_ < kDeadCheckUs) return false;
+    deadCheckUs_ = now;
+    std::string e;
+    if (!conn_->dead(&e)) return false;
+    fail("bootstrap stream: " + e, err);
+    return true;
+  }
+  // Sends what is queued, in order (control messages and advertisements). -1 broken.
+  int flush(std::string* err) {
+    if (!why_.empty()) return *err = why_, -1;
+    if (stage_ != kReady || fenced_) return 0;
+    verbs::RecvPath& p = *sh_->path;
+    std::string e;
+    while (!out_.empty()) {
+      const Out& o = out_.front();
+      int r;
+      if (o.isCtl) {
+        verbs::CtlMsg v;
+        if (!toVerbs(o.ctl, &v)) return fail("cannot send control message of an unknown type", err);
+        r = p.sendCtl(v, &e);
+      } else {
+        r = p.advertise(o.adv.seq, o.adv.tag, (void*)(uintptr_t)o.adv.addr, o.adv.size, o.adv.rkey, &e);
+      }
+      if (r < 0) return fail(e, err);
+      if (r == 0) {  // no send slot: reap completions and try once more
+        p.progress(*this);
+        if (!why_.empty()) return *err = why_, -1;
+        break;
+      }
+      out_.pop_front();
+    }
+    return 0;
+  }
+  // verbs::RecvPath::Sink
+  void arrived(uint64_t seq, uint64_t tag, uint64_t bytes) override { arr_.push_back({seq, tag, bytes}); }
+  void ctl(const verbs::CtlMsg& m) override { ctlIn_.push_back(fromVerbs(m)); }
+  void broken(const verbs::Broken& b) override {
+    if (why_.empty()) why_ = brokenText(b);
+  }
+
+  RdmaTransport& t_;
+  int nic_;
+  int nStreams_;
+  std::shared_ptr<Shared<verbs::RecvPath>> sh_;
+  std::unique_ptr<Conn> conn_;
+  Stage stage_ = kWait;
+  uint8_t ep_[verbs::QpEndpoint::kWireBytes];
+  size_t got_ = 0;
+  bool fenced_ = false;
+  std::string why_;
+  uint64_t deadCheckUs_ = 0;
+  std::deque<Out> out_;
+  std::deque<Arrival> arr_;
+  std::deque<CtlMsg> ctlIn_;
+  std::map<uint64_t, uint8_t*> where_;  // advertised buffer per seq, until its message arrives
+};
+
+}  // namespace
+
+// ---- worker
+
+Worker::Worker() : t_(&Worker::loop, this) {}
+
+Worker::~Worker() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  t_.join();
+}
+
+void Worker::post(std::function<void()> job) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    q_.push_back(std::move(job));
+  }
+  cv_.notify_one();
+}
+
+void Worker::loop() {
+  std::unique_lock<std::mutex> g(mu_);
+  while (true) {
+    cv_.wait(g, [this] { return stop_ || !q_.empty(); });
+    if (q_.empty()) return;  // stopping with nothing left
+    std::function<void()> job = std::move(q_.front());
+    q_.pop_front();
+    g.unlock();
+    job();
+    job = nullptr;  // what the job held (a retired path) is destroyed here, on this thread
+    g.lock();
+  }
+}
+
+// ---- transport
+
+RdmaTransport::RdmaTransport(const std::vector<Nic>* nics, const Config* cfg, std::string* err)
+    : nics_(nics), tcp_(nics, cfg) {
+  ports_.resize(nics->size());
+  for (const Nic& n : *nics) {
+    NicPort& np = ports_[n.index];
+    std::string e;
+    if (!verbs::findPortForNetdev(n.name, &np.sel, &e)) {
+      *err = "NIC " + n.name + ": " + e;
+      return;
+    }
+    for (size_t i = 0; i < hcas_.size(); ++i)
+      if (hcas_[i]->name() == np.sel.dev) np.hca = hcas_[i].get(), np.hcaIndex = (int)i;
+    if (!np.hca) {
+      auto h = std::make_unique<verbs::Hca>(np.sel.dev, &e);
+      if (!h->ok()) {
+        *err = "NIC " + n.name + ": cannot open HCA " + np.sel.dev + ": " + e;
+        return;
+      }
+      np.hca = h.get();
+      np.hcaIndex = (int)hcas_.size();
+      hcas_.push_back(std::move(h));
+    }
+  }
+  ok_ = true;
+}
+
+RdmaTransport::~RdmaTransport() = default;
+
+std::string RdmaTransport::describe() const {
+  std::string s;
+  for (const Nic& n : *nics_) {
+    const NicPort& np = ports_[n.index];
+    s += (s.empty() ? "" : "; ") + n.name + " -> " + np.sel.dev + " port " + std::to_string(np.sel.port) +
+         (np.sel.roce ? " GID " + std::to_string(np.sel.gidIndex) : std::string(" LID ") + std::to_string(np.sel.lid));
+  }
+  return s;
+}
+
+std::unique_ptr<Conn> RdmaTransport::connect(int nic, const sockaddr_storage& remote, socklen_t len, std::string* err) {
+  return tcp_.connect(nic, remote, len, err);
+}
+
+std::unique_ptr<SendPath> RdmaTransport::openSendPath(int nic, const sockaddr_storage& remote, socklen_t len, int nStreams,
+                                                      const PathIdentity& id, const ChunkPolicy& chunks, std::string* err) {
+  (void)nStreams;  // one QP per path (NCCL_IB_QPS_PER_CONNECTION is not honoured yet)
+  if (nic < 0 || nic >= (int)ports_.size() || !ports_[nic].hca) return *err = "no HCA port behind NIC", nullptr;
+  const NicPort& np = ports_[nic];
+  auto vp = std::make_unique<verbs::SendPath>(*np.hca, np.sel, rc_, err);
+  if (!vp->ok()) return nullptr;
+  auto conn = tcp_.connect(nic, remote, len, err);
+  if (!conn) return nullptr;
+  return std::unique_ptr<SendPath>(new RdmaSendPath(*this, nic, std::move(conn), id, chunks.maxChunkBytes, std::move(vp)));
+}
+
+std::unique_ptr<RecvPath> RdmaTransport::newRecvPath(int nStreams) { return newRecvPathOn(-1, nStreams); }
+
+std::unique_ptr<RecvPath> RdmaTransport::newRecvPathOn(int localNic, int nStreams) {
+  return std::unique_ptr<RecvPath>(new RdmaRecvPath(*this, localNic, nStreams));
+}
+
+bool RdmaTransport::endLivenessCheck(Conn& c, std::string* err) { return tcp_.endLivenessCheck(c, err); }
+
+void* RdmaTransport::regMr(void* data, size_t size, std::string* err) {
+  std::vector<verbs::Hca*> hs;
+  for (auto& h : hcas_) hs.push_back(h.get());
+  auto* mr = new verbs::MrSet(hs, data, size, err);
+  if (!mr->ok()) {
+    delete mr;
+    return nullptr;
+  }
+  return mr;
+}
+
+void RdmaTransport::deregMr(void* mhandle) { delete (verbs::MrSet*)mhandle; }
+
+bool rdmaUsable(const std::vector<Nic>& nics, std::string* why) {
+  if (nics.empty()) return *why = "no NIC", false;
+  for (const Nic& n : nics) {
+    verbs::PortSel sel;
+    std::string e;
+    if (!verbs::findPortForNetdev(n.name, &sel, &e)) return *why = "NIC " + n.name + ": " + e, false;
+  }
+  return true;
+}
+
+}  // namespace rdma
+}  // namespace railover

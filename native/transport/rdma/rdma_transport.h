@@ -1,0 +1,122 @@
+// The RDMA transport: the engine's path interface (transport/transport.h) on verbs RC queue
+// pairs (transport/verbs: one QP per path on the HCA port behind the path's NIC).
+//
+// What a path is here:
+//  * a TCP *bootstrap* stream from the sender's NIC to the receiver's listener on the peer NIC
+//    (the TCP transport's connect): it carries the HELLO (the same 32 bytes as a TCP stream,
+//    so the receiver's acceptor routes it to its comm and path unchanged), then the two QP
+//    endpoints (verbs::QpEndpoint, 40 bytes each way). It stays open for the path's life: its
+//    end (EOF, reset) tells either side that the peer fenced or dropped the path, or exited,
+//    long before an RC retry timeout would;
+//  * one RC QP each way-pair (verbs::SendPath at the sender, verbs::RecvPath at the receiver):
+//    the receiver advertises each posted buffer (address, size, rkey of its HCA), the sender
+//    RDMA-WRITEs the message's chunks into it and ends the message with a WRITE_WITH_IMM;
+//    control messages (ACK, RESUME, RESUME_ACK, CLOSE) are SENDs on the same QP.
+//
+// Bring-up order (as NCCL's IB transport): the sender creates its QP and sends its endpoint;
+// the receiver moves its QP to RTR/RTS first and only then answers with its endpoint, so the
+// sender's first packet never meets a QP that cannot take it. QP state changes (which may
+// resolve addresses) and QP destruction (~3 s on rxe after a local link loss) run on the
+// transport's worker thread, never on NCCL's threads.
+//
+// Fence: the sender moves its QP to ERR (nothing more leaves); the receiver moves its QP to
+// ERR and drains the flush completions of every posted receive (bounded by kFenceDrainMs)
+// before the engine answers RESUME_ACK on the new path, so no write of the old path lands in
+// a receive buffer after the resume (docs/DESIGN.md, "RDMA").
+//
+// Completion: a send completes on the receiver's ACK, never on a write completion (an RDMA
+// WRITE completion proves the remote HCA took the data, not that the receiver holds the whole
+// message in the buffer the engine gave).
+//
+// Limits: one QP per path; no grouped receives (maxRecvs 1); messages < 4 GiB; host memory.
+// Thread-safety: a path object is used by one thread at a time (its link's mutex holder);
+// the transport's methods are thread-safe.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/config.h"
+#include "plugin/devices.h"
+#include "transport/tcp/tcp_transport.h"
+#include "transport/transport.h"
+#include "transport/verbs/verbs_device.h"
+#include "transport/verbs/verbs_qp.h"
+
+namespace railover {
+namespace rdma {
+
+// Longest a receiver's fence waits for the flush of its posted receives, ms. rxe flushes in
+// well under a millisecond; the bound only matters on a wedged HCA (logged when reached).
+constexpr int kFenceDrainMs = 100;
+
+// A FIFO of jobs on one background thread (QP bring-up and destruction). Thread-safe.
+class Worker {
+ public:
+  Worker();
+  ~Worker();
+  void post(std::function<void()> job);
+
+ private:
+  void loop();
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> q_;
+  bool stop_ = false;
+  std::thread t_;
+};
+
+// The HCA port serving one NIC.
+struct NicPort {
+  verbs::PortSel sel;
+  verbs::Hca* hca = nullptr;  // owned by the transport
+  int hcaIndex = -1;          // index of hca in the transport's HCA list (and in every MrSet)
+};
+
+class RdmaTransport : public Transport {
+ public:
+  // Finds the HCA port behind every NIC of `nics` and opens its HCA. ok() false with *err
+  // naming the first NIC that has none (or why libibverbs could not be loaded).
+  RdmaTransport(const std::vector<Nic>* nics, const Config* cfg, std::string* err);
+  ~RdmaTransport() override;
+  bool ok() const { return ok_; }
+  // One line per NIC: "eth1 -> rxe0 port 1 GID 1 (...)", for the INIT log.
+  std::string describe() const;
+
+  std::unique_ptr<Conn> connect(int nic, const sockaddr_storage& remote, socklen_t len, std::string* err) override;
+  std::unique_ptr<SendPath> openSendPath(int nic, const sockaddr_storage& remote, socklen_t len, int nStreams,
+                                         const PathIdentity& id, const ChunkPolicy& chunks, std::string* err) override;
+  std::unique_ptr<RecvPath> newRecvPath(int nStreams) override;
+  std::unique_ptr<RecvPath> newRecvPathOn(int localNic, int nStreams) override;
+  bool endLivenessCheck(Conn& c, std::string* err) override;
+  void* regMr(void* data, size_t size, std::string* err) override;
+  void deregMr(void* mhandle) override;
+  bool groupedReceives() const override { return false; }
+  const char* name() const override { return "rdma"; }
+
+  const NicPort& port(int nic) const { return ports_[nic]; }
+  Worker& worker() { return worker_; }
+  const verbs::RcParams& rcParams() const { return rc_; }
+
+ private:
+  const std::vector<Nic>* nics_;
+  TcpTransport tcp_;
+  std::vector<std::unique_ptr<verbs::Hca>> hcas_;
+  std::vector<NicPort> ports_;
+  verbs::RcParams rc_;
+  Worker worker_;
+  bool ok_ = false;
+};
+
+// True when every NIC of `nics` has an ACTIVE RDMA port behind it and libibverbs loads
+// (RAILOVER_TRANSPORT=auto picks rdma then); *why says which NIC has none otherwise.
+bool rdmaUsable(const std::vector<Nic>& nics, std::string* why);
+
+}  // namespace rdma
+}  // namespace railover
