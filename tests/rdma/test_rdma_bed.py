@@ -9,7 +9,7 @@ Facts asserted (the verbs-level signals a transport relies on, measured on Soft-
   the RC timeout with retry_cnt <= 6; with retry_cnt 7 rxe retries forever: no error CQE, and
   the QP resumes once the path is back;
 * every fault's effect and its undo, seen from inside the guests;
-* railover-perf (TCP plugin) all-reduce between the guests over the rail NICs, 2 ranks per guest;
+* railover-perf (TCP transport: RAILOVER_TRANSPORT=tcp) all-reduce between the guests over the rail NICs, 2 ranks per guest;
 * a guest kernel panic is detected from the console, reported, and the guests come back.
 
 Each test module boots the guests once (about 10 s on an idle 2-core machine under TCG; minutes
@@ -288,7 +288,8 @@ def test_railover_perf_allreduce_two_ranks_per_guest_over_rails(rdma_bed, tmp_pa
     def body():
         res = rperf.run_perf(rdma_bed, ranks_per_host=2, timeout_s=900, workload="allreduce", minbytes="1K",
                              maxbytes="64K", stepfactor=8, iters=2, warmup=1, channels=1,
-                             op_timeout=120, rendezvous_timeout=300, fetch_to=tmp_path)
+                             op_timeout=120, rendezvous_timeout=300, fetch_to=tmp_path,
+                             env={"RAILOVER_TRANSPORT": "tcp"})  # auto would pick rdma here
         assert res.ok, res.describe()
         assert res.wrong_total == 0 and len(res.ranks) == 4
         for r in res.ranks:

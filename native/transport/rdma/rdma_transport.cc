@@ -251,6 +251,7 @@ class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink {
     if (why_.empty()) why_ = brokenText(b);
   }
 
+  friend ibv_qp* railover::rdma::pathQp(SendPath*);
   RdmaTransport& t_;
   int nic_;
   std::unique_ptr<Conn> conn_;
@@ -488,6 +489,7 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink {
     if (why_.empty()) why_ = brokenText(b);
   }
 
+  friend ibv_qp* railover::rdma::pathQp(RecvPath*);
   RdmaTransport& t_;
   int nic_;
   int nStreams_;
@@ -528,6 +530,11 @@ void Worker::post(std::function<void()> job) {
   cv_.notify_one();
 }
 
+void Worker::drain() {
+  std::unique_lock<std::mutex> g(mu_);
+  idle_.wait(g, [this] { return q_.empty() && !busy_; });
+}
+
 void Worker::loop() {
   std::unique_lock<std::mutex> g(mu_);
   while (true) {
@@ -535,55 +542,77 @@ void Worker::loop() {
     if (q_.empty()) return;  // stopping with nothing left
     std::function<void()> job = std::move(q_.front());
     q_.pop_front();
+    busy_ = true;
     g.unlock();
     job();
     job = nullptr;  // what the job held (a retired path) is destroyed here, on this thread
     g.lock();
+    busy_ = false;
+    if (q_.empty()) idle_.notify_all();
   }
 }
 
 // ---- transport
 
 RdmaTransport::RdmaTransport(const std::vector<Nic>* nics, const Config* cfg, std::string* err)
-    : nics_(nics), tcp_(nics, cfg) {
-  ports_.resize(nics->size());
+    : ownBoot_(new TcpTransport(nics, cfg)), boot_(ownBoot_.get()) {
+  std::vector<std::string> names(nics->size());
+  std::vector<verbs::PortSel> sels(nics->size());
   for (const Nic& n : *nics) {
-    NicPort& np = ports_[n.index];
     std::string e;
-    if (!verbs::findPortForNetdev(n.name, &np.sel, &e)) {
+    names[n.index] = n.name;
+    if (!verbs::findPortForNetdev(n.name, &sels[n.index], &e)) {
       *err = "NIC " + n.name + ": " + e;
       return;
     }
-    for (size_t i = 0; i < hcas_.size(); ++i)
-      if (hcas_[i]->name() == np.sel.dev) np.hca = hcas_[i].get(), np.hcaIndex = (int)i;
-    if (!np.hca) {
-      auto h = std::make_unique<verbs::Hca>(np.sel.dev, &e);
-      if (!h->ok()) {
-        *err = "NIC " + n.name + ": cannot open HCA " + np.sel.dev + ": " + e;
-        return;
-      }
-      np.hca = h.get();
-      np.hcaIndex = (int)hcas_.size();
-      hcas_.push_back(std::move(h));
-    }
   }
-  ok_ = true;
+  ok_ = openPorts(names, sels, err);
 }
 
-RdmaTransport::~RdmaTransport() = default;
+RdmaTransport::RdmaTransport(const std::vector<verbs::PortSel>& ports, Transport* bootstrap, std::string* err)
+    : boot_(bootstrap) {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < ports.size(); ++i) names.push_back("nic" + std::to_string(i));
+  ok_ = openPorts(names, ports, err);
+}
+
+bool RdmaTransport::openPorts(const std::vector<std::string>& names, const std::vector<verbs::PortSel>& sels,
+                              std::string* err) {
+  names_ = names;
+  ports_.resize(sels.size());
+  for (size_t i = 0; i < sels.size(); ++i) {
+    NicPort& np = ports_[i];
+    np.sel = sels[i];
+    for (size_t h = 0; h < hcas_.size(); ++h)
+      if (hcas_[h]->name() == np.sel.dev) np.hca = hcas_[h].get(), np.hcaIndex = (int)h;
+    if (np.hca) continue;
+    std::string e;
+    auto h = std::make_unique<verbs::Hca>(np.sel.dev, &e);
+    if (!h->ok()) {
+      *err = "NIC " + names[i] + ": cannot open HCA " + np.sel.dev + ": " + e;
+      return false;
+    }
+    np.hca = h.get();
+    np.hcaIndex = (int)hcas_.size();
+    hcas_.push_back(std::move(h));
+  }
+  return true;
+}
+
+RdmaTransport::~RdmaTransport() { worker_.drain(); }  // retired paths go before their HCAs
 
 std::string RdmaTransport::describe() const {
   std::string s;
-  for (const Nic& n : *nics_) {
-    const NicPort& np = ports_[n.index];
-    s += (s.empty() ? "" : "; ") + n.name + " -> " + np.sel.dev + " port " + std::to_string(np.sel.port) +
+ for (size_t i = 0; i < ports_.size(); ++i) {
+    const NicPort& np = ports_[i];
+    s += (s.empty() ? "" : "; ") + names_[i] + " -> " + np.sel.dev + " port " + std::to_string(np.sel.port) +
          (np.sel.roce ? " GID " + std::to_string(np.sel.gidIndex) : std::string(" LID ") + std::to_string(np.sel.lid));
   }
   return s;
 }
 
 std::unique_ptr<Conn> RdmaTransport::connect(int nic, const sockaddr_storage& remote, socklen_t len, std::string* err) {
-  return tcp_.connect(nic, remote, len, err);
+  return boot_->connect(nic, remote, len, err);
 }
 
 std::unique_ptr<SendPath> RdmaTransport::openSendPath(int nic, const sockaddr_storage& remote, socklen_t len, int nStreams,
@@ -593,7 +622,7 @@ std::unique_ptr<SendPath> RdmaTransport::openSendPath(int nic, const sockaddr_st
   const NicPort& np = ports_[nic];
   auto vp = std::make_unique<verbs::SendPath>(*np.hca, np.sel, rc_, err);
   if (!vp->ok()) return nullptr;
-  auto conn = tcp_.connect(nic, remote, len, err);
+  auto conn = boot_->connect(nic, remote, len, err);
   if (!conn) return nullptr;
   return std::unique_ptr<SendPath>(new RdmaSendPath(*this, nic, std::move(conn), id, chunks.maxChunkBytes, std::move(vp)));
 }
@@ -604,7 +633,7 @@ std::unique_ptr<RecvPath> RdmaTransport::newRecvPathOn(int localNic, int nStream
   return std::unique_ptr<RecvPath>(new RdmaRecvPath(*this, localNic, nStreams));
 }
 
-bool RdmaTransport::endLivenessCheck(Conn& c, std::string* err) { return tcp_.endLivenessCheck(c, err); }
+bool RdmaTransport::endLivenessCheck(Conn& c, std::string* err) { return boot_->endLivenessCheck(c, err); }
 
 void* RdmaTransport::regMr(void* data, size_t size, std::string* err) {
   std::vector<verbs::Hca*> hs;
@@ -618,6 +647,18 @@ void* RdmaTransport::regMr(void* data, size_t size, std::string* err) {
 }
 
 void RdmaTransport::deregMr(void* mhandle) { delete (verbs::MrSet*)mhandle; }
+
+ibv_qp* pathQp(SendPath* p) {
+  auto* r = dynamic_cast<RdmaSendPath*>(p);
+  if (!r || !r->sh_ || r->sh_->result.load(std::memory_order_acquire) != 1) return nullptr;
+  return r->sh_->path->qp().qp();
+}
+
+ibv_qp* pathQp(RecvPath* p) {
+  auto* r = dynamic_cast<RdmaRecvPath*>(p);
+  if (!r || !r->sh_ || r->sh_->result.load(std::memory_order_acquire) != 1) return nullptr;
+  return r->sh_->path->qp().qp();
+}
 
 bool rdmaUsable(const std::vector<Nic>& nics, std::string* why) {
   if (nics.empty()) return *why = "no NIC", false;

@@ -60,14 +60,17 @@ constexpr int kFenceDrainMs = 100;
 class Worker {
  public:
   Worker();
-  ~Worker();
+  ~Worker();  // runs the jobs still queued, then stops
   void post(std::function<void()> job);
+  // Waits until every job posted so far has run (tests; never on an NCCL thread).
+  void drain();
 
  private:
   void loop();
   std::mutex mu_;
-  std::condition_variable cv_;
+  std::condition_variable cv_, idle_;
   std::deque<std::function<void()>> q_;
+  bool busy_ = false;
   bool stop_ = false;
   std::thread t_;
 };
@@ -84,6 +87,9 @@ class RdmaTransport : public Transport {
   // Finds the HCA port behind every NIC of `nics` and opens its HCA. ok() false with *err
   // naming the first NIC that has none (or why libibverbs could not be loaded).
   RdmaTransport(const std::vector<Nic>* nics, const Config* cfg, std::string* err);
+  // Tests: NIC i is served by port `ports[i]` (HCA opened by name), and the bootstrap streams
+  // come from `bootstrap` (an in-memory stream transport), which outlives this one.
+  RdmaTransport(const std::vector<verbs::PortSel>& ports, Transport* bootstrap, std::string* err);
   ~RdmaTransport() override;
   bool ok() const { return ok_; }
   // One line per NIC: "eth1 -> rxe0 port 1 GID 1 (...)", for the INIT log.
@@ -105,14 +111,21 @@ class RdmaTransport : public Transport {
   const verbs::RcParams& rcParams() const { return rc_; }
 
  private:
-  const std::vector<Nic>* nics_;
-  TcpTransport tcp_;
+  bool openPorts(const std::vector<std::string>& names, const std::vector<verbs::PortSel>& sels, std::string* err);
+  std::vector<std::string> names_;        // NIC name per index (for describe())
+  std::unique_ptr<Transport> ownBoot_;    // the TCP transport (production)
+  Transport* boot_ = nullptr;             // bootstrap streams, liveness checks
   std::vector<std::unique_ptr<verbs::Hca>> hcas_;
   std::vector<NicPort> ports_;
   verbs::RcParams rc_;
   Worker worker_;
   bool ok_ = false;
 };
+
+// Tests and diagnostics: the QP of an RDMA path, once its bring-up finished (nullptr for a path
+// of another transport or one still connecting).
+ibv_qp* pathQp(SendPath* p);
+ibv_qp* pathQp(RecvPath* p);
 
 // True when every NIC of `nics` has an ACTIVE RDMA port behind it and libibverbs loads
 // (RAILOVER_TRANSPORT=auto picks rdma then); *why says which NIC has none otherwise.

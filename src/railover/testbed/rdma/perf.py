@@ -41,12 +41,13 @@ TCG_PLUGIN_ENV: Dict[str, str] = {"RAILOVER_PROBE_INTERVAL_MS": "250", "RAILOVER
 
 
 def run_perf(bed: RdmaBed, ranks_per_host: int = 1, *, env: Optional[Mapping[str, str]] = None,
+             per_rank_env: Optional[Mapping[int, Mapping[str, str]]] = None,
              timeout_s: float = 600.0, fetch_to: Union[str, Path, None] = None,
              **argv_options: Any) -> PerfResult:
     """Run ``2 * ranks_per_host`` ranks across the bed's guests and wait at most ``timeout_s``
     seconds (then the ranks are killed and ``timed_out`` is set). ``env`` is added to each
     rank's environment on top of the rail restriction, the journal path and (under TCG)
-    :data:`TCG_PLUGIN_ENV`. ``argv_options``
+    :data:`TCG_PLUGIN_ENV`; ``per_rank_env[r]`` is added on top for rank r only. ``argv_options``
     go to :func:`railover.perf.build_argv`. Returns a :class:`PerfResult` (``workdir`` =
     ``fetch_to`` when given); does not raise on rank failure (call ``check()``). Raises
     :class:`RdmaBedError` when the relays cannot start."""
@@ -90,6 +91,7 @@ def run_perf(bed: RdmaBed, ranks_per_host: int = 1, *, env: Optional[Mapping[str
             argvs[r] = build_argv(r, nranks, rv, binary=f"/mnt/build/bin/{_paths.PERF_FILE}",
                                   plugin=f"/mnt/build/lib/{_paths.PLUGIN_FILE}", **opts)
             e = dict(full_env, RAILOVER_EVENT_LOG=f"{wd}/journal-rank{r}.jsonl")
+            e.update((per_rank_env or {}).get(r, {}))
             procs[r] = bed.spawn(owner[r], argvs[r], env=e)
         deadline = time.monotonic() + timeout_s
         timed_out = False

@@ -1,0 +1,356 @@
+// Unit tests of the RDMA transport's engine-facing paths (transport/rdma) over the fake verbs
+// provider (tests/verbs/fake_verbs.h: QPs whose traffic the test delivers) and in-memory
+// bootstrap streams (tests/fake_net.h): bring-up through the bootstrap stream, messages written
+// into advertised buffers and reported to the engine's RecvSink, the send side waiting for the
+// advertisement, registrations, the engine holding an arrival, protocol errors, a refusal
+// (NACK) during bring-up, a peer that is not an RDMA peer, port errors on the path's own port
+// and on another one, and the end of the bootstrap stream.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../verbs/fake_verbs.h"
+#include "common/clock.h"
+#include "tests/fake_net.h"
+#include "transport/rdma/rdma_transport.h"
+#include "transport/tcp/wire.h"
+
+namespace railover {
+namespace {
+
+verbs::PortSel portOf(const char* dev, int port) {
+  verbs::PortSel p;
+  p.dev = dev;
+  p.port = port;
+  p.gidIndex = 1;
+  p.roce = true;
+  return p;
+}
+
+sockaddr_storage addrOf(const char* ip, uint16_t port) {
+  sockaddr_storage s{};
+  auto* in = (sockaddr_in*)&s;
+  in->sin_family = AF_INET;
+  in->sin_port = htons(port);
+  inet_pton(AF_INET, ip, &in->sin_addr);
+  return s;
+}
+
+// What the engine's receive side does, recorded; `hold` makes place() answer kHold.
+struct Sink : RecvSink {
+  struct Got {
+    ChunkRef c;
+    bool discarded;
+  };
+  std::vector<Got> got;
+  std::vector<CtlMsg> ctls;
+  uint8_t* dst = nullptr;  // where place() says the next message goes
+  int holds = 0;           // place() answers kHold this many times first
+  int placed = 0;
+  int place(const ChunkRef& c, uint8_t** d, std::string*) override {
+    if (holds > 0) return holds--, kHold;
+    placed++;
+    *d = dst;
+    return kWrite;
+  }
+  void arrived(const ChunkRef& c, bool discarded) override { got.push_back({c, discarded}); }
+  bool control(const CtlMsg& m, std::string* err) override {
+    ctls.push_back(m);
+    *err = "control message on the active path";
+    return false;
+  }
+};
+
+// One transport serving NIC 0 (fake0 port 1) and NIC 1 (fake1 port 1); paths go 0 -> 1. One
+// transport, so one worker thread: the fake provider is not thread-safe, and the test thread
+// never calls it while a worker job may run (bring-up waits, destruction drains).
+class RdmaPathTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ::fake::reset();
+    boot.nicAddr = {"10.0.0.1", "10.0.1.1"};
+    std::string err;
+    t = std::make_unique<rdma::RdmaTransport>(std::vector<verbs::PortSel>{portOf("fake0", 1), portOf("fake1", 1)},
+                                              &boot, &err);
+    ASSERT_TRUE(t->ok()) << err;
+  }
+  void TearDown() override {
+    for (void* m : mrs) t->deregMr(m);
+    tx.reset();
+    rx.reset();
+    t->worker().drain();
+  }
+
+  // Opens the send side and plays the acceptor: takes the bootstrap stream after its HELLO.
+  std::unique_ptr<Conn> openAndAccept() {
+    std::string err;
+    PathIdentity id;
+    id.secret = 7, id.connId = 9, id.pathIndex = 1, id.generation = 3;
+    ChunkPolicy cp;
+    cp.minChunkBytes = 128, cp.maxChunkBytes = kChunk;
+    sockaddr_storage remote = addrOf("10.0.1.1", 5000);
+    tx = t->openSendPath(0, remote, sizeof(sockaddr_in), 1, id, cp, &err);
+    EXPECT_TRUE(tx) << err;
+    if (!tx) return nullptr;
+    EXPECT_EQ(tx->connectState(&err), 0) << err;  // HELLO and endpoint written, waiting for the answer
+    EXPECT_EQ(boot.pending.size(), 1u);
+    if (boot.pending.empty()) return nullptr;
+    std::unique_ptr<Conn> server = std::move(boot.pending[0].server);
+    boot.pending.clear();
+    uint8_t hb[wire::kFrameBytes];
+    EXPECT_EQ(server->read(hb, sizeof(hb), &err), (ssize_t)sizeof(hb));
+    wire::Hello h;
+    EXPECT_TRUE(wire::decodeHello(hb, &h, &err)) << err;
+    EXPECT_EQ(h.secret, 7u);
+    EXPECT_EQ(h.connId, 9u);
+    EXPECT_EQ(h.path, 1);
+    EXPECT_EQ(h.generation, 3u);
+    EXPECT_EQ(h.nStreams, 1) << "an RDMA path has one bootstrap stream";
+    return server;
+  }
+
+  // Both sides up (bounded: the worker brings the QPs up).
+  void bringUp() {
+    std::unique_ptr<Conn> server = openAndAccept();
+    ASSERT_TRUE(server);
+    rx = t->newRecvPathOn(1, 1);
+    ASSERT_TRUE(rx->adopt(0, std::move(server)));
+    std::string err;
+    uint64_t deadline = nowUs() + 20 * 1000 * 1000;
+    int a = 0, b = 0;
+    while ((a != 1 || b != 1) && nowUs() < deadline) {
+      b = rx->connectState(&err);
+      ASSERT_GE(b, 0) << err;
+      a = tx->connectState(&err);
+      ASSERT_GE(a, 0) << err;
+      if (a != 1 || b != 1) t->worker().drain();
+    }
+    ASSERT_TRUE(a == 1 && b == 1) << "bring-up did not finish";
+    sq = rdma::pathQp(tx.get());
+    rq = rdma::pathQp(rx.get());
+    ASSERT_TRUE(sq && rq);
+  }
+
+  void* reg(std::vector<uint8_t>& b) {
+    std::string err;
+    void* m = t->regMr(b.data(), b.size(), &err);
+    EXPECT_TRUE(m) << err;
+    mrs.push_back(m);
+    return m;
+  }
+
+  // Carries everything posted, both ways, and lets both sides see it.
+  void wire() {
+    for (int i = 0; i < 3; ++i) {
+      ::fake::deliver(sq, rq);
+      ::fake::deliver(rq, sq);
+      std::string err;
+      tx->progress(&err);
+      rx->progress(sink, &err);
+    }
+  }
+
+  // Posts the message's chunks, then drives the send side once as the engine's isend does;
+  // returns that progress() result (*err: its cause).
+  int postMessage(uint64_t seq, std::vector<uint8_t>& src, uint64_t size, void* mr, std::string* err = nullptr) {
+    ChunkRef c;
+    c.seq = seq, c.total = size, c.tag = (int32_t)seq + 100, c.mhandle = mr;
+    uint64_t cs = tx->chunkBytes(size);
+    EXPECT_GT(cs, 0u);
+    uint64_t off = 0;
+    do {
+      c.offset = off;
+      c.len = std::min(cs, size - off);
+      tx->post(c, src.data() + off);
+      off += c.len;
+    } while (off < size);
+    std::string e;
+    int r = tx->progress(err ? err : &e);
+    if (!err) EXPECT_GE(r, 0) << e;
+    return r;
+  }
+
+  static constexpr uint64_t kChunk = 256;
+  fake::FakeTransport boot;
+  std::unique_ptr<rdma::RdmaTransport> t;
+  std::unique_ptr<SendPath> tx;
+  std::unique_ptr<RecvPath> rx;
+  ibv_qp* sq = nullptr;
+  ibv_qp* rq = nullptr;
+  Sink sink;
+  std::vector<void*> mrs;
+};
+
+TEST_F(RdmaPathTest, MessagesLandInTheAdvertisedBufferAndTheAckComesBack) {
+  bringUp();
+  const std::vector<uint64_t> sizes = {0, 1, kChunk, kChunk + 1, 3 * kChunk};
+  constexpr uint64_t kBuf = 4 * kChunk;
+  std::vector<uint8_t> rxb(kBuf * sizes.size(), 0xA5), txb(kBuf);
+  void* rmr = reg(rxb);
+  void* smr = reg(txb);
+  std::string err;
+  for (uint64_t seq = 0; seq < sizes.size(); ++seq) {
+    uint8_t* buf = rxb.data() + seq * kBuf;
+    rx->advertise(seq, (int32_t)seq + 100, buf, kBuf, rmr);
+    for (uint64_t i = 0; i < sizes[seq]; ++i) txb[i] = (uint8_t)(seq * 31 + i);
+    postMessage(seq, txb, sizes[seq], smr);
+    sink.dst = buf;
+    wire();
+    ASSERT_EQ(sink.got.size(), seq + 1) << "message " << seq << " not reported";
+    const ChunkRef& c = sink.got.back().c;
+    EXPECT_FALSE(sink.got.back().discarded);
+    EXPECT_EQ(c.seq, seq);
+    EXPECT_EQ(c.offset, 0u);
+    EXPECT_EQ(c.len, sizes[seq]);
+    EXPECT_EQ(c.total, sizes[seq]);
+    EXPECT_EQ(c.tag, (int32_t)seq + 100);
+    for (uint64_t i = 0; i < sizes[seq]; ++i) ASSERT_EQ(buf[i], (uint8_t)(seq * 31 + i)) << seq << " " << i;
+    for (uint64_t i = sizes[seq]; i < kBuf; ++i) ASSERT_EQ(buf[i], 0xA5) << "written past the end of " << seq;
+    CtlMsg ack;
+    ack.type = CtlType::kAck, ack.seq = seq + 1;
+    rx->sendCtl(ack);
+    ASSERT_EQ(rx->flushCtl(&err), 0) << err;
+    wire();
+    CtlMsg m;
+    ASSERT_EQ(tx->recvCtl(&m, &err), 1) << err;
+    EXPECT_EQ(m.type, CtlType::kAck);
+    EXPECT_EQ(m.seq, seq + 1);
+  }
+  EXPECT_TRUE(tx->completionNeedsReceiverAck());
+}
+
+TEST_F(RdmaPathTest, TheSenderWaitsForTheAdvertisementBeforeWriting) {
+  bringUp();
+  std::vector<uint8_t> rxb(1024), txb(1024, 7);
+  void* rmr = reg(rxb);
+  void* smr = reg(txb);
+  std::string err;
+  EXPECT_EQ(postMessage(0, txb, 100, smr, &err), 0) << err;
+  EXPECT_TRUE(::fake::outstanding(sq).empty()) << "wrote before the receiver said where";
+  rx->advertise(0, 100, rxb.data(), rxb.size(), rmr);
+  sink.dst = rxb.data();
+  wire();
+  ASSERT_EQ(sink.got.size(), 1u);
+  EXPECT_EQ(rxb[99], 7);
+}
+
+TEST_F(RdmaPathTest, AnUnregisteredSendBufferBreaksThePathWithItsCause) {
+  bringUp();
+  std::vector<uint8_t> rxb(1024), txb(1024);
+  void* rmr = reg(rxb);
+  rx->advertise(0, 100, rxb.data(), rxb.size(), rmr);
+  wire();
+  std::string err;
+  EXPECT_EQ(postMessage(0, txb, 100, nullptr, &err), -1);
+  EXPECT_NE(err.find("not registered"), std::string::npos) << err;
+}
+
+TEST_F(RdmaPathTest, ASendBufferOutsideItsRegistrationBreaksThePath) {
+  bringUp();
+  std::vector<uint8_t> rxb(1024), txb(1024), other(64);
+  void* rmr = reg(rxb);
+  void* omr = reg(other);
+  rx->advertise(0, 100, rxb.data(), rxb.size(), rmr);
+  wire();
+  std::string err;
+  EXPECT_EQ(postMessage(0, txb, 100, omr, &err), -1);  // registered, but another buffer
+  EXPECT_NE(err.find("outside its registration"), std::string::npos) << err;
+}
+
+TEST_F(RdmaPathTest, AnArrivalTheEngineHoldsIsReportedOnceItIsPlaced) {
+  bringUp();
+  std::vector<uint8_t> rxb(1024), txb(1024, 3);
+  void* rmr = reg(rxb);
+  void* smr = reg(txb);
+  rx->advertise(0, 100, rxb.data(), rxb.size(), rmr);
+  wire();
+  postMessage(0, txb, 10, smr);
+  sink.dst = rxb.data();
+  sink.holds = 2;
+  wire();  // three passes: two holds, then placed
+  ASSERT_EQ(sink.got.size(), 1u);
+  EXPECT_EQ(sink.placed, 1);
+  std::string err;
+  EXPECT_EQ(rx->progress(sink, &err), 0) << err;
+  EXPECT_EQ(sink.got.size(), 1u) << "reported twice";
+}
+
+TEST_F(RdmaPathTest, AnArrivalInABufferTheEngineDidNotChooseIsAProtocolError) {
+  bringUp();
+  std::vector<uint8_t> rxb(1024), txb(1024);
+  void* rmr = reg(rxb);
+  void* smr = reg(txb);
+  rx->advertise(0, 100, rxb.data(), 512, rmr);
+  wire();
+  postMessage(0, txb, 10, smr);
+  sink.dst = rxb.data() + 512;  // the engine's buffer for seq 0 is elsewhere
+  ::fake::deliver(sq, rq);
+  std::string err;
+  EXPECT_EQ(rx->progress(sink, &err), -1);
+  EXPECT_NE(err.find("did not choose"), std::string::npos) << err;
+}
+
+TEST_F(RdmaPathTest, ARefusalDuringBringUpIsANoticeNotAFault) {
+  std::unique_ptr<Conn> server = openAndAccept();
+  ASSERT_TRUE(server);
+  wire::Frame f;
+  f.type = wire::kNack;
+  f.seq = wire::kNackUnknownComm;
+  uint8_t b[wire::kFrameBytes];
+  wire::encodeFrame(f, b);
+  std::string err;
+  ASSERT_TRUE(writeAll(*server, b, sizeof(b), &err)) << err;
+  EXPECT_EQ(tx->connectState(&err), 0) << err;
+  CtlMsg m;
+  ASSERT_EQ(tx->recvNotice(true, &m, &err), 1) << err;
+  EXPECT_EQ(m.type, CtlType::kNack);
+  EXPECT_EQ(m.seq, kNackReasonUnknownComm);
+}
+
+TEST_F(RdmaPathTest, APeerThatIsNotAnRdmaPeerIsNamed) {
+  std::unique_ptr<Conn> server = openAndAccept();
+  ASSERT_TRUE(server);
+  std::vector<uint8_t> junk(verbs::QpEndpoint::kWireBytes, 0x11);  // e.g. a TCP transport's frames
+  std::string err;
+  ASSERT_TRUE(writeAll(*server, junk.data(), junk.size(), &err)) << err;
+  EXPECT_EQ(tx->connectState(&err), -1);
+  EXPECT_NE(err.find("RAILOVER_TRANSPORT"), std::string::npos) << err;
+  // and the receiver side, given a TCP sender's stream (32-byte frames, no endpoint)
+  rx = t->newRecvPathOn(1, 2);
+  std::unique_ptr<Conn> s2 = openAndAccept();
+  ASSERT_TRUE(s2);
+  rx->adopt(0, std::move(s2));
+  EXPECT_EQ(rx->connectState(&err), -1);
+  EXPECT_NE(err.find("RAILOVER_TRANSPORT"), std::string::npos) << err;
+}
+
+TEST_F(RdmaPathTest, APortErrorOnThePathsPortBreaksItAnotherPortsDoesNot) {
+  bringUp();
+  std::string err;
+  ::fake::asyncEvent(t->port(0).hca->ctx(), IBV_EVENT_PORT_ERR, 2);  // the sender HCA's other port
+  ::fake::asyncEvent(t->port(1).hca->ctx(), IBV_EVENT_PORT_ERR, 2);  // the receiver HCA's other port
+  EXPECT_GE(tx->progress(&err), 0) << err;
+  EXPECT_GE(rx->progress(sink, &err), 0) << err;
+  ::fake::asyncEvent(t->port(1).hca->ctx(), IBV_EVENT_PORT_ERR, 1);  // the receiver's own port
+  EXPECT_EQ(rx->progress(sink, &err), -1);
+  EXPECT_NE(err.find("port error"), std::string::npos) << err;
+  EXPECT_NE(err.find("fake1 port 1"), std::string::npos) << err;
+  EXPECT_GE(tx->progress(&err), 0) << "the sender's port is fine: " << err;
+}
+
+TEST_F(RdmaPathTest, TheEndOfTheBootstrapStreamBreaksThePathAsClosedByPeer) {
+  bringUp();
+  rx->fence();  // the receiver drops the path (fenced by a RESUME elsewhere): its stream ends
+  std::string err;
+  uint64_t deadline = nowUs() + 5 * 1000 * 1000;
+  int r = 0;
+  while (r >= 0 && nowUs() < deadline) r = tx->progress(&err);
+  EXPECT_EQ(r, -1);
+  EXPECT_NE(err.find("closed by peer"), std::string::npos) << err;  // what the engine reads as "by the peer"
+}
+
+}  // namespace
+}  // namespace railover
