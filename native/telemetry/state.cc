@@ -50,7 +50,8 @@ std::string render(const std::string& start, const std::string& host) {
   Health* hl = Health::get();
   std::string o = "{\"version\":1,\"pid\":" + std::to_string(getpid()) + ",\"start_time\":" + start +
                   ",\"host\":" + jsonStr(host) + ",\"updated_us\":" + std::to_string(nowUs()) +
-                  ",\"event_log\":" + jsonStr(rt.cfg.eventLog) + ",\"nics\":[";
+                  ",\"event_log\":" + jsonStr(rt.cfg.eventLog) +
+                  ",\"transport\":" + jsonStr(rt.transport ? rt.transport->name() : "") + ",\"nics\":[";
   for (size_t i = 0; i < rt.nics.size(); ++i) {
     const Nic& n = rt.nics[i];
     if (i) o += ",";

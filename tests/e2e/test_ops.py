@@ -111,6 +111,9 @@ def test_status_and_exporter_follow_a_failover(testbed, tmp_path):
                  if c["health"] == "failed-over"]
         assert moved and all(c["active_nic"] in (tb.nic("a1").ifname, tb.nic("b1").ifname) for c in moved), moved
         assert "failed-over" in seen["status"] and "traffic on" in seen["status"], seen["status"]
+        # each process says which transport its paths use (no RDMA device in a namespace bed: tcp)
+        assert all(p["transport"] == "tcp" for h in during["hosts"].values() for p in h["processes"]), during
+        assert "transport" in seen["status"] and "tcp" in seen["status"], seen["status"]
 
         # after the job: processes gone (they exited normally and removed their state files),
         # counters kept (from their journals), increased by exactly the failovers caused

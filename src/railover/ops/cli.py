@@ -89,8 +89,8 @@ def render_status(snap: Dict[str, Any], show_comms: bool = False) -> Group:
                       Text(", ".join(n["pairs_down"]) or "-", "red" if n["pairs_down"] else ""), str(n["processes"]))
         parts.append(t)
         pt = Table(title=f"host {host}: processes", title_justify="left")
-        for c in ("process", "comms", "ok", "failed over", "unprotected", "fatal", "failovers", "failbacks", "flaps",
-                  "resent"):
+        for c in ("process", "transport", "comms", "ok", "failed over", "unprotected", "fatal", "failovers", "failbacks",
+                  "flaps", "resent"):
             pt.add_column(c, no_wrap=True)
         stale = []
         comm_rows = []
@@ -102,7 +102,7 @@ def render_status(snap: Dict[str, Any], show_comms: bool = False) -> Group:
             cs = p["comms"]
             cnt = {k: sum(1 for c in cs if c["health"] == k) for k in ("ok", "failed-over", "unprotected", "fatal")}
             tt = p["totals"]
-            pt.add_row(who, str(len(cs)), str(cnt["ok"]), Text(str(cnt["failed-over"]), "yellow" if cnt["failed-over"] else ""),
+            pt.add_row(who, str(p.get("transport") or "?"), str(len(cs)), str(cnt["ok"]), Text(str(cnt["failed-over"]), "yellow" if cnt["failed-over"] else ""),
                        Text(str(cnt["unprotected"]), "yellow" if cnt["unprotected"] else ""),
                        Text(str(cnt["fatal"]), "bold red" if cnt["fatal"] else ""), str(tt.get("failovers", 0)),
                        str(tt.get("failbacks", 0)), str(tt.get("flaps", 0)), _bytes(int(tt.get("bytes_resent", 0))))
