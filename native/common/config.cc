@@ -261,16 +261,6 @@ bool parseHcaFilter(const std::string& text, HcaFilter* out, std::string* why) {
   return true;
 }
 
-bool HcaFilter::allows(const std::string& dev, int port) const {
-  if (items.empty()) return true;
-  bool listed = false;
-  for (const HcaSpec& h : items) {
-    bool name = exact ? dev == h.name : dev.compare(0, h.name.size(), h.name) == 0;
-    if (name && (h.port < 0 || h.port == port)) listed = true;
-  }
-  return exclude ? !listed : listed;
-}
-
 const char* transportName(TransportKind t) {
   switch (t) {
     case TransportKind::kTcp: return "tcp";

@@ -38,8 +38,17 @@ struct HcaFilter {
   bool exclude = false;        // '^': the listed HCAs/ports are the ones NOT to use
   bool exact = false;          // '=': names match exactly; else each name is a prefix
   std::vector<HcaSpec> items;  // empty (variable unset): every HCA and port may be used
-  // True when port `port` (1-based) of HCA `dev` may be used. Pure; thread-safe.
-  bool allows(const std::string& dev, int port) const;
+  // True when port `port` (1-based) of HCA `dev` may be used. Pure; thread-safe. (Inline: the
+  // verbs layer and its tests use it without linking the configuration parser.)
+  bool allows(const std::string& dev, int port) const {
+    if (items.empty()) return true;
+    bool listed = false;
+    for (const HcaSpec& h : items) {
+      bool name = exact ? dev == h.name : dev.compare(0, h.name.size(), h.name) == 0;
+      if (name && (h.port < 0 || h.port == port)) listed = true;
+    }
+    return exclude ? !listed : listed;
+  }
 };
 
 // NCCL's IB variables, with NCCL's meaning and defaults (params.h has the table). The verbs
