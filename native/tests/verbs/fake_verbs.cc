@@ -55,6 +55,7 @@ struct World {
   int failModify = 0;
   std::map<std::pair<std::string, int>, std::vector<ibv_gid_entry>> gids;
   std::map<std::pair<std::string, int>, std::vector<uint16_t>> pkeys;
+  std::map<ibv_qp*, int> qpPkeyIndex;
   World() {
     std::memset(devs, 0, sizeof devs);
     std::strcpy(devs[0].name, "fake0");
@@ -146,6 +147,11 @@ void reset() { g = std::make_unique<World>(); }
 const std::vector<PostedSend>& outstanding(ibv_qp* qp) { return fqp(qp)->sends; }
 size_t postedRecvs(ibv_qp* qp) { return fqp(qp)->recvs.size(); }
 void holdFlushes(bool hold) { w().holdFlushes = hold; }
+int pkeyIndex(ibv_qp* qp) {
+  auto it = w().qpPkeyIndex.find(qp);
+  return it == w().qpPkeyIndex.end() ? -1 : it->second;
+}
+
 void setPkeys(const std::string& dev, int port, const std::vector<uint16_t>& table) {
   w().pkeys[{dev, port}] = table;
 }
@@ -303,6 +309,7 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* ia) {
   return &f->qp;
 }
 int ibv_destroy_qp(ibv_qp* qp) {
+  w().qpPkeyIndex.erase(qp);
   delete fqp(qp);
   return 0;
 }
@@ -313,6 +320,7 @@ int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* a, int mask) {
     errno = e;
     return e;
   }
+  if (mask & IBV_QP_PKEY_INDEX) w().qpPkeyIndex[qp] = a->pkey_index;
   if (mask & IBV_QP_STATE) {
     qp->state = a->qp_state;
     if (a->qp_state == IBV_QPS_ERR && !w().holdFlushes) flushAll(fqp(qp));

@@ -414,3 +414,25 @@ TEST(VerbsRcSettings, PkeyIndexIsCheckedAgainstThePortsTable) {
   EXPECT_FALSE(checkPkeyIndex(hca, 1, 3, &pkey, &err));
   EXPECT_EQ(err, "NCCL_IB_PKEY=3: HCA fake1 port 1 has a P_Key table of 3 entries (NCCL_IB_PKEY is an index into it)");
 }
+
+TEST(VerbsRcSettings, TheQpEntersInitWithThePkeyIndex) {
+  fake::reset();
+  std::string err;
+  Hca hca("fake1", &err);
+  ASSERT_TRUE(hca.ok()) << err;
+  PortSel ps;
+  ps.dev = "fake1";
+  ps.port = 1;
+  ps.roce = true;
+  IbConfig s;
+  s.pkeyIndex = 1;
+  RcQp a(hca, ps, 8, 8, &err), b(hca, ps, 8, 8, &err);
+  ASSERT_TRUE(a.ok() && b.ok()) << err;
+  ASSERT_TRUE(a.toInit(rcParamsFor(s).pkeyIndex, &err)) << err;
+  EXPECT_EQ(fake::pkeyIndex(a.qp()), 1);
+  ASSERT_TRUE(b.toInit(&err)) << err;  // the old form: index 0
+  EXPECT_EQ(fake::pkeyIndex(b.qp()), 0);
+  RcQp c(hca, ps, 8, 8, &err);
+  EXPECT_FALSE(c.toInit(70000, &err));
+  EXPECT_NE(err.find("P_Key index 70000 out of range"), std::string::npos) << err;
+}

@@ -376,7 +376,7 @@ PortChoice choosePortForNetdev(const std::string& netdev, const IbConfig& s, Por
   std::string ibDev;
   int ibPort = 0;
   bool ipoib = ipoibPort(netdev, &ibDev, &ibPort);
-  std::vector<std::string> excluded, errors;
+  std::vector<std::string> excluded, errors, unreadable;  // unreadable: GID tables that could not be read
   for (int d = 0; d < dl.n; ++d) {
     std::string dev = api.get_device_name(dl.list[d]);
     ibv_context* ctx = api.open_device(dl.list[d]);
@@ -395,7 +395,7 @@ PortChoice choosePortForNetdev(const std::string& netdev, const IbConfig& s, Por
       if (roce) {
         std::string terr;
         if (!readGidTable(api, ctx, dev, port, pa.gid_tbl_len, roce, &table, &terr)) {
-          errors.push_back(terr);
+          unreadable.push_back(terr);
           continue;
         }
         for (const GidEntry& e : table) bound = bound || e.netdev == netdev;
@@ -429,6 +429,7 @@ PortChoice choosePortForNetdev(const std::string& netdev, const IbConfig& s, Por
   }
   *err = "no RDMA device is bound to NIC " + netdev + " (for Soft-RoCE: rdma link add rxe0 type rxe netdev " + netdev +
          ")";
+  for (const std::string& u : unreadable) *err += "; " + u;
   return PortChoice::kFailed;
 }
 
