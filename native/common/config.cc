@@ -1,5 +1,6 @@
 #include "common/config.h"
 
+#include <arpa/inet.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -75,6 +76,13 @@ const UintField kUintFields[] = {
     RO_UINT_FIELD("RAILOVER_STALL_MS", stallMs),
     RO_UINT_FIELD("RAILOVER_PROBE_BACKOFF_MAX_MS", probeBackoffMaxMs),
     RO_UINT_FIELD("RAILOVER_ABORT_ON_FATAL", abortOnFatal),
+    RO_UINT_FIELD("NCCL_IB_ROCE_VERSION_NUM", ib.roceVersion),
+    RO_UINT_FIELD("NCCL_IB_TC", ib.trafficClass),
+    RO_UINT_FIELD("NCCL_IB_SL", ib.sl),
+    RO_UINT_FIELD("NCCL_IB_TIMEOUT", ib.timeout),
+    RO_UINT_FIELD("NCCL_IB_RETRY_CNT", ib.retryCnt),
+    RO_UINT_FIELD("NCCL_IB_QPS_PER_CONNECTION", ib.qpsPerConnection),
+    RO_UINT_FIELD("NCCL_IB_PKEY", ib.pkeyIndex),
 };
 #undef RO_UINT_FIELD
 
@@ -126,11 +134,50 @@ bool parseOne(const ParamSpec& p, const char* s, Config& c, std::string* err) {
       c.ifnames = s, c.ifnamesVar = p.name;
       return true;
     }
-    case ParamType::kFamily:
-      if (!strcmp(s, "AF_INET")) c.family = AF_INET;
-      else if (!strcmp(s, "AF_INET6")) c.family = AF_INET6;
+    case ParamType::kFamily: {
+      int& f = strcmp(p.name, "NCCL_IB_ADDR_FAMILY") ? c.family : c.ib.addrFamily;
+      std::string v = trim(s);
+      if (v == "AF_INET") f = AF_INET;
+      else if (v == "AF_INET6") f = AF_INET6;
       else return *err = bad(p, s, "expected AF_INET or AF_INET6"), false;
       return true;
+    }
+    case ParamType::kHcaList: {
+      std::string why;
+      if (!parseHcaFilter(trim(s), &c.ib.hca, &why)) return *err = bad(p, s, why), false;
+      c.ib.hcaText = trim(s);
+      return true;
+    }
+    case ParamType::kGidIndex: {
+      std::string v = trim(s);
+      uint64_t idx = 0;
+      if (v == "-1") c.ib.gidIndex = -1;
+      else if (parseUint(v.c_str(), 0, 65535, &idx)) c.ib.gidIndex = static_cast<int>(idx);
+      else return *err = bad(p, s, "expected -1 (automatic) or a GID table index 0..65535"), false;
+      return true;
+    }
+    case ParamType::kCidr: {
+      std::string v = trim(s);
+      size_t slash = v.find('/');
+      const std::string syntax = "expected 'address/prefix-length', e.g. '10.1.0.0/16' or 'fd00:1::/64'";
+      if (slash == std::string::npos) return *err = bad(p, s, "no '/prefix-length': " + syntax), false;
+      std::string addr = v.substr(0, slash);
+      uint8_t raw[16] = {0};
+      int fam = 0;
+      if (inet_pton(AF_INET, addr.c_str(), raw) == 1) fam = AF_INET;
+      else if (inet_pton(AF_INET6, addr.c_str(), raw) == 1) fam = AF_INET6;
+      else return *err = bad(p, s, "'" + addr + "' is not an IPv4 or IPv6 address: " + syntax), false;
+      uint64_t len = 0;
+      uint64_t maxLen = fam == AF_INET ? 32 : 128;
+      if (!parseUint(v.substr(slash + 1).c_str(), 0, maxLen, &len))
+        return *err = bad(p, s, "the prefix length must be an integer 0.." + std::to_string(maxLen)), false;
+      c.ib.addrRangeSet = true;
+      c.ib.addrRangeFamily = fam;
+      std::memcpy(c.ib.addrRange, raw, sizeof raw);
+      c.ib.addrRangePrefix = static_cast<int>(len);
+      c.ib.addrRangeText = v;
+      return true;
+    }
     case ParamType::kTransport: {
       std::string v = trim(s);
       if (v == "auto") c.transport = TransportKind::kAuto;
@@ -187,6 +234,33 @@ bool parseOne(const ParamSpec& p, const char* s, Config& c, std::string* err) {
 
 }  // namespace
 
+bool parseHcaFilter(const std::string& text, HcaFilter* out, std::string* why) {
+  HcaFilter f;
+  std::string body = text;
+  if (!body.empty() && body[0] == '^') f.exclude = true, body = body.substr(1);
+  if (!body.empty() && body[0] == '=') f.exact = true, body = body.substr(1);
+  const char* syntax =
+      "expected a comma list of HCA names (prefixes), each optionally followed by ':port', led by '^' to "
+      "exclude and/or '=' for exact names, e.g. 'mlx5', '=mlx5_0:1,mlx5_1:1' or '^=mlx5_3'";
+  if (body.empty()) return *why = std::string("no HCA named: ") + syntax, false;
+  for (const std::string& item : split(body, ',')) {
+    HcaSpec h;
+    size_t colon = item.find(':');
+    h.name = item.substr(0, colon);
+    if (h.name.empty() || h.name.size() > 63 || h.name.find_first_of(" \t=^;/:") != std::string::npos)
+      return *why = "'" + item + "' is not an HCA name: " + syntax, false;
+    if (colon != std::string::npos) {
+      uint64_t port = 0;
+      if (!parseUint(item.substr(colon + 1).c_str(), 1, 255, &port))
+        return *why = "'" + item + "': the port must be an integer 1..255 after ':'", false;
+      h.port = static_cast<int>(port);
+    }
+    f.items.push_back(h);
+  }
+  *out = f;
+  return true;
+}
+
 const char* transportName(TransportKind t) {
   switch (t) {
     case TransportKind::kTcp: return "tcp";
@@ -225,6 +299,18 @@ bool parseConfig(const EnvLookup& env, Config* out, std::string* err) {
     if (!parseOne(p, s, c, err)) return false;
   }
   if (c.holdDownMaxMs < c.holdDownMs) c.holdDownMaxMs = c.holdDownMs;
+  auto given = [&](const char* name) {
+    const char* s = env(name);
+    return s && !blank(s);
+  };
+  c.ib.slSet = given("NCCL_IB_SL");
+  c.ib.trafficClassSet = given("NCCL_IB_TC");
+  if (c.ib.addrRangeSet && c.ib.addrRangeFamily != c.ib.addrFamily) {
+    *err = "NCCL_IB_ADDR_RANGE='" + c.ib.addrRangeText + "' is not valid: it is an " +
+           (c.ib.addrRangeFamily == AF_INET ? "IPv4" : "IPv6") + " range but NCCL_IB_ADDR_FAMILY is " +
+           (c.ib.addrFamily == AF_INET ? "AF_INET" : "AF_INET6") + " (set both to the same family)";
+    return false;
+  }
   *out = c;
   return true;
 }

@@ -5,6 +5,8 @@
 // Thread-safety: parseConfig is pure; the process-wide Config is written once at init.
 #pragma once
 
+#include <sys/socket.h>
+
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -24,12 +26,62 @@ enum class StandbyPolicy { kAll, kNone, kExplicit };
 enum class TransportKind { kAuto, kTcp, kRdma };
 const char* transportName(TransportKind t);  // "auto", "tcp", "rdma"
 
+// NCCL_IB_HCA: which HCAs (and ports) the verbs transport may use, in NCCL's syntax: a comma list
+// of HCA-name prefixes, each optionally followed by ':port'; a leading '^' makes it an exclude
+// list, a following '=' makes every name an exact name instead of a prefix ("^=mlx5_1,mlx5_4",
+// "=mlx5_0:1,mlx5_1:1", "mlx5"). A NIC whose HCA port is not allowed is served by TCP.
+struct HcaSpec {
+  std::string name;  // HCA name (exact or prefix, see HcaFilter::exact)
+  int port = -1;     // 1..255; -1 = every port of the HCA
+};
+struct HcaFilter {
+  bool exclude = false;        // '^': the listed HCAs/ports are the ones NOT to use
+  bool exact = false;          // '=': names match exactly; else each name is a prefix
+  std::vector<HcaSpec> items;  // empty (variable unset): every HCA and port may be used
+  // True when port `port` (1-based) of HCA `dev` may be used. Pure; thread-safe. (Inline: the
+  // verbs layer and its tests use it without linking the configuration parser.)
+  bool allows(const std::string& dev, int port) const {
+    if (items.empty()) return true;
+    bool listed = false;
+    for (const HcaSpec& h : items) {
+      bool name = exact ? dev == h.name : dev.compare(0, h.name.size(), h.name) == 0;
+      if (name && (h.port < 0 || h.port == port)) listed = true;
+    }
+    return exclude ? !listed : listed;
+  }
+};
+
+// NCCL's IB variables, with NCCL's meaning and defaults (params.h has the table). The verbs
+// transport reads them through transport/verbs/verbs_config.h (GID choice, RC QP attributes).
+struct IbConfig {
+  HcaFilter hca;                      // NCCL_IB_HCA
+  std::string hcaText;                // NCCL_IB_HCA as given ("" = unset), for messages
+  int gidIndex = -1;                  // NCCL_IB_GID_INDEX: -1 = automatic (RoCE only)
+  uint32_t roceVersion = RO_PARAM_DEFAULT("NCCL_IB_ROCE_VERSION_NUM");  // 1 or 2
+  int addrFamily = AF_INET;           // NCCL_IB_ADDR_FAMILY: AF_INET or AF_INET6
+  bool addrRangeSet = false;          // NCCL_IB_ADDR_RANGE given
+  int addrRangeFamily = AF_INET;      // family of the range's address
+  uint8_t addrRange[16] = {0};        // the range's address: 4 bytes (AF_INET) or 16 (AF_INET6), network order
+  int addrRangePrefix = 0;            // prefix length in bits (0..32 or 0..128)
+  std::string addrRangeText;          // as given
+  uint32_t timeout = RO_PARAM_DEFAULT("NCCL_IB_TIMEOUT");    // local ACK timeout exponent: 4.096 µs * 2^timeout
+  uint32_t retryCnt = RO_PARAM_DEFAULT("NCCL_IB_RETRY_CNT");  // transport retries, 0..7
+  uint32_t sl = RO_PARAM_DEFAULT("NCCL_IB_SL");               // InfiniBand service level, 0..15
+  uint32_t trafficClass = RO_PARAM_DEFAULT("NCCL_IB_TC");     // GRH traffic class (RoCE: DSCP << 2 | ECN), 0..255
+  // NCCL_IB_SL / NCCL_IB_TC were given. When not, NCCL (2.24 and later) takes the comm's traffic
+  // class from ncclNetCommConfig_t when NCCL passes one, else 0 (verbs_config.h: rcParamsFor).
+  bool slSet = false, trafficClassSet = false;
+  uint32_t qpsPerConnection = RO_PARAM_DEFAULT("NCCL_IB_QPS_PER_CONNECTION");  // RC QPs per path and direction
+  uint32_t pkeyIndex = RO_PARAM_DEFAULT("NCCL_IB_PKEY");      // P_Key table index of the QPs (NCCL's meaning)
+};
+
 // Field defaults come from the parameter table (common/params.h), checked at compile time.
 struct Config {
   std::string ifnames;           // RAILOVER_IFNAMES, else NCCL_SOCKET_IFNAME ("" = automatic)
   std::string ifnamesVar;        // which variable `ifnames` came from (for messages)
   int family = 0;                // NCCL_SOCKET_FAMILY: 0 any, AF_INET, AF_INET6
   TransportKind transport = TransportKind::kAuto;  // RAILOVER_TRANSPORT
+  IbConfig ib;                   // NCCL_IB_* (the verbs transport's HCA, GID and QP settings)
   int nStreams = (int)RO_PARAM_DEFAULT("RAILOVER_NSTREAMS");  // TCP streams per path
   uint64_t minChunkBytes = RO_PARAM_DEFAULT("RAILOVER_MIN_CHUNK_BYTES");  // smallest striped chunk, bytes
   uint64_t maxChunkBytes = 1 << 20;    // largest chunk on the wire (frame length bound), bytes
@@ -66,6 +118,10 @@ bool parseConfig(const EnvLookup& env, Config* out, std::string* err);
 // it is bad or when `name` is not a variable the plugin reads (a variable only the tools or
 // NCCL validate is accepted as is).
 bool checkParam(const char* name, const char* value, std::string* err);
+
+// Parses an NCCL_IB_HCA value (syntax above) into *out; false with *why (no variable name)
+// when it is malformed. Exposed for unit tests.
+bool parseHcaFilter(const std::string& s, HcaFilter* out, std::string* why);
 
 // Helpers exposed for unit tests.
 bool parseUint(const char* s, uint64_t lo, uint64_t hi, uint64_t* out);

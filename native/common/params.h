@@ -35,6 +35,9 @@ enum class ParamType : uint8_t {
   kNcclOwned,   // NCCL's own variable that railover also reads; NCCL validates it, railover does not
   kFlag,        // 0 or 1 (parsed like kUint with lo 0, hi 1)
   kTransport,   // auto, tcp or rdma
+  kHcaList,     // NCCL_IB_HCA syntax: comma list of HCA-name prefixes with optional ':port', '^' excludes, '=' exact
+  kGidIndex,    // -1 (automatic) or a GID table index
+  kCidr,        // an IPv4 or IPv6 address range 'address/prefix-length'
 };
 
 // Who reads a variable (bit mask).
@@ -73,6 +76,35 @@ inline constexpr ParamSpec kParams[] = {
      "auto, tcp or rdma", "rdma",
      "how paths move data: tcp (sockets), rdma (verbs RC queue pairs on the HCA port behind each NIC), auto (rdma "
      "when every NIC has an active RDMA port and libibverbs loads, else tcp)"},
+    // NCCL's IB variables: the same names, meanings and defaults as NCCL's own IB transport (the
+    // defaults of NCCL 2.23 and later), applied by railover's verbs transport.
+    {"NCCL_IB_HCA", ParamType::kHcaList, kReadPlugin, 0, 0, 0, 1, "", "(unset: every HCA)",
+     "comma list of HCA-name prefixes, each optionally ':port'; '^' excludes, '=' exact names", "=mlx5_0:1,mlx5_1:1",
+     "HCAs and ports the verbs transport may use; a NIC whose HCA port is not allowed is served by TCP"},
+    {"NCCL_IB_GID_INDEX", ParamType::kGidIndex, kReadPlugin, 0, 0, 0, 1, "", "-1",
+     "-1 = automatic, or a GID table index 0..65535", "3",
+     "RoCE: the GID index of every HCA port used; automatic picks the NIC's GID of NCCL_IB_ROCE_VERSION_NUM and "
+     "NCCL_IB_ADDR_FAMILY (within NCCL_IB_ADDR_RANGE); unused on InfiniBand (LID addressing)"},
+    {"NCCL_IB_ROCE_VERSION_NUM", ParamType::kUint, kReadPlugin, 2, 1, 2, 1, "", "2", "", "1",
+     "RoCE version of the GID chosen automatically"},
+    {"NCCL_IB_ADDR_FAMILY", ParamType::kFamily, kReadPlugin, 0, 0, 0, 1, "", "AF_INET", "AF_INET or AF_INET6",
+     "AF_INET6", "address family of the GID chosen automatically (AF_INET: an IPv4-mapped GID)"},
+    {"NCCL_IB_ADDR_RANGE", ParamType::kCidr, kReadPlugin, 0, 0, 0, 1, "", "(unset: any address)",
+     "'address/prefix-length' of NCCL_IB_ADDR_FAMILY's family", "10.1.0.0/16",
+     "address range the GID chosen automatically must be in"},
+    {"NCCL_IB_TC", ParamType::kUint, kReadPlugin, 0, 0, 255, 1, "", "0", "", "106",
+     "RoCE: traffic class of the QPs' GRH (DSCP << 2, with the ECN bits)"},
+    {"NCCL_IB_SL", ParamType::kUint, kReadPlugin, 0, 0, 15, 1, "", "0", "", "1", "InfiniBand service level of the QPs"},
+    {"NCCL_IB_TIMEOUT", ParamType::kUint, kReadPlugin, 20, 0, 31, 1, "", "20",
+     "per try 4.096 µs * 2^value; 0 = no timeout (InfiniBand specification)", "14",
+     "RC local ACK timeout exponent; with NCCL_IB_RETRY_CNT it bounds how long a QP retries (a backstop: railover "
+     "fails over on port events and probes first)"},
+    {"NCCL_IB_RETRY_CNT", ParamType::kUint, kReadPlugin, 7, 0, 7, 1, "retries", "7", "", "6",
+     "RC transport retries before a send fails with a retry-exceeded error"},
+    {"NCCL_IB_QPS_PER_CONNECTION", ParamType::kUint, kReadPlugin, 1, 1, 128, 1, "QPs", "1", "", "2",
+     "RC queue pairs per path and direction of a comm"},
+    {"NCCL_IB_PKEY", ParamType::kUint, kReadPlugin, 0, 0, 65535, 1, "", "0", "", "1",
+     "index into the HCA port's P_Key table of the partition key the QPs use (an index, as in NCCL)"},
     {"RAILOVER_NSTREAMS", ParamType::kUint, kReadPlugin, 2, 1, 16, 1, "streams", "2", "", "4",
      "TCP streams per path (docs/BENCHMARKS.md has the measurement behind the default)"},
     {"RAILOVER_MIN_CHUNK_BYTES", ParamType::kUint, kReadPlugin, 64 << 10, 128, 1 << 20, 128, "bytes", "65536", "",

@@ -22,6 +22,9 @@ const char* typeName(ParamType t) {
     case ParamType::kNcclOwned: return "nccl_owned";
     case ParamType::kFlag: return "flag";
     case ParamType::kTransport: return "transport";
+    case ParamType::kHcaList: return "hca_list";
+    case ParamType::kGidIndex: return "gid_index";
+    case ParamType::kCidr: return "cidr";
   }
   return "?";
 }

@@ -2,6 +2,7 @@
 // uses; the test binary is linked without libibverbs.
 #include "fake_verbs.h"
 
+#include <arpa/inet.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -53,6 +54,8 @@ struct World {
   bool holdFlushes = false;
   int failModify = 0;
   std::map<std::pair<std::string, int>, std::vector<ibv_gid_entry>> gids;
+  std::map<std::pair<std::string, int>, std::vector<uint16_t>> pkeys;
+  std::map<ibv_qp*, int> qpPkeyIndex;
   World() {
     std::memset(devs, 0, sizeof devs);
     std::strcpy(devs[0].name, "fake0");
@@ -144,6 +147,15 @@ void reset() { g = std::make_unique<World>(); }
 const std::vector<PostedSend>& outstanding(ibv_qp* qp) { return fqp(qp)->sends; }
 size_t postedRecvs(ibv_qp* qp) { return fqp(qp)->recvs.size(); }
 void holdFlushes(bool hold) { w().holdFlushes = hold; }
+int pkeyIndex(ibv_qp* qp) {
+  auto it = w().qpPkeyIndex.find(qp);
+  return it == w().qpPkeyIndex.end() ? -1 : it->second;
+}
+
+void setPkeys(const std::string& dev, int port, const std::vector<uint16_t>& table) {
+  w().pkeys[{dev, port}] = table;
+}
+
 void setGids(const std::string& dev, int port, const std::vector<ibv_gid_entry>& table) {
   w().gids[{dev, port}] = table;
 }
@@ -297,6 +309,7 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* ia) {
   return &f->qp;
 }
 int ibv_destroy_qp(ibv_qp* qp) {
+  w().qpPkeyIndex.erase(qp);
   delete fqp(qp);
   return 0;
 }
@@ -307,6 +320,7 @@ int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* a, int mask) {
     errno = e;
     return e;
   }
+  if (mask & IBV_QP_PKEY_INDEX) w().qpPkeyIndex[qp] = a->pkey_index;
   if (mask & IBV_QP_STATE) {
     qp->state = a->qp_state;
     if (a->qp_state == IBV_QPS_ERR && !w().holdFlushes) flushAll(fqp(qp));
@@ -342,12 +356,25 @@ int ibv_query_port(ibv_context* c, uint8_t port, _compat_ibv_port_attr* pa) {
   p->link_layer = IBV_LINK_LAYER_ETHERNET;
   p->active_mtu = IBV_MTU_1024;
   p->gid_tbl_len = static_cast<int>(w().gids[{c->device->name, port}].size());
+  auto pk = w().pkeys.find({c->device->name, port});
+  p->pkey_tbl_len = pk == w().pkeys.end() ? 1 : static_cast<uint16_t>(pk->second.size());
   return 0;
 }
 int _ibv_query_gid_ex(ibv_context* c, uint32_t port, uint32_t idx, ibv_gid_entry* e, uint32_t, size_t) {
   auto& t = w().gids[{c->device->name, static_cast<int>(port)}];
   if (idx >= t.size() || t[idx].gid_type == 0xff) return ENODATA;  // 0xff: an empty slot
   *e = t[idx];
+  return 0;
+}
+
+int ibv_query_pkey(ibv_context* c, uint8_t port, int index, __be16* pkey) {
+  auto pk = w().pkeys.find({c->device->name, port});
+  std::vector<uint16_t> t = pk == w().pkeys.end() ? std::vector<uint16_t>{0xffff} : pk->second;
+  if (index < 0 || static_cast<size_t>(index) >= t.size()) {
+    errno = EINVAL;
+    return -1;
+  }
+  *pkey = htons(t[static_cast<size_t>(index)]);
   return 0;
 }
 

@@ -49,6 +49,11 @@ void holdFlushes(bool hold);
 void failNextModify(int err);
 // The GID table of port `port` of HCA `dev` ("fake0"/"fake1"); empty after reset().
 void setGids(const std::string& dev, int port, const std::vector<ibv_gid_entry>& table);
+// The P_Key table of port `port` of HCA `dev` (host order); {0xffff} (the default partition)
+// when never set.
+void setPkeys(const std::string& dev, int port, const std::vector<uint16_t>& table);
+// The P_Key index the last ibv_modify_qp with IBV_QP_PKEY_INDEX set on `qp` (-1: never).
+int pkeyIndex(ibv_qp* qp);
 // Current state of a QP as the fake sees it.
 ibv_qp_state state(ibv_qp* qp);
 

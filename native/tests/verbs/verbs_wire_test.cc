@@ -153,28 +153,34 @@ TEST(VerbsDiscovery, TheRoceV2GidThatMapsTheNicsIpv4AddressIsChosen) {
       gidEntry("fe80::1", IBV_GID_TYPE_ROCE_V2, lo),           // link-local: no IPv4
       gidEntry("::ffff:127.0.0.1", IBV_GID_TYPE_ROCE_V1, lo),  // RoCE v1
       empty,
-      gidEntry("::ffff:127.0.0.9", IBV_GID_TYPE_ROCE_V2, lo),  // another address
       gidEntry("::ffff:127.0.0.1", IBV_GID_TYPE_ROCE_V2, lo + 1000),  // another NIC
   };
   fake::setGids("fake1", 1, t);
   PortSel ps;
   std::string err;
   EXPECT_FALSE(findPortForNetdev("lo", &ps, &err));
-  EXPECT_NE(err.find("fake1 port 1 is bound to lo but has no RoCE v2 GID for its address 127.0.0.1"),
+  EXPECT_NE(err.find("HCA fake1 port 1 has no RoCE v2 IPv4 GID bound to lo (NCCL_IB_ROCE_VERSION_NUM=2, "
+                     "NCCL_IB_ADDR_FAMILY=AF_INET, NCCL_IB_GID_INDEX unset); GIDs bound to lo: 0 fe80::1 RoCE v2, "
+                     "1 ::ffff:127.0.0.1 RoCE v1"),
             std::string::npos) << err;
-  t.push_back(gidEntry("::ffff:127.0.0.1", IBV_GID_TYPE_ROCE_V2, lo));  // index 5: the one
+  t.push_back(gidEntry("::ffff:127.0.0.9", IBV_GID_TYPE_ROCE_V2, lo));  // index 4: another address of lo
+  fake::setGids("fake1", 1, t);
+  ASSERT_TRUE(findPortForNetdev("lo", &ps, &err)) << err;
+  EXPECT_EQ(ps.gidIndex, 4);
+  t.push_back(gidEntry("::ffff:127.0.0.1", IBV_GID_TYPE_ROCE_V2, lo));  // index 5: lo's first address
   fake::setGids("fake1", 1, t);
   ASSERT_TRUE(findPortForNetdev("lo", &ps, &err)) << err;
   EXPECT_EQ(ps.dev, "fake1");
   EXPECT_EQ(ps.port, 1);
-  EXPECT_EQ(ps.gidIndex, 5);
+  EXPECT_EQ(ps.gidIndex, 5) << "the GID of the NIC's first address wins over a lower index";
   EXPECT_TRUE(ps.roce);
   EXPECT_EQ(gidString(ps.gid), "::ffff:127.0.0.1");
-  EXPECT_NE(ps.why.find("GID 5 of fake1 port 1 is RoCE v2 and maps lo's address 127.0.0.1"), std::string::npos)
-      << ps.why;
+  EXPECT_EQ(ps.why,
+            "fake1 port 1 GID 5 (RoCE v2, IPv4 127.0.0.1, bound to lo; NCCL_IB_GID_INDEX unset, the NIC's first "
+            "address)");
   // by HCA name: the first RoCE v2 GID with an IPv4 address, or the index given
   ASSERT_TRUE(findPortByDevice("fake1", 1, -1, &ps, &err)) << err;
-  EXPECT_EQ(ps.gidIndex, 3);
+  EXPECT_EQ(ps.gidIndex, 3);  // bound to another NIC, but findPortByDevice does not ask
   ASSERT_TRUE(findPortByDevice("fake1", 1, 5, &ps, &err)) << err;
   EXPECT_EQ(ps.gidIndex, 5);
   EXPECT_EQ(ps.netdev, "lo");

@@ -30,6 +30,12 @@
 // reached the receiver after the fence and none landed. --no-fence (negative control for that
 // test) watches the same way without fencing: there the late writes do land.
 //
+// With --netdev the HCA port and GID are chosen as the plugin chooses them, honouring NCCL's IB
+// variables in the environment (NCCL_IB_HCA, NCCL_IB_GID_INDEX, NCCL_IB_ROCE_VERSION_NUM,
+// NCCL_IB_ADDR_FAMILY, NCCL_IB_ADDR_RANGE); the receiver's {"ev":"listening"} reports the choice
+// (dev, hca_port, gid_index, gid, why). A bad value or an excluded HCA port is an error naming
+// the variable (exit status 1).
+//
 // Output: JSON lines with "t_us" (CLOCK_MONOTONIC µs). Exit status: 0 all messages arrived
 // intact, 1 runtime failure or wrong bytes, 2 usage, 3 the path broke.
 #include <arpa/inet.h>
@@ -51,11 +57,16 @@
 #include <string>
 #include <vector>
 
+#include "common/config.h"
+#include "transport/verbs/verbs_config.h"
 #include "transport/verbs/verbs_device.h"
 #include "transport/verbs/verbs_mr.h"
 #include "transport/verbs/verbs_path.h"
 #include "transport/verbs/verbs_qp.h"
 
+using railover::Config;
+using railover::parseConfig;
+using railover::processEnv;
 using namespace railover::verbs;
 
 namespace {
@@ -168,9 +179,14 @@ int usage(const std::string& why) {
   return 2;
 }
 
+// --netdev: the HCA port and GID with NCCL's IB variables from the environment (NCCL_IB_HCA,
+// NCCL_IB_GID_INDEX, NCCL_IB_ROCE_VERSION_NUM, NCCL_IB_ADDR_FAMILY, NCCL_IB_ADDR_RANGE), parsed
+// and applied exactly as the plugin does (common/config.h, transport/verbs/verbs_config.h).
 bool selectPort(const Opts& o, PortSel* ps, std::string* err) {
-  if (!o.netdev.empty()) return findPortForNetdev(o.netdev, ps, err);
-  return findPortByDevice(o.dev, 1, o.gidx, ps, err);
+  if (o.netdev.empty()) return findPortByDevice(o.dev, 1, o.gidx, ps, err);
+  Config cfg;
+  if (!parseConfig(processEnv(), &cfg, err)) return false;
+  return choosePortForNetdev(o.netdev, cfg.ib, ps, err) == PortChoice::kChosen;
 }
 
 bool ioAll(int fd, void* buf, size_t n, bool wr) {
@@ -309,7 +325,8 @@ int runRecv(const Opts& o) {
   PortSel ps;
   std::string err;
   if (!selectPort(o, &ps, &err)) return fail(err);
-  emit("listening", ",\"port\":%d,\"dev\":%s,\"why\":%s", o.port, jstr(ps.dev).c_str(), jstr(ps.why).c_str());
+  emit("listening", ",\"port\":%d,\"dev\":%s,\"hca_port\":%d,\"gid_index\":%d,\"gid\":%s,\"why\":%s", o.port,
+       jstr(ps.dev).c_str(), ps.port, ps.gidIndex, jstr(gidString(ps.gid)).c_str(), jstr(ps.why).c_str());
   pollfd pf{lfd, POLLIN, 0};
   int pr = 0;
   uint64_t acceptDeadline = nowUs() + static_cast<uint64_t>(o.deadlineS * 1e6);

@@ -41,7 +41,8 @@ bool resolve(void* h, VerbsApi* a, std::string* err) {
          sym(h, "ibv_get_async_event", &a->get_async_event, err) &&
          sym(h, "ibv_ack_async_event", &a->ack_async_event, err) &&
          sym(h, "ibv_query_device", &a->query_device, err) && sym(h, "ibv_query_port", &a->query_port_compat, err) &&
-         sym(h, "_ibv_query_gid_ex", &a->query_gid_ex, err) && sym(h, "ibv_wc_status_str", &a->wc_status_str, err) &&
+         sym(h, "_ibv_query_gid_ex", &a->query_gid_ex, err) &&
+         sym(h, "ibv_query_pkey", &a->query_pkey, err) && sym(h, "ibv_wc_status_str", &a->wc_status_str, err) &&
          sym(h, "ibv_event_type_str", &a->event_type_str, err) &&
          sym(h, "ibv_port_state_str", &a->port_state_str, err);
 }

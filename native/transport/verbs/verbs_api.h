@@ -42,6 +42,7 @@ struct VerbsApi {
   // The exported (compat) port query; queryPort() below prefers the context's extended op.
   int (*query_port_compat)(ibv_context*, uint8_t, _compat_ibv_port_attr*);
   int (*query_gid_ex)(ibv_context*, uint32_t, uint32_t, ibv_gid_entry*, uint32_t, size_t);
+  int (*query_pkey)(ibv_context*, uint8_t, int, __be16*);
   const char* (*wc_status_str)(ibv_wc_status);
   const char* (*event_type_str)(ibv_event_type);
   const char* (*port_state_str)(ibv_port_state);

@@ -1,5 +1,7 @@
 #include "transport/verbs/verbs_device.h"
 
+#include "transport/verbs/verbs_config.h"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
@@ -26,21 +28,6 @@ std::string gidString(const ibv_gid& g) {
 }
 
 namespace {
-
-// The NIC's first IPv4 address; false when it has none.
-bool ipv4Of(const std::string& netdev, in_addr* out) {
-  ifaddrs* ifa = nullptr;
-  if (getifaddrs(&ifa) != 0) return false;
-  bool found = false;
-  for (ifaddrs* p = ifa; p; p = p->ifa_next) {
-    if (!p->ifa_addr || p->ifa_addr->sa_family != AF_INET || netdev != p->ifa_name) continue;
-    *out = reinterpret_cast<sockaddr_in*>(p->ifa_addr)->sin_addr;
-    found = true;
-    break;
-  }
-  freeifaddrs(ifa);
-  return found;
-}
 
 bool isV4Mapped(const ibv_gid& g, in_addr* a) {
   static const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
@@ -81,69 +68,8 @@ bool fillPort(const VerbsApi& api, ibv_context* ctx, int port, PortSel* out, std
 }  // namespace
 
 bool findPortForNetdev(const std::string& netdev, PortSel* out, std::string* err) {
-  const VerbsApi* a = verbsApi(err);
-  if (!a) return false;
-  const VerbsApi& api = *a;
-  unsigned ifindex = if_nametoindex(netdev.c_str());
-  if (ifindex == 0) {
-    *err = "no network interface named '" + netdev + "'";
-    return false;
-  }
-  in_addr want{};
-  if (!ipv4Of(netdev, &want)) {
-    *err = "NIC " + netdev + " has no IPv4 address (the RoCE v2 GID is chosen by the IPv4 address)";
-    return false;
-  }
-  char wantStr[INET_ADDRSTRLEN];
-  inet_ntop(AF_INET, &want, wantStr, sizeof wantStr);
-  DevList dl(api);
-  if (!dl.list || dl.n == 0) {
-    *err = "no RDMA device found (is an RDMA driver or rdma_rxe loaded, and libibverbs' provider installed?)";
-    return false;
-  }
-  std::string seen;  // HCA ports bound to the NIC but without a matching GID
-  for (int d = 0; d < dl.n; ++d) {
-    ibv_context* ctx = api.open_device(dl.list[d]);
-    if (!ctx) continue;
-    ibv_device_attr da{};
-    if (api.query_device(ctx, &da) != 0) {
-      api.close_device(ctx);
-      continue;
-    }
-    for (int port = 1; port <= da.phys_port_cnt; ++port) {
-      ibv_port_attr pa{};
-      if (queryPort(api, ctx, static_cast<uint8_t>(port), &pa) != 0) continue;
-      for (int gi = 0; gi < pa.gid_tbl_len; ++gi) {
-        ibv_gid_entry ge{};
-        if (api.query_gid_ex(ctx, static_cast<uint32_t>(port), static_cast<uint32_t>(gi), &ge, 0, sizeof ge) != 0)
-          continue;
-        if (ge.ndev_ifindex != ifindex) continue;
-        in_addr a{};
-        if (ge.gid_type != IBV_GID_TYPE_ROCE_V2 || !isV4Mapped(reinterpret_cast<const ibv_gid&>(ge.gid), &a) ||
-            a.s_addr != want.s_addr) {
-          seen = std::string(api.get_device_name(dl.list[d])) + " port " + std::to_string(port);
-          continue;
-        }
-        out->dev = api.get_device_name(dl.list[d]);
-        out->netdev = netdev;
-        out->gidIndex = gi;
-        std::memcpy(out->gid.raw, ge.gid.raw, 16);
-        bool ok = fillPort(api, ctx, port, out, err);
-        api.close_device(ctx);
-        if (ok)
-          out->why = "GID " + std::to_string(gi) + " of " + out->dev + " port " + std::to_string(port) +
-                     " is RoCE v2 and maps " + netdev + "'s address " + wantStr;
-        return ok;
-      }
-    }
-    api.close_device(ctx);
-  }
-  if (!seen.empty())
-    *err = "RDMA device " + seen + " is bound to " + netdev + " but has no RoCE v2 GID for its address " + wantStr;
-  else
-    *err = "no RDMA device is bound to NIC " + netdev + " (for Soft-RoCE: rdma link add rxe0 type rxe netdev " +
-           netdev + ")";
-  return false;
+  // NCCL's defaults (IbConfig's initial values): every HCA, automatic RoCE v2 IPv4 GID.
+  return choosePortForNetdev(netdev, IbConfig{}, out, err) == PortChoice::kChosen;
 }
 
 bool findPortByDevice(const std::string& dev, int port, int gidIndex, PortSel* out, std::string* err) {

@@ -40,9 +40,10 @@ struct PortSel {
   std::string why;          // one line: how the port/GID was chosen (for doctor/logs)
 };
 
-// Finds the HCA port backing `netdev` and its RoCE v2 GID for the NIC's first IPv4 address.
-// false with *err naming the problem (no such NIC, no IPv4 address, no RDMA device bound to the
-// NIC, no RoCE v2 GID for the address, port not ACTIVE).
+// Finds the HCA port backing `netdev` and its GID with NCCL's defaults (every HCA allowed, the
+// NIC's RoCE v2 IPv4 GID): choosePortForNetdev(netdev, IbConfig{}, ...) of verbs_config.h, which
+// applies NCCL_IB_HCA and the GID variables. false with *err naming the problem (no such NIC, no
+// RDMA device bound to the NIC, no RoCE v2 IPv4 GID bound to it, port not ACTIVE).
 bool findPortForNetdev(const std::string& netdev, PortSel* out, std::string* err);
 
 // Selects `port` of HCA `dev` directly. gidIndex -1: on RoCE the first RoCE v2 GID with an IPv4

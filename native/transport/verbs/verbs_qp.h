@@ -36,7 +36,7 @@ struct RcParams {
   int retryCnt = kNcclDefaultRetryCnt;  // 0..7
   int sl = 0;                           // service level (NCCL_IB_SL)
   int trafficClass = 0;                 // GRH traffic class (NCCL_IB_TC)
-  int pkeyIndex = 0;                    // NCCL_IB_PKEY
+  int pkeyIndex = 0;                    // NCCL_IB_PKEY: P_Key table index (used by RcQp::toInit)
   // Nominal time from the last acknowledged packet to IBV_WC_RETRY_EXC_ERR, µs:
   // 4.096 µs * 2^timeout * (retryCnt + 1). Infinite (UINT64_MAX) for retryCnt 7 on rxe only
   // in practice; this returns the specification's value.
@@ -85,8 +85,10 @@ class RcQp {
   const PortSel& port() const { return port_; }
   const QpEndpoint& local() const { return local_; }
 
-  // RESET -> INIT (receives may be posted from here on).
-  bool toInit(std::string* err);
+  // RESET -> INIT (receives may be posted from here on), with P_Key table index `pkeyIndex`
+  // (NCCL_IB_PKEY; RcParams::pkeyIndex; verbs_config.h checkPkeyIndex validates it).
+  bool toInit(int pkeyIndex, std::string* err);
+  bool toInit(std::string* err) { return toInit(0, err); }
   // INIT -> RTR -> RTS towards `peer` with `p` (path MTU = the smaller active MTU).
   bool toRts(const QpEndpoint& peer, const RcParams& p, std::string* err);
   // Any state -> ERR: outstanding work requests complete with IBV_WC_WR_FLUSH_ERR, and incoming
