@@ -88,7 +88,7 @@ bool Runtime::chooseTransport(std::string* err) {
 #ifdef RAILOVER_HAVE_VERBS
   if (k == TransportKind::kAuto) {
     std::string why;
-    k = rdma::rdmaUsable(nics, &why) ? TransportKind::kRdma : TransportKind::kTcp;
+    k = rdma::rdmaUsable(nics, cfg, &why) ? TransportKind::kRdma : TransportKind::kTcp;
     if (k == TransportKind::kTcp)
       RO_INFO(RO_SUBSYS_INIT | RO_SUBSYS_NET, "railover: RAILOVER_TRANSPORT=auto: using tcp (%s)", why.c_str());
   }

@@ -7,6 +7,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "transport/tcp/wire.h"
+#include "transport/verbs/verbs_config.h"
 #include "transport/verbs/verbs_mr.h"
 #include "transport/verbs/verbs_path.h"
 
@@ -561,12 +562,28 @@ RdmaTransport::RdmaTransport(const std::vector<Nic>* nics, const Config* cfg, st
   for (const Nic& n : *nics) {
     std::string e;
     names[n.index] = n.name;
-    if (!verbs::findPortForNetdev(n.name, &sels[n.index], &e)) {
+    verbs::PortChoice c = verbs::choosePortForNetdev(n.name, cfg->ib, &sels[n.index], &e);
+    if (c != verbs::PortChoice::kChosen) {
       *err = "NIC " + n.name + ": " + e;
       return;
     }
   }
-  ok_ = openPorts(names, sels, err);
+  rc_ = verbs::rcParamsFor(cfg->ib);
+  std::string bad = rc_.validate();
+  if (!bad.empty()) {
+    *err = "RC QP settings (NCCL_IB_TIMEOUT, NCCL_IB_RETRY_CNT, NCCL_IB_SL, NCCL_IB_TC, NCCL_IB_PKEY): " + bad;
+    return;
+  }
+  if (!openPorts(names, sels, err)) return;
+  for (size_t i = 0; i < ports_.size() && cfg->ib.pkeyIndex != 0; ++i) {
+    uint16_t pkey = 0;
+    std::string e;
+    if (!verbs::checkPkeyIndex(*ports_[i].hca, ports_[i].sel.port, (int)cfg->ib.pkeyIndex, &pkey, &e)) {
+      *err = "NIC " + names[i] + ": NCCL_IB_PKEY=" + std::to_string(cfg->ib.pkeyIndex) + ": " + e;
+      return;
+    }
+  }
+  ok_ = true;
 }
 
 RdmaTransport::RdmaTransport(const std::vector<verbs::PortSel>& ports, Transport* bootstrap, std::string* err)
@@ -606,7 +623,8 @@ std::string RdmaTransport::describe() const {
  for (size_t i = 0; i < ports_.size(); ++i) {
     const NicPort& np = ports_[i];
     s += (s.empty() ? "" : "; ") + names_[i] + " -> " + np.sel.dev + " port " + std::to_string(np.sel.port) +
-         (np.sel.roce ? " GID " + std::to_string(np.sel.gidIndex) : std::string(" LID ") + std::to_string(np.sel.lid));
+         (np.sel.roce ? " GID " + std::to_string(np.sel.gidIndex) : std::string(" LID ") + std::to_string(np.sel.lid)) +
+         (np.sel.why.empty() ? "" : " [" + np.sel.why + "]");
   }
   return s;
 }
@@ -660,12 +678,13 @@ ibv_qp* pathQp(RecvPath* p) {
   return r->sh_->path->qp().qp();
 }
 
-bool rdmaUsable(const std::vector<Nic>& nics, std::string* why) {
+bool rdmaUsable(const std::vector<Nic>& nics, const Config& cfg, std::string* why) {
   if (nics.empty()) return *why = "no NIC", false;
   for (const Nic& n : nics) {
     verbs::PortSel sel;
     std::string e;
-    if (!verbs::findPortForNetdev(n.name, &sel, &e)) return *why = "NIC " + n.name + ": " + e, false;
+    if (verbs::choosePortForNetdev(n.name, cfg.ib, &sel, &e) != verbs::PortChoice::kChosen)
+      return *why = "NIC " + n.name + ": " + e, false;
   }
   return true;
 }

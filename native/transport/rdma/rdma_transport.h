@@ -84,8 +84,10 @@ struct NicPort {
 
 class RdmaTransport : public Transport {
  public:
-  // Finds the HCA port behind every NIC of `nics` and opens its HCA. ok() false with *err
-  // naming the first NIC that has none (or why libibverbs could not be loaded).
+  // Finds the HCA port behind every NIC of `nics` (NCCL_IB_HCA, GID by NCCL_IB_GID_INDEX /
+  // ROCE_VERSION_NUM / ADDR_FAMILY / ADDR_RANGE: cfg->ib) and opens its HCA; QPs get
+  // NCCL_IB_TIMEOUT / RETRY_CNT / SL / TC / PKEY. ok() false with *err naming the first NIC
+  // that has none (or why libibverbs could not be loaded).
   RdmaTransport(const std::vector<Nic>* nics, const Config* cfg, std::string* err);
   // Tests: NIC i is served by port `ports[i]` (HCA opened by name), and the bootstrap streams
   // come from `bootstrap` (an in-memory stream transport), which outlives this one.
@@ -127,9 +129,10 @@ class RdmaTransport : public Transport {
 ibv_qp* pathQp(SendPath* p);
 ibv_qp* pathQp(RecvPath* p);
 
-// True when every NIC of `nics` has an ACTIVE RDMA port behind it and libibverbs loads
-// (RAILOVER_TRANSPORT=auto picks rdma then); *why says which NIC has none otherwise.
-bool rdmaUsable(const std::vector<Nic>& nics, std::string* why);
+// True when every NIC of `nics` has an ACTIVE RDMA port behind it that NCCL_IB_HCA allows, with
+// a GID by NCCL's rules (cfg.ib), and libibverbs loads (RAILOVER_TRANSPORT=auto picks rdma
+// then); *why says which NIC has none otherwise.
+bool rdmaUsable(const std::vector<Nic>& nics, const Config& cfg, std::string* why);
 
 }  // namespace rdma
 }  // namespace railover

@@ -120,7 +120,7 @@ bool PathBase::connect(const QpEndpoint& peer, std::string* err) {
     *err = "path not constructed";
     return false;
   }
-  if (!qp_->toInit(err)) return false;
+  if (!qp_->toInit(params_.pkeyIndex, err)) return false;  // NCCL_IB_PKEY
   for (int i = 0; i < kRecvDepth; ++i)
     if (!postRecv(i, err)) return false;
   hca_.pollAsync();
