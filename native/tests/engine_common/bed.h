@@ -10,9 +10,9 @@
 //
 // The bed: one process plays both ranks of one comm (`send`, `recv`) over two NICs, n0
 // (10.0.0.1, rail 0, the primary) and n1 (10.0.1.1, rail 1, the standby); a scripted health
-// view (`health`); the journal in a temp file; the config below (2 streams, 4 KiB minimum
-// chunks, 50 ms hold-down growing to at most 800 ms, 5 ms stall, 1 s fatal timeout, 200 ms
-// back-off cap). Faults are set on the fake's wire between a local NIC and a remote address:
+// view (`health`); the journal in a temp file; the config setUpBed() installs (2 streams,
+// 4 KiB minimum chunks, 50 ms hold-down growing to at most 800 ms, 5 ms stall, 1 s fatal
+// timeout, 200 ms back-off cap). Faults are set on the fake's wire between a local NIC and a remote address:
 // w(0, kA0) carries the primary, w(1, kA1) the standby.
 //
 // Thread-safety: single-threaded. The test thread drives everything: pump() plays the
