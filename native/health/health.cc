@@ -7,6 +7,7 @@
 #include <linux/rtnetlink.h>
 #include <net/if.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -94,6 +95,7 @@ struct NicState {
   std::atomic<bool> up{true};
   std::atomic<uint64_t> upSinceUs{0};  // last down -> up transition (0 = never down)
   bool linkUp = true, hasAddr = true;
+  bool portUp = true;  // the transport's port behind the NIC (RDMA HCA port); health thread only
   int udp = -1;
 };
 
@@ -130,6 +132,42 @@ class Monitor : public Health {
   std::vector<std::pair<sockaddr_storage, sockaddr_storage>> remaps;  // peer NIC old -> new endpoint
   std::vector<uint16_t> ports;
   int nl = -1;
+  // Transport NIC signals, queued by any thread and applied by the health thread.
+  struct TransportSignal {
+    int nic;
+    bool up;
+    std::string signal;
+  };
+  std::mutex sigMu;
+  std::vector<TransportSignal> sigs;
+  int sigFd = -1;  // eventfd: wakes the health thread
+  void transportNicSignal(int nic, bool up, const std::string& signal) override {
+    if (nic < 0 || nic >= nNics) return;
+    {
+      std::lock_guard<std::mutex> g(sigMu);
+      sigs.push_back({nic, up, signal});
+    }
+    uint64_t one = 1;
+    if (sigFd >= 0 && write(sigFd, &one, sizeof(one)) < 0) {
+      // the counter cannot overflow in practice; the signal waits for the next wake-up
+    }
+  }
+  void onTransportSignals(uint64_t now) {
+    uint64_t v;
+    while (read(sigFd, &v, sizeof(v)) > 0) {
+    }
+    std::vector<TransportSignal> got;
+    {
+      std::lock_guard<std::mutex> g(sigMu);
+      got.swap(sigs);
+    }
+    for (auto& t : got) {
+      NicState& st = nicState[t.nic];
+      if (st.portUp == t.up) continue;
+      st.portUp = t.up;
+      setNic(t.nic, st.linkUp, st.hasAddr, t.signal.c_str(), now);
+    }
+  }
   uint64_t nextProbeUs = 0;
   uint64_t probeSeq = 0;
   uint64_t instanceId = 0;     // sent in every probe answer: tells peers which rails reach one process
@@ -167,7 +205,7 @@ class Monitor : public Health {
     NicState& s = nicState[i];
     bool was = s.up.load();
     s.linkUp = linkUp, s.hasAddr = hasAddr;
-    bool up = linkUp && hasAddr;
+    bool up = linkUp && hasAddr && s.portUp;
     if (up == was) return;
     // Before anyone sees the NIC up (and reconnects through it): forget the neighbour entries
     // that failed to resolve during the outage, or the first packets would wait for the
@@ -570,6 +608,10 @@ class Monitor : public Health {
       ev.data.u32 = 1000;
       epoll_ctl(ep, EPOLL_CTL_ADD, nl, &ev);
     }
+    if (sigFd >= 0) {
+      ev.data.u32 = 1001;
+      epoll_ctl(ep, EPOLL_CTL_ADD, sigFd, &ev);
+    }
     for (int i = 0; i < nNics; ++i)
       if (nicState[i].udp >= 0) {
         ev.data.u32 = (uint32_t)i;
@@ -585,6 +627,7 @@ class Monitor : public Health {
       now = nowUs();
       for (int i = 0; i < n; ++i) {
         if (evs[i].data.u32 == 1000) onNetlink(now);
+        else if (evs[i].data.u32 == 1001) onTransportSignals(now);
         else onUdp((int)evs[i].data.u32);
       }
       bool burstPending = false;
@@ -635,6 +678,7 @@ void Health::start(const Config& cfg, Nic* nics, int nNics, const uint16_t* port
     m->nicState[i].linkUp = linkUp;
     m->nicState[i].up.store(linkUp);
   }
+  m->sigFd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   m->nl = socket(AF_NETLINK, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, NETLINK_ROUTE);
   if (m->nl >= 0) {
     sockaddr_nl sa{};

@@ -2,7 +2,7 @@
 // all comms of the process (invariant 7): one fault moves every comm on that NIC, once.
 //
 // Signals: netlink link events (carrier, operstate, admin down) and address events for local
-// NICs; BFD-style UDP probes between NIC pairs (interval x detect multiplier) for remote and
+// NICs; transport port events (RDMA: the HCA port behind a NIC in error or ACTIVE); BFD-style UDP probes between NIC pairs (interval x detect multiplier) for remote and
 // silent faults; NIC-down notices a peer sends over its surviving NICs (bilateral detection);
 // probe bursts requested by a comm whose active path stalls.
 //
@@ -63,6 +63,11 @@ class Health {
   // Called (on the thread that changed it) after every epoch change; set once by the runtime
   // to wake the failover sweeper. Must not block.
   static void setEpochHook(void (*hook)());
+  // A transport's own view of local NIC `nic` (RDMA: the HCA port behind it went to error, or
+  // is ACTIVE again): the NIC counts as up only while the link is up, it has its address, and
+  // its transport port is up. `signal` names the event for the journal ("RDMA port error
+  // (rxe0 port 1)"). Thread-safe, never blocks: applied by the health thread.
+  virtual void transportNicSignal(int nic, bool up, const std::string& signal) { (void)nic, (void)up, (void)signal; }
   // JSON array of every registered NIC pair: [{"nic","peer","up","cause"}] (state file).
   virtual std::string pairsJson() const { return "[]"; }
 

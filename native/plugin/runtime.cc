@@ -77,6 +77,12 @@ ncclResult_t Runtime::init(ncclDebugLogger_t logger) {
   startSweeper();
   Health::setEpochHook(&sweeperNotify);
   Health::start(cfg, nics.data(), (int)nics.size(), ports.data());
+#ifdef RAILOVER_HAVE_VERBS
+  if (auto* rt = dynamic_cast<rdma::RdmaTransport*>(transport))
+    rt->startPortWatch([](int nic, bool up, const std::string& why) {
+      if (Health* h = Health::get()) h->transportNicSignal(nic, up, why);
+    });
+#endif
   std::thread(&Runtime::acceptLoop, this).detach();
   ok_.store(true, std::memory_order_release);
   return result_ = ncclSuccess;

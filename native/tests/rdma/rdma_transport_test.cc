@@ -8,7 +8,10 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -350,6 +353,77 @@ TEST_F(RdmaPathTest, TheEndOfTheBootstrapStreamBreaksThePathAsClosedByPeer) {
   while (r >= 0 && nowUs() < deadline) r = tx->progress(&err);
   EXPECT_EQ(r, -1);
   EXPECT_NE(err.find("closed by peer"), std::string::npos) << err;  // what the engine reads as "by the peer"
+}
+
+}  // namespace
+}  // namespace railover
+
+namespace railover {
+namespace {
+
+// The port watch: a PORT_ERR on the port behind NIC 1 (fake1 port 1) reports NIC 1 down (and
+// nothing for NIC 0, nor for the other port of the same HCA); PORT_ACTIVE brings it back.
+class RdmaPortWatchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ::fake::reset();
+    boot.nicAddr = {"10.0.0.1", "10.0.1.1"};
+    std::string err;
+    t = std::make_unique<rdma::RdmaTransport>(std::vector<verbs::PortSel>{portOf("fake0", 1), portOf("fake1", 1)},
+                                              &boot, &err);
+    ASSERT_TRUE(t->ok()) << err;
+    t->startPortWatch([this](int nic, bool up, const std::string& why) {
+      std::lock_guard<std::mutex> g(mu);
+      got.push_back({nic, up, why});
+      cv.notify_all();
+    });
+  }
+  struct Sig {
+    int nic;
+    bool up;
+    std::string why;
+  };
+  // Waits (bounded) until `n` signals arrived; returns them.
+  std::vector<Sig> waitFor(size_t n) {
+    std::unique_lock<std::mutex> g(mu);
+    cv.wait_for(g, std::chrono::seconds(20), [&] { return got.size() >= n; });
+    return got;
+  }
+  fake::FakeTransport boot;
+  std::unique_ptr<rdma::RdmaTransport> t;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<Sig> got;
+};
+
+TEST_F(RdmaPortWatchTest, APortErrorReportsItsNicDownAndPortActiveBringsItBack) {
+  ::fake::setPortState("fake0", 2, IBV_PORT_DOWN);  // another port of NIC 0's HCA: not ours
+  ::fake::asyncEvent(t->port(0).hca->ctx(), IBV_EVENT_PORT_ERR, 2);
+  ::fake::setPortState("fake1", 1, IBV_PORT_DOWN);
+  ::fake::asyncEvent(t->port(1).hca->ctx(), IBV_EVENT_PORT_ERR, 1);
+  auto s = waitFor(1);
+  ASSERT_EQ(s.size(), 1u) << "no signal for the port error";
+  EXPECT_EQ(s[0].nic, 1);
+  EXPECT_FALSE(s[0].up);
+  EXPECT_NE(s[0].why.find("RDMA port error (fake1 port 1"), std::string::npos) << s[0].why;
+  ::fake::setPortState("fake1", 1, IBV_PORT_ACTIVE);
+  ::fake::asyncEvent(t->port(1).hca->ctx(), IBV_EVENT_PORT_ACTIVE, 1);
+  s = waitFor(2);
+  ASSERT_EQ(s.size(), 2u) << "no signal for the port's return";
+  EXPECT_EQ(s[1].nic, 1);
+  EXPECT_TRUE(s[1].up);
+  EXPECT_NE(s[1].why.find("RDMA port active"), std::string::npos) << s[1].why;
+  t.reset();  // stops the watch
+  for (auto& x : got) EXPECT_EQ(x.nic, 1) << "NIC 0's port never changed: " << x.why;
+}
+
+TEST_F(RdmaPortWatchTest, ADeviceFatalErrorReportsEveryNicOnThatHca) {
+  ::fake::asyncEvent(t->port(0).hca->ctx(), IBV_EVENT_DEVICE_FATAL, 0);
+  auto s = waitFor(1);
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0].nic, 0);
+  EXPECT_FALSE(s[0].up);
+  EXPECT_NE(s[0].why.find("device fatal"), std::string::npos) << s[0].why;
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <mutex>
 #include <memory>
 
 #include "transport/verbs/verbs_api.h"
@@ -46,10 +47,15 @@ struct FakeQp {
   std::deque<FakeRecv> recvs;
 };
 
+// Async events and port states may be touched by a watcher thread (RdmaTransport's port
+// watch) while the test thread injects them: guarded by asyncMu (the rest is single-threaded).
+std::mutex asyncMu;
+
 struct World {
   ibv_device devs[2];
   ibv_device* list[3];
   std::map<ibv_context*, std::deque<ibv_async_event>> async;
+  std::map<std::pair<std::string, int>, ibv_port_state> portState;  // default ACTIVE
   uint32_t nextQpn = 100, nextKey = 1000;
   bool holdFlushes = false;
   int failModify = 0;
@@ -209,7 +215,17 @@ void asyncEvent(ibv_context* ctx, ibv_event_type type, int port, ibv_qp* qp) {
     e.element.qp = qp;
   else
     e.element.port_num = port;
-  w().async[ctx].push_back(e);
+  {
+    std::lock_guard<std::mutex> l(asyncMu);
+    w().async[ctx].push_back(e);
+  }
+  uint64_t one = 1;  // the context's async_fd becomes readable, as with a real HCA
+  if (write(ctx->async_fd, &one, sizeof one) < 0) std::abort();
+}
+
+void setPortState(const std::string& dev, int port, ibv_port_state st) {
+  std::lock_guard<std::mutex> l(asyncMu);
+  w().portState[{dev, port}] = st;
 }
 
 }  // namespace fake
@@ -333,8 +349,12 @@ int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* a, int, ibv_qp_init_attr*) {
 }
 
 int ibv_get_async_event(ibv_context* c, ibv_async_event* e) {
+  std::lock_guard<std::mutex> l(asyncMu);
   auto& q = w().async[c];
   if (q.empty()) {
+    uint64_t v;
+    while (read(c->async_fd, &v, sizeof v) > 0) {  // drained: the fd is not readable any more
+    }
     errno = EAGAIN;
     return -1;
   }
@@ -352,7 +372,11 @@ int ibv_query_device(ibv_context*, ibv_device_attr* a) {
 #undef ibv_query_port
 int ibv_query_port(ibv_context* c, uint8_t port, _compat_ibv_port_attr* pa) {
   auto* p = reinterpret_cast<ibv_port_attr*>(pa);
-  p->state = IBV_PORT_ACTIVE;
+  {
+    std::lock_guard<std::mutex> l(asyncMu);
+    auto st = w().portState.find({c->device->name, port});
+    p->state = st == w().portState.end() ? IBV_PORT_ACTIVE : st->second;
+  }
   p->link_layer = IBV_LINK_LAYER_ETHERNET;
   p->active_mtu = IBV_MTU_1024;
   p->gid_tbl_len = static_cast<int>(w().gids[{c->device->name, port}].size());

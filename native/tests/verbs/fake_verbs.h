@@ -43,6 +43,9 @@ int deliver(ibv_qp* from, ibv_qp* to, int max = 1 << 30);
 void fail(ibv_qp* from, ibv_wc_status status, bool flushRest = true);
 // Queues an async event on HCA context `ctx` (port events name `port`, QP events `qp`).
 void asyncEvent(ibv_context* ctx, ibv_event_type type, int port, ibv_qp* qp = nullptr);
+// State ibv_query_port reports for `port` of HCA `dev` (ACTIVE until set). Thread-safe, as is
+// asyncEvent (a port watch thread may read both).
+void setPortState(const std::string& dev, int port, ibv_port_state st);
 // While true, moving a QP to ERR does not flush its work requests (a stuck HCA).
 void holdFlushes(bool hold);
 // Makes the next ibv_modify_qp fail with `err` (0: none).

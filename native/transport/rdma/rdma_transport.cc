@@ -1,5 +1,9 @@
 #include "transport/rdma/rdma_transport.h"
 
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cstring>
 #include <map>
@@ -616,7 +620,54 @@ bool RdmaTransport::openPorts(const std::vector<std::string>& names, const std::
   return true;
 }
 
-RdmaTransport::~RdmaTransport() { worker_.drain(); }  // retired paths go before their HCAs
+RdmaTransport::~RdmaTransport() {
+  if (watch_.joinable()) {
+    uint64_t one = 1;
+    if (write(stopFd_, &one, sizeof(one)) < 0) RO_WARN("railover: cannot stop the RDMA port watch");
+    watch_.join();
+  }
+  if (stopFd_ >= 0) close(stopFd_);
+  worker_.drain();  // retired paths go before their HCAs
+}
+
+void RdmaTransport::startPortWatch(PortSignal signal) {
+  if (watch_.joinable() || !ok_) return;
+  stopFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  watch_ = std::thread(&RdmaTransport::watchLoop, this, std::move(signal));
+}
+
+void RdmaTransport::watchLoop(PortSignal signal) {
+  std::vector<pollfd> fds;
+  for (auto& h : hcas_) fds.push_back({h->ctx()->async_fd, POLLIN, 0});
+  fds.push_back({stopFd_, POLLIN, 0});
+  std::vector<uint64_t> seen(ports_.size(), UINT64_MAX);
+  std::vector<int> state(ports_.size(), 1);  // as the plugin started: every port ACTIVE (checked at init)
+  uint64_t lastFullUs = nowUs();
+  while (true) {
+    poll(fds.data(), fds.size(), kPortRecheckMs);
+    if (fds.back().revents) return;
+    for (auto& h : hcas_) h->pollAsync();  // folds events into the HCA's counters (paths read them too)
+    uint64_t now = nowUs();
+    bool full = now - lastFullUs >= (uint64_t)kPortRecheckMs * 1000;
+    if (full) lastFullUs = now;
+    for (size_t i = 0; i < ports_.size(); ++i) {
+      NicPort& np = ports_[i];
+      uint64_t ev = np.hca->portStateEvents(np.sel.port);
+      bool fatal = np.hca->deviceFatal();
+      if (ev == seen[i] && !full && !fatal) continue;
+      seen[i] = ev;
+      ibv_port_attr a{};
+      int rc = verbs::queryPort(np.hca->api(), np.hca->ctx(), (uint8_t)np.sel.port, &a);
+      int up = !fatal && rc == 0 && a.state == IBV_PORT_ACTIVE;
+      if (up == state[i]) continue;
+      state[i] = up;
+      std::string why = std::string(fatal ? "RDMA device fatal error" : up ? "RDMA port active" : "RDMA port error") +
+                        " (" + np.sel.dev + " port " + std::to_string(np.sel.port) +
+                        (rc == 0 && !fatal ? std::string(" ") + np.hca->api().port_state_str(a.state) : std::string()) + ")";
+      signal((int)i, up != 0, why);
+    }
+  }
+}
 
 std::string RdmaTransport::describe() const {
   std::string s;

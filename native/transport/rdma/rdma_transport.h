@@ -108,6 +108,15 @@ class RdmaTransport : public Transport {
   bool groupedReceives() const override { return false; }
   const char* name() const override { return "rdma"; }
 
+  // Watches the HCAs' async events on a thread of its own and calls `signal(nic, up, why)`
+  // whenever the port behind NIC `nic` leaves or re-enters the ACTIVE state (IBV_EVENT_PORT_ERR
+  // / PORT_ACTIVE, re-read with ibv_query_port; every kPortRecheckMs the states are re-read even
+  // without an event) or its HCA reports DEVICE_FATAL. The runtime feeds it into per-NIC health
+  // (Health::transportNicSignal), so one port event moves every comm on the NIC. Call once.
+  using PortSignal = std::function<void(int nic, bool up, const std::string& why)>;
+  void startPortWatch(PortSignal signal);
+  static constexpr int kPortRecheckMs = 1000;
+
   const NicPort& port(int nic) const { return ports_[nic]; }
   Worker& worker() { return worker_; }
   const verbs::RcParams& rcParams() const { return rc_; }
@@ -122,6 +131,9 @@ class RdmaTransport : public Transport {
   verbs::RcParams rc_;
   Worker worker_;
   bool ok_ = false;
+  void watchLoop(PortSignal signal);
+  std::thread watch_;
+  int stopFd_ = -1;  // eventfd: ends the watch thread (destructor)
 };
 
 // Tests and diagnostics: the QP of an RDMA path, once its bring-up finished (nullptr for a path

@@ -174,8 +174,10 @@ std::vector<AsyncEvent> Hca::pollAsync() {
         if (static_cast<size_t>(a.port) >= portErr_.size()) {
           portErr_.resize(a.port + 1, 0);
           gidChg_.resize(a.port + 1, 0);
+          portEv_.resize(a.port + 1, 0);
         }
         if (e.event_type == IBV_EVENT_PORT_ERR) ++portErr_[a.port];
+        if (e.event_type == IBV_EVENT_PORT_ERR || e.event_type == IBV_EVENT_PORT_ACTIVE) ++portEv_[a.port];
         if (e.event_type == IBV_EVENT_GID_CHANGE) ++gidChg_[a.port];
         break;
       case IBV_EVENT_QP_FATAL:
@@ -207,6 +209,16 @@ uint64_t Hca::portErrors(int port) {
 uint64_t Hca::gidChanges(int port) {
   std::lock_guard<std::mutex> g(mu_);
   return static_cast<size_t>(port) < gidChg_.size() ? gidChg_[port] : 0;
+}
+
+uint64_t Hca::portStateEvents(int port) {
+  std::lock_guard<std::mutex> g(mu_);
+  return static_cast<size_t>(port) < portEv_.size() ? portEv_[port] : 0;
+}
+
+bool Hca::deviceFatal() {
+  std::lock_guard<std::mutex> g(mu_);
+  return deviceFatal_;
 }
 
 bool Hca::qpFatal(uint32_t qpn, std::string* what) {

@@ -82,6 +82,11 @@ class Hca {
   // Number of IBV_EVENT_PORT_ERR events seen so far on `port` of this HCA (events of another
   // port or HCA never count here).
   uint64_t portErrors(int port);
+  // Number of port state events (IBV_EVENT_PORT_ERR and IBV_EVENT_PORT_ACTIVE) seen on `port`
+  // (a watcher re-reads the port's state when it moves).
+  uint64_t portStateEvents(int port);
+  // True once IBV_EVENT_DEVICE_FATAL was seen (every QP and port of the HCA is gone).
+  bool deviceFatal();
   // Number of GID table changes (IBV_EVENT_GID_CHANGE) seen on `port`.
   uint64_t gidChanges(int port);
   // True when a fatal QP event (QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR, PATH_MIG_ERR) or a device
@@ -94,7 +99,7 @@ class Hca {
   ibv_context* ctx_ = nullptr;
   ibv_pd* pd_ = nullptr;
   std::mutex mu_;
-  std::vector<uint64_t> portErr_, gidChg_;  // index = port number
+  std::vector<uint64_t> portErr_, gidChg_, portEv_;  // index = port number
   std::unordered_set<uint32_t> fatalQps_;
   std::string fatalWhat_;
   bool deviceFatal_ = false;
