@@ -6,12 +6,14 @@
 // (NACK) during bring-up, a peer that is not an RDMA peer, port errors on the path's own port
 // and on another one, and the end of the bootstrap stream.
 #include <arpa/inet.h>
+#include <net/if.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -20,6 +22,7 @@
 #include "tests/fake_net.h"
 #include "transport/rdma/rdma_transport.h"
 #include "transport/tcp/wire.h"
+#include "transport/verbs/verbs_config.h"
 
 namespace railover {
 namespace {
@@ -424,6 +427,46 @@ TEST_F(RdmaPortWatchTest, ADeviceFatalErrorReportsEveryNicOnThatHca) {
   EXPECT_EQ(s[0].nic, 0);
   EXPECT_FALSE(s[0].up);
   EXPECT_NE(s[0].why.find("device fatal"), std::string::npos) << s[0].why;
+}
+
+
+ibv_gid_entry gidEntry(const char* text, unsigned ifindex) {
+  ibv_gid_entry e{};
+  inet_pton(AF_INET6, text, e.gid.raw);
+  e.gid_type = IBV_GID_TYPE_ROCE_V2;
+  e.ndev_ifindex = ifindex;
+  return e;
+}
+
+// After IBV_EVENT_GID_CHANGE the watch re-chooses the NIC's GID with NCCL's rules, and new
+// paths use the new one (here NIC 0 is "lo" on fake0 port 1, its IPv4 GID moving 1 -> 3).
+TEST(RdmaGidWatch, AGidTableChangeReChoosesTheGidForNewPaths) {
+  ::fake::reset();
+  unsigned lo = if_nametoindex("lo");
+  ASSERT_NE(lo, 0u);
+  std::vector<ibv_gid_entry> t0 = {gidEntry("fe80::1", lo), gidEntry("::ffff:127.0.0.1", lo)};
+  ::fake::setGids("fake0", 1, t0);
+  verbs::PortSel cur;
+  std::string err;
+  ASSERT_EQ(verbs::choosePortForNetdev("lo", IbConfig{}, &cur, &err), verbs::PortChoice::kChosen) << err;
+  ASSERT_EQ(cur.gidIndex, 1);
+  fake::FakeTransport boot;
+  boot.nicAddr = {"10.0.0.1", "10.0.1.1"};
+  rdma::RdmaTransport t({cur, portOf("fake1", 1)}, &boot, &err);
+  ASSERT_TRUE(t.ok()) << err;
+  t.startPortWatch([](int, bool, const std::string&) {});
+  ibv_gid_entry empty{};
+  empty.gid_type = 0xff;
+  ::fake::setGids("fake0", 1, {t0[0], empty, empty, t0[1]});
+  ::fake::asyncEvent(t.port(0).hca->ctx(), IBV_EVENT_GID_CHANGE, 1);
+  uint64_t deadline = nowUs() + 20 * 1000 * 1000;
+  while (t.portSel(0).gidIndex != 3 && nowUs() < deadline) std::this_thread::yield();
+  verbs::PortSel now = t.portSel(0);
+  EXPECT_EQ(now.gidIndex, 3) << now.why;
+  EXPECT_EQ(verbs::gidString(now.gid), "::ffff:127.0.0.1");
+  EXPECT_EQ(now.dev, "fake0");
+  EXPECT_NE(t.describe().find("GID 3"), std::string::npos) << t.describe();
+  EXPECT_EQ(t.portSel(1).gidIndex, 1) << "the other NIC's GID did not change";
 }
 
 }  // namespace

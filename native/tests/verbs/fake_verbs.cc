@@ -163,6 +163,7 @@ void setPkeys(const std::string& dev, int port, const std::vector<uint16_t>& tab
 }
 
 void setGids(const std::string& dev, int port, const std::vector<ibv_gid_entry>& table) {
+  std::lock_guard<std::mutex> l(asyncMu);
   w().gids[{dev, port}] = table;
 }
 void failNextModify(int err) { w().failModify = err; }
@@ -379,12 +380,16 @@ int ibv_query_port(ibv_context* c, uint8_t port, _compat_ibv_port_attr* pa) {
   }
   p->link_layer = IBV_LINK_LAYER_ETHERNET;
   p->active_mtu = IBV_MTU_1024;
-  p->gid_tbl_len = static_cast<int>(w().gids[{c->device->name, port}].size());
+  {
+    std::lock_guard<std::mutex> l(asyncMu);
+    p->gid_tbl_len = static_cast<int>(w().gids[{c->device->name, port}].size());
+  }
   auto pk = w().pkeys.find({c->device->name, port});
   p->pkey_tbl_len = pk == w().pkeys.end() ? 1 : static_cast<uint16_t>(pk->second.size());
   return 0;
 }
 int _ibv_query_gid_ex(ibv_context* c, uint32_t port, uint32_t idx, ibv_gid_entry* e, uint32_t, size_t) {
+  std::lock_guard<std::mutex> l(asyncMu);
   auto& t = w().gids[{c->device->name, static_cast<int>(port)}];
   if (idx >= t.size() || t[idx].gid_type == 0xff) return ENODATA;  // 0xff: an empty slot
   *e = t[idx];

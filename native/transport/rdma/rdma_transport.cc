@@ -313,7 +313,7 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink {
       auto sh = sh_;
       const NicPort& np = t_.port(nic_);
       verbs::Hca* hca = np.hca;
-      verbs::PortSel sel = np.sel;
+      verbs::PortSel sel = t_.portSel(nic_);
       verbs::RcParams rc = t_.rcParams();
       // The QP is created and brought to RTS before our endpoint goes back (see the header).
       t_.worker().post([sh, hca, sel, rc, peer]() {
@@ -560,7 +560,7 @@ void Worker::loop() {
 // ---- transport
 
 RdmaTransport::RdmaTransport(const std::vector<Nic>* nics, const Config* cfg, std::string* err)
-    : ownBoot_(new TcpTransport(nics, cfg)), boot_(ownBoot_.get()) {
+    : ownBoot_(new TcpTransport(nics, cfg)), boot_(ownBoot_.get()), ib_(cfg->ib) {
   std::vector<std::string> names(nics->size());
   std::vector<verbs::PortSel> sels(nics->size());
   for (const Nic& n : *nics) {
@@ -590,8 +590,9 @@ RdmaTransport::RdmaTransport(const std::vector<Nic>* nics, const Config* cfg, st
   ok_ = true;
 }
 
-RdmaTransport::RdmaTransport(const std::vector<verbs::PortSel>& ports, Transport* bootstrap, std::string* err)
-    : boot_(bootstrap) {
+RdmaTransport::RdmaTransport(const std::vector<verbs::PortSel>& ports, Transport* bootstrap, std::string* err,
+                             const IbConfig& ib)
+    : boot_(bootstrap), ib_(ib) {
   std::vector<std::string> names;
   for (size_t i = 0; i < ports.size(); ++i) names.push_back("nic" + std::to_string(i));
   ok_ = openPorts(names, ports, err);
@@ -630,6 +631,11 @@ RdmaTransport::~RdmaTransport() {
   worker_.drain();  // retired paths go before their HCAs
 }
 
+verbs::PortSel RdmaTransport::portSel(int nic) const {
+  std::lock_guard<std::mutex> g(selMu_);
+  return ports_[nic].sel;
+}
+
 void RdmaTransport::startPortWatch(PortSignal signal) {
   if (watch_.joinable() || !ok_) return;
   stopFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -640,7 +646,7 @@ void RdmaTransport::watchLoop(PortSignal signal) {
   std::vector<pollfd> fds;
   for (auto& h : hcas_) fds.push_back({h->ctx()->async_fd, POLLIN, 0});
   fds.push_back({stopFd_, POLLIN, 0});
-  std::vector<uint64_t> seen(ports_.size(), UINT64_MAX);
+  std::vector<uint64_t> seen(ports_.size(), UINT64_MAX), seenGid(ports_.size(), 0);
   std::vector<int> state(ports_.size(), 1);  // as the plugin started: every port ACTIVE (checked at init)
   uint64_t lastFullUs = nowUs();
   while (true) {
@@ -652,6 +658,25 @@ void RdmaTransport::watchLoop(PortSignal signal) {
     if (full) lastFullUs = now;
     for (size_t i = 0; i < ports_.size(); ++i) {
       NicPort& np = ports_[i];
+      uint64_t gc = np.hca->gidChanges(np.sel.port);
+      if (gc != seenGid[i]) {
+        seenGid[i] = gc;
+        verbs::PortSel cur = portSel((int)i), next;
+        bool changed = false;
+        std::string e;
+        if (cur.roce && !verbs::reselectGid(*np.hca, ib_, cur, &next, &changed, &e)) {
+          RO_WARN("railover: %s: GID table changed and no GID can be chosen now (%s); new paths on it fail until one can",
+                  names_[i].c_str(), e.c_str());
+        } else if (cur.roce && changed) {
+          {
+            std::lock_guard<std::mutex> g(selMu_);  // only the GID fields change (dev and port never do)
+            ports_[i].sel.gidIndex = next.gidIndex;
+            ports_[i].sel.gid = next.gid;
+            ports_[i].sel.why = next.why;
+          }
+          RO_INFO(RO_SUBSYS_NET, "railover: %s: GID table changed, new paths use %s", names_[i].c_str(), next.why.c_str());
+        }
+      }
       uint64_t ev = np.hca->portStateEvents(np.sel.port);
       bool fatal = np.hca->deviceFatal();
       if (ev == seen[i] && !full && !fatal) continue;
@@ -671,7 +696,8 @@ void RdmaTransport::watchLoop(PortSignal signal) {
 
 std::string RdmaTransport::describe() const {
   std::string s;
- for (size_t i = 0; i < ports_.size(); ++i) {
+  std::lock_guard<std::mutex> g(selMu_);
+  for (size_t i = 0; i < ports_.size(); ++i) {
     const NicPort& np = ports_[i];
     s += (s.empty() ? "" : "; ") + names_[i] + " -> " + np.sel.dev + " port " + std::to_string(np.sel.port) +
          (np.sel.roce ? " GID " + std::to_string(np.sel.gidIndex) : std::string(" LID ") + std::to_string(np.sel.lid)) +
@@ -689,7 +715,7 @@ std::unique_ptr<SendPath> RdmaTransport::openSendPath(int nic, const sockaddr_st
   (void)nStreams;  // one QP per path (NCCL_IB_QPS_PER_CONNECTION is not honoured yet)
   if (nic < 0 || nic >= (int)ports_.size() || !ports_[nic].hca) return *err = "no HCA port behind NIC", nullptr;
   const NicPort& np = ports_[nic];
-  auto vp = std::make_unique<verbs::SendPath>(*np.hca, np.sel, rc_, err);
+  auto vp = std::make_unique<verbs::SendPath>(*np.hca, portSel(nic), rc_, err);
   if (!vp->ok()) return nullptr;
   auto conn = boot_->connect(nic, remote, len, err);
   if (!conn) return nullptr;

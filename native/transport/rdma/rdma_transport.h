@@ -91,7 +91,8 @@ class RdmaTransport : public Transport {
   RdmaTransport(const std::vector<Nic>* nics, const Config* cfg, std::string* err);
   // Tests: NIC i is served by port `ports[i]` (HCA opened by name), and the bootstrap streams
   // come from `bootstrap` (an in-memory stream transport), which outlives this one.
-  RdmaTransport(const std::vector<verbs::PortSel>& ports, Transport* bootstrap, std::string* err);
+  RdmaTransport(const std::vector<verbs::PortSel>& ports, Transport* bootstrap, std::string* err,
+                const IbConfig& ib = IbConfig{});
   ~RdmaTransport() override;
   bool ok() const { return ok_; }
   // One line per NIC: "eth1 -> rxe0 port 1 GID 1 (...)", for the INIT log.
@@ -108,6 +109,9 @@ class RdmaTransport : public Transport {
   bool groupedReceives() const override { return false; }
   const char* name() const override { return "rdma"; }
 
+  // The port and GID serving NIC `nic` now (a copy: the port watch re-chooses the GID after
+  // IBV_EVENT_GID_CHANGE, with NCCL_IB_* rules; new QPs use the new one). Thread-safe.
+  verbs::PortSel portSel(int nic) const;
   // Watches the HCAs' async events on a thread of its own and calls `signal(nic, up, why)`
   // whenever the port behind NIC `nic` leaves or re-enters the ACTIVE state (IBV_EVENT_PORT_ERR
   // / PORT_ACTIVE, re-read with ibv_query_port; every kPortRecheckMs the states are re-read even
@@ -117,6 +121,7 @@ class RdmaTransport : public Transport {
   void startPortWatch(PortSignal signal);
   static constexpr int kPortRecheckMs = 1000;
 
+  // The HCA behind NIC `nic` (its `sel` is the choice at init: use portSel() for the current one).
   const NicPort& port(int nic) const { return ports_[nic]; }
   Worker& worker() { return worker_; }
   const verbs::RcParams& rcParams() const { return rc_; }
@@ -129,6 +134,8 @@ class RdmaTransport : public Transport {
   std::vector<std::unique_ptr<verbs::Hca>> hcas_;
   std::vector<NicPort> ports_;
   verbs::RcParams rc_;
+  IbConfig ib_;                  // NCCL_IB_* (GID re-choice)
+  mutable std::mutex selMu_;     // guards ports_[i].sel after init (the port watch rewrites it)
   Worker worker_;
   bool ok_ = false;
   void watchLoop(PortSignal signal);
