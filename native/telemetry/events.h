@@ -55,10 +55,10 @@
 
 #define RO_EVENT_FIELDS_nic_down(FIRST, NEXT) \
   FIRST(nic, Str, "NIC name")                 \
-  NEXT(signal, Str, "what showed it: carrier, admin state, address removed")
+  NEXT(signal, Str, "what showed it: carrier, admin state, address removed, RDMA port error / device fatal error")
 #define RO_EVENT_FIELDS_nic_up(FIRST, NEXT)                                         \
   FIRST(nic, Str, "NIC name")                                                       \
-  NEXT(signal, Str, "what showed it: carrier, admin state, address added")          \
+  NEXT(signal, Str, "what showed it: carrier, admin state, address added, RDMA port active")  \
   NEXT(neigh_cleared, U64, "unresolved ARP/ND entries deleted at the repair (0 without CAP_NET_ADMIN)")
 #define RO_EVENT_FIELDS_nic_addr_change(FIRST, NEXT) \
   FIRST(nic, Str, "NIC name")                        \

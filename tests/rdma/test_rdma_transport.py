@@ -6,9 +6,12 @@ path's NIC), every byte checked by railover-perf.
 Asserted here:
 * an all-reduce across the guests completes with 0 wrong bytes through each net ABI v7-v12,
   and the plugin says it runs the rdma transport on both rails (NIC -> HCA port and GID);
-* a cable pull on the primary rail of guest A in the middle of a timed all-reduce moves every
-  comm to the standby HCA (``failover`` in the journal, the path on the pulled NIC down), and
-  after the cable is back the comms return to it (``failback``), with 0 wrong bytes;
+* a cable pull, and a silent black hole (nftables, no carrier or port event), on the primary
+  rail of guest A in the middle of a timed all-reduce move every comm to the standby HCA
+  (``failover`` in the journal, the path on the faulty NIC down), and after the repair the
+  comms return to it (``failback``), with 0 wrong bytes;
+* both of A's cables pulled: a clean ncclSystemError naming "no usable path" within the fatal
+  timeout (plus TCG's slack), never a hang;
 * ranks that disagree on the transport (one tcp, one rdma) fail with an error that names both
   transports, instead of exchanging bytes the other side cannot read.
 
@@ -75,43 +78,95 @@ def test_allreduce_over_the_rdma_transport_every_byte(rdma_bed, tmp_path, abi):
     crash_retry(rdma_bed, body)
 
 
-def test_cable_pull_fails_over_to_the_standby_hca_and_back(rdma_bed, tmp_path):
+class _Background:
+    """railover-perf (timed all-reduce, RDMA transport) running in a thread while a test injects
+    faults; ``wait_armed`` polls guest A's journal until paths are up on both rails."""
+
+    def __init__(self, bed, tmp_path, env, duration=150, timeout_s=900, expect_failure=False):
+        self.bed, self.box = bed, {}
+
+        def run():
+            self.box["res"] = rperf.run_perf(bed, ranks_per_host=1, timeout_s=timeout_s, workload="allreduce",
+                                             minbytes="64K", maxbytes="256K", stepfactor=4, duration=duration,
+                                             warmup=1, channels=1, op_timeout=240, rendezvous_timeout=300,
+                                             fetch_to=tmp_path, env=dict(RDMA_ENV, **env))
+
+        self.t = threading.Thread(target=run, daemon=True)
+        self.t.start()
+
+    def wait_armed(self):
+        poll_until(lambda: {e["nic"] for e in _journal(self.bed, "A") if e.get("event") == "path_up"} >= {"eth1", "eth2"},
+                   300, 1.0, "paths on both rails in guest A")
+
+    def wait_event(self, name, timeout_s):
+        poll_until(lambda: any(e.get("event") == name for e in _journal(self.bed, "A") + _journal(self.bed, "B")),
+                   timeout_s, 1.0, f"a {name} event")
+
+    def result(self):
+        self.t.join(1000)
+        res = self.box.get("res")
+        assert res is not None, "railover-perf did not finish"
+        return res
+
+
+def _events(tmp_path) -> List[dict]:
+    return [json.loads(l) for r in range(2) for l in (tmp_path / f"journal-rank{r}.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("kind", ["cable_pull", "silent"])
+def test_a_fault_on_the_primary_fails_over_to_the_standby_hca_and_back(rdma_bed, tmp_path, kind):
+    """cable_pull: guest A's eth1 loses carrier (rxe0 port error at once); silent: nftables drops
+    everything on it in guest A (no carrier or port event: only probes and the progress watch
+    can tell)."""
     bed = rdma_bed
 
     def body():
-        box = {}
-        env = dict(RDMA_ENV, RAILOVER_HOLD_DOWN_MS="1000")
-
-        def run():
-            box["res"] = rperf.run_perf(bed, ranks_per_host=1, timeout_s=900, workload="allreduce", minbytes="64K",
-                                        maxbytes="256K", stepfactor=4, duration=150, warmup=1, channels=1,
-                                        op_timeout=240, rendezvous_timeout=300, fetch_to=tmp_path, env=env)
-
-        t = threading.Thread(target=run, daemon=True)
-        t.start()
+        run = _Background(bed, tmp_path, {"RAILOVER_HOLD_DOWN_MS": "1000"})
         try:
-            # Both rails up in A's journal (send and receive comms), before the fault.
-            poll_until(lambda: {e["nic"] for e in _journal(bed, "A") if e.get("event") == "path_up"} >= {"eth1", "eth2"},
-                       300, 1.0, "paths on both rails in guest A")
-            fault = rf.CablePull(bed, "a0").apply()
+            run.wait_armed()
+            fault = (rf.CablePull if kind == "cable_pull" else rf.Silent)(bed, "a0").apply()
             try:
-                poll_until(lambda: any(e.get("event") == "failover" for e in _journal(bed, "A") + _journal(bed, "B")),
-                           120, 1.0, "a failover after the cable pull")
+                run.wait_event("failover", 120)
             finally:
                 fault.undo()
-            poll_until(lambda: any(e.get("event") == "failback" for e in _journal(bed, "A") + _journal(bed, "B")),
-                       240, 1.0, "a failback after the cable came back")
+            run.wait_event("failback", 240)
         finally:
-            t.join(1000)
-        res = box.get("res")
-        assert res is not None, "railover-perf did not finish"
+            res = run.result()
         assert res.ok, res.describe()
         assert res.wrong_total == 0
-        evs = [json.loads(l) for r in range(2) for l in (tmp_path / f"journal-rank{r}.jsonl").read_text().splitlines()]
+        evs = _events(tmp_path)
         downs = [e for e in evs if e.get("event") == "path_down"]
         assert any(e["nic"] == "eth1" for e in downs), downs
         assert any(e.get("event") == "failover" for e in evs) and any(e.get("event") == "failback" for e in evs)
         assert not any(e.get("event") == "fatal" for e in evs), [e for e in evs if e.get("event") == "fatal"]
+
+    crash_retry(bed, body)
+
+
+def test_both_rails_down_is_a_clean_error_within_the_fatal_timeout(rdma_bed, tmp_path):
+    """Both of guest A's cables pulled: no path is left, so within RAILOVER_FATAL_TIMEOUT (10 s)
+    plus a generous bound for TCG the pending call returns ncclSystemError with a WARN naming
+    the NICs and the peer; nothing hangs."""
+    bed = rdma_bed
+
+    def body():
+        run = _Background(bed, tmp_path, {"RAILOVER_FATAL_TIMEOUT": "10"}, duration=240, timeout_s=600)
+        pulls = []
+        try:
+            run.wait_armed()
+            pulls = [rf.CablePull(bed, "a0").apply(), rf.CablePull(bed, "a1").apply()]
+            run.wait_event("fatal", 120)
+        finally:
+            for f in pulls:
+                f.undo()
+            res = run.result()
+        assert not res.timed_out, "never a silent hang"
+        assert any(r.returncode not in (0, None) for r in res.ranks), [r.returncode for r in res.ranks]
+        fatal = [e for e in _events(tmp_path) if e.get("event") == "fatal"]
+        assert fatal and "no usable path" in fatal[0]["message"], fatal
+        assert res.wrong_total == 0
+        text = "\n".join(r.stdout + r.stderr for r in res.ranks)
+        assert "no usable path" in text and "ncclSystemError" in text, text[-3000:]
 
     crash_retry(bed, body)
 
