@@ -1,12 +1,15 @@
-// Two C functions besides NCCL's ncclNetPlugin_v* symbols, for railover's own Python tools
+// Three C functions besides NCCL's ncclNetPlugin_v* symbols, for railover's own Python tools
 // (railover.params loads the plugin with ctypes; the .so is the one artefact present both in
 // an installed wheel and in a build tree, and it describes exactly the code NCCL will run).
 // NCCL never calls them; they start nothing (no threads, no init).
 #include <cstddef>
 #include <cstring>
 #include <string>
+#include <vector>
 
+#include "abi/nccl_net_abi.h"
 #include "common/config.h"
+#include "plugin/rdma_report.h"
 #include "telemetry/describe.h"
 
 #define RO_EXPORT extern "C" __attribute__((visibility("default")))
@@ -32,4 +35,39 @@ RO_EXPORT int railover_check_param(const char* name, const char* value, char* er
     err[n] = 0;
   }
   return 0;
+}
+
+// What the RDMA transport would do on this host (`railover doctor`): JSON of the shape in
+// plugin/rdma_report.h, from the plugin's own parser, NIC discovery, port/GID choice and auto
+// rule. `nic_names_csv`: comma-separated NIC names to evaluate (NULL or "" = the plugin's own
+// NIC discovery). `env`: a NULL-terminated array of "NAME=VALUE" strings the variables are read
+// from (NULL = this process's environment). Starts no thread, does not call init; opens and
+// closes the HCAs it inspects (can take a few ms per HCA). The string stays valid until the
+// next call on the same thread. Thread-safe.
+RO_EXPORT const char* railover_rdma_report_json(const char* nic_names_csv, const char* const* env) {
+  static thread_local std::string out;
+  std::vector<std::string> nics;
+  if (nic_names_csv) {
+    std::string s(nic_names_csv), cur;
+    for (size_t i = 0; i <= s.size(); ++i) {
+      if (i == s.size() || s[i] == ',') {
+        if (!cur.empty()) nics.push_back(cur);
+        cur.clear();
+      } else if (s[i] != ' ' && s[i] != '\t') {
+        cur += s[i];
+      }
+    }
+  }
+  railover::EnvLookup lookup = railover::processEnv();
+  if (env) {
+    lookup = [env](const char* k) -> const char* {
+      size_t n = strlen(k);
+      for (const char* const* e = env; *e; ++e)
+        if (strncmp(*e, k, n) == 0 && (*e)[n] == '=') return *e + n + 1;
+      return nullptr;
+    };
+  }
+  // ptrSupport: what getProperties (plugin/api.cc) advertises for every device.
+  out = railover::rdmaReportJson(nics, lookup, RAILOVER_NCCL_PTR_HOST);
+  return out.c_str();
 }

@@ -19,7 +19,7 @@ import json
 import os
 import threading
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 from railover import _paths
 
@@ -53,6 +53,11 @@ class Native:
         desc.argtypes = []
         self._check.restype = ctypes.c_int
         self._check.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+        # Newer than the two above: an older build lacks it (rdma_report raises OSError then).
+        self._rdma = getattr(lib, "railover_rdma_report_json", None)
+        if self._rdma is not None:
+            self._rdma.restype = ctypes.c_char_p
+            self._rdma.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_char_p)]
         self._lib = lib
         self.describe: Dict[str, Any] = json.loads(desc().decode())
 
@@ -63,6 +68,24 @@ class Native:
         buf = ctypes.create_string_buffer(1024)
         ok = self._check(name.encode(), value.encode(errors="surrogateescape"), buf, len(buf))
         return None if ok else buf.value.decode(errors="replace")
+
+    def rdma_report(self, nics: Optional[List[str]] = None, env: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
+        """What the plugin's RDMA transport would do on this host (``railover_rdma_report_json``;
+        shape: ``native/plugin/rdma_report.h``): libibverbs, per NIC the HCA port, its state,
+        link layer and the GID chosen and why (or why none), the transport
+        ``RAILOVER_TRANSPORT`` would give, GPUDirect facts. ``nics``: NIC names (None or empty:
+        the plugin's own discovery); ``env``: the variables to evaluate (None: this process's
+        environment). Starts no thread and does not call the plugin's init; opens and closes
+        the HCAs it inspects. Raises OSError when the plugin predates the function."""
+        if self._rdma is None:
+            raise OSError(f"{self.path} has no railover_rdma_report_json (built before the RDMA report; rebuild it)")
+        arr = None
+        if env is not None:
+            items = [f"{k}={v}".encode(errors="surrogateescape") for k, v in env.items() if "=" not in k and "\0" not in k + v]
+            arr = (ctypes.c_char_p * (len(items) + 1))(*items, None)
+        csv = ",".join(nics or []).encode(errors="surrogateescape")
+        out = self._rdma(csv, arr)
+        return json.loads(out.decode(errors="replace"))
 
 
 def load(path: Optional[Path] = None) -> Native:

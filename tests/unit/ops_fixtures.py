@@ -36,16 +36,21 @@ def comm(cid: str, dir_: str = "send", active: str = "eth0", primary: str = "eth
 
 
 def state(pid: int, start: int, comms: List[Dict[str, Any]], event_log: str = "", host: str = "node1",
-          nic_up: Optional[Dict[str, bool]] = None) -> Dict[str, Any]:
+          nic_up: Optional[Dict[str, bool]] = None, transport: Optional[str] = "tcp") -> Dict[str, Any]:
+    """A state file as the plugin writes it; ``transport`` None leaves the field out (a plugin
+    that predates it)."""
     nic_up = nic_up or {}
     nics = [{"index": i, "name": n, "addr": a, "rail": i, "speed_mbps": 100000, "up": nic_up.get(n, True)}
             for i, (n, a) in enumerate((("eth0", "10.0.0.1"), ("eth1", "10.0.1.1")))]
     tot = {"comms": len(comms), "failovers": sum(c["failovers"] for c in comms),
            "failbacks": sum(c["failbacks"] for c in comms), "flaps": sum(c["flaps"] for c in comms),
            "bytes_resent": sum(c["bytes_resent"] for c in comms), "fatal_errors": sum(1 for c in comms if c["fatal"])}
-    return {"version": 1, "pid": pid, "start_time": start, "host": host, "updated_us": 1000, "event_log": event_log,
+    out = {"version": 1, "pid": pid, "start_time": start, "host": host, "updated_us": 1000, "event_log": event_log,
             "nics": nics, "pairs": [{"nic": "eth0", "peer": "10.0.0.2", "up": nic_up.get("eth0", True), "cause": ""}],
             "comms": comms, "totals": tot}
+    if transport is not None:
+        out["transport"] = transport
+    return out
 
 
 def write_state(d: Path, st: Dict[str, Any]) -> Path:

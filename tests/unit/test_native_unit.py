@@ -18,11 +18,12 @@ def test_cpp_unit_tests(tmp_path_factory):
     subprocess.run(["cmake", "-S", str(REPO), "-B", str(build), *gen, "-DCMAKE_BUILD_TYPE=RelWithDebInfo"],
                    check=True, capture_output=True, text=True)
     # Every test binary ctest knows of must be built (ctest reports one that is not as a
-    # failure); the verbs tests exist only where rdma-core's headers are installed.
-    targets = ["railover_unit_tests", "railover_engine_tests", "railover_engine_only_tests"]
+    # failure); the verbs and RDMA tests exist only where rdma-core's headers are installed.
+    targets = ["railover_unit_tests", "railover_engine_tests", "railover_engine_only_tests", "railover_noverbs_tests"]
     listed = subprocess.run(["cmake", "--build", str(build), "--target", "help"], capture_output=True, text=True).stdout
-    if "railover_verbs_tests" in listed:
-        targets.append("railover_verbs_tests")
+    for t in ("railover_verbs_tests", "railover_rdma_tests"):
+        if t in listed:
+            targets.append(t)
     b = subprocess.run(["cmake", "--build", str(build), "--target", *targets, "-j2"],
                        capture_output=True, text=True)
     assert b.returncode == 0, b.stdout[-4000:] + b.stderr[-4000:]

@@ -190,3 +190,21 @@ def test_journal_only_process_is_counted_under_its_pid(setup):
 
 def total_of(samples: Samples, name: str, **labels: str) -> float:
     return sum(v for (n, lb), v in samples.items() if n == name and all(dict(lb).get(k) == x for k, x in labels.items()))
+
+
+def test_process_transport_is_an_info_gauge_per_live_process(setup):
+    proc, d, j, srv = setup
+    write_proc(proc, 100, 5, {"RANK": "0"})
+    write_proc(proc, 101, 5, {"RANK": "1"})
+    write_proc(proc, 102, 5, {"RANK": "2"})
+    write_state(d, state(100, 5, [comm("1")], transport="rdma"))
+    write_state(d, state(101, 5, [comm("2")], transport="tcp"))
+    write_state(d, state(102, 5, [comm("3")], transport=None))   # a plugin that predates the field
+    write_state(d, state(103, 5, [comm("4")], transport="rdma"))  # no /proc entry: exited, stale
+    s = scrape(srv.url)
+    assert val(s, "railover_process_transport", rank="0", transport="rdma") == 1
+    assert val(s, "railover_process_transport", rank="1", transport="tcp") == 1
+    assert val(s, "railover_process_transport", rank="2", transport="unknown") == 1
+    got = {k[1] for k in s if k[0] == "railover_process_transport"}
+    assert got == {(("rank", "0"), ("transport", "rdma")), (("rank", "1"), ("transport", "tcp")),
+                   (("rank", "2"), ("transport", "unknown"))}, "the stale process must not be listed"

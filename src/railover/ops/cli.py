@@ -236,6 +236,21 @@ def render_doctor(rep: Any) -> Group:
         t.add_row(n["name"], Text("yes", "green") if n["selected"] else "no", n["reason"], ", ".join(n["addrs"]) or "-",
                   Text(link, "" if link == "up" else ("red" if n["selected"] else "dim")),
                   "-" if n["rail"] is None else str(n["rail"]))
+    parts: List[Any] = [t]
+    r = getattr(rep, "rdma", None) or {}
+    if r.get("nics"):
+        use = "NCCL init would fail" if r.get("transport") == "error" else f"the job would use {r.get('transport', '?')}"
+        rt = Table(title=f"RDMA (RAILOVER_TRANSPORT={r.get('setting', '?')}: {use})", title_justify="left")
+        for col in ("NIC", "HCA port", "link layer", "state", "GID", "why"):
+            rt.add_column(col)
+        for n in r["nics"]:
+            chosen = n.get("choice") == "chosen"
+            gid = (f"{n.get('gid_index')} {n.get('gid', '')}" if n.get("gid_index", -1) >= 0
+                   else ("LID" if chosen else "-"))
+            rt.add_row(n.get("nic", "?"), f"{n.get('hca')} port {n.get('port')}" if chosen else Text(n.get("choice", "?"), "yellow"),
+                       n.get("link_layer") or "-", Text(n.get("state") or "-", "green" if n.get("state") == "ACTIVE" else "red"),
+                       gid, n.get("why", ""))
+        parts.append(rt)
     c = Table(title="checks", title_justify="left")
     for col in ("", "area", "subject", "finding", "what to do"):
         c.add_column(col)
@@ -245,7 +260,7 @@ def render_doctor(rep: Any) -> Group:
     nwarn = sum(1 for ch in rep.checks if ch.status == "WARN")
     verdict = Text(f"{'FAIL' if nfail else 'OK'}: {nfail} blocking problem(s), {nwarn} warning(s)",
                    "bold red" if nfail else "bold green")
-    return Group(t, c, verdict)
+    return Group(*parts, c, verdict)
 
 
 def doctor_cmd(
@@ -256,8 +271,9 @@ def doctor_cmd(
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
 ) -> None:
     """Check this host before a job: NIC selection, addresses, link state, rails, source routing,
-    reachability of peers, NCCL settings, the plugin's exports, PyTorch's NCCL. Exit 1 on a
-    blocking problem."""
+    reachability of peers, NCCL settings, the plugin's exports, the RDMA transport (HCA port,
+    state and GID per NIC, the transport RAILOVER_TRANSPORT gives, GPUDirect), PyTorch's NCCL.
+    Exit 1 on a blocking problem."""
     from railover.ops import doctor as dr
     try:
         facts = dr.gather(plugin=plugin, check_torch=not no_torch)

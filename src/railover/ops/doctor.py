@@ -16,7 +16,13 @@ or would run without the redundancy railover is there for):
 * reachability of each ``--peer`` address from each NIC that should reach it (TCP connect
   bound to the NIC's address: an answer, even a refusal, proves the path);
 * NCCL settings that conflict (``NCCL_NET``/``NCCL_NET_PLUGIN`` pointing elsewhere, the
-  plugin not on ``LD_LIBRARY_PATH``, ``NCCL_IB_*`` that do not apply);
+  plugin not on ``LD_LIBRARY_PATH``), and which ``NCCL_IB_*`` set here railover's RDMA
+  transport reads and which only tune NCCL's own IB transport;
+* the RDMA transport, as the plugin itself answers it (``railover_rdma_report_json``, through
+  :meth:`railover.params.Native.rdma_report`): whether libibverbs loads, per selected NIC the
+  HCA port behind it, its state and link layer, the GID the plugin would choose and why (or
+  why none), the transport ``RAILOVER_TRANSPORT`` would give, and GPUDirect facts (railover
+  registers host memory only for now);
 * the plugin loads (``dlopen`` with ``RTLD_NOW``) and which net ABI versions it exports;
 * with PyTorch installed: the NCCL version it bundles, the ABI that NCCL will use, and the
   known bugs of that release;
@@ -45,7 +51,7 @@ from railover import _paths, params, prereqs
 
 __all__ = ["OK", "WARN", "FAIL", "Check", "Iface", "Facts", "Report", "ifname_matches", "validate_config",
            "select_interfaces", "nccl_abi", "plugin_exports", "torch_nccl", "list_interfaces", "route_get",
-           "tcp_probe", "gather", "diagnose", "known_vars", "effective_env"]
+           "tcp_probe", "gather", "diagnose", "known_vars", "effective_env", "rdma_report", "rdma_checks"]
 
 OK, WARN, FAIL, INFO = "OK", "WARN", "FAIL", "INFO"
 
@@ -118,22 +124,27 @@ class Facts:
     torch: Optional[Dict[str, Any]] = None
     ld_resolve: Optional[str] = None
     tools: Optional[Dict[str, Optional[str]]] = None  # program -> path or None (railover.prereqs)
+    #: the plugin's RDMA report (:func:`rdma_report`; shape ``native/plugin/rdma_report.h``), or
+    #: ``{"error": why}`` when it could not be asked; None: not gathered (no RDMA section)
+    rdma: Optional[Dict[str, Any]] = None
 
 
 @dataclass
 class Report:
     """The doctor's result: ``checks``; ``nics`` (one row per interface: selected, reason,
-    address, state, rail); ``ok`` is False when any check FAILed."""
+    address, state, rail); ``rdma``: the plugin's RDMA report (None when not gathered);
+    ``ok`` is False when any check FAILed."""
 
     checks: List[Check]
     nics: List[Dict[str, Any]]
+    rdma: Optional[Dict[str, Any]] = None
 
     @property
     def ok(self) -> bool:
         return not any(c.status == FAIL for c in self.checks)
 
     def to_json(self) -> Dict[str, Any]:
-        return {"ok": self.ok, "nics": self.nics, "checks": [asdict(c) for c in self.checks]}
+        return {"ok": self.ok, "nics": self.nics, "rdma": self.rdma, "checks": [asdict(c) for c in self.checks]}
 
 
 # --------------------------------------------------------------------------- configuration
@@ -492,11 +503,29 @@ def nccl_checks(env: Mapping[str, str], plugin: Mapping[str, Any], torch: Option
                          ("unset" if rc is None else f"'{rc}'") + ": NCCL 2.28/2.29 forget a non-default plugin name when the "
                          "last communicator is destroyed (NCCL issue 1978) and later ones fall back"
                          + ("" if nver else " (NCCL version unknown here)"), "export NCCL_NET_PLUGIN_REF_COUNT=1"))
-    # variables that do nothing for railover
+    # NCCL_IB_*: railover's RDMA transport reads some (the parameter table says which), the
+    # others only tune NCCL's own IB transport, which NCCL does not use with NCCL_NET=railover
     ib = sorted(k for k in env if k.startswith("NCCL_IB_"))
     if ib:
-        out.append(Check("nccl", "NCCL_IB_*", INFO, f"{', '.join(ib)} only tune NCCL's internal IB transport; railover "
-                         "does not read them (NCCL's own IB port failover does not apply either)"))
+        try:
+            ours = sorted(p["name"] for p in params.params() if p["name"].startswith("NCCL_IB_") and "plugin" in p["readers"])
+        except OSError:
+            ours = None
+        if ours is None:
+            out.append(Check("nccl", "NCCL_IB_*", INFO, f"{', '.join(ib)} set; which of them railover's RDMA transport "
+                             "reads is unknown here (the plugin's parameter table cannot be loaded)"))
+        else:
+            read = [k for k in ib if k in ours]
+            other = [k for k in ib if k not in ours]
+            parts = []
+            if read:
+                parts.append(f"{', '.join(read)}: read by railover's RDMA transport (RAILOVER_TRANSPORT=rdma or auto), "
+                             "with NCCL's meaning")
+            if other:
+                parts.append(f"{', '.join(other)}: only tune NCCL's own IB transport, which NCCL does not use with "
+                             "NCCL_NET=railover (NCCL's own IB port failover does not apply either)")
+            out.append(Check("nccl", "NCCL_IB_*", INFO, "; ".join(parts) +
+                             f" (railover reads {len(ours)} of NCCL's IB variables: `railover env --list`)"))
     sock = sorted(k for k in env if k in ("NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD"))
     if sock:
         out.append(Check("nccl", ", ".join(sock), INFO, "only tune NCCL's Socket transport; railover uses "
@@ -599,8 +628,24 @@ def tcp_probe(src: str, dst: str, port: int = 22, timeout_s: float = 1.0) -> Tup
         s.close()
 
 
+def rdma_report(nics: Sequence[str], env: Mapping[str, str], plugin: Optional[Path] = None) -> Dict[str, Any]:
+    """The plugin's own answer about its RDMA transport for NICs ``nics`` under ``env``
+    (:meth:`railover.params.Native.rdma_report` of the plugin at ``plugin``, default the
+    installed one). Never raises: ``{"error": why}`` when the plugin cannot be loaded, lacks the
+    function (an older build) or answers something that is not JSON."""
+    try:
+        return params.load(plugin).rdma_report(list(nics), dict(env))
+    except FileNotFoundError as e:
+        return {"error": f"plugin not found: {e}"}
+    except OSError as e:
+        return {"error": str(e)}
+    except ValueError as e:
+        return {"error": f"the plugin's RDMA report is not JSON: {e}"}
+
+
 def gather(env: Optional[Mapping[str, str]] = None, plugin: Optional[Path] = None, check_torch: bool = True) -> Facts:
-    """Observe this host (current network namespace): interfaces, the plugin, PyTorch's NCCL."""
+    """Observe this host (current network namespace): interfaces, the plugin, PyTorch's NCCL,
+    and the plugin's RDMA report for the NICs it would select."""
     env = dict(os.environ if env is None else env)
     if plugin is None:
         try:
@@ -610,9 +655,13 @@ def gather(env: Optional[Mapping[str, str]] = None, plugin: Optional[Path] = Non
             plugin = None
     if plugin is not None:
         pinfo = plugin_exports(Path(plugin))
-    return Facts(env=env, ifaces=list_interfaces(), plugin=pinfo,
+    ifaces = list_interfaces()
+    selected, _reasons, _source = select_interfaces(env, ifaces)
+    rdma = (rdma_report([i.name for i in selected], env, Path(plugin)) if pinfo.get("loaded") and plugin is not None
+            else {"error": "the plugin could not be loaded (see the plugin check)"})
+    return Facts(env=env, ifaces=ifaces, plugin=pinfo,
                  torch=torch_nccl() if check_torch else None, ld_resolve=ld_resolve(env),
-                 tools=prereqs.found(path=env.get("PATH")))
+                 tools=prereqs.found(path=env.get("PATH")), rdma=rdma)
 
 
 def _neighbour(net: ipaddress._BaseNetwork, own: str) -> Optional[str]:
@@ -735,9 +784,95 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
                 checks.append(Check("reach", f"{i.name} -> {p}", FAIL, f"{p} not reachable from {i.name} "
                                     f"({sel_addrs[i.name]}): {how}", f"check {i.name}'s link, routes and the peer"))
     checks += nccl_checks(env, facts.plugin, facts.torch, facts.ld_resolve)
+    if facts.rdma is not None:
+        checks += rdma_checks(facts.rdma)
     if facts.tools is not None:
         checks += [Check("system", what, status, detail, fix) for what, status, detail, fix in prereqs.doctor_rows(facts.tools)]
-    return Report(checks, nics)
+    return Report(checks, nics, facts.rdma)
+
+
+# --------------------------------------------------------------------------- RDMA
+
+def rdma_nic_line(n: Mapping[str, Any]) -> str:
+    """One line for a NIC of the RDMA report: the HCA port, its link layer and state, the GID
+    (or LID addressing) when one was chosen."""
+    if n.get("choice") != "chosen":
+        return "no HCA port"
+    where = f"{n.get('hca')} port {n.get('port')} ({n.get('link_layer') or '?'}, {n.get('state') or '?'})"
+    if n.get("gid_index", -1) >= 0:
+        return f"{where}, GID {n['gid_index']} {n.get('gid', '')}".rstrip()
+    return f"{where}, LID addressing"
+
+
+def rdma_checks(r: Mapping[str, Any]) -> List[Check]:
+    """Checks of section ``rdma`` from the plugin's RDMA report ``r`` (shape:
+    ``native/plugin/rdma_report.h``, or ``{"error": why}``). FAIL only when the job's init
+    would fail (``RAILOVER_TRANSPORT=rdma`` without a usable HCA port on every NIC); a NIC
+    without an RDMA port is INFO when the job uses TCP anyway, WARN when other NICs have one
+    (``auto`` then serves every NIC with TCP)."""
+    out: List[Check] = []
+    if "error" in r:
+        return [Check("rdma", "RDMA transport", INFO, f"not checked: {r['error']}")]
+    setting = r.get("setting", "auto")
+    if r.get("config_error"):
+        return [Check("rdma", "RDMA transport", INFO, f"not evaluated: the configuration does not parse "
+                      f"({r['config_error']}); see the config checks")]
+    if not r.get("built_with_verbs"):
+        status = FAIL if r.get("transport") == "error" else INFO
+        out.append(Check("rdma", "build", status, "this plugin build has no RDMA transport (built without "
+                         "rdma-core's headers): every NIC is served by TCP",
+                         "install libibverbs-dev and rebuild railover" if status == FAIL else ""))
+    else:
+        lib = r.get("libibverbs", {})
+        if lib.get("loaded"):
+            out.append(Check("rdma", "libibverbs", OK, "rdma-core's libibverbs.so.1 loads"))
+        else:
+            out.append(Check("rdma", "libibverbs", FAIL if setting == "rdma" else INFO,
+                             f"{lib.get('error') or 'cannot be loaded'}: every NIC is served by TCP",
+                             "install rdma-core's libibverbs1 (and the provider for the HCA)" if setting == "rdma" else ""))
+        nics = r.get("nics", [])
+        chosen = [n for n in nics if n.get("choice") == "chosen"]
+        for n in nics:
+            choice = n.get("choice")
+            if choice == "chosen":
+                out.append(Check("rdma", n["nic"], OK, f"{rdma_nic_line(n)}: {n.get('why', '')}"))
+                continue
+            ports = n.get("ports", [])
+            seen = "; HCA ports with a GID bound to it: " + ", ".join(
+                f"{p['hca']} port {p['port']} ({p['link_layer']}, {p['state']}"
+                f"{'' if p.get('allowed', True) else ', excluded by NCCL_IB_HCA'})" for p in ports) if ports else ""
+            if choice == "excluded":
+                out.append(Check("rdma", n["nic"], INFO, f"{n.get('why', '')}{seen}"))
+                continue
+            if setting == "rdma":
+                status, fix = FAIL, f"bring an ACTIVE RDMA port with a GID to {n['nic']}, or set RAILOVER_TRANSPORT=auto"
+            elif setting == "auto" and chosen:
+                status, fix = WARN, (f"give {n['nic']} an RDMA port, or leave it out (RAILOVER_IFNAMES) for the other "
+                                     "NICs to use RDMA")
+            else:
+                status, fix = INFO, ""
+            out.append(Check("rdma", n["nic"], status, f"no RDMA: {n.get('why', '')}{seen}", fix))
+    t, why = r.get("transport"), r.get("transport_why", "")
+    if t == "error":
+        out.append(Check("rdma", "RAILOVER_TRANSPORT", FAIL, f"NCCL init would fail: {why}",
+                         "fix the NICs above, or set RAILOVER_TRANSPORT=auto (TCP where RDMA is not usable)"))
+    else:
+        out.append(Check("rdma", "RAILOVER_TRANSPORT", OK if t == "rdma" or setting == "tcp" else INFO,
+                         f"RAILOVER_TRANSPORT={setting}: the job would use {t} ({why})"))
+    mem = r.get("memory", {}).get("ptr_support", [])
+    gd = r.get("gpudirect", {})
+    facts = ["NVIDIA driver " + ("loaded" if gd.get("nvidia_driver") else "not loaded"),
+             f"peer-memory module: {gd['peermem']}" if gd.get("peermem") else "no peer-memory module (nvidia-peermem)"]
+    for d in gd.get("dmabuf", []):
+        sup = d.get("supported")
+        facts.append(f"dmabuf on {d.get('hca')}: " + ("supported" if sup else "unknown" if sup is None else "not supported")
+                     + (f" ({d['detail']})" if d.get("detail") else ""))
+    cuda = any(p in mem for p in ("CUDA", "DMABUF"))
+    out.append(Check("rdma", "GPUDirect RDMA", INFO,
+                     ("railover registers GPU memory" if cuda else
+                      "not used: railover registers host memory only (ptrSupport " + ("|".join(mem) or "none") +
+                      "); NCCL stages GPU buffers through host memory") + ". This host: " + "; ".join(facts)))
+    return out
 
 
 def _split_rails(env: Mapping[str, str]) -> List[Tuple[str, str]]:

@@ -11,7 +11,10 @@ labels are listed in docs/OPERATIONS.md; the main ones:
   ``railover_journal_unknown_events_total{event}`` for events this exporter does not know;
 * gauges ``railover_nic_up{nic,addr,rail}``, ``railover_pair_up{nic,peer}``,
   ``railover_path_active{rank,comm,dir,nic,peer}``, ``railover_nic_paths{nic,state}``,
-  ``railover_comms{rank,health}``, ``railover_processes{state}``;
+  ``railover_comms{rank,health}``, ``railover_processes{state}``,
+  ``railover_process_transport{rank,transport}`` (1 per live process, info-style: the transport
+  its paths use, ``tcp`` or ``rdma``, from the state file; ``unknown`` for a plugin that
+  predates the field);
 * histogram ``railover_convergence_seconds{event}`` (failover/failback/recover) from journal events.
 
 Counters stay monotonic when state files are rewritten and when processes exit: the
@@ -279,8 +282,11 @@ class RailoverCollector:
                                       "Duration of the comm's last failover or failback", labels=["rank", "comm", "dir"])
         last_det = GaugeMetricFamily("railover_last_detection_seconds",
                                      "Detection time of the comm's last failure", labels=["rank", "comm", "dir"])
+        transports: Dict[Tuple[str, str], int] = {}
         for s in live:
             rank = self._procs[s.key].rank if s.key in self._procs else f"pid:{s.pid}"
+            tk = (rank, str(s.data.get("transport") or "unknown"))
+            transports[tk] = transports.get(tk, 0) + 1
             for n in s.nics:
                 k = (str(n.get("name")), str(n.get("addr", "")), str(n.get("rail", "")))
                 nic_up[k] = nic_up.get(k, True) and bool(n.get("up", True))
@@ -300,6 +306,11 @@ class RailoverCollector:
                 if int(c.get("failovers", 0)) + int(c.get("failbacks", 0)) > 0:
                     last_conv.add_metric([rank, cid, cdir], int(c.get("last_convergence_us", 0)) / 1e6)
                     last_det.add_metric([rank, cid, cdir], int(c.get("last_detection_us", 0)) / 1e6)
+        g = GaugeMetricFamily("railover_process_transport", "Live processes by rank and the transport their paths use "
+                              "(tcp, rdma; unknown: a plugin without the field): 1 per process", labels=["rank", "transport"])
+        for (rank, t), n in sorted(transports.items()):
+            g.add_metric([rank, t], n)
+        yield g
         g = GaugeMetricFamily("railover_nic_up", "1 if every live railover process sees the NIC up",
                               labels=["nic", "addr", "rail"])
         for k in sorted(nic_up):

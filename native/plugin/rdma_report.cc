@@ -1,0 +1,226 @@
+#include "plugin/rdma_report.h"
+
+#include <dlfcn.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "abi/nccl_net_abi.h"
+#include "plugin/devices.h"
+#include "telemetry/journal.h"
+#ifdef RAILOVER_HAVE_VERBS
+#include "transport/rdma/rdma_transport.h"
+#include "transport/verbs/verbs_config.h"
+#endif
+
+namespace railover {
+
+namespace {
+
+std::string q(const std::string& s) { return jsonStr(s); }
+const char* b(bool v) { return v ? "true" : "false"; }
+
+bool exists(const char* path) {
+  struct stat st;
+  return stat(path, &st) == 0;
+}
+
+std::string ptrList(uint32_t bits) {
+  std::string o;
+  auto add = [&](uint32_t bit, const char* name) {
+    if (bits & bit) o += std::string(o.empty() ? "" : ",") + "\"" + name + "\"";
+  };
+  add(RAILOVER_NCCL_PTR_HOST, "HOST");
+  add(RAILOVER_NCCL_PTR_CUDA, "CUDA");
+  add(RAILOVER_NCCL_PTR_DMABUF, "DMABUF");
+  return "[" + o + "]";
+}
+
+// The files NCCL's IB transport looks at for a peer-memory module (MOFED's nv_peer_mem, the
+// driver's nvidia-peermem); the first that exists, "" when none.
+std::string peermemFile() {
+  for (const char* p : {"/sys/kernel/mm/memory_peers/nv_mem/version", "/sys/kernel/mm/memory_peers/nv_mem_nc/version",
+                        "/sys/module/nvidia_peermem/version", "/sys/module/nvidia_peermem", "/sys/module/nv_peer_mem"})
+    if (exists(p)) return p;
+  return "";
+}
+
+#ifdef RAILOVER_HAVE_VERBS
+
+const char* portStateName(int s) {
+  switch (s) {
+    case IBV_PORT_NOP: return "NOP";
+    case IBV_PORT_DOWN: return "DOWN";
+    case IBV_PORT_INIT: return "INIT";
+    case IBV_PORT_ARMED: return "ARMED";
+    case IBV_PORT_ACTIVE: return "ACTIVE";
+    case IBV_PORT_ACTIVE_DEFER: return "ACTIVE_DEFER";
+    default: return "UNKNOWN";
+  }
+}
+
+const char* linkLayerName(int ll) { return ll == IBV_LINK_LAYER_INFINIBAND ? "InfiniBand" : "Ethernet"; }
+
+struct PortFact {
+  std::string hca;
+  int port = 0;
+  std::string state, linkLayer;
+  bool roce = true;
+  std::vector<std::string> netdevs;  // NICs its GID entries are bound to
+};
+
+// Every port of every HCA: state, link layer and (RoCE) the NICs its GIDs are bound to.
+std::vector<PortFact> scanPorts(const verbs::VerbsApi& api) {
+  std::vector<PortFact> out;
+  int n = 0;
+  ibv_device** list = api.get_device_list(&n);
+  for (int d = 0; list && d < n; ++d) {
+    std::string dev = api.get_device_name(list[d]);
+    ibv_context* ctx = api.open_device(list[d]);
+    if (!ctx) continue;
+    ibv_device_attr da{};
+    if (api.query_device(ctx, &da) == 0) {
+      for (int port = 1; port <= da.phys_port_cnt; ++port) {
+        ibv_port_attr pa{};
+        if (verbs::queryPort(api, ctx, static_cast<uint8_t>(port), &pa) != 0) continue;
+        PortFact f;
+        f.hca = dev;
+        f.port = port;
+        f.state = portStateName(pa.state);
+        f.roce = pa.link_layer != IBV_LINK_LAYER_INFINIBAND;
+        f.linkLayer = linkLayerName(pa.link_layer);
+        std::vector<verbs::GidEntry> table;
+        std::string e;
+        if (f.roce && verbs::readGidTable(api, ctx, dev, port, pa.gid_tbl_len, true, &table, &e))
+          for (const verbs::GidEntry& g : table)
+            if (!g.netdev.empty() && std::find(f.netdevs.begin(), f.netdevs.end(), g.netdev) == f.netdevs.end())
+              f.netdevs.push_back(g.netdev);
+        out.push_back(f);
+      }
+    }
+    api.close_device(ctx);
+  }
+  if (list) api.free_device_list(list);
+  return out;
+}
+
+// NCCL's test for dmabuf support of an HCA: ibv_reg_dmabuf_mr with fd -1 fails with
+// EOPNOTSUPP / EPROTONOSUPPORT when the kernel or provider has none, with another error
+// (EBADF) when it has.
+std::string dmabufProbe(const std::string& dev) {
+  std::string e;
+  verbs::Hca hca(dev, &e);
+  if (!hca.ok()) return "{\"hca\":" + q(dev) + ",\"supported\":null,\"detail\":" + q(e) + "}";
+  void* h = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_NOLOAD);
+  using RegDmabuf = ibv_mr* (*)(ibv_pd*, uint64_t, size_t, uint64_t, int, int);
+  auto fn = h ? reinterpret_cast<RegDmabuf>(dlsym(h, "ibv_reg_dmabuf_mr")) : nullptr;
+  std::string out;
+  if (!fn) {
+    out = "{\"hca\":" + q(dev) + ",\"supported\":null,\"detail\":\"this libibverbs has no ibv_reg_dmabuf_mr\"}";
+  } else {
+    errno = 0;
+    ibv_mr* mr = fn(hca.pd(), 0, 0, 0, -1, 0);
+    int err = errno;
+    if (mr) hca.api().dereg_mr(mr);
+    bool no = !mr && (err == EOPNOTSUPP || err == EPROTONOSUPPORT);
+    out = "{\"hca\":" + q(dev) + ",\"supported\":" + b(!no) + ",\"detail\":" +
+          q(std::string("ibv_reg_dmabuf_mr(fd -1): ") + (mr ? "accepted" : std::strerror(err))) + "}";
+  }
+  if (h) dlclose(h);
+  return out;
+}
+
+#endif  // RAILOVER_HAVE_VERBS
+
+}  // namespace
+
+std::string rdmaReportJson(const std::vector<std::string>& names, const EnvLookup& env, uint32_t ptrSupport) {
+  Config cfg;
+  std::string cfgErr, nicErr;
+  bool cfgOk = parseConfig(env, &cfg, &cfgErr);
+  std::vector<Nic> nics;
+  if (cfgOk && names.empty()) {
+    if (!discoverNics(cfg, &nics, &nicErr)) nics.clear();
+  } else {
+    for (size_t i = 0; i < names.size(); ++i) {
+      Nic n;
+      n.index = static_cast<int>(i);
+      n.name = names[i];
+      nics.push_back(n);
+    }
+  }
+  std::string setting = transportName(cfg.transport);
+  std::string libOk = "false", libErr, transport = "tcp", why, nicsJson, dmabuf;
+#ifdef RAILOVER_HAVE_VERBS
+  const bool built = true;
+  std::string e;
+  const verbs::VerbsApi* api = verbs::verbsApi(&e);
+  libOk = b(api != nullptr);
+  libErr = api ? "" : e;
+  if (cfgOk) {
+    std::vector<PortFact> ports;
+    if (api) ports = scanPorts(*api);
+    std::vector<std::string> chosenHcas;
+    for (const Nic& n : nics) {
+      verbs::PortSel sel;
+      std::string err;
+      verbs::PortChoice c = verbs::choosePortForNetdev(n.name, cfg.ib, &sel, &err);
+      bool chosen = c == verbs::PortChoice::kChosen;
+      std::string state, ll;
+      std::string pj;
+      for (const PortFact& f : ports) {
+        bool bound = std::find(f.netdevs.begin(), f.netdevs.end(), n.name) != f.netdevs.end();
+        if (chosen && f.hca == sel.dev && f.port == sel.port) state = f.state, ll = f.linkLayer;
+        if (!bound) continue;
+        pj += std::string(pj.empty() ? "" : ",") + "{\"hca\":" + q(f.hca) + ",\"port\":" + std::to_string(f.port) +
+              ",\"state\":" + q(f.state) + ",\"link_layer\":" + q(f.linkLayer) +
+              ",\"allowed\":" + b(cfg.ib.hca.allows(f.hca, f.port)) + "}";
+      }
+      if (chosen && ll.empty()) ll = sel.roce ? "Ethernet" : "InfiniBand";
+      if (chosen && std::find(chosenHcas.begin(), chosenHcas.end(), sel.dev) == chosenHcas.end())
+        chosenHcas.push_back(sel.dev);
+      nicsJson += std::string(nicsJson.empty() ? "" : ",") + "{\"nic\":" + q(n.name) + ",\"choice\":\"" +
+                  (chosen ? "chosen" : c == verbs::PortChoice::kExcluded ? "excluded" : "failed") +
+                  "\",\"why\":" + q(chosen ? sel.why : err) + ",\"hca\":" + q(chosen ? sel.dev : "") +
+                  ",\"port\":" + std::to_string(chosen ? sel.port : 0) + ",\"link_layer\":" + q(ll) +
+                  ",\"state\":" + q(state) + ",\"gid_index\":" + std::to_string(chosen ? sel.gidIndex : -1) +
+                  ",\"gid\":" + q(chosen && sel.roce ? verbs::gidString(sel.gid) : "") + ",\"ports\":[" + pj + "]}";
+    }
+    for (const std::string& h : chosenHcas) dmabuf += std::string(dmabuf.empty() ? "" : ",") + dmabufProbe(h);
+    // The rule of Runtime::chooseTransport (plugin/runtime.cc).
+    std::string uwhy;
+    bool usable = !nics.empty() && rdma::rdmaUsable(nics, cfg, &uwhy);
+    if (nics.empty()) uwhy = nicErr.empty() ? "no NIC" : nicErr;
+    if (cfg.transport == TransportKind::kTcp) {
+      transport = "tcp", why = "RAILOVER_TRANSPORT=tcp";
+    } else if (usable) {
+      transport = "rdma";
+      why = "RAILOVER_TRANSPORT=" + setting + ": every NIC has an ACTIVE RDMA port with a GID";
+    } else if (cfg.transport == TransportKind::kRdma) {
+      transport = "error", why = "RAILOVER_TRANSPORT=rdma: cannot use RDMA: " + uwhy;
+    } else {
+      transport = "tcp", why = "RAILOVER_TRANSPORT=auto: " + uwhy;
+    }
+  }
+#else
+  const bool built = false;
+  libErr = "this build of railover has no RDMA transport (built without rdma-core's headers)";
+  for (const Nic& n : nics)
+    nicsJson += std::string(nicsJson.empty() ? "" : ",") + "{\"nic\":" + q(n.name) +
+                ",\"choice\":\"failed\",\"why\":" + q(libErr) +
+                ",\"hca\":\"\",\"port\":0,\"link_layer\":\"\",\"state\":\"\",\"gid_index\":-1,\"gid\":\"\",\"ports\":[]}";
+  if (cfg.transport == TransportKind::kRdma) transport = "error", why = "RAILOVER_TRANSPORT=rdma: " + libErr;
+  else why = "RAILOVER_TRANSPORT=" + setting + ": " + libErr;
+#endif
+  if (!cfgOk) transport = "error", why = cfgErr, nicsJson.clear();
+  return "{\"version\":1,\"built_with_verbs\":" + std::string(b(built)) + ",\"libibverbs\":{\"loaded\":" + libOk +
+         ",\"error\":" + q(libErr) + "},\"config_error\":" + q(cfgOk ? "" : cfgErr) + ",\"nic_error\":" + q(nicErr) +
+         ",\"setting\":" + q(setting) + ",\"transport\":" + q(transport) + ",\"transport_why\":" + q(why) +
+         ",\"nics\":[" + nicsJson + "],\"memory\":{\"ptr_support\":" + ptrList(ptrSupport) +
+         "},\"gpudirect\":{\"nvidia_driver\":" + b(exists("/sys/module/nvidia")) + ",\"peermem\":" + q(peermemFile()) +
+         ",\"dmabuf\":[" + dmabuf + "]}}";
+}
+
+}  // namespace railover

@@ -1,0 +1,49 @@
+// What the RDMA transport would do on this host, for `railover doctor`: the plugin's own
+// answer (its parser of the environment, its NIC discovery, verbs_config.h's port and GID
+// choice through the dlopen()ed libibverbs table, rdma_transport.h's auto rule), as JSON. The
+// plugin exports it as railover_rdma_report_json (abi/describe.cc). It starts no thread, does
+// not call init and leaves nothing open (it opens and closes the HCAs it inspects).
+//
+// Shape (every key always present; "" / null / [] when it does not apply):
+//   {"version": 1,
+//    "built_with_verbs": bool,            // RAILOVER_HAVE_VERBS: rdma-core's headers at build time
+//    "libibverbs": {"loaded": bool, "error": str},
+//    "config_error": str,                 // the environment does not parse (then nothing else is evaluated)
+//    "nic_error": str,                    // NIC discovery failed (no NIC list given and none selected)
+//    "setting": "auto" | "tcp" | "rdma",  // RAILOVER_TRANSPORT
+//    "transport": "rdma" | "tcp" | "error",  // what init would use; "error": init fails
+//    "transport_why": str,                // one line
+//    "nics": [{"nic": str,
+//              "choice": "chosen" | "excluded" | "failed",  // verbs::PortChoice
+//              "why": str,                // chosen: how the GID was chosen; else why there is none
+//              "hca": str, "port": int,   // the chosen HCA port ("" / 0 when none)
+//              "link_layer": "Ethernet" | "InfiniBand" | "",
+//              "state": str,              // ACTIVE, DOWN, INIT, ARMED, ACTIVE_DEFER, "" (none)
+//              "gid_index": int,          // -1: none (InfiniBand, or no choice)
+//              "gid": str,                // "" when none
+//              "ports": [{"hca", "port", "state", "link_layer", "allowed"}]}],
+//                                         // RoCE ports with a GID bound to the NIC (any state);
+//                                         // allowed: NCCL_IB_HCA lets the transport use it
+//    "memory": {"ptr_support": [str]},    // what getProperties advertises: "HOST", "CUDA", "DMABUF"
+//    "gpudirect": {"nvidia_driver": bool, // /sys/module/nvidia
+//                  "peermem": str,        // the file that shows a peer-memory module, "" = none
+//                  "dmabuf": [{"hca": str, "supported": bool | null, "detail": str}]}}
+//                                         // per chosen HCA: ibv_reg_dmabuf_mr with fd -1 answers
+//                                         // EBADF-like (supported) or EOPNOTSUPP (not), as NCCL tests it
+//
+// Thread-safety: reentrant (it reads the environment through `env` only).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+
+namespace railover {
+
+// `nics`: the NIC names to evaluate (empty: the plugin's own discovery with `env`);
+// `ptrSupport`: the NCCL_PTR_* bits getProperties advertises.
+std::string rdmaReportJson(const std::vector<std::string>& nics, const EnvLookup& env, uint32_t ptrSupport);
+
+}  // namespace railover

@@ -1,0 +1,83 @@
+// railover_rdma_report_json's body (plugin/rdma_report.h) over the fake verbs provider: the
+// per-NIC port, state, link layer and GID come from the plugin's own choice, the auto rule
+// follows rdmaUsable, and NCCL_IB_HCA / bad values show as they would at init.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <net/if.h>
+
+#include <map>
+#include <string>
+
+#include "../verbs/fake_verbs.h"
+#include "abi/nccl_net_abi.h"
+#include "plugin/rdma_report.h"
+
+namespace railover {
+namespace {
+
+ibv_gid_entry gidOn(const char* text, uint32_t type, uint32_t ifindex) {
+  ibv_gid_entry e{};
+  inet_pton(AF_INET6, text, e.gid.raw);
+  e.gid_type = type;
+  e.ndev_ifindex = ifindex;
+  return e;
+}
+
+std::string reportFor(const std::map<std::string, std::string>& vars) {
+  EnvLookup env = [vars](const char* k) -> const char* {
+    auto it = vars.find(k);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  };
+  return rdmaReportJson({"lo"}, env, RAILOVER_NCCL_PTR_HOST);
+}
+
+bool has(const std::string& json, const std::string& part) { return json.find(part) != std::string::npos; }
+
+TEST(RdmaReport, ChosenPortStateGidAndAutoPicksRdma) {
+  fake::reset();
+  unsigned lo = if_nametoindex("lo");
+  ASSERT_NE(lo, 0u);
+  fake::setGids("fake1", 2, {gidOn("fe80::1", IBV_GID_TYPE_ROCE_V2, lo), gidOn("::ffff:127.0.0.1", IBV_GID_TYPE_ROCE_V2, lo)});
+  std::string r = reportFor({});
+  EXPECT_TRUE(has(r, "\"built_with_verbs\":true,\"libibverbs\":{\"loaded\":true,\"error\":\"\"}")) << r;
+  EXPECT_TRUE(has(r, "{\"nic\":\"lo\",\"choice\":\"chosen\",\"why\":\"fake1 port 2 GID 1 (RoCE v2, IPv4 127.0.0.1, "
+                     "bound to lo; NCCL_IB_GID_INDEX unset)\",\"hca\":\"fake1\",\"port\":2,\"link_layer\":\"Ethernet\","
+                     "\"state\":\"ACTIVE\",\"gid_index\":1,\"gid\":\"::ffff:127.0.0.1\",\"ports\":[{\"hca\":\"fake1\","
+                     "\"port\":2,\"state\":\"ACTIVE\",\"link_layer\":\"Ethernet\",\"allowed\":true}]}"))
+      << r;
+  EXPECT_TRUE(has(r, "\"setting\":\"auto\",\"transport\":\"rdma\"")) << r;
+  EXPECT_TRUE(has(r, "\"memory\":{\"ptr_support\":[\"HOST\"]}")) << r;
+  // The fake provider has no ibv_reg_dmabuf_mr: unknown, not a guess.
+  EXPECT_TRUE(has(r, "\"dmabuf\":[{\"hca\":\"fake1\",\"supported\":null")) << r;
+}
+
+TEST(RdmaReport, ExcludedByNcclIbHcaMakesAutoPickTcpAndRdmaAnError) {
+  fake::reset();
+  unsigned lo = if_nametoindex("lo");
+  fake::setGids("fake0", 1, {gidOn("::ffff:127.0.0.1", IBV_GID_TYPE_ROCE_V2, lo)});
+  std::string r = reportFor({{"NCCL_IB_HCA", "^fake0"}});
+  EXPECT_TRUE(has(r, "\"choice\":\"excluded\",\"why\":\"HCA fake0 port 1 behind NIC lo is excluded by "
+                     "NCCL_IB_HCA='^fake0': the NIC is served by TCP\"")) << r;
+  EXPECT_TRUE(has(r, "\"ports\":[{\"hca\":\"fake0\",\"port\":1,\"state\":\"ACTIVE\",\"link_layer\":\"Ethernet\","
+                     "\"allowed\":false}]")) << r;
+  EXPECT_TRUE(has(r, "\"transport\":\"tcp\",\"transport_why\":\"RAILOVER_TRANSPORT=auto: NIC lo: HCA fake0")) << r;
+  r = reportFor({{"NCCL_IB_HCA", "^fake0"}, {"RAILOVER_TRANSPORT", "rdma"}});
+  EXPECT_TRUE(has(r, "\"transport\":\"error\",\"transport_why\":\"RAILOVER_TRANSPORT=rdma: cannot use RDMA: NIC lo")) << r;
+  r = reportFor({{"RAILOVER_TRANSPORT", "tcp"}});
+  EXPECT_TRUE(has(r, "\"transport\":\"tcp\",\"transport_why\":\"RAILOVER_TRANSPORT=tcp\"")) << r;
+}
+
+TEST(RdmaReport, NoGidBoundAndBadValues) {
+  fake::reset();
+  std::string r = reportFor({});
+  EXPECT_TRUE(has(r, "\"choice\":\"failed\",\"why\":\"no RDMA device is bound to NIC lo")) << r;
+  EXPECT_TRUE(has(r, "\"gid_index\":-1,\"gid\":\"\",\"ports\":[]")) << r;
+  EXPECT_TRUE(has(r, "\"transport\":\"tcp\"")) << r;
+  r = reportFor({{"NCCL_IB_GID_INDEX", "x"}});
+  EXPECT_TRUE(has(r, "\"config_error\":\"NCCL_IB_GID_INDEX")) << r;
+  EXPECT_TRUE(has(r, "\"transport\":\"error\"")) << r;
+  EXPECT_TRUE(has(r, "\"nics\":[]")) << r;
+}
+
+}  // namespace
+}  // namespace railover

@@ -1,0 +1,120 @@
+"""The plugin's RDMA report (what `railover doctor` shows) on real Soft-RoCE.
+
+The guests have no Python, so the report is read with ``railover-rdma-report`` (it dlopens the
+plugin and prints ``railover_rdma_report_json``; the same function doctor calls through ctypes).
+Asserted in guest A:
+* each rail NIC is backed by its own rxe device, port 1, Ethernet, ACTIVE, with the RoCE v2 GID
+  of the NIC's IPv4 address at the bed's index, and the reason names HCA, port, index and NIC;
+  ``RAILOVER_TRANSPORT=auto`` would use rdma; the NIC list from the plugin's own discovery
+  (``RAILOVER_IFNAMES``) gives the same;
+* ``NCCL_IB_HCA`` excluding one rail's HCA: that NIC is "excluded", its port listed as not
+  allowed, auto falls back to tcp and ``RAILOVER_TRANSPORT=rdma`` is reported as an init error;
+* a cable pull (QEMU set_link off) shows the port DOWN, the NIC without an RDMA port and the
+  reason naming the port; back ACTIVE after the repair.
+
+The module boots its own pair of guests (conftest's ``rdma_bed``).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from railover import _paths
+from railover.testbed.netns import poll_until
+from railover.testbed.rdma import faults as rf
+
+from rdma_helpers import crash_retry
+
+pytestmark = pytest.mark.rdma
+
+TOOL = "railover-rdma-report"
+PLUGIN = f"/mnt/build/lib/{_paths.PLUGIN_FILE}"
+
+
+@pytest.fixture(scope="module")
+def tool(rdma_bed):
+    """railover-rdma-report of the build; :func:`report` puts it into the guests' read-only
+    build share (/mnt/build/bin)."""
+    try:
+        src = _paths._find(TOOL)
+    except FileNotFoundError as e:
+        if os.environ.get("RAILOVER_REQUIRE_RDMA") == "1":
+            pytest.fail(f"RAILOVER_REQUIRE_RDMA=1 but {e}", pytrace=False)
+        pytest.skip(str(e))
+    return src
+
+
+def report(bed, tool, nics=None, env=None):
+    dst = bed.run_dir / "build" / "bin" / TOOL
+    if not dst.exists():  # (again after a reboot of the guests re-staged the share)
+        shutil.copy2(tool, dst)
+    argv = [f"/mnt/build/bin/{TOOL}", PLUGIN] + ([",".join(nics)] if nics is not None else [])
+    rc, out, err = bed.run("A", argv, env=env or {}, timeout_s=300)
+    assert rc == 0, err
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _gid(addr: str) -> str:
+    return "::ffff:" + addr
+
+
+def test_each_rail_nic_has_its_rxe_port_and_gid(rdma_bed, tool):
+    def body():
+        bed = rdma_bed
+        nics = bed.host("A").nics
+        r = report(bed, tool, [n.ifname for n in nics])
+        assert r["built_with_verbs"] and r["libibverbs"]["loaded"], r
+        for n, got in zip(nics, r["nics"]):
+            assert got["nic"] == n.ifname and got["choice"] == "chosen", got
+            assert (got["hca"], got["port"], got["link_layer"], got["state"]) == (n.rdma_dev, 1, "Ethernet", "ACTIVE")
+            assert got["gid_index"] == n.gid_index and got["gid"] == _gid(n.addr), got
+            assert got["why"].startswith(f"{n.rdma_dev} port 1 GID {n.gid_index} (RoCE v2, IPv4 {n.addr}, "
+                                         f"bound to {n.ifname}"), got
+            assert {"hca": n.rdma_dev, "port": 1, "state": "ACTIVE", "link_layer": "Ethernet",
+                    "allowed": True} in got["ports"]
+        assert r["transport"] == "rdma" and r["setting"] == "auto", r
+        assert r["memory"]["ptr_support"] == ["HOST"]
+        assert [d["hca"] for d in r["gpudirect"]["dmabuf"]] == [n.rdma_dev for n in nics]
+        # the plugin's own NIC discovery, restricted to the rails
+        d = report(bed, tool, None, bed.rail_env())
+        assert [x["nic"] for x in d["nics"]] == [n.ifname for n in nics] and d["transport"] == "rdma", d
+    crash_retry(rdma_bed, body)
+
+
+def test_nccl_ib_hca_exclusion_and_rdma_required(rdma_bed, tool):
+    def body():
+        bed = rdma_bed
+        a0, a1 = bed.host("A").nics[:2]
+        env = {"NCCL_IB_HCA": f"^={a1.rdma_dev}"}
+        r = report(bed, tool, [a0.ifname, a1.ifname], env)
+        got = {x["nic"]: x for x in r["nics"]}
+        assert got[a0.ifname]["choice"] == "chosen"
+        x = got[a1.ifname]
+        assert x["choice"] == "excluded" and f"excluded by NCCL_IB_HCA='^={a1.rdma_dev}'" in x["why"], x
+        assert [p["allowed"] for p in x["ports"]] == [False], x
+        assert r["transport"] == "tcp" and f"NIC {a1.ifname}" in r["transport_why"], r
+        r = report(bed, tool, [a0.ifname, a1.ifname], dict(env, RAILOVER_TRANSPORT="rdma"))
+        assert r["transport"] == "error" and "RAILOVER_TRANSPORT=rdma: cannot use RDMA" in r["transport_why"], r
+    crash_retry(rdma_bed, body)
+
+
+def test_a_pulled_cable_shows_the_port_down(rdma_bed, tool):
+    def body():
+        bed = rdma_bed
+        a0 = bed.host("A").nics[0]
+
+        def state():
+            return report(bed, tool, [a0.ifname])["nics"][0]
+
+        with rf.CablePull(bed, a0.name):
+            x = poll_until(lambda: (lambda s: s if s["choice"] == "failed" else None)(state()), 240, 1.0,
+                           f"{a0.rdma_dev} port 1 reported down")
+            assert f"HCA {a0.rdma_dev} port 1 is" in x["why"] and "not ACTIVE" in x["why"], x
+            assert [(p["hca"], p["state"]) for p in x["ports"]] == [(a0.rdma_dev, "DOWN")], x
+        x = poll_until(lambda: (lambda s: s if s["choice"] == "chosen" else None)(state()), 240, 1.0,
+                       f"{a0.rdma_dev} port 1 ACTIVE again")
+        assert x["state"] == "ACTIVE" and x["gid_index"] == a0.gid_index
+    crash_retry(rdma_bed, body)

@@ -1,0 +1,230 @@
+"""railover doctor's RDMA section: checks and rendering from canned reports of the plugin's
+railover_rdma_report_json (shape: native/plugin/rdma_report.h), the NCCL_IB_* message, and the
+real function of the built plugin on this host (libibverbs, no RDMA device)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from railover import _paths, params
+from railover.cli import app
+from railover.ops import cli as ocli
+from railover.ops import doctor as dr
+
+from test_ops_doctor import GOOD_NCCL, IFACES, PLUGIN_OK, good_route, run
+
+ROOT = Path(__file__).resolve().parents[2]
+
+GPU = {"nvidia_driver": False, "peermem": "", "dmabuf": [{"hca": "rxe0", "supported": False,
+                                                          "detail": "ibv_reg_dmabuf_mr(fd -1): Operation not supported"}]}
+
+
+def nic(name, choice="chosen", hca="rxe0", port=1, gid_index=1, gid="::ffff:10.1.0.1", why=None, ports=None,
+        state="ACTIVE", ll="Ethernet"):
+    chosen = choice == "chosen"
+    return {"nic": name, "choice": choice, "hca": hca if chosen else "", "port": port if chosen else 0,
+            "link_layer": ll if chosen else "", "state": state if chosen else "",
+            "gid_index": gid_index if chosen else -1, "gid": gid if chosen else "",
+            "why": why or (f"{hca} port {port} GID {gid_index} (RoCE v2, IPv4 10.1.0.1, bound to {name}; "
+                           "NCCL_IB_GID_INDEX unset)"),
+            "ports": ports if ports is not None else []}
+
+
+def report(nics, setting="auto", transport="rdma", why="RAILOVER_TRANSPORT=auto: every NIC has an ACTIVE RDMA port "
+           "with a GID", built=True, lib=True, lib_error="", config_error="", ptr=("HOST",), gpu=GPU):
+    return {"version": 1, "built_with_verbs": built, "libibverbs": {"loaded": lib, "error": lib_error},
+            "config_error": config_error, "nic_error": "", "setting": setting, "transport": transport,
+            "transport_why": why, "nics": nics, "memory": {"ptr_support": list(ptr)}, "gpudirect": gpu}
+
+
+def rdma_run(rep, env=GOOD_NCCL):
+    facts = dr.Facts(env=dict(env), ifaces=IFACES, plugin=PLUGIN_OK, ld_resolve=PLUGIN_OK["path"], rdma=rep)
+    return dr.diagnose(facts, route=good_route, probe=lambda s, d: (True, "ok"))
+
+
+def rdma(rep, what=None):
+    return [c for c in rep.checks if c.section == "rdma" and (what is None or c.what == what)]
+
+
+def text(renderable) -> str:
+    """The rendered text, table borders removed, whitespace collapsed."""
+    con = Console(width=400, record=True)
+    con.print(renderable)
+    return " ".join(re.sub("[\u2500-\u257f]", " ", con.export_text()).split())
+
+
+def test_every_nic_on_an_active_port_uses_rdma():
+    rep = rdma_run(report([nic("eth0", gid="::ffff:10.0.0.1"), nic("eth1", hca="rxe1", gid="::ffff:10.0.1.1")]))
+    assert rep.ok
+    c = rdma(rep, "eth1")[0]
+    assert c.status == dr.OK and "rxe1 port 1 (Ethernet, ACTIVE), GID 1 ::ffff:10.0.1.1" in c.detail
+    assert "NCCL_IB_GID_INDEX unset" in c.detail
+    t = rdma(rep, "RAILOVER_TRANSPORT")[0]
+    assert t.status == dr.OK and "would use rdma" in t.detail
+    assert rdma(rep, "libibverbs")[0].status == dr.OK
+    out = text(ocli.render_doctor(rep))
+    assert "RDMA (RAILOVER_TRANSPORT=auto: the job would use rdma)" in out
+    assert "eth1 rxe1 port 1 Ethernet ACTIVE 1 ::ffff:10.0.1.1" in out
+    assert rep.to_json()["rdma"]["nics"][1]["hca"] == "rxe1"
+
+
+def test_auto_with_one_nic_without_rdma_warns_that_every_nic_uses_tcp():
+    why = "no RDMA device is bound to NIC eth1 (for Soft-RoCE: rdma link add rxe0 type rxe netdev eth1)"
+    rep = rdma_run(report([nic("eth0"), nic("eth1", "failed", why=why)], transport="tcp",
+                          why="RAILOVER_TRANSPORT=auto: NIC eth1: " + why))
+    assert rep.ok
+    c = rdma(rep, "eth1")[0]
+    assert c.status == dr.WARN and "no RDMA device is bound to NIC eth1" in c.detail and "RAILOVER_IFNAMES" in c.fix
+    t = rdma(rep, "RAILOVER_TRANSPORT")[0]
+    assert t.status == dr.INFO and "would use tcp" in t.detail and "NIC eth1" in t.detail
+    assert "eth1 failed - - - no RDMA device is bound" in text(ocli.render_doctor(rep))
+
+
+def test_a_tcp_only_host_is_not_a_problem():
+    why = "no RDMA device found (is an RDMA driver or rdma_rxe loaded, and libibverbs' provider installed?)"
+    rep = rdma_run(report([nic("eth0", "failed", why=why), nic("eth1", "failed", why=why)], transport="tcp",
+                          why="RAILOVER_TRANSPORT=auto: NIC eth0: " + why))
+    assert rep.ok
+    assert [c.status for c in rdma(rep, "eth0")] == [dr.INFO]
+
+
+def test_rdma_required_but_a_port_is_down_is_blocking():
+    why = "HCA rxe0 port 1 is PORT_DOWN, not ACTIVE"
+    down = [{"hca": "rxe0", "port": 1, "state": "DOWN", "link_layer": "Ethernet", "allowed": True}]
+    rep = rdma_run(report([nic("eth0", "failed", why=why, ports=down), nic("eth1", hca="rxe1")], setting="rdma",
+                          transport="error", why="RAILOVER_TRANSPORT=rdma: cannot use RDMA: NIC eth0: " + why),
+                   env=dict(GOOD_NCCL, RAILOVER_TRANSPORT="rdma"))
+    assert not rep.ok
+    c = rdma(rep, "eth0")[0]
+    assert c.status == dr.FAIL and "rxe0 port 1 (Ethernet, DOWN)" in c.detail
+    t = rdma(rep, "RAILOVER_TRANSPORT")[0]
+    assert t.status == dr.FAIL and "NCCL init would fail" in t.detail and "NIC eth0" in t.detail
+    assert "RDMA (RAILOVER_TRANSPORT=rdma: NCCL init would fail)" in text(ocli.render_doctor(rep))
+
+
+def test_nic_excluded_by_nccl_ib_hca_is_information():
+    why = "HCA rxe1 port 1 behind NIC eth1 is excluded by NCCL_IB_HCA='^rxe1': the NIC is served by TCP"
+    ports = [{"hca": "rxe1", "port": 1, "state": "ACTIVE", "link_layer": "Ethernet", "allowed": False}]
+    rep = rdma_run(report([nic("eth0"), nic("eth1", "excluded", why=why, ports=ports)], transport="tcp",
+                          why="RAILOVER_TRANSPORT=auto: NIC eth1: " + why))
+    c = rdma(rep, "eth1")[0]
+    assert c.status == dr.INFO and "excluded by NCCL_IB_HCA='^rxe1'" in c.detail
+    assert "rxe1 port 1 (Ethernet, ACTIVE, excluded by NCCL_IB_HCA)" in c.detail
+
+
+def test_gpudirect_is_reported_honestly():
+    rep = rdma_run(report([nic("eth0")]))
+    c = rdma(rep, "GPUDirect RDMA")[0]
+    assert c.status == dr.INFO
+    assert "host memory only (ptrSupport HOST)" in c.detail
+    assert "no peer-memory module" in c.detail and "dmabuf on rxe0: not supported" in c.detail
+    gpu = dict(GPU, nvidia_driver=True, peermem="/sys/module/nvidia_peermem/version")
+    c = rdma(rdma_run(report([nic("eth0")], gpu=gpu)), "GPUDirect RDMA")[0]
+    assert "NVIDIA driver loaded" in c.detail and "peer-memory module: /sys/module/nvidia_peermem/version" in c.detail
+
+
+def test_build_without_verbs_and_missing_libibverbs():
+    r = report([], built=False, lib=False, transport="tcp", why="RAILOVER_TRANSPORT=auto: no RDMA transport")
+    c = rdma(rdma_run(r), "build")[0]
+    assert c.status == dr.INFO and "no RDMA transport" in c.detail
+    r = report([], built=False, lib=False, setting="rdma", transport="error", why="RAILOVER_TRANSPORT=rdma: no")
+    assert rdma(rdma_run(r), "build")[0].status == dr.FAIL
+    r = report([], lib=False, lib_error="cannot load libibverbs.so.1", transport="tcp", why="x")
+    c = rdma(rdma_run(r), "libibverbs")[0]
+    assert c.status == dr.INFO and "cannot load libibverbs.so.1" in c.detail
+
+
+def test_unavailable_report_and_bad_configuration_are_not_evaluated():
+    c = rdma(rdma_run({"error": "plugin not found"}))
+    assert len(c) == 1 and c[0].status == dr.INFO and "not checked: plugin not found" in c[0].detail
+    r = report([], config_error="NCCL_IB_HCA='^' is not valid", transport="error", why="x")
+    c = rdma(rdma_run(r))
+    assert len(c) == 1 and "does not parse" in c[0].detail and "NCCL_IB_HCA" in c[0].detail
+    assert not [c for c in rdma_run(report([]), env=GOOD_NCCL).checks if c.status == dr.FAIL and c.section == "rdma"]
+
+
+def test_no_rdma_section_when_not_gathered():
+    assert not rdma(run(GOOD_NCCL))
+
+
+def test_nccl_ib_variables_say_which_railover_reads():
+    rep = run(dict(GOOD_NCCL, NCCL_IB_HCA="mlx5_0", NCCL_IB_TIMEOUT="20", NCCL_IB_DISABLE="1"))
+    c = [c for c in rep.checks if c.section == "nccl" and c.what == "NCCL_IB_*"][0]
+    assert "NCCL_IB_HCA, NCCL_IB_TIMEOUT: read by railover's RDMA transport" in c.detail
+    assert "NCCL_IB_DISABLE: only tune NCCL's own IB transport" in c.detail
+    assert "only tune NCCL's internal IB transport; railover does not read them" not in c.detail
+    assert "NCCL_IB_GID_INDEX" not in c.detail and "railover env --list" in c.detail
+
+
+# --------------------------------------------------------------------------- the real function
+
+@pytest.fixture(scope="module")
+def native():
+    try:
+        n = params.load(_paths.plugin_path())
+    except (FileNotFoundError, OSError) as e:
+        pytest.skip(f"no built plugin: {e}")
+    return n
+
+
+def _has_rdma_device() -> bool:
+    d = Path("/sys/class/infiniband")
+    return d.is_dir() and any(d.iterdir())
+
+
+def test_the_plugin_answers_for_a_nic_without_rdma_device(native):
+    if _has_rdma_device():
+        pytest.skip("this host has RDMA devices: the no-device answer cannot be checked here")
+    r = native.rdma_report(["lo"], {"RAILOVER_TRANSPORT": "auto"})
+    assert r["version"] == 1 and r["config_error"] == "" and r["setting"] == "auto"
+    if not r["built_with_verbs"]:
+        assert r["transport"] == "tcp" and "no RDMA transport" in r["transport_why"]
+        return
+    assert r["libibverbs"] == {"loaded": True, "error": ""}, "this machine has rdma-core's libibverbs"
+    (n,) = r["nics"]
+    assert n["nic"] == "lo" and n["choice"] == "failed" and n["hca"] == "" and n["gid_index"] == -1
+    assert "no RDMA device" in n["why"], n
+    assert r["transport"] == "tcp" and r["transport_why"].startswith("RAILOVER_TRANSPORT=auto: NIC lo: no RDMA device")
+    assert r["memory"]["ptr_support"] == ["HOST"]
+    assert r["gpudirect"]["dmabuf"] == []
+    # RAILOVER_TRANSPORT=rdma: the plugin's init would fail; tcp: no RDMA needed
+    r = native.rdma_report(["lo"], {"RAILOVER_TRANSPORT": "rdma"})
+    assert r["transport"] == "error" and "NIC lo" in r["transport_why"]
+    assert native.rdma_report(["lo"], {"RAILOVER_TRANSPORT": "tcp"})["transport"] == "tcp"
+
+
+def test_the_plugin_parses_the_given_environment_not_its_own(native):
+    r = native.rdma_report(["lo"], {"NCCL_IB_HCA": "^", "RAILOVER_TRANSPORT": "rdma"})
+    assert "NCCL_IB_HCA" in r["config_error"] and r["transport"] == "error" and r["nics"] == []
+    r = native.rdma_report(["lo"], {"RAILOVER_TRANSPORT": "sideways"})
+    assert "RAILOVER_TRANSPORT" in r["config_error"]
+    # no NIC list: the plugin's own discovery (RAILOVER_IFNAMES)
+    r = native.rdma_report([], {"RAILOVER_IFNAMES": "=lo"})
+    assert [n["nic"] for n in r["nics"]] == ["lo"]
+    r = native.rdma_report([], {"RAILOVER_IFNAMES": "=nosuchnic0"})
+    assert r["nics"] == [] and "nosuchnic0" in r["nic_error"] and r["transport"] == "tcp"
+
+
+def test_doctor_cli_shows_the_plugins_rdma_answer(native):
+    """`railover doctor --json` in a child process with the real plugin: the RDMA report of the
+    selected NIC comes from the plugin; no traceback with a bad NCCL_IB_* value."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), RAILOVER_IFNAMES="=lo", RAILOVER_TRANSPORT="auto")
+    cp = subprocess.run([sys.executable, "-m", "railover.cli", "doctor", "--json", "--no-torch", "--plugin",
+                         str(native.path)], env=env, capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in cp.stderr, cp.stderr
+    doc = json.loads(cp.stdout)
+    assert [n["nic"] for n in doc["rdma"]["nics"]] == ["lo"]
+    assert any(c["section"] == "rdma" and c["what"] == "RAILOVER_TRANSPORT" for c in doc["checks"])
+    env["NCCL_IB_GID_INDEX"] = "banana"
+    cp = subprocess.run([sys.executable, "-m", "railover.cli", "doctor", "--no-torch", "--plugin", str(native.path)],
+                        env=env, capture_output=True, text=True, timeout=120)
+    assert cp.returncode == 1 and "Traceback" not in cp.stderr + cp.stdout
+    assert "NCCL_IB_GID_INDEX" in cp.stdout
