@@ -50,8 +50,8 @@ def test_cycle_record_from_journal_events():
          _ev("path_down", 1_011_000, nic="eth1", active=False, detection_us=9_000_000),  # standby: not counted
          _ev("failover", 1_015_000, convergence_us=5000, bytes_resent=100)]
     b = [_ev("failover", 900_000, convergence_us=250_000, bytes_resent=0)]  # B's own clock: not used for timing
-    fb = [_ev("failback", 3_000_000, convergence_us=800)]
-    r = R.cycle_record(0, 1_000_000, 2_000_000, a, b, fb, [])
+    a.append(_ev("failback", 3_000_000, convergence_us=800))
+    r = R.cycle_record(0, 1_000_000, 2_000_000, a, b)
     assert r["failovers"] == 2 and r["failovers_a"] == 1 and r["failovers_b"] == 1
     assert r["convergence_ms"] == [5.0, 250.0]
     assert r["detection_ms"] == [4.0]
@@ -64,7 +64,7 @@ def test_cycle_record_from_journal_events():
 
 def test_kind_summary_counts_every_failover_and_missing_ones():
     cycles = [R.cycle_record(i, 0, 1, [_ev("failover", 1000 * (i + 1), convergence_us=1000 * (i + 1))],
-                             [_ev("failover", 5, convergence_us=100_000)], [_ev("failback", 9, convergence_us=500)])
+                             [_ev("failover", 5, convergence_us=100_000), _ev("failback", 9, convergence_us=500)])
               for i in range(4)]
     cycles.append(R.cycle_record(4, 0, 1, [], []))
     s = R.kind_summary("cable-pull", cycles)
@@ -134,3 +134,14 @@ def test_cli_rejects_unknown_kinds_and_phases_before_booting(tmp_path):
         R.run(tmp_path, quick=True, phases=["warp"])
     with pytest.raises(C.BenchError, match="bad size"):
         R.run(tmp_path, quick=True, bw_sizes=["lots"])
+
+
+def test_armed_only_with_traffic_on_the_primary_and_a_standby_up():
+    up = lambda nic: _ev("path_up", 1, nic=nic, dir="send")
+    assert not R.armed_on_primary([up("eth1")])  # no standby yet
+    assert R.armed_on_primary([up("eth1"), up("eth2")])
+    # the primary came up late: traffic started on the standby, armed only after the failback
+    late = [up("eth2"), up("eth1")]
+    assert not R.armed_on_primary(late)
+    assert R.armed_on_primary(late + [_ev("failback", 2, to_nic="eth1")])
+    assert not R.armed_on_primary([up("eth1"), up("eth2"), _ev("failover", 3, to_nic="eth2")])

@@ -103,17 +103,31 @@ def new_events(events: Sequence[Mapping[str, Any]], since: int, name: str) -> Li
     return [e for e in events[since:] if e.get("event") == name]
 
 
+def armed_on_primary(events: Sequence[Mapping[str, Any]], primary: str = "eth1", standby: str = "eth2") -> bool:
+    """True when a guest's journal shows its send comm's traffic on ``primary`` with a send
+    path on ``standby`` up too (the comm is armed for the next fault): the last
+    failover/failback/recover names ``primary``, or there was none and the first send path up
+    was on ``primary`` (a comm whose primary came up late starts on the standby and fails back
+    once the primary is up)."""
+    sends = [e for e in events if e.get("event") == "path_up" and e.get("dir") == "send"]
+    if not {primary, standby} <= {e.get("nic") for e in sends}:
+        return False
+    moves = [e for e in events if e.get("event") in ("failover", "failback", "recover")]
+    if moves:
+        return moves[-1].get("to_nic") == primary
+    return sends[0].get("nic") == primary
+
+
 def cycle_record(i: int, applied_us: int, undone_us: Optional[int], new_a: Sequence[Mapping[str, Any]],
-                 new_b: Sequence[Mapping[str, Any]], failback_a: Sequence[Mapping[str, Any]] = (),
-                 failback_b: Sequence[Mapping[str, Any]] = ()) -> Dict[str, Any]:
+                 new_b: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
     """One fault's figures from the journal events that appeared in guest A (``new_a``) and B
-    (``new_b``) between the fault and its undo, and the failbacks after the undo. ``applied_us``
-    is on guest A's clock (the faults here act on A's NIC or, for the remote kind, their stamp
-    is taken from the host's clock mapping; see the fault classes)."""
+    (``new_b``) from just before the fault until its failbacks (or a bounded wait) after the
+    undo. ``applied_us`` is on guest A's clock (the faults here act on A's NIC, or for the
+    remote kind their stamp is mapped from B's clock through the host's)."""
     fo = [e for e in list(new_a) + list(new_b) if e.get("event") == "failover"]
     fo_a = [e for e in new_a if e.get("event") == "failover"]
     downs = [e for e in list(new_a) + list(new_b) if e.get("event") == "path_down" and e.get("active")]
-    fb = [e for e in list(failback_a) + list(failback_b) if e.get("event") == "failback"]
+    fb = [e for e in list(new_a) + list(new_b) if e.get("event") == "failback"]
     return {
         "i": i, "applied_us": applied_us, "undone_us": undone_us,
         "failovers": len(fo), "failovers_a": len(fo_a), "failovers_b": len(fo) - len(fo_a),
@@ -122,8 +136,7 @@ def cycle_record(i: int, applied_us: int, undone_us: Optional[int], new_a: Seque
         "fault_to_failover_a_ms": ((min(e["t_us"] for e in fo_a) - applied_us) / 1e3) if fo_a else None,
         "failback_convergence_ms": [e["convergence_us"] / 1e3 for e in fb if e.get("convergence_us") is not None],
         "failbacks": len(fb),
-        "fatal": sum(1 for e in list(new_a) + list(new_b) + list(failback_a) + list(failback_b)
-                     if e.get("event") == "fatal"),
+        "fatal": sum(1 for e in list(new_a) + list(new_b) if e.get("event") == "fatal"),
         "bytes_resent": sum(int(e.get("bytes_resent") or 0) for e in fo),
     }
 
@@ -363,12 +376,15 @@ def convergence(bed, kinds: Sequence[str], n: int, size: str, hold_down_ms: int,
         wd = _wait(lambda: run.wd() if run.alive else "x", 300)
         if not wd or not run.alive:
             raise C.BenchError("railover-perf did not start in the RDMA bed")
-        armed = _wait(lambda: {e.get("nic") for e in _journal(bed, "A", wd) if e.get("event") == "path_up"} >= {"eth1", "eth2"}
-                      or not run.alive, 600)
-        if not armed or not run.alive:
-            raise C.BenchError("the comms did not come up on both rails in guest A within 600 s")
+        def armed():
+            return (armed_on_primary(_journal(bed, "A", wd)) and armed_on_primary(_journal(bed, "B", wd))) or not run.alive
+        if not _wait(armed, 600) or not run.alive:
+            raise C.BenchError("the comms did not come up on both rails with traffic on the primary within 600 s")
         for kind in kinds:
             for i in range(n):
+                if not _wait(armed, failback_timeout_s):
+                    console.print(f"  [yellow]{kind} {i + 1}/{n}: the comms are not back on the primary with a standby "
+                                  f"armed after {failback_timeout_s:.0f} s; faulting anyway[/]")
                 base = {h: len(_journal(bed, h, wd)) for h in ("A", "B")}
                 fault = _make_fault(bed, kind).apply()
                 try:
@@ -378,19 +394,18 @@ def convergence(bed, kinds: Sequence[str], n: int, size: str, hold_down_ms: int,
                     _wait(failed_over, conv_timeout_s)
                 finally:
                     fault.undo()
-                mid = {h: len(_journal(bed, h, wd)) for h in ("A", "B")}
-
+                # Everything since the pre-fault baseline: reading the journals right after the
+                # undo would race a fast failback (it lands within ~1.5 s on the bed).
                 def failed_back():
                     ja, jb = _journal(bed, "A", wd), _journal(bed, "B", wd)
                     fo = len(new_events(ja, base["A"], "failover")) + len(new_events(jb, base["B"], "failover"))
-                    fb = len(new_events(ja, mid["A"], "failback")) + len(new_events(jb, mid["B"], "failback"))
+                    fb = len(new_events(ja, base["A"], "failback")) + len(new_events(jb, base["B"], "failback"))
                     return fb >= fo or not run.alive
                 _wait(failed_back, failback_timeout_s)
                 ja, jb = _journal(bed, "A", wd), _journal(bed, "B", wd)
                 applied = fault.applied_us if KINDS[kind]["nic"].startswith("a") else \
                     fault.applied_us - bed.clock_offset_us("B")[0] + bed.clock_offset_us("A")[0]
-                rec = cycle_record(i, applied, fault.undone_us, ja[base["A"]:mid["A"]], jb[base["B"]:mid["B"]],
-                                   ja[mid["A"]:], jb[mid["B"]:])
+                rec = cycle_record(i, applied, fault.undone_us, ja[base["A"]:], jb[base["B"]:])
                 per_kind[kind].append(rec)
                 console.print(f"  {kind} {i + 1}/{n}: {rec['failovers']} failover(s), convergence "
                               f"{[round(x, 1) for x in rec['convergence_ms']]} ms, fault -> failover in A "
@@ -532,13 +547,16 @@ def run(out: Path, quick: bool = False, faults: Optional[int] = None, kinds: Seq
         size: str = "256K", bw_sizes: Optional[Sequence[str]] = None, rounds: Optional[int] = None,
         bare_faults: Optional[int] = None, bare_bound_s: Optional[float] = None, hold_down_ms: int = 1000,
         phases: Sequence[str] = ("convergence", "bare", "busbw"), console: Optional[Console] = None,
-        bed=None) -> Dict[str, Any]:
+        bed=None, bw_variants: Sequence[str] = BW_VARIANTS) -> Dict[str, Any]:
     """Run the suite (boots its own bed unless ``bed`` is given); returns the report dict and
     writes ``<out>/rdma.json``. Raises BenchError when the bed cannot run."""
     console = console or Console()
     for k in kinds:
         if k not in KINDS:
             raise C.BenchError(f"unknown fault kind {k!r}; one of {', '.join(KINDS)}")
+    for v in bw_variants:
+        if v not in BW_VARIANTS:
+            raise C.BenchError(f"unknown busbw variant {v!r}; one of {', '.join(BW_VARIANTS)}")
     for p in phases:
         if p not in ("convergence", "bare", "busbw"):
             raise C.BenchError(f"unknown phase {p!r}; convergence, bare, busbw")
@@ -588,8 +606,8 @@ def run(out: Path, quick: bool = False, faults: Optional[int] = None, kinds: Seq
             console.print(f"[bold]rdma bare RC[/]: {bare_n} cable pulls with RAILOVER_STANDBY=none (bound {bound:.0f} s)")
             rep.results["bare_rc"] = bare_rc(bed, bare_n, size, bound, work, console)
         if "busbw" in phases:
-            console.print(f"[bold]rdma busbw[/]: {', '.join(BW_VARIANTS)} at {', '.join(bw_sizes)}, {rounds} round(s)")
-            rows, cpu_med = busbw(bed, bw_sizes, rounds, seconds, console, BW_VARIANTS)
+            console.print(f"[bold]rdma busbw[/]: {', '.join(bw_variants)} at {', '.join(bw_sizes)}, {rounds} round(s)")
+            rows, cpu_med = busbw(bed, bw_sizes, rounds, seconds, console, bw_variants)
             rep.results["busbw_rows"] = rows
             rep.results["busbw"] = {str(k): v for k, v in bw_ratios(rows).items()}
             rep.results["cpu_a"] = cpu_med
