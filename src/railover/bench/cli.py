@@ -259,6 +259,8 @@ def register(app: typer.Typer) -> None:
                  rounds: int = typer.Option(0, "--rounds", help="interleaved busbw rounds (0: 2, or 1 with --quick)"),
                  bare: int = typer.Option(2, "--bare-faults", help="cable pulls with RAILOVER_STANDBY=none"),
                  bare_bound_s: float = typer.Option(0, "--bare-bound-s", help="wait for the bare RC error (0: 90 s, or 45 with --quick)"),
+                 bare_retry_cnt: int = typer.Option(-1, "--bare-retry-cnt", help="NCCL_IB_RETRY_CNT for the bare RC "
+                                                    "runs (default: the plugin's, NCCL's 7 = retry forever on rxe)"),
                  phases: str = typer.Option("convergence,bare,busbw", "--phases")):
         """The RDMA verbs transport on the RDMA test bed (2 QEMU guests, Soft-RoCE): convergence per
         fault kind under a checked all-reduce, the bare RC timeout (RAILOVER_STANDBY=none), busbw of
@@ -266,7 +268,8 @@ def register(app: typer.Typer) -> None:
         console = _console()
         rep = _run_suite("rdma", out, quick, console, faults=faults or None, kinds=_csv(kinds), size=size,
                          bw_sizes=_csv(bw_sizes) or None, rounds=rounds or None, bare_faults=bare,
-                         bare_bound_s=bare_bound_s or None, phases=_csv(phases))
+                         bare_bound_s=bare_bound_s or None, phases=_csv(phases),
+                         bare_retry_cnt=None if bare_retry_cnt < 0 else bare_retry_cnt)
         _finish([rep], console)
 
     @bench.command("all")

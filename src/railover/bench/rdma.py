@@ -221,7 +221,9 @@ def markdown(data: Mapping[str, Any]) -> str:
                  f"rank exit codes {res.get('convergence_exit_codes', '-')}.\n")
     bare = res.get("bare_rc", [])
     if bare:
-        L += ["**Bare RC** (`RAILOVER_STANDBY=none`, the same cable pull at a0):\n",
+        rc_ = s_.get("bare_retry_cnt")
+        L += [f"**Bare RC** (`RAILOVER_STANDBY=none`, the same cable pull at a0, NCCL_IB_RETRY_CNT "
+              f"{rc_ if rc_ is not None else '7 (default)'}):\n",
               "| fault | outcome | after (s) | after the cable was back |", "|---:|---|---:|---|"]
         for b in bare:
             L.append(f"| {b['i'] + 1} | {b['outcome']} | {C.fmt(b.get('after_s'), 1)} | {b.get('after_repair', '-')} |")
@@ -386,7 +388,13 @@ def convergence(bed, kinds: Sequence[str], n: int, size: str, hold_down_ms: int,
                     console.print(f"  [yellow]{kind} {i + 1}/{n}: the comms are not back on the primary with a standby "
                                   f"armed after {failback_timeout_s:.0f} s; faulting anyway[/]")
                 base = {h: len(_journal(bed, h, wd)) for h in ("A", "B")}
-                fault = _make_fault(bed, kind).apply()
+                fault = _make_fault(bed, kind)
+                # A fault run inside the guest stamps the clock after its command returned, which
+                # under TCG can be after the plugin already reacted; fault -> failover is then
+                # measured from a clock reading just before the command (an upper bound).
+                # CablePull acts in QEMU and stamps the earliest moment of the change.
+                t_before = None if KINDS[kind]["cls"] == "CablePull" else bed.guest_now_us(fault.guest)
+                fault.apply()
                 try:
                     def failed_over():
                         ja, jb = _journal(bed, "A", wd), _journal(bed, "B", wd)
@@ -403,8 +411,9 @@ def convergence(bed, kinds: Sequence[str], n: int, size: str, hold_down_ms: int,
                     return fb >= fo or not run.alive
                 _wait(failed_back, failback_timeout_s)
                 ja, jb = _journal(bed, "A", wd), _journal(bed, "B", wd)
-                applied = fault.applied_us if KINDS[kind]["nic"].startswith("a") else \
-                    fault.applied_us - bed.clock_offset_us("B")[0] + bed.clock_offset_us("A")[0]
+                applied = t_before if t_before is not None else fault.applied_us
+                if fault.guest != "A":
+                    applied = applied - bed.clock_offset_us(fault.guest)[0] + bed.clock_offset_us("A")[0]
                 rec = cycle_record(i, applied, fault.undone_us, ja[base["A"]:], jb[base["B"]:])
                 per_kind[kind].append(rec)
                 console.print(f"  {kind} {i + 1}/{n}: {rec['failovers']} failover(s), convergence "
@@ -430,10 +439,15 @@ def convergence(bed, kinds: Sequence[str], n: int, size: str, hold_down_ms: int,
             "convergence_ok": res.ok, "convergence_errors": res.errors[:5]}
 
 
-def bare_rc(bed, n: int, size: str, bound_s: float, work: Path, console: Console) -> List[Dict[str, Any]]:
-    """Phase 2: cable pull at a0 with RAILOVER_STANDBY=none, ``n`` times, a fresh run each."""
+def bare_rc(bed, n: int, size: str, bound_s: float, work: Path, console: Console,
+            retry_cnt: Optional[int] = None) -> List[Dict[str, Any]]:
+    """Phase 2: cable pull at a0 with RAILOVER_STANDBY=none, ``n`` times, a fresh run each;
+    ``retry_cnt`` sets NCCL_IB_RETRY_CNT (None: the plugin's default, NCCL's 7, which rxe
+    treats as "retry forever")."""
     out = []
     env = dict(RDMA_ENV, RAILOVER_STANDBY="none")
+    if retry_cnt is not None:
+        env["NCCL_IB_RETRY_CNT"] = str(retry_cnt)
     for i in range(n):
         # railover-perf's own stuck-request timer must not fire before the transport's
         run = _PerfRun(bed, env, size=size, upper_s=3600, op_timeout=bound_s * 3 + 120,
@@ -547,7 +561,7 @@ def run(out: Path, quick: bool = False, faults: Optional[int] = None, kinds: Seq
         size: str = "256K", bw_sizes: Optional[Sequence[str]] = None, rounds: Optional[int] = None,
         bare_faults: Optional[int] = None, bare_bound_s: Optional[float] = None, hold_down_ms: int = 1000,
         phases: Sequence[str] = ("convergence", "bare", "busbw"), console: Optional[Console] = None,
-        bed=None, bw_variants: Sequence[str] = BW_VARIANTS) -> Dict[str, Any]:
+        bed=None, bw_variants: Sequence[str] = BW_VARIANTS, bare_retry_cnt: Optional[int] = None) -> Dict[str, Any]:
     """Run the suite (boots its own bed unless ``bed`` is given); returns the report dict and
     writes ``<out>/rdma.json``. Raises BenchError when the bed cannot run."""
     console = console or Console()
@@ -576,6 +590,8 @@ def run(out: Path, quick: bool = False, faults: Optional[int] = None, kinds: Seq
     from railover.testbed.faults import FaultError
     if bare_n < 0 or bound <= 0 or n < 1:
         raise C.BenchError("--faults and --bare-bound-s must be positive, --bare-faults >= 0")
+    if bare_retry_cnt is not None and not 0 <= bare_retry_cnt <= 7:
+        raise C.BenchError(f"--bare-retry-cnt must be 0..7 (NCCL_IB_RETRY_CNT), got {bare_retry_cnt}")
     own = bed is None
     if own:
         try:
@@ -586,6 +602,7 @@ def run(out: Path, quick: bool = False, faults: Optional[int] = None, kinds: Seq
     rep = C.Report("rdma", out, quick, {"faults_per_kind": n, "kinds": list(kinds), "size": size,
                                         "hold_down_ms": hold_down_ms, "bw_sizes": bw_sizes, "rounds": rounds,
                                         "bw_seconds": seconds, "bare_faults": bare_n, "bare_bound_s": bound,
+                                        "bare_retry_cnt": bare_retry_cnt,
                                         "plugin_env": plugin_env, "phases": list(phases), "check": True})
     work = Path(out) / "rdma-work"
     try:
@@ -604,7 +621,7 @@ def run(out: Path, quick: bool = False, faults: Optional[int] = None, kinds: Seq
             rep.add_wrong(rep.results["convergence_wrong_bytes"])
         if "bare" in phases and bare_n:
             console.print(f"[bold]rdma bare RC[/]: {bare_n} cable pulls with RAILOVER_STANDBY=none (bound {bound:.0f} s)")
-            rep.results["bare_rc"] = bare_rc(bed, bare_n, size, bound, work, console)
+            rep.results["bare_rc"] = bare_rc(bed, bare_n, size, bound, work, console, bare_retry_cnt)
         if "busbw" in phases:
             console.print(f"[bold]rdma busbw[/]: {', '.join(bw_variants)} at {', '.join(bw_sizes)}, {rounds} round(s)")
             rows, cpu_med = busbw(bed, bw_sizes, rounds, seconds, console, bw_variants)
