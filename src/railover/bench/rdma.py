@@ -20,7 +20,8 @@ the RDMA test bed (two QEMU guests with Soft-RoCE, 2 rails each; see
    ``RAILOVER_TRANSPORT=rdma``, the same with ``--idle-sleep-us`` (the driver's progress
    thread sleeps instead of spinning: shows whether busy polling starves rxe's kernel work on
    a 1-vCPU guest), ``RAILOVER_TRANSPORT=tcp``, and perftest ``ib_write_bw`` one way and
-   bidirectional (``-b``). Guest A's CPU split (user / system / softirq / idle from
+   bidirectional (``-b``; perftest prints the sum of both directions, its client adds the
+   server's rate). Guest A's CPU split (user / system / softirq / idle from
    /proc/stat) is recorded for every measurement. Ratios: rdma / ib_write_bw (one way) and
    rdma / tcp.
 
@@ -232,14 +233,15 @@ def markdown(data: Mapping[str, Any]) -> str:
     if bw:
         L += [f"**busbw** on rail 0 (rxe0 <-> rxe0), {s_['bw_seconds']} s per measurement, {s_['rounds']} interleaved "
               "round(s), medians in MB/s (1 MB = 1e6 B); railover-perf sendrecv, 2 ranks, `-c 0`.\n",
-              "| size | rdma | rdma, idle sleep | tcp | ib_write_bw | ib_write_bw -b (sum) | rdma / ib_write_bw | "
-              "rdma / tcp | idle sleep / spin |",
-              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "| size | rdma | rdma, idle sleep | tcp | ib_write_bw | ib_write_bw -b (sum of both directions) | "
+              "rdma / ib_write_bw | rdma / (ib_write_bw -b / 2) | rdma / tcp | idle sleep / spin |",
+              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for size, b in sorted(bw.items(), key=lambda kv: int(kv[0])):
             m = b["median_gbs"]
             mb = lambda v: C.fmt(m.get(v) * 1e3 if m.get(v) is not None else None, 2)
             L.append(f"| {C.human_size(int(size))} | {mb('rdma')} | {mb('rdma_idle_sleep')} | {mb('tcp')} | "
                      f"{mb('ib_write_bw')} | {mb('ib_write_bw_bidi')} | {C.fmt(b['rdma_vs_ib_write_bw'], 3)} | "
+                     f"{C.fmt(b['rdma_vs_ib_write_bw_bidi_per_dir'], 3)} | "
                      f"{C.fmt(b['rdma_vs_tcp'], 3)} | {C.fmt(b['rdma_idle_sleep_vs_rdma'], 2)} |")
         cpu = res.get("cpu_a", {})
         if cpu:
