@@ -475,7 +475,8 @@ def bare_rc(bed, n: int, size: str, bound_s: float, work: Path, console: Console
                 return f"fatal: {f[0].get('message', '')[:160]}" if f else None
             what = _wait(errored, bound_s)
             rec["after_s"] = time.monotonic() - t0 if what else None
-            rec["outcome"] = f"error after {rec['after_s']:.1f} s ({what})" if what else f"no error and no recovery within {bound_s:.0f} s"
+            rec["outcome"] = (f"error after {rec['after_s']:.1f} s ({what})" if what
+                              else f"no error within {bound_s:.0f} s (no fatal event, ranks running)")
             fault.undo()
         except Exception as e:
             rec["outcome"] = f"bench error: {e}"
