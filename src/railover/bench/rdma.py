@@ -9,8 +9,9 @@ the RDMA test bed (two QEMU guests with Soft-RoCE, 2 rails each; see
    both guests' journals (or a bounded wait ran out). Per kind: the journal's
    ``convergence_us`` of every ``failover`` (p50/p99/max, ms), the ``detection_us`` of the
    active paths' ``path_down``, fault -> first ``failover`` in guest A (guest A's clock: the
-   fault's stamp and the journal share it), the ``failback`` convergence, faults without a
-   failover, ``fatal`` events and wrong bytes.
+   fault's stamp and the journal share it; for faults run inside the guest, whose stamp is
+   read after their command returned, from a clock reading just before the command), the
+   ``failback`` convergence, faults without a failover, ``fatal`` events and wrong bytes.
 2. **Bare RC timeout**: the same cable pull with ``RAILOVER_STANDBY=none`` (no standby path:
    what a plain RDMA transport does): time until the job errors (a ``fatal`` journal event
    or the ranks exiting), bounded; if nothing happened within the bound the cable is put back
@@ -331,7 +332,7 @@ class _PerfRun:
 
     def wd(self) -> str:
         """The run's directory in the guests (``/tmp/rperf-<tag>``), once it exists."""
-        rc, out, _ = self.bed.sh("A", "ls -d /tmp/rperf-* 2>/dev/null | head -1", timeout_s=60)
+        rc, out, _ = self.bed.sh("A", "ls -dt /tmp/rperf-* 2>/dev/null | head -1", timeout_s=60)  # the newest
         return out.strip()
 
     @property
