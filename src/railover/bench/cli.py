@@ -14,6 +14,8 @@ Suites (each runs on network-namespace test beds, needs root, prints tables and 
 * ``false-failover`` congestion, a rate-limited rail, a receiver that stops posting, a stopped
                      peer: failovers counted (target 0)
 * ``scale``          2..2048 comms per process: connect time, memory, idle CPU, convergence
+* ``rdma``           the RDMA verbs transport on the RDMA test bed (QEMU + Soft-RoCE): convergence
+                     per fault kind, the bare RC timeout, busbw vs tcp vs ib_write_bw (not in ``all``)
 * ``all``            every suite, then ``summary.md`` (the tables of docs/BENCHMARKS.md)
 * ``report``         rebuild ``summary.md`` from the JSON files in --out
 
@@ -34,6 +36,9 @@ from rich.table import Table
 from railover.bench import common as C
 
 SUITES = ("healthy", "failover", "degraded", "failback", "false-failover", "scale")
+#: suites ``report`` and ``summary.md`` include when their JSON exists (``rdma`` needs QEMU, so
+#: ``all`` does not run it)
+REPORT_SUITES = SUITES + ("rdma",)
 
 
 def _module(suite: str):
@@ -45,6 +50,7 @@ def _module(suite: str):
         "failback": "railover.bench.failback",
         "false-failover": "railover.bench.false_failover",
         "scale": "railover.bench.scale",
+        "rdma": "railover.bench.rdma",
     }[suite])
 
 
@@ -65,7 +71,7 @@ def targets_table(reports: List[Dict[str, Any]], only_misses: bool = False) -> T
 def summary_markdown(out: Path) -> str:
     """Markdown of every suite's latest JSON in ``out``: machine, commands, missed targets,
     then each suite's tables and plots."""
-    reports = [(s, C.load_report(out, s)) for s in SUITES]
+    reports = [(s, C.load_report(out, s)) for s in REPORT_SUITES]
     reports = [(s, r) for s, r in reports if r]
     if not reports:
         return "(no results)\n"
@@ -243,6 +249,29 @@ def register(app: typer.Typer) -> None:
         rep = _run_suite("scale", out, quick, console, comms=_csv_ints(comms), idle_s=idle_s or None)
         _finish([rep], console)
 
+    @bench.command("rdma")
+    def rdma_cmd(out: Path = OUT, quick: bool = QUICK,
+                 faults: int = typer.Option(0, "--faults", "-n", help="faults per kind (0: 30, or 5 with --quick)"),
+                 kinds: str = typer.Option("cable-pull,admin-down,silent", "--kinds",
+                                           help="cable-pull, admin-down, silent, one-way, remote-cable-pull"),
+                 size: str = typer.Option("256K", "--size", help="all-reduce size of the convergence run"),
+                 bw_sizes: str = typer.Option("", "--bw-sizes", help="busbw sizes (default 64K,1M,4M, or 1M with --quick)"),
+                 rounds: int = typer.Option(0, "--rounds", help="interleaved busbw rounds (0: 2, or 1 with --quick)"),
+                 bare: int = typer.Option(2, "--bare-faults", help="cable pulls with RAILOVER_STANDBY=none"),
+                 bare_bound_s: float = typer.Option(0, "--bare-bound-s", help="wait for the bare RC error (0: 90 s, or 45 with --quick)"),
+                 bare_retry_cnt: int = typer.Option(-1, "--bare-retry-cnt", help="NCCL_IB_RETRY_CNT for the bare RC "
+                                                    "runs (default: the plugin's, NCCL's 7 = retry forever on rxe)"),
+                 phases: str = typer.Option("convergence,bare,busbw", "--phases")):
+        """The RDMA verbs transport on the RDMA test bed (2 QEMU guests, Soft-RoCE): convergence per
+        fault kind under a checked all-reduce, the bare RC timeout (RAILOVER_STANDBY=none), busbw of
+        rdma vs tcp vs ib_write_bw on the same rxe devices."""
+        console = _console()
+        rep = _run_suite("rdma", out, quick, console, faults=faults or None, kinds=_csv(kinds), size=size,
+                         bw_sizes=_csv(bw_sizes) or None, rounds=rounds or None, bare_faults=bare,
+                         bare_bound_s=bare_bound_s or None, phases=_csv(phases),
+                         bare_retry_cnt=None if bare_retry_cnt < 0 else bare_retry_cnt)
+        _finish([rep], console)
+
     @bench.command("all")
     def all_cmd(out: Path = OUT, quick: bool = QUICK,
                 suites: str = typer.Option(",".join(SUITES), "--suites", help="comma list of suites")):
@@ -265,6 +294,6 @@ def register(app: typer.Typer) -> None:
         """Rebuild <out>/summary.md from the suites' JSON files and list the missed targets."""
         console = _console()
         (Path(out) / "summary.md").write_text(summary_markdown(Path(out)))
-        reports = [r for r in (C.load_report(out, s) for s in SUITES) if r]
+        reports = [r for r in (C.load_report(out, s) for s in REPORT_SUITES) if r]
         console.print(f"wrote {Path(out) / 'summary.md'} ({len(reports)} suite(s))")
         console.print(targets_table(reports, only_misses=True))

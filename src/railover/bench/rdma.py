@@ -1,0 +1,644 @@
+"""``railover bench rdma``: the plugin's RDMA verbs transport (``RAILOVER_TRANSPORT=rdma``) on
+the RDMA test bed (two QEMU guests with Soft-RoCE, 2 rails each; see
+:mod:`railover.testbed.rdma.bed`), measured side by side in one bed:
+
+1. **Convergence per fault kind** under a checked ring all-reduce (railover-perf, 1 rank per
+   guest, every byte checked, a duration run ended by a stop file): N faults per kind on
+   guest A's primary rail NIC ``a0``, each applied once the comms are armed (both rails'
+   paths up, or the previous fault's failback seen) and undone once the failover shows in
+   both guests' journals (or a bounded wait ran out). Per kind: the journal's
+   ``convergence_us`` of every ``failover`` (p50/p99/max, ms), the ``detection_us`` of the
+   active paths' ``path_down``, fault -> first ``failover`` in guest A (guest A's clock: the
+   fault's stamp and the journal share it; for faults run inside the guest, whose stamp is
+   read after their command returned, from a clock reading just before the command), the
+   ``failback`` convergence, faults without a failover, ``fatal`` events and wrong bytes.
+2. **Bare RC timeout**: the same cable pull with ``RAILOVER_STANDBY=none`` (no standby path:
+   what a plain RDMA transport does): time until the job errors (a ``fatal`` journal event
+   or the ranks exiting), bounded; if nothing happened within the bound the cable is put back
+   and whether the job then completes is reported.
+3. **busbw side by side**, interleaved per round and size on the same rxe devices (rail 0):
+   railover-perf sendrecv (2 ranks, ring: both directions at once, ``-c 0``) over
+   ``RAILOVER_TRANSPORT=rdma``, the same with ``--idle-sleep-us`` (the driver's progress
+   thread sleeps instead of spinning: shows whether busy polling starves rxe's kernel work on
+   a 1-vCPU guest), ``RAILOVER_TRANSPORT=tcp``, and perftest ``ib_write_bw`` one way and
+   bidirectional (``-b``; perftest prints the sum of both directions, its client adds the
+   server's rate). Guest A's CPU split (user / system / softirq / idle from
+   /proc/stat) is recorded for every measurement. Ratios: rdma / ib_write_bw (one way) and
+   rdma / tcp.
+
+The bed runs under TCG when the host has no KVM (1 vCPU per guest, 10-50x slower than
+native); the plugin then runs with the bed's TCG timers
+(:data:`railover.testbed.rdma.perf.TCG_PLUGIN_ENV`), recorded in the report. The targets are
+the issue's (carrier and local port faults p99 <= 20 ms, silent and remote faults p99 <=
+200 ms, busbw >= 0.9 x ib_write_bw at >= 1 MiB); they are judged on whatever the bed gives,
+never adjusted to it.
+"""
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from rich.console import Console
+from rich.table import Table
+
+from railover.bench import common as C
+
+#: fault kinds: what it is, the fault class name in railover.testbed.rdma.faults, the NIC, the
+#: target class ("local": carrier/port faults the NIC's own guest sees; "silent": faults only
+#: probes or the RC timeout reveal)
+KINDS: Dict[str, Dict[str, str]] = {
+    "cable-pull": {"what": "cable pulled at a0 (QEMU set_link off; A sees no carrier)", "cls": "CablePull",
+                   "nic": "a0", "target": "local"},
+    "admin-down": {"what": "ip link set eth1 down in A", "cls": "AdminDown", "nic": "a0", "target": "local"},
+    "silent": {"what": "nftables drops everything in and out of a0 (no link event)", "cls": "Silent", "nic": "a0",
+               "target": "silent"},
+    "one-way": {"what": "nftables drops what leaves a0", "cls": "OneWay", "nic": "a0", "target": "silent"},
+    "remote-cable-pull": {"what": "cable pulled at b0 (A sees nothing on its NIC)", "cls": "CablePull", "nic": "b0",
+                          "target": "silent"},
+}
+DEFAULT_KINDS = ("cable-pull", "admin-down", "silent")
+#: issue targets for the convergence p99, ms, per target class
+TARGET_MS = {"local": 20.0, "silent": 200.0}
+#: busbw target: railover-rdma / ib_write_bw at sizes >= 1 MiB
+BW_TARGET = 0.9
+RDMA_ENV = {"RAILOVER_TRANSPORT": "rdma"}
+TCP_ENV = {"RAILOVER_TRANSPORT": "tcp"}
+
+
+# --------------------------------------------------------------------------- pure logic
+
+def parse_size(s: str) -> int:
+    """``"64K"``/``"1M"``/``"4096"`` -> bytes. ValueError names the bad value."""
+    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)i?B?\s*", str(s), re.I)
+    if not m:
+        raise ValueError(f"bad size {s!r} (e.g. 64K, 1M, 4096)")
+    return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2).upper()]
+
+
+def parse_ib_write_bw(text: str, size: int) -> Optional[float]:
+    """Average bandwidth in GB/s (1e9 B/s) of perftest's result line for ``size`` (run with
+    ``--report_gbits``: columns bytes, iterations, BW peak, BW average [Gb/s], MsgRate); None
+    when the line is missing."""
+    m = re.search(rf"^\s*{size}\s+\d+\s+([\d.]+)\s+([\d.]+)\s+[\d.]+", text, re.M)
+    return float(m.group(2)) / 8.0 if m else None
+
+
+def cpu_split(before: Sequence[int], after: Sequence[int]) -> Dict[str, Optional[float]]:
+    """Fractions of CPU time between two /proc/stat ``cpu`` lines (fields user nice system idle
+    iowait irq softirq steal): ``user`` (user+nice), ``system``, ``softirq`` (irq+softirq),
+    ``idle`` (idle+iowait), ``steal``. All None when no time passed."""
+    d = [max(0, a - b) for a, b in zip(after, before)] + [0] * 8
+    total = sum(d[:8])
+    if total <= 0:
+        return {"user": None, "system": None, "softirq": None, "idle": None, "steal": None}
+    return {"user": (d[0] + d[1]) / total, "system": d[2] / total, "softirq": (d[5] + d[6]) / total,
+            "idle": (d[3] + d[4]) / total, "steal": d[7] / total}
+
+
+def new_events(events: Sequence[Mapping[str, Any]], since: int, name: str) -> List[Mapping[str, Any]]:
+    """Events named ``name`` among ``events[since:]``."""
+    return [e for e in events[since:] if e.get("event") == name]
+
+
+def armed_on_primary(events: Sequence[Mapping[str, Any]], primary: str = "eth1", standby: str = "eth2") -> bool:
+    """True when a guest's journal shows its send comm's traffic on ``primary`` with a send
+    path on ``standby`` up too (the comm is armed for the next fault): the last
+    failover/failback/recover names ``primary``, or there was none and the first send path up
+    was on ``primary`` (a comm whose primary came up late starts on the standby and fails back
+    once the primary is up)."""
+    sends = [e for e in events if e.get("event") == "path_up" and e.get("dir") == "send"]
+    if not {primary, standby} <= {e.get("nic") for e in sends}:
+        return False
+    moves = [e for e in events if e.get("event") in ("failover", "failback", "recover")]
+    if moves:
+        return moves[-1].get("to_nic") == primary
+    return sends[0].get("nic") == primary
+
+
+def cycle_record(i: int, applied_us: int, undone_us: Optional[int], new_a: Sequence[Mapping[str, Any]],
+                 new_b: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
+    """One fault's figures from the journal events that appeared in guest A (``new_a``) and B
+    (``new_b``) from just before the fault until its failbacks (or a bounded wait) after the
+    undo. ``applied_us`` is on guest A's clock (the faults here act on A's NIC, or for the
+    remote kind their stamp is mapped from B's clock through the host's)."""
+    fo = [e for e in list(new_a) + list(new_b) if e.get("event") == "failover"]
+    fo_a = [e for e in new_a if e.get("event") == "failover"]
+    downs = [e for e in list(new_a) + list(new_b) if e.get("event") == "path_down" and e.get("active")]
+    fb = [e for e in list(new_a) + list(new_b) if e.get("event") == "failback"]
+    return {
+        "i": i, "applied_us": applied_us, "undone_us": undone_us,
+        "failovers": len(fo), "failovers_a": len(fo_a), "failovers_b": len(fo) - len(fo_a),
+        "convergence_ms": [e["convergence_us"] / 1e3 for e in fo if e.get("convergence_us") is not None],
+        "detection_ms": [e["detection_us"] / 1e3 for e in downs if e.get("detection_us") is not None],
+        "fault_to_failover_a_ms": ((min(e["t_us"] for e in fo_a) - applied_us) / 1e3) if fo_a else None,
+        "failback_convergence_ms": [e["convergence_us"] / 1e3 for e in fb if e.get("convergence_us") is not None],
+        "failbacks": len(fb),
+        "fatal": sum(1 for e in list(new_a) + list(new_b) if e.get("event") == "fatal"),
+        "bytes_resent": sum(int(e.get("bytes_resent") or 0) for e in fo),
+    }
+
+
+def kind_summary(kind: str, cycles: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
+    """Per-kind statistics over its fault cycles (every failover event counts once)."""
+    conv = [x for c in cycles for x in c["convergence_ms"]]
+    return {
+        "what": KINDS.get(kind, {}).get("what", kind), "target_class": KINDS.get(kind, {}).get("target", "silent"),
+        "faults": len(cycles),
+        "faults_without_failover": sum(1 for c in cycles if c["failovers"] == 0),
+        "faults_without_failback": sum(1 for c in cycles if c["failovers"] and c["failbacks"] == 0),
+        "convergence_ms": C.summary(conv),
+        "detection_ms": C.summary([x for c in cycles for x in c["detection_ms"]]),
+        "fault_to_failover_a_ms": C.summary([c["fault_to_failover_a_ms"] for c in cycles]),
+        "failback_convergence_ms": C.summary([x for c in cycles for x in c["failback_convergence_ms"]]),
+        "fatal": sum(c["fatal"] for c in cycles),
+        "bytes_resent": sum(c["bytes_resent"] for c in cycles),
+        "cycles": list(cycles),
+    }
+
+
+def bw_ratios(rows: Sequence[Mapping[str, Any]]) -> Dict[int, Dict[str, Any]]:
+    """Per size: median busbw (GB/s) of each variant over the rounds, and the ratios
+    rdma / ib_write_bw (one way), rdma / ib_write_bw -b per direction (half its sum), rdma / tcp,
+    rdma with idle sleep / rdma. ``rows``: ``{"size", "variant", "gbs"}`` (gbs may be None)."""
+    out: Dict[int, Dict[str, Any]] = {}
+    for size in sorted({int(r["size"]) for r in rows}):
+        med = {}
+        for v in sorted({r["variant"] for r in rows if int(r["size"]) == size}):
+            med[v] = C.median([r["gbs"] for r in rows if int(r["size"]) == size and r["variant"] == v
+                               and r["gbs"] is not None])
+        bidi = med.get("ib_write_bw_bidi")
+        out[size] = {
+            "median_gbs": med,
+            "rdma_vs_ib_write_bw": C.ratio(med.get("rdma"), med.get("ib_write_bw")),
+            "rdma_vs_ib_write_bw_bidi_per_dir": C.ratio(med.get("rdma"), bidi / 2 if bidi is not None else None),
+            "rdma_vs_tcp": C.ratio(med.get("rdma"), med.get("tcp")),
+            "rdma_idle_sleep_vs_rdma": C.ratio(med.get("rdma_idle_sleep"), med.get("rdma")),
+        }
+    return out
+
+
+def add_targets(rep: C.Report, kinds: Mapping[str, Mapping[str, Any]], bw: Mapping[int, Mapping[str, Any]],
+                bare: Sequence[Mapping[str, Any]] = ()) -> None:
+    """The issue's targets on the measured figures (judged as measured, whatever the bed)."""
+    for kind, r in kinds.items():
+        lim = TARGET_MS[r["target_class"]]
+        c = r["convergence_ms"]
+        rep.add_target(f"rdma: {kind} convergence (journal convergence_us), p99", c["p99"], "<=", lim, "ms",
+                       detail=f"p50 {C.fmt(c['p50'], 1)}, max {C.fmt(c['max'], 1)} ms over {c['n']} failovers "
+                              f"({r['faults']} faults); detection p50 {C.fmt(r['detection_ms']['p50'], 1)} ms; "
+                              f"fault -> failover in A p50 {C.fmt(r['fault_to_failover_a_ms']['p50'], 1)} ms")
+        rep.add_target(f"rdma: {kind} faults without a failover", r["faults_without_failover"], "==", 0)
+        rep.add_target(f"rdma: {kind} fatal errors", r["fatal"], "==", 0)
+    for size, b in bw.items():
+        if size >= 1 << 20:
+            rep.add_target(f"rdma: busbw {C.human_size(size)} railover-rdma / ib_write_bw", b["rdma_vs_ib_write_bw"],
+                           ">=", BW_TARGET, detail=f"rdma {C.fmt(b['median_gbs'].get('rdma'), 4)} GB/s, ib_write_bw "
+                                                   f"{C.fmt(b['median_gbs'].get('ib_write_bw'), 4)} GB/s (medians)")
+
+
+def markdown(data: Mapping[str, Any]) -> str:
+    """The suite's section of docs/BENCHMARKS.md (tables; the prose is written by hand)."""
+    s_ = data["settings"]
+    res = data["results"]
+    L = [f"Bed: {res.get('bed', {}).get('line', '?')}\n",
+         f"Plugin environment in the guests (on top of `RAILOVER_TRANSPORT`): `{json.dumps(s_.get('plugin_env', {}))}`\n"]
+    kinds = res.get("kinds", {})
+    if kinds:
+        L += [f"**Convergence** — {s_['faults_per_kind']} faults per kind on a0 under a checked ring all-reduce of "
+              f"{s_['size']} (1 rank per guest, `RAILOVER_HOLD_DOWN_MS={s_['hold_down_ms']}`); ms, p50 / p99 / max.\n",
+              "| kind | faults | failovers | journal convergence | detection (path_down) | fault → failover in A | "
+              "failback convergence | no failover | fatal | target p99 |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for kind, r in kinds.items():
+            s = lambda k: C.p50_p99_max(r[k], 1)
+            L.append(f"| {kind} | {r['faults']} | {r['convergence_ms']['n']} | {s('convergence_ms')} | "
+                     f"{s('detection_ms')} | {s('fault_to_failover_a_ms')} | {s('failback_convergence_ms')} | "
+                     f"{r['faults_without_failover']} | {r['fatal']} | {TARGET_MS[r['target_class']]:g} ms |")
+        L.append(f"\nWrong bytes in the convergence run: {res.get('convergence_wrong_bytes', '-')}; "
+                 f"rank exit codes {res.get('convergence_exit_codes', '-')}.\n")
+    bare = res.get("bare_rc", [])
+    if bare:
+        rc_ = s_.get("bare_retry_cnt")
+        L += [f"**Bare RC** (`RAILOVER_STANDBY=none`, the same cable pull at a0, NCCL_IB_RETRY_CNT "
+              f"{rc_ if rc_ is not None else '7 (default)'}):\n",
+              "| fault | outcome | after (s) | after the cable was back |", "|---:|---|---:|---|"]
+        for b in bare:
+            L.append(f"| {b['i'] + 1} | {b['outcome']} | {C.fmt(b.get('after_s'), 1)} | {b.get('after_repair', '-')} |")
+        L.append("")
+    bw = res.get("busbw", {})
+    if bw:
+        L += [f"**busbw** on rail 0 (rxe0 <-> rxe0), {s_['bw_seconds']} s per measurement, {s_['rounds']} interleaved "
+              "round(s), medians in MB/s (1 MB = 1e6 B); railover-perf sendrecv, 2 ranks, `-c 0`.\n",
+              "| size | rdma | rdma, idle sleep | tcp | ib_write_bw | ib_write_bw -b (sum of both directions) | "
+              "rdma / ib_write_bw | rdma / (ib_write_bw -b / 2) | rdma / tcp | idle sleep / spin |",
+              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for size, b in sorted(bw.items(), key=lambda kv: int(kv[0])):
+            m = b["median_gbs"]
+            mb = lambda v: C.fmt(m.get(v) * 1e3 if m.get(v) is not None else None, 2)
+            L.append(f"| {C.human_size(int(size))} | {mb('rdma')} | {mb('rdma_idle_sleep')} | {mb('tcp')} | "
+                     f"{mb('ib_write_bw')} | {mb('ib_write_bw_bidi')} | {C.fmt(b['rdma_vs_ib_write_bw'], 3)} | "
+                     f"{C.fmt(b['rdma_vs_ib_write_bw_bidi_per_dir'], 3)} | "
+                     f"{C.fmt(b['rdma_vs_tcp'], 3)} | {C.fmt(b['rdma_idle_sleep_vs_rdma'], 2)} |")
+        cpu = res.get("cpu_a", {})
+        if cpu:
+            L += ["\nGuest A's CPU during the measurements (medians of the fractions):\n",
+                  "| variant | user | system | softirq | idle |", "|---|---:|---:|---:|---:|"]
+            for v, c in sorted(cpu.items()):
+                L.append(f"| {v} | {C.fmt(c.get('user'), 2)} | {C.fmt(c.get('system'), 2)} | "
+                         f"{C.fmt(c.get('softirq'), 2)} | {C.fmt(c.get('idle'), 2)} |")
+    return "\n".join(L) + "\n"
+
+
+def tables(data: Mapping[str, Any]) -> List[Table]:
+    res = data["results"]
+    out = []
+    t = Table(title="rdma convergence (ms, p50 / p99 / max)")
+    for c in ("kind", "faults", "failovers", "convergence", "detection", "fault->failover A", "failback conv",
+              "no failover", "fatal"):
+        t.add_column(c, justify="right")
+    for kind, r in res.get("kinds", {}).items():
+        t.add_row(kind, str(r["faults"]), str(r["convergence_ms"]["n"]), C.p50_p99_max(r["convergence_ms"]),
+                  C.p50_p99_max(r["detection_ms"]), C.p50_p99_max(r["fault_to_failover_a_ms"]),
+                  C.p50_p99_max(r["failback_convergence_ms"]), str(r["faults_without_failover"]), str(r["fatal"]))
+    out.append(t)
+    t = Table(title="bare RC (RAILOVER_STANDBY=none), cable pull at a0")
+    for c in ("fault", "outcome", "after (s)", "after repair"):
+        t.add_column(c)
+    for b in res.get("bare_rc", []):
+        t.add_row(str(b["i"] + 1), b["outcome"], C.fmt(b.get("after_s"), 1), str(b.get("after_repair", "-")))
+    out.append(t)
+    t = Table(title="busbw on rail 0 (MB/s, medians)")
+    for c in ("size", "rdma", "rdma idle-sleep", "tcp", "ib_write_bw", "ib_write_bw -b", "rdma/ib_write_bw", "rdma/tcp"):
+        t.add_column(c, justify="right")
+    for size, b in sorted(res.get("busbw", {}).items(), key=lambda kv: int(kv[0])):
+        m = b["median_gbs"]
+        mb = lambda v: C.fmt(m.get(v) * 1e3 if m.get(v) is not None else None, 2)
+        t.add_row(C.human_size(int(size)), mb("rdma"), mb("rdma_idle_sleep"), mb("tcp"), mb("ib_write_bw"),
+                  mb("ib_write_bw_bidi"), C.fmt(b["rdma_vs_ib_write_bw"], 3), C.fmt(b["rdma_vs_tcp"], 3))
+    out.append(t)
+    return out
+
+
+# --------------------------------------------------------------------------- bed helpers
+
+def _journal(bed, host: str, wd: str) -> List[Dict[str, Any]]:
+    """Journal events of the ranks running in ``host`` (one rank per guest here), in order."""
+    rc, out, _ = bed.sh(host, f"cat {wd}/journal-rank*.jsonl 2>/dev/null || true", timeout_s=60)
+    evs = []
+    for line in out.splitlines():
+        try:
+            evs.append(json.loads(line))
+        except ValueError:
+            pass  # the line being written
+    return evs
+
+
+def _proc_stat(bed, host: str) -> List[int]:
+    rc, out, _ = bed.sh(host, "head -1 /proc/stat", timeout_s=60)
+    return [int(x) for x in out.split()[1:9]] if out.startswith("cpu ") else []
+
+
+class _PerfRun:
+    """A railover-perf duration run in a thread, ended by a stop file in guest A (rank 0)."""
+
+    def __init__(self, bed, env: Mapping[str, str], *, size: str, upper_s: float, check: bool = True,
+                 workload: str = "allreduce", op_timeout: float = 240, fetch_to: Optional[Path] = None,
+                 extra: Sequence[str] = ()):
+        from railover.testbed.rdma import perf as rperf
+        self.bed = bed
+        self.stop_path = f"/tmp/rbench-stop-{secrets.token_hex(3)}"
+        self.box: Dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                self.box["res"] = rperf.run_perf(bed, ranks_per_host=1, timeout_s=upper_s + 600, workload=workload,
+                                                 minbytes=size, duration=upper_s, warmup=1, channels=1,
+                                                 op_timeout=op_timeout, rendezvous_timeout=300, check=check,
+                                                 fetch_to=fetch_to, env=dict(env),
+                                                 extra_args=["--stop-file", self.stop_path, *extra])
+            except BaseException as e:  # reported by finish()
+                self.box["error"] = e
+
+        self.thread = threading.Thread(target=run, daemon=True, name="rdma-bench-perf")
+
+    def start(self) -> "_PerfRun":
+        self.thread.start()
+        return self
+
+    def wd(self) -> str:
+        """The run's directory in the guests (``/tmp/rperf-<tag>``), once it exists."""
+        rc, out, _ = self.bed.sh("A", "ls -dt /tmp/rperf-* 2>/dev/null | head -1", timeout_s=60)  # the newest
+        return out.strip()
+
+    @property
+    def alive(self) -> bool:
+        return self.thread.is_alive()
+
+    def stop(self, timeout_s: float = 600):
+        """Touch the stop file; wait for the ranks; returns the PerfResult (BenchError when the
+        run itself failed)."""
+        if self.thread.is_alive():
+            self.bed.run("A", ["touch", self.stop_path], timeout_s=60)
+        self.thread.join(timeout_s)
+        self.bed.run("A", ["rm", "-f", self.stop_path], timeout_s=60)
+        if "error" in self.box:
+            raise C.BenchError(f"railover-perf in the RDMA bed: {self.box['error']}")
+        if "res" not in self.box:
+            raise C.BenchError(f"railover-perf in the RDMA bed did not finish within {timeout_s:.0f} s of the stop file")
+        return self.box["res"]
+
+
+def _wait(pred: Callable[[], Any], timeout_s: float, interval_s: float = 1.0) -> Any:
+    """Poll ``pred`` until truthy or ``timeout_s``; returns its last value (falsy on timeout)."""
+    end = time.monotonic() + timeout_s
+    while True:
+        v = pred()
+        if v or time.monotonic() >= end:
+            return v
+        time.sleep(interval_s)
+
+
+def _make_fault(bed, kind: str):
+    from railover.testbed.rdma import faults as rf
+    spec = KINDS[kind]
+    return getattr(rf, spec["cls"])(bed, spec["nic"])
+
+
+# --------------------------------------------------------------------------- phases
+
+def convergence(bed, kinds: Sequence[str], n: int, size: str, hold_down_ms: int, work: Path,
+                console: Console, conv_timeout_s: float, failback_timeout_s: float) -> Dict[str, Any]:
+    """Phase 1: one checked all-reduce run, N faults per kind in turn (see the module doc)."""
+    env = dict(RDMA_ENV, RAILOVER_HOLD_DOWN_MS=str(hold_down_ms))
+    run = _PerfRun(bed, env, size=size, upper_s=3600, fetch_to=work / "convergence").start()
+    per_kind: Dict[str, List[Dict[str, Any]]] = {k: [] for k in kinds}
+    try:
+        wd = _wait(lambda: run.wd() if run.alive else "x", 300)
+        if not wd or not run.alive:
+            raise C.BenchError("railover-perf did not start in the RDMA bed")
+        def armed():
+            return (armed_on_primary(_journal(bed, "A", wd)) and armed_on_primary(_journal(bed, "B", wd))) or not run.alive
+        if not _wait(armed, 600) or not run.alive:
+            raise C.BenchError("the comms did not come up on both rails with traffic on the primary within 600 s")
+        for kind in kinds:
+            for i in range(n):
+                if not _wait(armed, failback_timeout_s):
+                    console.print(f"  [yellow]{kind} {i + 1}/{n}: the comms are not back on the primary with a standby "
+                                  f"armed after {failback_timeout_s:.0f} s; faulting anyway[/]")
+                base = {h: len(_journal(bed, h, wd)) for h in ("A", "B")}
+                fault = _make_fault(bed, kind)
+                # A fault run inside the guest stamps the clock after its command returned, which
+                # under TCG can be after the plugin already reacted; fault -> failover is then
+                # measured from a clock reading just before the command (an upper bound).
+                # CablePull acts in QEMU and stamps the earliest moment of the change.
+                t_before = None if KINDS[kind]["cls"] == "CablePull" else bed.guest_now_us(fault.guest)
+                fault.apply()
+                try:
+                    def failed_over():
+                        ja, jb = _journal(bed, "A", wd), _journal(bed, "B", wd)
+                        return (new_events(ja, base["A"], "failover") and new_events(jb, base["B"], "failover")) or not run.alive
+                    _wait(failed_over, conv_timeout_s)
+                finally:
+                    fault.undo()
+                # Everything since the pre-fault baseline: reading the journals right after the
+                # undo would race a fast failback (it lands within ~1.5 s on the bed).
+                def failed_back():
+                    ja, jb = _journal(bed, "A", wd), _journal(bed, "B", wd)
+                    fo = len(new_events(ja, base["A"], "failover")) + len(new_events(jb, base["B"], "failover"))
+                    fb = len(new_events(ja, base["A"], "failback")) + len(new_events(jb, base["B"], "failback"))
+                    return fb >= fo or not run.alive
+                _wait(failed_back, failback_timeout_s)
+                ja, jb = _journal(bed, "A", wd), _journal(bed, "B", wd)
+                applied = t_before if t_before is not None else fault.applied_us
+                if fault.guest != "A":
+                    applied = applied - bed.clock_offset_us(fault.guest)[0] + bed.clock_offset_us("A")[0]
+                rec = cycle_record(i, applied, fault.undone_us, ja[base["A"]:], jb[base["B"]:])
+                per_kind[kind].append(rec)
+                console.print(f"  {kind} {i + 1}/{n}: {rec['failovers']} failover(s), convergence "
+                              f"{[round(x, 1) for x in rec['convergence_ms']]} ms, fault -> failover in A "
+                              f"{C.fmt(rec['fault_to_failover_a_ms'], 0)} ms, {rec['failbacks']} failback(s)")
+                if not run.alive:
+                    raise C.BenchError(f"railover-perf ended during {kind} fault {i + 1}")
+    finally:
+        res = run.stop()
+    evs_fatal = 0
+    for r in range(2):
+        p = work / "convergence" / f"journal-rank{r}.jsonl"
+        if p.exists():
+            for line in p.read_text().splitlines():
+                try:
+                    evs_fatal += json.loads(line).get("event") == "fatal"
+                except ValueError:
+                    pass
+    return {"kinds": {k: kind_summary(k, v) for k, v in per_kind.items()},
+            "convergence_wrong_bytes": res.wrong_total, "convergence_exit_codes": [r.returncode for r in res.ranks],
+            "convergence_fatal_total": evs_fatal,
+            "convergence_busbw_gbs": (res.ranks[0].json or {}).get("avg_busbw_gbps") if res.ranks else None,
+            "convergence_ok": res.ok, "convergence_errors": res.errors[:5]}
+
+
+def bare_rc(bed, n: int, size: str, bound_s: float, work: Path, console: Console,
+            retry_cnt: Optional[int] = None) -> List[Dict[str, Any]]:
+    """Phase 2: cable pull at a0 with RAILOVER_STANDBY=none, ``n`` times, a fresh run each;
+    ``retry_cnt`` sets NCCL_IB_RETRY_CNT (None: the plugin's default, NCCL's 7, which rxe
+    treats as "retry forever")."""
+    out = []
+    env = dict(RDMA_ENV, RAILOVER_STANDBY="none")
+    if retry_cnt is not None:
+        env["NCCL_IB_RETRY_CNT"] = str(retry_cnt)
+    for i in range(n):
+        # railover-perf's own stuck-request timer must not fire before the transport's
+        run = _PerfRun(bed, env, size=size, upper_s=3600, op_timeout=bound_s * 3 + 120,
+                       fetch_to=work / f"bare-{i}").start()
+        rec: Dict[str, Any] = {"i": i, "bound_s": bound_s}
+        try:
+            wd = _wait(lambda: run.wd() if run.alive else "x", 300)
+            _wait(lambda: any(e.get("event") == "path_up" and e.get("nic") == "eth1" for e in _journal(bed, "A", wd))
+                  or not run.alive, 600)
+            # traffic flowing: a few seconds of the all-reduce (the rank's progress is not
+            # visible from outside; the journal's path_up came before the first message)
+            t_up = time.monotonic()
+            _wait(lambda: time.monotonic() - t_up >= 5, 10, 0.5)
+            from railover.testbed.rdma import faults as rf
+            fault = rf.CablePull(bed, "a0").apply()
+            t0 = time.monotonic()
+
+            def errored():
+                if not run.alive:
+                    return "ranks exited"
+                evs = _journal(bed, "A", wd) + _journal(bed, "B", wd)
+                f = [e for e in evs if e.get("event") == "fatal"]
+                return f"fatal: {f[0].get('message', '')[:160]}" if f else None
+            what = _wait(errored, bound_s)
+            rec["after_s"] = time.monotonic() - t0 if what else None
+            rec["outcome"] = (f"error after {rec['after_s']:.1f} s ({what})" if what
+                              else f"no error within {bound_s:.0f} s (no fatal event, ranks running)")
+            fault.undo()
+        except Exception as e:
+            rec["outcome"] = f"bench error: {e}"
+        finally:
+            try:
+                res = run.stop(timeout_s=bound_s * 3 + 300)
+                rec["exit_codes"] = [r.returncode for r in res.ranks]
+                rec["wrong_bytes"] = res.wrong_total
+                rec["after_repair"] = ("job completed, 0 wrong bytes" if res.ok and res.wrong_total == 0
+                                       else f"job failed (exit codes {rec['exit_codes']}): "
+                                            f"{'; '.join(res.errors[:2])[:200]}")
+            except C.BenchError as e:
+                rec["after_repair"] = str(e)
+        console.print(f"  bare RC {i + 1}/{n}: {rec['outcome']}; {rec.get('after_repair')}")
+        out.append(rec)
+    return out
+
+
+def _ib_write_bw(bed, size: int, seconds: int, bidi: bool, port: int) -> Tuple[Optional[float], str]:
+    from railover.testbed.netns import poll_until
+    a, b = bed.hosts[0].nics[0], bed.hosts[1].nics[0]
+    args = ["-d", "DEV", "-x", "1", "-p", str(port), "-s", str(size), "-D", str(seconds), "-F", "--report_gbits"]
+    if bidi:
+        args.append("-b")
+    srv = bed.spawn("B", ["ib_write_bw", *[b.rdma_dev if x == "DEV" else x for x in args]])
+
+    def listening():
+        if srv.poll() is not None:
+            return True
+        rc, out, _ = bed.run("B", ["ss", "-Hltn", f"sport = :{port}"], timeout_s=60)
+        return rc == 0 and out.strip() != ""
+    poll_until(listening, 180, 0.3, f"ib_write_bw listening on {port} in B")
+    rc, out, err = bed.run("A", ["ib_write_bw", *[a.rdma_dev if x == "DEV" else x for x in args], b.addr],
+                           timeout_s=seconds * 10 + 300)
+    try:
+        srv.wait(120)
+    except TimeoutError:
+        srv.kill(9)
+    return parse_ib_write_bw(out, size), (out + err)[-600:]
+
+
+def busbw(bed, sizes: Sequence[str], rounds: int, seconds: int, console: Console,
+          variants: Sequence[str]) -> Tuple[List[Dict[str, Any]], Dict[str, Dict[str, Optional[float]]]]:
+    """Phase 3: every variant at every size, ``rounds`` interleaved rounds."""
+    from railover.testbed.rdma import perf as rperf
+    rows: List[Dict[str, Any]] = []
+    cpu: Dict[str, List[Dict[str, Optional[float]]]] = {}
+    port = 18900
+    for rnd in range(rounds):
+        for s in sizes:
+            size = parse_size(s)
+            for v in variants:
+                port += 1
+                st0 = _proc_stat(bed, "A")
+                note = ""
+                if v.startswith("ib_write_bw"):
+                    gbs, note = _ib_write_bw(bed, size, seconds, v == "ib_write_bw_bidi", port)
+                else:
+                    env = TCP_ENV if v == "tcp" else RDMA_ENV
+                    extra = ["--idle-sleep-us", "50"] if v == "rdma_idle_sleep" else []
+                    res = rperf.run_perf(bed, ranks_per_host=1, timeout_s=seconds + 900, workload="sendrecv",
+                                         minbytes=size, duration=seconds, warmup=1, channels=1, op_timeout=240,
+                                         rendezvous_timeout=300, check=False, env=env, extra_args=extra)
+                    rws = res.ranks[0].json.get("rows", []) if res.ok and res.ranks[0].json else []
+                    gbs = rws[-1]["busbw_gbps"] if rws else None
+                    if gbs is None:
+                        note = res.describe(600)
+                st1 = _proc_stat(bed, "A")
+                split = cpu_split(st0, st1) if st0 and st1 else {}
+                cpu.setdefault(v, []).append(split)
+                rows.append({"round": rnd, "size": size, "variant": v, "gbs": gbs, "cpu_a": split,
+                             **({"note": note} if gbs is None else {})})
+                console.print(f"  busbw round {rnd + 1} {C.human_size(size)} {v}: "
+                              f"{C.fmt(gbs * 1e3 if gbs is not None else None, 2)} MB/s; A cpu "
+                              + ", ".join(f"{k} {C.fmt(x, 2)}" for k, x in split.items()))
+    cpu_med = {v: {k: C.median([x.get(k) for x in xs if x.get(k) is not None]) for k in ("user", "system", "softirq", "idle")}
+               for v, xs in cpu.items()}
+    return rows, cpu_med
+
+
+BW_VARIANTS = ("rdma", "rdma_idle_sleep", "tcp", "ib_write_bw", "ib_write_bw_bidi")
+
+
+def run(out: Path, quick: bool = False, faults: Optional[int] = None, kinds: Sequence[str] = DEFAULT_KINDS,
+        size: str = "256K", bw_sizes: Optional[Sequence[str]] = None, rounds: Optional[int] = None,
+        bare_faults: Optional[int] = None, bare_bound_s: Optional[float] = None, hold_down_ms: int = 1000,
+        phases: Sequence[str] = ("convergence", "bare", "busbw"), console: Optional[Console] = None,
+        bed=None, bw_variants: Sequence[str] = BW_VARIANTS, bare_retry_cnt: Optional[int] = None) -> Dict[str, Any]:
+    """Run the suite (boots its own bed unless ``bed`` is given); returns the report dict and
+    writes ``<out>/rdma.json``. Raises BenchError when the bed cannot run."""
+    console = console or Console()
+    for k in kinds:
+        if k not in KINDS:
+            raise C.BenchError(f"unknown fault kind {k!r}; one of {', '.join(KINDS)}")
+    for v in bw_variants:
+        if v not in BW_VARIANTS:
+            raise C.BenchError(f"unknown busbw variant {v!r}; one of {', '.join(BW_VARIANTS)}")
+    for p in phases:
+        if p not in ("convergence", "bare", "busbw"):
+            raise C.BenchError(f"unknown phase {p!r}; convergence, bare, busbw")
+    n = faults or (5 if quick else 30)
+    bw_sizes = list(bw_sizes or (["1M"] if quick else ["64K", "1M", "4M"]))
+    for s in bw_sizes + [size]:
+        try:
+            parse_size(s)
+        except ValueError as e:
+            raise C.BenchError(str(e))
+    rounds = rounds or (1 if quick else 2)
+    bare_n = bare_faults if bare_faults is not None else 2
+    bound = bare_bound_s or (45.0 if quick else 90.0)
+    seconds = 5 if quick else 10
+    from railover.testbed.rdma import bed as rbed
+    from railover.testbed.rdma.perf import TCG_PLUGIN_ENV
+    from railover.testbed.faults import FaultError
+    if bare_n < 0 or bound <= 0 or n < 1:
+        raise C.BenchError("--faults and --bare-bound-s must be positive, --bare-faults >= 0")
+    if bare_retry_cnt is not None and not 0 <= bare_retry_cnt <= 7:
+        raise C.BenchError(f"--bare-retry-cnt must be 0..7 (NCCL_IB_RETRY_CNT), got {bare_retry_cnt}")
+    own = bed is None
+    if own:
+        try:
+            bed = rbed.RdmaBed(rails=2, boot_timeout_s=600, log=lambda m: console.print(f"[dim][rdma bed] {m}[/]")).up()
+        except rbed.RdmaBedError as e:
+            raise C.BenchError(f"the RDMA test bed could not start: {e}")
+    plugin_env = dict(TCG_PLUGIN_ENV) if bed.accel != "kvm" else {}
+    rep = C.Report("rdma", out, quick, {"faults_per_kind": n, "kinds": list(kinds), "size": size,
+                                        "hold_down_ms": hold_down_ms, "bw_sizes": bw_sizes, "rounds": rounds,
+                                        "bw_seconds": seconds, "bare_faults": bare_n, "bare_bound_s": bound,
+                                        "bare_retry_cnt": bare_retry_cnt,
+                                        "plugin_env": plugin_env, "phases": list(phases), "check": True})
+    work = Path(out) / "rdma-work"
+    try:
+        h = bed.hosts[0]
+        rep.results["bed"] = {"accel": bed.accel, "accel_reason": getattr(bed, "accel_reason", ""),
+                              "kernel": h.kernel, "smp": bed.smp or (1 if bed.accel != "kvm" else 2),
+                              "mem_mib": bed.mem_mib, "boot_s": bed.boot_s,
+                              "line": f"2 QEMU guests ({bed.accel}, {bed.smp or (1 if bed.accel != 'kvm' else 2)} vCPU, "
+                                      f"{bed.mem_mib} MiB each, guest kernel {h.kernel}), rxe0/rxe1 on virtio-net "
+                                      f"rails joined by QEMU UDP sockets on the host"}
+        if "convergence" in phases:
+            console.print(f"[bold]rdma convergence[/]: {n} faults per kind ({', '.join(kinds)}) under a checked "
+                          f"all-reduce of {size}")
+            rep.results.update(convergence(bed, kinds, n, size, hold_down_ms, work, console,
+                                           conv_timeout_s=60.0, failback_timeout_s=120.0 + hold_down_ms / 1e3))
+            rep.add_wrong(rep.results["convergence_wrong_bytes"])
+        if "bare" in phases and bare_n:
+            console.print(f"[bold]rdma bare RC[/]: {bare_n} cable pulls with RAILOVER_STANDBY=none (bound {bound:.0f} s)")
+            rep.results["bare_rc"] = bare_rc(bed, bare_n, size, bound, work, console, bare_retry_cnt)
+        if "busbw" in phases:
+            console.print(f"[bold]rdma busbw[/]: {', '.join(bw_variants)} at {', '.join(bw_sizes)}, {rounds} round(s)")
+            rows, cpu_med = busbw(bed, bw_sizes, rounds, seconds, console, bw_variants)
+            rep.results["busbw_rows"] = rows
+            rep.results["busbw"] = {str(k): v for k, v in bw_ratios(rows).items()}
+            rep.results["cpu_a"] = cpu_med
+        add_targets(rep, rep.results.get("kinds", {}), {int(k): v for k, v in rep.results.get("busbw", {}).items()})
+    except (rbed.RdmaBedError, FaultError) as e:
+        raise C.BenchError(f"the RDMA bed failed during the benchmark: {e}")
+    finally:
+        if own:
+            bed.down()
+    data = rep.finish()
+    for t in tables(data):
+        console.print(t)
+    return data
