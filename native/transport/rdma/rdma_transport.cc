@@ -67,14 +67,39 @@ void retire(Worker& w, std::shared_ptr<Shared<P>>& sh) {
   w.post([last]() mutable { last.reset(); });
 }
 
+// What both ends of a path share: the bootstrap stream and the path's first fatal cause.
+struct PathEnd {
+  std::unique_ptr<Conn> conn_;
+  std::string why_;          // the first cause the path broke with ("" while it works)
+  uint64_t deadCheckUs_ = 0;
+  // Records `why` as the cause (the first one wins) and returns -1 with it in *err.
+  int fail(const std::string& why, std::string* err) {
+    if (why_.empty()) why_ = why;
+    *err = why_;
+    return -1;
+  }
+  // The peer ended the bootstrap stream (it fenced or dropped the path, or exited): breaks the
+  // path with the stream's words ("closed by peer"). Looks at most every kDeadCheckUs.
+  bool peerGone(std::string* err) {
+    uint64_t now = nowUs();
+    if (!conn_ || now - deadCheckUs_ < kDeadCheckUs) return false;
+    deadCheckUs_ = now;
+    std::string e;
+    if (!conn_->dead(&e)) return false;
+    fail("bootstrap stream: " + e, err);
+    return true;
+  }
+};
+
 // ---- sender
 
-class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink {
+class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink, private PathEnd {
  public:
   RdmaSendPath(RdmaTransport& t, int nic, std::unique_ptr<Conn> conn, const PathIdentity& id, uint64_t chunk,
                std::unique_ptr<verbs::SendPath> path)
-      : t_(t), nic_(nic), conn_(std::move(conn)), id_(id), chunk_(chunk ? chunk : (1u << 20)),
+      : t_(t), nic_(nic), id_(id), chunk_(chunk ? chunk : (1u << 20)),
         sh_(std::make_shared<Shared<verbs::SendPath>>()) {
+    conn_ = std::move(conn);
     sh_->path = std::move(path);
   }
   ~RdmaSendPath() override { retire(t_.worker(), sh_); }
@@ -235,20 +260,6 @@ class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink {
   };
   enum Stage { kTcp, kEndpoint, kRts, kReady };
 
-  int fail(const std::string& why, std::string* err) {
-    if (why_.empty()) why_ = why;
-    *err = why_;
-    return -1;
-  }
-  bool peerGone(std::string* err) {
-    uint64_t now = nowUs();
-    if (!conn_ || now - deadCheckUs_ < kDeadCheckUs) return false;
-    deadCheckUs_ = now;
-    std::string e;
-    if (!conn_->dead(&e)) return false;
-    fail("bootstrap stream: " + e, err);
-    return true;
-  }
   // verbs::SendPath::Sink
   void chunkDone(const verbs::ChunkRef&) override {}  // delivery is proven by the receiver's ACK
   void ctl(const verbs::CtlMsg& m) override { ctlIn_.push_back(fromVerbs(m)); }
@@ -259,7 +270,6 @@ class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink {
   friend ibv_qp* railover::rdma::pathQp(SendPath*);
   RdmaTransport& t_;
   int nic_;
-  std::unique_ptr<Conn> conn_;
   PathIdentity id_;
   uint64_t chunk_;
   std::shared_ptr<Shared<verbs::SendPath>> sh_;
@@ -269,15 +279,13 @@ class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink {
   bool notice_ = false;
   CtlMsg noticeMsg_;
   bool fenced_ = false;
-  std::string why_;
-  uint64_t deadCheckUs_ = 0;
   std::deque<Pending> q_;
   std::deque<CtlMsg> ctlOut_, ctlIn_;
 };
 
 // ---- receiver
 
-class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink {
+class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, private PathEnd {
  public:
   RdmaRecvPath(RdmaTransport& t, int nic, int nStreams)
       : t_(t), nic_(nic), nStreams_(nStreams), sh_(std::make_shared<Shared<verbs::RecvPath>>()) {}
@@ -447,20 +455,6 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink {
   };
   enum Stage { kWait, kEndpoint, kRts, kReady };
 
-  int fail(const std::string& why, std::string* err) {
-    if (why_.empty()) why_ = why;
-    *err = why_;
-    return -1;
-  }
-  bool peerGone(std::string* err) {
-    uint64_t now = nowUs();
-    if (!conn_ || now - deadCheckUs_ < kDeadCheckUs) return false;
-    deadCheckUs_ = now;
-    std::string e;
-    if (!conn_->dead(&e)) return false;
-    fail("bootstrap stream: " + e, err);
-    return true;
-  }
   // Sends what is queued, in order (control messages and advertisements). -1 broken.
   int flush(std::string* err) {
     if (!why_.empty()) return *err = why_, -1;
@@ -499,13 +493,10 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink {
   int nic_;
   int nStreams_;
   std::shared_ptr<Shared<verbs::RecvPath>> sh_;
-  std::unique_ptr<Conn> conn_;
   Stage stage_ = kWait;
   uint8_t ep_[verbs::QpEndpoint::kWireBytes];
   size_t got_ = 0;
   bool fenced_ = false;
-  std::string why_;
-  uint64_t deadCheckUs_ = 0;
   std::deque<Out> out_;
   std::deque<Arrival> arr_;
   std::deque<CtlMsg> ctlIn_;
