@@ -5,10 +5,11 @@
 // Contract checked, for any input of any length:
 //  * decodeHandle accepts exactly the inputs the format allows (header comment of wire.h):
 //    >= 16 bytes, magic, version 1, 1..5 addresses that fit in the input, primary < naddr,
-//    every address family 4 or 6 and port != 0; otherwise it returns false with a non-empty
-//    error;
+//    every address family 4 or 6 and port != 0, and (when the input reaches it) a transport
+//    byte at kHandleTransportOffset of tcp (0) or rdma (1); otherwise it returns false with a
+//    non-empty error;
 //  * an accepted handle re-encodes to the same bytes (every byte up to the last address is
-//    meaningful) and decodes again to the same fields;
+//    meaningful, and the transport byte) and decodes again to the same fields;
 //  * structured direction: any Handle with valid fields built from the input survives
 //    encode -> decode unchanged.
 #include <fuzzer/FuzzedDataProvider.h>
@@ -27,7 +28,9 @@ namespace {
 uint32_t le32(const uint8_t* p) { return p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24; }
 
 bool sameHandle(const Handle& a, const Handle& b) {
-  if (a.version != b.version || a.naddr != b.naddr || a.primary != b.primary || a.secret != b.secret) return false;
+  if (a.version != b.version || a.naddr != b.naddr || a.primary != b.primary || a.secret != b.secret ||
+      a.transport != b.transport)
+    return false;
   for (int i = 0; i < a.naddr; ++i) {
     const HandleAddr &x = a.addrs[i], &y = b.addrs[i];
     if (x.rail != y.rail || x.family != y.family || x.port != y.port || memcmp(x.addr, y.addr, 16)) return false;
@@ -44,6 +47,9 @@ bool validBytes(const uint8_t* d, size_t n) {
     const uint8_t* a = d + 16 + 20 * i;
     if ((a[1] != 4 && a[1] != 6) || (a[2] | a[3] << 8) == 0) return false;
   }
+  if (n > kHandleTransportOffset && d[kHandleTransportOffset] != kTransportTcp &&
+      d[kHandleTransportOffset] != kTransportRdma)
+    return false;
   return true;
 }
 
@@ -63,7 +69,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     encodeHandle(h, out);
     size_t used = 16 + 20 * (size_t)h.naddr;
     FUZZ_CHECK(memcmp(out, data, used) == 0, "re-encoding changed the first %zu bytes", used);
-    for (size_t i = used; i < kHandleBytes; ++i) FUZZ_CHECK(out[i] == 0, "encoder left byte %zu non-zero", i);
+    for (size_t i = used; i < kHandleBytes; ++i)
+      FUZZ_CHECK(out[i] == (i == kHandleTransportOffset ? h.transport : 0), "encoder wrote byte %zu as %u", i, out[i]);
+    uint8_t want = size > kHandleTransportOffset ? data[kHandleTransportOffset] : kTransportTcp;
+    FUZZ_CHECK(h.transport == want, "transport %u decoded, %u on the wire", h.transport, want);
     Handle h2;
     std::string err2;
     FUZZ_CHECK(decodeHandle(out, sizeof(out), &h2, &err2), "re-encoded handle rejected: %s", err2.c_str());
@@ -76,6 +85,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   in.naddr = fdp.ConsumeIntegralInRange<uint8_t>(1, kMaxHandleAddrs);
   in.primary = fdp.ConsumeIntegralInRange<uint8_t>(0, in.naddr - 1);
   in.secret = fdp.ConsumeIntegral<uint64_t>();
+  in.transport = fdp.ConsumeBool() ? kTransportRdma : kTransportTcp;
   for (int i = 0; i < in.naddr; ++i) {
     in.addrs[i].rail = fdp.ConsumeIntegral<uint8_t>();
     in.addrs[i].family = fdp.ConsumeBool() ? 6 : 4;
