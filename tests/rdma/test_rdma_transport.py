@@ -4,7 +4,7 @@ WRITE / WRITE_WITH_IMM on rxe queue pairs (one RC QP per path, on the HCA port b
 path's NIC), every byte checked by railover-perf.
 
 Asserted here:
-* an all-reduce across the guests completes with 0 wrong bytes through each net ABI v7-v12,
+* an all-reduce across the guests completes with 0 wrong bytes through net ABIs v7, v9, v12,
   and the plugin says it runs the rdma transport on both rails (NIC -> HCA port and GID);
 * a cable pull, and a silent black hole (nftables, no carrier or port event), on the primary
   rail of guest A in the middle of a timed all-reduce move every comm to the standby HCA
@@ -50,10 +50,12 @@ def _journal(bed, host: str) -> List[dict]:
     return evs
 
 
-@pytest.mark.parametrize("abi", [12, 11, 10, 9, 8, 7])
+@pytest.mark.parametrize("abi", [12, 9, 7])
 def test_allreduce_over_the_rdma_transport_every_byte(rdma_bed, tmp_path, abi):
-    """Every net ABI NCCL 2.19-2.32 may load (railover-perf calls the plugin through the forced
-    version's table: int sizes and registrations on v7/v8, per-context init on v11/v12)."""
+    """Net ABIs through railover-perf's forced version table: v7 (int sizes and registrations),
+    v9 (the first size_t table) and v12 (per-context init). v8, v10 and v11 differ from these
+    in calls the RDMA transport does not see (the TCP e2e suite runs every version); they are
+    left out here to keep CI within its hour."""
     big = "1M" if abi == 12 else "64K"  # the full size range once; the ABI tables differ in calls, not sizes
 
     def body():
@@ -82,7 +84,7 @@ class _Background:
     """railover-perf (timed all-reduce, RDMA transport) running in a thread while a test injects
     faults; ``wait_armed`` polls guest A's journal until paths are up on both rails."""
 
-    def __init__(self, bed, tmp_path, env, duration=150, timeout_s=900, expect_failure=False):
+    def __init__(self, bed, tmp_path, env, duration=100, timeout_s=900, expect_failure=False):
         self.bed, self.box = bed, {}
 
         def run():
