@@ -7,7 +7,7 @@
 set -euo pipefail
 build=$(realpath "$1"); out=$(realpath -m "$2"); runs=$3; maxt=$4; shift 4
 here=$(dirname "$(realpath "$0")")
-targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(handle hello frame probe recv send)
+targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(handle hello frame probe recv send verbs)
 for t in "${targets[@]}"; do
   d=$out/$t; mkdir -p "$d/corpus"
   cp -n "$here/corpus/$t/"* "$d/corpus/" 2>/dev/null || true

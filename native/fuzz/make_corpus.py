@@ -111,6 +111,23 @@ def data(seq, off, payload, total):
     return frame(DATA, ln=len(payload), seq=seq, off=off, total=total) + payload
 
 
+EP_MAGIC = 0x524F5651  # verbs QpEndpoint "ROVQ", version 1 (native/transport/verbs/verbs_qp.cc)
+CTL_ADVERT, CTL_CONTROL = 1, 2  # verbs::ctlwire kinds (native/transport/verbs/verbs_path.h)
+
+
+def endpoint(qpn=0x11, psn=0x123456, gid=bytes(10) + b"\xff\xff\x0a\x00\x00\x01", lid=0, mtu=3, roce=1, version=1):
+    # big-endian: magic, version, lid, qpn, psn, gid[16], mtu, roce, 6 reserved bytes
+    return struct.pack(">IHHII", EP_MAGIC, version, lid, qpn, psn) + gid + bytes([mtu, roce]) + bytes(6)
+
+
+def ctl_advert(seq, tag, addr, size, rkey):
+    return struct.pack(">BBHIQQQQQ", CTL_ADVERT, 0, 0, rkey, seq, addr, size, tag, 0)
+
+
+def ctl_control(ctype, seq, arg=0):
+    return struct.pack(">BBHIQQQQQ", CTL_CONTROL, ctype, 0, 0, seq, arg, 0, 0, 0)
+
+
 def main():
     v4 = lambda *o: bytes(o)
     # handle
@@ -173,6 +190,15 @@ def main():
     write("send", "regress_standby_partial_frame_then_active", base64.b64decode(
         "/wgmBQAAAAAABQUFBQUFBQAAAAAAegAAAAAAAAAAQAAAQAABDPf0AQEAAAADAAAAAAAAAAEAAAAAAAAABOgAAAAAAAAAAAAAAAAAAAUA"
         "AAAAAAAAAQAAAAAAAAAAAAAAAAEfbGxslJSUlJSUlJSUlJSUlJSUlGxsbGxsbGxsTEpKSkpKAAA="))
+    # verbs: a 40-byte QP endpoint, then a 48-byte control slot
+    write("verbs", "roce_advert", endpoint() + ctl_advert(7, 3, 0x7f0000001000, 1 << 20, 0x1234))
+    write("verbs", "ib_ack", endpoint(roce=0, lid=0x12, gid=bytes(16), mtu=5) + ctl_control(1, 7))
+    for t in range(2, 6):  # RESUME, RESUME_ACK, NACK, CLOSE
+        write("verbs", "roce_control_%d" % t, endpoint(qpn=0xFFFFFF, psn=0) + ctl_control(t, 1 << 40, 9))
+    write("verbs", "near_bad_version", endpoint(version=2) + ctl_control(6, 1))
+    write("verbs", "near_psn_25_bits", endpoint(psn=0x1000000) + ctl_advert(0, 0, 0, 0, 0))
+    write("verbs", "near_reserved_byte", endpoint()[:39] + b"\x01" + ctl_control(0, 0))
+    write("verbs", "near_ib_lid_zero", endpoint(roce=0, lid=0) + bytes(48))
     # receive path, structured mode: any bytes make a valid stream; a few shapes
     for i, tail in enumerate((b"\x01", b"\x07\x03\x05\x00\x01\x01", b"\x40\x10\x20\x30\x01\x05\x03\x07\x02\x01")):
         write("recv", "structured_%d" % i, bytes(range(i * 7, i * 7 + 24)) + tail)

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -33,6 +34,11 @@ verbs::PortSel portOf(const char* dev, int port) {
   p.port = port;
   p.gidIndex = 1;
   p.roce = true;
+  // A RoCE v2 GID as rxe shows it: the IPv4-mapped address of the netdev (::ffff:10.<dev>.0.<port>).
+  p.gid.raw[10] = p.gid.raw[11] = 0xff;
+  p.gid.raw[12] = 10;
+  p.gid.raw[13] = static_cast<uint8_t>(dev[std::strlen(dev) - 1]);
+  p.gid.raw[15] = static_cast<uint8_t>(port);
   return p;
 }
 
@@ -175,7 +181,9 @@ class RdmaPathTest : public ::testing::Test {
     } while (off < size);
     std::string e;
     int r = tx->progress(err ? err : &e);
-    if (!err) EXPECT_GE(r, 0) << e;
+    if (!err) {
+      EXPECT_GE(r, 0) << e;
+    }
     return r;
   }
 
@@ -331,6 +339,27 @@ TEST_F(RdmaPathTest, APeerThatIsNotAnRdmaPeerIsNamed) {
   rx->adopt(0, std::move(s2));
   EXPECT_EQ(rx->connectState(&err), -1);
   EXPECT_NE(err.find("RAILOVER_TRANSPORT"), std::string::npos) << err;
+}
+
+// A railover peer whose endpoint has a field out of range (here a 25-bit PSN) is refused with
+// the field named, not mistaken for a peer on another transport.
+TEST_F(RdmaPathTest, AMalformedEndpointIsNamedAsSuch) {
+  std::unique_ptr<Conn> server = openAndAccept();
+  ASSERT_TRUE(server);
+  verbs::QpEndpoint ep;
+  ep.qpn = 0x99;
+  ep.psn = 0x10;
+  ep.gid[10] = ep.gid[11] = 0xff;
+  ep.gid[15] = 7;
+  uint8_t w[verbs::QpEndpoint::kWireBytes];
+  ep.pack(w);
+  w[12] = 0x01;  // PSN bit 24
+  std::string err;
+  ASSERT_TRUE(writeAll(*server, w, sizeof w, &err)) << err;
+  EXPECT_EQ(tx->connectState(&err), -1);
+  EXPECT_NE(err.find("malformed"), std::string::npos) << err;
+  EXPECT_NE(err.find("PSN"), std::string::npos) << err;
+  EXPECT_EQ(err.find("RAILOVER_TRANSPORT"), std::string::npos) << err;
 }
 
 TEST_F(RdmaPathTest, APortErrorOnThePathsPortBreaksItAnotherPortsDoesNot) {

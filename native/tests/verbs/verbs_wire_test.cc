@@ -97,6 +97,50 @@ TEST(VerbsEndpoint, PackUnpackAndMismatchedPeersAreNamed) {
   EXPECT_NE(err.find("version"), std::string::npos) << err;
 }
 
+// Every field a peer sends in its endpoint is range-checked before the QP is connected to it;
+// each refusal names the field (the fuzz target fuzz_verbs holds the exact valid set).
+TEST(VerbsEndpoint, OutOfRangeFieldsAreRefusedByName) {
+  QpEndpoint e;
+  e.qpn = 0x42;
+  e.psn = 0x10;
+  e.gid[10] = e.gid[11] = 0xff;
+  e.gid[15] = 1;
+  e.mtu = IBV_MTU_1024;
+  e.roce = 1;
+  uint8_t good[QpEndpoint::kWireBytes];
+  e.pack(good);
+  QpEndpoint f;
+  std::string err;
+  ASSERT_TRUE(f.unpack(good, &err)) << err;
+  struct Case {
+    const char* what;
+    void (*edit)(uint8_t*);
+    const char* needle;
+  };
+  const Case cases[] = {
+      {"QPN 0", [](uint8_t* w) { std::memset(w + 8, 0, 4); }, "QP number 0"},
+      {"QPN of 25 bits", [](uint8_t* w) { w[8] = 0x01; }, "QP number"},
+      {"PSN of 25 bits", [](uint8_t* w) { w[12] = 0x01; }, "PSN"},
+      {"MTU code 0", [](uint8_t* w) { w[32] = 0; }, "MTU code 0"},
+      {"MTU code 6", [](uint8_t* w) { w[32] = 6; }, "MTU code 6"},
+      {"link layer 2", [](uint8_t* w) { w[33] = 2; }, "link-layer flag 2"},
+      {"RoCE with a zero GID", [](uint8_t* w) { std::memset(w + 16, 0, 16); }, "all-zero GID"},
+      {"IB with LID 0", [](uint8_t* w) { w[33] = 0; }, "LID 0"},
+      {"IB with a multicast LID", [](uint8_t* w) { w[33] = 0; w[6] = 0xc0; w[7] = 0x00; }, "LID 49152"},
+      {"reserved byte", [](uint8_t* w) { w[39] = 1; }, "reserved byte 39"},
+  };
+  for (const Case& c : cases) {
+    uint8_t w[QpEndpoint::kWireBytes];
+    std::memcpy(w, good, sizeof w);
+    c.edit(w);
+    QpEndpoint g;
+    err.clear();
+    EXPECT_FALSE(g.unpack(w, &err)) << c.what;
+    EXPECT_NE(err.find(c.needle), std::string::npos) << c.what << ": " << err;
+    EXPECT_EQ(g.qpn, 0u) << c.what << ": a refused endpoint must not be half-filled";
+  }
+}
+
 TEST(VerbsRcParams, GiveUpTimeAndRanges) {
   RcParams p;
   p.timeout = 14;

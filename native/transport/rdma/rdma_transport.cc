@@ -136,8 +136,11 @@ class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink, priva
       verbs::QpEndpoint peer;
       std::string e;
       if (!peer.unpack(ep_, &e))
-        return fail("the receiver did not answer with an RDMA endpoint (" + e +
-                        "): is RAILOVER_TRANSPORT the same on every rank?", err);
+        return fail(verbs::QpEndpoint::looksLikeOne(ep_)
+                        ? "the receiver's RDMA endpoint is malformed: " + e
+                        : "the receiver did not answer with an RDMA endpoint (" + e +
+                              "): is RAILOVER_TRANSPORT the same on every rank?",
+                    err);
       stage_ = kRts;
       auto sh = sh_;
       t_.worker().post([sh, peer]() {
@@ -315,8 +318,11 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
       verbs::QpEndpoint peer;
       std::string e;
       if (!peer.unpack(ep_, &e))
-        return fail("the sender did not send an RDMA endpoint (" + e +
-                        "): is RAILOVER_TRANSPORT the same on every rank?", err);
+        return fail(verbs::QpEndpoint::looksLikeOne(ep_)
+                        ? "the sender's RDMA endpoint is malformed: " + e
+                        : "the sender did not send an RDMA endpoint (" + e +
+                              "): is RAILOVER_TRANSPORT the same on every rank?",
+                    err);
       stage_ = kRts;
       auto sh = sh_;
       const NicPort& np = t_.port(nic_);

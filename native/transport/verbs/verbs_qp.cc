@@ -55,7 +55,12 @@ void QpEndpoint::pack(uint8_t out[kWireBytes]) const {
   out[33] = roce;
 }
 
+bool QpEndpoint::looksLikeOne(const uint8_t in[kWireBytes]) { return get32(in) == kEndpointMagic; }
+
 bool QpEndpoint::unpack(const uint8_t in[kWireBytes], std::string* err) {
+  // Every field is checked before anything is taken: these 40 bytes come from whatever
+  // connected to the bootstrap port, and a value the HCA would reject later (or silently
+  // truncate: QPNs and PSNs are 24 bits) must be named here instead.
   if (get32(in) != kEndpointMagic) {
     *err = "peer's QP endpoint has a bad magic (not a railover verbs peer)";
     return false;
@@ -67,12 +72,47 @@ bool QpEndpoint::unpack(const uint8_t in[kWireBytes], std::string* err) {
     *err = "peer's QP endpoint version " + std::to_string(ntohs(v)) + " != " + std::to_string(kEndpointVersion);
     return false;
   }
-  lid = ntohs(l);
-  qpn = get32(in + 8);
-  psn = get32(in + 12);
+  uint32_t q = get32(in + 8), p = get32(in + 12);
+  uint16_t lidv = ntohs(l);
+  uint8_t m = in[32], r = in[33];
+  if (q == 0 || q > 0xFFFFFFu) {
+    *err = "peer's QP endpoint has QP number " + std::to_string(q) + " (valid: 1..0xFFFFFF)";
+    return false;
+  }
+  if (p > 0xFFFFFFu) {
+    *err = "peer's QP endpoint has PSN " + std::to_string(p) + " (a PSN is 24 bits)";
+    return false;
+  }
+  if (m < IBV_MTU_256 || m > IBV_MTU_4096) {
+    *err = "peer's QP endpoint has MTU code " + std::to_string(m) + " (valid: 1..5, 256..4096 bytes)";
+    return false;
+  }
+  if (r > 1) {
+    *err = "peer's QP endpoint has link-layer flag " + std::to_string(r) + " (0 InfiniBand, 1 RoCE)";
+    return false;
+  }
+  if (r == 0 && (lidv == 0 || lidv > 0xBFFF)) {
+    *err = "peer's QP endpoint is InfiniBand with LID " + std::to_string(lidv) + " (unicast LIDs: 1..0xBFFF)";
+    return false;
+  }
+  bool gidZero = true;
+  for (int i = 16; i < 32; ++i) gidZero = gidZero && in[i] == 0;
+  if (r == 1 && gidZero) {
+    *err = "peer's QP endpoint is RoCE with an all-zero GID";
+    return false;
+  }
+  for (size_t i = 34; i < kWireBytes; ++i) {
+    if (in[i] != 0) {
+      *err = "peer's QP endpoint has non-zero reserved byte " + std::to_string(i);
+      return false;
+    }
+  }
+  lid = lidv;
+  qpn = q;
+  psn = p;
   std::memcpy(gid, in + 16, 16);
-  mtu = in[32];
-  roce = in[33];
+  mtu = m;
+  roce = r;
   return true;
 }
 

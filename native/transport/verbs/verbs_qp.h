@@ -56,8 +56,14 @@ struct QpEndpoint {
   uint8_t roce = 1;
   static constexpr size_t kWireBytes = 40;
   void pack(uint8_t out[kWireBytes]) const;
-  // false with *err when the magic/version does not match.
+  // false with *err naming the first bad field: magic, version, QPN (1..0xFFFFFF), PSN (24
+  // bits), MTU code (IBV_MTU_256..IBV_MTU_4096), link layer (0 IB, 1 RoCE), LID (IB: unicast
+  // 1..0xBFFF), GID (RoCE: not all zero), reserved bytes 34..39 (zero). Nothing is taken from a
+  // refused endpoint. Fuzzed by native/fuzz/fuzz_verbs.cc.
   bool unpack(const uint8_t in[kWireBytes], std::string* err);
+  // True when the bytes start with the endpoint's magic: a refused endpoint that does is a
+  // malformed (or newer) railover peer, one that does not is another protocol altogether.
+  static bool looksLikeOne(const uint8_t in[kWireBytes]);
 };
 
 // Blocking exchange of endpoints over a connected stream socket (bootstrap; never on a
