@@ -24,3 +24,84 @@ def test_against_is_measured_right_after_armed_in_every_round():
     names = [n for n, _ in healthy._configs(2, quick=True, nstreams=[2], against=True)]
     assert names[:2] == ["armed", healthy.AGAINST] and healthy.BASELINE in names
     assert healthy.AGAINST not in [n for n, _ in healthy._configs(2, quick=True, nstreams=[2])]
+
+
+# ---- railover bench failover --against: interleaving and the per-kind comparison (the runs
+# themselves are replaced: these tests check the bookkeeping, not a bed)
+
+def _cycle(conv: float, failovers: int = 1) -> dict:
+    keys = ("max_run_delay_ms", "detection_ms", "first_convergence_ms", "engine_convergence_ms", "stall_ms",
+            "apply_ms", "normal_gap_ms", "bytes_resent", "failback_ms")
+    c = {k: conv / 2 for k in keys}
+    c.update(valid=True, convergence_ms=conv, failovers=failovers)
+    return c
+
+
+def _fake_runs(monkeypatch, tmp_path: Path, conv_by_plugin):
+    """Replaces the bed and the live runs; returns the list of (kind, plugin, n) calls."""
+    from railover.bench import failover as fo
+
+    class Bed:
+        prefix = "rofake"
+
+        def __init__(self, *a, **k):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            return False
+
+    calls = []
+
+    def live_run(tb, kind, n, env, size, hold, wd, journals, console, plugin=None, label=""):
+        calls.append((kind, plugin, n))
+        conv = conv_by_plugin[plugin is not None]
+        # one failover outside any fault window per run of the other build
+        return {"cycles": [_cycle(conv) for _ in range(n)], "failovers": n + (1 if plugin else 0), "flaps": 0,
+                "wrong_bytes": 0, "rank_exit_codes": [0, 0], "iterations": 100, "error": None}
+
+    monkeypatch.setattr(fo, "TestBed", Bed)
+    monkeypatch.setattr(fo, "_live_run", live_run)
+    monkeypatch.setattr(fo, "_plot", lambda rep, per_kind: None)
+    return calls
+
+
+def test_failover_against_interleaves_both_builds_and_compares_per_kind(monkeypatch, tmp_path: Path):
+    from rich.console import Console
+    from railover.bench import failover as fo
+    so = tmp_path / "old" / "libnccl-net-railover.so"
+    so.parent.mkdir()
+    so.write_bytes(b"\x7fELF")
+    calls = _fake_runs(monkeypatch, tmp_path, {False: 10.0, True: 20.0})
+    data = fo.run(tmp_path / "out", faults=5, kinds=["port-down", "silent"], console=Console(file=open("/dev/null", "w")),
+                  against=so.parent)
+    # per kind: 5 faults in 2 rounds (3 + 2), order new-old then old-new
+    assert [(k, p is not None, n) for k, p, n in calls] == [
+        ("port-down", False, 3), ("port-down", True, 3), ("port-down", True, 2), ("port-down", False, 2),
+        ("silent", False, 3), ("silent", True, 3), ("silent", True, 2), ("silent", False, 2)]
+    assert all(p in (None, so.resolve()) for _, p, _ in calls)
+    v = data["results"]["vs_against"]["port-down"]
+    assert v["convergence_p99"] == pytest.approx(0.5) and v["convergence_p50"] == pytest.approx(0.5)
+    assert v["false_failovers"] == [0, 2]  # the other build's run-level extra failover, in each of its 2 runs
+    assert data["results"]["kinds"]["silent"]["faults"] == 5 and data["results"]["against"]["kinds"]["silent"]["runs"] == 2
+    md = fo.markdown(data)
+    assert "p99 this/other" in md and "| port-down | 5 / 5 |" in md
+    names = [t["figure"] for t in data["targets"]]
+    assert "failover (against): silent wrong bytes" in names and "failover: silent wrong bytes" in names
+
+
+def test_failover_without_against_runs_each_kind_once(monkeypatch, tmp_path: Path):
+    from rich.console import Console
+    from railover.bench import failover as fo
+    calls = _fake_runs(monkeypatch, tmp_path, {False: 10.0, True: 20.0})
+    data = fo.run(tmp_path / "out", faults=4, kinds=["one-way"], console=Console(file=open("/dev/null", "w")))
+    assert calls == [("one-way", None, 4)]
+    assert "vs_against" not in data["results"] and "p99 this/other" not in fo.markdown(data)
+
+
+def test_failover_refuses_an_unknown_kind_before_building_a_bed(tmp_path: Path):
+    from railover.bench import failover as fo
+    with pytest.raises(C.BenchError, match="unknown fault kind.*'bogus'.*known: port-down"):
+        fo.run(tmp_path, kinds=["bogus"])

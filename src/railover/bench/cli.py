@@ -184,11 +184,17 @@ def register(app: typer.Typer) -> None:
                      peer: str = typer.Option("", "--peer", help="'mptcp': the same faults, same bed, same run, against "
                                               "Linux MPTCP with a backup subflow (kinds port-down,silent)"),
                      outage_s: float = typer.Option(-1, "--outage-s", help="with --peer: rail-0 outage before the "
-                                                    "second fault (default 60, or 5 with --quick)")):
+                                                    "second fault (default 60, or 5 with --quick)"),
+                     against: Optional[Path] = typer.Option(None, "--against", help="another railover plugin (the .so, "
+                                                            "or a build directory holding it): the same faults, "
+                                                            "interleaved, compared per kind")):
         """N injected faults per kind under a checked ring all-reduce: detection, convergence,
         stall, bytes resent (p50/p99/max), wrong bytes. With --peer mptcp: railover and MPTCP
-        side by side (survived, stall, failback, a second fault after a long outage)."""
+        side by side (survived, stall, failback, a second fault after a long outage). With
+        --against: this build and another one, the same faults interleaved, compared per kind."""
         console = _console()
+        if peer and against:
+            raise typer.BadParameter("--peer and --against cannot be combined: run them one at a time")
         if peer:
             if peer != "mptcp":
                 raise typer.BadParameter(f"unknown peer {peer!r}; the only peer is 'mptcp'")
@@ -205,7 +211,8 @@ def register(app: typer.Typer) -> None:
                 console.print(f"[red]failover --peer mptcp could not run:[/] {e}")
                 raise typer.Exit(2)
             _finish([rep], console)
-        rep = _run_suite("failover", out, quick, console, faults=faults or None, kinds=_csv(kinds), size=size)
+        rep = _run_suite("failover", out, quick, console, faults=faults or None, kinds=_csv(kinds), size=size,
+                         against=against)
         _finish([rep], console)
 
     @bench.command("degraded")

@@ -260,78 +260,171 @@ def add_stalls(cycles: List[Dict[str, Any]], buckets: List) -> None:
         c["normal_gap_ms"] = C.longest_gap_ms(buckets, c["t_apply"] - 300_000, c["t_apply"]) if buckets else None
 
 
-def run(out: Path, quick: bool = False, faults: Optional[int] = None,
-        kinds: Sequence[str] = tuple(KINDS), size: str = "1M", console: Optional[Console] = None) -> Dict[str, Any]:
-    console = console or Console()
-    n = faults or (3 if quick else 50)
-    hold = 300
-    env = {"RAILOVER_HOLD_DOWN_MS": str(hold)}
-    rep = C.Report("failover", out, quick, {"faults_per_kind": n, "kinds": list(kinds), "size": size,
-                                            "workload": "allreduce", "ranks": 2, "layout": "T2", "check": True,
-                                            "env": env, "settle_s": 0.3})
-    work = Path(out) / "failover-work"
-    per_kind: Dict[str, Any] = {}
-    with TestBed("T2") as tb:
-        for kind in kinds:
-            spec = KINDS[kind]
-            console.print(f"[bold]failover[/] {kind}: {n} x {spec['what']} ({tb.prefix})")
-            lr = C.LiveRun(tb, work / kind, env=env, workload="allreduce", minbytes=size, check=True,
-                           duration_s=60 + n * 20).start()
-            t_start = time.monotonic()
-            fault = spec["make"](tb)
+#: With ``--against``: each kind's faults are split over this many pairs of runs (one per
+#: plugin, the order alternating: new-old, old-new, ...), so both plugins see the same machine
+#: state as far as a shared machine allows.
+AGAINST_ROUNDS = 2
 
-            def prog(i, rec):
-                if (i + 1) % 10 == 0 or i + 1 == n:
-                    console.print(f"  {kind}: {i + 1}/{n} faults, last convergence {C.fmt(rec['convergence_ms'], 1)} ms "
-                                  f"({time.monotonic() - t_start:.0f} s)")
-            try:
-                cycles = fault_cycles(lr, lambda: fault, n, hold_down_ms=hold, progress=prog)
-            finally:
-                lr.stop()
-                if fault.active:
-                    fault.undo()
-                if hasattr(fault, "close"):
-                    fault.close()
-            res = lr.finish(check=False)
-            keep_journals(work / kind, Path(out) / "failover-journals" / kind)
-            add_stalls(cycles, res.buckets[0] if res.buckets else [])
-            flaps = len(res.select("flap"))
-            in_windows = sum(c["failovers"] for c in cycles)
-            all_cycles, cycles = cycles, [c for c in cycles if c["valid"]]
-            per_kind[kind] = {
-                "class": spec["cls"], "what": spec["what"], "faults": len(cycles),
-                "discarded_slow_injection": len(all_cycles) - len(cycles),
-                "max_run_delay_ms": C.summary([c["max_run_delay_ms"] for c in cycles]),
-                "detection_ms": C.summary([c["detection_ms"] for c in cycles]),
-                "convergence_ms": C.summary([c["convergence_ms"] for c in cycles]),
-                "first_convergence_ms": C.summary([c["first_convergence_ms"] for c in cycles]),
-                "engine_convergence_ms": C.summary([c["engine_convergence_ms"] for c in cycles]),
-                "stall_ms": C.summary([c["stall_ms"] for c in cycles]),
-                "apply_ms": C.summary([c["apply_ms"] for c in cycles]),
-                "normal_gap_ms": C.summary([c["normal_gap_ms"] for c in cycles]),
-                "bytes_resent": C.summary([c["bytes_resent"] for c in cycles]),
-                "failback_ms": C.summary([c["failback_ms"] for c in cycles]),
-                "not_converged": sum(1 for c in cycles if c["convergence_ms"] is None),
-                "failovers": len(res.select("failover")), "failovers_in_fault_windows": in_windows,
-                "flaps": flaps, "wrong_bytes": res.wrong_bytes, "rank_exit_codes": [r.returncode for r in res.perf.ranks],
-                "iterations": (res.perf.ranks[0].json or {}).get("rows", [{}])[0].get("iters") if res.perf.ranks[0].json else None,
-                "cycles": all_cycles,
-            }
-            rep.add_wrong(res.wrong_bytes)
-            if not res.ok:
-                per_kind[kind]["error"] = res.perf.describe()[-3000:]
-            shutil.rmtree(work / kind, ignore_errors=True)
-    shutil.rmtree(work, ignore_errors=True)
-    rep.results["kinds"] = per_kind
+
+def _live_run(tb: TestBed, kind: str, n: int, env: Dict[str, str], size: str, hold: int, wd: Path,
+              journals: Path, console: Console, plugin: Optional[Path] = None, label: str = "") -> Dict[str, Any]:
+    """One checked all-reduce with ``n`` faults of ``kind``; ``plugin``: another railover build
+    (None: this one). Returns the cycles and the run's counters."""
+    spec = KINDS[kind]
+    opts: Dict[str, Any] = {"plugin": str(plugin)} if plugin else {}
+    lr = C.LiveRun(tb, wd, env=env, workload="allreduce", minbytes=size, check=True,
+                   duration_s=60 + n * 20, **opts).start()
+    t_start = time.monotonic()
+    fault = spec["make"](tb)
+
+    def prog(i, rec):
+        if (i + 1) % 10 == 0 or i + 1 == n:
+            console.print(f"  {kind}{label}: {i + 1}/{n} faults, last convergence {C.fmt(rec['convergence_ms'], 1)} ms "
+                          f"({time.monotonic() - t_start:.0f} s)")
+    try:
+        cycles = fault_cycles(lr, lambda: fault, n, hold_down_ms=hold, progress=prog)
+    finally:
+        lr.stop()
+        if fault.active:
+            fault.undo()
+        if hasattr(fault, "close"):
+            fault.close()
+    res = lr.finish(check=False)
+    keep_journals(wd, journals)
+    add_stalls(cycles, res.buckets[0] if res.buckets else [])
+    out = {"cycles": cycles, "failovers": len(res.select("failover")), "flaps": len(res.select("flap")),
+           "wrong_bytes": res.wrong_bytes, "rank_exit_codes": [r.returncode for r in res.perf.ranks],
+           "iterations": (res.perf.ranks[0].json or {}).get("rows", [{}])[0].get("iters") if res.perf.ranks[0].json else None,
+           "error": None if res.ok else res.perf.describe()[-3000:]}
+    shutil.rmtree(wd, ignore_errors=True)
+    return out
+
+
+def _kind_summary(kind: str, runs: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """Per-kind figures over the cycles of one or more runs of the same plugin."""
+    spec = KINDS[kind]
+    all_cycles = [c for r in runs for c in r["cycles"]]
+    cycles = [c for c in all_cycles if c["valid"]]
+    its = [r["iterations"] for r in runs if r["iterations"] is not None]
+    out = {
+        "class": spec["cls"], "what": spec["what"], "faults": len(cycles),
+        "discarded_slow_injection": len(all_cycles) - len(cycles),
+        "max_run_delay_ms": C.summary([c["max_run_delay_ms"] for c in cycles]),
+        "detection_ms": C.summary([c["detection_ms"] for c in cycles]),
+        "convergence_ms": C.summary([c["convergence_ms"] for c in cycles]),
+        "first_convergence_ms": C.summary([c["first_convergence_ms"] for c in cycles]),
+        "engine_convergence_ms": C.summary([c["engine_convergence_ms"] for c in cycles]),
+        "stall_ms": C.summary([c["stall_ms"] for c in cycles]),
+        "apply_ms": C.summary([c["apply_ms"] for c in cycles]),
+        "normal_gap_ms": C.summary([c["normal_gap_ms"] for c in cycles]),
+        "bytes_resent": C.summary([c["bytes_resent"] for c in cycles]),
+        "failback_ms": C.summary([c["failback_ms"] for c in cycles]),
+        "not_converged": sum(1 for c in cycles if c["convergence_ms"] is None),
+        "failovers": sum(r["failovers"] for r in runs),
+        "failovers_in_fault_windows": sum(c["failovers"] for c in all_cycles),
+        "flaps": sum(r["flaps"] for r in runs), "wrong_bytes": sum(r["wrong_bytes"] for r in runs),
+        "rank_exit_codes": [x for r in runs for x in r["rank_exit_codes"]],
+        "iterations": sum(its) if its else None,
+        "runs": len(runs),
+        "cycles": all_cycles,
+    }
+    errors = [r["error"] for r in runs if r["error"]]
+    if errors:
+        out["error"] = "\n---\n".join(errors)[-3000:]
+    return out
+
+
+def _add_kind_targets(rep: C.Report, per_kind: Dict[str, Any], who: str = "") -> None:
     for kind, r in per_kind.items():
         lim = TARGET_MS[r["class"]]
         cv = r["convergence_ms"]
-        rep.add_target(f"failover: {kind} convergence p99", cv["p99"], "<=", lim, "ms",
+        rep.add_target(f"failover{who}: {kind} convergence p99", cv["p99"], "<=", lim, "ms",
                        detail=f"p50 {C.fmt(cv['p50'], 1)}, max {C.fmt(cv['max'], 1)} ms over {cv['n']} faults; "
                               f"detection p99 {C.fmt(r['detection_ms']['p99'], 1)} ms")
-        rep.add_target(f"failover: {kind} faults not converged", r["not_converged"], "==", 0)
-        rep.add_target(f"failover: {kind} wrong bytes", r["wrong_bytes"], "==", 0, "B")
-        rep.add_target(f"failover: {kind} ranks exited 0", 1 if all(x == 0 for x in r["rank_exit_codes"]) else 0, "==", 1)
+        rep.add_target(f"failover{who}: {kind} faults not converged", r["not_converged"], "==", 0)
+        rep.add_target(f"failover{who}: {kind} wrong bytes", r["wrong_bytes"], "==", 0, "B")
+        rep.add_target(f"failover{who}: {kind} ranks exited 0", 1 if all(x == 0 for x in r["rank_exit_codes"]) else 0,
+                       "==", 1)
+
+
+def compare(new: Dict[str, Any], old: Dict[str, Any]) -> Dict[str, Any]:
+    """Per kind, this build against the other: ratios new/old of convergence p50 and p99 and of
+    detection p99 (< 1: this build is faster), failovers outside fault windows (false ones) of
+    each."""
+    out = {}
+    for kind in new:
+        if kind not in old:
+            continue
+        a, b = new[kind], old[kind]
+        out[kind] = {
+            "convergence_p50": C.ratio(a["convergence_ms"]["p50"], b["convergence_ms"]["p50"]),
+            "convergence_p99": C.ratio(a["convergence_ms"]["p99"], b["convergence_ms"]["p99"]),
+            "detection_p99": C.ratio(a["detection_ms"]["p99"], b["detection_ms"]["p99"]),
+            "false_failovers": [a["failovers"] - a["failovers_in_fault_windows"],
+                                b["failovers"] - b["failovers_in_fault_windows"]],
+        }
+    return out
+
+
+def run(out: Path, quick: bool = False, faults: Optional[int] = None,
+        kinds: Sequence[str] = tuple(KINDS), size: str = "1M", console: Optional[Console] = None,
+        against: Optional[Path] = None) -> Dict[str, Any]:
+    """Runs the suite; ``against``: another railover plugin (file or build directory) run with
+    the same faults on the same bed in the same run, interleaved (:data:`AGAINST_ROUNDS` pairs
+    of runs per kind, alternating order), compared per kind in ``results["vs_against"]``."""
+    from railover.bench.healthy import against_path
+    console = console or Console()
+    bad = [k for k in kinds if k not in KINDS]
+    if bad or not kinds:
+        raise C.BenchError(f"unknown fault kind(s) {', '.join(map(repr, bad)) or '(none given)'}; "
+                           f"known: {', '.join(KINDS)}")
+    n = faults or (3 if quick else 50)
+    hold = 300
+    env = {"RAILOVER_HOLD_DOWN_MS": str(hold)}
+    against_so = against_path(against) if against else None
+    settings = {"faults_per_kind": n, "kinds": list(kinds), "size": size, "workload": "allreduce", "ranks": 2,
+                "layout": "T2", "check": True, "env": env, "settle_s": 0.3}
+    if against_so:
+        settings.update({"against": str(against_so), "against_sha256": C._sha256(against_so)[:16],
+                         "against_rounds": AGAINST_ROUNDS})
+    rep = C.Report("failover", out, quick, settings)
+    work = Path(out) / "failover-work"
+    journals = Path(out) / "failover-journals"
+    per_kind: Dict[str, Any] = {}
+    per_kind_old: Dict[str, Any] = {}
+    with TestBed("T2") as tb:
+        for kind in kinds:
+            spec = KINDS[kind]
+            console.print(f"[bold]failover[/] {kind}: {n} x {spec['what']} ({tb.prefix})"
+                          + (f", against {against_so} interleaved" if against_so else ""))
+            if not against_so:
+                per_kind[kind] = _kind_summary(kind, [_live_run(tb, kind, n, env, size, hold, work / kind,
+                                                                journals / kind, console)])
+            else:
+                rounds = min(AGAINST_ROUNDS, n)
+                split = [n // rounds + (1 if r < n % rounds else 0) for r in range(rounds)]
+                mine: List[Dict[str, Any]] = []
+                theirs: List[Dict[str, Any]] = []
+                for r, k in enumerate(split):
+                    order = [None, against_so] if r % 2 == 0 else [against_so, None]
+                    for plugin in order:
+                        who = "against" if plugin else "railover"
+                        res = _live_run(tb, kind, k, env, size, hold, work / f"{kind}-{who}-{r}",
+                                        journals / f"{kind}-{who}-{r}", console, plugin=plugin,
+                                        label=f" ({who}, round {r + 1}/{rounds})")
+                        (theirs if plugin else mine).append(res)
+                per_kind[kind] = _kind_summary(kind, mine)
+                per_kind_old[kind] = _kind_summary(kind, theirs)
+            for pk in (per_kind, per_kind_old):
+                if kind in pk:
+                    rep.add_wrong(pk[kind]["wrong_bytes"])
+    shutil.rmtree(work, ignore_errors=True)
+    rep.results["kinds"] = per_kind
+    _add_kind_targets(rep, per_kind)
+    if against_so:
+        rep.results["against"] = {"kinds": per_kind_old}
+        rep.results["vs_against"] = compare(per_kind, per_kind_old)
+        _add_kind_targets(rep, per_kind_old, " (against)")
     _plot(rep, per_kind)
     data = rep.finish()
     for t in tables(data):
@@ -376,7 +469,39 @@ def tables(data: Dict[str, Any]) -> List[Table]:
                   f"{s('stall_ms', 0)} ({C.fmt(r['normal_gap_ms']['p50'], 0)})",
                   f"{C.fmt(r['bytes_resent']['p50'], 0)} / {C.fmt(r['bytes_resent']['max'], 0)}",
                   s("max_run_delay_ms"), str(r["not_converged"]), str(r["wrong_bytes"]))
-    return [t]
+    out = [t]
+    if data["results"].get("vs_against"):
+        out.append(against_table(data))
+    return out
+
+
+def _against_rows(data: Dict[str, Any]) -> List[List[str]]:
+    old = data["results"]["against"]["kinds"]
+    rows = []
+    for kind, v in data["results"]["vs_against"].items():
+        a, b = data["results"]["kinds"][kind], old[kind]
+        rows.append([kind, f"{a['faults']} / {b['faults']}", C.p50_p99_max(a["convergence_ms"], 1),
+                     C.p50_p99_max(b["convergence_ms"], 1), C.fmt(v["convergence_p50"], 2),
+                     C.fmt(v["convergence_p99"], 2), C.fmt(v["detection_p99"], 2),
+                     f"{v['false_failovers'][0]} / {v['false_failovers'][1]}",
+                     f"{a['not_converged']} / {b['not_converged']}", f"{a['wrong_bytes']} / {b['wrong_bytes']}"])
+    return rows
+
+
+AGAINST_COLUMNS = ("kind", "faults (this / other)", "convergence, this build", "convergence, other build",
+                   "p50 this/other", "p99 this/other", "detection p99 this/other",
+                   "failovers outside faults (this / other)", "not converged", "wrong bytes")
+
+
+def against_table(data: Dict[str, Any]) -> Table:
+    t = Table(title=f"failover: this build against {data['settings']['against']} (same faults, same bed, "
+                    f"interleaved in {data['settings']['against_rounds']} rounds; ms p50 / p99 / max; ratios < 1: "
+                    "this build is faster)")
+    for c in AGAINST_COLUMNS:
+        t.add_column(c, justify="right")
+    for row in _against_rows(data):
+        t.add_row(*row)
+    return t
 
 
 def markdown(data: Dict[str, Any]) -> str:
@@ -400,6 +525,12 @@ def markdown(data: Dict[str, Any]) -> str:
              "The run-queue wait is, for the rank thread that waited most, the time it was runnable but not "
              "running between the fault and convergence (/proc/<pid>/task/*/schedstat): when it is close to "
              "the convergence time, the rank was not running.")
+    if data["results"].get("vs_against"):
+        L += ["", f"Against `{data['settings']['against']}` (sha256 {data['settings']['against_sha256']}…), the same "
+              f"faults on the same bed in the same run, interleaved in {data['settings']['against_rounds']} rounds "
+              "(order alternating). Ratios this/other, < 1: this build is faster.\n",
+              "| " + " | ".join(AGAINST_COLUMNS) + " |", "|---|" + "---:|" * (len(AGAINST_COLUMNS) - 1)]
+        L += ["| " + " | ".join(r) + " |" for r in _against_rows(data)]
     return "\n".join(L) + "\n"
 
 
