@@ -100,18 +100,13 @@ TEST(VerbsEndpoint, PackUnpackAndMismatchedPeersAreNamed) {
 // Every field a peer sends in its endpoint is range-checked before the QP is connected to it;
 // each refusal names the field (the fuzz target fuzz_verbs holds the exact valid set).
 TEST(VerbsEndpoint, OutOfRangeFieldsAreRefusedByName) {
-  QpEndpoint e;
-  e.qpn = 0x42;
-  e.psn = 0x10;
-  e.gid[10] = e.gid[11] = 0xff;
-  e.gid[15] = 1;
-  e.mtu = IBV_MTU_1024;
-  e.roce = 1;
-  uint8_t good[QpEndpoint::kWireBytes];
-  e.pack(good);
+  // A valid RoCE endpoint (GID ::ffff:0.0.0.1), then one field broken per case.
+  uint8_t good[QpEndpoint::kWireBytes] = {0x52, 0x4f, 0x56, 0x51, 0, 1, 0, 0, 0, 0, 0, 0x42, 0, 0, 0, 0x10,
+                                          0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0, 0, 1, IBV_MTU_1024, 1};
   QpEndpoint f;
   std::string err;
   ASSERT_TRUE(f.unpack(good, &err)) << err;
+  EXPECT_EQ(f.qpn, 0x42u);
   struct Case {
     const char* what;
     void (*edit)(uint8_t*);

@@ -26,7 +26,7 @@ from rich.table import Table
 
 from railover.bench import common as C
 from railover.testbed import faults as F
-from railover.bench.failover import KINDS, fault_cycles, keep_journals
+from railover.bench.failover import KINDS, cycles_then_finish, keep_journals
 from railover.testbed.netns import TestBed, now_us
 
 BEFORE_S, AFTER_FROM_S, AFTER_TO_S = 2.0, 0.5, 2.5
@@ -64,18 +64,11 @@ def run(out: Path, quick: bool = False, faults: Optional[int] = None, kinds: Seq
                 d0, d1 = b[0] - a[0], b[1] - a[1]
                 rec["primary_share"] = d0 / (d0 + d1) if d0 + d1 else None
 
-            try:
-                cycles = fault_cycles(lr, lambda: fault, n, hold_down_ms=hold_down_ms, fault_for_s=1.0,
-                                      pre_fault_s=BEFORE_S, post_failback=post, conv_timeout_s=5.0, valid_on="undo",
-                                      progress=lambda i, r: console.print(
-                                          f"  {kind} {i + 1}/{n}: failback {C.fmt(r['failback_ms'], 0)} ms after the repair"))
-            finally:
-                lr.stop()
-                if fault.active:
-                    fault.undo()
-                if hasattr(fault, "close"):
-                    fault.close()
-            res = lr.finish(check=False)
+            cycles, res = cycles_then_finish(
+                lr, fault, n, hold_down_ms=hold_down_ms, fault_for_s=1.0, pre_fault_s=BEFORE_S, post_failback=post,
+                conv_timeout_s=5.0, valid_on="undo",
+                progress=lambda i, r: console.print(
+                    f"  {kind} {i + 1}/{n}: failback {C.fmt(r['failback_ms'], 0)} ms after the repair"))
             keep_journals(work / kind, Path(out) / "failback-journals" / kind)
             b0 = res.buckets[0] if res.buckets else []
             all_cycles, cycles = cycles, [c for c in cycles if c["valid"]]

@@ -246,6 +246,20 @@ def fault_cycles(lr: C.LiveRun, make_fault: Callable[[], F.Fault], n: int, *, ho
     return cycles
 
 
+def cycles_then_finish(lr: C.LiveRun, fault: F.Fault, n: int, **kw: Any):
+    """:func:`fault_cycles` with ``fault`` (``kw`` passed on), then the run stopped, the fault
+    undone and closed whatever happened, and the run's result: ``(cycles, LiveResult)``."""
+    try:
+        cycles = fault_cycles(lr, lambda: fault, n, **kw)
+    finally:
+        lr.stop()
+        if fault.active:
+            fault.undo()
+        if hasattr(fault, "close"):
+            fault.close()
+    return cycles, lr.finish(check=False)
+
+
 def keep_journals(src: Path, dst: Path) -> None:
     """Copy a run's plugin journals (evidence for the report) next to the results."""
     dst.mkdir(parents=True, exist_ok=True)
@@ -281,15 +295,7 @@ def _live_run(tb: TestBed, kind: str, n: int, env: Dict[str, str], size: str, ho
         if (i + 1) % 10 == 0 or i + 1 == n:
             console.print(f"  {kind}{label}: {i + 1}/{n} faults, last convergence {C.fmt(rec['convergence_ms'], 1)} ms "
                           f"({time.monotonic() - t_start:.0f} s)")
-    try:
-        cycles = fault_cycles(lr, lambda: fault, n, hold_down_ms=hold, progress=prog)
-    finally:
-        lr.stop()
-        if fault.active:
-            fault.undo()
-        if hasattr(fault, "close"):
-            fault.close()
-    res = lr.finish(check=False)
+    cycles, res = cycles_then_finish(lr, fault, n, hold_down_ms=hold, progress=prog)
     keep_journals(wd, journals)
     add_stalls(cycles, res.buckets[0] if res.buckets else [])
     out = {"cycles": cycles, "failovers": len(res.select("failover")), "flaps": len(res.select("flap")),
