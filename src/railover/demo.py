@@ -323,8 +323,14 @@ def register(app: typer.Typer) -> None:
     def demo_cmd(
         layout: str = typer.Option("T2", "--layout", "-l", help="test-bed layout: T2, T2-flat, T3 or <hosts>x<nics>"),
         ranks_per_host: int = typer.Option(2, "--ranks-per-host", "-r", min=1, max=4, help="ranks per host"),
-        faults: str = typer.Option("port-down:a0,silent:b0", "--faults",
-                                   help="comma list KIND:NIC, KIND in port-down, host-down, silent, addr-del"),
+        faults: Optional[str] = typer.Option(None, "--faults",
+                                             help="comma list KIND:NIC, KIND in port-down, host-down, silent, addr-del "
+                                                  "(default port-down:a0,silent:b0); with --transport rdma a comma "
+                                                  "list of cable-pull, admin-down, silent, one-way, remote-cable-pull "
+                                                  "(default cable-pull,silent)"),
+        transport: str = typer.Option("tcp", "--transport",
+                                      help="tcp: namespace test bed; rdma: two QEMU guests with Soft-RoCE (the plugin's "
+                                           "verbs transport; 1 rank per guest)"),
         fault_for: float = typer.Option(5.0, "--fault-for", min=0.5, help="seconds each fault lasts before repair"),
         duration: float = typer.Option(0.0, "--duration", help="seconds of all-reduce (0 = fit the faults)"),
         size: str = typer.Option("4M", "--size", help="all-reduce size in bytes (8, 64K, 4M, ...)"),
@@ -342,6 +348,16 @@ def register(app: typer.Typer) -> None:
         did not; 2 for bad options, missing system tools or no test bed. With --baseline the
         baseline's stalls and failed ranks are expected and do not count; it makes the status 1
         only when it could not run or counted a wrong byte, 2 when its test bed failed."""
+        if transport not in ("tcp", "rdma"):
+            raise typer.BadParameter(f"unknown transport {transport!r}; tcp or rdma", param_hint="--transport")
+        if transport == "rdma":
+            if baseline:
+                raise typer.BadParameter("--baseline is for --transport tcp; on RDMA, `railover bench rdma` measures "
+                                         "the bare RC timeout without a standby", param_hint="--baseline")
+            from railover.demo_rdma import DEFAULT_FAULTS, run_rdma_demo
+            raise typer.Exit(run_rdma_demo(faults or DEFAULT_FAULTS, size if size != "4M" else "1M", out,
+                                           hold_down_ms))
+        faults = faults or "port-down:a0,silent:b0"
         rc = run_demo(layout, ranks_per_host, faults, duration, size, out, hold_down_ms, fault_for, False)
         if baseline and rc != 2:  # 2: the railover run could not start (tools, test bed): nor could the baseline
             rc_b = run_demo(layout, ranks_per_host, faults, duration, size, out, hold_down_ms, fault_for, True)
