@@ -76,7 +76,6 @@ def verdict(results: Mapping[str, Any]) -> List[str]:
 
 
 def story_table(results: Mapping[str, Any]) -> Table:
-    from railover.bench.rdma import KINDS
     t = Table(title="railover over RDMA: what each fault did")
     for c in ("fault", "failovers", "convergence (ms, per comm)", "fault -> failover in A (ms)", "failbacks",
               "failback (ms)"):
@@ -84,7 +83,7 @@ def story_table(results: Mapping[str, Any]) -> Table:
     for kind, r in results.get("kinds", {}).items():
         for c in r["cycles"]:
             fa = c.get("fault_to_failover_a_ms")
-            t.add_row(f"{kind}: {KINDS[kind]['what']}", str(c["failovers"]),
+            t.add_row(kind, str(c["failovers"]),
                       ", ".join(f"{x:.1f}" for x in c["convergence_ms"]) or "-",
                       f"{fa:.0f}" if fa is not None else "-", str(c["failbacks"]),
                       ", ".join(f"{x:.1f}" for x in c["failback_convergence_ms"]) or "-")
@@ -128,9 +127,17 @@ def run_rdma_demo(fault_spec: str = DEFAULT_FAULTS, size: str = "1M", out: Path 
         shutil.rmtree(work)
     try:
         accel = bed.accel
-        console.print(f"bed {bed.prefix}: {accel}" + (" (emulated CPUs: figures are 10-50x native)" if accel != "kvm" else "")
-                      + f"; ring all-reduce of {size} over RAILOVER_TRANSPORT=rdma, every byte checked; faults: "
-                      + ", ".join(kinds))
+        console.print(f"bed {bed.prefix}: {accel}; ring all-reduce of {size} over RAILOVER_TRANSPORT=rdma, one rank "
+                      "per guest, every byte checked. Faults, in turn:")
+        for k in kinds:
+            console.print(f"  {k}: {brdma.KINDS[k]['what']}")
+        if accel != "kvm":
+            env = TCG_PLUGIN_ENV
+            console.print(f"[yellow]emulated CPUs (TCG):[/] figures are those of a machine 10-50x slower than native, "
+                          f"and the plugin runs with the bed's probe timers ({env['RAILOVER_PROBE_INTERVAL_MS']} ms x "
+                          f"{env['RAILOVER_PROBE_MULT']}), so a silent fault takes about "
+                          f"{int(env['RAILOVER_PROBE_INTERVAL_MS']) * int(env['RAILOVER_PROBE_MULT']) / 1000:.0f} s "
+                          "to be detected here (defaults: 20 ms x 5)")
         try:
             results = brdma.convergence(bed, kinds, 1, size, hold_down_ms, work, console,
                                         conv_timeout_s=60.0, failback_timeout_s=120.0 + hold_down_ms / 1e3)
@@ -158,7 +165,8 @@ def run_rdma_demo(fault_spec: str = DEFAULT_FAULTS, size: str = "1M", out: Path 
     bw = results.get("convergence_busbw_gbs")
     console.print(f"ranks: exit {', '.join(map(str, results.get('convergence_exit_codes') or [])) or '-'}; "
                   f"wrong bytes: {results.get('convergence_wrong_bytes')}; all-reduce busbw "
-                  + (f"{bw:.3f} GB/s" if isinstance(bw, (int, float)) else "-"))
+                  + (f"{bw * 1e3:.2f} MB/s" if isinstance(bw, (int, float)) else "-")
+                  + " (average over the whole run, faults and waits included)")
     console.print(f"wrote {out / 'demo-rdma-report.json'}, {journals}/")
     if not why:
         console.print("[green bold]every fault survived on RDMA: moved to the standby HCA and back, 0 wrong bytes[/]")
