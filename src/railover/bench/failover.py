@@ -163,7 +163,8 @@ def fault_cycles(lr: C.LiveRun, make_fault: Callable[[], F.Fault], n: int, *, ho
     are armed again (the failback suite samples bandwidth there); ``pre_fault_s``: steady
     running time before each fault, beyond the hold-down. ``valid_on``: which instant must be
     known to within MAX_APPLY_MS for the cycle to count ("apply": the fault, "undo": the
-    repair); the cycles go on until ``n`` count (at most n + max(5, n/5) attempts)."""
+    repair); the cycles go on until ``n`` count (at most n + max(5, n/5) attempts).
+    ``progress(k, cycle)`` is called after each counted cycle, k = 0..n-1."""
     comms = send_comms(lr)
     cycles = []
     last_fb = now_us()
@@ -241,8 +242,8 @@ def fault_cycles(lr: C.LiveRun, make_fault: Callable[[], F.Fault], n: int, *, ho
         if post_failback:
             post_failback(rec)
         cycles.append(rec)
-        if progress:
-            progress(i, rec)
+        if progress and rec["valid"]:  # i-th counted cycle (a discarded attempt is repeated)
+            progress(sum(1 for c in cycles if c["valid"]) - 1, rec)
     return cycles
 
 
