@@ -30,9 +30,13 @@ struct SSink : SendPath::Sink {
 
 struct RSink : RecvPath::Sink {
   std::vector<std::tuple<uint64_t, uint64_t, uint64_t>> got;  // seq, tag, bytes
+  std::vector<Arrival> all;
   std::vector<CtlMsg> ctls;
   std::vector<Broken> breaks;
-  void arrived(uint64_t seq, uint64_t tag, uint64_t bytes) override { got.emplace_back(seq, tag, bytes); }
+  void arrived(const Arrival& a) override {
+    got.emplace_back(a.seq, a.tag, a.bytes);
+    all.push_back(a);
+  }
   void ctl(const CtlMsg& m) override { ctls.push_back(m); }
   void broken(const Broken& b) override { breaks.push_back(b); }
 };
@@ -165,9 +169,6 @@ TEST_F(VerbsPathTest, PostRulesRefuseWhatTheReceiverCannotTake) {
   EXPECT_NE(err.find("seq order"), std::string::npos) << err;
   wire();
   progress();
-  c.len = c.total = 65;
-  EXPECT_EQ(s->post(c, tx.data(), 1, &err), -1);
-  EXPECT_NE(err.find("larger than the receive buffer of 64 bytes"), std::string::npos) << err;
   c.len = 1;
   c.total = 5ull << 30;
   EXPECT_EQ(s->post(c, tx.data(), 1, &err), -1);
@@ -183,6 +184,22 @@ TEST_F(VerbsPathTest, PostRulesRefuseWhatTheReceiverCannotTake) {
   EXPECT_EQ(s->post(c, tx.data(), 1, &err), -1);
   EXPECT_NE(err.find("seq order"), std::string::npos) << err;
   EXPECT_TRUE(ss.breaks.empty());  // refusals are caller errors, not a broken path
+  // A message larger than its buffer is not written: a refusing DONE tells the receiver, whose
+  // engine reports the caller's error (as with TCP); the path stays up.
+  c.seq = 0;
+  c.len = c.total = 65;
+  EXPECT_EQ(s->post(c, tx.data(), 1, &err), 1) << err;
+  const auto& out = fake::outstanding(sq());
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].opcode, IBV_WR_SEND) << "no write into a buffer too small for the message";
+  wire();
+  progress();
+  ASSERT_EQ(rs.all.size(), 1u);
+  EXPECT_TRUE(rs.all[0].refused);
+  EXPECT_EQ(rs.all[0].seq, 0u);
+  EXPECT_EQ(rs.all[0].bytes, 65u);
+  EXPECT_TRUE(ss.breaks.empty() && rs.breaks.empty());
+  EXPECT_EQ(r->pending().size(), 1u) << "seq 1 is still advertised";
 }
 
 TEST_F(VerbsPathTest, AnErrorCompletionBreaksThePathOnceWithItsStatus) {
