@@ -1318,12 +1318,28 @@ void RecvLink::arrived(const ChunkRef& f, bool discarded) {
 }
 
 void RecvLink::advertiseFrom(Path& p, uint64_t from) {
-  for (uint64_t s = from; s < nextPost_; ++s) {
+  for (uint64_t s = from; s < nextPost_;) {
     MsgSlot& m = msgs_.at(s);
-    if (m.done || !m.req) continue;
+    if (m.done || !m.req) {
+      ++s;
+      continue;
+    }
     RecvReq& r = *m.req;
-    if (r.n != 1) continue;  // grouped receives are only offered by transports that need no advertisement
-    p.rx->advertise(s, r.one.tag, r.one.data, r.one.cap, r.one.mhandle);
+    const uint64_t end = r.firstSeq + (uint64_t)r.n;
+    if (r.error) {  // the caller's error is reported by test(); nothing of it moves any more
+      s = end;
+      continue;
+    }
+    // What is left of the request: its messages from s on (the complete ones are a prefix: a
+    // transport that needs advertisements delivers messages whole and in seq order) and the
+    // buffers no message has taken, in buffer order (the order the engine matches tags in).
+    AdvertEntry e[kMaxRecvs];
+    int k = 0;
+    RecvBuf* bs = r.bufs();
+    for (int i = 0; i < r.n; ++i)
+      if (!bs[i].matched) e[k++] = AdvertEntry{bs[i].tag, bs[i].data, bs[i].cap, bs[i].mhandle};
+    if (k == (int)(end - s)) p.rx->advertise(s, e, k, r.n > 1);
+    s = end;
   }
 }
 

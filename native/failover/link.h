@@ -353,8 +353,9 @@ class RecvLink : public Link, public RecvSink {
   void slowTick(uint64_t now);
   bool readControl(Path& p, int idx, uint64_t now, std::string* err);
   void onResume(int idx, uint64_t fromSeq, uint64_t now);
-  // Tells path `p` (active) every posted, incomplete single-buffer receive from seq `from` on
-  // (RecvPath::advertise; a no-op for stream transports).
+  // Tells path `p` (active) every posted, incomplete receive from seq `from` on: its messages
+  // not complete yet and its buffers not taken (RecvPath::advertise; a no-op for stream
+  // transports).
   void advertiseFrom(Path& p, uint64_t from);
   void failPath(Path& p, const std::string& why, uint64_t now);
   // Peer-gone verdict: with receives pending and every path closed or reset by the sender,

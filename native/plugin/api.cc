@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <sys/random.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/clock.h"
@@ -89,11 +90,10 @@ ncclResult_t getProperties(int dev, Props* p) {
   p->port = 0;
   p->latency = 0;
   p->maxComms = 65536;
-  // Grouped receives, as NCCL's IB transport; 1 where the transport advertises each receive
-  // buffer to the sender and has no grouped form yet (RDMA).
+  // Grouped receives, as NCCL's IB transport (both transports offer them).
   p->maxRecvs = rt().transport->groupedReceives() ? kMaxRecvs : 1;
-  // The RDMA transport signals a message's size in a 32-bit immediate.
-  uint64_t maxBytes = rt().transport->groupedReceives() ? RAILOVER_NCCL_MAX_NET_SIZE_BYTES : 0xffffffffULL;
+  // The RDMA transport signals a message's size in 32 bits (immediate, DONE).
+  uint64_t maxBytes = std::min<uint64_t>(RAILOVER_NCCL_MAX_NET_SIZE_BYTES, rt().transport->maxMessageBytes());
   p->maxP2pBytes = maxBytes;
   p->maxCollBytes = maxBytes;
   p->railId = (int16_t)n.rail;

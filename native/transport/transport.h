@@ -44,6 +44,15 @@ struct ChunkRef {
   void* mhandle = nullptr;
 };
 
+// One receive buffer told to the sender (RecvPath::advertise): `size` bytes at `buf` for a
+// message with `tag`, registered as `mhandle` (Transport::regMr).
+struct AdvertEntry {
+  int32_t tag = 0;
+  void* buf = nullptr;
+  uint64_t size = 0;
+  void* mhandle = nullptr;
+};
+
 // Engine-level control messages (TCP encodes each as one 32-byte frame, docs/PROTOCOL.md).
 //   kAck        receiver -> sender: every message with seq < `seq` is complete
 //   kResume     sender -> receiver on a newly activated path: first unacknowledged seq;
@@ -204,14 +213,19 @@ class RecvPath {
   // Stream transports: takes accepted stream `stream` (< the path's stream count) of the path,
   // replacing one already there. Returns false when the transport builds paths otherwise.
   virtual bool adopt(int stream, std::unique_ptr<Conn> c) { (void)stream, (void)c; return false; }
-  // The engine posted receive buffer `buf` (`size` bytes, registration `mhandle`) for message
-  // `seq` with `tag`, and this path is the active one. Called in seq order: for each new
-  // single-buffer receive while the path is active, and right after RESUME_ACK for every
-  // posted receive not complete yet. TCP: nothing to do. A transport whose sender writes into
-  // the receiver's memory (RDMA) tells the sender where. Grouped receives are not advertised:
-  // a transport that needs advertisements reports groupedReceives() false.
-  virtual void advertise(uint64_t seq, int32_t tag, void* buf, uint64_t size, void* mhandle) {
-    (void)seq, (void)tag, (void)buf, (void)size, (void)mhandle;
+  // The engine posted a receive and this path is the active one: messages seq .. seq + n - 1
+  // go into the n buffers `entries` (tag, address, size in bytes, registration). grouped
+  // false (then n == 1): a single-buffer receive, any tag goes in. grouped true: (what is
+  // left of) a grouped receive; each message goes into the first entry not yet used whose tag
+  // is the message's tag, entries in the order given (the engine's own matching rule, so both
+  // ends agree on the buffer). Called in seq order: for each new receive while the path is
+  // active, and right after RESUME_ACK for every posted receive not complete yet, with only
+  // its incomplete messages and the entries not yet holding one (a transport that needs
+  // advertisements delivers each message whole, so an entry is taken exactly when its message
+  // is complete). `entries` is valid during the call only. TCP: nothing to do. A transport
+  // whose sender writes into the receiver's memory (RDMA) tells the sender where.
+  virtual void advertise(uint64_t seq, const AdvertEntry* entries, int n, bool grouped) {
+    (void)seq, (void)entries, (void)n, (void)grouped;
   }
 };
 
@@ -266,9 +280,12 @@ class Transport {
     return &token;
   }
   virtual void deregMr(void* mhandle) { (void)mhandle; }
-  // False when a receive may not group several buffers (the transport advertises each posted
-  // buffer to the sender and has no grouped form yet): the plugin then reports maxRecvs 1.
+  // False when a receive may not group several buffers: the plugin then reports maxRecvs 1.
+  // Both transports group them (TCP: the DATA frame's tag; RDMA: grouped advertisements).
   virtual bool groupedReceives() const { return true; }
+  // Largest message (bytes) the transport carries; the plugin reports the smaller of it and
+  // NCCL's limit as maxP2pBytes / maxCollBytes. RDMA: 4 GiB - 1 (the size travels in 32 bits).
+  virtual uint64_t maxMessageBytes() const { return UINT64_MAX; }
   // Short name for logs, the state file and the handle ("tcp", "rdma").
   virtual const char* name() const { return "tcp"; }
   // Ends a liveness check of the peer process over a connected stream `c` (TCP: a HELLO with

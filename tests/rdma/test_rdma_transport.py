@@ -71,9 +71,9 @@ def test_allreduce_over_the_rdma_transport_every_byte(rdma_bed, tmp_path, abi):
             # the plugin chose the HCA port behind each rail NIC
             assert "transport rdma: eth1 -> rxe0 port 1" in r.stdout + r.stderr, r.stdout + r.stderr
             assert "eth2 -> rxe1 port 1" in r.stdout + r.stderr
-            # no grouped receives on rdma yet (each receive buffer is advertised on its own), and
-            # messages < 4 GiB (the size travels in the 32-bit immediate)
-            assert r.json["device"]["max_recvs"] == 1
+            # grouped receives of up to 8 buffers (as NCCL's IB transport), and messages < 4 GiB
+            # (the size travels in 32 bits)
+            assert r.json["device"]["max_recvs"] == 8
             if abi >= 9:  # v7/v8 properties have no size limits
                 assert r.json["device"]["max_p2p_bytes"] == 2**32 - 1
 

@@ -146,6 +146,12 @@ class RdmaPathTest : public ::testing::Test {
     ASSERT_TRUE(sq && rq);
   }
 
+  // A single-buffer receive told to the sender (what the engine does on irecv of one buffer).
+  void advertiseOne(uint64_t seq, int32_t tag, void* buf, uint64_t size, void* mhandle) {
+    AdvertEntry e{tag, buf, size, mhandle};
+    rx->advertise(seq, &e, 1, false);
+  }
+
   void* reg(std::vector<uint8_t>& b) {
     std::string err;
     void* m = t->regMr(b.data(), b.size(), &err);
@@ -208,7 +214,7 @@ TEST_F(RdmaPathTest, MessagesLandInTheAdvertisedBufferAndTheAckComesBack) {
   std::string err;
   for (uint64_t seq = 0; seq < sizes.size(); ++seq) {
     uint8_t* buf = rxb.data() + seq * kBuf;
-    rx->advertise(seq, (int32_t)seq + 100, buf, kBuf, rmr);
+    advertiseOne(seq, (int32_t)seq + 100, buf, kBuf, rmr);
     for (uint64_t i = 0; i < sizes[seq]; ++i) txb[i] = (uint8_t)(seq * 31 + i);
     postMessage(seq, txb, sizes[seq], smr);
     sink.dst = buf;
@@ -244,7 +250,7 @@ TEST_F(RdmaPathTest, TheSenderWaitsForTheAdvertisementBeforeWriting) {
   std::string err;
   EXPECT_EQ(postMessage(0, txb, 100, smr, &err), 0) << err;
   EXPECT_TRUE(::fake::outstanding(sq).empty()) << "wrote before the receiver said where";
-  rx->advertise(0, 100, rxb.data(), rxb.size(), rmr);
+  advertiseOne(0, 100, rxb.data(), rxb.size(), rmr);
   sink.dst = rxb.data();
   wire();
   ASSERT_EQ(sink.got.size(), 1u);
@@ -255,7 +261,7 @@ TEST_F(RdmaPathTest, AnUnregisteredSendBufferBreaksThePathWithItsCause) {
   bringUp();
   std::vector<uint8_t> rxb(1024), txb(1024);
   void* rmr = reg(rxb);
-  rx->advertise(0, 100, rxb.data(), rxb.size(), rmr);
+  advertiseOne(0, 100, rxb.data(), rxb.size(), rmr);
   wire();
   std::string err;
   EXPECT_EQ(postMessage(0, txb, 100, nullptr, &err), -1);
@@ -267,7 +273,7 @@ TEST_F(RdmaPathTest, ASendBufferOutsideItsRegistrationBreaksThePath) {
   std::vector<uint8_t> rxb(1024), txb(1024), other(64);
   void* rmr = reg(rxb);
   void* omr = reg(other);
-  rx->advertise(0, 100, rxb.data(), rxb.size(), rmr);
+  advertiseOne(0, 100, rxb.data(), rxb.size(), rmr);
   wire();
   std::string err;
   EXPECT_EQ(postMessage(0, txb, 100, omr, &err), -1);  // registered, but another buffer
@@ -279,7 +285,7 @@ TEST_F(RdmaPathTest, AnArrivalTheEngineHoldsIsReportedOnceItIsPlaced) {
   std::vector<uint8_t> rxb(1024), txb(1024, 3);
   void* rmr = reg(rxb);
   void* smr = reg(txb);
-  rx->advertise(0, 100, rxb.data(), rxb.size(), rmr);
+  advertiseOne(0, 100, rxb.data(), rxb.size(), rmr);
   wire();
   postMessage(0, txb, 10, smr);
   sink.dst = rxb.data();
@@ -297,7 +303,7 @@ TEST_F(RdmaPathTest, AnArrivalInABufferTheEngineDidNotChooseIsAProtocolError) {
   std::vector<uint8_t> rxb(1024), txb(1024);
   void* rmr = reg(rxb);
   void* smr = reg(txb);
-  rx->advertise(0, 100, rxb.data(), 512, rmr);
+  advertiseOne(0, 100, rxb.data(), 512, rmr);
   wire();
   postMessage(0, txb, 10, smr);
   sink.dst = rxb.data() + 512;  // the engine's buffer for seq 0 is elsewhere

@@ -30,9 +30,13 @@ struct SSink : SendPath::Sink {
 
 struct RSink : RecvPath::Sink {
   std::vector<std::tuple<uint64_t, uint64_t, uint64_t>> got;  // seq, tag, bytes
+  std::vector<Arrival> all;
   std::vector<CtlMsg> ctls;
   std::vector<Broken> breaks;
-  void arrived(uint64_t seq, uint64_t tag, uint64_t bytes) override { got.emplace_back(seq, tag, bytes); }
+  void arrived(const Arrival& a) override {
+    got.emplace_back(a.seq, a.tag, a.bytes);
+    all.push_back(a);
+  }
   void ctl(const CtlMsg& m) override { ctls.push_back(m); }
   void broken(const Broken& b) override { breaks.push_back(b); }
 };
@@ -165,9 +169,6 @@ TEST_F(VerbsPathTest, PostRulesRefuseWhatTheReceiverCannotTake) {
   EXPECT_NE(err.find("seq order"), std::string::npos) << err;
   wire();
   progress();
-  c.len = c.total = 65;
-  EXPECT_EQ(s->post(c, tx.data(), 1, &err), -1);
-  EXPECT_NE(err.find("larger than the receive buffer of 64 bytes"), std::string::npos) << err;
   c.len = 1;
   c.total = 5ull << 30;
   EXPECT_EQ(s->post(c, tx.data(), 1, &err), -1);
@@ -183,6 +184,22 @@ TEST_F(VerbsPathTest, PostRulesRefuseWhatTheReceiverCannotTake) {
   EXPECT_EQ(s->post(c, tx.data(), 1, &err), -1);
   EXPECT_NE(err.find("seq order"), std::string::npos) << err;
   EXPECT_TRUE(ss.breaks.empty());  // refusals are caller errors, not a broken path
+  // A message larger than its buffer is not written: a refusing DONE tells the receiver, whose
+  // engine reports the caller's error (as with TCP); the path stays up.
+  c.seq = 0;
+  c.len = c.total = 65;
+  EXPECT_EQ(s->post(c, tx.data(), 1, &err), 1) << err;
+  const auto& out = fake::outstanding(sq());
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].opcode, IBV_WR_SEND) << "no write into a buffer too small for the message";
+  wire();
+  progress();
+  ASSERT_EQ(rs.all.size(), 1u);
+  EXPECT_TRUE(rs.all[0].refused);
+  EXPECT_EQ(rs.all[0].seq, 0u);
+  EXPECT_EQ(rs.all[0].bytes, 65u);
+  EXPECT_TRUE(ss.breaks.empty() && rs.breaks.empty());
+  EXPECT_EQ(r->pending().size(), 1u) << "seq 1 is still advertised";
 }
 
 TEST_F(VerbsPathTest, AnErrorCompletionBreaksThePathOnceWithItsStatus) {
@@ -320,6 +337,122 @@ TEST_F(VerbsPathTest, FenceWaitIsBoundedWhenFlushesNeverComeAndAFailedModifyIsRe
   FenceResult g = s->fence(50);
   EXPECT_FALSE(g.drained);
   EXPECT_NE(g.err.find("modify QP to ERR"), std::string::npos) << g.err;
+}
+
+// Posts `w` (48 bytes) as a raw SEND on `qp`, as a misbehaving peer would.
+void rawSend(ibv_qp* qp, const uint8_t* w) {
+  ibv_sge sge{reinterpret_cast<uintptr_t>(w), static_cast<uint32_t>(ctlwire::kBytes), 1};
+  ibv_send_wr wr{}, *bad = nullptr;
+  wr.opcode = IBV_WR_SEND;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  ASSERT_EQ(ibv_post_send(qp, &wr, &bad), 0);
+}
+
+// A group advertisement that is malformed (count 9) breaks the sender's path with the decoder's
+// words; so does an entry out of order (index 1 of a group never started).
+TEST_F(VerbsPathTest, AMalformedGroupAdvertisementBreaksTheSenderNamingTheField) {
+  connect();
+  Advert a;
+  a.seq = 0, a.tag = 1, a.addr = 4096, a.size = 64, a.rkey = 7, a.count = 2, a.index = 1;
+  uint8_t w[ctlwire::kBytes];
+  ctlwire::encodeAdvert(a, w);
+  rawSend(rq(), w);
+  fake::deliver(rq(), sq());
+  s->progress(ss);
+  ASSERT_EQ(ss.breaks.size(), 1u);
+  EXPECT_EQ(ss.breaks[0].source, "protocol");
+  EXPECT_NE(ss.breaks[0].status.find("entry 1 of the grouped receive at seq 0 (2 entries) out of order"), std::string::npos)
+      << ss.breaks[0].status;
+  // a fresh pair for the second case
+  std::string err;
+  auto s2 = std::make_unique<SendPath>(*ha, portOf("fake0", 1), params(), &err);
+  auto r2 = std::make_unique<RecvPath>(*hb, portOf("fake1", 1), params(), &err);
+  ASSERT_TRUE(s2->connect(r2->local(), &err) && r2->connect(s2->local(), &err)) << err;
+  a.index = 0;
+  ctlwire::encodeAdvert(a, w);
+  w[2] = 9;  // a group of 9 entries
+  rawSend(r2->qp().qp(), w);
+  fake::deliver(r2->qp().qp(), s2->qp().qp());
+  SSink ss2;
+  s2->progress(ss2);
+  ASSERT_EQ(ss2.breaks.size(), 1u);
+  EXPECT_NE(ss2.breaks[0].status.find("group of 9 entries (1..8)"), std::string::npos) << ss2.breaks[0].status;
+}
+
+// The receiver checks each DONE against its advertisement: a DONE for an entry already filled,
+// or for a message other than the next one, breaks the path with the cause.
+TEST_F(VerbsPathTest, ADoneThatContradictsTheAdvertisementBreaksTheReceiver) {
+  connect();
+  std::vector<uint8_t> rx(256);
+  std::string err;
+  Advert e[2];
+  for (int i = 0; i < 2; ++i) e[i].addr = reinterpret_cast<uintptr_t>(rx.data()) + 128 * i, e[i].size = 128, e[i].rkey = 7, e[i].tag = 5;
+  ASSERT_EQ(r->advertiseGroup(10, e, 2, &err), 1) << err;
+  EXPECT_EQ(r->advertiseGroup(11, e, 2, &err), -1) << "overlaps seq 10..11";
+  EXPECT_NE(err.find("seq order"), std::string::npos) << err;
+  EXPECT_EQ(r->advertiseGroup(12, e, 9, &err), -1);
+  EXPECT_NE(err.find("9 buffers"), std::string::npos) << err;
+  Done d;
+  d.seq = 10, d.tag = 5, d.bytes = 8, d.index = 1, d.written = true;
+  uint8_t w[ctlwire::kBytes];
+  ctlwire::encodeDone(d, w);
+  rawSend(sq(), w);
+  d.seq = 11;  // the same entry again
+  uint8_t w2[ctlwire::kBytes];
+  ctlwire::encodeDone(d, w2);
+  rawSend(sq(), w2);
+  fake::deliver(sq(), rq());
+  r->progress(rs);
+  ASSERT_EQ(rs.all.size(), 1u);
+  EXPECT_EQ(rs.all[0].addr, e[1].addr);
+  ASSERT_EQ(rs.breaks.size(), 1u);
+  EXPECT_NE(rs.breaks[0].status.find("entry 1 of the grouped receive at seq 10 filled twice"), std::string::npos)
+      << rs.breaks[0].status;
+}
+
+// Grouped messages at the verbs level: the sender picks the entry by tag, writes it and ends
+// with a DONE; a refused one (no free entry with its tag) is not written.
+TEST_F(VerbsPathTest, AGroupedMessageGoesToTheEntryWithItsTagAndEndsWithADone) {
+  connect();
+  std::vector<uint8_t> rx(512, 0xA5), tx(512, 0x3c);
+  std::string err;
+  Advert e[3];
+  for (int i = 0; i < 3; ++i)
+    e[i].addr = reinterpret_cast<uintptr_t>(rx.data()) + 128 * i, e[i].size = 128, e[i].rkey = 7, e[i].tag = 20 + (uint64_t)i;
+  ASSERT_EQ(r->advertiseGroup(0, e, 3, &err), 1) << err;
+  fake::deliver(rq(), sq(), 2);  // two of the three entries: the group is not usable yet
+  s->progress(ss);
+  ChunkRef c;
+  c.seq = 0, c.len = c.total = 100, c.tag = 22;
+  EXPECT_EQ(s->post(c, tx.data(), 1, &err), 0) << "wrote before the whole group was told";
+  wire();
+  progress();
+  ASSERT_EQ(s->post(c, tx.data(), 1, &err), 1) << err;
+  const auto& out = fake::outstanding(sq());
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].opcode, IBV_WR_RDMA_WRITE);
+  EXPECT_EQ(out[0].remoteAddr, e[2].addr) << "the entry with tag 22";
+  EXPECT_EQ(out[1].opcode, IBV_WR_SEND) << "the DONE after the write";
+  c.seq = 1, c.tag = 22;  // tag 22 is taken: refused
+  ASSERT_EQ(s->post(c, tx.data(), 1, &err), 1) << err;
+  EXPECT_EQ(fake::outstanding(sq()).size(), 3u);
+  EXPECT_EQ(fake::outstanding(sq()).back().opcode, IBV_WR_SEND) << "a refusal writes nothing";
+  wire();
+  progress();
+  ASSERT_EQ(rs.all.size(), 2u);
+  EXPECT_EQ(rs.all[0].seq, 0u);
+  EXPECT_EQ(rs.all[0].addr, e[2].addr);
+  EXPECT_EQ(rs.all[0].bytes, 100u);
+  EXPECT_FALSE(rs.all[0].refused);
+  EXPECT_EQ(rx[256 + 99], 0x3c);
+  EXPECT_EQ(rx[256 + 100], 0xA5);
+  EXPECT_TRUE(rs.all[1].refused);
+  EXPECT_EQ(rs.all[1].seq, 1u);
+  EXPECT_EQ(rs.all[1].tag, 22u);
+  EXPECT_TRUE(ss.breaks.empty() && rs.breaks.empty());
+  ASSERT_EQ(r->pending().size(), 1u);
+  EXPECT_EQ(r->pending().front().next, 2) << "message 2 of the group is still to come";
 }
 
 TEST_F(VerbsPathTest, AWriteWithImmediateWithoutAnAdvertisementIsAProtocolBreak) {

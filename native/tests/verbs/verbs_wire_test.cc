@@ -31,9 +31,11 @@ TEST(VerbsCtlWire, AdvertRoundTripsBigEndian) {
   EXPECT_EQ(w[8], 0x01);  // seq big-endian
   EXPECT_EQ(w[15], 0x08);
   for (size_t i = 40; i < ctlwire::kBytes; ++i) EXPECT_EQ(w[i], 0) << i;
-  Advert b;
-  CtlMsg m;
-  ASSERT_EQ(ctlwire::decode(w, &b, &m), ctlwire::kAdvert);
+  ctlwire::Decoded d;
+  std::string err;
+  ASSERT_EQ(ctlwire::decode(w, &d, &err), ctlwire::kAdvert) << err;
+  const Advert& b = d.advert;
+  EXPECT_EQ(b.count, 0);  // a single receive
   EXPECT_EQ(b.seq, a.seq);
   EXPECT_EQ(b.tag, a.tag);
   EXPECT_EQ(b.addr, a.addr);
@@ -49,22 +51,112 @@ TEST(VerbsCtlWire, ControlRoundTripsAndBadKindsAreRejected) {
     m.arg = 1ull << 40;
     uint8_t w[ctlwire::kBytes];
     ctlwire::encodeCtl(m, w);
-    Advert a;
-    CtlMsg got;
-    ASSERT_EQ(ctlwire::decode(w, &a, &got), ctlwire::kControl);
+    ctlwire::Decoded d;
+    std::string err;
+    ASSERT_EQ(ctlwire::decode(w, &d, &err), ctlwire::kControl) << err;
+    const CtlMsg& got = d.ctl;
     EXPECT_EQ(got.type, t);
     EXPECT_EQ(got.seq, 77u);
     EXPECT_EQ(got.arg, 1ull << 40);
   }
   uint8_t w[ctlwire::kBytes] = {0};
-  Advert a;
-  CtlMsg m;
-  EXPECT_EQ(ctlwire::decode(w, &a, &m), 0);  // kind 0
+  ctlwire::Decoded d;
+  std::string err;
+  EXPECT_EQ(ctlwire::decode(w, &d, &err), 0);  // kind 0
+  EXPECT_NE(err.find("unknown kind 0"), std::string::npos) << err;
   w[0] = ctlwire::kControl;
   w[1] = 9;  // no such control type
-  EXPECT_EQ(ctlwire::decode(w, &a, &m), 0);
-  w[0] = 3;
-  EXPECT_EQ(ctlwire::decode(w, &a, &m), 0);
+  err.clear();
+  EXPECT_EQ(ctlwire::decode(w, &d, &err), 0);
+  EXPECT_NE(err.find("unknown control type 9"), std::string::npos) << err;
+  w[0] = 5;
+  err.clear();
+  EXPECT_EQ(ctlwire::decode(w, &d, &err), 0);
+  EXPECT_NE(err.find("unknown kind 5"), std::string::npos) << err;
+}
+
+// A grouped receive's entries and the DONE: round trip, then every malformed form is refused
+// with an error naming the field (count, index, size, tag, status, reserved bytes).
+TEST(VerbsCtlWire, GroupEntriesAndDoneRoundTripAndMalformedOnesAreNamed) {
+  Advert a;
+  a.seq = 41, a.tag = 0xfffffffeu, a.addr = 0x7f0000001000ull, a.size = 1 << 20, a.rkey = 0x01020304u;
+  a.count = 8, a.index = 7;
+  uint8_t w[ctlwire::kBytes];
+  ctlwire::encodeAdvert(a, w);
+  EXPECT_EQ(w[0], ctlwire::kGroupEntry);
+  EXPECT_EQ(w[2], 8);
+  EXPECT_EQ(w[3], 7);
+  ctlwire::Decoded d;
+  std::string err;
+  ASSERT_EQ(ctlwire::decode(w, &d, &err), ctlwire::kGroupEntry) << err;
+  EXPECT_EQ(d.advert.seq, 41u);
+  EXPECT_EQ(d.advert.tag, 0xfffffffeu);
+  EXPECT_EQ(d.advert.addr, a.addr);
+  EXPECT_EQ(d.advert.size, a.size);
+  EXPECT_EQ(d.advert.rkey, a.rkey);
+  EXPECT_EQ(d.advert.count, 8);
+  EXPECT_EQ(d.advert.index, 7);
+  auto bad = [&](const uint8_t* in, const char* want) {
+    ctlwire::Decoded x;
+    std::string e;
+    EXPECT_EQ(ctlwire::decode(in, &x, &e), 0) << want;
+    EXPECT_NE(e.find(want), std::string::npos) << "error '" << e << "' does not name '" << want << "'";
+  };
+  uint8_t m[ctlwire::kBytes];
+  std::memcpy(m, w, sizeof(m));
+  m[2] = 0;
+  bad(m, "group of 0 entries");
+  m[2] = 9;
+  bad(m, "group of 9 entries");
+  std::memcpy(m, w, sizeof(m));
+  m[3] = 8;
+  bad(m, "entry 8 of a group of 8");
+  std::memcpy(m, w, sizeof(m));
+  std::memset(m + 16, 0xff, 8);  // address near the top: address + size wraps
+  bad(m, "ends beyond the address space");
+  std::memcpy(m, w, sizeof(m));
+  m[35] = 1;  // tag with bit 32 set
+  bad(m, "beyond 32 bits");
+  std::memcpy(m, w, sizeof(m));
+  m[44] = 1;
+  bad(m, "reserved bytes");
+  std::memcpy(m, w, sizeof(m));
+  m[1] = 2;
+  bad(m, "reserved bytes");
+
+  Done dn;
+  dn.seq = 42, dn.tag = 7, dn.bytes = 0xffffffffull, dn.index = 3, dn.written = true;
+  ctlwire::encodeDone(dn, w);
+  EXPECT_EQ(w[0], ctlwire::kDone);
+  ASSERT_EQ(ctlwire::decode(w, &d, &err), ctlwire::kDone) << err;
+  EXPECT_EQ(d.done.seq, 42u);
+  EXPECT_EQ(d.done.tag, 7u);
+  EXPECT_EQ(d.done.bytes, 0xffffffffull);
+  EXPECT_EQ(d.done.index, 3);
+  EXPECT_TRUE(d.done.written);
+  dn.written = false, dn.index = kNoEntry;
+  ctlwire::encodeDone(dn, w);
+  ASSERT_EQ(ctlwire::decode(w, &d, &err), ctlwire::kDone) << err;
+  EXPECT_FALSE(d.done.written);
+  EXPECT_EQ(d.done.index, kNoEntry);
+  std::memcpy(m, w, sizeof(m));
+  m[1] = 2;
+  bad(m, "unknown status 2");
+  std::memcpy(m, w, sizeof(m));
+  m[1] = 0;  // written, but to no entry
+  bad(m, "entry 255");
+  std::memcpy(m, w, sizeof(m));
+  m[3] = 8;  // refused naming an entry that no group has
+  bad(m, "entry 8");
+  std::memcpy(m, w, sizeof(m));
+  m[27] = 1;  // 2^32 + ... bytes
+  bad(m, "beyond 32 bits");
+  std::memcpy(m, w, sizeof(m));
+  m[20] = 1;  // the addr field is reserved in a DONE
+  bad(m, "reserved bytes");
+  std::memcpy(m, w, sizeof(m));
+  m[2] = 1;
+  bad(m, "reserved bytes");
 }
 
 TEST(VerbsEndpoint, PackUnpackAndMismatchedPeersAreNamed) {

@@ -272,7 +272,8 @@ struct RecvState : RecvPath::Sink {
   std::string err;
 
   uint8_t* slot(uint64_t seq) { return buf + (seq % cfg.depth) * slotBytes; }
-  void arrived(uint64_t seq, uint64_t, uint64_t n) override {
+  void arrived(const Arrival& got) override {
+    const uint64_t seq = got.seq, n = got.bytes;  // never refused: every buffer takes the largest message
     uint64_t want = msgSize(cfg, seq);
     uint64_t wrong = n != want ? n + 1 : cfg.bench ? 0 : checkMsg(cfg, seq, slot(seq), n, slotBytes);
     if (n != want) emit("size_mismatch", ",\"seq\":%" PRIu64 ",\"got\":%" PRIu64 ",\"want\":%" PRIu64, seq, n, want);

@@ -361,18 +361,19 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
     if (!why_.empty()) return *err = why_, -1;
     int moved = p.lastPollFound() > 0;
     while (!arr_.empty()) {
-      const Arrival& a = arr_.front();
+      const verbs::Arrival& a = arr_.front();
       ChunkRef c;
-      c.seq = a.seq, c.offset = 0, c.len = a.bytes, c.total = a.bytes, c.tag = (int32_t)a.tag;
+      c.seq = a.seq, c.offset = 0, c.len = a.bytes, c.total = a.bytes, c.tag = (int32_t)(uint32_t)a.tag;
       uint8_t* dst = nullptr;
       std::string e;
       int r = sink.place(c, &dst, &e);
       if (r < 0) return fail(e, err);
       if (r == RecvSink::kHold) break;  // the engine reports the caller's error; the bytes stay where they are
-      auto it = where_.find(a.seq);
-      if (r == RecvSink::kWrite && (it == where_.end() || it->second != dst))
+      if (r == RecvSink::kWrite && a.refused)
+        return fail("the sender refused message " + std::to_string(a.seq) + " (" + std::to_string(a.bytes) +
+                        " bytes, tag " + std::to_string(c.tag) + ") as not fitting its receive, which takes it", err);
+      if (r == RecvSink::kWrite && (uintptr_t)dst != a.addr)
         return fail("message " + std::to_string(a.seq) + " arrived in a buffer the engine did not choose for it", err);
-      if (it != where_.end()) where_.erase(it);
       sink.arrived(c, r == RecvSink::kDiscard);
       arr_.pop_front();
       moved = 1;
@@ -428,36 +429,47 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
     conn_.reset();
   }
 
-  void advertise(uint64_t seq, int32_t tag, void* buf, uint64_t size, void* mhandle) override {
+  void advertise(uint64_t seq, const AdvertEntry* entries, int n, bool grouped) override {
     if (!why_.empty() || fenced_) return;
-    auto* mr = (const verbs::MrSet*)mhandle;
     int hi = nic_ >= 0 ? t_.port(nic_).hcaIndex : -1;
     std::string e;
-    if (!mr || hi < 0 || (size_t)hi >= mr->count()) {
-      fail("receive buffer of message " + std::to_string(seq) + " not registered with this transport (regMr)", &e);
-      return;
-    }
-    uintptr_t a = (uintptr_t)buf, lo = (uintptr_t)mr->addr();
-    if (size && (a < lo || a + size > lo + mr->size())) {
-      fail("receive buffer of message " + std::to_string(seq) + " outside its registration", &e);
+    if (n < 1 || n > verbs::kMaxGroup || (!grouped && n != 1)) {
+      fail("receive of message " + std::to_string(seq) + " with " + std::to_string(n) + " buffers" +
+               (grouped ? "" : " not grouped") + " (1.." + std::to_string(verbs::kMaxGroup) + ")", &e);
       return;
     }
     Out o;
     o.isCtl = false;
-    o.adv.seq = seq, o.adv.tag = (uint32_t)tag, o.adv.addr = a, o.adv.size = size, o.adv.rkey = mr->rkey((size_t)hi);
+    o.n = n;
+    o.grouped = grouped;
+    for (int i = 0; i < n; ++i) {
+      const AdvertEntry& x = entries[i];
+      auto* mr = (const verbs::MrSet*)x.mhandle;
+      std::string which = grouped ? "buffer " + std::to_string(i) + " of the grouped receive at message " + std::to_string(seq)
+                                  : "receive buffer of message " + std::to_string(seq);
+      if (!mr || hi < 0 || (size_t)hi >= mr->count()) {
+        fail(which + " not registered with this transport (regMr)", &e);
+        return;
+      }
+      uintptr_t a = (uintptr_t)x.buf, lo = (uintptr_t)mr->addr();
+      if (x.size && (a < lo || a + x.size > lo + mr->size())) {
+        fail(which + " outside its registration", &e);
+        return;
+      }
+      verbs::Advert& v = o.adv[i];
+      v.seq = seq, v.tag = (uint32_t)x.tag, v.addr = a, v.size = x.size, v.rkey = mr->rkey((size_t)hi);
+    }
     out_.push_back(o);
-    where_[seq] = (uint8_t*)buf;
     flush(&e);
   }
 
  private:
-  struct Arrival {
-    uint64_t seq, tag, bytes;
-  };
   struct Out {
     bool isCtl = true;
     CtlMsg ctl;
-    verbs::Advert adv;
+    int n = 1;             // advertisement: buffers
+    bool grouped = false;  // advertisement: a grouped receive (advertiseGroup)
+    verbs::Advert adv[verbs::kMaxGroup];
   };
   enum Stage { kWait, kEndpoint, kRts, kReady };
 
@@ -475,7 +487,9 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
         if (!toVerbs(o.ctl, &v)) return fail("cannot send control message of an unknown type", err);
         r = p.sendCtl(v, &e);
       } else {
-        r = p.advertise(o.adv.seq, o.adv.tag, (void*)(uintptr_t)o.adv.addr, o.adv.size, o.adv.rkey, &e);
+        const verbs::Advert& a = o.adv[0];
+        r = o.grouped ? p.advertiseGroup(a.seq, o.adv, o.n, &e)
+                      : p.advertise(a.seq, a.tag, (void*)(uintptr_t)a.addr, a.size, a.rkey, &e);
       }
       if (r < 0) return fail(e, err);
       if (r == 0) {  // no send slot: reap completions and try once more
@@ -488,7 +502,7 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
     return 0;
   }
   // verbs::RecvPath::Sink
-  void arrived(uint64_t seq, uint64_t tag, uint64_t bytes) override { arr_.push_back({seq, tag, bytes}); }
+  void arrived(const verbs::Arrival& a) override { arr_.push_back(a); }
   void ctl(const verbs::CtlMsg& m) override { ctlIn_.push_back(fromVerbs(m)); }
   void broken(const verbs::Broken& b) override {
     if (why_.empty()) why_ = brokenText(b);
@@ -504,9 +518,8 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
   size_t got_ = 0;
   bool fenced_ = false;
   std::deque<Out> out_;
-  std::deque<Arrival> arr_;
+  std::deque<verbs::Arrival> arr_;  // arrivals in seq order, until the engine places them
   std::deque<CtlMsg> ctlIn_;
-  std::map<uint64_t, uint8_t*> where_;  // advertised buffer per seq, until its message arrives
 };
 
 }  // namespace

@@ -28,7 +28,14 @@
 // WRITE completion proves the remote HCA took the data, not that the receiver holds the whole
 // message in the buffer the engine gave).
 //
-// Limits: one QP per path; no grouped receives (maxRecvs 1); messages < 4 GiB; host memory.
+// Grouped receives (maxRecvs 8): the receiver advertises a group as n GROUP_ENTRY messages
+// (seq of its first message, n, entry index, tag, address, size, rkey); the sender picks, at a
+// message's first chunk, the first unused entry with the message's tag (the engine's rule) and
+// ends the message with a DONE{seq, entry, bytes} SEND after its writes. A message that does
+// not fit its receive is refused with a DONE, so the receiver's engine reports the caller's
+// error (docs/PROTOCOL.md, "RDMA control messages").
+//
+// Limits: one QP per path; messages < 4 GiB; host memory.
 // Thread-safety: a path object is used by one thread at a time (its link's mutex holder);
 // the transport's methods are thread-safe.
 #pragma once
@@ -106,7 +113,8 @@ class RdmaTransport : public Transport {
   bool endLivenessCheck(Conn& c, std::string* err) override;
   void* regMr(void* data, size_t size, std::string* err) override;
   void deregMr(void* mhandle) override;
-  bool groupedReceives() const override { return false; }
+  bool groupedReceives() const override { return true; }
+  uint64_t maxMessageBytes() const override { return 0xffffffffull; }
   const char* name() const override { return "rdma"; }
 
   // The port and GID serving NIC `nic` now (a copy: the port watch re-chooses the GID after

@@ -27,7 +27,9 @@ uint64_t get64(const uint8_t* p) {
 namespace ctlwire {
 void encodeAdvert(const Advert& a, uint8_t out[kBytes]) {
   std::memset(out, 0, kBytes);
-  out[0] = kAdvert;
+  out[0] = a.count ? kGroupEntry : kAdvert;
+  out[2] = a.count;
+  out[3] = a.count ? a.index : 0;
   uint32_t rk = htonl(a.rkey);
   std::memcpy(out + 4, &rk, 4);
   put64(out + 8, a.seq);
@@ -44,25 +46,75 @@ void encodeCtl(const CtlMsg& m, uint8_t out[kBytes]) {
   put64(out + 16, m.arg);
 }
 
-int decode(const uint8_t in[kBytes], Advert* a, CtlMsg* m) {
-  if (in[0] == kAdvert) {
+void encodeDone(const Done& d, uint8_t out[kBytes]) {
+  std::memset(out, 0, kBytes);
+  out[0] = kDone;
+  out[1] = d.written ? 0 : 1;
+  out[3] = d.index;
+  put64(out + 8, d.seq);
+  put64(out + 24, d.bytes);
+  put64(out + 32, d.tag);
+}
+
+namespace {
+bool zero(const uint8_t* p, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    if (p[i]) return false;
+  return true;
+}
+}  // namespace
+
+int decode(const uint8_t in[kBytes], Decoded* d, std::string* err) {
+  const std::string what = "control message of kind " + std::to_string(in[0]);
+  if (in[0] == kAdvert || in[0] == kGroupEntry) {
+    Advert& a = d->advert;
     uint32_t rk;
     std::memcpy(&rk, in + 4, 4);
-    a->rkey = ntohl(rk);
-    a->seq = get64(in + 8);
-    a->addr = get64(in + 16);
-    a->size = get64(in + 24);
-    a->tag = get64(in + 32);
-    return kAdvert;
+    a.rkey = ntohl(rk);
+    a.seq = get64(in + 8);
+    a.addr = get64(in + 16);
+    a.size = get64(in + 24);
+    a.tag = get64(in + 32);
+    a.count = in[0] == kGroupEntry ? in[2] : 0;
+    a.index = in[0] == kGroupEntry ? in[3] : 0;
+    if (in[0] == kAdvert) return kAdvert;  // version-1 form: fields as they were always read
+    if (a.count < 1 || a.count > kMaxGroup)
+      return *err = what + ": group of " + std::to_string(a.count) + " entries (1.." + std::to_string(kMaxGroup) + ")", 0;
+    if (a.index >= a.count)
+      return *err = what + ": entry " + std::to_string(a.index) + " of a group of " + std::to_string(a.count), 0;
+    if (a.addr + a.size < a.addr)
+      return *err = what + ": buffer of " + std::to_string(a.size) + " bytes at " + std::to_string(a.addr) +
+                    " ends beyond the address space", 0;
+    if (a.tag > 0xffffffffull) return *err = what + ": tag " + std::to_string(a.tag) + " beyond 32 bits", 0;
+    if (in[1] || !zero(in + 40, 8)) return *err = what + ": reserved bytes not zero", 0;
+    return kGroupEntry;
   }
-  if (in[0] == kControl && in[1] >= static_cast<uint8_t>(CtlType::kAck) &&
-      in[1] <= static_cast<uint8_t>(CtlType::kClose)) {
-    m->type = static_cast<CtlType>(in[1]);
-    m->seq = get64(in + 8);
-    m->arg = get64(in + 16);
+  if (in[0] == kControl) {
+    if (in[1] < static_cast<uint8_t>(CtlType::kAck) || in[1] > static_cast<uint8_t>(CtlType::kClose))
+      return *err = what + ": unknown control type " + std::to_string(in[1]), 0;
+    d->ctl.type = static_cast<CtlType>(in[1]);
+    d->ctl.seq = get64(in + 8);
+    d->ctl.arg = get64(in + 16);
     return kControl;
   }
-  return 0;
+  if (in[0] == kDone) {
+    Done& x = d->done;
+    x.written = in[1] == 0;
+    x.index = in[3];
+    x.seq = get64(in + 8);
+    x.bytes = get64(in + 24);
+    x.tag = get64(in + 32);
+    if (in[1] > 1) return *err = what + ": unknown status " + std::to_string(in[1]), 0;
+    if (x.index >= kMaxGroup && (x.written || x.index != kNoEntry))
+      return *err = what + ": entry " + std::to_string(x.index) + " (0.." + std::to_string(kMaxGroup - 1) +
+                    (x.written ? ")" : ", or 255 for none)"), 0;
+    if (x.bytes > 0xffffffffull) return *err = what + ": message of " + std::to_string(x.bytes) + " bytes beyond 32 bits", 0;
+    if (x.tag > 0xffffffffull) return *err = what + ": tag " + std::to_string(x.tag) + " beyond 32 bits", 0;
+    if (in[2] || !zero(in + 4, 4) || !zero(in + 16, 8) || !zero(in + 40, 8))
+      return *err = what + ": reserved bytes not zero", 0;
+    return kDone;
+  }
+  return *err = "control message of unknown kind " + std::to_string(in[0]) + "/" + std::to_string(in[1]), 0;
 }
 }  // namespace ctlwire
 
@@ -283,10 +335,24 @@ void SendPath::progress(Sink& sink) {
   if (takeBrokenNews()) sink.broken(why_);
 }
 
+namespace {
+constexpr int16_t kUnpicked = -2;
+std::string seqs(uint64_t s) { return std::to_string(s); }
+}  // namespace
+
+SendPath::Group* SendPath::groupOf(uint64_t seq) {
+  auto it = adverts_.upper_bound(seq);
+  if (it == adverts_.begin()) return nullptr;
+  --it;
+  return seq - it->first < it->second.count ? &it->second : nullptr;
+}
+
+const SendPath::Group* SendPath::groupOf(uint64_t seq) const { return const_cast<SendPath*>(this)->groupOf(seq); }
+
 bool SendPath::advertised(uint64_t seq, Advert* out) const {
-  auto it = adverts_.find(seq);
-  if (it == adverts_.end()) return false;
-  if (out) *out = it->second;
+  const Group* g = groupOf(seq);
+  if (!g || g->have < g->count) return false;
+  if (out) *out = g->e[0];
   return true;
 }
 
@@ -304,49 +370,128 @@ int SendPath::post(const ChunkRef& c, const void* src, uint32_t lkey, std::strin
            std::to_string(c.total) + " bytes";
     return -1;
   }
-  auto it = adverts_.find(c.seq);
-  if (it == adverts_.end()) return 0;  // the receiver has not posted its buffer yet
-  const Advert& a = it->second;
-  if (c.total > a.size) {
-    *err = "message " + std::to_string(c.seq) + " of " + std::to_string(c.total) +
-           " bytes is larger than the receive buffer of " + std::to_string(a.size) + " bytes";
-    return -1;
+  Group* g = groupOf(c.seq);
+  if (!g || g->have < g->count) return 0;  // the receiver has not posted its buffer(s) yet
+  const unsigned k = static_cast<unsigned>(c.seq - g->seq);
+  if (g->pick[k] == kUnpicked) {
+    // The message's first chunk on this path: choose its buffer (as the receiver's engine does).
+    if (c.offset != 0) {
+      *err = "chunk at offset " + std::to_string(c.offset) + " of message " + seqs(c.seq) + " before its first chunk";
+      return -1;
+    }
+    if (k != g->started) {
+      *err = "message " + seqs(c.seq) + " started before message " + seqs(g->seq + g->started) +
+             " of the same grouped receive (messages of a group go in seq order)";
+      return -1;
+    }
+    int16_t pick = -1;
+    uint8_t named = kNoEntry;
+    if (!g->grouped) {
+      named = 0;
+    } else {
+      for (int i = 0; i < g->count && named == kNoEntry; ++i)
+        if (!(g->used & (1u << i)) && g->e[i].tag == c.tag) named = static_cast<uint8_t>(i);
+      if (named != kNoEntry) g->used |= static_cast<uint8_t>(1u << named);
+    }
+    if (named != kNoEntry && c.total <= g->e[named].size) pick = named;
+    g->pick[k] = pick;
+    g->refuseIndex[k] = named;
+    g->started++;
   }
   bool last = c.offset + c.len == c.total;
-  if (last && adverts_.begin()->first != c.seq) {
-    *err = "message " + std::to_string(c.seq) + " completed before the older advertised message " +
-           std::to_string(adverts_.begin()->first) + " (messages complete in seq order on a path)";
+  const Group& oldest = adverts_.begin()->second;
+  if (last && c.seq != oldest.seq + oldest.finished) {
+    *err = "message " + seqs(c.seq) + " completed before the older advertised message " +
+           seqs(oldest.seq + oldest.finished) + " (messages complete in seq order on a path)";
     return -1;
   }
-  if (!sendSlotFree()) return 0;
-  ibv_sge sge{reinterpret_cast<uintptr_t>(src), static_cast<uint32_t>(c.len), lkey};
-  ibv_send_wr wr{};
-  wr.opcode = last ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
-  if (last) wr.imm_data = htonl(static_cast<uint32_t>(c.total));
-  wr.sg_list = c.len ? &sge : nullptr;
-  wr.num_sge = c.len ? 1 : 0;
-  wr.wr.rdma.remote_addr = a.addr + c.offset;
-  wr.wr.rdma.rkey = a.rkey;
-  SendRec rec;
-  rec.kind = last ? SendRec::kWriteImm : SendRec::kWrite;
-  rec.chunk = c;
-  int r = postSend(&wr, rec, err);
-  if (r == 1 && last) adverts_.erase(it);
-  return r;
+  const int16_t pick = g->pick[k];
+  const uint64_t first = g->seq;
+  auto finish = [&] {
+    if (++g->finished == g->count) adverts_.erase(first);
+  };
+  if (pick < 0) {  // refused: nothing is written; the last chunk tells the receiver
+    if (!last) return 1;
+    if (!sendSlotFree()) return 0;
+    Done d;
+    d.seq = c.seq, d.tag = c.tag, d.bytes = c.total, d.index = g->refuseIndex[k], d.written = false;
+    uint8_t* w = ctlSendSlot();
+    ctlwire::encodeDone(d, w);
+    int r = postCtlSlot(w, err);
+    if (r == 1) finish();
+    return r;
+  }
+  const Advert& a = g->e[pick];
+  const bool withDone = last && g->grouped;
+  const bool write = !withDone || c.len > 0;
+  if (outstanding() + (write ? 1 : 0) + (withDone ? 1 : 0) > kSendDepth) return 0;
+  if (write) {
+    ibv_sge sge{reinterpret_cast<uintptr_t>(src), static_cast<uint32_t>(c.len), lkey};
+    ibv_send_wr wr{};
+    bool imm = last && !g->grouped;
+    wr.opcode = imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
+    if (imm) wr.imm_data = htonl(static_cast<uint32_t>(c.total));
+    wr.sg_list = c.len ? &sge : nullptr;
+    wr.num_sge = c.len ? 1 : 0;
+    wr.wr.rdma.remote_addr = a.addr + c.offset;
+    wr.wr.rdma.rkey = a.rkey;
+    SendRec rec;
+    rec.kind = imm ? SendRec::kWriteImm : SendRec::kWrite;
+    rec.chunk = c;
+    int r = postSend(&wr, rec, err);
+    if (r != 1) return r;
+  }
+  if (withDone) {  // after the writes on the same QP: the receiver sees it once they are placed
+    Done d;
+    d.seq = c.seq, d.tag = c.tag, d.bytes = c.total, d.index = static_cast<uint8_t>(pick), d.written = true;
+    uint8_t* w = ctlSendSlot();
+    ctlwire::encodeDone(d, w);
+    if (postCtlSlot(w, err) != 1) return -1;
+  }
+  if (last) finish();
+  return 1;
 }
 
 void SendPath::onCtl(const uint8_t* w) {
-  Advert a;
-  Ev e{};
-  int k = ctlwire::decode(w, &a, &e.ctl);
-  if (k == ctlwire::kAdvert) {
-    adverts_[a.seq] = a;
-  } else if (k == ctlwire::kControl) {
-    e.kind = Ev::kCtl;
-    evq_.push_back(e);
-  } else {
-    markBroken("protocol", "control message of unknown kind " + std::to_string(w[0]) + "/" + std::to_string(w[1]), 0);
+  ctlwire::Decoded d;
+  std::string e;
+  int k = ctlwire::decode(w, &d, &e);
+  if (k == ctlwire::kControl) {
+    Ev ev{};
+    ev.kind = Ev::kCtl;
+    ev.ctl = d.ctl;
+    evq_.push_back(ev);
+    return;
   }
+  if (k == ctlwire::kDone) return markBroken("protocol", "a DONE message arrived at a sender", 0);
+  if (k == 0) return markBroken("protocol", e, 0);
+  const Advert& a = d.advert;
+  if (k == ctlwire::kGroupEntry && a.index > 0) {  // the next entry of the group being told
+    Group* g = adverts_.empty() ? nullptr : &adverts_.rbegin()->second;
+    if (!g || g->seq != a.seq || !g->grouped || g->count != a.count || g->have != a.index)
+      return markBroken("protocol", "entry " + std::to_string(a.index) + " of the grouped receive at seq " + seqs(a.seq) +
+                                        " (" + std::to_string(a.count) + " entries) out of order", 0);
+    g->e[a.index] = a;
+    g->have++;
+    return;
+  }
+  if (!adverts_.empty()) {
+    const Group& prev = adverts_.rbegin()->second;
+    if (prev.have < prev.count)
+      return markBroken("protocol", "advertisement of seq " + seqs(a.seq) + " before the grouped receive at seq " +
+                                        seqs(prev.seq) + " was told whole", 0);
+    if (a.seq < prev.seq + prev.count)
+      return markBroken("protocol", "advertisement of seq " + seqs(a.seq) + " overlaps the one of seq " + seqs(prev.seq) +
+                                        " (" + std::to_string(prev.count) + " messages)", 0);
+  }
+  Group g;
+  g.seq = a.seq;
+  g.count = k == ctlwire::kGroupEntry ? a.count : 1;
+  g.grouped = k == ctlwire::kGroupEntry;
+  g.have = 1;
+  g.e[0] = a;
+  for (int i = 0; i < kMaxGroup; ++i) g.pick[i] = kUnpicked, g.refuseIndex[i] = kNoEntry;
+  adverts_[a.seq] = g;
 }
 
 void SendPath::onImm(uint32_t) { markBroken("protocol", "write-with-immediate arrived at a sender", 0); }
@@ -367,25 +512,32 @@ void RecvPath::progress(Sink& sink) {
     Ev e = evq_.front();
     evq_.pop_front();
     if (e.kind == Ev::kArrived)
-      sink.arrived(e.seq, e.tag, e.bytes);
+      sink.arrived(e.arrival);
     else if (e.kind == Ev::kCtl)
       sink.ctl(e.ctl);
   }
   if (takeBrokenNews()) sink.broken(why_);
 }
 
-int RecvPath::advertise(uint64_t seq, uint64_t tag, void* buf, uint64_t size, uint32_t rkey, std::string* err) {
+int RecvPath::checkOrder(uint64_t seq, std::string* err) {
   if (broken_ || fenced_ || !connected_) {
     *err = fenced_ ? "path fenced" : broken_ ? "path broken: " + why_.status : "path not connected";
     return -1;
   }
-  if (!pending_.empty() && seq <= pending_.back().seq) {
+  if (!pending_.empty() && seq < pending_.back().seq + pending_.back().count) {
     *err = "advertisement of seq " + std::to_string(seq) + " after seq " + std::to_string(pending_.back().seq) +
+           (pending_.back().count > 1 ? " (" + std::to_string(pending_.back().count) + " messages)" : std::string()) +
            " (advertise in seq order)";
     return -1;
   }
+  return 1;
+}
+
+int RecvPath::advertise(uint64_t seq, uint64_t tag, void* buf, uint64_t size, uint32_t rkey, std::string* err) {
+  if (checkOrder(seq, err) < 0) return -1;
   if (!sendSlotFree()) return 0;
-  Advert a;
+  Pending p;
+  Advert& a = p.e[0];
   a.seq = seq;
   a.tag = tag;
   a.addr = reinterpret_cast<uintptr_t>(buf);
@@ -394,8 +546,34 @@ int RecvPath::advertise(uint64_t seq, uint64_t tag, void* buf, uint64_t size, ui
   uint8_t* w = ctlSendSlot();
   ctlwire::encodeAdvert(a, w);
   int r = postCtlSlot(w, err);
-  if (r == 1) pending_.push_back(a);
+  if (r == 1) {
+    p.seq = seq;
+    pending_.push_back(p);
+  }
   return r;
+}
+
+int RecvPath::advertiseGroup(uint64_t seq, const Advert* entries, int n, std::string* err) {
+  if (n < 1 || n > kMaxGroup) {
+    *err = "grouped receive of " + std::to_string(n) + " buffers (1.." + std::to_string(kMaxGroup) + ")";
+    return -1;
+  }
+  if (checkOrder(seq, err) < 0) return -1;
+  if (outstanding() + n > kSendDepth) return 0;
+  Pending p;
+  p.seq = seq;
+  p.count = static_cast<uint8_t>(n);
+  p.grouped = true;
+  for (int i = 0; i < n; ++i) {
+    Advert& a = p.e[i];
+    a = entries[i];
+    a.seq = seq, a.count = static_cast<uint8_t>(n), a.index = static_cast<uint8_t>(i);
+    uint8_t* w = ctlSendSlot();
+    ctlwire::encodeAdvert(a, w);
+    if (postCtlSlot(w, err) != 1) return -1;  // the path is broken now (the sender sees a partial group only then)
+  }
+  pending_.push_back(p);
+  return 1;
 }
 
 void RecvPath::onImm(uint32_t imm) {
@@ -403,7 +581,13 @@ void RecvPath::onImm(uint32_t imm) {
     markBroken("protocol", "write-with-immediate without an advertised buffer", 0);
     return;
   }
-  Advert a = pending_.front();
+  Pending& p = pending_.front();
+  if (p.grouped) {
+    markBroken("protocol", "write-with-immediate for message " + std::to_string(p.seq + p.next) +
+                               " of a grouped receive (its messages end with a DONE)", 0);
+    return;
+  }
+  Advert a = p.e[0];
   pending_.pop_front();
   if (imm > a.size) {
     markBroken("protocol", "message " + std::to_string(a.seq) + " of " + std::to_string(imm) +
@@ -412,21 +596,65 @@ void RecvPath::onImm(uint32_t imm) {
   }
   Ev e{};
   e.kind = Ev::kArrived;
-  e.seq = a.seq;
-  e.tag = a.tag;
-  e.bytes = imm;
+  e.arrival.seq = a.seq;
+  e.arrival.tag = a.tag;
+  e.arrival.bytes = imm;
+  e.arrival.addr = a.addr;
+  evq_.push_back(e);
+}
+
+void RecvPath::onDone(const Done& d) {
+  const std::string m = "DONE of message " + std::to_string(d.seq);
+  if (pending_.empty()) return markBroken("protocol", m + " without an advertised buffer", 0);
+  Pending& p = pending_.front();
+  uint64_t want = p.seq + p.next;
+  if (d.seq != want) return markBroken("protocol", m + " where message " + std::to_string(want) + " was next", 0);
+  Ev e{};
+  e.kind = Ev::kArrived;
+  e.arrival.seq = d.seq;
+  e.arrival.tag = d.tag;
+  e.arrival.bytes = d.bytes;
+  if (d.written) {
+    if (!p.grouped) return markBroken("protocol", m + " (written) for a single receive (it ends with a write-with-immediate)", 0);
+    if (d.index >= p.count)
+      return markBroken("protocol", m + ": entry " + std::to_string(d.index) + " of a group of " + std::to_string(p.count), 0);
+    if (p.used & (1u << d.index))
+      return markBroken("protocol", m + ": entry " + std::to_string(d.index) + " of the grouped receive at seq " +
+                                        std::to_string(p.seq) + " filled twice", 0);
+    const Advert& a = p.e[d.index];
+    if (d.bytes > a.size)
+      return markBroken("protocol", m + " of " + std::to_string(d.bytes) + " bytes arrived in entry " +
+                                        std::to_string(d.index) + " of " + std::to_string(a.size) + " bytes", 0);
+    if (d.tag != a.tag)
+      return markBroken("protocol", m + " with tag " + std::to_string(d.tag) + " arrived in entry " +
+                                        std::to_string(d.index) + " whose tag is " + std::to_string(a.tag), 0);
+    p.used |= static_cast<uint8_t>(1u << d.index);
+    e.arrival.addr = a.addr;
+  } else {
+    if (d.index != kNoEntry && d.index >= p.count)
+      return markBroken("protocol", m + " (refused): entry " + std::to_string(d.index) + " of a group of " +
+                                        std::to_string(p.count), 0);
+    if (d.index != kNoEntry) p.used |= static_cast<uint8_t>(1u << d.index);
+    e.arrival.refused = true;
+  }
+  if (++p.next == p.count) pending_.pop_front();
   evq_.push_back(e);
 }
 
 void RecvPath::onCtl(const uint8_t* w) {
-  Advert a;
-  Ev e{};
-  if (ctlwire::decode(w, &a, &e.ctl) != ctlwire::kControl) {
-    markBroken("protocol", "control message of kind " + std::to_string(w[0]) + " at a receiver", 0);
-    return;
+  ctlwire::Decoded d;
+  std::string err;
+  int k = ctlwire::decode(w, &d, &err);
+  if (k == ctlwire::kControl) {
+    Ev e{};
+    e.kind = Ev::kCtl;
+    e.ctl = d.ctl;
+    evq_.push_back(e);
+  } else if (k == ctlwire::kDone) {
+    onDone(d.done);
+  } else {
+    markBroken("protocol", k == 0 ? err : "control message of kind " + std::to_string(w[0]) + " at a receiver", 0);
   }
-  e.kind = Ev::kCtl;
-  evq_.push_back(e);
 }
 
 }  // namespace verbs

@@ -4,15 +4,19 @@
 //
 //   engine concept                      verbs path
 //   ---------------------------------   ------------------------------------------------------
-//   receiver advertise(seq, tag, buf,   RecvPath::advertise(): a SEND of {seq, tag, addr, size,
-//     size, mhandle)                      rkey of this path's HCA} to the sender
+//   receiver advertise(seq, entries)    RecvPath::advertise(): a SEND of {seq, tag, addr, size,
+//                                         rkey of this path's HCA} to the sender; a grouped
+//                                         receive: advertiseGroup(), n GROUP_ENTRY SENDs
 //   sender post(ChunkRef, src)          SendPath::post(): RDMA WRITE of the chunk into the
-//                                         advertised buffer at its offset; the message's last
-//                                         chunk is a WRITE_WITH_IMM whose immediate is the
-//                                         message's total size (big-endian 32 bits)
-//   receiver arrived(seq, size)         the WRITE_WITH_IMM's receive completion; the seq is the
-//                                         oldest advertisement not yet completed (RC delivers in
-//                                         order and the sender completes messages in seq order)
+//                                         advertised buffer (a group: the entry its tag picks)
+//                                         at its offset; a single receive's last chunk is a
+//                                         WRITE_WITH_IMM whose immediate is the message's total
+//                                         size (big-endian 32 bits), a grouped message ends
+//                                         with a DONE{seq, entry, bytes, tag} SEND
+//   receiver arrived(seq, size)         the WRITE_WITH_IMM's or DONE's receive completion; the
+//                                         seq is the oldest advertised message not yet arrived
+//                                         (RC delivers in order and the sender completes
+//                                         messages in seq order)
 //   control sendCtl/recvCtl CtlMsg      a SEND of {type, seq, arg} in either direction
 //   progress signals                    lastProgressUs(), outstanding()
 //   path broken                         Broken{source, status, code}: an error completion, a
@@ -57,22 +61,51 @@ struct ChunkRef {
   uint64_t total = 0;   // bytes in the whole message
   uint64_t tag = 0;
 };
+// One advertised receive buffer. count 0: a single-buffer receive for message `seq` (any tag
+// goes in). count 1..kMaxGroup: entry `index` of a grouped receive whose messages are seq ..
+// seq + count - 1; each of them goes into the first entry not yet used whose tag is the
+// message's tag (entries in index order).
+constexpr int kMaxGroup = 8;  // as the engine's kMaxRecvs (NCCL's IB transport: 8)
 struct Advert {
   uint64_t seq = 0, tag = 0, addr = 0, size = 0;
   uint32_t rkey = 0;
+  uint8_t count = 0, index = 0;
 };
+// The sender's word on one message of a receive (what the receiver reports to the engine).
+// written: the message's `bytes` are in entry `index` of its advertisement (grouped receives;
+// a single receive learns it from the WRITE_WITH_IMM instead). Refused (!written): nothing was
+// written, the message does not fit its receive: no free entry has its tag (index kNoEntry), or
+// it is larger than entry `index`; the receiver's engine reports the caller's error.
+struct Done {
+  uint64_t seq = 0, tag = 0, bytes = 0;
+  uint8_t index = 0;
+  bool written = true;
+};
+constexpr uint8_t kNoEntry = 0xff;
 
-// The control message wire (PathBase::kCtlBytes = 48 bytes, big-endian):
-//   [0] kind (1 advert, 2 control)  [1] control type  [2..3] 0  [4..7] rkey
-//   [8..15] seq  [16..23] addr | arg  [24..31] size  [32..39] tag  [40..47] 0
+// The control message wire (PathBase::kCtlBytes = 48 bytes, big-endian; docs/PROTOCOL.md,
+// "RDMA control messages"):
+//   [0] kind  [1] control type | done status  [2] group count  [3] entry index  [4..7] rkey
+//   [8..15] seq  [16..23] addr | arg  [24..31] size | bytes  [32..39] tag  [40..47] 0
+// Kinds: 1 ADVERT (a single receive), 2 CONTROL, 3 GROUP_ENTRY (one entry of a grouped
+// receive; a group of n is n of them, index 0..n-1 in order, all with the group's seq and n),
+// 4 DONE (sender -> receiver, see Done; status 0 written, 1 refused).
 namespace ctlwire {
 constexpr size_t kBytes = 48;
-enum Kind : uint8_t { kAdvert = 1, kControl = 2 };
-void encodeAdvert(const Advert& a, uint8_t out[kBytes]);
+enum Kind : uint8_t { kAdvert = 1, kControl = 2, kGroupEntry = 3, kDone = 4 };
+void encodeAdvert(const Advert& a, uint8_t out[kBytes]);  // kAdvert (count 0) or kGroupEntry
 void encodeCtl(const CtlMsg& m, uint8_t out[kBytes]);
-// Kind of the message (kAdvert fills *a, kControl fills *m), 0 for an unknown kind or a control
-// type outside ACK..CLOSE.
-int decode(const uint8_t in[kBytes], Advert* a, CtlMsg* m);
+void encodeDone(const Done& d, uint8_t out[kBytes]);
+struct Decoded {
+  Advert advert;  // kAdvert, kGroupEntry
+  CtlMsg ctl;     // kControl
+  Done done;      // kDone
+};
+// Kind of the message with its fields in *d, or 0 with *err naming what is wrong: an unknown
+// kind or control type, a group count outside 1..kMaxGroup, an entry index not below the count,
+// a buffer whose end overflows 64 bits, a tag or DONE size beyond 32 bits, a DONE status
+// other than 0/1 or a written DONE without an entry, non-zero reserved bytes in kinds 3 and 4.
+int decode(const uint8_t in[kBytes], Decoded* d, std::string* err);
 }  // namespace ctlwire
 
 // Why a path is broken. source: "completion" (error CQE), "port" (IBV_EVENT_PORT_ERR on this
@@ -86,6 +119,15 @@ struct Broken {
   uint64_t sinceLastOkUs = 0;  // from the last successful completion to tUs
   std::string dev;             // the path's HCA and port, for the journal and fatal errors
   int port = 0;
+};
+
+// A message the receiver's sink hears about: its whole `bytes` are at `addr` (the advertised
+// buffer, or the grouped receive's entry the sender chose by tag), or the sender refused it
+// (`refused`: nothing written, addr 0; the message does not fit its receive).
+struct Arrival {
+  uint64_t seq = 0, tag = 0, bytes = 0;
+  uint64_t addr = 0;
+  bool refused = false;
 };
 
 struct FenceResult {
@@ -161,7 +203,7 @@ class PathBase {
     enum Kind : uint8_t { kChunkDone, kCtl, kArrived } kind;
     ChunkRef chunk;
     CtlMsg ctl;
-    uint64_t seq = 0, tag = 0, bytes = 0;
+    Arrival arrival;
   };
   std::deque<Ev> evq_;
 
@@ -201,12 +243,22 @@ class SendPath : public PathBase {
 
   // Polls completions and events, calling the sink (never blocks).
   void progress(Sink& sink);
-  // The receiver's advertisement for `seq`, if it has arrived.
+  // The receiver's advertisement covering `seq`, once it arrived whole (a group: every entry);
+  // *out = the advert (a group: its entry 0).
   bool advertised(uint64_t seq, Advert* out) const;
   // Posts one chunk from `src` (registered with `lkey` on this path's HCA). 1 posted, 0 would
-  // block (no advertisement for the seq yet, or no send slot), -1 error (*err: larger than the
-  // advertised buffer, total >= 4 GiB, last chunk out of seq order, path broken or fenced).
-  // Chunks of a message go in offset order; the chunk with offset + len == total is the last.
+  // block (no whole advertisement for the seq yet, or no send slot), -1 error (*err: total >=
+  // 4 GiB, a chunk beyond its message, last chunk or first chunk of a grouped message out of
+  // seq order, path broken or fenced). Chunks of a message go in offset order; the chunk with
+  // offset + len == total is the last.
+  // Which buffer: a single receive's advertised buffer; in a grouped receive the first entry
+  // not yet used whose tag is c.tag, chosen at the message's first chunk (messages of a group
+  // choose in seq order, as the receiver's engine matches them). A message that does not fit
+  // (no free entry with its tag, or larger than its buffer) is refused, not written: its chunks
+  // are taken (1) without a write and its last chunk posts a refusing DONE, so the receiver's
+  // engine reports the caller's error (as with TCP) and the path stays up.
+  // A grouped message ends with a WRITE of its last chunk and a DONE{seq, entry, bytes, tag}
+  // SEND (RC: placed after the writes before it); a single one with a WRITE_WITH_IMM.
   int post(const ChunkRef& c, const void* src, uint32_t lkey, std::string* err);
   // Always true for verbs: see the header comment.
   static constexpr bool completionNeedsReceiverAck() { return true; }
@@ -215,9 +267,23 @@ class SendPath : public PathBase {
   void onCtl(const uint8_t* wire) override;
   void onImm(uint32_t imm) override;
   void onSendDone(const SendRec& r) override;
-  std::map<uint64_t, Advert> adverts_;
-  bool haveLastSeq_ = false;
-  uint64_t lastImmSeq_ = 0;
+  // One advertisement: a single receive (count 1, !grouped) or a grouped one, by first seq.
+  struct Group {
+    uint64_t seq = 0;
+    uint8_t count = 1;     // messages it takes
+    bool grouped = false;
+    uint8_t have = 0;      // entries arrived so far (usable when have == count)
+    uint8_t used = 0;      // entries chosen by a message (bit mask)
+    uint8_t started = 0;   // messages whose buffer is chosen (seq order)
+    uint8_t finished = 0;  // messages whose last chunk is posted (seq order)
+    int16_t pick[kMaxGroup];  // chosen entry per message (seq - this seq); -1 refused
+    uint8_t refuseIndex[kMaxGroup];  // entry named in a refusal (kNoEntry: no entry had the tag)
+    Advert e[kMaxGroup];
+  };
+  // The group covering `seq`, nullptr if none (whole or not).
+  Group* groupOf(uint64_t seq);
+  const Group* groupOf(uint64_t seq) const;
+  std::map<uint64_t, Group> adverts_;
 };
 
 // Receiver's end of a path.
@@ -225,8 +291,8 @@ class RecvPath : public PathBase {
  public:
   struct Sink {
     virtual ~Sink() = default;
-    // The whole message `seq` (`bytes` long) is in the buffer advertised for it.
-    virtual void arrived(uint64_t seq, uint64_t tag, uint64_t bytes) = 0;
+    // The whole message a.seq (a.bytes long) is at a.addr, or was refused by the sender.
+    virtual void arrived(const Arrival& a) = 0;
     virtual void ctl(const CtlMsg& m) = 0;
     virtual void broken(const Broken& b) = 0;
   };
@@ -236,14 +302,30 @@ class RecvPath : public PathBase {
   // Advertises [buf, buf+size) with `rkey` (of this path's HCA) for message `seq`. Advertise in
   // seq order. 1 sent, 0 no send slot (retry after progress), -1 broken/fenced (*err).
   int advertise(uint64_t seq, uint64_t tag, void* buf, uint64_t size, uint32_t rkey, std::string* err);
+  // Advertises a grouped receive: messages seq .. seq + n - 1 go into entries[0..n) (addr, size,
+  // rkey, tag; count and index are filled here), n in 1..kMaxGroup, as n GROUP_ENTRY messages
+  // posted at once. 1 sent, 0 fewer than n send slots free (retry after progress), -1 broken,
+  // fenced, bad n or out of seq order (*err).
+  int advertiseGroup(uint64_t seq, const Advert* entries, int n, std::string* err);
+  // An advertisement whose messages have not all arrived.
+  struct Pending {
+    uint64_t seq = 0;
+    uint8_t count = 1;  // messages it takes
+    bool grouped = false;
+    uint8_t used = 0;   // entries filled (bit mask)
+    uint8_t next = 0;   // messages arrived (seq order)
+    Advert e[kMaxGroup];
+  };
   // Advertised and not yet arrived, oldest first (what a resume must re-advertise elsewhere).
-  const std::deque<Advert>& pending() const { return pending_; }
+  const std::deque<Pending>& pending() const { return pending_; }
 
  private:
   void onCtl(const uint8_t* wire) override;
   void onImm(uint32_t imm) override;
   void onSendDone(const SendRec& r) override {}
-  std::deque<Advert> pending_;
+  void onDone(const Done& d);
+  int checkOrder(uint64_t seq, std::string* err);
+  std::deque<Pending> pending_;
 };
 
 }  // namespace verbs
