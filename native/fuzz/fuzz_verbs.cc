@@ -3,8 +3,9 @@
 //  * The QP endpoint (verbs::QpEndpoint, 40 bytes), read from the bootstrap TCP stream after the
 //    HELLO: QP number, PSN, GID, LID, MTU and link layer the local QP is then connected to.
 //  * The control slot (verbs::ctlwire, 48 bytes), received by a SEND on the path's QP: the
-//    receiver's buffer advertisements and the control messages (ACK, RESUME, RESUME_ACK, NACK,
-//    CLOSE) of either direction.
+//    receiver's buffer advertisements (single, and the entries of a grouped receive), the
+//    sender's DONE for a grouped message, and the control messages (ACK, RESUME, RESUME_ACK,
+//    NACK, CLOSE) of either direction.
 // Input layout: bytes [0, 40) are the endpoint and [40, 88) the control slot, each padded with
 // zeros when the input is shorter (both are fixed-size records on the wire: a short read never
 // reaches the decoder).
@@ -14,9 +15,11 @@
 //    version 1, QPN 1..0xFFFFFF, PSN < 2^24, MTU code 1..5, link layer 0/1, an InfiniBand peer
 //    with a unicast LID 1..0xBFFF, a RoCE peer with a non-zero GID, reserved bytes 34..39 zero);
 //    a refusal carries a non-empty error; an accepted endpoint packs back to the same 40 bytes;
-//  * ctlwire::decode returns 0, kAdvert or kControl; kControl only with a type ACK..CLOSE;
-//    whatever it accepts re-encodes to a message that decodes to the same fields (the encoders
-//    are the decoder's inverse on everything the decoder reads);
+//  * ctlwire::decode accepts exactly what validCtl() below describes (ADVERT: reserved bytes
+//    zero; CONTROL: a type ACK..CLOSE, reserved bytes zero; GROUP_ENTRY: count 1..8, index below
+//    it, the buffer's end within 64 bits, a 32-bit tag; DONE: status 0/1, entry 0..7, or 255
+//    when refused, 32-bit size and tag; reserved bytes zero everywhere), returns the kind, and
+//    a refusal carries a non-empty error; an accepted message re-encodes to the same 48 bytes;
 //  * any endpoint and any message built from the input survive pack/encode -> unpack/decode.
 #include <fuzzer/FuzzedDataProvider.h>
 
@@ -60,6 +63,43 @@ bool sameAdvert(const Advert& a, const Advert& b) {
 
 bool sameCtl(const CtlMsg& a, const CtlMsg& b) { return a.type == b.type && a.seq == b.seq && a.arg == b.arg; }
 
+bool sameDone(const Done& a, const Done& b) {
+  return a.seq == b.seq && a.tag == b.tag && a.bytes == b.bytes && a.index == b.index && a.written == b.written;
+}
+
+uint64_t be64(const uint8_t* p) { return (uint64_t)be32(p) << 32 | be32(p + 4); }
+
+bool zeros(const uint8_t* p, int from, int to) {
+  for (int i = from; i < to; ++i)
+    if (p[i]) return false;
+  return true;
+}
+
+// The valid control slots, written from docs/PROTOCOL.md's table independently of the decoder.
+int validCtl(const uint8_t* d) {
+  switch (d[0]) {
+    case ctlwire::kAdvert:
+      return zeros(d, 1, 4) && zeros(d, 40, 48) ? ctlwire::kAdvert : 0;
+    case ctlwire::kControl:
+      return d[1] >= 1 && d[1] <= 5 && zeros(d, 2, 8) && zeros(d, 24, 48) ? ctlwire::kControl : 0;
+    case ctlwire::kGroupEntry: {
+      uint64_t addr = be64(d + 16), size = be64(d + 24), tag = be64(d + 32);
+      bool ok = d[1] == 0 && d[2] >= 1 && d[2] <= kMaxGroup && d[3] < d[2] && addr + size >= addr &&
+                tag <= 0xffffffffull && zeros(d, 40, 48);
+      return ok ? ctlwire::kGroupEntry : 0;
+    }
+    case ctlwire::kDone: {
+      bool written = d[1] == 0;
+      bool entryOk = d[3] < kMaxGroup || (!written && d[3] == kNoEntry);
+      bool ok = d[1] <= 1 && entryOk && be64(d + 24) <= 0xffffffffull && be64(d + 32) <= 0xffffffffull && d[2] == 0 &&
+                zeros(d, 4, 8) && zeros(d, 16, 24) && zeros(d, 40, 48);
+      return ok ? ctlwire::kDone : 0;
+    }
+    default:
+      return 0;
+  }
+}
+
 void checkEndpoint(const uint8_t* in) {
   QpEndpoint ep;
   std::string err;
@@ -75,31 +115,24 @@ void checkEndpoint(const uint8_t* in) {
 }
 
 void checkCtl(const uint8_t* in) {
-  Advert a;
-  CtlMsg m;
-  int k = ctlwire::decode(in, &a, &m);
-  FUZZ_CHECK(k == 0 || k == ctlwire::kAdvert || k == ctlwire::kControl, "decode returned kind %d", k);
-  uint8_t out[ctlwire::kBytes];
-  if (k == ctlwire::kAdvert) {
-    FUZZ_CHECK(in[0] == ctlwire::kAdvert, "advert decoded from kind byte %u", in[0]);
-    ctlwire::encodeAdvert(a, out);
-    Advert a2;
-    CtlMsg m2;
-    FUZZ_CHECK(ctlwire::decode(out, &a2, &m2) == ctlwire::kAdvert, "re-encoded advert not decoded as one");
-    FUZZ_CHECK(sameAdvert(a, a2), "decode(encode(advert)) != advert");
-  } else if (k == ctlwire::kControl) {
-    FUZZ_CHECK(in[0] == ctlwire::kControl, "control decoded from kind byte %u", in[0]);
-    FUZZ_CHECK(m.type >= CtlType::kAck && m.type <= CtlType::kClose, "control type %u accepted", (unsigned)m.type);
-    ctlwire::encodeCtl(m, out);
-    Advert a2;
-    CtlMsg m2;
-    FUZZ_CHECK(ctlwire::decode(out, &a2, &m2) == ctlwire::kControl, "re-encoded control not decoded as one");
-    FUZZ_CHECK(sameCtl(m, m2), "decode(encode(control)) != control");
-  } else {
-    bool ctlOk = in[0] == ctlwire::kControl && in[1] >= 1 && in[1] <= 5;
-    FUZZ_CHECK(in[0] != ctlwire::kAdvert && !ctlOk, "a well-formed message (kind %u type %u) was refused", in[0],
-               in[1]);
+  ctlwire::Decoded d;
+  std::string err;
+  int k = ctlwire::decode(in, &d, &err);
+  int want = validCtl(in);
+  FUZZ_CHECK(k == want, "decode returned kind %d, the format says %d (kind byte %u, err '%s')", k, want, in[0],
+             err.c_str());
+  if (!k) {
+    FUZZ_CHECK(!err.empty(), "control slot refused without an error message");
+    return;
   }
+  uint8_t out[ctlwire::kBytes];
+  if (k == ctlwire::kAdvert || k == ctlwire::kGroupEntry)
+    ctlwire::encodeAdvert(d.advert, out);
+  else if (k == ctlwire::kControl)
+    ctlwire::encodeCtl(d.ctl, out);
+  else
+    ctlwire::encodeDone(d.done, out);
+  FUZZ_CHECK(memcmp(out, in, ctlwire::kBytes) == 0, "re-encoding changed a control slot of kind %d", k);
 }
 
 }  // namespace
@@ -133,24 +166,46 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(sameEndpoint(e, e2), "unpack(pack(endpoint)) != endpoint");
 
   uint8_t msg[kCtl];
-  Advert a, a2;
-  CtlMsg m, m2;
-  if (fdp.ConsumeBool()) {
-    a.seq = fdp.ConsumeIntegral<uint64_t>();
-    a.tag = fdp.ConsumeIntegral<uint64_t>();
-    a.addr = fdp.ConsumeIntegral<uint64_t>();
-    a.size = fdp.ConsumeIntegral<uint64_t>();
-    a.rkey = fdp.ConsumeIntegral<uint32_t>();
-    ctlwire::encodeAdvert(a, msg);
-    FUZZ_CHECK(ctlwire::decode(msg, &a2, &m2) == ctlwire::kAdvert, "encoded advert not decoded as one");
-    FUZZ_CHECK(sameAdvert(a, a2), "decode(encode(advert)) != advert");
-  } else {
-    m.type = static_cast<CtlType>(fdp.ConsumeIntegralInRange<uint8_t>(1, 5));
-    m.seq = fdp.ConsumeIntegral<uint64_t>();
-    m.arg = fdp.ConsumeIntegral<uint64_t>();
-    ctlwire::encodeCtl(m, msg);
-    FUZZ_CHECK(ctlwire::decode(msg, &a2, &m2) == ctlwire::kControl, "encoded control not decoded as one");
-    FUZZ_CHECK(sameCtl(m, m2), "decode(encode(control)) != control");
+  ctlwire::Decoded back;
+  switch (fdp.ConsumeIntegralInRange<int>(0, 2)) {
+    case 0: {
+      Advert a;
+      a.count = fdp.ConsumeIntegralInRange<uint8_t>(0, kMaxGroup);
+      a.index = a.count ? fdp.ConsumeIntegralInRange<uint8_t>(0, a.count - 1) : 0;
+      a.seq = fdp.ConsumeIntegral<uint64_t>();
+      a.tag = a.count ? fdp.ConsumeIntegral<uint32_t>() : fdp.ConsumeIntegral<uint64_t>();
+      a.addr = fdp.ConsumeIntegral<uint64_t>();
+      a.size = a.count ? fdp.ConsumeIntegralInRange<uint64_t>(0, ~a.addr) : fdp.ConsumeIntegral<uint64_t>();
+      a.rkey = fdp.ConsumeIntegral<uint32_t>();
+      ctlwire::encodeAdvert(a, msg);
+      int k = ctlwire::decode(msg, &back, &err);
+      FUZZ_CHECK(k == (a.count ? ctlwire::kGroupEntry : ctlwire::kAdvert), "encoded advert decoded as %d: %s", k,
+                 err.c_str());
+      FUZZ_CHECK(sameAdvert(a, back.advert) && back.advert.count == a.count && back.advert.index == a.index,
+                 "decode(encode(advert)) != advert");
+      break;
+    }
+    case 1: {
+      CtlMsg m;
+      m.type = static_cast<CtlType>(fdp.ConsumeIntegralInRange<uint8_t>(1, 5));
+      m.seq = fdp.ConsumeIntegral<uint64_t>();
+      m.arg = fdp.ConsumeIntegral<uint64_t>();
+      ctlwire::encodeCtl(m, msg);
+      FUZZ_CHECK(ctlwire::decode(msg, &back, &err) == ctlwire::kControl, "encoded control refused: %s", err.c_str());
+      FUZZ_CHECK(sameCtl(m, back.ctl), "decode(encode(control)) != control");
+      break;
+    }
+    default: {
+      Done x;
+      x.written = fdp.ConsumeBool();
+      x.index = x.written || fdp.ConsumeBool() ? fdp.ConsumeIntegralInRange<uint8_t>(0, kMaxGroup - 1) : kNoEntry;
+      x.seq = fdp.ConsumeIntegral<uint64_t>();
+      x.bytes = fdp.ConsumeIntegral<uint32_t>();
+      x.tag = fdp.ConsumeIntegral<uint32_t>();
+      ctlwire::encodeDone(x, msg);
+      FUZZ_CHECK(ctlwire::decode(msg, &back, &err) == ctlwire::kDone, "encoded DONE refused: %s", err.c_str());
+      FUZZ_CHECK(sameDone(x, back.done), "decode(encode(DONE)) != DONE");
+    }
   }
   return 0;
 }

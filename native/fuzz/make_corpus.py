@@ -112,7 +112,7 @@ def data(seq, off, payload, total):
 
 
 EP_MAGIC = 0x524F5651  # verbs QpEndpoint "ROVQ", version 1 (native/transport/verbs/verbs_qp.cc)
-CTL_ADVERT, CTL_CONTROL = 1, 2  # verbs::ctlwire kinds (native/transport/verbs/verbs_path.h)
+CTL_ADVERT, CTL_CONTROL, CTL_GROUP, CTL_DONE = 1, 2, 3, 4  # verbs::ctlwire kinds (verbs_path.h)
 
 
 def endpoint(qpn=0x11, psn=0x123456, gid=bytes(10) + b"\xff\xff\x0a\x00\x00\x01", lid=0, mtu=3, roce=1, version=1):
@@ -126,6 +126,14 @@ def ctl_advert(seq, tag, addr, size, rkey):
 
 def ctl_control(ctype, seq, arg=0):
     return struct.pack(">BBHIQQQQQ", CTL_CONTROL, ctype, 0, 0, seq, arg, 0, 0, 0)
+
+
+def ctl_group(seq, count, index, tag, addr, size, rkey):
+    return struct.pack(">BBBBIQQQQQ", CTL_GROUP, 0, count, index, rkey, seq, addr, size, tag, 0)
+
+
+def ctl_done(seq, index, nbytes, tag, written=True):
+    return struct.pack(">BBBBIQQQQQ", CTL_DONE, 0 if written else 1, 0, index, 0, seq, 0, nbytes, tag, 0)
 
 
 def main():
@@ -199,6 +207,10 @@ def main():
     write("verbs", "near_psn_25_bits", endpoint(psn=0x1000000) + ctl_advert(0, 0, 0, 0, 0))
     write("verbs", "near_reserved_byte", endpoint()[:39] + b"\x01" + ctl_control(0, 0))
     write("verbs", "near_ib_lid_zero", endpoint(roce=0, lid=0) + bytes(48))
+    write("verbs", "group_entry_last_of_8", endpoint() + ctl_group(40, 8, 7, 0xFFFFFFFE, 0x7f0000100000, 4096, 0x55))
+    write("verbs", "done_written", endpoint() + ctl_done(41, 3, 1000, 7))
+    write("verbs", "done_refused_no_entry", endpoint() + ctl_done(42, 0xFF, 5000, 9, written=False))
+    write("verbs", "near_group_index_is_count", endpoint() + ctl_group(1, 2, 2, 0, 0, 0, 0))
     # receive path, structured mode: any bytes make a valid stream; a few shapes
     for i, tail in enumerate((b"\x01", b"\x07\x03\x05\x00\x01\x01", b"\x40\x10\x20\x30\x01\x05\x03\x07\x02\x01")):
         write("recv", "structured_%d" % i, bytes(range(i * 7, i * 7 + 24)) + tail)

@@ -23,6 +23,7 @@
 #include "common/clock.h"
 #include "failover/link.h"
 #include "tests/fake_net.h"
+#include "tests/rdma/rdma_test_ports.h"
 #include "tests/test_nic.h"
 #include "transport/rdma/rdma_transport.h"
 #include "transport/tcp/wire.h"
@@ -31,25 +32,10 @@
 namespace railover {
 namespace {
 
-verbs::PortSel portOf(const char* dev, int port) {
-  verbs::PortSel p;
-  p.dev = dev;
-  p.port = port;
-  p.gidIndex = 1;
-  p.roce = true;
-  return p;
-}
+using rdmatest::addrOf;
+using rdmatest::portOf;
 
 constexpr const char* kIp[2] = {"10.0.0.1", "10.0.1.1"};
-
-sockaddr_storage addrOf(const char* ip, uint16_t port) {
-  sockaddr_storage s{};
-  auto* in = (sockaddr_in*)&s;
-  in->sin_family = AF_INET;
-  in->sin_port = htons(port);
-  inet_pton(AF_INET, ip, &in->sin_addr);
-  return s;
-}
 
 // NIC 0 = fake0 port 1, NIC 1 = fake1 port 1, one transport (one worker: the fake provider is
 // not thread-safe, so the test drains the worker after every call that may post to it).

@@ -21,6 +21,7 @@
 #include "../verbs/fake_verbs.h"
 #include "common/clock.h"
 #include "tests/fake_net.h"
+#include "tests/rdma/rdma_test_ports.h"
 #include "transport/rdma/rdma_transport.h"
 #include "transport/tcp/wire.h"
 #include "transport/verbs/verbs_config.h"
@@ -28,28 +29,8 @@
 namespace railover {
 namespace {
 
-verbs::PortSel portOf(const char* dev, int port) {
-  verbs::PortSel p;
-  p.dev = dev;
-  p.port = port;
-  p.gidIndex = 1;
-  p.roce = true;
-  // A RoCE v2 GID as rxe shows it: the IPv4-mapped address of the netdev (::ffff:10.<dev>.0.<port>).
-  p.gid.raw[10] = p.gid.raw[11] = 0xff;
-  p.gid.raw[12] = 10;
-  p.gid.raw[13] = static_cast<uint8_t>(dev[std::strlen(dev) - 1]);
-  p.gid.raw[15] = static_cast<uint8_t>(port);
-  return p;
-}
-
-sockaddr_storage addrOf(const char* ip, uint16_t port) {
-  sockaddr_storage s{};
-  auto* in = (sockaddr_in*)&s;
-  in->sin_family = AF_INET;
-  in->sin_port = htons(port);
-  inet_pton(AF_INET, ip, &in->sin_addr);
-  return s;
-}
+using rdmatest::addrOf;
+using rdmatest::portOf;
 
 // What the engine's receive side does, recorded; `hold` makes place() answer kHold.
 struct Sink : RecvSink {

@@ -159,6 +159,36 @@ TEST(VerbsCtlWire, GroupEntriesAndDoneRoundTripAndMalformedOnesAreNamed) {
   bad(m, "reserved bytes");
 }
 
+// A single advertisement and a control message accept only what their encoders write: a set
+// reserved byte is refused and named (every accepted message re-encodes to the same bytes).
+TEST(VerbsCtlWire, ReservedBytesOfAdvertsAndControlsAreRefused) {
+  Advert a;
+  a.seq = 5, a.tag = 9, a.addr = 0x1000, a.size = 64, a.rkey = 0x77;
+  CtlMsg c;
+  c.type = CtlType::kResume, c.seq = 3, c.arg = 1;
+  uint8_t adv[ctlwire::kBytes], ctl[ctlwire::kBytes];
+  ctlwire::encodeAdvert(a, adv);
+  ctlwire::encodeCtl(c, ctl);
+  for (int i : {1, 2, 3, 40, 47}) {
+    uint8_t m[ctlwire::kBytes];
+    std::memcpy(m, adv, sizeof m);
+    m[i] = 1;
+    ctlwire::Decoded d;
+    std::string err;
+    EXPECT_EQ(ctlwire::decode(m, &d, &err), 0) << "advert byte " << i;
+    EXPECT_NE(err.find("reserved bytes"), std::string::npos) << err;
+  }
+  for (int i : {2, 7, 24, 32, 47}) {
+    uint8_t m[ctlwire::kBytes];
+    std::memcpy(m, ctl, sizeof m);
+    m[i] = 1;
+    ctlwire::Decoded d;
+    std::string err;
+    EXPECT_EQ(ctlwire::decode(m, &d, &err), 0) << "control byte " << i;
+    EXPECT_NE(err.find("reserved bytes"), std::string::npos) << err;
+  }
+}
+
 TEST(VerbsEndpoint, PackUnpackAndMismatchedPeersAreNamed) {
   QpEndpoint e;
   e.qpn = 0x123456;

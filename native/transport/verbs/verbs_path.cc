@@ -77,7 +77,10 @@ int decode(const uint8_t in[kBytes], Decoded* d, std::string* err) {
     a.tag = get64(in + 32);
     a.count = in[0] == kGroupEntry ? in[2] : 0;
     a.index = in[0] == kGroupEntry ? in[3] : 0;
-    if (in[0] == kAdvert) return kAdvert;  // version-1 form: fields as they were always read
+    if (in[0] == kAdvert) {
+      if (in[1] || in[2] || in[3] || !zero(in + 40, 8)) return *err = what + ": reserved bytes not zero", 0;
+      return kAdvert;
+    }
     if (a.count < 1 || a.count > kMaxGroup)
       return *err = what + ": group of " + std::to_string(a.count) + " entries (1.." + std::to_string(kMaxGroup) + ")", 0;
     if (a.index >= a.count)
@@ -92,6 +95,7 @@ int decode(const uint8_t in[kBytes], Decoded* d, std::string* err) {
   if (in[0] == kControl) {
     if (in[1] < static_cast<uint8_t>(CtlType::kAck) || in[1] > static_cast<uint8_t>(CtlType::kClose))
       return *err = what + ": unknown control type " + std::to_string(in[1]), 0;
+    if (!zero(in + 2, 6) || !zero(in + 24, 24)) return *err = what + ": reserved bytes not zero", 0;
     d->ctl.type = static_cast<CtlType>(in[1]);
     d->ctl.seq = get64(in + 8);
     d->ctl.arg = get64(in + 16);
