@@ -4,8 +4,15 @@
   guest image is built from packages at first use), dpkg-deb/cpio/depmod and the native build
   (``railover-verbs-probe`` needs libibverbs-dev). Without them the test is skipped, or fails
   when ``RAILOVER_REQUIRE_RDMA=1`` (CI must not silently skip).
-* ``rdma_bed`` (module scope): one booted 2 x 2 bed per test module; torn down after the module,
-  which then fails if a QEMU process, the run directory or the state file survives.
+* One booted 2 x 2 bed shared by every RDMA test of the session (a boot costs 25-100 s under
+  TCG): booted by the first test that asks for ``rdma_bed``, shut down right after the last
+  test of this directory (the rest of the session runs without idle guests; the guests come
+  back if a later test needs them again), and that test's teardown fails if a QEMU process, the
+  run directory or the state file survives.
+* ``rdma_bed`` (each test): the shared bed after :meth:`RdmaBed.reset` (commands left running killed,
+  cables plugged back, NICs up with their boot addresses, nftables tables and fault qdiscs
+  removed, every rxe port ACTIVE with its boot GID; a crashed guest rebooted), so a fault a
+  test leaves behind cannot poison the next. What the reset had to repair is printed.
 * ``rdma_helpers``: crash retry and event-watch helpers used by the tests.
 
 Timeouts are generous: under TCG on a loaded 2-core machine everything in a guest is 10-50x
@@ -13,9 +20,12 @@ slower than native (a boot took 60-200 s with ~20 other runnable threads on the 
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
+import tempfile
+import time
 from pathlib import Path
 from typing import List, Optional
 
@@ -70,16 +80,82 @@ def qemu_pids(bed: rbed.RdmaBed) -> List[int]:
     return [q.pid for q in bed._qemu.values()]
 
 
-@pytest.fixture(scope="module")
-def rdma_bed(rdma_ok, tmp_path_factory) -> rbed.RdmaBed:
-    logs = os.environ.get("RAILOVER_RDMA_LOGS") or str(tmp_path_factory.mktemp("rdma-logs"))
-    bed = rbed.RdmaBed(rails=2, boot_timeout_s=600, logs_dir=logs, log=lambda m: print(f"[rdma bed] {m}"))
-    bed.up()
-    print(f"[rdma bed] {bed.prefix}: boot {bed.boot_s:.1f} s, image "
-          f"{'built' if bed.image and bed.image.built else 'cached'} ({bed.image.build_s if bed.image else 0:.1f} s)")
-    yield bed
-    pids = qemu_pids(bed)
-    bed.down()
-    assert_no_leftovers(bed, pids)
+#: The temporary directory and test-bed state directory outside any test: the root conftest
+#: points both into a per-test directory that is removed after the test, but the shared bed's
+#: run directory (sockets, 9p shares) and state file must outlive the test that boots it.
+_OUTSIDE_TMP = tempfile.gettempdir()
+_OUTSIDE_STATE = os.environ.get("RAILOVER_TESTBED_STATE")
 
 
+@contextlib.contextmanager
+def _outside_test_dirs():
+    saved_tmp, saved_state = tempfile.tempdir, os.environ.get("RAILOVER_TESTBED_STATE")
+    tempfile.tempdir = _OUTSIDE_TMP
+    if _OUTSIDE_STATE is None:
+        os.environ.pop("RAILOVER_TESTBED_STATE", None)
+    else:
+        os.environ["RAILOVER_TESTBED_STATE"] = _OUTSIDE_STATE
+    try:
+        yield
+    finally:
+        tempfile.tempdir = saved_tmp
+        if saved_state is None:
+            os.environ.pop("RAILOVER_TESTBED_STATE", None)
+        else:
+            os.environ["RAILOVER_TESTBED_STATE"] = saved_state
+
+
+class _Shared:
+    """The one bed the RDMA tests share (booted at first use, shut down after the last RDMA test)."""
+
+    bed: Optional[rbed.RdmaBed] = None
+
+
+def _boot_shared(tmp_path_factory) -> rbed.RdmaBed:
+    if _Shared.bed is None or not _Shared.bed.is_up:
+        logs = os.environ.get("RAILOVER_RDMA_LOGS") or str(tmp_path_factory.mktemp("rdma-logs"))
+        bed = rbed.RdmaBed(rails=2, boot_timeout_s=600, logs_dir=logs, log=lambda m: print(f"[rdma bed] {m}"))
+        with _outside_test_dirs():
+            bed.up()
+        print(f"[rdma bed] {bed.prefix}: boot {bed.boot_s:.1f} s, image "
+              f"{'built' if bed.image and bed.image.built else 'cached'} ({bed.image.build_s if bed.image else 0:.1f} s)")
+        _Shared.bed = bed
+    return _Shared.bed
+
+
+def _shut_down_shared() -> None:
+    bed, _Shared.bed = _Shared.bed, None
+    if bed is not None:
+        pids = qemu_pids(bed)
+        with _outside_test_dirs():
+            bed.down()
+            assert_no_leftovers(bed, pids)
+
+
+@pytest.fixture
+def rdma_bed(rdma_ok, tmp_path_factory, request) -> rbed.RdmaBed:
+    bed = _boot_shared(tmp_path_factory)
+    t0 = time.monotonic()
+    with _outside_test_dirs():  # a reboot of crashed guests rewrites the state file
+        fixed = bed.reset()
+    print(f"[rdma bed] reset before {request.node.name}: {time.monotonic() - t0:.1f} s"
+          + ("".join(f"\n[rdma bed]   repaired: {x}" for x in fixed) if fixed else ", nothing to repair"))
+    return bed
+
+
+def _in_this_dir(item: Optional[pytest.Item]) -> bool:
+    return item is not None and Path(str(item.path)).parent == Path(__file__).parent
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: Optional[pytest.Item]) -> None:
+    """After the last RDMA test (the next test is elsewhere, or none): shut the shared bed down
+    and fail that test's teardown if anything of it survives; the guests do not idle through
+    the rest of the session."""
+    if _Shared.bed is not None and not _in_this_dir(nextitem):
+        _shut_down_shared()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A session that stopped early (-x, Ctrl-C) still shuts the shared bed down."""
+    _shut_down_shared()

@@ -12,13 +12,18 @@ Facts asserted (the verbs-level signals a transport relies on, measured on Soft-
 * railover-perf (TCP transport: RAILOVER_TRANSPORT=tcp) all-reduce between the guests over the rail NICs, 2 ranks per guest;
 * a guest kernel panic is detected from the console, reported, and the guests come back.
 
-Each test module boots the guests once (about 10 s on an idle 2-core machine under TCG; minutes
-under heavy load), so tests clean up after themselves and use distinct TCP ports.
+* the bed's reset between tests (conftest's ``rdma_bed``) finds and repairs every fault and
+  process a test can leave behind, and a clean bed needs no repair.
+
+All RDMA test modules share one pair of guests booted once per session (about 10 s on an idle
+2-core machine under TCG; minutes under heavy load) and reset before each test; tests still
+clean up after themselves and use distinct TCP ports.
 """
 from __future__ import annotations
 
 import json
 import re
+import signal
 
 import pytest
 
@@ -301,6 +306,51 @@ def test_railover_perf_allreduce_two_ranks_per_guest_over_rails(rdma_bed, tmp_pa
         assert "eth1" in text and "eth0" not in text
 
     crash_retry(rdma_bed, body)
+
+
+def test_reset_repairs_what_a_test_leaves_behind(rdma_bed):
+    """Faults left applied (a pulled cable, an admin-down NIC, nftables and tbf rules, a changed
+    address), a command left running, a stopped one, a process that left its command's process
+    group and a leftover run directory: one reset repairs them all and says so, and a second
+    reset finds nothing to do."""
+    bed = rdma_bed
+
+    def body():
+        rf.CablePull(bed, "a0").apply()
+        rf.AdminDown(bed, "b1").apply()
+        rf.OneWay(bed, "a1").apply()
+        rf.Rate(bed, "b0", rate="8mbit").apply()
+        rf.AddrChange(bed, "a1", "10.0.1.11").apply()
+        left = bed.spawn("A", ["sleep", "600"])
+        stopped = start_watch(bed, "B", "rxe0")
+        stopped.kill(signal.SIGSTOP)
+        bed.run("A", ["bash", "-c", "mkdir -p /tmp/rperf-left; "
+                                    "setsid railover-verbs-probe events rxe1 </dev/null >/dev/null 2>&1 &"], check=True)
+        fixed = bed.reset()
+        text = "\n".join(fixed)
+        print(text)
+        for want in ("A: the cable of eth1 was pulled", "B: eth2 was administratively down",
+                     "A: removed the nftables tables", "B: eth1 had a tbf root qdisc",
+                     "A: eth2 had address(es) '10.0.1.11/24'", "A: killed a command left running: sleep 600",
+                     "B: killed a command left running: railover-verbs-probe events",
+                     "A: killed a stray railover-verbs-", "A: removed /tmp/rperf-left"):
+            assert want in text, text
+        assert left.returncode == 128 + 9 and stopped.returncode == 128 + 9
+        for h in bed.hosts:
+            assert rf.nft_tables_in(bed, h.name) == []
+            for n in h.nics:
+                st = rf.guest_link(bed, n)
+                assert st["admin_up"] and st["carrier"] and "ACTIVE" in st["port_state"], st
+                assert st["addrs"] == [n.addr] and st["gid1"] == h.gids[n.rdma_dev], st
+                _, out, _ = bed.run(h.name, ["tc", "qdisc", "show", "dev", n.ifname])
+                assert "tbf" not in out, out
+        for rail in (0, 1):
+            dst = bed.hosts[1].nics[rail].addr
+            poll_until(lambda: bed.run("A", ["ping", "-c", "1", "-W", "5", dst], timeout_s=120)[0] == 0, 120, 0.5,
+                       f"ping {dst} after the reset")
+        assert bed.reset() == []
+
+    crash_retry(bed, body)
 
 
 def test_zz_guest_panic_is_detected_and_the_bed_recovers(rdma_bed):

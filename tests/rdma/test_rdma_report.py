@@ -12,7 +12,7 @@ Asserted in guest A:
 * a cable pull (QEMU set_link off) shows the port DOWN, the NIC without an RDMA port and the
   reason naming the port; back ACTIVE after the repair.
 
-The module boots its own pair of guests (conftest's ``rdma_bed``).
+The tests share the session's pair of guests (conftest's ``rdma_bed``).
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ PLUGIN = f"/mnt/build/lib/{_paths.PLUGIN_FILE}"
 
 
 @pytest.fixture(scope="module")
-def tool(rdma_bed):
+def tool(rdma_ok):
     """railover-rdma-report of the build; :func:`report` puts it into the guests' read-only
     build share (/mnt/build/bin)."""
     try:

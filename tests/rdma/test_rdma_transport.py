@@ -10,6 +10,15 @@ Asserted here:
   rail of guest A in the middle of a timed all-reduce move every comm to the standby HCA
   (``failover`` in the journal, the path on the faulty NIC down), and after the repair the
   comms return to it (``failback``), with 0 wrong bytes;
+* the same for a one-way loss (nftables drops only what leaves A's primary NIC) and for a cable
+  pull at the far end (B's primary NIC: B sees the port error, A sees nothing);
+* a primary that flaps (4 cable pulls of 0.5 s, 1 s apart): every byte arrives, no comm switches
+  3 times within a hold-down, the repeated failures are reported as flaps with a grown
+  hold-down, and once it stops flapping the comms fail back;
+* negative controls: a congested primary (tbf at 8 Mbit/s with a 1.5 s queue on both ends,
+  well below what the rail carries under TCG: no failover, no error, no oscillation) and a
+  stopped peer (rank 1 SIGSTOPped for 12 s, past the stall watch and the probe timeout: no
+  failover, no path_down, no error);
 * both of A's cables pulled: a clean ncclSystemError naming "no usable path" within the fatal
   timeout (plus TCG's slack), never a hang;
 * ranks that disagree on the transport (one tcp, one rdma) fail with an error that names both
@@ -22,8 +31,9 @@ bounded generously.
 from __future__ import annotations
 
 import json
+import secrets
 import threading
-from typing import List
+from typing import Dict, List
 
 import pytest
 
@@ -82,16 +92,21 @@ def test_allreduce_over_the_rdma_transport_every_byte(rdma_bed, tmp_path, abi):
 
 class _Background:
     """railover-perf (timed all-reduce, RDMA transport) running in a thread while a test injects
-    faults; ``wait_armed`` polls guest A's journal until paths are up on both rails."""
+    faults; ``wait_armed`` polls guest A's journal until paths are up on both rails. With
+    ``stoppable`` the run lasts at most ``duration`` s and :meth:`result` ends it early through
+    railover-perf's stop file (rank 0 finishes the collective in flight and both ranks stop), so
+    a test runs only as long as its checks need."""
 
-    def __init__(self, bed, tmp_path, env, duration=100, timeout_s=900, expect_failure=False):
+    def __init__(self, bed, tmp_path, env, duration=100, timeout_s=900, stoppable=False):
         self.bed, self.box = bed, {}
+        self.stop_path = f"/tmp/rstop-{secrets.token_hex(3)}" if stoppable else None
+        extra = ["--stop-file", self.stop_path] if self.stop_path else []
 
         def run():
             self.box["res"] = rperf.run_perf(bed, ranks_per_host=1, timeout_s=timeout_s, workload="allreduce",
                                              minbytes="64K", maxbytes="256K", stepfactor=4, duration=duration,
                                              warmup=1, channels=1, op_timeout=240, rendezvous_timeout=300,
-                                             fetch_to=tmp_path, env=dict(RDMA_ENV, **env))
+                                             fetch_to=tmp_path, env=dict(RDMA_ENV, **env), extra_args=extra)
 
         self.t = threading.Thread(target=run, daemon=True)
         self.t.start()
@@ -105,30 +120,63 @@ class _Background:
                    timeout_s, 1.0, f"a {name} event")
 
     def result(self):
+        # guest clocks (as the journals) when the run was told to end: what follows is the close
+        self.stop_us = {h.name: self.bed.guest_now_us(h.name) for h in self.bed.hosts}
+        if self.stop_path and self.t.is_alive():
+            self.bed.run("A", ["touch", self.stop_path], timeout_s=60)
         self.t.join(1000)
+        if self.stop_path:
+            self.bed.run("A", ["rm", "-f", self.stop_path], timeout_s=60)
         res = self.box.get("res")
         assert res is not None, "railover-perf did not finish"
         return res
 
 
+def _rank_events(tmp_path, rank: int) -> List[dict]:
+    """Rank ``rank``'s journal (rank 0 runs in guest A, rank 1 in B; times on that guest's clock)."""
+    return [json.loads(l) for l in (tmp_path / f"journal-rank{rank}.jsonl").read_text().splitlines()]
+
+
 def _events(tmp_path) -> List[dict]:
-    return [json.loads(l) for r in range(2) for l in (tmp_path / f"journal-rank{r}.jsonl").read_text().splitlines()]
+    return _rank_events(tmp_path, 0) + _rank_events(tmp_path, 1)
 
 
-@pytest.mark.parametrize("kind", ["cable_pull", "silent"])
+def _named(evs: List[dict], name: str) -> List[dict]:
+    return [e for e in evs if e.get("event") == name]
+
+
+def _hold_guest_time(bed, host: str, seconds: float) -> None:
+    """Keep a fault in place for ``seconds`` of the guest's clock (the fault's duration, not a
+    synchronisation); polls the guest clock."""
+    t0 = bed.guest_now_us(host)
+    poll_until(lambda: bed.guest_now_us(host) - t0 >= seconds * 1e6, seconds * 20 + 120, 0.5,
+               f"{seconds} s of guest time in {host}")
+
+
+#: fault kind -> (fault class, NIC): everything on the primary rail (rail 0, eth1 in both guests)
+FAULTS = {"cable_pull": (rf.CablePull, "a0"), "silent": (rf.Silent, "a0"), "one_way": (rf.OneWay, "a0"),
+          "receiver_cable_pull": (rf.CablePull, "b0")}
+
+
+@pytest.mark.parametrize("kind", list(FAULTS))
 def test_a_fault_on_the_primary_fails_over_to_the_standby_hca_and_back(rdma_bed, tmp_path, kind):
     """cable_pull: guest A's eth1 loses carrier (rxe0 port error at once); silent: nftables drops
     everything on it in guest A (no carrier or port event: only probes and the progress watch
-    can tell)."""
+    can tell); one_way: nftables drops only what leaves A's eth1 (B's packets still arrive);
+    receiver_cable_pull: B's eth1 loses carrier while A sends to it (B gets the port error, A
+    only silence: its RC retries and probes go unanswered)."""
     bed = rdma_bed
+    cls, nic = FAULTS[kind]
 
     def body():
-        run = _Background(bed, tmp_path, {"RAILOVER_HOLD_DOWN_MS": "1000"})
+        run = _Background(bed, tmp_path, {"RAILOVER_HOLD_DOWN_MS": "1000"}, duration=600, stoppable=True)
         try:
             run.wait_armed()
-            fault = (rf.CablePull if kind == "cable_pull" else rf.Silent)(bed, "a0").apply()
+            fault = cls(bed, nic).apply()
             try:
                 run.wait_event("failover", 120)
+                if isinstance(fault, rf.OneWay):
+                    assert fault.counter() > 0, "the one-way drop rule dropped nothing"
             finally:
                 fault.undo()
             run.wait_event("failback", 240)
@@ -137,10 +185,159 @@ def test_a_fault_on_the_primary_fails_over_to_the_standby_hca_and_back(rdma_bed,
         assert res.ok, res.describe()
         assert res.wrong_total == 0
         evs = _events(tmp_path)
-        downs = [e for e in evs if e.get("event") == "path_down"]
+        downs = _named(evs, "path_down")
         assert any(e["nic"] == "eth1" for e in downs), downs
-        assert any(e.get("event") == "failover" for e in evs) and any(e.get("event") == "failback" for e in evs)
-        assert not any(e.get("event") == "fatal" for e in evs), [e for e in evs if e.get("event") == "fatal"]
+        assert _named(evs, "failover") and _named(evs, "failback")
+        assert not _named(evs, "fatal"), _named(evs, "fatal")
+        a_nic_down, b_nic_down = (_named(_rank_events(tmp_path, r), "nic_down") for r in (0, 1))
+        if kind == "receiver_cable_pull":
+            # the far end's NIC went down (port error / carrier in B); A's own NIC never did
+            assert any(e["nic"] == "eth1" for e in b_nic_down), b_nic_down
+            assert a_nic_down == [], a_nic_down
+        elif kind in ("silent", "one_way"):
+            assert a_nic_down == [] and b_nic_down == [], "a black hole has no carrier or port event"
+
+    crash_retry(bed, body)
+
+
+def test_a_flapping_primary_limits_switches_and_fails_back_once_stable(rdma_bed, tmp_path):
+    """Guest A's primary cable is pulled 4 times for 0.5 s, 1 s apart (hold-down 1 s): every
+    byte arrives, no comm switches 3 times within one hold-down (the flap budget), the repeated
+    failures are reported as flaps that grow the hold-down, and after the last repair traffic
+    returns to the primary (failback)."""
+    bed = rdma_bed
+
+    def body():
+        run = _Background(bed, tmp_path, {"RAILOVER_HOLD_DOWN_MS": "1000"}, duration=600, stoppable=True)
+        try:
+            run.wait_armed()
+            fl = rf.Flap(bed, "a0", count=4, down_ms=500, up_ms=1000)
+            try:
+                fl.apply()
+            finally:
+                fl.undo()  # only acts when the apply was interrupted
+            last_up = fl.cycles[-1][1]  # guest A's clock, as rank 0's journal
+            poll_until(lambda: any(e.get("event") == "failback" and e["t_us"] > last_up for e in _journal(bed, "A")),
+                       240, 1.0, "a failback in A after the last repair")
+        finally:
+            res = run.result()
+        assert res.ok, res.describe()
+        assert res.wrong_total == 0
+        print("flap cycles (A clock, ms after the first pull): "
+              + ", ".join(f"{(d - fl.cycles[0][0]) / 1e3:.0f}-{(u - fl.cycles[0][0]) / 1e3:.0f}" for d, u in fl.cycles))
+        assert len(fl.cycles) == 4
+        flaps = []
+        for rank in (0, 1):
+            evs = _rank_events(tmp_path, rank)
+            assert not _named(evs, "fatal"), _named(evs, "fatal")
+            switches: Dict[str, List[int]] = {}
+            for e in _named(evs, "failover") + _named(evs, "failback"):
+                switches.setdefault(e["comm"], []).append(e["t_us"])
+            for comm, ts in switches.items():
+                ts.sort()
+                print(f"rank {rank} comm {comm}: switches at {[(t - ts[0]) // 1000 for t in ts]} ms")
+                for i in range(len(ts) - 2):
+                    assert ts[i + 2] - ts[i] > 1_000_000, f"rank {rank}: 3 switches within 1 s for comm {comm}: {ts}"
+            flaps += _named(evs, "flap")
+        evs = _events(tmp_path)
+        assert _named(evs, "failover"), "the pulls never moved traffic"
+        assert flaps, "the repeated failures are reported as flaps"
+        assert max(int(e["hold_down_ms"]) for e in flaps) > 1000, flaps
+
+    crash_retry(bed, body)
+
+
+def test_a_congested_primary_is_not_a_failure(rdma_bed, tmp_path):
+    """Negative control: both ends of the primary rail shaped to 8 Mbit/s with a queue of up to
+    1.5 s (tbf), well below what the rail carries here, for 20 s while the all-reduce runs.
+    Probes wait behind data in that queue and messages complete slowly, but data keeps moving:
+    no failover, no error (as the TCP suite's rate-limit control) and no oscillation (at most
+    one recovery per comm). The shaper's counters prove the rail was congested (packets held
+    back) and that the traffic stayed on it."""
+    bed = rdma_bed
+
+    def body():
+        run = _Background(bed, tmp_path, {}, duration=600, stoppable=True)
+        rates = [rf.Rate(bed, n, rate="8mbit", burst=32768, latency_ms=1500) for n in ("a0", "b0")]
+        try:
+            run.wait_armed()
+            before = {}
+            try:
+                for f in rates:
+                    f.apply()
+                    before[f.nic.name] = f.stats()
+                _hold_guest_time(bed, "A", 20)
+                after = {f.nic.name: f.stats() for f in rates}
+            finally:
+                for f in rates:
+                    f.undo()
+        finally:
+            res = run.result()
+        for name in before:
+            b, a = before[name], after[name]
+            print(f"tbf on {name}: sent {(a['sent_bytes'] - b['sent_bytes']) / 1e6:.2f} MB, overlimits "
+                  f"{a['overlimits'] - b['overlimits']}, dropped {a['dropped'] - b['dropped']}")
+        a0b, a0a = before["a0"], after["a0"]
+        assert a0a["overlimits"] > a0b["overlimits"], "the shaper never held a packet back: no congestion"
+        assert a0a["sent_bytes"] - a0b["sent_bytes"] > 2_000_000, "the traffic left the congested primary"
+        assert res.ok, res.describe()
+        assert res.wrong_total == 0
+        moves = []
+        for rank in (0, 1):
+            evs = _rank_events(tmp_path, rank)
+            for e in evs:
+                if e.get("event") in ("path_down", "failover", "failback", "recover", "flap", "fatal"):
+                    moves.append(e)
+                    print(f"rank {rank}: {e['event']} {e.get('dir', '')} {e.get('nic') or e.get('to_nic')} "
+                          f"comm {e.get('comm')} t {e['t_us']} {e.get('cause', '')}")
+            # as the TCP suite's rate-limit control: no failover, no error
+            assert not _named(evs, "failover"), _named(evs, "failover")
+            assert not _named(evs, "fatal"), _named(evs, "fatal")
+            # and no oscillation: at most one path move back and forth per comm
+            per_comm: Dict[str, int] = {}
+            for e in evs:
+                if e.get("event") in ("failback", "recover"):
+                    per_comm[e["comm"]] = per_comm.get(e["comm"], 0) + 1
+            assert all(n <= 1 for n in per_comm.values()), per_comm
+
+    crash_retry(bed, body)
+
+
+def test_a_stopped_peer_is_not_a_nic_failure(rdma_bed, tmp_path):
+    """Negative control: rank 1 (guest B) SIGSTOPped for 12 s of B's clock, longer than the stall
+    watch (5 s) and the probe timeout (10 s) of the TCG timers, then SIGCONTinued. B's kernel
+    and HCA keep running, only the process is frozen: no failover, no path_down, no error, and
+    the collective in flight completes with every byte."""
+    bed = rdma_bed
+
+    def body():
+        run = _Background(bed, tmp_path, {}, duration=600, stoppable=True)
+        try:
+            run.wait_armed()
+            st = rf.Stop(bed, "B", "railover-perf").apply()
+            try:
+                assert len(st.pids) == 1, st.pids
+                assert set(st.states().values()) == {"T"}, st.states()
+                _hold_guest_time(bed, "B", 12)
+                assert set(st.states().values()) == {"T"}, "rank 1 was not stopped all along"
+            finally:
+                st.undo()
+            assert "T" not in st.states().values(), st.states()
+        finally:
+            res = run.result()
+        assert res.ok, res.describe()
+        assert res.wrong_total == 0
+        for r in res.ranks:
+            assert r.json["exit_code"] == 0 and r.json["errors"] == [], r.json
+        evs = _events(tmp_path)
+        print("while stopped:", [(e["event"], e.get("nic"), e.get("cause")) for e in evs
+                                 if e.get("event") in ("pair_down", "pair_up", "peer_silence", "health_late")][:12])
+        assert not _named(evs, "failover"), _named(evs, "failover")
+        assert not _named(evs, "fatal"), _named(evs, "fatal")
+        # path_down before the run was told to end (the close that follows is another test's topic)
+        downs = [e for r, host in ((0, "A"), (1, "B")) for e in _named(_rank_events(tmp_path, r), "path_down")
+                 if e["t_us"] < run.stop_us[host]]
+        assert not downs, downs
 
     crash_retry(bed, body)
 

@@ -17,7 +17,7 @@ Asserted here, on the RDMA test bed (two QEMU guests, rxe on every rail NIC):
 * sender and receiver with NCCL_IB_HCA='=<dev>:1' and NCCL_IB_GID_INDEX=<the RoCE v2 index>
   connect on that GID and move 24 messages with every byte checked.
 
-The module boots its own pair of guests (conftest's ``rdma_bed``).
+The tests share the session's pair of guests (conftest's ``rdma_bed``, reset before each test).
 """
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ Asserted here, on the RDMA test bed (two QEMU guests, rxe on every rail NIC):
   buffers (compared byte by byte against a snapshot taken at the fence); without the fence
   (negative control) the same late writes do land.
 
-The module boots its own pair of guests (conftest's ``rdma_bed``); tests use distinct TCP ports.
+The tests share the session's pair of guests (conftest's ``rdma_bed``, reset before each test); tests use distinct TCP ports.
 """
 from __future__ import annotations
 

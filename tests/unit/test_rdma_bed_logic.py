@@ -106,3 +106,50 @@ def test_leftovers_of_a_killed_owner_are_listed_and_removed(tmp_path, monkeypatc
         if victim.poll() is None:
             victim.kill()
             victim.wait()
+
+
+def test_reset_scripts_are_valid_bash_and_cover_every_nic():
+    bed = rbed.RdmaBed(rails=2, base=3)
+    h = bed.hosts[1]
+    h.gids = {"rxe0": "0000:0000:0000:0000:0000:ffff:0a03:0002"}
+    script = rbed.reset_script(h)
+    wait = rbed.reset_wait_script(h, 120)
+    for text in (script, wait):
+        r = subprocess.run(["bash", "-n"], input=text, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+    for line in ("ro_nic eth0 10.3.200.2/24", "ro_nic eth1 10.3.0.2/24 rxe0", "ro_nic eth2 10.3.1.2/24 rxe1"):
+        assert line in script.splitlines()
+    assert " railover-perf " in script and " railover-verbs- " in script  # comm: 15 characters
+    assert "rxe0:gid" in wait and "rxe1:gid" not in wait  # only a GID known from boot is checked
+
+
+def test_parse_reset_output():
+    out = ("FIXED killed a stray railover-perf (pid 77)\n"
+           "FIXED eth1 had a tbf root qdisc: removed\n"
+           "NIC eth0 1 - -\n"
+           "NIC eth1 0 DOWN 0000:0000:0000:0000:0000:ffff:0a00:0001\n"
+           "NIC eth2 x ACTIVE 0000:0000:0000:0000:0000:ffff:0a00:0101\n"
+           "unrelated line\n")
+    fixed, nics = rbed.parse_reset_output(out)
+    assert fixed == ["killed a stray railover-perf (pid 77)", "eth1 had a tbf root qdisc: removed"]
+    assert nics == {"eth0": ("1", "-", "-"), "eth1": ("0", "DOWN", "0000:0000:0000:0000:0000:ffff:0a00:0001"),
+                    "eth2": ("x", "ACTIVE", "0000:0000:0000:0000:0000:ffff:0a00:0101")}
+    assert rbed.parse_reset_output("") == ([], {})
+
+
+def test_tc_stats_parser():
+    from railover.testbed.rdma import faults as rf
+    out = ("qdisc tbf 8001: root refcnt 2 rate 8Mbit burst 32Kb lat 1.5s \n"
+           " Sent 2345678 bytes 1789 pkt (dropped 4, overlimits 311 requeues 0) \n"
+           " backlog 45420b 30p requeues 0\n")
+    assert rf.parse_tc_stats(out) == {"sent_bytes": 2345678, "sent_packets": 1789, "dropped": 4, "overlimits": 311,
+                                      "requeues": 0, "backlog_packets": 30}
+    assert rf.parse_tc_stats("qdisc fq_codel 0: root refcnt 2\n") is None
+
+
+def test_stop_fault_checks_the_process_name():
+    from railover.testbed.rdma import faults as rf
+    bed = rbed.RdmaBed()
+    with pytest.raises(ValueError, match="bad process name"):
+        rf.Stop(bed, "B", "perf; reboot")
+    assert repr(rf.Stop(bed, "B")) == "<STOP railover-perf in B inactive>"

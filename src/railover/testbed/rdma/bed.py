@@ -56,7 +56,8 @@ from railover.testbed.rdma.guest import CTL_PORT_NAME, NOW_SNIPPET
 
 __all__ = ["RdmaBedError", "GuestCrash", "RdmaNic", "RdmaHost", "GuestProc", "RdmaBed",
            "RdmaBedInfo", "list_rdma_beds", "cleanup_rdma_leftovers", "choose_accel",
-           "VERBS_PROBE_FILE", "VERBS_XFER_FILE"]
+           "VERBS_PROBE_FILE", "VERBS_XFER_FILE", "GUEST_TOOLS", "DEFAULT_QDISCS", "reset_script",
+           "reset_wait_script", "parse_reset_output"]
 
 VERBS_PROBE_FILE = "railover-verbs-probe"
 #: the verbs transport's test tool (native/tools/verbs/verbs_xfer.cc), staged like the probe
@@ -181,6 +182,7 @@ class _Ctl:
         self.ready: Optional[List[str]] = None
         self.done: Dict[str, int] = {}
         self.pids: Dict[str, int] = {}
+        self.started: Dict[str, List[str]] = {}  # command id -> argv, for every RUN sent
         self.now: Dict[str, int] = {}
         self.errors: List[str] = []
         self.closed = False
@@ -252,6 +254,105 @@ class _Ctl:
             self.sock.close()
         if self._thread is not None:
             self._thread.join(5)
+
+
+#: Root qdiscs a guest kernel sets up by itself; any other root qdisc on a NIC (tbf of a rate
+#: fault, netem...) was left by a fault and :meth:`RdmaBed.reset` removes it.
+DEFAULT_QDISCS: Tuple[str, ...] = ("pfifo_fast", "fq_codel", "noqueue", "mq", "pfifo", "fq")
+#: Programs tests start in the guests; :meth:`RdmaBed.reset` kills any still running there
+#: (matched on the kernel's comm: the first 15 characters of the name).
+GUEST_TOOLS: Tuple[str, ...] = ("railover-perf", VERBS_PROBE_FILE, VERBS_XFER_FILE, "railover-rdma-report",
+                                "ib_write_bw", "ib_read_bw", "ib_send_bw", "ibv_rc_pingpong", "ibv_ud_pingpong")
+
+
+def _host_nics(h: "RdmaHost") -> List[Tuple[str, str, str]]:
+    """``(ifname, cidr, rdma device or "")`` of every NIC of ``h``, management (eth0) first."""
+    return [("eth0", f"{h.mgmt_addr}/24", "")] + [(n.ifname, n.cidr, n.rdma_dev) for n in h.nics]
+
+
+def reset_script(h: "RdmaHost") -> str:
+    """The in-guest half of :meth:`RdmaBed.reset` for host ``h`` (bash, run once per reset):
+    kills stray :data:`GUEST_TOOLS` processes, sets every NIC administratively up with exactly
+    its boot address, removes non-default root qdiscs, ingress/clsact qdiscs, every nftables
+    table and leftover ``/tmp/rperf-*`` run directories. Prints one ``FIXED <what>`` line per
+    repair, then ``NIC <ifname> <carrier> <port state> <gid1>`` per NIC, read *before* any
+    repair (carrier ``1``/``0``, ``x`` when unreadable as on an admin-down NIC; port state and
+    GID ``-`` for the management NIC)."""
+    tools = " ".join(sorted({t[:15] for t in GUEST_TOOLS}))
+    defaults = "|".join(DEFAULT_QDISCS)
+    out = [
+        "shopt -s nullglob",
+        "for p in /proc/[0-9]*; do",
+        "  read -r c <\"$p/comm\" 2>/dev/null || continue",
+        f"  case \" {tools} \" in *\" $c \"*) kill -9 \"${{p#/proc/}}\" 2>/dev/null && "
+        "echo \"FIXED killed a stray $c (pid ${p#/proc/})\";; esac",
+        "done",
+        "ro_nic() {  # ifname cidr rdma-device",
+        "  local i=$1 want=$2 d=$3 c=x fl have= kind line ps=- g=- nic_line out",
+        "  read -r c <\"/sys/class/net/$i/carrier\" 2>/dev/null || c=x",
+        "  if [[ -n $d ]]; then read -r _ ps <\"/sys/class/infiniband/$d/ports/1/state\"; "
+        "read -r g <\"/sys/class/infiniband/$d/ports/1/gids/1\"; fi",
+        "  nic_line=\"NIC $i $c $ps $g\"",
+        "  read -r fl <\"/sys/class/net/$i/flags\"",
+        "  if (( (fl & 1) == 0 )); then ip link set dev \"$i\" up && echo \"FIXED $i was administratively down: set up\"; fi",
+        # (no process substitution: the guest has no /dev/fd)
+        "  out=$(ip -4 -o addr show dev \"$i\")",
+        "  while read -r _ _ _ a _; do [[ -n $a ]] && have+=\"${have:+ }$a\"; done <<<\"$out\"",
+        "  if [[ $have != \"$want\" ]]; then ip addr flush dev \"$i\"; ip addr add \"$want\" dev \"$i\" && "
+        "echo \"FIXED $i had address(es) '${have:-none}': set $want\"; fi",
+        "  while read -r line; do",
+        "    [[ -n $line ]] || continue",
+        "    set -- $line; kind=$2",
+        "    case \"$kind\" in",
+        "      ingress|clsact) tc qdisc del dev \"$i\" \"$kind\" && echo \"FIXED $i had an $kind qdisc: removed\";;",
+        f"      {defaults}) ;;",
+        "      *) [[ \" $line \" == *\" root \"* ]] && tc qdisc del dev \"$i\" root && "
+        "echo \"FIXED $i had a $kind root qdisc: removed\";;",
+        "    esac",
+        "  done <<<\"$(tc qdisc show dev \"$i\")\"",
+        "  echo \"$nic_line\"",
+        "}",
+        "t=$(nft list tables) || { echo 'nft list tables failed' >&2; exit 3; }",
+        "if [[ -n $t ]]; then nft flush ruleset && echo \"FIXED removed the nftables tables: ${t//$'\\n'/, }\"; fi",
+    ]
+    out += [f"ro_nic {i} {cidr} {d}".rstrip() for i, cidr, d in _host_nics(h)]
+    out += ["left=(/tmp/rperf-*)",
+            "if (( ${#left[@]} )); then rm -rf \"${left[@]}\" && echo \"FIXED removed ${left[*]}\"; fi"]
+    return "\n".join(out) + "\n"
+
+
+def reset_wait_script(h: "RdmaHost", timeout_s: float) -> str:
+    """Bash that waits (bounded by ``timeout_s`` of guest uptime, polling every 100 ms) until
+    every NIC of ``h`` has carrier and every rail's rxe port is ACTIVE with the GID it had at
+    boot (``h.gids``); exits 1 printing each NIC's state when the time is up."""
+    checks = []
+    for i, _, d in _host_nics(h):
+        checks.append(f"read -r c </sys/class/net/{i}/carrier 2>/dev/null || c=x; [[ $c == 1 ]] || bad+=\" {i}:carrier=$c\"")
+        if d:
+            checks.append(f"read -r _ ps </sys/class/infiniband/{d}/ports/1/state; read -r g </sys/class/infiniband/{d}/ports/1/gids/1; "
+                          f"[[ $ps == ACTIVE ]] || bad+=\" {d}:$ps\"")
+            want = h.gids.get(d)
+            if want:
+                checks.append(f"[[ $g == {want} ]] || bad+=\" {d}:gid=$g\"")
+    body = "\n    ".join(checks)
+    return (f"exec 9<>/run/ro/pause\nread -r u _ </proc/uptime; deadline=$(( ${{u%.*}} + {int(timeout_s) + 1} ))\n"
+            f"while :; do\n    bad=\n    {body}\n    [[ -z $bad ]] && exit 0\n"
+            "    read -r u _ </proc/uptime; (( ${u%.*} < deadline )) || { echo \"not back:$bad\"; exit 1; }\n"
+            "    read -r -t 0.1 -u 9 || true\ndone\n")
+
+
+def parse_reset_output(out: str) -> Tuple[List[str], Dict[str, Tuple[str, str, str]]]:
+    """``(repairs, nics)`` from :func:`reset_script`'s output: the ``FIXED`` lines' texts, and
+    ifname -> ``(carrier, port state, gid1)`` as read before the repairs."""
+    fixed, nics = [], {}
+    for line in out.splitlines():
+        if line.startswith("FIXED"):
+            fixed.append(line.split(" ", 1)[1] if " " in line else line)
+        elif line.startswith("NIC "):
+            parts = line.split()
+            if len(parts) == 5:
+                nics[parts[1]] = (parts[2], parts[3], parts[4])
+    return fixed, nics
 
 
 def _free_udp_ports(n: int) -> List[int]:
@@ -666,6 +767,91 @@ class RdmaBed:
             self.down()
             raise
 
+    def reset(self, timeout_s: float = 300.0) -> List[str]:
+        """Bring the booted bed back to the state tests start from, without a reboot (a few
+        seconds under TCG), so tests can share one bed: commands still running in the guests
+        are killed (their process groups, SIGKILL; stray :data:`GUEST_TOOLS` by name), every
+        cable is plugged back (QEMU ``set_link on``), every NIC is administratively up with its
+        boot address, non-default qdiscs and every nftables table are removed, leftover
+        ``/tmp/rperf-*`` directories deleted, and it waits until every NIC has carrier and every
+        rxe port is ACTIVE with its boot GID. A guest that crashed or stopped answering gets
+        both guests rebooted (:meth:`restart`). Returns one line per repair (``[]`` when the
+        bed was clean). Raises :class:`RdmaBedError` when a NIC is not back within
+        ``timeout_s`` s (or the reboot fails)."""
+        if not self._is_up:
+            raise RdmaBedError(f"RDMA bed {self.prefix} is not up")
+        try:
+            for h in self.hosts:
+                self._check_guest(h.name)
+                self.guest_now_us(h.name, timeout_s=60)
+        except (GuestCrash, TimeoutError) as e:
+            self.restart()
+            return [f"rebooted the guests: {str(e).splitlines()[0]}"]
+        fixed: List[str] = []
+        try:
+            fixed += self._kill_running(timeout_s)
+            outs = self._sh_each({h.name: reset_script(h) for h in self.hosts}, timeout_s)
+            waits = {}
+            for h in self.hosts:
+                rc, out, err = outs[h.name]
+                repairs, nics = parse_reset_output(out)
+                fixed += [f"{h.name}: {x}" for x in repairs]
+                if rc != 0 or len(nics) != len(h.nics) + 1:
+                    raise RdmaBedError(f"reset of guest {h.name} failed (exit {rc}): {err.strip()[-500:]}")
+                back = True
+                for k, (ifname, _, dev) in enumerate(_host_nics(h)):
+                    carrier, ps, gid = nics[ifname]
+                    if carrier != "1":
+                        self.hmp(h, f"set_link nic{k} on")
+                        if carrier == "0":
+                            fixed.append(f"{h.name}: the cable of {ifname} was pulled: plugged back in")
+                        back = False
+                    if dev and (ps != "ACTIVE" or gid != h.gids.get(dev, gid)):
+                        back = False
+                if not back:
+                    waits[h.name] = reset_wait_script(h, timeout_s)
+            if waits:
+                for name, (rc, out, err) in self._sh_each(waits, timeout_s + 60).items():
+                    if rc != 0:
+                        raise RdmaBedError(f"reset of guest {name}: {out.strip()} {err.strip()[-300:]}".strip())
+        except GuestCrash as e:
+            self.restart()
+            fixed.append(f"rebooted the guests: {str(e).splitlines()[0]}")
+        return fixed
+
+    def _kill_running(self, timeout_s: float) -> List[str]:
+        """SIGKILL the process group of every command still running in the guests; waits for
+        their ends. Returns one line per command killed."""
+        lines, waits = [], []
+        for h in self.hosts:
+            ctl = self._ctl[h.name]
+            with ctl.cv:
+                running = [(cid, argv) for cid, argv in ctl.started.items() if cid not in ctl.done]
+            for cid, argv in running:
+                ctl.send(f"KILL {cid} {int(signal.SIGKILL)}")
+                waits.append((h.name, cid, argv))
+                lines.append(f"{h.name}: killed a command left running: {' '.join(argv[:4])}")
+        for host, cid, argv in waits:
+            try:
+                self._wait_done(host, cid, min(timeout_s, 60.0), " ".join(argv[:3]))
+            except TimeoutError:  # started after the KILL was read (its pid file was not there yet)
+                self._ctl[host].send(f"KILL {cid} {int(signal.SIGKILL)}")
+                self._wait_done(host, cid, timeout_s, " ".join(argv[:3]))
+        return lines
+
+    def _sh_each(self, scripts: Mapping[str, str], timeout_s: float) -> Dict[str, Tuple[int, str, str]]:
+        """Run a bash script per host at the same time; ``{host: (rc, stdout, stderr)}``."""
+        procs = {host: self.spawn(host, ["bash", "-c", NOW_SNIPPET + s]) for host, s in scripts.items()}
+        res = {}
+        for host, p in procs.items():
+            try:
+                rc = p.wait(timeout_s)
+            except TimeoutError:
+                p.kill(signal.SIGKILL)
+                raise
+            res[host] = (rc, p.stdout(), p.stderr())
+        return res
+
     def _write_state(self) -> None:
         st = {"prefix": self.prefix, "pid": os.getpid(), "pid_start": _nb._proc_starttime(os.getpid()),
               "run_dir": str(self.run_dir), "kernel": self.image.kernel_version if self.image else "",
@@ -754,7 +940,10 @@ class RdmaBed:
         lines.append(f"exec {' '.join(shlex.quote(a) for a in argv)} <{stdin} "
                      f">/mnt/io/out/{cid}.out 2>/mnt/io/out/{cid}.err")
         (io / "cmd" / f"{cid}.sh").write_text("\n".join(lines) + "\n")
-        self._ctl[h.name].send(f"RUN {cid}")
+        ctl = self._ctl[h.name]
+        with ctl.cv:
+            ctl.started[cid] = list(argv)
+        ctl.send(f"RUN {cid}")
         return GuestProc(self, h.name, cid, argv)
 
     def sh(self, host: Union[str, RdmaHost], script: str, timeout_s: float = 120.0,

@@ -23,6 +23,7 @@ Faults:
 * :class:`Flap`: ``count`` cable pulls of ``down_ms`` each, ``up_ms`` apart (apply returns
   when the last one was undone; ``cycles`` holds each cycle's guest-clock stamps).
 * :class:`AddrChange`: the NIC's IPv4 address is replaced (the RoCE v2 GID follows it).
+* :class:`Stop`: SIGSTOP the processes of one name in a guest (a stopped rank); undo SIGCONT.
 
 Errors: apply() raises :class:`FaultError` naming the command, the guest and its stderr.
 """
@@ -31,14 +32,14 @@ from __future__ import annotations
 import re
 import secrets
 import time
-from typing import List, Optional, Tuple, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 from railover.testbed.faults import Fault, FaultError
 from railover.testbed.netns import now_us
 from railover.testbed.rdma.bed import RdmaBed, RdmaNic
 
 __all__ = ["FaultError", "GuestFault", "CablePull", "AdminDown", "Silent", "OneWay", "Rate", "Flap",
-           "AddrChange", "guest_link", "nft_tables_in"]
+           "AddrChange", "Stop", "guest_link", "nft_tables_in", "parse_tc_stats"]
 
 
 class GuestFault(Fault):
@@ -188,6 +189,7 @@ class Rate(GuestFault):
         if not re.fullmatch(r"\d+(\.\d+)?([kmg]?bit|[kmg]?bps)", rate):
             raise ValueError(f"bad rate {rate!r} (e.g. 10mbit, 500kbit)")
         self.rate, self.burst, self.latency_ms = rate, int(burst), int(latency_ms)
+        self._last_stats: Dict[str, int] = {}
 
     def _target(self) -> str:
         return f"{self.nic.name} {self.rate}"
@@ -196,7 +198,28 @@ class Rate(GuestFault):
         self._stamp = self._sh(f"tc qdisc add dev {self.nic.ifname} root tbf rate {self.rate} burst {self.burst} "
                                f"latency {self.latency_ms}ms", "tc qdisc add tbf")
 
+    def stats(self) -> Dict[str, int]:
+        """The tbf qdisc's counters now (:func:`parse_tc_stats`: ``sent_bytes``, ``sent_packets``,
+        ``dropped``, ``overlimits`` (packets the shaper held back: the queue was used),
+        ``backlog_packets``); after undo, those read just before it. Raises FaultError."""
+        if not self.active:
+            return dict(self._last_stats)
+        rc, out, err = self.bed.run(self.guest, ["tc", "-s", "qdisc", "show", "dev", self.nic.ifname, "root"],
+                                    timeout_s=60)
+        st = parse_tc_stats(out) if rc == 0 else None
+        if st is None:
+            raise FaultError(f"tc -s qdisc show dev {self.nic.ifname} in {self.guest} (exit {rc}): {(out + err).strip()}")
+        return st
+
+    def counter(self) -> int:
+        """Packets the tbf qdisc dropped (its queue overflowed past ``latency_ms``)."""
+        return self.stats()["dropped"]
+
     def _undo(self) -> None:
+        try:
+            self._last_stats = self.stats()
+        except FaultError:
+            pass
         self._stamp = self._sh(f"tc qdisc del dev {self.nic.ifname} root", "tc qdisc del")
 
 
@@ -258,6 +281,65 @@ class Flap(GuestFault):
     def _undo(self) -> None:
         self._pull.undo()
         self._stamp = self.cycles[-1][1] if self.cycles else None
+
+
+class Stop(GuestFault):
+    """STOP: SIGSTOP every process named ``name`` (``railover-perf``: the ranks) in guest
+    ``host``; the kernel and its HCA keep running, so RC acknowledgements still flow but the
+    process answers nothing. Undo sends SIGCONT to the same pids. ``pids`` lists them; apply()
+    raises FaultError when no such process runs."""
+
+    code = "STOP"
+
+    def __init__(self, bed: RdmaBed, host: str, name: str = "railover-perf"):
+        Fault.__init__(self)
+        if not re.fullmatch(r"[A-Za-z0-9_.+-]{1,64}", name):
+            raise ValueError(f"bad process name {name!r}")
+        self.bed, self.guest, self.name = bed, bed.host(host).name, name
+        self.nic = None  # type: ignore[assignment]
+        self.stamp_error_us = 0
+        self._stamp: Optional[int] = None
+        self.pids: List[int] = []
+
+    def _target(self) -> str:
+        return f"{self.name} in {self.guest}"
+
+    def _apply(self) -> None:
+        comm = self.name[:15]  # the kernel's comm holds the first 15 characters
+        script = (f"pids=; for p in /proc/[0-9]*; do read -r c <$p/comm 2>/dev/null || continue; "
+                  f"if [[ $c == {comm} ]]; then pids+=\" ${{p#/proc/}}\"; fi; done\n"
+                  f"[[ -n $pids ]] || {{ echo 'no process named {self.name}' >&2; exit 1; }}\n"
+                  f"kill -STOP $pids\necho \"RO_PIDS$pids\"")
+        rc, out, err = self.bed.sh(self.guest, f"set -e\n{script}\nro_now; echo \"RO_STAMP $RO_NOW\"\n", timeout_s=120)
+        m, p = re.search(r"RO_STAMP (\d+)", out), re.search(r"RO_PIDS ([\d ]+)", out)
+        if rc != 0 or not m or not p:
+            raise FaultError(f"SIGSTOP {self.name} in guest {self.guest} failed (exit {rc}): {err.strip()[-500:]}")
+        self.pids = [int(x) for x in p.group(1).split()]
+        self._stamp = int(m.group(1)) // 1000
+
+    def states(self) -> Dict[int, str]:
+        """pid -> its state letter now (``T`` stopped, ``S``/``R`` running; pids gone are left out)."""
+        script = "".join(f"read -r a b c _ </proc/{p}/stat 2>/dev/null && echo \"{p} $c\"; " for p in self.pids)
+        rc, out, _ = self.bed.sh(self.guest, script + "true", timeout_s=60)
+        return {int(a): b for a, b in (ln.split() for ln in out.splitlines() if len(ln.split()) == 2)}
+
+    def _undo(self) -> None:
+        # a pid that ended meanwhile is no error (the kill of that pid fails, the others go on)
+        self._stamp = self._sh("kill -CONT " + " ".join(map(str, self.pids)) + " 2>/dev/null || true", "SIGCONT")
+
+
+def parse_tc_stats(out: str) -> Optional[Dict[str, int]]:
+    """Counters of the first qdisc in ``tc -s qdisc show`` output: ``sent_bytes``,
+    ``sent_packets``, ``dropped``, ``overlimits``, ``requeues``, ``backlog_packets``; None when
+    the text has no statistics line."""
+    m = re.search(r"Sent (\d+) bytes (\d+) pkt \(dropped (\d+), overlimits (\d+) requeues (\d+)\)", out)
+    if not m:
+        return None
+    b = re.search(r"backlog \S+ (\d+)p", out)
+    keys = ("sent_bytes", "sent_packets", "dropped", "overlimits", "requeues")
+    st = {k: int(v) for k, v in zip(keys, m.groups())}
+    st["backlog_packets"] = int(b.group(1)) if b else 0
+    return st
 
 
 def _hold(ms: int) -> None:
