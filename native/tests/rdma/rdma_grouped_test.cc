@@ -69,13 +69,7 @@ class RdmaGroupedTest : public ::testing::Test {
     t->worker().drain();
   }
 
-  void* reg(std::vector<uint8_t>& b) {
-    std::string err;
-    void* m = t->regMr(b.data(), b.size(), &err);
-    EXPECT_TRUE(m) << err;
-    mrs.push_back(m);
-    return m;
-  }
+  void* reg(std::vector<uint8_t>& b) { return rdmatest::regBuffer(*t, b, mrs); }
 
   // Opens send path `k` from NIC `sendNic` to the receiver's NIC `recvNic`, hands its bootstrap
   // stream to the RecvLink as the acceptor does, and brings both ends up (bounded).

@@ -1,14 +1,19 @@
 // Shared by the RDMA transport's unit tests: the fake HCA ports a test transport is built on,
-// and IPv4 socket addresses for the fake bootstrap streams.
+// IPv4 socket addresses for the fake bootstrap streams, and buffer registration.
 #pragma once
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <cstring>
+#include <string>
+#include <vector>
 
+#include "transport/rdma/rdma_transport.h"
 #include "transport/verbs/verbs_device.h"
 
 namespace railover {
@@ -38,6 +43,16 @@ inline sockaddr_storage addrOf(const char* ip, uint16_t port) {
   in->sin_port = htons(port);
   inet_pton(AF_INET, ip, &in->sin_addr);
   return s;
+}
+
+// Registers `b` with transport `t` (a test failure names the error) and keeps the handle in
+// `mrs` for the fixture's teardown to deregister.
+inline void* regBuffer(rdma::RdmaTransport& t, std::vector<uint8_t>& b, std::vector<void*>& mrs) {
+  std::string err;
+  void* m = t.regMr(b.data(), b.size(), &err);
+  EXPECT_TRUE(m) << err;
+  mrs.push_back(m);
+  return m;
 }
 
 }  // namespace rdmatest

@@ -133,13 +133,7 @@ class RdmaPathTest : public ::testing::Test {
     rx->advertise(seq, &e, 1, false);
   }
 
-  void* reg(std::vector<uint8_t>& b) {
-    std::string err;
-    void* m = t->regMr(b.data(), b.size(), &err);
-    EXPECT_TRUE(m) << err;
-    mrs.push_back(m);
-    return m;
-  }
+  void* reg(std::vector<uint8_t>& b) { return rdmatest::regBuffer(*t, b, mrs); }
 
   // Carries everything posted, both ways, and lets both sides see it.
   void wire() {
