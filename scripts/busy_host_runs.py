@@ -22,6 +22,11 @@ import time
 
 
 def _spin() -> None:
+    # A hog dies quietly when the parent terminates it; Ctrl-C (sent to the whole process
+    # group) is the parent's to handle. Without this the forked hogs inherit the parent's
+    # SIGTERM handler and print a KeyboardInterrupt traceback each on exit.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     while True:
         pass
 
