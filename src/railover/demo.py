@@ -333,7 +333,8 @@ def register(app: typer.Typer) -> None:
                                            "verbs transport; 1 rank per guest)"),
         fault_for: float = typer.Option(5.0, "--fault-for", min=0.5, help="seconds each fault lasts before repair"),
         duration: float = typer.Option(0.0, "--duration", help="seconds of all-reduce (0 = fit the faults)"),
-        size: str = typer.Option("4M", "--size", help="all-reduce size in bytes (8, 64K, 4M, ...)"),
+        size: Optional[str] = typer.Option(None, "--size", help="all-reduce size in bytes (8, 64K, 4M, ...; "
+                                                                "default 4M, with --transport rdma 1M)"),
         hold_down_ms: int = typer.Option(2000, "--hold-down-ms", min=0, help="RAILOVER_HOLD_DOWN_MS for the run"),
         out: Path = typer.Option(Path("railover-demo"), "--out", "-o", help="output directory"),
         baseline: bool = typer.Option(False, "--baseline",
@@ -355,9 +356,10 @@ def register(app: typer.Typer) -> None:
                 raise typer.BadParameter("--baseline is for --transport tcp; on RDMA, `railover bench rdma` measures "
                                          "the bare RC timeout without a standby", param_hint="--baseline")
             from railover.demo_rdma import DEFAULT_FAULTS, run_rdma_demo
-            raise typer.Exit(run_rdma_demo(faults or DEFAULT_FAULTS, size if size != "4M" else "1M", out,
+            raise typer.Exit(run_rdma_demo(faults or DEFAULT_FAULTS, size or "1M", out,
                                            hold_down_ms))
         faults = faults or "port-down:a0,silent:b0"
+        size = size or "4M"
         rc = run_demo(layout, ranks_per_host, faults, duration, size, out, hold_down_ms, fault_for, False)
         if baseline and rc != 2:  # 2: the railover run could not start (tools, test bed): nor could the baseline
             rc_b = run_demo(layout, ranks_per_host, faults, duration, size, out, hold_down_ms, fault_for, True)
