@@ -92,6 +92,18 @@ constexpr int kHelperThreadNice = -10;
 // probe intervals (hysteresis against a pair flapping on one lucky answer).
 constexpr uint64_t kPairUpAfterIntervals = 2;
 
+// A pair's queued answers (health::answerQueued) are journaled as pair_queued once per
+// episode: again only after this long without one, µs (1 s), so a congested rail writes one
+// line per episode, not one per probe.
+constexpr uint64_t kQueuedEpisodeGapUs = 1000000;
+
+// How long a pair's queue (health::answerQueued) is remembered for its timeout verdict, µs
+// (30 s): probe timeouts within it wait the peer-wide hold first (health::holdForQueue). A
+// saturated rail's queueing delay swings for seconds between prompt and past the detection
+// budget (measured on the test bed: queued answers 4-7 s apart, 50 Mbit/s tbf with a 1 s
+// queue); a memory shorter than those gaps would judge the next swing a loss again.
+constexpr uint64_t kQueuedMemoryUs = 30000000;
+
 // The health thread journals its late wake-ups (health_late) at most once per this, µs (1 s):
 // on a busy host every round may be late, and the journal must not grow with the load.
 constexpr uint64_t kHealthLateLogIntervalUs = 1000000;

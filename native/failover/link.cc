@@ -302,7 +302,10 @@ static uint32_t holdDownOf(const Path& p, const Config& cfg) { return p.holdDown
 // again; the hold-down counts from that proof, so a busy host that learns of the repair late
 // still waits the whole hold-down before failing back.
 static uint64_t holdDownStartUs(const Path& p, Health* hl) {
-  return std::max(p.upSinceUs, hl ? hl->repairedUs(p.localNic, p.pairId) : 0);
+  // A rail that showed a queue (congestion) restarts the hold-down too: taking it back while
+  // the queue persists would fill it again and move the comm away again (oscillation).
+  if (!hl) return p.upSinceUs;
+  return std::max({p.upSinceUs, hl->repairedUs(p.localNic, p.pairId), hl->queuedUs(p.pairId)});
 }
 
 // ------------------------------------------------------------------------------------------

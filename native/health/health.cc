@@ -60,6 +60,7 @@ struct Pair {
   // The peer process answering on this pair (its instance id from the answers; 0 = unknown).
   uint64_t peerId = 0;
   bool silenceHeld = false;  // this timeout is being held as a peer-wide silence (journaled once)
+  bool queueHeld = false;    // this timeout is being held as congestion (health::holdForQueue)
   // Full-size burst bookkeeping (size-dependent loss needs every big probe lost, small ones
   // answered, and no TCP progress reported on the pair meanwhile).
   int burstBigSent = 0, burstBigAnswered = 0, burstSmallAnswered = 0;
@@ -68,6 +69,11 @@ struct Pair {
   std::atomic<bool> burstOn{false};      // a full-size burst is running (read by links: burstActive)
   std::atomic<bool> burst{false};
   std::atomic<uint64_t> upSinceUs{0};  // last down -> up transition (0 = never down)
+  // Queueing on this rail (health::answerQueued): send time of the latest answer that came
+  // back within half the detection budget, and when the latest queued answer arrived (read by
+  // links: failback waits a whole hold-down after it).
+  uint64_t promptSentUs = 0;
+  std::atomic<uint64_t> queuedUs{0};
   std::string cause;  // guarded by Monitor::mu
 };
 
@@ -432,6 +438,19 @@ class Monitor : public Health {
         p.lastAckUs = now;
         if (pr.responder) p.peerId = pr.responder;
         if (pr.big) p.lastBigAckUs = now;
+        uint64_t rtt = now > pr.sentUs ? now - pr.sentUs : 0;
+        if (rtt <= detectUs / 2) {
+          p.promptSentUs = std::max(p.promptSentUs, pr.sentUs);
+        } else if (p.peerId) {
+          uint64_t siblingPrompt = 0;
+          for (Pair& o : live())
+            if (&o != &p && o.used && o.peerId == p.peerId) siblingPrompt = std::max(siblingPrompt, o.promptSentUs);
+          if (health::answerQueued(rtt, detectUs, pr.sentUs, siblingPrompt)) {
+            uint64_t last = p.queuedUs.exchange(now, std::memory_order_acq_rel);
+            if (!last || now - last > tuning::kQueuedEpisodeGapUs)
+              journal::pair_queued(nics[p.nic].name, addrToString(p.remote), rtt);
+          }
+        }
         if (p.burstStartUs && pr.sentUs >= p.burstStartUs) {
           if (pr.big) p.burstBigAnswered++;
           else p.burstSmallAnswered++;
@@ -505,6 +524,12 @@ class Monitor : public Health {
                          health::siblingSilent(o.up.load(), now - std::min(now, o.lastAckUs),
                                                o.wokeUs ? now - std::min(now, o.wokeUs) : UINT64_MAX, detect);
           }
+        uint64_t queued = p.queuedUs.load(std::memory_order_relaxed);
+        uint64_t sinceQueued = queued ? now - std::min(now, queued) : UINT64_MAX;
+        if (health::holdForQueue(age, detect, sinceQueued, tuning::kQueuedMemoryUs)) {
+          p.queueHeld = true;
+          continue;
+        }
         if (health::holdForPeerWideSilence(age, detect, sib, sibSilent)) {
           if (!p.silenceHeld) {
             p.silenceHeld = true;
@@ -513,11 +538,14 @@ class Monitor : public Health {
           continue;
         }
         setPairDown(p, "probe timeout: no answer for " + std::to_string(age / 1000) + " ms" +
-                           (p.silenceHeld ? " (every rail to this peer silent)" : ""), now);
+                           (p.silenceHeld ? " (every rail to this peer silent)" : "") +
+                           (p.queueHeld ? " (held as congestion: the rail's answers were queueing)" : ""), now);
         p.silenceHeld = false;
+        p.queueHeld = false;
         continue;
       }
       p.silenceHeld = false;
+      p.queueHeld = false;
       if (p.burstUntilUs && now >= p.burstUntilUs) {
         bool dataAcked = p.dataAckedUs.load(std::memory_order_acquire) >= p.burstStartUs;
         if (health::sizeDependentLoss(p.burstBigSent, p.burstBigAnswered, p.burstSmallAnswered, dataAcked,
@@ -581,6 +609,9 @@ class Monitor : public Health {
   bool pairHardDown(int id) const override;
   std::string pairDownCause(int id) const override;
   uint64_t repairedUs(int nic, int id) const override;
+  uint64_t queuedUs(int id) const override {
+    return id >= 0 && id < kMaxPairs ? pairs[id].queuedUs.load(std::memory_order_acquire) : 0;
+  }
   void requestBurst(int id) override;
   bool burstActive(int id) const override;
   void noteDataAcked(int id) override;
@@ -718,7 +749,9 @@ int Monitor::registerPair(int nic, const sockaddr_storage& remote, socklen_t len
   if (freeSlot < 0 && h < kMaxPairs) freeSlot = h;
   if (freeSlot < 0) return -1;  // table full: the path is then judged by socket errors only
   Pair& p = m->pairs[freeSlot];
-  p.nic = nic, p.remote = remote, p.len = len, p.refs = 1, p.lastAckUs = 0, p.lastBigAckUs = 0, p.wokeUs = 0;
+  p.nic = nic, p.remote = remote, p.len = len, p.refs = 1, p.lastAckUs = 0, p.lastBigAckUs = 0, p.wokeUs = 0, p.promptSentUs = 0;
+  p.queuedUs.store(0);
+  p.queueHeld = false;
   p.burstUntilUs = 0, p.downSinceUs = 0, p.cause.clear();
   p.nextProbeUs = 0, p.probeGapMs = 0, p.downProbes = 0, p.nextRoundUs = 0, p.peerId = 0, p.silenceHeld = false;
   p.burstBigSent = p.burstBigAnswered = p.burstSmallAnswered = 0, p.burstStartUs = 0;

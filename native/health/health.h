@@ -46,6 +46,10 @@ class Health {
   // When local NIC `nic` or pair `id` last came back up (CLOCK_MONOTONIC µs; 0 = never was
   // down). A connect attempt that started before this instant sent its SYN into the outage.
   virtual uint64_t repairedUs(int nic, int id) const { (void)nic, (void)id; return 0; }
+  // When pair `id` last showed a queue (an answer delayed past half the detection time while
+  // the same peer answered another rail promptly: congestion, health::answerQueued), as
+  // CLOCK_MONOTONIC µs; 0 = never. Failback onto the pair waits a hold-down after it.
+  virtual uint64_t queuedUs(int id) const { (void)id; return 0; }
   // The active path on this pair made no progress for a while: probe now, with full-size probes.
   virtual void requestBurst(int id) = 0;
   // A full-size probe burst is requested or running on pair `id` (one atomic load).

@@ -88,5 +88,28 @@ inline bool sizeDependentLoss(int bigSent, int bigAnswered, int smallAnswered, b
   return bigSent >= minBig && bigAnswered == 0 && smallAnswered > 0 && !dataAcked;
 }
 
+// A probe answer that took `rttUs` (send to read, µs) shows a queue on its rail when it used
+// more than half the detection budget `detectUs` while the same peer process answered another
+// rail promptly (under half the budget) for a probe sent no earlier than this one
+// (`siblingPromptSentUs`: send time of that sibling's latest prompt answer, 0 = none;
+// `sentUs`: this probe's send time). The prompt sibling proves the delay was neither this
+// host's nor the peer's scheduling (a late thread delays every rail's answers alike, and a
+// late reader here inflates the sibling's round trip too), so it sat in this rail's queue:
+// congestion. A rail with such a queue is not taken back (failback) until its answers have
+// been prompt for a whole hold-down, or a comm would return, fill the queue again and leave.
+inline bool answerQueued(uint64_t rttUs, uint64_t detectUs, uint64_t sentUs, uint64_t siblingPromptSentUs) {
+  return rttUs > detectUs / 2 && siblingPromptSentUs != 0 && siblingPromptSentUs >= sentUs;
+}
+
+// A pair whose probes time out (`ageUs` since its last answer) but whose answers showed a
+// queue `sinceQueuedUs` ago (UINT64_MAX = never) within `memoryUs`: its answers are late, not
+// lost, so the verdict waits up to the peer-wide hold past the detection time. A saturated
+// rail's queue swings past the detection budget without losing anything; a rail that dies
+// while congested is still judged, within detection + peerWideHoldUs (and hard signals, a
+// carrier loss or the peer's NIC-down notice, never wait).
+inline bool holdForQueue(uint64_t ageUs, uint64_t detectUs, uint64_t sinceQueuedUs, uint64_t memoryUs) {
+  return sinceQueuedUs < memoryUs && ageUs < detectUs + peerWideHoldUs(detectUs);
+}
+
 }  // namespace health
 }  // namespace railover

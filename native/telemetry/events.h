@@ -50,6 +50,9 @@
                      "instead of reading it as loss (at most one line a second)")                              \
   EVENT(peer_silence, "every rail to one peer went silent at once: held as the peer (or this host) not "        \
                       "running, not as a network fault, for a bounded time")                                    \
+  EVENT(pair_queued, "probe answers on a NIC pair came back late while the same peer answered another rail "    \
+                     "promptly: a queue on this rail (congestion); failback onto it waits a hold-down of prompt "  \
+                     "answers")                                                                                    \
   EVENT(size_loss_ignored, "a probe burst lost its full-size probes but TCP data was still acknowledged: "      \
                            "congestion, not a size-dependent black hole; no verdict")
 
@@ -129,6 +132,10 @@
   NEXT(peer, Str, "peer address")                                   \
   NEXT(rails, U64, "NIC pairs to that peer, all silent")            \
   NEXT(age_us, U64, "µs since this pair's last answered probe")
+#define RO_EVENT_FIELDS_pair_queued(FIRST, NEXT)                    \
+  FIRST(nic, Str, "local NIC name")                                 \
+  NEXT(peer, Str, "peer address")                                   \
+  NEXT(rtt_us, U64, "round trip of the late answer, µs")
 #define RO_EVENT_FIELDS_size_loss_ignored(FIRST, NEXT)              \
   FIRST(nic, Str, "local NIC name")                                 \
   NEXT(peer, Str, "peer address")                                   \

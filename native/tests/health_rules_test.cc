@@ -66,6 +66,26 @@ TEST(HealthRules, SizeDependentLossNeedsEvidenceCongestionCannotGive) {
   EXPECT_FALSE(sizeDependentLoss(2, 0, 5, false, 4)) << "too few big probes to judge";
 }
 
+TEST(HealthRules, AQueuedAnswerNeedsAPromptSiblingSentNoEarlier) {
+  const uint64_t detect = 100000, sent = 5000000;  // 20 ms x 5; the late probe left at t = 5 s
+  EXPECT_TRUE(answerQueued(400000, detect, sent, sent + 20000))
+      << "400 ms round trip while the peer answered another rail promptly for a later probe: a queue";
+  EXPECT_TRUE(answerQueued(51000, detect, sent, sent)) << "past half the budget, sibling sent at the same instant";
+  EXPECT_FALSE(answerQueued(50000, detect, sent, sent + 20000)) << "within half the detection budget: prompt";
+  EXPECT_FALSE(answerQueued(400000, detect, sent, 0)) << "no sibling answered promptly: may be the peer's scheduling";
+  EXPECT_FALSE(answerQueued(400000, detect, sent, sent - 1))
+      << "the sibling's prompt answer is older than this probe: the peer may have stalled since";
+}
+
+TEST(HealthRules, ATimeoutOnARailThatQueuedWaitsThePeerWideHold) {
+  const uint64_t detect = 100000, memory = 30000000;  // 20 ms x 5; 30 s
+  EXPECT_TRUE(holdForQueue(150000, detect, 4000000, memory)) << "queued 4 s ago: late, not lost";
+  EXPECT_TRUE(holdForQueue(1099000, detect, 4000000, memory)) << "still within detection + 1 s";
+  EXPECT_FALSE(holdForQueue(1101000, detect, 4000000, memory)) << "past detection + the hold: judged (a dead rail)";
+  EXPECT_FALSE(holdForQueue(150000, detect, 31000000, memory)) << "the queue is forgotten after 30 s";
+  EXPECT_FALSE(holdForQueue(150000, detect, UINT64_MAX, memory)) << "never queued: the usual detection time";
+}
+
 TEST(HealthRules, ProbeRoundTrip) {
   uint8_t buf[kProbeHeaderBytes + 4000] = {};
   Probe p;

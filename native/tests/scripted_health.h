@@ -24,6 +24,7 @@ class ScriptedHealth : public Health {
     bool up = true, hard = false;
     std::string cause;
     uint64_t repairedUs = 0;
+    uint64_t queuedUs = 0;  // last answer that showed a queue (markQueued)
   };
   std::vector<uint64_t> nicRepairedUs = std::vector<uint64_t>(8, 0);
   std::vector<bool> nics = std::vector<bool>(8, true);
@@ -52,6 +53,14 @@ class ScriptedHealth : public Health {
   uint64_t repairedUs(int nic, int id) const override {
     uint64_t t = nic >= 0 && nic < (int)nicRepairedUs.size() ? nicRepairedUs[nic] : 0;
     return id >= 0 ? std::max(t, pairs[id].repairedUs) : t;
+  }
+
+  uint64_t queuedUs(int id) const override { return id >= 0 ? pairs[id].queuedUs : 0; }
+  // A probe answer on every pair between local NIC `nic` and `remote` came back late while
+  // another rail answered promptly: congestion on that rail, now.
+  void markQueued(int nic, const std::string& remote) {
+    for (auto& p : pairs)
+      if (p.nic == nic && p.remote == remote) p.queuedUs = nowUs();
   }
 
   // Sets every pair between local NIC `nic` and address `remote` (both directions' views).

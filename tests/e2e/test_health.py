@@ -211,7 +211,8 @@ def test_saturated_deep_queue_rail_is_not_an_mtu_black_hole(testbed):
         assert len(fo) <= 1 and len(fb) <= 1, f"rank {rank} oscillates between rails: {len(fo)} failovers, " \
                                                f"{len(fb)} failbacks; {causes}"
     print(f"deep queue: failovers {res.count('failover', t0, t1)}, failbacks {res.count('failback', t0, t1)}, "
-          f"pair_down {res.count('pair_down', t0, t1)}, size_loss_ignored {res.count('size_loss_ignored', t0, t1)}, "
+          f"pair_down {res.count('pair_down', t0, t1)}, pair_queued {res.count('pair_queued', t0, t1)}, "
+          f"size_loss_ignored {res.count('size_loss_ignored', t0, t1)}, "
           f"flaps {res.count('flap', t0, t1)}")
 
 
