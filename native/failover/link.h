@@ -13,14 +13,15 @@
 //   (any state -> CLOSED when the comm is closed by either side)
 //
 // * each link's (LinkState), changed only by Link::setState, which logs every transition:
-//
-//   CONNECTING --first path up--> WAITING --RESUME sent--> RESUMING --RESUME_ACK--> RUNNING
-//                                    ^                        ^                        |
-//                                    +-- active path failed, -+-- active path failed --+
-//                                        no usable standby        (failover)           |
-//                                 RUNNING --primary healthy for its hold-down--> FAILING_BACK
-//                                 FAILING_BACK --RESUME_ACK--> RUNNING
-//   (any state -> PEER_CLOSED, FATAL or CLOSED)
+//     CONNECTING -> WAITING                          the first path connected
+//     WAITING -> RESUMING                            send: a path made active, RESUME sent (the
+//                                                    start, or a standby usable again after an outage)
+//     RUNNING (or FAILING_BACK) -> RESUMING          send: the active path failed; failover
+//     RUNNING -> FAILING_BACK                        send: the primary was healthy for its hold-down
+//     RESUMING, FAILING_BACK -> RUNNING              send: RESUME_ACK
+//     RUNNING, RESUMING, FAILING_BACK -> WAITING     the active path failed, no usable standby
+//     WAITING <-> RUNNING                            recv: a RESUME arrived / the active path failed
+//     any -> PEER_CLOSED, FATAL, CLOSED              (final: only PEER_CLOSED -> FATAL, and -> CLOSED)
 //
 // Delivery rules (docs/DESIGN.md, invariants 1-3):
 //  * the k-th isend lands in the k-th irecv's buffer exactly once, in order;
