@@ -38,6 +38,20 @@ const char* pathStateName(PathState s) {
   return "?";
 }
 
+const char* linkStateName(LinkState s) {
+  switch (s) {
+    case LinkState::kConnecting: return "connecting";
+    case LinkState::kWaiting: return "waiting";
+    case LinkState::kResuming: return "resuming";
+    case LinkState::kFailingBack: return "failing back";
+    case LinkState::kRunning: return "running";
+    case LinkState::kPeerClosed: return "peer closed";
+    case LinkState::kFatal: return "fatal";
+    case LinkState::kClosed: return "closed";
+  }
+  return "?";
+}
+
 void Path::closeAll() {
   if (tx) tx->fence(), tx.reset();
   if (rx) rx->fence(), rx.reset();
@@ -124,7 +138,7 @@ Link::~Link() {
     gClosed.failovers += counters.failovers, gClosed.failbacks += counters.failbacks;
     gClosed.flaps += counters.flaps, gClosed.bytesResent += counters.bytesResent;
     gClosed.recoveries += counters.recoveries, gClosed.resumes += counters.resumes;
-    gClosedFatals += fatal;
+    gClosedFatals += !fatalMsg.empty();  // it went fatal (it may be closed since)
   }
   gStateDirty.store(true, std::memory_order_release);
   for (auto& p : paths) p.closeAll();
@@ -216,8 +230,8 @@ bool SendLink::sweep() {
   if (!lk.owns_lock()) return false;
   Health* hl = deps.health;
   auto settled = [&] {
-    return fatal || (peerClosed && active < 0) ||
-           (active >= 0 && !resuming_ && (!hl || seenEpoch == hl->epoch()) && pathHealthy(paths[active], hl));
+    return isFatal() || (peerClosed() && active < 0) ||
+           (active >= 0 && !resuming() && (!hl || seenEpoch == hl->epoch()) && pathHealthy(paths[active], hl));
   };
   if (settled()) return true;
   progress(true);
@@ -227,7 +241,7 @@ bool SendLink::sweep() {
 void RecvLink::idleSweep(uint64_t now) {
   std::unique_lock<std::mutex> lk(mu, std::try_to_lock);
   if (!lk.owns_lock()) return;
-  if (!everReady_ || fatal || peerClosed || now - lastCallUs_ < (uint64_t)tuning::kIdleSweepMs * 1000) return;
+  if (!everReady_ || isFatal() || peerClosed() || now - lastCallUs_ < (uint64_t)tuning::kIdleSweepMs * 1000) return;
   progress();
 }
 
@@ -236,7 +250,7 @@ bool RecvLink::sweep() {
   if (!lk.owns_lock()) return false;
   Health* hl = deps.health;
   auto settled = [&] {
-    return fatal || !everReady_ || peerClosed ||
+    return isFatal() || !everReady_ || peerClosed() ||
            (active >= 0 && (!hl || seenEpoch == hl->epoch()) && pathHealthy(paths[active], hl));
   };
   if (settled()) return true;
@@ -248,7 +262,7 @@ void Link::publishIfChanged(bool isSend) {
   uint64_t sig = 1469598103934665603ULL;
   auto mix = [&](uint64_t v) { sig = (sig ^ v) * 1099511628211ULL; };
   mix((uint64_t)(active + 1));
-  mix(fatal);
+  mix(isFatal());
   for (auto& p : paths) mix((uint64_t)p.state), mix(p.flaps), mix(p.holdDownMs), mix((uint64_t)p.localNic);
   mix(counters.failovers), mix(counters.failbacks), mix(counters.flaps), mix(counters.bytesResent);
   if (sig == snapSig) return;
@@ -259,7 +273,7 @@ void Link::publishIfChanged(bool isSend) {
   s.peer = peerName;
   s.active = active;
   s.primary = primary;
-  s.fatal = fatal;
+  s.fatal = isFatal();
   s.counters = counters;
   for (auto& p : paths) {
     PathSnap ps;
@@ -293,6 +307,51 @@ static uint16_t portOf(const sockaddr_storage& a) {
 
 std::string Link::describe(const Path& p) const {
   return nicName(deps, p.localNic) + "->" + addrToString(p.remote) + ":" + std::to_string(portOf(p.remote));
+}
+
+void Link::setPathState(Path& p, PathState to, const std::string& why, bool fault) {
+  PathState from = p.state;
+  if (from == to) return;
+  p.state = to;
+  std::string where = describe(p);
+  if (fault)
+    RO_WARN_EVENT("railover: %s comm %016llx path %s: %s -> %s (%s)", dir(), (unsigned long long)secret, where.c_str(),
+                  pathStateName(from), pathStateName(to), why.c_str());
+  else
+    RO_INFO(RO_SUBSYS_NET, "railover: %s comm %016llx path %s: %s -> %s (%s)", dir(), (unsigned long long)secret,
+            where.c_str(), pathStateName(from), pathStateName(to), why.c_str());
+  journal::path_state(secret, dir(), nicName(deps, p.localNic), addrToString(p.remote), pathStateName(from),
+                      pathStateName(to), why);
+}
+
+void Link::setState(LinkState to, const std::string& why, bool warn) {
+  LinkState from = state_;
+  if (from == to) return;
+  // FATAL and PEER_CLOSED are final but for CLOSED (and PEER_CLOSED -> FATAL); CLOSED is final.
+  if (from == LinkState::kClosed || (from == LinkState::kFatal && to != LinkState::kClosed) ||
+      (from == LinkState::kPeerClosed && to != LinkState::kFatal && to != LinkState::kClosed))
+    return;
+  state_ = to;
+  if (warn)
+    RO_WARN_EVENT("railover: %s comm %016llx: %s -> %s (%s)", dir(), (unsigned long long)secret, linkStateName(from),
+                  linkStateName(to), why.c_str());
+  else
+    RO_INFO(RO_SUBSYS_NET, "railover: %s comm %016llx: %s -> %s (%s)", dir(), (unsigned long long)secret,
+            linkStateName(from), linkStateName(to), why.c_str());
+}
+
+void Link::enterFatal(const std::string& msg, bool peerGone) {
+  if (isFatal() || state_ == LinkState::kClosed) return;
+  fatalMsg = msg;
+  fatalPeerGone = peerGone;
+  // The WARN with the whole message comes when the error is returned (fatalResult).
+  setState(LinkState::kFatal, "see the fatal error");
+  journal::fatal(secret, dir(), fatalMsg);
+}
+
+void Link::notePeerClosed(const std::string& cause) {
+  if (closedCause.empty()) closedCause = cause;
+  setState(LinkState::kPeerClosed, closedCause);
 }
 
 static uint32_t holdDownOf(const Path& p, const Config& cfg) { return p.holdDownMs ? p.holdDownMs : cfg.holdDownMs; }
@@ -413,6 +472,7 @@ ncclResult_t fatalResult(const std::string& msg, bool abortOnFatal) {
 
 // Causes recorded when the receiver closed the comm.
 static const char* const kCloseCause = "the receiver closed the comm (CLOSE)";
+static const char* const kSenderCloseCause = "the sender closed the comm (CLOSE)";
 static const char* const kNackCause =
     "the receiver no longer knows this comm (NACK: its listen comm or recv comm was closed)";
 
@@ -447,8 +507,7 @@ SendLink* SendLink::create(const LinkDeps& deps, int dev, const PeerHandle& h, s
     p.remote = h.addrs[remoteIdx].addr;
     p.remoteLen = h.addrs[remoteIdx].len;
     if (Health* hl = deps.health) hl->remapRemote(&p.remote);
-    p.holdDownMs = d.cfg->holdDownMs;
-    p.state = PathState::kFailed;  // startConnect() moves it on
+    p.holdDownMs = d.cfg->holdDownMs;  // a new path starts CONNECTING (startConnect() below)
     if (Health* hl = deps.health) p.pairId = hl->registerPair(localNic, p.remote, p.remoteLen);
     l->paths.push_back(std::move(p));
   };
@@ -491,7 +550,7 @@ SendLink* SendLink::create(const LinkDeps& deps, int dev, const PeerHandle& h, s
     }
   }
   uint64_t now = nowUs();
-  for (auto& p : l->paths) l->startConnect(p, now);
+  for (auto& p : l->paths) l->startConnect(p, now, "connect");
   l->lastSlowTickUs = now;
   l->list();
   RO_INFO(RO_SUBSYS_NET | RO_SUBSYS_INIT, "railover: connect comm %016llx primary %s, %zu standby path(s)",
@@ -500,11 +559,11 @@ SendLink* SendLink::create(const LinkDeps& deps, int dev, const PeerHandle& h, s
   return l;
 }
 
-void SendLink::startConnect(Path& p, uint64_t now) {
+void SendLink::startConnect(Path& p, uint64_t now, const std::string& why) {
   const LinkDeps& d = deps;
   p.closeAll();
   p.generation++;
-  p.state = PathState::kConnecting;
+  setPathState(p, PathState::kConnecting, why);
   p.attemptStartUs = now;
   if (Health* hl = deps.health) hl->remapRemote(&p.remote);  // the peer's NIC may have moved
   PathIdentity id;
@@ -528,11 +587,11 @@ void SendLink::advanceConnect(Path& p, uint64_t now) {
     if (now - p.attemptStartUs > tuning::kConnectTimeoutUs) failPath(p, "connect timed out after 3 s", now);
     return;
   }
-  p.state = PathState::kStandby;
+  setPathState(p, PathState::kStandby, "connected, generation " + std::to_string(p.generation));
   p.upSinceUs = now;
   p.restoredUs = now;
   p.backoffMs = 0;
-  everConnected_ = true;
+  if (state() == LinkState::kConnecting) setState(LinkState::kWaiting, "first path up: " + describe(p));
   journal::path_up(secret, "send", nicName(deps, p.localNic), addrToString(p.remote), p.generation);
 }
 
@@ -540,19 +599,20 @@ void SendLink::failPath(Path& p, const std::string& why, uint64_t now) {
   const Config& cfg = *deps.cfg;
   // An orderly close by the receiver may surface first as an EOF or a reset on one stream
   // while its CLOSE waits, unread, on another: look before calling it a fault.
-  if (!peerClosed) {
+  if (!peerClosed()) {
     std::string e;
     if (active >= 0 && &paths[active] == &p && p.tx) readControl(p, now, &e);
-    if (!peerClosed) pollPeerClose(p, now, &e);
+    if (!peerClosed()) pollPeerClose(p, now, &e);
   }
-  if (peerClosed) {  // the receiver closed the comm: nothing to report or retry
+  if (peerClosed()) {  // the receiver closed the comm: nothing to report or retry
     onPeerClosed(closedCause);
     return;
   }
   bool wasActive = active >= 0 && &paths[active] == &p;
   bool wasUsable = p.state == PathState::kActive || p.state == PathState::kStandby;
   p.closeAll();
-  p.state = PathState::kFailed;
+  // A usable path failing is a fault (WARN); a failed connect attempt is a retry (INFO).
+  setPathState(p, PathState::kFailed, why, wasUsable);
   p.lastError = why;
   if (wasUsable && p.failedAtUs && p.restoredUs && now - p.restoredUs < (uint64_t)holdDownOf(p, *deps.cfg) * 1000) {
     // A flap: a path that had failed before fails again within its hold-down. Grow the
@@ -578,14 +638,19 @@ void SendLink::failPath(Path& p, const std::string& why, uint64_t now) {
   counters.lastDetectUs = now > lastProgressUs_ ? now - lastProgressUs_ : 0;
   int next = pickStandby();
   if (next >= 0) {
-    RO_WARN_EVENT("railover: comm %016llx path %s failed (%s); failing over to %s", (unsigned long long)secret,
-            describe(p).c_str(), why.c_str(), describe(paths[next]).c_str());
-    activate(next, now, false);
+    activate(next, now, false, switchReason(next));
   } else {
-    RO_WARN_EVENT("railover: comm %016llx path %s failed (%s); no standby path is usable, retrying",
-            (unsigned long long)secret, describe(p).c_str(), why.c_str());
+    setState(LinkState::kWaiting, "active path " + describe(p) + " failed (" + why + "); no standby path is usable, retrying",
+             true);
     noPathSinceUs = now;
   }
+}
+
+std::string SendLink::switchReason(int next) const {
+  if (!faultUs_ || failedFrom_ < 0) return "start";
+  const Path& from = paths[failedFrom_];
+  if (next == failedFrom_) return "recovery: no standby was usable; " + from.lastError;
+  return "failover from " + describe(from) + ": " + from.lastError;
 }
 
 bool Link::peerGoneOnAllPaths() const {
@@ -617,19 +682,20 @@ int SendLink::pickStandby() const {
   return -1;
 }
 
-void SendLink::activate(int idx, uint64_t now, bool planned) {
+void SendLink::activate(int idx, uint64_t now, bool planned, const std::string& why) {
   int old = active;
+  Path& p = paths[idx];
   if (old >= 0 && old != idx) {
     // Fence the old path: nothing more is written on it; the receiver fences it on RESUME.
     Path& o = paths[old];
     o.closeAll();
-    o.state = PathState::kFailed;
+    setPathState(o, PathState::kFailed, "fenced: traffic moves to " + describe(p));
     o.nextAttemptUs = now;  // reconnect it at once as a standby
     o.failedAtUs = o.failedAtUs ? o.failedAtUs : now;
     if (planned) o.backoffMs = 0, o.failedAtUs = 0;
   }
-  Path& p = paths[idx];
-  p.state = PathState::kActive;
+  setPathState(p, PathState::kActive, why);
+  setState(planned ? LinkState::kFailingBack : LinkState::kResuming, "RESUME on " + describe(p) + ": " + why);
   p.restoredUs = now;
   active = idx;
   // A standby path has nothing queued: the RESUME is the first thing it carries.
@@ -638,17 +704,15 @@ void SendLink::activate(int idx, uint64_t now, bool planned) {
   m.seq = acked_;
   m.arg = p.generation;
   p.tx->sendCtl(m);
-  resuming_ = true;
   resumeSentUs_ = now;
   resumeFromSeq_ = acked_;
-  plannedSwitch_ = planned;
   noPathSinceUs = 0;
   lastProgressUs_ = now;
   burstRequested_ = false;
 }
 
 void SendLink::enqueueMsg(const SendReq& r) {
-  if (active < 0 || resuming_) return;
+  if (active < 0 || resuming()) return;
   SendPath& tx = *paths[active].tx;
   ChunkRef c;
   c.seq = r.seq, c.total = r.size, c.tag = r.tag, c.mhandle = r.mhandle;
@@ -690,47 +754,20 @@ bool SendLink::readControl(Path& p, uint64_t now, std::string* err) {
         if (hl && hl->burstActive(p.pairId)) hl->noteDataAcked(p.pairId);
       }
       complete(f.seq);
-    } else if (f.type == CtlType::kResumeAck && &p == &paths[active] && resuming_) {
+    } else if (f.type == CtlType::kResumeAck && &p == &paths[active] && resuming()) {
       if (f.seq > nextSeq_ || f.seq < acked_) return *err = "RESUME_ACK seq out of range", false;
-      uint64_t resent = 0;
-      for (uint64_t q = f.seq; q < nextSeq_; ++q) resent += ring_.at(q).size;
-      complete(f.seq);
-      resuming_ = false;
-      enqueueFrom(acked_);
-      if (faultUs_ || plannedSwitch_) {
-        uint64_t conv = faultUs_ ? now - faultUs_ : now - resumeSentUs_;
-        counters.lastConvergeUs = conv;
-        counters.bytesResent += resent;
-        counters.resumes++;
-        bool failback = plannedSwitch_;
-        // Back on the very path that failed (no standby was usable): a recovery, not a failover.
-        bool recovery = !failback && failedFrom_ == active;
-        if (failback) counters.failbacks++;
-        else if (recovery) counters.recoveries++;
-        else counters.failovers++;
-        (failback ? journal::failback : recovery ? journal::recover : journal::failover)(
-            secret, nicName(deps, p.localNic), addrToString(p.remote), f.seq, resent, conv);
-        if (failback)
-          RO_INFO(RO_SUBSYS_NET, "railover: comm %016llx failed back to %s", (unsigned long long)secret,
-                  describe(p).c_str());
-        else
-          RO_WARN_EVENT("railover: comm %016llx resumed on %s at seq %llu after %llu us (%llu bytes resent)",
-                  (unsigned long long)secret, describe(p).c_str(), (unsigned long long)f.seq,
-                  (unsigned long long)conv, (unsigned long long)resent);
-      }
-      faultUs_ = 0;
-      failedFrom_ = -1;
-      plannedSwitch_ = false;
+      onResumeAck(p, f.seq, now);
+    } else if (f.type == CtlType::kResumeAck && &p == &paths[active] && state() == LinkState::kPeerClosed) {
+      // The receiver answered a RESUME before it closed the comm: what it holds is complete.
+      if (f.seq <= nextSeq_) complete(f.seq);
     } else if (f.type == CtlType::kNack) {
       if (f.seq == kNackReasonUnknownComm) {
-        peerClosed = true;
-        if (closedCause.empty()) closedCause = kNackCause;
+        notePeerClosed(kNackCause);
         return *err = kNackCause, false;
       }
       return *err = "receiver refused the path (reason " + std::to_string(f.seq) + ")", false;
     } else if (f.type == CtlType::kClose) {
-      peerClosed = true;
-      if (closedCause.empty()) closedCause = kCloseCause;
+      notePeerClosed(kCloseCause);
       return *err = kCloseCause, false;
     } else if (f.type != CtlType::kResumeAck) {
       return *err = "unexpected " + ctlName(f) + " from receiver", false;
@@ -738,128 +775,211 @@ bool SendLink::readControl(Path& p, uint64_t now, std::string* err) {
   }
 }
 
+void SendLink::onResumeAck(Path& p, uint64_t seq, uint64_t now) {
+  uint64_t resent = 0;
+  for (uint64_t q = seq; q < nextSeq_; ++q) resent += ring_.at(q).size;
+  complete(seq);
+  bool failback = state() == LinkState::kFailingBack;
+  std::string why = "RESUME_ACK at seq " + std::to_string(seq);
+  bool warn = false;
+  if (faultUs_ || failback) {
+    uint64_t conv = faultUs_ ? now - faultUs_ : now - resumeSentUs_;
+    counters.lastConvergeUs = conv;
+    counters.bytesResent += resent;
+    counters.resumes++;
+    // Back on the very path that failed (no standby was usable): a recovery, not a failover.
+    bool recovery = !failback && failedFrom_ == active;
+    if (failback) counters.failbacks++;
+    else if (recovery) counters.recoveries++;
+    else counters.failovers++;
+    (failback ? journal::failback : recovery ? journal::recover : journal::failover)(
+        secret, nicName(deps, p.localNic), addrToString(p.remote), seq, resent, conv);
+    why = std::string(failback ? "failed back to " : recovery ? "recovered on " : "failed over to ") + describe(p) +
+          " at seq " + std::to_string(seq) + " after " + std::to_string(conv) + " us, " + std::to_string(resent) +
+          " bytes resent";
+    warn = !failback;  // a fault's end is news; a planned failback is routine
+  }
+  setState(LinkState::kRunning, why, warn);
+  enqueueFrom(acked_);
+  faultUs_ = 0;
+  failedFrom_ = -1;
+}
+
+// The slow tick: the failover policy, once per tuning::kSlowTickUs (and at every health
+// change), as a sequence of decisions; each acts through the mechanism (failPath, startConnect,
+// activate, enterFatal, Health::requestBurst).
 void SendLink::slowTick(uint64_t now) {
-  const Config& cfg = *deps.cfg;
   lastSlowTickUs = now;
   Health* hl = deps.health;
-  bool epochMoved = hl && hl->epoch() != seenEpoch;
-  if (epochMoved) seenEpoch = hl->epoch();
+  if (hl && hl->epoch() != seenEpoch) seenEpoch = hl->epoch();
   if (hl) {
     for (size_t i = 0; i < paths.size(); ++i) {
       Path& p = paths[i];
-      bool nicUp = hl->nicUp(p.localNic), pairUp = hl->pairUp(p.pairId);
-      bool hard = !nicUp || hl->pairHardDown(p.pairId);
-      std::string cause = !nicUp ? "local NIC " + nicName(deps, p.localNic) + " down" : pairUp ? "" : hl->pairDownCause(p.pairId);
-      if (p.state == PathState::kActive && !pairUp) {
-        // A probe timeout alone may be congestion or a stopped peer: fail over only when the
-        // active path also stopped moving data and another path is healthy.
-        bool stalled = acked_ == nextSeq_ || now - lastProgressUs_ >= (uint64_t)cfg.stallMs * 1000;
-        // A slow path is not a stalled one: when every rail is saturated (or rate-limited),
-        // probes queue behind data and time out while messages still complete, only slowly.
-        // If the peer's kernel acknowledged our bytes within the stall window, data is moving.
-        if (stalled && acked_ < nextSeq_ && !hard && p.tx && p.tx->peerAckedWithinMs(cfg.stallMs)) stalled = false;
-        bool otherUsable = false;
-        for (size_t j = 0; j < paths.size(); ++j)
-          otherUsable |= j != i && paths[j].state == PathState::kStandby && hl->nicUp(paths[j].localNic) &&
-                         hl->pairUp(paths[j].pairId);
-        // The peer's kernel acknowledges nothing either: the network is dead, not the peer
-        // process (a stopped process's kernel still acknowledges). That is as good as hard.
-        uint32_t detectMs = cfg.probeIntervalMs * cfg.probeMultiplier;
-        bool netSilent = false;
-        if (stalled && !otherUsable && p.tx) netSilent = p.tx->unackedSilenceMs() >= detectMs;
-        if (netSilent) cause += "; the peer acknowledges nothing";
-        if (hard || (stalled && (otherUsable || netSilent))) failPath(p, cause, now);
-      } else if ((p.state == PathState::kStandby || p.state == PathState::kConnecting) && hard) {
+      PairView v = pairView(p);
+      std::string cause = v.cause;
+      if (p.state == PathState::kActive && !v.pairUp) {
+        if (activePathFails(i, v, now, &cause)) failPath(p, cause, now);
+      } else if ((p.state == PathState::kStandby || p.state == PathState::kConnecting) && v.hard) {
         failPath(p, cause, now);
       }
-      // A repair of the NIC or pair (it came back up since this path last looked): every
-      // reconnect starts afresh. A waiting retry runs now, with its back-off reset (it grew
-      // during the outage); an attempt in progress is restarted, whenever it began: its SYN
-      // may have been lost, and the kernel would resend it only after its retransmission
-      // timeout (1 s, 3 s, ...), and a failed late attempt must not wait the grown back-off.
-      uint64_t repaired = hl->repairedUs(p.localNic, p.pairId);
-      if (repaired > std::max(p.repairSeenUs, createdUs) && nicUp && pairUp) {
-        p.repairSeenUs = repaired;
-        if (p.state == PathState::kFailed) {
-          p.backoffMs = 0;
-          p.nextAttemptUs = now;
-        } else if (p.state == PathState::kConnecting) {
-          p.backoffMs = 0;
-          startConnect(p, now);
-        }
-      }
+      if (repairedSinceSeen(p, v)) restartAfterRepair(p, now);
     }
   }
-  for (size_t i = 0; i < paths.size(); ++i) {
-    Path& p = paths[i];
-    if (p.state == PathState::kConnecting) {
-      advanceConnect(p, now);
-    } else if (p.state == PathState::kFailed && now >= p.nextAttemptUs && (!hl || hl->nicUp(p.localNic))) {
-      startConnect(p, now);
-    } else if (p.state == PathState::kStandby) {
-      std::string err;  // a standby carries nothing from the receiver but a CLOSE or a NACK
-      if (!pollPeerClose(p, now, &err) || peerClosed) failPath(p, peerClosed ? closedCause : "standby: " + err, now);
-    }
-    if ((p.state == PathState::kStandby || p.state == PathState::kActive) && p.holdDownMs > cfg.holdDownMs &&
-        now - std::max(p.restoredUs, p.decayedUs) > tuning::kHoldDownDecayPeriods * p.holdDownMs * 1000) {
-      p.holdDownMs = std::max(cfg.holdDownMs, p.holdDownMs / 2);  // stable for 4 hold-downs: shrink it again
-      p.decayedUs = now;
-    }
+  for (auto& p : paths) {
+    advancePath(p, now);
+    decayHoldDown(p, now);
   }
   if (active < 0) {
     int next = pickStandby();
-    if (next >= 0) {
-      activate(next, now, false);
-    } else if (noPathSinceUs == 0) {
-      noPathSinceUs = now;
-    } else if (acked_ < nextSeq_ && peerGoneOnAllPaths() && !fatal) {
-      bool refusedAll = true;
-      for (auto& p : paths) refusedAll &= p.lastError.find("refused") != std::string::npos;
-      if (refusedAll) {
-        fatal = true;
-        fatalPeerGone = true;
-        fatalMsg = "railover: peer " + peerName + " closed the connection on all rails and refuses new ones on every "
-                   "NIC: the peer process exited (not a NIC fault)";
-        journal::fatal(secret, "send", fatalMsg);
-      }
-    } else if (cfg.fatalTimeoutS && now - noPathSinceUs > (uint64_t)cfg.fatalTimeoutS * 1000000 && acked_ < nextSeq_) {
-      std::string nics, causes;
-      for (auto& p : paths) {
-        nics += (nics.empty() ? "" : ",") + nicName(deps, p.localNic);
-        causes += (causes.empty() ? "" : "; ") + nicName(deps, p.localNic) + ": " + p.lastError;
-      }
-      fatal = true;
-      fatalMsg = "railover: no usable path to peer " + peerName + " from NIC(s) " + nics + " for " +
-                 std::to_string(cfg.fatalTimeoutS) + " s (" + causes + ")";
-      journal::fatal(secret, "send", fatalMsg);
-    }
-  } else if (active != primary && !resuming_) {
-    Path& pr = paths[primary];
-    bool ok = pr.state == PathState::kStandby && (!hl || (hl->nicUp(pr.localNic) && hl->pairUp(pr.pairId)));
-    if (ok && now - std::min(now, holdDownStartUs(pr, hl)) >= (uint64_t)holdDownOf(pr, *deps.cfg) * 1000) activate(primary, now, true);
+    if (next >= 0) activate(next, now, false, switchReason(next));
+    else judgeNoPath(now);
+  } else if (failbackDue(now)) {
+    activate(primary, now, true, "failback: the primary was healthy for its hold-down");
   }
-  // Stalled-progress watch: data pending but nothing moved for a while -> probe burst. Not
-  // when the peer's TCP is still acknowledging our bytes: that path is slow (a saturated
-  // queue), not stalled, and full-size probes lost in that queue are congestion.
-  if (active >= 0 && hl && acked_ < nextSeq_ && now - lastProgressUs_ > (uint64_t)cfg.stallMs * 1000) {
-    int pair = paths[active].pairId;
-    bool checkAcks = !burstRequested_ || hl->burstActive(pair);
-    // TCP_INFO costs a syscall per stream: on a path that stays slow (saturated, rate-limited)
-    // look at most every RAILOVER_STALL_MS / 2 and keep the answer meanwhile.
-    uint64_t every = std::max<uint64_t>(500, (uint64_t)cfg.stallMs * 500);
-    if (checkAcks && !resuming_ && now - ackCheckUs_ >= every) {
-      ackCheckUs_ = now;
-      ackSeen_ = paths[active].tx && paths[active].tx->peerAckedWithinMs(cfg.stallMs);
-    }
-    bool tcpAcked = checkAcks && !resuming_ && ackSeen_ && now - ackCheckUs_ < every;
-    // While any comm's burst runs on this pair, tell the monitor the rail still carries data.
-    if (tcpAcked && hl->burstActive(pair)) hl->noteDataAcked(pair);
-    if (!burstRequested_ && !tcpAcked) {
-      hl->requestBurst(pair);
-      burstRequested_ = true;
-    }
-  }
+  stallWatch(now);
   publishIfChanged(true);
+}
+
+SendLink::PairView SendLink::pairView(const Path& p) const {
+  Health* hl = deps.health;
+  PairView v;
+  v.nicUp = hl->nicUp(p.localNic), v.pairUp = hl->pairUp(p.pairId);
+  v.hard = !v.nicUp || hl->pairHardDown(p.pairId);
+  v.cause = !v.nicUp ? "local NIC " + nicName(deps, p.localNic) + " down" : v.pairUp ? "" : hl->pairDownCause(p.pairId);
+  return v;
+}
+
+// Policy: whether the active path `paths[i]`, whose pair is down (v), fails now. A hard
+// verdict (NIC down, peer notice) always; a probe timeout alone may be congestion or a stopped
+// peer: only when the path also stopped moving data and another path is healthy, or the
+// network is silent too. Appends to *cause what made it fail beyond the pair's cause.
+bool SendLink::activePathFails(size_t i, const PairView& v, uint64_t now, std::string* cause) const {
+  const Config& cfg = *deps.cfg;
+  Health* hl = deps.health;
+  const Path& p = paths[i];
+  bool stalled = acked_ == nextSeq_ || now - lastProgressUs_ >= (uint64_t)cfg.stallMs * 1000;
+  // A slow path is not a stalled one: when every rail is saturated (or rate-limited),
+  // probes queue behind data and time out while messages still complete, only slowly.
+  // If the peer's kernel acknowledged our bytes within the stall window, data is moving.
+  if (stalled && acked_ < nextSeq_ && !v.hard && p.tx && p.tx->peerAckedWithinMs(cfg.stallMs)) stalled = false;
+  bool otherUsable = false;
+  for (size_t j = 0; j < paths.size(); ++j)
+    otherUsable |= j != i && paths[j].state == PathState::kStandby && hl->nicUp(paths[j].localNic) &&
+                   hl->pairUp(paths[j].pairId);
+  // The peer's kernel acknowledges nothing either: the network is dead, not the peer
+  // process (a stopped process's kernel still acknowledges). That is as good as hard.
+  uint32_t detectMs = cfg.probeIntervalMs * cfg.probeMultiplier;
+  bool netSilent = false;
+  if (stalled && !otherUsable && p.tx) netSilent = p.tx->unackedSilenceMs() >= detectMs;
+  if (netSilent) *cause += "; the peer acknowledges nothing";
+  return v.hard || (stalled && (otherUsable || netSilent));
+}
+
+// A repair of the NIC or pair (it came back up since this path last looked)?
+bool SendLink::repairedSinceSeen(Path& p, const PairView& v) {
+  uint64_t repaired = deps.health->repairedUs(p.localNic, p.pairId);
+  if (!(repaired > std::max(p.repairSeenUs, createdUs) && v.nicUp && v.pairUp)) return false;
+  p.repairSeenUs = repaired;
+  return true;
+}
+
+// After a repair every reconnect starts afresh. A waiting retry runs now, with its back-off
+// reset (it grew during the outage); an attempt in progress is restarted, whenever it began:
+// its SYN may have been lost, and the kernel would resend it only after its retransmission
+// timeout (1 s, 3 s, ...), and a failed late attempt must not wait the grown back-off.
+void SendLink::restartAfterRepair(Path& p, uint64_t now) {
+  if (p.state == PathState::kFailed) {
+    p.backoffMs = 0;
+    p.nextAttemptUs = now;
+  } else if (p.state == PathState::kConnecting) {
+    p.backoffMs = 0;
+    startConnect(p, now, "restart after the repair of its NIC or pair");
+  }
+}
+
+// Mechanism: moves a connecting path on, retries a failed one when its back-off ran out (and
+// its NIC is up), and watches a standby for the receiver's CLOSE or NACK.
+void SendLink::advancePath(Path& p, uint64_t now) {
+  Health* hl = deps.health;
+  if (p.state == PathState::kConnecting) {
+    advanceConnect(p, now);
+  } else if (p.state == PathState::kFailed && now >= p.nextAttemptUs && (!hl || hl->nicUp(p.localNic))) {
+    startConnect(p, now, p.backoffMs ? "retry after a " + std::to_string(p.backoffMs) + " ms back-off" : "reconnect");
+  } else if (p.state == PathState::kStandby) {
+    std::string err;  // a standby carries nothing from the receiver but a CLOSE or a NACK
+    if (!pollPeerClose(p, now, &err) || peerClosed()) failPath(p, peerClosed() ? closedCause : "standby: " + err, now);
+  }
+}
+
+// Policy (flap damping): a path stable for kHoldDownDecayPeriods hold-downs gets its grown
+// hold-down halved again (not below RAILOVER_HOLD_DOWN_MS).
+void SendLink::decayHoldDown(Path& p, uint64_t now) {
+  const Config& cfg = *deps.cfg;
+  if ((p.state == PathState::kStandby || p.state == PathState::kActive) && p.holdDownMs > cfg.holdDownMs &&
+      now - std::max(p.restoredUs, p.decayedUs) > tuning::kHoldDownDecayPeriods * p.holdDownMs * 1000) {
+    p.holdDownMs = std::max(cfg.holdDownMs, p.holdDownMs / 2);
+    p.decayedUs = now;
+  }
+}
+
+// Policy, with no active path and none usable: start the no-path clock; give up at once when
+// every path was refused by the peer's kernel (its process exited), or after
+// RAILOVER_FATAL_TIMEOUT with messages unacknowledged.
+void SendLink::judgeNoPath(uint64_t now) {
+  const Config& cfg = *deps.cfg;
+  if (noPathSinceUs == 0) {
+    noPathSinceUs = now;
+  } else if (acked_ < nextSeq_ && peerGoneOnAllPaths() && !isFatal()) {
+    bool refusedAll = true;
+    for (auto& p : paths) refusedAll &= p.lastError.find("refused") != std::string::npos;
+    if (refusedAll)
+      enterFatal("railover: peer " + peerName + " closed the connection on all rails and refuses new ones on every "
+                 "NIC: the peer process exited (not a NIC fault)",
+                 true);
+  } else if (cfg.fatalTimeoutS && now - noPathSinceUs > (uint64_t)cfg.fatalTimeoutS * 1000000 && acked_ < nextSeq_) {
+    std::string nics, causes;
+    for (auto& p : paths) {
+      nics += (nics.empty() ? "" : ",") + nicName(deps, p.localNic);
+      causes += (causes.empty() ? "" : "; ") + nicName(deps, p.localNic) + ": " + p.lastError;
+    }
+    enterFatal("railover: no usable path to peer " + peerName + " from NIC(s) " + nics + " for " +
+               std::to_string(cfg.fatalTimeoutS) + " s (" + causes + ")");
+  }
+}
+
+// Policy: fail back to the primary once it is a healthy standby again and its hold-down (from
+// its reconnect or the repair of its NIC or pair, whichever is later) has passed.
+bool SendLink::failbackDue(uint64_t now) const {
+  if (active == primary || resuming()) return false;
+  Health* hl = deps.health;
+  const Path& pr = paths[primary];
+  bool ok = pr.state == PathState::kStandby && (!hl || (hl->nicUp(pr.localNic) && hl->pairUp(pr.pairId)));
+  return ok && now - std::min(now, holdDownStartUs(pr, hl)) >= (uint64_t)holdDownOf(pr, *deps.cfg) * 1000;
+}
+
+// Stalled-progress watch: data pending but nothing moved for a while -> probe burst. Not
+// when the peer's TCP is still acknowledging our bytes: that path is slow (a saturated
+// queue), not stalled, and full-size probes lost in that queue are congestion.
+void SendLink::stallWatch(uint64_t now) {
+  const Config& cfg = *deps.cfg;
+  Health* hl = deps.health;
+  if (!(active >= 0 && hl && acked_ < nextSeq_ && now - lastProgressUs_ > (uint64_t)cfg.stallMs * 1000)) return;
+  int pair = paths[active].pairId;
+  bool checkAcks = !burstRequested_ || hl->burstActive(pair);
+  // TCP_INFO costs a syscall per stream: on a path that stays slow (saturated, rate-limited)
+  // look at most every RAILOVER_STALL_MS / 2 and keep the answer meanwhile.
+  uint64_t every = std::max<uint64_t>(500, (uint64_t)cfg.stallMs * 500);
+  if (checkAcks && !resuming() && now - ackCheckUs_ >= every) {
+    ackCheckUs_ = now;
+    ackSeen_ = paths[active].tx && paths[active].tx->peerAckedWithinMs(cfg.stallMs);
+  }
+  bool tcpAcked = checkAcks && !resuming() && ackSeen_ && now - ackCheckUs_ < every;
+  // While any comm's burst runs on this pair, tell the monitor the rail still carries data.
+  if (tcpAcked && hl->burstActive(pair)) hl->noteDataAcked(pair);
+  if (!burstRequested_ && !tcpAcked) {
+    hl->requestBurst(pair);
+    burstRequested_ = true;
+  }
 }
 
 void SendLink::progress(bool fromSweeper) {
@@ -872,7 +992,7 @@ void SendLink::progress(bool fromSweeper) {
     if (now - lastCallUs_ > (uint64_t)deps.cfg->stallMs * tuning::kCallGapUsPerStallMs) lastProgressUs_ = std::max(lastProgressUs_, now);
     lastCallUs_ = now;
   }
-  if (peerClosed) {  // the receiver closed the comm: only its last ACKs are still read
+  if (peerClosed()) {  // the receiver closed the comm: only its last ACKs are still read
     drainClosing(now);
     return;
   }
@@ -899,17 +1019,15 @@ bool SendLink::pollPeerClose(Path& p, uint64_t now, std::string* err) {
   if (!p.tx) return true;
   // The active path's control channel is read by readControl().
   bool withCtl = !(active >= 0 && &paths[active] == &p);
-  while (!peerClosed) {
+  while (!peerClosed()) {
     CtlMsg f;
     int r = p.tx->recvNotice(withCtl, &f, err);
     if (r < 0) return false;
     if (r == 0) break;
     if (f.type == CtlType::kClose) {
-      peerClosed = true;
-      if (closedCause.empty()) closedCause = kCloseCause;
+      notePeerClosed(kCloseCause);
     } else if (f.type == CtlType::kNack && f.seq == kNackReasonUnknownComm) {
-      peerClosed = true;
-      if (closedCause.empty()) closedCause = kNackCause;
+      notePeerClosed(kNackCause);
     } else if (f.type == CtlType::kNack) {
       return *err = "receiver refused the path (reason " + std::to_string(f.seq) + ")", false;
     } else {
@@ -931,7 +1049,7 @@ void SendLink::onPeerClosed(const std::string& cause) {
     // another stream or rail.
     if (i == active && p.tx && now - closingSinceUs_ < tuning::kCloseDrainUs) continue;
     p.closeAll();
-    p.state = PathState::kClosed;
+    setPathState(p, PathState::kClosed, cause);
     p.lastError = cause;
   }
   if (active >= 0 && paths[active].state == PathState::kClosed) active = -1;
@@ -944,22 +1062,19 @@ void SendLink::drainClosing(uint64_t now) {
   // Ends at the receiver's CLOSE or EOF on this stream (its ACKs come before), or after 1 s.
   if (!readControl(p, now, &err) || now - closingSinceUs_ >= tuning::kCloseDrainUs) {
     p.closeAll();
-    p.state = PathState::kClosed;
+    setPathState(p, PathState::kClosed, closedCause + "; its last ACKs are read");
     p.lastError = closedCause;
     active = -1;
   }
 }
 
 bool SendLink::closedVerdict(ncclResult_t* res) {
-  if (!peerClosed || active >= 0) return false;  // still reading ACKs sent before the CLOSE
-  if (!fatal) {
-    fatal = true;
-    fatalPeerGone = true;  // posting more still succeeds; pending requests fail in test()
-    fatalMsg = "railover: peer " + peerName + " closed the comm with " + std::to_string(nextSeq_ - acked_) +
-               " message(s) not acknowledged (" + (closedCause.empty() ? kCloseCause : closedCause) +
-               "): the receiving rank destroyed or aborted its communicator";
-    journal::fatal(secret, "send", fatalMsg);
-  }
+  if (!peerClosed() || active >= 0) return false;  // still reading ACKs sent before the CLOSE
+  // Posting more still succeeds; pending requests fail in test().
+  enterFatal("railover: peer " + peerName + " closed the comm with " + std::to_string(nextSeq_ - acked_) +
+                 " message(s) not acknowledged (" + closedCause +
+                 "): the receiving rank destroyed or aborted its communicator",
+             true);
   *res = fatalResult(fatalMsg, deps.cfg->abortOnFatal);
   return true;
 }
@@ -970,27 +1085,28 @@ int SendLink::connectStep(std::string* why) {
   uint64_t now = nowUs();
   // A receiver that closed (or never knew) this connection says so on the paths we opened.
   for (auto& p : paths) {
-    if (peerClosed) break;
+    if (peerClosed()) break;
     if (p.state != PathState::kConnecting && p.state != PathState::kStandby) continue;
     std::string err;
-    if (!pollPeerClose(p, now, &err) && !peerClosed) failPath(p, err, now);
+    if (!pollPeerClose(p, now, &err) && !peerClosed()) failPath(p, err, now);
   }
-  if (peerClosed) {
+  if (peerClosed()) {
     onPeerClosed(closedCause);
     *why = closedCause;
     return -1;
   }
-  if (fatal) {
+  if (isFatal()) {
     *why = fatalMsg;
     return -1;
   }
-  return everConnected_ ? 1 : 0;
+  // Some path had all streams connected and HELLOs written: the link left CONNECTING.
+  return state() != LinkState::kConnecting ? 1 : 0;
 }
 
 ncclResult_t SendLink::isend(const void* data, uint64_t size, int tag, void** request, void* mhandle) {
   std::lock_guard<std::mutex> g(mu);
   *request = nullptr;
-  if (fatal && !fatalPeerGone) return fatalResult(fatalMsg, deps.cfg->abortOnFatal);
+  if (isFatal() && !fatalPeerGone) return fatalResult(fatalMsg, deps.cfg->abortOnFatal);
   // The slot must be free: acknowledged and seen done by NCCL (shared comms test requests of
   // several connections in their own orders).
   if (nextSeq_ - acked_ >= kSendRing || !ring_.at(nextSeq_).released) {
@@ -1017,7 +1133,7 @@ ncclResult_t SendLink::test(SendReq* r, int* done, int* size) {
   if (!r->done) progress();
   ncclResult_t res;
   if (!r->done && closedVerdict(&res)) return res;
-  if (fatal && !r->done) return fatalResult(fatalMsg, deps.cfg->abortOnFatal);
+  if (isFatal() && !r->done) return fatalResult(fatalMsg, deps.cfg->abortOnFatal);
   *done = r->done ? 1 : 0;
   if (r->done) r->released = true;
   if (r->done && size) *size = (int)r->size;
@@ -1027,16 +1143,17 @@ ncclResult_t SendLink::test(SendReq* r, int* done, int* size) {
 void SendLink::close() {
   unlist();  // out of the sweeper's reach before anything is torn down
   std::lock_guard<std::mutex> g(mu);
-  if (!peerClosed)
+  if (!peerClosed())
     for (auto& p : paths)
       if ((p.state == PathState::kActive || p.state == PathState::kStandby || p.state == PathState::kConnecting) && p.tx)
         p.tx->sendClose();
   Health* hl = deps.health;
   for (auto& p : paths) {
     p.closeAll();
-    p.state = PathState::kClosed;
+    setPathState(p, PathState::kClosed, "the comm is closed");
     if (hl && p.pairId >= 0) hl->unregisterPair(p.pairId);
   }
+  setState(LinkState::kClosed, "closed by NCCL");
 }
 
 // ------------------------------------------------------------------------------------------
@@ -1070,18 +1187,21 @@ void RecvLink::takeIncoming(uint64_t now) {
     p.index = h.pathIndex;
     if (h.generation < p.generation) continue;  // a stale attempt the sender already gave up on
     if (h.generation > p.generation || p.nStreams != sh.nStreams) {
-      if (active == (int)h.pathIndex) {
-        active = -1;
-        noPathSinceUs = now;
-      }
+      bool wasActive = active == (int)h.pathIndex;
       p.closeAll();
       p.generation = h.generation;
       p.nStreams = sh.nStreams;
       p.rx = deps.transport->newRecvPathOn(x.localNic, sh.nStreams);
-      p.state = PathState::kConnecting;
       p.localNic = x.localNic;
       p.rail = h.srcRail;
       p.remote = x.peer;
+      // A path first seen is created CONNECTING (no transition); a known one starts over.
+      setPathState(p, PathState::kConnecting, "the sender opened generation " + std::to_string(h.generation));
+      if (wasActive) {
+        active = -1;
+        noPathSinceUs = now;
+        setState(LinkState::kWaiting, "the sender reconnected the active path " + describe(p));
+      }
       p.remoteLen = x.peer.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
       p.peerPort = h.probePort;
       p.live.reset();
@@ -1107,7 +1227,8 @@ void RecvLink::pollConnect(Path& p, uint64_t now) {
   std::string err;
   int r = p.rx->connectState(&err);
   if (r > 0) {
-    p.state = PathState::kStandby;
+    setPathState(p, PathState::kStandby, "connected, generation " + std::to_string(p.generation));
+    if (state() == LinkState::kConnecting) setState(LinkState::kWaiting, "first path up: " + describe(p));
     p.upSinceUs = now;
     if (peerName.empty()) peerName = addrToString(p.remote);
     journal::path_up(secret, "recv", nicName(deps, p.localNic), addrToString(p.remote), p.generation);
@@ -1116,11 +1237,11 @@ void RecvLink::pollConnect(Path& p, uint64_t now) {
   }
 }
 
-void RecvLink::failPath(Path& p, const std::string& why, uint64_t now) {
+void RecvLink::failPath(Path& p, const std::string& why, uint64_t now, bool fault) {
   bool wasActive = active >= 0 && &paths[active] == &p;
-  if (peerClosed) {  // the sender closed the comm: nothing to report
+  if (peerClosed()) {  // the sender closed the comm: nothing to report
     p.closeAll();
-    p.state = PathState::kClosed;
+    setPathState(p, PathState::kClosed, closedCause);
     p.lastError = closedCause;
     if (wasActive) active = -1;
     return;
@@ -1129,26 +1250,22 @@ void RecvLink::failPath(Path& p, const std::string& why, uint64_t now) {
   // comm, or its process exited): the sender reports its own faults, and the peer-gone verdict
   // (checkPeerGone) handles an exited process, so this is no fault of ours to report.
   bool bySender = peerGoneError(why);
-  if (bySender) {
-    RO_INFO(RO_SUBSYS_NET, "railover: recv comm %016llx path %s closed by the sender (%s)", (unsigned long long)secret,
-            describe(p).c_str(), why.c_str());
-  } else if (p.state == PathState::kActive || p.state == PathState::kStandby)
+  bool wasUsable = p.state == PathState::kActive || p.state == PathState::kStandby;
+  if (!bySender && wasUsable)
     journal::path_down(secret, "recv", nicName(deps, p.localNic), addrToString(p.remote), why, wasActive, std::nullopt);
   p.closeAll();
-  p.state = PathState::kFailed;
+  setPathState(p, PathState::kFailed, bySender ? "closed by the sender: " + why : why, fault && !bySender && wasUsable);
   p.lastError = why;
   p.failedAtUs = now;
   if (wasActive) {
     active = -1;
     noPathSinceUs = now;
-    if (!bySender)
-      RO_WARN_EVENT("railover: recv comm %016llx lost its active path %s (%s); waiting for the sender to resume on a standby",
-              (unsigned long long)secret, describe(p).c_str(), why.c_str());
+    setState(LinkState::kWaiting, "active path " + describe(p) + " failed; waiting for the sender to resume on a standby");
   }
 }
 
 void RecvLink::checkPeerGone(uint64_t now) {
-  if (active >= 0 || fatal || peerClosed || nextComplete_ >= nextPost_ || paths.empty()) return;
+  if (active >= 0 || isFatal() || peerClosed() || nextComplete_ >= nextPost_ || paths.empty()) return;
   for (auto& p : paths)
     if (p.state != PathState::kFailed || !peerGoneError(p.lastError) || p.peerPort == 0) return;
   const LinkDeps& d = deps;
@@ -1187,17 +1304,15 @@ void RecvLink::checkPeerGone(uint64_t now) {
     allRefused &= p.liveResult < 0;
   }
   if (!allRefused) return;
-  fatal = true;
-  fatalPeerGone = true;
-  fatalMsg = "railover: peer " + peerName + " closed the connection on all rails without closing the comm, and its "
-             "process refuses connections on every NIC: the peer process exited (not a NIC fault)";
-  journal::fatal(secret, "recv", fatalMsg);
+  enterFatal("railover: peer " + peerName + " closed the connection on all rails without closing the comm, and its "
+             "process refuses connections on every NIC: the peer process exited (not a NIC fault)",
+             true);
 }
 
 void RecvLink::onResume(int idx, uint64_t fromSeq, uint64_t now) {
   // Fence every other path that carried data: close it, so no stale byte lands later.
   for (int j = 0; j < (int)paths.size(); ++j)
-    if (j != idx && paths[j].state == PathState::kActive) failPath(paths[j], "fenced by RESUME on another path", now);
+    if (j != idx && paths[j].state == PathState::kActive) failPath(paths[j], "fenced by RESUME on " + describe(paths[idx]), now, false);
   // Forget partial progress: the sender resends every incomplete message whole.
   // (A message keeps the buffer its tag chose: the resent copy carries the same tag.)
   for (uint64_t s = nextComplete_; s < nextPost_; ++s) {
@@ -1207,14 +1322,13 @@ void RecvLink::onResume(int idx, uint64_t fromSeq, uint64_t now) {
   for (uint64_t s = nextComplete_; s < nextPost_; ++s) msgs_.at(s).ranges.reset();
   Path& p = paths[idx];
   bool switched = active != idx && everReady_ && fromSeq > 0;
-  p.state = PathState::kActive;
+  setPathState(p, PathState::kActive, "RESUME at seq " + std::to_string(fromSeq));
   active = idx;
   noPathSinceUs = 0;
-  if (fromSeq > nextComplete_) {
-    fatal = true;
-    fatalMsg = "railover: protocol error: sender resumed at seq " + std::to_string(fromSeq) +
-               " beyond the receiver's " + std::to_string(nextComplete_);
-  }
+  setState(LinkState::kRunning, "RESUME on " + describe(p) + " at seq " + std::to_string(fromSeq));
+  if (fromSeq > nextComplete_)
+    enterFatal("railover: protocol error: sender resumed at seq " + std::to_string(fromSeq) + " beyond the receiver's " +
+               std::to_string(nextComplete_));
   CtlMsg m;
   m.type = CtlType::kResumeAck;
   m.seq = nextComplete_;
@@ -1237,8 +1351,7 @@ bool RecvLink::readControl(Path& p, int idx, uint64_t now, std::string* err) {
     if (r < 0) return false;
     if (r == 0) return true;
     if (m.type == CtlType::kClose) {
-      peerClosed = true;
-      if (closedCause.empty()) closedCause = "the sender closed the comm (CLOSE)";
+      notePeerClosed(kSenderCloseCause);
       return *err = closedCause, false;
     }
     if (m.type != CtlType::kResume) return *err = "unexpected " + ctlName(m) + " on a standby path", false;
@@ -1249,8 +1362,7 @@ bool RecvLink::readControl(Path& p, int idx, uint64_t now, std::string* err) {
 
 bool RecvLink::control(const CtlMsg& m, std::string* err) {
   if (m.type == CtlType::kClose) {
-    peerClosed = true;
-    if (closedCause.empty()) closedCause = "the sender closed the comm (CLOSE)";
+    notePeerClosed(kSenderCloseCause);
     return *err = closedCause, false;
   }
   return *err = "unexpected " + ctlName(m) + " on the active path", false;
@@ -1369,14 +1481,13 @@ void RecvLink::slowTick(uint64_t now) {
   }
   checkPeerGone(now);
   if (active < 0 && cfg.fatalTimeoutS && noPathSinceUs && nextComplete_ < nextPost_ &&
-      now - noPathSinceUs > (uint64_t)cfg.fatalTimeoutS * 1000000 && !fatal) {
+      now - noPathSinceUs > (uint64_t)cfg.fatalTimeoutS * 1000000 && !isFatal()) {
     std::string nics;
     for (auto& p : paths) nics += (nics.empty() ? "" : ",") + nicName(deps, p.localNic) + " (" + p.lastError + ")";
-    fatal = true;
-    fatalMsg = "railover: no usable path from peer " + peerName + " on NIC(s) " + nics + " for " +
-               std::to_string(cfg.fatalTimeoutS) + " s";
-    journal::fatal(secret, "recv", fatalMsg);
-  }  publishIfChanged(false);
+    enterFatal("railover: no usable path from peer " + peerName + " on NIC(s) " + nics + " for " +
+               std::to_string(cfg.fatalTimeoutS) + " s");
+  }
+  publishIfChanged(false);
 }
 
 void RecvLink::progress() {
@@ -1412,7 +1523,7 @@ ncclResult_t RecvLink::irecv(int n, void** data, const uint64_t* caps, const int
   std::lock_guard<std::mutex> g(mu);
   *request = nullptr;
   lastCallUs_ = nowUs();
-  if (fatal && !fatalPeerGone) return fatalResult(fatalMsg, deps.cfg->abortOnFatal);
+  if (isFatal() && !fatalPeerGone) return fatalResult(fatalMsg, deps.cfg->abortOnFatal);
   // Room for the request (NCCL keeps at most 32 untested: 64 slots never reuse one it may
   // still test) and for its n messages.
   // A slot NCCL has not yet seen done is never reused (shared comms test the requests of
@@ -1459,14 +1570,11 @@ ncclResult_t RecvLink::test(RecvReq* r, int* done, int* sizes) {
     RO_WARN("%s", usageMsg_.c_str());
     return r->errorCode;
   }
-  if (!r->done && peerClosed && !fatal) {
-    fatal = true;
-    fatalPeerGone = true;  // posting more still succeeds; pending requests fail here
-    fatalMsg = "railover: peer " + peerName + " closed the comm with " + std::to_string(nextPost_ - nextComplete_) +
-               " receive(s) incomplete (" + closedCause + "): the sending rank destroyed or aborted its communicator";
-    journal::fatal(secret, "recv", fatalMsg);
-  }
-  if (fatal && !r->done) return fatalResult(fatalMsg, deps.cfg->abortOnFatal);
+  if (!r->done && peerClosed() && !isFatal())  // posting more still succeeds; pending requests fail here
+    enterFatal("railover: peer " + peerName + " closed the comm with " + std::to_string(nextPost_ - nextComplete_) +
+                   " receive(s) incomplete (" + closedCause + "): the sending rank destroyed or aborted its communicator",
+               true);
+  if (isFatal() && !r->done) return fatalResult(fatalMsg, deps.cfg->abortOnFatal);
   *done = r->done ? 1 : 0;
   if (r->done) r->released = true;
   if (r->done && sizes)
@@ -1481,8 +1589,8 @@ void RecvLink::close() {
   takeIncoming(nowUs());  // streams routed here but not yet taken learn of the close too
   // This direction carries only whole control frames. The active path first: its ACKs are
   // flushed before any CLOSE leaves on another path (the sender still reads them after it).
-  if (!peerClosed && active >= 0 && paths[active].rx) paths[active].rx->sendClose();
-  if (!peerClosed)
+  if (!peerClosed() && active >= 0 && paths[active].rx) paths[active].rx->sendClose();
+  if (!peerClosed())
     for (int i = 0; i < (int)paths.size(); ++i)
       if (i != active && (paths[i].state == PathState::kStandby || paths[i].state == PathState::kConnecting) && paths[i].rx)
         paths[i].rx->sendClose();
@@ -1493,9 +1601,10 @@ void RecvLink::close() {
   Health* hl = deps.health;
   for (auto& p : paths) {
     p.closeAll();
-    p.state = PathState::kClosed;
+    setPathState(p, PathState::kClosed, "the comm is closed");
     if (hl && p.pairId >= 0) hl->unregisterPair(p.pairId);
   }
+  setState(LinkState::kClosed, "closed by NCCL");
 }
 
 }  // namespace railover

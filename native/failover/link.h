@@ -1,11 +1,27 @@
 // The failover engine: one *link* per NCCL comm (a SendLink for a send comm, a RecvLink for
 // its peer recv comm), each owning a primary path and standby paths over other NICs.
 //
-// This file and link.cc hold the whole path state machine:
+// This file and link.cc hold two state machines (docs/DESIGN.md, "State machines", has the
+// tables of transitions and their triggers):
 //
-//   CONNECTING --all streams connected, HELLO sent--> STANDBY --RESUME acknowledged--> ACTIVE
+// * each path's (PathState), changed only by Link::setPathState, which logs and journals
+//   (path_state) every transition with its reason:
+//
+//   CONNECTING --all streams connected, HELLO sent--> STANDBY --RESUME sent / accepted--> ACTIVE
 //        ^                                               |                              |
 //        +------ back-off retry (capped) <--- FAILED <---+------ error / pair down -----+
+//   (any state -> CLOSED when the comm is closed by either side)
+//
+// * each link's (LinkState), changed only by Link::setState, which logs every transition:
+//     CONNECTING -> WAITING                          the first path connected
+//     WAITING -> RESUMING                            send: a path made active, RESUME sent (the
+//                                                    start, or a standby usable again after an outage)
+//     RUNNING (or FAILING_BACK) -> RESUMING          send: the active path failed; failover
+//     RUNNING -> FAILING_BACK                        send: the primary was healthy for its hold-down
+//     RESUMING, FAILING_BACK -> RUNNING              send: RESUME_ACK
+//     RUNNING, RESUMING, FAILING_BACK -> WAITING     the active path failed, no usable standby
+//     WAITING <-> RUNNING                            recv: a RESUME arrived / the active path failed
+//     any -> PEER_CLOSED, FATAL, CLOSED              (final: only PEER_CLOSED -> FATAL, and -> CLOSED)
 //
 // Delivery rules (docs/DESIGN.md, invariants 1-3):
 //  * the k-th isend lands in the k-th irecv's buffer exactly once, in order;
@@ -54,6 +70,22 @@ constexpr int kMsgRing = 32 * kMaxRecvs;
 
 enum class PathState { kConnecting, kStandby, kActive, kFailed, kClosed };
 const char* pathStateName(PathState s);
+
+// What a link is doing (the recv side uses CONNECTING, WAITING, RUNNING and the three final ones).
+enum class LinkState {
+  kConnecting,   // no path has connected yet (recv: accept has not seen a ready path yet)
+  kWaiting,      // no active path: the first one is not chosen yet, or the active one failed and
+                 // no standby is usable (failed paths retry; the fatal timeout runs)
+  kResuming,     // send: RESUME sent on a newly active path (start, failover, recovery), waiting
+                 // for its RESUME_ACK; nothing else is sent meanwhile
+  kFailingBack,  // send: the same for a planned switch back to the repaired primary
+  kRunning,      // traffic flows on the active path
+  kPeerClosed,   // the peer closed the comm (closedCause says how); the sender still reads the
+                 // ACKs sent before the CLOSE; pending requests fail, nothing reconnects
+  kFatal,        // gave up (fatalMsg): pending requests get the error
+  kClosed,       // closed by NCCL
+};
+const char* linkStateName(LinkState s);
 
 struct Path {
   int index = 0;        // index in the receiver's handle address list
@@ -144,12 +176,15 @@ class Link {
   int active = -1;
   int primary = 0;
   int nStreams = 1;
-  bool fatal = false;
+  LinkState state() const { return state_; }
+  bool isFatal() const { return state_ == LinkState::kFatal; }
   // The fatal error is "the peer process exited": requests already pending fail (in test()),
   // but posting more still succeeds, as NCCL may post receives it then closes unmatched.
   bool fatalPeerGone = false;
-  bool peerClosed = false;  // the peer closed the comm in order: later EOFs are not faults
-  std::string fatalMsg;
+  // The peer closed the comm in order (later EOFs are not faults): closedCause is set. Stays
+  // true once set, whatever state the link moves to afterwards (fatal, closed).
+  bool peerClosed() const { return !closedCause.empty(); }
+  std::string fatalMsg;  // the fatal error; set (once) when the link enters FATAL
   uint64_t noPathSinceUs = 0;
   uint64_t lastSlowTickUs = 0;
   uint64_t seenEpoch = 0;
@@ -160,6 +195,28 @@ class Link {
   bool peerGoneOnAllPaths() const;
   // Why the peer closed the comm (CLOSE, or a NACK saying it no longer knows it); "" if it did not.
   std::string closedCause;
+
+  // The one place a path's state changes. Logs one line and journals one path_state event:
+  //   railover: <dir> comm <secret> path <describe(p)>: <from> -> <to> (<why>)
+  // as a WARN (rate-limited, RO_WARN_EVENT) for `fault`, else INFO (NET). No line when the
+  // state does not change (a connect attempt restarted). Under `mu`.
+  void setPathState(Path& p, PathState to, const std::string& why, bool fault = false);
+  // The one place the link's state changes: logs `railover: <dir> comm <secret>: <from> -> <to>
+  // (<why>)`, a WARN (RO_WARN_EVENT) for `warn`, else INFO (NET); nothing when unchanged. A
+  // fatal or closed link stays so (only FATAL -> CLOSED). Under `mu`.
+  void setState(LinkState to, const std::string& why, bool warn = false);
+  // The link gives up with `msg` (the error NCCL gets): FATAL, journaled once. peerGone: the
+  // peer process exited or closed the comm (pending requests fail, posting more succeeds).
+  void enterFatal(const std::string& msg, bool peerGone = false);
+  // The peer closed the comm (`cause`): sets closedCause (the first cause stays) and enters
+  // PEER_CLOSED unless the link is fatal or closed already.
+  void notePeerClosed(const std::string& cause);
+
+ protected:
+  virtual const char* dir() const = 0;  // "send" or "recv", for logs and the journal
+
+ private:
+  LinkState state_ = LinkState::kConnecting;
 };
 
 // A ring of kChunks x kChunk slots indexed by a sequence number, allocated one chunk at a time
@@ -216,12 +273,36 @@ class SendLink : public Link {
  private:
   // fromSweeper: the sweeper, not NCCL, is calling (does not count as the caller's return).
   void progress(bool fromSweeper = false);
+  // The failover policy, every tuning::kSlowTickUs and at every health change: the decisions
+  // below, in order, acting through the mechanism functions after them.
   void slowTick(uint64_t now);
+  // ---- policy ----
+  struct PairView {  // what health says of a path's NIC and NIC pair
+    bool nicUp = true, pairUp = true, hard = false;
+    std::string cause;  // why it is down ("" when up)
+  };
+  PairView pairView(const Path& p) const;
+  // Slow vs stalled: whether the active path paths[i], its pair down, fails now (may add to *cause).
+  bool activePathFails(size_t i, const PairView& v, uint64_t now, std::string* cause) const;
+  bool repairedSinceSeen(Path& p, const PairView& v);  // a NIC/pair repair this path has not acted on
+  void decayHoldDown(Path& p, uint64_t now);            // flap damping: shrink a grown hold-down
+  int pickStandby() const;                              // which path to resume on (-1: none)
+  bool failbackDue(uint64_t now) const;                 // the primary's hold-down has passed
+  void judgeNoPath(uint64_t now);                       // no usable path: fatal verdicts
+  void stallWatch(uint64_t now);                        // stalled progress -> probe burst
+  std::string switchReason(int next) const;             // why traffic moves to paths[next] now
+  // ---- mechanism ----
+  void restartAfterRepair(Path& p, uint64_t now);
+  void advancePath(Path& p, uint64_t now);  // connect steps, back-off retries, standby CLOSE watch
   void advanceConnect(Path& p, uint64_t now);
-  void startConnect(Path& p, uint64_t now);
+  void startConnect(Path& p, uint64_t now, const std::string& why);
   void failPath(Path& p, const std::string& why, uint64_t now);
-  void activate(int idx, uint64_t now, bool planned);
-  int pickStandby() const;
+  // Makes paths[idx] active (fencing the old active path) and sends RESUME: RESUMING, or
+  // FAILING_BACK when `planned`. `why` is the reason logged and journaled.
+  void activate(int idx, uint64_t now, bool planned, const std::string& why);
+  // RESUME_ACK(seq) on the active path: completes what the receiver holds, counts and journals
+  // the switch (failover, recover, failback), RUNNING, and resends from seq.
+  void onResumeAck(Path& p, uint64_t seq, uint64_t now);
   void enqueueFrom(uint64_t seq);
   void enqueueMsg(const SendReq& r);
   bool readControl(Path& p, uint64_t now, std::string* err);
@@ -229,7 +310,7 @@ class SendLink : public Link {
   // Reads what the receiver sent on a path that carries no control traffic for us (a standby
   // or connecting path, or streams 1.. of the active one): only CLOSE or NACK may come there.
   // Returns false with *err on a stream error or protocol error; a CLOSE or an unknown-comm
-  // NACK sets peerClosed (see onPeerClosed) and returns true.
+  // NACK marks the peer closed (notePeerClosed, see onPeerClosed) and returns true.
   bool pollPeerClose(Path& p, uint64_t now, std::string* err);
   // The receiver closed the comm: every path is closed quietly (no path_down, no reconnect).
   void onPeerClosed(const std::string& cause);
@@ -238,13 +319,13 @@ class SendLink : public Link {
   // test()/isend() verdicts on a comm whose peer closed it or exited; returns true (with the
   // error in *res) when the request can never complete.
   bool closedVerdict(ncclResult_t* res);
-  bool everConnected_ = false;  // some path had all streams connected and HELLOs written
+  const char* dir() const override { return "send"; }
+  bool resuming() const { return state() == LinkState::kResuming || state() == LinkState::kFailingBack; }
 
   int dev_ = 0;
   ChunkedRing<SendReq, 64, kSendRing / 64> ring_;
   uint64_t nextSeq_ = 0;
   uint64_t acked_ = 0;          // every seq < acked_ is acknowledged
-  bool resuming_ = false;       // RESUME sent on the active path, waiting for RESUME_ACK
   uint64_t resumeSentUs_ = 0;
   uint64_t resumeFromSeq_ = 0;
   uint64_t faultUs_ = 0;        // when the current outage was detected (for convergence time)
@@ -254,7 +335,6 @@ class SendLink : public Link {
   bool burstRequested_ = false;
   uint64_t ackCheckUs_ = 0;     // last look at the active path's TCP acknowledgements (stall watch)
   bool ackSeen_ = false;        // ...and whether the peer's TCP had acknowledged data then
-  bool plannedSwitch_ = false;
 };
 
 // One buffer of a (grouped) receive.
@@ -357,7 +437,9 @@ class RecvLink : public Link, public RecvSink {
   // not complete yet and its buffers not taken (RecvPath::advertise; a no-op for stream
   // transports).
   void advertiseFrom(Path& p, uint64_t from);
-  void failPath(Path& p, const std::string& why, uint64_t now);
+  // fault: a WARN when a usable path fails (not for a fence by RESUME on another path, nor when
+  // the sender closed or reset it: the sender reports its own faults).
+  void failPath(Path& p, const std::string& why, uint64_t now, bool fault = true);
   // Peer-gone verdict: with receives pending and every path closed or reset by the sender,
   // checks whether the sender process still exists by connecting to its listener on each
   // path's NIC pair (refused on every one: the process exited; accepted: it is alive and will
@@ -384,6 +466,9 @@ class RecvLink : public Link, public RecvSink {
   std::string usageMsg_;        // the caller's error (truncation, tag mismatch)
   uint64_t ackSent_ = 0;
   uint64_t lastCallUs_ = 0;  // NCCL's last irecv/test on this comm, µs (the idle pass starts after it)
+  const char* dir() const override { return "recv"; }
+  // accept() found a path ready and handed the link to NCCL (a fact of the NCCL handshake, not
+  // a link state: a link may become fatal or peer-closed before or after it).
   bool everReady_ = false;
 };
 

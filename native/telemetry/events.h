@@ -36,6 +36,8 @@
   EVENT(pair_up, "probes between a local NIC and a peer address answer again")                                 \
   EVENT(path_up, "one path of a comm connected (HELLO accepted); it is a standby until traffic moves to it")   \
   EVENT(path_down, "one path of a comm failed")                                                                \
+  EVENT(path_state, "one path of a comm changed state (connecting, standby, active, failed, closed), with the "  \
+                    "reason: every transition of the path state machine, one line each")                        \
   EVENT(no_standby, "a connection got no standby path (one NIC, or no NIC on the peer's rail): it cannot "     \
                     "fail over")                                                                               \
   EVENT(failover, "traffic of a comm moved from a failed path to a standby path and resumed")                  \
@@ -95,6 +97,14 @@
   NEXT(cause, Str, "why the path failed")                                         \
   NEXT(active, Bool, "whether it carried the comm's traffic")                     \
   NEXT(detection_us, OptU64, "send side: µs from the active path's last progress to the verdict")
+#define RO_EVENT_FIELDS_path_state(FIRST, NEXT)                            \
+  FIRST(comm, Comm, "comm id")                                              \
+  NEXT(dir, Str, "send or recv")                                            \
+  NEXT(nic, Str, "local NIC of the path")                                   \
+  NEXT(peer, Str, "peer address of the path")                               \
+  NEXT(from, Str, "state before: connecting, standby, active, failed or closed") \
+  NEXT(to, Str, "state after")                                              \
+  NEXT(reason, Str, "why it changed (the fault, the switch and its cause, the close)")
 #define RO_EVENT_FIELDS_no_standby(FIRST, NEXT) \
   FIRST(nic, Str, "local NIC of the primary path") \
   NEXT(peer, Str, "the peer")

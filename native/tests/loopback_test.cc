@@ -371,7 +371,7 @@ TEST_F(Loopback, OrderlyCloseWithDataInFlightIsNeverAFault) {
         return res != ncclSuccess;
       }, 3000);
       EXPECT_EQ(res, ncclSystemError) << "the pending send fails: its receiver is gone";
-      EXPECT_TRUE(sl->peerClosed);
+      EXPECT_TRUE(sl->peerClosed());
       EXPECT_EQ(sl->paths[0].generation, gen) << "no reconnect attempt";
       EXPECT_EQ(sl->paths[0].state, PathState::kClosed);
       EXPECT_NE(sl->paths[0].lastError.find("closed the comm"), std::string::npos) << sl->paths[0].lastError;

@@ -41,6 +41,8 @@ EVENTS: Dict[str, Dict[str, str]] = {
     "path_up": {"comm": "comm", "dir": "string", "nic": "string", "peer": "string", "generation": "integer"},
     "path_down": {"comm": "comm", "dir": "string", "nic": "string", "peer": "string", "cause": "string",
                   "active": "boolean", "detection_us": "integer?"},
+    "path_state": {"comm": "comm", "dir": "string", "nic": "string", "peer": "string", "from": "string",
+                   "to": "string", "reason": "string"},
     "no_standby": {"nic": "string", "peer": "string"},
     "failover": dict(_RESUMED),
     "failback": dict(_RESUMED),

@@ -67,19 +67,56 @@ inline std::vector<std::string>& capturedWarns() {
   static std::vector<std::string> v;
   return v;
 }
+// Every line (any level) logged while a CaptureWarns is alive, with its level, in order.
+inline std::vector<std::pair<ncclDebugLogLevel, std::string>>& capturedLog() {
+  static std::vector<std::pair<ncclDebugLogLevel, std::string>> v;
+  return v;
+}
 inline void captureLogger(ncclDebugLogLevel level, unsigned long, const char*, int, const char* fmt, ...) {
-  if (level != RO_LOG_WARN) return;
   char buf[2048];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(buf, sizeof(buf), fmt, ap);
   va_end(ap);
-  capturedWarns().push_back(buf);
+  capturedLog().emplace_back(level, buf);
+  if (level == RO_LOG_WARN) capturedWarns().push_back(buf);
 }
-// Captures WARNs for its lifetime, then puts `restore` (the suite's logger) back.
+// Captured log lines that contain every one of `parts`.
+inline std::vector<std::pair<ncclDebugLogLevel, std::string>> logLines(std::initializer_list<std::string> parts) {
+  std::vector<std::pair<ncclDebugLogLevel, std::string>> out;
+  for (auto& l : capturedLog()) {
+    bool all = true;
+    for (auto& p : parts) all &= l.second.find(p) != std::string::npos;
+    if (all) out.push_back(l);
+  }
+  return out;
+}
+// The value of string field `key` in one journal line ("" when absent); unescapes \" and \\.
+inline std::string jsonField(const std::string& line, const std::string& key) {
+  std::string k = "\"" + key + "\":\"";
+  size_t i = line.find(k);
+  if (i == std::string::npos) return "";
+  std::string v;
+  for (i += k.size(); i < line.size() && line[i] != '"'; ++i) {
+    if (line[i] == '\\' && i + 1 < line.size()) ++i;
+    v += line[i];
+  }
+  return v;
+}
+// One journal line of a comm, as the transition tests read them: a path_state event
+// ("dir", "nic", "from", "to", "reason") or another event (only `event` and `dir` set).
+struct JournalStep {
+  std::string event, dir, nic, from, to, reason;
+  bool is(const char* d, const char* n, const char* f, const char* t) const {
+    return event == "path_state" && dir == d && nic == n && from == f && to == t;
+  }
+};
+// Captures the log (every line; WARNs also in capturedWarns) for its lifetime, then puts
+// `restore` (the suite's logger) back.
 struct CaptureWarns {
   explicit CaptureWarns(ncclDebugLogger_t restore) : restore(restore) {
     capturedWarns().clear();
+    capturedLog().clear();
     setLogger(&captureLogger);
   }
   ~CaptureWarns() { setLogger(restore); }
@@ -159,6 +196,29 @@ class EngineBed : public ::testing::Test {
         if (std::string(line).find(std::string("\"event\":\"") + n + "\"") != std::string::npos) out.push_back(line);
     fclose(f);
     return out;
+  }
+
+  // The journal lines of comm `secret` (both directions) since `from` (a journalSize() mark)
+  // whose event is one of `names`, in order.
+  static std::vector<JournalStep> commSteps(size_t from, uint64_t secret, std::initializer_list<const char*> names) {
+    std::vector<JournalStep> out;
+    for (const std::string& l : journalEvents(from, names)) {
+      if (jsonField(l, "comm") != std::to_string(secret)) continue;
+      JournalStep s;
+      s.event = jsonField(l, "event"), s.dir = jsonField(l, "dir"), s.nic = jsonField(l, "nic");
+      s.from = jsonField(l, "from"), s.to = jsonField(l, "to"), s.reason = jsonField(l, "reason");
+      out.push_back(s);
+    }
+    return out;
+  }
+  // Index of the one step of `steps` that is the transition (dir, nic, from -> to); -1 when
+  // there is none, -2 when there are several (each transition must appear once).
+  static int onlyStep(const std::vector<JournalStep>& steps, const char* dir, const char* nic, const char* from,
+                      const char* to) {
+    int at = -1;
+    for (size_t i = 0; i < steps.size(); ++i)
+      if (steps[i].is(dir, nic, from, to)) at = at == -1 ? (int)i : -2;
+    return at;
   }
 
   void SetUp() override {
