@@ -89,9 +89,6 @@ void getAddr(const uint8_t* in, int fam, sockaddr_storage* a) {
   if (fam == 4) memcpy(&((sockaddr_in*)a)->sin_addr, in, 4);
   else memcpy(&((sockaddr_in6*)a)->sin6_addr, in, 16);
 }
-uint16_t portOf(const sockaddr_storage& a) {
-  return ntohs(a.ss_family == AF_INET ? ((const sockaddr_in&)a).sin_port : ((const sockaddr_in6&)a).sin6_port);
-}
 void setPortOf(sockaddr_storage* a, uint16_t port) {
   if (a->ss_family == AF_INET) ((sockaddr_in*)a)->sin_port = htons(port);
   else ((sockaddr_in6*)a)->sin6_port = htons(port);

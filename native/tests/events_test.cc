@@ -106,8 +106,12 @@ TEST(Journal, EveryEventIsWrittenWithItsDeclaredFields) {
     for (size_t j = 0; j < e.nFields; ++j) {
       EXPECT_EQ(m[3 + j].first, e.fields[j].name);
       EXPECT_TRUE(hasType(m[3 + j].second, e.fields[j].type)) << e.fields[j].name << " " << e.fields[j].type;
-      if (std::string(e.fields[j].type) == "Str") EXPECT_EQ(m[3 + j].second, "\"eth\\\"0\\\\\\u000a\"");
-      if (std::string(e.fields[j].type) == "Comm") EXPECT_EQ(m[3 + j].second, "\"18446744073709551615\"");
+      if (std::string(e.fields[j].type) == "Str") {
+        EXPECT_EQ(m[3 + j].second, "\"eth\\\"0\\\\\\u000a\"");
+      }
+      if (std::string(e.fields[j].type) == "Comm") {
+        EXPECT_EQ(m[3 + j].second, "\"18446744073709551615\"");
+      }
     }
   }
   std::vector<std::pair<std::string, std::string>> m;

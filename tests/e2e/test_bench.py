@@ -81,6 +81,14 @@ def test_failover(out):
     kinds = data["results"]["kinds"]
     assert set(kinds) == set(bench_failover.KINDS)
     for kind, r in kinds.items():
+        assert r["wrong_bytes"] == 0 and r["rank_exit_codes"] == [0, 0], r.get("error")
+        if r["faults"] == 0 and r["discarded_slow_injection"] >= 1:
+            # Every injection took longer than MAX_APPLY_MS (seen for host-down's admin-down,
+            # 9-19 ms per netlink call beside a CPU hog per core): the fault instant is unknown,
+            # so the cycles are kept out of the statistics, but each one still moved both comms
+            # inside its fault window.
+            assert r["failovers_in_fault_windows"] >= 2 * r["discarded_slow_injection"], (kind, r)
+            continue
         assert r["faults"] == 1, (kind, r)
         c = [c for c in r["cycles"] if c["valid"]][0]
         # every send comm resumed on its standby path, and came back after the repair

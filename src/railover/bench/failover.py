@@ -643,7 +643,10 @@ def peer_cycles(tb: TestBed, rs: RailSampler, alive: Callable[[], bool], kinds: 
         f = PEER_KINDS[kind][0](tb)
         try:
             for i in range(n):
-                steady = _wait(lambda: rs.on_primary_since(now_us() - 400_000, 300_000, windows=1) is not None, 60, alive)
+                # 2 s of traffic on rail 0 (4 x 500 ms): the rate before the fault, which
+                # `survived` compares against, is measured over the 2 s before it (a loaded
+                # host was seen to start the stream 0.2 s before the first fault: rate 0).
+                steady = _wait(lambda: rs.on_primary_since(now_us() - 2_600_000, 500_000, windows=4) is not None, 60, alive)
                 if not alive():
                     break
                 f.apply()
@@ -676,7 +679,7 @@ def second_fault(tb: TestBed, rs: RailSampler, alive: Callable[[], bool], outage
     for ``second_for_s``, then is repaired; up to ``recover_s`` more to see traffic again."""
     fa, fb = NetlinkFault(tb.nic("a0"), "PORT-DOWN"), NetlinkFault(tb.nic("a1"), "PORT-DOWN")
     try:
-        _wait(lambda: rs.on_primary_since(now_us() - 400_000, 300_000, windows=1) is not None, 60, alive)
+        _wait(lambda: rs.on_primary_since(now_us() - 2_600_000, 500_000, windows=4) is not None, 60, alive)
         fa.apply()
         t0 = fa.t_issue
         snap = ""
