@@ -172,6 +172,27 @@ def test_snapshot_summarises_nics_comms_and_events(tmp_path):
     assert "convergence=0.8ms" in st.format_event(snap["events"][1])
 
 
+def test_routine_path_transitions_do_not_crowd_out_failovers(tmp_path):
+    """Every path transition is journaled (path_state); status's recent events leave them out
+    unless asked, so the last lines still show the failover."""
+    proc = tmp_path / "proc"
+    write_proc(proc, 31, 1, {"RANK": "0"})
+    j = tmp_path / "ev.jsonl"
+    now = st.now_us()
+    evs = [{"t_us": now - 3_000_000, "pid": 31, "event": "failover", "comm": "7", "to_nic": "eth1",
+            "peer": "10.0.1.2", "convergence_us": 800, "bytes_resent": 0}]
+    evs += [{"t_us": now - 2_000_000 + k, "pid": 31, "event": "path_state", "comm": str(100 + k), "dir": "send",
+             "nic": "eth0", "peer": "10.0.0.2", "from": "connecting", "to": "standby", "reason": "connected"}
+            for k in range(30)]
+    append_events(j, evs)
+    d = tmp_path / "s"
+    write_state(d, state(31, 1, [comm("7", active="eth1", failovers=1)], event_log=str(j)))
+    snap = st.snapshot([d], events=5, proc=proc)
+    assert [e["event"] for e in snap["events"]] == ["failover"]
+    snap = st.snapshot([d], events=5, proc=proc, all_events=True)
+    assert [e["event"] for e in snap["events"]] == ["path_state"] * 5
+
+
 def test_status_cli_table_and_json(tmp_path, monkeypatch):
     me = os.getpid()
     d = tmp_path / "s"

@@ -154,6 +154,8 @@ def status_cmd(
     watch: bool = typer.Option(False, "--watch", "-w", help="refresh until Ctrl-C"),
     interval: float = typer.Option(1.0, "--interval", help="refresh interval of --watch, seconds"),
     events: int = typer.Option(15, "--events", help="how many recent journal events to show (0: none)"),
+    all_events: bool = typer.Option(False, "--all-events", help="include routine events (path_state: every path "
+                                    "transition) in the recent events"),
     comms: bool = typer.Option(False, "--comms", help="list every comm, not only those that are not ok"),
     prune: bool = typer.Option(False, "--prune", help="delete the state files of exited processes first"),
 ) -> None:
@@ -168,7 +170,7 @@ def status_cmd(
                 typer.echo(f"removed stale {p}", err=True)
         except OSError as e:
             _fail(f"cannot remove a stale state file: {e}")
-    take = lambda: st.snapshot(dirs, journal or (), events=events)  # noqa: E731
+    take = lambda: st.snapshot(dirs, journal or (), events=events, all_events=all_events)  # noqa: E731
     if as_json and not watch:
         typer.echo(json.dumps(take(), indent=1))
         return

@@ -303,14 +303,22 @@ class JournalTail:
         return out
 
 
+#: Routine events ``railover status`` leaves out of its recent events unless asked
+#: (``--all-events``): every path transition is journaled (``path_state``, about 6 lines per
+#: new comm), and they would push failovers and path-downs out of the last few lines.
+ROUTINE_EVENTS = frozenset({"path_state"})
+
+
 def recent_events(paths: Iterable[Path], limit: int = 20, since_us: Optional[int] = None,
-                  stats: Optional[jr.Stats] = None) -> List[Dict[str, Any]]:
+                  stats: Optional[jr.Stats] = None, skip: Iterable[str] = ()) -> List[Dict[str, Any]]:
     """The last ``limit`` events (oldest first) of the given journals, optionally only those
-    at or after ``since_us`` (CLOCK_MONOTONIC µs); ``stats`` counts what was skipped or unknown."""
+    at or after ``since_us`` (CLOCK_MONOTONIC µs) and not named in ``skip``; ``stats`` counts
+    what was skipped or unknown."""
     evs: List[Dict[str, Any]] = []
+    skip = frozenset(skip)
     for p in paths:
         for e in read_journal(p, stats):
-            if since_us is None or e["t_us"] >= since_us:
+            if (since_us is None or e["t_us"] >= since_us) and e.get("event") not in skip:
                 e.setdefault("journal", str(p))
                 evs.append(e)
     evs.sort(key=lambda e: e["t_us"])
@@ -400,12 +408,12 @@ def nic_summary(states: Sequence[ProcessState]) -> Dict[str, List[Dict[str, Any]
 
 
 def snapshot(dirs: Iterable[Path], journals: Iterable[Path] = (), events: int = 20,
-             proc: Path = Path("/proc")) -> Dict[str, Any]:
+             proc: Path = Path("/proc"), all_events: bool = False) -> Dict[str, Any]:
     """Everything ``railover status --json`` prints: ``generated_us`` (CLOCK_MONOTONIC µs),
     ``state_dirs``, ``hosts`` (per host: ``nics`` from :func:`nic_summary`, ``processes``
     with their state file contents plus ``stale``/``rank`` and per comm ``health``),
     ``totals`` over live processes, ``events`` (the last ``events`` journal events, each with
-    ``age_s``), ``journal`` (``unknown``: count per event name this railover does not know,
+    ``age_s``; without ``all_events``, none of :data:`ROUTINE_EVENTS`), ``journal`` (``unknown``: count per event name this railover does not know,
     ``garbled``: unreadable lines) and ``errors`` (unreadable files)."""
     dirs = [Path(d) for d in dirs]
     states, errors = read_state_dirs(dirs, proc)
@@ -431,7 +439,8 @@ def snapshot(dirs: Iterable[Path], journals: Iterable[Path] = (), events: int = 
         for k in ("failovers", "failbacks", "flaps", "bytes_resent", "fatal_errors"):
             totals[k] += int(s.totals.get(k, 0))
     jstats = jr.Stats()
-    evs = recent_events(journal_files(states, journals), limit=events, stats=jstats) if events > 0 else []
+    evs = recent_events(journal_files(states, journals), limit=events, stats=jstats,
+                        skip=() if all_events else ROUTINE_EVENTS) if events > 0 else []
     by_pid = {s.pid: s for s in states}
     for e in evs:
         e["age_s"] = round((now - int(e["t_us"])) / 1e6, 3)
