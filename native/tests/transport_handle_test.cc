@@ -18,25 +18,23 @@ using namespace railover;
 
 namespace {
 
-PeerHandle::Addr addr4(const char* ip, uint16_t port, int rail) {
+// A listener address: IPv6 when `ip` has a colon, else IPv4.
+PeerHandle::Addr addr(const char* ip, uint16_t port, int rail) {
   PeerHandle::Addr a;
-  auto& s = (sockaddr_in&)a.addr;
-  s.sin_family = AF_INET;
-  s.sin_port = htons(port);
-  inet_pton(AF_INET, ip, &s.sin_addr);
-  a.len = sizeof(sockaddr_in);
   a.rail = rail;
-  return a;
-}
-
-PeerHandle::Addr addr6(const char* ip, uint16_t port, int rail) {
-  PeerHandle::Addr a;
-  auto& s = (sockaddr_in6&)a.addr;
-  s.sin6_family = AF_INET6;
-  s.sin6_port = htons(port);
-  inet_pton(AF_INET6, ip, &s.sin6_addr);
-  a.len = sizeof(sockaddr_in6);
-  a.rail = rail;
+  if (strchr(ip, ':')) {
+    auto& s = (sockaddr_in6&)a.addr;
+    s.sin6_family = AF_INET6;
+    s.sin6_port = htons(port);
+    inet_pton(AF_INET6, ip, &s.sin6_addr);
+    a.len = sizeof(sockaddr_in6);
+  } else {
+    auto& s = (sockaddr_in&)a.addr;
+    s.sin_family = AF_INET;
+    s.sin_port = htons(port);
+    inet_pton(AF_INET, ip, &s.sin_addr);
+    a.len = sizeof(sockaddr_in);
+  }
   return a;
 }
 
@@ -46,9 +44,9 @@ PeerHandle sample(const char* transport) {
   h.transport = transport;
   h.primary = 1;
   h.naddr = 3;
-  h.addrs[0] = addr4("10.0.0.1", 40001, 0);
-  h.addrs[1] = addr6("fd00::7", 40002, 1);
-  h.addrs[2] = addr4("10.0.2.1", 40003, 2);
+  h.addrs[0] = addr("10.0.0.1", 40001, 0);
+  h.addrs[1] = addr("fd00::7", 40002, 1);
+  h.addrs[2] = addr("10.0.2.1", 40003, 2);
   return h;
 }
 
