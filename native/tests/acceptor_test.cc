@@ -80,7 +80,7 @@ class RecordingRouter : public StreamRouter {
     int nic;
     std::unique_ptr<Conn> conn;
   };
-  bool take = true;
+  bool take = true;  // set before the acceptor starts (its thread reads it)
   bool route(std::unique_ptr<Conn>& c, const StreamHello& h, const sockaddr_storage& peer, int localNic) override {
     std::lock_guard<std::mutex> g(mu);
     Routed r{h, addrToString(peer), localNic, nullptr};
@@ -392,7 +392,6 @@ TEST_F(AcceptorTest, NoFileDescriptorLeak) {
     ASSERT_EQ(write(junk, "zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz", 32), 32);
     int silent = dial("127.0.0.2", port);  // still waiting for its HELLO when the acceptor ends
     ASSERT_GE(silent, 0);
-    router_.take = true;
     ASSERT_TRUE(waitFor([&] { return router_.count() == 1 && logLinesWith("bad HELLO") == 1; }));
     {
       std::lock_guard<std::mutex> g(router_.mu);
