@@ -112,7 +112,7 @@ constexpr uint64_t kHealthLateLogIntervalUs = 1000000;
 // NIC repair, µs (100 ms; the health thread must not block longer).
 constexpr long kNeighFlushTimeoutUs = 100000;
 
-// ---- acceptor (plugin/runtime.cc)
+// ---- acceptor (transport/tcp/acceptor.cc)
 
 // An accepted connection must deliver its HELLO within this, µs (5 s), or it is dropped:
 // stray or half-open connections are not kept. Longer than kConnectTimeoutUs, which bounds

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "common/config.h"
-#include "plugin/devices.h"
+#include "common/nic.h"
 
 namespace railover {
 

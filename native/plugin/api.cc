@@ -10,8 +10,6 @@
 #include "common/log.h"
 #include "failover/link.h"
 #include "plugin/runtime.h"
-#include "transport/tcp/stream_path.h"
-#include "transport/tcp/wire.h"
 
 namespace railover {
 namespace api {
@@ -19,9 +17,12 @@ namespace {
 
 constexpr uint32_t kListenKind = 0x4c53544e;
 constexpr uint32_t kCtxKind = 0x43545854;
-// Bytes [120,128) of a handle hold the connect-in-progress link between connect() calls
-// (the wire part ends at 16 + 5 * 20 = 116 bytes).
-constexpr size_t kStageOffset = 120;
+// NCCL's handle size (NCCL_NET_HANDLE_MAXSIZE). Bytes [0, kTransportHandleBytes) are the
+// transport's (Transport::encodeHandle); bytes [kStageOffset, 128) hold the
+// connect-in-progress link between connect() calls.
+constexpr size_t kHandleBytes = 128;
+constexpr size_t kStageOffset = kTransportHandleBytes;
+static_assert(kStageOffset + sizeof(void*) <= kHandleBytes, "the staged link fits in the handle");
 
 struct ListenComm {
   uint32_t kind = kListenKind;
@@ -55,19 +56,14 @@ uint64_t randomSecret() {
   return s;
 }
 
-void fillAddr(const Nic& n, uint16_t port, wire::HandleAddr* a) {
-  socklen_t l;
-  sockaddr_storage s = n.getAddr(&l);
-  a->rail = (uint8_t)(n.rail & 0xff);
-  a->port = port;
-  memset(a->addr, 0, 16);
-  if (s.ss_family == AF_INET) {
-    a->family = 4;
-    memcpy(a->addr, &((sockaddr_in&)s).sin_addr, 4);
-  } else {
-    a->family = 6;
-    memcpy(a->addr, &((sockaddr_in6&)s).sin6_addr, 16);
-  }
+// NIC `n`'s listener address (the transport's, port `port`), for the handle.
+PeerHandle::Addr listenerAddr(const Nic& n, uint16_t port) {
+  PeerHandle::Addr a;
+  a.rail = n.rail;
+  a.addr = n.getAddr(&a.len);
+  if (a.addr.ss_family == AF_INET) ((sockaddr_in&)a.addr).sin_port = htons(port);
+  else ((sockaddr_in6&)a.addr).sin6_port = htons(port);
+  return a;
 }
 
 }  // namespace
@@ -104,17 +100,23 @@ ncclResult_t getProperties(int dev, Props* p) {
 ncclResult_t listen(int dev, void* handle, void** listenComm) {
   *listenComm = nullptr;
   if (!checkDev(dev)) return ncclInvalidArgument;
-  wire::Handle h;
+  // The handle: this NIC's listener first (the primary), then the other NICs' (standbys).
+  PeerHandle h;
   h.secret = randomSecret();
-  h.transport = std::string(rt().transport->name()) == "rdma" ? wire::kTransportRdma : wire::kTransportTcp;
+  h.transport = rt().transport->name();
   h.primary = 0;
-  fillAddr(rt().nics[dev], rt().ports[dev], &h.addrs[0]);
+  h.addrs[0] = listenerAddr(rt().nics[dev], rt().ports[dev]);
   h.naddr = 1;
   for (auto& n : rt().nics) {
-    if (n.index == dev || h.naddr >= wire::kMaxHandleAddrs) continue;
-    fillAddr(n, rt().ports[n.index], &h.addrs[h.naddr++]);
+    if (n.index == dev || h.naddr >= kMaxPeerAddrs) continue;
+    h.addrs[h.naddr++] = listenerAddr(n, rt().ports[n.index]);
   }
-  wire::encodeHandle(h, handle);
+  std::string err;
+  memset(handle, 0, kHandleBytes);
+  if (!rt().transport->encodeHandle(h, handle, &err)) {
+    RO_WARN("railover: listen on NIC %s: cannot make the handle: %s", rt().nics[dev].name.c_str(), err.c_str());
+    return ncclSystemError;
+  }
   auto* lc = new ListenComm();
   lc->listener = new Listener(rt().linkDeps(), h.secret, dev);
   *listenComm = lc;
@@ -128,13 +130,12 @@ ncclResult_t connect(int dev, void* handle, void** sendComm) {
   SendLink* l = nullptr;
   memcpy(&l, hb + kStageOffset, sizeof(l));
   if (!l) {
-    wire::Handle h;
+    PeerHandle peer;
     std::string err;
-    if (!wire::decodeHandle(handle, wire::kHandleBytes, &h, &err)) {
+    if (!rt().transport->decodeHandle(handle, kTransportHandleBytes, &peer, &err)) {
       RO_WARN("railover: connect on NIC %s: malformed handle: %s", rt().nics[dev].name.c_str(), err.c_str());
       return ncclInvalidArgument;
     }
-    PeerHandle peer = handleToPeer(h);
     if (peer.transport != rt().transport->name()) {
       RO_WARN("railover: connect on NIC %s: the peer listens with the %s transport but this process uses %s: set "
               "RAILOVER_TRANSPORT to the same value on every rank",

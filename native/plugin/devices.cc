@@ -31,27 +31,6 @@ bool ifnameMatches(const std::string& specIn, const std::string& name) {
   return exclude ? !hit : hit;
 }
 
-sockaddr_storage Nic::getAddr(socklen_t* len) const {
-  std::lock_guard<std::mutex> g(addrMu);
-  if (len) *len = addrLen;
-  return addr;
-}
-
-void Nic::setAddr(const sockaddr_storage& a, socklen_t len) {
-  std::lock_guard<std::mutex> g(addrMu);
-  addr = a, addrLen = len;
-}
-
-std::string addrToString(const sockaddr_storage& a) {
-  char buf[INET6_ADDRSTRLEN + 8] = "?";
-  if (a.ss_family == AF_INET) {
-    inet_ntop(AF_INET, &((const sockaddr_in&)a).sin_addr, buf, sizeof(buf));
-  } else if (a.ss_family == AF_INET6) {
-    inet_ntop(AF_INET6, &((const sockaddr_in6&)a).sin6_addr, buf, sizeof(buf));
-  }
-  return buf;
-}
-
 namespace {
 
 bool sameFamilyOk(int want, int fam) { return want ? fam == want : (fam == AF_INET || fam == AF_INET6); }

@@ -1,6 +1,7 @@
-// Process-wide railover state: configuration, the NIC table, one TCP listener (and a UDP
-// probe socket on the same port) per NIC, the acceptor thread that validates HELLOs and
-// routes streams to their recv link, and the health monitor.
+// Process-wide railover state, and the wiring of the layers: configuration, the NIC table, the
+// transport (which listens on every NIC and accepts streams: Transport::listen; its listener
+// port per NIC is also the health monitor's UDP probe port), the engine's stream routing
+// handed to the transport, and the health monitor. The runtime opens no socket itself.
 //
 // Created once per process at the first successful init and never destroyed (the plugin is
 // linked -z nodelete, so NCCL's dlclose/dlopen cycles keep it). init is idempotent and
@@ -24,15 +25,18 @@ namespace railover {
 class Runtime {
  public:
   static Runtime& get();
-  // Parses the configuration, discovers NICs, opens listeners and starts the background
-  // thread, once. Later calls return the first call's result (and its error message).
+  // Parses the configuration, discovers NICs, chooses the transport and has it listen on every
+  // NIC, starts health and telemetry, once. Later calls return the first call's result (and
+  // its error message).
   ncclResult_t init(ncclDebugLogger_t logger);
   bool initialized() const { return ok_.load(std::memory_order_acquire); }
-  // A NIC moved to a new address: listen there too (same port), so peers can reconnect.
+  // A NIC moved to a new address: the transport listens there instead (same port), so peers
+  // can reconnect. Logs a WARN when it cannot.
   void relisten(int nic, const sockaddr_storage& a, socklen_t len);
 
   // Unit tests: adopt this configuration and NIC table, with `t` as the transport, without
-  // listeners or threads (the test installs its own Health and plays the acceptor).
+  // listeners or threads (the test installs its own Health and plays the acceptor, calling
+  // routeStream).
   void initForTest(const Config& c, const std::vector<Nic>& n, Transport* t);
 
   // What links get from the process (its configuration, NICs, ports, transport, health).
@@ -45,7 +49,6 @@ class Runtime {
   std::atomic<int> refs{0};
 
  private:
-  void acceptLoop();
   // RAILOVER_TRANSPORT: sets `transport` (auto: rdma when every NIC has an active RDMA port
   // behind it, else tcp). false with *err when rdma was asked and cannot be used.
   bool chooseTransport(std::string* err);
@@ -54,9 +57,6 @@ class Runtime {
   ncclResult_t result_ = ncclSuccess;
   std::string error_;
   std::atomic<bool> ok_{false};
-  std::vector<int> listenFds_;
-  std::vector<std::pair<int, int>> newListeners_;  // (nic, fd) waiting for the acceptor
-  int wakeFd_ = -1;
 };
 
 }  // namespace railover

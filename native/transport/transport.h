@@ -92,7 +92,14 @@ struct StreamHello {
 // Most addresses a handle carries, hence most paths per link (TCP: wire::kMaxHandleAddrs).
 constexpr int kMaxPeerAddrs = 5;
 
-// What the receiver's handle tells a sender, decoded by the transport that made the handle.
+// The listen handle NCCL's bootstrap carries to every peer is 128 bytes. The transport owns
+// bytes [0, kTransportHandleBytes): its listeners' addresses and ports, the listen comm's
+// secret, and its own name (Transport::encodeHandle / decodeHandle; TCP's layout, which the
+// RDMA transport shares, is in transport/tcp/wire.h and docs/PROTOCOL.md). The plugin API keeps
+// the rest for itself (the connect-in-progress link between connect() calls).
+constexpr size_t kTransportHandleBytes = 120;
+
+// What a listen handle says (Transport::encodeHandle writes it, decodeHandle reads a peer's).
 struct PeerHandle {
   struct Addr {
     int rail = -1;
@@ -252,9 +259,38 @@ class Conn {
   virtual bool peerAckedWithinMs(uint32_t ms) { (void)ms; return false; }
 };
 
+// Where a transport's acceptor hands every incoming stream whose first bytes identified it
+// (TCP: a valid HELLO). Implemented by the engine, which routes the stream to its recv link
+// (failover/link.h, routeStream); the transport never knows about comms.
+// Thread-safety: called from the transport's acceptor thread only.
+class StreamRouter {
+ public:
+  virtual ~StreamRouter() = default;
+  // Takes `c` (leaving it empty) when a comm owns the stream `h` names and returns true.
+  // Returns false and leaves `c` with the caller when no comm owns it (an unknown or closed
+  // comm: the transport then refuses it with NACK(kNackReasonUnknownComm) and closes it), or
+  // for a liveness check (h.id.connId == 0: closed without a word).
+  virtual bool route(std::unique_ptr<Conn>& c, const StreamHello& h, const sockaddr_storage& peer, int localNic) = 0;
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
+  // Listens on local NIC `nic` at `addr` (its address; the port in it is ignored) on port
+  // *port (0 = any: the chosen port is written back), and accepts incoming streams there for
+  // the process's life: each stream's identity (TCP: its HELLO) is checked within
+  // tuning::kHelloTimeoutUs, strays are dropped and logged, and every identified stream goes to
+  // `router` (the same router on every call; it outlives the transport). A second call for the
+  // same NIC (the NIC moved to a new address) replaces its listener. The handle advertises
+  // these addresses and ports. False with *err when the listener cannot be opened (the
+  // NIC's previous listener, if any, stays). Thread-safe. A transport without listeners (the
+  // in-memory streams of the unit tests) refuses with a cause.
+  virtual bool listen(int nic, const sockaddr_storage& addr, socklen_t len, uint16_t* port, StreamRouter* router,
+                      std::string* err) {
+    (void)nic, (void)addr, (void)len, (void)port, (void)router;
+    *err = std::string("the ") + name() + " transport of this process does not accept connections";
+    return false;
+  }
   // Opens one stream from local NIC `nic` to `remote`. nullptr with *err when it cannot start.
   virtual std::unique_ptr<Conn> connect(int nic, const sockaddr_storage& remote, socklen_t len, std::string* err) = 0;
   // Opens the send side of a path of `nStreams` streams (or queue pairs) from local NIC `nic`
@@ -288,6 +324,23 @@ class Transport {
   virtual uint64_t maxMessageBytes() const { return UINT64_MAX; }
   // Short name for logs, the state file and the handle ("tcp", "rdma").
   virtual const char* name() const { return "tcp"; }
+  // Writes the listen handle `h` (its `transport` must be name()) into
+  // out[0, kTransportHandleBytes). False with *err when it cannot be encoded (no address,
+  // more than kMaxPeerAddrs, a family other than IPv4/IPv6). A transport without listeners
+  // refuses with a cause.
+  virtual bool encodeHandle(const PeerHandle& h, void* out, std::string* err) {
+    (void)h, (void)out;
+    *err = std::string("the ") + name() + " transport of this process makes no listen handles";
+    return false;
+  }
+  // Reads a peer's listen handle (its first `len` bytes, at most kTransportHandleBytes are
+  // read). h->transport is the transport the handle names, which may differ from this one (the
+  // caller refuses that handle, naming both). False with *err naming the problem.
+  virtual bool decodeHandle(const void* in, size_t len, PeerHandle* h, std::string* err) {
+    (void)in, (void)len, (void)h;
+    *err = std::string("the ") + name() + " transport of this process reads no listen handles";
+    return false;
+  }
   // Ends a liveness check of the peer process over a connected stream `c` (TCP: a HELLO with
   // connection id 0, which the peer's acceptor closes without a word). False with *err on error.
   virtual bool endLivenessCheck(Conn& c, std::string* err) = 0;

@@ -740,6 +740,20 @@ std::unique_ptr<RecvPath> RdmaTransport::newRecvPathOn(int localNic, int nStream
 
 bool RdmaTransport::endLivenessCheck(Conn& c, std::string* err) { return boot_->endLivenessCheck(c, err); }
 
+bool RdmaTransport::listen(int nic, const sockaddr_storage& addr, socklen_t len, uint16_t* port, StreamRouter* router,
+                           std::string* err) {
+  return boot_->listen(nic, addr, len, port, router, err);
+}
+
+bool RdmaTransport::encodeHandle(const PeerHandle& h, void* out, std::string* err) {
+  if (h.transport != name()) return *err = "a " + h.transport + " handle asked of the rdma transport", false;
+  return encodeWireHandle(h, out, err);
+}
+
+bool RdmaTransport::decodeHandle(const void* in, size_t len, PeerHandle* h, std::string* err) {
+  return decodeWireHandle(in, len, h, err);
+}
+
 void* RdmaTransport::regMr(void* data, size_t size, std::string* err) {
   std::vector<verbs::Hca*> hs;
   for (auto& h : hcas_) hs.push_back(h.get());

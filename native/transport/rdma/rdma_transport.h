@@ -4,10 +4,10 @@
 // What a path is here:
 //  * a TCP *bootstrap* stream from the sender's NIC to the receiver's listener on the peer NIC
 //    (the TCP transport's connect): it carries the HELLO (the same 32 bytes as a TCP stream,
-//    so the receiver's acceptor routes it to its comm and path unchanged), then the two QP
-//    endpoints (verbs::QpEndpoint, 40 bytes each way). It stays open for the path's life: its
-//    end (EOF, reset) tells either side that the peer fenced or dropped the path, or exited,
-//    long before an RC retry timeout would;
+//    so the receiver's acceptor, the TCP transport's (listen), routes it to its comm and path
+//    unchanged), then the two QP endpoints (verbs::QpEndpoint, 40 bytes each way). It stays
+//    open for the path's life: its end (EOF, reset) tells either side that the peer fenced or
+//    dropped the path, or exited, long before an RC retry timeout would;
 //  * one RC QP each way-pair (verbs::SendPath at the sender, verbs::RecvPath at the receiver):
 //    the receiver advertises each posted buffer (address, size, rkey of its HCA), the sender
 //    RDMA-WRITEs the message's chunks into it and ends the message with a WRITE_WITH_IMM;
@@ -50,7 +50,7 @@
 #include <vector>
 
 #include "common/config.h"
-#include "plugin/devices.h"
+#include "common/nic.h"
 #include "transport/tcp/tcp_transport.h"
 #include "transport/transport.h"
 #include "transport/verbs/verbs_device.h"
@@ -111,6 +111,13 @@ class RdmaTransport : public Transport {
   std::unique_ptr<RecvPath> newRecvPath(int nStreams) override;
   std::unique_ptr<RecvPath> newRecvPathOn(int localNic, int nStreams) override;
   bool endLivenessCheck(Conn& c, std::string* err) override;
+  // The bootstrap streams' listeners: the bootstrap transport's (TCP's acceptor, whose HELLO
+  // check and routing are the same for both transports).
+  bool listen(int nic, const sockaddr_storage& addr, socklen_t len, uint16_t* port, StreamRouter* router,
+              std::string* err) override;
+  // The handle in protocol v2's layout (the bootstrap listeners' addresses), naming "rdma".
+  bool encodeHandle(const PeerHandle& h, void* out, std::string* err) override;
+  bool decodeHandle(const void* in, size_t len, PeerHandle* h, std::string* err) override;
   void* regMr(void* data, size_t size, std::string* err) override;
   void deregMr(void* mhandle) override;
   bool groupedReceives() const override { return true; }

@@ -311,6 +311,64 @@ PeerHandle handleToPeer(const wire::Handle& h) {
   return p;
 }
 
+bool encodeWireHandle(const PeerHandle& p, void* out, std::string* err) {
+  wire::Handle h;
+  if (p.transport == "tcp") {
+    h.transport = wire::kTransportTcp;
+  } else if (p.transport == "rdma") {
+    h.transport = wire::kTransportRdma;
+  } else {
+    return *err = "the handle layout has no code for transport \"" + p.transport + "\"", false;
+  }
+  if (p.naddr < 1 || p.naddr > wire::kMaxHandleAddrs || p.primary < 0 || p.primary >= p.naddr)
+    return *err = "a handle needs 1.." + std::to_string(wire::kMaxHandleAddrs) + " addresses and a primary among them (" +
+                  std::to_string(p.naddr) + " addresses, primary " + std::to_string(p.primary) + ")",
+           false;
+  h.secret = p.secret;
+  h.primary = (uint8_t)p.primary;
+  h.naddr = (uint8_t)p.naddr;
+  for (int i = 0; i < p.naddr; ++i) {
+    const PeerHandle::Addr& a = p.addrs[i];
+    wire::HandleAddr& o = h.addrs[i];
+    o.rail = (uint8_t)(a.rail & 0xff);
+    if (a.addr.ss_family == AF_INET) {
+      auto& s = (const sockaddr_in&)a.addr;
+      o.family = 4;
+      o.port = ntohs(s.sin_port);
+      memcpy(o.addr, &s.sin_addr, 4);
+    } else if (a.addr.ss_family == AF_INET6) {
+      auto& s = (const sockaddr_in6&)a.addr;
+      o.family = 6;
+      o.port = ntohs(s.sin6_port);
+      memcpy(o.addr, &s.sin6_addr, 16);
+    } else {
+      return *err = "handle address " + std::to_string(i) + " is neither IPv4 nor IPv6", false;
+    }
+  }
+  uint8_t buf[wire::kHandleBytes];
+  wire::encodeHandle(h, buf);
+  static_assert(wire::kHandleTransportOffset < kTransportHandleBytes, "the transport byte is the transport's");
+  static_assert(16 + 20 * wire::kMaxHandleAddrs <= kTransportHandleBytes, "the addresses are the transport's");
+  memcpy(out, buf, kTransportHandleBytes);
+  return true;
+}
+
+bool decodeWireHandle(const void* in, size_t len, PeerHandle* p, std::string* err) {
+  wire::Handle h;
+  if (!wire::decodeHandle(in, std::min(len, kTransportHandleBytes), &h, err)) return false;
+  *p = handleToPeer(h);
+  return true;
+}
+
+bool StreamTransport::encodeHandle(const PeerHandle& h, void* out, std::string* err) {
+  if (h.transport != name()) return *err = "a " + h.transport + " handle asked of the " + name() + " transport", false;
+  return encodeWireHandle(h, out, err);
+}
+
+bool StreamTransport::decodeHandle(const void* in, size_t len, PeerHandle* h, std::string* err) {
+  return decodeWireHandle(in, len, h, err);
+}
+
 int StreamRecvPath::connectState(std::string* err) {
   for (auto& s : s_)
     if (!s.conn) return 0;

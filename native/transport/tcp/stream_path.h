@@ -29,11 +29,21 @@ class StreamTransport : public Transport {
                                          const PathIdentity& id, const ChunkPolicy& chunks, std::string* err) override;
   std::unique_ptr<RecvPath> newRecvPath(int nStreams) override;
   bool endLivenessCheck(Conn& c, std::string* err) override;
+  // The handle in protocol v2's layout (wire::Handle), naming name().
+  bool encodeHandle(const PeerHandle& h, void* out, std::string* err) override;
+  bool decodeHandle(const void* in, size_t len, PeerHandle* h, std::string* err) override;
 };
 
 // The engine-level view of a HELLO, and of a decoded handle.
 StreamHello helloToStream(const wire::Hello& h);
 PeerHandle handleToPeer(const wire::Handle& h);
+// A listen handle in protocol v2's layout (wire::Handle: addresses, ports, rails, secret,
+// primary index, transport byte from h.transport: "tcp" or "rdma"), written to
+// out[0, kTransportHandleBytes); the TCP and RDMA transports both use it (RDMA's addresses are
+// its bootstrap streams' listeners). False with *err when `h` cannot be encoded.
+bool encodeWireHandle(const PeerHandle& h, void* out, std::string* err);
+// wire::decodeHandle on at most kTransportHandleBytes of `in`, then handleToPeer.
+bool decodeWireHandle(const void* in, size_t len, PeerHandle* h, std::string* err);
 
 class StreamSendPath : public SendPath {
  public:

@@ -8,6 +8,7 @@
 
 #include <cstring>
 
+#include "transport/tcp/acceptor.h"
 #include "transport/tcp/socket.h"
 
 namespace railover {
@@ -64,6 +65,25 @@ bool TcpConn::peerAckedWithinMs(uint32_t ms) {
   socklen_t l = sizeof(ti);
   if (getsockopt(fd_, IPPROTO_TCP, TCP_INFO, &ti, &l) != 0 || ti.tcpi_unacked == 0) return false;
   return ti.tcpi_last_ack_recv < ms;
+}
+
+TcpTransport::TcpTransport(const std::vector<Nic>* nics, const Config* cfg) : nics_(nics), cfg_(cfg) {}
+
+TcpTransport::~TcpTransport() = default;
+
+bool TcpTransport::listen(int nic, const sockaddr_storage& addr, socklen_t len, uint16_t* port, StreamRouter* router,
+                          std::string* err) {
+  std::lock_guard<std::mutex> g(acceptorMu_);
+  if (!acceptor_) {
+    std::vector<std::string> names;
+    for (const Nic& n : *nics_) names.push_back(n.name);
+    acceptor_.reset(new tcp::Acceptor(std::move(names), cfg_->tcpUserTimeoutMs, router));
+    router_ = router;
+  } else if (router != router_) {
+    *err = "the TCP transport already hands its streams to another router";
+    return false;
+  }
+  return acceptor_->listen(nic, addr, len, port, err);
 }
 
 std::unique_ptr<Conn> TcpTransport::connect(int nic, const sockaddr_storage& remote, socklen_t len, std::string* err) {

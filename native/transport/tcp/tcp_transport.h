@@ -1,10 +1,12 @@
 // TCP implementation of the transport interface: source-bound, non-blocking sockets.
 #pragma once
 
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include "common/config.h"
-#include "plugin/devices.h"
+#include "common/nic.h"
 #include "transport/tcp/stream_path.h"
 #include "transport/transport.h"
 
@@ -27,15 +29,28 @@ class TcpConn : public Conn {
   bool connected_ = false;
 };
 
+namespace tcp {
+class Acceptor;
+}
+
 class TcpTransport : public StreamTransport {
  public:
   // Streams leave from `nics` (source address and device) with cfg->tcpUserTimeoutMs; both
   // outlive the transport (the runtime's).
-  TcpTransport(const std::vector<Nic>* nics, const Config* cfg) : nics_(nics), cfg_(cfg) {}
+  TcpTransport(const std::vector<Nic>* nics, const Config* cfg);
+  ~TcpTransport() override;  // closes the listeners and stops the acceptor thread
   std::unique_ptr<Conn> connect(int nic, const sockaddr_storage& remote, socklen_t len, std::string* err) override;
+  // One listening socket per NIC and one acceptor thread for all (transport/tcp/acceptor.h),
+  // started by the first call.
+  bool listen(int nic, const sockaddr_storage& addr, socklen_t len, uint16_t* port, StreamRouter* router,
+              std::string* err) override;
+
  private:
   const std::vector<Nic>* nics_;
   const Config* cfg_;
+  std::mutex acceptorMu_;
+  std::unique_ptr<tcp::Acceptor> acceptor_;  // created by the first listen(); under acceptorMu_
+  StreamRouter* router_ = nullptr;           // the router acceptor_ was made with
 };
 
 }  // namespace railover

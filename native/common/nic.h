@@ -1,0 +1,45 @@
+// One NIC railover uses (a railover device): what every layer needs to know about it. Built by
+// NIC discovery (plugin/devices.h) and handed down to the engine, health and the transports,
+// which look nothing up themselves.
+//
+// Thread-safety: every field is fixed after discovery except the current address, which the
+// health monitor may re-learn (getAddr/setAddr, guarded by addrMu).
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+namespace railover {
+
+struct Nic {
+  int index = 0;            // railover device index (what NCCL calls dev)
+  std::string name;         // interface name, e.g. "eth0"
+  int ifindex = 0;          // kernel interface index
+  int rail = -1;            // rail id: RAILOVER_RAILS, else position in the device list
+  std::string pciPath;      // realpath of /sys/class/net/<if>/device, "" for virtual NICs
+  int speedMbps = 10000;    // /sys/class/net/<if>/speed, 10 Gb/s when unknown
+  uint64_t guid = 0;
+  sockaddr_storage addr{};  // current address (port 0); guarded by addrMu after init
+  socklen_t addrLen = 0;
+  mutable std::mutex addrMu;
+
+  Nic() = default;
+  Nic(const Nic& o) { *this = o; }
+  Nic& operator=(const Nic& o) {
+    index = o.index, name = o.name, ifindex = o.ifindex, rail = o.rail, pciPath = o.pciPath;
+    speedMbps = o.speedMbps, guid = o.guid, addr = o.addr, addrLen = o.addrLen;
+    return *this;
+  }
+  // Copy of the current address (thread-safe).
+  sockaddr_storage getAddr(socklen_t* len) const;
+  void setAddr(const sockaddr_storage& a, socklen_t len);
+};
+
+// The address of `a` without its port ("10.0.0.1", "fd00::1"; "?" for another family).
+std::string addrToString(const sockaddr_storage& a);
+
+}  // namespace railover
