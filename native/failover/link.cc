@@ -996,6 +996,7 @@ void SendLink::progress(bool fromSweeper) {
     drainClosing(now);
     return;
   }
+  if (isFatal()) return;  // final: NCCL has the error; nothing reconnects or retries any more
   if (now - lastSlowTickUs >= tuning::kSlowTickUs || active < 0 || (hl && hl->epoch() != seenEpoch)) slowTick(now);
   for (int guard = 0; guard < 4 && active >= 0; ++guard) {
     Path& p = paths[active];
@@ -1493,6 +1494,7 @@ void RecvLink::slowTick(uint64_t now) {
 void RecvLink::progress() {
   uint64_t now = nowUs();
   Health* hl = deps.health;
+  if (isFatal()) return;  // final: NCCL has the error; nothing reconnects or retries any more
   if (now - lastSlowTickUs >= tuning::kSlowTickUs || active < 0 || (hl && hl->epoch() != seenEpoch)) slowTick(now);
   if (active < 0) return;
   Path& p = paths[active];
