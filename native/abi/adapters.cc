@@ -92,10 +92,6 @@ ncclResult_t regMrInt(void* c, void* d, int size, int type, void** mh) {
   return api::regMr(c, d, (size_t)size, type, mh);
 }
 ncclResult_t regMrSz(void* c, void* d, size_t size, int type, void** mh) { return api::regMr(c, d, size, type, mh); }
-ncclResult_t regMrDmaBuf(void*, void*, size_t, int, uint64_t, int, void** mh) {
-  *mh = nullptr;
-  return ncclInternalError;  // DMABUF is not advertised
-}
 ncclResult_t isendInt(void* sc, void* d, int size, int tag, void* mh, void** req) {
   if (size < 0) return *req = nullptr, ncclInvalidArgument;
   return api::isend(sc, d, (size_t)size, tag, mh, req);
@@ -134,26 +130,26 @@ extern "C" {
 
 __attribute__((visibility("default"))) ncclNet_v7_t ncclNetPlugin_v7 = {
     "railover", init7,     api::devices, props7,   listen7,  connect7, accept7,
-    regMrInt,   regMrDmaBuf, api::deregMr, isendInt, irecvInt, RO_COMMON_TAIL};
+    regMrInt,   api::regMrDmaBuf, api::deregMr, isendInt, irecvInt, RO_COMMON_TAIL};
 
 __attribute__((visibility("default"))) ncclNet_v8_t ncclNetPlugin_v8 = {
     "railover", init7,     api::devices, props8,   listen7,  connect7, accept7,
-    regMrSz,    regMrDmaBuf, api::deregMr, isendInt, irecvInt, RO_COMMON_TAIL};
+    regMrSz,    api::regMrDmaBuf, api::deregMr, isendInt, irecvInt, RO_COMMON_TAIL};
 
 __attribute__((visibility("default"))) ncclNet_v9_t ncclNetPlugin_v9 = {
     "railover", init7,     api::devices, props9,  listen7, connect7, accept7,
-    regMrSz,    regMrDmaBuf, api::deregMr, isendSz, irecvSz, RO_COMMON_TAIL, nullptr /* makeVDevice */};
+    regMrSz,    api::regMrDmaBuf, api::deregMr, isendSz, irecvSz, RO_COMMON_TAIL, nullptr /* makeVDevice */};
 
 __attribute__((visibility("default"))) ncclNet_v10_t ncclNetPlugin_v10 = {
     "railover", init10,    api::devices, props9,  listen7, connect10, accept7,
-    regMrSz,    regMrDmaBuf, api::deregMr, isend10, irecv10, RO_COMMON_TAIL, nullptr /* makeVDevice */};
+    regMrSz,    api::regMrDmaBuf, api::deregMr, isend10, irecv10, RO_COMMON_TAIL, nullptr /* makeVDevice */};
 
 __attribute__((visibility("default"))) ncclNet_v11_t ncclNetPlugin_v11 = {
-    "railover", init11, api::devices, props11, listen11, connect11, accept7, regMrSz, regMrDmaBuf, api::deregMr,
+    "railover", init11, api::devices, props11, listen11, connect11, accept7, regMrSz, api::regMrDmaBuf, api::deregMr,
     isend10, irecv10, RO_COMMON_TAIL, nullptr /* makeVDevice */, api::finalizeCtx, nullptr /* setNetAttr */};
 
 __attribute__((visibility("default"))) ncclNet_v12_t ncclNetPlugin_v12 = {
-    "railover", init11, api::devices, props12, listen11, connect11, accept7, regMrSz, regMrDmaBuf, api::deregMr,
+    "railover", init11, api::devices, props12, listen11, connect11, accept7, regMrSz, api::regMrDmaBuf, api::deregMr,
     isend10, irecv10, RO_COMMON_TAIL, nullptr /* makeVDevice */, api::finalizeCtx, nullptr /* setNetAttr */};
 
 }  // extern "C"

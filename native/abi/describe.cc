@@ -67,7 +67,6 @@ RO_EXPORT const char* railover_rdma_report_json(const char* nic_names_csv, const
       return nullptr;
     };
   }
-  // ptrSupport: what getProperties (plugin/api.cc) advertises for every device.
-  out = railover::rdmaReportJson(nics, lookup, RAILOVER_NCCL_PTR_HOST);
+  out = railover::rdmaReportJson(nics, lookup);
   return out.c_str();
 }

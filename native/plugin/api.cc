@@ -29,6 +29,14 @@ struct ListenComm {
   Listener* listener = nullptr;
 };
 
+// An iflush in progress (Transport::flush), handed to NCCL as the flush request; test() frees
+// it when done or failed. `kind` first, like SendReq/RecvReq.
+constexpr uint32_t kKindFlush = 0x464c5348;
+struct FlushReq {
+  uint32_t kind = kKindFlush;
+  std::unique_ptr<FlushOp> op;
+};
+
 struct Ctx {
   uint32_t kind = kCtxKind;
   uint64_t commId = 0;
@@ -81,7 +89,7 @@ ncclResult_t getProperties(int dev, Props* p) {
   p->name = n.name.c_str();
   p->pciPath = n.pciPath.empty() ? nullptr : n.pciPath.c_str();
   p->guid = n.guid;
-  p->ptrSupport = RAILOVER_NCCL_PTR_HOST;
+  p->ptrSupport = (int)rt().transport->ptrSupport(dev);
   p->speed = n.speedMbps;
   p->port = 0;
   p->latency = 0;
@@ -187,19 +195,40 @@ ncclResult_t accept(void* listenComm, void** recvComm) {
 
 ncclResult_t regMr(void*, void* data, size_t size, int type, void** mhandle) {
   *mhandle = nullptr;
-  if (type != RAILOVER_NCCL_PTR_HOST) {
-    RO_WARN("railover: only host memory can be registered (type %d asked)", type);
-    return ncclInternalError;
-  }
   if (!rt().initialized()) {
     RO_WARN("railover: regMr called before a successful init");
     return ncclInternalError;
   }
+  if (type != RAILOVER_NCCL_PTR_HOST && type != RAILOVER_NCCL_PTR_CUDA) {
+    RO_WARN("railover: regMr of memory type %d (NCCL_PTR_HOST 1 or NCCL_PTR_CUDA 2 expected)", type);
+    return ncclInternalError;
+  }
   std::string err;
-  *mhandle = rt().transport->regMr(data, size, &err);
+  *mhandle = rt().transport->regMr(data, size, type, &err);
   if (!*mhandle) {
-    RO_WARN("railover: cannot register %zu bytes at %p with the %s transport: %s", size, data, rt().transport->name(),
-            err.c_str());
+    RO_WARN("railover: cannot register %zu bytes of %s memory at %p with the %s transport: %s", size,
+            type == RAILOVER_NCCL_PTR_CUDA ? "GPU" : "host", data, rt().transport->name(), err.c_str());
+    return ncclSystemError;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t regMrDmaBuf(void*, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle) {
+  *mhandle = nullptr;
+  if (!rt().initialized()) {
+    RO_WARN("railover: regMrDmaBuf called before a successful init");
+    return ncclInternalError;
+  }
+  if (fd < 0) {
+    RO_WARN("railover: regMrDmaBuf with file descriptor %d", fd);
+    return ncclInvalidArgument;
+  }
+  (void)type;  // a dmabuf is GPU memory for NCCL (type NCCL_PTR_CUDA); the fd says what it is
+  std::string err;
+  *mhandle = rt().transport->regMrDmaBuf(data, size, offset, fd, &err);
+  if (!*mhandle) {
+    RO_WARN("railover: cannot register dmabuf %d (%zu bytes at offset %llu, %p) with the %s transport: %s", fd, size,
+            (unsigned long long)offset, data, rt().transport->name(), err.c_str());
     return ncclSystemError;
   }
   return ncclSuccess;
@@ -227,10 +256,36 @@ ncclResult_t irecv(void* recvComm, int n, void** data, const size_t* sizes, int*
   return ((RecvLink*)recvComm)->irecv(n, data, caps, tags, request, mhandles);
 }
 
-ncclResult_t iflush(void*, int, void**, int*, void**, void** request) {
-  *request = nullptr;  // host memory only: there is never anything to flush
-  RO_WARN("railover: iflush called, but railover advertises host memory only");
-  return ncclInternalError;
+ncclResult_t iflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request) {
+  *request = nullptr;  // NULL: nothing to flush (NCCL takes it as done)
+  auto* link = (RecvLink*)recvComm;
+  if (!link || n < 1 || n > kMaxRecvs) {
+    RO_WARN("railover: iflush of %d buffers on comm %p", n, recvComm);
+    return ncclInternalError;
+  }
+  // As NCCL's IB transport: one READ of the last buffer that received bytes, through the NIC
+  // the data came on (the active path's; after a failover the resend rewrote every byte of
+  // the message through it, see docs/DESIGN.md "GPUDirect").
+  int last = -1;
+  for (int i = 0; i < n; ++i)
+    if (sizes[i] > 0) last = i;
+  if (last < 0) return ncclSuccess;
+  int nic;
+  {
+    std::lock_guard<std::mutex> g(link->mu);
+    nic = link->active >= 0 ? link->paths[link->active].localNic : link->dev();
+  }
+  std::string err;
+  std::unique_ptr<FlushOp> op = rt().transport->flush(nic, data[last], mhandles ? mhandles[last] : nullptr, &err);
+  if (!op) {
+    if (err.empty()) return ncclSuccess;
+    RO_WARN("railover: iflush on NIC %s: %s", rt().nics[nic].name.c_str(), err.c_str());
+    return ncclSystemError;
+  }
+  auto* r = new FlushReq();
+  r->op = std::move(op);
+  *request = r;
+  return ncclSuccess;
 }
 
 ncclResult_t test(void* request, int* done, int* sizes) {
@@ -247,6 +302,19 @@ ncclResult_t test(void* request, int* done, int* sizes) {
   if (kind == kKindRecv) {
     auto* r = (RecvReq*)request;
     return ((RecvLink*)r->link)->test(r, done, sizes);
+  }
+  if (kind == kKindFlush) {
+    auto* r = (FlushReq*)request;
+    std::string err;
+    int st = r->op->test(&err);
+    if (st == 0) return ncclSuccess;
+    delete r;  // done or failed: NCCL tests a flush request no more
+    if (st < 0) {
+      RO_WARN("railover: iflush: %s", err.c_str());
+      return ncclSystemError;
+    }
+    *done = 1;
+    return ncclSuccess;
   }
   RO_WARN("railover: test called with %p, which is not a pending railover request", request);
   return ncclInternalError;  // NCCL's plugin contract: the caller's misuse is an internal error

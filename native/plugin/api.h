@@ -40,6 +40,7 @@ ncclResult_t listen(int dev, void* handle, void** listenComm);
 ncclResult_t connect(int dev, void* handle, void** sendComm);
 ncclResult_t accept(void* listenComm, void** recvComm);
 ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle);
+ncclResult_t regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle);
 ncclResult_t deregMr(void* comm, void* mhandle);
 ncclResult_t isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void** request);
 ncclResult_t irecv(void* recvComm, int n, void** data, const size_t* sizes, int* tags, void** mhandles,

@@ -12,6 +12,7 @@
 #include "telemetry/journal.h"
 #ifdef RAILOVER_HAVE_VERBS
 #include "transport/rdma/rdma_transport.h"
+#include "transport/verbs/verbs_gdr.h"
 #include "transport/verbs/verbs_config.h"
 #endif
 
@@ -109,34 +110,25 @@ std::vector<PortFact> scanPorts(const verbs::VerbsApi& api) {
 // NCCL's test for dmabuf support of an HCA: ibv_reg_dmabuf_mr with fd -1 fails with
 // EOPNOTSUPP / EPROTONOSUPPORT when the kernel or provider has none, with another error
 // (EBADF) when it has.
-std::string dmabufProbe(const std::string& dev) {
+std::string dmabufProbe(const std::string& dev, bool* supported) {
   std::string e;
   verbs::Hca hca(dev, &e);
+  *supported = false;
   if (!hca.ok()) return "{\"hca\":" + q(dev) + ",\"supported\":null,\"detail\":" + q(e) + "}";
-  void* h = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_NOLOAD);
-  using RegDmabuf = ibv_mr* (*)(ibv_pd*, uint64_t, size_t, uint64_t, int, int);
-  auto fn = h ? reinterpret_cast<RegDmabuf>(dlsym(h, "ibv_reg_dmabuf_mr")) : nullptr;
-  std::string out;
-  if (!fn) {
-    out = "{\"hca\":" + q(dev) + ",\"supported\":null,\"detail\":\"this libibverbs has no ibv_reg_dmabuf_mr\"}";
-  } else {
-    errno = 0;
-    ibv_mr* mr = fn(hca.pd(), 0, 0, 0, -1, 0);
-    int err = errno;
-    if (mr) hca.api().dereg_mr(mr);
-    bool no = !mr && (err == EOPNOTSUPP || err == EPROTONOSUPPORT);
-    out = "{\"hca\":" + q(dev) + ",\"supported\":" + b(!no) + ",\"detail\":" +
-          q(std::string("ibv_reg_dmabuf_mr(fd -1): ") + (mr ? "accepted" : std::strerror(err))) + "}";
-  }
-  if (h) dlclose(h);
-  return out;
+  if (!hca.api().reg_dmabuf_mr)
+    return "{\"hca\":" + q(dev) + ",\"supported\":null,\"detail\":\"this libibverbs has no ibv_reg_dmabuf_mr\"}";
+  std::string why;
+  *supported = verbs::dmabufSupported(hca, &why);
+  return "{\"hca\":" + q(dev) + ",\"supported\":" + b(*supported) + ",\"detail\":" +
+         q(*supported ? "ibv_reg_dmabuf_mr(fd -1) answered with another error than \"not supported\"" : why) + "}";
 }
 
 #endif  // RAILOVER_HAVE_VERBS
 
 }  // namespace
 
-std::string rdmaReportJson(const std::vector<std::string>& names, const EnvLookup& env, uint32_t ptrSupport) {
+std::string rdmaReportJson(const std::vector<std::string>& names, const EnvLookup& env) {
+  uint32_t ptrSupport = RAILOVER_NCCL_PTR_HOST;
   Config cfg;
   std::string cfgErr, nicErr;
   bool cfgOk = parseConfig(env, &cfg, &cfgErr);
@@ -188,7 +180,12 @@ std::string rdmaReportJson(const std::vector<std::string>& names, const EnvLooku
                   ",\"state\":" + q(state) + ",\"gid_index\":" + std::to_string(chosen ? sel.gidIndex : -1) +
                   ",\"gid\":" + q(chosen && sel.roce ? verbs::gidString(sel.gid) : "") + ",\"ports\":[" + pj + "]}";
     }
-    for (const std::string& h : chosenHcas) dmabuf += std::string(dmabuf.empty() ? "" : ",") + dmabufProbe(h);
+    bool allDmabuf = !chosenHcas.empty();
+    for (const std::string& h : chosenHcas) {
+      bool sup = false;
+      dmabuf += std::string(dmabuf.empty() ? "" : ",") + dmabufProbe(h, &sup);
+      allDmabuf &= sup;
+    }
     // The rule of Runtime::chooseTransport (plugin/runtime.cc).
     std::string uwhy;
     bool usable = !nics.empty() && rdma::rdmaUsable(nics, cfg, &uwhy);
@@ -198,6 +195,8 @@ std::string rdmaReportJson(const std::vector<std::string>& names, const EnvLooku
     } else if (usable) {
       transport = "rdma";
       why = "RAILOVER_TRANSPORT=" + setting + ": every NIC has an ACTIVE RDMA port with a GID";
+      if (verbs::gdrPeerMemLoaded()) ptrSupport |= RAILOVER_NCCL_PTR_CUDA;
+      if (allDmabuf) ptrSupport |= RAILOVER_NCCL_PTR_DMABUF;
     } else if (cfg.transport == TransportKind::kRdma) {
       transport = "error", why = "RAILOVER_TRANSPORT=rdma: cannot use RDMA: " + uwhy;
     } else {

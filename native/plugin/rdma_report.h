@@ -42,8 +42,9 @@
 
 namespace railover {
 
-// `nics`: the NIC names to evaluate (empty: the plugin's own discovery with `env`);
-// `ptrSupport`: the NCCL_PTR_* bits getProperties advertises.
-std::string rdmaReportJson(const std::vector<std::string>& nics, const EnvLookup& env, uint32_t ptrSupport);
+// `nics`: the NIC names to evaluate (empty: the plugin's own discovery with `env`). The
+// report's "memory.ptr_support" is what getProperties would advertise with that transport
+// (TCP: HOST; RDMA: + CUDA / DMABUF where GPUDirect is detected, as RdmaTransport::ptrSupport).
+std::string rdmaReportJson(const std::vector<std::string>& nics, const EnvLookup& env);
 
 }  // namespace railover

@@ -383,3 +383,29 @@ TEST_F(Loopback, OrderlyCloseWithDataInFlightIsNeverAFault) {
 }
 
 }  // namespace
+
+// GPUDirect on TCP: host memory only (ptrSupport HOST; GPU memory and dmabufs are refused with
+// an error, never a fake handle), and iflush has nothing to flush (a NULL request, NCCL's
+// "done"), also for buffers that received bytes.
+TEST_F(Loopback, HostMemoryOnlyAndIflushHasNothingToFlush) {
+  api::Props props{};
+  ASSERT_EQ(api::getProperties(0, &props), ncclSuccess);
+  EXPECT_EQ(props.ptrSupport, RAILOVER_NCCL_PTR_HOST);
+  Pair p = connectPair();
+  char buf[64];
+  void* mh = nullptr;
+  EXPECT_EQ(api::regMr(p.recv, buf, sizeof(buf), RAILOVER_NCCL_PTR_CUDA, &mh), ncclSystemError);
+  EXPECT_EQ(mh, nullptr);
+  EXPECT_EQ(api::regMrDmaBuf(p.recv, buf, sizeof(buf), RAILOVER_NCCL_PTR_CUDA, 0, 3, &mh), ncclSystemError);
+  EXPECT_EQ(mh, nullptr);
+  ASSERT_EQ(api::regMr(p.recv, buf, sizeof(buf), RAILOVER_NCCL_PTR_HOST, &mh), ncclSuccess);
+  void* data[1] = {buf};
+  int sizes[1] = {64};
+  void* mhs[1] = {mh};
+  void* req = (void*)0x1;
+  EXPECT_EQ(api::iflush(p.recv, 1, data, sizes, mhs, &req), ncclSuccess);
+  EXPECT_EQ(req, nullptr);
+  EXPECT_EQ(api::iflush(p.recv, 0, data, sizes, mhs, &req), ncclInternalError) << "n out of range";
+  EXPECT_EQ(api::deregMr(p.recv, mh), ncclSuccess);
+  closePair(p);
+}

@@ -273,6 +273,14 @@ class StreamRouter {
   virtual bool route(std::unique_ptr<Conn>& c, const StreamHello& h, const sockaddr_storage& peer, int localNic) = 0;
 };
 
+// A flush in progress (Transport::flush). test(): 1 done, 0 not yet, -1 failed with *err.
+// Used by one thread at a time (NCCL's test() on the flush request).
+class FlushOp {
+ public:
+  virtual ~FlushOp() = default;
+  virtual int test(std::string* err) = 0;
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -306,14 +314,40 @@ class Transport {
     (void)localNic;
     return newRecvPath(nStreams);
   }
-  // Registers [data, data + size) for sends from it and receives into it on every path the
-  // process may use (RDMA: on every HCA at once, so a failover never registers anything).
-  // Returns the mhandle NCCL passes back to isend/irecv, or nullptr with *err. A transport that
-  // needs no registration returns a token. deregMr releases it (nullptr: nothing).
-  virtual void* regMr(void* data, size_t size, std::string* err) {
-    (void)data, (void)size, (void)err;
+  // Memory kinds a registration may be (NCCL's NCCL_PTR_* bits, the same values).
+  static constexpr uint32_t kPtrHost = 0x1, kPtrCuda = 0x2, kPtrDmaBuf = 0x4;
+  // The kinds this transport registers on NIC `nic`: the plugin's ptrSupport. HOST always;
+  // CUDA / DMABUF only where GPUDirect RDMA really works (RDMA: verbs_gdr.h's detection).
+  virtual uint32_t ptrSupport(int nic) const {
+    (void)nic;
+    return kPtrHost;
+  }
+  // Registers [data, data + size) of kind `ptrType` (kPtrHost or kPtrCuda) for sends from it
+  // and receives into it on every path the process may use (RDMA: on every HCA at once, so a
+  // failover never registers anything). Returns the mhandle NCCL passes back to isend/irecv,
+  // or nullptr with *err (also for a kind ptrSupport does not offer). A transport that needs
+  // no registration returns a token. deregMr releases it (nullptr: nothing).
+  virtual void* regMr(void* data, size_t size, int ptrType, std::string* err) {
+    (void)data, (void)size;
+    if (ptrType != (int)kPtrHost) return *err = std::string("the ") + name() + " transport registers host memory only", nullptr;
     static char token;
     return &token;
+  }
+  void* regMr(void* data, size_t size, std::string* err) { return regMr(data, size, (int)kPtrHost, err); }
+  // NCCL's regMrDmaBuf: [offset, offset + size) of dmabuf `fd`, mapped at `data`, registered
+  // inside the call (NCCL closes fd when it returns). nullptr with *err where ptrSupport has
+  // no DMABUF bit.
+  virtual void* regMrDmaBuf(void* data, size_t size, uint64_t offset, int fd, std::string* err) {
+    (void)data, (void)size, (void)offset, (void)fd;
+    return *err = std::string("the ") + name() + " transport registers no dmabufs", nullptr;
+  }
+  // iflush: makes what NIC `nic` wrote into the registered buffer at `data` (mhandle: its
+  // registration) visible to the GPU before NCCL tells a kernel it arrived. Returns an
+  // operation to poll, or nullptr: with *err empty when nothing needs flushing (NCCL takes a
+  // NULL flush request as done), with *err set when the flush cannot be made.
+  virtual std::unique_ptr<FlushOp> flush(int nic, void* data, void* mhandle, std::string* err) {
+    (void)nic, (void)data, (void)mhandle, (void)err;
+    return nullptr;
   }
   virtual void deregMr(void* mhandle) { (void)mhandle; }
   // False when a receive may not group several buffers: the plugin then reports maxRecvs 1.

@@ -21,6 +21,8 @@ Asserted here:
   failover, no path_down, no error);
 * both of A's cables pulled: a clean ncclSystemError naming "no usable path" within the fatal
   timeout (plus TCG's slack), never a hang;
+* iflush (railover-perf ``--flush``, as NCCL's GPUDirect receive path): every receive with
+  bytes is flushed by a real RDMA READ through the HCA, also across a cable pull of that HCA;
 * ranks that disagree on the transport (one tcp, one rdma) fail with an error that names both
   transports, instead of exchanging bytes the other side cannot read.
 
@@ -97,10 +99,10 @@ class _Background:
     railover-perf's stop file (rank 0 finishes the collective in flight and both ranks stop), so
     a test runs only as long as its checks need."""
 
-    def __init__(self, bed, tmp_path, env, duration=100, timeout_s=900, stoppable=False):
+    def __init__(self, bed, tmp_path, env, duration=100, timeout_s=900, stoppable=False, extra_args=()):
         self.bed, self.box = bed, {}
         self.stop_path = f"/tmp/rstop-{secrets.token_hex(3)}" if stoppable else None
-        extra = ["--stop-file", self.stop_path] if self.stop_path else []
+        extra = (["--stop-file", self.stop_path] if self.stop_path else []) + list(extra_args)
 
         def run():
             self.box["res"] = rperf.run_perf(bed, ranks_per_host=1, timeout_s=timeout_s, workload="allreduce",
@@ -196,6 +198,41 @@ def test_a_fault_on_the_primary_fails_over_to_the_standby_hca_and_back(rdma_bed,
             assert a_nic_down == [], a_nic_down
         elif kind in ("silent", "one_way"):
             assert a_nic_down == [] and b_nic_down == [], "a black hole has no carrier or port event"
+
+    crash_retry(bed, body)
+
+
+def test_iflush_reads_through_the_hca_and_survives_its_cable_pull(rdma_bed, tmp_path):
+    """NCCL's GPUDirect receive path on real verbs (rxe): railover-perf ``--flush`` calls iflush
+    after every SIMPLE receive with bytes, as NCCL's proxy does for GPU buffers. Each flush is
+    a 1-byte RDMA READ of the receive buffer through the receiving NIC's flush QP (a QP
+    connected to itself), so no flush request may come back NULL ("nothing to flush") and every
+    one must complete. A cable pull on A's primary in the middle: the flushes on that HCA fail
+    over to the other NIC's flush QP with the data, the run ends with 0 wrong bytes and no error,
+    and the comms fail back after the repair."""
+    bed = rdma_bed
+
+    def body():
+        run = _Background(bed, tmp_path, {"RAILOVER_HOLD_DOWN_MS": "1000"}, duration=600, stoppable=True,
+                          extra_args=["--flush"])
+        try:
+            run.wait_armed()
+            fault = rf.CablePull(bed, "a0").apply()
+            try:
+                run.wait_event("failover", 120)
+            finally:
+                fault.undo()
+            run.wait_event("failback", 240)
+        finally:
+            res = run.result()
+        assert res.ok, res.describe()
+        assert res.wrong_total == 0
+        for r in res.ranks:
+            stats = r.json["stats"]
+            assert r.json["exit_code"] == 0 and r.json["errors"] == [], r.json
+            assert stats["calls"]["iflush"] > 0, stats
+            assert stats["null_returns"]["iflush"] == 0, "an RDMA receive always has something to flush"
+        assert _named(_events(tmp_path), "failover") and _named(_events(tmp_path), "failback")
 
     crash_retry(bed, body)
 

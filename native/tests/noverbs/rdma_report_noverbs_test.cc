@@ -21,7 +21,7 @@ std::string reportFor(const std::map<std::string, std::string>& vars) {
     auto it = vars.find(k);
     return it == vars.end() ? nullptr : it->second.c_str();
   };
-  return rdmaReportJson({"lo"}, env, RAILOVER_NCCL_PTR_HOST);
+  return rdmaReportJson({"lo"}, env);
 }
 
 bool has(const std::string& json, const std::string& part) { return json.find(part) != std::string::npos; }

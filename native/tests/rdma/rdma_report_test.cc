@@ -28,7 +28,7 @@ std::string reportFor(const std::map<std::string, std::string>& vars) {
     auto it = vars.find(k);
     return it == vars.end() ? nullptr : it->second.c_str();
   };
-  return rdmaReportJson({"lo"}, env, RAILOVER_NCCL_PTR_HOST);
+  return rdmaReportJson({"lo"}, env);
 }
 
 bool has(const std::string& json, const std::string& part) { return json.find(part) != std::string::npos; }
@@ -46,9 +46,15 @@ TEST(RdmaReport, ChosenPortStateGidAndAutoPicksRdma) {
                      "\"port\":2,\"state\":\"ACTIVE\",\"link_layer\":\"Ethernet\",\"allowed\":true}]}"))
       << r;
   EXPECT_TRUE(has(r, "\"setting\":\"auto\",\"transport\":\"rdma\"")) << r;
+  // The fake HCA takes dmabufs (its ibv_reg_dmabuf_mr answers fd -1 with EBADF), no peer-memory
+  // client is loaded here: ptr_support is what RdmaTransport::ptrSupport would advertise.
+  EXPECT_TRUE(has(r, "\"memory\":{\"ptr_support\":[\"HOST\",\"DMABUF\"]}")) << r;
+  EXPECT_TRUE(has(r, "\"dmabuf\":[{\"hca\":\"fake1\",\"supported\":true")) << r;
+  fake::setDmabuf(false);  // EOPNOTSUPP: host memory only
+  r = reportFor({});
   EXPECT_TRUE(has(r, "\"memory\":{\"ptr_support\":[\"HOST\"]}")) << r;
-  // The fake provider has no ibv_reg_dmabuf_mr: unknown, not a guess.
-  EXPECT_TRUE(has(r, "\"dmabuf\":[{\"hca\":\"fake1\",\"supported\":null")) << r;
+  EXPECT_TRUE(has(r, "\"dmabuf\":[{\"hca\":\"fake1\",\"supported\":false")) << r;
+  EXPECT_TRUE(has(r, "not supported by its driver")) << r;
 }
 
 TEST(RdmaReport, ExcludedByNcclIbHcaMakesAutoPickTcpAndRdmaAnError) {

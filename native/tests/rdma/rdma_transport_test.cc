@@ -481,3 +481,105 @@ TEST(RdmaGidWatch, AGidTableChangeReChoosesTheGidForNewPaths) {
 
 }  // namespace
 }  // namespace railover
+
+// ---- GPUDirect: memory kinds, dmabufs, iflush through the NIC's flush QP ----
+namespace railover {
+namespace {
+
+class RdmaGdrTest : public RdmaPathTest {};
+
+TEST_F(RdmaGdrTest, PtrSupportIsHostOnlyUntilGpuDirectIsDetected) {
+  t->setGdrForTest(false, false);
+  EXPECT_EQ(t->ptrSupport(0), Transport::kPtrHost);
+  std::vector<uint8_t> b(64);
+  std::string err;
+  EXPECT_EQ(t->regMr(b.data(), b.size(), (int)Transport::kPtrCuda, &err), nullptr);
+  EXPECT_NE(err.find("peer-memory"), std::string::npos) << err;
+  EXPECT_EQ(t->regMrDmaBuf(b.data(), b.size(), 0, 5, &err), nullptr);
+  EXPECT_NE(err.find("dmabuf"), std::string::npos) << err;
+
+  t->setGdrForTest(true, true);
+  EXPECT_EQ(t->ptrSupport(1), Transport::kPtrHost | Transport::kPtrCuda | Transport::kPtrDmaBuf);
+  void* m = t->regMr(b.data(), b.size(), (int)Transport::kPtrCuda, &err);
+  ASSERT_TRUE(m) << err;
+  mrs.push_back(m);
+  void* d = t->regMrDmaBuf(b.data(), b.size(), 0, 5, &err);
+  ASSERT_TRUE(d) << err;
+  mrs.push_back(d);
+  EXPECT_EQ(::fake::dmabufRegistrations(), 2) << "one per HCA, inside the call";
+  EXPECT_EQ(t->regMr(b.data(), b.size(), 9, &err), nullptr) << "unknown memory type";
+}
+
+TEST_F(RdmaGdrTest, FlushReadsTheBufferThroughTheDeliveringNic) {
+  std::vector<uint8_t> b(4096, 1);
+  void* m = rdmatest::regBuffer(*t, b, mrs);
+  ASSERT_TRUE(t->flushQpForTest(0) && t->flushQpForTest(1)) << "a registration builds every NIC's flush QP";
+  std::string err;
+  std::unique_ptr<FlushOp> op = t->flush(1, &b[4000], m, &err);
+  ASSERT_TRUE(op) << err;
+  EXPECT_EQ(op->test(&err), 0);
+  ibv_qp* q1 = t->flushQpForTest(1)->qp();
+  ASSERT_EQ(::fake::outstanding(q1).size(), 1u) << "the READ goes through NIC 1's HCA";
+  EXPECT_EQ(::fake::outstanding(t->flushQpForTest(0)->qp()).size(), 0u);
+  EXPECT_EQ(::fake::outstanding(q1)[0].remoteAddr, (uint64_t)(uintptr_t)&b[4000]);
+  ::fake::deliver(q1, q1);
+  EXPECT_EQ(op->test(&err), 1) << err;
+}
+
+TEST_F(RdmaGdrTest, FlushOfAnEmptyRegistrationIsNothingToDo) {
+  std::vector<uint8_t> none;
+  std::string err;
+  void* m = t->regMr(nullptr, 0, &err);
+  ASSERT_TRUE(m) << err;
+  mrs.push_back(m);
+  EXPECT_EQ(t->flush(0, nullptr, m, &err), nullptr);
+  EXPECT_TRUE(err.empty()) << "NULL with no error: NCCL takes it as done";
+  EXPECT_EQ(t->flush(0, nullptr, nullptr, &err), nullptr);
+  EXPECT_NE(err.find("not registered"), std::string::npos) << err;
+}
+
+TEST_F(RdmaGdrTest, AFailedFlushReadMovesToTheOtherNicAndTheQpIsRebuilt) {
+  std::vector<uint8_t> b(512, 3);
+  void* m = rdmatest::regBuffer(*t, b, mrs);
+  std::string err;
+  std::unique_ptr<FlushOp> op = t->flush(0, &b[10], m, &err);
+  ASSERT_TRUE(op) << err;
+  EXPECT_EQ(op->test(&err), 0);
+  verbs::FlushQp* first = t->flushQpForTest(0);
+  ::fake::fail(first->qp(), IBV_WC_RETRY_EXC_ERR);  // NIC 0's port died after the data arrived
+  EXPECT_EQ(op->test(&err), 0) << "retried through NIC 1, not failed";
+  t->worker().drain();  // the rebuild of NIC 0's flush QP (the fake is single-threaded)
+  ibv_qp* q1 = t->flushQpForTest(1)->qp();
+  ASSERT_EQ(::fake::outstanding(q1).size(), 1u);
+  ::fake::deliver(q1, q1);
+  EXPECT_EQ(op->test(&err), 1) << err;
+  verbs::FlushQp* rebuilt = t->flushQpForTest(0);
+  ASSERT_TRUE(rebuilt) << "NIC 0's flush QP was rebuilt";
+  std::unique_ptr<FlushOp> next = t->flush(0, &b[10], m, &err);
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->test(&err), 0);
+  ::fake::deliver(rebuilt->qp(), rebuilt->qp());
+  EXPECT_EQ(next->test(&err), 1) << err;
+}
+
+TEST_F(RdmaGdrTest, FlushFailsOnlyWhenEveryNicFails) {
+  std::vector<uint8_t> b(512, 3);
+  void* m = rdmatest::regBuffer(*t, b, mrs);
+  std::string err;
+  std::unique_ptr<FlushOp> op = t->flush(1, &b[0], m, &err);
+  ASSERT_TRUE(op) << err;
+  EXPECT_EQ(op->test(&err), 0);
+  ::fake::fail(t->flushQpForTest(1)->qp(), IBV_WC_RETRY_EXC_ERR);
+  EXPECT_EQ(op->test(&err), 0);
+  t->worker().drain();
+  ::fake::fail(t->flushQpForTest(0)->qp(), IBV_WC_RETRY_EXC_ERR);
+  int r = op->test(&err);
+  EXPECT_EQ(r, -1);
+  EXPECT_NE(err.find("every NIC"), std::string::npos) << err;
+  EXPECT_NE(err.find("nic0"), std::string::npos) << err;
+  EXPECT_NE(err.find("nic1"), std::string::npos) << err;
+  t->worker().drain();
+}
+
+}  // namespace
+}  // namespace railover

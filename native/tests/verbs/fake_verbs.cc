@@ -62,6 +62,14 @@ struct World {
   std::map<std::pair<std::string, int>, std::vector<ibv_gid_entry>> gids;
   std::map<std::pair<std::string, int>, std::vector<uint16_t>> pkeys;
   std::map<ibv_qp*, int> qpPkeyIndex;
+  std::map<ibv_qp*, unsigned> qpAccess;  // qp_access_flags set at INIT
+  struct Mr {
+    uint64_t addr, len;
+    int access;
+  };
+  std::map<uint32_t, Mr> mrs;  // by rkey
+  bool dmabuf = true;
+  int dmabufRegs = 0;
   World() {
     std::memset(devs, 0, sizeof devs);
     std::strcpy(devs[0].name, "fake0");
@@ -128,6 +136,11 @@ int opPostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
     s.remoteAddr = wr->wr.rdma.remote_addr;
     s.rkey = wr->wr.rdma.rkey;
     s.immBe = wr->imm_data;
+    if (wr->opcode == IBV_WR_RDMA_READ) {
+      s.data.clear();  // a READ carries nothing out
+      s.localAddr = wr->num_sge ? wr->sg_list[0].addr : 0;
+      s.localLen = wr->num_sge ? wr->sg_list[0].length : 0;
+    }
     q->sends.push_back(std::move(s));
   }
   return 0;
@@ -167,6 +180,8 @@ void setGids(const std::string& dev, int port, const std::vector<ibv_gid_entry>&
   w().gids[{dev, port}] = table;
 }
 void failNextModify(int err) { w().failModify = err; }
+void setDmabuf(bool supported) { w().dmabuf = supported; }
+int dmabufRegistrations() { return w().dmabufRegs; }
 ibv_qp_state state(ibv_qp* qp) { return qp->state; }
 
 int deliver(ibv_qp* from, ibv_qp* to, int max) {
@@ -175,6 +190,21 @@ int deliver(ibv_qp* from, ibv_qp* to, int max) {
   int n = 0;
   while (n < max && !a->sends.empty()) {
     PostedSend& s = a->sends.front();
+    if (s.opcode == IBV_WR_RDMA_READ) {
+      auto mr = w().mrs.find(s.rkey);
+      bool ok = mr != w().mrs.end() && (mr->second.access & IBV_ACCESS_REMOTE_READ) &&
+                (w().qpAccess[to] & IBV_ACCESS_REMOTE_READ) && s.remoteAddr >= mr->second.addr &&
+                s.remoteAddr + s.localLen <= mr->second.addr + mr->second.len;
+      if (!ok) {
+        fail(from, IBV_WC_REM_ACCESS_ERR);
+        return n;
+      }
+      std::memcpy(reinterpret_cast<void*>(s.localAddr), reinterpret_cast<void*>(s.remoteAddr), s.localLen);
+      pushWc(from->send_cq, s.wrId, IBV_WC_SUCCESS, IBV_WC_RDMA_READ, s.localLen);
+      a->sends.erase(a->sends.begin());
+      ++n;
+      continue;
+    }
     bool needsRecv = s.opcode == IBV_WR_SEND || s.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
     if (needsRecv && b->recvs.empty()) break;
     if (s.opcode == IBV_WR_RDMA_WRITE || s.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
@@ -269,7 +299,7 @@ int ibv_dealloc_pd(ibv_pd* p) {
 }
 
 #undef ibv_reg_mr
-ibv_mr* ibv_reg_mr(ibv_pd* pd, void* addr, size_t len, int) {
+ibv_mr* ibv_reg_mr(ibv_pd* pd, void* addr, size_t len, int access) {
   auto* m = new ibv_mr{};
   m->context = pd->context;
   m->pd = pd;
@@ -277,9 +307,17 @@ ibv_mr* ibv_reg_mr(ibv_pd* pd, void* addr, size_t len, int) {
   m->length = len;
   m->lkey = ++w().nextKey;
   m->rkey = ++w().nextKey;
+  w().mrs[m->rkey] = {(uint64_t)(uintptr_t)addr, (uint64_t)len, access};
   return m;
 }
+ibv_mr* ibv_reg_dmabuf_mr(ibv_pd* pd, uint64_t, size_t len, uint64_t iova, int fd, int access) {
+  if (!w().dmabuf) return errno = EOPNOTSUPP, nullptr;
+  if (fd < 0) return errno = EBADF, nullptr;
+  ++w().dmabufRegs;
+  return ibv_reg_mr(pd, reinterpret_cast<void*>(iova), len, access);
+}
 int ibv_dereg_mr(ibv_mr* m) {
+  w().mrs.erase(m->rkey);
   delete m;
   return 0;
 }
@@ -338,6 +376,7 @@ int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* a, int mask) {
     return e;
   }
   if (mask & IBV_QP_PKEY_INDEX) w().qpPkeyIndex[qp] = a->pkey_index;
+  if (mask & IBV_QP_ACCESS_FLAGS) w().qpAccess[qp] = a->qp_access_flags;
   if (mask & IBV_QP_STATE) {
     qp->state = a->qp_state;
     if (a->qp_state == IBV_QPS_ERR && !w().holdFlushes) flushAll(fqp(qp));

@@ -25,6 +25,8 @@ struct PostedSend {
   uint64_t remoteAddr;
   uint32_t rkey;
   uint32_t immBe;  // as posted (network order)
+  uint64_t localAddr = 0;  // RDMA READ: where the read bytes go (first SGE)
+  uint32_t localLen = 0;
 };
 
 // Resets every fake object (call at the start of each test).
@@ -38,6 +40,10 @@ size_t postedRecvs(ibv_qp* qp);
 // SEND copies into one of `to`'s receive buffers (RECV). The sender gets a success completion
 // per WR. Returns how many were delivered (stops when `to` has no receive posted).
 int deliver(ibv_qp* from, ibv_qp* to, int max = 1 << 30);
+// RDMA READs are delivered by deliver() too: the bytes at remoteAddr go to the READ's local
+// buffer, but only when an MR registered with IBV_ACCESS_REMOTE_READ and that rkey covers
+// them and the responding QP (`to`) was given IBV_ACCESS_REMOTE_READ; otherwise the READ
+// completes with IBV_WC_REM_ACCESS_ERR and the QP moves to ERR (as RC does).
 // Completes `from`'s oldest outstanding send with `status`; the rest get WR_FLUSH_ERR when
 // `flushRest` (as a QP entering the error state does) and the QP moves to ERR.
 void fail(ibv_qp* from, ibv_wc_status status, bool flushRest = true);
@@ -57,6 +63,10 @@ void setGids(const std::string& dev, int port, const std::vector<ibv_gid_entry>&
 void setPkeys(const std::string& dev, int port, const std::vector<uint16_t>& table);
 // The P_Key index the last ibv_modify_qp with IBV_QP_PKEY_INDEX set on `qp` (-1: never).
 int pkeyIndex(ibv_qp* qp);
+// How ibv_reg_dmabuf_mr answers: supported (registers like ibv_reg_mr; fd must be >= 0, else
+// EBADF), or not (EOPNOTSUPP). Default: supported. dmabufRegistrations(): successful ones.
+void setDmabuf(bool supported);
+int dmabufRegistrations();
 // Current state of a QP as the fake sees it.
 ibv_qp_state state(ibv_qp* qp);
 

@@ -489,11 +489,25 @@ bool Engine::progressRecv(Conn* c, uint64_t now) {
     int s = int(tail % kSteps);
     int done = 0;
     int sizes[kSteps] = {0};
-    if (!net_.test(c->req[s], &done, sizes, c->label)) return false;
-    if (done) {
-      c->slot[s].size = size_t(sizes[0] < 0 ? 0 : sizes[0]);
-      c->doneReq[s] = c->req[s];
-      c->req[s] = nullptr;
+    if (c->flushReq) {  // received; its flush is in progress (NCCL tests it with sizes NULL)
+      if (!net_.test(c->flushReq, &done, nullptr, c->label + " (iflush)")) return false;
+      if (done) c->flushReq = nullptr;
+      done = 0;
+    } else if (c->req[s]) {
+      if (!net_.test(c->req[s], &done, sizes, c->label)) return false;
+      if (done) {
+        c->slot[s].size = size_t(sizes[0] < 0 ? 0 : sizes[0]);
+        c->doneReq[s] = c->req[s];
+        c->req[s] = nullptr;
+        // As NCCL's receive proxy with GPUDirect: SIMPLE receives with bytes are flushed before
+        // the GPU is told; a NULL flush request means there was nothing to flush.
+        if (cfg_.flush && c->slot[s].proto == kProtoSimple && c->slot[s].size > 0 &&
+            !net_.iflush(c->comm, c->slotPtr(kProtoSimple, tail), int(c->slot[s].size), c->mh[kProtoSimple],
+                         &c->flushReq, c->label))
+          return false;
+      }
+    }
+    if (!c->req[s] && !c->flushReq) {  // received (and flushed): hand the step to the GPU
       c->bytesDone += c->slot[s].size;
       bytesRecv_.fetch_add(c->slot[s].size, std::memory_order_relaxed);
       ts_.add(now, c->slot[s].size);

@@ -123,6 +123,7 @@ struct Conn {
   int phandleDummy[kSteps] = {};
   void* req[kSteps] = {};
   void* doneReq[kSteps] = {};
+  void* flushReq = nullptr;  // the oldest step's iflush in progress (--flush)
   uint64_t postUs[kSteps] = {};
   uint64_t nullSinceUs = 0;
   uint64_t bytesDone = 0;
@@ -138,6 +139,7 @@ struct EngineConfig {
   uint64_t opTimeoutUs = 30000000;
   uint32_t idleSleepUs = 0;  // progress thread: sleep this long after 64 idle passes (0 = spin, as NCCL)
   bool profilerHandles = true;  // pass non-NULL phandles to v10+ isend/irecv
+  bool flush = false;           // iflush every SIMPLE receive with bytes before the GPU sees it (GDR)
 };
 
 // Per-millisecond byte counters (written by the progress thread, read after the run).

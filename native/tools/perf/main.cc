@@ -61,6 +61,8 @@ plugin and life cycle:
                            opened while the previous ones carried data (0 = off)
   --no-close-inflight      do not leave extra requests in flight when closing
   --no-profiler-handles    pass NULL profiler handles to v10+ isend/irecv
+  --flush                  iflush every SIMPLE receive with bytes before handing it on, as NCCL
+                           does with GPUDirect RDMA (the report counts flushes)
   --traffic-class TC       ncclNetCommConfig_t.trafficClass (default -1)
 
 timed run (failover timelines):
@@ -209,6 +211,7 @@ Options parseArgs(int argc, char** argv) {
     else if (k == "--traffic-class") o.trafficClass = int(intVal(-1, 1 << 20));
     else if (k == "--no-close-inflight") o.closeInflight = false;
     else if (k == "--no-profiler-handles") o.profilerHandles = false;
+    else if (k == "--flush") o.flush = true;
     else if (k == "--selftest-corrupt") o.selftestCorrupt = intVal(0, 1L << 40);
     else if (k == "--all-ranks-print") o.allRanksPrint = true;
     else if (k == "--no-iter-records") o.iterRecords = false;

@@ -154,6 +154,9 @@ class Adapter final : public NetAbi {
     }
   }
   ncclResult_t test(void* req, int* done, int* sizes) override { return t_->test(req, done, sizes); }
+  ncclResult_t iflush(void* rc, int n, void** data, int* sizes, void** mhs, void** req) override {
+    return t_->iflush(rc, n, data, sizes, mhs, req);
+  }
   ncclResult_t closeSend(void* c) override { return t_->closeSend(c); }
   ncclResult_t closeRecv(void* c) override { return t_->closeRecv(c); }
   ncclResult_t closeListen(void* c) override { return t_->closeListen(c); }
@@ -246,7 +249,7 @@ std::string checkTable(int v, void* sym) {
 const char* fnName(int fn) {
   static const char* names[kFnCount] = {"init", "finalize", "devices", "getProperties", "listen", "connect",
                                         "accept", "regMr", "deregMr", "isend", "irecv", "test", "closeSend",
-                                        "closeRecv", "closeListen", "irecvConsumed", "setNetAttr"};
+                                        "closeRecv", "closeListen", "irecvConsumed", "setNetAttr", "iflush"};
   return fn >= 0 && fn < kFnCount ? names[fn] : "?";
 }
 
@@ -466,6 +469,15 @@ bool Plugin::irecv(void* rc, void* data, size_t size, int tag, void* mh, void* p
 }
 bool Plugin::test(void* req, int* done, int* size, const std::string& what) {
   RPERF_CALL(kFnTest, what, net_->test(req, done, size));
+}
+bool Plugin::iflush(void* rc, void* data, int size, void* mh, void** req, const std::string& what) {
+  void* d[1] = {data};
+  int sz[1] = {size};
+  void* m[1] = {mh};
+  *req = nullptr;
+  bool ok = [&]() { RPERF_CALL(kFnIflush, what, net_->iflush(rc, 1, d, sz, m, req)); }();
+  if (ok && !*req) countNull(kFnIflush);
+  return ok;
 }
 bool Plugin::closeSend(void* sc, const std::string& what) { RPERF_CALL(kFnCloseSend, what, net_->closeSend(sc)); }
 bool Plugin::closeRecv(void* rc, const std::string& what) { RPERF_CALL(kFnCloseRecv, what, net_->closeRecv(rc)); }

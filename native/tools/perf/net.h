@@ -73,6 +73,7 @@ class NetAbi {
   virtual ncclResult_t irecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
                              void** phandles, void** request) = 0;
   virtual ncclResult_t test(void* request, int* done, int* sizes) = 0;
+  virtual ncclResult_t iflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request) = 0;
   virtual ncclResult_t closeSend(void* sendComm) = 0;
   virtual ncclResult_t closeRecv(void* recvComm) = 0;
   virtual ncclResult_t closeListen(void* listenComm) = 0;
@@ -93,7 +94,7 @@ class NetAbi {
 enum Fn : int {
   kFnInit, kFnFinalize, kFnDevices, kFnGetProperties, kFnListen, kFnConnect, kFnAccept, kFnRegMr,
   kFnDeregMr, kFnIsend, kFnIrecv, kFnTest, kFnCloseSend, kFnCloseRecv, kFnCloseListen, kFnIrecvConsumed,
-  kFnSetNetAttr, kFnCount
+  kFnSetNetAttr, kFnIflush, kFnCount
 };
 const char* fnName(int fn);
 
@@ -152,6 +153,9 @@ class Plugin {
   bool isend(void* sc, void* data, size_t size, int tag, void* mh, void* ph, void** req, const std::string& what);
   bool irecv(void* rc, void* data, size_t size, int tag, void* mh, void* ph, void** req, const std::string& what);
   bool test(void* req, int* done, int* size, const std::string& what);
+  // NCCL's flush after a GPUDirect receive: one buffer of `size` received bytes. *req NULL:
+  // nothing to flush (counted in nulls(kFnIflush)).
+  bool iflush(void* rc, void* data, int size, void* mh, void** req, const std::string& what);
   bool closeSend(void* sc, const std::string& what);
   bool closeRecv(void* rc, const std::string& what);
   bool closeListen(void* lc, const std::string& what);

@@ -179,9 +179,10 @@ bool writeJson(const std::string& path, const Options& o, Plugin& net, RunState&
     for (int f = 0; f < kFnCount; f++)
       calls += strf("%s\"%s\": %llu", f ? ", " : "", fnName(f), (unsigned long long)net.calls(f));
     j += "  \"stats\": {\"calls\": {" + calls + "}, ";
-    j += strf("\"null_returns\": {\"connect\": %llu, \"accept\": %llu, \"isend\": %llu, \"irecv\": %llu}, ",
+    j += strf("\"null_returns\": {\"connect\": %llu, \"accept\": %llu, \"isend\": %llu, \"irecv\": %llu, \"iflush\": %llu}, ",
               (unsigned long long)net.nulls(kFnConnect), (unsigned long long)net.nulls(kFnAccept),
-              (unsigned long long)net.nulls(kFnIsend), (unsigned long long)net.nulls(kFnIrecv));
+              (unsigned long long)net.nulls(kFnIsend), (unsigned long long)net.nulls(kFnIrecv),
+              (unsigned long long)net.nulls(kFnIflush));
     j += strf("\"plugin_init_calls\": %llu, \"profiler_events\": %llu, \"reconnects\": %llu, \"conns_opened\": %llu, \"bytes_received\": %llu, "
               "\"max_inflight\": %d, \"left_inflight_at_close\": %llu, \"setup_us\": %llu, \"hold_start_us\": %llu, "
               "\"hold_end_us\": %llu},\n",

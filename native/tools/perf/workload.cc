@@ -217,6 +217,7 @@ void Communicator::setup() {
   ec.opTimeoutUs = secToUs(opt_.opTimeout);
   ec.idleSleepUs = (uint32_t)opt_.idleSleepUs;
   ec.profilerHandles = opt_.profilerHandles;
+  ec.flush = opt_.flush;
   engine_ = std::make_unique<Engine>(net_, rv_, ec);
   engine_->start();
 

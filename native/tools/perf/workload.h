@@ -57,7 +57,7 @@ struct Options {
   double pauseRecvAtS = 0, pauseRecvForS = 0;
   double opTimeout = 30, rvTimeout = 60;
   int idleSleepUs = 0;                // --idle-sleep-us N
-  bool check = true, closeInflight = true, profilerHandles = true;
+  bool check = true, closeInflight = true, profilerHandles = true, flush = false;
   int trafficClass = -1;
   long selftestCorrupt = 0;           // flip one byte of rank 0's Nth non-empty sent message
   bool allRanksPrint = false;

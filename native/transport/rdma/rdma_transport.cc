@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "transport/tcp/wire.h"
 #include "transport/verbs/verbs_config.h"
+#include "transport/verbs/verbs_gdr.h"
 #include "transport/verbs/verbs_mr.h"
 #include "transport/verbs/verbs_path.h"
 
@@ -597,6 +598,7 @@ RdmaTransport::RdmaTransport(const std::vector<Nic>* nics, const Config* cfg, st
       return;
     }
   }
+  detectGdr();
   ok_ = true;
 }
 
@@ -606,6 +608,7 @@ RdmaTransport::RdmaTransport(const std::vector<verbs::PortSel>& ports, Transport
   std::vector<std::string> names;
   for (size_t i = 0; i < ports.size(); ++i) names.push_back("nic" + std::to_string(i));
   ok_ = openPorts(names, ports, err);
+  if (ok_) detectGdr();
 }
 
 bool RdmaTransport::openPorts(const std::vector<std::string>& names, const std::vector<verbs::PortSel>& sels,
@@ -754,15 +757,161 @@ bool RdmaTransport::decodeHandle(const void* in, size_t len, PeerHandle* h, std:
   return decodeWireHandle(in, len, h, err);
 }
 
-void* RdmaTransport::regMr(void* data, size_t size, std::string* err) {
+void RdmaTransport::detectGdr() {
+  std::string which;
+  peerMem_ = verbs::gdrPeerMemLoaded("", &which);
+  dmabuf_.assign(hcas_.size(), 0);
+  for (size_t h = 0; h < hcas_.size(); ++h) {
+    std::string why;
+    dmabuf_[h] = verbs::dmabufSupported(*hcas_[h], &why);
+    RO_INFO(RO_SUBSYS_NET, "railover: HCA %s: GPUDirect RDMA %s, dmabuf %s", hcas_[h]->name().c_str(),
+            peerMem_ ? ("available (" + which + ")").c_str() : "not available (no GPU peer-memory client loaded)",
+            dmabuf_[h] ? "supported" : ("not supported: " + why).c_str());
+  }
+  flush_.clear();
+  for (size_t i = 0; i < ports_.size(); ++i) flush_.emplace_back(new FlushSlot());
+}
+
+void RdmaTransport::setGdrForTest(bool peerMem, bool dmabuf) {
+  peerMem_ = peerMem;
+  dmabuf_.assign(hcas_.size(), dmabuf ? 1 : 0);
+}
+
+verbs::FlushQp* RdmaTransport::flushQpForTest(int nic) {
+  std::lock_guard<std::mutex> g(flush_[nic]->mu);
+  return flush_[nic]->qp.get();
+}
+
+uint32_t RdmaTransport::ptrSupport(int nic) const {
+  uint32_t p = kPtrHost;
+  if (peerMem_) p |= kPtrCuda;
+  if (nic >= 0 && (size_t)nic < ports_.size() && dmabuf_.size() > (size_t)ports_[nic].hcaIndex &&
+      dmabuf_[ports_[nic].hcaIndex])
+    p |= kPtrDmaBuf;
+  return p;
+}
+
+static std::vector<verbs::Hca*> hcaList(const std::vector<std::unique_ptr<verbs::Hca>>& hcas) {
   std::vector<verbs::Hca*> hs;
-  for (auto& h : hcas_) hs.push_back(h.get());
-  auto* mr = new verbs::MrSet(hs, data, size, err);
+  for (auto& h : hcas) hs.push_back(h.get());
+  return hs;
+}
+
+void* RdmaTransport::regMr(void* data, size_t size, int ptrType, std::string* err) {
+  if (ptrType == (int)kPtrCuda && !peerMem_)
+    return *err = "GPU memory asked, but no GPU peer-memory client (nvidia_peermem) is loaded: ptrSupport is host only",
+           nullptr;
+  if (ptrType != (int)kPtrHost && ptrType != (int)kPtrCuda)
+    return *err = "unknown memory type " + std::to_string(ptrType) + " (NCCL_PTR_HOST 1 or NCCL_PTR_CUDA 2)", nullptr;
+  auto* mr = new verbs::MrSet(hcaList(hcas_), data, size, err);
   if (!mr->ok()) {
     delete mr;
     return nullptr;
   }
+  ensureFlushQps();
   return mr;
+}
+
+void* RdmaTransport::regMrDmaBuf(void* data, size_t size, uint64_t offset, int fd, std::string* err) {
+  for (size_t h = 0; h < hcas_.size(); ++h)
+    if (h >= dmabuf_.size() || !dmabuf_[h])
+      return *err = "HCA " + hcas_[h]->name() + " does not register dmabufs (ptrSupport has no DMABUF)", nullptr;
+  auto* mr = new verbs::MrSet(hcaList(hcas_), data, size, offset, fd, err);
+  if (!mr->ok()) {
+    delete mr;
+    return nullptr;
+  }
+  ensureFlushQps();
+  return mr;
+}
+
+void RdmaTransport::ensureFlushQps() {
+  for (size_t i = 0; i < flush_.size(); ++i) {
+    FlushSlot& s = *flush_[i];
+    std::lock_guard<std::mutex> g(s.mu);
+    if (s.qp || s.building || (s.lastFailUs && nowUs() - s.lastFailUs < kFlushRebuildGapUs)) continue;
+    std::string e;
+    auto q = std::make_shared<verbs::FlushQp>(*ports_[i].hca, portSel((int)i), rc_, &e);
+    if (q->ok()) s.qp = q, s.err.clear(), s.lastFailUs = 0;
+    else s.err = e, s.lastFailUs = nowUs(), RO_WARN("railover: NIC %s: no flush QP: %s", names_[i].c_str(), e.c_str());
+  }
+}
+
+void RdmaTransport::rebuildFlushQp(int nic, const verbs::FlushQp* failed) {
+  FlushSlot& s = *flush_[nic];
+  {
+    std::lock_guard<std::mutex> g(s.mu);
+    if (s.qp && s.qp.get() != failed) return;  // already rebuilt by another flush
+    s.qp.reset();  // failed: no new flush goes to it (ops holding it keep it alive)
+    if (s.building || (s.lastFailUs && nowUs() - s.lastFailUs < kFlushRebuildGapUs)) return;
+    s.building = true;
+  }
+  worker_.post([this, nic] {
+    FlushSlot& s = *flush_[nic];
+    std::string e;
+    auto q = std::make_shared<verbs::FlushQp>(*ports_[nic].hca, portSel(nic), rc_, &e);
+    std::lock_guard<std::mutex> g(s.mu);
+    s.building = false;
+    if (q->ok()) s.qp = q, s.err.clear(), s.lastFailUs = 0;
+    else s.err = e, s.lastFailUs = nowUs();
+  });
+}
+
+// One iflush: a READ through `order[k]`'s flush QP; on failure the next NIC's.
+class RdmaFlushOp : public FlushOp {
+ public:
+  RdmaFlushOp(RdmaTransport* t, std::vector<int> order, uint64_t addr, const verbs::MrSet* mr)
+      : t_(t), order_(std::move(order)), addr_(addr), mr_(mr) {}
+  int test(std::string* err) override {
+    while (k_ < order_.size()) {
+      int nic = order_[k_];
+      if (!qp_) {
+        RdmaTransport::FlushSlot& s = *t_->flush_[nic];
+        std::unique_lock<std::mutex> g(s.mu);
+        if (!s.qp) {
+          if (s.building) return 0;  // wait for the rebuild
+          errs_ += (errs_.empty() ? "" : "; ") + t_->names_[nic] + ": " + (s.err.empty() ? "no flush QP" : s.err);
+          g.unlock();
+          t_->rebuildFlushQp(nic, nullptr);  // at most once per kFlushRebuildGapUs after a failed build
+          ++k_;
+          continue;
+        }
+        qp_ = s.qp;
+        int idx = mr_->indexOf(t_->ports_[nic].hca);
+        ticket_ = qp_->request(addr_, idx >= 0 ? mr_->rkey((size_t)idx) : 0);
+      }
+      std::string e;
+      int r = qp_->test(ticket_, &e);
+      if (r >= 0) return r;
+      errs_ += (errs_.empty() ? "" : "; ") + t_->names_[nic] + ": " + e;
+      t_->rebuildFlushQp(nic, qp_.get());
+      qp_.reset();
+      ++k_;
+    }
+    *err = "flush failed on every NIC (" + errs_ + ")";
+    return -1;
+  }
+
+ private:
+  RdmaTransport* t_;
+  std::vector<int> order_;
+  size_t k_ = 0;
+  uint64_t addr_;
+  const verbs::MrSet* mr_;
+  std::shared_ptr<verbs::FlushQp> qp_;
+  uint64_t ticket_ = 0;
+  std::string errs_;
+};
+
+std::unique_ptr<FlushOp> RdmaTransport::flush(int nic, void* data, void* mhandle, std::string* err) {
+  auto* mr = (const verbs::MrSet*)mhandle;
+  if (!mr) return *err = "flush of a buffer that was not registered with this transport (regMr)", nullptr;
+  if (mr->size() == 0) return nullptr;  // nothing can have been written
+  if (nic < 0 || (size_t)nic >= flush_.size()) return *err = "flush through NIC " + std::to_string(nic) + ", which does not exist", nullptr;
+  std::vector<int> order{nic};
+  for (int i = 0; i < (int)flush_.size(); ++i)
+    if (i != nic) order.push_back(i);
+  return std::unique_ptr<FlushOp>(new RdmaFlushOp(this, std::move(order), (uint64_t)(uintptr_t)data, mr));
 }
 
 void RdmaTransport::deregMr(void* mhandle) { delete (verbs::MrSet*)mhandle; }

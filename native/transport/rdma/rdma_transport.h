@@ -35,7 +35,11 @@
 // not fit its receive is refused with a DONE, so the receiver's engine reports the caller's
 // error (docs/PROTOCOL.md, "RDMA control messages").
 //
-// Limits: one QP per path; messages < 4 GiB; host memory.
+// GPUDirect: buffers in GPU memory are registered with the peer-memory client (regMr, type
+// CUDA) or as dmabufs (regMrDmaBuf), on every HCA; iflush reads one byte of the buffer through
+// the NIC's flush QP (verbs_gdr.h) so the NIC's earlier writes are visible to the GPU.
+//
+// Limits: one QP per path; messages < 4 GiB.
 // Thread-safety: a path object is used by one thread at a time (its link's mutex holder);
 // the transport's methods are thread-safe.
 #pragma once
@@ -54,6 +58,7 @@
 #include "transport/tcp/tcp_transport.h"
 #include "transport/transport.h"
 #include "transport/verbs/verbs_device.h"
+#include "transport/verbs/verbs_gdr.h"
 #include "transport/verbs/verbs_qp.h"
 
 namespace railover {
@@ -118,8 +123,24 @@ class RdmaTransport : public Transport {
   // The handle in protocol v2's layout (the bootstrap listeners' addresses), naming "rdma".
   bool encodeHandle(const PeerHandle& h, void* out, std::string* err) override;
   bool decodeHandle(const void* in, size_t len, PeerHandle* h, std::string* err) override;
-  void* regMr(void* data, size_t size, std::string* err) override;
+  // GPUDirect (transport/verbs/verbs_gdr.h): CUDA where a peer-memory client is loaded,
+  // DMABUF where the NIC's HCA registers dmabufs; host memory always.
+  uint32_t ptrSupport(int nic) const override;
+  using Transport::regMr;
+  // Registers on every HCA (verbs::MrSet); any registration also makes sure every NIC's flush
+  // QP exists (built here, on NCCL's service thread, never on its progress thread).
+  void* regMr(void* data, size_t size, int ptrType, std::string* err) override;
+  void* regMrDmaBuf(void* data, size_t size, uint64_t offset, int fd, std::string* err) override;
   void deregMr(void* mhandle) override;
+  // A 1-byte RDMA READ of `data` through NIC `nic`'s flush QP (verbs::FlushQp). If that READ
+  // fails (the NIC's port went down after the data arrived), the flush is retried through
+  // the other NICs in index order and fails only when every one fails; a failed flush QP is
+  // rebuilt on the worker thread.
+  std::unique_ptr<FlushOp> flush(int nic, void* data, void* mhandle, std::string* err) override;
+  // Tests: GPUDirect as if detected (peer memory loaded; dmabuf on every HCA), and NIC `nic`'s
+  // flush QP (nullptr: none built).
+  void setGdrForTest(bool peerMem, bool dmabuf);
+  verbs::FlushQp* flushQpForTest(int nic);
   bool groupedReceives() const override { return true; }
   uint64_t maxMessageBytes() const override { return 0xffffffffull; }
   const char* name() const override { return "rdma"; }
@@ -154,6 +175,26 @@ class RdmaTransport : public Transport {
   Worker worker_;
   bool ok_ = false;
   void watchLoop(PortSignal signal);
+  // GPUDirect
+  void detectGdr();
+  bool peerMem_ = false;        // a GPU peer-memory client is loaded
+  std::vector<char> dmabuf_;    // per HCA index: registers dmabufs
+ public:
+  struct FlushSlot {            // the flush QP of one NIC's port
+    std::mutex mu;
+    std::shared_ptr<verbs::FlushQp> qp;  // nullptr: not built (or failed and not rebuilt)
+    bool building = false;
+    std::string err;            // why the last build or READ failed
+    uint64_t lastFailUs = 0;    // when the last build failed (0: it did not)
+  };
+ private:
+  std::vector<std::unique_ptr<FlushSlot>> flush_;  // per NIC
+  void ensureFlushQps();                // builds the missing ones now (service thread)
+  // Drops NIC `nic`'s failed flush QP `failed` (unless it was replaced already) and posts a rebuild to the worker; after a failed build
+  // the next one waits kFlushRebuildGapUs (a port that stays down is not hammered).
+  void rebuildFlushQp(int nic, const verbs::FlushQp* failed);
+  static constexpr uint64_t kFlushRebuildGapUs = 1000000;
+  friend class RdmaFlushOp;
   std::thread watch_;
   int stopFd_ = -1;  // eventfd: ends the watch thread (destructor)
 };

@@ -25,6 +25,12 @@ bool sym(void* h, const char* name, F* out, std::string* err) {
   return true;
 }
 
+template <typename F>
+bool optionalSym(void* h, const char* name, F* out) {
+  *out = reinterpret_cast<F>(dlsym(h, name));  // nullptr when absent
+  return true;
+}
+
 bool resolve(void* h, VerbsApi* a, std::string* err) {
   return sym(h, "ibv_get_device_list", &a->get_device_list, err) &&
          sym(h, "ibv_free_device_list", &a->free_device_list, err) &&
@@ -44,7 +50,7 @@ bool resolve(void* h, VerbsApi* a, std::string* err) {
          sym(h, "_ibv_query_gid_ex", &a->query_gid_ex, err) &&
          sym(h, "ibv_query_pkey", &a->query_pkey, err) && sym(h, "ibv_wc_status_str", &a->wc_status_str, err) &&
          sym(h, "ibv_event_type_str", &a->event_type_str, err) &&
-         sym(h, "ibv_port_state_str", &a->port_state_str, err);
+         sym(h, "ibv_port_state_str", &a->port_state_str, err) && optionalSym(h, "ibv_reg_dmabuf_mr", &a->reg_dmabuf_mr);
 }
 }  // namespace
 

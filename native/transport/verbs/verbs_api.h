@@ -46,6 +46,9 @@ struct VerbsApi {
   const char* (*wc_status_str)(ibv_wc_status);
   const char* (*event_type_str)(ibv_event_type);
   const char* (*port_state_str)(ibv_port_state);
+  // Optional (nullptr when this libibverbs predates it, rdma-core < 34): registers a dmabuf
+  // (GPU memory exported by the CUDA driver) for NCCL's regMrDmaBuf.
+  ibv_mr* (*reg_dmabuf_mr)(ibv_pd*, uint64_t offset, size_t length, uint64_t iova, int fd, int access);
 };
 
 const VerbsApi* verbsApi(std::string* err);

@@ -6,14 +6,17 @@
 // lkey for its source and the receiver's standby-HCA rkey for the target, without registering
 // anything on the failover path. Index i of the set is the i-th Hca given at construction.
 //
-// Access: LOCAL_WRITE | REMOTE_WRITE (receive buffers are RDMA WRITE targets; LOCAL_WRITE is
-// required by verbs whenever REMOTE_WRITE is set). Thread-safety: immutable after construction.
+// Access: LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ (receive buffers are RDMA WRITE targets;
+// LOCAL_WRITE is required by verbs whenever REMOTE_WRITE is set; REMOTE_READ lets the flush QP
+// of verbs_gdr.h read a receive buffer, as iflush does after GPUDirect writes, the same access
+// NCCL's IB transport gives its buffers). Thread-safety: immutable after construction.
 #pragma once
 
 #include <infiniband/verbs.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -27,6 +30,11 @@ class MrSet {
   // Registers [addr, addr+size) on every HCA in `hcas`; ok() false with *err (naming the HCA and
   // errno) if any registration fails, in which case none is kept. size 0 is allowed (no MR).
   MrSet(const std::vector<Hca*>& hcas, void* addr, size_t size, std::string* err);
+  // The same for a dmabuf (NCCL's regMrDmaBuf: GPU memory exported by the CUDA driver as file
+  // descriptor `fd`, [offset, offset+size) of it mapped at `addr`): ibv_reg_dmabuf_mr on every
+  // HCA, inside this call (NCCL closes the fd when regMrDmaBuf returns). Fails with *err when
+  // this libibverbs has no ibv_reg_dmabuf_mr or an HCA refuses (errno named).
+  MrSet(const std::vector<Hca*>& hcas, void* addr, size_t size, uint64_t offset, int fd, std::string* err);
   ~MrSet();
   MrSet(const MrSet&) = delete;
   MrSet& operator=(const MrSet&) = delete;
@@ -47,7 +55,11 @@ class MrSet {
   void* addr_;
   size_t size_;
   bool ok_ = false;
+  bool registerAll(const std::function<ibv_mr*(Hca&)>& reg, const char* call, std::string* err);
 };
+
+// Access flags of every railover registration (see above).
+constexpr int kMrAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
 
 }  // namespace verbs
 }  // namespace railover

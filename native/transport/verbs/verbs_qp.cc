@@ -212,7 +212,7 @@ void RcQp::rearm() {
   ibv_req_notify_cq(cq_, 0);
 }
 
-bool RcQp::toInit(int pkeyIndex, std::string* err) {
+bool RcQp::toInit(int pkeyIndex, int access, std::string* err) {
   if (pkeyIndex < 0 || pkeyIndex > 65535) {
     *err = "P_Key index " + std::to_string(pkeyIndex) + " out of range 0..65535";
     return false;
@@ -221,7 +221,7 @@ bool RcQp::toInit(int pkeyIndex, std::string* err) {
   a.qp_state = IBV_QPS_INIT;
   a.pkey_index = static_cast<uint16_t>(pkeyIndex);
   a.port_num = static_cast<uint8_t>(port_.port);
-  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE;
+  a.qp_access_flags = static_cast<unsigned>(access);
   if (api_.modify_qp(qp_, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) {
     *err = "modify QP to INIT on " + hca_.name() + ": " + std::strerror(errno);
     return false;

@@ -92,9 +92,13 @@ class RcQp {
   const QpEndpoint& local() const { return local_; }
 
   // RESET -> INIT (receives may be posted from here on), with P_Key table index `pkeyIndex`
-  // (NCCL_IB_PKEY; RcParams::pkeyIndex; verbs_config.h checkPkeyIndex validates it).
-  bool toInit(int pkeyIndex, std::string* err);
+  // (NCCL_IB_PKEY; RcParams::pkeyIndex; verbs_config.h checkPkeyIndex validates it) and
+  // remote access `access` (IBV_ACCESS_* the peer may use on this QP: data QPs take RDMA
+  // WRITEs, the flush QP of verbs_gdr.h serves its own RDMA READs).
+  bool toInit(int pkeyIndex, int access, std::string* err);
+  bool toInit(int pkeyIndex, std::string* err) { return toInit(pkeyIndex, kDataQpAccess, err); }
   bool toInit(std::string* err) { return toInit(0, err); }
+  static constexpr int kDataQpAccess = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE;
   // INIT -> RTR -> RTS towards `peer` with `p` (path MTU = the smaller active MTU).
   bool toRts(const QpEndpoint& peer, const RcParams& p, std::string* err);
   // Any state -> ERR: outstanding work requests complete with IBV_WC_WR_FLUSH_ERR, and incoming
