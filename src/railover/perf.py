@@ -146,10 +146,13 @@ def build_argv(rank: int, nranks: int, rendezvous: Union[str, Path], *,
                json_path: Union[str, Path, None] = None,
                op_timeout: Optional[float] = None, rendezvous_timeout: Optional[float] = None,
                check: bool = True, close_inflight: bool = True, verbose: bool = False,
+               group: Optional[int] = None, flush: bool = False,
                extra_args: Sequence[str] = ()) -> List[str]:
     """Command line for one rank. ``binary``/``plugin`` default to :func:`railover._paths`
     lookups. Sizes may be ints or nccl-tests strings ("64K", "1M"). ``json_path`` and
-    ``timeseries`` may contain ``%r`` (replaced by the rank by the binary)."""
+    ``timeseries`` may contain ``%r`` (replaced by the rank by the binary). ``group``: SIMPLE
+    receive steps per grouped irecv (``--group``, sendrecv only); ``flush``: iflush every SIMPLE
+    receive with bytes (``--flush``, NCCL's GPUDirect receive path)."""
     exe = str(binary or _paths.perf_path())
     so = str(plugin or _paths.plugin_path())
     a = [exe, "--plugin", so, "--rank", str(rank), "--nranks", str(nranks), "--rendezvous", str(rendezvous),
@@ -162,7 +165,7 @@ def build_argv(rank: int, nranks: int, rendezvous: Union[str, Path], *,
            ("--contexts", contexts), ("--dev", dev), ("--abi", abi), ("--slot-size", slot_size),
            ("--ll-slot", ll_slot), ("--ll-max", ll_max), ("--reconnect-every", reconnect_every),
            ("--duration", duration), ("--timeseries", timeseries), ("--json", json_path),
-           ("--op-timeout", op_timeout), ("--rendezvous-timeout", rendezvous_timeout)]
+           ("--op-timeout", op_timeout), ("--rendezvous-timeout", rendezvous_timeout), ("--group", group)]
     for flag, v in opt:
         if v is not None:
             a += [flag, str(v)]
@@ -176,6 +179,8 @@ def build_argv(rank: int, nranks: int, rendezvous: Union[str, Path], *,
         a.append("--no-close-inflight")
     if verbose:
         a.append("-v")
+    if flush:
+        a.append("--flush")
     return a + list(extra_args)
 
 

@@ -422,8 +422,8 @@ bool Engine::progressSend(Conn* c, uint64_t now) {
     const Conn::Slot& sl = c->slot[s];
     void* ph = cfg_.profilerHandles ? &c->phandleDummy[s] : nullptr;
     c->req[s] = nullptr;
-    if (!net_.isend(c->comm, c->slotPtr(sl.proto, step), sl.size, c->myRank, c->mh[sl.proto], ph, &c->req[s],
-                    c->label))
+    int tag = cfg_.group > 1 ? tagFor(c->myRank, step) : c->myRank;
+    if (!net_.isend(c->comm, c->slotPtr(sl.proto, step), sl.size, tag, c->mh[sl.proto], ph, &c->req[s], c->label))
       return false;
     if (c->req[s]) {
       c->postUs[s] = now;
@@ -458,6 +458,7 @@ bool Engine::progressRecv(Conn* c, uint64_t now) {
   if (c->posted < c->recvTarget.load(std::memory_order_acquire) && c->posted < head + kSteps) {
     uint64_t step = c->posted;
     RecvOp op;
+    uint64_t opEnd;
     {
       std::lock_guard<std::mutex> g(c->opMu);
       while (!c->opLoaded || step >= c->opEnd) {  // front op fully posted: move to the next one
@@ -466,22 +467,46 @@ bool Engine::progressRecv(Conn* c, uint64_t now) {
         c->opEnd += c->ops.front().count;
       }
       op = c->ops.front();
+      opEnd = c->opEnd;
     }
     int s = int(step % kSteps);
-    c->slot[s].proto = op.proto;
-    void* ph = cfg_.profilerHandles ? &c->phandleDummy[s] : nullptr;
+    // Grouped mode: `group` of the op's SIMPLE steps (fewer only at the op's end), posted once
+    // the ring has room for all of them, as NCCL posts a group when every sub of it is ready.
+    int n = 1;
+    if (cfg_.group > 1 && op.proto == kProtoSimple)
+      n = int(std::min<uint64_t>(uint64_t(cfg_.group), opEnd - step));
+    bool room = step + uint64_t(n) <= head + kSteps;
+    void* datas[kSteps];
+    size_t sizes[kSteps];
+    int tags[kSteps];
+    void* mhs[kSteps];
+    void* phs[kSteps];
+    for (int i = 0; i < n; i++) {
+      uint64_t k = step + uint64_t(n - 1 - i);  // entries in reverse step order: tags, not order, place them
+      datas[i] = c->slotPtr(op.proto, k);
+      sizes[i] = c->slotBytes[op.proto];
+      tags[i] = cfg_.group > 1 ? tagFor(c->peer, k) : c->peer;
+      mhs[i] = c->mh[op.proto];
+      phs[i] = cfg_.profilerHandles ? &c->phandleDummy[k % kSteps] : nullptr;
+    }
     // NCCL 2.24+: LL/LL128 single receives carry the optional-completion marker in *request.
-    c->req[s] = op.optional ? RAILOVER_NCCL_OPTIONAL_RECV_COMPLETION : nullptr;
-    if (!net_.irecv(c->comm, c->slotPtr(op.proto, step), c->slotBytes[op.proto], c->peer, c->mh[op.proto], ph,
-                    &c->req[s], c->label))
+    c->req[s] = op.optional && n == 1 ? RAILOVER_NCCL_OPTIONAL_RECV_COMPLETION : nullptr;
+    if (room && !net_.irecvGroup(c->comm, n, datas, sizes, tags, mhs, cfg_.profilerHandles ? phs : nullptr, &c->req[s],
+                         c->label))
       return false;
     if (c->req[s]) {
-      c->postUs[s] = now;
-      c->posted++;
+      for (int j = 0; j < n; j++) {
+        int sj = int((step + uint64_t(j)) % kSteps);
+        c->slot[sj].proto = op.proto;
+        c->groupN[sj] = j == 0 ? n : 0;
+        if (j) c->req[sj] = nullptr;
+        c->postUs[sj] = now;
+      }
+      c->posted += uint64_t(n);
       c->nullSinceUs = 0;
       noteInflight(maxInflight_, int(c->posted - tail));
       progressed = true;
-    } else if (!c->nullSinceUs) {
+    } else if (room && !c->nullSinceUs) {
       c->nullSinceUs = now;
     }
   }
@@ -496,14 +521,23 @@ bool Engine::progressRecv(Conn* c, uint64_t now) {
     } else if (c->req[s]) {
       if (!net_.test(c->req[s], &done, sizes, c->label)) return false;
       if (done) {
-        c->slot[s].size = size_t(sizes[0] < 0 ? 0 : sizes[0]);
+        int n = c->groupN[s] > 0 ? c->groupN[s] : 1;
+        void* datas[kSteps];
+        void* mhs[kSteps];
+        for (int i = 0; i < n; i++) {  // entry i holds step tail + n - 1 - i (see the post)
+          uint64_t k = tail + uint64_t(n - 1 - i);
+          c->slot[k % kSteps].size = size_t(sizes[i] < 0 ? 0 : sizes[i]);
+          datas[i] = c->slotPtr(c->slot[s].proto, k);
+          mhs[i] = c->mh[c->slot[s].proto];
+        }
         c->doneReq[s] = c->req[s];
         c->req[s] = nullptr;
         // As NCCL's receive proxy with GPUDirect: SIMPLE receives with bytes are flushed before
         // the GPU is told; a NULL flush request means there was nothing to flush.
-        if (cfg_.flush && c->slot[s].proto == kProtoSimple && c->slot[s].size > 0 &&
-            !net_.iflush(c->comm, c->slotPtr(kProtoSimple, tail), int(c->slot[s].size), c->mh[kProtoSimple],
-                         &c->flushReq, c->label))
+        int total = 0;
+        for (int i = 0; i < n; i++) total += sizes[i] > 0 ? sizes[i] : 0;
+        if (cfg_.flush && c->slot[s].proto == kProtoSimple && total > 0 &&
+            !net_.iflush(c->comm, n, datas, sizes, mhs, &c->flushReq, c->label))
           return false;
       }
     }
@@ -541,14 +575,16 @@ void Engine::postInflightExtras() {
         c->slot[s].size = std::min<size_t>(64, c->slotBytes[kProtoSimple]);
         c->slot[s].proto = kProtoSimple;
         void* r = nullptr;
-        if (net_.isend(c->comm, c->slotPtr(kProtoSimple, c->posted), c->slot[s].size, c->myRank,
+        if (net_.isend(c->comm, c->slotPtr(kProtoSimple, c->posted), c->slot[s].size,
+                       cfg_.group > 1 ? tagFor(c->myRank, c->posted) : c->myRank,
                        c->mh[kProtoSimple], nullptr, &r, c->label + " (left in flight)") && r)
           c->posted++;
       }
     } else {
       for (int k = 0; k < kSteps && c->posted - tail < kSteps && c->posted < c->gpuHead.load() + kSteps; k++) {
         void* r = nullptr;
-        if (!net_.irecv(c->comm, c->slotPtr(kProtoSimple, c->posted), c->slotBytes[kProtoSimple], c->peer,
+        if (!net_.irecv(c->comm, c->slotPtr(kProtoSimple, c->posted), c->slotBytes[kProtoSimple],
+                        cfg_.group > 1 ? tagFor(c->peer, c->posted) : c->peer,
                         c->mh[kProtoSimple], nullptr, &r, c->label + " (left in flight)") ||
             !r)
           break;

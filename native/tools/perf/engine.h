@@ -124,6 +124,8 @@ struct Conn {
   void* req[kSteps] = {};
   void* doneReq[kSteps] = {};
   void* flushReq = nullptr;  // the oldest step's iflush in progress (--flush)
+  int groupN[kSteps] = {1, 1, 1, 1, 1, 1, 1, 1};  // recv: buffers in the irecv posted at this step (0: a
+                                                   // later entry of the group posted at an earlier step)
   uint64_t postUs[kSteps] = {};
   uint64_t nullSinceUs = 0;
   uint64_t bytesDone = 0;
@@ -131,6 +133,10 @@ struct Conn {
   ~Conn();
   char* slotPtr(int proto, uint64_t step) const { return buf[proto] + (step % kSteps) * slotBytes[proto]; }
 };
+
+// The tag of step `step` sent by rank `rank` in grouped mode: distinct for the kSteps steps a
+// group can span, so a message can only land in the buffer of its own step.
+inline int tagFor(int rank, uint64_t step) { return rank * kSteps + int(step % kSteps); }
 
 // Options the engine needs (subset of the command line).
 struct EngineConfig {
@@ -140,6 +146,10 @@ struct EngineConfig {
   uint32_t idleSleepUs = 0;  // progress thread: sleep this long after 64 idle passes (0 = spin, as NCCL)
   bool profilerHandles = true;  // pass non-NULL phandles to v10+ isend/irecv
   bool flush = false;           // iflush every SIMPLE receive with bytes before the GPU sees it (GDR)
+  // Grouped receives (NCCL's shared comms): SIMPLE steps are posted up to `group` (1..kSteps)
+  // at a time as one irecv of n buffers, entries in reverse step order, each with its step's
+  // tag (tagFor); 1 = every step its own irecv with the sender's rank as tag (as NCCL p2p).
+  int group = 1;
 };
 
 // Per-millisecond byte counters (written by the progress thread, read after the run).

@@ -61,6 +61,11 @@ plugin and life cycle:
                            opened while the previous ones carried data (0 = off)
   --no-close-inflight      do not leave extra requests in flight when closing
   --no-profiler-handles    pass NULL profiler handles to v10+ isend/irecv
+  --group N                post SIMPLE receive steps N at a time (1..8) as one grouped irecv
+                           (NCCL's shared comms; needs maxRecvs >= N; sendrecv only, whose steps
+                           do not depend on each other): buffers in reverse step
+                           order, each with its own tag (rank * 8 + step % 8), so the plugin must
+                           place every message by its tag (default 1: one step per irecv)
   --flush                  iflush every SIMPLE receive with bytes before handing it on, as NCCL
                            does with GPUDirect RDMA (the report counts flushes)
   --traffic-class TC       ncclNetCommConfig_t.trafficClass (default -1)
@@ -212,6 +217,7 @@ Options parseArgs(int argc, char** argv) {
     else if (k == "--no-close-inflight") o.closeInflight = false;
     else if (k == "--no-profiler-handles") o.profilerHandles = false;
     else if (k == "--flush") o.flush = true;
+    else if (k == "--group") o.group = int(intVal(1, 8));
     else if (k == "--selftest-corrupt") o.selftestCorrupt = intVal(0, 1L << 40);
     else if (k == "--all-ranks-print") o.allRanksPrint = true;
     else if (k == "--no-iter-records") o.iterRecords = false;
@@ -224,6 +230,11 @@ Options parseArgs(int argc, char** argv) {
   if (o.rendezvous.empty()) usageError("--rendezvous DIR is required");
   if (o.pairs && (o.workload != Workload::kSendRecv || o.nranks % 2))
     usageError("--pattern pairs needs the sendrecv workload and an even number of ranks");
+  // A group completes only when all its messages arrived; in a ring all-reduce a step's send
+  // needs the previous step's receive, so grouping one connection's consecutive steps would
+  // wait on itself (NCCL groups the same step of independent senders instead).
+  if (o.group > 1 && o.workload != Workload::kSendRecv)
+    usageError("--group needs the sendrecv workload (all-reduce steps depend on the step before)");
   for (size_t s : {o.slotBytes, o.llSlotBytes})
     if (s < 8 || s % 8 || s > kIntAbiMaxMessage) usageError("slot sizes must be multiples of 8 between 8 B and 1 GiB");
   if (o.minBytes > o.maxBytes && o.duration <= 0) usageError("-b must not exceed -e");

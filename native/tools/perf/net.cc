@@ -453,8 +453,12 @@ bool Plugin::irecv(void* rc, void* data, size_t size, int tag, void* mh, void* p
   int tags[1] = {tag};
   void* mhs[1] = {mh};
   void* phs[1] = {ph};
+  return irecvGroup(rc, 1, datas, sizes, tags, mhs, phs, req, what);
+}
+bool Plugin::irecvGroup(void* rc, int n, void** datas, size_t* sizes, int* tags, void** mhs, void** phs, void** req,
+                        const std::string& what) {
   enter(kFnIrecv);
-  ncclResult_t r = net_->irecv(rc, 1, datas, sizes, tags, mhs, phs, req);
+  ncclResult_t r = net_->irecv(rc, n, datas, sizes, tags, mhs, phs, req);
   leave();
   if (!check(kFnIrecv, r, what)) return false;
   if (*req == RAILOVER_NCCL_OPTIONAL_RECV_COMPLETION) {
@@ -470,12 +474,9 @@ bool Plugin::irecv(void* rc, void* data, size_t size, int tag, void* mh, void* p
 bool Plugin::test(void* req, int* done, int* size, const std::string& what) {
   RPERF_CALL(kFnTest, what, net_->test(req, done, size));
 }
-bool Plugin::iflush(void* rc, void* data, int size, void* mh, void** req, const std::string& what) {
-  void* d[1] = {data};
-  int sz[1] = {size};
-  void* m[1] = {mh};
+bool Plugin::iflush(void* rc, int n, void** datas, int* sizes, void** mhs, void** req, const std::string& what) {
   *req = nullptr;
-  bool ok = [&]() { RPERF_CALL(kFnIflush, what, net_->iflush(rc, 1, d, sz, m, req)); }();
+  bool ok = [&]() { RPERF_CALL(kFnIflush, what, net_->iflush(rc, n, datas, sizes, mhs, req)); }();
   if (ok && !*req) countNull(kFnIflush);
   return ok;
 }

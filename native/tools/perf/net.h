@@ -152,10 +152,14 @@ class Plugin {
   bool deregMr(void* comm, void* mh, const std::string& what);
   bool isend(void* sc, void* data, size_t size, int tag, void* mh, void* ph, void** req, const std::string& what);
   bool irecv(void* rc, void* data, size_t size, int tag, void* mh, void* ph, void** req, const std::string& what);
+  // A grouped receive of n (1..8) buffers, one request (NCCL's shared comms: tags[i] names the
+  // sender whose message goes into buffer i).
+  bool irecvGroup(void* rc, int n, void** datas, size_t* sizes, int* tags, void** mhs, void** phs, void** req,
+                  const std::string& what);
   bool test(void* req, int* done, int* size, const std::string& what);
   // NCCL's flush after a GPUDirect receive: one buffer of `size` received bytes. *req NULL:
   // nothing to flush (counted in nulls(kFnIflush)).
-  bool iflush(void* rc, void* data, int size, void* mh, void** req, const std::string& what);
+  bool iflush(void* rc, int n, void** datas, int* sizes, void** mhs, void** req, const std::string& what);
   bool closeSend(void* sc, const std::string& what);
   bool closeRecv(void* rc, const std::string& what);
   bool closeListen(void* lc, const std::string& what);

@@ -200,6 +200,11 @@ void Communicator::setup() {
                                            opt_.dev, p.netDeviceType));
       throw Aborted{};
     }
+    if (opt_.group > p.maxRecvs) {
+      Fatal::get().raise(kExitUsage, strf("--group %d: device %d takes grouped receives of at most %d buffers "
+                                          "(maxRecvs)", opt_.group, opt_.dev, p.maxRecvs));
+      throw Aborted{};
+    }
     if (p.maxP2pBytes && std::max(opt_.slotBytes, opt_.llSlotBytes) > p.maxP2pBytes) {
       Fatal::get().raise(kExitUsage, strf("slot size exceeds the device's maxP2pBytes (%zu)", p.maxP2pBytes));
       throw Aborted{};
@@ -218,6 +223,7 @@ void Communicator::setup() {
   ec.idleSleepUs = (uint32_t)opt_.idleSleepUs;
   ec.profilerHandles = opt_.profilerHandles;
   ec.flush = opt_.flush;
+  ec.group = opt_.group;
   engine_ = std::make_unique<Engine>(net_, rv_, ec);
   engine_->start();
 
