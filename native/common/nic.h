@@ -1,6 +1,7 @@
 // One NIC railover uses (a railover device): what every layer needs to know about it. Built by
 // NIC discovery (plugin/devices.h) and handed down to the engine, health and the transports,
-// which look nothing up themselves.
+// which look nothing up themselves except a NIC's current address (lookupIfAddr below, which
+// the health monitor calls when netlink reports an address change).
 //
 // Thread-safety: every field is fixed after discovery except the current address, which the
 // health monitor may re-learn (getAddr/setAddr, guarded by addrMu).
@@ -41,5 +42,12 @@ struct Nic {
 
 // The address of `a` without its port ("10.0.0.1", "fd00::1"; "?" for another family).
 std::string addrToString(const sockaddr_storage& a);
+
+// Looks up the current address of interface `name` (getifaddrs): the first one of `family`
+// (AF_INET or AF_INET6; 0 = IPv4 first, then IPv6), never an IPv6 link-local one. Fills *out
+// (port 0) and *len; false when the interface has no such address (or getifaddrs fails).
+// Used by NIC discovery and by the health monitor to re-learn a NIC's address after a change.
+// Thread-safety: stateless; safe from any thread.
+bool lookupIfAddr(const std::string& name, int family, sockaddr_storage* out, socklen_t* len);
 
 }  // namespace railover

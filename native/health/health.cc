@@ -23,12 +23,11 @@
 #include "common/clock.h"
 #include "common/config.h"
 #include "common/log.h"
+#include "common/nic.h"
+#include "common/nic_socket.h"
 #include "health/rules.h"
 #include "common/tuning.h"
-#include "plugin/devices.h"
 #include "telemetry/journal.h"
-#include "transport/tcp/socket.h"
-#include "transport/tcp/wire.h"
 
 namespace railover {
 namespace {
@@ -323,7 +322,7 @@ class Monitor : public Health {
   // every peer (over every NIC) where it went, so their reconnects and probes follow it.
   void onLocalAddrChange(int i, const sockaddr_storage& oldA, const sockaddr_storage& newA, socklen_t len, uint64_t now) {
     std::string err;
-    int fd = tcp::udpOn(newA, len, ports[i], nics[i].name, &err);
+    int fd = udpOn(newA, len, ports[i], nics[i].name, &err);
     if (fd >= 0) {
       if (nicState[i].udp >= 0) {
         epoll_ctl(ep_, EPOLL_CTL_DEL, nicState[i].udp, nullptr);
@@ -339,7 +338,7 @@ class Monitor : public Health {
               addrToString(newA).c_str(), err.c_str());
     }
     if (gAddrHook) gAddrHook(i, newA, len);
-    uint8_t buf[wire::kFrameBytes + probe::kAddrChangeBytes];
+    uint8_t buf[probe::kHeaderBytes + probe::kAddrChangeBytes];
     probe::AddrChange c;
     c.family = newA.ss_family == AF_INET ? 4 : 6;
     putAddr(c.oldAddr, oldA);
@@ -358,7 +357,7 @@ class Monitor : public Health {
   void sendNotices(int down) {
     socklen_t l;
     sockaddr_storage a = nics[down].getAddr(&l);
-    uint8_t buf[wire::kFrameBytes + probe::kNoticeBytes];
+    uint8_t buf[probe::kHeaderBytes + probe::kNoticeBytes];
     probe::NicNotice notice;
     notice.family = a.ss_family == AF_INET ? 4 : 6;
     putAddr(notice.addr, a);
@@ -369,19 +368,19 @@ class Monitor : public Health {
   }
 
   void sendProbe(Pair& p, bool big) {
-    static uint8_t buf[wire::kFrameBytes + kBigProbeBytes];
+    static uint8_t buf[probe::kHeaderBytes + kBigProbeBytes];
     health::Probe pr;
     pr.big = big;
     pr.padding = big ? (uint32_t)kBigProbeBytes : 0;
     pr.id = ++probeSeq;
     pr.sentUs = nowUs();
     health::encodeProbe(pr, buf);
-    sendto(nicState[p.nic].udp, buf, wire::kFrameBytes + pr.padding, MSG_DONTWAIT, (sockaddr*)&p.remote, p.len);
+    sendto(nicState[p.nic].udp, buf, probe::kHeaderBytes + pr.padding, MSG_DONTWAIT, (sockaddr*)&p.remote, p.len);
     if (!p.up.load()) p.downProbes++;
   }
 
   void onUdp(int nic) {
-    static uint8_t buf[wire::kFrameBytes + 65536];
+    static uint8_t buf[probe::kHeaderBytes + 65536];
     while (true) {
       sockaddr_storage from{};
       socklen_t fl = sizeof(from);
@@ -695,7 +694,7 @@ void Health::start(const Config& cfg, Nic* nics, int nNics, const uint16_t* port
     socklen_t l;
     sockaddr_storage a = nics[i].getAddr(&l);
     std::string err;
-    m->nicState[i].udp = tcp::udpOn(a, l, ports[i], nics[i].name, &err);
+    m->nicState[i].udp = udpOn(a, l, ports[i], nics[i].name, &err);
     if (m->nicState[i].udp < 0)
       RO_WARN("railover: no probe socket on NIC %s (%s); silent faults there are found by socket errors only",
               nics[i].name.c_str(), err.c_str());

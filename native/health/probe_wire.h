@@ -1,6 +1,5 @@
-// Health probe datagrams (UDP, one per packet): a 32-byte frame header (transport/tcp/wire.h,
-// type kProbe or kProbeAck) followed by `len` bytes. Two probe flags carry a payload that the
-// receiver parses:
+// Health probe datagrams (UDP, one per packet): a 32-byte probe header (below) followed by
+// `len` bytes. Two probe flags carry a payload that the receiver parses:
 //
 //   NIC-down notice (flags & kFlagNotice), payload >= 20 bytes (senders send 32):
 //     0 u8 family (4 or 6)   4 u8 addr[16] (IPv4: first 4 bytes)      "my NIC at addr is down"
@@ -18,10 +17,41 @@
 #include <cstdint>
 #include <string>
 
-#include "transport/tcp/wire.h"
-
 namespace railover {
 namespace probe {
+
+// ---- the 32-byte probe header (docs/PROTOCOL.md, "Probes") ---------------------------------
+// Its layout is the TCP transport's frame header (docs/PROTOCOL.md, "Streams and frames"):
+// same offsets, little-endian, and the probe types are numbers of that frame type space (6
+// PROBE, 7 PROBE_ACK), so a probe datagram also reads as a valid frame of that type. Health
+// encodes it itself and needs nothing of the transport; native/tests/probe_wire_test.cc
+// proves the two encodings agree byte for byte.
+//   0 u8 type (6 or 7)   1 u8 flags   2 u16 0 (a frame's stream)   4 u32 len: bytes that follow
+//   8 u64 seq: probe id   16 u48 sentUs (a frame's offset)   22 u48 responder (a frame's total)
+//   28 u32 0 (a frame's tag)
+constexpr size_t kHeaderBytes = 32;
+constexpr uint8_t kTypeProbe = 6;
+constexpr uint8_t kTypeProbeAck = 7;
+constexpr uint32_t kMaxLenBytes = 65536;  // largest `len` a receiver accepts (64 KiB)
+
+struct Header {
+  uint8_t type = kTypeProbe;  // kTypeProbe or kTypeProbeAck
+  uint8_t flags = 0;          // kFlag* below
+  uint32_t len = 0;           // bytes after the header
+  uint64_t seq = 0;           // probe id
+  uint64_t sentUs = 0;        // the prober's send time, µs of its CLOCK_MONOTONIC (48 bits on the wire)
+  uint64_t responder = 0;     // an answer's responder instance id, 0 in a probe (48 bits on the wire)
+};
+
+// Writes the kHeaderBytes bytes of `h` to `out` (the unused bytes 2..3 and 28..31 as 0).
+void encodeHeader(const Header& h, uint8_t* out);
+// Reads the header at in[0, kHeaderBytes) (the caller checked the length). False with `err`
+// when the type is not a probe or answer ("frame type N is not a probe") or `len` exceeds
+// kMaxLenBytes.
+bool decodeHeader(const uint8_t* in, Header* h, std::string* err);
+// Rewrites a probe header in place into its answer from `responder`: type kTypeProbeAck and
+// the responder field; every other byte (flags, len, id, send time) stays as received.
+void answerHeader(uint8_t* hdr, uint64_t responder);
 
 constexpr uint8_t kFlagBig = 1;         // full-size probe (size-dependent loss check)
 constexpr uint8_t kFlagNotice = 2;      // "my NIC with this address is down"
@@ -50,18 +80,18 @@ enum class Kind { kProbe, kProbeAck, kNotice, kAddrChange };
 // What one received datagram says.
 struct Datagram {
   Kind kind = Kind::kProbe;
-  wire::Frame frame;   // the decoded header (flags, seq, ...)
+  Header header;       // the decoded header (flags, seq, ...)
   NicNotice notice;    // kind == kNotice
   AddrChange change;   // kind == kAddrChange
 };
 
-// Writes kFrameBytes + kNoticeBytes bytes to `out`.
+// Writes kHeaderBytes + kNoticeBytes bytes to `out`.
 void encodeNotice(const NicNotice& n, uint8_t* out);
-// Writes kFrameBytes + kAddrChangeBytes bytes to `out`.
+// Writes kHeaderBytes + kAddrChangeBytes bytes to `out`.
 void encodeAddrChange(const AddrChange& c, uint8_t* out);
 
 // Parses a datagram of `n` bytes. Returns false with `err` naming the problem when it is not
-// a probe or probe ack (short, bad header, other frame type), or a notice / address change
+// a probe or probe ack (short, other type, `len` over 64 KiB), or a notice / address change
 // with a truncated payload or an unknown address family. Never reads past buf[n).
 bool decodeDatagram(const void* buf, size_t n, Datagram* d, std::string* err);
 

@@ -10,10 +10,10 @@ namespace railover {
 namespace health {
 
 // ---- probe payload (UDP, see docs/PROTOCOL.md "Probes") --------------------------------
-// A probe is one 32-byte wire frame (type PROBE or PROBE_ACK) plus `padding` zero bytes:
-// flags bit 0 = full size; seq = probe id; offset = the prober's send time (µs, its own
-// clock, echoed back unchanged); total = 0 in a probe, the responder's instance id in an
-// answer (a random non-zero number per process; 0 from a peer that predates it).
+// A probe is one 32-byte probe header (probe_wire.h: type PROBE or PROBE_ACK) plus `padding`
+// zero bytes: flags bit 0 = full size; seq = probe id; sentUs = the prober's send time (µs, its
+// own clock, echoed back unchanged); responder = 0 in a probe, the responder's instance id in
+// an answer (a random non-zero number per process; 0 from a peer that predates it).
 struct Probe {
   bool ack = false;
   bool big = false;

@@ -44,27 +44,6 @@ std::string readFile(const std::string& path) {
 
 }  // namespace
 
-bool lookupIfAddr(const std::string& name, int family, sockaddr_storage* out, socklen_t* len) {
-  ifaddrs* ifa = nullptr;
-  if (getifaddrs(&ifa) != 0) return false;
-  bool found = false;
-  for (int pass = 0; pass < 2 && !found; ++pass) {
-    int want = family ? family : (pass == 0 ? AF_INET : AF_INET6);
-    for (ifaddrs* p = ifa; p; p = p->ifa_next) {
-      if (!p->ifa_addr || name != p->ifa_name || p->ifa_addr->sa_family != want) continue;
-      if (want == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&((sockaddr_in6*)p->ifa_addr)->sin6_addr)) continue;
-      memset(out, 0, sizeof(*out));
-      *len = want == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
-      memcpy(out, p->ifa_addr, *len);
-      found = true;
-      break;
-    }
-    if (family) break;
-  }
-  freeifaddrs(ifa);
-  return found;
-}
-
 bool discoverNics(const Config& cfg, std::vector<Nic>* out, std::string* err) {
   ifaddrs* ifa = nullptr;
   if (getifaddrs(&ifa) != 0) {

@@ -24,7 +24,4 @@ bool ifnameMatches(const std::string& spec, const std::string& name);
 // when the configuration selects nothing usable.
 bool discoverNics(const Config& cfg, std::vector<Nic>* out, std::string* err);
 
-// Looks up the first address of `family` (0 = IPv4 first, then IPv6) on interface `name`.
-bool lookupIfAddr(const std::string& name, int family, sockaddr_storage* out, socklen_t* len);
-
 }  // namespace railover

@@ -3,6 +3,7 @@
 #include "common/log.h"
 #include "failover/link.h"
 #include "health/health.h"
+#include "plugin/state_file.h"
 #include "telemetry/journal.h"
 #include "telemetry/state.h"
 #include "transport/tcp/tcp_transport.h"
@@ -72,7 +73,7 @@ ncclResult_t Runtime::init(ncclDebugLogger_t logger) {
   }
   Health::setAddrChangeHook([](int nic, const sockaddr_storage& a, socklen_t l) { Runtime::get().relisten(nic, a, l); });
   journalOpen(cfg.eventLog);
-  stateStart(cfg, cfg.stateDirSet);
+  stateStart(cfg, cfg.stateDirSet, processStateSource(*this));
   startSweeper();
   Health::setEpochHook(&sweeperNotify);
   Health::start(cfg, nics.data(), (int)nics.size(), ports.data());

@@ -1,11 +1,9 @@
 // Thin POSIX socket helpers for the TCP transport: non-blocking, source-bound sockets.
 //
-// Every socket railover opens on a NIC (data streams, probe sockets, listeners) is bound to
-// that NIC's address and to its device (SO_BINDTODEVICE), so its traffic leaves through that
-// NIC whatever the routing table says, even when several NICs share one subnet without
-// per-address policy routing. A connection is re-bound on every reconnect (each attempt is a
-// new socket). SO_BINDTODEVICE needs CAP_NET_RAW before Linux 5.7; without it the socket
-// keeps the address binding only (logged once: egress then follows the routing table).
+// Every socket railover opens on a NIC (data streams, listeners here; the health monitor's
+// probe sockets) is bound to that NIC's address and to its device (common/nic_socket.h), so
+// its traffic leaves through that NIC whatever the routing table says. A connection is
+// re-bound on every reconnect (each attempt is a new socket).
 // Thread-safety: stateless functions on file descriptors the caller owns.
 #pragma once
 
@@ -23,11 +21,6 @@ namespace tcp {
 // NIC). Returns the fd (and the bound port in *port), or -1 with `err` set.
 int listenOn(const sockaddr_storage& addr, socklen_t len, uint16_t* port, std::string* err,
              const std::string& ifname = std::string());
-// Binds `fd` to device `ifname` (SO_BINDTODEVICE). Returns 0, or the errno of the failure
-// (ENODEV: no such device; EPERM: no CAP_NET_RAW on kernels before 5.7). Empty name: no-op.
-int bindToDevice(int fd, const std::string& ifname);
-// Binds a UDP socket on the same address and port (for probes). -1 with `err` on failure.
-int udpOn(const sockaddr_storage& addr, socklen_t len, uint16_t port, const std::string& ifname, std::string* err);
 // Starts a non-blocking connect from `src` (port 0) on interface `ifname` to `dst`.
 // Returns the fd, or -1 with `err` (the connect itself completes later: see connectDone).
 int startConnect(const sockaddr_storage& src, socklen_t srcLen, const std::string& ifname,

@@ -1,7 +1,8 @@
 """Read what running railover processes publish: their state files and event journals.
 
 Every process that loaded the plugin writes ``<RAILOVER_STATE_DIR>/railover-<pid>.json``
-(schema: docs/OPERATIONS.md, writer: ``native/telemetry/state.cc``) and, with
+(schema: docs/OPERATIONS.md; writer ``native/telemetry/state.cc``, content
+``native/plugin/state_file.cc``) and, with
 ``RAILOVER_EVENT_LOG``, appends JSON lines to an event journal. This module is the one reader
 of both, shared by ``railover status``, ``railover exporter`` and ``railover drill``.
 
