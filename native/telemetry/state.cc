@@ -64,7 +64,7 @@ std::string render(const std::string& start, const std::string& host) {
   uint64_t fatals = 0;
   bool first = true;
   int ncomms = 0;
-  forEachLink([&](Link& l) {
+  rt.links.forEach([&](Link& l) {
     LinkSnap s = l.snapshot();
     if (s.secret == 0) return;
     ++ncomms;
@@ -94,7 +94,7 @@ std::string render(const std::string& start, const std::string& host) {
   });
   // Lifetime totals: closed comms keep counting, so metrics built on them never go down.
   uint64_t closedFatals = 0;
-  LinkCounters closed = closedLinkTotals(&closedFatals);
+  LinkCounters closed = rt.links.closedTotals(&closedFatals);
   tot.failovers += closed.failovers, tot.failbacks += closed.failbacks, tot.flaps += closed.flaps;
   tot.bytesResent += closed.bytesResent;
   fatals += closedFatals;
@@ -110,7 +110,7 @@ void writer(std::string path) {
   gethostname(hn, sizeof(hn) - 1);
   std::string tmp = path + ".tmp";
   while (true) {
-    if (gStateDirty.exchange(false, std::memory_order_acq_rel)) {
+    if (Runtime::get().links.takeDirty()) {
       std::string body = render(start, hn);
       int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
       if (fd >= 0) {
