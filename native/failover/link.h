@@ -36,8 +36,12 @@
 // (transport/transport.h: SendPath, RecvPath, RecvSink); framing is the transport's.
 //
 // Threading: NCCL's progress thread calls isend/irecv/test, its service thread connect/
-// accept/close; a per-link mutex serialises them. The health thread is never blocked by a
+// accept/close; the sweeper thread of the link's registry (failover/registry.h) calls sweep/
+// idleSweep; a per-link mutex serialises them. The health thread is never blocked by a
 // link: links only read its atomics. No call blocks (invariant 5).
+//
+// Dependencies: everything a link uses from the process (configuration, NICs, transport,
+// health, journal, registry) comes in its LinkDeps (failover/deps.h) at construction.
 #pragma once
 
 #include <sys/socket.h>
