@@ -47,10 +47,8 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
-#include <atomic>
 #include <cstdint>
 #include <deque>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
