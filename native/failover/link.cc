@@ -5,24 +5,18 @@
 #include <netinet/in.h>
 #include <sys/random.h>
 #include <sys/socket.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <thread>
-#include <map>
-#include <unordered_map>
 
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/tuning.h"
 #include "health/health.h"
+#include "failover/registry.h"
 #include "telemetry/journal.h"
 
 namespace railover {
@@ -95,135 +89,26 @@ uint64_t RecvRanges::add(uint64_t a, uint64_t b) {
   return after - before;
 }
 
-namespace {
-std::mutex gLinksMu;
-std::vector<Link*>& allLinks() {
-  static auto* v = new std::vector<Link*>();
-  return *v;
-}
-}  // namespace
-
-std::atomic<bool> gStateDirty{true};
-
 Link::Link() = default;
 
 void Link::list() {
-  std::lock_guard<std::mutex> g(gLinksMu);
-  auto& v = allLinks();
-  if (std::find(v.begin(), v.end(), this) == v.end()) v.push_back(this);
+  if (deps.registry) deps.registry->add(this);
 }
 
 void Link::unlist() {
-  std::lock_guard<std::mutex> g(gLinksMu);
-  auto& v = allLinks();
-  v.erase(std::remove(v.begin(), v.end(), this), v.end());
-}
-
-namespace {
-LinkCounters gClosed;
-uint64_t gClosedFatals = 0;
-}  // namespace
-
-LinkCounters closedLinkTotals(uint64_t* fatals) {
-  std::lock_guard<std::mutex> g(gLinksMu);
-  if (fatals) *fatals = gClosedFatals;
-  return gClosed;
+  if (deps.registry) deps.registry->remove(this);
 }
 
 Link::~Link() {
-  {
-    std::lock_guard<std::mutex> g(gLinksMu);
-    auto& v = allLinks();
-    v.erase(std::remove(v.begin(), v.end(), this), v.end());
-    gClosed.failovers += counters.failovers, gClosed.failbacks += counters.failbacks;
-    gClosed.flaps += counters.flaps, gClosed.bytesResent += counters.bytesResent;
-    gClosed.recoveries += counters.recoveries, gClosed.resumes += counters.resumes;
-    gClosedFatals += !fatalMsg.empty();  // it went fatal (it may be closed since)
-  }
-  gStateDirty.store(true, std::memory_order_release);
+  if (deps.registry) deps.registry->retire(this);
   for (auto& p : paths) p.closeAll();
 }
 
-void forEachLink(const std::function<void(Link&)>& fn) {
-  std::lock_guard<std::mutex> g(gLinksMu);
-  for (Link* l : allLinks()) fn(*l);
-}
-
-// ------------------------------------------------------------------------------------------
-// Failover sweeper
-
 namespace {
-// Never destroyed: the sweeper thread waits on the condition variable until the process
-// ends, and destroying a condition variable that has a waiter blocks exit() forever.
-struct SweepState {
-  std::mutex mu;
-  std::condition_variable cv;
-  uint64_t kicks = 0;
-};
-SweepState& sweepState() {
-  static auto* s = new SweepState();
-  return *s;
-}
-std::atomic<bool> gSweeperOn{false};
-
 bool pathHealthy(const Path& p, Health* hl) {
   return !hl || (hl->nicUp(p.localNic) && hl->pairUp(p.pairId));
 }
 }  // namespace
-
-void sweeperNotify() {
-  if (!gSweeperOn.load(std::memory_order_acquire)) return;
-  {
-    std::lock_guard<std::mutex> g(sweepState().mu);
-    sweepState().kicks++;
-  }
-  sweepState().cv.notify_one();
-}
-
-size_t sweepLinks() {
-  std::lock_guard<std::mutex> g(gLinksMu);
-  size_t unsettled = 0;
-  for (Link* l : allLinks()) unsettled += l->sweep() ? 0 : 1;
-  return unsettled;
-}
-
-void sweepIdleLinks() {
-  uint64_t now = nowUs();
-  std::lock_guard<std::mutex> g(gLinksMu);
-  for (Link* l : allLinks()) l->idleSweep(now);
-}
-
-void startSweeper() {
-  if (gSweeperOn.exchange(true)) return;
-  std::thread([] {
-    // Like the health thread: best effort ahead of busy-polling threads, silently normal
-    // without privilege.
-    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), tuning::kHelperThreadNice);
-    uint64_t seen = 0;
-    while (true) {
-      {
-        std::unique_lock<std::mutex> lk(sweepState().mu);
-        bool kicked = sweepState().cv.wait_for(lk, std::chrono::milliseconds(tuning::kIdleSweepMs),
-                                               [&] { return sweepState().kicks != seen; });
-        seen = sweepState().kicks;
-        if (!kicked) {
-          lk.unlock();
-          sweepIdleLinks();
-          continue;
-        }
-      }
-      uint64_t until = nowUs() + tuning::kSweeperWindowUs;
-      while (sweepLinks() > 0 && nowUs() < until) {
-        std::unique_lock<std::mutex> lk(sweepState().mu);
-        // Next pass in 1 ms, or at once when health changes again (which extends the window).
-        if (sweepState().cv.wait_for(lk, std::chrono::milliseconds(tuning::kSweeperPassMs), [&] { return sweepState().kicks != seen; })) {
-          seen = sweepState().kicks;
-          until = nowUs() + tuning::kSweeperWindowUs;
-        }
-      }
-    }
-  }).detach();
-}
 
 bool SendLink::sweep() {
   std::unique_lock<std::mutex> lk(mu, std::try_to_lock);
@@ -289,7 +174,7 @@ void Link::publishIfChanged(bool isSend) {
     std::lock_guard<std::mutex> g(snapMu);
     snap = std::move(s);
   }
-  gStateDirty.store(true, std::memory_order_release);
+  if (deps.registry) deps.registry->markDirty();
 }
 
 LinkSnap Link::snapshot() {
@@ -320,8 +205,9 @@ void Link::setPathState(Path& p, PathState to, const std::string& why, bool faul
   else
     RO_INFO(RO_SUBSYS_NET, "railover: %s comm %016llx path %s: %s -> %s (%s)", dir(), (unsigned long long)secret,
             where.c_str(), pathStateName(from), pathStateName(to), why.c_str());
-  journal::path_state(secret, dir(), nicName(deps, p.localNic), addrToString(p.remote), pathStateName(from),
-                      pathStateName(to), why);
+  if (Journal* j = deps.journal)
+    j->path_state(secret, dir(), nicName(deps, p.localNic), addrToString(p.remote), pathStateName(from),
+                  pathStateName(to), why);
 }
 
 void Link::setState(LinkState to, const std::string& why, bool warn) {
@@ -346,7 +232,7 @@ void Link::enterFatal(const std::string& msg, bool peerGone) {
   fatalPeerGone = peerGone;
   // The WARN with the whole message comes when the error is returned (fatalResult).
   setState(LinkState::kFatal, "see the fatal error");
-  journal::fatal(secret, dir(), fatalMsg);
+  if (Journal* j = deps.journal) j->fatal(secret, dir(), fatalMsg);
 }
 
 void Link::notePeerClosed(const std::string& cause) {
@@ -365,83 +251,6 @@ static uint64_t holdDownStartUs(const Path& p, Health* hl) {
   // the queue persists would fill it again and move the comm away again (oscillation).
   if (!hl) return p.upSinceUs;
   return std::max({p.upSinceUs, hl->repairedUs(p.localNic, p.pairId), hl->queuedUs(p.pairId)});
-}
-
-// ------------------------------------------------------------------------------------------
-// Registry of recv links by (secret, connection id), and of open listen comms by secret.
-// Lock order: gRegMu before gLinksMu (a link created here lists itself).
-namespace {
-std::mutex gRegMu;
-std::map<std::pair<uint64_t, uint64_t>, RecvLink*>& registry() {
-  static auto* m = new std::map<std::pair<uint64_t, uint64_t>, RecvLink*>();
-  return *m;
-}
-std::unordered_map<uint64_t, Listener*>& listeners() {
-  static auto* m = new std::unordered_map<uint64_t, Listener*>();
-  return *m;
-}
-}  // namespace
-
-void unregisterRecvLink(uint64_t secret, uint64_t connId) {
-  std::lock_guard<std::mutex> g(gRegMu);
-  registry().erase({secret, connId});
-}
-
-bool routeStream(std::unique_ptr<Conn>& c, const StreamHello& sh, const sockaddr_storage& peer, int localNic) {
-  const PathIdentity& h = sh.id;
-  if (h.connId == 0) return false;  // a liveness check: the caller drops it quietly
-  std::lock_guard<std::mutex> g(gRegMu);
-  auto it = registry().find({h.secret, h.connId});
-  if (it != registry().end()) {
-    it->second->offerStream(std::move(c), sh, peer, localNic);
-    return true;
-  }
-  auto lt = listeners().find(h.secret);
-  if (lt == listeners().end()) return false;
-  Listener* L = lt->second;
-  // A connection whose recv link was closed is not re-created by a late reconnect.
-  if (!L->open_ || std::find(L->seen_.begin(), L->seen_.end(), h.connId) != L->seen_.end()) return false;
-  L->seen_.push_back(h.connId);
-  auto* l = new RecvLink(L->deps_, h.secret, h.connId, L->dev);
-  registry()[{h.secret, h.connId}] = l;
-  L->fresh_.push_back(l);
-  l->offerStream(std::move(c), sh, peer, localNic);
-  return true;
-}
-
-Listener::Listener(const LinkDeps& deps, uint64_t s, int d) : secret(s), dev(d), deps_(deps) {
-  std::lock_guard<std::mutex> g(gRegMu);
-  listeners()[secret] = this;
-}
-
-RecvLink* Listener::accept() {
-  std::vector<RecvLink*> cand;
-  {
-    std::lock_guard<std::mutex> g(gRegMu);
-    cand = fresh_;
-  }
-  for (RecvLink* l : cand) {
-    if (!l->ready()) continue;
-    std::lock_guard<std::mutex> g(gRegMu);
-    fresh_.erase(std::find(fresh_.begin(), fresh_.end(), l));
-    return l;
-  }
-  return nullptr;
-}
-
-void Listener::close() {
-  std::vector<RecvLink*> unaccepted;
-  {
-    std::lock_guard<std::mutex> g(gRegMu);
-    open_ = false;
-    listeners().erase(secret);
-    unaccepted.swap(fresh_);
-  }
-  // Their senders learn it from the CLOSE (their connect fails with that cause).
-  for (RecvLink* l : unaccepted) {
-    l->close();
-    delete l;
-  }
 }
 
 // A failure that only the peer process can cause: its kernel refused the connection, or the
@@ -537,16 +346,12 @@ SendLink* SendLink::create(const LinkDeps& deps, int dev, const PeerHandle& h, s
   l->peerName = addrToString(l->paths[0].remote);
   if (l->paths.size() == 1 && d.cfg->standby != StandbyPolicy::kNone) {
     // A comm without a standby path: say once per NIC that its connections cannot fail over, and why.
-    static std::mutex warnMu;
-    static std::vector<int> warned;
-    std::lock_guard<std::mutex> g(warnMu);
-    if (std::find(warned.begin(), warned.end(), dev) == warned.end()) {
-      warned.push_back(dev);
+    if (!d.registry || d.registry->firstNoStandbyWarning(dev)) {
       RO_WARN("railover: connections from NIC %s to peer %s have no standby path (%s); they cannot fail over",
               (*d.nics)[dev].name.c_str(), l->peerName.c_str(),
               (*d.nics).size() < 2 ? "this process has only one NIC"
                                  : "the peer has no NIC on the rail of any other local NIC (see RAILOVER_RAILS, RAILOVER_STANDBY)");
-      journal::no_standby((*d.nics)[dev].name, l->peerName);
+      if (Journal* j = d.journal) j->no_standby((*d.nics)[dev].name, l->peerName);
     }
   }
   uint64_t now = nowUs();
@@ -592,7 +397,8 @@ void SendLink::advanceConnect(Path& p, uint64_t now) {
   p.restoredUs = now;
   p.backoffMs = 0;
   if (state() == LinkState::kConnecting) setState(LinkState::kWaiting, "first path up: " + describe(p));
-  journal::path_up(secret, "send", nicName(deps, p.localNic), addrToString(p.remote), p.generation);
+  if (Journal* j = deps.journal)
+    j->path_up(secret, "send", nicName(deps, p.localNic), addrToString(p.remote), p.generation);
 }
 
 void SendLink::failPath(Path& p, const std::string& why, uint64_t now) {
@@ -621,7 +427,7 @@ void SendLink::failPath(Path& p, const std::string& why, uint64_t now) {
     counters.flaps++;
     p.holdDownMs = std::min<uint32_t>(std::max<uint32_t>(holdDownOf(p, *deps.cfg), 1) * 2, cfg.holdDownMaxMs);
     RO_WARN_EVENT("railover: path %s flapped (%u flaps); hold-down now %u ms", describe(p).c_str(), p.flaps, p.holdDownMs);
-    journal::flap(secret, nicName(deps, p.localNic), p.flaps, p.holdDownMs);
+    if (Journal* j = deps.journal) j->flap(secret, nicName(deps, p.localNic), p.flaps, p.holdDownMs);
   }
   p.failedAtUs = now;
   p.backoffMs = p.backoffMs ? std::min<uint32_t>(p.backoffMs * 2, cfg.backoffMaxMs) : tuning::kFirstBackoffMs;
@@ -629,7 +435,8 @@ void SendLink::failPath(Path& p, const std::string& why, uint64_t now) {
   if (wasUsable) {
     // Detection as the engine saw it (active path): from its last data progress to the verdict.
     uint64_t detect = wasActive && now > lastProgressUs_ ? now - lastProgressUs_ : 0;
-    journal::path_down(secret, "send", nicName(deps, p.localNic), addrToString(p.remote), why, wasActive, detect);
+    if (Journal* j = deps.journal)
+      j->path_down(secret, "send", nicName(deps, p.localNic), addrToString(p.remote), why, wasActive, detect);
   }
   if (!wasActive) return;
   active = -1;
@@ -792,8 +599,9 @@ void SendLink::onResumeAck(Path& p, uint64_t seq, uint64_t now) {
     if (failback) counters.failbacks++;
     else if (recovery) counters.recoveries++;
     else counters.failovers++;
-    (failback ? journal::failback : recovery ? journal::recover : journal::failover)(
-        secret, nicName(deps, p.localNic), addrToString(p.remote), seq, resent, conv);
+    if (Journal* j = deps.journal)
+      (j->*(failback ? &Journal::failback : recovery ? &Journal::recover : &Journal::failover))(
+          secret, nicName(deps, p.localNic), addrToString(p.remote), seq, resent, conv);
     why = std::string(failback ? "failed back to " : recovery ? "recovered on " : "failed over to ") + describe(p) +
           " at seq " + std::to_string(seq) + " after " + std::to_string(conv) + " us, " + std::to_string(resent) +
           " bytes resent";
@@ -1232,7 +1040,8 @@ void RecvLink::pollConnect(Path& p, uint64_t now) {
     if (state() == LinkState::kConnecting) setState(LinkState::kWaiting, "first path up: " + describe(p));
     p.upSinceUs = now;
     if (peerName.empty()) peerName = addrToString(p.remote);
-    journal::path_up(secret, "recv", nicName(deps, p.localNic), addrToString(p.remote), p.generation);
+    if (Journal* j = deps.journal)
+      j->path_up(secret, "recv", nicName(deps, p.localNic), addrToString(p.remote), p.generation);
   } else if (r < 0) {
     failPath(p, err, now);
   }
@@ -1253,7 +1062,8 @@ void RecvLink::failPath(Path& p, const std::string& why, uint64_t now, bool faul
   bool bySender = peerGoneError(why);
   bool wasUsable = p.state == PathState::kActive || p.state == PathState::kStandby;
   if (!bySender && wasUsable)
-    journal::path_down(secret, "recv", nicName(deps, p.localNic), addrToString(p.remote), why, wasActive, std::nullopt);
+    if (Journal* j = deps.journal)
+      j->path_down(secret, "recv", nicName(deps, p.localNic), addrToString(p.remote), why, wasActive, std::nullopt);
   p.closeAll();
   setPathState(p, PathState::kFailed, bySender ? "closed by the sender: " + why : why, fault && !bySender && wasUsable);
   p.lastError = why;
@@ -1340,7 +1150,8 @@ void RecvLink::onResume(int idx, uint64_t fromSeq, uint64_t now) {
   advertiseFrom(p, nextComplete_);
   if (switched) {
     counters.resumes++;
-    journal::resume(secret, "recv", nicName(deps, p.localNic), addrToString(p.remote), nextComplete_);
+    if (Journal* j = deps.journal)
+      j->resume(secret, "recv", nicName(deps, p.localNic), addrToString(p.remote), nextComplete_);
   }
 }
 
@@ -1459,36 +1270,56 @@ void RecvLink::advertiseFrom(Path& p, uint64_t from) {
   }
 }
 
+// The receiver's slow tick, once per tuning::kSlowTickUs, at every health change and while no
+// path is active: the steps below, in order.
 void RecvLink::slowTick(uint64_t now) {
-  const Config& cfg = *deps.cfg;
   lastSlowTickUs = now;
   takeIncoming(now);
-  Health* hl = deps.health;
-  if (hl && hl->epoch() != seenEpoch) {
-    seenEpoch = hl->epoch();
-    // Bilateral detection: a receiver that sees its side of a path down closes it, so the
-    // sender's next write fails at once instead of waiting for its own probes.
-    for (auto& p : paths)
-      if ((p.state == PathState::kActive || p.state == PathState::kStandby) &&
-          (!hl->nicUp(p.localNic) || hl->pairHardDown(p.pairId)))
-        failPath(p, !hl->nicUp(p.localNic) ? "local NIC " + nicName(deps, p.localNic) + " down" : hl->pairDownCause(p.pairId), now);
-  }
-  for (int i = 0; i < (int)paths.size(); ++i) {
-    Path& p = paths[i];
-    pollConnect(p, now);  // a transport whose paths come up in several steps (RDMA)
-    if (p.state != PathState::kStandby) continue;
-    std::string err;
-    if (!readControl(p, i, now, &err)) failPath(p, err, now);
-  }
+  if (healthChangedSinceSeen()) failPathsDownByHealth(now);
+  for (int i = 0; i < (int)paths.size(); ++i) advancePath(i, now);
   checkPeerGone(now);
-  if (active < 0 && cfg.fatalTimeoutS && noPathSinceUs && nextComplete_ < nextPost_ &&
-      now - noPathSinceUs > (uint64_t)cfg.fatalTimeoutS * 1000000 && !isFatal()) {
-    std::string nics;
-    for (auto& p : paths) nics += (nics.empty() ? "" : ",") + nicName(deps, p.localNic) + " (" + p.lastError + ")";
-    enterFatal("railover: no usable path from peer " + peerName + " on NIC(s) " + nics + " for " +
-               std::to_string(cfg.fatalTimeoutS) + " s");
-  }
+  judgeNoPath(now);
   publishIfChanged(false);
+}
+
+bool RecvLink::healthChangedSinceSeen() {
+  Health* hl = deps.health;
+  if (!hl || hl->epoch() == seenEpoch) return false;
+  seenEpoch = hl->epoch();
+  return true;
+}
+
+// Bilateral detection: a receiver that sees its side of a path down (its NIC down, or a hard
+// pair-down verdict) closes it, so the sender's next write fails at once instead of waiting
+// for its own probes.
+void RecvLink::failPathsDownByHealth(uint64_t now) {
+  Health* hl = deps.health;
+  for (auto& p : paths)
+    if ((p.state == PathState::kActive || p.state == PathState::kStandby) &&
+        (!hl->nicUp(p.localNic) || hl->pairHardDown(p.pairId)))
+      failPath(p, !hl->nicUp(p.localNic) ? "local NIC " + nicName(deps, p.localNic) + " down" : hl->pairDownCause(p.pairId), now);
+}
+
+// Moves a connecting path on (a transport whose paths come up in several steps: RDMA), and
+// reads a standby's control channel (a RESUME makes it active; an error fails it).
+void RecvLink::advancePath(int i, uint64_t now) {
+  Path& p = paths[i];
+  pollConnect(p, now);
+  if (p.state != PathState::kStandby) return;
+  std::string err;
+  if (!readControl(p, i, now, &err)) failPath(p, err, now);
+}
+
+// No active path for RAILOVER_FATAL_TIMEOUT with receives pending: the link gives up.
+void RecvLink::judgeNoPath(uint64_t now) {
+  const Config& cfg = *deps.cfg;
+  if (!(active < 0 && cfg.fatalTimeoutS && noPathSinceUs && nextComplete_ < nextPost_ &&
+        now - noPathSinceUs > (uint64_t)cfg.fatalTimeoutS * 1000000 && !isFatal()))
+    return;
+  std::string nics;
+  for (auto& p : paths) nics += (nics.empty() ? "" : ",") + nicName(deps, p.localNic) + " (" + p.lastError + ")";
+  enterFatal("railover: no usable path from peer " + peerName + " on NIC(s) " + nics + " for " +
+             std::to_string(cfg.fatalTimeoutS) + " s");
 }
 
 void RecvLink::progress() {
@@ -1586,7 +1417,7 @@ ncclResult_t RecvLink::test(RecvReq* r, int* done, int* sizes) {
 
 void RecvLink::close() {
   unlist();
-  unregisterRecvLink(secret, connId);
+  if (deps.registry) deps.registry->unregisterRecvLink(secret, connId);
   std::lock_guard<std::mutex> g(mu);
   takeIncoming(nowUs());  // streams routed here but not yet taken learn of the close too
   // This direction carries only whole control frames. The active path first: its ACKs are

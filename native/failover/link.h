@@ -36,17 +36,19 @@
 // (transport/transport.h: SendPath, RecvPath, RecvSink); framing is the transport's.
 //
 // Threading: NCCL's progress thread calls isend/irecv/test, its service thread connect/
-// accept/close; a per-link mutex serialises them. The health thread is never blocked by a
+// accept/close; the sweeper thread of the link's registry (failover/registry.h) calls sweep/
+// idleSweep; a per-link mutex serialises them. The health thread is never blocked by a
 // link: links only read its atomics. No call blocks (invariant 5).
+//
+// Dependencies: everything a link uses from the process (configuration, NICs, transport,
+// health, journal, registry) comes in its LinkDeps (failover/deps.h) at construction.
 #pragma once
 
 #include <sys/socket.h>
 #include <sys/uio.h>
 
-#include <atomic>
 #include <cstdint>
 #include <deque>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -149,8 +151,9 @@ class Link {
   Link();
   virtual ~Link();
   LinkDeps deps;  // handed in at construction (SendLink::create, Listener, RecvLink)
-  // Makes the link visible to forEachLink (state file) and the failover sweeper. Called once
-  // it is fully constructed; unlist() before it is torn down (close() and the destructors do).
+  // Makes the link visible in deps.registry (state file, failover sweeper; no effect without
+  // a registry). Called once it is fully constructed; unlist() before it is torn down (close()
+  // and the destructors do).
   void list();
   void unlist();
   // One step of the failover sweeper (sweeper thread, never an NCCL thread): if the link is
@@ -401,7 +404,8 @@ struct MsgSlot {
 
 class RecvLink : public Link, public RecvSink {
  public:
-  // Created by routeStream() for the first stream of a new connection to a listen comm.
+  // Created by LinkRegistry::route() for the first stream of a new connection to a listen
+  // comm (or directly by tests and fuzzers).
   RecvLink(const LinkDeps& deps, uint64_t secret, uint64_t connId, int dev);
   uint64_t connId = 0;
   ~RecvLink() override { unlist(); }
@@ -430,7 +434,14 @@ class RecvLink : public Link, public RecvSink {
   // A connecting receive path: becomes a standby once its transport says it is up, fails when
   // its transport says it broke.
   void pollConnect(Path& p, uint64_t now);
+  // The slow tick: the steps below, in order (takeIncoming; on a health change
+  // failPathsDownByHealth; advancePath for each path; checkPeerGone; judgeNoPath), then a
+  // snapshot for the state file.
   void slowTick(uint64_t now);
+  bool healthChangedSinceSeen();           // the health epoch moved since the last look (notes it)
+  void failPathsDownByHealth(uint64_t now);  // bilateral detection: close paths health says are down
+  void advancePath(int idx, uint64_t now);   // connect steps; a standby's RESUME (or its error)
+  void judgeNoPath(uint64_t now);            // no active path for RAILOVER_FATAL_TIMEOUT: fatal
   bool readControl(Path& p, int idx, uint64_t now, std::string* err);
   void onResume(int idx, uint64_t fromSeq, uint64_t now);
   // Tells path `p` (active) every posted, incomplete receive from seq `from` on: its messages
@@ -472,38 +483,19 @@ class RecvLink : public Link, public RecvSink {
   bool everReady_ = false;
 };
 
-// The failover sweeper: a thread that, for up to 1 s after every health change, drives the
-// links that are not settled (sweep()) every millisecond until they are. Convergence of many
-// comms then no longer waits for NCCL's proxy to come round to each of them. Between health
-// changes it runs an idle pass every tuning::kIdleSweepMs (idleSweep()). Started by the
-// runtime (not in unit tests: their driver loop calls sweepIdleLinks()); sweeperNotify() is
-// the health epoch hook.
-void startSweeper();
-void sweeperNotify();
-// One pass over every listed link; returns how many are not settled (tests call it directly).
-size_t sweepLinks();
-// One idle pass (Link::idleSweep) over every listed link; the sweeper runs it every
-// tuning::kIdleSweepMs, tests call it directly.
-void sweepIdleLinks();
-
-// Every live link of the process, for the state file. `fn` runs under the registry lock.
-void forEachLink(const std::function<void(Link&)>& fn);
-// Set when any link published a new snapshot; the state writer clears it.
-extern std::atomic<bool> gStateDirty;
-// Counters of links already closed (the process's lifetime totals = live links + these).
-LinkCounters closedLinkTotals(uint64_t* fatals);
-
 // Returns a link's fatal error to NCCL: logs `msg` (a WARN) and returns ncclSystemError; with
 // RAILOVER_ABORT_ON_FATAL=1 it writes `msg` as one stderr line and exits the process instead
 // (status kAbortOnFatalExitCode). Thread-safe.
 ncclResult_t fatalResult(const std::string& msg, bool abortOnFatal);
 
 // A listen comm: accepts any number of connections to its handle (as NCCL's socket and IB
-// transports do). The acceptor thread creates a RecvLink for each new connection id seen with
-// the handle's secret (routeStream); accept() hands them out, oldest ready first. closeListen
-// (close()) stops new connections; links already accepted live on (their failed paths keep
-// reconnecting through the process's listeners), links never accepted are closed.
-// Thread-safety: accept()/close() from NCCL's service thread; routeStream from the acceptor.
+// transports do). The registry's router (LinkRegistry::route, on the acceptor thread) creates
+// a RecvLink for each new connection id seen with the handle's secret; accept() hands them
+// out, oldest ready first. closeListen (close()) stops new connections; links already accepted
+// live on (their failed paths keep reconnecting through the process's listeners), links never
+// accepted are closed. deps.registry must be set: the listen comm is registered there by its
+// secret (the registry must outlive it).
+// Thread-safety: accept()/close() from NCCL's service thread; the router from the acceptor.
 class Listener {
  public:
   Listener(const LinkDeps& deps, uint64_t secret, int dev);  // registers the secret
@@ -513,19 +505,12 @@ class Listener {
   const int dev;
 
  private:
-  friend bool routeStream(std::unique_ptr<Conn>& c, const StreamHello& h, const sockaddr_storage& peer, int localNic);
+  friend class LinkRegistry;
   const LinkDeps deps_;  // handed to the links it creates
+  LinkRegistry& reg_;    // deps_.registry
   bool open_ = true;
-  std::vector<RecvLink*> fresh_;  // created, not accepted yet (oldest first); under the registry lock
+  std::vector<RecvLink*> fresh_;  // created, not accepted yet (oldest first); under the registry's routing lock
   std::vector<uint64_t> seen_;    // every connection id ever created here (a closed one is not re-created)
 };
-
-// Process-wide registry of recv links by (secret, connection id).
-void unregisterRecvLink(uint64_t secret, uint64_t connId);
-// Hands a validated stream to the recv link of its (secret, connId), creating the link when a
-// listen comm with that secret is open and the id is new. Returns false (and leaves `c` with the
-// caller, who answers NACK(kNackUnknownComm) and drops it) when neither exists, or for a
-// liveness check (connId 0).
-bool routeStream(std::unique_ptr<Conn>& c, const StreamHello& h, const sockaddr_storage& peer, int localNic);
 
 }  // namespace railover

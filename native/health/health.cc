@@ -116,6 +116,7 @@ class Monitor : public Health {
  public:
   Config cfg;
   Nic* nics = nullptr;
+  Journal* journal = nullptr;  // nullptr: no journal
   int nNics = 0;
   NicState nicState[kMaxNics];
   Pair pairs[kMaxPairs];
@@ -188,8 +189,9 @@ class Monitor : public Health {
     p.probeGapMs = cfg.probeIntervalMs;
     p.downProbes = 0;
     p.up.store(false, std::memory_order_release);
-    journal::pair_down(nics[p.nic].name, addrToString(p.remote), cause,
-                       p.lastAckUs && now > p.lastAckUs ? now - p.lastAckUs : 0);
+    if (journal)
+      journal->pair_down(nics[p.nic].name, addrToString(p.remote), cause,
+                         p.lastAckUs && now > p.lastAckUs ? now - p.lastAckUs : 0);
     RO_INFO(RO_SUBSYS_NET, "railover: NIC pair %s -> %s down: %s", nics[p.nic].name.c_str(),
             addrToString(p.remote).c_str(), cause.c_str());
     bump();
@@ -199,7 +201,7 @@ class Monitor : public Health {
     p.hard.store(false, std::memory_order_release);
     p.upSinceUs.store(now, std::memory_order_release);
     p.up.store(true, std::memory_order_release);
-    journal::pair_up(nics[p.nic].name, addrToString(p.remote), now - p.downSinceUs, p.downProbes);
+    if (journal) journal->pair_up(nics[p.nic].name, addrToString(p.remote), now - p.downSinceUs, p.downProbes);
     bump();
   }
 
@@ -215,8 +217,8 @@ class Monitor : public Health {
     int cleared = up ? flushFailedNeighbours(i) : 0;
     if (up) s.upSinceUs.store(nowUs(), std::memory_order_release);
     s.up.store(up, std::memory_order_release);
-    if (up) journal::nic_up(nics[i].name, signal, cleared);
-    else journal::nic_down(nics[i].name, signal);
+    if (journal && up) journal->nic_up(nics[i].name, signal, cleared);
+    if (journal && !up) journal->nic_down(nics[i].name, signal);
     if (up) {
       RO_INFO(RO_SUBSYS_NET, "railover: NIC %s up (%s)", nics[i].name.c_str(), signal);
       {
@@ -349,7 +351,7 @@ class Monitor : public Health {
     for (Pair& p : live())
       if (p.used && nicState[p.nic].udp >= 0)
         sendto(nicState[p.nic].udp, buf, sizeof(buf), MSG_DONTWAIT, (sockaddr*)&p.remote, p.len);
-    journal::nic_addr_change(nics[i].name, addrToString(oldA), addrToString(newA));
+    if (journal) journal->nic_addr_change(nics[i].name, addrToString(oldA), addrToString(newA));
     (void)now;
   }
 
@@ -414,7 +416,7 @@ class Monitor : public Health {
         if (!known) remaps.push_back({oldA, newA});
         for (Pair& p : live())
           if (p.used && sameEndpoint(p.remote, oldA)) p.remote = newA;
-        journal::peer_addr_change(addrToString(oldA), addrToString(newA), port);
+        if (journal) journal->peer_addr_change(addrToString(oldA), addrToString(newA), port);
         RO_INFO(RO_SUBSYS_NET, "railover: peer NIC moved %s -> %s", addrToString(oldA).c_str(), addrToString(newA).c_str());
         bump();
         continue;
@@ -443,8 +445,8 @@ class Monitor : public Health {
             if (&o != &p && o.used && o.peerId == p.peerId) siblingPrompt = std::max(siblingPrompt, o.promptSentUs);
           if (health::answerQueued(rtt, detectUs, pr.sentUs, siblingPrompt)) {
             uint64_t last = p.queuedUs.exchange(now, std::memory_order_acq_rel);
-            if (!last || now - last > tuning::kQueuedEpisodeGapUs)
-              journal::pair_queued(nics[p.nic].name, addrToString(p.remote), rtt);
+            if (journal && (!last || now - last > tuning::kQueuedEpisodeGapUs))
+              journal->pair_queued(nics[p.nic].name, addrToString(p.remote), rtt);
           }
         }
         if (p.burstStartUs && pr.sentUs >= p.burstStartUs) {
@@ -474,7 +476,7 @@ class Monitor : public Health {
         if (p.used && p.lastAckUs) p.lastAckUs = std::min(now, p.lastAckUs + credit);
       if (credit > detect / 2 && now - lastLateLogUs > tuning::kHealthLateLogIntervalUs) {
         lastLateLogUs = now;
-        journal::health_late(credit, lateRounds, lateMaxUs);
+        if (journal) journal->health_late(credit, lateRounds, lateMaxUs);
       }
     }
     for (Pair& p : live()) {
@@ -529,7 +531,7 @@ class Monitor : public Health {
         if (health::holdForPeerWideSilence(age, detect, sib, sibSilent)) {
           if (!p.silenceHeld) {
             p.silenceHeld = true;
-            journal::peer_silence(nics[p.nic].name, addrToString(p.remote), (uint64_t)sib + 1, age);
+            if (journal) journal->peer_silence(nics[p.nic].name, addrToString(p.remote), (uint64_t)sib + 1, age);
           }
           continue;
         }
@@ -550,7 +552,9 @@ class Monitor : public Health {
                   "(MTU mismatch?)", nics[p.nic].name.c_str(), addrToString(p.remote).c_str());
           setPairDown(p, "size-dependent loss (full-size probes lost, small ones pass)", now);
         } else if (p.burstBigAnswered == 0 && p.burstBigSent > 0) {
-          journal::size_loss_ignored(nics[p.nic].name, addrToString(p.remote), p.burstBigSent, p.burstSmallAnswered, dataAcked);
+          if (journal)
+            journal->size_loss_ignored(nics[p.nic].name, addrToString(p.remote), p.burstBigSent, p.burstSmallAnswered,
+                                       dataAcked);
         }
         p.burstUntilUs = 0;
         p.burstStartUs = 0;
@@ -681,10 +685,11 @@ std::string readOper(const std::string& name) {
 
 }  // namespace
 
-void Health::start(const Config& cfg, Nic* nics, int nNics, const uint16_t* ports) {
+void Health::start(const Config& cfg, Nic* nics, int nNics, const uint16_t* ports, Journal* journal) {
   if (Health::get()) return;
   auto* m = new Monitor();
   m->cfg = cfg;
+  m->journal = journal;
   m->nics = nics;
   m->nNics = std::min(nNics, kMaxNics);
   m->ports.assign(ports, ports + m->nNics);

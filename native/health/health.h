@@ -22,12 +22,15 @@ namespace railover {
 
 struct Config;
 struct Nic;
+class Journal;
 
 class Health {
  public:
   virtual ~Health() = default;
   // Starts the monitor thread for `nics` (whose UDP probe sockets bind the listener ports).
-  static void start(const Config& cfg, Nic* nics, int nNics, const uint16_t* ports);
+  // Its events (NIC and pair verdicts, late wake-ups) go to `journal` (nullptr: none), which
+  // must outlive the thread (the runtime's does).
+  static void start(const Config& cfg, Nic* nics, int nNics, const uint16_t* ports, Journal* journal);
   static Health* get();  // nullptr before start()
   // Replaces the process-wide instance (unit tests install a scripted one).
   static void install(Health* h);

@@ -12,23 +12,6 @@
 #endif
 
 namespace railover {
-namespace {
-
-// The engine's side of accepting: the transport's acceptor hands every identified stream to
-// the recv link of its comm (failover/link.h, routeStream).
-class EngineRouter : public StreamRouter {
- public:
-  bool route(std::unique_ptr<Conn>& c, const StreamHello& h, const sockaddr_storage& peer, int localNic) override {
-    return routeStream(c, h, peer, localNic);
-  }
-};
-
-StreamRouter& engineRouter() {
-  static EngineRouter* r = new EngineRouter();  // lives as long as the process's transport
-  return *r;
-}
-
-}  // namespace
 
 ncclResult_t Runtime::init(ncclDebugLogger_t logger) {
   if (logger) setLogger(logger);
@@ -59,7 +42,7 @@ ncclResult_t Runtime::init(ncclDebugLogger_t logger) {
     socklen_t len = 0;
     sockaddr_storage a = n.getAddr(&len);
     uint16_t port = 0;
-    if (!transport->listen(n.index, a, len, &port, &engineRouter(), &err)) {
+    if (!transport->listen(n.index, a, len, &port, &links, &err)) {
       error_ = "cannot listen on NIC " + n.name + " (" + addrToString(a) + "): " + err;
       RO_WARN("railover: %s", error_.c_str());
       delete transport;  // closes the listeners opened so far (this process keeps no railover)
@@ -72,11 +55,12 @@ ncclResult_t Runtime::init(ncclDebugLogger_t logger) {
             n.pciPath.empty() ? "(virtual)" : n.pciPath.c_str(), port);
   }
   Health::setAddrChangeHook([](int nic, const sockaddr_storage& a, socklen_t l) { Runtime::get().relisten(nic, a, l); });
-  journalOpen(cfg.eventLog);
+  fileJournal_.reset(new FileJournal(cfg.eventLog));
+  journal = fileJournal_.get();
   stateStart(cfg, cfg.stateDirSet, processStateSource(*this));
-  startSweeper();
-  Health::setEpochHook(&sweeperNotify);
-  Health::start(cfg, nics.data(), (int)nics.size(), ports.data());
+  links.startSweeper();
+  Health::setEpochHook([] { Runtime::get().links.notifySweeper(); });
+  Health::start(cfg, nics.data(), (int)nics.size(), ports.data(), journal);
 #ifdef RAILOVER_HAVE_VERBS
   if (auto* rt = dynamic_cast<rdma::RdmaTransport*>(transport))
     rt->startPortWatch([](int nic, bool up, const std::string& why) {
@@ -122,7 +106,7 @@ bool Runtime::chooseTransport(std::string* err) {
 void Runtime::relisten(int nic, const sockaddr_storage& a, socklen_t len) {
   uint16_t port = ports[nic];
   std::string err;
-  if (!transport->listen(nic, a, len, &port, &engineRouter(), &err))
+  if (!transport->listen(nic, a, len, &port, &links, &err))
     RO_WARN("railover: NIC %s moved to %s but cannot listen there on port %u: %s; peers cannot reconnect to it",
             nics[nic].name.c_str(), addrToString(a).c_str(), ports[nic], err.c_str());
 }

@@ -1,7 +1,9 @@
 // Process-wide railover state, and the wiring of the layers: configuration, the NIC table, the
 // transport (which listens on every NIC and accepts streams: Transport::listen; its listener
-// port per NIC is also the health monitor's UDP probe port), the engine's stream routing
-// handed to the transport, and the health monitor. The runtime opens no socket itself.
+// port per NIC is also the health monitor's UDP probe port), the link registry (the engine's
+// stream routing handed to the transport, and the failover sweeper), the journal and the
+// health monitor. The runtime opens no socket itself. It is the one owner of the process's
+// journal and link registry: the engine gets them through linkDeps(), never by looking them up.
 //
 // Created once per process at the first successful init and never destroyed (the plugin is
 // linked -z nodelete, so NCCL's dlclose/dlopen cycles keep it). init is idempotent and
@@ -10,6 +12,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -17,7 +20,9 @@
 #include "abi/nccl_net_abi.h"
 #include "common/config.h"
 #include "failover/deps.h"
+#include "failover/registry.h"
 #include "plugin/devices.h"
+#include "telemetry/journal.h"
 #include "transport/transport.h"
 
 namespace railover {
@@ -34,12 +39,14 @@ class Runtime {
   // can reconnect. Logs a WARN when it cannot.
   void relisten(int nic, const sockaddr_storage& a, socklen_t len);
 
-  // Unit tests: adopt this configuration and NIC table, with `t` as the transport, without
-  // listeners or threads (the test installs its own Health and plays the acceptor, calling
-  // routeStream).
-  void initForTest(const Config& c, const std::vector<Nic>& n, Transport* t);
+  // Unit tests: adopt this configuration and NIC table, with `t` as the transport and
+  // `journal` as the journal (nullptr: none; the test keeps it alive), without listeners or
+  // threads (the test installs its own Health and plays the acceptor, routing streams through
+  // `links`, and runs links.sweepIdle() in place of the sweeper thread).
+  void initForTest(const Config& c, const std::vector<Nic>& n, Transport* t, Journal* journal = nullptr);
 
-  // What links get from the process (its configuration, NICs, ports, transport, health).
+  // What links get from the process (its configuration, NICs, ports, transport, health,
+  // journal and link registry).
   LinkDeps linkDeps();
 
   Config cfg;
@@ -47,6 +54,11 @@ class Runtime {
   Transport* transport = nullptr;  // TCP unless a test installed another
   std::vector<uint16_t> ports;  // listener port per NIC (TCP and UDP)
   std::atomic<int> refs{0};
+  // The process's journal (RAILOVER_EVENT_LOG; off when unset), opened by init(); nullptr
+  // before init.
+  Journal* journal = nullptr;
+  // The process's links, their routing and the failover sweeper (started by init()).
+  LinkRegistry links;
 
  private:
   // RAILOVER_TRANSPORT: sets `transport` (auto: rdma when every NIC has an active RDMA port
@@ -57,6 +69,7 @@ class Runtime {
   ncclResult_t result_ = ncclSuccess;
   std::string error_;
   std::atomic<bool> ok_{false};
+  std::unique_ptr<FileJournal> fileJournal_;  // what `journal` points to after init()
 };
 
 }  // namespace railover

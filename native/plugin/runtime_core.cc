@@ -19,12 +19,15 @@ LinkDeps Runtime::linkDeps() {
   d.ports = &ports;
   d.transport = transport;
   d.health = Health::get();
+  d.journal = journal;
+  d.registry = &links;
   return d;
 }
 
-void Runtime::initForTest(const Config& c, const std::vector<Nic>& n, Transport* t) {
+void Runtime::initForTest(const Config& c, const std::vector<Nic>& n, Transport* t, Journal* j) {
   std::lock_guard<std::mutex> g(mu_);
   cfg = c;
+  journal = j;
   nics = n;
   ports.assign(nics.size(), 0);
   for (size_t i = 0; i < ports.size(); ++i) ports[i] = (uint16_t)(1000 + i);

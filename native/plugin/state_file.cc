@@ -8,7 +8,7 @@
 
 namespace railover {
 
-std::string renderStateFields(const Runtime& rt, Health* hl) {
+std::string renderStateFields(Runtime& rt, Health* hl) {
   std::string o = "\"event_log\":" + jsonStr(rt.cfg.eventLog) +
                   ",\"transport\":" + jsonStr(rt.transport ? rt.transport->name() : "") + ",\"nics\":[";
   for (size_t i = 0; i < rt.nics.size(); ++i) {
@@ -23,7 +23,7 @@ std::string renderStateFields(const Runtime& rt, Health* hl) {
   uint64_t fatals = 0;
   bool first = true;
   int ncomms = 0;
-  forEachLink([&](Link& l) {
+  rt.links.forEach([&](Link& l) {
     LinkSnap s = l.snapshot();
     if (s.secret == 0) return;
     ++ncomms;
@@ -53,7 +53,7 @@ std::string renderStateFields(const Runtime& rt, Health* hl) {
   });
   // Lifetime totals: closed comms keep counting, so metrics built on them never go down.
   uint64_t closedFatals = 0;
-  LinkCounters closed = closedLinkTotals(&closedFatals);
+  LinkCounters closed = rt.links.closedTotals(&closedFatals);
   tot.failovers += closed.failovers, tot.failbacks += closed.failbacks, tot.flaps += closed.flaps;
   tot.bytesResent += closed.bytesResent;
   fatals += closedFatals;
@@ -63,9 +63,9 @@ std::string renderStateFields(const Runtime& rt, Health* hl) {
   return o;
 }
 
-StateSource processStateSource(const Runtime& rt) {
+StateSource processStateSource(Runtime& rt) {
   StateSource src;
-  src.takeChanged = [] { return gStateDirty.exchange(false, std::memory_order_acq_rel); };
+  src.takeChanged = [&rt] { return rt.links.takeDirty(); };
   src.renderFields = [&rt] { return renderStateFields(rt, Health::get()); };
   return src;
 }

@@ -19,10 +19,10 @@ class Health;
 
 // The state document's members after the process identity (StateSource::renderFields) for
 // runtime `rt` and health monitor `hl` (nullptr: every NIC reads up, no pairs).
-std::string renderStateFields(const Runtime& rt, Health* hl);
+std::string renderStateFields(Runtime& rt, Health* hl);
 
 // The state file's source for the process: changes flagged by the engine's links, content
 // from renderStateFields over `rt` and the health monitor of the moment (Health::get()).
-StateSource processStateSource(const Runtime& rt);
+StateSource processStateSource(Runtime& rt);
 
 }  // namespace railover

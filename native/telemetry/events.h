@@ -1,9 +1,9 @@
 // The journal's events (RAILOVER_EVENT_LOG), declared once: each event's name, meaning and
 // fields (name, type, meaning). From this list come
 //   * railover::Event, an enum of the events;
-//   * one typed emitter per event, railover::journal::<event>(field values...), the only way
-//     to write a journal line: an undeclared event, a missing or extra field, or a value of
-//     the wrong kind does not compile;
+//   * one typed emitter per event, a method of railover::Journal (telemetry/journal.h),
+//     journal-><event>(field values...), the only way to write a journal line: an undeclared
+//     event, a missing or extra field, or a value of the wrong kind does not compile;
 //   * kEvents, the table that `railover_describe_json` publishes for the Python readers and
 //     docs/OPERATIONS.md (tests fail when either misses an event or a field).
 //
@@ -198,31 +198,6 @@ void put(std::string* out, const char* name, const Comm& x);
 void put(std::string* out, const char* name, const Bool& x);
 void put(std::string* out, const char* name, const OptU64& x);
 }  // namespace jarg
-
-namespace detail {
-bool journalOn();
-// Writes one line: the common fields, "event", then `fields` (a JSON fragment built by jarg::put).
-void journalWrite(Event e, const std::string& fields);
-}  // namespace detail
-
-// The emitters: journal::<event>(values of its fields, in declaration order).
-namespace journal {
-#define RO_EV_PARAM_FIRST(n, t, m) ::railover::jarg::t f_##n
-#define RO_EV_PARAM_NEXT(n, t, m) , ::railover::jarg::t f_##n
-#define RO_EV_PUT(n, t, m) ::railover::jarg::put(&fields, #n, f_##n);
-#define RO_EV_EMITTER(name, meaning)                                        \
-  inline void name(RO_EVENT_FIELDS_##name(RO_EV_PARAM_FIRST, RO_EV_PARAM_NEXT)) { \
-    if (!::railover::detail::journalOn()) return;                           \
-    std::string fields;                                                     \
-    RO_EVENT_FIELDS_##name(RO_EV_PUT, RO_EV_PUT)                            \
-    ::railover::detail::journalWrite(::railover::Event::name, fields);      \
-  }
-RAILOVER_JOURNAL_EVENTS(RO_EV_EMITTER)
-#undef RO_EV_EMITTER
-#undef RO_EV_PUT
-#undef RO_EV_PARAM_NEXT
-#undef RO_EV_PARAM_FIRST
-}  // namespace journal
 
 // The declaration as data (for railover_describe_json and the tests).
 struct EventFieldSpec {

@@ -4,19 +4,21 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cstdio>
 
 #include "common/clock.h"
 #include "common/log.h"
 
 namespace railover {
-namespace {
-std::atomic<int> gFd{-1};
+
+void Journal::emit(Event e, const std::string& fields) {
+  // `fields` starts with a comma (jarg::put writes ",\"name\":value").
+  writeLine("{\"t_us\":" + std::to_string(nowUs()) + ",\"pid\":" + std::to_string(getpid()) + ",\"event\":\"" +
+            eventName(e) + "\"" + fields + "}\n");
 }
 
-void journalOpen(const std::string& pathIn) {
-  if (pathIn.empty() || gFd.load() >= 0) return;
+FileJournal::FileJournal(const std::string& pathIn) {
+  if (pathIn.empty()) return;
   std::string path = pathIn;
   size_t p = path.find("%p");
   if (p != std::string::npos) path.replace(p, 2, std::to_string(getpid()));
@@ -27,11 +29,38 @@ void journalOpen(const std::string& pathIn) {
     RO_WARN("railover: cannot open RAILOVER_EVENT_LOG %s: %m", path.c_str());
     return;
   }
-  int expected = -1;
-  if (!gFd.compare_exchange_strong(expected, fd)) close(fd);
+  fd_ = fd;
+  path_ = path;
 }
 
-bool journalEnabled() { return gFd.load(std::memory_order_relaxed) >= 0; }
+FileJournal::~FileJournal() {
+  if (fd_ >= 0) close(fd_);
+}
+
+void FileJournal::writeLine(const std::string& line) {
+  if (fd_ < 0) return;
+  ssize_t n = write(fd_, line.data(), line.size());
+  (void)n;
+}
+
+std::vector<std::string> MemoryJournal::lines() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return lines_;
+}
+
+std::vector<std::string> MemoryJournal::events(const std::string& name) const {
+  std::string key = ",\"event\":\"" + name + "\"";
+  std::vector<std::string> out;
+  std::lock_guard<std::mutex> g(mu_);
+  for (const std::string& l : lines_)
+    if (l.find(key) != std::string::npos) out.push_back(l);
+  return out;
+}
+
+void MemoryJournal::writeLine(const std::string& line) {
+  std::lock_guard<std::mutex> g(mu_);
+  lines_.push_back(line);
+}
 
 std::string jsonStr(const std::string& s) {
   std::string o = "\"";
@@ -44,11 +73,6 @@ std::string jsonStr(const std::string& s) {
     } else o += c;
   }
   return o + "\"";
-}
-
-void journalCloseForTest() {
-  int fd = gFd.exchange(-1);
-  if (fd >= 0) close(fd);
 }
 
 namespace jarg {
@@ -68,19 +92,5 @@ void put(std::string* out, const char* name, const OptU64& x) {
   if (x.v) put(out, name, U64(*x.v));
 }
 }  // namespace jarg
-
-namespace detail {
-bool journalOn() { return journalEnabled(); }
-
-void journalWrite(Event e, const std::string& fields) {
-  int fd = gFd.load(std::memory_order_acquire);
-  if (fd < 0) return;
-  // `fields` starts with a comma (jarg::put writes ",\"name\":value").
-  std::string line = "{\"t_us\":" + std::to_string(nowUs()) + ",\"pid\":" + std::to_string(getpid()) +
-                     ",\"event\":\"" + eventName(e) + "\"" + fields + "}\n";
-  ssize_t n = write(fd, line.data(), line.size());
-  (void)n;
-}
-}  // namespace detail
 
 }  // namespace railover

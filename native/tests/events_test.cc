@@ -73,18 +73,19 @@ TEST(Journal, EveryEventIsWrittenWithItsDeclaredFields) {
   int fd = mkstemp(path);
   ASSERT_GE(fd, 0);
   close(fd);
-  journalCloseForTest();
-  journalOpen(path);
-  ASSERT_TRUE(journalEnabled());
-  // Every declared event, through its emitter (generated from the declaration itself).
+  {
+    FileJournal j(path);
+    ASSERT_TRUE(j.enabled());
+    EXPECT_EQ(j.path(), path);
+    // Every declared event, through its emitter (generated from the declaration itself).
 #define SAMPLE_FIRST(n, t, m) sample_##t()
 #define SAMPLE_NEXT(n, t, m) , sample_##t()
-#define EMIT(name, meaning) journal::name(RO_EVENT_FIELDS_##name(SAMPLE_FIRST, SAMPLE_NEXT));
-  RAILOVER_JOURNAL_EVENTS(EMIT)
+#define EMIT(name, meaning) j.name(RO_EVENT_FIELDS_##name(SAMPLE_FIRST, SAMPLE_NEXT));
+    RAILOVER_JOURNAL_EVENTS(EMIT)
 #undef EMIT
-  // An optional field left out.
-  journal::path_down(1u, "recv", "eth1", "10.0.0.2", "reset", false, std::nullopt);
-  journalCloseForTest();
+    // An optional field left out.
+    j.path_down(1u, "recv", "eth1", "10.0.0.2", "reset", false, std::nullopt);
+  }  // closes the file
 
   std::ifstream in(path);
   std::vector<std::string> lines;
@@ -122,9 +123,76 @@ TEST(Journal, EveryEventIsWrittenWithItsDeclaredFields) {
 }
 
 TEST(Journal, EmittersAreSilentWhenTheJournalIsOff) {
-  journalCloseForTest();
-  EXPECT_FALSE(journalEnabled());
-  journal::failover(1u, "eth1", "10.0.0.2", 5u, 0u, 100u);  // must not crash or write anywhere
+  FileJournal off("");  // RAILOVER_EVENT_LOG unset
+  EXPECT_FALSE(off.enabled());
+  EXPECT_EQ(off.path(), "");
+  off.failover(1u, "eth1", "10.0.0.2", 5u, 0u, 100u);  // must not crash or write anywhere
+  FileJournal unopenable("/nonexistent-railover-dir/x/journal.jsonl");
+  EXPECT_FALSE(unopenable.enabled());
+  unopenable.failover(1u, "eth1", "10.0.0.2", 5u, 0u, 100u);
+}
+
+// The line format the Python readers and docs/OPERATIONS.md depend on, byte for byte (t_us
+// aside): the common fields, then the event's fields in declaration order; an optional field
+// left out is absent.
+TEST(Journal, LinesKeepTheirExactFormat) {
+  MemoryJournal j;
+  j.failover(1u, "eth1", "10.0.0.2", 5u, 0u, 100u);
+  j.path_down(18446744073709551615ull, "recv", "eth\"1", "10.0.0.2", "reset", false, std::nullopt);
+  j.pair_up("eth0", "10.0.1.2", 12u, 3u);
+  std::vector<std::string> lines = j.lines();
+  ASSERT_EQ(lines.size(), 3u);
+  const std::string pid = std::to_string(getpid());
+  auto withoutTime = [](const std::string& l) {
+    size_t a = l.find("\"t_us\":"), b = l.find(',');
+    return a == 1 && b != std::string::npos ? "{" + l.substr(b + 1) : "(no t_us first): " + l;
+  };
+  EXPECT_EQ(withoutTime(lines[0]), "{\"pid\":" + pid +
+                                       ",\"event\":\"failover\",\"comm\":\"1\",\"to_nic\":\"eth1\",\"peer\":\"10.0.0.2\","
+                                       "\"resumed_seq\":5,\"bytes_resent\":0,\"convergence_us\":100}\n");
+  EXPECT_EQ(withoutTime(lines[1]), "{\"pid\":" + pid +
+                                       ",\"event\":\"path_down\",\"comm\":\"18446744073709551615\",\"dir\":\"recv\","
+                                       "\"nic\":\"eth\\\"1\",\"peer\":\"10.0.0.2\",\"cause\":\"reset\",\"active\":false}\n");
+  EXPECT_EQ(withoutTime(lines[2]), "{\"pid\":" + pid +
+                                       ",\"event\":\"pair_up\",\"nic\":\"eth0\",\"peer\":\"10.0.1.2\",\"down_for_us\":12,"
+                                       "\"probes_while_down\":3}\n");
+  EXPECT_EQ(j.events("failover").size(), 1u);
+  EXPECT_EQ(j.events("path_down").size(), 1u);
+  EXPECT_EQ(j.events("path_up").size(), 0u);
+}
+
+// A file journal writes the same bytes a memory journal keeps; "%p" in the path is the pid,
+// and a directory gets railover-<pid>.jsonl inside.
+TEST(Journal, FileAndMemoryJournalsWriteTheSameLines) {
+  char dir[] = "/tmp/railover-journal-dir-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string pid = std::to_string(getpid());
+  MemoryJournal mem;
+  std::vector<std::string> files;
+  {
+    FileJournal inDir(dir);
+    FileJournal named(std::string(dir) + "/j-%p.jsonl");
+    ASSERT_TRUE(inDir.enabled() && named.enabled());
+    EXPECT_EQ(inDir.path(), std::string(dir) + "/railover-" + pid + ".jsonl");
+    EXPECT_EQ(named.path(), std::string(dir) + "/j-" + pid + ".jsonl");
+    files = {inDir.path(), named.path()};
+    for (Journal* j : std::initializer_list<Journal*>{&inDir, &named, &mem}) {
+      j->nic_down("eth0", "carrier");
+      j->flap(7u, "eth1", 2u, 400u);
+    }
+  }
+  auto strip = [](std::string l) { return l.substr(l.find(',')); };  // t_us differs
+  std::vector<std::string> want = mem.lines();
+  ASSERT_EQ(want.size(), 2u);
+  for (const std::string& f : files) {
+    std::ifstream in(f);
+    std::vector<std::string> got;
+    for (std::string l; std::getline(in, l);) got.push_back(l + "\n");
+    unlink(f.c_str());
+    ASSERT_EQ(got.size(), want.size()) << f;
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(strip(got[i]), strip(want[i])) << f;
+  }
+  rmdir(dir);
 }
 
 TEST(Journal, EventNamesAndFieldsAreUniqueAndDescribed) {

@@ -118,6 +118,7 @@ class FakeTransport : public StreamTransport {
   std::map<std::pair<int, std::string>, std::shared_ptr<Wire>> wires;
   std::vector<Pending> pending;
   std::vector<std::string> nicAddr;  // address per local NIC index
+  StreamRouter* router = nullptr;    // where pump() routes streams (a LinkRegistry); nullptr: dropped
 
   std::shared_ptr<Wire> wire(int nic, const std::string& remote) {
     auto& w = wires[{nic, remote}];
@@ -159,7 +160,8 @@ class FakeTransport : public StreamTransport {
       std::string err;
       ssize_t n = p.server->read(buf, sizeof(buf), &err);
       wire::Hello h;
-      if (n == (ssize_t)sizeof(buf) && wire::decodeHello(buf, &h, &err)) routeStream(p.server, helloToStream(h), p.clientAddr, p.remoteNic);
+      if (router && n == (ssize_t)sizeof(buf) && wire::decodeHello(buf, &h, &err))
+        router->route(p.server, helloToStream(h), p.clientAddr, p.remoteNic);
       pending.erase(pending.begin() + i);
     }
   }

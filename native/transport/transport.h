@@ -261,7 +261,7 @@ class Conn {
 
 // Where a transport's acceptor hands every incoming stream whose first bytes identified it
 // (TCP: a valid HELLO). Implemented by the engine, which routes the stream to its recv link
-// (failover/link.h, routeStream); the transport never knows about comms.
+// (failover/registry.h, LinkRegistry::route); the transport never knows about comms.
 // Thread-safety: called from the transport's acceptor thread only.
 class StreamRouter {
  public:

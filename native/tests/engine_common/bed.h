@@ -16,7 +16,8 @@
 // w(0, kA0) carries the primary, w(1, kA1) the standby.
 //
 // Thread-safety: single-threaded. The test thread drives everything: pump() plays the
-// acceptor, sweepLinks()/sweepIdleLinks() stand in for the runtime's sweeper thread.
+// acceptor (routing through the runtime's link registry), the registry's sweep()/sweepIdle()
+// stand in for its sweeper thread.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -148,9 +149,11 @@ class EngineBed : public ::testing::Test {
   static inline fake::ScriptedHealth* health = nullptr;
   static inline ncclDebugLogger_t logger = nullptr;  // the suite's logger (nullptr: the default)
 
-  // Installs `tr` and a scripted health view into the process-wide runtime with the bed's
-  // config, sets the suite's logger and opens the journal at a temp file named after
-  // `journalTag` and the process id. Once per binary (from SetUpTestSuite).
+  // Installs `tr`, a scripted health view and a journal at a temp file named after
+  // `journalTag` and the process id into the process-wide runtime with the bed's config (the
+  // API layer the byte-stream suite drives gets its links' dependencies there), routes `tr`'s
+  // streams to the runtime's link registry and sets the suite's logger. Once per binary (from
+  // SetUpTestSuite).
   static void setUpBed(FakeTransport* tr, const char* journalTag, ncclDebugLogger_t suiteLogger) {
     logger = suiteLogger;
     setLogger(logger);
@@ -165,11 +168,15 @@ class EngineBed : public ::testing::Test {
     cfg.stallMs = 5;
     cfg.fatalTimeoutS = 1;
     cfg.backoffMaxMs = 200;
-    Runtime::get().initForTest(cfg, {testbed::makeNic(0, "n0", kA0, 0), testbed::makeNic(1, "n1", kA1, 1)}, transport);
-    Health::install(health);
     journalPath() = ::testing::TempDir() + journalTag + "-" + std::to_string(getpid()) + ".jsonl";
-    journalOpen(journalPath());
+    auto* journal = new FileJournal(journalPath());  // lives as long as the binary (links write to it)
+    Runtime::get().initForTest(cfg, {testbed::makeNic(0, "n0", kA0, 0), testbed::makeNic(1, "n1", kA1, 1)}, transport,
+                               journal);
+    transport->router = &Runtime::get().links;
+    Health::install(health);
   }
+  // The runtime's link registry, which the bed's links are listed in.
+  static LinkRegistry& links() { return Runtime::get().links; }
   static std::string& journalPath() {
     static std::string p;
     return p;
@@ -409,7 +416,7 @@ class EngineBed : public ::testing::Test {
       return false;
     }
     if (each) each();
-    sweepIdleLinks();
+    links().sweepIdle();
     transport->pump();
     return true;
   }

@@ -280,6 +280,7 @@ class PathTransport : public railover::Transport {
   std::vector<Pending> pending;
   std::vector<std::string> nicAddr;  // address per local NIC index
   int lanes = 2;
+  StreamRouter* router = nullptr;    // where pump() routes paths (a LinkRegistry); nullptr: none known
 
   std::shared_ptr<Wire> wire(int nic, const std::string& remote) {
     auto& w = wires[{nic, remote}];
@@ -331,7 +332,7 @@ class PathTransport : public railover::Transport {
         continue;
       }
       std::unique_ptr<Conn> t(new Token(p.ch));
-      if (!routeStream(t, p.hello, p.clientAddr, p.remoteNic) && p.hello.id.connId != 0) {
+      if (!(router && router->route(t, p.hello, p.clientAddr, p.remoteNic)) && p.hello.id.connId != 0) {
         CtlMsg m;  // as the acceptor: the comm is unknown here
         m.type = CtlType::kNack, m.seq = kNackReasonUnknownComm;
         p.ch->back.push_back(m);
