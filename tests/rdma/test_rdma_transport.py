@@ -235,6 +235,8 @@ def test_iflush_reads_through_the_hca_and_survives_its_cable_pull(rdma_bed, tmp_
             assert r.json["exit_code"] == 0 and r.json["errors"] == [], r.json
             assert stats["calls"]["iflush"] > 0, stats
             assert stats["null_returns"]["iflush"] == 0, "an RDMA receive always has something to flush"
+            # rxe in the guests: no GPU peer-memory client, no dmabuf support: host memory only
+            assert r.json["device"]["ptr_support"] == 1, r.json["device"]
         assert _named(_events(tmp_path), "failover") and _named(_events(tmp_path), "failback")
 
     crash_retry(bed, body)
