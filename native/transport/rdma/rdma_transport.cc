@@ -241,19 +241,34 @@ class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink, priva
 
   void fence() override {
     if (fenced_) return;
-    fenced_ = true;
-    // Nothing more leaves this QP (ERR flushes what is queued). A QP still being brought up by
-    // the worker is left to it: no advertisement ever reached it, so it can write nothing.
-    if (stage_ == kReady) sh_->path->fence(0);
+    fenced_ = true;  // from here on this object posts nothing more and reads nothing of the QP
+    // The QP goes to ERR (what is queued is flushed) on the worker thread: on rxe, moving a QP
+    // whose NIC just lost its link to ERR was seen to block for ~3 s, and NCCL's progress
+    // thread (or the sweeper, holding the link's mutex) must not wait for it. The engine's
+    // guarantee does not need it to be synchronous here: the receiver moves its own QP of this
+    // path to ERR before it answers RESUME on another path, so nothing this QP still sends
+    // can land after the resume. A QP still being brought up by the worker is left to it: no
+    // advertisement ever reached it, so it can write nothing.
+    if (stage_ == kReady) {
+      auto sh = sh_;
+      int nic = nic_;
+      RdmaTransport* t = &t_;
+      t_.worker().post([sh, nic, t] {
+        verbs::FenceResult fr = sh->path->fence(0);
+        if (!fr.err.empty() || fr.us > kSlowFenceUs)
+          RO_WARN("railover: RDMA fence of a send path on %s port %d: %s%llu us", t->port(nic).sel.dev.c_str(),
+                  t->port(nic).sel.port, fr.err.empty() ? "" : (fr.err + ", after ").c_str(), (unsigned long long)fr.us);
+      });
+    }
     conn_.reset();  // the receiver sees the path end
   }
 
   bool peerAckedWithinMs(uint32_t ms) override {
-    if (stage_ != kReady || sh_->path->outstanding() == 0) return false;
+    if (stage_ != kReady || fenced_ || sh_->path->outstanding() == 0) return false;
     return nowUs() - sh_->path->lastProgressUs() < (uint64_t)ms * 1000;
   }
   uint32_t unackedSilenceMs() override {
-    if (stage_ != kReady || sh_->path->outstanding() == 0) return 0;
+    if (stage_ != kReady || fenced_ || sh_->path->outstanding() == 0) return 0;
     return (uint32_t)((nowUs() - sh_->path->lastProgressUs()) / 1000);
   }
 
@@ -422,9 +437,9 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
     fenced_ = true;
     if (stage_ == kReady) {
       verbs::FenceResult fr = sh_->path->fence(kFenceDrainMs);
-      if (!fr.err.empty() || !fr.drained)
+      if (!fr.err.empty() || !fr.drained || fr.us > kSlowFenceUs)
         RO_WARN("railover: RDMA fence on %s port %d: %s (after %llu us)", t_.port(nic_).sel.dev.c_str(),
-                t_.port(nic_).sel.port, fr.err.empty() ? "flushes not all seen" : fr.err.c_str(),
+                t_.port(nic_).sel.port, !fr.err.empty() ? fr.err.c_str() : fr.drained ? "slow" : "flushes not all seen",
                 (unsigned long long)fr.us);
     }
     conn_.reset();

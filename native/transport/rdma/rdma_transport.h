@@ -19,7 +19,8 @@
 // resolve addresses) and QP destruction (~3 s on rxe after a local link loss) run on the
 // transport's worker thread, never on NCCL's threads.
 //
-// Fence: the sender moves its QP to ERR (nothing more leaves); the receiver moves its QP to
+// Fence: the sender stops posting and moves its QP to ERR on the worker thread (nothing more
+// leaves; not on the caller's thread, see RdmaSendPath::fence); the receiver moves its QP to
 // ERR and drains the flush completions of every posted receive (bounded by kFenceDrainMs)
 // before the engine answers RESUME_ACK on the new path, so no write of the old path lands in
 // a receive buffer after the resume (docs/DESIGN.md, "RDMA").
@@ -67,6 +68,10 @@ namespace rdma {
 // Longest a receiver's fence waits for the flush of its posted receives, ms. rxe flushes in
 // well under a millisecond; the bound only matters on a wedged HCA (logged when reached).
 constexpr int kFenceDrainMs = 100;
+// A fence that takes longer than this (µs) is logged with its duration: the receiver's fence
+// runs on the caller's thread (it must finish before RESUME_ACK), so a slow one delays a
+// failover by as much.
+constexpr uint64_t kSlowFenceUs = 50000;
 
 // A FIFO of jobs on one background thread (QP bring-up and destruction). Thread-safe.
 class Worker {
