@@ -205,6 +205,24 @@ def test_a_fault_on_the_primary_fails_over_to_the_standby_hca_and_back(rdma_bed,
     crash_retry(bed, body)
 
 
+def _cable_pull_and_repair(bed, tmp_path, **background):
+    """A background railover-perf run (1 s hold-down; ``background`` goes to
+    :class:`_Background`), a cable pull on A's primary once paths are up, held until a comm
+    failed over, then repaired; waits for a failback and returns the run's result."""
+    run = _Background(bed, tmp_path, {"RAILOVER_HOLD_DOWN_MS": "1000"}, duration=600, stoppable=True, **background)
+    try:
+        run.wait_armed()
+        fault = rf.CablePull(bed, "a0").apply()
+        try:
+            run.wait_event("failover", 120)
+        finally:
+            fault.undo()
+        run.wait_event("failback", 240)
+    finally:
+        res = run.result()
+    return res
+
+
 def test_iflush_reads_through_the_hca_and_survives_its_cable_pull(rdma_bed, tmp_path):
     """NCCL's GPUDirect receive path on real verbs (rxe): railover-perf ``--flush`` calls iflush
     after every SIMPLE receive with bytes, as NCCL's proxy does for GPU buffers. Each flush is
@@ -216,18 +234,7 @@ def test_iflush_reads_through_the_hca_and_survives_its_cable_pull(rdma_bed, tmp_
     bed = rdma_bed
 
     def body():
-        run = _Background(bed, tmp_path, {"RAILOVER_HOLD_DOWN_MS": "1000"}, duration=600, stoppable=True,
-                          extra_args=["--flush"])
-        try:
-            run.wait_armed()
-            fault = rf.CablePull(bed, "a0").apply()
-            try:
-                run.wait_event("failover", 120)
-            finally:
-                fault.undo()
-            run.wait_event("failback", 240)
-        finally:
-            res = run.result()
+        res = _cable_pull_and_repair(bed, tmp_path, extra_args=["--flush"])
         assert res.ok, res.describe()
         assert res.wrong_total == 0
         for r in res.ranks:
@@ -253,18 +260,8 @@ def test_grouped_receives_survive_a_cable_pull(rdma_bed, tmp_path):
     bed = rdma_bed
 
     def body():
-        run = _Background(bed, tmp_path, {"RAILOVER_HOLD_DOWN_MS": "1000"}, duration=600, stoppable=True,
-                          workload="sendrecv", extra_args=["--slot-size", "16K", "--group", "8"])
-        try:
-            run.wait_armed()
-            fault = rf.CablePull(bed, "a0").apply()
-            try:
-                run.wait_event("failover", 120)
-            finally:
-                fault.undo()
-            run.wait_event("failback", 240)
-        finally:
-            res = run.result()
+        res = _cable_pull_and_repair(bed, tmp_path, workload="sendrecv",
+                                     extra_args=["--slot-size", "16K", "--group", "8"])
         assert res.ok, res.describe()
         assert res.wrong_total == 0
         for r in res.ranks:

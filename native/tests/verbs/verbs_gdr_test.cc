@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -101,12 +102,24 @@ TEST(GdrMr, DmabufRegisteredOnEveryHcaWithReadAccess) {
   EXPECT_NE(err.find("ibv_reg_dmabuf_mr(fake0"), std::string::npos) << err;
 }
 
-TEST(GdrFlush, ReadOfTheBufferCompletesTheFlush) {
-  fake::reset();
+// A flush QP on fake0 port 1 (fresh fake provider per test).
+class GdrFlush : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fake::reset();
+    hca.reset(new Hca("fake0", &err));
+    ASSERT_TRUE(hca->ok()) << err;
+    flush.reset(new FlushQp(*hca, portOf("fake0", 1), params(), &err));
+    ASSERT_TRUE(flush->ok()) << err;
+  }
   std::string err;
-  Hca h("fake0", &err);
-  FlushQp f(h, portOf("fake0", 1), params(), &err);
-  ASSERT_TRUE(f.ok()) << err;
+  std::unique_ptr<Hca> hca;
+  std::unique_ptr<FlushQp> flush;
+};
+
+TEST_F(GdrFlush, ReadOfTheBufferCompletesTheFlush) {
+  Hca& h = *hca;
+  FlushQp& f = *flush;
   std::vector<uint8_t> buf(64, 0x5a);
   MrSet mr({&h}, buf.data(), buf.size(), &err);
   ASSERT_TRUE(mr.ok()) << err;
@@ -123,12 +136,9 @@ TEST(GdrFlush, ReadOfTheBufferCompletesTheFlush) {
   EXPECT_EQ(f.completed(), 1u);
 }
 
-TEST(GdrFlush, TicketsCompleteInOrderAndBeyondTheDepthWait) {
-  fake::reset();
-  std::string err;
-  Hca h("fake0", &err);
-  FlushQp f(h, portOf("fake0", 1), params(), &err);
-  ASSERT_TRUE(f.ok()) << err;
+TEST_F(GdrFlush, TicketsCompleteInOrderAndBeyondTheDepthWait) {
+  Hca& h = *hca;
+  FlushQp& f = *flush;
   std::vector<uint8_t> buf(8);
   MrSet mr({&h}, buf.data(), buf.size(), &err);
   std::vector<uint64_t> t;
@@ -144,12 +154,9 @@ TEST(GdrFlush, TicketsCompleteInOrderAndBeyondTheDepthWait) {
   EXPECT_EQ(f.completed(), (uint64_t)t.size());
 }
 
-TEST(GdrFlush, AnAccessErrorFailsEveryTicketWithTheStatus) {
-  fake::reset();
-  std::string err;
-  Hca h("fake0", &err);
-  FlushQp f(h, portOf("fake0", 1), params(), &err);
-  ASSERT_TRUE(f.ok()) << err;
+TEST_F(GdrFlush, AnAccessErrorFailsEveryTicketWithTheStatus) {
+  Hca& h = *hca;
+  FlushQp& f = *flush;
   std::vector<uint8_t> buf(8);
   ibv_mr* noRead = ibv_reg_mr(h.pd(), buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   uint64_t a = f.request((uint64_t)(uintptr_t)buf.data(), noRead->rkey);
@@ -163,7 +170,7 @@ TEST(GdrFlush, AnAccessErrorFailsEveryTicketWithTheStatus) {
   ibv_dereg_mr(noRead);
 }
 
-TEST(GdrFlush, RailoverRegistrationsAllowTheFlushRead) {
+TEST(GdrFlushOnAnotherHca, RailoverRegistrationsAllowTheFlushRead) {
   fake::reset();
   std::string err;
   Hca a("fake0", &err), b("fake1", &err);
