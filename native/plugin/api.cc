@@ -260,7 +260,7 @@ ncclResult_t iflush(void* recvComm, int n, void** data, int* sizes, void** mhand
   *request = nullptr;  // NULL: nothing to flush (NCCL takes it as done)
   auto* link = (RecvLink*)recvComm;
   if (!link || n < 1 || n > kMaxRecvs) {
-    RO_WARN("railover: iflush of %d buffers on comm %p", n, recvComm);
+    RO_WARN("railover: iflush of %d buffers on comm %p (1..%d expected)", n, recvComm, kMaxRecvs);
     return ncclInternalError;
   }
   // As NCCL's IB transport: one READ of the last buffer that received bytes, through the NIC

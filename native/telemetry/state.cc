@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <thread>
 #include <utility>
 
@@ -21,6 +22,11 @@ namespace railover {
 namespace {
 
 std::string gPath;
+// Guards writing the file against the exit cleanup removing it (the writer thread is detached
+// and may still run while the process exits). Leaked on purpose: it must outlive every static
+// destructor that runs at exit.
+std::mutex& gFileMu = *new std::mutex;
+bool gExiting = false;  // under gFileMu: the file was removed for good
 
 std::string procStartTime() {
   FILE* f = fopen("/proc/self/stat", "r");
@@ -60,6 +66,11 @@ void writer(std::string path, StateSource src) {
   while (true) {
     if (src.takeChanged()) {
       std::string body = render(start, hn, src);
+      // The file is written and renamed under gFileMu, and never again once the process's exit
+      // cleanup removed it (that cleanup takes the same mutex), so a write racing the exit
+      // cannot bring the file back after it was removed.
+      std::lock_guard<std::mutex> g(gFileMu);
+      if (gExiting) return;
       int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
       if (fd >= 0) {
         ssize_t n = write(fd, body.data(), body.size());
@@ -89,15 +100,19 @@ void stateStart(const Config& cfg, bool dirSet, StateSource src) {
   // A process that exits normally (exit() or quick_exit(), which railover-perf uses) removes
   // its file; one that crashes leaves it, and readers recognise it as stale by pid and start
   // time.
-  auto cleanup = [] {
-    unlink(gPath.c_str());
-    unlink((gPath + ".tmp").c_str());
-  };
-  atexit(cleanup);
-  at_quick_exit(cleanup);
+  atexit(stateRemove);
+  at_quick_exit(stateRemove);
   std::thread(writer, gPath, std::move(src)).detach();
 }
 
 std::string statePath() { return gPath; }
+
+void stateRemove() {
+  std::lock_guard<std::mutex> g(gFileMu);
+  gExiting = true;
+  if (gPath.empty()) return;
+  unlink(gPath.c_str());
+  unlink((gPath + ".tmp").c_str());
+}
 
 }  // namespace railover

@@ -33,5 +33,9 @@ struct StateSource {
 // turns it off.
 void stateStart(const Config& cfg, bool dirSet, StateSource src);
 std::string statePath();  // "" when off
+// Removes the file for good: the writer never writes it again (a write in progress finishes
+// first; the two share a lock). Registered with atexit and at_quick_exit by stateStart, so a
+// process that exits normally leaves no file. Thread-safe.
+void stateRemove();
 
 }  // namespace railover

@@ -3,11 +3,18 @@
 // (docs/OPERATIONS.md); this pins them, with JSON escaping and health's view of each NIC.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
 #include <regex>
 #include <string>
 
 #include "plugin/runtime.h"
 #include "plugin/state_file.h"
+#include "telemetry/state.h"
 #include "tests/scripted_health.h"
 #include "tests/test_nic.h"
 
@@ -36,6 +43,67 @@ TEST(StateFile, MembersKeepTheirNamesOrderAndEscaping) {
   // Before the health monitor starts every NIC reads up and there are no pairs.
   f = renderStateFields(rt, nullptr);
   EXPECT_NE(f.find(R"("rail":3,"speed_mbps":25000,"up":true}],"pairs":[],)"), std::string::npos) << f;
+}
+
+}  // namespace
+}  // namespace railover
+
+namespace railover {
+namespace {
+
+// The writer thread is detached and renders within 100 ms of a change; a change just before
+// exit makes its write race the exit cleanup. Here the render is held while stateRemove() (what
+// exit runs) is called: once the render is let go, the file must not come back. Before the
+// two shared a lock, the writer renamed its file over the removed path (a tester saw one normal
+// exit in eight leave a file).
+TEST(StateFileExit, AWriteRacingTheExitCleanupDoesNotBringTheFileBack) {
+  char tmpl[] = "/tmp/railover-statefile-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  std::string dir = tmpl;
+  Config cfg;
+  cfg.stateDir = dir;
+  struct Gate {  // shared with the detached writer thread, which may outlive this test's frame
+    std::mutex mu;
+    std::condition_variable cv;
+    bool rendering = false, release = false;
+    int renders = 0;
+  };
+  auto gate = std::make_shared<Gate>();
+  Gate& st = *gate;
+  StateSource src;
+  src.takeChanged = [] { return true; };
+  src.renderFields = [gate] {
+    std::unique_lock<std::mutex> g(gate->mu);
+    if (++gate->renders == 2) {  // the second write: hold it until the cleanup ran
+      gate->rendering = true;
+      gate->cv.notify_all();
+      gate->cv.wait(g, [&] { return gate->release; });
+    }
+    return std::string("\"x\":1");
+  };
+  stateStart(cfg, true, src);
+  std::string path = statePath();
+  {
+    std::unique_lock<std::mutex> g(st.mu);
+    ASSERT_TRUE(st.cv.wait_for(g, std::chrono::seconds(30), [&] { return st.rendering; }))
+        << "the writer never rendered twice";
+  }
+  ASSERT_EQ(access(path.c_str(), F_OK), 0) << "the first write made the file";
+  stateRemove();  // what exit runs, while the writer is inside its second render
+  EXPECT_NE(access(path.c_str(), F_OK), 0);
+  {
+    std::lock_guard<std::mutex> g(st.mu);
+    st.release = true;
+  }
+  st.cv.notify_all();
+  // The writer finishes that render, then would open, write and rename within microseconds;
+  // give it ample time (300 ms: three of its 100 ms periods) and check the file stays gone.
+  auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  while (std::chrono::steady_clock::now() < until) {
+    ASSERT_NE(access(path.c_str(), F_OK), 0) << "the writer brought the file back after the exit cleanup";
+    ASSERT_NE(access((path + ".tmp").c_str(), F_OK), 0);
+  }
+  rmdir(dir.c_str());
 }
 
 }  // namespace

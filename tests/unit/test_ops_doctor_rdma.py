@@ -127,8 +127,16 @@ def test_gpudirect_is_reported_honestly():
     assert "host memory only (ptrSupport HOST)" in c.detail
     assert "no peer-memory module" in c.detail and "dmabuf on rxe0: not supported" in c.detail
     gpu = dict(GPU, nvidia_driver=True, peermem="/sys/module/nvidia_peermem/version")
-    c = rdma(rdma_run(report([nic("eth0")], gpu=gpu)), "GPUDirect RDMA")[0]
+    c = rdma(rdma_run(report([nic("eth0")], gpu=gpu, ptr=("HOST", "CUDA"))), "GPUDirect RDMA")[0]
     assert "NVIDIA driver loaded" in c.detail and "peer-memory module: /sys/module/nvidia_peermem/version" in c.detail
+    assert "registers GPU memory (ptrSupport HOST|CUDA)" in c.detail
+    # a GPU host whose job runs on TCP: the reason is the transport, not the host
+    c = rdma(rdma_run(report([nic("eth0")], transport="tcp", why="RAILOVER_TRANSPORT=tcp", gpu=gpu)), "GPUDirect RDMA")[0]
+    assert "the job would use the tcp transport" in c.detail and "GPUDirect needs the rdma transport" in c.detail
+    # init would fail: nothing is registered at all
+    c = rdma(rdma_run(report([nic("eth0")], setting="rdma", transport="error", why="RAILOVER_TRANSPORT=rdma: no")),
+             "GPUDirect RDMA")[0]
+    assert "not evaluated" in c.detail
 
 
 def test_build_without_verbs_and_missing_libibverbs():

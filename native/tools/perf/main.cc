@@ -66,8 +66,9 @@ plugin and life cycle:
                            do not depend on each other): buffers in reverse step
                            order, each with its own tag (rank * 8 + step % 8), so the plugin must
                            place every message by its tag (default 1: one step per irecv)
-  --flush                  iflush every SIMPLE receive with bytes before handing it on, as NCCL
-                           does with GPUDirect RDMA (the report counts flushes)
+  --flush                  iflush every SIMPLE receive (with --group: every grouped irecv) with
+                           bytes before handing it on, as NCCL does with GPUDirect RDMA (the
+                           footer and the JSON count the flushes)
   --traffic-class TC       ncclNetCommConfig_t.trafficClass (default -1)
 
 timed run (failover timelines):
@@ -236,7 +237,9 @@ Options parseArgs(int argc, char** argv) {
   if (o.group > 1 && o.workload != Workload::kSendRecv)
     usageError("--group needs the sendrecv workload (all-reduce steps depend on the step before)");
   for (size_t s : {o.slotBytes, o.llSlotBytes})
-    if (s < 8 || s % 8 || s > kIntAbiMaxMessage) usageError("slot sizes must be multiples of 8 between 8 B and 1 GiB");
+    if (s < 8 || s % 8 || s > kIntAbiMaxMessage)
+      usageError(strf("bad value for %s: %zu bytes (expected a multiple of 8 between 8 B and 1 GiB)",
+                      s == o.slotBytes ? "--slot-size" : "--ll-slot", s));
   if (o.minBytes > o.maxBytes && o.duration <= 0) usageError("-b must not exceed -e");
   if (!o.stopFile.empty() && o.duration <= 0) usageError("--stop-file needs --duration");
   if (o.pauseRecvRank >= 0 && o.duration <= 0) usageError("--pause-recv needs --duration");
@@ -324,7 +327,7 @@ int main(int argc, char** argv) {
       logWarn("final barrier: %s", err.c_str());
   }
   int code = exitCodeNow();
-  printFooter(o, st);
+  printFooter(o, net, st);
   writeTimeseries(outputPath(o.timeseries, o.rank), st);  // "" (no --timeseries): nothing
   wd.stop();
   writeJson(jsonPath, o, net, st, code);

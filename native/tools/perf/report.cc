@@ -41,6 +41,10 @@ void printHeader(const Options& o, Plugin& net, RunState& st) {
          o.abi ? ", forced" : "", exported.c_str());
   printf("# steps: SIMPLE %s, LL %s for sizes <= %s; %d slots per connection\n", humanBytes(o.slotBytes).c_str(),
          humanBytes(o.llSlotBytes).c_str(), humanBytes(o.llMax).c_str(), kSteps);
+  if (o.group > 1 || o.flush)
+    printf("#%s%s\n", o.group > 1 ? strf(" grouped receives: up to %d SIMPLE steps per irecv;", o.group).c_str() : "",
+           o.flush ? (o.group > 1 ? " iflush after each SIMPLE irecv with bytes" : " iflush after each SIMPLE receive with bytes")
+                   : "");
   if (o.duration > 0)
     printf("# timed run: %.3g s at %s%s\n", o.duration, humanBytes(o.minBytes).c_str(),
            o.reconnectEvery ? strf(", new connections every %d iterations", o.reconnectEvery).c_str() : "");
@@ -83,7 +87,7 @@ uint64_t wrongTotal(RunState& st, bool local) {
   return w;
 }
 
-void printFooter(const Options& o, RunState& st) {
+void printFooter(const Options& o, Plugin& net, RunState& st) {
   if (!printer(o)) return;
   double sum = 0;
   size_t n;
@@ -111,6 +115,9 @@ void printFooter(const Options& o, RunState& st) {
   auto errs = Fatal::get().messages();
   if (!errs.empty()) printf("# Errors               : %zu (first: %s)\n", errs.size(), errs[0].c_str());
   if (code) printf("# Result               : FAILED (exit code %d)\n", code);
+  if (o.flush)
+    printf("# iflush               : %llu calls, %llu with nothing to flush (NULL request)\n",
+           (unsigned long long)net.calls(kFnIflush), (unsigned long long)net.nulls(kFnIflush));
   printf("# Avg bus bandwidth    : %g\n", n ? sum / double(n) : 0.0);
   printf("#\n");
   fflush(stdout);

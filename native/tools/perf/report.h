@@ -50,7 +50,7 @@ std::string outputPath(const std::string& pattern, int rank);
 void printHeader(const Options& o, Plugin& net, RunState& st);
 void printCommBanner(const Options& o, int comm);
 void printRow(const Options& o, const Row& r);
-void printFooter(const Options& o, RunState& st);
+void printFooter(const Options& o, Plugin& net, RunState& st);
 uint64_t wrongTotal(RunState& st, bool local);
 bool writeJson(const std::string& path, const Options& o, Plugin& net, RunState& st, int exitCode);
 bool writeTimeseries(const std::string& path, RunState& st);

@@ -868,10 +868,18 @@ def rdma_checks(r: Mapping[str, Any]) -> List[Check]:
         facts.append(f"dmabuf on {d.get('hca')}: " + ("supported" if sup else "unknown" if sup is None else "not supported")
                      + (f" ({d['detail']})" if d.get("detail") else ""))
     cuda = any(p in mem for p in ("CUDA", "DMABUF"))
-    out.append(Check("rdma", "GPUDirect RDMA", INFO,
-                     ("railover registers GPU memory" if cuda else
-                      "not used: railover registers host memory only (ptrSupport " + ("|".join(mem) or "none") +
-                      "); NCCL stages GPU buffers through host memory") + ". This host: " + "; ".join(facts)))
+    if t == "error":
+        what = "not evaluated: NCCL init would fail (RAILOVER_TRANSPORT above)"
+    elif cuda:
+        what = "railover registers GPU memory (ptrSupport " + "|".join(mem) + ")"
+    elif t == "tcp":
+        what = ("not used: the job would use the tcp transport, which registers host memory only "
+                "(GPUDirect needs the rdma transport); NCCL stages GPU buffers through host memory")
+    else:
+        what = ("not used: railover registers host memory only (ptrSupport " + ("|".join(mem) or "none") +
+                "): no GPU peer-memory client and no HCA that takes dmabufs; NCCL stages GPU buffers "
+                "through host memory")
+    out.append(Check("rdma", "GPUDirect RDMA", INFO, what + ". This host: " + "; ".join(facts)))
     return out
 
 
