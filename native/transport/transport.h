@@ -314,6 +314,12 @@ class Transport {
     (void)localNic;
     return newRecvPath(nStreams);
   }
+  // What regMr returns where the transport needs no registration (TCP copies through the
+  // kernel): the registered range, a real object that deregMr frees.
+  struct HostRegistration {
+    void* data;
+    size_t size;
+  };
   // Memory kinds a registration may be (NCCL's NCCL_PTR_* bits, the same values).
   static constexpr uint32_t kPtrHost = 0x1, kPtrCuda = 0x2, kPtrDmaBuf = 0x4;
   // The kinds this transport registers on NIC `nic`: the plugin's ptrSupport. HOST always;
@@ -326,12 +332,10 @@ class Transport {
   // and receives into it on every path the process may use (RDMA: on every HCA at once, so a
   // failover never registers anything). Returns the mhandle NCCL passes back to isend/irecv,
   // or nullptr with *err (also for a kind ptrSupport does not offer). A transport that needs
-  // no registration returns a token. deregMr releases it (nullptr: nothing).
+  // no registration returns a HostRegistration. deregMr releases it (nullptr: nothing).
   virtual void* regMr(void* data, size_t size, int ptrType, std::string* err) {
-    (void)data, (void)size;
     if (ptrType != (int)kPtrHost) return *err = std::string("the ") + name() + " transport registers host memory only", nullptr;
-    static char token;
-    return &token;
+    return new HostRegistration{data, size};
   }
   void* regMr(void* data, size_t size, std::string* err) { return regMr(data, size, (int)kPtrHost, err); }
   // NCCL's regMrDmaBuf: [offset, offset + size) of dmabuf `fd`, mapped at `data`, registered
@@ -349,7 +353,7 @@ class Transport {
     (void)nic, (void)data, (void)mhandle, (void)err;
     return nullptr;
   }
-  virtual void deregMr(void* mhandle) { (void)mhandle; }
+  virtual void deregMr(void* mhandle) { delete static_cast<HostRegistration*>(mhandle); }
   // False when a receive may not group several buffers: the plugin then reports maxRecvs 1.
   // Both transports group them (TCP: the DATA frame's tag; RDMA: grouped advertisements).
   virtual bool groupedReceives() const { return true; }
