@@ -527,7 +527,6 @@ TEST_F(RdmaGdrTest, FlushReadsTheBufferThroughTheDeliveringNic) {
 }
 
 TEST_F(RdmaGdrTest, FlushOfAnEmptyRegistrationIsNothingToDo) {
-  std::vector<uint8_t> none;
   std::string err;
   void* m = t->regMr(nullptr, 0, &err);
   ASSERT_TRUE(m) << err;
