@@ -47,9 +47,13 @@ struct FakeQp {
   std::deque<FakeRecv> recvs;
 };
 
-// Async events and port states may be touched by a watcher thread (RdmaTransport's port
-// watch) while the test thread injects them: guarded by asyncMu (the rest is single-threaded).
-std::mutex asyncMu;
+// The fake is called from several threads, as real libibverbs is: the test thread, the
+// transport's port watch (async events, port states) and its worker (QP and flush-QP
+// rebuilds create, modify and destroy QPs while the test thread polls and destroys others).
+// Every entry point that touches the shared World, a CQ or a QP's queues holds worldMu;
+// recursive because some entry points call others (reg_dmabuf_mr -> reg_mr).
+std::recursive_mutex worldMu;
+using WorldLock = std::lock_guard<std::recursive_mutex>;
 
 struct World {
   ibv_device devs[2];
@@ -108,6 +112,7 @@ void flushAll(FakeQp* q) {
 }
 
 int opPollCq(ibv_cq* cq, int n, ibv_wc* wc) {
+  WorldLock l(worldMu);
   auto& d = fcq(cq)->wcs;
   int k = 0;
   while (k < n && !d.empty()) {
@@ -120,6 +125,7 @@ int opPollCq(ibv_cq* cq, int n, ibv_wc* wc) {
 int opNotify(ibv_cq*, int) { return 0; }
 
 int opPostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
+  WorldLock l(worldMu);
   FakeQp* q = fqp(qp);
   for (; wr; wr = wr->next) {
     if (qp->state != IBV_QPS_RTS) {
@@ -147,6 +153,7 @@ int opPostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
 }
 
 int opPostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
+  WorldLock l(worldMu);
   FakeQp* q = fqp(qp);
   for (; wr; wr = wr->next) {
     if (qp->state == IBV_QPS_RESET || qp->state == IBV_QPS_ERR) {
@@ -162,29 +169,56 @@ int opPostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
 
 namespace fake {
 
-void reset() { g = std::make_unique<World>(); }
-const std::vector<PostedSend>& outstanding(ibv_qp* qp) { return fqp(qp)->sends; }
-size_t postedRecvs(ibv_qp* qp) { return fqp(qp)->recvs.size(); }
-void holdFlushes(bool hold) { w().holdFlushes = hold; }
+void reset() {
+  WorldLock l(worldMu);
+  g = std::make_unique<World>();
+}
+const std::vector<PostedSend>& outstanding(ibv_qp* qp) {
+  WorldLock l(worldMu);
+  return fqp(qp)->sends;
+}
+size_t postedRecvs(ibv_qp* qp) {
+  WorldLock l(worldMu);
+  return fqp(qp)->recvs.size();
+}
+void holdFlushes(bool hold) {
+  WorldLock l(worldMu);
+  w().holdFlushes = hold;
+}
 int pkeyIndex(ibv_qp* qp) {
+  WorldLock l(worldMu);
   auto it = w().qpPkeyIndex.find(qp);
   return it == w().qpPkeyIndex.end() ? -1 : it->second;
 }
 
 void setPkeys(const std::string& dev, int port, const std::vector<uint16_t>& table) {
+  WorldLock l(worldMu);
   w().pkeys[{dev, port}] = table;
 }
 
 void setGids(const std::string& dev, int port, const std::vector<ibv_gid_entry>& table) {
-  std::lock_guard<std::mutex> l(asyncMu);
+  WorldLock l(worldMu);
   w().gids[{dev, port}] = table;
 }
-void failNextModify(int err) { w().failModify = err; }
-void setDmabuf(bool supported) { w().dmabuf = supported; }
-int dmabufRegistrations() { return w().dmabufRegs; }
-ibv_qp_state state(ibv_qp* qp) { return qp->state; }
+void failNextModify(int err) {
+  WorldLock l(worldMu);
+  w().failModify = err;
+}
+void setDmabuf(bool supported) {
+  WorldLock l(worldMu);
+  w().dmabuf = supported;
+}
+int dmabufRegistrations() {
+  WorldLock l(worldMu);
+  return w().dmabufRegs;
+}
+ibv_qp_state state(ibv_qp* qp) {
+  WorldLock l(worldMu);
+  return qp->state;
+}
 
 int deliver(ibv_qp* from, ibv_qp* to, int max) {
+  WorldLock l(worldMu);
   FakeQp* a = fqp(from);
   FakeQp* b = fqp(to);
   int n = 0;
@@ -229,6 +263,7 @@ int deliver(ibv_qp* from, ibv_qp* to, int max) {
 }
 
 void fail(ibv_qp* from, ibv_wc_status status, bool flushRest) {
+  WorldLock l(worldMu);
   FakeQp* a = fqp(from);
   if (a->sends.empty()) return;
   pushWc(from->send_cq, a->sends.front().wrId, status, IBV_WC_SEND);
@@ -247,7 +282,7 @@ void asyncEvent(ibv_context* ctx, ibv_event_type type, int port, ibv_qp* qp) {
   else
     e.element.port_num = port;
   {
-    std::lock_guard<std::mutex> l(asyncMu);
+    WorldLock l(worldMu);
     w().async[ctx].push_back(e);
   }
   uint64_t one = 1;  // the context's async_fd becomes readable, as with a real HCA
@@ -255,7 +290,7 @@ void asyncEvent(ibv_context* ctx, ibv_event_type type, int port, ibv_qp* qp) {
 }
 
 void setPortState(const std::string& dev, int port, ibv_port_state st) {
-  std::lock_guard<std::mutex> l(asyncMu);
+  WorldLock l(worldMu);
   w().portState[{dev, port}] = st;
 }
 
@@ -282,6 +317,7 @@ ibv_context* ibv_open_device(ibv_device* d) {
   return c;
 }
 int ibv_close_device(ibv_context* c) {
+  WorldLock l(worldMu);
   close(c->async_fd);
   if (g) g->async.erase(c);
   delete c;
@@ -300,6 +336,7 @@ int ibv_dealloc_pd(ibv_pd* p) {
 
 #undef ibv_reg_mr
 ibv_mr* ibv_reg_mr(ibv_pd* pd, void* addr, size_t len, int access) {
+  WorldLock l(worldMu);
   auto* m = new ibv_mr{};
   m->context = pd->context;
   m->pd = pd;
@@ -311,12 +348,14 @@ ibv_mr* ibv_reg_mr(ibv_pd* pd, void* addr, size_t len, int access) {
   return m;
 }
 ibv_mr* ibv_reg_dmabuf_mr(ibv_pd* pd, uint64_t, size_t len, uint64_t iova, int fd, int access) {
+  WorldLock l(worldMu);
   if (!w().dmabuf) return errno = EOPNOTSUPP, nullptr;
   if (fd < 0) return errno = EBADF, nullptr;
   ++w().dmabufRegs;
   return ibv_reg_mr(pd, reinterpret_cast<void*>(iova), len, access);
 }
 int ibv_dereg_mr(ibv_mr* m) {
+  WorldLock l(worldMu);
   w().mrs.erase(m->rkey);
   delete m;
   return 0;
@@ -353,6 +392,7 @@ int ibv_destroy_cq(ibv_cq* cq) {
 }
 
 ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* ia) {
+  WorldLock l(worldMu);
   auto* f = new FakeQp{};
   f->qp.context = pd->context;
   f->qp.pd = pd;
@@ -364,11 +404,13 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* ia) {
   return &f->qp;
 }
 int ibv_destroy_qp(ibv_qp* qp) {
+  WorldLock l(worldMu);
   w().qpPkeyIndex.erase(qp);
   delete fqp(qp);
   return 0;
 }
 int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* a, int mask) {
+  WorldLock l(worldMu);
   if (w().failModify) {
     int e = w().failModify;
     w().failModify = 0;
@@ -384,12 +426,13 @@ int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* a, int mask) {
   return 0;
 }
 int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* a, int, ibv_qp_init_attr*) {
+  WorldLock l(worldMu);
   a->qp_state = qp->state;
   return 0;
 }
 
 int ibv_get_async_event(ibv_context* c, ibv_async_event* e) {
-  std::lock_guard<std::mutex> l(asyncMu);
+  WorldLock l(worldMu);
   auto& q = w().async[c];
   if (q.empty()) {
     uint64_t v;
@@ -413,14 +456,14 @@ int ibv_query_device(ibv_context*, ibv_device_attr* a) {
 int ibv_query_port(ibv_context* c, uint8_t port, _compat_ibv_port_attr* pa) {
   auto* p = reinterpret_cast<ibv_port_attr*>(pa);
   {
-    std::lock_guard<std::mutex> l(asyncMu);
+    WorldLock l(worldMu);
     auto st = w().portState.find({c->device->name, port});
     p->state = st == w().portState.end() ? IBV_PORT_ACTIVE : st->second;
   }
   p->link_layer = IBV_LINK_LAYER_ETHERNET;
   p->active_mtu = IBV_MTU_1024;
   {
-    std::lock_guard<std::mutex> l(asyncMu);
+    WorldLock l(worldMu);
     p->gid_tbl_len = static_cast<int>(w().gids[{c->device->name, port}].size());
   }
   auto pk = w().pkeys.find({c->device->name, port});
@@ -428,7 +471,7 @@ int ibv_query_port(ibv_context* c, uint8_t port, _compat_ibv_port_attr* pa) {
   return 0;
 }
 int _ibv_query_gid_ex(ibv_context* c, uint32_t port, uint32_t idx, ibv_gid_entry* e, uint32_t, size_t) {
-  std::lock_guard<std::mutex> l(asyncMu);
+  WorldLock l(worldMu);
   auto& t = w().gids[{c->device->name, static_cast<int>(port)}];
   if (idx >= t.size() || t[idx].gid_type == 0xff) return ENODATA;  // 0xff: an empty slot
   *e = t[idx];
@@ -436,6 +479,7 @@ int _ibv_query_gid_ex(ibv_context* c, uint32_t port, uint32_t idx, ibv_gid_entry
 }
 
 int ibv_query_pkey(ibv_context* c, uint8_t port, int index, __be16* pkey) {
+  WorldLock l(worldMu);
   auto pk = w().pkeys.find({c->device->name, port});
   std::vector<uint16_t> t = pk == w().pkeys.end() ? std::vector<uint16_t>{0xffff} : pk->second;
   if (index < 0 || static_cast<size_t>(index) >= t.size()) {
