@@ -46,8 +46,13 @@ const char* linkStateName(LinkState s) {
   return "?";
 }
 
-void Path::closeAll() {
+void Path::closeAll(std::vector<std::shared_ptr<FenceWait>>* pending) {
   if (tx) tx->fence(), tx.reset();
+  if (rx && pending) {
+    std::shared_ptr<FenceWait> w = rx->fenceAsync();
+    if (w && !w->done.load(std::memory_order_acquire)) pending->push_back(std::move(w));
+    rx.reset();
+  }
   if (rx) rx->fence(), rx.reset();
 }
 
@@ -997,7 +1002,7 @@ void RecvLink::takeIncoming(uint64_t now) {
     if (h.generation < p.generation) continue;  // a stale attempt the sender already gave up on
     if (h.generation > p.generation || p.nStreams != sh.nStreams) {
       bool wasActive = active == (int)h.pathIndex;
-      p.closeAll();
+      p.closeAll(&fences_);
       p.generation = h.generation;
       p.nStreams = sh.nStreams;
       p.rx = deps.transport->newRecvPathOn(x.localNic, sh.nStreams);
@@ -1050,7 +1055,7 @@ void RecvLink::pollConnect(Path& p, uint64_t now) {
 void RecvLink::failPath(Path& p, const std::string& why, uint64_t now, bool fault) {
   bool wasActive = active >= 0 && &paths[active] == &p;
   if (peerClosed()) {  // the sender closed the comm: nothing to report
-    p.closeAll();
+    p.closeAll(&fences_);
     setPathState(p, PathState::kClosed, closedCause);
     p.lastError = closedCause;
     if (wasActive) active = -1;
@@ -1064,7 +1069,7 @@ void RecvLink::failPath(Path& p, const std::string& why, uint64_t now, bool faul
   if (!bySender && wasUsable)
     if (Journal* j = deps.journal)
       j->path_down(secret, "recv", nicName(deps, p.localNic), addrToString(p.remote), why, wasActive, std::nullopt);
-  p.closeAll();
+  p.closeAll(&fences_);
   setPathState(p, PathState::kFailed, bySender ? "closed by the sender: " + why : why, fault && !bySender && wasUsable);
   p.lastError = why;
   p.failedAtUs = now;
@@ -1121,7 +1126,10 @@ void RecvLink::checkPeerGone(uint64_t now) {
 }
 
 void RecvLink::onResume(int idx, uint64_t fromSeq, uint64_t now) {
-  // Fence every other path that carried data: close it, so no stale byte lands later.
+  // Fence every other path that carried data: close it, so no stale byte lands later. A
+  // transport whose fence can block (RDMA) fences without blocking this thread; the answer
+  // waits for it (finishResume).
+  bool switched = active != idx && everReady_ && fromSeq > 0;
   for (int j = 0; j < (int)paths.size(); ++j)
     if (j != idx && paths[j].state == PathState::kActive) failPath(paths[j], "fenced by RESUME on " + describe(paths[idx]), now, false);
   // Forget partial progress: the sender resends every incomplete message whole.
@@ -1131,15 +1139,39 @@ void RecvLink::onResume(int idx, uint64_t fromSeq, uint64_t now) {
     if (!m.done) m.got = 0, m.total = UINT64_MAX;
   }
   for (uint64_t s = nextComplete_; s < nextPost_; ++s) msgs_.at(s).ranges.reset();
-  Path& p = paths[idx];
-  bool switched = active != idx && everReady_ && fromSeq > 0;
-  setPathState(p, PathState::kActive, "RESUME at seq " + std::to_string(fromSeq));
+  if (fromSeq > nextComplete_) {
+    enterFatal("railover: protocol error: sender resumed at seq " + std::to_string(fromSeq) + " beyond the receiver's " +
+               std::to_string(nextComplete_));
+    return;
+  }
+  resumeWait_.idx = idx;
+  resumeWait_.fromSeq = fromSeq;
+  resumeWait_.sinceUs = now;
+  resumeWait_.switched = switched;
+  finishResume(now);
+}
+
+void RecvLink::finishResume(uint64_t now) {
+  if (resumeWait_.idx < 0) return;
+  Path& p = paths[resumeWait_.idx];
+  if (p.state != PathState::kStandby || !p.rx) {  // the path failed or reconnected meanwhile
+    resumeWait_ = ResumeWait();
+    return;
+  }
+  fences_.erase(std::remove_if(fences_.begin(), fences_.end(),
+                               [](const std::shared_ptr<FenceWait>& w) { return w->done.load(std::memory_order_acquire); }),
+                fences_.end());
+  if (!fences_.empty()) return;  // an older path may still write: no answer yet
+  uint64_t fromSeq = resumeWait_.fromSeq, waitedUs = now - resumeWait_.sinceUs;
+  bool switched = resumeWait_.switched;
+  int idx = resumeWait_.idx;
+  resumeWait_ = ResumeWait();
+  std::string why = "RESUME at seq " + std::to_string(fromSeq);
+  if (waitedUs >= 1000) why += " (answered after the old path's fence, " + std::to_string(waitedUs / 1000) + " ms)";
+  setPathState(p, PathState::kActive, why);
   active = idx;
   noPathSinceUs = 0;
   setState(LinkState::kRunning, "RESUME on " + describe(p) + " at seq " + std::to_string(fromSeq));
-  if (fromSeq > nextComplete_)
-    enterFatal("railover: protocol error: sender resumed at seq " + std::to_string(fromSeq) + " beyond the receiver's " +
-               std::to_string(nextComplete_));
   CtlMsg m;
   m.type = CtlType::kResumeAck;
   m.seq = nextComplete_;
@@ -1158,6 +1190,11 @@ void RecvLink::onResume(int idx, uint64_t fromSeq, uint64_t now) {
 // Standby paths carry nothing but a RESUME (or an EOF when the sender drops them).
 bool RecvLink::readControl(Path& p, int idx, uint64_t now, std::string* err) {
   while (p.state == PathState::kStandby && p.rx) {
+    if (resumeWait_.idx == idx) {  // its RESUME waits for the old path's fence
+      finishResume(now);
+      if (resumeWait_.idx == idx) return true;
+      continue;
+    }
     CtlMsg m;
     int r = p.rx->recvCtl(&m, err);
     if (r < 0) return false;

@@ -119,7 +119,9 @@ struct Path {
   std::unique_ptr<Conn> live;
   uint64_t liveStartUs = 0;
   int liveResult = 0;  // 0 unknown, 1 the sender process accepted, -1 its kernel refused
-  void closeAll();
+  // Fences and drops both sides. With `pending`, the receive side is fenced without blocking
+  // (RecvPath::fenceAsync) and a fence still running is added to *pending.
+  void closeAll(std::vector<std::shared_ptr<FenceWait>>* pending = nullptr);
 };
 
 struct LinkCounters {
@@ -443,7 +445,13 @@ class RecvLink : public Link, public RecvSink {
   void advancePath(int idx, uint64_t now);   // connect steps; a standby's RESUME (or its error)
   void judgeNoPath(uint64_t now);            // no active path for RAILOVER_FATAL_TIMEOUT: fatal
   bool readControl(Path& p, int idx, uint64_t now, std::string* err);
+  // A RESUME on standby path `idx`: fences every other path that carried data (without
+  // blocking: RecvPath::fenceAsync), forgets partial progress, and answers RESUME_ACK, or, while
+  // a fence still runs, remembers the resume (resumeWait_) for finishResume.
   void onResume(int idx, uint64_t fromSeq, uint64_t now);
+  // Completes the remembered resume once no fence is pending: path active, RESUME_ACK, the
+  // advertisements. Drops it if its path failed meanwhile. Called from readControl.
+  void finishResume(uint64_t now);
   // Tells path `p` (active) every posted, incomplete receive from seq `from` on: its messages
   // not complete yet and its buffers not taken (RecvPath::advertise; a no-op for stream
   // transports).
@@ -481,6 +489,16 @@ class RecvLink : public Link, public RecvSink {
   // accept() found a path ready and handed the link to NCCL (a fact of the NCCL handshake, not
   // a link state: a link may become fatal or peer-closed before or after it).
   bool everReady_ = false;
+  // Fences of receive paths still running in their transport (RecvPath::fenceAsync): no
+  // RESUME is answered before all are done, so no write of an older path lands after it.
+  std::vector<std::shared_ptr<FenceWait>> fences_;
+  struct ResumeWait {
+    int idx = -1;            // the standby that carried the RESUME; -1 = none waiting
+    uint64_t fromSeq = 0;
+    uint64_t sinceUs = 0;    // when the RESUME arrived
+    bool switched = false;   // a failover (counted, journaled), not the first activation
+  };
+  ResumeWait resumeWait_;
 };
 
 // Returns a link's fatal error to NCCL: logs `msg` (a WARN) and returns ncclSystemError; with

@@ -20,6 +20,7 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include <memory>
@@ -187,6 +188,13 @@ class RecvSink {
   virtual bool control(const CtlMsg& m, std::string* err) = 0;
 };
 
+// A receive path's fence still running off the caller's thread (RecvPath::fenceAsync).
+// `done` turns true (release store) once nothing sent on the fenced path can land in a
+// receive buffer. Shared by the transport's fence job and the engine; thread-safe.
+struct FenceWait {
+  std::atomic<bool> done{false};
+};
+
 // The receive side of one path (sender -> receiver).
 //
 // Duplicate safety, stated per transport: a chunk may arrive twice only across a RESUME (the
@@ -215,8 +223,20 @@ class RecvPath {
   // Best effort, never blocks: the queued control messages, then kClose, on every stream.
   virtual void sendClose() = 0;
   // After it returns nothing sent on this path can land in a receive buffer (TCP: sockets
-  // closed; RDMA: the QPs are in error and flushed). The path is unusable afterwards.
+  // closed; RDMA: the QPs are in error and flushed). The path is unusable afterwards. May
+  // block (RDMA: bounded by the drain timeout, and a QP's move to ERR was seen to take ~3 s
+  // on rxe after a local link loss): the engine calls it only where that is acceptable (the
+  // comm's close) and otherwise fenceAsync().
   virtual void fence() = 0;
+  // The same fence without blocking the caller: the path stops at once (it moves and reads
+  // nothing more, its calls fail) and the part that may block runs elsewhere. Returns nullptr
+  // when the fence is already complete, else a wait whose `done` says when it is; the engine
+  // answers no RESUME before every such wait is done. The path may be destroyed before that
+  // (the transport keeps what the fence needs). Default: fence(), complete on return.
+  virtual std::shared_ptr<FenceWait> fenceAsync() {
+    fence();
+    return nullptr;
+  }
   // Stream transports: takes accepted stream `stream` (< the path's stream count) of the path,
   // replacing one already there. Returns false when the transport builds paths otherwise.
   virtual bool adopt(int stream, std::unique_ptr<Conn> c) { (void)stream, (void)c; return false; }

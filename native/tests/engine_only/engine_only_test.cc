@@ -131,4 +131,42 @@ TEST_F(EngineOnly, PartialProgressKeepsOrder) {
   EXPECT_EQ(send->counters.failovers, 0u);
 }
 
+// A receive path whose fence cannot finish at once (an RDMA QP whose move to ERR blocks for
+// seconds after a local link loss) is fenced without blocking the caller, and the receiver
+// answers the sender's RESUME only once that fence is done: until then no RESUME_ACK leaves,
+// and no path is active at the receiver. Then the comm goes on with every byte right.
+TEST_F(EngineOnly, ResumeIsAnsweredOnlyAfterTheOldPathsFenceFinished) {
+  connectComm();
+  w(0, kA0)->slowFence = true;
+  bool broke = false, released = false;
+  int heldTurns = 0;              // turns with the fence held and the sender waiting for RESUME_ACK
+  bool answeredEarly = false;
+  Stats st = run(300, mixed, 8, [&](int k) {
+    if (k == 100) {
+      w(0, kA0)->broken = true;
+      broke = true;
+    }
+  }, [&] {
+    if (!broke || released) return;
+    auto& held = w(0, kA0)->heldFences;
+    if (held.empty()) return;  // the receiver has not noticed the break yet
+    if (recv->active >= 0) answeredEarly = true;
+    if (send->state() == LinkState::kResuming) {
+      // The sender waits for RESUME_ACK: keep the fence pending long enough for the receiver
+      // to have answered many times over had it not waited.
+      if (++heldTurns >= 200) {
+        for (auto& f : held) f->done.store(true);
+        released = true;
+      }
+    }
+  });
+  EXPECT_FALSE(st.timedOut);
+  EXPECT_EQ(st.err, ncclSuccess);
+  EXPECT_EQ(st.delivered, 300u);
+  EXPECT_TRUE(released) << "the sender never waited for RESUME_ACK with the fence pending";
+  EXPECT_FALSE(answeredEarly) << "the receiver activated the standby while the old path's fence was running";
+  EXPECT_EQ(send->counters.failovers, 1u);
+  EXPECT_EQ(activeNic(), 1);
+}
+
 }  // namespace

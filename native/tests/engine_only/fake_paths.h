@@ -14,6 +14,8 @@
 //   peerGone   new paths are refused by the peer (its process exited)
 //   hangConnect  paths opened now never connect
 //   peerAcks   the peer's transport still acknowledges (a slow, not dead, path)
+//   slowFence  a receive path's fenceAsync() stays pending (its FenceWait is kept in
+//              `heldFences`) until the test sets done, as an RDMA QP whose move to ERR blocks
 // Per path (on its Channel):
 //   laneStalled[i]  lane i only stops (one stream of several)
 //   backStalled     the receiver's control channel stops: its ACKs stay queued at the receiver
@@ -48,6 +50,8 @@ struct Wire {
   bool hangConnect = false, peerAcks = false;
   size_t maxChunks = SIZE_MAX;
   uint64_t bytes = 0;  // payload bytes sent toward the receiver
+  bool slowFence = false;
+  std::vector<std::shared_ptr<FenceWait>> heldFences;
 };
 
 struct Item {
@@ -253,6 +257,15 @@ class FakeRecvPath : public RecvPath {
   void fence() override {
     if (ch_) ch_->receiverGone = true;
     out_.clear();
+  }
+  std::shared_ptr<FenceWait> fenceAsync() override {
+    bool slow = ch_ && ch_->wire->slowFence;
+    std::shared_ptr<Wire> w = ch_ ? ch_->wire : nullptr;
+    fence();
+    if (!slow) return nullptr;
+    auto f = std::make_shared<FenceWait>();
+    w->heldFences.push_back(f);
+    return f;
   }
   Channel& channel() { return *ch_; }
 

@@ -121,6 +121,7 @@ class RdmaGroupedTest : public ::testing::Test {
     int p = s.tx->progress(&err);
     EXPECT_GE(p, 0) << err;
     recv->sweep();  // drives the link while it has no active path (a RESUME on a standby)
+    t->fencer().joinAll();  // receive-path fences run on threads of their own (fenceAsync)
     t->worker().drain();
     for (Req& q : reqs) {
       if (q.seenDone || q.rc != ncclSuccess) continue;

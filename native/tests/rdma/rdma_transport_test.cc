@@ -57,9 +57,9 @@ struct Sink : RecvSink {
   }
 };
 
-// One transport serving NIC 0 (fake0 port 1) and NIC 1 (fake1 port 1); paths go 0 -> 1. One
-// transport, so one worker thread: the fake provider is not thread-safe, and the test thread
-// never calls it while a worker job may run (bring-up waits, destruction drains).
+// One transport serving NIC 0 (fake0 port 1) and NIC 1 (fake1 port 1); paths go 0 -> 1. The
+// transport's worker and fence threads call the fake provider while the test thread does (the
+// fake is thread-safe, as libibverbs is).
 class RdmaPathTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -355,6 +355,34 @@ TEST_F(RdmaPathTest, APortErrorOnThePathsPortBreaksItAnotherPortsDoesNot) {
   EXPECT_NE(err.find("port error"), std::string::npos) << err;
   EXPECT_NE(err.find("fake1 port 1"), std::string::npos) << err;
   EXPECT_GE(tx->progress(&err), 0) << "the sender's port is fine: " << err;
+}
+
+// The receiver's fence never blocks the caller (NCCL's progress thread): with the QP's move to
+// ERR blocked, as rxe's was seen to block for ~3 s after a local link loss, fenceAsync returns
+// with a pending wait, and the wait is done only once the QP is in ERR and its posted
+// receives are flushed.
+TEST_F(RdmaPathTest, TheReceiversFenceRunsOffTheCallersThreadAndSaysWhenItIsDone) {
+  bringUp();
+  std::vector<uint8_t> rxb(1024, 0);
+  void* rmr = reg(rxb);
+  advertiseOne(0, 100, rxb.data(), rxb.size(), rmr);
+  std::string err;
+  rx->progress(sink, &err);
+  ASSERT_GT(::fake::postedRecvs(rq), 0u);
+  ::fake::blockErrTransitions(true);
+  std::shared_ptr<FenceWait> w = rx->fenceAsync();
+  ASSERT_TRUE(w) << "a fence that can block must not finish on the caller's thread";
+  uint64_t deadline = nowUs() + 20 * 1000 * 1000;
+  while (::fake::blockedErrTransitions() == 0 && nowUs() < deadline) std::this_thread::yield();
+  ASSERT_EQ(::fake::blockedErrTransitions(), 1) << "the fence thread never reached the QP's move to ERR";
+  EXPECT_FALSE(w->done.load()) << "done while the QP's move to ERR is still blocked";
+  EXPECT_EQ(rx->progress(sink, &err), 0) << "a fenced path moves nothing: " << err;
+  ::fake::blockErrTransitions(false);
+  while (!w->done.load() && nowUs() < deadline) std::this_thread::yield();
+  ASSERT_TRUE(w->done.load()) << "the fence never finished";
+  EXPECT_EQ(::fake::state(rq), IBV_QPS_ERR);
+  EXPECT_EQ(::fake::postedRecvs(rq), 0u) << "the posted receives were not flushed";
+  EXPECT_EQ(rx->fenceAsync(), nullptr) << "a second fence has nothing left to do";
 }
 
 TEST_F(RdmaPathTest, TheEndOfTheBootstrapStreamBreaksThePathAsClosedByPeer) {

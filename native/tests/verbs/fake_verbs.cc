@@ -13,6 +13,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <condition_variable>
 #include <mutex>
 #include <memory>
 
@@ -84,6 +85,12 @@ struct World {
   }
 };
 std::unique_ptr<World> g;
+
+// blockErrTransitions: a gate of its own (never held with worldMu, so other threads go on).
+std::mutex gateMu;
+std::condition_variable gateCv;
+bool gateClosed = false;
+int gateWaiting = 0;
 World& w() {
   if (!g) g = std::make_unique<World>();
   return *g;
@@ -170,8 +177,20 @@ int opPostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
 namespace fake {
 
 void reset() {
+  blockErrTransitions(false);
   WorldLock l(worldMu);
   g = std::make_unique<World>();
+}
+void blockErrTransitions(bool block) {
+  {
+    std::lock_guard<std::mutex> l(gateMu);
+    gateClosed = block;
+  }
+  gateCv.notify_all();
+}
+int blockedErrTransitions() {
+  std::lock_guard<std::mutex> l(gateMu);
+  return gateWaiting;
 }
 const std::vector<PostedSend>& outstanding(ibv_qp* qp) {
   WorldLock l(worldMu);
@@ -410,6 +429,12 @@ int ibv_destroy_qp(ibv_qp* qp) {
   return 0;
 }
 int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* a, int mask) {
+  if ((mask & IBV_QP_STATE) && a->qp_state == IBV_QPS_ERR) {
+    std::unique_lock<std::mutex> gl(gateMu);
+    ++gateWaiting;
+    gateCv.wait(gl, [] { return !gateClosed; });
+    --gateWaiting;
+  }
   WorldLock l(worldMu);
   if (w().failModify) {
     int e = w().failModify;

@@ -54,6 +54,11 @@ void asyncEvent(ibv_context* ctx, ibv_event_type type, int port, ibv_qp* qp = nu
 void setPortState(const std::string& dev, int port, ibv_port_state st);
 // While true, moving a QP to ERR does not flush its work requests (a stuck HCA).
 void holdFlushes(bool hold);
+// While true, ibv_modify_qp to ERR blocks (as rxe's was seen to for ~3 s after a local link
+// loss) until it is set false again (reset() does); other calls go on meanwhile.
+// blockedErrTransitions(): how many such calls are blocked now. Thread-safe.
+void blockErrTransitions(bool block);
+int blockedErrTransitions();
 // Makes the next ibv_modify_qp fail with `err` (0: none).
 void failNextModify(int err);
 // The GID table of port `port` of HCA `dev` ("fake0"/"fake1"); empty after reset().

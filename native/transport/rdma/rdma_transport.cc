@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstring>
 #include <map>
+#include <system_error>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -445,6 +446,32 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
     conn_.reset();
   }
 
+  // The fence without blocking the caller: the path stops now (fenced_: nothing more is
+  // posted, polled or read here; the bootstrap stream closes, so the sender sees the path
+  // end), and the QP's move to ERR and the drain run on a fence thread (FenceRunner). The
+  // verbs path is destroyed on the worker afterwards, as retire() does.
+  std::shared_ptr<FenceWait> fenceAsync() override {
+    if (fenced_) return nullptr;
+    fenced_ = true;
+    conn_.reset();
+    if (stage_ != kReady) return nullptr;  // no endpoint went back: the sender cannot write
+    auto w = std::make_shared<FenceWait>();
+    auto sh = sh_;
+    RdmaTransport* t = &t_;
+    int nic = nic_;
+    t_.fencer().run([sh, w, t, nic]() mutable {
+      verbs::FenceResult fr = sh->path->fence(kFenceDrainMs);
+      if (!fr.err.empty() || !fr.drained || fr.us > kSlowFenceUs)
+        RO_WARN("railover: RDMA fence on %s port %d: %s (after %llu us)", t->port(nic).sel.dev.c_str(),
+                t->port(nic).sel.port, !fr.err.empty() ? fr.err.c_str() : fr.drained ? "slow" : "flushes not all seen",
+                (unsigned long long)fr.us);
+      w->done.store(true, std::memory_order_release);
+      auto last = std::move(sh);
+      t->worker().post([last]() mutable { last.reset(); });  // destruction stays on the worker
+    });
+    return w;
+  }
+
   void advertise(uint64_t seq, const AdvertEntry* entries, int n, bool grouped) override {
     if (!why_.empty() || fenced_) return;
     int hi = nic_ >= 0 ? t_.port(nic_).hcaIndex : -1;
@@ -583,6 +610,57 @@ void Worker::loop() {
   }
 }
 
+// ---- fence threads
+
+void FenceRunner::run(std::function<void()> job) {
+  std::vector<std::thread> reap;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto it = slots_.begin(); it != slots_.end();) {
+      if (it->finished->load(std::memory_order_acquire)) {
+        reap.push_back(std::move(it->t));
+        it = slots_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    // The job (and what it captured) is run and released on the fence thread, never here:
+    // whatever it held must not be destroyed on the caller's (NCCL's) thread.
+    auto fin = std::make_shared<std::atomic<bool>>(false);
+    auto held = std::make_shared<std::function<void()>>(std::move(job));
+    job = nullptr;
+    try {
+      std::thread th([held, fin] {
+        (*held)();
+        *held = nullptr;
+        fin->store(true, std::memory_order_release);
+      });
+      slots_.push_back({std::move(th), fin});
+    } catch (const std::system_error& e) {
+      RO_WARN("railover: cannot start an RDMA fence thread (%s): fencing on the caller's thread", e.what());
+      job = std::move(*held);
+    }
+  }
+  for (auto& th : reap) th.join();  // finished already: returns at once
+  if (job) job();
+}
+
+void FenceRunner::joinAll() {
+  std::vector<Slot> all;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    all.swap(slots_);
+  }
+  for (auto& s : all) s.t.join();
+}
+
+size_t FenceRunner::running() {
+  std::lock_guard<std::mutex> g(mu_);
+  size_t n = 0;
+  for (auto& s : slots_) n += !s.finished->load(std::memory_order_acquire);
+  return n;
+}
+
 // ---- transport
 
 RdmaTransport::RdmaTransport(const std::vector<Nic>* nics, const Config* cfg, std::string* err)
@@ -656,7 +734,8 @@ RdmaTransport::~RdmaTransport() {
     watch_.join();
   }
   if (stopFd_ >= 0) close(stopFd_);
-  worker_.drain();  // retired paths go before their HCAs
+  fencer_.joinAll();  // fences still running hand their paths to the worker
+  worker_.drain();    // retired paths go before their HCAs
 }
 
 verbs::PortSel RdmaTransport::portSel(int nic) const {

@@ -21,9 +21,11 @@
 //
 // Fence: the sender stops posting and moves its QP to ERR on the worker thread (nothing more
 // leaves; not on the caller's thread, see RdmaSendPath::fence); the receiver moves its QP to
-// ERR and drains the flush completions of every posted receive (bounded by kFenceDrainMs)
-// before the engine answers RESUME_ACK on the new path, so no write of the old path lands in
-// a receive buffer after the resume (docs/DESIGN.md, "RDMA").
+// ERR and drains the flush completions of every posted receive (bounded by kFenceDrainMs) on
+// a fence thread of its own (RdmaRecvPath::fenceAsync, FenceRunner), and the engine answers
+// RESUME_ACK on the new path only once that is done, so no write of the old path lands in a
+// receive buffer after the resume and NCCL's thread never waits for a QP (docs/DESIGN.md,
+// "RDMA").
 //
 // Completion: a send completes on the receiver's ACK, never on a write completion (an RDMA
 // WRITE completion proves the remote HCA took the data, not that the receiver holds the whole
@@ -45,6 +47,7 @@
 // the transport's methods are thread-safe.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -68,10 +71,32 @@ namespace rdma {
 // Longest a receiver's fence waits for the flush of its posted receives, ms. rxe flushes in
 // well under a millisecond; the bound only matters on a wedged HCA (logged when reached).
 constexpr int kFenceDrainMs = 100;
-// A fence that takes longer than this (µs) is logged with its duration: the receiver's fence
-// runs on the caller's thread (it must finish before RESUME_ACK), so a slow one delays a
-// failover by as much.
+// A fence that takes longer than this (µs) is logged with its duration: the engine answers
+// RESUME only after the receiver's fences of older paths finished, so a slow one delays a
+// failover by as much (it no longer blocks NCCL's thread: RdmaRecvPath::fenceAsync).
 constexpr uint64_t kSlowFenceUs = 50000;
+
+// Runs each receive path's asynchronous fence on a thread of its own. A QP's move to ERR was
+// seen to block ~3 s on rxe after a local link loss (docs/DESIGN.md, "RDMA"), so fences must
+// not wait behind each other (one NIC's loss fences every comm on it at once) nor behind QP
+// destruction on the Worker. A finished thread is joined by the next run() and by joinAll().
+// If no thread can be started the job runs on the caller's thread (slow, never lost).
+// Thread-safe.
+class FenceRunner {
+ public:
+  ~FenceRunner() { joinAll(); }
+  void run(std::function<void()> job);
+  void joinAll();  // waits for every job started so far
+  size_t running();  // jobs not finished yet (tests, diagnostics)
+
+ private:
+  struct Slot {
+    std::thread t;
+    std::shared_ptr<std::atomic<bool>> finished;
+  };
+  std::mutex mu_;
+  std::vector<Slot> slots_;
+};
 
 // A FIFO of jobs on one background thread (QP bring-up and destruction). Thread-safe.
 class Worker {
@@ -165,6 +190,7 @@ class RdmaTransport : public Transport {
   // The HCA behind NIC `nic` (its `sel` is the choice at init: use portSel() for the current one).
   const NicPort& port(int nic) const { return ports_[nic]; }
   Worker& worker() { return worker_; }
+  FenceRunner& fencer() { return fencer_; }
   const verbs::RcParams& rcParams() const { return rc_; }
 
  private:
@@ -178,6 +204,7 @@ class RdmaTransport : public Transport {
   IbConfig ib_;                  // NCCL_IB_* (GID re-choice)
   mutable std::mutex selMu_;     // guards ports_[i].sel after init (the port watch rewrites it)
   Worker worker_;
+  FenceRunner fencer_;  // after worker_: its jobs hand what they held to the worker
   bool ok_ = false;
   void watchLoop(PortSignal signal);
   // GPUDirect

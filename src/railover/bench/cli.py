@@ -17,6 +17,10 @@ Suites (each runs on network-namespace test beds, needs root, prints tables and 
 * ``rdma``           the RDMA verbs transport on the RDMA test bed (QEMU + Soft-RoCE): convergence
                      per fault kind, the bare RC timeout, busbw vs tcp vs ib_write_bw (not in ``all``)
 * ``all``            every suite, then ``summary.md`` (the tables of docs/BENCHMARKS.md)
+
+``--transport rdma`` on ``healthy`` (busbw), ``failover`` (convergence and the bare RC timeout)
+and ``failback`` (fault cycles with the failback convergence) runs that part of ``rdma`` on the
+RDMA test bed; ``degraded``, ``false-failover`` and ``scale`` refuse it with what exists instead.
 * ``report``         rebuild ``summary.md`` from the JSON files in --out
 
 Exit status: 0 when every figure meets its target, 1 when some miss, 2 when a suite could
@@ -157,6 +161,29 @@ def register(app: typer.Typer) -> None:
     def _csv(s: str) -> List[str]:
         return [x.strip() for x in s.split(",") if x.strip()]
 
+    TRANSPORT = typer.Option("tcp", "--transport", help="tcp (network-namespace beds) or rdma (the RDMA test bed: "
+                             "2 QEMU guests with Soft-RoCE; runs this suite's part of `railover bench rdma`)")
+
+    def _rdma_part(suite: str, transport: str, console: Console, out: Path, quick: bool, phases: List[str],
+                   **kw) -> bool:
+        """--transport: False for tcp (the caller runs its own suite); for rdma runs the part of
+        the rdma suite that measures what ``suite`` measures and exits; a suite with no RDMA
+        counterpart yet is refused with what exists instead."""
+        if transport == "tcp":
+            return False
+        if transport != "rdma":
+            raise typer.BadParameter(f"unknown transport {transport!r}; tcp or rdma", param_hint="--transport")
+        if not phases:
+            raise typer.BadParameter(
+                f"`bench {suite}` is not measured on the RDMA test bed yet; on RDMA, `railover bench rdma` measures "
+                "convergence, the bare RC timeout and busbw, and tests/rdma/test_rdma_transport.py checks congestion "
+                "and a stopped peer (no failover)", param_hint="--transport")
+        console.print(f"[dim]bench {suite} --transport rdma: `railover bench rdma --phases {','.join(phases)}` "
+                      f"on the RDMA test bed[/]")
+        rep = _run_suite("rdma", out, quick, console, phases=phases, **kw)
+        _finish([rep], console)
+        return True
+
     @bench.command("healthy")
     def healthy_cmd(out: Path = OUT, quick: bool = QUICK,
                     rounds: int = typer.Option(0, "--rounds", help="interleaved rounds (0: 3, or 1 with --quick)"),
@@ -166,11 +193,15 @@ def register(app: typer.Typer) -> None:
                     nstreams: str = typer.Option("1,2,4", "--nstreams", help="RAILOVER_NSTREAMS values to compare (2 ranks)"),
                     against: Optional[Path] = typer.Option(None, "--against", help="another railover plugin (the .so, or "
                                                            "the build directory holding it), e.g. from before a change: "
-                                                           "measured interleaved, ratios armed/against")):
+                                                           "measured interleaved, ratios armed/against"),
+                    transport: str = TRANSPORT):
         """busbw 8 B..256 MiB and small-message latency: standby armed vs RAILOVER_STANDBY=none vs
         iperf3 (same flows, same stream count), loopback and veth, 2 and 4 ranks; NSTREAMS 1/2/4;
-        with --against, this build vs another one side by side."""
+        with --against, this build vs another one side by side. --transport rdma: busbw of the
+        RDMA transport vs TCP vs ib_write_bw on the RDMA test bed (only --rounds applies)."""
         console = _console()
+        if _rdma_part("healthy", transport, console, out, quick, ["busbw"], rounds=rounds or None):
+            return
         rep = _run_suite("healthy", out, quick, console, rounds=rounds or None, networks=_csv(networks),
                          ranks=_csv_ints(ranks), workloads=_csv(workloads), nstreams=_csv_ints(nstreams),
                          against=against)
@@ -187,12 +218,23 @@ def register(app: typer.Typer) -> None:
                                                     "second fault (default 60, or 5 with --quick)"),
                      against: Optional[Path] = typer.Option(None, "--against", help="another railover plugin (the .so, "
                                                             "or a build directory holding it): the same faults, "
-                                                            "interleaved, compared per kind")):
+                                                            "interleaved, compared per kind"),
+                     transport: str = TRANSPORT):
         """N injected faults per kind under a checked ring all-reduce: detection, convergence,
         stall, bytes resent (p50/p99/max), wrong bytes. With --peer mptcp: railover and MPTCP
         side by side (survived, stall, failback, a second fault after a long outage). With
-        --against: this build and another one, the same faults interleaved, compared per kind."""
+        --against: this build and another one, the same faults interleaved, compared per kind.
+        --transport rdma: convergence per fault kind on the RDMA test bed and the bare RC timeout
+        (kinds cable-pull, admin-down, silent, one-way, remote-cable-pull; default the first three;
+        --faults and --size apply)."""
         console = _console()
+        if transport != "tcp" and (peer or against):
+            raise typer.BadParameter("--peer and --against are measured on the TCP beds only", param_hint="--transport")
+        # On rdma the suite's own defaults apply unless given: its fault kinds, and 256K (TCG guests).
+        rk = _csv(kinds) if kinds != "port-down,host-down,addr-del,silent,one-way" else None
+        if _rdma_part("failover", transport, console, out, quick, ["convergence", "bare"], faults=faults or None,
+                      size=size if size != "1M" else "256K", **({"kinds": rk} if rk else {})):
+            return
         if peer and against:
             raise typer.BadParameter("--peer and --against cannot be combined: run them one at a time")
         if peer:
@@ -218,10 +260,12 @@ def register(app: typer.Typer) -> None:
     @bench.command("degraded")
     def degraded_cmd(out: Path = OUT, quick: bool = QUICK,
                      nics: str = typer.Option("2,4", "--nics", help="NICs per host"),
-                     rate: str = typer.Option("200mbit", "--rate", help="line rate of every NIC (tc tbf); 'none' for unshaped veth")):
+                     rate: str = typer.Option("200mbit", "--rate", help="line rate of every NIC (tc tbf); 'none' for unshaped veth"),
+                     transport: str = TRANSPORT):
         """busbw during a NIC fault relative to before, 2 and 4 NICs per host, comms spread over
         the survivors (default) vs all onto one buddy (explicit RAILOVER_STANDBY pairs)."""
         console = _console()
+        _rdma_part("degraded", transport, console, out, quick, [])
         rep = _run_suite("degraded", out, quick, console, nics=_csv_ints(nics), rate=rate)
         _finish([rep], console)
 
@@ -229,19 +273,27 @@ def register(app: typer.Typer) -> None:
     def failback_cmd(out: Path = OUT, quick: bool = QUICK,
                      faults: int = typer.Option(0, "--faults", "-n", help="repairs per kind (0: 10, or 2 with --quick)"),
                      kinds: str = typer.Option("port-down,silent", "--kinds"),
-                     hold_down_ms: int = typer.Option(3000, "--hold-down-ms", help="RAILOVER_HOLD_DOWN_MS (default: the plugin's)")):
+                     hold_down_ms: int = typer.Option(3000, "--hold-down-ms", help="RAILOVER_HOLD_DOWN_MS (default: the plugin's)"),
+                     transport: str = TRANSPORT):
         """Repair -> traffic back on the primary, minus the hold-down; busbw after failback
-        relative to before the fault."""
+        relative to before the fault. --transport rdma: the RDMA test bed's fault cycles, whose
+        table has the failback convergence per kind (--faults, --hold-down-ms apply; kinds as
+        `bench failover --transport rdma`)."""
         console = _console()
+        rk = _csv(kinds) if kinds != "port-down,silent" else None
+        if _rdma_part("failback", transport, console, out, quick, ["convergence"], faults=faults or None,
+                      hold_down_ms=hold_down_ms, **({"kinds": rk} if rk else {})):
+            return
         rep = _run_suite("failback", out, quick, console, faults=faults or None, kinds=_csv(kinds),
                          hold_down_ms=hold_down_ms)
         _finish([rep], console)
 
     @bench.command("false-failover")
-    def false_cmd(out: Path = OUT, quick: bool = QUICK):
+    def false_cmd(out: Path = OUT, quick: bool = QUICK, transport: str = TRANSPORT):
         """Congestion (iperf3 -P 4 on the primary rail), a tbf-limited rail, a receiver that
         stops posting for 5 s, a SIGSTOPped peer: failovers counted (target 0)."""
         console = _console()
+        _rdma_part("false-failover", transport, console, out, quick, [])
         rep = _run_suite("false-failover", out, quick, console)
         _finish([rep], console)
 
@@ -249,10 +301,12 @@ def register(app: typer.Typer) -> None:
     def scale_cmd(out: Path = OUT, quick: bool = QUICK,
                   comms: str = typer.Option("1,32,128,512,1024", "--channels", "--comms",
                                             help="channels per process; each is 1 send + 1 receive comm (targets judged at 512 = 1024 comms)"),
-                  idle_s: float = typer.Option(0.0, "--idle-seconds", help="idle CPU window (0: 10, or 1 with --quick)")):
+                  idle_s: float = typer.Option(0.0, "--idle-seconds", help="idle CPU window (0: 10, or 1 with --quick)"),
+                  transport: str = TRANSPORT):
         """2..2048 comms per process (1..1024 channels): connect time, memory per comm, CPU of idle standby probing,
         time until every comm on a failed NIC has converged."""
         console = _console()
+        _rdma_part("scale", transport, console, out, quick, [])
         rep = _run_suite("scale", out, quick, console, comms=_csv_ints(comms), idle_s=idle_s or None)
         _finish([rep], console)
 

@@ -1,0 +1,84 @@
+"""`railover bench <suite> --transport`: tcp runs the suite as before, rdma runs the matching
+part of the rdma suite (checked here by recording what the CLI asks the rdma suite for, with
+the suite's run() replaced: the bed itself is exercised by tests/rdma/test_rdma_bench.py), and
+a suite with no RDMA counterpart refuses it with a clear message, before building anything."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from railover.bench import cli as bench_cli
+from railover.bench import rdma as R
+
+
+def text(r) -> str:
+    """The CLI's output as one line (rich draws errors in a wrapped box)."""
+    return " ".join(re.sub(r"[\u2500-\u257f]", " ", r.output).split())
+
+
+@pytest.fixture
+def app():
+    a = typer.Typer()
+    bench_cli.register(a)
+
+    @a.command("noop")
+    def _noop():  # a second command keeps `bench` a subcommand group
+        pass
+    return a
+
+
+@pytest.fixture
+def recorded(monkeypatch, tmp_path: Path):
+    calls = []
+
+    def fake_run(out, quick=False, console=None, **kw):
+        calls.append(kw)
+        return {"suite": "rdma", "targets": [], "wrong_bytes": 0, "settings": {}, "command": "x", "elapsed_s": 0}
+    monkeypatch.setattr(R, "run", fake_run)
+    return calls
+
+
+@pytest.mark.parametrize("argv,phases,extra", [
+    (["healthy", "--rounds", "3"], ["busbw"], {"rounds": 3}),
+    (["failover", "-n", "7", "--kinds", "cable-pull,silent"], ["convergence", "bare"],
+     {"faults": 7, "kinds": ["cable-pull", "silent"], "size": "256K"}),
+    (["failover", "--size", "1M"], ["convergence", "bare"], {"size": "256K"}),
+    (["failover", "--size", "4M"], ["convergence", "bare"], {"size": "4M"}),
+    (["failback", "--hold-down-ms", "2000"], ["convergence"], {"hold_down_ms": 2000}),
+])
+def test_rdma_runs_the_matching_part_of_the_rdma_suite(app, recorded, tmp_path, argv, phases, extra):
+    r = CliRunner().invoke(app, ["bench"] + argv + ["--transport", "rdma", "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert len(recorded) == 1
+    assert recorded[0]["phases"] == phases
+    for k, v in extra.items():
+        assert recorded[0][k] == v, (k, recorded[0])
+    if argv[0] == "failover" and "--kinds" not in argv:
+        assert "kinds" not in recorded[0], "the rdma suite's own default kinds apply"
+
+
+@pytest.mark.parametrize("suite", ["degraded", "false-failover", "scale"])
+def test_a_suite_without_an_rdma_counterpart_refuses_it_before_building_a_bed(app, recorded, tmp_path, suite):
+    r = CliRunner().invoke(app, ["bench", suite, "--transport", "rdma", "--out", str(tmp_path)])
+    assert r.exit_code == 2, r.output
+    assert "not measured on the RDMA test bed yet" in text(r)
+    assert "railover bench rdma" in text(r)
+    assert recorded == []
+
+
+def test_an_unknown_transport_is_named(app, recorded, tmp_path):
+    r = CliRunner().invoke(app, ["bench", "healthy", "--transport", "ucx", "--out", str(tmp_path)])
+    assert r.exit_code == 2, r.output
+    assert "unknown transport 'ucx'" in text(r)
+    assert recorded == []
+
+
+def test_peer_and_against_are_tcp_only(app, recorded, tmp_path):
+    r = CliRunner().invoke(app, ["bench", "failover", "--peer", "mptcp", "--transport", "rdma", "--out", str(tmp_path)])
+    assert r.exit_code == 2, r.output
+    assert "TCP beds only" in text(r)
+    assert recorded == []
