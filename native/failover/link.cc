@@ -1145,6 +1145,7 @@ void RecvLink::onResume(int idx, uint64_t fromSeq, uint64_t now) {
     return;
   }
   resumeWait_.idx = idx;
+  resumeWait_.generation = paths[idx].generation;
   resumeWait_.fromSeq = fromSeq;
   resumeWait_.sinceUs = now;
   resumeWait_.switched = switched;
@@ -1154,7 +1155,7 @@ void RecvLink::onResume(int idx, uint64_t fromSeq, uint64_t now) {
 void RecvLink::finishResume(uint64_t now) {
   if (resumeWait_.idx < 0) return;
   Path& p = paths[resumeWait_.idx];
-  if (p.state != PathState::kStandby || !p.rx) {  // the path failed or reconnected meanwhile
+  if (p.state != PathState::kStandby || !p.rx || p.generation != resumeWait_.generation) {  // failed or reconnected meanwhile
     resumeWait_ = ResumeWait();
     return;
   }
@@ -1355,8 +1356,13 @@ void RecvLink::judgeNoPath(uint64_t now) {
     return;
   std::string nics;
   for (auto& p : paths) nics += (nics.empty() ? "" : ",") + nicName(deps, p.localNic) + " (" + p.lastError + ")";
+  std::string fence;
+  if (resumeWait_.idx >= 0)
+    fence = "; the sender's RESUME on " + describe(paths[resumeWait_.idx]) + " waited " +
+            std::to_string((now - resumeWait_.sinceUs) / 1000) + " ms for the fence of an older path (its HCA is not "
+            "answering)";
   enterFatal("railover: no usable path from peer " + peerName + " on NIC(s) " + nics + " for " +
-             std::to_string(cfg.fatalTimeoutS) + " s");
+             std::to_string(cfg.fatalTimeoutS) + " s" + fence);
 }
 
 void RecvLink::progress() {

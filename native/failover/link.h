@@ -494,6 +494,7 @@ class RecvLink : public Link, public RecvSink {
   std::vector<std::shared_ptr<FenceWait>> fences_;
   struct ResumeWait {
     int idx = -1;            // the standby that carried the RESUME; -1 = none waiting
+    uint32_t generation = 0; // its generation then (a reconnected path never sent this RESUME)
     uint64_t fromSeq = 0;
     uint64_t sinceUs = 0;    // when the RESUME arrived
     bool switched = false;   // a failover (counted, journaled), not the first activation

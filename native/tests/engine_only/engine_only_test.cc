@@ -169,4 +169,21 @@ TEST_F(EngineOnly, ResumeIsAnsweredOnlyAfterTheOldPathsFenceFinished) {
   EXPECT_EQ(activeNic(), 1);
 }
 
+// A fence that never finishes (an HCA that stopped answering) leaves the RESUME unanswered;
+// the receiver then gives up after RAILOVER_FATAL_TIMEOUT (1 s here) with an error that says
+// so, instead of hanging or answering early.
+TEST_F(EngineOnly, AFenceThatNeverFinishesIsAFatalErrorThatSaysSo) {
+  connectComm();
+  w(0, kA0)->slowFence = true;
+  Stats st = run(100, mixed, 8, [&](int k) {
+    if (k == 30) w(0, kA0)->broken = true;
+  }, nullptr, 30000);
+  EXPECT_FALSE(st.timedOut) << "never a silent hang";
+  EXPECT_EQ(st.err, ncclSystemError);
+  ASSERT_TRUE(recv->isFatal());
+  EXPECT_NE(recv->fatalMsg.find("waited"), std::string::npos) << recv->fatalMsg;
+  EXPECT_NE(recv->fatalMsg.find("for the fence of an older path"), std::string::npos) << recv->fatalMsg;
+  EXPECT_FALSE(w(0, kA0)->heldFences.empty());
+}
+
 }  // namespace
