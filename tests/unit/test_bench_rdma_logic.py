@@ -145,3 +145,18 @@ def test_armed_only_with_traffic_on_the_primary_and_a_standby_up():
     assert not R.armed_on_primary(late)
     assert R.armed_on_primary(late + [_ev("failback", 2, to_nic="eth1")])
     assert not R.armed_on_primary([up("eth1"), up("eth2"), _ev("failover", 3, to_nic="eth2")])
+
+
+def test_armed_follows_the_engines_active_path_when_the_journal_has_path_states():
+    """Seen in CI (demo on a loaded machine): the standby's send path came up first, yet the comm
+    started on the primary ("start"), with no failback ever. The path-up order said "not armed"
+    for 600 s; the engine's own path_state transitions say where the traffic is."""
+    up = lambda nic, t: _ev("path_up", t, nic=nic, dir="send")
+    act = lambda nic, t, why: _ev("path_state", t, nic=nic, dir="send", to="active", reason=why)
+    standby_first = [up("eth2", 1), up("eth1", 2), act("eth1", 3, "start")]
+    assert R.armed_on_primary(standby_first)
+    assert not R.armed_on_primary(standby_first + [act("eth2", 4, "failover")])
+    assert R.armed_on_primary(standby_first + [act("eth2", 4, "failover"), act("eth1", 5, "failback")])
+    # a receive path's state says nothing about where this guest sends
+    assert not R.armed_on_primary([up("eth1", 1), up("eth2", 2), act("eth2", 3, "start"),
+                                   _ev("path_state", 4, nic="eth1", dir="recv", to="active")])

@@ -107,13 +107,16 @@ def new_events(events: Sequence[Mapping[str, Any]], since: int, name: str) -> Li
 
 def armed_on_primary(events: Sequence[Mapping[str, Any]], primary: str = "eth1", standby: str = "eth2") -> bool:
     """True when a guest's journal shows its send comm's traffic on ``primary`` with a send
-    path on ``standby`` up too (the comm is armed for the next fault): the last
-    failover/failback/recover names ``primary``, or there was none and the first send path up
-    was on ``primary`` (a comm whose primary came up late starts on the standby and fails back
-    once the primary is up)."""
+    path on ``standby`` up too (the comm is armed for the next fault). Where the traffic is:
+    the last send ``path_state`` transition to ``active`` (the engine's own word: a comm whose
+    standby came up first may still start on the primary); in a journal without path states,
+    the last failover/failback/recover, or with none the first send path up."""
     sends = [e for e in events if e.get("event") == "path_up" and e.get("dir") == "send"]
     if not {primary, standby} <= {e.get("nic") for e in sends}:
         return False
+    active = [e for e in events if e.get("event") == "path_state" and e.get("dir") == "send" and e.get("to") == "active"]
+    if active:
+        return active[-1].get("nic") == primary
     moves = [e for e in events if e.get("event") in ("failover", "failback", "recover")]
     if moves:
         return moves[-1].get("to_nic") == primary
