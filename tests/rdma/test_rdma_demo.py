@@ -19,6 +19,7 @@ def test_rdma_demo_survives_an_admin_down_and_says_so(rdma_bed, tmp_path, capsys
     rc = crash_retry(rdma_bed, lambda: demo_rdma.run_rdma_demo("admin-down", "256K", tmp_path, hold_down_ms=1000,
                                                                bed=rdma_bed))
     out = capsys.readouterr().out
+    assert (tmp_path / "demo-rdma-report.json").exists(), f"the demo wrote no report (exit {rc}): {out[-3000:]}"
     report = json.loads((tmp_path / "demo-rdma-report.json").read_text())
     cyc = report["kinds"]["admin-down"]["cycles"]
     assert rc == 0, (out[-3000:], cyc)
