@@ -69,6 +69,15 @@ void retire(Worker& w, std::shared_ptr<Shared<P>>& sh) {
   w.post([last]() mutable { last.reset(); });
 }
 
+// A receive path's fence (QP to ERR, drain bounded by kFenceDrainMs), logged when it failed,
+// missed flushes or took longer than kSlowFenceUs.
+void fenceAndReport(RdmaTransport& t, int nic, verbs::RecvPath& p) {
+  verbs::FenceResult fr = p.fence(kFenceDrainMs);
+  if (!fr.err.empty() || !fr.drained || fr.us > kSlowFenceUs)
+    RO_WARN("railover: RDMA fence on %s port %d: %s (after %llu us)", t.port(nic).sel.dev.c_str(), t.port(nic).sel.port,
+            !fr.err.empty() ? fr.err.c_str() : fr.drained ? "slow" : "flushes not all seen", (unsigned long long)fr.us);
+}
+
 // What both ends of a path share: the bootstrap stream and the path's first fatal cause.
 struct PathEnd {
   std::unique_ptr<Conn> conn_;
@@ -437,11 +446,7 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
     if (fenced_) return;
     fenced_ = true;
     if (stage_ == kReady) {
-      verbs::FenceResult fr = sh_->path->fence(kFenceDrainMs);
-      if (!fr.err.empty() || !fr.drained || fr.us > kSlowFenceUs)
-        RO_WARN("railover: RDMA fence on %s port %d: %s (after %llu us)", t_.port(nic_).sel.dev.c_str(),
-                t_.port(nic_).sel.port, !fr.err.empty() ? fr.err.c_str() : fr.drained ? "slow" : "flushes not all seen",
-                (unsigned long long)fr.us);
+      fenceAndReport(t_, nic_, *sh_->path);
     }
     conn_.reset();
   }
@@ -460,14 +465,9 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
     RdmaTransport* t = &t_;
     int nic = nic_;
     t_.fencer().run([sh, w, t, nic]() mutable {
-      verbs::FenceResult fr = sh->path->fence(kFenceDrainMs);
-      if (!fr.err.empty() || !fr.drained || fr.us > kSlowFenceUs)
-        RO_WARN("railover: RDMA fence on %s port %d: %s (after %llu us)", t->port(nic).sel.dev.c_str(),
-                t->port(nic).sel.port, !fr.err.empty() ? fr.err.c_str() : fr.drained ? "slow" : "flushes not all seen",
-                (unsigned long long)fr.us);
+      fenceAndReport(*t, nic, *sh->path);
       w->done.store(true, std::memory_order_release);
-      auto last = std::move(sh);
-      t->worker().post([last]() mutable { last.reset(); });  // destruction stays on the worker
+      retire(t->worker(), sh);  // destruction stays on the worker
     });
     return w;
   }
@@ -652,13 +652,6 @@ void FenceRunner::joinAll() {
     all.swap(slots_);
   }
   for (auto& s : all) s.t.join();
-}
-
-size_t FenceRunner::running() {
-  std::lock_guard<std::mutex> g(mu_);
-  size_t n = 0;
-  for (auto& s : slots_) n += !s.finished->load(std::memory_order_acquire);
-  return n;
 }
 
 // ---- transport

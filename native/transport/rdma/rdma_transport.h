@@ -87,7 +87,6 @@ class FenceRunner {
   ~FenceRunner() { joinAll(); }
   void run(std::function<void()> job);
   void joinAll();  // waits for every job started so far
-  size_t running();  // jobs not finished yet (tests, diagnostics)
 
  private:
   struct Slot {
