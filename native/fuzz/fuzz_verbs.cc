@@ -4,8 +4,9 @@
 //    HELLO: QP number, PSN, GID, LID, MTU and link layer the local QP is then connected to.
 //  * The control slot (verbs::ctlwire, 48 bytes), received by a SEND on the path's QP: the
 //    receiver's buffer advertisements (single, and the entries of a grouped receive), the
-//    sender's DONE for a grouped message, and the control messages (ACK, RESUME, RESUME_ACK,
-//    NACK, CLOSE) of either direction.
+//    sender's DONE for a grouped message, the PART that ends a message's share on each further
+//    QP of a path, and the control messages (ACK, RESUME, RESUME_ACK, NACK, CLOSE) of either
+//    direction.
 // Input layout: bytes [0, 40) are the endpoint and [40, 88) the control slot, each padded with
 // zeros when the input is shorter (both are fixed-size records on the wire: a short read never
 // reaches the decoder).
@@ -13,12 +14,14 @@
 // Contract checked:
 //  * QpEndpoint::unpack accepts exactly what validEndpoint() below describes (magic "ROVQ",
 //    version 1, QPN 1..0xFFFFFF, PSN < 2^24, MTU code 1..5, link layer 0/1, an InfiniBand peer
-//    with a unicast LID 1..0xBFFF, a RoCE peer with a non-zero GID, reserved bytes 34..39 zero);
+//    with a unicast LID 1..0xBFFF, a RoCE peer with a non-zero GID, the path's QP count - 1 in
+//    byte 34 below 128, reserved bytes 35..39 zero);
 //    a refusal carries a non-empty error; an accepted endpoint packs back to the same 40 bytes;
 //  * ctlwire::decode accepts exactly what validCtl() below describes (ADVERT: reserved bytes
 //    zero; CONTROL: a type ACK..CLOSE, reserved bytes zero; GROUP_ENTRY: count 1..8, index below
 //    it, the buffer's end within 64 bits, a 32-bit tag; DONE: status 0/1, entry 0..7, or 255
-//    when refused, 32-bit size and tag; reserved bytes zero everywhere), returns the kind, and
+//    when refused, 32-bit size and tag; PART: a seq only; reserved bytes zero everywhere),
+//    returns the kind, and
 //    a refusal carries a non-empty error; an accepted message re-encodes to the same 48 bytes;
 //  * any endpoint and any message built from the input survive pack/encode -> unpack/decode.
 #include <fuzzer/FuzzedDataProvider.h>
@@ -47,14 +50,15 @@ bool validEndpoint(const uint8_t* d) {
   bool gidZero = true;
   for (int i = 16; i < 32; ++i) gidZero = gidZero && d[i] == 0;
   if (d[33] == 1 && gidZero) return false;
-  for (int i = 34; i < 40; ++i)
+  if (d[34] >= 128) return false;
+  for (int i = 35; i < 40; ++i)
     if (d[i]) return false;
   return true;
 }
 
 bool sameEndpoint(const QpEndpoint& a, const QpEndpoint& b) {
   return a.qpn == b.qpn && a.psn == b.psn && memcmp(a.gid, b.gid, 16) == 0 && a.lid == b.lid && a.mtu == b.mtu &&
-         a.roce == b.roce;
+         a.roce == b.roce && a.lanes == b.lanes;
 }
 
 bool sameAdvert(const Advert& a, const Advert& b) {
@@ -95,6 +99,8 @@ int validCtl(const uint8_t* d) {
                 zeros(d, 4, 8) && zeros(d, 16, 24) && zeros(d, 40, 48);
       return ok ? ctlwire::kDone : 0;
     }
+    case ctlwire::kPart:
+      return zeros(d, 1, 8) && zeros(d, 16, 48) ? ctlwire::kPart : 0;
     default:
       return 0;
   }
@@ -130,6 +136,8 @@ void checkCtl(const uint8_t* in) {
     ctlwire::encodeAdvert(d.advert, out);
   else if (k == ctlwire::kControl)
     ctlwire::encodeCtl(d.ctl, out);
+  else if (k == ctlwire::kPart)
+    ctlwire::encodePart(d.partSeq, out);
   else
     ctlwire::encodeDone(d.done, out);
   FUZZ_CHECK(memcmp(out, in, ctlwire::kBytes) == 0, "re-encoding changed a control slot of kind %d", k);
@@ -158,6 +166,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   e.lid = e.roce ? fdp.ConsumeIntegral<uint16_t>() : fdp.ConsumeIntegralInRange<uint16_t>(1, 0xBFFF);
   for (auto& g : e.gid) g = fdp.ConsumeIntegral<uint8_t>();
   if (e.roce) e.gid[15] |= 1;  // a RoCE GID is never all zero
+  e.lanes = fdp.ConsumeIntegralInRange<uint8_t>(1, QpEndpoint::kMaxLanes);
   uint8_t wire[kEp];
   e.pack(wire);
   QpEndpoint e2;
@@ -167,7 +176,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   uint8_t msg[kCtl];
   ctlwire::Decoded back;
-  switch (fdp.ConsumeIntegralInRange<int>(0, 2)) {
+  switch (fdp.ConsumeIntegralInRange<int>(0, 3)) {
     case 0: {
       Advert a;
       a.count = fdp.ConsumeIntegralInRange<uint8_t>(0, kMaxGroup);
@@ -193,6 +202,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       ctlwire::encodeCtl(m, msg);
       FUZZ_CHECK(ctlwire::decode(msg, &back, &err) == ctlwire::kControl, "encoded control refused: %s", err.c_str());
       FUZZ_CHECK(sameCtl(m, back.ctl), "decode(encode(control)) != control");
+      break;
+    }
+    case 3: {
+      uint64_t seq = fdp.ConsumeIntegral<uint64_t>();
+      ctlwire::encodePart(seq, msg);
+      FUZZ_CHECK(ctlwire::decode(msg, &back, &err) == ctlwire::kPart, "encoded PART refused: %s", err.c_str());
+      FUZZ_CHECK(back.partSeq == seq, "decode(encode(PART)) != PART");
       break;
     }
     default: {

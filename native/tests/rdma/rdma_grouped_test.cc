@@ -51,7 +51,7 @@ class RdmaGroupedTest : public ::testing::Test {
     boot.nicAddr = {kIp[0], kIp[1]};
     std::string err;
     t = std::make_unique<rdma::RdmaTransport>(std::vector<verbs::PortSel>{portOf("fake0", 1), portOf("fake1", 1)},
-                                              &boot, &err);
+                                              &boot, &err, ib);
     ASSERT_TRUE(t->ok()) << err;
     nics = {testbed::makeNic(0, "n0", kIp[0], 0), testbed::makeNic(1, "n1", kIp[1], 1)};
     cfg.fatalTimeoutS = 0;  // the test decides when a path is gone
@@ -78,7 +78,7 @@ class RdmaGroupedTest : public ::testing::Test {
     PathIdentity id;
     id.secret = 7, id.connId = 9, id.pathIndex = (uint8_t)k, id.srcRail = (uint8_t)sendNic, id.generation = 1;
     ChunkPolicy cp;
-    cp.minChunkBytes = 128, cp.maxChunkBytes = kChunk;
+    cp.minChunkBytes = 128, cp.maxChunkBytes = chunk;
     sockaddr_storage remote = addrOf(kIp[recvNic], 5000);
     Side& s = side[k];
     s.tx = t->openSendPath(sendNic, remote, sizeof(sockaddr_in), 1, id, cp, &err);
@@ -112,10 +112,12 @@ class RdmaGroupedTest : public ::testing::Test {
   // through test() on every receive not seen done, the sender's control messages read.
   void round(int k) {
     Side& s = side[k];
-    ibv_qp* r = rq(k);
-    if (r) {
-      ::fake::deliver(s.sq, r);
-      ::fake::deliver(r, s.sq);
+    if (rq(k)) {  // every QP of the path (NCCL_IB_QPS_PER_CONNECTION), both ways
+      std::vector<ibv_qp*> sqs = rdma::pathQps(s.tx.get()), rqs = rdma::pathQps(recv->paths[k].rx.get());
+      for (size_t i = 0; i < sqs.size() && i < rqs.size(); ++i) {
+        ::fake::deliver(sqs[i], rqs[i]);
+        ::fake::deliver(rqs[i], sqs[i]);
+      }
     }
     std::string err;
     int p = s.tx->progress(&err);
@@ -229,6 +231,8 @@ class RdmaGroupedTest : public ::testing::Test {
     int64_t resumeAck = -1;
   };
   fake::FakeTransport boot;
+  IbConfig ib;              // NCCL_IB_* of the transport (SetUp)
+  uint64_t chunk = kChunk;  // the send paths' chunk size (openPath)
   std::unique_ptr<rdma::RdmaTransport> t;
   Config cfg;
   std::vector<Nic> nics;
@@ -418,6 +422,81 @@ TEST_F(RdmaGroupedTest, AFailoverInTheMiddleOfAGroupResendsTheRestOnTheStandbyWi
   }
   rounds(1, 2);
   EXPECT_EQ(side[1].acked, 6u);
+}
+
+// The same engine over paths of three QPs each (NCCL_IB_QPS_PER_CONNECTION=3), with chunks of
+// 1024 bytes so that every QP carries a share of each full chunk (3 x 384 bytes, 128-aligned).
+class RdmaGroupedLanesTest : public RdmaGroupedTest {
+ protected:
+  void SetUp() override {
+    ib.qpsPerConnection = 3;
+    chunk = 1024;
+    RdmaGroupedTest::SetUp();
+  }
+};
+
+// A message whose share on one QP never lands is never reported, even though the other QPs'
+// shares and lane 0's end of it did; when that QP fails, the sender resumes on the standby path
+// (three QPs on the other HCA) and the message arrives whole with every byte right.
+TEST_F(RdmaGroupedLanesTest, AMessageMissingOneQpsShareIsResentWholeOnTheStandby) {
+  openPath(0, 0, 1);
+  openPath(1, 1, 0);
+  ASSERT_EQ(rdma::pathQps(side[0].tx.get()).size(), 3u);
+  ASSERT_EQ(rdma::pathQps(recv->paths[1].rx.get()).size(), 3u);
+  ASSERT_EQ(resume(0, 0), 0);
+  std::vector<uint8_t> rxb(16384, kCanary);
+  void* rmr = reg(rxb);
+  uint64_t at = 0;
+  const std::vector<uint64_t> caps = {3000, 2500, 2100, 1000};
+  const std::vector<int> tags = {70, 71, 72, 73};
+  postRecv(rxb, rmr, at, caps, tags);
+  const std::vector<uint64_t> size = {2999, 2048, 2100, 1};
+  std::vector<Msg> msgs(4);
+  for (int j = 0; j < 4; ++j) msgs[j] = makeMsg((uint64_t)j, tags[j], size[j]);
+  send(0, msgs[0]);
+  send(0, msgs[1]);
+  rounds(0, 4);
+  ASSERT_EQ(side[0].acked, 2u) << "two messages complete over three QPs";
+  // Message 2 (2100 bytes, 3 chunks): QPs 0 and 1 deliver everything, QP 2 nothing.
+  send(0, msgs[2]);
+  std::string err;
+  ASSERT_GE(side[0].tx->progress(&err), 0) << err;
+  std::vector<ibv_qp*> sqs = rdma::pathQps(side[0].tx.get()), rqs = rdma::pathQps(recv->paths[0].rx.get());
+  ASSERT_GE(::fake::outstanding(sqs[2]).size(), 2u) << "QP 2 holds shares of message 2 and its PART";
+  for (int i = 0; i < 2; ++i) {
+    ::fake::deliver(sqs[i], rqs[i]);
+    ::fake::deliver(rqs[i], sqs[i]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    recv->ready();
+    t->worker().drain();
+    int done = 0;
+    ASSERT_EQ(recv->test(reqs[0].r, &done, reqs[0].sizes), ncclSuccess);
+    EXPECT_EQ(done, 0);
+    CtlMsg m;
+    while (side[0].tx->recvCtl(&m, &err) == 1)
+      if (m.type == CtlType::kAck) side[0].acked = m.seq;
+  }
+  EXPECT_EQ(side[0].acked, 2u) << "message 2 acknowledged without QP 2's share";
+  ::fake::fail(sqs[2], IBV_WC_RETRY_EXC_ERR);  // QP 2 of the primary fails: the path is broken
+  for (int i = 0; i < 20 && side[0].tx->progress(&err) >= 0; ++i) {
+  }
+  EXPECT_NE(err.find("retry"), std::string::npos) << err;
+  side[0].tx->fence();
+  t->worker().drain();
+  ASSERT_EQ(resume(1, side[0].acked), 2) << "the receiver expects message 2 next";
+  EXPECT_EQ(recv->active, 1);
+  send(1, msgs[2]);
+  send(1, msgs[3]);
+  for (int i = 0; i < 10 && !reqs[0].seenDone; ++i) round(1);
+  ASSERT_EQ(reqs[0].rc, ncclSuccess);
+  ASSERT_TRUE(reqs[0].seenDone);
+  for (int b = 0; b < 4; ++b) {
+    EXPECT_EQ((uint64_t)reqs[0].sizes[b], size[b]) << "buffer " << b;
+    expectMessageIn(msgs[b], reqs[0].bufs[b], caps[b]);
+  }
+  rounds(1, 2);
+  EXPECT_EQ(side[1].acked, 4u);
 }
 
 }  // namespace

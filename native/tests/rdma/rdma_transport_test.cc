@@ -217,6 +217,61 @@ TEST_F(RdmaPathTest, MessagesLandInTheAdvertisedBufferAndTheAckComesBack) {
   EXPECT_TRUE(tx->completionNeedsReceiverAck());
 }
 
+// NCCL_IB_QPS_PER_CONNECTION = 3 at the sender: the bootstrap carries three endpoints each way,
+// the receiver builds as many QPs, chunks are split over them, and a message is reported only
+// once each QP's share has landed.
+TEST_F(RdmaPathTest, SeveralQpsPerConnectionSplitEveryMessageAndReportItWhole) {
+  std::string err;
+  IbConfig ib;
+  ib.qpsPerConnection = 3;
+  t.reset();
+  t = std::make_unique<rdma::RdmaTransport>(std::vector<verbs::PortSel>{portOf("fake0", 1), portOf("fake1", 1)}, &boot,
+                                            &err, ib);
+  ASSERT_TRUE(t->ok()) << err;
+  bringUp();
+  std::vector<ibv_qp*> sqs = rdma::pathQps(tx.get()), rqs = rdma::pathQps(rx.get());
+  ASSERT_EQ(sqs.size(), 3u);
+  ASSERT_EQ(rqs.size(), 3u) << "the receiver builds the QP count the sender's endpoints name";
+  auto carry = [&](std::vector<int> lanes) {
+    for (int l : lanes) ::fake::deliver(sqs[l], rqs[l]);
+    ::fake::deliver(rqs[0], sqs[0]);
+    tx->progress(&err);
+    rx->progress(sink, &err);
+  };
+  const std::vector<uint64_t> sizes = {0, 1, 3 * kChunk + 5};
+  constexpr uint64_t kBuf = 4 * kChunk;
+  std::vector<uint8_t> rxb(kBuf * sizes.size(), 0xA5), txb(kBuf);
+  void* rmr = reg(rxb);
+  void* smr = reg(txb);
+  for (uint64_t seq = 0; seq < sizes.size(); ++seq) {
+    uint8_t* buf = rxb.data() + seq * kBuf;
+    advertiseOne(seq, (int32_t)seq + 100, buf, kBuf, rmr);
+    carry({});
+    for (uint64_t i = 0; i < sizes[seq]; ++i) txb[i] = (uint8_t)(seq * 29 + i);
+    postMessage(seq, txb, sizes[seq], smr);
+    if (sizes[seq] > kChunk) {
+      // Chunks of 256, 256, 256 and 5 bytes; shares of ceil(256 / 3) rounded up to 128 bytes:
+      // QP 0 and QP 1 take 128 each of a full chunk, QP 2 nothing (it still ends the message).
+      size_t writes1 = 0, writes2 = 0;
+      for (const auto& w : ::fake::outstanding(sqs[1])) writes1 += w.opcode == IBV_WR_RDMA_WRITE;
+      for (const auto& w : ::fake::outstanding(sqs[2])) writes2 += w.opcode == IBV_WR_RDMA_WRITE;
+      EXPECT_EQ(writes1, 3u);
+      EXPECT_EQ(writes2, 0u);
+      EXPECT_EQ(::fake::outstanding(sqs[2]).size(), 1u) << "QP 2's PART";
+    }
+    sink.dst = buf;
+    carry({0, 1});
+    EXPECT_EQ(sink.got.size(), seq) << "message " << seq << " reported before QP 2's share landed";
+    carry({2});
+    ASSERT_EQ(sink.got.size(), seq + 1) << "message " << seq << " not reported";
+    EXPECT_EQ(sink.got.back().c.len, sizes[seq]);
+    for (uint64_t i = 0; i < sizes[seq]; ++i) ASSERT_EQ(buf[i], (uint8_t)(seq * 29 + i)) << seq << " " << i;
+    for (uint64_t i = sizes[seq]; i < kBuf; ++i) ASSERT_EQ(buf[i], 0xA5) << "written past the end of " << seq;
+  }
+  ASSERT_GE(tx->progress(&err), 0) << err;
+  ASSERT_GE(rx->progress(sink, &err), 0) << err;
+}
+
 TEST_F(RdmaPathTest, TheSenderWaitsForTheAdvertisementBeforeWriting) {
   bringUp();
   std::vector<uint8_t> rxb(1024), txb(1024, 7);

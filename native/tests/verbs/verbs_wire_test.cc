@@ -69,10 +69,29 @@ TEST(VerbsCtlWire, ControlRoundTripsAndBadKindsAreRejected) {
   err.clear();
   EXPECT_EQ(ctlwire::decode(w, &d, &err), 0);
   EXPECT_NE(err.find("unknown control type 9"), std::string::npos) << err;
-  w[0] = 5;
+  w[0] = 6;
   err.clear();
   EXPECT_EQ(ctlwire::decode(w, &d, &err), 0);
-  EXPECT_NE(err.find("unknown kind 5"), std::string::npos) << err;
+  EXPECT_NE(err.find("unknown kind 6"), std::string::npos) << err;
+}
+
+// PART (kind 5): a seq and nothing else; any other non-zero byte is refused.
+TEST(VerbsCtlWire, PartCarriesOnlyItsSeq) {
+  uint8_t w[ctlwire::kBytes];
+  ctlwire::encodePart(0x0102030405060708ull, w);
+  EXPECT_EQ(w[0], ctlwire::kPart);
+  ctlwire::Decoded d;
+  std::string err;
+  ASSERT_EQ(ctlwire::decode(w, &d, &err), ctlwire::kPart) << err;
+  EXPECT_EQ(d.partSeq, 0x0102030405060708ull);
+  for (size_t i : {size_t(1), size_t(7), size_t(16), size_t(47)}) {
+    uint8_t b[ctlwire::kBytes];
+    std::memcpy(b, w, sizeof b);
+    b[i] = 1;
+    err.clear();
+    EXPECT_EQ(ctlwire::decode(b, &d, &err), 0) << "byte " << i;
+    EXPECT_NE(err.find("reserved bytes"), std::string::npos) << err;
+  }
 }
 
 // A grouped receive's entries and the DONE: round trip, then every malformed form is refused
@@ -208,6 +227,15 @@ TEST(VerbsEndpoint, PackUnpackAndMismatchedPeersAreNamed) {
   EXPECT_EQ(f.lid, e.lid);
   EXPECT_EQ(f.mtu, e.mtu);
   EXPECT_EQ(f.roce, 0);
+  EXPECT_EQ(f.lanes, 1);
+  EXPECT_EQ(w[34], 0) << "a one-QP endpoint is what it was before paths had several QPs";
+  e.lanes = 128;  // NCCL_IB_QPS_PER_CONNECTION's largest value
+  e.pack(w);
+  EXPECT_EQ(w[34], 127);
+  ASSERT_TRUE(f.unpack(w, &err)) << err;
+  EXPECT_EQ(f.lanes, 128);
+  e.lanes = 1;
+  e.pack(w);
   uint8_t bad[QpEndpoint::kWireBytes];
   std::memcpy(bad, w, sizeof bad);
   bad[0] ^= 0xff;
@@ -245,6 +273,8 @@ TEST(VerbsEndpoint, OutOfRangeFieldsAreRefusedByName) {
       {"IB with LID 0", [](uint8_t* w) { w[33] = 0; }, "LID 0"},
       {"IB with a multicast LID", [](uint8_t* w) { w[33] = 0; w[6] = 0xc0; w[7] = 0x00; }, "LID 49152"},
       {"reserved byte", [](uint8_t* w) { w[39] = 1; }, "reserved byte 39"},
+      {"reserved byte after the QP count", [](uint8_t* w) { w[35] = 1; }, "reserved byte 35"},
+      {"a path of 129 QPs", [](uint8_t* w) { w[34] = 128; }, "a path of 129 QPs (1..128)"},
   };
   for (const Case& c : cases) {
     uint8_t w[QpEndpoint::kWireBytes];

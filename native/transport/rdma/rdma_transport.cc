@@ -102,6 +102,22 @@ struct PathEnd {
   }
 };
 
+// Unpacks `n` endpoints of 40 bytes each from `in`; each must name a path of n QPs. false with
+// *err naming the endpoint and its fault.
+bool unpackEndpoints(const uint8_t* in, size_t n, std::vector<verbs::QpEndpoint>* out, std::string* err) {
+  out->assign(n, verbs::QpEndpoint{});
+  for (size_t i = 0; i < n; ++i) {
+    std::string e;
+    if (!(*out)[i].unpack(in + i * verbs::QpEndpoint::kWireBytes, &e))
+      return *err = (n > 1 ? "endpoint " + std::to_string(i) + " of " + std::to_string(n) + ": " : "") + e, false;
+    if ((*out)[i].lanes != n)
+      return *err = "endpoint " + std::to_string(i) + " names a path of " + std::to_string((*out)[i].lanes) +
+                    " QPs, the first one " + std::to_string(n),
+             false;
+  }
+  return true;
+}
+
 // ---- sender
 
 class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink, private PathEnd {
@@ -112,6 +128,7 @@ class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink, priva
         sh_(std::make_shared<Shared<verbs::SendPath>>()) {
     conn_ = std::move(conn);
     sh_->path = std::move(path);
+    ep_.assign(sh_->path->lanes() * verbs::QpEndpoint::kWireBytes, 0);
   }
   ~RdmaSendPath() override { retire(t_.worker(), sh_); }
 
@@ -124,30 +141,32 @@ class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink, priva
       wire::Hello h;
       h.stream = 0, h.nStreams = 1, h.secret = id_.secret, h.path = id_.pathIndex, h.srcRail = id_.srcRail;
       h.probePort = id_.probePort, h.generation = id_.generation, h.connId = id_.connId;
-      uint8_t buf[wire::kFrameBytes + verbs::QpEndpoint::kWireBytes];
-      wire::encodeHello(h, buf);
-      sh_->path->local().pack(buf + wire::kFrameBytes);
-      if (!writeAll(*conn_, buf, sizeof(buf), err)) return fail("HELLO: " + *err, err);
+      // The HELLO, then one endpoint per QP of the path (each naming how many there are).
+      std::vector<verbs::QpEndpoint> mine = sh_->path->localEndpoints();
+      std::vector<uint8_t> buf(wire::kFrameBytes + mine.size() * verbs::QpEndpoint::kWireBytes);
+      wire::encodeHello(h, buf.data());
+      for (size_t i = 0; i < mine.size(); ++i) mine[i].pack(buf.data() + wire::kFrameBytes + i * verbs::QpEndpoint::kWireBytes);
+      if (!writeAll(*conn_, buf.data(), buf.size(), err)) return fail("HELLO: " + *err, err);
       stage_ = kEndpoint;
     }
     if (stage_ == kEndpoint) {
-      ssize_t n = conn_->read(ep_ + got_, sizeof(ep_) - got_, err);
+      ssize_t n = conn_->read(ep_.data() + got_, ep_.size() - got_, err);
       if (n < 0) return fail("bootstrap: " + *err, err);
       got_ += (size_t)n;
       if (got_ >= wire::kFrameBytes && ep_[0] == wire::kNack) {  // the receiver's acceptor refused the comm
         wire::Frame f;
         std::string e;
-        if (wire::decodeFrame(ep_, &f, &e) && f.type == wire::kNack) {
+        if (wire::decodeFrame(ep_.data(), &f, &e) && f.type == wire::kNack) {
           notice_ = true;
           noticeMsg_.type = CtlType::kNack, noticeMsg_.seq = f.seq;
           return 0;
         }
       }
-      if (got_ < sizeof(ep_)) return 0;
-      verbs::QpEndpoint peer;
+      if (got_ < ep_.size()) return 0;
+      std::vector<verbs::QpEndpoint> peer;
       std::string e;
-      if (!peer.unpack(ep_, &e))
-        return fail(verbs::QpEndpoint::looksLikeOne(ep_)
+      if (!unpackEndpoints(ep_.data(), ep_.size() / verbs::QpEndpoint::kWireBytes, &peer, &e))
+        return fail(verbs::QpEndpoint::looksLikeOne(ep_.data())
                         ? "the receiver's RDMA endpoint is malformed: " + e
                         : "the receiver did not answer with an RDMA endpoint (" + e +
                               "): is RAILOVER_TRANSPORT the same on every rank?",
@@ -297,13 +316,14 @@ class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink, priva
   }
 
   friend ibv_qp* railover::rdma::pathQp(SendPath*);
+  friend std::vector<ibv_qp*> railover::rdma::pathQps(SendPath*);
   RdmaTransport& t_;
   int nic_;
   PathIdentity id_;
   uint64_t chunk_;
   std::shared_ptr<Shared<verbs::SendPath>> sh_;
   Stage stage_ = kTcp;
-  uint8_t ep_[verbs::QpEndpoint::kWireBytes];
+  std::vector<uint8_t> ep_;  // the receiver's endpoints, one per QP of the path
   size_t got_ = 0;
   bool notice_ = false;
   CtlMsg noticeMsg_;
@@ -337,18 +357,26 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
       stage_ = kEndpoint;
     }
     if (stage_ == kEndpoint) {
-      ssize_t n = conn_->read(ep_ + got_, sizeof(ep_) - got_, err);
+      ssize_t n = conn_->read(ep_.data() + got_, ep_.size() - got_, err);
       if (n < 0) return fail("bootstrap: " + *err, err);
       got_ += (size_t)n;
-      if (got_ < sizeof(ep_)) return 0;
-      verbs::QpEndpoint peer;
+      if (got_ < ep_.size()) return 0;
+      verbs::QpEndpoint first;
       std::string e;
-      if (!peer.unpack(ep_, &e))
-        return fail(verbs::QpEndpoint::looksLikeOne(ep_)
+      if (!first.unpack(ep_.data(), &e))
+        return fail(verbs::QpEndpoint::looksLikeOne(ep_.data())
                         ? "the sender's RDMA endpoint is malformed: " + e
                         : "the sender did not send an RDMA endpoint (" + e +
                               "): is RAILOVER_TRANSPORT the same on every rank?",
                     err);
+      // The sender's first endpoint names how many QPs its path has: read the others.
+      if (ep_.size() < first.lanes * verbs::QpEndpoint::kWireBytes) {
+        ep_.resize(first.lanes * verbs::QpEndpoint::kWireBytes);
+        return 0;
+      }
+      std::vector<verbs::QpEndpoint> peer;
+      if (!unpackEndpoints(ep_.data(), first.lanes, &peer, &e))
+        return fail("the sender's RDMA endpoint is malformed: " + e, err);
       stage_ = kRts;
       auto sh = sh_;
       const NicPort& np = t_.port(nic_);
@@ -358,7 +386,7 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
       // The QP is created and brought to RTS before our endpoint goes back (see the header).
       t_.worker().post([sh, hca, sel, rc, peer]() {
         std::string e2;
-        auto p = std::make_unique<verbs::RecvPath>(*hca, sel, rc, &e2);
+        auto p = std::make_unique<verbs::RecvPath>(*hca, sel, rc, &e2, (int)peer.size());
         bool ok = p->ok() && p->connect(peer, &e2);
         sh->path = std::move(p);
         sh->err = e2;
@@ -370,9 +398,10 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
       int r = sh_->result.load(std::memory_order_acquire);
       if (r == 0) return 0;
       if (r < 0) return fail("QP bring-up: " + sh_->err, err);
-      uint8_t buf[verbs::QpEndpoint::kWireBytes];
-      sh_->path->local().pack(buf);
-      if (!writeAll(*conn_, buf, sizeof(buf), err)) return fail("bootstrap: " + *err, err);
+      std::vector<verbs::QpEndpoint> mine = sh_->path->localEndpoints();
+      std::vector<uint8_t> buf(mine.size() * verbs::QpEndpoint::kWireBytes);
+      for (size_t i = 0; i < mine.size(); ++i) mine[i].pack(buf.data() + i * verbs::QpEndpoint::kWireBytes);
+      if (!writeAll(*conn_, buf.data(), buf.size(), err)) return fail("bootstrap: " + *err, err);
       stage_ = kReady;
     }
     return 1;
@@ -552,12 +581,14 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
   }
 
   friend ibv_qp* railover::rdma::pathQp(RecvPath*);
+  friend std::vector<ibv_qp*> railover::rdma::pathQps(RecvPath*);
   RdmaTransport& t_;
   int nic_;
   int nStreams_;
   std::shared_ptr<Shared<verbs::RecvPath>> sh_;
   Stage stage_ = kWait;
-  uint8_t ep_[verbs::QpEndpoint::kWireBytes];
+  // The sender's endpoints: the first one's size until it names the path's QP count.
+  std::vector<uint8_t> ep_ = std::vector<uint8_t>(verbs::QpEndpoint::kWireBytes);
   size_t got_ = 0;
   bool fenced_ = false;
   std::deque<Out> out_;
@@ -812,10 +843,10 @@ std::unique_ptr<Conn> RdmaTransport::connect(int nic, const sockaddr_storage& re
 
 std::unique_ptr<SendPath> RdmaTransport::openSendPath(int nic, const sockaddr_storage& remote, socklen_t len, int nStreams,
                                                       const PathIdentity& id, const ChunkPolicy& chunks, std::string* err) {
-  (void)nStreams;  // one QP per path (NCCL_IB_QPS_PER_CONNECTION is not honoured yet)
+  (void)nStreams;  // one bootstrap stream per path; its QPs: NCCL_IB_QPS_PER_CONNECTION
   if (nic < 0 || nic >= (int)ports_.size() || !ports_[nic].hca) return *err = "no HCA port behind NIC", nullptr;
   const NicPort& np = ports_[nic];
-  auto vp = std::make_unique<verbs::SendPath>(*np.hca, portSel(nic), rc_, err);
+  auto vp = std::make_unique<verbs::SendPath>(*np.hca, portSel(nic), rc_, err, (int)ib_.qpsPerConnection);
   if (!vp->ok()) return nullptr;
   auto conn = boot_->connect(nic, remote, len, err);
   if (!conn) return nullptr;
@@ -1007,6 +1038,22 @@ ibv_qp* pathQp(SendPath* p) {
   auto* r = dynamic_cast<RdmaSendPath*>(p);
   if (!r || !r->sh_ || r->sh_->result.load(std::memory_order_acquire) != 1) return nullptr;
   return r->sh_->path->qp().qp();
+}
+
+std::vector<ibv_qp*> pathQps(SendPath* p) {
+  std::vector<ibv_qp*> v;
+  auto* r = dynamic_cast<RdmaSendPath*>(p);
+  if (!r || !r->sh_ || r->sh_->result.load(std::memory_order_acquire) != 1) return v;
+  for (int i = 0; i < r->sh_->path->lanes(); ++i) v.push_back(r->sh_->path->qp(i).qp());
+  return v;
+}
+
+std::vector<ibv_qp*> pathQps(RecvPath* p) {
+  std::vector<ibv_qp*> v;
+  auto* r = dynamic_cast<RdmaRecvPath*>(p);
+  if (!r || !r->sh_ || r->sh_->result.load(std::memory_order_acquire) != 1) return v;
+  for (int i = 0; i < r->sh_->path->lanes(); ++i) v.push_back(r->sh_->path->qp(i).qp());
+  return v;
 }
 
 ibv_qp* pathQp(RecvPath* p) {

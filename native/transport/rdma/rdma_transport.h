@@ -1,14 +1,19 @@
 // The RDMA transport: the engine's path interface (transport/transport.h) on verbs RC queue
-// pairs (transport/verbs: one QP per path on the HCA port behind the path's NIC).
+// pairs (transport/verbs: NCCL_IB_QPS_PER_CONNECTION QPs per path, default 1, on the HCA port
+// behind the path's NIC).
 //
 // What a path is here:
 //  * a TCP *bootstrap* stream from the sender's NIC to the receiver's listener on the peer NIC
 //    (the TCP transport's connect): it carries the HELLO (the same 32 bytes as a TCP stream,
 //    so the receiver's acceptor, the TCP transport's (listen), routes it to its comm and path
-//    unchanged), then the two QP endpoints (verbs::QpEndpoint, 40 bytes each way). It stays
+//    unchanged), then the QP endpoints (verbs::QpEndpoint, 40 bytes per QP each way: the
+//    sender's N = its NCCL_IB_QPS_PER_CONNECTION, named in every endpoint; the receiver builds
+//    as many and answers with theirs). It stays
 //    open for the path's life: its end (EOF, reset) tells either side that the peer fenced or
 //    dropped the path, or exited, long before an RC retry timeout would;
-//  * one RC QP each way-pair (verbs::SendPath at the sender, verbs::RecvPath at the receiver):
+//  * N RC QPs ("lanes"; verbs::SendPath at the sender, verbs::RecvPath at the receiver; with
+//    N > 1 each chunk is split over the lanes and a message is reported only once every lane's
+//    share is placed: verbs_path.h):
 //    the receiver advertises each posted buffer (address, size, rkey of its HCA), the sender
 //    RDMA-WRITEs the message's chunks into it and ends the message with a WRITE_WITH_IMM;
 //    control messages (ACK, RESUME, RESUME_ACK, CLOSE) are SENDs on the same QP.
@@ -42,7 +47,7 @@
 // CUDA) or as dmabufs (regMrDmaBuf), on every HCA; iflush reads one byte of the buffer through
 // the NIC's flush QP (verbs_gdr.h) so the NIC's earlier writes are visible to the GPU.
 //
-// Limits: one QP per path; messages < 4 GiB.
+// Limits: messages < 4 GiB.
 // Thread-safety: a path object is used by one thread at a time (its link's mutex holder);
 // the transport's methods are thread-safe.
 #pragma once
@@ -234,6 +239,9 @@ class RdmaTransport : public Transport {
 // of another transport or one still connecting).
 ibv_qp* pathQp(SendPath* p);
 ibv_qp* pathQp(RecvPath* p);
+// Every QP of the path, lane 0 first (empty while it is connecting).
+std::vector<ibv_qp*> pathQps(SendPath* p);
+std::vector<ibv_qp*> pathQps(RecvPath* p);
 
 // True when every NIC of `nics` has an ACTIVE RDMA port behind it that NCCL_IB_HCA allows, with
 // a GID by NCCL's rules (cfg.ib), and libibverbs loads (RAILOVER_TRANSPORT=auto picks rdma

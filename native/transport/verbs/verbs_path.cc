@@ -4,6 +4,7 @@
 #include <endian.h>
 #include <poll.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -44,6 +45,12 @@ void encodeCtl(const CtlMsg& m, uint8_t out[kBytes]) {
   out[1] = static_cast<uint8_t>(m.type);
   put64(out + 8, m.seq);
   put64(out + 16, m.arg);
+}
+
+void encodePart(uint64_t seq, uint8_t out[kBytes]) {
+  std::memset(out, 0, kBytes);
+  out[0] = kPart;
+  put64(out + 8, seq);
 }
 
 void encodeDone(const Done& d, uint8_t out[kBytes]) {
@@ -118,11 +125,16 @@ int decode(const uint8_t in[kBytes], Decoded* d, std::string* err) {
       return *err = what + ": reserved bytes not zero", 0;
     return kDone;
   }
+  if (in[0] == kPart) {
+    if (!zero(in + 1, 7) || !zero(in + 16, 32)) return *err = what + ": reserved bytes not zero", 0;
+    d->partSeq = get64(in + 8);
+    return kPart;
+  }
   return *err = "control message of unknown kind " + std::to_string(in[0]) + "/" + std::to_string(in[1]), 0;
 }
 }  // namespace ctlwire
 
-PathBase::PathBase(Hca& hca, const PortSel& port, const RcParams& params, std::string* err)
+PathBase::PathBase(Hca& hca, const PortSel& port, const RcParams& params, std::string* err, int lanes)
     : hca_(hca), api_(hca.api()), port_(port), params_(params) {
   if (!hca.ok()) {
     *err = "HCA " + hca.name() + " is not open";
@@ -133,55 +145,93 @@ PathBase::PathBase(Hca& hca, const PortSel& port, const RcParams& params, std::s
     *err = bad;
     return;
   }
-  qp_ = std::make_unique<RcQp>(hca, port, kSendDepth, kRecvDepth, err);
-  if (!qp_->ok()) return;
-  ctlRecv_.assign(kRecvDepth * kCtlBytes, 0);
-  ctlSend_.assign(kSendDepth * kCtlBytes, 0);
-  recs_.resize(kSendDepth);
-  ctlRecvMr_ = api_.reg_mr(hca.pd(), ctlRecv_.data(), ctlRecv_.size(), IBV_ACCESS_LOCAL_WRITE);
-  ctlSendMr_ = api_.reg_mr(hca.pd(), ctlSend_.data(), ctlSend_.size(), IBV_ACCESS_LOCAL_WRITE);
-  if (!ctlRecvMr_ || !ctlSendMr_) {
-    *err = "ibv_reg_mr(control slots on " + hca.name() + "): " + std::strerror(errno);
+  if (lanes < 1 || lanes > QpEndpoint::kMaxLanes) {
+    *err = "a path of " + std::to_string(lanes) + " QPs (1.." + std::to_string(QpEndpoint::kMaxLanes) + ")";
     return;
+  }
+  lanes_.resize(static_cast<size_t>(lanes));
+  for (Lane& l : lanes_) {
+    l.qp = std::make_unique<RcQp>(hca, port, kSendDepth, kRecvDepth, err);
+    if (!l.qp->ok()) return;
+    l.ctlRecv.assign(kRecvDepth * kCtlBytes, 0);
+    l.ctlSend.assign(kSendDepth * kCtlBytes, 0);
+    l.recs.resize(kSendDepth);
+    l.ctlRecvMr = api_.reg_mr(hca.pd(), l.ctlRecv.data(), l.ctlRecv.size(), IBV_ACCESS_LOCAL_WRITE);
+    l.ctlSendMr = api_.reg_mr(hca.pd(), l.ctlSend.data(), l.ctlSend.size(), IBV_ACCESS_LOCAL_WRITE);
+    if (!l.ctlRecvMr || !l.ctlSendMr) {
+      *err = "ibv_reg_mr(control slots on " + hca.name() + "): " + std::strerror(errno);
+      return;
+    }
   }
   ok_ = true;
 }
 
 PathBase::~PathBase() {
-  qp_.reset();  // the QP before the MRs its work requests point into
-  if (ctlRecvMr_) api_.dereg_mr(ctlRecvMr_);
-  if (ctlSendMr_) api_.dereg_mr(ctlSendMr_);
+  for (Lane& l : lanes_) {
+    l.qp.reset();  // the QP before the MRs its work requests point into
+    if (l.ctlRecvMr) api_.dereg_mr(l.ctlRecvMr);
+    if (l.ctlSendMr) api_.dereg_mr(l.ctlSendMr);
+  }
 }
 
-bool PathBase::postRecv(int slot, std::string* err) {
+std::vector<QpEndpoint> PathBase::localEndpoints() const {
+  std::vector<QpEndpoint> v;
+  for (const Lane& l : lanes_) {
+    v.push_back(l.qp->local());
+    v.back().lanes = static_cast<uint8_t>(lanes_.size());
+  }
+  return v;
+}
+
+int PathBase::outstanding() const {
+  int n = 0;
+  for (const Lane& l : lanes_) n += l.sendsInFlight;
+  return n;
+}
+
+bool PathBase::postRecv(Lane& l, int slot, std::string* err) {
   ibv_sge sge{};
-  sge.addr = reinterpret_cast<uintptr_t>(ctlRecv_.data() + static_cast<size_t>(slot) * kCtlBytes);
+  sge.addr = reinterpret_cast<uintptr_t>(l.ctlRecv.data() + static_cast<size_t>(slot) * kCtlBytes);
   sge.length = kCtlBytes;
-  sge.lkey = ctlRecvMr_->lkey;
+  sge.lkey = l.ctlRecvMr->lkey;
   ibv_recv_wr wr{}, *bad = nullptr;
   wr.wr_id = kRecvTag | static_cast<uint64_t>(slot);
   wr.sg_list = &sge;
   wr.num_sge = 1;
-  int rc = ibv_post_recv(qp_->qp(), &wr, &bad);
+  int rc = ibv_post_recv(l.qp->qp(), &wr, &bad);
   if (rc) {
     *err = std::string("ibv_post_recv: ") + std::strerror(rc);
     return false;
   }
-  ++recvsPosted_;
+  ++l.recvsPosted;
   return true;
 }
 
-bool PathBase::connect(const QpEndpoint& peer, std::string* err) {
+bool PathBase::connect(const std::vector<QpEndpoint>& peers, std::string* err) {
   if (!ok_) {
     *err = "path not constructed";
     return false;
   }
-  if (!qp_->toInit(params_.pkeyIndex, err)) return false;  // NCCL_IB_PKEY
-  for (int i = 0; i < kRecvDepth; ++i)
-    if (!postRecv(i, err)) return false;
+  if (peers.size() != lanes_.size()) {
+    *err = "the peer offers " + std::to_string(peers.size()) + " QP endpoints for a path of " +
+           std::to_string(lanes_.size()) + " QPs";
+    return false;
+  }
+  for (const QpEndpoint& p : peers)
+    if (p.lanes != lanes_.size()) {
+      *err = "a peer endpoint names a path of " + std::to_string(p.lanes) + " QPs, this one has " +
+             std::to_string(lanes_.size());
+      return false;
+    }
+  for (Lane& l : lanes_) {
+    if (!l.qp->toInit(params_.pkeyIndex, err)) return false;  // NCCL_IB_PKEY
+    for (int i = 0; i < kRecvDepth; ++i)
+      if (!postRecv(l, i, err)) return false;
+  }
   hca_.pollAsync();
   portErrBase_ = hca_.portErrors(port_.port);  // only PORT_ERRs after the path came up count
-  if (!qp_->toRts(peer, params_, err)) return false;
+  for (size_t i = 0; i < lanes_.size(); ++i)
+    if (!lanes_[i].qp->toRts(peers[i], params_, err)) return false;
   connected_ = true;
   lastOkUs_ = nowUs();
   return true;
@@ -205,19 +255,20 @@ bool PathBase::takeBrokenNews() {
   return true;
 }
 
-int PathBase::postSend(ibv_send_wr* wr, const SendRec& rec, std::string* err) {
-  wr->wr_id = sendHead_;
+int PathBase::postSend(ibv_send_wr* wr, const SendRec& rec, std::string* err, int lane) {
+  Lane& l = lanes_[static_cast<size_t>(lane)];
+  wr->wr_id = l.sendHead;
   wr->send_flags |= IBV_SEND_SIGNALED;
   ibv_send_wr* bad = nullptr;
-  int rc = ibv_post_send(qp_->qp(), wr, &bad);
+  int rc = ibv_post_send(l.qp->qp(), wr, &bad);
   if (rc) {
     *err = std::string("ibv_post_send: ") + std::strerror(rc);
     markBroken("post", *err, rc);
     return -1;
   }
-  recs_[sendHead_ % kSendDepth] = rec;
-  ++sendHead_;
-  ++sendsInFlight_;
+  l.recs[l.sendHead % kSendDepth] = rec;
+  ++l.sendHead;
+  ++l.sendsInFlight;
   return 1;
 }
 
@@ -232,38 +283,52 @@ int PathBase::sendCtl(const CtlMsg& m, std::string* err) {
   return postCtlSlot(w, err);
 }
 
-uint8_t* PathBase::ctlSendSlot() { return ctlSend_.data() + (sendHead_ % kSendDepth) * kCtlBytes; }
+uint8_t* PathBase::ctlSendSlot(int lane) {
+  Lane& l = lanes_[static_cast<size_t>(lane)];
+  return l.ctlSend.data() + (l.sendHead % kSendDepth) * kCtlBytes;
+}
 
-int PathBase::postCtlSlot(uint8_t* w, std::string* err) {
-  ibv_sge sge{reinterpret_cast<uintptr_t>(w), static_cast<uint32_t>(kCtlBytes), ctlSendMr_->lkey};
+int PathBase::postCtlSlot(uint8_t* w, std::string* err, int lane) {
+  ibv_sge sge{reinterpret_cast<uintptr_t>(w), static_cast<uint32_t>(kCtlBytes),
+              lanes_[static_cast<size_t>(lane)].ctlSendMr->lkey};
   ibv_send_wr wr{};
   wr.opcode = IBV_WR_SEND;
   wr.sg_list = &sge;
   wr.num_sge = 1;
   SendRec rec;
   rec.kind = SendRec::kCtl;
-  return postSend(&wr, rec, err);
+  return postSend(&wr, rec, err, lane);
 }
 
 void PathBase::waitIdle(int timeoutMs) {
-  pollfd p[2] = {{qp_->completionFd(), POLLIN, 0}, {hca_.ctx()->async_fd, POLLIN, 0}};
-  poll(p, 2, timeoutMs);
+  std::vector<pollfd> p;
+  for (const Lane& l : lanes_) p.push_back({l.qp->completionFd(), POLLIN, 0});
+  p.push_back({hca_.ctx()->async_fd, POLLIN, 0});
+  poll(p.data(), p.size(), timeoutMs);
 }
 
 void PathBase::pollOnce() {
   lastFound_ = 0;
   if (!connected_) return;
   lastFound_ += static_cast<int>(hca_.pollAsync().size());
-  qp_->rearm();
   if (!broken_ && !fenced_) {
     if (hca_.portErrors(port_.port) > portErrBase_)
       markBroken("port", "port error (" + hca_.name() + " port " + std::to_string(port_.port) + ")",
                  IBV_EVENT_PORT_ERR);
     std::string what;
-    if (hca_.qpFatal(qp_->qp()->qp_num, &what)) markBroken("qp-event", what, 0);
+    for (size_t i = 0; i < lanes_.size() && !broken_; ++i)
+      if (hca_.qpFatal(lanes_[i].qp->qp()->qp_num, &what))
+        markBroken("qp-event", lanes_.size() > 1 ? what + " (QP " + std::to_string(i) + " of the path)" : what, 0);
   }
+  for (size_t i = 0; i < lanes_.size(); ++i) pollLane(static_cast<int>(i));
+  afterPoll();
+}
+
+void PathBase::pollLane(int lane) {
+  Lane& l = lanes_[static_cast<size_t>(lane)];
+  l.qp->rearm();
   ibv_wc wc[32];
-  int n = ibv_poll_cq(qp_->cq(), 32, wc);
+  int n = ibv_poll_cq(l.qp->cq(), 32, wc);
   if (n < 0) {
     markBroken("completion", "ibv_poll_cq failed", n);
     return;
@@ -274,9 +339,9 @@ void PathBase::pollOnce() {
     const ibv_wc& c = wc[i];
     bool isRecv = (c.wr_id & kRecvTag) != 0;
     if (isRecv)
-      --recvsPosted_;
+      --l.recvsPosted;
     else
-      --sendsInFlight_;
+      --l.sendsInFlight;
     if (c.status != IBV_WC_SUCCESS) {
       if (c.status == IBV_WC_WR_FLUSH_ERR) ++(isRecv ? flushedRecvs_ : flushedSends_);
       // Any error completion outside a fence breaks the path: which status arrives depends on
@@ -287,18 +352,24 @@ void PathBase::pollOnce() {
     lastOkUs_ = now;
     if (isRecv) {
       int slot = static_cast<int>(c.wr_id & ~kRecvTag);
-      if (c.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+      const uint8_t* w = l.ctlRecv.data() + static_cast<size_t>(slot) * kCtlBytes;
+      if (c.opcode == IBV_WC_RECV_RDMA_WITH_IMM && lane == 0) {
         onImm(ntohl(c.imm_data));
       } else if (c.opcode == IBV_WC_RECV && c.byte_len == kCtlBytes) {
-        onCtl(ctlRecv_.data() + static_cast<size_t>(slot) * kCtlBytes);
+        if (lane == 0)
+          onCtl(w);
+        else
+          onLaneCtl(lane, w);
       } else {
         markBroken("protocol", "unexpected receive completion (opcode " + std::to_string(c.opcode) + ", " +
-                                   std::to_string(c.byte_len) + " bytes)", 0);
+                                   std::to_string(c.byte_len) + " bytes" +
+                                   (lane ? ", QP " + std::to_string(lane) + " of the path" : std::string()) + ")",
+                   0);
       }
       std::string e;
-      if (!broken_ && !fenced_ && !postRecv(slot, &e)) markBroken("post", e, 0);
+      if (!broken_ && !fenced_ && !postRecv(l, slot, &e)) markBroken("post", e, 0);
     } else {
-      onSendDone(recs_[c.wr_id % kSendDepth]);
+      onSendDone(l.recs[c.wr_id % kSendDepth]);
     }
   }
 }
@@ -307,17 +378,25 @@ FenceResult PathBase::fence(int timeoutMs) {
   FenceResult r;
   uint64_t t0 = nowUs();
   fenced_ = true;
-  if (connected_ && !qp_->toError(&r.err)) {
-    r.us = nowUs() - t0;
-    return r;
+  if (connected_) {
+    for (Lane& l : lanes_)
+      if (!l.qp->toError(&r.err)) {
+        r.us = nowUs() - t0;
+        return r;
+      }
   }
+  auto left = [this] {
+    int n = 0;
+    for (const Lane& l : lanes_) n += l.sendsInFlight + l.recvsPosted;
+    return n;
+  };
   uint64_t deadline = t0 + static_cast<uint64_t>(timeoutMs) * 1000u;
-  while (connected_ && (sendsInFlight_ > 0 || recvsPosted_ > 0) && nowUs() < deadline) {
-    int before = sendsInFlight_ + recvsPosted_;
+  while (connected_ && left() > 0 && nowUs() < deadline) {
+    int before = left();
     pollOnce();
-    if (sendsInFlight_ + recvsPosted_ == before) waitIdle(10);  // flushes come from the kernel
+    if (left() == before) waitIdle(10);  // flushes come from the kernel
   }
-  r.drained = sendsInFlight_ == 0 && recvsPosted_ == 0;
+  r.drained = left() == 0;
   r.flushedSends = flushedSends_;
   r.flushedRecvs = flushedRecvs_;
   r.us = nowUs() - t0;
@@ -414,36 +493,63 @@ int SendPath::post(const ChunkRef& c, const void* src, uint32_t lkey, std::strin
   auto finish = [&] {
     if (++g->finished == g->count) adverts_.erase(first);
   };
+  const int nl = lanes();
+  // Lanes 1..nl-1 end their share of a finished message with a PART (after their writes).
+  auto postParts = [&]() {
+    for (int i = 1; i < nl; ++i) {
+      uint8_t* w = ctlSendSlot(i);
+      ctlwire::encodePart(c.seq, w);
+      if (postCtlSlot(w, err, i) != 1) return false;
+    }
+    return true;
+  };
   if (pick < 0) {  // refused: nothing is written; the last chunk tells the receiver
     if (!last) return 1;
-    if (!sendSlotFree()) return 0;
+    for (int i = 0; i < nl; ++i)
+      if (!sendSlotFree(i)) return 0;
     Done d;
     d.seq = c.seq, d.tag = c.tag, d.bytes = c.total, d.index = g->refuseIndex[k], d.written = false;
     uint8_t* w = ctlSendSlot();
     ctlwire::encodeDone(d, w);
     int r = postCtlSlot(w, err);
-    if (r == 1) finish();
-    return r;
+    if (r != 1) return r;
+    if (!postParts()) return -1;
+    finish();
+    return 1;
   }
   const Advert& a = g->e[pick];
   const bool withDone = last && g->grouped;
-  const bool write = !withDone || c.len > 0;
-  if (outstanding() + (write ? 1 : 0) + (withDone ? 1 : 0) > kSendDepth) return 0;
-  if (write) {
-    ibv_sge sge{reinterpret_cast<uintptr_t>(src), static_cast<uint32_t>(c.len), lkey};
+  // Lane i's share of the chunk: [i * per, (i + 1) * per) of it, cut at its end.
+  const uint64_t per = nl == 1 ? c.len : (((c.len + nl - 1) / nl + kLaneAlign - 1) / kLaneAlign) * kLaneAlign;
+  auto share = [&](int i, uint64_t* off) {
+    *off = std::min(c.len, per * static_cast<uint64_t>(i));
+    return std::min(c.len - *off, per);
+  };
+  for (int i = 0; i < nl; ++i) {  // a chunk goes out on every lane or on none
+    uint64_t off, len = share(i, &off);
+    int need = i == 0 ? ((!withDone || len > 0) ? 1 : 0) + (withDone ? 1 : 0) : (len > 0 ? 1 : 0) + (last ? 1 : 0);
+    if (freeSlots(i) < need) return 0;
+  }
+  for (int i = nl - 1; i >= 0; --i) {
+    uint64_t off, len = share(i, &off);
+    bool imm = i == 0 && last && !g->grouped;
+    bool write = i == 0 ? !withDone || len > 0 : len > 0;
+    if (!write) continue;
+    ibv_sge sge{reinterpret_cast<uintptr_t>(src) + off, static_cast<uint32_t>(len), lkey};
     ibv_send_wr wr{};
-    bool imm = last && !g->grouped;
     wr.opcode = imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
     if (imm) wr.imm_data = htonl(static_cast<uint32_t>(c.total));
-    wr.sg_list = c.len ? &sge : nullptr;
-    wr.num_sge = c.len ? 1 : 0;
-    wr.wr.rdma.remote_addr = a.addr + c.offset;
+    wr.sg_list = len ? &sge : nullptr;
+    wr.num_sge = len ? 1 : 0;
+    wr.wr.rdma.remote_addr = a.addr + c.offset + off;
     wr.wr.rdma.rkey = a.rkey;
     SendRec rec;
     rec.kind = imm ? SendRec::kWriteImm : SendRec::kWrite;
     rec.chunk = c;
-    int r = postSend(&wr, rec, err);
-    if (r != 1) return r;
+    rec.chunk.offset = c.offset + off;
+    rec.chunk.len = len;
+    int r = postSend(&wr, rec, err, i);
+    if (r != 1) return -1;  // the path is broken now (postSend says why)
   }
   if (withDone) {  // after the writes on the same QP: the receiver sees it once they are placed
     Done d;
@@ -452,7 +558,10 @@ int SendPath::post(const ChunkRef& c, const void* src, uint32_t lkey, std::strin
     ctlwire::encodeDone(d, w);
     if (postCtlSlot(w, err) != 1) return -1;
   }
-  if (last) finish();
+  if (last) {
+    if (!postParts()) return -1;
+    finish();
+  }
   return 1;
 }
 
@@ -499,6 +608,11 @@ void SendPath::onCtl(const uint8_t* w) {
 }
 
 void SendPath::onImm(uint32_t) { markBroken("protocol", "write-with-immediate arrived at a sender", 0); }
+
+void SendPath::onLaneCtl(int lane, const uint8_t* w) {
+  markBroken("protocol", "control message of kind " + std::to_string(w[0]) + " on QP " + std::to_string(lane) +
+                             " of a sender's path (only lane 0 carries the receiver's messages)", 0);
+}
 
 void SendPath::onSendDone(const SendRec& r) {
   if (r.kind == SendRec::kCtl) return;
@@ -553,6 +667,7 @@ int RecvPath::advertise(uint64_t seq, uint64_t tag, void* buf, uint64_t size, ui
   if (r == 1) {
     p.seq = seq;
     pending_.push_back(p);
+    advertisedEnd_ = seq + 1;
   }
   return r;
 }
@@ -577,6 +692,7 @@ int RecvPath::advertiseGroup(uint64_t seq, const Advert* entries, int n, std::st
     if (postCtlSlot(w, err) != 1) return -1;  // the path is broken now (the sender sees a partial group only then)
   }
   pending_.push_back(p);
+  advertisedEnd_ = seq + static_cast<uint64_t>(n);
   return 1;
 }
 
@@ -598,13 +714,56 @@ void RecvPath::onImm(uint32_t imm) {
                                " bytes arrived in a buffer of " + std::to_string(a.size), 0);
     return;
   }
+  Arrival x;
+  x.seq = a.seq;
+  x.tag = a.tag;
+  x.bytes = imm;
+  x.addr = a.addr;
+  arrive(x);
+}
+
+void RecvPath::arrive(const Arrival& a) {
+  if (lanes() > 1) {
+    held_.push_back(a);  // afterPoll() releases it once every lane's share is placed
+    return;
+  }
   Ev e{};
   e.kind = Ev::kArrived;
-  e.arrival.seq = a.seq;
-  e.arrival.tag = a.tag;
-  e.arrival.bytes = imm;
-  e.arrival.addr = a.addr;
+  e.arrival = a;
   evq_.push_back(e);
+}
+
+void RecvPath::afterPoll() {
+  if (partNext_.size() != static_cast<size_t>(lanes())) return;  // some lane has sent no PART yet
+  while (!held_.empty()) {
+    const uint64_t seq = held_.front().seq;
+    for (int i = 1; i < lanes(); ++i)
+      if (partNext_[static_cast<size_t>(i)] <= seq) return;
+    Ev e{};
+    e.kind = Ev::kArrived;
+    e.arrival = held_.front();
+    held_.pop_front();
+    evq_.push_back(e);
+  }
+}
+
+void RecvPath::onLaneCtl(int lane, const uint8_t* w) {
+  ctlwire::Decoded d;
+  std::string err;
+  const std::string where = " on QP " + std::to_string(lane) + " of the path";
+  int k = ctlwire::decode(w, &d, &err);
+  if (k != ctlwire::kPart)
+    return markBroken("protocol", (k == 0 ? err : "control message of kind " + std::to_string(w[0])) + where +
+                                      " (only PARTs go there)", 0);
+  if (partNext_.size() != static_cast<size_t>(lanes())) partNext_.assign(static_cast<size_t>(lanes()), 0);
+  uint64_t& next = partNext_[static_cast<size_t>(lane)];
+  if (d.partSeq < next || d.partSeq >= advertisedEnd_)
+    return markBroken("protocol", "PART of message " + std::to_string(d.partSeq) + where +
+                                      (d.partSeq < next ? " after the PART of message " + std::to_string(next - 1)
+                                                        : " beyond the messages advertised (up to " +
+                                                              std::to_string(advertisedEnd_) + ")"),
+                      0);
+  next = d.partSeq + 1;
 }
 
 void RecvPath::onDone(const Done& d) {
@@ -642,7 +801,7 @@ void RecvPath::onDone(const Done& d) {
     e.arrival.refused = true;
   }
   if (++p.next == p.count) pending_.pop_front();
-  evq_.push_back(e);
+  arrive(e.arrival);
 }
 
 void RecvPath::onCtl(const uint8_t* w) {

@@ -1,6 +1,7 @@
-// Verbs building blocks, part 4: a "verbs path", one RC QP between a local and a remote HCA
-// port that carries one direction of a comm's data plus its control channel. It maps onto the
-// engine's chunk-level transport concepts one to one (docs/VERBS.md has the full design):
+// Verbs building blocks, part 4: a "verbs path", one or more RC QPs ("lanes") between a local
+// and a remote HCA port that carry one direction of a comm's data plus its control channel. It
+// maps onto the engine's chunk-level transport concepts one to one (docs/VERBS.md has the full
+// design):
 //
 //   engine concept                      verbs path
 //   ---------------------------------   ------------------------------------------------------
@@ -24,6 +25,16 @@
 //   fence()                             QP to ERR, then drain every flush completion
 //   completionNeedsReceiverAck()        true: a WRITE's completion proves the remote HCA took
 //                                         the data, not that the receiver holds it
+//
+// Lanes (NCCL_IB_QPS_PER_CONNECTION = N > 1): lane 0 is the QP described above and carries
+// every control message; each chunk is split into N shares (ceil(len / N) rounded up to
+// kLaneAlign bytes, lane i taking the i-th; a short chunk leaves the last lanes empty), each
+// share an RDMA WRITE on its lane. RC orders a QP's operations, not two QPs', so when a
+// message's last chunk is posted every lane i >= 1 ends its share with a PART{seq} SEND after
+// its writes, and the receiver reports the message (WRITE_WITH_IMM or DONE on lane 0) only once
+// every lane's PART for it (or a later one) has arrived: then every byte of it is placed. The
+// sender sends a PART on every lane for every message it finishes, refused ones included. The
+// receiver uses the lane count the sender's endpoints name (QpEndpoint::lanes).
 //
 // Messages are limited to 4 GiB - 1 bytes (the immediate is 32 bits); post() rejects larger.
 // Every call is non-blocking except fence() (bounded by its timeout). Thread-safety: one thread
@@ -89,17 +100,21 @@ constexpr uint8_t kNoEntry = 0xff;
 //   [8..15] seq  [16..23] addr | arg  [24..31] size | bytes  [32..39] tag  [40..47] 0
 // Kinds: 1 ADVERT (a single receive), 2 CONTROL, 3 GROUP_ENTRY (one entry of a grouped
 // receive; a group of n is n of them, index 0..n-1 in order, all with the group's seq and n),
-// 4 DONE (sender -> receiver, see Done; status 0 written, 1 refused).
+// 4 DONE (sender -> receiver, see Done; status 0 written, 1 refused), 5 PART (sender ->
+// receiver on lanes 1..N-1 only: this lane's share of message seq is written; [8..15] seq,
+// every other byte 0).
 namespace ctlwire {
 constexpr size_t kBytes = 48;
-enum Kind : uint8_t { kAdvert = 1, kControl = 2, kGroupEntry = 3, kDone = 4 };
+enum Kind : uint8_t { kAdvert = 1, kControl = 2, kGroupEntry = 3, kDone = 4, kPart = 5 };
 void encodeAdvert(const Advert& a, uint8_t out[kBytes]);  // kAdvert (count 0) or kGroupEntry
 void encodeCtl(const CtlMsg& m, uint8_t out[kBytes]);
 void encodeDone(const Done& d, uint8_t out[kBytes]);
+void encodePart(uint64_t seq, uint8_t out[kBytes]);
 struct Decoded {
-  Advert advert;  // kAdvert, kGroupEntry
-  CtlMsg ctl;     // kControl
-  Done done;      // kDone
+  Advert advert;         // kAdvert, kGroupEntry
+  CtlMsg ctl;            // kControl
+  Done done;             // kDone
+  uint64_t partSeq = 0;  // kPart
 };
 // Kind of the message with its fields in *d, or 0 with *err naming what is wrong: an unknown
 // kind or control type, a group count outside 1..kMaxGroup, an entry index not below the count,
@@ -138,41 +153,53 @@ struct FenceResult {
   std::string err;           // modify-to-ERR failure (then nothing is guaranteed)
 };
 
-// Shared machinery: QP, control slots, completion polling, async events, fence.
+// Shared machinery: QPs (lanes), control slots, completion polling, async events, fence.
 class PathBase {
  public:
-  // Depths: send WRs in flight (chunks + control) and receive WRs kept posted.
+  // Depths per lane: send WRs in flight (chunks + control) and receive WRs kept posted.
   static constexpr int kSendDepth = 256;
   static constexpr int kRecvDepth = 256;
   static constexpr size_t kCtlBytes = ctlwire::kBytes;  // control message on the wire
+  // A chunk's share on one lane is a multiple of this many bytes (the last share excepted), as
+  // NCCL's IB transport aligns its per-QP split to 128 bytes.
+  static constexpr uint64_t kLaneAlign = 128;
 
-  PathBase(Hca& hca, const PortSel& port, const RcParams& params, std::string* err);
+  // `lanes` RC QPs (1..QpEndpoint::kMaxLanes) on `port` of `hca`. ok() false with *err when a
+  // QP, CQ or control-slot registration cannot be created or `lanes` is out of range.
+  PathBase(Hca& hca, const PortSel& port, const RcParams& params, std::string* err, int lanes = 1);
   virtual ~PathBase();
   bool ok() const { return ok_; }
-  const QpEndpoint& local() const { return qp_->local(); }
-  RcQp& qp() { return *qp_; }
+  int lanes() const { return static_cast<int>(lanes_.size()); }
+  // Lane 0's endpoint (a one-lane path's only one); every lane's, in lane order, each naming
+  // the lane count.
+  const QpEndpoint& local() const { return lanes_[0].qp->local(); }
+  std::vector<QpEndpoint> localEndpoints() const;
+  RcQp& qp(int lane = 0) { return *lanes_[static_cast<size_t>(lane)].qp; }
   const RcParams& params() const { return params_; }
 
-  // Brings the QP up towards `peer` (INIT, posts every receive, RTR, RTS). Not for the progress
-  // thread (address resolution may block).
-  bool connect(const QpEndpoint& peer, std::string* err);
+  // Brings every lane up towards the peer's endpoint of the same lane (INIT, posts every
+  // receive, RTR, RTS): `peers` holds lanes() endpoints, each naming lanes() as its count, else
+  // false with *err. Not for the progress thread (address resolution may block).
+  bool connect(const std::vector<QpEndpoint>& peers, std::string* err);
+  bool connect(const QpEndpoint& peer, std::string* err) { return connect(std::vector<QpEndpoint>{peer}, err); }
 
   // Sends a control message to the peer. 1 posted, 0 no send slot free (retry after progress),
   // -1 broken/fenced (*err).
   int sendCtl(const CtlMsg& m, std::string* err);
 
-  // Moves the QP to ERR and polls until every outstanding send and posted receive has flushed
-  // or timeoutMs passed. After it returns (with err empty) nothing sent on this QP can land in
-  // this side's registered memory, and no completion of this QP remains to be seen later.
+  // Moves every lane's QP to ERR and polls until every outstanding send and posted receive has
+  // flushed or timeoutMs passed. After it returns (with err empty) nothing sent on these QPs can
+  // land in this side's registered memory, and no completion of them remains to be seen later.
   FenceResult fence(int timeoutMs);
   bool fenced() const { return fenced_; }
 
   bool broken() const { return broken_; }
   const Broken& brokenWhy() const { return why_; }
-  // CLOCK_MONOTONIC µs of the last successful completion (send or receive); connect time before.
+  // CLOCK_MONOTONIC µs of the last successful completion (send or receive, any lane); connect
+  // time before.
   uint64_t lastProgressUs() const { return lastOkUs_; }
-  // Send work requests posted and not completed yet.
-  int outstanding() const { return sendsInFlight_; }
+  // Send work requests posted and not completed yet (every lane).
+  int outstanding() const;
   // Completions and async events the last progress() found (0: nothing happened).
   int lastPollFound() const { return lastFound_; }
   // For an idle caller: waits in poll(2) until a completion or an async event of the HCA may be
@@ -184,19 +211,25 @@ class PathBase {
     enum Kind : uint8_t { kCtl, kWrite, kWriteImm } kind = kCtl;
     ChunkRef chunk;
   };
-  // One poll pass: async events, then up to 32 completions. Calls the hooks below.
+  // One poll pass: async events, then up to 32 completions per lane. Calls the hooks below.
   void pollOnce();
   virtual void onCtl(const uint8_t* wire) = 0;
   virtual void onImm(uint32_t imm) = 0;
   virtual void onSendDone(const SendRec& r) = 0;
+  // A control slot received on lane >= 1 (only PARTs belong there).
+  virtual void onLaneCtl(int lane, const uint8_t* wire) = 0;
+  // Called once per pollOnce() after the completions (the receiver releases held arrivals).
+  virtual void afterPoll() {}
   // True exactly once, the first time it is asked after the path broke (sinks hear it once).
   bool takeBrokenNews();
   void markBroken(const std::string& source, const std::string& status, int code);
-  int postSend(ibv_send_wr* wr, const SendRec& rec, std::string* err);
-  bool sendSlotFree() const { return sendsInFlight_ < kSendDepth; }
-  // The control slot the next send will use (valid while sendSlotFree()), and its posting.
-  uint8_t* ctlSendSlot();
-  int postCtlSlot(uint8_t* slot, std::string* err);
+  int postSend(ibv_send_wr* wr, const SendRec& rec, std::string* err, int lane = 0);
+  bool sendSlotFree(int lane = 0) const { return lanes_[static_cast<size_t>(lane)].sendsInFlight < kSendDepth; }
+  int freeSlots(int lane) const { return kSendDepth - lanes_[static_cast<size_t>(lane)].sendsInFlight; }
+  // The control slot the next send of `lane` will use (valid while sendSlotFree(lane)), and its
+  // posting.
+  uint8_t* ctlSendSlot(int lane = 0);
+  int postCtlSlot(uint8_t* slot, std::string* err, int lane = 0);
 
   // Events found while polling, delivered to the sink by the next progress() (fence() polls
   // without a sink: a message that arrived just before the fence is not lost).
@@ -212,21 +245,26 @@ class PathBase {
   const VerbsApi& api_;
   PortSel port_;
   RcParams params_;
-  std::unique_ptr<RcQp> qp_;
   bool ok_ = false, connected_ = false, broken_ = false, fenced_ = false, brokenTold_ = false;
   Broken why_;
   uint64_t lastOkUs_ = 0;
   uint64_t portErrBase_ = 0;
 
  private:
-  bool postRecv(int slot, std::string* err);
-  std::vector<uint8_t> ctlRecv_, ctlSend_;
-  ibv_mr* ctlRecvMr_ = nullptr;
-  ibv_mr* ctlSendMr_ = nullptr;
-  std::vector<SendRec> recs_;  // ring indexed by wr_id % kSendDepth
-  uint64_t sendHead_ = 0;      // next wr_id to use
-  int sendsInFlight_ = 0;
-  int recvsPosted_ = 0;
+  // One RC QP of the path with its control slots and send ring.
+  struct Lane {
+    std::unique_ptr<RcQp> qp;
+    std::vector<uint8_t> ctlRecv, ctlSend;
+    ibv_mr* ctlRecvMr = nullptr;
+    ibv_mr* ctlSendMr = nullptr;
+    std::vector<SendRec> recs;  // ring indexed by wr_id % kSendDepth
+    uint64_t sendHead = 0;      // next wr_id to use
+    int sendsInFlight = 0;
+    int recvsPosted = 0;
+  };
+  bool postRecv(Lane& l, int slot, std::string* err);
+  void pollLane(int lane);
+  std::vector<Lane> lanes_;
   int lastFound_ = 0;
   int flushedSends_ = 0, flushedRecvs_ = 0;
 };
@@ -260,6 +298,10 @@ class SendPath : public PathBase {
   // engine reports the caller's error (as with TCP) and the path stays up.
   // A grouped message ends with a WRITE of its last chunk and a DONE{seq, entry, bytes, tag}
   // SEND (RC: placed after the writes before it); a single one with a WRITE_WITH_IMM.
+  // With several lanes the chunk is split into per-lane WRITEs and the last chunk also posts a
+  // PART{seq} on every lane >= 1 (header); 0 (would block) when any lane lacks the send slots,
+  // so a chunk is posted on all its lanes or on none. chunkDone() then reports each lane's
+  // share of a chunk as its own ChunkRef (offset and len of the share).
   int post(const ChunkRef& c, const void* src, uint32_t lkey, std::string* err);
   // Always true for verbs: see the header comment.
   static constexpr bool completionNeedsReceiverAck() { return true; }
@@ -268,6 +310,7 @@ class SendPath : public PathBase {
   void onCtl(const uint8_t* wire) override;
   void onImm(uint32_t imm) override;
   void onSendDone(const SendRec& r) override;
+  void onLaneCtl(int lane, const uint8_t* wire) override;
   // One advertisement: a single receive (count 1, !grouped) or a grouped one, by first seq.
   struct Group {
     uint64_t seq = 0;
@@ -317,16 +360,29 @@ class RecvPath : public PathBase {
     uint8_t next = 0;   // messages arrived (seq order)
     Advert e[kMaxGroup];
   };
-  // Advertised and not yet arrived, oldest first (what a resume must re-advertise elsewhere).
+  // Advertised and not yet arrived on lane 0, oldest first (what a resume must re-advertise
+  // elsewhere, with held() arrivals: those are not reported before their PARTs came).
   const std::deque<Pending>& pending() const { return pending_; }
+
+  // Messages that arrived on lane 0 and wait for a lane's PART (several lanes only).
+  size_t held() const { return held_.size(); }
 
  private:
   void onCtl(const uint8_t* wire) override;
   void onImm(uint32_t imm) override;
   void onSendDone(const SendRec& r) override {}
+  void onLaneCtl(int lane, const uint8_t* wire) override;
+  void afterPoll() override;
   void onDone(const Done& d);
+  void arrive(const Arrival& a);
   int checkOrder(uint64_t seq, std::string* err);
   std::deque<Pending> pending_;
+  // Several lanes: arrivals held until every lane >= 1 has sent a PART for their seq or a later
+  // one; partNext_[i] = (seq of lane i's last PART) + 1, 0 before its first.
+  std::deque<Arrival> held_;
+  std::vector<uint64_t> partNext_;
+  uint64_t advertisedEnd_ = 0;  // one past the highest seq advertised so far
+  bool advertisedAny_ = false;
 };
 
 }  // namespace verbs

@@ -41,7 +41,7 @@ std::string RcParams::validate() const {
   return "";
 }
 
-// Layout: magic(4) version(2) lid(2) qpn(4) psn(4) gid(16) mtu(1) roce(1) pad(6) = 40 bytes.
+// Layout: magic(4) version(2) lid(2) qpn(4) psn(4) gid(16) mtu(1) roce(1) lanes-1(1) pad(5) = 40 bytes.
 void QpEndpoint::pack(uint8_t out[kWireBytes]) const {
   std::memset(out, 0, kWireBytes);
   put32(out, kEndpointMagic);
@@ -53,6 +53,7 @@ void QpEndpoint::pack(uint8_t out[kWireBytes]) const {
   std::memcpy(out + 16, gid, 16);
   out[32] = mtu;
   out[33] = roce;
+  out[34] = static_cast<uint8_t>(lanes ? lanes - 1 : 0);
 }
 
 bool QpEndpoint::looksLikeOne(const uint8_t in[kWireBytes]) { return get32(in) == kEndpointMagic; }
@@ -101,7 +102,12 @@ bool QpEndpoint::unpack(const uint8_t in[kWireBytes], std::string* err) {
     *err = "peer's QP endpoint is RoCE with an all-zero GID";
     return false;
   }
-  for (size_t i = 34; i < kWireBytes; ++i) {
+  if (in[34] >= kMaxLanes) {
+    *err = "peer's QP endpoint names a path of " + std::to_string(in[34] + 1) + " QPs (1.." +
+           std::to_string(kMaxLanes) + ")";
+    return false;
+  }
+  for (size_t i = 35; i < kWireBytes; ++i) {
     if (in[i] != 0) {
       *err = "peer's QP endpoint has non-zero reserved byte " + std::to_string(i);
       return false;
@@ -113,6 +119,7 @@ bool QpEndpoint::unpack(const uint8_t in[kWireBytes], std::string* err) {
   std::memcpy(gid, in + 16, 16);
   mtu = m;
   roce = r;
+  lanes = static_cast<uint8_t>(in[34] + 1);
   return true;
 }
 

@@ -54,11 +54,18 @@ struct QpEndpoint {
   uint16_t lid = 0;
   uint8_t mtu = IBV_MTU_1024;  // enum ibv_mtu of the sender's active MTU
   uint8_t roce = 1;
+  // QPs of the path this endpoint belongs to (1..kMaxLanes; NCCL_IB_QPS_PER_CONNECTION at the
+  // sender): every endpoint of a path carries the same count, and a path's N endpoints travel
+  // back to back. On the wire as byte 34 = lanes - 1, so a one-QP endpoint is byte for byte
+  // what wire version 1 was before paths had several QPs.
+  uint8_t lanes = 1;
+  static constexpr int kMaxLanes = 128;  // NCCL_IB_QPS_PER_CONNECTION's upper bound (params.h)
   static constexpr size_t kWireBytes = 40;
   void pack(uint8_t out[kWireBytes]) const;
   // false with *err naming the first bad field: magic, version, QPN (1..0xFFFFFF), PSN (24
   // bits), MTU code (IBV_MTU_256..IBV_MTU_4096), link layer (0 IB, 1 RoCE), LID (IB: unicast
-  // 1..0xBFFF), GID (RoCE: not all zero), reserved bytes 34..39 (zero). Nothing is taken from a
+  // 1..0xBFFF), GID (RoCE: not all zero), lane count (byte 34: 0..kMaxLanes-1), reserved bytes
+  // 35..39 (zero). Nothing is taken from a
   // refused endpoint. Fuzzed by native/fuzz/fuzz_verbs.cc.
   bool unpack(const uint8_t in[kWireBytes], std::string* err);
   // True when the bytes start with the endpoint's magic: a refused endpoint that does is a
