@@ -1,7 +1,7 @@
 """The plugin's RDMA transport (``RAILOVER_TRANSPORT=rdma``) end to end on the RDMA test bed:
 ``railover-perf`` ranks in the two guests load the plugin, which moves every message with RDMA
-WRITE / WRITE_WITH_IMM on rxe queue pairs (one RC QP per path, on the HCA port behind the
-path's NIC), every byte checked by railover-perf.
+WRITE / WRITE_WITH_IMM on rxe queue pairs (``NCCL_IB_QPS_PER_CONNECTION`` RC QPs per path,
+default 1, on the HCA port behind the path's NIC), every byte checked by railover-perf.
 
 Asserted here:
 * an all-reduce across the guests completes with 0 wrong bytes through net ABIs v7, v9, v12,
@@ -23,6 +23,8 @@ Asserted here:
   timeout (plus TCG's slack), never a hang;
 * grouped receives (railover-perf ``--group 8``: 8 steps per irecv, buffers in reverse step
   order, placed by tag) across a cable pull and failback, every byte checked;
+* paths of three RC QPs (``NCCL_IB_QPS_PER_CONNECTION=3``) across a cable pull and failback,
+  every byte checked;
 * iflush (railover-perf ``--flush``, as NCCL's GPUDirect receive path): every receive with
   bytes is flushed by a real RDMA READ through the HCA, also across a cable pull of that HCA;
 * ranks that disagree on the transport (one tcp, one rdma) fail with an error that names both
@@ -205,11 +207,12 @@ def test_a_fault_on_the_primary_fails_over_to_the_standby_hca_and_back(rdma_bed,
     crash_retry(bed, body)
 
 
-def _cable_pull_and_repair(bed, tmp_path, **background):
-    """A background railover-perf run (1 s hold-down; ``background`` goes to
+def _cable_pull_and_repair(bed, tmp_path, env=None, **background):
+    """A background railover-perf run (1 s hold-down, plus ``env``; ``background`` goes to
     :class:`_Background`), a cable pull on A's primary once paths are up, held until a comm
     failed over, then repaired; waits for a failback and returns the run's result."""
-    run = _Background(bed, tmp_path, {"RAILOVER_HOLD_DOWN_MS": "1000"}, duration=600, stoppable=True, **background)
+    run = _Background(bed, tmp_path, dict({"RAILOVER_HOLD_DOWN_MS": "1000"}, **(env or {})), duration=600,
+                      stoppable=True, **background)
     try:
         run.wait_armed()
         fault = rf.CablePull(bed, "a0").apply()
@@ -271,6 +274,31 @@ def test_grouped_receives_survive_a_cable_pull(rdma_bed, tmp_path):
             assert st["bytes_received"] > 0
             # grouped: far fewer receives than 16 KiB steps moved
             assert st["calls"]["irecv"] * 16384 * 3 < st["bytes_received"], st
+        evs = _events(tmp_path)
+        assert _named(evs, "failover") and _named(evs, "failback")
+        assert not _named(evs, "fatal"), _named(evs, "fatal")
+
+    crash_retry(bed, body)
+
+
+def test_several_qps_per_connection_carry_every_byte_across_a_cable_pull(rdma_bed, tmp_path):
+    """``NCCL_IB_QPS_PER_CONNECTION=3`` on both ranks: every path has three RC QPs, each chunk
+    is split over them and a message is reported only once every QP's share has landed (the
+    PART on QPs 1 and 2). A cable pull on A's primary mid-run breaks all three QPs of each
+    primary path; what was not acknowledged is resent on the standby HCA's three QPs, the comms
+    fail back after the repair, 0 wrong bytes."""
+    bed = rdma_bed
+
+    def body():
+        res = _cable_pull_and_repair(bed, tmp_path, env={"NCCL_IB_QPS_PER_CONNECTION": "3"})
+        assert res.ok, res.describe()
+        assert res.wrong_total == 0
+        for r in res.ranks:
+            assert r.json["exit_code"] == 0 and r.json["errors"] == [], r.json
+            assert r.json["stats"]["bytes_received"] > 0
+        logs = "".join(r.stdout + r.stderr for r in res.ranks)
+        assert "up on rxe0 port 1: 3 QPs" in logs and "up on rxe1 port 1: 3 QPs" in logs, logs[-3000:]
+        assert " 1 QP " not in logs, "a path of one QP although NCCL_IB_QPS_PER_CONNECTION=3"
         evs = _events(tmp_path)
         assert _named(evs, "failover") and _named(evs, "failback")
         assert not _named(evs, "fatal"), _named(evs, "fatal")

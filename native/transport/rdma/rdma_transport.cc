@@ -186,6 +186,10 @@ class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink, priva
       if (r == 0) return 0;
       if (r < 0) return fail("QP bring-up: " + sh_->err, err);
       stage_ = kReady;
+      const verbs::SendPath& p = *sh_->path;
+      RO_INFO(RO_SUBSYS_NET, "railover: RDMA send path %u (generation %u) up on %s port %d: %d QP%s (first QPN %u)",
+              (unsigned)id_.pathIndex, (unsigned)id_.generation, t_.port(nic_).sel.dev.c_str(), t_.port(nic_).sel.port,
+              p.lanes(), p.lanes() > 1 ? "s" : "", p.local().qpn);
     }
     return 1;
   }
