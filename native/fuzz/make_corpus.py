@@ -112,12 +112,13 @@ def data(seq, off, payload, total):
 
 
 EP_MAGIC = 0x524F5651  # verbs QpEndpoint "ROVQ", version 1 (native/transport/verbs/verbs_qp.cc)
-CTL_ADVERT, CTL_CONTROL, CTL_GROUP, CTL_DONE = 1, 2, 3, 4  # verbs::ctlwire kinds (verbs_path.h)
+CTL_ADVERT, CTL_CONTROL, CTL_GROUP, CTL_DONE, CTL_PART = 1, 2, 3, 4, 5  # verbs::ctlwire kinds (verbs_path.h)
 
 
-def endpoint(qpn=0x11, psn=0x123456, gid=bytes(10) + b"\xff\xff\x0a\x00\x00\x01", lid=0, mtu=3, roce=1, version=1):
-    # big-endian: magic, version, lid, qpn, psn, gid[16], mtu, roce, 6 reserved bytes
-    return struct.pack(">IHHII", EP_MAGIC, version, lid, qpn, psn) + gid + bytes([mtu, roce]) + bytes(6)
+def endpoint(qpn=0x11, psn=0x123456, gid=bytes(10) + b"\xff\xff\x0a\x00\x00\x01", lid=0, mtu=3, roce=1, version=1,
+             lanes=1):
+    # big-endian: magic, version, lid, qpn, psn, gid[16], mtu, roce, QPs of the path - 1, 5 reserved bytes
+    return struct.pack(">IHHII", EP_MAGIC, version, lid, qpn, psn) + gid + bytes([mtu, roce, lanes - 1]) + bytes(5)
 
 
 def ctl_advert(seq, tag, addr, size, rkey):
@@ -126,6 +127,10 @@ def ctl_advert(seq, tag, addr, size, rkey):
 
 def ctl_control(ctype, seq, arg=0):
     return struct.pack(">BBHIQQQQQ", CTL_CONTROL, ctype, 0, 0, seq, arg, 0, 0, 0)
+
+
+def ctl_part(seq):
+    return struct.pack(">BBHIQQQQQ", CTL_PART, 0, 0, 0, seq, 0, 0, 0, 0)
 
 
 def ctl_group(seq, count, index, tag, addr, size, rkey):
@@ -211,6 +216,8 @@ def main():
     write("verbs", "done_written", endpoint() + ctl_done(41, 3, 1000, 7))
     write("verbs", "done_refused_no_entry", endpoint() + ctl_done(42, 0xFF, 5000, 9, written=False))
     write("verbs", "near_group_index_is_count", endpoint() + ctl_group(1, 2, 2, 0, 0, 0, 0))
+    write("verbs", "part_on_a_path_of_3_qps", endpoint(lanes=3) + ctl_part(9))
+    write("verbs", "near_path_of_129_qps", endpoint(lanes=129) + ctl_part(1 << 40)[:47] + b"\x01")
     # receive path, structured mode: any bytes make a valid stream; a few shapes
     for i, tail in enumerate((b"\x01", b"\x07\x03\x05\x00\x01\x01", b"\x40\x10\x20\x30\x01\x05\x03\x07\x02\x01")):
         write("recv", "structured_%d" % i, bytes(range(i * 7, i * 7 + 24)) + tail)
