@@ -520,6 +520,7 @@ TEST_F(RdmaPortWatchTest, ADeviceFatalErrorReportsEveryNicOnThatHca) {
   EXPECT_EQ(s[0].nic, 0);
   EXPECT_FALSE(s[0].up);
   EXPECT_NE(s[0].why.find("device fatal"), std::string::npos) << s[0].why;
+  EXPECT_NE(s[0].why.find("the HCA stays down for this process"), std::string::npos) << s[0].why;
 }
 
 

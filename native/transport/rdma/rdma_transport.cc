@@ -824,6 +824,14 @@ void RdmaTransport::watchLoop(PortSignal signal) {
       std::string why = std::string(fatal ? "RDMA device fatal error" : up ? "RDMA port active" : "RDMA port error") +
                         " (" + np.sel.dev + " port " + std::to_string(np.sel.port) +
                         (rc == 0 && !fatal ? std::string(" ") + np.hca->api().port_state_str(a.state) : std::string()) + ")";
+      // Every QP and MR of a device that reported DEVICE_FATAL is gone; railover does not yet
+      // close and re-open the HCA (and re-register every buffer on it), so its NICs stay down
+      // for this process while their comms run on the standby HCAs. Said once, loudly.
+      if (fatal) {
+        why += ": the HCA stays down for this process (railover does not re-open an HCA after a device fatal error yet)";
+        RO_WARN("railover: NIC %s: %s; its comms keep running on their standby paths, restart the job to use it again",
+                names_[i].c_str(), why.c_str());
+      }
       signal((int)i, up != 0, why);
     }
   }
