@@ -4,6 +4,7 @@
 // placed (RC orders one QP, not two), refused and grouped messages, faults on one lane breaking
 // the whole path, the fence covering every lane, and the PART rules a peer must keep.
 #include <arpa/inet.h>
+#include <cerrno>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -310,6 +311,84 @@ TEST_F(VerbsLanesTest, PartsThatBreakTheRulesAreProtocolErrors) {
   s->progress(ss);
   ASSERT_EQ(ss.breaks.size(), 1u);
   EXPECT_NE(ss.breaks[0].status.find("on QP 1 of a sender's path"), std::string::npos) << ss.breaks[0].status;
+}
+
+// A PART on QP 0 (where only the message's end, advertisements and control messages go) is a
+// protocol error at either end, never read as something else.
+TEST_F(VerbsLanesTest, APartOnQpZeroIsAProtocolErrorAtEitherEnd) {
+  uint8_t m[ctlwire::kBytes];
+  ctlwire::encodePart(0, m);
+  auto rawSend = [&](ibv_qp* from) {
+    static uint8_t buf[ctlwire::kBytes];
+    std::memcpy(buf, m, sizeof buf);
+    ibv_sge sge{reinterpret_cast<uintptr_t>(buf), static_cast<uint32_t>(ctlwire::kBytes), 1};
+    ibv_send_wr wr{}, *bad = nullptr;
+    wr.opcode = IBV_WR_SEND;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    return ibv_post_send(from, &wr, &bad);
+  };
+  ASSERT_EQ(rawSend(rq(0)), 0);
+  fake::deliver(rq(0), sq(0));
+  s->progress(ss);
+  ASSERT_EQ(ss.breaks.size(), 1u);
+  EXPECT_EQ(ss.breaks[0].source, "protocol");
+  EXPECT_EQ(ss.breaks[0].status, "a PART message arrived at a sender");
+  EXPECT_FALSE(s->advertised(0, nullptr)) << "the PART was taken for an advertisement";
+  advertise(0, 0, 64);
+  ASSERT_EQ(rawSend(sq(0)), 0);
+  fake::deliver(sq(0), rq(0));
+  r->progress(rs);
+  ASSERT_EQ(rs.breaks.size(), 1u);
+  EXPECT_NE(rs.breaks[0].status.find("kind 5 at a receiver on QP 0 (PARTs go on QPs 1..N-1 of a path)"),
+            std::string::npos)
+      << rs.breaks[0].status;
+}
+
+// A QP that refuses the move to ERR does not leave the others live: each is tried, and the
+// first refusal is the fence's error.
+TEST_F(VerbsLanesTest, AFenceMovesEveryQpToErrEvenWhenOneRefuses) {
+  fake::failNextModify(EIO);
+  FenceResult fr = r->fence(100);
+  EXPECT_NE(fr.err, "") << "the refusal is reported";
+  EXPECT_NE(fake::state(rq(0)), IBV_QPS_ERR) << "the QP whose modify failed";
+  EXPECT_EQ(fake::state(rq(1)), IBV_QPS_ERR);
+  EXPECT_EQ(fake::state(rq(2)), IBV_QPS_ERR);
+}
+
+// The receiver advertises in strictly increasing seq on a path, also below messages that
+// already arrived (or wait for their PARTs): a lower seq would make a later PART look stale.
+TEST_F(VerbsLanesTest, AnAdvertisementBelowAnArrivedMessageIsRefused) {
+  advertise(3, 0, 512);
+  adverts();
+  send(3, 100, 100);
+  fake::deliver(sq(0), rq(0));
+  r->progress(rs);
+  ASSERT_EQ(r->held(), 1u);
+  ASSERT_TRUE(r->pending().empty());
+  std::string err;
+  EXPECT_EQ(r->advertise(2, 0, rx.data() + 1024, 64, rmr->rkey(0), &err), -1);
+  EXPECT_EQ(err, "advertisement of seq 2 after seq 3 (advertise in seq order)");
+  EXPECT_EQ(r->advertise(4, 0, rx.data() + 1024, 64, rmr->rkey(0), &err), 1) << err;
+}
+
+// One QP whose writes stop completing (its flow black-holed) shows in lastProgressUs() even
+// while the other QPs keep completing: the sender's progress watch must not be fooled.
+TEST_F(VerbsLanesTest, AQpThatStopsCompletingIsNotHiddenByTheOthers) {
+  advertise(0, 0, 2048);
+  adverts();
+  send(0, 1000, 1000);
+  const uint64_t stuck = s->lastProgressUs();  // QP 2's last completion: none since it came up
+  while (nowUs() <= stuck) {
+  }
+  fake::deliver(sq(0), rq(0));
+  fake::deliver(sq(1), rq(1));
+  s->progress(ss);
+  EXPECT_EQ(ss.done.size(), 2u) << "QPs 0 and 1 completed their writes";
+  EXPECT_EQ(s->lastProgressUs(), stuck) << "QP 2 has sends in flight and no completion since";
+  fake::deliver(sq(2), rq(2));
+  s->progress(ss);
+  EXPECT_GT(s->lastProgressUs(), stuck);
 }
 
 TEST_F(VerbsLanesTest, EndpointsMustMatchThePathsQpCount) {

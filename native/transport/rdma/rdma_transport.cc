@@ -112,7 +112,7 @@ bool unpackEndpoints(const uint8_t* in, size_t n, std::vector<verbs::QpEndpoint>
       return *err = (n > 1 ? "endpoint " + std::to_string(i) + " of " + std::to_string(n) + ": " : "") + e, false;
     if ((*out)[i].lanes != n)
       return *err = "endpoint " + std::to_string(i) + " names a path of " + std::to_string((*out)[i].lanes) +
-                    " QPs, the first one " + std::to_string(n),
+                    " QPs, not " + std::to_string(n),
              false;
   }
   return true;
@@ -348,6 +348,7 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
     if (stream != 0) return false;
     conn_ = std::move(c);
     got_ = 0;
+    ep_.assign(verbs::QpEndpoint::kWireBytes, 0);  // the new stream's first endpoint names its QP count
     return true;
   }
 

@@ -234,7 +234,15 @@ bool PathBase::connect(const std::vector<QpEndpoint>& peers, std::string* err) {
     if (!lanes_[i].qp->toRts(peers[i], params_, err)) return false;
   connected_ = true;
   lastOkUs_ = nowUs();
+  for (Lane& l : lanes_) l.lastOkUs = lastOkUs_;
   return true;
+}
+
+uint64_t PathBase::lastProgressUs() const {
+  uint64_t oldest = UINT64_MAX;
+  for (const Lane& l : lanes_)
+    if (l.sendsInFlight > 0) oldest = std::min(oldest, l.lastOkUs);
+  return oldest != UINT64_MAX ? oldest : lastOkUs_;
 }
 
 void PathBase::markBroken(const std::string& source, const std::string& status, int code) {
@@ -350,6 +358,7 @@ void PathBase::pollLane(int lane) {
       continue;
     }
     lastOkUs_ = now;
+    l.lastOkUs = now;
     if (isRecv) {
       int slot = static_cast<int>(c.wr_id & ~kRecvTag);
       const uint8_t* w = l.ctlRecv.data() + static_cast<size_t>(slot) * kCtlBytes;
@@ -379,11 +388,12 @@ FenceResult PathBase::fence(int timeoutMs) {
   uint64_t t0 = nowUs();
   fenced_ = true;
   if (connected_) {
-    for (Lane& l : lanes_)
-      if (!l.qp->toError(&r.err)) {
-        r.us = nowUs() - t0;
-        return r;
-      }
+    // Every QP, even after one refused (its error is the one reported): the others must not
+    // stay live.
+    for (Lane& l : lanes_) {
+      std::string e;
+      if (!l.qp->toError(&e) && r.err.empty()) r.err = e;
+    }
   }
   auto left = [this] {
     int n = 0;
@@ -577,6 +587,7 @@ void SendPath::onCtl(const uint8_t* w) {
     return;
   }
   if (k == ctlwire::kDone) return markBroken("protocol", "a DONE message arrived at a sender", 0);
+  if (k == ctlwire::kPart) return markBroken("protocol", "a PART message arrived at a sender", 0);
   if (k == 0) return markBroken("protocol", e, 0);
   const Advert& a = d.advert;
   if (k == ctlwire::kGroupEntry && a.index > 0) {  // the next entry of the group being told
@@ -642,9 +653,8 @@ int RecvPath::checkOrder(uint64_t seq, std::string* err) {
     *err = fenced_ ? "path fenced" : broken_ ? "path broken: " + why_.status : "path not connected";
     return -1;
   }
-  if (!pending_.empty() && seq < pending_.back().seq + pending_.back().count) {
-    *err = "advertisement of seq " + std::to_string(seq) + " after seq " + std::to_string(pending_.back().seq) +
-           (pending_.back().count > 1 ? " (" + std::to_string(pending_.back().count) + " messages)" : std::string()) +
+  if (advertisedAny_ && seq < advertisedEnd_) {  // also below messages already arrived or held
+    *err = "advertisement of seq " + std::to_string(seq) + " after seq " + std::to_string(advertisedEnd_ - 1) +
            " (advertise in seq order)";
     return -1;
   }
@@ -667,7 +677,7 @@ int RecvPath::advertise(uint64_t seq, uint64_t tag, void* buf, uint64_t size, ui
   if (r == 1) {
     p.seq = seq;
     pending_.push_back(p);
-    advertisedEnd_ = seq + 1;
+    advertisedEnd_ = seq + 1, advertisedAny_ = true;
   }
   return r;
 }
@@ -692,7 +702,7 @@ int RecvPath::advertiseGroup(uint64_t seq, const Advert* entries, int n, std::st
     if (postCtlSlot(w, err) != 1) return -1;  // the path is broken now (the sender sees a partial group only then)
   }
   pending_.push_back(p);
-  advertisedEnd_ = seq + static_cast<uint64_t>(n);
+  advertisedEnd_ = seq + static_cast<uint64_t>(n), advertisedAny_ = true;
   return 1;
 }
 
@@ -816,7 +826,11 @@ void RecvPath::onCtl(const uint8_t* w) {
   } else if (k == ctlwire::kDone) {
     onDone(d.done);
   } else {
-    markBroken("protocol", k == 0 ? err : "control message of kind " + std::to_string(w[0]) + " at a receiver", 0);
+    markBroken("protocol",
+               k == 0 ? err
+                      : "control message of kind " + std::to_string(w[0]) + " at a receiver" +
+                            (k == ctlwire::kPart ? " on QP 0 (PARTs go on QPs 1..N-1 of a path)" : ""),
+               0);
   }
 }
 

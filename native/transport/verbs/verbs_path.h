@@ -187,17 +187,20 @@ class PathBase {
   // -1 broken/fenced (*err).
   int sendCtl(const CtlMsg& m, std::string* err);
 
-  // Moves every lane's QP to ERR and polls until every outstanding send and posted receive has
-  // flushed or timeoutMs passed. After it returns (with err empty) nothing sent on these QPs can
+  // Moves every lane's QP to ERR (all of them, even after one failed: err names the first
+  // failure) and polls until every outstanding send and posted receive has flushed or
+  // timeoutMs passed. After it returns (with err empty) nothing sent on these QPs can
   // land in this side's registered memory, and no completion of them remains to be seen later.
   FenceResult fence(int timeoutMs);
   bool fenced() const { return fenced_; }
 
   bool broken() const { return broken_; }
   const Broken& brokenWhy() const { return why_; }
-  // CLOCK_MONOTONIC µs of the last successful completion (send or receive, any lane); connect
-  // time before.
-  uint64_t lastProgressUs() const { return lastOkUs_; }
+  // CLOCK_MONOTONIC µs of the last successful completion (send or receive); connect time
+  // before. With several QPs: the oldest last completion among the QPs that have sends in
+  // flight (any QP's when none has), so one QP that stopped completing (an ECMP black hole of
+  // its flow) is not hidden by the others.
+  uint64_t lastProgressUs() const;
   // Send work requests posted and not completed yet (every lane).
   int outstanding() const;
   // Completions and async events the last progress() found (0: nothing happened).
@@ -261,6 +264,7 @@ class PathBase {
     uint64_t sendHead = 0;      // next wr_id to use
     int sendsInFlight = 0;
     int recvsPosted = 0;
+    uint64_t lastOkUs = 0;      // last successful completion on this QP (connect time before)
   };
   bool postRecv(Lane& l, int slot, std::string* err);
   void pollLane(int lane);
