@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "fake_verbs.h"
+#include "verbs_test_sinks.h"
 #include "transport/verbs/verbs_device.h"
 #include "transport/verbs/verbs_mr.h"
 #include "transport/verbs/verbs_path.h"
@@ -21,38 +22,12 @@ using namespace railover::verbs;
 
 namespace {
 
-struct SSink : SendPath::Sink {
-  std::vector<ChunkRef> done;
-  std::vector<CtlMsg> ctls;
-  std::vector<Broken> breaks;
-  void chunkDone(const ChunkRef& c) override { done.push_back(c); }
-  void ctl(const CtlMsg& m) override { ctls.push_back(m); }
-  void broken(const Broken& b) override { breaks.push_back(b); }
-};
+using verbstest::params;
+using verbstest::rawSend;
+using verbstest::RSink;
+using verbstest::SSink;
 
-struct RSink : RecvPath::Sink {
-  std::vector<Arrival> all;
-  std::vector<Broken> breaks;
-  void arrived(const Arrival& a) override { all.push_back(a); }
-  void ctl(const CtlMsg&) override {}
-  void broken(const Broken& b) override { breaks.push_back(b); }
-};
-
-PortSel portOf(const char* dev) {
-  PortSel p;
-  p.dev = dev;
-  p.port = 1;
-  p.gidIndex = 1;
-  p.roce = true;
-  return p;
-}
-
-RcParams params() {
-  RcParams p;
-  p.timeout = 14;
-  p.retryCnt = 6;
-  return p;
-}
+PortSel portOf(const char* dev) { return verbstest::portOf(dev); }
 
 constexpr int kLanes = 3;
 
@@ -258,16 +233,6 @@ TEST_F(VerbsLanesTest, TheFenceCoversEveryLaneAndAHeldMessageStaysUnreported) {
 // PARTs come from the peer: one out of order, one for a message never advertised, another
 // kind on a further lane, or anything on a sender's further lane break the path and say so.
 TEST_F(VerbsLanesTest, PartsThatBreakTheRulesAreProtocolErrors) {
-  auto rawSend = [](ibv_qp* from, const uint8_t* msg) {
-    static uint8_t buf[ctlwire::kBytes];
-    std::memcpy(buf, msg, sizeof buf);
-    ibv_sge sge{reinterpret_cast<uintptr_t>(buf), static_cast<uint32_t>(ctlwire::kBytes), 1};
-    ibv_send_wr wr{}, *bad = nullptr;
-    wr.opcode = IBV_WR_SEND;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    return ibv_post_send(from, &wr, &bad);
-  };
   uint8_t m[ctlwire::kBytes];
   advertise(4, 0, 64);
   ctlwire::encodePart(5, m);  // beyond what was advertised (4)
@@ -318,17 +283,7 @@ TEST_F(VerbsLanesTest, PartsThatBreakTheRulesAreProtocolErrors) {
 TEST_F(VerbsLanesTest, APartOnQpZeroIsAProtocolErrorAtEitherEnd) {
   uint8_t m[ctlwire::kBytes];
   ctlwire::encodePart(0, m);
-  auto rawSend = [&](ibv_qp* from) {
-    static uint8_t buf[ctlwire::kBytes];
-    std::memcpy(buf, m, sizeof buf);
-    ibv_sge sge{reinterpret_cast<uintptr_t>(buf), static_cast<uint32_t>(ctlwire::kBytes), 1};
-    ibv_send_wr wr{}, *bad = nullptr;
-    wr.opcode = IBV_WR_SEND;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    return ibv_post_send(from, &wr, &bad);
-  };
-  ASSERT_EQ(rawSend(rq(0)), 0);
+  ASSERT_EQ(rawSend(rq(0), m), 0);
   fake::deliver(rq(0), sq(0));
   s->progress(ss);
   ASSERT_EQ(ss.breaks.size(), 1u);
@@ -336,7 +291,7 @@ TEST_F(VerbsLanesTest, APartOnQpZeroIsAProtocolErrorAtEitherEnd) {
   EXPECT_EQ(ss.breaks[0].status, "a PART message arrived at a sender");
   EXPECT_FALSE(s->advertised(0, nullptr)) << "the PART was taken for an advertisement";
   advertise(0, 0, 64);
-  ASSERT_EQ(rawSend(sq(0)), 0);
+  ASSERT_EQ(rawSend(sq(0), m), 0);
   fake::deliver(sq(0), rq(0));
   r->progress(rs);
   ASSERT_EQ(rs.breaks.size(), 1u);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "fake_verbs.h"
+#include "verbs_test_sinks.h"
 #include "transport/verbs/verbs_device.h"
 #include "transport/verbs/verbs_mr.h"
 #include "transport/verbs/verbs_path.h"
@@ -19,43 +20,10 @@ using namespace railover::verbs;
 
 namespace {
 
-struct SSink : SendPath::Sink {
-  std::vector<ChunkRef> done;
-  std::vector<CtlMsg> ctls;
-  std::vector<Broken> breaks;
-  void chunkDone(const ChunkRef& c) override { done.push_back(c); }
-  void ctl(const CtlMsg& m) override { ctls.push_back(m); }
-  void broken(const Broken& b) override { breaks.push_back(b); }
-};
-
-struct RSink : RecvPath::Sink {
-  std::vector<std::tuple<uint64_t, uint64_t, uint64_t>> got;  // seq, tag, bytes
-  std::vector<Arrival> all;
-  std::vector<CtlMsg> ctls;
-  std::vector<Broken> breaks;
-  void arrived(const Arrival& a) override {
-    got.emplace_back(a.seq, a.tag, a.bytes);
-    all.push_back(a);
-  }
-  void ctl(const CtlMsg& m) override { ctls.push_back(m); }
-  void broken(const Broken& b) override { breaks.push_back(b); }
-};
-
-PortSel portOf(const char* dev, int port) {
-  PortSel p;
-  p.dev = dev;
-  p.port = port;
-  p.gidIndex = 1;
-  p.roce = true;
-  return p;
-}
-
-RcParams params() {
-  RcParams p;
-  p.timeout = 14;
-  p.retryCnt = 6;
-  return p;
-}
+using verbstest::params;
+using verbstest::portOf;
+using verbstest::RSink;
+using verbstest::SSink;
 
 // A sender on fake0 port 1 and a receiver on fake1 port 1, connected to each other.
 class VerbsPathTest : public ::testing::Test {
