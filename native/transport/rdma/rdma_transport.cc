@@ -319,7 +319,6 @@ class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink, priva
     if (why_.empty()) why_ = brokenText(b);
   }
 
-  friend ibv_qp* railover::rdma::pathQp(SendPath*);
   friend std::vector<ibv_qp*> railover::rdma::pathQps(SendPath*);
   RdmaTransport& t_;
   int nic_;
@@ -585,7 +584,6 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
     if (why_.empty()) why_ = brokenText(b);
   }
 
-  friend ibv_qp* railover::rdma::pathQp(RecvPath*);
   friend std::vector<ibv_qp*> railover::rdma::pathQps(RecvPath*);
   RdmaTransport& t_;
   int nic_;
@@ -1047,32 +1045,35 @@ std::unique_ptr<FlushOp> RdmaTransport::flush(int nic, void* data, void* mhandle
 
 void RdmaTransport::deregMr(void* mhandle) { delete (verbs::MrSet*)mhandle; }
 
-ibv_qp* pathQp(SendPath* p) {
-  auto* r = dynamic_cast<RdmaSendPath*>(p);
-  if (!r || !r->sh_ || r->sh_->result.load(std::memory_order_acquire) != 1) return nullptr;
-  return r->sh_->path->qp().qp();
+namespace {
+// The QPs of a path whose bring-up finished, lane 0 first (empty otherwise).
+template <typename P>
+std::vector<ibv_qp*> qpsOf(const std::shared_ptr<Shared<P>>& sh) {
+  std::vector<ibv_qp*> v;
+  if (!sh || sh->result.load(std::memory_order_acquire) != 1) return v;
+  for (int i = 0; i < sh->path->lanes(); ++i) v.push_back(sh->path->qp(i).qp());
+  return v;
 }
+}  // namespace
 
 std::vector<ibv_qp*> pathQps(SendPath* p) {
-  std::vector<ibv_qp*> v;
   auto* r = dynamic_cast<RdmaSendPath*>(p);
-  if (!r || !r->sh_ || r->sh_->result.load(std::memory_order_acquire) != 1) return v;
-  for (int i = 0; i < r->sh_->path->lanes(); ++i) v.push_back(r->sh_->path->qp(i).qp());
-  return v;
+  return r ? qpsOf(r->sh_) : std::vector<ibv_qp*>{};
 }
 
 std::vector<ibv_qp*> pathQps(RecvPath* p) {
-  std::vector<ibv_qp*> v;
   auto* r = dynamic_cast<RdmaRecvPath*>(p);
-  if (!r || !r->sh_ || r->sh_->result.load(std::memory_order_acquire) != 1) return v;
-  for (int i = 0; i < r->sh_->path->lanes(); ++i) v.push_back(r->sh_->path->qp(i).qp());
-  return v;
+  return r ? qpsOf(r->sh_) : std::vector<ibv_qp*>{};
+}
+
+ibv_qp* pathQp(SendPath* p) {
+  std::vector<ibv_qp*> v = pathQps(p);
+  return v.empty() ? nullptr : v[0];
 }
 
 ibv_qp* pathQp(RecvPath* p) {
-  auto* r = dynamic_cast<RdmaRecvPath*>(p);
-  if (!r || !r->sh_ || r->sh_->result.load(std::memory_order_acquire) != 1) return nullptr;
-  return r->sh_->path->qp().qp();
+  std::vector<ibv_qp*> v = pathQps(p);
+  return v.empty() ? nullptr : v[0];
 }
 
 bool rdmaUsable(const std::vector<Nic>& nics, const Config& cfg, std::string* why) {
