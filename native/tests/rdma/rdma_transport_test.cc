@@ -6,6 +6,8 @@
 // (NACK) during bring-up, a peer that is not an RDMA peer, port errors on the path's own port
 // and on another one, and the end of the bootstrap stream.
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <net/if.h>
 #include <gtest/gtest.h>
 
@@ -25,6 +27,7 @@
 #include "transport/rdma/rdma_transport.h"
 #include "transport/tcp/wire.h"
 #include "transport/verbs/verbs_config.h"
+#include "transport/verbs/verbs_mr.h"
 
 namespace railover {
 namespace {
@@ -457,6 +460,54 @@ TEST_F(RdmaPathTest, TheEndOfTheBootstrapStreamBreaksThePathAsClosedByPeer) {
 namespace railover {
 namespace {
 
+// DEVICE_FATAL on the sender's HCA (fake0, NIC 0): its path breaks; once the device is back the
+// port watch re-opens it, registers the buffers again and reports NIC 0 up, and a new path on it
+// carries a message from the same registrations (the keys of the dead opening would be refused).
+TEST_F(RdmaPathTest, AfterADeviceFatalErrorTheReopenedHcaCarriesMessagesFromTheSameRegistrations) {
+  std::vector<uint8_t> rxb(1024, 0xA5), txb(1024);
+  void* rmr = reg(rxb);
+  void* smr = reg(txb);
+  bringUp();
+  struct Signals {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<std::pair<bool, std::string>> nic0;
+  };
+  auto sig = std::make_shared<Signals>();  // the watch may outlive this scope until t goes
+  t->startPortWatch([sig](int nic, bool up, const std::string& why) {
+    std::lock_guard<std::mutex> g(sig->mu);
+    if (nic == 0) sig->nic0.push_back({up, why});
+    sig->cv.notify_all();
+  });
+  auto waitSignals = [&](size_t n) {
+    std::unique_lock<std::mutex> g(sig->mu);
+    sig->cv.wait_for(g, std::chrono::seconds(20), [&] { return sig->nic0.size() >= n; });
+    return sig->nic0;
+  };
+  ::fake::deviceFatal("fake0");
+  auto s = waitSignals(2);
+  ASSERT_EQ(s.size(), 2u) << "NIC 0 was not reported down and up again";
+  EXPECT_FALSE(s[0].first);
+  EXPECT_TRUE(s[1].first);
+  EXPECT_NE(s[1].second.find("re-opened"), std::string::npos) << s[1].second;
+  std::string err;
+  EXPECT_LT(tx->progress(&err), 0) << "the path of the dead opening must stay broken";
+  tx.reset();
+  rx.reset();
+  t->worker().drain();
+  bringUp();
+  advertiseOne(0, 100, rxb.data(), rxb.size(), rmr);
+  for (size_t i = 0; i < 700; ++i) txb[i] = (uint8_t)(i * 13);
+  postMessage(0, txb, 700, smr);
+  sink.dst = rxb.data();
+  wire();
+  ASSERT_EQ(sink.got.size(), 1u) << "no message on the re-opened HCA";
+  EXPECT_EQ(sink.got[0].c.len, 700u);
+  for (size_t i = 0; i < 700; ++i) ASSERT_EQ(rxb[i], (uint8_t)(i * 13)) << i;
+  EXPECT_EQ(rxb[700], 0xA5);
+  EXPECT_EQ(tx->progress(&err), 0) << err;
+}
+
 // The port watch: a PORT_ERR on the port behind NIC 1 (fake1 port 1) reports NIC 1 down (and
 // nothing for NIC 0, nor for the other port of the same HCA); PORT_ACTIVE brings it back.
 class RdmaPortWatchTest : public ::testing::Test {
@@ -513,14 +564,46 @@ TEST_F(RdmaPortWatchTest, APortErrorReportsItsNicDownAndPortActiveBringsItBack) 
   for (auto& x : got) EXPECT_EQ(x.nic, 1) << "NIC 0's port never changed: " << x.why;
 }
 
-TEST_F(RdmaPortWatchTest, ADeviceFatalErrorReportsEveryNicOnThatHca) {
-  ::fake::asyncEvent(t->port(0).hca->ctx(), IBV_EVENT_DEVICE_FATAL, 0);
+TEST_F(RdmaPortWatchTest, ADeviceFatalErrorReportsItsNicDownUntilTheHcaIsReopenedWithItsBuffers) {
+  std::vector<uint8_t> b(4096);
+  std::string err;
+  void* m = t->regMr(b.data(), b.size(), &err);
+  ASSERT_TRUE(m) << err;
+  auto* mr = static_cast<verbs::MrSet*>(m);
+  uint32_t oldRkey = mr->rkey(0);
+  ::fake::setDevicePresent("fake0", false);  // being repaired: the first re-open attempts fail
+  ::fake::deviceFatal("fake0");
   auto s = waitFor(1);
   ASSERT_EQ(s.size(), 1u);
   EXPECT_EQ(s[0].nic, 0);
   EXPECT_FALSE(s[0].up);
   EXPECT_NE(s[0].why.find("device fatal"), std::string::npos) << s[0].why;
-  EXPECT_NE(s[0].why.find("the HCA stays down for this process"), std::string::npos) << s[0].why;
+  EXPECT_NE(s[0].why.find("re-opens the HCA"), std::string::npos) << s[0].why;
+  // A registration while the HCA is dead does not fail (it is completed at the re-open).
+  std::vector<uint8_t> b2(512);
+  void* m2 = t->regMr(b2.data(), b2.size(), &err);
+  ASSERT_TRUE(m2) << err;
+  uint64_t deadline = nowUs() + 20 * 1000 * 1000;
+  while (t->reopenAttempts(0) < 1 && nowUs() < deadline) std::this_thread::yield();
+  ASSERT_GE(t->reopenAttempts(0), 1u) << "no re-open attempt";
+  EXPECT_EQ(t->reopenAttempts(1), 0u) << "fake1 never died";
+  EXPECT_EQ(waitFor(1).size(), 1u) << "no up signal while the device is absent";
+  ::fake::setDevicePresent("fake0", true);
+  s = waitFor(2);
+  ASSERT_EQ(s.size(), 2u) << "the re-opened HCA's NIC was not reported up";
+  EXPECT_EQ(s[1].nic, 0);
+  EXPECT_TRUE(s[1].up);
+  EXPECT_NE(s[1].why.find("re-opened"), std::string::npos) << s[1].why;
+  EXPECT_EQ(t->port(0).hca->epoch(), 2u);
+  EXPECT_EQ(mr->epochOf(0), 2u) << "registered again before the NIC came back";
+  EXPECT_NE(mr->rkey(0), oldRkey);
+  EXPECT_FALSE(::fake::mrOnDeadContext(mr->rkey(0)));
+  EXPECT_EQ(static_cast<verbs::MrSet*>(m2)->epochOf(0), 2u);
+  EXPECT_NE(static_cast<verbs::MrSet*>(m2)->lkey(0), 0u);
+  t->deregMr(m);
+  t->deregMr(m2);
+  t.reset();
+  for (auto& x : got) EXPECT_EQ(x.nic, 0) << x.why;
 }
 
 
@@ -579,7 +662,9 @@ TEST_F(RdmaGdrTest, PtrSupportIsHostOnlyUntilGpuDirectIsDetected) {
   std::string err;
   EXPECT_EQ(t->regMr(b.data(), b.size(), (int)Transport::kPtrCuda, &err), nullptr);
   EXPECT_NE(err.find("peer-memory"), std::string::npos) << err;
-  EXPECT_EQ(t->regMrDmaBuf(b.data(), b.size(), 0, 5, &err), nullptr);
+  int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);  // stands for the CUDA driver's dmabuf fd
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(t->regMrDmaBuf(b.data(), b.size(), 0, fd, &err), nullptr);
   EXPECT_NE(err.find("dmabuf"), std::string::npos) << err;
 
   t->setGdrForTest(true, true);
@@ -587,7 +672,8 @@ TEST_F(RdmaGdrTest, PtrSupportIsHostOnlyUntilGpuDirectIsDetected) {
   void* m = t->regMr(b.data(), b.size(), (int)Transport::kPtrCuda, &err);
   ASSERT_TRUE(m) << err;
   mrs.push_back(m);
-  void* d = t->regMrDmaBuf(b.data(), b.size(), 0, 5, &err);
+  void* d = t->regMrDmaBuf(b.data(), b.size(), 0, fd, &err);
+  close(fd);  // as NCCL does when regMrDmaBuf returns
   ASSERT_TRUE(d) << err;
   mrs.push_back(d);
   EXPECT_EQ(::fake::dmabufRegistrations(), 2) << "one per HCA, inside the call";

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <set>
 #include <condition_variable>
 #include <mutex>
 #include <memory>
@@ -64,6 +65,7 @@ struct World {
   uint32_t nextQpn = 100, nextKey = 1000;
   bool holdFlushes = false;
   int failModify = 0;
+  ibv_qp* failModifyQp = nullptr;  // nullptr: any QP
   std::map<std::pair<std::string, int>, std::vector<ibv_gid_entry>> gids;
   std::map<std::pair<std::string, int>, std::vector<uint16_t>> pkeys;
   std::map<ibv_qp*, int> qpPkeyIndex;
@@ -71,7 +73,13 @@ struct World {
   struct Mr {
     uint64_t addr, len;
     int access;
+    ibv_context* ctx;
   };
+  std::map<uint32_t, ibv_context*> lkeyCtx;   // lkey -> the context (opening) its MR is on
+  std::set<std::string> absent;               // devices ibv_get_device_list does not list
+  std::map<ibv_context*, std::string> opened; // open contexts and their device
+  std::set<ibv_context*> dead;                // contexts whose device reported DEVICE_FATAL
+  int listCalls = 0;
   std::map<uint32_t, Mr> mrs;  // by rkey
   bool dmabuf = true;
   int dmabufRegs = 0;
@@ -149,11 +157,17 @@ int opPostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
     s.remoteAddr = wr->wr.rdma.remote_addr;
     s.rkey = wr->wr.rdma.rkey;
     s.immBe = wr->imm_data;
+    bool bad = false;
+    for (int i = 0; i < wr->num_sge; ++i) {
+      auto k = w().lkeyCtx.find(wr->sg_list[i].lkey);
+      if (k != w().lkeyCtx.end() && k->second != qp->context) bad = true;  // unknown keys: tests' own
+    }
     if (wr->opcode == IBV_WR_RDMA_READ) {
       s.data.clear();  // a READ carries nothing out
       s.localAddr = wr->num_sge ? wr->sg_list[0].addr : 0;
       s.localLen = wr->num_sge ? wr->sg_list[0].length : 0;
     }
+    s.badLkey = bad;
     q->sends.push_back(std::move(s));
   }
   return 0;
@@ -219,9 +233,10 @@ void setGids(const std::string& dev, int port, const std::vector<ibv_gid_entry>&
   WorldLock l(worldMu);
   w().gids[{dev, port}] = table;
 }
-void failNextModify(int err) {
+void failNextModify(int err, ibv_qp* qp) {
   WorldLock l(worldMu);
   w().failModify = err;
+  w().failModifyQp = qp;
 }
 void setDmabuf(bool supported) {
   WorldLock l(worldMu);
@@ -243,6 +258,17 @@ int deliver(ibv_qp* from, ibv_qp* to, int max) {
   int n = 0;
   while (n < max && !a->sends.empty()) {
     PostedSend& s = a->sends.front();
+    if (s.badLkey) {  // an lkey of another HCA opening: the local HCA refuses the WR
+      fail(from, IBV_WC_LOC_PROT_ERR);
+      return n;
+    }
+    if (s.opcode == IBV_WR_RDMA_WRITE || s.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
+      auto mr = w().mrs.find(s.rkey);
+      if (mr != w().mrs.end() && mr->second.ctx != to->context) {  // the rkey of another opening
+        fail(from, IBV_WC_REM_ACCESS_ERR);
+        return n;
+      }
+    }
     if (s.opcode == IBV_WR_RDMA_READ) {
       auto mr = w().mrs.find(s.rkey);
       bool ok = mr != w().mrs.end() && (mr->second.access & IBV_ACCESS_REMOTE_READ) &&
@@ -308,6 +334,33 @@ void asyncEvent(ibv_context* ctx, ibv_event_type type, int port, ibv_qp* qp) {
   if (write(ctx->async_fd, &one, sizeof one) < 0) std::abort();
 }
 
+void deviceFatal(const std::string& dev) {
+  std::vector<ibv_context*> hit;
+  {
+    WorldLock l(worldMu);
+    for (auto& o : w().opened)
+      if (o.second == dev && !w().dead.count(o.first)) hit.push_back(o.first);
+    for (ibv_context* c : hit) w().dead.insert(c);
+  }
+  for (ibv_context* c : hit) asyncEvent(c, IBV_EVENT_DEVICE_FATAL, 0);
+}
+void setDevicePresent(const std::string& dev, bool present) {
+  WorldLock l(worldMu);
+  if (present)
+    w().absent.erase(dev);
+  else
+    w().absent.insert(dev);
+}
+int deviceListCalls() {
+  WorldLock l(worldMu);
+  return w().listCalls;
+}
+bool mrOnDeadContext(uint32_t rkey) {
+  WorldLock l(worldMu);
+  auto m = w().mrs.find(rkey);
+  return m != w().mrs.end() && w().dead.count(m->second.ctx);
+}
+
 void setPortState(const std::string& dev, int port, ibv_port_state st) {
   WorldLock l(worldMu);
   w().portState[{dev, port}] = st;
@@ -318,14 +371,24 @@ void setPortState(const std::string& dev, int port, ibv_port_state st) {
 // ---- the libibverbs entry points (C linkage from verbs.h's declarations)
 
 ibv_device** ibv_get_device_list(int* n) {
-  if (n) *n = 2;
-  return w().list;
+  WorldLock l(worldMu);
+  World& W = w();
+  ++W.listCalls;
+  int k = 0;
+  for (auto& d : W.devs)
+    if (!W.absent.count(d.name)) W.list[k++] = &d;
+  W.list[k] = nullptr;
+  if (n) *n = k;
+  return W.list;
 }
 void ibv_free_device_list(ibv_device**) {}
 const char* ibv_get_device_name(ibv_device* d) { return d->name; }
 
 ibv_context* ibv_open_device(ibv_device* d) {
+  WorldLock l(worldMu);
+  if (w().absent.count(d->name)) return errno = ENODEV, nullptr;
   auto* c = new ibv_context{};
+  w().opened[c] = d->name;
   c->device = d;
   c->ops.poll_cq = opPollCq;
   c->ops.req_notify_cq = opNotify;
@@ -338,12 +401,14 @@ ibv_context* ibv_open_device(ibv_device* d) {
 int ibv_close_device(ibv_context* c) {
   WorldLock l(worldMu);
   close(c->async_fd);
-  if (g) g->async.erase(c);
+  if (g) g->async.erase(c), g->opened.erase(c), g->dead.erase(c);
   delete c;
   return 0;
 }
 
 ibv_pd* ibv_alloc_pd(ibv_context* c) {
+  WorldLock l(worldMu);
+  if (w().dead.count(c)) return errno = EIO, nullptr;
   auto* p = new ibv_pd{};
   p->context = c;
   return p;
@@ -356,6 +421,7 @@ int ibv_dealloc_pd(ibv_pd* p) {
 #undef ibv_reg_mr
 ibv_mr* ibv_reg_mr(ibv_pd* pd, void* addr, size_t len, int access) {
   WorldLock l(worldMu);
+  if (w().dead.count(pd->context)) return errno = EIO, nullptr;
   auto* m = new ibv_mr{};
   m->context = pd->context;
   m->pd = pd;
@@ -363,24 +429,30 @@ ibv_mr* ibv_reg_mr(ibv_pd* pd, void* addr, size_t len, int access) {
   m->length = len;
   m->lkey = ++w().nextKey;
   m->rkey = ++w().nextKey;
-  w().mrs[m->rkey] = {(uint64_t)(uintptr_t)addr, (uint64_t)len, access};
+  w().mrs[m->rkey] = {(uint64_t)(uintptr_t)addr, (uint64_t)len, access, pd->context};
+  w().lkeyCtx[m->lkey] = pd->context;
   return m;
 }
 ibv_mr* ibv_reg_dmabuf_mr(ibv_pd* pd, uint64_t, size_t len, uint64_t iova, int fd, int access) {
   WorldLock l(worldMu);
   if (!w().dmabuf) return errno = EOPNOTSUPP, nullptr;
-  if (fd < 0) return errno = EBADF, nullptr;
+  if (fd < 0 || fcntl(fd, F_GETFD) == -1) return errno = EBADF, nullptr;  // a closed fd too
   ++w().dmabufRegs;
   return ibv_reg_mr(pd, reinterpret_cast<void*>(iova), len, access);
 }
 int ibv_dereg_mr(ibv_mr* m) {
   WorldLock l(worldMu);
   w().mrs.erase(m->rkey);
+  w().lkeyCtx.erase(m->lkey);
   delete m;
   return 0;
 }
 
 ibv_comp_channel* ibv_create_comp_channel(ibv_context* c) {
+  {
+    WorldLock l(worldMu);
+    if (w().dead.count(c)) return errno = EIO, nullptr;
+  }
   auto* ch = new ibv_comp_channel{};
   ch->context = c;
   ch->fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -398,6 +470,10 @@ int ibv_get_cq_event(ibv_comp_channel*, ibv_cq**, void**) {
 void ibv_ack_cq_events(ibv_cq*, unsigned int) {}
 
 ibv_cq* ibv_create_cq(ibv_context* c, int cqe, void* ctx, ibv_comp_channel* ch, int) {
+  {
+    WorldLock l(worldMu);
+    if (w().dead.count(c)) return errno = EIO, nullptr;
+  }
   auto* f = new FakeCq{};
   f->cq.context = c;
   f->cq.channel = ch;
@@ -412,6 +488,7 @@ int ibv_destroy_cq(ibv_cq* cq) {
 
 ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* ia) {
   WorldLock l(worldMu);
+  if (w().dead.count(pd->context)) return errno = EIO, nullptr;
   auto* f = new FakeQp{};
   f->qp.context = pd->context;
   f->qp.pd = pd;
@@ -436,9 +513,10 @@ int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* a, int mask) {
     --gateWaiting;
   }
   WorldLock l(worldMu);
-  if (w().failModify) {
+  if (w().failModify && (!w().failModifyQp || w().failModifyQp == qp)) {
     int e = w().failModify;
     w().failModify = 0;
+    w().failModifyQp = nullptr;
     errno = e;
     return e;
   }
@@ -482,6 +560,7 @@ int ibv_query_port(ibv_context* c, uint8_t port, _compat_ibv_port_attr* pa) {
   auto* p = reinterpret_cast<ibv_port_attr*>(pa);
   {
     WorldLock l(worldMu);
+    if (w().dead.count(c)) return EIO;
     auto st = w().portState.find({c->device->name, port});
     p->state = st == w().portState.end() ? IBV_PORT_ACTIVE : st->second;
   }
@@ -521,6 +600,8 @@ const char* ibv_wc_status_str(ibv_wc_status s) {
     case IBV_WC_WR_FLUSH_ERR: return "Work Request Flushed Error";
     case IBV_WC_RETRY_EXC_ERR: return "transport retry counter exceeded";
     case IBV_WC_LOC_QP_OP_ERR: return "local QP operation error";
+    case IBV_WC_LOC_PROT_ERR: return "local protection error";
+    case IBV_WC_REM_ACCESS_ERR: return "remote access error";
     default: return "other error";
   }
 }

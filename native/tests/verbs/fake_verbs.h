@@ -27,6 +27,7 @@ struct PostedSend {
   uint32_t immBe;  // as posted (network order)
   uint64_t localAddr = 0;  // RDMA READ: where the read bytes go (first SGE)
   uint32_t localLen = 0;
+  bool badLkey = false;  // an SGE's lkey is an MR of another context (completes LOC_PROT_ERR)
 };
 
 // Resets every fake object (call at the start of each test).
@@ -52,6 +53,19 @@ void asyncEvent(ibv_context* ctx, ibv_event_type type, int port, ibv_qp* qp = nu
 // State ibv_query_port reports for `port` of HCA `dev` (ACTIVE until set). Thread-safe, as is
 // asyncEvent (a port watch thread may read both).
 void setPortState(const std::string& dev, int port, ibv_port_state st);
+// DEVICE_FATAL on every open context of HCA `dev`: queues the async event, and from then on
+// that context refuses new objects (PD, CQ, channel, QP, MR: EIO) and its ports answer no
+// query. A context opened later (Hca::reopen) is alive. Thread-safe.
+void deviceFatal(const std::string& dev);
+// Whether ibv_get_device_list lists HCA `dev` (and ibv_open_device opens it): a device being
+// repaired is absent. Default: present. deviceListCalls(): ibv_get_device_list calls so far.
+void setDevicePresent(const std::string& dev, bool present);
+int deviceListCalls();
+// True when `rkey` names a live MR registered on a context that reported DEVICE_FATAL.
+bool mrOnDeadContext(uint32_t rkey);
+// Keys are checked per opening: a send whose lkey belongs to an MR of another context completes
+// with IBV_WC_LOC_PROT_ERR, a WRITE whose rkey belongs to an MR of a context other than the
+// target QP's with IBV_WC_REM_ACCESS_ERR (keys the fake never issued are not checked).
 // While true, moving a QP to ERR does not flush its work requests (a stuck HCA).
 void holdFlushes(bool hold);
 // While true, ibv_modify_qp to ERR blocks (as rxe's was seen to for ~3 s after a local link
@@ -59,8 +73,8 @@ void holdFlushes(bool hold);
 // blockedErrTransitions(): how many such calls are blocked now. Thread-safe.
 void blockErrTransitions(bool block);
 int blockedErrTransitions();
-// Makes the next ibv_modify_qp fail with `err` (0: none).
-void failNextModify(int err);
+// Makes the next ibv_modify_qp (of `qp` only, when given) fail with `err` (0: none).
+void failNextModify(int err, ibv_qp* qp = nullptr);
 // The GID table of port `port` of HCA `dev` ("fake0"/"fake1"); empty after reset().
 void setGids(const std::string& dev, int port, const std::vector<ibv_gid_entry>& table);
 // The P_Key table of port `port` of HCA `dev` (host order); {0xffff} (the default partition)
@@ -68,7 +82,7 @@ void setGids(const std::string& dev, int port, const std::vector<ibv_gid_entry>&
 void setPkeys(const std::string& dev, int port, const std::vector<uint16_t>& table);
 // The P_Key index the last ibv_modify_qp with IBV_QP_PKEY_INDEX set on `qp` (-1: never).
 int pkeyIndex(ibv_qp* qp);
-// How ibv_reg_dmabuf_mr answers: supported (registers like ibv_reg_mr; fd must be >= 0, else
+// How ibv_reg_dmabuf_mr answers: supported (registers like ibv_reg_mr; fd must be open, else
 // EBADF), or not (EOPNOTSUPP). Default: supported. dmabufRegistrations(): successful ones.
 void setDmabuf(bool supported);
 int dmabufRegistrations();

@@ -2,6 +2,9 @@
 // provider: peer-memory detection from sysfs files, the dmabuf probe, dmabuf registration on
 // every HCA, and the flush QP (1-byte RDMA READs through a QP connected to itself: completion
 // order, depth, access errors).
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -92,12 +95,15 @@ TEST(GdrMr, DmabufRegisteredOnEveryHcaWithReadAccess) {
   std::string err;
   Hca a("fake0", &err), b("fake1", &err);
   std::vector<uint8_t> buf(4096);
-  MrSet mr({&a, &b}, buf.data(), buf.size(), /*offset=*/0, /*fd=*/7, &err);
+  int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);  // stands for the CUDA driver's dmabuf fd
+  ASSERT_GE(fd, 0);
+  MrSet mr({&a, &b}, buf.data(), buf.size(), /*offset=*/0, fd, &err);
   ASSERT_TRUE(mr.ok()) << err;
   EXPECT_EQ(fake::dmabufRegistrations(), 2);
   EXPECT_NE(mr.rkey(0), mr.rkey(1));
   fake::setDmabuf(false);
-  MrSet refused({&a, &b}, buf.data(), buf.size(), 0, 7, &err);
+  MrSet refused({&a, &b}, buf.data(), buf.size(), 0, fd, &err);
+  close(fd);
   EXPECT_FALSE(refused.ok());
   EXPECT_NE(err.find("ibv_reg_dmabuf_mr(fake0"), std::string::npos) << err;
 }

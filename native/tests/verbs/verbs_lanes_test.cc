@@ -10,6 +10,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fake_verbs.h"
@@ -303,12 +304,29 @@ TEST_F(VerbsLanesTest, APartOnQpZeroIsAProtocolErrorAtEitherEnd) {
 // A QP that refuses the move to ERR does not leave the others live: each is tried, and the
 // first refusal is the fence's error.
 TEST_F(VerbsLanesTest, AFenceMovesEveryQpToErrEvenWhenOneRefuses) {
-  fake::failNextModify(EIO);
+  fake::failNextModify(EIO, rq(1));
   FenceResult fr = r->fence(100);
   EXPECT_NE(fr.err, "") << "the refusal is reported";
-  EXPECT_NE(fake::state(rq(0)), IBV_QPS_ERR) << "the QP whose modify failed";
-  EXPECT_EQ(fake::state(rq(1)), IBV_QPS_ERR);
+  EXPECT_NE(fake::state(rq(1)), IBV_QPS_ERR) << "the QP whose modify failed";
+  EXPECT_EQ(fake::state(rq(0)), IBV_QPS_ERR);
   EXPECT_EQ(fake::state(rq(2)), IBV_QPS_ERR);
+}
+
+// The moves to ERR run at once, not one after another: with every move blocked (as rxe's was
+// seen to block for ~3 s after a local link loss), all kLanes of them are in flight together,
+// so a fence takes one such stall, not kLanes of them.
+TEST_F(VerbsLanesTest, TheFenceMovesEveryQpToErrAtOnce) {
+  fake::blockErrTransitions(true);
+  FenceResult fr;
+  std::thread fencer([&] { fr = r->fence(100); });
+  uint64_t deadline = nowUs() + 20 * 1000 * 1000;
+  while (fake::blockedErrTransitions() < kLanes && nowUs() < deadline) std::this_thread::yield();
+  int inFlight = fake::blockedErrTransitions();
+  fake::blockErrTransitions(false);
+  fencer.join();
+  EXPECT_EQ(inFlight, kLanes) << "the fence moved the QPs to ERR one after another";
+  EXPECT_EQ(fr.err, "");
+  for (int i = 0; i < kLanes; ++i) EXPECT_EQ(fake::state(rq(i)), IBV_QPS_ERR) << i;
 }
 
 // The receiver advertises in strictly increasing seq on a path, also below messages that

@@ -4,6 +4,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <map>
@@ -750,6 +751,7 @@ bool RdmaTransport::openPorts(const std::vector<std::string>& names, const std::
     np.hca = h.get();
     np.hcaIndex = (int)hcas_.size();
     hcas_.push_back(std::move(h));
+    reopenTries_.push_back(std::make_unique<std::atomic<uint64_t>>(0));
   }
   return true;
 }
@@ -776,20 +778,87 @@ void RdmaTransport::startPortWatch(PortSignal signal) {
   watch_ = std::thread(&RdmaTransport::watchLoop, this, std::move(signal));
 }
 
+uint64_t RdmaTransport::reopenAttempts(int hca) const {
+  return hca >= 0 && (size_t)hca < reopenTries_.size() ? reopenTries_[hca]->load() : 0;
+}
+
+bool RdmaTransport::reviveHca(size_t h, std::string* err) {
+  verbs::Hca& hca = *hcas_[h];
+  if (hca.deviceFatal() && !hca.reopen(err)) return false;
+  {
+    std::lock_guard<std::mutex> g(mrMu_);
+    for (verbs::MrSet* mr : mrs_) {
+      std::string e;
+      if (!mr->refresh(h, &e)) {
+        *err = "re-opened, but a registered buffer cannot be registered on it again: " + e;
+        return false;
+      }
+    }
+  }
+  for (size_t i = 0; i < ports_.size(); ++i) {
+    if (ports_[i].hcaIndex != (int)h) continue;
+    FlushSlot& s = *flush_[i];
+    std::shared_ptr<verbs::FlushQp> old;
+    {
+      std::lock_guard<std::mutex> g(s.mu);
+      s.lastFailUs = 0;  // no wait: the next flush (or registration) builds it on the new opening
+      old = s.qp;
+    }
+    if (old) rebuildFlushQp((int)i, old.get());  // the dead opening's QP goes now
+  }
+  return true;
+}
+
 void RdmaTransport::watchLoop(PortSignal signal) {
-  std::vector<pollfd> fds;
-  for (auto& h : hcas_) fds.push_back({h->ctx()->async_fd, POLLIN, 0});
-  fds.push_back({stopFd_, POLLIN, 0});
   std::vector<uint64_t> seen(ports_.size(), UINT64_MAX), seenGid(ports_.size(), 0);
   std::vector<int> state(ports_.size(), 1);  // as the plugin started: every port ACTIVE (checked at init)
+  std::vector<char> reopened(ports_.size(), 0);  // NIC's HCA re-opened, not yet reported up
+  struct Revive {
+    bool pending = false;
+    uint64_t nextUs = 0;
+    uint64_t gapMs = kReopenFirstMs;
+    std::string lastErr;
+  };
+  std::vector<Revive> rv(hcas_.size());
   uint64_t lastFullUs = nowUs();
   while (true) {
+    // A dead opening's event file reports only errors (it would wake poll() at once, forever):
+    // it leaves the set until the HCA is re-opened.
+    std::vector<pollfd> fds;
+    for (auto& h : hcas_)
+      if (!h->deviceFatal()) fds.push_back({h->ctx()->async_fd, POLLIN, 0});
+    fds.push_back({stopFd_, POLLIN, 0});
     poll(fds.data(), fds.size(), kPortRecheckMs);
     if (fds.back().revents) return;
     for (auto& h : hcas_) h->pollAsync();  // folds events into the HCA's counters (paths read them too)
     uint64_t now = nowUs();
     bool full = now - lastFullUs >= (uint64_t)kPortRecheckMs * 1000;
     if (full) lastFullUs = now;
+    for (size_t h = 0; h < hcas_.size(); ++h) {
+      Revive& r = rv[h];
+      if (hcas_[h]->deviceFatal() && !r.pending) {
+        r.pending = true, r.gapMs = kReopenFirstMs, r.nextUs = now + (uint64_t)kReopenFirstMs * 1000;
+        r.lastErr.clear();
+      }
+      if (!r.pending || now < r.nextUs) continue;
+      std::string e;
+      reopenTries_[h]->fetch_add(1);
+      if (reviveHca(h, &e)) {
+        r.pending = false;
+        RO_INFO(RO_SUBSYS_NET, "railover: HCA %s re-opened after its device fatal error (opening %llu)",
+                hcas_[h]->name().c_str(), (unsigned long long)hcas_[h]->epoch());
+        for (size_t i = 0; i < ports_.size(); ++i)
+          if (ports_[i].hcaIndex == (int)h) reopened[i] = 1, seenGid[i] = UINT64_MAX;  // choose the GID again
+        continue;
+      }
+      if (e != r.lastErr)  // said when the reason changes, not every attempt
+        RO_INFO(RO_SUBSYS_NET, "railover: HCA %s not re-opened yet: %s (next attempt in %llu ms, then up to every %d ms)",
+                hcas_[h]->name().c_str(), e.c_str(), (unsigned long long)std::min<uint64_t>(r.gapMs * 2, kReopenMaxMs),
+                kReopenMaxMs);
+      r.lastErr = e;
+      r.gapMs = std::min<uint64_t>(r.gapMs * 2, kReopenMaxMs);
+      r.nextUs = now + r.gapMs * 1000;
+    }
     for (size_t i = 0; i < ports_.size(); ++i) {
       NicPort& np = ports_[i];
       uint64_t gc = np.hca->gidChanges(np.sel.port);
@@ -812,24 +881,25 @@ void RdmaTransport::watchLoop(PortSignal signal) {
         }
       }
       uint64_t ev = np.hca->portStateEvents(np.sel.port);
-      bool fatal = np.hca->deviceFatal();
-      if (ev == seen[i] && !full && !fatal) continue;
+      bool fatal = np.hca->deviceFatal() || rv[(size_t)np.hcaIndex].pending;  // down until re-registered too
+      if (ev == seen[i] && !full && !fatal && !reopened[i]) continue;
       seen[i] = ev;
       ibv_port_attr a{};
-      int rc = verbs::queryPort(np.hca->api(), np.hca->ctx(), (uint8_t)np.sel.port, &a);
+      int rc = fatal ? -1 : verbs::queryPort(np.hca->api(), np.hca->ctx(), (uint8_t)np.sel.port, &a);
       int up = !fatal && rc == 0 && a.state == IBV_PORT_ACTIVE;
       if (up == state[i]) continue;
       state[i] = up;
-      std::string why = std::string(fatal ? "RDMA device fatal error" : up ? "RDMA port active" : "RDMA port error") +
-                        " (" + np.sel.dev + " port " + std::to_string(np.sel.port) +
+      const char* what = fatal ? "RDMA device fatal error" : !up ? "RDMA port error"
+                         : reopened[i] ? "RDMA device re-opened, port active" : "RDMA port active";
+      if (up) reopened[i] = 0;
+      std::string why = std::string(what) + " (" + np.sel.dev + " port " + std::to_string(np.sel.port) +
                         (rc == 0 && !fatal ? std::string(" ") + np.hca->api().port_state_str(a.state) : std::string()) + ")";
-      // Every QP and MR of a device that reported DEVICE_FATAL is gone; railover does not yet
-      // close and re-open the HCA (and re-register every buffer on it), so its NICs stay down
-      // for this process while their comms run on the standby HCAs. Said once, loudly.
+      // Every QP and MR of a device that reported DEVICE_FATAL is gone: its NICs are down while
+      // their comms run on the standby HCAs, until the re-open above succeeds. Said loudly.
       if (fatal) {
-        why += ": the HCA stays down for this process (railover does not re-open an HCA after a device fatal error yet)";
-        RO_WARN("railover: NIC %s: %s; its comms keep running on their standby paths, restart the job to use it again",
-                names_[i].c_str(), why.c_str());
+        why += ": railover re-opens the HCA every " + std::to_string(kReopenFirstMs) + " ms, backing off to " +
+               std::to_string(kReopenMaxMs) + " ms, and moves back once its port is active";
+        RO_WARN("railover: NIC %s: %s; its comms keep running on their standby paths", names_[i].c_str(), why.c_str());
       }
       signal((int)i, up != 0, why);
     }
@@ -937,6 +1007,7 @@ void* RdmaTransport::regMr(void* data, size_t size, int ptrType, std::string* er
     delete mr;
     return nullptr;
   }
+  track(mr);
   ensureFlushQps();
   return mr;
 }
@@ -950,6 +1021,7 @@ void* RdmaTransport::regMrDmaBuf(void* data, size_t size, uint64_t offset, int f
     delete mr;
     return nullptr;
   }
+  track(mr);
   ensureFlushQps();
   return mr;
 }
@@ -1043,7 +1115,31 @@ std::unique_ptr<FlushOp> RdmaTransport::flush(int nic, void* data, void* mhandle
   return std::unique_ptr<FlushOp>(new RdmaFlushOp(this, std::move(order), (uint64_t)(uintptr_t)data, mr));
 }
 
-void RdmaTransport::deregMr(void* mhandle) { delete (verbs::MrSet*)mhandle; }
+void RdmaTransport::track(verbs::MrSet* mr) {
+  std::lock_guard<std::mutex> g(mrMu_);
+  mrs_.push_back(mr);
+  // A registration that raced a re-open may hold keys of the old opening: bring it up to date
+  // (a no-op for every HCA it is current on).
+  for (size_t h = 0; h < hcas_.size(); ++h) {
+    std::string e;
+    if (mr->epochOf(h) != hcas_[h]->epoch() && !hcas_[h]->deviceFatal() && !mr->refresh(h, &e))
+      RO_WARN("railover: a registration misses HCA %s: %s", hcas_[h]->name().c_str(), e.c_str());
+  }
+}
+
+void RdmaTransport::deregMr(void* mhandle) {
+  auto* mr = (verbs::MrSet*)mhandle;
+  {
+    std::lock_guard<std::mutex> g(mrMu_);
+    for (size_t i = 0; i < mrs_.size(); ++i)
+      if (mrs_[i] == mr) {
+        mrs_[i] = mrs_.back();
+        mrs_.pop_back();
+        break;
+      }
+  }
+  delete mr;
+}
 
 namespace {
 // The QPs of a path whose bring-up finished, lane 0 first (empty otherwise).

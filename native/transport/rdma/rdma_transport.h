@@ -68,6 +68,7 @@
 #include "transport/transport.h"
 #include "transport/verbs/verbs_device.h"
 #include "transport/verbs/verbs_gdr.h"
+#include "transport/verbs/verbs_mr.h"
 #include "transport/verbs/verbs_qp.h"
 
 namespace railover {
@@ -165,6 +166,8 @@ class RdmaTransport : public Transport {
   // QP exists (built here, on NCCL's service thread, never on its progress thread).
   void* regMr(void* data, size_t size, int ptrType, std::string* err) override;
   void* regMrDmaBuf(void* data, size_t size, uint64_t offset, int fd, std::string* err) override;
+  // Deregisters on every HCA. Waits while a re-opened HCA's re-registration runs (the port
+  // watch thread holds the registry then).
   void deregMr(void* mhandle) override;
   // A 1-byte RDMA READ of `data` through NIC `nic`'s flush QP (verbs::FlushQp). If that READ
   // fails (the NIC's port went down after the data arrived), the flush is retried through
@@ -187,9 +190,20 @@ class RdmaTransport : public Transport {
   // / PORT_ACTIVE, re-read with ibv_query_port; every kPortRecheckMs the states are re-read even
   // without an event) or its HCA reports DEVICE_FATAL. The runtime feeds it into per-NIC health
   // (Health::transportNicSignal), so one port event moves every comm on the NIC. Call once.
+  //
+  // After DEVICE_FATAL the watch re-opens the HCA (verbs::Hca::reopen) kReopenFirstMs later and
+  // then with a back-off doubling to kReopenMaxMs, for as long as the transport lives; once it
+  // is open again, every registered buffer is registered on it again (MrSet::refresh; a dmabuf
+  // through the fd kept at regMrDmaBuf), the NIC's GID is chosen again and its flush QP
+  // rebuilt, and only then, with its port ACTIVE, is the NIC reported up ("RDMA device
+  // re-opened"): the engine's failback moves its comms back as after a port repair.
   using PortSignal = std::function<void(int nic, bool up, const std::string& why)>;
   void startPortWatch(PortSignal signal);
   static constexpr int kPortRecheckMs = 1000;
+  static constexpr int kReopenFirstMs = 1000;  // first re-open attempt after DEVICE_FATAL
+  static constexpr int kReopenMaxMs = 8000;    // back-off cap: a repaired HCA is found within it
+  // Number of re-open attempts of HCA index `hca` so far (tests, diagnostics). Thread-safe.
+  uint64_t reopenAttempts(int hca) const;
 
   // The HCA behind NIC `nic` (its `sel` is the choice at init: use portSel() for the current one).
   const NicPort& port(int nic) const { return ports_[nic]; }
@@ -211,6 +225,13 @@ class RdmaTransport : public Transport {
   FenceRunner fencer_;  // after worker_: its jobs hand what they held to the worker
   bool ok_ = false;
   void watchLoop(PortSignal signal);
+  // Re-opens HCA index `h` if its opening is dead, then registers every live MrSet on it again
+  // and drops the flush QPs of its NICs (rebuilt on the new opening). false + *err otherwise.
+  bool reviveHca(size_t h, std::string* err);
+  mutable std::mutex mrMu_;                      // guards mrs_
+  std::vector<verbs::MrSet*> mrs_;               // every registration alive (regMr .. deregMr)
+  std::vector<std::unique_ptr<std::atomic<uint64_t>>> reopenTries_;  // per HCA index
+  void track(verbs::MrSet* mr);
   // GPUDirect
   void detectGdr();
   bool peerMem_ = false;        // a GPU peer-memory client is loaded

@@ -120,24 +120,63 @@ bool findPortByDevice(const std::string& dev, int port, int gidIndex, PortSel* o
   return false;
 }
 
+bool Hca::openOnce(Opening* o, std::string* err) {
+  const VerbsApi& api = *api_;
+  DevList dl(api);
+  bool listed = false;
+  for (int d = 0; d < dl.n && !o->ctx; ++d)
+    if (dev_ == api.get_device_name(dl.list[d])) {
+      listed = true;
+      o->ctx = api.open_device(dl.list[d]);
+    }
+  if (!o->ctx) {
+    *err = listed ? "cannot open RDMA device '" + dev_ + "': " + std::strerror(errno)
+                  : "no RDMA device named '" + dev_ + "'";
+    return false;
+  }
+  o->pd = api.alloc_pd(o->ctx);
+  if (!o->pd) {
+    *err = "ibv_alloc_pd(" + dev_ + "): " + std::strerror(errno);
+    api.close_device(o->ctx);
+    o->ctx = nullptr;
+    return false;
+  }
+  int fl = fcntl(o->ctx->async_fd, F_GETFL);
+  fcntl(o->ctx->async_fd, F_SETFL, fl | O_NONBLOCK);
+  return true;
+}
+
 Hca::Hca(const std::string& dev, std::string* err) : dev_(dev) {
   api_ = verbsApi(err);
   if (!api_) return;
-  const VerbsApi& api = *api_;
-  DevList dl(api);
-  for (int d = 0; d < dl.n && !ctx_; ++d)
-    if (dev == api.get_device_name(dl.list[d])) ctx_ = api.open_device(dl.list[d]);
-  if (!ctx_) {
-    *err = "cannot open RDMA device '" + dev + "'";
-    return;
-  }
-  pd_ = api.alloc_pd(ctx_);
-  if (!pd_) {
-    *err = "ibv_alloc_pd(" + dev + "): " + std::strerror(errno);
-    return;
-  }
-  int fl = fcntl(ctx_->async_fd, F_GETFL);
-  fcntl(ctx_->async_fd, F_SETFL, fl | O_NONBLOCK);
+  Opening o;
+  if (!openOnce(&o, err)) return;
+  o.epoch = 1;
+  cur_ = o;
+}
+
+bool Hca::ok() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return cur_.ctx != nullptr && cur_.pd != nullptr;
+}
+
+Hca::Opening Hca::current() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return cur_;
+}
+
+bool Hca::reopen(std::string* err) {
+  if (!api_) return *err = "libibverbs is not loaded", false;
+  Opening o;
+  if (!openOnce(&o, err)) return false;
+  std::lock_guard<std::mutex> g(mu_);
+  o.epoch = cur_.epoch + 1;
+  if (cur_.ctx) retired_.push_back(cur_);
+  cur_ = o;
+  deviceFatal_ = false;
+  fatalQps_.clear();  // QP numbers of the new opening start afresh
+  fatalWhat_.clear();
+  return true;
 }
 
 const VerbsApi& Hca::api() const {
@@ -148,17 +187,20 @@ const VerbsApi& Hca::api() const {
 Hca::~Hca() {
   if (!api_) return;
   const VerbsApi& api = *api_;
-  if (pd_) api.dealloc_pd(pd_);
-  if (ctx_) api.close_device(ctx_);
+  retired_.push_back(cur_);
+  for (Opening& o : retired_) {  // errors ignored: a dead device's calls may fail, memory is freed
+    if (o.pd) api.dealloc_pd(o.pd);
+    if (o.ctx) api.close_device(o.ctx);
+  }
 }
 
 std::vector<AsyncEvent> Hca::pollAsync() {
   std::vector<AsyncEvent> got;
   std::lock_guard<std::mutex> g(mu_);
-  if (!ctx_) return got;
+  if (!cur_.ctx || deviceFatal_) return got;
   const VerbsApi& api = *api_;
   ibv_async_event e;
-  while (api.get_async_event(ctx_, &e) == 0) {  // non-blocking: async_fd is O_NONBLOCK
+  while (!deviceFatal_ && api.get_async_event(cur_.ctx, &e) == 0) {  // non-blocking: async_fd is O_NONBLOCK
     AsyncEvent a;
     a.type = e.event_type;
     a.tUs = nowUs();
@@ -221,8 +263,12 @@ bool Hca::deviceFatal() {
   return deviceFatal_;
 }
 
-bool Hca::qpFatal(uint32_t qpn, std::string* what) {
+bool Hca::qpFatal(uint32_t qpn, uint64_t epoch, std::string* what) {
   std::lock_guard<std::mutex> g(mu_);
+  if (epoch != cur_.epoch) {
+    if (what) *what = "device fatal error (the HCA was re-opened since this QP was built)";
+    return true;
+  }
   if (deviceFatal_ || fatalQps_.count(qpn)) {
     if (what) *what = fatalWhat_;
     return true;

@@ -59,6 +59,14 @@ struct AsyncEvent {
 };
 
 // An opened HCA: context, one protection domain, and its async events. Not copyable.
+//
+// Re-opening: after IBV_EVENT_DEVICE_FATAL every object on the context is gone (QPs, CQs,
+// MRs), and the device may come back (driver reload, firmware reset, PCI recovery) as a device
+// of the same name. reopen() opens it again: a new context and PD become the *current opening*
+// (epoch + 1), and the event state starts clean. Objects built on an older opening keep it
+// (their context stays open until the Hca is destroyed, so destroying them later is safe); a
+// QP of an older opening counts as fatal (qpFatal). Thread-safety: every method may be called
+// from any thread; ctx()/pd()/current() return the current opening at the time of the call.
 class Hca {
  public:
   // Opens HCA `dev`. nullptr-equivalent (ok() false) with *err when it cannot.
@@ -67,42 +75,63 @@ class Hca {
   Hca(const Hca&) = delete;
   Hca& operator=(const Hca&) = delete;
 
-  bool ok() const { return ctx_ != nullptr && pd_ != nullptr; }
+  // One opening of the device: its context, protection domain and number (1 = the first).
+  struct Opening {
+    ibv_context* ctx = nullptr;
+    ibv_pd* pd = nullptr;
+    uint64_t epoch = 0;
+  };
+
+  bool ok() const;
   // The libibverbs table this HCA was opened with (valid whenever the Hca was constructed with
   // libibverbs loaded; ok() is false otherwise).
   const VerbsApi& api() const;
   const std::string& name() const { return dev_; }
-  ibv_context* ctx() const { return ctx_; }
-  ibv_pd* pd() const { return pd_; }
+  ibv_context* ctx() const { return current().ctx; }
+  ibv_pd* pd() const { return current().pd; }
+  // The current opening: build objects that belong together (CQ, QP, MR) on one snapshot.
+  Opening current() const;
+  uint64_t epoch() const { return current().epoch; }
 
-  // Reads every pending async event without blocking and folds it into the per-port and per-QP
-  // state below; returns the events read by this call (other callers may have read earlier ones:
-  // use the counters for decisions, not this list).
+  // Opens the device named name() again (after DEVICE_FATAL: the caller decides when). On
+  // success the new context and PD become current, deviceFatal() is false again and fatal-QP
+  // state is cleared; the old opening is kept until destruction. false with *err ("no RDMA
+  // device named ...", "cannot open ...", "ibv_alloc_pd ...") when the device is not back.
+  bool reopen(std::string* err);
+
+  // Reads every pending async event of the current opening without blocking and folds it into
+  // the per-port and per-QP state below; returns the events read by this call (other callers may
+  // have read earlier ones: use the counters for decisions, not this list). Nothing is read
+  // once the current opening reported DEVICE_FATAL (its event file only reports errors then).
   std::vector<AsyncEvent> pollAsync();
   // Number of IBV_EVENT_PORT_ERR events seen so far on `port` of this HCA (events of another
-  // port or HCA never count here).
+  // port or HCA never count here; counts run on across re-openings).
   uint64_t portErrors(int port);
   // Number of port state events (IBV_EVENT_PORT_ERR and IBV_EVENT_PORT_ACTIVE) seen on `port`
   // (a watcher re-reads the port's state when it moves).
   uint64_t portStateEvents(int port);
-  // True once IBV_EVENT_DEVICE_FATAL was seen (every QP and port of the HCA is gone).
+  // True once IBV_EVENT_DEVICE_FATAL was seen on the current opening (every QP, MR and port
+  // of it is gone) and until reopen() succeeds.
   bool deviceFatal();
   // Number of GID table changes (IBV_EVENT_GID_CHANGE) seen on `port`.
   uint64_t gidChanges(int port);
-  // True when a fatal QP event (QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR, PATH_MIG_ERR) or a device
-  // fatal event named `qpn` (device fatal: every QP). *what gets the event name.
-  bool qpFatal(uint32_t qpn, std::string* what);
+  // True when QP `qpn` of opening `epoch` is dead: a fatal QP event (QP_FATAL, QP_REQ_ERR,
+  // QP_ACCESS_ERR, PATH_MIG_ERR) named it, or its opening reported DEVICE_FATAL or was replaced
+  // by a re-open. *what gets the event name.
+  bool qpFatal(uint32_t qpn, uint64_t epoch, std::string* what);
+  bool qpFatal(uint32_t qpn, std::string* what) { return qpFatal(qpn, epoch(), what); }
 
  private:
   std::string dev_;
   const VerbsApi* api_ = nullptr;
-  ibv_context* ctx_ = nullptr;
-  ibv_pd* pd_ = nullptr;
-  std::mutex mu_;
+  mutable std::mutex mu_;
+  Opening cur_;                    // guarded by mu_
+  std::vector<Opening> retired_;   // older openings, closed by the destructor
   std::vector<uint64_t> portErr_, gidChg_, portEv_;  // index = port number
   std::unordered_set<uint32_t> fatalQps_;
   std::string fatalWhat_;
   bool deviceFatal_ = false;
+  bool openOnce(Opening* o, std::string* err);  // opens dev_ into *o (no lock held)
 };
 
 uint64_t nowUs();  // CLOCK_MONOTONIC, µs

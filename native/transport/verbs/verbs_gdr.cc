@@ -44,7 +44,7 @@ bool dmabufSupported(Hca& h, std::string* why) {
 FlushQp::FlushQp(Hca& hca, const PortSel& port, const RcParams& rc, std::string* err) {
   qp_.reset(new RcQp(hca, port, kDepth, 1, err));
   if (!qp_->ok()) return;
-  landingMr_ = hca.api().reg_mr(hca.pd(), &landing_, sizeof(landing_), IBV_ACCESS_LOCAL_WRITE);
+  landingMr_ = hca.api().reg_mr(qp_->qp()->pd, &landing_, sizeof(landing_), IBV_ACCESS_LOCAL_WRITE);
   if (!landingMr_) {
     *err = "ibv_reg_mr(" + hca.name() + ", flush landing buffer): " + std::strerror(errno);
     return;

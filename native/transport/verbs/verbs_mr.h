@@ -16,7 +16,9 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
+#include <atomic>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -25,15 +27,24 @@
 namespace railover {
 namespace verbs {
 
+//
+// After an HCA's DEVICE_FATAL its registrations are gone. A set made while one of its HCAs is
+// dead skips that HCA (its keys are 0 until refreshed); refresh(i) registers the buffer again
+// on HCA i's current opening (Hca::reopen). A dmabuf's fd is duplicated at construction and
+// kept until destruction, so it can be registered again after NCCL closed its own fd.
+// Thread-safety: lkey()/rkey() may be called from any thread while refresh() runs on another
+// (keys are swapped atomically; a replaced MR stays registered until destruction).
 class MrSet {
  public:
   // Registers [addr, addr+size) on every HCA in `hcas`; ok() false with *err (naming the HCA and
-  // errno) if any registration fails, in which case none is kept. size 0 is allowed (no MR).
+  // errno) if any registration on a live HCA fails, in which case none is kept. An HCA whose
+  // current opening reported DEVICE_FATAL is skipped (refresh() later). size 0 is allowed (no MR).
   MrSet(const std::vector<Hca*>& hcas, void* addr, size_t size, std::string* err);
   // The same for a dmabuf (NCCL's regMrDmaBuf: GPU memory exported by the CUDA driver as file
   // descriptor `fd`, [offset, offset+size) of it mapped at `addr`): ibv_reg_dmabuf_mr on every
-  // HCA, inside this call (NCCL closes the fd when regMrDmaBuf returns). Fails with *err when
-  // this libibverbs has no ibv_reg_dmabuf_mr or an HCA refuses (errno named).
+  // HCA, inside this call (NCCL closes the fd when regMrDmaBuf returns; a duplicate is kept for
+  // refresh()). Fails with *err when this libibverbs has no ibv_reg_dmabuf_mr or an HCA refuses
+  // (errno named).
   MrSet(const std::vector<Hca*>& hcas, void* addr, size_t size, uint64_t offset, int fd, std::string* err);
   ~MrSet();
   MrSet(const MrSet&) = delete;
@@ -42,20 +53,43 @@ class MrSet {
   bool ok() const { return ok_; }
   void* addr() const { return addr_; }
   size_t size() const { return size_; }
-  size_t count() const { return mrs_.size(); }
-  // Keys on HCA index i (0 when size is 0: a zero-length WRITE needs no key).
-  uint32_t lkey(size_t i) const { return mrs_[i] ? mrs_[i]->lkey : 0; }
-  uint32_t rkey(size_t i) const { return mrs_[i] ? mrs_[i]->rkey : 0; }
+  size_t count() const { return hcas_.size(); }
+  // Keys on HCA index i (0 when size is 0: a zero-length WRITE needs no key; 0 while HCA i is
+  // dead and not refreshed).
+  uint32_t lkey(size_t i) const {
+    ibv_mr* m = slots_[i].mr.load(std::memory_order_acquire);
+    return m ? m->lkey : 0;
+  }
+  uint32_t rkey(size_t i) const {
+    ibv_mr* m = slots_[i].mr.load(std::memory_order_acquire);
+    return m ? m->rkey : 0;
+  }
+  // Registers the buffer on HCA i's current opening unless it is registered there already.
+  // false with *err (call, HCA, errno) when that fails, or when the current opening is dead and
+  // holds this buffer's keys (they are dead too); the old keys stay meanwhile. true with nothing
+  // done for a slot that was skipped because its HCA was dead and still is.
+  bool refresh(size_t i, std::string* err);
+  // The HCA opening (Hca::epoch) HCA i's keys belong to; 0: none (dead when registered).
+  uint64_t epochOf(size_t i) const;
   // Index of `h` in the set, -1 if it is not one of its HCAs.
   int indexOf(const Hca* h) const;
 
  private:
+  struct Slot {
+    std::atomic<ibv_mr*> mr{nullptr};
+    uint64_t epoch = 0;  // guarded by mu_
+  };
   std::vector<Hca*> hcas_;
-  std::vector<ibv_mr*> mrs_;
+  std::unique_ptr<Slot[]> slots_;
+  std::vector<std::pair<size_t, ibv_mr*>> retired_;  // (HCA index, MR) replaced by refresh()
+  mutable std::mutex mu_;                            // refresh() and the epochs
   void* addr_;
   size_t size_;
+  bool dmabuf_ = false;
+  uint64_t offset_ = 0;
+  int fd_ = -1;  // the dmabuf's duplicated fd (-1: none)
   bool ok_ = false;
-  bool registerAll(const std::function<ibv_mr*(Hca&)>& reg, const char* call, std::string* err);
+  ibv_mr* registerOn(const Hca::Opening& o, size_t i);  // one registration; errno on failure
 };
 
 // Access flags of every railover registration (see above).

@@ -5,6 +5,8 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <system_error>
+#include <thread>
 #include <cerrno>
 #include <cstring>
 
@@ -156,8 +158,9 @@ PathBase::PathBase(Hca& hca, const PortSel& port, const RcParams& params, std::s
     l.ctlRecv.assign(kRecvDepth * kCtlBytes, 0);
     l.ctlSend.assign(kSendDepth * kCtlBytes, 0);
     l.recs.resize(kSendDepth);
-    l.ctlRecvMr = api_.reg_mr(hca.pd(), l.ctlRecv.data(), l.ctlRecv.size(), IBV_ACCESS_LOCAL_WRITE);
-    l.ctlSendMr = api_.reg_mr(hca.pd(), l.ctlSend.data(), l.ctlSend.size(), IBV_ACCESS_LOCAL_WRITE);
+    ibv_pd* pd = l.qp->qp()->pd;  // the QP's own opening of the HCA (Hca::reopen)
+    l.ctlRecvMr = api_.reg_mr(pd, l.ctlRecv.data(), l.ctlRecv.size(), IBV_ACCESS_LOCAL_WRITE);
+    l.ctlSendMr = api_.reg_mr(pd, l.ctlSend.data(), l.ctlSend.size(), IBV_ACCESS_LOCAL_WRITE);
     if (!l.ctlRecvMr || !l.ctlSendMr) {
       *err = "ibv_reg_mr(control slots on " + hca.name() + "): " + std::strerror(errno);
       return;
@@ -311,7 +314,7 @@ int PathBase::postCtlSlot(uint8_t* w, std::string* err, int lane) {
 void PathBase::waitIdle(int timeoutMs) {
   std::vector<pollfd> p;
   for (const Lane& l : lanes_) p.push_back({l.qp->completionFd(), POLLIN, 0});
-  p.push_back({hca_.ctx()->async_fd, POLLIN, 0});
+  p.push_back({lanes_[0].qp->qp()->context->async_fd, POLLIN, 0});
   poll(p.data(), p.size(), timeoutMs);
 }
 
@@ -325,7 +328,7 @@ void PathBase::pollOnce() {
                  IBV_EVENT_PORT_ERR);
     std::string what;
     for (size_t i = 0; i < lanes_.size() && !broken_; ++i)
-      if (hca_.qpFatal(lanes_[i].qp->qp()->qp_num, &what))
+      if (hca_.qpFatal(lanes_[i].qp->qp()->qp_num, lanes_[i].qp->epoch(), &what))
         markBroken("qp-event", lanes_.size() > 1 ? what + " (QP " + std::to_string(i) + " of the path)" : what, 0);
   }
   for (size_t i = 0; i < lanes_.size(); ++i) pollLane(static_cast<int>(i));
@@ -388,12 +391,24 @@ FenceResult PathBase::fence(int timeoutMs) {
   uint64_t t0 = nowUs();
   fenced_ = true;
   if (connected_) {
-    // Every QP, even after one refused (its error is the one reported): the others must not
-    // stay live.
-    for (Lane& l : lanes_) {
-      std::string e;
-      if (!l.qp->toError(&e) && r.err.empty()) r.err = e;
+    // Every QP, even after one refused (its error is the first one reported): the others must
+    // not stay live. With several QPs the moves run at once, one thread per QP beyond the
+    // first: a move to ERR was seen to block ~3 s on rxe after a local link loss, and N of them
+    // in a row would hold the RESUME N times as long. A QP whose thread cannot be started is
+    // moved on this thread.
+    std::vector<std::string> errs(lanes_.size());
+    std::vector<std::thread> movers;
+    for (size_t i = 1; i < lanes_.size(); ++i) {
+      try {
+        movers.emplace_back([this, i, &errs] { lanes_[i].qp->toError(&errs[i]); });
+      } catch (const std::system_error&) {
+        lanes_[i].qp->toError(&errs[i]);
+      }
     }
+    lanes_[0].qp->toError(&errs[0]);
+    for (std::thread& t : movers) t.join();
+    for (const std::string& e : errs)
+      if (!e.empty() && r.err.empty()) r.err = e;
   }
   auto left = [this] {
     int n = 0;

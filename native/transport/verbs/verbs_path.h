@@ -187,8 +187,8 @@ class PathBase {
   // -1 broken/fenced (*err).
   int sendCtl(const CtlMsg& m, std::string* err);
 
-  // Moves every lane's QP to ERR (all of them, even after one failed: err names the first
-  // failure) and polls until every outstanding send and posted receive has flushed or
+  // Moves every lane's QP to ERR, all at once (one short-lived thread per QP beyond the first;
+  // all of them, even after one failed: err names the first failure) and polls until every outstanding send and posted receive has flushed or
   // timeoutMs passed. After it returns (with err empty) nothing sent on these QPs can
   // land in this side's registered memory, and no completion of them remains to be seen later.
   FenceResult fence(int timeoutMs);

@@ -163,14 +163,16 @@ RcQp::RcQp(Hca& hca, const PortSel& port, int sendDepth, int recvDepth, std::str
     *err = "HCA " + hca.name() + " is not open";
     return;
   }
-  ch_ = api_.create_comp_channel(hca.ctx());
+  Hca::Opening o = hca.current();  // CQ, channel and QP on one opening of the HCA
+  epoch_ = o.epoch;
+  ch_ = api_.create_comp_channel(o.ctx);
   if (!ch_) {
     *err = "ibv_create_comp_channel(" + hca.name() + "): " + std::strerror(errno);
     return;
   }
   int fl = fcntl(ch_->fd, F_GETFL);
   fcntl(ch_->fd, F_SETFL, fl | O_NONBLOCK);
-  cq_ = api_.create_cq(hca.ctx(), sendDepth + recvDepth, nullptr, ch_, 0);
+  cq_ = api_.create_cq(o.ctx, sendDepth + recvDepth, nullptr, ch_, 0);
   if (!cq_) {
     *err = "ibv_create_cq(" + hca.name() + ", " + std::to_string(sendDepth + recvDepth) + "): " + std::strerror(errno);
     return;
@@ -184,7 +186,7 @@ RcQp::RcQp(Hca& hca, const PortSel& port, int sendDepth, int recvDepth, std::str
   ia.cap.max_send_sge = 1;
   ia.cap.max_recv_sge = 1;
   ia.sq_sig_all = 0;
-  qp_ = api_.create_qp(hca.pd(), &ia);
+  qp_ = api_.create_qp(o.pd, &ia);
   if (!qp_) {
     *err = "ibv_create_qp(" + hca.name() + ", RC, " + std::to_string(sendDepth) + "/" + std::to_string(recvDepth) +
            " WRs): " + std::strerror(errno);

@@ -95,6 +95,8 @@ class RcQp {
   // before polling the CQ, so that a completion after the poll wakes completionFd().
   void rearm();
   Hca& hca() const { return hca_; }
+  // The HCA opening (Hca::epoch) this QP and its CQ were built on; its PD is qp()->pd.
+  uint64_t epoch() const { return epoch_; }
   const PortSel& port() const { return port_; }
   const QpEndpoint& local() const { return local_; }
 
@@ -121,6 +123,7 @@ class RcQp {
   ibv_cq* cq_ = nullptr;
   ibv_qp* qp_ = nullptr;
   unsigned unacked_ = 0;  // completion events read and not yet acknowledged
+  uint64_t epoch_ = 0;
   QpEndpoint local_;
 };
 
