@@ -63,7 +63,7 @@
   NEXT(signal, Str, "what showed it: carrier, admin state, address removed, RDMA port error / device fatal error")
 #define RO_EVENT_FIELDS_nic_up(FIRST, NEXT)                                         \
   FIRST(nic, Str, "NIC name")                                                       \
-  NEXT(signal, Str, "what showed it: carrier, admin state, address added, RDMA port active")  \
+  NEXT(signal, Str, "what showed it: carrier, admin state, address added, RDMA port active, RDMA device re-opened")  \
   NEXT(neigh_cleared, U64, "unresolved ARP/ND entries deleted at the repair (0 without CAP_NET_ADMIN)")
 #define RO_EVENT_FIELDS_nic_addr_change(FIRST, NEXT) \
   FIRST(nic, Str, "NIC name")                        \
