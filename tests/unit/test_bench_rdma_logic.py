@@ -86,6 +86,21 @@ def test_bw_ratios_use_medians_per_size():
     assert r["rdma_vs_ib_write_bw_bidi_per_dir"] == pytest.approx(0.5)
     assert r["rdma_vs_tcp"] == pytest.approx(2.0)
     assert r["rdma_idle_sleep_vs_rdma"] is None
+    assert r["rdma_qps4_vs_rdma"] is None  # not measured in this run
+
+
+def test_several_qps_per_path_get_their_own_ratios_and_table(tmp_path):
+    rows = [{"size": 1 << 20, "variant": "rdma", "gbs": 0.02}, {"size": 1 << 20, "variant": "rdma_qps4", "gbs": 0.03},
+            {"size": 1 << 20, "variant": "ib_write_bw", "gbs": 0.04}]
+    r = R.bw_ratios(rows)[1 << 20]
+    assert r["rdma_qps4_vs_rdma"] == pytest.approx(1.5)
+    assert r["rdma_qps4_vs_ib_write_bw"] == pytest.approx(0.75)
+    rep = C.Report("rdma", tmp_path, True, {"bw_seconds": 5, "rounds": 1})
+    rep.results["busbw"] = {str(1 << 20): r}
+    md = R.markdown(rep.finish())
+    assert "NCCL_IB_QPS_PER_CONNECTION=4" in md
+    assert "| 1 MiB | 20.00 | 30.00 | 1.500 | 0.750 |" in md
+    assert "NCCL_IB_QPS_PER_CONNECTION" not in R.markdown(_report(tmp_path))  # only when it was measured
 
 
 def _report(tmp_path: Path):
@@ -134,6 +149,8 @@ def test_cli_rejects_unknown_kinds_and_phases_before_booting(tmp_path):
         R.run(tmp_path, quick=True, phases=["warp"])
     with pytest.raises(C.BenchError, match="bad size"):
         R.run(tmp_path, quick=True, bw_sizes=["lots"])
+    with pytest.raises(C.BenchError, match="unknown busbw variant 'rdma_qps9'"):
+        R.run(tmp_path, quick=True, bw_variants=["rdma", "rdma_qps9"])
 
 
 def test_armed_only_with_traffic_on_the_primary_and_a_standby_up():

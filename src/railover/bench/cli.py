@@ -322,7 +322,11 @@ def register(app: typer.Typer) -> None:
                  bare_bound_s: float = typer.Option(0, "--bare-bound-s", help="wait for the bare RC error (0: 90 s, or 45 with --quick)"),
                  bare_retry_cnt: int = typer.Option(-1, "--bare-retry-cnt", help="NCCL_IB_RETRY_CNT for the bare RC "
                                                     "runs (default: the plugin's, NCCL's 7 = retry forever on rxe)"),
-                 phases: str = typer.Option("convergence,bare,busbw", "--phases")):
+                 phases: str = typer.Option("convergence,bare,busbw", "--phases"),
+                 bw_variants: str = typer.Option("rdma,rdma_idle_sleep,tcp,ib_write_bw,ib_write_bw_bidi",
+                                                 "--bw-variants",
+                                                 help="busbw variants: rdma, rdma_idle_sleep, rdma_qps4 (4 QPs per "
+                                                      "path), tcp, ib_write_bw, ib_write_bw_bidi")):
         """The RDMA verbs transport on the RDMA test bed (2 QEMU guests, Soft-RoCE): convergence per
         fault kind under a checked all-reduce, the bare RC timeout (RAILOVER_STANDBY=none), busbw of
         rdma vs tcp vs ib_write_bw on the same rxe devices."""
@@ -330,7 +334,8 @@ def register(app: typer.Typer) -> None:
         rep = _run_suite("rdma", out, quick, console, faults=faults or None, kinds=_csv(kinds), size=size,
                          bw_sizes=_csv(bw_sizes) or None, rounds=rounds or None, bare_faults=bare,
                          bare_bound_s=bare_bound_s or None, phases=_csv(phases),
-                         bare_retry_cnt=None if bare_retry_cnt < 0 else bare_retry_cnt)
+                         bare_retry_cnt=None if bare_retry_cnt < 0 else bare_retry_cnt,
+                         bw_variants=_csv(bw_variants))
         _finish([rep], console)
 
     @bench.command("all")

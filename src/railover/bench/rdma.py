@@ -67,6 +67,9 @@ TARGET_MS = {"local": 20.0, "silent": 200.0}
 #: busbw target: railover-rdma / ib_write_bw at sizes >= 1 MiB
 BW_TARGET = 0.9
 RDMA_ENV = {"RAILOVER_TRANSPORT": "rdma"}
+#: the ``rdma_qps4`` busbw variant: 4 RC QPs per path, each chunk split over them
+#: (NCCL_IB_QPS_PER_CONNECTION, as NCCL splits a message over its QPs)
+RDMA_QPS4_ENV = {**RDMA_ENV, "NCCL_IB_QPS_PER_CONNECTION": "4"}
 TCP_ENV = {"RAILOVER_TRANSPORT": "tcp"}
 
 
@@ -167,7 +170,8 @@ def kind_summary(kind: str, cycles: Sequence[Mapping[str, Any]]) -> Dict[str, An
 def bw_ratios(rows: Sequence[Mapping[str, Any]]) -> Dict[int, Dict[str, Any]]:
     """Per size: median busbw (GB/s) of each variant over the rounds, and the ratios
     rdma / ib_write_bw (one way), rdma / ib_write_bw -b per direction (half its sum), rdma / tcp,
-    rdma with idle sleep / rdma. ``rows``: ``{"size", "variant", "gbs"}`` (gbs may be None)."""
+    rdma with idle sleep / rdma, rdma on 4 QPs per path / rdma and / ib_write_bw (None where a
+    variant was not measured). ``rows``: ``{"size", "variant", "gbs"}`` (gbs may be None)."""
     out: Dict[int, Dict[str, Any]] = {}
     for size in sorted({int(r["size"]) for r in rows}):
         med = {}
@@ -181,6 +185,8 @@ def bw_ratios(rows: Sequence[Mapping[str, Any]]) -> Dict[int, Dict[str, Any]]:
             "rdma_vs_ib_write_bw_bidi_per_dir": C.ratio(med.get("rdma"), bidi / 2 if bidi is not None else None),
             "rdma_vs_tcp": C.ratio(med.get("rdma"), med.get("tcp")),
             "rdma_idle_sleep_vs_rdma": C.ratio(med.get("rdma_idle_sleep"), med.get("rdma")),
+            "rdma_qps4_vs_rdma": C.ratio(med.get("rdma_qps4"), med.get("rdma")),
+            "rdma_qps4_vs_ib_write_bw": C.ratio(med.get("rdma_qps4"), med.get("ib_write_bw")),
         }
     return out
 
@@ -247,6 +253,15 @@ def markdown(data: Mapping[str, Any]) -> str:
                      f"{mb('ib_write_bw')} | {mb('ib_write_bw_bidi')} | {C.fmt(b['rdma_vs_ib_write_bw'], 3)} | "
                      f"{C.fmt(b['rdma_vs_ib_write_bw_bidi_per_dir'], 3)} | "
                      f"{C.fmt(b['rdma_vs_tcp'], 3)} | {C.fmt(b['rdma_idle_sleep_vs_rdma'], 2)} |")
+        if any(b["median_gbs"].get("rdma_qps4") is not None for b in bw.values()):
+            L += ["\nSeveral QPs per path (`NCCL_IB_QPS_PER_CONNECTION=4`, each chunk split over the 4 QPs of "
+                  "the path), in the same rounds:\n",
+                  "| size | rdma, 1 QP | rdma, 4 QPs | 4 QPs / 1 QP | 4 QPs / ib_write_bw |", "|---:|---:|---:|---:|---:|"]
+            for size, b in sorted(bw.items(), key=lambda kv: int(kv[0])):
+                m = b["median_gbs"]
+                mb = lambda v: C.fmt(m.get(v) * 1e3 if m.get(v) is not None else None, 2)
+                L.append(f"| {C.human_size(int(size))} | {mb('rdma')} | {mb('rdma_qps4')} | "
+                         f"{C.fmt(b.get('rdma_qps4_vs_rdma'), 3)} | {C.fmt(b.get('rdma_qps4_vs_ib_write_bw'), 3)} |")
         cpu = res.get("cpu_a", {})
         if cpu:
             L += ["\nGuest A's CPU during the measurements (medians of the fractions):\n",
@@ -539,7 +554,7 @@ def busbw(bed, sizes: Sequence[str], rounds: int, seconds: int, console: Console
                 if v.startswith("ib_write_bw"):
                     gbs, note = _ib_write_bw(bed, size, seconds, v == "ib_write_bw_bidi", port)
                 else:
-                    env = TCP_ENV if v == "tcp" else RDMA_ENV
+                    env = TCP_ENV if v == "tcp" else RDMA_QPS4_ENV if v == "rdma_qps4" else RDMA_ENV
                     extra = ["--idle-sleep-us", "50"] if v == "rdma_idle_sleep" else []
                     res = rperf.run_perf(bed, ranks_per_host=1, timeout_s=seconds + 900, workload="sendrecv",
                                          minbytes=size, duration=seconds, warmup=1, channels=1, op_timeout=240,
@@ -561,14 +576,16 @@ def busbw(bed, sizes: Sequence[str], rounds: int, seconds: int, console: Console
     return rows, cpu_med
 
 
-BW_VARIANTS = ("rdma", "rdma_idle_sleep", "tcp", "ib_write_bw", "ib_write_bw_bidi")
+#: every busbw variant ``--bw-variants`` accepts; DEFAULT_BW_VARIANTS run unless told
+BW_VARIANTS = ("rdma", "rdma_idle_sleep", "rdma_qps4", "tcp", "ib_write_bw", "ib_write_bw_bidi")
+DEFAULT_BW_VARIANTS = ("rdma", "rdma_idle_sleep", "tcp", "ib_write_bw", "ib_write_bw_bidi")
 
 
 def run(out: Path, quick: bool = False, faults: Optional[int] = None, kinds: Sequence[str] = DEFAULT_KINDS,
         size: str = "256K", bw_sizes: Optional[Sequence[str]] = None, rounds: Optional[int] = None,
         bare_faults: Optional[int] = None, bare_bound_s: Optional[float] = None, hold_down_ms: int = 1000,
         phases: Sequence[str] = ("convergence", "bare", "busbw"), console: Optional[Console] = None,
-        bed=None, bw_variants: Sequence[str] = BW_VARIANTS, bare_retry_cnt: Optional[int] = None) -> Dict[str, Any]:
+        bed=None, bw_variants: Sequence[str] = DEFAULT_BW_VARIANTS, bare_retry_cnt: Optional[int] = None) -> Dict[str, Any]:
     """Run the suite (boots its own bed unless ``bed`` is given); returns the report dict and
     writes ``<out>/rdma.json``. Raises BenchError when the bed cannot run."""
     console = console or Console()
