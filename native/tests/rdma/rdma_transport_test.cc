@@ -14,6 +14,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -521,7 +522,7 @@ class RdmaPortWatchTest : public ::testing::Test {
     ASSERT_TRUE(t->ok()) << err;
     t->startPortWatch([this](int nic, bool up, const std::string& why) {
       std::lock_guard<std::mutex> g(mu);
-      got.push_back({nic, up, why});
+      got.push_back({nic, up, why, probe ? probe() : std::string()});
       cv.notify_all();
     });
   }
@@ -529,7 +530,9 @@ class RdmaPortWatchTest : public ::testing::Test {
     int nic;
     bool up;
     std::string why;
+    std::string seen;  // what `probe` returned when the signal was given
   };
+  std::function<std::string()> probe;  // set before the signal it should see (guarded by mu)
   // Waits (bounded) until `n` signals arrived; returns them.
   std::vector<Sig> waitFor(size_t n) {
     std::unique_lock<std::mutex> g(mu);
@@ -571,7 +574,12 @@ TEST_F(RdmaPortWatchTest, ADeviceFatalErrorReportsItsNicDownUntilTheHcaIsReopene
   ASSERT_TRUE(m) << err;
   auto* mr = static_cast<verbs::MrSet*>(m);
   uint32_t oldRkey = mr->rkey(0);
+  {
+    std::lock_guard<std::mutex> g(mu);  // at each signal: the registration's opening on fake0
+    probe = [mr] { return std::to_string(mr->epochOf(0)); };
+  }
   ::fake::setDevicePresent("fake0", false);  // being repaired: the first re-open attempts fail
+  uint64_t fatalUs = nowUs();
   ::fake::deviceFatal("fake0");
   auto s = waitFor(1);
   ASSERT_EQ(s.size(), 1u);
@@ -583,19 +591,31 @@ TEST_F(RdmaPortWatchTest, ADeviceFatalErrorReportsItsNicDownUntilTheHcaIsReopene
   std::vector<uint8_t> b2(512);
   void* m2 = t->regMr(b2.data(), b2.size(), &err);
   ASSERT_TRUE(m2) << err;
-  uint64_t deadline = nowUs() + 20 * 1000 * 1000;
-  while (t->reopenAttempts(0) < 1 && nowUs() < deadline) std::this_thread::yield();
-  ASSERT_GE(t->reopenAttempts(0), 1u) << "no re-open attempt";
+  // Two failed attempts, the second at least the doubled gap (2 s) after the first: lower
+  // bounds only, which a busy host cannot break.
+  uint64_t t1 = 0, t2 = 0, deadline = nowUs() + 30 * 1000 * 1000;
+  while (t->reopenAttempts(0) < 2 && nowUs() < deadline) {
+    if (!t1 && t->reopenAttempts(0) >= 1) t1 = nowUs();
+    std::this_thread::yield();
+  }
+  t2 = nowUs();
+  ASSERT_GE(t->reopenAttempts(0), 2u) << "no second re-open attempt";
+  ASSERT_NE(t1, 0u);
+  EXPECT_GE(t1 - fatalUs, 900u * 1000) << "the first attempt comes kReopenFirstMs after the fault";
+  EXPECT_GE(t2 - t1, 1500u * 1000) << "the gap did not double";
   EXPECT_EQ(t->reopenAttempts(1), 0u) << "fake1 never died";
-  EXPECT_EQ(waitFor(1).size(), 1u) << "no up signal while the device is absent";
+  {
+    std::lock_guard<std::mutex> g(mu);
+    EXPECT_EQ(got.size(), 1u) << "an up signal while the device is absent";
+  }
   ::fake::setDevicePresent("fake0", true);
   s = waitFor(2);
   ASSERT_EQ(s.size(), 2u) << "the re-opened HCA's NIC was not reported up";
   EXPECT_EQ(s[1].nic, 0);
   EXPECT_TRUE(s[1].up);
   EXPECT_NE(s[1].why.find("re-opened"), std::string::npos) << s[1].why;
+  EXPECT_EQ(s[1].seen, "2") << "the buffer must be registered on the new opening before the NIC is up";
   EXPECT_EQ(t->port(0).hca->epoch(), 2u);
-  EXPECT_EQ(mr->epochOf(0), 2u) << "registered again before the NIC came back";
   EXPECT_NE(mr->rkey(0), oldRkey);
   EXPECT_FALSE(::fake::mrOnDeadContext(mr->rkey(0)));
   EXPECT_EQ(static_cast<verbs::MrSet*>(m2)->epochOf(0), 2u);

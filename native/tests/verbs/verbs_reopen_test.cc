@@ -55,7 +55,7 @@ TEST(HcaReopen, ADeadHcaOpensAgainOnlyOnceItsDeviceIsBackAndStartsClean) {
   EXPECT_FALSE(h.deviceFatal());
   EXPECT_TRUE(h.ok());
   std::string what;
-  EXPECT_FALSE(h.qpFatal(101, &what)) << "QPs of the new opening start alive";
+  EXPECT_FALSE(h.qpFatal(101, 2, &what)) << "QPs of the new opening start alive";
   EXPECT_TRUE(h.qpFatal(101, 1, &what)) << "a QP of the dead opening stays dead";
   EXPECT_NE(what.find("re-opened"), std::string::npos) << what;
   // The new opening's events are read again.
@@ -169,6 +169,28 @@ TEST(MrSetReopen, ARegistrationMadeWhileAnHcaIsDeadSkipsItAndRefreshCompletesIt)
   ASSERT_TRUE(mr.refresh(0, &err)) << err;
   EXPECT_NE(mr.lkey(0), 0u);
   EXPECT_EQ(mr.epochOf(0), 2u);
+}
+
+TEST(MrSetReopen, KeysAreGivenOnlyForTheOpeningTheyBelongTo) {
+  fake::reset();
+  std::string err;
+  Hca a("fake0", &err);
+  std::vector<uint8_t> buf(4096);
+  MrSet mr({&a}, buf.data(), buf.size(), &err);
+  ASSERT_TRUE(mr.ok()) << err;
+  uint32_t lk = 0, rk = 0;
+  ASSERT_TRUE(mr.keysOn(0, 1, &lk, &rk));
+  EXPECT_EQ(lk, mr.lkey(0));
+  EXPECT_EQ(rk, mr.rkey(0));
+  killFake0(a);
+  ASSERT_TRUE(a.reopen(&err)) << err;
+  EXPECT_FALSE(mr.keysOn(0, 2, &lk, &rk)) << "a QP of the new opening must not get the dead opening's keys";
+  ASSERT_TRUE(mr.refresh(0, &err)) << err;
+  ASSERT_TRUE(mr.keysOn(0, 2, &lk, &rk));
+  EXPECT_EQ(rk, mr.rkey(0));
+  EXPECT_FALSE(mr.keysOn(0, 1, &lk, &rk)) << "nor a QP of the dead opening the new keys";
+  MrSet empty({&a}, buf.data(), 0, &err);
+  EXPECT_TRUE(empty.keysOn(0, 7, &lk, &rk)) << "a 0-byte registration has no keys to be stale";
 }
 
 TEST(MrSetReopen, ARefreshOnAnHcaThatIsStillDeadFailsAndKeepsTheOldKeys) {

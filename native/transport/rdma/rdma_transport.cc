@@ -228,7 +228,12 @@ class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink, priva
         return fail("message " + std::to_string(x.c.seq) + ": send buffer outside its registration", err);
       verbs::ChunkRef vc;
       vc.seq = x.c.seq, vc.offset = x.c.offset, vc.len = x.c.len, vc.total = x.c.total, vc.tag = (uint32_t)x.c.tag;
-      int r = p.post(vc, x.src, mr->lkey((size_t)hi), &e);
+      uint32_t lkey = 0, rkey = 0;
+      if (!mr->keysOn((size_t)hi, p.qp(0).epoch(), &lkey, &rkey))  // a key of a dead HCA opening is never posted
+        return fail("message " + std::to_string(x.c.seq) + ": send buffer not registered on the re-opened HCA " +
+                        t_.port(nic_).sel.dev + " yet",
+                    err);
+      int r = p.post(vc, x.src, lkey, &e);
       if (r < 0) return fail(e, err);
       if (r == 0) break;  // no advertisement for this seq yet, or the send queue is full
       q_.pop_front();
@@ -534,7 +539,8 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
         return;
       }
       verbs::Advert& v = o.adv[i];
-      v.seq = seq, v.tag = (uint32_t)x.tag, v.addr = a, v.size = x.size, v.rkey = mr->rkey((size_t)hi);
+      v.seq = seq, v.tag = (uint32_t)x.tag, v.addr = a, v.size = x.size;
+      o.mr[i] = mr;  // the key is read when it leaves (flush), for the opening of the path's QP
     }
     out_.push_back(o);
     flush(&e);
@@ -547,6 +553,7 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
     int n = 1;             // advertisement: buffers
     bool grouped = false;  // advertisement: a grouped receive (advertiseGroup)
     verbs::Advert adv[verbs::kMaxGroup];
+    const verbs::MrSet* mr[verbs::kMaxGroup] = {};  // advertisement: each buffer's registration
   };
   enum Stage { kWait, kEndpoint, kRts, kReady };
 
@@ -564,6 +571,15 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
         if (!toVerbs(o.ctl, &v)) return fail("cannot send control message of an unknown type", err);
         r = p.sendCtl(v, &e);
       } else {
+        Out& w = out_.front();
+        int hi = t_.port(nic_).hcaIndex;
+        for (int i = 0; i < w.n; ++i) {
+          uint32_t lkey = 0;
+          if (!w.mr[i]->keysOn((size_t)hi, p.qp(0).epoch(), &lkey, &w.adv[i].rkey))
+            return fail("receive buffer of message " + std::to_string(w.adv[i].seq) +
+                            " not registered on the re-opened HCA " + t_.port(nic_).sel.dev + " yet",
+                        err);
+        }
         const verbs::Advert& a = o.adv[0];
         r = o.grouped ? p.advertiseGroup(a.seq, o.adv, o.n, &e)
                       : p.advertise(a.seq, a.tag, (void*)(uintptr_t)a.addr, a.size, a.rkey, &e);
@@ -795,16 +811,21 @@ bool RdmaTransport::reviveHca(size_t h, std::string* err) {
       }
     }
   }
+  // Each NIC's flush QP is built on the new opening now: it also proves the opening works (a
+  // provider may open a device that is still broken). Flushes in flight on the old QP fail
+  // (FlushQp::test sees its opening dead) and move to another NIC.
   for (size_t i = 0; i < ports_.size(); ++i) {
     if (ports_[i].hcaIndex != (int)h) continue;
-    FlushSlot& s = *flush_[i];
-    std::shared_ptr<verbs::FlushQp> old;
-    {
-      std::lock_guard<std::mutex> g(s.mu);
-      s.lastFailUs = 0;  // no wait: the next flush (or registration) builds it on the new opening
-      old = s.qp;
+    std::string e;
+    auto q = std::make_shared<verbs::FlushQp>(*ports_[i].hca, portSel((int)i), rc_, &e);
+    if (!q->ok()) {
+      *err = "re-opened, but its flush QP cannot be built: " + e;
+      return false;
     }
-    if (old) rebuildFlushQp((int)i, old.get());  // the dead opening's QP goes now
+    FlushSlot& s = *flush_[i];
+    std::lock_guard<std::mutex> g(s.mu);
+    if (s.building) continue;  // a rebuild on the worker will replace it (on the new opening)
+    s.qp = q, s.err.clear(), s.lastFailUs = 0;
   }
   return true;
 }
@@ -1007,7 +1028,10 @@ void* RdmaTransport::regMr(void* data, size_t size, int ptrType, std::string* er
     delete mr;
     return nullptr;
   }
-  track(mr);
+  if (!track(mr, err)) {
+    delete mr;
+    return nullptr;
+  }
   ensureFlushQps();
   return mr;
 }
@@ -1021,7 +1045,10 @@ void* RdmaTransport::regMrDmaBuf(void* data, size_t size, uint64_t offset, int f
     delete mr;
     return nullptr;
   }
-  track(mr);
+  if (!track(mr, err)) {
+    delete mr;
+    return nullptr;
+  }
   ensureFlushQps();
   return mr;
 }
@@ -1115,16 +1142,17 @@ std::unique_ptr<FlushOp> RdmaTransport::flush(int nic, void* data, void* mhandle
   return std::unique_ptr<FlushOp>(new RdmaFlushOp(this, std::move(order), (uint64_t)(uintptr_t)data, mr));
 }
 
-void RdmaTransport::track(verbs::MrSet* mr) {
+bool RdmaTransport::track(verbs::MrSet* mr, std::string* err) {
   std::lock_guard<std::mutex> g(mrMu_);
-  mrs_.push_back(mr);
-  // A registration that raced a re-open may hold keys of the old opening: bring it up to date
-  // (a no-op for every HCA it is current on).
+  // A registration that raced a re-open may hold keys of the old opening (or none): bring it up
+  // to date now (a no-op for every HCA it is current on). If that fails the registration fails,
+  // as it would have without the re-open: no NIC may come up with a buffer it has no key for.
   for (size_t h = 0; h < hcas_.size(); ++h) {
-    std::string e;
-    if (mr->epochOf(h) != hcas_[h]->epoch() && !hcas_[h]->deviceFatal() && !mr->refresh(h, &e))
-      RO_WARN("railover: a registration misses HCA %s: %s", hcas_[h]->name().c_str(), e.c_str());
+    verbs::Hca::Opening o = hcas_[h]->current();
+    if (mr->epochOf(h) != o.epoch && !o.dead && !mr->refresh(h, err)) return false;
   }
+  mrs_.push_back(mr);
+  return true;
 }
 
 void RdmaTransport::deregMr(void* mhandle) {

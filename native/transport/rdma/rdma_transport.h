@@ -163,7 +163,9 @@ class RdmaTransport : public Transport {
   uint32_t ptrSupport(int nic) const override;
   using Transport::regMr;
   // Registers on every HCA (verbs::MrSet); any registration also makes sure every NIC's flush
-  // QP exists (built here, on NCCL's service thread, never on its progress thread).
+  // QP exists (built here, on NCCL's service thread, never on its progress thread). An HCA that
+  // is dead (DEVICE_FATAL) is skipped and registered at its re-open; this call waits while a
+  // re-opened HCA's re-registration runs (the port watch holds the registry then).
   void* regMr(void* data, size_t size, int ptrType, std::string* err) override;
   void* regMrDmaBuf(void* data, size_t size, uint64_t offset, int fd, std::string* err) override;
   // Deregisters on every HCA. Waits while a re-opened HCA's re-registration runs (the port
@@ -226,12 +228,13 @@ class RdmaTransport : public Transport {
   bool ok_ = false;
   void watchLoop(PortSignal signal);
   // Re-opens HCA index `h` if its opening is dead, then registers every live MrSet on it again
-  // and drops the flush QPs of its NICs (rebuilt on the new opening). false + *err otherwise.
+  // and builds the flush QP of each of its NICs on the new opening. false + *err otherwise (the
+  // watch keeps the NICs down and tries again later).
   bool reviveHca(size_t h, std::string* err);
   mutable std::mutex mrMu_;                      // guards mrs_
   std::vector<verbs::MrSet*> mrs_;               // every registration alive (regMr .. deregMr)
   std::vector<std::unique_ptr<std::atomic<uint64_t>>> reopenTries_;  // per HCA index
-  void track(verbs::MrSet* mr);
+  bool track(verbs::MrSet* mr, std::string* err);  // registers mr in mrs_ (up to date); false: it is not
   // GPUDirect
   void detectGdr();
   bool peerMem_ = false;        // a GPU peer-memory client is loaded

@@ -162,7 +162,9 @@ bool Hca::ok() const {
 
 Hca::Opening Hca::current() const {
   std::lock_guard<std::mutex> g(mu_);
-  return cur_;
+  Opening o = cur_;
+  o.dead = deviceFatal_;
+  return o;
 }
 
 bool Hca::reopen(std::string* err) {

@@ -75,11 +75,13 @@ class Hca {
   Hca(const Hca&) = delete;
   Hca& operator=(const Hca&) = delete;
 
-  // One opening of the device: its context, protection domain and number (1 = the first).
+  // One opening of the device: its context, protection domain and number (1 = the first);
+  // `dead`: it reported DEVICE_FATAL (read with the rest, under one lock, by current()).
   struct Opening {
     ibv_context* ctx = nullptr;
     ibv_pd* pd = nullptr;
     uint64_t epoch = 0;
+    bool dead = false;
   };
 
   bool ok() const;
@@ -119,7 +121,6 @@ class Hca {
   // QP_ACCESS_ERR, PATH_MIG_ERR) named it, or its opening reported DEVICE_FATAL or was replaced
   // by a re-open. *what gets the event name.
   bool qpFatal(uint32_t qpn, uint64_t epoch, std::string* what);
-  bool qpFatal(uint32_t qpn, std::string* what) { return qpFatal(qpn, epoch(), what); }
 
  private:
   std::string dev_;

@@ -120,6 +120,9 @@ int FlushQp::test(uint64_t ticket, std::string* err) {
     if (failed_.empty()) postQueued();
   }
   if (ticket <= done_) return 1;
+  std::string what;
+  if (failed_.empty() && qp_->hca().qpFatal(qp_->qp()->qp_num, qp_->epoch(), &what))
+    failed_ = "flush QP on " + qp_->hca().name() + ": " + what;  // a dead HCA may never complete it
   if (!failed_.empty()) return *err = failed_, -1;
   return 0;
 }

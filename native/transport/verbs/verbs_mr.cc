@@ -16,19 +16,17 @@ const char* callName(bool dmabuf) { return dmabuf ? "ibv_reg_dmabuf_mr" : "ibv_r
 ibv_mr* MrSet::registerOn(const Hca::Opening& o, size_t i) {
   const VerbsApi& api = hcas_[i]->api();
   if (!dmabuf_) return api.reg_mr(o.pd, addr_, size_, kMrAccess);
-  if (fd_ < 0) return errno = EBADF, nullptr;
+  int fd = fd_ >= 0 ? fd_ : tmpFd_;
+  if (fd < 0) return errno = dupErr_ ? dupErr_ : EBADF, nullptr;
   // iova = the address NCCL uses for the buffer, so remote keys and addresses match regMr's.
-  return api.reg_dmabuf_mr(o.pd, offset_, size_, (uint64_t)(uintptr_t)addr_, fd_, kMrAccess);
+  return api.reg_dmabuf_mr(o.pd, offset_, size_, (uint64_t)(uintptr_t)addr_, fd, kMrAccess);
 }
 
 MrSet::MrSet(const std::vector<Hca*>& hcas, void* addr, size_t size, std::string* err)
     : hcas_(hcas), slots_(new Slot[hcas.size()]), addr_(addr), size_(size) {
   ok_ = true;
   for (size_t i = 0; i < hcas_.size() && ok_ && size_; ++i) ok_ = refresh(i, err);
-  if (!ok_) {
-    for (size_t j = 0; j < hcas_.size(); ++j)
-      if (ibv_mr* m = slots_[j].mr.exchange(nullptr)) hcas_[j]->api().dereg_mr(m);
-  }
+  if (!ok_) dropAll();
 }
 
 MrSet::MrSet(const std::vector<Hca*>& hcas, void* addr, size_t size, uint64_t offset, int fd, std::string* err)
@@ -38,53 +36,66 @@ MrSet::MrSet(const std::vector<Hca*>& hcas, void* addr, size_t size, uint64_t of
     return;
   }
   if (size) {
-    fd_ = fd < 0 ? -1 : fcntl(fd, F_DUPFD_CLOEXEC, 0);
-    if (fd_ < 0) {
-      *err = std::string("dmabuf fd ") + std::to_string(fd) + ": " + std::strerror(fd < 0 ? EBADF : errno);
+    if (fd < 0) {
+      *err = std::string("dmabuf fd ") + std::to_string(fd) + ": " + std::strerror(EBADF);
       return;
+    }
+    fd_ = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (fd_ < 0) {
+      // Out of descriptors (EMFILE): register with NCCL's fd now, but this set cannot be
+      // registered again after a device fatal error (refresh() says so).
+      dupErr_ = errno;
+      tmpFd_ = fd;
     }
   }
   ok_ = true;
   for (size_t i = 0; i < hcas_.size() && ok_ && size_; ++i) ok_ = refresh(i, err);
-  if (!ok_) {
-    for (size_t j = 0; j < hcas_.size(); ++j)
-      if (ibv_mr* m = slots_[j].mr.exchange(nullptr)) hcas_[j]->api().dereg_mr(m);
-  }
+  if (!ok_) dropAll();
 }
 
 bool MrSet::refresh(size_t i, std::string* err) {
   if (size_ == 0) return true;
   std::lock_guard<std::mutex> g(mu_);
   Hca& h = *hcas_[i];
-  Hca::Opening o = h.current();
-  if (!o.pd || h.deviceFatal()) {  // nothing can be registered on a dead opening
-    if (slots_[i].epoch == 0 && !slots_[i].mr.load(std::memory_order_relaxed)) return true;  // skipped until re-opened
-    *err = std::string(callName(dmabuf_)) + "(" + h.name() + "): the HCA reported a device fatal error";
-    return false;
+  for (int attempt = 0;; ++attempt) {
+    Hca::Opening o = h.current();  // its `dead` flag is read with it (one lock)
+    const Reg* cur = slots_[i].cur.load(std::memory_order_relaxed);
+    if (!o.pd || o.dead) {  // nothing can be registered on a dead opening
+      if (!cur) return true;  // skipped until re-opened
+      *err = std::string(callName(dmabuf_)) + "(" + h.name() + "): the HCA reported a device fatal error";
+      return false;
+    }
+    if (cur && cur->epoch == o.epoch) return true;
+    ibv_mr* m = registerOn(o, i);
+    if (!m) {
+      int e = errno;
+      h.pollAsync();  // a device that died just now: skip it like one that was dead already
+      Hca::Opening now = h.current();
+      if (now.epoch != o.epoch && attempt == 0) continue;  // re-opened meanwhile: once more on the new one
+      if (now.dead && now.epoch == o.epoch && !cur) return true;
+      *err = std::string(callName(dmabuf_)) + "(" + h.name() + ", " + std::to_string(size_) + " bytes): " + std::strerror(e);
+      return false;
+    }
+    regs_.emplace_back(i, std::unique_ptr<Reg>(new Reg{m, o.epoch}));
+    slots_[i].cur.store(regs_.back().second.get(), std::memory_order_release);
+    tmpFd_ = -1;  // NCCL's fd is only good inside regMrDmaBuf
+    return true;
   }
-  if (slots_[i].mr.load(std::memory_order_relaxed) && slots_[i].epoch == o.epoch) return true;
-  ibv_mr* m = registerOn(o, i);
-  if (!m) {
-    int e = errno;
-    h.pollAsync();  // a device that died just now: skip it like one that was dead already
-    if (h.deviceFatal() && !slots_[i].mr.load(std::memory_order_relaxed)) return true;
-    *err = std::string(callName(dmabuf_)) + "(" + h.name() + ", " + std::to_string(size_) + " bytes): " + std::strerror(e);
-    return false;
-  }
-  if (ibv_mr* old = slots_[i].mr.exchange(m, std::memory_order_acq_rel)) retired_.push_back({i, old});
-  slots_[i].epoch = o.epoch;
-  return true;
 }
 
 uint64_t MrSet::epochOf(size_t i) const {
-  std::lock_guard<std::mutex> g(mu_);
-  return slots_[i].epoch;
+  const Reg* r = slots_[i].cur.load(std::memory_order_acquire);
+  return r ? r->epoch : 0;
+}
+
+void MrSet::dropAll() {
+  for (size_t j = 0; j < hcas_.size(); ++j) slots_[j].cur.store(nullptr);
+  for (auto& r : regs_) hcas_[r.first]->api().dereg_mr(r.second->mr);
+  regs_.clear();
 }
 
 MrSet::~MrSet() {
-  for (size_t j = 0; j < hcas_.size(); ++j)
-    if (ibv_mr* m = slots_[j].mr.load()) hcas_[j]->api().dereg_mr(m);
-  for (auto& r : retired_) hcas_[r.first]->api().dereg_mr(r.second);  // an old opening's: errors ignored
+  dropAll();  // the replaced registrations too (an old opening's: errors ignored)
   if (fd_ >= 0) close(fd_);
 }
 

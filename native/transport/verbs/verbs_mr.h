@@ -57,12 +57,22 @@ class MrSet {
   // Keys on HCA index i (0 when size is 0: a zero-length WRITE needs no key; 0 while HCA i is
   // dead and not refreshed).
   uint32_t lkey(size_t i) const {
-    ibv_mr* m = slots_[i].mr.load(std::memory_order_acquire);
-    return m ? m->lkey : 0;
+    const Reg* r = slots_[i].cur.load(std::memory_order_acquire);
+    return r ? r->mr->lkey : 0;
   }
   uint32_t rkey(size_t i) const {
-    ibv_mr* m = slots_[i].mr.load(std::memory_order_acquire);
-    return m ? m->rkey : 0;
+    const Reg* r = slots_[i].cur.load(std::memory_order_acquire);
+    return r ? r->mr->rkey : 0;
+  }
+  // The keys on HCA index i only if they belong to HCA opening `epoch` (the QP that will use
+  // them: RcQp::epoch()); false while the buffer is not (yet) registered on that opening, so a
+  // QP of a re-opened HCA never posts a key of the dead one. A 0-byte set has no keys (0) and
+  // is valid on every opening.
+  bool keysOn(size_t i, uint64_t epoch, uint32_t* lkey, uint32_t* rkey) const {
+    if (size_ == 0) return *lkey = 0, *rkey = 0, true;
+    const Reg* r = slots_[i].cur.load(std::memory_order_acquire);
+    if (!r || r->epoch != epoch) return false;
+    return *lkey = r->mr->lkey, *rkey = r->mr->rkey, true;
   }
   // Registers the buffer on HCA i's current opening unless it is registered there already.
   // false with *err (call, HCA, errno) when that fails, or when the current opening is dead and
@@ -75,19 +85,25 @@ class MrSet {
   int indexOf(const Hca* h) const;
 
  private:
+  struct Reg {  // one registration, immutable once published
+    ibv_mr* mr;
+    uint64_t epoch;  // the HCA opening it is on
+  };
   struct Slot {
-    std::atomic<ibv_mr*> mr{nullptr};
-    uint64_t epoch = 0;  // guarded by mu_
+    std::atomic<const Reg*> cur{nullptr};
   };
   std::vector<Hca*> hcas_;
   std::unique_ptr<Slot[]> slots_;
-  std::vector<std::pair<size_t, ibv_mr*>> retired_;  // (HCA index, MR) replaced by refresh()
-  mutable std::mutex mu_;                            // refresh() and the epochs
+  std::vector<std::pair<size_t, std::unique_ptr<Reg>>> regs_;  // every Reg ever published (guarded by mu_)
+  mutable std::mutex mu_;  // refresh()
   void* addr_;
   size_t size_;
   bool dmabuf_ = false;
   uint64_t offset_ = 0;
-  int fd_ = -1;  // the dmabuf's duplicated fd (-1: none)
+  int fd_ = -1;     // the dmabuf's duplicated fd (-1: none)
+  int tmpFd_ = -1;  // NCCL's own fd, during the constructor only when it could not be duplicated
+  int dupErr_ = 0;  // errno of that failed duplication (refresh() reports it)
+  void dropAll();   // deregisters every registration, current and replaced
   bool ok_ = false;
   ibv_mr* registerOn(const Hca::Opening& o, size_t i);  // one registration; errno on failure
 };

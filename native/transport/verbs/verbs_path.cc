@@ -312,9 +312,21 @@ int PathBase::postCtlSlot(uint8_t* w, std::string* err, int lane) {
 }
 
 void PathBase::waitIdle(int timeoutMs) {
+  // Arm every CQ's notification only now, before sleeping, and look once more: a completion
+  // that came after the caller's last poll and before the arming raises no event. Arming on
+  // every poll instead cost two system calls per QP per progress() on rxe (its notify and the
+  // channel read are syscalls) and an event per completion, which on a 1-vCPU guest took the
+  // CPU rxe needs to move the data (docs/VERBS.md, "Completion model").
+  for (Lane& l : lanes_) l.qp->rearm();
+  int before = lastFound_;
+  for (size_t i = 0; i < lanes_.size(); ++i) pollLane(static_cast<int>(i));  // the caller's next poll finishes
+  if (lastFound_ != before) return;
   std::vector<pollfd> p;
   for (const Lane& l : lanes_) p.push_back({l.qp->completionFd(), POLLIN, 0});
-  p.push_back({lanes_[0].qp->qp()->context->async_fd, POLLIN, 0});
+  // The HCA's events wake the wait too, unless this path's opening is dead: its event file is
+  // never read again and would keep poll() from sleeping.
+  Hca::Opening o = hca_.current();
+  if (o.epoch == lanes_[0].qp->epoch() && !o.dead) p.push_back({o.ctx->async_fd, POLLIN, 0});
   poll(p.data(), p.size(), timeoutMs);
 }
 
@@ -337,7 +349,6 @@ void PathBase::pollOnce() {
 
 void PathBase::pollLane(int lane) {
   Lane& l = lanes_[static_cast<size_t>(lane)];
-  l.qp->rearm();
   ibv_wc wc[32];
   int n = ibv_poll_cq(l.qp->cq(), 32, wc);
   if (n < 0) {
@@ -398,6 +409,7 @@ FenceResult PathBase::fence(int timeoutMs) {
     // moved on this thread.
     std::vector<std::string> errs(lanes_.size());
     std::vector<std::thread> movers;
+    movers.reserve(lanes_.size());  // no allocation between starting a thread and keeping it
     for (size_t i = 1; i < lanes_.size(); ++i) {
       try {
         movers.emplace_back([this, i, &errs] { lanes_[i].qp->toError(&errs[i]); });

@@ -91,8 +91,10 @@ class RcQp {
   ibv_qp* qp() const { return qp_; }
   ibv_cq* cq() const { return cq_; }
   int completionFd() const { return ch_ ? ch_->fd : -1; }
-  // Consumes pending completion-channel events and re-arms the CQ's notification; call it
-  // before polling the CQ, so that a completion after the poll wakes completionFd().
+  // Consumes pending completion-channel events and re-arms the CQ's notification. Call it
+  // only before waiting on completionFd(), then poll the CQ once more (a completion between the
+  // last poll and the arming raises no event): on rxe both halves are system calls and every
+  // completion after the arming raises an event, so a busy poller must not re-arm.
   void rearm();
   Hca& hca() const { return hca_; }
   // The HCA opening (Hca::epoch) this QP and its CQ were built on; its PD is qp()->pd.
