@@ -91,15 +91,17 @@ def test_bw_ratios_use_medians_per_size():
 
 def test_several_qps_per_path_get_their_own_ratios_and_table(tmp_path):
     rows = [{"size": 1 << 20, "variant": "rdma", "gbs": 0.02}, {"size": 1 << 20, "variant": "rdma_qps4", "gbs": 0.03},
-            {"size": 1 << 20, "variant": "ib_write_bw", "gbs": 0.04}]
+            {"size": 1 << 20, "variant": "ib_write_bw", "gbs": 0.04},
+            {"size": 1 << 20, "variant": "ib_write_bw_qps4", "gbs": 0.06}]
     r = R.bw_ratios(rows)[1 << 20]
     assert r["rdma_qps4_vs_rdma"] == pytest.approx(1.5)
     assert r["rdma_qps4_vs_ib_write_bw"] == pytest.approx(0.75)
+    assert r["rdma_qps4_vs_ib_write_bw_qps4"] == pytest.approx(0.5)
     rep = C.Report("rdma", tmp_path, True, {"bw_seconds": 5, "rounds": 1})
     rep.results["busbw"] = {str(1 << 20): r}
     md = R.markdown(rep.finish())
     assert "NCCL_IB_QPS_PER_CONNECTION=4" in md
-    assert "| 1 MiB | 20.00 | 30.00 | 1.500 | 0.750 |" in md
+    assert "| 1 MiB | 20.00 | 30.00 | 60.00 | 1.500 | 0.750 | 0.500 |" in md
     assert "NCCL_IB_QPS_PER_CONNECTION" not in R.markdown(_report(tmp_path))  # only when it was measured
 
 

@@ -326,7 +326,7 @@ def register(app: typer.Typer) -> None:
                  bw_variants: str = typer.Option("rdma,rdma_idle_sleep,tcp,ib_write_bw,ib_write_bw_bidi",
                                                  "--bw-variants",
                                                  help="busbw variants: rdma, rdma_idle_sleep, rdma_qps4 (4 QPs per "
-                                                      "path), tcp, ib_write_bw, ib_write_bw_bidi")):
+                                                      "path), tcp, ib_write_bw, ib_write_bw_bidi, ib_write_bw_qps4 (-q 4)")):
         """The RDMA verbs transport on the RDMA test bed (2 QEMU guests, Soft-RoCE): convergence per
         fault kind under a checked all-reduce, the bare RC timeout (RAILOVER_STANDBY=none), busbw of
         rdma vs tcp vs ib_write_bw on the same rxe devices."""

@@ -187,6 +187,7 @@ def bw_ratios(rows: Sequence[Mapping[str, Any]]) -> Dict[int, Dict[str, Any]]:
             "rdma_idle_sleep_vs_rdma": C.ratio(med.get("rdma_idle_sleep"), med.get("rdma")),
             "rdma_qps4_vs_rdma": C.ratio(med.get("rdma_qps4"), med.get("rdma")),
             "rdma_qps4_vs_ib_write_bw": C.ratio(med.get("rdma_qps4"), med.get("ib_write_bw")),
+            "rdma_qps4_vs_ib_write_bw_qps4": C.ratio(med.get("rdma_qps4"), med.get("ib_write_bw_qps4")),
         }
     return out
 
@@ -256,12 +257,14 @@ def markdown(data: Mapping[str, Any]) -> str:
         if any(b["median_gbs"].get("rdma_qps4") is not None for b in bw.values()):
             L += ["\nSeveral QPs per path (`NCCL_IB_QPS_PER_CONNECTION=4`, each chunk split over the 4 QPs of "
                   "the path), in the same rounds:\n",
-                  "| size | rdma, 1 QP | rdma, 4 QPs | 4 QPs / 1 QP | 4 QPs / ib_write_bw |", "|---:|---:|---:|---:|---:|"]
+                  "| size | rdma, 1 QP | rdma, 4 QPs | ib_write_bw -q 4 | 4 QPs / 1 QP | 4 QPs / ib_write_bw | "
+                  "4 QPs / ib_write_bw -q 4 |", "|---:|---:|---:|---:|---:|---:|---:|"]
             for size, b in sorted(bw.items(), key=lambda kv: int(kv[0])):
                 m = b["median_gbs"]
                 mb = lambda v: C.fmt(m.get(v) * 1e3 if m.get(v) is not None else None, 2)
-                L.append(f"| {C.human_size(int(size))} | {mb('rdma')} | {mb('rdma_qps4')} | "
-                         f"{C.fmt(b.get('rdma_qps4_vs_rdma'), 3)} | {C.fmt(b.get('rdma_qps4_vs_ib_write_bw'), 3)} |")
+                L.append(f"| {C.human_size(int(size))} | {mb('rdma')} | {mb('rdma_qps4')} | {mb('ib_write_bw_qps4')} | "
+                         f"{C.fmt(b.get('rdma_qps4_vs_rdma'), 3)} | {C.fmt(b.get('rdma_qps4_vs_ib_write_bw'), 3)} | "
+                         f"{C.fmt(b.get('rdma_qps4_vs_ib_write_bw_qps4'), 3)} |")
         cpu = res.get("cpu_a", {})
         if cpu:
             L += ["\nGuest A's CPU during the measurements (medians of the fractions):\n",
@@ -514,12 +517,14 @@ def bare_rc(bed, n: int, size: str, bound_s: float, work: Path, console: Console
     return out
 
 
-def _ib_write_bw(bed, size: int, seconds: int, bidi: bool, port: int) -> Tuple[Optional[float], str]:
+def _ib_write_bw(bed, size: int, seconds: int, bidi: bool, port: int, qps: int = 1) -> Tuple[Optional[float], str]:
     from railover.testbed.netns import poll_until
     a, b = bed.hosts[0].nics[0], bed.hosts[1].nics[0]
     args = ["-d", "DEV", "-x", "1", "-p", str(port), "-s", str(size), "-D", str(seconds), "-F", "--report_gbits"]
     if bidi:
         args.append("-b")
+    if qps > 1:
+        args += ["-q", str(qps)]  # perftest: that many QPs, the message stream spread over them
     srv = bed.spawn("B", ["ib_write_bw", *[b.rdma_dev if x == "DEV" else x for x in args]])
 
     def listening():
@@ -552,7 +557,8 @@ def busbw(bed, sizes: Sequence[str], rounds: int, seconds: int, console: Console
                 st0 = _proc_stat(bed, "A")
                 note = ""
                 if v.startswith("ib_write_bw"):
-                    gbs, note = _ib_write_bw(bed, size, seconds, v == "ib_write_bw_bidi", port)
+                    gbs, note = _ib_write_bw(bed, size, seconds, v == "ib_write_bw_bidi", port,
+                                             qps=4 if v == "ib_write_bw_qps4" else 1)
                 else:
                     env = TCP_ENV if v == "tcp" else RDMA_QPS4_ENV if v == "rdma_qps4" else RDMA_ENV
                     extra = ["--idle-sleep-us", "50"] if v == "rdma_idle_sleep" else []
@@ -577,7 +583,7 @@ def busbw(bed, sizes: Sequence[str], rounds: int, seconds: int, console: Console
 
 
 #: every busbw variant ``--bw-variants`` accepts; DEFAULT_BW_VARIANTS run unless told
-BW_VARIANTS = ("rdma", "rdma_idle_sleep", "rdma_qps4", "tcp", "ib_write_bw", "ib_write_bw_bidi")
+BW_VARIANTS = ("rdma", "rdma_idle_sleep", "rdma_qps4", "tcp", "ib_write_bw", "ib_write_bw_bidi", "ib_write_bw_qps4")
 DEFAULT_BW_VARIANTS = ("rdma", "rdma_idle_sleep", "tcp", "ib_write_bw", "ib_write_bw_bidi")
 
 
