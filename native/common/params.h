@@ -103,7 +103,7 @@ inline constexpr ParamSpec kParams[] = {
      "RC transport retries before a send fails with a retry-exceeded error"},
     {"NCCL_IB_QPS_PER_CONNECTION", ParamType::kUint, kReadPlugin, 1, 1, 128, 1, "QPs", "1", "", "2",
      "RC queue pairs per path and direction of a comm: the sender splits each chunk over them (the receiver follows the sender's count); "
-     "above 1, busbw at >= 1 MiB fell to 0.03-0.13 of one QP on rxe (docs/BENCHMARKS.md): keep 1 until that is fixed"},
+     "on the rxe bed's lossless wire 4 QPs moved 1.19-1.34x one QP's busbw at >= 1 MiB (docs/BENCHMARKS.md)"},
     {"NCCL_IB_PKEY", ParamType::kUint, kReadPlugin, 0, 0, 65535, 1, "", "0", "", "1",
      "index into the HCA port's P_Key table of the partition key the QPs use (an index, as in NCCL)"},
     {"RAILOVER_NSTREAMS", ParamType::kUint, kReadPlugin, 2, 1, 16, 1, "streams", "2", "", "4",

@@ -101,6 +101,24 @@ def test_sendrecv_pairs():
     assert res.result["config"]["pattern"] == "pairs" and res.wrong_total == 0
 
 
+@pytest.mark.parametrize("duration", [None, 1.0])
+def test_sendrecv_oneway_moves_data_one_way_only(duration):
+    kw = dict(duration=duration, minbytes="64K") if duration else {}
+    res = _run(2, workload="sendrecv", pattern="oneway", maxbytes="64K", **kw).check()
+    assert res.result["config"]["pattern"] == "oneway" and res.wrong_total == 0
+    sender, receiver = (r.json for r in res.ranks)
+    assert sender["stats"]["bytes_received"] == 0
+    # the receiver holds every byte of every row's iterations (and no more)
+    rows = receiver["rows"]
+    assert rows and receiver["stats"]["bytes_received"] >= sum(r["size"] * r["iters"] for r in rows) > 0
+
+
+def test_oneway_needs_an_even_number_of_ranks():
+    res = perf.run_perf(3, env=LOOPBACK, timeout=30, **dict(SMALL, workload="sendrecv", pattern="oneway"))
+    assert not res.ok
+    assert "--pattern oneway needs the sendrecv workload and an even number of ranks" in res.ranks[0].stderr
+
+
 def test_reconnects_while_data_flows_and_reload():
     res = _run(2, workload="allreduce", channels=2, iters=4, reconnect_every=2, reload=True, timeout=90).check()
     j = res.result

@@ -105,6 +105,22 @@ def test_several_qps_per_path_get_their_own_ratios_and_table(tmp_path):
     assert "NCCL_IB_QPS_PER_CONNECTION" not in R.markdown(_report(tmp_path))  # only when it was measured
 
 
+def test_one_way_busbw_is_judged_against_ib_write_bw_where_measured(tmp_path):
+    rows = [{"size": 1 << 20, "variant": "rdma", "gbs": 0.02}, {"size": 1 << 20, "variant": "rdma_oneway", "gbs": 0.038},
+            {"size": 1 << 20, "variant": "ib_write_bw", "gbs": 0.04}]
+    bw = R.bw_ratios(rows)
+    assert bw[1 << 20]["rdma_oneway_vs_ib_write_bw"] == pytest.approx(0.95)
+    rep = C.Report("rdma", tmp_path, True, {"bw_seconds": 5, "rounds": 1})
+    R.add_targets(rep, {}, bw)
+    (t,) = rep.data["targets"]
+    # like for like: A to B only, as perftest measures, not the ring's per-direction rate (0.5)
+    assert t["figure"] == "rdma: busbw 1 MiB railover-rdma one way / ib_write_bw"
+    assert t["value"] == pytest.approx(0.95) and t["met"] is True
+    rep.results["busbw"] = {str(k): v for k, v in bw.items()}
+    assert "| 1 MiB | 20.00 | 38.00 | - | - | 40.00 | - | 0.500 | 0.950 |" in R.markdown(rep.finish())
+    assert R.bw_ratios(rows[:1] + rows[2:])[1 << 20]["rdma_oneway_vs_ib_write_bw"] is None
+
+
 def _report(tmp_path: Path):
     cyc = [R.cycle_record(0, 0, 1, [_ev("failover", 30_000, convergence_us=30_000)], [])]
     silent = [R.cycle_record(0, 0, 1, [_ev("failover", 150_000, convergence_us=150_000)], [])]

@@ -61,21 +61,71 @@ def test_guest_init_is_valid_bash():
     assert guest.CTL_PORT_NAME in guest.INIT_SCRIPT
 
 
-def test_qemu_argv_wires_each_nic_to_the_same_nic_of_the_peer(tmp_path):
-    bed = rbed.RdmaBed(rails=2)
+def _argv_bed(tmp_path, **kw):
+    bed = rbed.RdmaBed(rails=2, **kw)
     bed.run_dir = tmp_path
     bed.accel = "tcg"
     bed.smp = 1
     bed.image = image.GuestImage(Path("/k"), Path("/i"), "6.1.0-x", "6.1", "k", {}, False, 0.0)
+    return bed
+
+
+def test_qemu_argv_wires_each_nic_to_the_same_nic_of_the_peer_over_a_unix_stream(tmp_path):
+    bed = _argv_bed(tmp_path)
+    a = bed._qemu_argv(bed.hosts[0], None, tmp_path / "build")
+    b = bed._qemu_argv(bed.hosts[1], None, tmp_path / "build")
+    for n in range(3):
+        sock = tmp_path / "wire" / f"nic{n}.sock"
+        assert f"stream,id=nic{n},server=on,addr.type=unix,addr.path={sock}" in a
+        assert f"stream,id=nic{n},server=off,addr.type=unix,addr.path={sock}" in b
+    assert not any("udp=" in x for x in a + b)
+    cmdline = a[a.index("-append") + 1]
+    assert "ro.addrs=10.0.200.1/24,10.0.0.1/24,10.0.1.1/24" in cmdline and "panic=-1" in cmdline
+    assert "-no-reboot" in a and not any("tap" in x or "bridge" in x for x in a)
+
+
+def test_qemu_argv_wires_each_nic_to_the_same_nic_of_the_peer_over_udp_when_asked(tmp_path):
+    bed = _argv_bed(tmp_path, wire="udp")
     ports = {(h, n): 40000 + 10 * h + n for h in (0, 1) for n in range(3)}
     a = bed._qemu_argv(bed.hosts[0], ports, tmp_path / "build")
     b = bed._qemu_argv(bed.hosts[1], ports, tmp_path / "build")
     for n in range(3):
         assert f"socket,id=nic{n},udp=127.0.0.1:{40010 + n},localaddr=127.0.0.1:{40000 + n}" in a
         assert f"socket,id=nic{n},udp=127.0.0.1:{40000 + n},localaddr=127.0.0.1:{40010 + n}" in b
-    cmdline = a[a.index("-append") + 1]
-    assert "ro.addrs=10.0.200.1/24,10.0.0.1/24,10.0.1.1/24" in cmdline and "panic=-1" in cmdline
-    assert "-no-reboot" in a and not any("tap" in x or "bridge" in x for x in a)
+
+
+def test_an_unknown_wire_is_refused_by_name():
+    with pytest.raises(ValueError, match="wire must be one of stream, udp, got 'tcp'"):
+        rbed.RdmaBed(wire="tcp")
+
+
+def test_unix_socket_states_tells_a_listener_from_an_accepted_connection():
+    text = """Num       RefCount Protocol Flags    Type St Inode Path
+0000000000000000: 00000002 00000000 00010000 0001 01 789456 /run/w/nic0.sock
+0000000000000000: 00000003 00000000 00000000 0001 03 790110 /run/w/nic0.sock
+0000000000000000: 00000002 00000000 00010000 0001 01 789457 /run/w/nic1.sock
+0000000000000000: 00000003 00000000 00000000 0001 03 790111 /run/other.sock
+0000000000000000: 00000003 00000000 00000000 0001 03 790112
+"""
+    st = rbed.unix_socket_states(["/run/w/nic0.sock", "/run/w/nic1.sock", "/run/w/nic2.sock"], text)
+    assert st == {"/run/w/nic0.sock": {"listening", "connected"}, "/run/w/nic1.sock": {"listening"}}
+
+
+def test_unix_socket_states_sees_a_real_listener_and_its_connection(tmp_path):
+    import socket
+    path = str(tmp_path / "s.sock")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    assert rbed.unix_socket_states([path]).get(path, set()) == set()
+    srv.listen(1)
+    assert rbed.unix_socket_states([path]) == {path: {"listening"}}
+    cli = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    cli.connect(path)
+    conn, _ = srv.accept()
+    try:
+        assert rbed.unix_socket_states([path]) == {path: {"listening", "connected"}}
+    finally:
+        conn.close(), cli.close(), srv.close()
 
 
 def test_leftovers_of_a_killed_owner_are_listed_and_removed(tmp_path, monkeypatch):

@@ -32,7 +32,8 @@ tested first). One process per rank; start all N with the same DIR, in any order
 workload and sizes (nccl-tests style; sizes accept 8, 64K, 1M, 256M, 1G):
   -W, --workload sendrecv|allreduce   sendrecv: send to rank+1, receive from rank-1
                                       allreduce: ring reduce-scatter + all-gather, float32 sum
-  --pattern ring|pairs     sendrecv peers: ring (default, as nccl-tests) or pairs (2k <-> 2k+1)
+  --pattern ring|pairs|oneway  sendrecv peers: ring (default, as nccl-tests), pairs (2k <-> 2k+1)
+                           or oneway (2k -> 2k+1 only: the shape of perftest's ib_write_bw)
   -b, --minbytes SIZE      smallest size            (default 8)
   -e, --maxbytes SIZE      largest size             (default 8M)
   -f, --stepfactor F       multiply size by F       (default 2)
@@ -170,9 +171,10 @@ Options parseArgs(int argc, char** argv) {
       else usageError("unknown workload " + w + " (sendrecv, allreduce)");
     } else if (k == "--pattern") {
       std::string pt = val();
-      if (pt == "ring") o.pairs = false;
-      else if (pt == "pairs") o.pairs = true;
-      else usageError("unknown pattern " + pt + " (ring, pairs)");
+      if (pt == "ring") o.pairs = o.oneway = false;
+      else if (pt == "pairs") o.pairs = true, o.oneway = false;
+      else if (pt == "oneway") o.pairs = o.oneway = true;
+      else usageError("unknown pattern " + pt + " (ring, pairs, oneway)");
     } else if (k == "-b" || k == "--minbytes") o.minBytes = sizeVal();
     else if (k == "-e" || k == "--maxbytes") o.maxBytes = sizeVal();
     else if (k == "-f" || k == "--stepfactor") {
@@ -230,7 +232,8 @@ Options parseArgs(int argc, char** argv) {
   if (o.rank >= o.nranks) usageError("--rank must be below --nranks");
   if (o.rendezvous.empty()) usageError("--rendezvous DIR is required");
   if (o.pairs && (o.workload != Workload::kSendRecv || o.nranks % 2))
-    usageError("--pattern pairs needs the sendrecv workload and an even number of ranks");
+    usageError(std::string("--pattern ") + (o.oneway ? "oneway" : "pairs") +
+               " needs the sendrecv workload and an even number of ranks");
   // A group completes only when all its messages arrived; in a ring all-reduce a step's send
   // needs the previous step's receive, so grouping one connection's consecutive steps would
   // wait on itself (NCCL groups the same step of independent senders instead).

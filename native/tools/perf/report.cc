@@ -139,7 +139,7 @@ bool writeJson(const std::string& path, const Options& o, Plugin& net, RunState&
             "\"max_bytes\": %llu, \"factor\": %s, \"step_bytes\": %llu, \"duration_s\": %s, \"reconnect_every\": %d, "
             "\"reload\": %s, \"reload_no_init\": %s, \"op_timeout_s\": %s, \"check\": %s, \"close_inflight\": %s, "
             "\"group\": %d, \"flush\": %s},\n",
-            jstr(workloadName(o)).c_str(), o.pairs ? "pairs" : "ring", o.channels, o.contexts, o.dev, o.slotBytes, o.llSlotBytes,
+            jstr(workloadName(o)).c_str(), o.oneway ? "oneway" : o.pairs ? "pairs" : "ring", o.channels, o.contexts, o.dev, o.slotBytes, o.llSlotBytes,
             (unsigned long long)o.llMax, o.iters, o.warmup, (unsigned long long)o.minBytes,
             (unsigned long long)o.maxBytes, jnum(o.factor).c_str(), (unsigned long long)o.stepBytes,
             jnum(o.duration).c_str(), o.reconnectEvery, o.reload || o.reloadNoInit ? "true" : "false",

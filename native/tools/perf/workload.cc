@@ -530,14 +530,16 @@ uint64_t workSendRecv(WorkCtx& w, uint64_t bytes, uint64_t iter, int proto) {
   const uint64_t stepB = w.send->slotBytes[proto];
   const uint64_t nsteps = std::max<uint64_t>(1, (len + stepB - 1) / stepB);
   const int prev = w.recv->peer;
-  w.queueRecv(nsteps, proto);
+  // --pattern oneway: even ranks only send, odd ranks only receive (their other comm stays idle).
+  const uint64_t nsend = o.oneway && (o.rank & 1) ? 0 : nsteps, nrecv = o.oneway && !(o.rank & 1) ? 0 : nsteps;
+  if (nrecv) w.queueRecv(nrecv, proto);
   const uint64_t sBase = w.send->gpuTail.load(), rBase = w.recv->gpuHead.load();
   uint64_t si = 0, ri = 0, wrong = 0;
   uint64_t deadline = nowUs() + w.backstopUs;
   auto msgLen = [&](uint64_t i) { return size_t(std::min<uint64_t>(stepB, len - std::min(len, i * stepB))); };
-  while (si < nsteps || ri < nsteps) {
+  while (si < nsend || ri < nrecv) {
     bool did = false;
-    if (si < nsteps && sBase + si < w.send->proxyTail.load(std::memory_order_acquire) + kSteps) {
+    if (si < nsend && sBase + si < w.send->proxyTail.load(std::memory_order_acquire) + kSteps) {
       size_t m = msgLen(si);
       char* p = w.send->slotPtr(proto, sBase + si);
       if (o.check) {
@@ -548,7 +550,7 @@ uint64_t workSendRecv(WorkCtx& w, uint64_t bytes, uint64_t iter, int proto) {
       si++;
       did = true;
     }
-    if (ri < nsteps && w.recv->proxyTail.load(std::memory_order_acquire) > rBase + ri) {
+    if (ri < nrecv && w.recv->proxyTail.load(std::memory_order_acquire) > rBase + ri) {
       size_t want = msgLen(ri);
       size_t got = w.recv->slot[(rBase + ri) % kSteps].size;
       const char* p = w.recv->slotPtr(proto, rBase + ri);
@@ -581,11 +583,11 @@ uint64_t workSendRecv(WorkCtx& w, uint64_t bytes, uint64_t iter, int proto) {
     Conn* r = w.recv;
     bool ok = w.waiter.waitUntil(
         [&] {
-          return (si < nsteps && sBase + si < s->proxyTail.load(std::memory_order_acquire) + kSteps) ||
-                 (ri < nsteps && r->proxyTail.load(std::memory_order_acquire) > rBase + ri);
+          return (si < nsend && sBase + si < s->proxyTail.load(std::memory_order_acquire) + kSteps) ||
+                 (ri < nrecv && r->proxyTail.load(std::memory_order_acquire) > rBase + ri);
         },
         [&] { return w.stop(); }, deadline);
-    if (!ok) w.stalled(ri < nsteps ? "received data" : "a free send slot", ri < nsteps ? r : s, ri < nsteps ? rBase + ri : sBase + si);
+    if (!ok) w.stalled(ri < nrecv ? "received data" : "a free send slot", ri < nrecv ? r : s, ri < nrecv ? rBase + ri : sBase + si);
   }
   return wrong;
 }
@@ -800,6 +802,9 @@ void Communicator::runSweep() {
       wrong += w;
       k++;
     }
+    // --pattern oneway: a sender's iteration ends when its steps are posted, up to kSteps ahead
+    // of the receiver; the window closes when they completed (as a stream sync in nccl-tests).
+    if (opt_.oneway) drainSends(nowUs() + secToUs(opt_.opTimeout) + 5000000);
     uint64_t t1 = nowNs();
     if (!iterLat.empty()) {
       std::lock_guard<std::mutex> g(st_.mu);
@@ -927,6 +932,7 @@ void Communicator::runDuration() {
       if (opt_.iterRecords) st_.iterRecords.push_back(IterRecord{comm_, k, a, b - a, w, bytes});
       k++;
     }
+    if (opt_.oneway) drainSends(nowUs() + secToUs(opt_.opTimeout) + 5000000);  // as in the sweep
   } catch (Aborted&) {
     if (Fatal::get().aborted() || rv_.firstGonePeer() < 0) {
       fatal = true;

@@ -4,7 +4,9 @@
 // Topology (both workloads): on every channel, rank r has a send comm to (r+1)%n and a recv comm
 // from (r-1+n)%n. sendrecv: every rank sends `size` bytes to its next rank and receives as many
 // from its previous one (nccl-tests' sendrecv; 2 ranks: each sends to the other), split evenly
-// over the channels; with --pattern pairs ranks 2k and 2k+1 exchange with each other instead.
+// over the channels; with --pattern pairs ranks 2k and 2k+1 exchange with each other instead, and
+// with --pattern oneway rank 2k only sends to 2k+1 and 2k+1 only receives (perftest's one-way
+// ib_write_bw / ib_send_bw shape: each host does half the work of an exchange).
 // allreduce: NCCL's ring algorithm per channel, reduce-scatter then all-gather, real float32
 // sums; data is cut into steps of at most one slot (LL: --ll-slot, SIMPLE: --slot-size).
 //
@@ -38,7 +40,8 @@ struct Options {
   int rank = -1, nranks = -1;         // --rank, --nranks
   std::string rendezvous;             // --rendezvous DIR
   Workload workload = Workload::kSendRecv;
-  bool pairs = false;                 // --pattern pairs: sendrecv between ranks 2k and 2k+1
+  bool pairs = false;                 // --pattern pairs|oneway: sendrecv between ranks 2k and 2k+1
+  bool oneway = false;                // --pattern oneway: 2k sends to 2k+1, 2k+1 receives only
   uint64_t minBytes = 8, maxBytes = 8ull << 20, stepBytes = 0;  // -b -e -i
   double factor = 2;                  // -f
   int iters = 20, warmup = 5;         // -n -w

@@ -310,6 +310,8 @@ def register(app: typer.Typer) -> None:
         rep = _run_suite("scale", out, quick, console, comms=_csv_ints(comms), idle_s=idle_s or None)
         _finish([rep], console)
 
+    from railover.bench.rdma import DEFAULT_BW_VARIANTS as DEFAULT_RDMA_BW_VARIANTS
+
     @bench.command("rdma")
     def rdma_cmd(out: Path = OUT, quick: bool = QUICK,
                  faults: int = typer.Option(0, "--faults", "-n", help="faults per kind (0: 30, or 5 with --quick)"),
@@ -323,10 +325,12 @@ def register(app: typer.Typer) -> None:
                  bare_retry_cnt: int = typer.Option(-1, "--bare-retry-cnt", help="NCCL_IB_RETRY_CNT for the bare RC "
                                                     "runs (default: the plugin's, NCCL's 7 = retry forever on rxe)"),
                  phases: str = typer.Option("convergence,bare,busbw", "--phases"),
-                 bw_variants: str = typer.Option("rdma,rdma_idle_sleep,tcp,ib_write_bw,ib_write_bw_bidi",
-                                                 "--bw-variants",
-                                                 help="busbw variants: rdma, rdma_idle_sleep, rdma_qps4 (4 QPs per "
-                                                      "path), tcp, ib_write_bw, ib_write_bw_bidi, ib_write_bw_qps4 (-q 4)")):
+                 bw_variants: str = typer.Option(",".join(DEFAULT_RDMA_BW_VARIANTS), "--bw-variants",
+                                                 help="busbw variants: rdma (ring, both ways), rdma_oneway (A to B "
+                                                      "only, like ib_write_bw), rdma_idle_sleep, rdma_qps4 (4 QPs per "
+                                                      "path), tcp, ib_write_bw, ib_write_bw_bidi, ib_write_bw_qps4 (-q 4)"),
+                 wire: str = typer.Option("stream", "--wire", help="the bed's NIC wires: stream (lossless, as RoCE "
+                                          "with PFC) or udp (drops frames when the host's socket buffer overflows)")):
         """The RDMA verbs transport on the RDMA test bed (2 QEMU guests, Soft-RoCE): convergence per
         fault kind under a checked all-reduce, the bare RC timeout (RAILOVER_STANDBY=none), busbw of
         rdma vs tcp vs ib_write_bw on the same rxe devices."""
@@ -335,7 +339,7 @@ def register(app: typer.Typer) -> None:
                          bw_sizes=_csv(bw_sizes) or None, rounds=rounds or None, bare_faults=bare,
                          bare_bound_s=bare_bound_s or None, phases=_csv(phases),
                          bare_retry_cnt=None if bare_retry_cnt < 0 else bare_retry_cnt,
-                         bw_variants=_csv(bw_variants))
+                         bw_variants=_csv(bw_variants), wire=wire)
         _finish([rep], console)
 
     @bench.command("all")

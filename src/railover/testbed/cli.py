@@ -52,6 +52,8 @@ def up_cmd(
     rails: int = typer.Option(2, "--rails", help="with --rdma: rail NICs per guest"),
     kernel: str = typer.Option("6.1", "--kernel", help="with --rdma: guest kernel series, 6.1 or 6.12"),
     accel: str = typer.Option("auto", "--accel", help="with --rdma: auto, kvm or tcg"),
+    wire: str = typer.Option("stream", "--wire", help="with --rdma: NIC wires, stream (lossless) or udp (lossy "
+                                                       "when the host's socket buffers overflow)"),
 ) -> None:
     """Build a test bed, print its topology, and keep it until SIGINT (Ctrl-C) or SIGTERM
     (or --detach)."""
@@ -64,7 +66,8 @@ def up_cmd(
         if detach:
             _fail("--detach is not supported with --rdma (the guests live as long as this command)")
         from railover.testbed.rdma import cli as _rcli
-        _rcli.up(rails=rails, kernel=kernel, accel=accel, base=base, prefix=prefix, console=_console, fail=_fail)
+        _rcli.up(rails=rails, kernel=kernel, accel=accel, base=base, prefix=prefix, console=_console, fail=_fail,
+                  wire=wire)
         return
     try:
         if no_policy_routing and "flat" not in layout:

@@ -4,12 +4,18 @@ Soft-RoCE (rxe) devices, wired guest to guest per rail.
 Layout (2 hosts x 2 rails)::
 
     guest A (QEMU)                                   guest B (QEMU)
-      eth0 10.<base>.200.1  ==== UDP 127.0.0.1 ====  eth0 10.<base>.200.2    management
-      eth1 10.<base>.0.1 rxe0 == UDP 127.0.0.1 ====  eth1 10.<base>.0.2 rxe0 rail 0
-      eth2 10.<base>.1.1 rxe1 == UDP 127.0.0.1 ====  eth2 10.<base>.1.2 rxe1 rail 1
+      eth0 10.<base>.200.1  ==== unix stream ====  eth0 10.<base>.200.2    management
+      eth1 10.<base>.0.1 rxe0 == unix stream ====  eth1 10.<base>.0.2 rxe0 rail 0
+      eth2 10.<base>.1.1 rxe1 == unix stream ====  eth2 10.<base>.1.2 rxe1 rail 1
 
-* Every NIC is a virtio-net device on a QEMU ``-netdev socket,udp=...`` pair on 127.0.0.1:
-  nothing appears on the host's own network (no tap, no bridge). A UDP socket wire joins exactly
+* Every NIC is a virtio-net device whose wire is a QEMU netdev pair on the host: by default
+  (``wire="stream"``) a unix stream socket per NIC, guest A's QEMU listening and guest B's
+  connected. That wire is lossless, as RoCE is run with PFC and InfiniBand with credit flow
+  control: a busy receiving QEMU holds its sender back instead of dropping frames. ``wire="udp"``
+  (``-netdev socket,udp=...`` on 127.0.0.1) is the older lossy wire: frames are dropped when the
+  receiving QEMU's socket buffer (the host's ``net.core.rmem_default``, 208 KiB) overflows, and
+  every RC packet lost at the tail of a burst costs an ACK timeout (NCCL_IB_TIMEOUT 20: 4.3 s).
+  Nothing appears on the host's own network either way (no tap, no bridge). A wire joins exactly
   two ends, so a bed has exactly 2 hosts.
 * rxe device ``rxe<r>`` sits on ``eth<r+1>``; GID index 1 is its RoCE v2 (IPv4-mapped) GID.
 * Control: a virtio-serial port per guest (see :mod:`railover.testbed.rdma.guest`); command
@@ -57,7 +63,7 @@ from railover.testbed.rdma.guest import CTL_PORT_NAME, NOW_SNIPPET
 __all__ = ["RdmaBedError", "GuestCrash", "RdmaNic", "RdmaHost", "GuestProc", "RdmaBed",
            "RdmaBedInfo", "list_rdma_beds", "cleanup_rdma_leftovers", "choose_accel",
            "VERBS_PROBE_FILE", "VERBS_XFER_FILE", "GUEST_TOOLS", "DEFAULT_QDISCS", "reset_script",
-           "reset_wait_script", "parse_reset_output"]
+           "reset_wait_script", "parse_reset_output", "WIRES", "unix_socket_states"]
 
 VERBS_PROBE_FILE = "railover-verbs-probe"
 #: the verbs transport's test tool (native/tools/verbs/verbs_xfer.cc), staged like the probe
@@ -66,6 +72,8 @@ VERBS_XFER_FILE = "railover-verbs-xfer"
 CRASH_RE = re.compile(r"Kernel panic|BUG: |Oops: |general protection fault|watchdog: BUG: soft lockup|"
                       r"INFO: task .* blocked for more than|RO-GUEST-FATAL")
 MGMT_OCTET = 200  # management subnet 10.<base>.200.0/24
+#: the NIC wires a bed can have (RdmaBed's ``wire``): lossless unix streams, lossy UDP
+WIRES = ("stream", "udp")
 
 
 class RdmaBedError(TestBedError):
@@ -369,6 +377,33 @@ def _free_udp_ports(n: int) -> List[int]:
     return ports
 
 
+def unix_socket_states(paths, text: Optional[str] = None) -> Dict[str, set]:
+    """``{path: {"listening", "connected"}}`` for the unix sockets bound to ``paths``, from
+    /proc/net/unix (``text`` instead, for tests): a socket with the accept-connection flag
+    (0x10000) listens; one in state 03 (SS_CONNECTED) bearing the path is a connection the
+    listener accepted."""
+    want = set(paths)
+    out: Dict[str, set] = {}
+    if text is None:
+        try:
+            text = Path("/proc/net/unix").read_text()
+        except OSError:
+            return out
+    for line in text.splitlines()[1:]:
+        f = line.split()
+        if len(f) < 8 or f[7] not in want:
+            continue
+        try:
+            flags, st = int(f[3], 16), int(f[5], 16)
+        except ValueError:
+            continue
+        if flags & 0x10000:
+            out.setdefault(f[7], set()).add("listening")
+        elif st == 3:
+            out.setdefault(f[7], set()).add("connected")
+    return out
+
+
 def choose_accel(requested: str = "auto") -> Tuple[str, str]:
     """``(accel, reason)``: ``"kvm"`` when requested or when ``auto`` finds a usable KVM
     (/dev/kvm read-write and vmx/svm in /proc/cpuinfo), else ``"tcg"``. Raises
@@ -479,13 +514,14 @@ class RdmaBed:
             p = bed.spawn("B", ["railover-perf", ...], env={"RAILOVER_IFNAMES": "=eth1,eth2"})
             p.wait(120); bed.fetch("B", "/tmp/journal.jsonl")
 
-    Arguments: ``hosts`` (2; a QEMU UDP socket wire joins exactly two ends), ``rails`` (1..8
+    Arguments: ``hosts`` (2; a QEMU socket wire joins exactly two ends), ``rails`` (1..8
     rail NICs per guest, default 2), ``kernel`` series (``"6.1"`` default, ``"6.12"``),
     ``base`` (second address octet), ``mem_mib`` per guest (1024), ``smp`` vCPUs per guest (default
     1 under TCG, 2 under KVM),
     ``accel`` (``auto``/``kvm``/``tcg``), ``sysctls`` applied in every guest at boot (e.g.
     ``{"net.ipv4.conf.eth1.arp_evict_nocarrier": 0}``), ``boot_timeout_s`` (per boot
-    attempt), ``log`` (progress lines), ``prefix`` (``ro`` + 4 characters).
+    attempt), ``log`` (progress lines), ``prefix`` (``ro`` + 4 characters), ``wire``
+    (``"stream"``: lossless, default; ``"udp"``: lossy under load, see the module docstring).
     """
 
     __test__ = False
@@ -494,7 +530,9 @@ class RdmaBed:
                  mem_mib: int = 1024, smp: Optional[int] = None, accel: str = "auto",
                  sysctls: Optional[Mapping[str, Union[int, str]]] = None, boot_timeout_s: float = 300.0,
                  log: Callable[[str], None] = print, prefix: Optional[str] = None,
-                 extra_cmdline: str = "", logs_dir: Union[str, Path, None] = None):
+                 extra_cmdline: str = "", logs_dir: Union[str, Path, None] = None, wire: str = "stream"):
+        if wire not in WIRES:
+            raise ValueError(f"wire must be one of {', '.join(WIRES)}, got {wire!r}")
         if hosts != 2:
             raise ValueError(f"an RDMA bed has exactly 2 hosts (QEMU socket wires are point to point), got {hosts}")
         if not 1 <= rails <= 8:
@@ -511,6 +549,7 @@ class RdmaBed:
             if not re.fullmatch(r"[a-z0-9_.]+", k) or not re.fullmatch(r"[A-Za-z0-9_.-]+", str(v)):
                 raise ValueError(f"bad sysctl {k}={v}")
         self.nhosts, self.rails, self.kernel_series, self.base = hosts, rails, kernel, base
+        self.wire = wire
         self.mem_mib, self.smp, self.accel_req = mem_mib, smp, accel
         self.sysctls = dict(sysctls or {})
         self.boot_timeout_s, self.log, self.extra_cmdline = boot_timeout_s, log, extra_cmdline
@@ -602,7 +641,14 @@ class RdmaBed:
         self.staged = found
         return b
 
-    def _qemu_argv(self, h: RdmaHost, ports: Dict[Tuple[int, int], int], build: Path) -> List[str]:
+    def _wire_sock(self, n: int) -> Path:
+        """The unix socket of NIC ``n``'s stream wire (guest A's QEMU listens on it)."""
+        assert self.run_dir is not None
+        return self.run_dir / "wire" / f"nic{n}.sock"
+
+    def _qemu_argv(self, h: RdmaHost, ports: Optional[Dict[Tuple[int, int], int]], build: Path) -> List[str]:
+        """QEMU's command line for guest ``h``. ``ports``: the UDP ports of every (host index,
+        NIC) for ``wire="udp"``; unused (None) for the stream wire."""
         assert self.run_dir is not None and self.image is not None
         d = self.run_dir / h.name
         argv = ["qemu-system-x86_64", "-name", f"railover-{self.prefix}-{h.name}", "-nodefaults", "-no-user-config",
@@ -627,8 +673,14 @@ class RdmaBed:
                  "-device", "virtio-9p-pci,fsdev=fsio,mount_tag=roio"]
         other = 1 - h.index
         for n in range(self.rails + 1):  # nic0 = management, nic<r+1> = rail r
-            mine, theirs = ports[(h.index, n)], ports[(other, n)]
-            argv += ["-netdev", f"socket,id=nic{n},udp=127.0.0.1:{theirs},localaddr=127.0.0.1:{mine}",
+            if self.wire == "udp":
+                assert ports is not None
+                mine, theirs = ports[(h.index, n)], ports[(other, n)]
+                netdev = f"socket,id=nic{n},udp=127.0.0.1:{theirs},localaddr=127.0.0.1:{mine}"
+            else:  # guest A's QEMU listens, guest B's connects (QEMU 7.2 does not reconnect)
+                netdev = (f"stream,id=nic{n},server={'on' if h.index == 0 else 'off'},addr.type=unix,"
+                          f"addr.path={self._wire_sock(n)}")
+            argv += ["-netdev", netdev,
                      "-device", f"virtio-net-pci,netdev=nic{n},mac=52:54:{self.base:02x}:{MGMT_OCTET if n == 0 else n - 1:02x}:"
                                 f"00:{h.index + 1:02x},addr=0x{0x10 + n:x}"]
         return argv
@@ -664,10 +716,18 @@ class RdmaBed:
     def _boot_once(self) -> None:
         assert self.image is not None and self.run_dir is not None
         build = self.run_dir / "build"
-        ports_l = _free_udp_ports(self.nhosts * (self.rails + 1))
-        ports = {(i, n): ports_l[i * (self.rails + 1) + n] for i in range(self.nhosts) for n in range(self.rails + 1)}
+        ports = None
+        if self.wire == "udp":
+            ports_l = _free_udp_ports(self.nhosts * (self.rails + 1))
+            ports = {(i, n): ports_l[i * (self.rails + 1) + n] for i in range(self.nhosts) for n in range(self.rails + 1)}
+        else:
+            wd = self.run_dir / "wire"
+            shutil.rmtree(wd, ignore_errors=True)
+            wd.mkdir()
         t0 = time.monotonic()
         for h in self.hosts:
+            if self.wire == "stream" and h.index == 1:
+                self._wait_wires("listening", h)  # a stream client that finds no listener never retries
             d = self.run_dir / h.name
             shutil.rmtree(d, ignore_errors=True)
             (d / "io" / "out").mkdir(parents=True)
@@ -680,6 +740,8 @@ class RdmaBed:
             err.close()
             h.pid = self._qemu[h.name].pid
         self._write_state()
+        if self.wire == "stream":
+            self._wait_wires("connected", self.hosts[1])
         for h in self.hosts:
             ctl = _Ctl(self.run_dir / h.name / "ctl.sock")
             self._ctl[h.name] = ctl
@@ -704,6 +766,28 @@ class RdmaBed:
             h.kernel = ready[1] if len(ready) > 1 else ""
             h.gids = dict(kv.split("=", 1) for kv in (ready[2].split(",") if len(ready) > 2 else []) if "=" in kv)
         self.boot_s = max(h.boot_s for h in self.hosts)
+
+    def _wait_wires(self, state: str, client: RdmaHost, timeout_s: float = 60.0) -> None:
+        """Wait until every NIC's stream wire is ``"listening"`` (guest A's QEMU has bound and
+        listens on its socket) or ``"connected"`` (guest B's QEMU reached it), as
+        /proc/net/unix tells. Raises :class:`GuestCrash` when a QEMU exits or the state is not
+        reached within ``timeout_s`` s."""
+        paths = {str(self._wire_sock(n)) for n in range(self.rails + 1)}
+        seen: Dict[str, set] = {}
+
+        def reached() -> bool:
+            for h in self.hosts:
+                if h.name in self._qemu:
+                    self._check_guest(h.name)  # a QEMU that exited raises GuestCrash
+            seen.update(unix_socket_states(paths))
+            return all(state in seen.get(p, ()) for p in paths)
+        try:
+            poll_until(reached, timeout_s, 0.05, f"NIC wires {state}")
+        except TimeoutError:
+            missing = sorted(p for p in paths if state not in seen.get(p, ()))
+            host = self.hosts[0] if state == "listening" else client
+            raise GuestCrash(host.name, f"NIC wire(s) not {state} within {timeout_s:.0f} s: {', '.join(missing)}",
+                             self._qemu_stderr(host.name))
 
     def _qemu_stderr(self, host: str) -> str:
         try:
@@ -1097,8 +1181,9 @@ class RdmaBed:
         rows = []
         for h in self.hosts:
             rows.append({"host": h.name, "nic": f"{h.name.lower()}m", "ifname": "eth0", "address": f"{h.mgmt_addr}/24",
-                         "rail": "mgmt", "rdma": "-", "gid": "-", "qemu": "nic0"})
+                         "rail": "mgmt", "rdma": "-", "gid": "-", "qemu": f"nic0 ({self.wire})"})
             for n in h.nics:
                 rows.append({"host": h.name, "nic": n.name, "ifname": n.ifname, "address": n.cidr, "rail": str(n.rail),
-                             "rdma": n.rdma_dev, "gid": h.gids.get(n.rdma_dev, "?"), "qemu": n.netdev})
+                             "rdma": n.rdma_dev, "gid": h.gids.get(n.rdma_dev, "?"),
+                             "qemu": f"{n.netdev} ({self.wire})"})
         return rows

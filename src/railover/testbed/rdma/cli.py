@@ -18,7 +18,7 @@ def topology_table(bed: "_bed.RdmaBed") -> Table:
     """One row per NIC (management included) of ``bed``."""
     img = bed.image
     t = Table(title=f"RDMA test bed {bed.prefix} (2 QEMU guests, kernel {img.kernel_version if img else '?'}, "
-                    f"{bed.accel.upper()})")
+                    f"{bed.accel.upper()}, {bed.wire} wires)")
     for col in ("host", "nic", "ifname", "address", "rail", "rdma dev", "RoCE v2 GID (index 1)", "QEMU netdev"):
         t.add_column(col, no_wrap=True)
     for r in bed.describe():
@@ -27,13 +27,13 @@ def topology_table(bed: "_bed.RdmaBed") -> Table:
 
 
 def up(*, rails: int, kernel: str, accel: str, base: int, prefix: Optional[str], console: Console,
-       fail: Callable[[str], None]) -> None:
+       fail: Callable[[str], None], wire: str = "stream") -> None:
     """Boot the bed and block until SIGINT/SIGTERM; errors go through ``fail`` (exit 2)."""
     def log(msg: str) -> None:
         typer.echo(msg, err=True)
 
     try:
-        bed = _bed.RdmaBed(rails=rails, kernel=kernel, accel=accel, base=base, prefix=prefix, log=log)
+        bed = _bed.RdmaBed(rails=rails, kernel=kernel, accel=accel, base=base, prefix=prefix, log=log, wire=wire)
     except ValueError as e:
         fail(str(e))
         return
