@@ -3,9 +3,12 @@ journal events, per-kind statistics, busbw ratios, the issue's targets and the m
 The bed itself is exercised by tests/rdma/test_rdma_bench.py."""
 from __future__ import annotations
 
+import io
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from rich.console import Console
 
 from railover.bench import common as C
 from railover.bench import rdma as R
@@ -28,6 +31,10 @@ def test_parse_sizes_and_bad_sizes():
 
 def test_ib_write_bw_average_in_gbytes_per_second():
     assert R.parse_ib_write_bw(IB_WRITE_BW_OUT, 1048576) == pytest.approx(0.84 / 8)
+    # perftest's default unit: MB/sec = 2**20 B/s
+    mbs = IB_WRITE_BW_OUT.replace("BW peak[Gb/sec]    BW average[Gb/sec]", "BW peak[MB/sec]    BW average[MB/sec]")
+    assert R.parse_ib_write_bw(mbs.replace("0.84 ", "23.84"), 1048576) == pytest.approx(23.84 * 1048576 / 1e9)
+    assert R.parse_ib_write_bw(IB_WRITE_BW_OUT.replace("BW average[Gb/sec]", "BW average"), 1048576) is None
     assert R.parse_ib_write_bw(IB_WRITE_BW_OUT, 65536) is None  # another size's line is not this one
     assert R.parse_ib_write_bw("Couldn't connect to 10.0.0.2:18901", 1048576) is None
 
@@ -121,6 +128,35 @@ def test_one_way_busbw_is_judged_against_ib_write_bw_where_measured(tmp_path):
     assert R.bw_ratios(rows[:1] + rows[2:])[1 << 20]["rdma_oneway_vs_ib_write_bw"] is None
 
 
+def test_one_way_with_the_driver_sleeping_when_idle_gets_its_own_target_and_table(tmp_path):
+    rows = [{"size": 1 << 20, "variant": "rdma_oneway", "gbs": 0.010},
+            {"size": 1 << 20, "variant": "rdma_oneway_idle_sleep", "gbs": 0.019},
+            {"size": 1 << 20, "variant": "ib_write_bw", "gbs": 0.020}]
+    bw = R.bw_ratios(rows)
+    r = bw[1 << 20]
+    assert r["rdma_oneway_idle_sleep_vs_ib_write_bw"] == pytest.approx(0.95)
+    assert r["rdma_oneway_idle_sleep_vs_rdma_oneway"] == pytest.approx(1.9)
+    rep = C.Report("rdma", tmp_path, True, {"bw_seconds": 5, "rounds": 1})
+    R.add_targets(rep, {}, bw)
+    by = {t["figure"]: t for t in rep.data["targets"]}
+    spin = by["rdma: busbw 1 MiB railover-rdma one way / ib_write_bw"]
+    sleep = by["rdma: busbw 1 MiB railover-rdma one way, driver sleeping when idle / ib_write_bw"]
+    assert spin["value"] == pytest.approx(0.5) and spin["met"] is False
+    assert sleep["value"] == pytest.approx(0.95) and sleep["met"] is True
+    rep.results["busbw"] = {str(k): v for k, v in bw.items()}
+    rep.results["cpu_b"] = {"rdma_oneway": {"user": 0.3, "system": 0.5, "softirq": 0.1, "idle": 0.1}}
+    md = R.markdown(rep.finish())
+    assert "| 1 MiB | 10.00 | 19.00 | 20.00 | 0.500 | 0.950 | 1.90 |" in md
+    assert "Guest B (receiver" in md and "| rdma_oneway | 0.30 | 0.50 | 0.10 | 0.10 |" in md
+    # the table and the second target only where the sleeping variant was measured
+    plain = R.bw_ratios([rows[0], rows[2]])
+    rep2 = C.Report("rdma", tmp_path / "2", True, {"bw_seconds": 5, "rounds": 1})
+    R.add_targets(rep2, {}, plain)
+    assert [t["figure"] for t in rep2.data["targets"]] == ["rdma: busbw 1 MiB railover-rdma one way / ib_write_bw"]
+    rep2.results["busbw"] = {str(k): v for k, v in plain.items()}
+    assert "sleeping 50 µs" not in R.markdown(rep2.finish())
+
+
 def _report(tmp_path: Path):
     cyc = [R.cycle_record(0, 0, 1, [_ev("failover", 30_000, convergence_us=30_000)], [])]
     silent = [R.cycle_record(0, 0, 1, [_ev("failover", 150_000, convergence_us=150_000)], [])]
@@ -195,3 +231,92 @@ def test_armed_follows_the_engines_active_path_when_the_journal_has_path_states(
     # a receive path's state says nothing about where this guest sends
     assert not R.armed_on_primary([up("eth1", 1), up("eth2", 2), act("eth2", 3, "start"),
                                    _ev("path_state", 4, nic="eth1", dir="recv", to="active")])
+
+
+class _FakeRun:
+    """Stands in for _PerfRun: a checked run that is always alive until stopped."""
+    stopped_ok = True
+
+    def __init__(self, bed, env, **kw):
+        self.bed = bed
+
+    def start(self):
+        return self
+
+    def wd(self):
+        return "/tmp/rperf-fake"
+
+    @property
+    def alive(self):
+        return True
+
+    def stop(self, timeout_s=600):
+        if self.bed.crashed:
+            raise R.C.BenchError("guest A is down")
+        return SimpleNamespace(wrong_total=0, ranks=[SimpleNamespace(returncode=0, json={})], ok=True, errors=[])
+
+
+class _FakeFault:
+    def __init__(self, bed):
+        self.bed, self.guest, self.applied_us, self.undone_us = bed, "A", None, None
+
+    def apply(self):
+        from railover.testbed.rdma.bed import GuestCrash
+        self.bed.applies += 1
+        if self.bed.applies == self.bed.crash_at:
+            self.bed.crashed = True
+            raise GuestCrash("A", "kernel crash on the console: BUG: kernel NULL pointer dereference")
+        t = 1_000_000 * self.bed.applies
+        self.applied_us = t
+        for h in ("A", "B"):
+            self.bed.journal[h].append(_ev("failover", t + 9000, convergence_us=9000))
+
+    def undo(self):
+        t = 1_000_000 * self.bed.applies + 500_000
+        self.undone_us = t
+        for h in ("A", "B"):
+            self.bed.journal[h].append(_ev("failback", t + 1000, convergence_us=1000))
+
+
+def _fake_bed(crash_at):
+    return SimpleNamespace(applies=0, crash_at=crash_at, crashed=False, journal={"A": [], "B": []},
+                           guest_now_us=lambda h: None, clock_offset_us=lambda h: (0, 0), accel="tcg", smp=1,
+                           mem_mib=1024, boot_s=9.0, wire="stream", hosts=[SimpleNamespace(kernel="6.1")])
+
+
+def _patch_bed_io(monkeypatch):
+    monkeypatch.setattr(R, "_PerfRun", _FakeRun)
+    monkeypatch.setattr(R, "_make_fault", lambda bed, kind: _FakeFault(bed))
+    monkeypatch.setattr(R, "_journal", lambda bed, host, wd: list(bed.journal[host]))
+    monkeypatch.setattr(R, "armed_on_primary", lambda evs: True)
+
+
+def test_a_guest_crash_keeps_the_faults_measured_before_it(tmp_path, monkeypatch):
+    _patch_bed_io(monkeypatch)
+    console = Console(file=io.StringIO())
+    full = R.convergence(_fake_bed(crash_at=None), ["cable-pull"], 3, "256K", 1000, tmp_path, console, 5, 5)
+    assert "convergence_aborted" not in full and full["kinds"]["cable-pull"]["faults"] == 3
+    assert full["convergence_wrong_bytes"] == 0
+    part = R.convergence(_fake_bed(crash_at=3), ["cable-pull", "admin-down"], 2, "256K", 1000, tmp_path, console, 5, 5)
+    # both cable pulls measured, the crash at the first admin down: nothing of it, and the reason
+    assert part["kinds"]["cable-pull"]["faults"] == 2 and "admin-down" not in part["kinds"]
+    assert part["kinds"]["cable-pull"]["convergence_ms"]["n"] == 4
+    assert part["convergence_aborted"].startswith("stopped at admin-down fault 1/2: ")
+    assert "NULL pointer dereference" in part["convergence_aborted"]
+    assert "result is lost" in part["convergence_aborted"] and part["convergence_wrong_bytes"] is None
+    assert part["convergence_faults_planned"] == 4
+
+
+def test_the_report_of_an_interrupted_run_is_written_before_the_error(tmp_path, monkeypatch):
+    _patch_bed_io(monkeypatch)
+    with pytest.raises(R.C.BenchError, match=r"stopped at admin-down fault 1/2: .*the 2 fault\(s\) measured before"):
+        R.run(tmp_path, faults=2, kinds=["cable-pull", "admin-down"], phases=["convergence"],
+              console=Console(file=io.StringIO()), bed=_fake_bed(crash_at=3))
+    data = R.C.load_report(tmp_path, "rdma")
+    assert data["results"]["kinds"]["cable-pull"]["faults"] == 2
+    by = {t["figure"]: t for t in data["targets"]}
+    assert by["rdma: convergence faults run"]["value"] == 2 and by["rdma: convergence faults run"]["met"] is False
+    assert "rdma: cable-pull convergence (journal convergence_us), p99" in by
+    md = R.markdown(data)
+    assert "**The convergence run did not finish**: stopped at admin-down fault 1/2" in md
+    assert "(2 of 4 faults measured)" in md and "Wrong bytes in the convergence run: -;" in md

@@ -327,8 +327,9 @@ def register(app: typer.Typer) -> None:
                  phases: str = typer.Option("convergence,bare,busbw", "--phases"),
                  bw_variants: str = typer.Option(",".join(DEFAULT_RDMA_BW_VARIANTS), "--bw-variants",
                                                  help="busbw variants: rdma (ring, both ways), rdma_oneway (A to B "
-                                                      "only, like ib_write_bw), rdma_idle_sleep, rdma_qps4 (4 QPs per "
-                                                      "path), tcp, ib_write_bw, ib_write_bw_bidi, ib_write_bw_qps4 (-q 4)"),
+                                                      "only, like ib_write_bw), rdma_idle_sleep, rdma_oneway_idle_sleep "
+                                                      "(the driver sleeps 50 us when idle), rdma_qps4 (4 QPs per path), "
+                                                      "tcp, ib_write_bw, ib_write_bw_bidi, ib_write_bw_qps4 (-q 4)"),
                  wire: str = typer.Option("stream", "--wire", help="the bed's NIC wires: stream (lossless, as RoCE "
                                           "with PFC) or udp (drops frames when the host's socket buffer overflows)")):
         """The RDMA verbs transport on the RDMA test bed (2 QEMU guests, Soft-RoCE): convergence per

@@ -18,13 +18,14 @@ the RDMA test bed (two QEMU guests with Soft-RoCE, 2 rails each; see
    and whether the job then completes is reported.
 3. **busbw side by side**, interleaved per round and size on the same rxe devices (rail 0):
    railover-perf sendrecv (2 ranks, ring: both directions at once, ``-c 0``) over
-   ``RAILOVER_TRANSPORT=rdma``, the same with ``--idle-sleep-us`` (the driver's progress
-   thread sleeps instead of spinning: shows whether busy polling starves rxe's kernel work on
-   a 1-vCPU guest), ``RAILOVER_TRANSPORT=tcp``, and perftest ``ib_write_bw`` one way and
+   ``RAILOVER_TRANSPORT=rdma``, one way (``--pattern oneway``: A sends, B receives, as
+   ib_write_bw does), each also with ``--idle-sleep-us 50`` (the driver's progress thread
+   sleeps when idle instead of spinning: shows whether busy polling starves rxe's kernel work
+   on a 1-vCPU guest), ``RAILOVER_TRANSPORT=tcp``, and perftest ``ib_write_bw`` one way and
    bidirectional (``-b``; perftest prints the sum of both directions, its client adds the
-   server's rate). Guest A's CPU split (user / system / softirq / idle from
-   /proc/stat) is recorded for every measurement. Ratios: rdma / ib_write_bw (one way) and
-   rdma / tcp.
+   server's rate). Both guests' CPU split (user / system / softirq / idle from /proc/stat) is
+   recorded for every measurement. Ratios: rdma / ib_write_bw (ring and one way, spinning and
+   sleeping) and rdma / tcp.
 
 The bed runs under TCG when the host has no KVM (1 vCPU per guest, 10-50x slower than
 native); the plugin then runs with the bed's TCG timers
@@ -84,11 +85,16 @@ def parse_size(s: str) -> int:
 
 
 def parse_ib_write_bw(text: str, size: int) -> Optional[float]:
-    """Average bandwidth in GB/s (1e9 B/s) of perftest's result line for ``size`` (run with
-    ``--report_gbits``: columns bytes, iterations, BW peak, BW average [Gb/s], MsgRate); None
-    when the line is missing."""
+    """Average bandwidth in GB/s (1e9 B/s) of perftest's result line for ``size`` (columns bytes,
+    iterations, BW peak, BW average, MsgRate), in the unit its header names: ``[MB/sec]`` (perftest's
+    default: 2**20 B/s, printed with 2 decimals, so 0.04 % resolution at 25 MB/s) or ``[Gb/sec]``
+    (``--report_gbits``: 1e9 bit/s, 2 decimals, only 5 % resolution at 0.2 Gb/s). None when the
+    line or the header is missing."""
+    unit = re.search(r"BW average\[(MB|Gb)/sec\]", text)
     m = re.search(rf"^\s*{size}\s+\d+\s+([\d.]+)\s+([\d.]+)\s+[\d.]+", text, re.M)
-    return float(m.group(2)) / 8.0 if m else None
+    if not unit or not m:
+        return None
+    return float(m.group(2)) * (0x100000 / 1e9 if unit.group(1) == "MB" else 1 / 8.0)
 
 
 def cpu_split(before: Sequence[int], after: Sequence[int]) -> Dict[str, Optional[float]]:
@@ -171,8 +177,10 @@ def bw_ratios(rows: Sequence[Mapping[str, Any]]) -> Dict[int, Dict[str, Any]]:
     """Per size: median busbw (GB/s) of each variant over the rounds, and the ratios
     rdma / ib_write_bw (the ring's per-direction rate against perftest's one-way rate), rdma one
     way / ib_write_bw (like for like), rdma / ib_write_bw -b per direction (half its sum), rdma /
-    tcp, rdma with idle sleep / rdma, rdma on 4 QPs per path / rdma and / ib_write_bw (None where a
-    variant was not measured). ``rows``: ``{"size", "variant", "gbs"}`` (gbs may be None)."""
+    tcp, rdma with idle sleep / rdma, rdma on 4 QPs per path / rdma and / ib_write_bw, rdma one way
+    with the driver sleeping when idle / ib_write_bw and / rdma one way spinning (None where a
+    variant was not measured; perftest has no sleeping mode for WRITE: ``-e`` answers "Events
+    feature not available on WRITE verb"). ``rows``: ``{"size", "variant", "gbs"}`` (gbs may be None)."""
     out: Dict[int, Dict[str, Any]] = {}
     for size in sorted({int(r["size"]) for r in rows}):
         med = {}
@@ -184,6 +192,8 @@ def bw_ratios(rows: Sequence[Mapping[str, Any]]) -> Dict[int, Dict[str, Any]]:
             "median_gbs": med,
             "rdma_vs_ib_write_bw": C.ratio(med.get("rdma"), med.get("ib_write_bw")),
             "rdma_oneway_vs_ib_write_bw": C.ratio(med.get("rdma_oneway"), med.get("ib_write_bw")),
+            "rdma_oneway_idle_sleep_vs_ib_write_bw": C.ratio(med.get("rdma_oneway_idle_sleep"), med.get("ib_write_bw")),
+            "rdma_oneway_idle_sleep_vs_rdma_oneway": C.ratio(med.get("rdma_oneway_idle_sleep"), med.get("rdma_oneway")),
             "rdma_vs_ib_write_bw_bidi_per_dir": C.ratio(med.get("rdma"), bidi / 2 if bidi is not None else None),
             "rdma_vs_tcp": C.ratio(med.get("rdma"), med.get("tcp")),
             "rdma_idle_sleep_vs_rdma": C.ratio(med.get("rdma_idle_sleep"), med.get("rdma")),
@@ -215,6 +225,12 @@ def add_targets(rep: C.Report, kinds: Mapping[str, Mapping[str, Any]], bw: Mappi
                            b[f"{v}_vs_ib_write_bw"], ">=", BW_TARGET,
                            detail=f"{v} {C.fmt(b['median_gbs'].get(v), 4)} GB/s, ib_write_bw "
                                   f"{C.fmt(b['median_gbs'].get('ib_write_bw'), 4)} GB/s (medians)")
+            if b.get("rdma_oneway_idle_sleep_vs_ib_write_bw") is not None:
+                m = b["median_gbs"]
+                rep.add_target(f"rdma: busbw {C.human_size(size)} railover-rdma one way, driver sleeping when idle "
+                               "/ ib_write_bw", b["rdma_oneway_idle_sleep_vs_ib_write_bw"], ">=", BW_TARGET,
+                               detail=f"rdma_oneway_idle_sleep {C.fmt(m.get('rdma_oneway_idle_sleep'), 4)} GB/s, "
+                                      f"ib_write_bw {C.fmt(m.get('ib_write_bw'), 4)} GB/s (medians)")
 
 
 def markdown(data: Mapping[str, Any]) -> str:
@@ -235,8 +251,13 @@ def markdown(data: Mapping[str, Any]) -> str:
             L.append(f"| {kind} | {r['faults']} | {r['convergence_ms']['n']} | {s('convergence_ms')} | "
                      f"{s('detection_ms')} | {s('fault_to_failover_a_ms')} | {s('failback_convergence_ms')} | "
                      f"{r['faults_without_failover']} | {r['fatal']} | {TARGET_MS[r['target_class']]:g} ms |")
-        L.append(f"\nWrong bytes in the convergence run: {res.get('convergence_wrong_bytes', '-')}; "
-                 f"rank exit codes {res.get('convergence_exit_codes', '-')}.\n")
+        if res.get("convergence_aborted"):
+            L.append(f"\n**The convergence run did not finish**: {res['convergence_aborted']} "
+                     f"({sum(r['faults'] for r in kinds.values())} of {res.get('convergence_faults_planned', '?')} "
+                     "faults measured).")
+        wrong = res.get("convergence_wrong_bytes")
+        L.append(f"\nWrong bytes in the convergence run: {'-' if wrong is None else wrong}; "
+                 f"rank exit codes {res.get('convergence_exit_codes') or '-'}.\n")
     bare = res.get("bare_rc", [])
     if bare:
         rc_ = s_.get("bare_retry_cnt")
@@ -274,13 +295,28 @@ def markdown(data: Mapping[str, Any]) -> str:
                 L.append(f"| {C.human_size(int(size))} | {mb('rdma')} | {mb('rdma_qps4')} | {mb('ib_write_bw_qps4')} | "
                          f"{C.fmt(b.get('rdma_qps4_vs_rdma'), 3)} | {C.fmt(b.get('rdma_qps4_vs_ib_write_bw'), 3)} | "
                          f"{C.fmt(b.get('rdma_qps4_vs_ib_write_bw_qps4'), 3)} |")
-        cpu = res.get("cpu_a", {})
-        if cpu:
-            L += ["\nGuest A's CPU during the measurements (medians of the fractions):\n",
-                  "| variant | user | system | softirq | idle |", "|---|---:|---:|---:|---:|"]
-            for v, c in sorted(cpu.items()):
-                L.append(f"| {v} | {C.fmt(c.get('user'), 2)} | {C.fmt(c.get('system'), 2)} | "
-                         f"{C.fmt(c.get('softirq'), 2)} | {C.fmt(c.get('idle'), 2)} |")
+        if any(b["median_gbs"].get("rdma_oneway_idle_sleep") is not None for b in bw.values()):
+            L += ["\nOne way, the driver busy-polling (`sched_yield` between passes, as NCCL's proxy thread) and "
+                  "sleeping 50 µs after 64 idle passes (`--idle-sleep-us 50`), against ib_write_bw (which "
+                  "busy-polls its CQ; it has no sleeping mode for WRITE), in the same rounds:\n",
+                  "| size | rdma one way | rdma one way, idle sleep | ib_write_bw | one way / ib_write_bw | "
+                  "one way idle sleep / ib_write_bw | idle sleep / spin (one way) |",
+                  "|---:|---:|---:|---:|---:|---:|---:|"]
+            for size, b in sorted(bw.items(), key=lambda kv: int(kv[0])):
+                m = b["median_gbs"]
+                mb = lambda v: C.fmt(m.get(v) * 1e3 if m.get(v) is not None else None, 2)
+                L.append(f"| {C.human_size(int(size))} | {mb('rdma_oneway')} | {mb('rdma_oneway_idle_sleep')} | "
+                         f"{mb('ib_write_bw')} | {C.fmt(b.get('rdma_oneway_vs_ib_write_bw'), 3)} | "
+                         f"{C.fmt(b.get('rdma_oneway_idle_sleep_vs_ib_write_bw'), 3)} | "
+                         f"{C.fmt(b.get('rdma_oneway_idle_sleep_vs_rdma_oneway'), 2)} |")
+        for h, who in (("a", "A (sender; the ring sends both ways)"), ("b", "B (receiver; ib_write_bw's server only waits)")):
+            cpu = res.get(f"cpu_{h}", {})
+            if cpu:
+                L += [f"\nGuest {who}: CPU during the measurements (medians of the fractions):\n",
+                      "| variant | user | system | softirq | idle |", "|---|---:|---:|---:|---:|"]
+                for v, c in sorted(cpu.items()):
+                    L.append(f"| {v} | {C.fmt(c.get('user'), 2)} | {C.fmt(c.get('system'), 2)} | "
+                             f"{C.fmt(c.get('softirq'), 2)} | {C.fmt(c.get('idle'), 2)} |")
     return "\n".join(L) + "\n"
 
 
@@ -313,6 +349,18 @@ def tables(data: Mapping[str, Any]) -> List[Table]:
                   mb("ib_write_bw"), mb("ib_write_bw_bidi"), C.fmt(b["rdma_vs_ib_write_bw"], 3),
                   C.fmt(b.get("rdma_oneway_vs_ib_write_bw"), 3), C.fmt(b["rdma_vs_tcp"], 3))
     out.append(t)
+    if any(b["median_gbs"].get("rdma_oneway_idle_sleep") is not None for b in res.get("busbw", {}).values()):
+        t = Table(title="one way, driver spinning vs sleeping when idle (MB/s, medians)")
+        for c in ("size", "rdma one way", "rdma one way idle-sleep", "ib_write_bw", "one way/ib_write_bw",
+                  "idle-sleep/ib_write_bw"):
+            t.add_column(c, justify="right")
+        for size, b in sorted(res["busbw"].items(), key=lambda kv: int(kv[0])):
+            m = b["median_gbs"]
+            mb = lambda v: C.fmt(m.get(v) * 1e3 if m.get(v) is not None else None, 2)
+            t.add_row(C.human_size(int(size)), mb("rdma_oneway"), mb("rdma_oneway_idle_sleep"), mb("ib_write_bw"),
+                      C.fmt(b.get("rdma_oneway_vs_ib_write_bw"), 3),
+                      C.fmt(b.get("rdma_oneway_idle_sleep_vs_ib_write_bw"), 3))
+        out.append(t)
     return out
 
 
@@ -406,9 +454,13 @@ def _make_fault(bed, kind: str):
 def convergence(bed, kinds: Sequence[str], n: int, size: str, hold_down_ms: int, work: Path,
                 console: Console, conv_timeout_s: float, failback_timeout_s: float) -> Dict[str, Any]:
     """Phase 1: one checked all-reduce run, N faults per kind in turn (see the module doc)."""
+    from railover.testbed.rdma.bed import RdmaBedError
+    from railover.testbed.faults import FaultError
     env = dict(RDMA_ENV, RAILOVER_HOLD_DOWN_MS=str(hold_down_ms))
     run = _PerfRun(bed, env, size=size, upper_s=3600, fetch_to=work / "convergence").start()
     per_kind: Dict[str, List[Dict[str, Any]]] = {k: [] for k in kinds}
+    where = "the start of the checked run"
+    aborted: Optional[str] = None
     try:
         wd = _wait(lambda: run.wd() if run.alive else "x", 300)
         if not wd or not run.alive:
@@ -419,6 +471,7 @@ def convergence(bed, kinds: Sequence[str], n: int, size: str, hold_down_ms: int,
             raise C.BenchError("the comms did not come up on both rails with traffic on the primary within 600 s")
         for kind in kinds:
             for i in range(n):
+                where = f"{kind} fault {i + 1}/{n}"
                 if not _wait(armed, failback_timeout_s):
                     console.print(f"  [yellow]{kind} {i + 1}/{n}: the comms are not back on the primary with a standby "
                                   f"armed after {failback_timeout_s:.0f} s; faulting anyway[/]")
@@ -456,8 +509,32 @@ def convergence(bed, kinds: Sequence[str], n: int, size: str, hold_down_ms: int,
                               f"{C.fmt(rec['fault_to_failover_a_ms'], 0)} ms, {rec['failbacks']} failback(s)")
                 if not run.alive:
                     raise C.BenchError(f"railover-perf ended during {kind} fault {i + 1}")
-    finally:
+    except (RdmaBedError, FaultError, C.BenchError) as e:
+        # A guest kernel crash (rxe on 6.1 has crashed in rxe_skb_tx_dtor during `ip link set
+        # down`), a fault that cannot be applied or a run that ended: the faults measured so
+        # far are kept and reported, with where and why the run stopped.
+        aborted = f"stopped at {where}: {e}"
+        console.print(f"  [red]rdma convergence {aborted}[/]")
+    except BaseException:
+        try:
+            run.stop(timeout_s=60)
+        except Exception:
+            pass
+        raise
+    try:
         res = run.stop()
+    except (RdmaBedError, C.BenchError) as e:
+        if aborted is None:
+            raise
+        res = None
+        aborted += f" (the checked run's result is lost: {e})"
+    if aborted is not None:
+        return {"kinds": {k: kind_summary(k, v) for k, v in per_kind.items() if v},
+                "convergence_aborted": aborted, "convergence_faults_planned": n * len(kinds),
+                "convergence_wrong_bytes": res.wrong_total if res else None,
+                "convergence_exit_codes": [r.returncode for r in res.ranks] if res else None,
+                "convergence_fatal_total": None, "convergence_busbw_gbs": None,
+                "convergence_ok": res.ok if res else None, "convergence_errors": res.errors[:5] if res else []}
     evs_fatal = 0
     for r in range(2):
         p = work / "convergence" / f"journal-rank{r}.jsonl"
@@ -531,7 +608,8 @@ def bare_rc(bed, n: int, size: str, bound_s: float, work: Path, console: Console
 def _ib_write_bw(bed, size: int, seconds: int, bidi: bool, port: int, qps: int = 1) -> Tuple[Optional[float], str]:
     from railover.testbed.netns import poll_until
     a, b = bed.hosts[0].nics[0], bed.hosts[1].nics[0]
-    args = ["-d", "DEV", "-x", "1", "-p", str(port), "-s", str(size), "-D", str(seconds), "-F", "--report_gbits"]
+    # MB/sec (2**20 B/s, the default) rather than --report_gbits: 2 decimals of Gb/s are 5 % steps here
+    args = ["-d", "DEV", "-x", "1", "-p", str(port), "-s", str(size), "-D", str(seconds), "-F"]
     if bidi:
         args.append("-b")
     if qps > 1:
@@ -558,22 +636,22 @@ def busbw(bed, sizes: Sequence[str], rounds: int, seconds: int, console: Console
     """Phase 3: every variant at every size, ``rounds`` interleaved rounds."""
     from railover.testbed.rdma import perf as rperf
     rows: List[Dict[str, Any]] = []
-    cpu: Dict[str, List[Dict[str, Optional[float]]]] = {}
+    cpu: Dict[str, Dict[str, List[Dict[str, Optional[float]]]]] = {"A": {}, "B": {}}
     port = 18900
     for rnd in range(rounds):
         for s in sizes:
             size = parse_size(s)
             for v in variants:
                 port += 1
-                st0 = _proc_stat(bed, "A")
+                st0 = {h: _proc_stat(bed, h) for h in ("A", "B")}
                 note = ""
                 if v.startswith("ib_write_bw"):
                     gbs, note = _ib_write_bw(bed, size, seconds, v == "ib_write_bw_bidi", port,
                                              qps=4 if v == "ib_write_bw_qps4" else 1)
                 else:
                     env = TCP_ENV if v == "tcp" else RDMA_QPS4_ENV if v == "rdma_qps4" else RDMA_ENV
-                    extra = (["--idle-sleep-us", "50"] if v == "rdma_idle_sleep" else
-                             ["--pattern", "oneway"] if v == "rdma_oneway" else [])
+                    extra = ((["--pattern", "oneway"] if v.startswith("rdma_oneway") else []) +
+                             (["--idle-sleep-us", "50"] if v.endswith("idle_sleep") else []))
                     res = rperf.run_perf(bed, ranks_per_host=1, timeout_s=seconds + 900, workload="sendrecv",
                                          minbytes=size, duration=seconds, warmup=1, channels=1, op_timeout=240,
                                          rendezvous_timeout=300, check=False, env=env, extra_args=extra)
@@ -581,23 +659,27 @@ def busbw(bed, sizes: Sequence[str], rounds: int, seconds: int, console: Console
                     gbs = rws[-1]["busbw_gbps"] if rws else None
                     if gbs is None:
                         note = res.describe(600)
-                st1 = _proc_stat(bed, "A")
-                split = cpu_split(st0, st1) if st0 and st1 else {}
-                cpu.setdefault(v, []).append(split)
-                rows.append({"round": rnd, "size": size, "variant": v, "gbs": gbs, "cpu_a": split,
-                             **({"note": note} if gbs is None else {})})
+                st1 = {h: _proc_stat(bed, h) for h in ("A", "B")}
+                split = {h: cpu_split(st0[h], st1[h]) if st0[h] and st1[h] else {} for h in ("A", "B")}
+                for h in ("A", "B"):
+                    cpu[h].setdefault(v, []).append(split[h])
+                rows.append({"round": rnd, "size": size, "variant": v, "gbs": gbs, "cpu_a": split["A"],
+                             "cpu_b": split["B"], **({"note": note} if gbs is None else {})})
                 console.print(f"  busbw round {rnd + 1} {C.human_size(size)} {v}: "
-                              f"{C.fmt(gbs * 1e3 if gbs is not None else None, 2)} MB/s; A cpu "
-                              + ", ".join(f"{k} {C.fmt(x, 2)}" for k, x in split.items()))
-    cpu_med = {v: {k: C.median([x.get(k) for x in xs if x.get(k) is not None]) for k in ("user", "system", "softirq", "idle")}
-               for v, xs in cpu.items()}
+                              f"{C.fmt(gbs * 1e3 if gbs is not None else None, 2)} MB/s; "
+                              + "; ".join(f"{h} cpu " + ", ".join(f"{k} {C.fmt(x, 2)}" for k, x in split[h].items()
+                                                                 if k != "steal") for h in ("A", "B")))
+    cpu_med = {h: {v: {k: C.median([x.get(k) for x in xs if x.get(k) is not None])
+                       for k in ("user", "system", "softirq", "idle")} for v, xs in per.items()}
+               for h, per in cpu.items()}
     return rows, cpu_med
 
 
 #: every busbw variant ``--bw-variants`` accepts; DEFAULT_BW_VARIANTS run unless told
-BW_VARIANTS = ("rdma", "rdma_oneway", "rdma_idle_sleep", "rdma_qps4", "tcp", "ib_write_bw", "ib_write_bw_bidi",
-               "ib_write_bw_qps4")
-DEFAULT_BW_VARIANTS = ("rdma", "rdma_oneway", "rdma_idle_sleep", "tcp", "ib_write_bw", "ib_write_bw_bidi")
+BW_VARIANTS = ("rdma", "rdma_oneway", "rdma_idle_sleep", "rdma_oneway_idle_sleep", "rdma_qps4", "tcp",
+               "ib_write_bw", "ib_write_bw_bidi", "ib_write_bw_qps4")
+DEFAULT_BW_VARIANTS = ("rdma", "rdma_oneway", "rdma_idle_sleep", "rdma_oneway_idle_sleep", "tcp", "ib_write_bw",
+                       "ib_write_bw_bidi")
 
 
 def run(out: Path, quick: bool = False, faults: Optional[int] = None, kinds: Sequence[str] = DEFAULT_KINDS,
@@ -669,7 +751,17 @@ def run(out: Path, quick: bool = False, faults: Optional[int] = None, kinds: Seq
                           f"all-reduce of {size}")
             rep.results.update(convergence(bed, kinds, n, size, hold_down_ms, work, console,
                                            conv_timeout_s=60.0, failback_timeout_s=120.0 + hold_down_ms / 1e3))
-            rep.add_wrong(rep.results["convergence_wrong_bytes"])
+            if rep.results["convergence_wrong_bytes"] is not None:
+                rep.add_wrong(rep.results["convergence_wrong_bytes"])
+            aborted = rep.results.get("convergence_aborted")
+            if aborted:
+                # Keep what was measured: judge it, write the report, then fail the run.
+                done = sum(k["faults"] for k in rep.results["kinds"].values())
+                rep.add_target("rdma: convergence faults run", done, "==", n * len(kinds), detail=aborted)
+                add_targets(rep, rep.results["kinds"], {})
+                rep.finish()
+                raise C.BenchError(f"the convergence run {aborted}; the {done} fault(s) measured before are in "
+                                   f"{Path(out) / 'rdma.json'}")
         if "bare" in phases and bare_n:
             console.print(f"[bold]rdma bare RC[/]: {bare_n} cable pulls with RAILOVER_STANDBY=none (bound {bound:.0f} s)")
             rep.results["bare_rc"] = bare_rc(bed, bare_n, size, bound, work, console, bare_retry_cnt)
@@ -678,7 +770,7 @@ def run(out: Path, quick: bool = False, faults: Optional[int] = None, kinds: Seq
             rows, cpu_med = busbw(bed, bw_sizes, rounds, seconds, console, bw_variants)
             rep.results["busbw_rows"] = rows
             rep.results["busbw"] = {str(k): v for k, v in bw_ratios(rows).items()}
-            rep.results["cpu_a"] = cpu_med
+            rep.results["cpu_a"], rep.results["cpu_b"] = cpu_med["A"], cpu_med["B"]
         add_targets(rep, rep.results.get("kinds", {}), {int(k): v for k, v in rep.results.get("busbw", {}).items()})
     except (rbed.RdmaBedError, FaultError) as e:
         raise C.BenchError(f"the RDMA bed failed during the benchmark: {e}")
