@@ -233,6 +233,45 @@ TEST_F(VerbsPathTest, PortErrorsCountOnlyOnThePathsOwnHcaPortAndOnlyAfterItCameU
   EXPECT_EQ(rs.breaks.size(), 1u);  // told once
 }
 
+// With a watcher reading the HCA's events (the RDMA transport's port watch), a path's progress
+// reads the event file at most once per Hca::kDataPathReadUs instead of on every call, and still
+// sees a port error the watcher has read (through the counters) or, with no watcher reading,
+// by its own read within that interval.
+TEST_F(VerbsPathTest, AWatchedHcaIsReadByTheDataPathAtMostOncePerIntervalAndFaultsStillArrive) {
+  connect();
+  progress();
+  uint64_t r0 = ha->asyncReads();
+  for (int i = 0; i < 100; ++i) s->progress(ss);
+  EXPECT_EQ(ha->asyncReads() - r0, 100u);  // unwatched: every progress reads the event file
+
+  ha->setWatched(true);
+  ha->pollAsync();  // the watcher's read
+  uint64_t t0 = nowUs(), r1 = ha->asyncReads();
+  for (int i = 0; i < 1000; ++i) s->progress(ss);
+  uint64_t elapsedUs = nowUs() - t0, reads = ha->asyncReads() - r1;
+  EXPECT_LE(reads, elapsedUs / Hca::kDataPathReadUs + 1) << "in " << elapsedUs << " us";
+
+  // The watcher reads a port error: the path sees it at its next progress, whatever the interval.
+  fake::asyncEvent(ha->ctx(), IBV_EVENT_PORT_ERR, 2);  // another port first: no fault
+  ha->pollAsync();
+  s->progress(ss);
+  EXPECT_TRUE(ss.breaks.empty());
+  fake::asyncEvent(ha->ctx(), IBV_EVENT_PORT_ERR, 1);
+  ha->pollAsync();
+  s->progress(ss);
+  ASSERT_EQ(ss.breaks.size(), 1u);
+  EXPECT_EQ(ss.breaks[0].source, "port");
+
+  // A watcher that does not come round (a late thread): the data path's own read finds the event.
+  hb->setWatched(true);
+  hb->pollAsync();
+  fake::asyncEvent(hb->ctx(), IBV_EVENT_PORT_ERR, 1);
+  uint64_t deadline = nowUs() + 5 * 1000 * 1000;  // generous: a busy host
+  while (rs.breaks.empty() && nowUs() < deadline) r->progress(rs);
+  ASSERT_EQ(rs.breaks.size(), 1u);
+  EXPECT_EQ(rs.breaks[0].source, "port");
+}
+
 TEST_F(VerbsPathTest, AFatalQpEventBreaksOnlyTheQpItNames) {
   connect();
   std::string err;

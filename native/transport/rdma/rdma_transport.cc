@@ -831,6 +831,17 @@ bool RdmaTransport::reviveHca(size_t h, std::string* err) {
 }
 
 void RdmaTransport::watchLoop(PortSignal signal) {
+  // This thread reads the HCAs' events as they arrive: the paths' progress (NCCL's proxy
+  // thread) then reads the event files only as a backstop (Hca::pollAsyncFromDataPath).
+  struct Watching {
+    decltype(hcas_)& hs;
+    explicit Watching(decltype(hcas_)& h) : hs(h) {
+      for (auto& x : hs) x->setWatched(true);
+    }
+    ~Watching() {
+      for (auto& x : hs) x->setWatched(false);
+    }
+  } watching(hcas_);
   std::vector<uint64_t> seen(ports_.size(), UINT64_MAX), seenGid(ports_.size(), 0);
   std::vector<int> state(ports_.size(), 1);  // as the plugin started: every port ACTIVE (checked at init)
   std::vector<char> reopened(ports_.size(), 0);  // NIC's HCA re-opened, not yet reported up

@@ -196,10 +196,19 @@ Hca::~Hca() {
   }
 }
 
+std::vector<AsyncEvent> Hca::pollAsyncFromDataPath() {
+  if (watched_.load(std::memory_order_acquire) &&
+      nowUs() - lastReadUs_.load(std::memory_order_relaxed) < kDataPathReadUs)
+    return {};
+  return pollAsync();
+}
+
 std::vector<AsyncEvent> Hca::pollAsync() {
   std::vector<AsyncEvent> got;
   std::lock_guard<std::mutex> g(mu_);
   if (!cur_.ctx || deviceFatal_) return got;
+  lastReadUs_.store(nowUs(), std::memory_order_relaxed);
+  asyncReads_.fetch_add(1, std::memory_order_relaxed);
   const VerbsApi& api = *api_;
   ibv_async_event e;
   while (!deviceFatal_ && api.get_async_event(cur_.ctx, &e) == 0) {  // non-blocking: async_fd is O_NONBLOCK

@@ -8,7 +8,8 @@
 // machine; the code path exists so the transport does not need a different shape for it).
 //
 // Thread-safety: findPort*() are reentrant. An Hca is shared by every path on it; its
-// async-event state is guarded by an internal mutex (pollAsync() may be called from any path).
+// async-event state is guarded by an internal mutex (pollAsync() may be called from any path;
+// pollAsyncFromDataPath() skips the lock and the read while a watcher thread reads the events).
 //
 // Built only where rdma-core's headers are present; libibverbs itself is reached through dlopen
 // (verbs_api.h): every call here fails with a clear error where it is not installed.
@@ -16,6 +17,7 @@
 
 #include <infiniband/verbs.h>
 
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -106,6 +108,23 @@ class Hca {
   // have read earlier ones: use the counters for decisions, not this list). Nothing is read
   // once the current opening reported DEVICE_FATAL (its event file only reports errors then).
   std::vector<AsyncEvent> pollAsync();
+  // pollAsync() for the data path (a path's progress, called from NCCL's proxy thread on every
+  // test()): reading the event file is a read() system call even when it is empty, on rxe as on
+  // mlx5. While a watcher thread blocks on the event file and reads what arrives (setWatched(true):
+  // the RDMA transport's port watch), this reads only when nobody has read for
+  // kDataPathReadUs, a backstop for a watcher that runs late on a busy host; so a port event
+  // reaches the paths at most kDataPathReadUs after it would have otherwise. Unwatched, it is
+  // pollAsync(). Returns what this call read (usually nothing: use the counters).
+  std::vector<AsyncEvent> pollAsyncFromDataPath();
+  // Whether a watcher thread reads this HCA's event file as events arrive (see above).
+  void setWatched(bool on) { watched_.store(on, std::memory_order_release); }
+  // 1 ms: ours. The extra delay it allows is small against the 20 ms local-fault target, and it
+  // takes the data path's event reads from one per progress call (~10^5-10^6 per second with a
+  // spinning proxy thread) to at most 1000 per second per HCA.
+  static constexpr uint64_t kDataPathReadUs = 1000;
+  // Number of read attempts on the event file so far (pollAsync() calls that reached it), for
+  // tests and diagnostics.
+  uint64_t asyncReads() const { return asyncReads_.load(std::memory_order_relaxed); }
   // Number of IBV_EVENT_PORT_ERR events seen so far on `port` of this HCA (events of another
   // port or HCA never count here; counts run on across re-openings).
   uint64_t portErrors(int port);
@@ -132,6 +151,9 @@ class Hca {
   std::unordered_set<uint32_t> fatalQps_;
   std::string fatalWhat_;
   bool deviceFatal_ = false;
+  std::atomic<bool> watched_{false};
+  std::atomic<uint64_t> lastReadUs_{0};  // when pollAsync() last read the event file (any thread)
+  std::atomic<uint64_t> asyncReads_{0};
   bool openOnce(Opening* o, std::string* err);  // opens dev_ into *o (no lock held)
 };
 

@@ -333,7 +333,7 @@ void PathBase::waitIdle(int timeoutMs) {
 void PathBase::pollOnce() {
   lastFound_ = 0;
   if (!connected_) return;
-  lastFound_ += static_cast<int>(hca_.pollAsync().size());
+  lastFound_ += static_cast<int>(hca_.pollAsyncFromDataPath().size());
   if (!broken_ && !fenced_) {
     if (hca_.portErrors(port_.port) > portErrBase_)
       markBroken("port", "port error (" + hca_.name() + " port " + std::to_string(port_.port) + ")",
