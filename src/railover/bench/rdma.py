@@ -233,6 +233,16 @@ def add_targets(rep: C.Report, kinds: Mapping[str, Mapping[str, Any]], bw: Mappi
                                       f"ib_write_bw {C.fmt(m.get('ib_write_bw'), 4)} GB/s (medians)")
 
 
+def _bw_row(size: Any, b: Mapping[str, Any], variants: Sequence[str], ratios: Sequence[Tuple[str, int]]) -> str:
+    """One markdown row of a busbw table: the size, each variant's median in MB/s, then each
+    ratio with its number of decimals ('-' where not measured)."""
+    m = b["median_gbs"]
+    cells = [C.human_size(int(size))]
+    cells += [C.fmt(m.get(v) * 1e3 if m.get(v) is not None else None, 2) for v in variants]
+    cells += [C.fmt(b.get(k), nd) for k, nd in ratios]
+    return "| " + " | ".join(cells) + " |"
+
+
 def markdown(data: Mapping[str, Any]) -> str:
     """The suite's section of docs/BENCHMARKS.md (tables; the prose is written by hand)."""
     s_ = data["settings"]
@@ -277,24 +287,19 @@ def markdown(data: Mapping[str, Any]) -> str:
               "rdma / tcp | idle sleep / spin |",
               "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for size, b in sorted(bw.items(), key=lambda kv: int(kv[0])):
-            m = b["median_gbs"]
-            mb = lambda v: C.fmt(m.get(v) * 1e3 if m.get(v) is not None else None, 2)
-            L.append(f"| {C.human_size(int(size))} | {mb('rdma')} | {mb('rdma_oneway')} | {mb('rdma_idle_sleep')} | "
-                     f"{mb('tcp')} | {mb('ib_write_bw')} | {mb('ib_write_bw_bidi')} | "
-                     f"{C.fmt(b['rdma_vs_ib_write_bw'], 3)} | {C.fmt(b.get('rdma_oneway_vs_ib_write_bw'), 3)} | "
-                     f"{C.fmt(b['rdma_vs_ib_write_bw_bidi_per_dir'], 3)} | "
-                     f"{C.fmt(b['rdma_vs_tcp'], 3)} | {C.fmt(b['rdma_idle_sleep_vs_rdma'], 2)} |")
+            L.append(_bw_row(size, b, ("rdma", "rdma_oneway", "rdma_idle_sleep", "tcp", "ib_write_bw", "ib_write_bw_bidi"),
+                             (("rdma_vs_ib_write_bw", 3), ("rdma_oneway_vs_ib_write_bw", 3),
+                              ("rdma_vs_ib_write_bw_bidi_per_dir", 3), ("rdma_vs_tcp", 3),
+                              ("rdma_idle_sleep_vs_rdma", 2))))
         if any(b["median_gbs"].get("rdma_qps4") is not None for b in bw.values()):
             L += ["\nSeveral QPs per path (`NCCL_IB_QPS_PER_CONNECTION=4`, each chunk split over the 4 QPs of "
                   "the path), in the same rounds:\n",
                   "| size | rdma, 1 QP | rdma, 4 QPs | ib_write_bw -q 4 | 4 QPs / 1 QP | 4 QPs / ib_write_bw | "
                   "4 QPs / ib_write_bw -q 4 |", "|---:|---:|---:|---:|---:|---:|---:|"]
             for size, b in sorted(bw.items(), key=lambda kv: int(kv[0])):
-                m = b["median_gbs"]
-                mb = lambda v: C.fmt(m.get(v) * 1e3 if m.get(v) is not None else None, 2)
-                L.append(f"| {C.human_size(int(size))} | {mb('rdma')} | {mb('rdma_qps4')} | {mb('ib_write_bw_qps4')} | "
-                         f"{C.fmt(b.get('rdma_qps4_vs_rdma'), 3)} | {C.fmt(b.get('rdma_qps4_vs_ib_write_bw'), 3)} | "
-                         f"{C.fmt(b.get('rdma_qps4_vs_ib_write_bw_qps4'), 3)} |")
+                L.append(_bw_row(size, b, ("rdma", "rdma_qps4", "ib_write_bw_qps4"),
+                                 (("rdma_qps4_vs_rdma", 3), ("rdma_qps4_vs_ib_write_bw", 3),
+                                  ("rdma_qps4_vs_ib_write_bw_qps4", 3))))
         if any(b["median_gbs"].get("rdma_oneway_idle_sleep") is not None for b in bw.values()):
             L += ["\nOne way, the driver busy-polling (`sched_yield` between passes, as NCCL's proxy thread) and "
                   "sleeping 50 µs after 64 idle passes (`--idle-sleep-us 50`), against ib_write_bw (which "
@@ -303,12 +308,9 @@ def markdown(data: Mapping[str, Any]) -> str:
                   "one way idle sleep / ib_write_bw | idle sleep / spin (one way) |",
                   "|---:|---:|---:|---:|---:|---:|---:|"]
             for size, b in sorted(bw.items(), key=lambda kv: int(kv[0])):
-                m = b["median_gbs"]
-                mb = lambda v: C.fmt(m.get(v) * 1e3 if m.get(v) is not None else None, 2)
-                L.append(f"| {C.human_size(int(size))} | {mb('rdma_oneway')} | {mb('rdma_oneway_idle_sleep')} | "
-                         f"{mb('ib_write_bw')} | {C.fmt(b.get('rdma_oneway_vs_ib_write_bw'), 3)} | "
-                         f"{C.fmt(b.get('rdma_oneway_idle_sleep_vs_ib_write_bw'), 3)} | "
-                         f"{C.fmt(b.get('rdma_oneway_idle_sleep_vs_rdma_oneway'), 2)} |")
+                L.append(_bw_row(size, b, ("rdma_oneway", "rdma_oneway_idle_sleep", "ib_write_bw"),
+                                 (("rdma_oneway_vs_ib_write_bw", 3), ("rdma_oneway_idle_sleep_vs_ib_write_bw", 3),
+                                  ("rdma_oneway_idle_sleep_vs_rdma_oneway", 2))))
         for h, who in (("a", "A (sender; the ring sends both ways)"), ("b", "B (receiver; ib_write_bw's server only waits)")):
             cpu = res.get(f"cpu_{h}", {})
             if cpu:
