@@ -253,12 +253,29 @@ def test_oneway_rate_addr_change_flap_and_undo(rdma_bed):
 
     def body():
         assert ping("A", "10.0.0.2")
+        # at="wire" (default): what leaves a0 is dropped where it arrives, B's input on b0
         with rf.OneWay(bed, "a0") as f:
-            assert f.table in rf.nft_tables_in(bed, "A")
+            assert f.hosts() == ["B"]
+            assert f.table in rf.nft_tables_in(bed, "B") and f.table not in rf.nft_tables_in(bed, "A")
+            assert not ping("A", "10.0.0.2")  # A's requests never arrive
+            assert ping("A", "10.0.1.2")  # the other rail is untouched
+            assert f.counter() > 0
+            assert f.applied_us is not None and f.stamp_error_us > 0  # B's stamp mapped onto A's clock
+        assert f.table not in rf.nft_tables_in(bed, "B")
+        assert ping("A", "10.0.0.2")
+        # at="host": nftables output hook in A itself
+        with rf.OneWay(bed, "a0", at="host") as f:
+            assert f.hosts() == ["A"] and f.table in rf.nft_tables_in(bed, "A")
             assert not ping("A", "10.0.0.2")  # A's requests never leave
             assert f.counter() > 0
         assert f.table not in rf.nft_tables_in(bed, "A")
         assert ping("A", "10.0.0.2")
+        # a silent black hole on the wire: both ends' inputs, both directions cut
+        with rf.Silent(bed, "a0") as f:
+            assert f.hosts() == ["A", "B"]
+            assert not ping("A", "10.0.0.2") and not ping("B", "10.0.0.1")
+        assert all(f.table not in rf.nft_tables_in(bed, h) for h in ("A", "B"))
+        assert ping("B", "10.0.0.1")
 
         with rf.Rate(bed, "a0", rate="8mbit") as f:
             _, out, _ = bed.run("A", ["tc", "qdisc", "show", "dev", "eth1"])
@@ -318,7 +335,7 @@ def test_reset_repairs_what_a_test_leaves_behind(rdma_bed):
     def body():
         rf.CablePull(bed, "a0").apply()
         rf.AdminDown(bed, "b1").apply()
-        rf.OneWay(bed, "a1").apply()
+        rf.OneWay(bed, "a1", at="host").apply()
         rf.Rate(bed, "b0", rate="8mbit").apply()
         rf.AddrChange(bed, "a1", "10.0.1.11").apply()
         left = bed.spawn("A", ["sleep", "600"])

@@ -166,9 +166,10 @@ FAULTS = {"cable_pull": (rf.CablePull, "a0"), "silent": (rf.Silent, "a0"), "one_
 
 @pytest.mark.parametrize("kind", list(FAULTS))
 def test_a_fault_on_the_primary_fails_over_to_the_standby_hca_and_back(rdma_bed, tmp_path, kind):
-    """cable_pull: guest A's eth1 loses carrier (rxe0 port error at once); silent: nftables drops
-    everything on it in guest A (no carrier or port event: only probes and the progress watch
-    can tell); one_way: nftables drops only what leaves A's eth1 (B's packets still arrive);
+    """cable_pull: guest A's eth1 loses carrier (rxe0 port error at once); silent: its wire
+    black-holes both directions (nftables drops at the input of both ends; no carrier or port
+    event: only probes and the progress watch can tell); one_way: what leaves A's eth1 is lost
+    (dropped at B's input; B's packets still arrive);
     receiver_cable_pull: B's eth1 loses carrier while A sends to it (B gets the port error, A
     only silence: its RC retries and probes go unanswered)."""
     bed = rdma_bed

@@ -203,3 +203,87 @@ def test_stop_fault_checks_the_process_name():
     with pytest.raises(ValueError, match="bad process name"):
         rf.Stop(bed, "B", "perf; reboot")
     assert repr(rf.Stop(bed, "B")) == "<STOP railover-perf in B inactive>"
+
+
+class _NftGuests:
+    """Stands in for the guests' shells under an unbooted RdmaBed: records each nft script per
+    guest, answers with a stamp on that guest's clock (host time + the guest's offset), and can
+    refuse the nth script."""
+
+    OFFSETS = {"A": 5_000_000, "B": 9_000_000}  # guest clock - host clock, µs
+
+    def __init__(self, fail_on=None):
+        self.scripts, self.runs, self.fail_on, self.t = [], [], fail_on, 100_000_000
+
+    def sh(self, host, script, timeout_s=120.0):
+        self.scripts.append((host, script))
+        self.t += 1000
+        if self.fail_on == len(self.scripts):
+            return 1, "", "Error: Could not process rule: No such file or directory"
+        return 0, f"RO_STAMP {(self.t + self.OFFSETS[host]) * 1000}\n", ""
+
+    def run(self, host, argv, timeout_s=60.0, **kw):
+        self.runs.append((host, list(argv)))
+        if argv[:3] == ["nft", "list", "table"]:
+            return 0, "chain c0 { iifname \"eth1\" counter packets 7 bytes 700 drop }", ""
+        return 0, "", ""
+
+    def clock_offset_us(self, host, samples=5):
+        return self.OFFSETS[host], 40
+
+
+def _nft_bed(monkeypatch, fail_on=None):
+    from railover.testbed.rdma import faults as rf  # noqa: F401  (import check)
+    bed = rbed.RdmaBed(rails=2)
+    g = _NftGuests(fail_on)
+    for name in ("sh", "run", "clock_offset_us"):
+        monkeypatch.setattr(bed, name, getattr(g, name))
+    return bed, g
+
+
+def test_a_one_way_cut_on_the_wire_drops_at_the_link_partners_input_and_stamps_on_the_nics_clock(monkeypatch):
+    from railover.testbed.rdma import faults as rf
+    bed, g = _nft_bed(monkeypatch)
+    f = rf.OneWay(bed, "a0").apply()
+    assert f.hosts() == ["B"] and [h for h, _ in g.scripts] == ["B"]
+    script = g.scripts[0][1]
+    assert "hook input" in script and 'iifname "eth1"' in script and "hook output" not in script
+    # B's stamp (host 100_001_000 + B's offset) lands on A's clock: host time + A's offset
+    assert f.guest == "A" and f.applied_us == 100_001_000 + _NftGuests.OFFSETS["A"]
+    assert f.stamp_error_us == 80
+    assert f.counter() == 7
+    f.undo()
+    assert g.scripts[-1][0] == "B" and f"nft delete table inet {f.table}" in g.scripts[-1][1]
+    assert f.undone_us == 100_002_000 + _NftGuests.OFFSETS["A"] and not f.active
+
+
+def test_a_silent_cut_on_the_wire_drops_at_both_inputs_and_at_host_keeps_the_nics_own_hooks(monkeypatch):
+    from railover.testbed.rdma import faults as rf
+    bed, g = _nft_bed(monkeypatch)
+    f = rf.Silent(bed, "b1").apply()
+    assert f.hosts() == ["A", "B"]
+    by_host = dict(g.scripts)
+    assert all('iifname "eth2"' in s and "hook input" in s and "hook output" not in s for s in by_host.values())
+    assert f.guest == "B" and f.applied_us == 100_001_000 + _NftGuests.OFFSETS["B"]  # the earlier of the two
+    assert f.counter() == 14  # both guests' rules
+    f.undo()
+    assert f.undone_us == 100_004_000 + _NftGuests.OFFSETS["B"]  # the later removal
+    g.scripts.clear()
+    h = rf.Silent(bed, "b1", at="host").apply()
+    assert h.hosts() == ["B"] and len(g.scripts) == 1
+    assert 'oifname "eth2"' in g.scripts[0][1] and 'iifname "eth2"' in g.scripts[0][1]
+    assert h.stamp_error_us == 0  # its own guest's clock: nothing mapped
+    o = rf.OneWay(bed, "a1", at="host")
+    assert o.hosts() == ["A"]
+    with pytest.raises(ValueError, match="at must be one of wire, host, got 'switch'"):
+        rf.OneWay(bed, "a0", at="switch")
+
+
+def test_a_cut_that_fails_in_its_second_guest_leaves_no_rule_behind(monkeypatch):
+    from railover.testbed.rdma import faults as rf
+    bed, g = _nft_bed(monkeypatch, fail_on=2)
+    f = rf.Silent(bed, "a0")
+    with pytest.raises(rf.FaultError, match=r"nft add table ro_silent_\w+ in guest B failed .*No such file"):
+        f.apply()
+    assert not f.active
+    assert g.runs == [("A", ["nft", "delete", "table", "inet", f.table])]

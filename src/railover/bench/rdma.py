@@ -56,9 +56,11 @@ KINDS: Dict[str, Dict[str, str]] = {
     "cable-pull": {"what": "cable pulled at a0 (QEMU set_link off; A sees no carrier)", "cls": "CablePull",
                    "nic": "a0", "target": "local"},
     "admin-down": {"what": "ip link set eth1 down in A", "cls": "AdminDown", "nic": "a0", "target": "local"},
-    "silent": {"what": "nftables drops everything in and out of a0 (no link event)", "cls": "Silent", "nic": "a0",
+    "silent": {"what": "a0's wire black-holes both directions (nftables drops at the input of a0 and b0; "
+                       "no link event)", "cls": "Silent", "nic": "a0",
                "target": "silent"},
-    "one-way": {"what": "nftables drops what leaves a0", "cls": "OneWay", "nic": "a0", "target": "silent"},
+    "one-way": {"what": "what leaves a0 is lost on the wire (nftables drops it at b0's input)", "cls": "OneWay",
+                "nic": "a0", "target": "silent"},
     "remote-cable-pull": {"what": "cable pulled at b0 (A sees nothing on its NIC)", "cls": "CablePull", "nic": "b0",
                           "target": "silent"},
 }

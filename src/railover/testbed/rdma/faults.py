@@ -17,8 +17,11 @@ Faults:
 * :class:`CablePull`: QEMU ``set_link <nic> off`` on one end. Only that guest sees carrier
   loss (its virtio-net link goes down); the peer's NIC stays up and its frames vanish.
 * :class:`AdminDown`: ``ip link set <if> down`` inside the guest.
-* :class:`Silent`: nftables drop of everything in and out of the NIC (no link event).
-* :class:`OneWay`: nftables drop of packets *leaving* the NIC only.
+* :class:`Silent`: nftables drop of everything in and out of the NIC (no link event), by
+  default at the receiving end of each direction (``at="wire"``; see :class:`_NftFault` for
+  why not in the NIC's own output path).
+* :class:`OneWay`: nftables drop of packets *leaving* the NIC only (by default at its link
+  partner's input).
 * :class:`Rate`: tbf rate limit on the NIC's egress.
 * :class:`Flap`: ``count`` cable pulls of ``down_ms`` each, ``up_ms`` apart (apply returns
   when the last one was undone; ``cycles`` holds each cycle's guest-clock stamps).
@@ -39,7 +42,7 @@ from railover.testbed.netns import now_us
 from railover.testbed.rdma.bed import RdmaBed, RdmaNic
 
 __all__ = ["FaultError", "GuestFault", "CablePull", "AdminDown", "Silent", "OneWay", "Rate", "Flap",
-           "AddrChange", "Stop", "guest_link", "nft_tables_in", "parse_tc_stats"]
+           "AddrChange", "Stop", "NFT_PLACES", "guest_link", "nft_tables_in", "parse_tc_stats"]
 
 
 class GuestFault(Fault):
@@ -59,13 +62,15 @@ class GuestFault(Fault):
     def _target(self) -> str:
         return self.nic.name
 
-    def _sh(self, script: str, what: str) -> int:
-        """Run ``script`` in the guest; it must end by calling ``ro_now``; returns the stamp
-        (µs). Raises FaultError with the guest's stderr."""
-        rc, out, err = self.bed.sh(self.guest, f"set -e\n{script}\nro_now; echo \"RO_STAMP $RO_NOW\"\n", timeout_s=120)
+    def _sh(self, script: str, what: str, host: Optional[str] = None) -> int:
+        """Run ``script`` in guest ``host`` (default: the fault's guest) and read that guest's
+        clock right after it; returns the stamp (µs). Raises FaultError with the guest's
+        stderr."""
+        host = host or self.guest
+        rc, out, err = self.bed.sh(host, f"set -e\n{script}\nro_now; echo \"RO_STAMP $RO_NOW\"\n", timeout_s=120)
         m = re.search(r"RO_STAMP (\d+)", out)
         if rc != 0 or not m:
-            raise FaultError(f"{what} in guest {self.guest} failed (exit {rc}): {err.strip()[-500:]}")
+            raise FaultError(f"{what} in guest {host} failed (exit {rc}): {err.strip()[-500:]}")
         return int(m.group(1)) // 1000
 
     def apply(self) -> "Fault":
@@ -118,63 +123,147 @@ class AdminDown(GuestFault):
         self._stamp = self._sh(f"ip link set dev {self.nic.ifname} up", "ip link set up")
 
 
-class _NftFault(GuestFault):
-    kind = "nft"
-    rules: Tuple[str, ...] = ()
+#: where an nftables fault drops (``at=``): "wire" at the receiving end of each direction it cuts
+#: (the link partner's input), "host" in the NIC's own guest (its output and input hooks)
+NFT_PLACES = ("wire", "host")
 
-    def __init__(self, bed: RdmaBed, nic: Union[str, RdmaNic]):
+
+class _NftFault(GuestFault):
+    """Base of the nftables faults. ``at="wire"`` (default) drops each cut direction where its
+    frames *arrive*: at the input hook of the guest on the far end of the wire. ``at="host"``
+    drops in the NIC's own guest, on the way out as well (the original form).
+
+    Why "wire" is the default (6.1 guests): rxe treats a packet its own host drops on the way out
+    (netfilter OUTPUT) as a local transmit failure and resends it at once, in a loop in the
+    kernel, so the whole guest stalls. Measured
+    with ``scripts/rdma_nft_stall.py`` (``ib_write_bw`` streaming from a0 at 64 KiB, the cut held
+    8 s, 2 rounds): with the cut in A's output hook the rule dropped 800,900 and 864,038 packets
+    (about 100,000 resends a second) and a thread in A waking every 5 ms saw gaps of 1.8 and
+    1.7 s (user CPU 0.14-0.15, system 0.40-0.51); with the same cut at B's input it dropped
+    15,346 and 15,946 and the largest gap was 0.02 s (user 0.85-0.92); no fault: 0.06-0.07 s.
+    A real RoCE or InfiniBand HCA never passes the host's netfilter; a black hole or a dead
+    transmitter is in the wire or the fabric, which the far end's input drop models without
+    that artefact.
+
+    The fault's clock (``guest``) is the NIC's guest whichever guest the rules run in; a stamp
+    taken in the other guest is mapped onto it through :meth:`RdmaBed.clock_offset_us`
+    (``stamp_error_us`` adds both mappings' uncertainty). ``applied_us`` is the earliest rule's
+    stamp, ``undone_us`` the latest removal's."""
+
+    kind = "nft"
+
+    def __init__(self, bed: RdmaBed, nic: Union[str, RdmaNic], at: str = "wire"):
         super().__init__(bed, nic)
+        if at not in NFT_PLACES:
+            raise ValueError(f"at must be one of {', '.join(NFT_PLACES)}, got {at!r}")
+        self.at = at
         self.table = f"ro_{self.kind}_{secrets.token_hex(3)}"
         self._last_count = 0
+        self._hosts_with_table: List[str] = []
 
-    def _rules(self) -> List[Tuple[str, str]]:
+    def _rules(self) -> List[Tuple[str, str, str]]:
+        """(guest, hook, match) triples: each a chain of this fault's table in that guest."""
         raise NotImplementedError
 
+    def _in_wire(self, nic: RdmaNic) -> Tuple[str, str, str]:
+        """The rule that drops what arrives at ``nic`` from its wire."""
+        return (nic.host, "input", f'iifname "{nic.ifname}"')
+
+    def _to_own_clock(self, host: str, stamp: int) -> int:
+        if host == self.guest:
+            return stamp
+        off_h, err_h = self.bed.clock_offset_us(host, samples=3)
+        off_g, err_g = self.bed.clock_offset_us(self.guest, samples=3)
+        self.stamp_error_us = max(self.stamp_error_us, err_h + err_g)
+        return stamp - off_h + off_g
+
     def _apply(self) -> None:
-        body = []
-        for chain, (hook, rule) in enumerate(self._rules()):
-            body.append(f"  chain c{chain} {{\n    type filter hook {hook} priority -300; policy accept;\n"
-                        f"    {rule} counter drop\n  }}\n")
-        # inet family, input/output/forward hooks: rxe's UDP/4791 traffic passes them like any
-        # other locally sent or received packet
-        script = f"table inet {self.table} {{\n{''.join(body)}}}"
-        self._stamp = self._sh(f"nft -f - <<'EOF'\n{script}\nEOF", f"nft add table {self.table}")
+        by_host: Dict[str, List[Tuple[str, str]]] = {}
+        for host, hook, match in self._rules():
+            by_host.setdefault(host, []).append((hook, match))
+        stamps = []
+        try:
+            self._add_tables(by_host, stamps)
+        except Exception:
+            for host in list(self._hosts_with_table):  # no half-applied fault left behind
+                self.bed.run(host, ["nft", "delete", "table", "inet", self.table], timeout_s=60)
+                self._hosts_with_table.remove(host)
+            raise
+        self._stamp = min(stamps)
+
+    def _add_tables(self, by_host: Dict[str, List[Tuple[str, str]]], stamps: List[int]) -> None:
+        for host, rules in by_host.items():
+            body = []
+            for chain, (hook, match) in enumerate(rules):
+                body.append(f"  chain c{chain} {{\n    type filter hook {hook} priority -300; policy accept;\n"
+                            f"    {match} counter drop\n  }}\n")
+            # inet family, input/output/forward hooks: rxe's UDP/4791 traffic passes them like any
+            # other locally sent or received packet
+            script = f"table inet {self.table} {{\n{''.join(body)}}}"
+            stamp = self._sh(f"nft -f - <<'EOF'\n{script}\nEOF", f"nft add table {self.table}", host)
+            self._hosts_with_table.append(host)
+            stamps.append(self._to_own_clock(host, stamp))
+
+    def hosts(self) -> List[str]:
+        """The guests this fault's rules run in."""
+        return sorted({h for h, _, _ in self._rules()})
 
     def counter(self) -> int:
-        """Packets dropped by this fault's rules; after undo the count read just before."""
+        """Packets dropped by this fault's rules (all guests); after undo the count read just
+        before."""
         if not self.active:
             return self._last_count
-        rc, out, err = self.bed.run(self.guest, ["nft", "list", "table", "inet", self.table], timeout_s=60)
-        if rc != 0:
-            raise FaultError(f"nft list table {self.table} in {self.guest}: {err.strip()}")
-        return sum(int(x) for x in re.findall(r"counter packets (\d+)", out))
+        total = 0
+        for host in self._hosts_with_table:
+            rc, out, err = self.bed.run(host, ["nft", "list", "table", "inet", self.table], timeout_s=60)
+            if rc != 0:
+                raise FaultError(f"nft list table {self.table} in {host}: {err.strip()}")
+            total += sum(int(x) for x in re.findall(r"counter packets (\d+)", out))
+        return total
 
     def _undo(self) -> None:
         try:
             self._last_count = self.counter()
         except FaultError:
             pass
-        self._stamp = self._sh(f"nft delete table inet {self.table}", f"nft delete table {self.table}")
+        stamps = []
+        for host in list(self._hosts_with_table):
+            stamp = self._sh(f"nft delete table inet {self.table}", f"nft delete table {self.table}", host)
+            self._hosts_with_table.remove(host)
+            stamps.append(self._to_own_clock(host, stamp))
+        self._stamp = max(stamps) if stamps else None
 
 
 class Silent(_NftFault):
-    """SILENT: every packet into or out of the NIC is dropped by nftables in its guest (no
-    carrier or port event; rxe's UDP/4791 traffic included). Undo deletes the table."""
+    """SILENT: every packet into or out of the NIC is dropped, with no carrier or port event
+    (rxe's UDP/4791 traffic included). ``at="wire"``: at the input of both ends of its wire (this
+    NIC's and its link partner's); ``at="host"``: input, output and forward hooks in the NIC's
+    guest. Undo deletes the table(s)."""
 
     code, kind = "SILENT", "silent"
 
     def _rules(self):
-        i = self.nic.ifname
-        return [("input", f'iifname "{i}"'), ("output", f'oifname "{i}"'), ("forward", f'iifname "{i}"')]
+        n = self.nic
+        if self.at == "wire":
+            peer = self.bed.peer(n)
+            return [self._in_wire(n), self._in_wire(peer)]
+        i = n.ifname
+        return [(n.host, "input", f'iifname "{i}"'), (n.host, "output", f'oifname "{i}"'),
+                (n.host, "forward", f'iifname "{i}"')]
 
 
 class OneWay(_NftFault):
-    """ONEWAY: packets leaving the NIC are dropped; what arrives still gets in."""
+    """ONEWAY: what leaves the NIC is lost; what arrives still gets in. ``at="wire"``: dropped
+    at the input of its link partner (the far end never receives it: a dead transmitter, a
+    one-way optic); ``at="host"``: nftables output hook in the NIC's guest."""
 
     code, kind = "ONEWAY", "oneway"
 
     def _rules(self):
-        return [("output", f'oifname "{self.nic.ifname}"')]
+        n = self.nic
+        if self.at == "wire":
+            return [self._in_wire(self.bed.peer(n))]
+        return [(n.host, "output", f'oifname "{n.ifname}"')]
 
 
 class Rate(GuestFault):
