@@ -261,9 +261,12 @@ class _FakeFault:
         self.bed, self.guest, self.applied_us, self.undone_us = bed, "A", None, None
 
     def apply(self):
+        from railover.testbed.faults import FaultError
         from railover.testbed.rdma.bed import GuestCrash
         self.bed.applies += 1
-        if self.bed.applies == self.bed.crash_at:
+        if self.bed.applies in self.bed.crash_at:
+            if self.bed.fail_with == "fault":
+                raise FaultError("ip link set down in guest A failed (exit 2): RTNETLINK answers: No such device")
             self.bed.crashed = True
             raise GuestCrash("A", "kernel crash on the console: BUG: kernel NULL pointer dereference")
         t = 1_000_000 * self.bed.applies
@@ -278,10 +281,20 @@ class _FakeFault:
             self.bed.journal[h].append(_ev("failback", t + 1000, convergence_us=1000))
 
 
-def _fake_bed(crash_at):
-    return SimpleNamespace(applies=0, crash_at=crash_at, crashed=False, journal={"A": [], "B": []},
-                           guest_now_us=lambda h: None, clock_offset_us=lambda h: (0, 0), accel="tcg", smp=1,
-                           mem_mib=1024, boot_s=9.0, wire="stream", hosts=[SimpleNamespace(kernel="6.1")])
+def _fake_bed(crash_at, fail_with="crash"):
+    """A bed whose ``crash_at``-th fault applications (1-based; an int or a set) crash guest A
+    (or, with ``fail_with="fault"``, fail to apply); ``reset()`` reboots it."""
+    bed = SimpleNamespace(applies=0, crash_at=crash_at if isinstance(crash_at, (set, frozenset)) else {crash_at},
+                          fail_with=fail_with, crashed=False, reboots=0, journal={"A": [], "B": []},
+                          guest_now_us=lambda h: None, clock_offset_us=lambda h: (0, 0), accel="tcg", smp=1,
+                          mem_mib=1024, boot_s=9.0, wire="stream", hosts=[SimpleNamespace(kernel="6.1")])
+
+    def reset():
+        bed.reboots += bed.crashed
+        was, bed.crashed = bed.crashed, False
+        return ["rebooted the guests: guest A: kernel crash"] if was else []
+    bed.reset = reset
+    return bed
 
 
 def _patch_bed_io(monkeypatch):
@@ -291,27 +304,51 @@ def _patch_bed_io(monkeypatch):
     monkeypatch.setattr(R, "armed_on_primary", lambda evs: True)
 
 
-def test_a_guest_crash_keeps_the_faults_measured_before_it(tmp_path, monkeypatch):
+def test_a_guest_crash_reboots_the_guests_and_the_faults_go_on_in_a_new_checked_run(tmp_path, monkeypatch):
     _patch_bed_io(monkeypatch)
     console = Console(file=io.StringIO())
     full = R.convergence(_fake_bed(crash_at=None), ["cable-pull"], 3, "256K", 1000, tmp_path, console, 5, 5)
     assert "convergence_aborted" not in full and full["kinds"]["cable-pull"]["faults"] == 3
-    assert full["convergence_wrong_bytes"] == 0
-    part = R.convergence(_fake_bed(crash_at=3), ["cable-pull", "admin-down"], 2, "256K", 1000, tmp_path, console, 5, 5)
-    # both cable pulls measured, the crash at the first admin down: nothing of it, and the reason
-    assert part["kinds"]["cable-pull"]["faults"] == 2 and "admin-down" not in part["kinds"]
-    assert part["kinds"]["cable-pull"]["convergence_ms"]["n"] == 4
-    assert part["convergence_aborted"].startswith("stopped at admin-down fault 1/2: ")
-    assert "NULL pointer dereference" in part["convergence_aborted"]
-    assert "result is lost" in part["convergence_aborted"] and part["convergence_wrong_bytes"] is None
+    assert full["convergence_wrong_bytes"] == 0 and full["convergence_crashes"] == []
+    assert len(full["convergence_segments"]) == 1 and full["convergence_fatal_total"] == 0
+    bed = _fake_bed(crash_at=3)
+    part = R.convergence(bed, ["cable-pull", "admin-down"], 2, "256K", 1000, tmp_path, console, 5, 5)
+    # the crash under the first admin down: rebooted, that fault not measured, the second one is
+    assert bed.reboots == 1 and "convergence_aborted" not in part
+    assert part["kinds"]["cable-pull"]["faults"] == 2 and part["kinds"]["admin-down"]["faults"] == 1
+    assert part["convergence_crashes"] == [{"at": "admin-down fault 1/2", "during_fault": True,
+                                            "error": "guest A: kernel crash on the console: BUG: kernel NULL pointer "
+                                                     "dereference"}]
+    first, second = part["convergence_segments"]
+    assert (first["dir"], first["faults"], second["dir"], second["faults"]) == ("convergence", 2, "convergence-2", 1)
+    assert first["ended"].startswith("guest crash at admin-down fault 1/2") and "guest A is down" in first["result_lost"]
+    assert second["ended"] == "completed" and second["wrong_bytes"] == 0
+    # wrong bytes: the segments whose ranks finished; not a clean run, so no fatal total or ok
+    assert part["convergence_wrong_bytes"] == 0 and part["convergence_ok"] is False
     assert part["convergence_faults_planned"] == 4
+
+
+def test_one_guest_crash_too_many_stops_the_phase_with_what_was_measured(tmp_path, monkeypatch):
+    _patch_bed_io(monkeypatch)
+    console = Console(file=io.StringIO())
+    bed = _fake_bed(crash_at={2, 3})
+    part = R.convergence(bed, ["cable-pull", "admin-down"], 2, "256K", 1000, tmp_path, console, 5, 5,
+                         crash_reboots=1)
+    assert bed.reboots == 1 and len(part["convergence_crashes"]) == 2
+    assert part["convergence_aborted"].startswith("stopped at admin-down fault 1/2: guest A: kernel crash")
+    assert "(guest crash 2; 1 reboot(s) allowed)" in part["convergence_aborted"]
+    assert part["kinds"]["cable-pull"]["faults"] == 1 and "admin-down" not in part["kinds"]
+    assert part["convergence_wrong_bytes"] is None and part["convergence_faults_planned"] == 4
+    none = R.convergence(_fake_bed(crash_at=1), ["admin-down"], 2, "256K", 1000, tmp_path, console, 5, 5,
+                         crash_reboots=0)
+    assert none["convergence_aborted"].startswith("stopped at admin-down fault 1/2: ") and none["kinds"] == {}
 
 
 def test_the_report_of_an_interrupted_run_is_written_before_the_error(tmp_path, monkeypatch):
     _patch_bed_io(monkeypatch)
     with pytest.raises(R.C.BenchError, match=r"stopped at admin-down fault 1/2: .*the 2 fault\(s\) measured before"):
         R.run(tmp_path, faults=2, kinds=["cable-pull", "admin-down"], phases=["convergence"],
-              console=Console(file=io.StringIO()), bed=_fake_bed(crash_at=3))
+              console=Console(file=io.StringIO()), bed=_fake_bed(crash_at=3, fail_with="fault"))
     data = R.C.load_report(tmp_path, "rdma")
     assert data["results"]["kinds"]["cable-pull"]["faults"] == 2
     by = {t["figure"]: t for t in data["targets"]}
@@ -319,4 +356,18 @@ def test_the_report_of_an_interrupted_run_is_written_before_the_error(tmp_path, 
     assert "rdma: cable-pull convergence (journal convergence_us), p99" in by
     md = R.markdown(data)
     assert "**The convergence run did not finish**: stopped at admin-down fault 1/2" in md
-    assert "(2 of 4 faults measured)" in md and "Wrong bytes in the convergence run: -;" in md
+    assert "RTNETLINK answers: No such device" in md
+    assert "(2 of 4 faults measured)" in md and "Wrong bytes in the convergence run: 0;" in md
+
+
+def test_a_report_with_a_guest_crash_names_it_and_counts_the_faults_not_measured(tmp_path, monkeypatch):
+    _patch_bed_io(monkeypatch)
+    data = R.run(tmp_path, faults=2, kinds=["cable-pull", "admin-down"], phases=["convergence"],
+                 console=Console(file=io.StringIO()), bed=_fake_bed(crash_at=3))
+    by = {t["figure"]: t for t in data["targets"]}
+    t = by["rdma: convergence faults run"]
+    assert (t["value"], t["met"]) == (3, False) and "admin-down fault 1/2" in t["detail"]
+    md = R.markdown(data)
+    assert "**Guest kernel crashes** (the guests were rebooted and the faults went on in a new checked run): " \
+           "admin-down fault 1/2 (guest A: kernel crash" in md
+    assert "(3 of 4 faults measured)" in md

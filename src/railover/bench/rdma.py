@@ -11,7 +11,10 @@ the RDMA test bed (two QEMU guests with Soft-RoCE, 2 rails each; see
    active paths' ``path_down``, fault -> first ``failover`` in guest A (guest A's clock: the
    fault's stamp and the journal share it; for faults run inside the guest, whose stamp is
    read after their command returned, from a clock reading just before the command), the
-   ``failback`` convergence, faults without a failover, ``fatal`` events and wrong bytes.
+   ``failback`` convergence, faults without a failover, ``fatal`` events and wrong bytes. A
+   guest kernel crash (6.1's rxe, about 1 in 25 admin downs) reboots the guests and the faults
+   go on in a new checked run (at most 2 reboots); the fault it crashed under is listed, not
+   measured.
 2. **Bare RC timeout**: the same cable pull with ``RAILOVER_STANDBY=none`` (no standby path:
    what a plain RDMA transport does): time until the job errors (a ``fatal`` journal event
    or the ranks exiting), bounded; if nothing happened within the bound the cable is put back
@@ -263,10 +266,15 @@ def markdown(data: Mapping[str, Any]) -> str:
             L.append(f"| {kind} | {r['faults']} | {r['convergence_ms']['n']} | {s('convergence_ms')} | "
                      f"{s('detection_ms')} | {s('fault_to_failover_a_ms')} | {s('failback_convergence_ms')} | "
                      f"{r['faults_without_failover']} | {r['fatal']} | {TARGET_MS[r['target_class']]:g} ms |")
+        measured = f"({sum(r['faults'] for r in kinds.values())} of {res.get('convergence_faults_planned', '?')} " \
+                   "faults measured)"
+        crashes = res.get("convergence_crashes") or []
+        if crashes:
+            L.append("\n**Guest kernel crashes** (the guests were rebooted and the faults went on in a new checked "
+                     "run): " + "; ".join(f"{c['at']} ({c['error']})" for c in crashes) +
+                     ("" if res.get("convergence_aborted") else f" {measured}."))
         if res.get("convergence_aborted"):
-            L.append(f"\n**The convergence run did not finish**: {res['convergence_aborted']} "
-                     f"({sum(r['faults'] for r in kinds.values())} of {res.get('convergence_faults_planned', '?')} "
-                     "faults measured).")
+            L.append(f"\n**The convergence run did not finish**: {res['convergence_aborted']} {measured}.")
         wrong = res.get("convergence_wrong_bytes")
         L.append(f"\nWrong bytes in the convergence run: {'-' if wrong is None else wrong}; "
                  f"rank exit codes {res.get('convergence_exit_codes') or '-'}.\n")
@@ -456,103 +464,167 @@ def _make_fault(bed, kind: str):
 # --------------------------------------------------------------------------- phases
 
 def convergence(bed, kinds: Sequence[str], n: int, size: str, hold_down_ms: int, work: Path,
-                console: Console, conv_timeout_s: float, failback_timeout_s: float) -> Dict[str, Any]:
-    """Phase 1: one checked all-reduce run, N faults per kind in turn (see the module doc)."""
-    from railover.testbed.rdma.bed import RdmaBedError
+                console: Console, conv_timeout_s: float, failback_timeout_s: float,
+                crash_reboots: int = 2) -> Dict[str, Any]:
+    """Phase 1: a checked all-reduce run, N faults per kind in turn (see the module doc).
+
+    A guest kernel crash (6.1's rxe has crashed in ``rxe_skb_tx_dtor`` during ``ip link set
+    down``, about 1 in 25 admin-down faults) reboots the guests (:meth:`RdmaBed.reset`) and
+    the faults go on in a new checked run (a *segment*, work directory ``convergence-<k>``),
+    at most ``crash_reboots`` times; the fault the guest crashed under is not measured and is
+    listed in ``convergence_crashes``. Any other bed failure, or one crash too many, stops the
+    phase with what was measured so far (``convergence_aborted``). Wrong bytes and rank exit
+    codes are summed / listed over the segments whose ranks finished (a crashed segment's
+    ranks die with their guest: ``result_lost`` in its ``convergence_segments`` entry)."""
+    from railover.testbed.rdma.bed import GuestCrash, RdmaBedError
     from railover.testbed.faults import FaultError
     env = dict(RDMA_ENV, RAILOVER_HOLD_DOWN_MS=str(hold_down_ms))
-    run = _PerfRun(bed, env, size=size, upper_s=3600, fetch_to=work / "convergence").start()
+    plan = [(kind, i) for kind in kinds for i in range(n)]
     per_kind: Dict[str, List[Dict[str, Any]]] = {k: [] for k in kinds}
-    where = "the start of the checked run"
+    segments: List[Dict[str, Any]] = []
+    crashes: List[Dict[str, str]] = []
+    results: List[Any] = []
+    pos = 0
     aborted: Optional[str] = None
-    try:
-        wd = _wait(lambda: run.wd() if run.alive else "x", 300)
-        if not wd or not run.alive:
-            raise C.BenchError("railover-perf did not start in the RDMA bed")
-        def armed():
-            return (armed_on_primary(_journal(bed, "A", wd)) and armed_on_primary(_journal(bed, "B", wd))) or not run.alive
-        if not _wait(armed, 600) or not run.alive:
-            raise C.BenchError("the comms did not come up on both rails with traffic on the primary within 600 s")
-        for kind in kinds:
-            for i in range(n):
-                where = f"{kind} fault {i + 1}/{n}"
-                if not _wait(armed, failback_timeout_s):
-                    console.print(f"  [yellow]{kind} {i + 1}/{n}: the comms are not back on the primary with a standby "
-                                  f"armed after {failback_timeout_s:.0f} s; faulting anyway[/]")
-                base = {h: len(_journal(bed, h, wd)) for h in ("A", "B")}
-                fault = _make_fault(bed, kind)
-                # A fault run inside the guest stamps the clock after its command returned, which
-                # under TCG can be after the plugin already reacted; fault -> failover is then
-                # measured from a clock reading just before the command (an upper bound).
-                # CablePull acts in QEMU and stamps the earliest moment of the change.
-                t_before = None if KINDS[kind]["cls"] == "CablePull" else bed.guest_now_us(fault.guest)
-                fault.apply()
-                try:
-                    def failed_over():
-                        ja, jb = _journal(bed, "A", wd), _journal(bed, "B", wd)
-                        return (new_events(ja, base["A"], "failover") and new_events(jb, base["B"], "failover")) or not run.alive
-                    _wait(failed_over, conv_timeout_s)
-                finally:
-                    fault.undo()
-                # Everything since the pre-fault baseline: reading the journals right after the
-                # undo would race a fast failback (it lands within ~1.5 s on the bed).
-                def failed_back():
-                    ja, jb = _journal(bed, "A", wd), _journal(bed, "B", wd)
-                    fo = len(new_events(ja, base["A"], "failover")) + len(new_events(jb, base["B"], "failover"))
-                    fb = len(new_events(ja, base["A"], "failback")) + len(new_events(jb, base["B"], "failback"))
-                    return fb >= fo or not run.alive
-                _wait(failed_back, failback_timeout_s)
-                ja, jb = _journal(bed, "A", wd), _journal(bed, "B", wd)
-                applied = t_before if t_before is not None else fault.applied_us
-                if fault.guest != "A":
-                    applied = applied - bed.clock_offset_us(fault.guest)[0] + bed.clock_offset_us("A")[0]
-                rec = cycle_record(i, applied, fault.undone_us, ja[base["A"]:], jb[base["B"]:])
-                per_kind[kind].append(rec)
-                console.print(f"  {kind} {i + 1}/{n}: {rec['failovers']} failover(s), convergence "
-                              f"{[round(x, 1) for x in rec['convergence_ms']]} ms, fault -> failover in A "
-                              f"{C.fmt(rec['fault_to_failover_a_ms'], 0)} ms, {rec['failbacks']} failback(s)")
-                if not run.alive:
-                    raise C.BenchError(f"railover-perf ended during {kind} fault {i + 1}")
-    except (RdmaBedError, FaultError, C.BenchError) as e:
-        # A guest kernel crash (rxe on 6.1 has crashed in rxe_skb_tx_dtor during `ip link set
-        # down`), a fault that cannot be applied or a run that ended: the faults measured so
-        # far are kept and reported, with where and why the run stopped.
-        aborted = f"stopped at {where}: {e}"
-        console.print(f"  [red]rdma convergence {aborted}[/]")
-    except BaseException:
+    while pos < len(plan) and aborted is None:
+        seg_dir = work / ("convergence" if not segments else f"convergence-{len(segments) + 1}")
+        seg: Dict[str, Any] = {"dir": seg_dir.name, "first_fault": pos, "faults": 0, "ended": "completed"}
+        segments.append(seg)
+        state: Dict[str, Any] = {"pos": pos, "where": "the start of the checked run", "in_fault": False}
+        run = _PerfRun(bed, env, size=size, upper_s=3600, fetch_to=seg_dir).start()
+        crash: Optional[BaseException] = None
         try:
-            run.stop(timeout_s=60)
-        except Exception:
-            pass
-        raise
-    try:
-        res = run.stop()
-    except (RdmaBedError, C.BenchError) as e:
-        if aborted is None:
+            _fault_series(bed, run, plan, state, per_kind, seg, n, console, conv_timeout_s, failback_timeout_s)
+        except GuestCrash as e:
+            crash = e
+        except (RdmaBedError, FaultError, C.BenchError) as e:
+            # a fault that cannot be applied, a run that ended, a bed that stopped answering:
+            # the faults measured so far are kept and reported, with where and why it stopped
+            aborted = f"stopped at {state['where']}: {e}"
+        except BaseException:
+            try:
+                run.stop(timeout_s=60)
+            except Exception:
+                pass
             raise
-        res = None
-        aborted += f" (the checked run's result is lost: {e})"
+        pos = state["pos"]
+        if crash is not None:
+            first = str(crash).splitlines()[0]
+            if state["in_fault"]:
+                pos += 1  # the fault the guest crashed under is not measured
+            crashes.append({"at": state["where"], "during_fault": state["in_fault"], "error": first})
+            seg["ended"] = f"guest crash at {state['where']}: {first}"
+            console.print(f"  [red]{seg['ended']}[/]")
+            if len(crashes) > crash_reboots:
+                aborted = f"stopped at {state['where']}: {first} (guest crash {len(crashes)}; {crash_reboots} reboot(s) allowed)"
+        elif aborted is not None:
+            seg["ended"] = aborted
+            console.print(f"  [red]rdma convergence {aborted}[/]")
+        try:
+            res = run.stop(timeout_s=600 if crash is None and aborted is None else 60)
+            results.append(res)
+            seg.update(wrong_bytes=res.wrong_total, exit_codes=[r.returncode for r in res.ranks], ok=res.ok,
+                       errors=res.errors[:5])
+        except (RdmaBedError, C.BenchError) as e:
+            if crash is None and aborted is None:
+                raise
+            seg["result_lost"] = str(e).splitlines()[0]
+        if crash is not None and aborted is None:
+            console.print("  [yellow]rebooting the guests; the faults go on in a new checked run[/]")
+            try:
+                for line in bed.reset():
+                    console.print(f"  [dim]{line}[/]")
+            except RdmaBedError as e:
+                aborted = f"stopped at {state['where']}: the guests did not come back after the crash: {e}"
+    fatal = 0
+    for seg in segments:
+        for r in range(2):
+            p = work / seg["dir"] / f"journal-rank{r}.jsonl"
+            if p.exists():
+                for line in p.read_text().splitlines():
+                    try:
+                        fatal += json.loads(line).get("event") == "fatal"
+                    except ValueError:
+                        pass
+    complete = [s_ for s_ in segments if "wrong_bytes" in s_]
+    out: Dict[str, Any] = {
+        "kinds": {k: kind_summary(k, v) for k, v in per_kind.items() if v},
+        "convergence_wrong_bytes": sum(s_["wrong_bytes"] for s_ in complete) if complete else None,
+        "convergence_exit_codes": [c for s_ in complete for c in s_["exit_codes"]] if complete else None,
+        "convergence_fatal_total": fatal if not crashes and aborted is None else None,
+        "convergence_busbw_gbs": ((results[0].ranks[0].json or {}).get("avg_busbw_gbps")
+                                  if len(results) == 1 and len(segments) == 1 and results[0].ranks else None),
+        "convergence_ok": (all(s_.get("ok") for s_ in complete) and len(complete) == len(segments)) if segments else None,
+        "convergence_errors": [e for s_ in complete for e in s_["errors"]][:5],
+        "convergence_crashes": crashes, "convergence_segments": segments,
+    }
     if aborted is not None:
-        return {"kinds": {k: kind_summary(k, v) for k, v in per_kind.items() if v},
-                "convergence_aborted": aborted, "convergence_faults_planned": n * len(kinds),
-                "convergence_wrong_bytes": res.wrong_total if res else None,
-                "convergence_exit_codes": [r.returncode for r in res.ranks] if res else None,
-                "convergence_fatal_total": None, "convergence_busbw_gbs": None,
-                "convergence_ok": res.ok if res else None, "convergence_errors": res.errors[:5] if res else []}
-    evs_fatal = 0
-    for r in range(2):
-        p = work / "convergence" / f"journal-rank{r}.jsonl"
-        if p.exists():
-            for line in p.read_text().splitlines():
-                try:
-                    evs_fatal += json.loads(line).get("event") == "fatal"
-                except ValueError:
-                    pass
-    return {"kinds": {k: kind_summary(k, v) for k, v in per_kind.items()},
-            "convergence_wrong_bytes": res.wrong_total, "convergence_exit_codes": [r.returncode for r in res.ranks],
-            "convergence_fatal_total": evs_fatal,
-            "convergence_busbw_gbs": (res.ranks[0].json or {}).get("avg_busbw_gbps") if res.ranks else None,
-            "convergence_ok": res.ok, "convergence_errors": res.errors[:5]}
+        out.update(convergence_aborted=aborted, convergence_faults_planned=len(plan))
+    elif crashes:
+        # every planned fault was tried; the ones a guest crashed under are not measured
+        out["convergence_faults_planned"] = len(plan)
+    return out
+
+
+def _fault_series(bed, run: "_PerfRun", plan: Sequence[Tuple[str, int]], state: Dict[str, Any],
+                  per_kind: Dict[str, List[Dict[str, Any]]], seg: Dict[str, Any], n: int, console: Console,
+                  conv_timeout_s: float, failback_timeout_s: float) -> None:
+    """The faults ``plan[state["pos"]:]`` in one checked run; advances ``state["pos"]`` after
+    each fault measured, sets ``state["where"]`` and ``state["in_fault"]`` (between applying
+    a fault and recording it). Raises what the bed or the fault raises, BenchError when the
+    run does not start, does not arm or ends."""
+    wd = _wait(lambda: run.wd() if run.alive else "x", 300)
+    if not wd or not run.alive:
+        raise C.BenchError("railover-perf did not start in the RDMA bed")
+
+    def armed():
+        return (armed_on_primary(_journal(bed, "A", wd)) and armed_on_primary(_journal(bed, "B", wd))) or not run.alive
+    if not _wait(armed, 600) or not run.alive:
+        raise C.BenchError("the comms did not come up on both rails with traffic on the primary within 600 s")
+    while state["pos"] < len(plan):
+        kind, i = plan[state["pos"]]
+        state["where"] = f"{kind} fault {i + 1}/{n}"
+        if not _wait(armed, failback_timeout_s):
+            console.print(f"  [yellow]{kind} {i + 1}/{n}: the comms are not back on the primary with a standby "
+                          f"armed after {failback_timeout_s:.0f} s; faulting anyway[/]")
+        base = {h: len(_journal(bed, h, wd)) for h in ("A", "B")}
+        fault = _make_fault(bed, kind)
+        # A fault run inside the guest stamps the clock after its command returned, which
+        # under TCG can be after the plugin already reacted; fault -> failover is then
+        # measured from a clock reading just before the command (an upper bound).
+        # CablePull acts in QEMU and stamps the earliest moment of the change.
+        t_before = None if KINDS[kind]["cls"] == "CablePull" else bed.guest_now_us(fault.guest)
+        state["in_fault"] = True
+        fault.apply()
+        try:
+            def failed_over():
+                ja, jb = _journal(bed, "A", wd), _journal(bed, "B", wd)
+                return (new_events(ja, base["A"], "failover") and new_events(jb, base["B"], "failover")) or not run.alive
+            _wait(failed_over, conv_timeout_s)
+        finally:
+            fault.undo()
+        # Everything since the pre-fault baseline: reading the journals right after the
+        # undo would race a fast failback (it lands within ~1.5 s on the bed).
+        def failed_back():
+            ja, jb = _journal(bed, "A", wd), _journal(bed, "B", wd)
+            fo = len(new_events(ja, base["A"], "failover")) + len(new_events(jb, base["B"], "failover"))
+            fb = len(new_events(ja, base["A"], "failback")) + len(new_events(jb, base["B"], "failback"))
+            return fb >= fo or not run.alive
+        _wait(failed_back, failback_timeout_s)
+        ja, jb = _journal(bed, "A", wd), _journal(bed, "B", wd)
+        applied = t_before if t_before is not None else fault.applied_us
+        if fault.guest != "A":
+            applied = applied - bed.clock_offset_us(fault.guest)[0] + bed.clock_offset_us("A")[0]
+        rec = cycle_record(i, applied, fault.undone_us, ja[base["A"]:], jb[base["B"]:])
+        per_kind[kind].append(rec)
+        state["pos"] += 1
+        state["in_fault"] = False
+        seg["faults"] += 1
+        console.print(f"  {kind} {i + 1}/{n}: {rec['failovers']} failover(s), convergence "
+                      f"{[round(x, 1) for x in rec['convergence_ms']]} ms, fault -> failover in A "
+                      f"{C.fmt(rec['fault_to_failover_a_ms'], 0)} ms, {rec['failbacks']} failback(s)")
+        if not run.alive:
+            raise C.BenchError(f"railover-perf ended during {kind} fault {i + 1}")
 
 
 def bare_rc(bed, n: int, size: str, bound_s: float, work: Path, console: Console,
@@ -758,6 +830,12 @@ def run(out: Path, quick: bool = False, faults: Optional[int] = None, kinds: Seq
             if rep.results["convergence_wrong_bytes"] is not None:
                 rep.add_wrong(rep.results["convergence_wrong_bytes"])
             aborted = rep.results.get("convergence_aborted")
+            crashes = rep.results.get("convergence_crashes") or []
+            if crashes and not aborted:
+                done = sum(k["faults"] for k in rep.results["kinds"].values())
+                rep.add_target("rdma: convergence faults run", done, "==", n * len(kinds),
+                               detail=f"{len(crashes)} guest kernel crash(es), rebooted and continued; not measured: " +
+                                      ", ".join(c["at"] for c in crashes))
             if aborted:
                 # Keep what was measured: judge it, write the report, then fail the run.
                 done = sum(k["faults"] for k in rep.results["kinds"].values())
