@@ -197,10 +197,12 @@ def test_silent_black_hole_retry_6_errors_retry_7_retries_forever(rdma_bed, retr
                 if retry <= 6:
                     err = poll_until(lambda: events(cli, "cqe_error"), 180, 0.2, "an error CQE under a black hole")
                     # Measured earlier with netem loss on the client's own NIC (1 guest): RETRY_EXC_ERR (12).
-                    # New fact measured here (nft drop of everything on the *peer's* NIC, 6.1.192):
-                    # REM_INV_REQ_ERR (9) 0.32 s after the last good CQE in one of three runs, RETRY_EXC_ERR
-                    # 0.47 and 0.62 s after it in the others. Both end the QP within the
-                    # RC retry budget; a transport must treat any error status as a dead path.
+                    # Measured here with the host form of the cut (at="host": nft drop of everything in
+                    # and out of the peer's NIC in B, 6.1.192): REM_INV_REQ_ERR (9) 0.32 s after the last
+                    # good CQE in one of three runs, RETRY_EXC_ERR 0.47 and 0.62 s after it in the
+                    # others. The wire form (default: both ends' inputs) is the same black hole for the
+                    # QP. Both end the QP within the RC retry budget; a transport must treat any error
+                    # status as a dead path.
                     assert err[0]["code"] in (12, 9), err
                     print(f"black hole at the peer, retry_cnt {retry}: {err[0]['status']} ({err[0]['code']}) "
                           f"{err[0]['since_last_ok_us'] / 1e3:.0f} ms after the last good CQE")
