@@ -10,7 +10,7 @@ Asserted here:
   rail of guest A in the middle of a timed all-reduce move every comm to the standby HCA
   (``failover`` in the journal, the path on the faulty NIC down), and after the repair the
   comms return to it (``failback``), with 0 wrong bytes;
-* the same for a one-way loss (nftables drops only what leaves A's primary NIC) and for a cable
+* the same for a one-way loss (what leaves A's primary NIC is dropped at B's input) and for a cable
   pull at the far end (B's primary NIC: B sees the port error, A sees nothing);
 * a primary that flaps (4 cable pulls of 0.5 s, 1 s apart): every byte arrives, no comm switches
   3 times within a hold-down, the repeated failures are reported as flaps with a grown
