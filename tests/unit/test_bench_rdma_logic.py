@@ -311,6 +311,8 @@ def test_a_guest_crash_reboots_the_guests_and_the_faults_go_on_in_a_new_checked_
     assert "convergence_aborted" not in full and full["kinds"]["cable-pull"]["faults"] == 3
     assert full["convergence_wrong_bytes"] == 0 and full["convergence_crashes"] == []
     assert len(full["convergence_segments"]) == 1 and full["convergence_fatal_total"] == 0
+    seg = full["convergence_segments"][0]  # both guests' clocks against the host's, at start and end
+    assert seg["clock_offsets_us"] == {"A": [0, 0], "B": [0, 0]} == seg["clock_offsets_end_us"]
     bed = _fake_bed(crash_at=3)
     part = R.convergence(bed, ["cable-pull", "admin-down"], 2, "256K", 1000, tmp_path, console, 5, 5)
     # the crash under the first admin down: rebooted, that fault not measured, the second one is

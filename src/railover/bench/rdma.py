@@ -473,7 +473,9 @@ def convergence(bed, kinds: Sequence[str], n: int, size: str, hold_down_ms: int,
     the faults go on in a new checked run (a *segment*, work directory ``convergence-<k>``),
     at most ``crash_reboots`` times; the fault the guest crashed under is not measured and is
     listed in ``convergence_crashes``. Any other bed failure, or one crash too many, stops the
-    phase with what was measured so far (``convergence_aborted``). Wrong bytes and rank exit
+    phase with what was measured so far (``convergence_aborted``). Each segment records both
+    guests' clock offsets to the host at its start and end (``clock_offsets_us``,
+    ``clock_offsets_end_us``: to put the two journals on one clock). Wrong bytes and rank exit
     codes are summed / listed over the segments whose ranks finished (a crashed segment's
     ranks die with their guest: ``result_lost`` in its ``convergence_segments`` entry)."""
     from railover.testbed.rdma.bed import GuestCrash, RdmaBedError
@@ -488,7 +490,8 @@ def convergence(bed, kinds: Sequence[str], n: int, size: str, hold_down_ms: int,
     aborted: Optional[str] = None
     while pos < len(plan) and aborted is None:
         seg_dir = work / ("convergence" if not segments else f"convergence-{len(segments) + 1}")
-        seg: Dict[str, Any] = {"dir": seg_dir.name, "first_fault": pos, "faults": 0, "ended": "completed"}
+        seg: Dict[str, Any] = {"dir": seg_dir.name, "first_fault": pos, "faults": 0, "ended": "completed",
+                               "clock_offsets_us": _clock_offsets(bed)}
         segments.append(seg)
         state: Dict[str, Any] = {"pos": pos, "where": "the start of the checked run", "in_fault": False}
         run = _PerfRun(bed, env, size=size, upper_s=3600, fetch_to=seg_dir).start()
@@ -524,7 +527,7 @@ def convergence(bed, kinds: Sequence[str], n: int, size: str, hold_down_ms: int,
             res = run.stop(timeout_s=600 if crash is None and aborted is None else 60)
             results.append(res)
             seg.update(wrong_bytes=res.wrong_total, exit_codes=[r.returncode for r in res.ranks], ok=res.ok,
-                       errors=res.errors[:5])
+                       errors=res.errors[:5], clock_offsets_end_us=_clock_offsets(bed))
         except (RdmaBedError, C.BenchError) as e:
             if crash is None and aborted is None:
                 raise
@@ -564,6 +567,18 @@ def convergence(bed, kinds: Sequence[str], n: int, size: str, hold_down_ms: int,
         # every planned fault was tried; the ones a guest crashed under are not measured
         out["convergence_faults_planned"] = len(plan)
     return out
+
+
+def _clock_offsets(bed) -> Optional[Dict[str, List[int]]]:
+    """``{"A": [offset, error], "B": [...]}``, µs: each guest's CLOCK_MONOTONIC minus the host's
+    (:meth:`RdmaBed.clock_offset_us`), so that the two guests' journals of a segment can be put
+    on one clock (B's time - B's offset + A's offset = A's time, within the sum of the errors).
+    None when a guest does not answer."""
+    from railover.testbed.rdma.bed import RdmaBedError
+    try:
+        return {h: list(bed.clock_offset_us(h)) for h in ("A", "B")}
+    except (RdmaBedError, TimeoutError):
+        return None
 
 
 def _fault_series(bed, run: "_PerfRun", plan: Sequence[Tuple[str, int]], state: Dict[str, Any],
