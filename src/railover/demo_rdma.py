@@ -60,6 +60,13 @@ def verdict(results: Mapping[str, Any]) -> List[str]:
     """Why the run did not survive (empty: it did). ``results`` is what
     :func:`railover.bench.rdma.convergence` returns."""
     why = []
+    if results.get("convergence_aborted"):
+        why.append(f"the run did not finish: {results['convergence_aborted']}")
+    lost = [c["at"] for c in results.get("convergence_crashes") or [] if c.get("during_fault")]
+    if lost:
+        why.append(f"a guest kernel crash under {', '.join(lost)} (not measured)")
+    if results.get("convergence_unchecked_faults"):
+        why.append(f"{results['convergence_unchecked_faults']} fault(s) whose bytes were not checked (a crashed guest)")
     for kind, r in results.get("kinds", {}).items():
         if r["faults_without_failover"]:
             why.append(f"{kind}: no failover")
@@ -139,8 +146,11 @@ def run_rdma_demo(fault_spec: str = DEFAULT_FAULTS, size: str = "1M", out: Path 
                           f"{int(env['RAILOVER_PROBE_INTERVAL_MS']) * int(env['RAILOVER_PROBE_MULT']) / 1000:.0f} s "
                           "to be detected here (defaults: 20 ms x 5)")
         try:
+            # A guest kernel crash is raised, not rebooted past (crash_reboots=None): the demo
+            # tells one fault per kind, and a caller's bed is the caller's to reboot and retry.
             results = brdma.convergence(bed, kinds, 1, size, hold_down_ms, work, console,
-                                        conv_timeout_s=60.0, failback_timeout_s=120.0 + hold_down_ms / 1e3)
+                                        conv_timeout_s=60.0, failback_timeout_s=120.0 + hold_down_ms / 1e3,
+                                        crash_reboots=None)
         except C.BenchError as e:
             console.print(f"[red]the demo could not run:[/] {e}")
             return 1
@@ -159,8 +169,10 @@ def run_rdma_demo(fault_spec: str = DEFAULT_FAULTS, size: str = "1M", out: Path 
     (out / "demo-rdma-report.json").write_text(json.dumps(report, indent=1, default=str))
     journals = out / "demo-rdma-journals"
     journals.mkdir(exist_ok=True)
-    for j in (work / "convergence").glob("journal-rank*.jsonl"):
-        shutil.copy(j, journals / j.name)
+    segs = [sg["dir"] for sg in results.get("convergence_segments") or []] or ["convergence"]
+    for d in segs:  # one checked run, or one per segment after a guest crash
+        for j in (work / d).glob("journal-rank*.jsonl"):
+            shutil.copy(j, journals / (j.name if len(segs) == 1 else f"{d}-{j.name}"))
     console.print(story_table(results))
     bw = results.get("convergence_busbw_gbs")
     console.print(f"ranks: exit {', '.join(map(str, results.get('convergence_exit_codes') or [])) or '-'}; "

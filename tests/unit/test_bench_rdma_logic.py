@@ -373,3 +373,68 @@ def test_a_report_with_a_guest_crash_names_it_and_counts_the_faults_not_measured
     assert "**Guest kernel crashes** (the guests were rebooted and the faults went on in a new checked run): " \
            "admin-down fault 1/2 (guest A: kernel crash" in md
     assert "(3 of 4 faults measured)" in md
+
+
+def test_without_reboots_a_guest_crash_is_raised_to_the_caller_who_owns_the_bed(tmp_path, monkeypatch):
+    from railover.testbed.rdma.bed import GuestCrash
+    _patch_bed_io(monkeypatch)
+    bed = _fake_bed(crash_at=2)
+    with pytest.raises(GuestCrash, match="NULL pointer dereference"):
+        R.convergence(bed, ["admin-down"], 2, "256K", 1000, tmp_path, Console(file=io.StringIO()), 5, 5,
+                      crash_reboots=None)
+    assert bed.reboots == 0
+
+
+def test_a_guest_that_stops_answering_is_a_crash_when_its_console_says_so_else_the_phase_stops(tmp_path, monkeypatch):
+    from railover.testbed.rdma.bed import GuestCrash
+    _patch_bed_io(monkeypatch)
+    console = Console(file=io.StringIO())
+
+    class _Hang(_FakeFault):
+        def apply(self):  # the crash_at-th application hangs instead of crashing outright
+            if self.bed.applies + 1 in self.bed.crash_at:
+                self.bed.applies += 1
+                self.bed.crashed = self.bed.console_crash
+                raise TimeoutError("guest A: no answer on its control port within 30 s")
+            _FakeFault.apply(self)
+    monkeypatch.setattr(R, "_make_fault", lambda bed, kind: _Hang(bed))
+
+    def check(h):
+        if bed.crashed and h == "A":
+            raise GuestCrash("A", "kernel crash on the console: BUG: soft lockup")
+    bed = _fake_bed(crash_at=2)
+    bed.console_crash, bed._check_guest = True, check
+    got = R.convergence(bed, ["admin-down"], 3, "256K", 1000, tmp_path, console, 5, 5)
+    assert bed.reboots == 1 and got["kinds"]["admin-down"]["faults"] == 2 and "convergence_aborted" not in got
+    assert got["convergence_crashes"][0]["error"] == "guest A: kernel crash on the console: BUG: soft lockup"
+    # a slow guest with a clean console is not a crash: the phase stops, nothing is rebooted
+    bed = _fake_bed(crash_at=2)
+    bed.console_crash, bed._check_guest = False, check
+    got = R.convergence(bed, ["admin-down"], 3, "256K", 1000, tmp_path, console, 5, 5)
+    assert bed.reboots == 0 and got["convergence_crashes"] == []
+    assert got["convergence_aborted"] == "stopped at admin-down fault 2/3: guest A: no answer on its control port " \
+                                         "within 30 s"
+
+
+def test_a_crash_before_a_fault_is_applied_retries_that_fault_and_the_target_says_none_was_lost(tmp_path, monkeypatch):
+    from railover.testbed.rdma.bed import GuestCrash
+    _patch_bed_io(monkeypatch)
+    bed = _fake_bed(crash_at=None)
+    once = {"crashed": False}
+
+    def armed(evs):  # guest A dies while the bench waits for fault 2's comms to be armed
+        if bed.applies == 1 and not once["crashed"]:
+            once["crashed"] = bed.crashed = True
+            raise GuestCrash("A", "QEMU exited with status -9")
+        return True
+    monkeypatch.setattr(R, "armed_on_primary", armed)
+    data = R.run(tmp_path, faults=2, kinds=["cable-pull"], phases=["convergence"],
+                 console=Console(file=io.StringIO()), bed=bed)
+    r = data["results"]
+    assert bed.reboots == 1 and r["kinds"]["cable-pull"]["faults"] == 2
+    assert r["convergence_crashes"][0]["during_fault"] is False
+    t = {t["figure"]: t for t in data["targets"]}["rdma: convergence faults run"]
+    assert (t["value"], t["met"]) == (2, True) and t["detail"].endswith("; no fault lost")
+    assert r["convergence_unchecked_faults"] == 1  # fault 1 ran in the crashed run: its bytes were never checked
+    assert "1 fault(s) ran in a checked run whose ranks died with a crashed guest" in R.markdown(data)
+

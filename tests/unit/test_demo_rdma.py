@@ -45,6 +45,12 @@ def test_a_clean_run_survived():
     (_results([_cycle()], fatal=1), "1 fatal"),
     (_results([_cycle()], codes=(0, 3)), "ranks exited 0, 3"),
     (_results([_cycle()], codes=()), "ranks exited (none)"),
+    (dict(_results([_cycle()]), convergence_aborted="stopped at admin-down fault 1/1: boom"),
+     "the run did not finish: stopped at admin-down fault 1/1"),
+    (dict(_results([_cycle()]), convergence_crashes=[{"at": "admin-down fault 1/1", "during_fault": True,
+                                                      "error": "guest A: kernel crash"}]),
+     "a guest kernel crash under admin-down fault 1/1 (not measured)"),
+    (dict(_results([_cycle()]), convergence_unchecked_faults=2), "2 fault(s) whose bytes were not checked"),
 ])
 def test_each_failure_is_named(res, needle):
     why = D.verdict(res)

@@ -285,5 +285,28 @@ def test_a_cut_that_fails_in_its_second_guest_leaves_no_rule_behind(monkeypatch)
     f = rf.Silent(bed, "a0")
     with pytest.raises(rf.FaultError, match=r"nft add table ro_silent_\w+ in guest B failed .*No such file"):
         f.apply()
-    assert not f.active
+    assert not f.active and f._hosts_with_table == []
     assert g.runs == [("A", ["nft", "delete", "table", "inet", f.table])]
+
+
+def test_an_undo_that_fails_in_one_guest_still_removes_the_other_and_stays_active(monkeypatch):
+    from railover.testbed.rdma import faults as rf
+    bed, g = _nft_bed(monkeypatch)
+    f = rf.Silent(bed, "a0").apply()  # scripts 1 (A) and 2 (B)
+    g.fail_on = 3  # the delete in A fails
+    with pytest.raises(rf.FaultError, match="nft delete table ro_silent_\\w+ in guest A failed"):
+        f.undo()
+    assert f.active and f._hosts_with_table == ["A"] and g.scripts[-1][0] == "B"
+    g.fail_on = None
+    f.undo()
+    assert not f.active and f._hosts_with_table == []
+
+
+def test_a_cleanup_that_fails_says_which_rules_are_left(monkeypatch):
+    from railover.testbed.rdma import faults as rf
+    bed, g = _nft_bed(monkeypatch, fail_on=2)
+    monkeypatch.setattr(bed, "run", lambda host, argv, timeout_s=60.0, **kw: (1, "", "Error: No such table"))
+    f = rf.Silent(bed, "a0")
+    with pytest.raises(rf.FaultError, match=r"could not be removed again: guest A: Error: No such table"):
+        f.apply()
+    assert f._hosts_with_table == ["A"]

@@ -276,8 +276,11 @@ def markdown(data: Mapping[str, Any]) -> str:
         if res.get("convergence_aborted"):
             L.append(f"\n**The convergence run did not finish**: {res['convergence_aborted']} {measured}.")
         wrong = res.get("convergence_wrong_bytes")
+        unchecked = res.get("convergence_unchecked_faults") or 0
         L.append(f"\nWrong bytes in the convergence run: {'-' if wrong is None else wrong}; "
-                 f"rank exit codes {res.get('convergence_exit_codes') or '-'}.\n")
+                 f"rank exit codes {res.get('convergence_exit_codes') or '-'}" +
+                 (f"; {unchecked} fault(s) ran in a checked run whose ranks died with a crashed guest: their bytes "
+                  "were not checked" if unchecked else "") + ".\n")
     bare = res.get("bare_rc", [])
     if bare:
         rc_ = s_.get("bare_retry_cnt")
@@ -465,29 +468,43 @@ def _make_fault(bed, kind: str):
 
 def convergence(bed, kinds: Sequence[str], n: int, size: str, hold_down_ms: int, work: Path,
                 console: Console, conv_timeout_s: float, failback_timeout_s: float,
-                crash_reboots: int = 2) -> Dict[str, Any]:
+                crash_reboots: Optional[int] = 2) -> Dict[str, Any]:
     """Phase 1: a checked all-reduce run, N faults per kind in turn (see the module doc).
 
     A guest kernel crash (6.1's rxe has crashed in ``rxe_skb_tx_dtor`` during ``ip link set
-    down``, about 1 in 25 admin-down faults) reboots the guests (:meth:`RdmaBed.reset`) and
-    the faults go on in a new checked run (a *segment*, work directory ``convergence-<k>``),
-    at most ``crash_reboots`` times; the fault the guest crashed under is not measured and is
-    listed in ``convergence_crashes``. Any other bed failure, or one crash too many, stops the
-    phase with what was measured so far (``convergence_aborted``). Each segment records both
-    guests' clock offsets to the host at its start and end (``clock_offsets_us``,
-    ``clock_offsets_end_us``: to put the two journals on one clock). Wrong bytes and rank exit
-    codes are summed / listed over the segments whose ranks finished (a crashed segment's
-    ranks die with their guest: ``result_lost`` in its ``convergence_segments`` entry)."""
+    down``, about 1 in 25 admin-down faults; a guest that stops answering counts as crashed
+    when its console or QEMU says so) reboots the guests (:meth:`RdmaBed.reset`) and the
+    faults go on in a new checked run (a *segment*, work directory ``convergence-<k>``), at
+    most ``crash_reboots`` times (None: no reboot, the GuestCrash is raised to the caller,
+    who owns the bed). A fault the guest crashed under is not measured; one it crashed before
+    is retried; both are listed in ``convergence_crashes``. Any other bed failure, or one crash
+    too many, stops the phase with what was measured so far (``convergence_aborted``). Wrong
+    bytes and rank exit codes are summed / listed over the segments whose ranks finished; a
+    crashed segment's ranks die with their guest (``result_lost`` in its
+    ``convergence_segments`` entry) and its faults' bytes were not checked
+    (``convergence_unchecked_faults``). Each segment records both guests' clock offsets to the
+    host at its start and end (``clock_offsets_us``, ``clock_offsets_end_us``: to put the two
+    journals on one clock)."""
     from railover.testbed.rdma.bed import GuestCrash, RdmaBedError
     from railover.testbed.faults import FaultError
     env = dict(RDMA_ENV, RAILOVER_HOLD_DOWN_MS=str(hold_down_ms))
     plan = [(kind, i) for kind in kinds for i in range(n)]
     per_kind: Dict[str, List[Dict[str, Any]]] = {k: [] for k in kinds}
     segments: List[Dict[str, Any]] = []
-    crashes: List[Dict[str, str]] = []
+    crashes: List[Dict[str, Any]] = []
     results: List[Any] = []
     pos = 0
     aborted: Optional[str] = None
+
+    def note_crash(e: BaseException, where: str, during_fault: bool, seg: Dict[str, Any]) -> None:
+        nonlocal aborted
+        first = str(e).splitlines()[0]
+        crashes.append({"at": where, "during_fault": during_fault, "error": first})
+        seg["ended"] = f"guest crash at {where}: {first}"
+        console.print(f"  [red]{seg['ended']}[/]")
+        if crash_reboots is not None and len(crashes) > crash_reboots:
+            aborted = f"stopped at {where}: {first} (guest crash {len(crashes)}; {crash_reboots} reboot(s) allowed)"
+
     while pos < len(plan) and aborted is None:
         seg_dir = work / ("convergence" if not segments else f"convergence-{len(segments) + 1}")
         seg: Dict[str, Any] = {"dir": seg_dir.name, "first_fault": pos, "faults": 0, "ended": "completed",
@@ -500,10 +517,13 @@ def convergence(bed, kinds: Sequence[str], n: int, size: str, hold_down_ms: int,
             _fault_series(bed, run, plan, state, per_kind, seg, n, console, conv_timeout_s, failback_timeout_s)
         except GuestCrash as e:
             crash = e
-        except (RdmaBedError, FaultError, C.BenchError) as e:
-            # a fault that cannot be applied, a run that ended, a bed that stopped answering:
-            # the faults measured so far are kept and reported, with where and why it stopped
-            aborted = f"stopped at {state['where']}: {e}"
+        except (RdmaBedError, FaultError, C.BenchError, TimeoutError) as e:
+            # a guest that stopped answering may have crashed; otherwise a fault that cannot
+            # be applied, a run that ended, a bed that failed: the faults measured so far are
+            # kept and reported, with where and why it stopped
+            crash = _crashed_guest(bed) if isinstance(e, (TimeoutError, RdmaBedError)) else None
+            if crash is None:
+                aborted = f"stopped at {state['where']}: {e}"
         except BaseException:
             try:
                 run.stop(timeout_s=60)
@@ -512,14 +532,15 @@ def convergence(bed, kinds: Sequence[str], n: int, size: str, hold_down_ms: int,
             raise
         pos = state["pos"]
         if crash is not None:
-            first = str(crash).splitlines()[0]
+            if crash_reboots is None:
+                try:
+                    run.stop(timeout_s=60)
+                except Exception:
+                    pass
+                raise crash
             if state["in_fault"]:
                 pos += 1  # the fault the guest crashed under is not measured
-            crashes.append({"at": state["where"], "during_fault": state["in_fault"], "error": first})
-            seg["ended"] = f"guest crash at {state['where']}: {first}"
-            console.print(f"  [red]{seg['ended']}[/]")
-            if len(crashes) > crash_reboots:
-                aborted = f"stopped at {state['where']}: {first} (guest crash {len(crashes)}; {crash_reboots} reboot(s) allowed)"
+            note_crash(crash, state["where"], state["in_fault"], seg)
         elif aborted is not None:
             seg["ended"] = aborted
             console.print(f"  [red]rdma convergence {aborted}[/]")
@@ -528,17 +549,23 @@ def convergence(bed, kinds: Sequence[str], n: int, size: str, hold_down_ms: int,
             results.append(res)
             seg.update(wrong_bytes=res.wrong_total, exit_codes=[r.returncode for r in res.ranks], ok=res.ok,
                        errors=res.errors[:5], clock_offsets_end_us=_clock_offsets(bed))
-        except (RdmaBedError, C.BenchError) as e:
+        except (RdmaBedError, C.BenchError, TimeoutError) as e:
             if crash is None and aborted is None:
-                raise
-            seg["result_lost"] = str(e).splitlines()[0]
+                late = e if isinstance(e, GuestCrash) else _crashed_guest(bed)
+                if late is None:
+                    raise
+                if crash_reboots is None:
+                    raise late
+                crash = late  # the guest died after the last fault of this run
+                note_crash(late, "the end of the checked run", False, seg)
+            seg["result_lost"] = str(e).splitlines()[0] if str(e) else type(e).__name__
         if crash is not None and aborted is None:
             console.print("  [yellow]rebooting the guests; the faults go on in a new checked run[/]")
             try:
                 for line in bed.reset():
                     console.print(f"  [dim]{line}[/]")
-            except RdmaBedError as e:
-                aborted = f"stopped at {state['where']}: the guests did not come back after the crash: {e}"
+            except (RdmaBedError, TimeoutError) as e:
+                aborted = f"stopped at {crashes[-1]['at']}: the guests did not come back after the crash: {e}"
     fatal = 0
     for seg in segments:
         for r in range(2):
@@ -553,6 +580,7 @@ def convergence(bed, kinds: Sequence[str], n: int, size: str, hold_down_ms: int,
     out: Dict[str, Any] = {
         "kinds": {k: kind_summary(k, v) for k, v in per_kind.items() if v},
         "convergence_wrong_bytes": sum(s_["wrong_bytes"] for s_ in complete) if complete else None,
+        "convergence_unchecked_faults": sum(s_["faults"] for s_ in segments if "wrong_bytes" not in s_),
         "convergence_exit_codes": [c for s_ in complete for c in s_["exit_codes"]] if complete else None,
         "convergence_fatal_total": fatal if not crashes and aborted is None else None,
         "convergence_busbw_gbs": ((results[0].ranks[0].json or {}).get("avg_busbw_gbps")
@@ -564,9 +592,23 @@ def convergence(bed, kinds: Sequence[str], n: int, size: str, hold_down_ms: int,
     if aborted is not None:
         out.update(convergence_aborted=aborted, convergence_faults_planned=len(plan))
     elif crashes:
-        # every planned fault was tried; the ones a guest crashed under are not measured
         out["convergence_faults_planned"] = len(plan)
     return out
+
+
+def _crashed_guest(bed) -> Optional[BaseException]:
+    """The GuestCrash of a guest whose QEMU exited or whose console shows a kernel crash, or
+    None (a guest that is merely slow is not a crash)."""
+    from railover.testbed.rdma.bed import GuestCrash
+    check = getattr(bed, "_check_guest", None)
+    if check is None:
+        return None
+    for h in ("A", "B"):
+        try:
+            check(h)
+        except GuestCrash as e:
+            return e
+    return None
 
 
 def _clock_offsets(bed) -> Optional[Dict[str, List[int]]]:
@@ -611,13 +653,19 @@ def _fault_series(bed, run: "_PerfRun", plan: Sequence[Tuple[str, int]], state: 
         t_before = None if KINDS[kind]["cls"] == "CablePull" else bed.guest_now_us(fault.guest)
         state["in_fault"] = True
         fault.apply()
+
+        def failed_over():
+            ja, jb = _journal(bed, "A", wd), _journal(bed, "B", wd)
+            return (new_events(ja, base["A"], "failover") and new_events(jb, base["B"], "failover")) or not run.alive
         try:
-            def failed_over():
-                ja, jb = _journal(bed, "A", wd), _journal(bed, "B", wd)
-                return (new_events(ja, base["A"], "failover") and new_events(jb, base["B"], "failover")) or not run.alive
             _wait(failed_over, conv_timeout_s)
-        finally:
-            fault.undo()
+        except BaseException:
+            try:
+                fault.undo()
+            except Exception:  # the guest may be gone: the first error is the one to report
+                pass
+            raise
+        fault.undo()
         # Everything since the pre-fault baseline: reading the journals right after the
         # undo would race a fast failback (it lands within ~1.5 s on the bed).
         def failed_back():
@@ -848,9 +896,10 @@ def run(out: Path, quick: bool = False, faults: Optional[int] = None, kinds: Seq
             crashes = rep.results.get("convergence_crashes") or []
             if crashes and not aborted:
                 done = sum(k["faults"] for k in rep.results["kinds"].values())
+                lost = [c["at"] for c in crashes if c["during_fault"]]
                 rep.add_target("rdma: convergence faults run", done, "==", n * len(kinds),
-                               detail=f"{len(crashes)} guest kernel crash(es), rebooted and continued; not measured: " +
-                                      ", ".join(c["at"] for c in crashes))
+                               detail=f"{len(crashes)} guest kernel crash(es), rebooted and continued" +
+                                      (f"; not measured: {', '.join(lost)}" if lost else "; no fault lost"))
             if aborted:
                 # Keep what was measured: judge it, write the report, then fail the run.
                 done = sum(k["faults"] for k in rep.results["kinds"].values())

@@ -39,7 +39,7 @@ from typing import Dict, List, Optional, Tuple, Union
 
 from railover.testbed.faults import Fault, FaultError
 from railover.testbed.netns import now_us
-from railover.testbed.rdma.bed import RdmaBed, RdmaNic
+from railover.testbed.rdma.bed import RdmaBed, RdmaBedError, RdmaNic
 
 __all__ = ["FaultError", "GuestFault", "CablePull", "AdminDown", "Silent", "OneWay", "Rate", "Flap",
            "AddrChange", "Stop", "NFT_PLACES", "guest_link", "nft_tables_in", "parse_tc_stats"]
@@ -181,17 +181,34 @@ class _NftFault(GuestFault):
         by_host: Dict[str, List[Tuple[str, str]]] = {}
         for host, hook, match in self._rules():
             by_host.setdefault(host, []).append((hook, match))
-        stamps = []
+        stamps: List[Tuple[str, int]] = []
         try:
             self._add_tables(by_host, stamps)
-        except Exception:
-            for host in list(self._hosts_with_table):  # no half-applied fault left behind
-                self.bed.run(host, ["nft", "delete", "table", "inet", self.table], timeout_s=60)
-                self._hosts_with_table.remove(host)
+            # mapped once every rule is in place: a guest that stops answering here still
+            # leaves no half-applied fault behind
+            self._stamp = min(self._to_own_clock(h, t) for h, t in stamps)
+        except Exception as e:
+            left = self._drop_tables()  # no half-applied fault left behind
+            if left:
+                raise FaultError(f"{e}; and this fault's rules could not be removed again: {'; '.join(left)}") from e
             raise
-        self._stamp = min(stamps)
 
-    def _add_tables(self, by_host: Dict[str, List[Tuple[str, str]]], stamps: List[int]) -> None:
+    def _drop_tables(self) -> List[str]:
+        """Delete this fault's table in every guest that has it (each one tried); returns one
+        line per guest where that failed (it stays listed in ``_hosts_with_table``)."""
+        failed = []
+        for host in list(self._hosts_with_table):
+            try:
+                rc, _, err = self.bed.run(host, ["nft", "delete", "table", "inet", self.table], timeout_s=60)
+            except Exception as e:  # a guest that stopped answering: the others are still cleaned
+                rc, err = -1, str(e).splitlines()[0] if str(e) else type(e).__name__
+            if rc == 0:
+                self._hosts_with_table.remove(host)
+            else:
+                failed.append(f"guest {host}: {err.strip()[-300:]}")
+        return failed
+
+    def _add_tables(self, by_host: Dict[str, List[Tuple[str, str]]], stamps: List[Tuple[str, int]]) -> None:
         for host, rules in by_host.items():
             body = []
             for chain, (hook, match) in enumerate(rules):
@@ -202,7 +219,7 @@ class _NftFault(GuestFault):
             script = f"table inet {self.table} {{\n{''.join(body)}}}"
             stamp = self._sh(f"nft -f - <<'EOF'\n{script}\nEOF", f"nft add table {self.table}", host)
             self._hosts_with_table.append(host)
-            stamps.append(self._to_own_clock(host, stamp))
+            stamps.append((host, stamp))
 
     def hosts(self) -> List[str]:
         """The guests this fault's rules run in."""
@@ -226,12 +243,18 @@ class _NftFault(GuestFault):
             self._last_count = self.counter()
         except FaultError:
             pass
-        stamps = []
-        for host in list(self._hosts_with_table):
-            stamp = self._sh(f"nft delete table inet {self.table}", f"nft delete table {self.table}", host)
-            self._hosts_with_table.remove(host)
-            stamps.append(self._to_own_clock(host, stamp))
-        self._stamp = max(stamps) if stamps else None
+        stamps: List[Tuple[str, int]] = []
+        failed = []
+        for host in list(self._hosts_with_table):  # every guest tried, even after a failure
+            try:
+                stamps.append((host, self._sh(f"nft delete table inet {self.table}", f"nft delete table {self.table}",
+                                              host)))
+                self._hosts_with_table.remove(host)
+            except (FaultError, RdmaBedError, TimeoutError) as e:
+                failed.append(str(e).splitlines()[0] if str(e) else type(e).__name__)
+        if failed:  # the fault stays active, with the guests whose rules are still in place
+            raise FaultError("; ".join(failed))
+        self._stamp = max(self._to_own_clock(h, t) for h, t in stamps) if stamps else None
 
 
 class Silent(_NftFault):
