@@ -203,7 +203,10 @@ def test_stopped_peer_is_not_a_nic_failure(testbed):
     f = LazyFault(lambda: faults.Stop(rank_process(tb, 1)))  # SIGSTOP the rank on host B for 3 s
     res = run_scenario(tb, [Step(2, "apply", f), Step(5, "undo", f)], duration_s=10)
     assert res.wrong_bytes == 0
-    assert res.count("failover") == 0, res.select("failover")
+    # on failure, say why the engine moved (seen once in a CI pre-check with a second test
+    # suite running beside it; not reproduced alone or beside 4 busy loops)
+    why = res.select("path_down") + res.select("pair_down") + res.select("health_late") + res.select("peer_silence")
+    assert res.count("failover") == 0, (res.select("failover"), why)
     assert res.count("path_down") == 0, res.select("path_down")
 
 
