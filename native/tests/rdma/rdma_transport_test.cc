@@ -444,6 +444,150 @@ TEST_F(RdmaPathTest, TheReceiversFenceRunsOffTheCallersThreadAndSaysWhenItIsDone
   EXPECT_EQ(rx->fenceAsync(), nullptr) << "a second fence has nothing left to do";
 }
 
+// ---- fence threads (FenceRunner)
+
+using rdma::FenceRunner;
+
+// Waits (bounded, generous for a busy host) until pred() holds.
+bool waitFor(const std::function<bool()>& pred, int seconds = 30) {
+  uint64_t deadline = nowUs() + (uint64_t)seconds * 1000 * 1000;
+  while (!pred()) {
+    if (nowUs() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return true;
+}
+
+// A gate the jobs of a test wait on, and counts of the jobs that entered and left it.
+struct Gate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  int in = 0, out = 0;
+  std::vector<std::thread::id> ran;
+  std::function<void()> job() {
+    return [this] {
+      std::unique_lock<std::mutex> g(mu);
+      ++in;
+      ran.push_back(std::this_thread::get_id());
+      cv.notify_all();
+      cv.wait(g, [this] { return open; });
+      ++out;
+    };
+  }
+  void release() {
+    std::lock_guard<std::mutex> g(mu);
+    open = true;
+    cv.notify_all();
+  }
+  int entered() {
+    std::lock_guard<std::mutex> g(mu);
+    return in;
+  }
+};
+
+// One fence at a time (one path's loss) never starts a thread on the caller's (NCCL's)
+// thread: the spares take it, and a thread that takes one starts the next spare itself.
+TEST(FenceRunner, FencesOneAtATimeRunOnSpareThreadsNotOnTheCaller) {
+  FenceRunner f(2);
+  EXPECT_EQ(f.threads(), 2) << "the spares wait from construction on";
+  std::mutex mu;
+  std::vector<std::thread::id> ran;
+  for (int i = 0; i < 20; ++i) {
+    f.run([&] {
+      std::lock_guard<std::mutex> g(mu);
+      ran.push_back(std::this_thread::get_id());
+    });
+    f.joinAll();
+  }
+  ASSERT_EQ(ran.size(), 20u);
+  for (std::thread::id id : ran) EXPECT_NE(id, std::this_thread::get_id()) << "a fence ran on the caller's thread";
+  EXPECT_EQ(f.callerStarts(), 0u) << "run() started a thread on the caller's thread";
+}
+
+// One NIC's loss fences every comm on it at once, and each fence can block (a QP's move to
+// ERR, ~3 s on rxe): no fence may wait behind another, however many arrive together. More
+// than the spares are covered by threads started on the way, some by the caller.
+TEST(FenceRunner, FencesThatBlockDoNotWaitBehindEachOther) {
+  FenceRunner f(2);
+  Gate gate;
+  const int n = 6;
+  for (int i = 0; i < n; ++i) f.run(gate.job());
+  EXPECT_TRUE(waitFor([&] { return gate.entered() == n; }))
+      << gate.entered() << " of " << n << " blocked fences started: the others wait behind them";
+  EXPECT_LE(f.callerStarts(), (uint64_t)(n - 2)) << "the spares took the first fences";
+  gate.release();
+  f.joinAll();
+  std::lock_guard<std::mutex> g(gate.mu);
+  EXPECT_EQ(gate.out, n);
+}
+
+// What a fence job captured (the retired path) is released on the fence thread, never on
+// the caller's.
+TEST(FenceRunner, WhatAJobHeldIsReleasedOnTheFenceThread) {
+  FenceRunner f(1);
+  std::atomic<bool> released{false};
+  std::thread::id where;
+  {
+    std::shared_ptr<int> held(new int(7), [&](int* p) {
+      where = std::this_thread::get_id();
+      delete p;
+      released.store(true);
+    });
+    f.run([held] { (void)*held; });
+  }
+  f.joinAll();
+  ASSERT_TRUE(waitFor([&] { return released.load(); }));
+  EXPECT_NE(where, std::this_thread::get_id());
+}
+
+// After a burst the pool shrinks back to its spares, and it still takes fences afterwards;
+// with no spares at all, run() starts the thread itself (counted) and nothing is lost.
+TEST(FenceRunner, AfterABurstIdleThreadsEndAndTheSparesStay) {
+  FenceRunner f(1, 20);  // idle exit after 20 ms
+  Gate gate;
+  for (int i = 0; i < 4; ++i) f.run(gate.job());
+  ASSERT_TRUE(waitFor([&] { return gate.entered() == 4; }));
+  EXPECT_GE(f.threads(), 4);
+  gate.release();
+  f.joinAll();
+  EXPECT_TRUE(waitFor([&] { return f.threads() == 1; })) << f.threads() << " threads after the burst";
+  std::atomic<int> more{0};
+  f.run([&] { more++; });
+  f.joinAll();
+  EXPECT_EQ(more.load(), 1);
+
+  FenceRunner none(0);
+  EXPECT_EQ(none.threads(), 0);
+  none.run([&] { more++; });
+  none.joinAll();
+  EXPECT_EQ(more.load(), 2);
+  EXPECT_EQ(none.callerStarts(), 1u);
+}
+
+// The destructor runs every fence still queued or running before it returns.
+TEST(FenceRunner, DestructionRunsTheFencesStillQueued) {
+  std::atomic<int> done{0};
+  Gate gate;
+  std::thread opener;
+  {
+    FenceRunner f(1);
+    f.run(gate.job());
+    ASSERT_TRUE(waitFor([&] { return gate.entered() == 1; }));
+    for (int i = 0; i < 3; ++i) f.run([&] { done++; });
+    // The gate opens once the three queued fences ran (on the spare the first one started);
+    // the destructor below must wait for the blocked one as well.
+    opener = std::thread([&] {
+      waitFor([&] { return done.load() == 3; });
+      gate.release();
+    });
+  }
+  opener.join();
+  EXPECT_EQ(done.load(), 3);
+  std::lock_guard<std::mutex> g(gate.mu);
+  EXPECT_EQ(gate.out, 1);
+}
+
 TEST_F(RdmaPathTest, TheEndOfTheBootstrapStreamBreaksThePathAsClosedByPeer) {
   bringUp();
   rx->fence();  // the receiver drops the path (fenced by a RESUME elsewhere): its stream ends

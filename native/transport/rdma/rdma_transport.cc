@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <system_error>
@@ -663,46 +664,119 @@ void Worker::loop() {
 
 // ---- fence threads
 
-void FenceRunner::run(std::function<void()> job) {
-  std::vector<std::thread> reap;
+FenceRunner::FenceRunner(int spares, int idleExitMs)
+    : spares_(spares < 0 ? 0 : spares), idleExitMs_(idleExitMs < 1 ? 1 : idleExitMs) {
+  std::lock_guard<std::mutex> g(mu_);
+  for (int i = 0; i < spares_; ++i)
+    if (!startLocked()) break;  // run() starts threads (or runs jobs) itself then
+}
+
+FenceRunner::~FenceRunner() {
   {
     std::lock_guard<std::mutex> g(mu_);
-    for (auto it = slots_.begin(); it != slots_.end();) {
-      if (it->finished->load(std::memory_order_acquire)) {
-        reap.push_back(std::move(it->t));
-        it = slots_.erase(it);
-      } else {
-        ++it;
+    stop_ = true;  // no thread is started from here on
+  }
+  cv_.notify_all();  // the threads run what is still queued, then end
+  std::vector<std::thread> all;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    all.swap(threads_);
+    ended_.clear();
+  }
+  for (std::thread& t : all) t.join();
+}
+
+bool FenceRunner::startLocked() {
+  if (stop_) return false;
+  try {
+    threads_.reserve(threads_.size() + 1);  // nothing can throw between the start and the keep
+    std::thread t(&FenceRunner::loop, this);
+    threads_.push_back(std::move(t));
+  } catch (const std::exception& e) {
+    RO_WARN("railover: cannot start an RDMA fence thread (%s)", e.what());
+    return false;
+  }
+  ++starting_;
+  return true;
+}
+
+std::vector<std::thread> FenceRunner::reapLocked() {
+  std::vector<std::thread> out;
+  for (std::thread::id id : ended_) {
+    for (auto it = threads_.begin(); it != threads_.end(); ++it) {
+      if (it->get_id() == id) {
+        out.push_back(std::move(*it));
+        threads_.erase(it);
+        break;
       }
     }
-    // The job (and what it captured) is run and released on the fence thread, never here:
-    // whatever it held must not be destroyed on the caller's (NCCL's) thread.
-    auto fin = std::make_shared<std::atomic<bool>>(false);
-    auto held = std::make_shared<std::function<void()>>(std::move(job));
-    job = nullptr;
-    try {
-      std::thread th([held, fin] {
-        (*held)();
-        *held = nullptr;
-        fin->store(true, std::memory_order_release);
-      });
-      slots_.push_back({std::move(th), fin});
-    } catch (const std::system_error& e) {
-      RO_WARN("railover: cannot start an RDMA fence thread (%s): fencing on the caller's thread", e.what());
-      job = std::move(*held);
+  }
+  ended_.clear();
+  return out;
+}
+
+int FenceRunner::threads() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return (int)(threads_.size() - ended_.size());
+}
+
+void FenceRunner::run(std::function<void()> job) {
+  {
+    std::unique_lock<std::mutex> g(mu_);
+    if (!stop_) {
+      q_.push_back(std::move(job));
+      if (waiting_ + starting_ >= (int)q_.size()) {  // a thread that waits (or is starting) takes it
+        g.unlock();
+        cv_.notify_one();
+        return;
+      }
+      if (startLocked()) {  // more fences at once than waiting threads
+        callerStarts_.fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
+      job = std::move(q_.back());
+      q_.pop_back();
     }
   }
-  for (auto& th : reap) th.join();  // finished already: returns at once
-  if (job) job();
+  RO_WARN("railover: no RDMA fence thread: fencing on the caller's thread");
+  job();
+}
+
+void FenceRunner::loop() {
+  std::unique_lock<std::mutex> g(mu_);
+  --starting_;
+  while (true) {
+    ++waiting_;
+    bool woken = cv_.wait_for(g, std::chrono::milliseconds(idleExitMs_), [this] { return stop_ || !q_.empty(); });
+    --waiting_;
+    if (q_.empty()) {
+      if (stop_) break;
+      if (!woken && waiting_ >= spares_) break;  // idle, and enough others wait
+      continue;
+    }
+    std::function<void()> job = std::move(q_.front());
+    q_.pop_front();
+    ++busy_;
+    // Keep `spares_` threads free for the next fences: start one here, off the caller's thread.
+    if (waiting_ + starting_ - (int)q_.size() < spares_) startLocked();
+    std::vector<std::thread> done = reapLocked();
+    g.unlock();
+    for (std::thread& t : done) t.join();  // returned from loop() already
+    job();
+    job = nullptr;  // what the job held is released here, never on the caller's (NCCL's) thread
+    g.lock();
+    --busy_;
+    if (busy_ == 0 && q_.empty()) idle_.notify_all();
+  }
+  std::vector<std::thread> done = reapLocked();
+  ended_.push_back(std::this_thread::get_id());  // joined by another thread or the destructor
+  g.unlock();
+  for (std::thread& t : done) t.join();
 }
 
 void FenceRunner::joinAll() {
-  std::vector<Slot> all;
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    all.swap(slots_);
-  }
-  for (auto& s : all) s.t.join();
+  std::unique_lock<std::mutex> g(mu_);
+  idle_.wait(g, [this] { return q_.empty() && busy_ == 0; });
 }
 
 // ---- transport

@@ -85,22 +85,46 @@ constexpr uint64_t kSlowFenceUs = 50000;
 // Runs each receive path's asynchronous fence on a thread of its own. A QP's move to ERR was
 // seen to block ~3 s on rxe after a local link loss (docs/DESIGN.md, "RDMA"), so fences must
 // not wait behind each other (one NIC's loss fences every comm on it at once) nor behind QP
-// destruction on the Worker. A finished thread is joined by the next run() and by joinAll().
-// If no thread can be started the job runs on the caller's thread (slow, never lost).
-// Thread-safe.
+// destruction on the Worker.
+//
+// The threads are started ahead of need: `spares` of them wait from construction on, and a
+// thread that takes a job first starts another when fewer than `spares` are left free, so
+// run() on NCCL's thread (a receive path's fence on a failover, and on the answer to a RESUME)
+// only queues the job and wakes a thread. Before, run() started a std::thread per fence on
+// the caller's thread: a receive path's close on NCCL's thread took 1.6-1.8 ms at the median
+// and 10-15 ms at worst on the TCG bed (journals, docs/BENCHMARKS.md), mostly that start.
+// run() starts a thread itself only when more fences arrive at once than threads are free
+// (counted by callerStarts()). A thread idle for idleExitMs while `spares` others wait ends;
+// it is joined by another thread of the pool or by the destructor. If no thread can be
+// started, the job runs on the caller's thread (slow, never lost). Thread-safe.
+constexpr int kFenceSpares = 2;
+constexpr int kFenceIdleExitMs = 30000;
 class FenceRunner {
  public:
-  ~FenceRunner() { joinAll(); }
+  explicit FenceRunner(int spares = kFenceSpares, int idleExitMs = kFenceIdleExitMs);
+  ~FenceRunner();  // runs the jobs still queued, then stops and joins every thread
   void run(std::function<void()> job);
-  void joinAll();  // waits for every job started so far
+  void joinAll();  // waits until every job run so far has finished (tests; transport teardown)
+  // Threads that run() had to start on its caller's thread (more fences at once than spares).
+  uint64_t callerStarts() const { return callerStarts_.load(std::memory_order_relaxed); }
+  int threads() const;  // threads alive now (tests)
 
  private:
-  struct Slot {
-    std::thread t;
-    std::shared_ptr<std::atomic<bool>> finished;
-  };
-  std::mutex mu_;
-  std::vector<Slot> slots_;
+  void loop();
+  bool startLocked();                     // mu_ held; false: no thread could be started
+  std::vector<std::thread> reapLocked();  // mu_ held: the threads that ended, to be joined
+  const int spares_;
+  const int idleExitMs_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_, idle_;
+  std::deque<std::function<void()>> q_;
+  int waiting_ = 0;   // threads waiting for a job
+  int starting_ = 0;  // threads started that have not reached their wait yet
+  int busy_ = 0;      // jobs running
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+  std::vector<std::thread::id> ended_;  // threads of threads_ that returned from loop()
+  std::atomic<uint64_t> callerStarts_{0};
 };
 
 // A FIFO of jobs on one background thread (QP bring-up and destruction). Thread-safe.
