@@ -286,7 +286,8 @@ def _fake_bed(crash_at, fail_with="crash"):
     (or, with ``fail_with="fault"``, fail to apply); ``reset()`` reboots it."""
     bed = SimpleNamespace(applies=0, crash_at=crash_at if isinstance(crash_at, (set, frozenset)) else {crash_at},
                           fail_with=fail_with, crashed=False, reboots=0, journal={"A": [], "B": []},
-                          guest_now_us=lambda h: None, clock_offset_us=lambda h: (0, 0), accel="tcg", smp=1,
+                          guest_now_us=lambda h: None, clock_offset_us=lambda h: (0, 0),
+                          map_clock_us=lambda t, src, dst, samples=3: (t, 0), accel="tcg", smp=1,
                           mem_mib=1024, boot_s=9.0, wire="stream", hosts=[SimpleNamespace(kernel="6.1")])
 
     def reset():

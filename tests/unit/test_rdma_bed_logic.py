@@ -310,3 +310,11 @@ def test_a_cleanup_that_fails_says_which_rules_are_left(monkeypatch):
     with pytest.raises(rf.FaultError, match=r"could not be removed again: guest A: Error: No such table"):
         f.apply()
     assert f._hosts_with_table == ["A"]
+
+
+def test_a_stamp_is_mapped_between_guest_clocks_through_both_offsets(monkeypatch):
+    bed, g = _nft_bed(monkeypatch)
+    a, b = g.OFFSETS["A"], g.OFFSETS["B"]
+    assert bed.map_clock_us(1_000_000, "B", "A") == (1_000_000 - b + a, 80)
+    assert bed.map_clock_us(1_000_000, "A", "B") == (1_000_000 - a + b, 80)
+    assert bed.map_clock_us(1_000_000, "A", "A") == (1_000_000, 0)

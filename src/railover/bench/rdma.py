@@ -676,8 +676,7 @@ def _fault_series(bed, run: "_PerfRun", plan: Sequence[Tuple[str, int]], state: 
         _wait(failed_back, failback_timeout_s)
         ja, jb = _journal(bed, "A", wd), _journal(bed, "B", wd)
         applied = t_before if t_before is not None else fault.applied_us
-        if fault.guest != "A":
-            applied = applied - bed.clock_offset_us(fault.guest)[0] + bed.clock_offset_us("A")[0]
+        applied = bed.map_clock_us(applied, fault.guest, "A", samples=5)[0]
         rec = cycle_record(i, applied, fault.undone_us, ja[base["A"]:], jb[base["B"]:])
         per_kind[kind].append(rec)
         state["pos"] += 1

@@ -1131,6 +1131,18 @@ class RdmaBed:
         assert best is not None
         return best[1], (best[0] + 1) // 2
 
+    def map_clock_us(self, stamp_us: int, from_host: Union[str, RdmaHost], to_host: Union[str, RdmaHost],
+                     samples: int = 3) -> Tuple[int, int]:
+        """A CLOCK_MONOTONIC stamp (µs) taken in guest ``from_host``, on guest ``to_host``'s
+        clock: ``(stamp, error)``, the error (µs) being the sum of both offsets' errors
+        (:meth:`clock_offset_us`, ``samples`` round trips each). The same guest: ``(stamp_us, 0)``.
+        Raises what :meth:`guest_now_us` raises (a guest that does not answer)."""
+        if self.host(from_host).name == self.host(to_host).name:
+            return stamp_us, 0
+        off_f, err_f = self.clock_offset_us(from_host, samples=samples)
+        off_t, err_t = self.clock_offset_us(to_host, samples=samples)
+        return stamp_us - off_f + off_t, err_f + err_t
+
     # ---- QEMU monitor
     def hmp(self, host: Union[str, RdmaHost], command: str, timeout_s: float = 30.0) -> str:
         """Run one QEMU human-monitor command on the guest's QEMU; returns its output."""

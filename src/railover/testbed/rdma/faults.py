@@ -170,12 +170,9 @@ class _NftFault(GuestFault):
         return (nic.host, "input", f'iifname "{nic.ifname}"')
 
     def _to_own_clock(self, host: str, stamp: int) -> int:
-        if host == self.guest:
-            return stamp
-        off_h, err_h = self.bed.clock_offset_us(host, samples=3)
-        off_g, err_g = self.bed.clock_offset_us(self.guest, samples=3)
-        self.stamp_error_us = max(self.stamp_error_us, err_h + err_g)
-        return stamp - off_h + off_g
+        mapped, err = self.bed.map_clock_us(stamp, host, self.guest)
+        self.stamp_error_us = max(self.stamp_error_us, err)
+        return mapped
 
     def _apply(self) -> None:
         by_host: Dict[str, List[Tuple[str, str]]] = {}
