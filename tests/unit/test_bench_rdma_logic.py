@@ -4,6 +4,7 @@ The bed itself is exercised by tests/rdma/test_rdma_bench.py."""
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -290,6 +291,12 @@ def _fake_bed(crash_at, fail_with="crash"):
                           map_clock_us=lambda t, src, dst, samples=3: (t, 0), accel="tcg", smp=1,
                           mem_mib=1024, boot_s=9.0, wire="stream", hosts=[SimpleNamespace(kernel="6.1")])
 
+    def sh(host, script, timeout_s=60.0):  # the journals, as `cat` in a guest prints them
+        if bed.crashed and host == "A":
+            raise GuestCrash("A", "kernel crash on the console")
+        return 0, "".join(json.dumps(e) + "\n" for e in bed.journal[host]), ""
+    bed.sh = sh
+
     def reset():
         bed.reboots += bed.crashed
         was, bed.crashed = bed.crashed, False
@@ -316,19 +323,23 @@ def test_a_guest_crash_reboots_the_guests_and_the_faults_go_on_in_a_new_checked_
     assert seg["clock_offsets_us"] == {"A": [0, 0], "B": [0, 0]} == seg["clock_offsets_end_us"]
     bed = _fake_bed(crash_at=3)
     part = R.convergence(bed, ["cable-pull", "admin-down"], 2, "256K", 1000, tmp_path, console, 5, 5)
-    # the crash under the first admin down: rebooted, that fault not measured, the second one is
+    # the crash under the first admin down: rebooted, that fault not measured but run again
     assert bed.reboots == 1 and "convergence_aborted" not in part
-    assert part["kinds"]["cable-pull"]["faults"] == 2 and part["kinds"]["admin-down"]["faults"] == 1
+    assert part["kinds"]["cable-pull"]["faults"] == 2 and part["kinds"]["admin-down"]["faults"] == 2
     assert part["convergence_crashes"] == [{"at": "admin-down fault 1/2", "during_fault": True,
                                             "error": "guest A: kernel crash on the console: BUG: kernel NULL pointer "
                                                      "dereference"}]
     first, second = part["convergence_segments"]
-    assert (first["dir"], first["faults"], second["dir"], second["faults"]) == ("convergence", 2, "convergence-2", 1)
+    assert (first["dir"], first["faults"], second["dir"], second["faults"]) == ("convergence", 2, "convergence-2", 2)
     assert first["ended"].startswith("guest crash at admin-down fault 1/2") and "guest A is down" in first["result_lost"]
     assert second["ended"] == "completed" and second["wrong_bytes"] == 0
     # wrong bytes: the segments whose ranks finished; not a clean run, so no fatal total or ok
     assert part["convergence_wrong_bytes"] == 0 and part["convergence_ok"] is False
     assert part["convergence_faults_planned"] == 4
+    # the crashed run's journal of the guest still up (B, rank 1) is kept; A's died with it
+    kept = tmp_path / "convergence" / "journal-rank1.jsonl"
+    assert kept.exists() and len(kept.read_text().splitlines()) == len(bed.journal["B"]) - 4
+    assert not (tmp_path / "convergence" / "journal-rank0.jsonl").exists()
 
 
 def test_one_guest_crash_too_many_stops_the_phase_with_what_was_measured(tmp_path, monkeypatch):
@@ -337,8 +348,9 @@ def test_one_guest_crash_too_many_stops_the_phase_with_what_was_measured(tmp_pat
     bed = _fake_bed(crash_at={2, 3})
     part = R.convergence(bed, ["cable-pull", "admin-down"], 2, "256K", 1000, tmp_path, console, 5, 5,
                          crash_reboots=1)
+    # the crash under cable pull 2/2 reboots; the same fault run again crashes once more: stop
     assert bed.reboots == 1 and len(part["convergence_crashes"]) == 2
-    assert part["convergence_aborted"].startswith("stopped at admin-down fault 1/2: guest A: kernel crash")
+    assert part["convergence_aborted"].startswith("stopped at cable-pull fault 2/2: guest A: kernel crash")
     assert "(guest crash 2; 1 reboot(s) allowed)" in part["convergence_aborted"]
     assert part["kinds"]["cable-pull"]["faults"] == 1 and "admin-down" not in part["kinds"]
     assert part["convergence_wrong_bytes"] is None and part["convergence_faults_planned"] == 4
@@ -369,11 +381,11 @@ def test_a_report_with_a_guest_crash_names_it_and_counts_the_faults_not_measured
                  console=Console(file=io.StringIO()), bed=_fake_bed(crash_at=3))
     by = {t["figure"]: t for t in data["targets"]}
     t = by["rdma: convergence faults run"]
-    assert (t["value"], t["met"]) == (3, False) and "admin-down fault 1/2" in t["detail"]
+    assert (t["value"], t["met"]) == (4, True) and t["detail"].endswith("run again: admin-down fault 1/2")
     md = R.markdown(data)
-    assert "**Guest kernel crashes** (the guests were rebooted and the faults went on in a new checked run): " \
-           "admin-down fault 1/2 (guest A: kernel crash" in md
-    assert "(3 of 4 faults measured)" in md
+    assert "**Guest kernel crashes** (the guests were rebooted and the faults went on in a new checked run; a " \
+           "fault a crash interrupted ran again): admin-down fault 1/2 (guest A: kernel crash" in md
+    assert "(4 of 4 faults measured)" in md
 
 
 def test_without_reboots_a_guest_crash_is_raised_to_the_caller_who_owns_the_bed(tmp_path, monkeypatch):
@@ -406,7 +418,7 @@ def test_a_guest_that_stops_answering_is_a_crash_when_its_console_says_so_else_t
     bed = _fake_bed(crash_at=2)
     bed.console_crash, bed._check_guest = True, check
     got = R.convergence(bed, ["admin-down"], 3, "256K", 1000, tmp_path, console, 5, 5)
-    assert bed.reboots == 1 and got["kinds"]["admin-down"]["faults"] == 2 and "convergence_aborted" not in got
+    assert bed.reboots == 1 and got["kinds"]["admin-down"]["faults"] == 3 and "convergence_aborted" not in got
     assert got["convergence_crashes"][0]["error"] == "guest A: kernel crash on the console: BUG: soft lockup"
     # a slow guest with a clean console is not a crash: the phase stops, nothing is rebooted
     bed = _fake_bed(crash_at=2)
@@ -439,3 +451,24 @@ def test_a_crash_before_a_fault_is_applied_retries_that_fault_and_the_target_say
     assert r["convergence_unchecked_faults"] == 1  # fault 1 ran in the crashed run: its bytes were never checked
     assert "1 fault(s) ran in a checked run whose ranks died with a crashed guest" in R.markdown(data)
 
+
+
+def test_the_faults_run_in_checked_runs_of_faults_per_run_each_with_its_bytes_checked(tmp_path, monkeypatch):
+    _patch_bed_io(monkeypatch)
+    console = Console(file=io.StringIO())
+    got = R.convergence(_fake_bed(crash_at=None), ["cable-pull", "admin-down"], 3, "256K", 1000, tmp_path,
+                        console, 5, 5, faults_per_run=4)
+    segs = got["convergence_segments"]
+    assert [(s_["dir"], s_["first_fault"], s_["faults"], s_["ended"]) for s_ in segs] == [
+        ("convergence", 0, 4, "completed"), ("convergence-2", 4, 2, "completed")]
+    assert all(s_["wrong_bytes"] == 0 and s_["exit_codes"] == [0] for s_ in segs)
+    assert got["kinds"]["cable-pull"]["faults"] == 3 and got["kinds"]["admin-down"]["faults"] == 3
+    assert got["convergence_ok"] is True and got["convergence_unchecked_faults"] == 0
+    # a crash in the second run leaves only that run's faults unchecked
+    got = R.convergence(_fake_bed(crash_at=6), ["cable-pull", "admin-down"], 3, "256K", 1000, tmp_path,
+                        console, 5, 5, faults_per_run=4)
+    assert [s_["faults"] for s_ in got["convergence_segments"]] == [4, 1, 1]
+    assert got["convergence_unchecked_faults"] == 1 and got["kinds"]["admin-down"]["faults"] == 3
+    with pytest.raises(R.C.BenchError, match="faults per checked run must be >= 1"):
+        R.convergence(_fake_bed(crash_at=None), ["cable-pull"], 1, "256K", 1000, tmp_path, console, 5, 5,
+                      faults_per_run=0)

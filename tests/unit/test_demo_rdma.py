@@ -49,7 +49,7 @@ def test_a_clean_run_survived():
      "the run did not finish: stopped at admin-down fault 1/1"),
     (dict(_results([_cycle()]), convergence_crashes=[{"at": "admin-down fault 1/1", "during_fault": True,
                                                       "error": "guest A: kernel crash"}]),
-     "a guest kernel crash under admin-down fault 1/1 (not measured)"),
+     "a guest kernel crash under admin-down fault 1/1 (run again)"),
     (dict(_results([_cycle()]), convergence_unchecked_faults=2), "2 fault(s) whose bytes were not checked"),
 ])
 def test_each_failure_is_named(res, needle):

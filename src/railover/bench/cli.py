@@ -318,6 +318,9 @@ def register(app: typer.Typer) -> None:
                  kinds: str = typer.Option("cable-pull,admin-down,silent", "--kinds",
                                            help="cable-pull, admin-down, silent, one-way, remote-cable-pull"),
                  size: str = typer.Option("256K", "--size", help="all-reduce size of the convergence run"),
+                 faults_per_run: int = typer.Option(10, "--faults-per-run", help="faults per checked run (a guest "
+                                                    "crash leaves at most this many faults with unchecked bytes); 0: "
+                                                    "all in one run"),
                  bw_sizes: str = typer.Option("", "--bw-sizes", help="busbw sizes (default 64K,1M,4M, or 1M with --quick)"),
                  rounds: int = typer.Option(0, "--rounds", help="interleaved busbw rounds (0: 2, or 1 with --quick)"),
                  bare: int = typer.Option(2, "--bare-faults", help="cable pulls with RAILOVER_STANDBY=none"),
@@ -340,7 +343,7 @@ def register(app: typer.Typer) -> None:
                          bw_sizes=_csv(bw_sizes) or None, rounds=rounds or None, bare_faults=bare,
                          bare_bound_s=bare_bound_s or None, phases=_csv(phases),
                          bare_retry_cnt=None if bare_retry_cnt < 0 else bare_retry_cnt,
-                         bw_variants=_csv(bw_variants), wire=wire)
+                         bw_variants=_csv(bw_variants), wire=wire, faults_per_run=faults_per_run)
         _finish([rep], console)
 
     @bench.command("all")

@@ -271,7 +271,7 @@ def markdown(data: Mapping[str, Any]) -> str:
         crashes = res.get("convergence_crashes") or []
         if crashes:
             L.append("\n**Guest kernel crashes** (the guests were rebooted and the faults went on in a new checked "
-                     "run): " + "; ".join(f"{c['at']} ({c['error']})" for c in crashes) +
+                     "run; a fault a crash interrupted ran again): " + "; ".join(f"{c['at']} ({c['error']})" for c in crashes) +
                      ("" if res.get("convergence_aborted") else f" {measured}."))
         if res.get("convergence_aborted"):
             L.append(f"\n**The convergence run did not finish**: {res['convergence_aborted']} {measured}.")
@@ -468,23 +468,30 @@ def _make_fault(bed, kind: str):
 
 def convergence(bed, kinds: Sequence[str], n: int, size: str, hold_down_ms: int, work: Path,
                 console: Console, conv_timeout_s: float, failback_timeout_s: float,
-                crash_reboots: Optional[int] = 2) -> Dict[str, Any]:
-    """Phase 1: a checked all-reduce run, N faults per kind in turn (see the module doc).
+                crash_reboots: Optional[int] = 2, faults_per_run: Optional[int] = 10) -> Dict[str, Any]:
+    """Phase 1: checked all-reduce runs, N faults per kind in turn (see the module doc).
+
+    The faults run in checked runs (*segments*, work directories ``convergence``,
+    ``convergence-2``, ...) of at most ``faults_per_run`` faults each (None: one run), each
+    ended by its stop file and its bytes checked, so that a guest crash leaves at most that
+    many faults with unchecked bytes.
 
     A guest kernel crash (6.1's rxe has crashed in ``rxe_skb_tx_dtor`` during ``ip link set
     down``, about 1 in 25 admin-down faults; a guest that stops answering counts as crashed
     when its console or QEMU says so) reboots the guests (:meth:`RdmaBed.reset`) and the
-    faults go on in a new checked run (a *segment*, work directory ``convergence-<k>``), at
-    most ``crash_reboots`` times (None: no reboot, the GuestCrash is raised to the caller,
-    who owns the bed). A fault the guest crashed under is not measured; one it crashed before
-    is retried; both are listed in ``convergence_crashes``. Any other bed failure, or one crash
-    too many, stops the phase with what was measured so far (``convergence_aborted``). Wrong
-    bytes and rank exit codes are summed / listed over the segments whose ranks finished; a
-    crashed segment's ranks die with their guest (``result_lost`` in its
-    ``convergence_segments`` entry) and its faults' bytes were not checked
+    faults go on in a new checked run, at most ``crash_reboots`` times (None: no reboot, the
+    GuestCrash is raised to the caller, who owns the bed). The fault the guest crashed under
+    (or before) is not measured and runs again in the new run; every crash is listed in
+    ``convergence_crashes``. Any other bed failure, or one crash too many, stops the phase
+    with what was measured so far (``convergence_aborted``). Wrong bytes and rank exit codes
+    are summed / listed over the segments whose ranks finished; a crashed segment's ranks die
+    with their guest (``result_lost`` in its ``convergence_segments`` entry; the journals of
+    the guests still up are kept in its directory) and its faults' bytes were not checked
     (``convergence_unchecked_faults``). Each segment records both guests' clock offsets to the
     host at its start and end (``clock_offsets_us``, ``clock_offsets_end_us``: to put the two
     journals on one clock)."""
+    if faults_per_run is not None and faults_per_run < 1:
+        raise C.BenchError(f"faults per checked run must be >= 1, got {faults_per_run}")
     from railover.testbed.rdma.bed import GuestCrash, RdmaBedError
     from railover.testbed.faults import FaultError
     env = dict(RDMA_ENV, RAILOVER_HOLD_DOWN_MS=str(hold_down_ms))
@@ -510,7 +517,8 @@ def convergence(bed, kinds: Sequence[str], n: int, size: str, hold_down_ms: int,
         seg: Dict[str, Any] = {"dir": seg_dir.name, "first_fault": pos, "faults": 0, "ended": "completed",
                                "clock_offsets_us": _clock_offsets(bed)}
         segments.append(seg)
-        state: Dict[str, Any] = {"pos": pos, "where": "the start of the checked run", "in_fault": False}
+        state: Dict[str, Any] = {"pos": pos, "where": "the start of the checked run", "in_fault": False,
+                                 "limit": faults_per_run, "wd": None}
         run = _PerfRun(bed, env, size=size, upper_s=3600, fetch_to=seg_dir).start()
         crash: Optional[BaseException] = None
         try:
@@ -538,9 +546,7 @@ def convergence(bed, kinds: Sequence[str], n: int, size: str, hold_down_ms: int,
                 except Exception:
                     pass
                 raise crash
-            if state["in_fault"]:
-                pos += 1  # the fault the guest crashed under is not measured
-            note_crash(crash, state["where"], state["in_fault"], seg)
+            note_crash(crash, state["where"], state["in_fault"], seg)  # that fault runs again
         elif aborted is not None:
             seg["ended"] = aborted
             console.print(f"  [red]rdma convergence {aborted}[/]")
@@ -559,6 +565,7 @@ def convergence(bed, kinds: Sequence[str], n: int, size: str, hold_down_ms: int,
                 crash = late  # the guest died after the last fault of this run
                 note_crash(late, "the end of the checked run", False, seg)
             seg["result_lost"] = str(e).splitlines()[0] if str(e) else type(e).__name__
+            _keep_journals(bed, state["wd"], work / seg["dir"])
         if crash is not None and aborted is None:
             console.print("  [yellow]rebooting the guests; the faults go on in a new checked run[/]")
             try:
@@ -596,6 +603,25 @@ def convergence(bed, kinds: Sequence[str], n: int, size: str, hold_down_ms: int,
     return out
 
 
+def _keep_journals(bed, wd: Optional[str], to: Path) -> None:
+    """Copies the journals of a run whose ranks died with a crashed guest from the guests still
+    up into ``to`` (``journal-rank<R>.jsonl``, rank 0 in guest A, rank 1 in B), best effort:
+    the crashed guest's is gone with its /tmp."""
+    if not wd:
+        return
+    for r, h in enumerate(("A", "B")):
+        dst = to / f"journal-rank{r}.jsonl"
+        if dst.exists():
+            continue
+        try:
+            rc, out, _ = bed.sh(h, f"cat {wd}/journal-rank*.jsonl", timeout_s=30)
+        except Exception:  # the crashed guest (or one that stopped answering)
+            continue
+        if rc == 0 and out:
+            to.mkdir(parents=True, exist_ok=True)
+            dst.write_text(out)
+
+
 def _crashed_guest(bed) -> Optional[BaseException]:
     """The GuestCrash of a guest whose QEMU exited or whose console shows a kernel crash, or
     None (a guest that is merely slow is not a crash)."""
@@ -626,19 +652,23 @@ def _clock_offsets(bed) -> Optional[Dict[str, List[int]]]:
 def _fault_series(bed, run: "_PerfRun", plan: Sequence[Tuple[str, int]], state: Dict[str, Any],
                   per_kind: Dict[str, List[Dict[str, Any]]], seg: Dict[str, Any], n: int, console: Console,
                   conv_timeout_s: float, failback_timeout_s: float) -> None:
-    """The faults ``plan[state["pos"]:]`` in one checked run; advances ``state["pos"]`` after
-    each fault measured, sets ``state["where"]`` and ``state["in_fault"]`` (between applying
-    a fault and recording it). Raises what the bed or the fault raises, BenchError when the
+    """The faults ``plan[state["pos"]:]`` in one checked run, at most ``state["limit"]`` of
+    them (None: all); advances ``state["pos"]`` after each fault measured, sets
+    ``state["where"]``, ``state["in_fault"]`` (between applying a fault and recording it) and
+    ``state["wd"]`` (the run's directory in the guests). Raises what the bed or the fault raises, BenchError when the
     run does not start, does not arm or ends."""
     wd = _wait(lambda: run.wd() if run.alive else "x", 300)
     if not wd or not run.alive:
         raise C.BenchError("railover-perf did not start in the RDMA bed")
+    state["wd"] = wd
 
     def armed():
         return (armed_on_primary(_journal(bed, "A", wd)) and armed_on_primary(_journal(bed, "B", wd))) or not run.alive
     if not _wait(armed, 600) or not run.alive:
         raise C.BenchError("the comms did not come up on both rails with traffic on the primary within 600 s")
     while state["pos"] < len(plan):
+        if state.get("limit") and seg["faults"] >= state["limit"]:
+            return  # this checked run has had its faults: the next ones go in a new one
         kind, i = plan[state["pos"]]
         state["where"] = f"{kind} fault {i + 1}/{n}"
         if not _wait(armed, failback_timeout_s):
@@ -825,9 +855,10 @@ def run(out: Path, quick: bool = False, faults: Optional[int] = None, kinds: Seq
         bare_faults: Optional[int] = None, bare_bound_s: Optional[float] = None, hold_down_ms: int = 1000,
         phases: Sequence[str] = ("convergence", "bare", "busbw"), console: Optional[Console] = None,
         bed=None, bw_variants: Sequence[str] = DEFAULT_BW_VARIANTS, bare_retry_cnt: Optional[int] = None,
-        wire: str = "stream") -> Dict[str, Any]:
+        wire: str = "stream", faults_per_run: int = 10) -> Dict[str, Any]:
     """Run the suite (boots its own bed unless ``bed`` is given, with NIC wires ``wire``:
-    ``stream`` lossless or ``udp`` lossy, see :class:`railover.testbed.rdma.RdmaBed`); returns
+    ``stream`` lossless or ``udp`` lossy, see :class:`railover.testbed.rdma.RdmaBed`); the
+    convergence faults run in checked runs of ``faults_per_run`` faults (0: one run); returns
     the report dict and writes ``<out>/rdma.json``. Raises BenchError when the bed cannot run."""
     console = console or Console()
     for k in kinds:
@@ -858,6 +889,8 @@ def run(out: Path, quick: bool = False, faults: Optional[int] = None, kinds: Seq
     from railover.testbed.faults import FaultError
     if bare_n < 0 or bound <= 0 or n < 1:
         raise C.BenchError("--faults and --bare-bound-s must be positive, --bare-faults >= 0")
+    if faults_per_run < 0:
+        raise C.BenchError(f"--faults-per-run must be >= 0 (0: every fault in one checked run), got {faults_per_run}")
     if bare_retry_cnt is not None and not 0 <= bare_retry_cnt <= 7:
         raise C.BenchError(f"--bare-retry-cnt must be 0..7 (NCCL_IB_RETRY_CNT), got {bare_retry_cnt}")
     own = bed is None
@@ -871,7 +904,7 @@ def run(out: Path, quick: bool = False, faults: Optional[int] = None, kinds: Seq
     rep = C.Report("rdma", out, quick, {"faults_per_kind": n, "kinds": list(kinds), "size": size,
                                         "hold_down_ms": hold_down_ms, "bw_sizes": bw_sizes, "rounds": rounds,
                                         "bw_seconds": seconds, "bare_faults": bare_n, "bare_bound_s": bound,
-                                        "bare_retry_cnt": bare_retry_cnt,
+                                        "bare_retry_cnt": bare_retry_cnt, "faults_per_run": faults_per_run,
                                         "plugin_env": plugin_env, "phases": list(phases), "check": True})
     work = Path(out) / "rdma-work"
     try:
@@ -888,7 +921,8 @@ def run(out: Path, quick: bool = False, faults: Optional[int] = None, kinds: Seq
             console.print(f"[bold]rdma convergence[/]: {n} faults per kind ({', '.join(kinds)}) under a checked "
                           f"all-reduce of {size}")
             rep.results.update(convergence(bed, kinds, n, size, hold_down_ms, work, console,
-                                           conv_timeout_s=60.0, failback_timeout_s=120.0 + hold_down_ms / 1e3))
+                                           conv_timeout_s=60.0, failback_timeout_s=120.0 + hold_down_ms / 1e3,
+                                           faults_per_run=faults_per_run or None))
             if rep.results["convergence_wrong_bytes"] is not None:
                 rep.add_wrong(rep.results["convergence_wrong_bytes"])
             aborted = rep.results.get("convergence_aborted")
@@ -897,8 +931,8 @@ def run(out: Path, quick: bool = False, faults: Optional[int] = None, kinds: Seq
                 done = sum(k["faults"] for k in rep.results["kinds"].values())
                 lost = [c["at"] for c in crashes if c["during_fault"]]
                 rep.add_target("rdma: convergence faults run", done, "==", n * len(kinds),
-                               detail=f"{len(crashes)} guest kernel crash(es), rebooted and continued" +
-                                      (f"; not measured: {', '.join(lost)}" if lost else "; no fault lost"))
+                               detail=f"{len(crashes)} guest kernel crash(es), rebooted and continued; "
+                                      + (f"run again: {', '.join(lost)}" if lost else "no fault lost"))
             if aborted:
                 # Keep what was measured: judge it, write the report, then fail the run.
                 done = sum(k["faults"] for k in rep.results["kinds"].values())
