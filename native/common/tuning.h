@@ -104,6 +104,16 @@ constexpr uint64_t kQueuedEpisodeGapUs = 1000000;
 // queue); a memory shorter than those gaps would judge the next swing a loss again.
 constexpr uint64_t kQueuedMemoryUs = 30000000;
 
+// A call into a path's transport (its progress on NCCL's thread or the sweeper) that holds the
+// thread longer than this, µs (200 ms), is journaled (transport_slow) and logged: meanwhile the
+// thread could act on no other path, and the sweeper cannot take over a link whose call is
+// still in the transport. Seen on rxe (guest kernel 6.1): the sender's progress held NCCL's
+// thread ~3 s right after a cable pull (docs/BENCHMARKS.md, fence-thread runs). Progress calls
+// take microseconds on real HCAs and a few ms on the TCG bed; 200 ms is far above both.
+constexpr uint64_t kSlowTransportCallUs = 200000;
+// ... at most one such line per link per this, µs (1 s).
+constexpr uint64_t kSlowTransportLogIntervalUs = 1000000;
+
 // The health thread journals its late wake-ups (health_late) at most once per this, µs (1 s):
 // on a busy host every round may be late, and the journal must not grow with the load.
 constexpr uint64_t kHealthLateLogIntervalUs = 1000000;

@@ -199,6 +199,18 @@ std::string Link::describe(const Path& p) const {
   return nicName(deps, p.localNic) + "->" + addrToString(p.remote) + ":" + std::to_string(portOf(p.remote));
 }
 
+void Link::noteSlowCall(const Path& p, uint64_t t0) {
+  uint64_t t1 = nowUs();
+  if (t1 - t0 < tuning::kSlowTransportCallUs) return;
+  if (lastSlowCallLogUs && t1 - lastSlowCallLogUs < tuning::kSlowTransportLogIntervalUs) return;
+  lastSlowCallLogUs = t1;
+  std::string where = describe(p);
+  RO_WARN_EVENT("railover: %s comm %016llx path %s: a progress call into its transport held this thread %llu ms",
+                dir(), (unsigned long long)secret, where.c_str(), (unsigned long long)((t1 - t0) / 1000));
+  if (Journal* j = deps.journal)
+    j->transport_slow(secret, dir(), nicName(deps, p.localNic), addrToString(p.remote), "progress", t1 - t0);
+}
+
 void Link::setPathState(Path& p, PathState to, const std::string& why, bool fault) {
   PathState from = p.state;
   if (from == to) return;
@@ -814,12 +826,15 @@ void SendLink::progress(bool fromSweeper) {
   for (int guard = 0; guard < 4 && active >= 0; ++guard) {
     Path& p = paths[active];
     std::string err;
+    uint64_t t0 = nowUs();
     if (!readControl(p, now, &err)) {
+      noteSlowCall(p, t0);
       failPath(p, err, now);
       continue;
     }
     // While resuming nothing but the RESUME is queued (enqueueMsg waits for the RESUME_ACK).
     int moved = p.tx->progress(&err);
+    noteSlowCall(p, t0);
     if (moved < 0) {
       failPath(p, err, now);
       continue;
@@ -1373,7 +1388,9 @@ void RecvLink::progress() {
   if (active < 0) return;
   Path& p = paths[active];
   std::string err;
+  uint64_t t0 = nowUs();
   bool ok = p.rx && p.rx->progress(*this, &err) >= 0;
+  noteSlowCall(p, t0);
   if (ok && nextComplete_ > ackSent_) {
     CtlMsg m;
     m.type = CtlType::kAck;

@@ -193,6 +193,11 @@ class Link {
   uint64_t noPathSinceUs = 0;
   uint64_t lastSlowTickUs = 0;
   uint64_t seenEpoch = 0;
+  // A progress call into path p's transport that began at t0 (nowUs()) and held the thread
+  // longer than tuning::kSlowTransportCallUs: logged and journaled (transport_slow), at most
+  // once per tuning::kSlowTransportLogIntervalUs per link. Caller holds mu.
+  void noteSlowCall(const Path& p, uint64_t t0);
+  uint64_t lastSlowCallLogUs = 0;
   LinkCounters counters;
   std::string peerName;  // for logs: peer address of the primary path
   std::string describe(const Path& p) const;

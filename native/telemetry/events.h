@@ -55,6 +55,9 @@
   EVENT(pair_queued, "probe answers on a NIC pair came back late while the same peer answered another rail "    \
                      "promptly: a queue on this rail (congestion); failback onto it waits a hold-down of prompt "  \
                      "answers")                                                                                    \
+  EVENT(transport_slow, "a call into a path's transport held the calling thread (NCCL's, or the sweeper) for "  \
+                        "longer than 200 ms: no other path of that thread moved meanwhile (at most one line a "  \
+                        "second per comm)")                                                                        \
   EVENT(size_loss_ignored, "a probe burst lost its full-size probes but TCP data was still acknowledged: "      \
                            "congestion, not a size-dependent black hole; no verdict")
 
@@ -133,6 +136,13 @@
   FIRST(comm, Comm, "comm id")             \
   NEXT(dir, Str, "send or recv")           \
   NEXT(message, Str, "the error NCCL gets (NICs, peer and cause)")
+#define RO_EVENT_FIELDS_transport_slow(FIRST, NEXT)                                   \
+  FIRST(comm, Comm, "comm id")                                                          \
+  NEXT(dir, Str, "send or recv")                                                        \
+  NEXT(nic, Str, "local NIC of the path")                                               \
+  NEXT(peer, Str, "peer address of the path")                                           \
+  NEXT(call, Str, "the call: progress (moving data, completions and control messages)") \
+  NEXT(us, U64, "how long the call held the thread, µs")
 #define RO_EVENT_FIELDS_health_late(FIRST, NEXT)                     \
   FIRST(late_us, U64, "how late the health thread woke this round, µs") \
   NEXT(late_rounds, U64, "late rounds since the process started")     \

@@ -53,6 +53,8 @@ EVENTS: Dict[str, Dict[str, str]] = {
     "health_late": {"late_us": "integer", "late_rounds": "integer", "max_late_us": "integer"},
     "peer_silence": {"nic": "string", "peer": "string", "rails": "integer", "age_us": "integer"},
     "pair_queued": {"nic": "string", "peer": "string", "rtt_us": "integer"},
+    "transport_slow": {"comm": "comm", "dir": "string", "nic": "string", "peer": "string", "call": "string",
+                       "us": "integer"},
     "size_loss_ignored": {"nic": "string", "peer": "string", "big_sent": "integer", "small_answered": "integer",
                           "tcp_acked": "boolean"},
 }

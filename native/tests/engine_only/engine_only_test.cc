@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <string>
 
+#include "common/tuning.h"
 #include "failover/link.h"
 #include "tests/engine_common/bed.h"
 #include "tests/engine_only/fake_paths.h"
@@ -184,6 +185,33 @@ TEST_F(EngineOnly, AFenceThatNeverFinishesIsAFatalErrorThatSaysSo) {
   EXPECT_NE(recv->fatalMsg.find("waited"), std::string::npos) << recv->fatalMsg;
   EXPECT_NE(recv->fatalMsg.find("for the fence of an older path"), std::string::npos) << recv->fatalMsg;
   EXPECT_FALSE(w(0, kA0)->heldFences.empty());
+}
+
+// A progress call that holds the caller far longer than any healthy one (a verbs provider
+// blocked in the kernel) is named in the journal (transport_slow: comm, direction, NIC, how
+// long) and the log, once per second per comm at most; fast calls leave no line. Nothing
+// else changes: no failover, every byte delivered.
+TEST_F(EngineOnly, AProgressCallThatHoldsTheThreadIsJournaledOnce) {
+  connectComm();
+  size_t mark = journalSize();
+  Stats st = run(20, mixed, 4);
+  ASSERT_FALSE(st.timedOut);
+  EXPECT_TRUE(journalEvents(mark, {"transport_slow"}).empty()) << "healthy calls are not slow";
+  w(0, kA0)->slowCalls = 2;
+  w(0, kA0)->slowCallUs = tuning::kSlowTransportCallUs + 50000;
+  st = run(20, mixed, 4);
+  EXPECT_FALSE(st.timedOut);
+  EXPECT_EQ(st.delivered, 20u);
+  EXPECT_EQ(w(0, kA0)->slowCalls, 0) << "the slow calls did not happen";
+  auto lines = journalEvents(mark, {"transport_slow"});
+  ASSERT_EQ(lines.size(), 1u) << "two slow calls within a second: one line";
+  EXPECT_EQ(jsonField(lines[0], "dir"), "send");
+  EXPECT_EQ(jsonField(lines[0], "nic"), "n0");
+  EXPECT_EQ(jsonField(lines[0], "call"), "progress");
+  size_t at = lines[0].find("\"us\":");
+  ASSERT_NE(at, std::string::npos) << lines[0];
+  EXPECT_GE(std::stoull(lines[0].substr(at + 5)), tuning::kSlowTransportCallUs) << lines[0];
+  EXPECT_EQ(send->counters.failovers, 0u);
 }
 
 }  // namespace

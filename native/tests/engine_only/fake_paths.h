@@ -16,6 +16,8 @@
 //   peerAcks   the peer's transport still acknowledges (a slow, not dead, path)
 //   slowFence  a receive path's fenceAsync() stays pending (its FenceWait is kept in
 //              `heldFences`) until the test sets done, as an RDMA QP whose move to ERR blocks
+//   slowCalls  the next this many sender progress calls hold the caller for slowCallUs
+//              first (a provider call that blocks, as rxe's after a link loss)
 // Per path (on its Channel):
 //   laneStalled[i]  lane i only stops (one stream of several)
 //   backStalled     the receiver's control channel stops: its ACKs stay queued at the receiver
@@ -30,6 +32,8 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <climits>
 #include <cstring>
 #include <deque>
@@ -52,6 +56,8 @@ struct Wire {
   uint64_t bytes = 0;  // payload bytes sent toward the receiver
   bool slowFence = false;
   std::vector<std::shared_ptr<FenceWait>> heldFences;
+  int slowCalls = 0;
+  uint64_t slowCallUs = 0;
 };
 
 struct Item {
@@ -107,6 +113,10 @@ class FakeSendPath : public SendPath {
   }
   void sendCtl(const CtlMsg& m) override { ctl_.push_back(m); }
   int progress(std::string* err) override {
+    if (ch_->wire->slowCalls > 0) {
+      ch_->wire->slowCalls--;
+      std::this_thread::sleep_for(std::chrono::microseconds(ch_->wire->slowCallUs));  // the blocked call itself
+    }
     if (ch_->senderGone) return *err = "path fenced", -1;
     if (ch_->senderTimedOut) return *err = "Connection timed out (fake)", -1;
     if (ch_->wire->broken) return *err = "connection reset (fake)", -1;

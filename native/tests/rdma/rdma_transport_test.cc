@@ -444,6 +444,57 @@ TEST_F(RdmaPathTest, TheReceiversFenceRunsOffTheCallersThreadAndSaysWhenItIsDone
   EXPECT_EQ(rx->fenceAsync(), nullptr) << "a second fence has nothing left to do";
 }
 
+// ---- handing verbs objects to the worker (handOff)
+
+// A worker that wins the race: it runs the job inside post(), before post() returns. The
+// object must still be released inside the job, not by the caller once post() returned (the
+// caller is NCCL's thread, and releasing a path destroys its QPs: ~3 s on rxe after a link
+// loss).
+TEST(HandOff, TheObjectIsReleasedByTheJobEvenWhenTheJobRunsBeforePostReturns) {
+  struct Eager {
+    bool inJob = false;
+    void post(std::function<void()> job) {
+      inJob = true;
+      job();
+      inJob = false;
+    }
+  } w;
+  struct Probe {
+    std::function<void()> onRelease;
+    ~Probe() { onRelease(); }
+  };
+  bool released = false, releasedInJob = false;
+  auto sh = std::make_shared<Probe>();
+  sh->onRelease = [&] { released = true, releasedInJob = w.inJob; };
+  rdma::handOff(w, sh);
+  EXPECT_FALSE(sh) << "the caller keeps no reference";
+  EXPECT_TRUE(released);
+  EXPECT_TRUE(releasedInJob) << "released by the caller after post() returned, not by the job";
+}
+
+// With the real worker, under many hand-offs, every release happens on the worker's thread.
+TEST(HandOff, EveryReleaseRunsOnTheWorkerThread) {
+  rdma::Worker w;
+  std::mutex mu;
+  std::vector<std::thread::id> where;
+  struct Probe {
+    std::function<void()> onRelease;
+    ~Probe() { onRelease(); }
+  };
+  for (int i = 0; i < 500; ++i) {
+    auto sh = std::make_shared<Probe>();
+    sh->onRelease = [&] {
+      std::lock_guard<std::mutex> g(mu);
+      where.push_back(std::this_thread::get_id());
+    };
+    rdma::handOff(w, sh);
+  }
+  w.drain();
+  std::lock_guard<std::mutex> g(mu);
+  ASSERT_EQ(where.size(), 500u);
+  for (std::thread::id id : where) EXPECT_NE(id, std::this_thread::get_id()) << "released on the caller's thread";
+}
+
 // ---- fence threads (FenceRunner)
 
 using rdma::FenceRunner;

@@ -66,9 +66,7 @@ struct Shared {
 // Hands the verbs objects to the worker for destruction (destroying a QP can take seconds).
 template <typename P>
 void retire(Worker& w, std::shared_ptr<Shared<P>>& sh) {
-  if (!sh) return;
-  auto last = std::move(sh);
-  w.post([last]() mutable { last.reset(); });
+  handOff(w, sh);
 }
 
 // A receive path's fence (QP to ERR, drain bounded by kFenceDrainMs), logged when it failed,

@@ -127,6 +127,20 @@ class FenceRunner {
   std::atomic<uint64_t> callerStarts_{0};
 };
 
+// Hands the caller's reference `sh` (reset here) to a job posted to `w` (anything with
+// post(std::function<void()>)): what `sh` points to is released by that job, never by the
+// caller, even when the job runs before post() returns. Keeping a copy in the caller until
+// after post() (as this code once did) let a worker that won the race on a 1-vCPU guest run
+// the job first, and the caller then dropped the last reference: a verbs path's QPs were
+// destroyed on NCCL's thread, under the send link's lock, for ~3 s after a cable pull (rxe's
+// QP destruction waits for packets queued on the dead link; docs/BENCHMARKS.md, "fence
+// threads"). Thread-safety: as w.post().
+template <typename W, typename T>
+void handOff(W& w, std::shared_ptr<T>& sh) {
+  if (!sh) return;
+  w.post([last = std::move(sh)]() mutable { last.reset(); });
+}
+
 // A FIFO of jobs on one background thread (QP bring-up and destruction). Thread-safe.
 class Worker {
  public:
