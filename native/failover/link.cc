@@ -199,16 +199,16 @@ std::string Link::describe(const Path& p) const {
   return nicName(deps, p.localNic) + "->" + addrToString(p.remote) + ":" + std::to_string(portOf(p.remote));
 }
 
-void Link::noteSlowCall(const Path& p, uint64_t t0) {
+void Link::noteSlowCall(const Path& p, uint64_t t0, const char* call) {
   uint64_t t1 = nowUs();
   if (t1 - t0 < tuning::kSlowTransportCallUs) return;
   if (lastSlowCallLogUs && t1 - lastSlowCallLogUs < tuning::kSlowTransportLogIntervalUs) return;
   lastSlowCallLogUs = t1;
   std::string where = describe(p);
-  RO_WARN_EVENT("railover: %s comm %016llx path %s: a progress call into its transport held this thread %llu ms",
-                dir(), (unsigned long long)secret, where.c_str(), (unsigned long long)((t1 - t0) / 1000));
+  RO_WARN_EVENT("railover: %s comm %016llx path %s: a %s call into its transport held this thread %llu ms", dir(),
+                (unsigned long long)secret, where.c_str(), call, (unsigned long long)((t1 - t0) / 1000));
   if (Journal* j = deps.journal)
-    j->transport_slow(secret, dir(), nicName(deps, p.localNic), addrToString(p.remote), "progress", t1 - t0);
+    j->transport_slow(secret, dir(), nicName(deps, p.localNic), addrToString(p.remote), call, t1 - t0);
 }
 
 void Link::setPathState(Path& p, PathState to, const std::string& why, bool fault) {
@@ -433,7 +433,9 @@ void SendLink::failPath(Path& p, const std::string& why, uint64_t now) {
   }
   bool wasActive = active >= 0 && &paths[active] == &p;
   bool wasUsable = p.state == PathState::kActive || p.state == PathState::kStandby;
+  uint64_t t0 = nowUs();
   p.closeAll();
+  noteSlowCall(p, t0, "close");
   // A usable path failing is a fault (WARN); a failed connect attempt is a retry (INFO).
   setPathState(p, PathState::kFailed, why, wasUsable);
   p.lastError = why;
@@ -828,13 +830,13 @@ void SendLink::progress(bool fromSweeper) {
     std::string err;
     uint64_t t0 = nowUs();
     if (!readControl(p, now, &err)) {
-      noteSlowCall(p, t0);
+      noteSlowCall(p, t0, "progress");
       failPath(p, err, now);
       continue;
     }
     // While resuming nothing but the RESUME is queued (enqueueMsg waits for the RESUME_ACK).
     int moved = p.tx->progress(&err);
-    noteSlowCall(p, t0);
+    noteSlowCall(p, t0, "progress");
     if (moved < 0) {
       failPath(p, err, now);
       continue;
@@ -1084,7 +1086,9 @@ void RecvLink::failPath(Path& p, const std::string& why, uint64_t now, bool faul
   if (!bySender && wasUsable)
     if (Journal* j = deps.journal)
       j->path_down(secret, "recv", nicName(deps, p.localNic), addrToString(p.remote), why, wasActive, std::nullopt);
+  uint64_t t0 = nowUs();
   p.closeAll(&fences_);
+  noteSlowCall(p, t0, "close");
   setPathState(p, PathState::kFailed, bySender ? "closed by the sender: " + why : why, fault && !bySender && wasUsable);
   p.lastError = why;
   p.failedAtUs = now;
@@ -1390,7 +1394,7 @@ void RecvLink::progress() {
   std::string err;
   uint64_t t0 = nowUs();
   bool ok = p.rx && p.rx->progress(*this, &err) >= 0;
-  noteSlowCall(p, t0);
+  noteSlowCall(p, t0, "progress");
   if (ok && nextComplete_ > ackSent_) {
     CtlMsg m;
     m.type = CtlType::kAck;

@@ -193,10 +193,11 @@ class Link {
   uint64_t noPathSinceUs = 0;
   uint64_t lastSlowTickUs = 0;
   uint64_t seenEpoch = 0;
-  // A progress call into path p's transport that began at t0 (nowUs()) and held the thread
-  // longer than tuning::kSlowTransportCallUs: logged and journaled (transport_slow), at most
-  // once per tuning::kSlowTransportLogIntervalUs per link. Caller holds mu.
-  void noteSlowCall(const Path& p, uint64_t t0);
+  // A call into path p's transport (`call`: "progress", or "close": fencing and releasing a
+  // failed path) that began at t0 (nowUs()) and held the thread longer than
+  // tuning::kSlowTransportCallUs: logged and journaled (transport_slow), at most once per
+  // tuning::kSlowTransportLogIntervalUs per link. Caller holds mu.
+  void noteSlowCall(const Path& p, uint64_t t0, const char* call);
   uint64_t lastSlowCallLogUs = 0;
   LinkCounters counters;
   std::string peerName;  // for logs: peer address of the primary path

@@ -141,7 +141,7 @@
   NEXT(dir, Str, "send or recv")                                                        \
   NEXT(nic, Str, "local NIC of the path")                                               \
   NEXT(peer, Str, "peer address of the path")                                           \
-  NEXT(call, Str, "the call: progress (moving data, completions and control messages)") \
+  NEXT(call, Str, "progress (moving data, completions, control messages) or close (fencing and releasing a failed path)") \
   NEXT(us, U64, "how long the call held the thread, µs")
 #define RO_EVENT_FIELDS_health_late(FIRST, NEXT)                     \
   FIRST(late_us, U64, "how late the health thread woke this round, µs") \

@@ -214,4 +214,24 @@ TEST_F(EngineOnly, AProgressCallThatHoldsTheThreadIsJournaledOnce) {
   EXPECT_EQ(send->counters.failovers, 0u);
 }
 
+// The close of a failed path that holds the thread (its QPs' release blocked in the provider)
+// is named too, as call "close"; the comm still fails over with every byte right.
+TEST_F(EngineOnly, ASlowCloseOfAFailedPathIsJournaled) {
+  connectComm();
+  size_t mark = journalSize();
+  w(0, kA0)->slowCloses = 1;
+  w(0, kA0)->slowCallUs = tuning::kSlowTransportCallUs + 50000;
+  Stats st = run(60, mixed, 4, [&](int k) {
+    if (k == 20) w(0, kA0)->broken = true;
+  });
+  EXPECT_FALSE(st.timedOut);
+  EXPECT_EQ(st.delivered, 60u);
+  EXPECT_EQ(w(0, kA0)->slowCloses, 0) << "the failed path was never closed";
+  auto lines = journalEvents(mark, {"transport_slow"});
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(jsonField(lines[0], "call"), "close");
+  EXPECT_EQ(jsonField(lines[0], "dir"), "send");
+  EXPECT_EQ(send->counters.failovers, 1u);
+}
+
 }  // namespace

@@ -18,6 +18,7 @@
 //              `heldFences`) until the test sets done, as an RDMA QP whose move to ERR blocks
 //   slowCalls  the next this many sender progress calls hold the caller for slowCallUs
 //              first (a provider call that blocks, as rxe's after a link loss)
+//   slowCloses the next this many sender fences (a path's close) hold the caller as long
 // Per path (on its Channel):
 //   laneStalled[i]  lane i only stops (one stream of several)
 //   backStalled     the receiver's control channel stops: its ACKs stay queued at the receiver
@@ -56,7 +57,7 @@ struct Wire {
   uint64_t bytes = 0;  // payload bytes sent toward the receiver
   bool slowFence = false;
   std::vector<std::shared_ptr<FenceWait>> heldFences;
-  int slowCalls = 0;
+  int slowCalls = 0, slowCloses = 0;
   uint64_t slowCallUs = 0;
 };
 
@@ -170,6 +171,10 @@ class FakeSendPath : public SendPath {
     if (!ch_->wire->broken && !ch_->receiverGone) progress(&err);
   }
   void fence() override {
+    if (ch_->wire->slowCloses > 0) {
+      ch_->wire->slowCloses--;
+      std::this_thread::sleep_for(std::chrono::microseconds(ch_->wire->slowCallUs));
+    }
     ch_->senderGone = true;
     q_.clear(), ctl_.clear();
   }
