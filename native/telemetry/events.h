@@ -57,7 +57,7 @@
                      "answers")                                                                                    \
   EVENT(transport_slow, "a call into a path's transport held the calling thread (NCCL's, or the sweeper) for "  \
                         "longer than 200 ms: no other path of that thread moved meanwhile (at most one line a "  \
-                        "second per comm)")                                                                        \
+                        "second per comm and direction)")                                                                        \
   EVENT(size_loss_ignored, "a probe burst lost its full-size probes but TCP data was still acknowledged: "      \
                            "congestion, not a size-dependent black hole; no verdict")
 

@@ -382,6 +382,9 @@ def test_a_report_with_a_guest_crash_names_it_and_counts_the_faults_not_measured
     by = {t["figure"]: t for t in data["targets"]}
     t = by["rdma: convergence faults run"]
     assert (t["value"], t["met"]) == (4, True) and t["detail"].endswith("run again: admin-down fault 1/2")
+    # the 2 cable pulls of the crashed run: failed over, but their bytes were never checked
+    u = by["rdma: convergence faults whose bytes were not checked"]
+    assert (u["value"], u["met"]) == (2, False) and "at most --faults-per-run 10 per crash" in u["detail"]
     md = R.markdown(data)
     assert "**Guest kernel crashes** (the guests were rebooted and the faults went on in a new checked run; a " \
            "fault a crash interrupted ran again): admin-down fault 1/2 (guest A: kernel crash" in md
@@ -449,6 +452,8 @@ def test_a_crash_before_a_fault_is_applied_retries_that_fault_and_the_target_say
     t = {t["figure"]: t for t in data["targets"]}["rdma: convergence faults run"]
     assert (t["value"], t["met"]) == (2, True) and t["detail"].endswith("; no fault lost")
     assert r["convergence_unchecked_faults"] == 1  # fault 1 ran in the crashed run: its bytes were never checked
+    u = {t["figure"]: t for t in data["targets"]}["rdma: convergence faults whose bytes were not checked"]
+    assert (u["value"], u["met"]) == (1, False)
     assert "1 fault(s) ran in a checked run whose ranks died with a crashed guest" in R.markdown(data)
 
 

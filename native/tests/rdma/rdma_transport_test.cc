@@ -585,7 +585,7 @@ TEST(FenceRunner, WhatAJobHeldIsReleasedOnTheFenceThread) {
       delete p;
       released.store(true);
     });
-    f.run([held] { (void)*held; });
+    f.run([h = std::move(held)] { (void)*h; });  // the caller keeps no reference (handOff's rule)
   }
   f.joinAll();
   ASSERT_TRUE(waitFor([&] { return released.load(); }));
@@ -621,19 +621,22 @@ TEST(FenceRunner, DestructionRunsTheFencesStillQueued) {
   std::atomic<int> done{0};
   Gate gate;
   std::thread opener;
+  bool started = false;
   {
     FenceRunner f(1);
     f.run(gate.job());
-    ASSERT_TRUE(waitFor([&] { return gate.entered() == 1; }));
+    started = waitFor([&] { return gate.entered() == 1; });
     for (int i = 0; i < 3; ++i) f.run([&] { done++; });
-    // The gate opens once the three queued fences ran (on the spare the first one started);
-    // the destructor below must wait for the blocked one as well.
+    // The gate opens once the three later fences ran (on the spare the first one started);
+    // the destructor below must wait for the blocked one as well. (No ASSERT in this scope:
+    // the gate opens on every path, so a failure cannot hang the destructor.)
     opener = std::thread([&] {
       waitFor([&] { return done.load() == 3; });
       gate.release();
     });
   }
   opener.join();
+  EXPECT_TRUE(started) << "the first fence never started";
   EXPECT_EQ(done.load(), 3);
   std::lock_guard<std::mutex> g(gate.mu);
   EXPECT_EQ(gate.out, 1);

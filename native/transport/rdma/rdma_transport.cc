@@ -675,21 +675,27 @@ FenceRunner::~FenceRunner() {
     stop_ = true;  // no thread is started from here on
   }
   cv_.notify_all();  // the threads run what is still queued, then end
-  std::vector<std::thread> all;
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    all.swap(threads_);
-    ended_.clear();
+  // Rounds: a thread that was starting a spare as stop_ was set adds it before it ends, so
+  // joining every thread of one round brings any such spare into the next.
+  for (;;) {
+    std::list<std::thread> all;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      all.swap(threads_);
+    }
+    if (all.empty()) break;
+    for (std::thread& t : all) t.join();
   }
-  for (std::thread& t : all) t.join();
+  std::lock_guard<std::mutex> g(mu_);
+  ended_.clear();
 }
 
 bool FenceRunner::startLocked() {
   if (stop_) return false;
   try {
-    threads_.reserve(threads_.size() + 1);  // nothing can throw between the start and the keep
-    std::thread t(&FenceRunner::loop, this);
-    threads_.push_back(std::move(t));
+    std::list<std::thread> one;
+    one.emplace_back(&FenceRunner::loop, this);  // nothing can throw between the start and the keep
+    threads_.splice(threads_.end(), one);
   } catch (const std::exception& e) {
     RO_WARN("railover: cannot start an RDMA fence thread (%s)", e.what());
     return false;
@@ -698,24 +704,38 @@ bool FenceRunner::startLocked() {
   return true;
 }
 
-std::vector<std::thread> FenceRunner::reapLocked() {
-  std::vector<std::thread> out;
-  for (std::thread::id id : ended_) {
-    for (auto it = threads_.begin(); it != threads_.end(); ++it) {
-      if (it->get_id() == id) {
-        out.push_back(std::move(*it));
-        threads_.erase(it);
-        break;
-      }
-    }
+void FenceRunner::startReserved() {
+  std::list<std::thread> one;
+  try {
+    one.emplace_back(&FenceRunner::loop, this);
+  } catch (const std::exception& e) {
+    RO_WARN("railover: cannot start a spare RDMA fence thread (%s)", e.what());
+    std::lock_guard<std::mutex> g(mu_);
+    --starting_;
+    return;
   }
-  ended_.clear();
+  std::lock_guard<std::mutex> g(mu_);
+  threads_.splice(threads_.end(), one);
+}
+
+std::list<std::thread> FenceRunner::reapLocked() {
+  std::list<std::thread> out;
+  for (auto id = ended_.begin(); id != ended_.end();) {
+    auto it = threads_.begin();
+    while (it != threads_.end() && it->get_id() != *id) ++it;
+    if (it == threads_.end()) {  // its starter has not added it yet: next time
+      ++id;
+      continue;
+    }
+    out.splice(out.end(), threads_, it);
+    id = ended_.erase(id);
+  }
   return out;
 }
 
 int FenceRunner::threads() const {
   std::lock_guard<std::mutex> g(mu_);
-  return (int)(threads_.size() - ended_.size());
+  return (int)threads_.size() - (int)ended_.size();
 }
 
 void FenceRunner::run(std::function<void()> job) {
@@ -747,18 +767,29 @@ void FenceRunner::loop() {
     ++waiting_;
     bool woken = cv_.wait_for(g, std::chrono::milliseconds(idleExitMs_), [this] { return stop_ || !q_.empty(); });
     --waiting_;
+    std::list<std::thread> done = reapLocked();  // threads that ended: joined outside the lock
     if (q_.empty()) {
-      if (stop_) break;
-      if (!woken && waiting_ >= spares_) break;  // idle, and enough others wait
+      bool leave = stop_ || (!woken && waiting_ >= spares_);  // stopping, or idle with enough others waiting
+      if (leave) {
+        ended_.push_back(std::this_thread::get_id());  // joined by another thread or the destructor
+        g.unlock();
+        for (std::thread& t : done) t.join();
+        return;
+      }
+      g.unlock();
+      for (std::thread& t : done) t.join();
+      g.lock();
       continue;
     }
     std::function<void()> job = std::move(q_.front());
     q_.pop_front();
     ++busy_;
-    // Keep `spares_` threads free for the next fences: start one here, off the caller's thread.
-    if (waiting_ + starting_ - (int)q_.size() < spares_) startLocked();
-    std::vector<std::thread> done = reapLocked();
+    // Keep `spares_` threads free for the next fences: one more is started here, off the
+    // caller's thread and outside mu_, so run() on NCCL's thread never waits for a start.
+    bool spare = !stop_ && waiting_ + starting_ - (int)q_.size() < spares_;
+    if (spare) ++starting_;
     g.unlock();
+    if (spare) startReserved();
     for (std::thread& t : done) t.join();  // returned from loop() already
     job();
     job = nullptr;  // what the job held is released here, never on the caller's (NCCL's) thread
@@ -766,10 +797,6 @@ void FenceRunner::loop() {
     --busy_;
     if (busy_ == 0 && q_.empty()) idle_.notify_all();
   }
-  std::vector<std::thread> done = reapLocked();
-  ended_.push_back(std::this_thread::get_id());  // joined by another thread or the destructor
-  g.unlock();
-  for (std::thread& t : done) t.join();
 }
 
 void FenceRunner::joinAll() {
@@ -895,9 +922,14 @@ bool RdmaTransport::reviveHca(size_t h, std::string* err) {
       return false;
     }
     FlushSlot& s = *flush_[i];
-    std::lock_guard<std::mutex> g(s.mu);
-    if (s.building) continue;  // a rebuild on the worker will replace it (on the new opening)
-    s.qp = q, s.err.clear(), s.lastFailUs = 0;
+    std::shared_ptr<verbs::FlushQp> old;  // released on the worker: NCCL's test() takes s.mu
+    {
+      std::lock_guard<std::mutex> g(s.mu);
+      if (s.building) continue;  // a rebuild on the worker will replace it (on the new opening)
+      old = std::move(s.qp);
+      s.qp = q, s.err.clear(), s.lastFailUs = 0;
+    }
+    handOff(worker_, old);
   }
   return true;
 }
@@ -1150,13 +1182,17 @@ void RdmaTransport::ensureFlushQps() {
 
 void RdmaTransport::rebuildFlushQp(int nic, const verbs::FlushQp* failed) {
   FlushSlot& s = *flush_[nic];
+  std::shared_ptr<verbs::FlushQp> old;  // released on the worker, not here (NCCL's thread)
+  bool start = false;
   {
     std::lock_guard<std::mutex> g(s.mu);
     if (s.qp && s.qp.get() != failed) return;  // already rebuilt by another flush
-    s.qp.reset();  // failed: no new flush goes to it (ops holding it keep it alive)
-    if (s.building || (s.lastFailUs && nowUs() - s.lastFailUs < kFlushRebuildGapUs)) return;
-    s.building = true;
+    old = std::move(s.qp);  // failed: no new flush goes to it (ops holding it keep it alive)
+    start = !s.building && !(s.lastFailUs && nowUs() - s.lastFailUs < kFlushRebuildGapUs);
+    if (start) s.building = true;
   }
+  handOff(worker_, old);
+  if (!start) return;
   worker_.post([this, nic] {
     FlushSlot& s = *flush_[nic];
     std::string e;
@@ -1173,6 +1209,8 @@ class RdmaFlushOp : public FlushOp {
  public:
   RdmaFlushOp(RdmaTransport* t, std::vector<int> order, uint64_t addr, const verbs::MrSet* mr)
       : t_(t), order_(std::move(order)), addr_(addr), mr_(mr) {}
+  // NCCL frees the request on its thread: a flush QP replaced meanwhile goes to the worker.
+  ~RdmaFlushOp() override { handOff(t_->worker(), qp_); }
   int test(std::string* err) override {
     while (k_ < order_.size()) {
       int nic = order_[k_];
@@ -1196,7 +1234,7 @@ class RdmaFlushOp : public FlushOp {
       if (r >= 0) return r;
       errs_ += (errs_.empty() ? "" : "; ") + t_->names_[nic] + ": " + e;
       t_->rebuildFlushQp(nic, qp_.get());
-      qp_.reset();
+      handOff(t_->worker(), qp_);  // perhaps the last reference: its QP goes on the worker
       ++k_;
     }
     *err = "flush failed on every NIC (" + errs_ + ")";

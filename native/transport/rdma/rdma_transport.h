@@ -56,6 +56,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -88,9 +89,9 @@ constexpr uint64_t kSlowFenceUs = 50000;
 // destruction on the Worker.
 //
 // The threads are started ahead of need: `spares` of them wait from construction on, and a
-// thread that takes a job first starts another when fewer than `spares` are left free, so
-// run() on NCCL's thread (a receive path's fence on a failover, and on the answer to a RESUME)
-// only queues the job and wakes a thread. Before, run() started a std::thread per fence on
+// thread that takes a job first starts another (outside the lock, so run() never waits for a
+// start) when fewer than `spares` are left free: run() on NCCL's thread (a receive path's
+// fence on a failover, and on the answer to a RESUME) only queues the job and wakes a thread. Before, run() started a std::thread per fence on
 // the caller's thread: a receive path's close on NCCL's thread took 1.6-1.8 ms at the median
 // and 10-15 ms at worst on the TCG bed (journals, docs/BENCHMARKS.md), mostly that start.
 // run() starts a thread itself only when more fences arrive at once than threads are free
@@ -111,8 +112,9 @@ class FenceRunner {
 
  private:
   void loop();
-  bool startLocked();                     // mu_ held; false: no thread could be started
-  std::vector<std::thread> reapLocked();  // mu_ held: the threads that ended, to be joined
+  bool startLocked();    // mu_ held; false: no thread could be started
+  void startReserved();  // mu_ not held: starts the thread a ++starting_ reserved (undone on failure)
+  std::list<std::thread> reapLocked();  // mu_ held: the threads that ended, to be joined
   const int spares_;
   const int idleExitMs_;
   mutable std::mutex mu_;
@@ -122,8 +124,8 @@ class FenceRunner {
   int starting_ = 0;  // threads started that have not reached their wait yet
   int busy_ = 0;      // jobs running
   bool stop_ = false;
-  std::vector<std::thread> threads_;
-  std::vector<std::thread::id> ended_;  // threads of threads_ that returned from loop()
+  std::list<std::thread> threads_;      // a list: a started thread joins it without allocating
+  std::vector<std::thread::id> ended_;  // threads that returned from loop(), not joined yet
   std::atomic<uint64_t> callerStarts_{0};
 };
 
