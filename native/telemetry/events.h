@@ -86,25 +86,22 @@
   NEXT(peer, Str, "peer address")            \
   NEXT(down_for_us, U64, "how long the pair was down, µs")  \
   NEXT(probes_while_down, OptU64, "probes sent to the pair while it was down (they back off)")
+// The fields every event about one path of a comm starts with.
+#define RO_PATH_FIELDS(FIRST, NEXT)               \
+  FIRST(comm, Comm, "comm id")                    \
+  NEXT(dir, Str, "send or recv")                  \
+  NEXT(nic, Str, "local NIC of the path")         \
+  NEXT(peer, Str, "peer address of the path")
 #define RO_EVENT_FIELDS_path_up(FIRST, NEXT)              \
-  FIRST(comm, Comm, "comm id")                            \
-  NEXT(dir, Str, "send or recv")                          \
-  NEXT(nic, Str, "local NIC of the path")                 \
-  NEXT(peer, Str, "peer address of the path")             \
+  RO_PATH_FIELDS(FIRST, NEXT)                             \
   NEXT(generation, U64, "connection generation of the path (grows on every reconnect)")
 #define RO_EVENT_FIELDS_path_down(FIRST, NEXT)                                    \
-  FIRST(comm, Comm, "comm id")                                                    \
-  NEXT(dir, Str, "send or recv")                                                  \
-  NEXT(nic, Str, "local NIC of the path")                                         \
-  NEXT(peer, Str, "peer address of the path")                                     \
+  RO_PATH_FIELDS(FIRST, NEXT)                                                     \
   NEXT(cause, Str, "why the path failed")                                         \
   NEXT(active, Bool, "whether it carried the comm's traffic")                     \
   NEXT(detection_us, OptU64, "send side: µs from the active path's last progress to the verdict")
 #define RO_EVENT_FIELDS_path_state(FIRST, NEXT)                            \
-  FIRST(comm, Comm, "comm id")                                              \
-  NEXT(dir, Str, "send or recv")                                            \
-  NEXT(nic, Str, "local NIC of the path")                                   \
-  NEXT(peer, Str, "peer address of the path")                               \
+  RO_PATH_FIELDS(FIRST, NEXT)                                               \
   NEXT(from, Str, "state before: connecting, standby, active, failed or closed") \
   NEXT(to, Str, "state after")                                              \
   NEXT(reason, Str, "why it changed (the fault, the switch and its cause, the close)")
@@ -137,10 +134,7 @@
   NEXT(dir, Str, "send or recv")           \
   NEXT(message, Str, "the error NCCL gets (NICs, peer and cause)")
 #define RO_EVENT_FIELDS_transport_slow(FIRST, NEXT)                                   \
-  FIRST(comm, Comm, "comm id")                                                          \
-  NEXT(dir, Str, "send or recv")                                                        \
-  NEXT(nic, Str, "local NIC of the path")                                               \
-  NEXT(peer, Str, "peer address of the path")                                           \
+  RO_PATH_FIELDS(FIRST, NEXT)                                                           \
   NEXT(call, Str, "progress (moving data, completions, control messages) or close (fencing and releasing a failed path)") \
   NEXT(us, U64, "how long the call held the thread, µs")
 #define RO_EVENT_FIELDS_health_late(FIRST, NEXT)                     \
