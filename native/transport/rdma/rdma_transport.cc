@@ -1209,8 +1209,21 @@ class RdmaFlushOp : public FlushOp {
  public:
   RdmaFlushOp(RdmaTransport* t, std::vector<int> order, uint64_t addr, const verbs::MrSet* mr)
       : t_(t), order_(std::move(order)), addr_(addr), mr_(mr) {}
-  // NCCL frees the request on its thread: a flush QP replaced meanwhile goes to the worker.
-  ~RdmaFlushOp() override { handOff(t_->worker(), qp_); }
+  // NCCL frees the request on its thread. While qp_ is still its slot's QP the slot keeps it
+  // alive and dropping ours releases nothing (the common case: one uncontended lock, no worker
+  // job per flush); a QP replaced meanwhile may be ours alone and goes to the worker.
+  ~RdmaFlushOp() override {
+    if (!qp_) return;
+    RdmaTransport::FlushSlot& s = *t_->flush_[order_[k_]];  // qp_ is order_[k_]'s (see test())
+    {
+      std::lock_guard<std::mutex> g(s.mu);
+      if (s.qp == qp_) {
+        qp_.reset();
+        return;
+      }
+    }
+    handOff(t_->worker(), qp_);
+  }
   int test(std::string* err) override {
     while (k_ < order_.size()) {
       int nic = order_[k_];
