@@ -106,7 +106,7 @@ void Link::unlist() {
 
 Link::~Link() {
   if (deps.registry) deps.registry->retire(this);
-  for (auto& p : paths) p.closeAll();
+  for (auto& p : paths) p.closeAll();  // close() closed them already when NCCL closed the comm; not journaled
 }
 
 namespace {
@@ -209,6 +209,12 @@ void Link::noteSlowCall(const Path& p, uint64_t t0, const char* call) {
                 (unsigned long long)secret, where.c_str(), call, (unsigned long long)((t1 - t0) / 1000));
   if (Journal* j = deps.journal)
     j->transport_slow(secret, dir(), nicName(deps, p.localNic), addrToString(p.remote), call, t1 - t0);
+}
+
+void Link::closePath(Path& p, std::vector<std::shared_ptr<FenceWait>>* pending) {
+  uint64_t t0 = nowUs();
+  p.closeAll(pending);
+  noteSlowCall(p, t0, "close");
 }
 
 void Link::setPathState(Path& p, PathState to, const std::string& why, bool fault) {
@@ -383,7 +389,7 @@ SendLink* SendLink::create(const LinkDeps& deps, int dev, const PeerHandle& h, s
 
 void SendLink::startConnect(Path& p, uint64_t now, const std::string& why) {
   const LinkDeps& d = deps;
-  p.closeAll();
+  closePath(p);
   p.generation++;
   setPathState(p, PathState::kConnecting, why);
   p.attemptStartUs = now;
@@ -433,9 +439,7 @@ void SendLink::failPath(Path& p, const std::string& why, uint64_t now) {
   }
   bool wasActive = active >= 0 && &paths[active] == &p;
   bool wasUsable = p.state == PathState::kActive || p.state == PathState::kStandby;
-  uint64_t t0 = nowUs();
-  p.closeAll();
-  noteSlowCall(p, t0, "close");
+  closePath(p);
   // A usable path failing is a fault (WARN); a failed connect attempt is a retry (INFO).
   setPathState(p, PathState::kFailed, why, wasUsable);
   p.lastError = why;
@@ -514,7 +518,7 @@ void SendLink::activate(int idx, uint64_t now, bool planned, const std::string& 
   if (old >= 0 && old != idx) {
     // Fence the old path: nothing more is written on it; the receiver fences it on RESUME.
     Path& o = paths[old];
-    o.closeAll();
+    closePath(o);
     setPathState(o, PathState::kFailed, "fenced: traffic moves to " + describe(p));
     o.nextAttemptUs = now;  // reconnect it at once as a standby
     o.failedAtUs = o.failedAtUs ? o.failedAtUs : now;
@@ -879,7 +883,7 @@ void SendLink::onPeerClosed(const std::string& cause) {
     // before its CLOSE may still be on their way there while the CLOSE already arrived on
     // another stream or rail.
     if (i == active && p.tx && now - closingSinceUs_ < tuning::kCloseDrainUs) continue;
-    p.closeAll();
+    closePath(p);
     setPathState(p, PathState::kClosed, cause);
     p.lastError = cause;
   }
@@ -892,7 +896,7 @@ void SendLink::drainClosing(uint64_t now) {
   std::string err;
   // Ends at the receiver's CLOSE or EOF on this stream (its ACKs come before), or after 1 s.
   if (!readControl(p, now, &err) || now - closingSinceUs_ >= tuning::kCloseDrainUs) {
-    p.closeAll();
+    closePath(p);
     setPathState(p, PathState::kClosed, closedCause + "; its last ACKs are read");
     p.lastError = closedCause;
     active = -1;
@@ -980,7 +984,7 @@ void SendLink::close() {
         p.tx->sendClose();
   Health* hl = deps.health;
   for (auto& p : paths) {
-    p.closeAll();
+    closePath(p);
     setPathState(p, PathState::kClosed, "the comm is closed");
     if (hl && p.pairId >= 0) hl->unregisterPair(p.pairId);
   }
@@ -1019,7 +1023,7 @@ void RecvLink::takeIncoming(uint64_t now) {
     if (h.generation < p.generation) continue;  // a stale attempt the sender already gave up on
     if (h.generation > p.generation || p.nStreams != sh.nStreams) {
       bool wasActive = active == (int)h.pathIndex;
-      p.closeAll(&fences_);
+      closePath(p, &fences_);
       p.generation = h.generation;
       p.nStreams = sh.nStreams;
       p.rx = deps.transport->newRecvPathOn(x.localNic, sh.nStreams);
@@ -1072,7 +1076,7 @@ void RecvLink::pollConnect(Path& p, uint64_t now) {
 void RecvLink::failPath(Path& p, const std::string& why, uint64_t now, bool fault) {
   bool wasActive = active >= 0 && &paths[active] == &p;
   if (peerClosed()) {  // the sender closed the comm: nothing to report
-    p.closeAll(&fences_);
+    closePath(p, &fences_);
     setPathState(p, PathState::kClosed, closedCause);
     p.lastError = closedCause;
     if (wasActive) active = -1;
@@ -1086,9 +1090,7 @@ void RecvLink::failPath(Path& p, const std::string& why, uint64_t now, bool faul
   if (!bySender && wasUsable)
     if (Journal* j = deps.journal)
       j->path_down(secret, "recv", nicName(deps, p.localNic), addrToString(p.remote), why, wasActive, std::nullopt);
-  uint64_t t0 = nowUs();
-  p.closeAll(&fences_);
-  noteSlowCall(p, t0, "close");
+  closePath(p, &fences_);
   setPathState(p, PathState::kFailed, bySender ? "closed by the sender: " + why : why, fault && !bySender && wasUsable);
   p.lastError = why;
   p.failedAtUs = now;
@@ -1497,7 +1499,7 @@ void RecvLink::close() {
   }
   Health* hl = deps.health;
   for (auto& p : paths) {
-    p.closeAll();
+    closePath(p);
     setPathState(p, PathState::kClosed, "the comm is closed");
     if (hl && p.pairId >= 0) hl->unregisterPair(p.pairId);
   }

@@ -135,7 +135,7 @@
   NEXT(message, Str, "the error NCCL gets (NICs, peer and cause)")
 #define RO_EVENT_FIELDS_transport_slow(FIRST, NEXT)                                   \
   RO_PATH_FIELDS(FIRST, NEXT)                                                           \
-  NEXT(call, Str, "progress (moving data, completions, control messages) or close (fencing and releasing a failed path)") \
+  NEXT(call, Str, "progress (moving data, completions, control messages) or close (fencing and releasing a path: a failed one, the old active one of a failover or failback, or those of a comm being closed)") \
   NEXT(us, U64, "how long the call held the thread, µs")
 #define RO_EVENT_FIELDS_health_late(FIRST, NEXT)                     \
   FIRST(late_us, U64, "how late the health thread woke this round, µs") \

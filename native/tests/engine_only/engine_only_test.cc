@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 
 #include "common/tuning.h"
@@ -232,6 +233,36 @@ TEST_F(EngineOnly, ASlowCloseOfAFailedPathIsJournaled) {
   EXPECT_EQ(jsonField(lines[0], "call"), "close");
   EXPECT_EQ(jsonField(lines[0], "dir"), "send");
   EXPECT_EQ(send->counters.failovers, 1u);
+}
+
+// A failback fences the old active path (the standby again) in activate(); a close there that
+// holds the thread is named as well: every close of a path goes through the timed close, not
+// only that of a failed path.
+TEST_F(EngineOnly, ASlowCloseOfTheOldPathAtFailbackIsJournaled) {
+  connectComm();
+  w(0, kA0)->broken = true;
+  Stats st = run(200, mixed, 8);  // fails over to the standby
+  ASSERT_EQ(st.delivered, 200u);
+  ASSERT_EQ(activeNic(), 1);
+  size_t mark = journalSize();
+  w(1, kA1)->slowCloses = 1;  // the close of the standby path when traffic moves back
+  w(1, kA1)->slowCallUs = tuning::kSlowTransportCallUs + 50000;
+  w(0, kA0)->broken = false;
+  auto t0 = std::chrono::steady_clock::now();
+  while (send->counters.failbacks == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10)) {
+    st = run(100, mixed, 8);
+    ASSERT_EQ(st.delivered, 100u);
+  }
+  ASSERT_EQ(send->counters.failbacks, 1u);
+  EXPECT_EQ(activeNic(), 0);
+  EXPECT_EQ(w(1, kA1)->slowCloses, 0) << "the old active path was never closed";
+  auto lines = journalEvents(mark, {"transport_slow"});
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(jsonField(lines[0], "call"), "close");
+  EXPECT_EQ(jsonField(lines[0], "dir"), "send");
+  EXPECT_EQ(jsonField(lines[0], "nic"), "n1");
+  st = run(100, mixed, 8);
+  EXPECT_EQ(st.delivered, 100u);
 }
 
 }  // namespace
