@@ -1180,16 +1180,33 @@ void RecvLink::finishResume(uint64_t now) {
     resumeWait_ = ResumeWait();
     return;
   }
+  ResumeWait& rw = resumeWait_;
   fences_.erase(std::remove_if(fences_.begin(), fences_.end(),
-                               [](const std::shared_ptr<FenceWait>& w) { return w->done.load(std::memory_order_acquire); }),
+                               [&rw](const std::shared_ptr<FenceWait>& w) {
+                                 if (!w->done.load(std::memory_order_acquire)) return false;
+                                 uint64_t end = w->endUs.load(std::memory_order_relaxed);
+                                 if (end > rw.sinceUs && end >= rw.fenceEndUs)  // it held the answer back
+                                   rw.fenceQueuedUs = w->queuedUs, rw.fenceStartUs = w->startUs.load(std::memory_order_relaxed),
+                                   rw.fenceEndUs = end;
+                                 return true;
+                               }),
                 fences_.end());
   if (!fences_.empty()) return;  // an older path may still write: no answer yet
   uint64_t fromSeq = resumeWait_.fromSeq, waitedUs = now - resumeWait_.sinceUs;
   bool switched = resumeWait_.switched;
   int idx = resumeWait_.idx;
+  // Where the wait went (journal `resume`, and the log line below): the fence's queue on its
+  // way to a fence thread, its run there, and the comm's progress noticing it ended.
+  auto span = [](uint64_t a, uint64_t b) { return a && b > a ? b - a : 0; };
+  uint64_t fenceQueueUs = span(rw.fenceQueuedUs, rw.fenceStartUs), fenceRunUs = span(rw.fenceStartUs, rw.fenceEndUs),
+           fenceToAnswerUs = span(rw.fenceEndUs, now);
+  if (!waitedUs) fenceQueueUs = fenceRunUs = fenceToAnswerUs = 0;  // it ended while this call began: no wait
   resumeWait_ = ResumeWait();
   std::string why = "RESUME at seq " + std::to_string(fromSeq);
-  if (waitedUs >= 1000) why += " (answered after the old path's fence, " + std::to_string(waitedUs / 1000) + " ms)";
+  auto ms = [](uint64_t us) { return std::to_string(us / 1000) + "." + std::to_string(us / 100 % 10); };
+  if (waitedUs >= 1000)
+    why += " (answered after the old path's fence, " + ms(waitedUs) + " ms: its queue " + ms(fenceQueueUs) +
+           " ms, its run " + ms(fenceRunUs) + " ms, then " + ms(fenceToAnswerUs) + " ms to the answer)";
   setPathState(p, PathState::kActive, why);
   active = idx;
   noPathSinceUs = 0;
@@ -1205,7 +1222,8 @@ void RecvLink::finishResume(uint64_t now) {
   if (switched) {
     counters.resumes++;
     if (Journal* j = deps.journal)
-      j->resume(secret, "recv", nicName(deps, p.localNic), addrToString(p.remote), nextComplete_);
+      j->resume(secret, "recv", nicName(deps, p.localNic), addrToString(p.remote), nextComplete_, waitedUs, fenceQueueUs,
+                fenceRunUs, fenceToAnswerUs);
   }
 }
 

@@ -509,6 +509,9 @@ class RecvLink : public Link, public RecvSink {
     uint64_t fromSeq = 0;
     uint64_t sinceUs = 0;    // when the RESUME arrived
     bool switched = false;   // a failover (counted, journaled), not the first activation
+    // Of the fences that ended after the RESUME arrived, the one that ended last (it held the
+    // answer back): its FenceWait times, µs (0 = none).
+    uint64_t fenceQueuedUs = 0, fenceStartUs = 0, fenceEndUs = 0;
   };
   ResumeWait resumeWait_;
 };

@@ -123,7 +123,11 @@
   NEXT(dir, Str, "recv")                      \
   NEXT(nic, Str, "local NIC of the path")     \
   NEXT(peer, Str, "peer address of the path") \
-  NEXT(next_seq, U64, "next message sequence number the receiver expects")
+  NEXT(next_seq, U64, "next message sequence number the receiver expects") \
+  NEXT(waited_us, U64, "from the RESUME's arrival to the answer, µs (0: answered at once)") \
+  NEXT(fence_queue_us, U64, "of the old path's fence the answer waited for (the one that ended last; all three 0 when none): from its hand-off to a fence thread's start, µs") \
+  NEXT(fence_us, U64, "that fence's run on its thread (RDMA: QP to ERR and drained), µs") \
+  NEXT(fence_to_answer_us, U64, "from that fence's end to the answer (until the comm's progress saw it), µs")
 #define RO_EVENT_FIELDS_flap(FIRST, NEXT)     \
   FIRST(comm, Comm, "comm id")                \
   NEXT(nic, Str, "local NIC of the path")     \

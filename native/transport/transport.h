@@ -191,8 +191,13 @@ class RecvSink {
 // A receive path's fence still running off the caller's thread (RecvPath::fenceAsync).
 // `done` turns true (release store) once nothing sent on the fenced path can land in a
 // receive buffer. Shared by the transport's fence job and the engine; thread-safe.
+// The times (nowUs(), µs; 0 = not known) say where a slow fence spent its time; the job sets
+// startUs and endUs before its release store of `done`, so a reader that saw `done` sees them.
 struct FenceWait {
   std::atomic<bool> done{false};
+  uint64_t queuedUs = 0;               // fenceAsync() handed the fence to its thread (set before sharing)
+  std::atomic<uint64_t> startUs{0};    // a fence thread began it
+  std::atomic<uint64_t> endUs{0};      // it finished (QP in ERR and drained, or given up)
 };
 
 // The receive side of one path (sender -> receiver).

@@ -70,6 +70,22 @@ def test_cycle_record_from_journal_events():
     assert none["failovers"] == 0 and none["fault_to_failover_a_ms"] is None and none["fatal"] == 1
 
 
+def test_resume_waits_split_into_the_fences_queue_run_and_answer():
+    b = [_ev("resume", 10, waited_us=13_000, fence_queue_us=1000, fence_us=9000, fence_to_answer_us=3000),
+         _ev("resume", 20, waited_us=0, fence_queue_us=0, fence_us=0, fence_to_answer_us=0),  # answered at once
+         _ev("resume", 30, next_seq=4)]  # a journal from before the split: left out
+    r = R.cycle_record(0, 0, 1, [_ev("failover", 5, convergence_us=5000)], b)
+    assert r["resume_wait_ms"] == [13.0, 0.0]
+    assert r["resume_fence_queue_ms"] == [1.0] and r["resume_fence_ms"] == [9.0]
+    assert r["resume_fence_to_answer_ms"] == [3.0]
+    s = R.kind_summary("cable-pull", [r])
+    assert s["resume_wait_ms"]["n"] == 2 and s["resume_fence_ms"]["max"] == 9.0
+    detail = R._resume_wait_detail(s)
+    assert "RESUME answers waited p50 6.5, max 13.0 ms" in detail, detail
+    assert "1 of 2 on the old path's fence" in detail and "run 9.0/9.0" in detail, detail
+    assert R._resume_wait_detail(R.kind_summary("cable-pull", [R.cycle_record(0, 0, 1, [], [])])) == ""
+
+
 def test_kind_summary_counts_every_failover_and_missing_ones():
     cycles = [R.cycle_record(i, 0, 1, [_ev("failover", 1000 * (i + 1), convergence_us=1000 * (i + 1))],
                              [_ev("failover", 5, convergence_us=100_000), _ev("failback", 9, convergence_us=500)])

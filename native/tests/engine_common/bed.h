@@ -24,6 +24,7 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
@@ -103,6 +104,13 @@ inline std::string jsonField(const std::string& line, const std::string& key) {
     v += line[i];
   }
   return v;
+}
+// The integer field `key` of a journal line; -1 when it is missing or not an integer.
+inline long long jsonInt(const std::string& line, const std::string& key) {
+  std::string k = "\"" + key + "\":";
+  size_t i = line.find(k);
+  if (i == std::string::npos || i + k.size() >= line.size() || !isdigit((unsigned char)line[i + k.size()])) return -1;
+  return std::stoll(line.substr(i + k.size()));
 }
 // One journal line of a comm, as the transition tests read them: a path_state event
 // ("dir", "nic", "from", "to", "reason") or another event (only `event` and `dir` set).

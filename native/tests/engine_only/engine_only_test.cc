@@ -139,8 +139,10 @@ TEST_F(EngineOnly, PartialProgressKeepsOrder) {
 // and no path is active at the receiver. Then the comm goes on with every byte right.
 TEST_F(EngineOnly, ResumeIsAnsweredOnlyAfterTheOldPathsFenceFinished) {
   connectComm();
+  size_t mark = journalSize();
   w(0, kA0)->slowFence = true;
   bool broke = false, released = false;
+  uint64_t queuedUs = 0, startUs = 0, endUs = 0;  // the held fence's times, as a fence thread sets them
   int heldTurns = 0;              // turns with the fence held and the sender waiting for RESUME_ACK
   bool answeredEarly = false;
   Stats st = run(300, mixed, 8, [&](int k) {
@@ -156,8 +158,14 @@ TEST_F(EngineOnly, ResumeIsAnsweredOnlyAfterTheOldPathsFenceFinished) {
     if (send->state() == LinkState::kResuming) {
       // The sender waits for RESUME_ACK: keep the fence pending long enough for the receiver
       // to have answered many times over had it not waited.
-      if (++heldTurns >= 200) {
-        for (auto& f : held) f->done.store(true);
+      if (heldTurns++ == 0) {
+        queuedUs = held.back()->queuedUs;
+        startUs = nowUs();
+        for (auto& f : held) f->startUs.store(startUs);
+      }
+      if (heldTurns >= 200) {
+        endUs = nowUs();
+        for (auto& f : held) f->endUs.store(endUs), f->done.store(true);
         released = true;
       }
     }
@@ -169,6 +177,19 @@ TEST_F(EngineOnly, ResumeIsAnsweredOnlyAfterTheOldPathsFenceFinished) {
   EXPECT_FALSE(answeredEarly) << "the receiver activated the standby while the old path's fence was running";
   EXPECT_EQ(send->counters.failovers, 1u);
   EXPECT_EQ(activeNic(), 1);
+  // The receiver's journal says where its answer waited: the fence's queue and run (the times
+  // its fence thread set) and the rest until its progress answered.
+  auto lines = journalEvents(mark, {"resume"});
+  ASSERT_EQ(lines.size(), 1u);
+  ASSERT_GT(queuedUs, 0u);
+  ASSERT_GE(startUs, queuedUs);
+  EXPECT_EQ(jsonInt(lines[0], "fence_queue_us"), (long long)(startUs - queuedUs)) << lines[0];
+  EXPECT_EQ(jsonInt(lines[0], "fence_us"), (long long)(endUs - startUs)) << lines[0];
+  long long waited = jsonInt(lines[0], "waited_us");
+  EXPECT_GT(waited, 0) << "the RESUME was answered only after the fence: " << lines[0];
+  long long toAnswer = jsonInt(lines[0], "fence_to_answer_us");
+  EXPECT_GE(toAnswer, 0) << lines[0];
+  EXPECT_LE(toAnswer, waited) << lines[0];
 }
 
 // A fence that never finishes (an HCA that stopped answering) leaves the RESUME unanswered;

@@ -43,6 +43,7 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "failover/link.h"
 #include "plugin/devices.h"
 #include "transport/transport.h"
@@ -279,6 +280,7 @@ class FakeRecvPath : public RecvPath {
     fence();
     if (!slow) return nullptr;
     auto f = std::make_shared<FenceWait>();
+    f->queuedUs = nowUs();  // the test that releases it sets startUs and endUs
     w->heldFences.push_back(f);
     return f;
   }

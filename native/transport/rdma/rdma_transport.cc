@@ -499,11 +499,14 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
     conn_.reset();
     if (stage_ != kReady) return nullptr;  // no endpoint went back: the sender cannot write
     auto w = std::make_shared<FenceWait>();
+    w->queuedUs = nowUs();
     auto sh = sh_;
     RdmaTransport* t = &t_;
     int nic = nic_;
     t_.fencer().run([sh, w, t, nic]() mutable {
+      w->startUs.store(nowUs(), std::memory_order_relaxed);
       fenceAndReport(*t, nic, *sh->path);
+      w->endUs.store(nowUs(), std::memory_order_relaxed);
       w->done.store(true, std::memory_order_release);
       retire(t->worker(), sh);  // destruction stays on the worker
     });

@@ -147,6 +147,11 @@ def cycle_record(i: int, applied_us: int, undone_us: Optional[int], new_a: Seque
     fo_a = [e for e in new_a if e.get("event") == "failover"]
     downs = [e for e in list(new_a) + list(new_b) if e.get("event") == "path_down" and e.get("active")]
     fb = [e for e in list(new_a) + list(new_b) if e.get("event") == "failback"]
+    # The receivers' RESUME answers (failovers and failbacks): how long each waited, and for the
+    # ones that waited on the old path's fence, that fence's queue, run and the time from its end
+    # to the answer (journals of plugins before 2026-12-04 lack these fields: left out).
+    res = [e for e in list(new_a) + list(new_b) if e.get("event") == "resume" and e.get("waited_us") is not None]
+    waited = [e for e in res if e["waited_us"] > 0 and e.get("fence_us")]
     return {
         "i": i, "applied_us": applied_us, "undone_us": undone_us,
         "failovers": len(fo), "failovers_a": len(fo_a), "failovers_b": len(fo) - len(fo_a),
@@ -155,6 +160,10 @@ def cycle_record(i: int, applied_us: int, undone_us: Optional[int], new_a: Seque
         "fault_to_failover_a_ms": ((min(e["t_us"] for e in fo_a) - applied_us) / 1e3) if fo_a else None,
         "failback_convergence_ms": [e["convergence_us"] / 1e3 for e in fb if e.get("convergence_us") is not None],
         "failbacks": len(fb),
+        "resume_wait_ms": [e["waited_us"] / 1e3 for e in res],
+        "resume_fence_queue_ms": [e["fence_queue_us"] / 1e3 for e in waited],
+        "resume_fence_ms": [e["fence_us"] / 1e3 for e in waited],
+        "resume_fence_to_answer_ms": [e["fence_to_answer_us"] / 1e3 for e in waited],
         "fatal": sum(1 for e in list(new_a) + list(new_b) if e.get("event") == "fatal"),
         "bytes_resent": sum(int(e.get("bytes_resent") or 0) for e in fo),
     }
@@ -172,6 +181,8 @@ def kind_summary(kind: str, cycles: Sequence[Mapping[str, Any]]) -> Dict[str, An
         "detection_ms": C.summary([x for c in cycles for x in c["detection_ms"]]),
         "fault_to_failover_a_ms": C.summary([c["fault_to_failover_a_ms"] for c in cycles]),
         "failback_convergence_ms": C.summary([x for c in cycles for x in c["failback_convergence_ms"]]),
+        **{k: C.summary([x for c in cycles for x in c.get(k, ())])
+           for k in ("resume_wait_ms", "resume_fence_queue_ms", "resume_fence_ms", "resume_fence_to_answer_ms")},
         "fatal": sum(c["fatal"] for c in cycles),
         "bytes_resent": sum(c["bytes_resent"] for c in cycles),
         "cycles": list(cycles),
@@ -209,6 +220,20 @@ def bw_ratios(rows: Sequence[Mapping[str, Any]]) -> Dict[int, Dict[str, Any]]:
     return out
 
 
+def _resume_wait_detail(r: Mapping[str, Any]) -> str:
+    """'; receivers' RESUME answers: ...' for a kind summary whose journals carry the split, else ''."""
+    w, f = r.get("resume_wait_ms") or {}, r.get("resume_fence_ms") or {}
+    if not w.get("n"):
+        return ""
+    out = f"; RESUME answers waited p50 {C.fmt(w['p50'], 1)}, max {C.fmt(w['max'], 1)} ms"
+    if f.get("n"):
+        q, a = r["resume_fence_queue_ms"], r["resume_fence_to_answer_ms"]
+        out += (f" ({f['n']} of {w['n']} on the old path's fence: its queue p50/max {C.fmt(q['p50'], 1)}/"
+                f"{C.fmt(q['max'], 1)}, run {C.fmt(f['p50'], 1)}/{C.fmt(f['max'], 1)}, end to answer "
+                f"{C.fmt(a['p50'], 1)}/{C.fmt(a['max'], 1)} ms)")
+    return out
+
+
 def add_targets(rep: C.Report, kinds: Mapping[str, Mapping[str, Any]], bw: Mapping[int, Mapping[str, Any]],
                 bare: Sequence[Mapping[str, Any]] = ()) -> None:
     """The issue's targets on the measured figures (judged as measured, whatever the bed)."""
@@ -218,7 +243,8 @@ def add_targets(rep: C.Report, kinds: Mapping[str, Mapping[str, Any]], bw: Mappi
         rep.add_target(f"rdma: {kind} convergence (journal convergence_us), p99", c["p99"], "<=", lim, "ms",
                        detail=f"p50 {C.fmt(c['p50'], 1)}, max {C.fmt(c['max'], 1)} ms over {c['n']} failovers "
                               f"({r['faults']} faults); detection p50 {C.fmt(r['detection_ms']['p50'], 1)} ms; "
-                              f"fault -> failover in A p50 {C.fmt(r['fault_to_failover_a_ms']['p50'], 1)} ms")
+                              f"fault -> failover in A p50 {C.fmt(r['fault_to_failover_a_ms']['p50'], 1)} ms"
+                              + _resume_wait_detail(r))
         rep.add_target(f"rdma: {kind} faults without a failover", r["faults_without_failover"], "==", 0)
         rep.add_target(f"rdma: {kind} fatal errors", r["fatal"], "==", 0)
     for size, b in bw.items():
