@@ -111,7 +111,7 @@ constexpr uint64_t kQueuedMemoryUs = 30000000;
 // thread ~3 s right after a cable pull (docs/BENCHMARKS.md, fence-thread runs). Progress calls
 // take microseconds on real HCAs and a few ms on the TCG bed; 200 ms is far above both.
 constexpr uint64_t kSlowTransportCallUs = 200000;
-// ... at most one such line per link per this, µs (1 s).
+// ... at most one such line per link and kind of call (progress, close) per this, µs (1 s).
 constexpr uint64_t kSlowTransportLogIntervalUs = 1000000;
 
 // The health thread journals its late wake-ups (health_late) at most once per this, µs (1 s):

@@ -202,8 +202,9 @@ std::string Link::describe(const Path& p) const {
 void Link::noteSlowCall(const Path& p, uint64_t t0, const char* call) {
   uint64_t t1 = nowUs();
   if (t1 - t0 < tuning::kSlowTransportCallUs) return;
-  if (lastSlowCallLogUs && t1 - lastSlowCallLogUs < tuning::kSlowTransportLogIntervalUs) return;
-  lastSlowCallLogUs = t1;
+  uint64_t& last = lastSlowCallLogUs[std::strcmp(call, "close") == 0];  // progress and close apart
+  if (last && t1 - last < tuning::kSlowTransportLogIntervalUs) return;
+  last = t1;
   std::string where = describe(p);
   RO_WARN_EVENT("railover: %s comm %016llx path %s: a %s call into its transport held this thread %llu ms", dir(),
                 (unsigned long long)secret, where.c_str(), call, (unsigned long long)((t1 - t0) / 1000));
@@ -1195,12 +1196,16 @@ void RecvLink::finishResume(uint64_t now) {
   uint64_t fromSeq = resumeWait_.fromSeq, waitedUs = now - resumeWait_.sinceUs;
   bool switched = resumeWait_.switched;
   int idx = resumeWait_.idx;
-  // Where the wait went (journal `resume`, and the log line below): the fence's queue on its
-  // way to a fence thread, its run there, and the comm's progress noticing it ended.
+  // Where the wait went (journal `resume`, and the log line below), each part clipped to the
+  // RESUME's arrival: until a fence thread started the fence, while it ran, and from its end
+  // until the comm's progress saw it. With the fence queued before the RESUME arrived, the three
+  // add up to waitedUs; queued later, the rest is before its hand-off.
   auto span = [](uint64_t a, uint64_t b) { return a && b > a ? b - a : 0; };
-  uint64_t fenceQueueUs = span(rw.fenceQueuedUs, rw.fenceStartUs), fenceRunUs = span(rw.fenceStartUs, rw.fenceEndUs),
-           fenceToAnswerUs = span(rw.fenceEndUs, now);
-  if (!waitedUs) fenceQueueUs = fenceRunUs = fenceToAnswerUs = 0;  // it ended while this call began: no wait
+  uint64_t fenceQueueUs = 0, fenceRunUs = 0, fenceToAnswerUs = 0;
+  if (waitedUs && rw.fenceQueuedUs && rw.fenceStartUs) {  // waitedUs 0: it ended as this call began, no wait
+    uint64_t q = std::max(rw.fenceQueuedUs, rw.sinceUs), st = std::max(rw.fenceStartUs, rw.sinceUs);
+    fenceQueueUs = span(q, st), fenceRunUs = span(st, rw.fenceEndUs), fenceToAnswerUs = span(rw.fenceEndUs, now);
+  }
   resumeWait_ = ResumeWait();
   std::string why = "RESUME at seq " + std::to_string(fromSeq);
   auto ms = [](uint64_t us) { return std::to_string(us / 1000) + "." + std::to_string(us / 100 % 10); };

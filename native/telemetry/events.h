@@ -57,7 +57,7 @@
                      "answers")                                                                                    \
   EVENT(transport_slow, "a call into a path's transport held the calling thread (NCCL's, or the sweeper) for "  \
                         "longer than 200 ms: no other path of that thread moved meanwhile (at most one line a "  \
-                        "second per comm and direction)")                                                                        \
+                        "second per comm, direction and kind of call)")                                                          \
   EVENT(size_loss_ignored, "a probe burst lost its full-size probes but TCP data was still acknowledged: "      \
                            "congestion, not a size-dependent black hole; no verdict")
 
@@ -125,9 +125,9 @@
   NEXT(peer, Str, "peer address of the path") \
   NEXT(next_seq, U64, "next message sequence number the receiver expects") \
   NEXT(waited_us, U64, "from the RESUME's arrival to the answer, µs (0: answered at once)") \
-  NEXT(fence_queue_us, U64, "of the old path's fence the answer waited for (the one that ended last; all three 0 when none): from its hand-off to a fence thread's start, µs") \
-  NEXT(fence_us, U64, "that fence's run on its thread (RDMA: QP to ERR and drained), µs") \
-  NEXT(fence_to_answer_us, U64, "from that fence's end to the answer (until the comm's progress saw it), µs")
+  NEXT(fence_queue_us, U64, "of that wait, the part until a fence thread started the old path's fence (the one that ended last; all three parts 0 when the answer waited for no fence), µs") \
+  NEXT(fence_us, U64, "the part while that fence ran (RDMA: QP to ERR and drained), µs") \
+  NEXT(fence_to_answer_us, U64, "the part from that fence's end to the answer (until the comm's progress saw it), µs")
 #define RO_EVENT_FIELDS_flap(FIRST, NEXT)     \
   FIRST(comm, Comm, "comm id")                \
   NEXT(nic, Str, "local NIC of the path")     \
@@ -139,7 +139,7 @@
   NEXT(message, Str, "the error NCCL gets (NICs, peer and cause)")
 #define RO_EVENT_FIELDS_transport_slow(FIRST, NEXT)                                   \
   RO_PATH_FIELDS(FIRST, NEXT)                                                           \
-  NEXT(call, Str, "progress (moving data, completions, control messages) or close (fencing and releasing a path: a failed one, the old active one of a failover or failback, or those of a comm being closed)") \
+  NEXT(call, Str, "progress (moving data, completions, control messages) or close (fencing and releasing a path: a failed one, the old active one of a failover or failback, one a reconnect replaces, or those of a comm being closed)") \
   NEXT(us, U64, "how long the call held the thread, µs")
 #define RO_EVENT_FIELDS_health_late(FIRST, NEXT)                     \
   FIRST(late_us, U64, "how late the health thread woke this round, µs") \

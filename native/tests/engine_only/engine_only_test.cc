@@ -183,13 +183,15 @@ TEST_F(EngineOnly, ResumeIsAnsweredOnlyAfterTheOldPathsFenceFinished) {
   ASSERT_EQ(lines.size(), 1u);
   ASSERT_GT(queuedUs, 0u);
   ASSERT_GE(startUs, queuedUs);
-  EXPECT_EQ(jsonInt(lines[0], "fence_queue_us"), (long long)(startUs - queuedUs)) << lines[0];
-  EXPECT_EQ(jsonInt(lines[0], "fence_us"), (long long)(endUs - startUs)) << lines[0];
-  long long waited = jsonInt(lines[0], "waited_us");
+  long long waited = jsonInt(lines[0], "waited_us"), queue = jsonInt(lines[0], "fence_queue_us"),
+            run = jsonInt(lines[0], "fence_us"), toAnswer = jsonInt(lines[0], "fence_to_answer_us");
   EXPECT_GT(waited, 0) << "the RESUME was answered only after the fence: " << lines[0];
-  long long toAnswer = jsonInt(lines[0], "fence_to_answer_us");
-  EXPECT_GE(toAnswer, 0) << lines[0];
-  EXPECT_LE(toAnswer, waited) << lines[0];
+  ASSERT_TRUE(queue >= 0 && run >= 0 && toAnswer >= 0) << lines[0];
+  // The parts lie inside the wait (clipped to the RESUME's arrival) and inside the fence's times.
+  EXPECT_GT(run, 0) << "the fence ended after the RESUME arrived, so part of the wait was its run: " << lines[0];
+  EXPECT_LE(run, (long long)(endUs - startUs)) << lines[0];
+  EXPECT_LE(queue, (long long)(startUs - queuedUs)) << lines[0];
+  EXPECT_LE(queue + run + toAnswer, waited) << lines[0];
 }
 
 // A fence that never finishes (an HCA that stopped answering) leaves the RESUME unanswered;
@@ -225,7 +227,9 @@ TEST_F(EngineOnly, AProgressCallThatHoldsTheThreadIsJournaledOnce) {
   EXPECT_FALSE(st.timedOut);
   EXPECT_EQ(st.delivered, 20u);
   EXPECT_EQ(w(0, kA0)->slowCalls, 0) << "the slow calls did not happen";
-  auto lines = journalEvents(mark, {"transport_slow"});
+  std::vector<std::string> lines;  // a call descheduled for 200 ms on a busy host may add its own line
+  for (auto& l : journalEvents(mark, {"transport_slow"}))
+    if (jsonField(l, "dir") == "send" && jsonField(l, "call") == "progress") lines.push_back(l);
   ASSERT_EQ(lines.size(), 1u) << "two slow calls within a second: one line";
   EXPECT_EQ(jsonField(lines[0], "dir"), "send");
   EXPECT_EQ(jsonField(lines[0], "nic"), "n0");
@@ -249,10 +253,10 @@ TEST_F(EngineOnly, ASlowCloseOfAFailedPathIsJournaled) {
   EXPECT_FALSE(st.timedOut);
   EXPECT_EQ(st.delivered, 60u);
   EXPECT_EQ(w(0, kA0)->slowCloses, 0) << "the failed path was never closed";
-  auto lines = journalEvents(mark, {"transport_slow"});
+  std::vector<std::string> lines;  // a call descheduled for 200 ms on a busy host may add its own line
+  for (auto& l : journalEvents(mark, {"transport_slow"}))
+    if (jsonField(l, "call") == "close" && jsonField(l, "dir") == "send") lines.push_back(l);
   ASSERT_EQ(lines.size(), 1u);
-  EXPECT_EQ(jsonField(lines[0], "call"), "close");
-  EXPECT_EQ(jsonField(lines[0], "dir"), "send");
   EXPECT_EQ(send->counters.failovers, 1u);
 }
 
@@ -277,11 +281,11 @@ TEST_F(EngineOnly, ASlowCloseOfTheOldPathAtFailbackIsJournaled) {
   ASSERT_EQ(send->counters.failbacks, 1u);
   EXPECT_EQ(activeNic(), 0);
   EXPECT_EQ(w(1, kA1)->slowCloses, 0) << "the old active path was never closed";
-  auto lines = journalEvents(mark, {"transport_slow"});
+  // Only this close counts: a call descheduled for 200 ms on a busy host may add its own line.
+  std::vector<std::string> lines;
+  for (auto& l : journalEvents(mark, {"transport_slow"}))
+    if (jsonField(l, "call") == "close" && jsonField(l, "dir") == "send" && jsonField(l, "nic") == "n1") lines.push_back(l);
   ASSERT_EQ(lines.size(), 1u);
-  EXPECT_EQ(jsonField(lines[0], "call"), "close");
-  EXPECT_EQ(jsonField(lines[0], "dir"), "send");
-  EXPECT_EQ(jsonField(lines[0], "nic"), "n1");
   st = run(100, mixed, 8);
   EXPECT_EQ(st.delivered, 100u);
 }
