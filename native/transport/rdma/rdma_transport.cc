@@ -787,18 +787,31 @@ void FenceRunner::loop() {
     std::function<void()> job = std::move(q_.front());
     q_.pop_front();
     ++busy_;
-    // Keep `spares_` threads free for the next fences: one more is started here, off the
-    // caller's thread and outside mu_, so run() on NCCL's thread never waits for a start.
-    bool spare = !stop_ && waiting_ + starting_ - (int)q_.size() < spares_;
-    if (spare) ++starting_;
+    // Keep threads free for the next fences, started here (off the caller's thread, outside
+    // mu_), so run() on NCCL's thread seldom waits for a start. With none left free for the
+    // next fence (a burst: every comm of a dead NIC fences at once, and a fence may block for
+    // seconds), the next thread starts before this job. With another still free it starts
+    // after it, if still needed: a thread start costs ms on a loaded or emulated host (1.6 ms
+    // median, up to 36 ms on the TCG bed) and this fence holds a RESUME's answer; on the bed
+    // a start before the job put up to 17 ms between a fence's hand-off and its run.
+    int free = waiting_ + starting_ - (int)q_.size();
+    bool before = !stop_ && free <= 0 && free < spares_;
+    if (before) ++starting_;
     g.unlock();
-    if (spare) startReserved();
-    for (std::thread& t : done) t.join();  // returned from loop() already
+    if (before) startReserved();
     job();
     job = nullptr;  // what the job held is released here, never on the caller's (NCCL's) thread
+    for (std::thread& t : done) t.join();  // returned from loop() already
     g.lock();
     --busy_;
     if (busy_ == 0 && q_.empty()) idle_.notify_all();
+    // Top up to `spares_` free threads, this one (about to wait again) included.
+    if (!stop_ && waiting_ + starting_ + 1 - (int)q_.size() < spares_) {
+      ++starting_;
+      g.unlock();
+      startReserved();
+      g.lock();
+    }
   }
 }
 

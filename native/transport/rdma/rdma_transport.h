@@ -88,10 +88,13 @@ constexpr uint64_t kSlowFenceUs = 50000;
 // not wait behind each other (one NIC's loss fences every comm on it at once) nor behind QP
 // destruction on the Worker.
 //
-// The threads are started ahead of need: `spares` of them wait from construction on, and a
-// thread that takes a job first starts another (outside the lock, so run() never waits for a
-// start) when fewer than `spares` are left free: run() on NCCL's thread (a receive path's
-// fence on a failover, and on the answer to a RESUME) only queues the job and wakes a thread. Before, run() started a std::thread per fence on
+// The threads are started ahead of need: `spares` of them wait from construction on, and the
+// pool tops itself up outside the lock, so run() on NCCL's thread (a receive path's fence on a
+// failover, and on the answer to a RESUME) only queues the job and wakes a thread. A thread
+// that takes a job with no other thread left free starts one before the job (a burst); with
+// another still free it runs the job first and tops the pool up to `spares` after it, so a
+// single fence does not wait for a thread start (up to 17 ms between hand-off and run on the
+// TCG bed when every thread started its successor first). Before, run() started a std::thread per fence on
 // the caller's thread: a receive path's close on NCCL's thread took 1.6-1.8 ms at the median
 // and 10-15 ms at worst on the TCG bed (journals, docs/BENCHMARKS.md), mostly that start.
 // run() starts a thread itself only when more fences arrive at once than threads are free
