@@ -538,7 +538,7 @@ struct Gate {
 };
 
 // One fence at a time (one path's loss) never starts a thread on the caller's (NCCL's)
-// thread: the spares take it, and a thread that takes one starts the next spare itself.
+// thread: the spares take it, and with the other spare still free none is started at all.
 TEST(FenceRunner, FencesOneAtATimeRunOnSpareThreadsNotOnTheCaller) {
   FenceRunner f(2);
   EXPECT_EQ(f.threads(), 2) << "the spares wait from construction on";
