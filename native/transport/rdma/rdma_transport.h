@@ -94,9 +94,10 @@ constexpr uint64_t kSlowFenceUs = 50000;
 // that takes a job with no other thread left free starts one before the job (a burst); with
 // another still free it runs the job first and tops the pool up to `spares` after it, so a
 // single fence does not wait for a thread start (up to 17 ms between hand-off and run on the
-// TCG bed when every thread started its successor first). Before, run() started a std::thread per fence on
-// the caller's thread: a receive path's close on NCCL's thread took 1.6-1.8 ms at the median
-// and 10-15 ms at worst on the TCG bed (journals, docs/BENCHMARKS.md), mostly that start.
+// TCG bed when every thread started its successor first). Before the pool, run() started a
+// std::thread per fence on the caller's thread: a receive path's close on NCCL's thread took
+// 1.6-1.8 ms at the median and 10-15 ms at worst on the TCG bed (journals,
+// docs/BENCHMARKS.md), mostly that start.
 // run() starts a thread itself only when more fences arrive at once than threads are free
 // (counted by callerStarts()). A thread idle for idleExitMs while `spares` others wait ends;
 // it is joined by another thread of the pool or by the destructor. If no thread can be
