@@ -779,9 +779,17 @@ void FenceRunner::loop() {
         for (std::thread& t : done) t.join();
         return;
       }
-      g.unlock();
-      for (std::thread& t : done) t.join();
-      g.lock();
+      // Staying: this thread stays counted in waiting_ while it lets go of mu_ to join ended
+      // threads, or run() on NCCL's thread, finding no thread free in that window, would start
+      // one itself. A job queued meanwhile is taken as soon as it is back: the wait checks the
+      // queue before it sleeps.
+      if (!done.empty()) {
+        ++waiting_;
+        g.unlock();
+        for (std::thread& t : done) t.join();
+        g.lock();
+        --waiting_;
+      }
       continue;
     }
     std::function<void()> job = std::move(q_.front());

@@ -100,8 +100,12 @@ constexpr uint64_t kSlowFenceUs = 50000;
 // docs/BENCHMARKS.md), mostly that start.
 // run() starts a thread itself only when more fences arrive at once than threads are free
 // (counted by callerStarts()). A thread idle for idleExitMs while `spares` others wait ends;
-// it is joined by another thread of the pool or by the destructor. If no thread can be
-// started, the job runs on the caller's thread (slow, never lost). Thread-safe.
+// it is joined by another thread of the pool or by the destructor; a thread that stays while
+// it joins one stays counted as free, so run() never sees it missing. If run() can start no
+// thread, the job runs on the caller's thread (slow, never lost); a job that run() left to a
+// thread still starting, whose start then failed (a process out of threads), waits for the
+// next thread of the pool that is free (never lost, but possibly behind a blocking fence).
+// Thread-safe.
 constexpr int kFenceSpares = 2;
 constexpr int kFenceIdleExitMs = 30000;
 class FenceRunner {
