@@ -199,11 +199,12 @@ std::string Link::describe(const Path& p) const {
   return nicName(deps, p.localNic) + "->" + addrToString(p.remote) + ":" + std::to_string(portOf(p.remote));
 }
 
-void Link::noteSlowCall(const Path& p, uint64_t t0, const char* call) {
+void Link::noteSlowCall(const Path& p, uint64_t t0, SlowCall kind) {
   uint64_t t1 = nowUs();
   if (t1 - t0 < tuning::kSlowTransportCallUs) return;
-  uint64_t& last = lastSlowCallLogUs[std::strcmp(call, "close") == 0];  // progress and close apart
+  uint64_t& last = lastSlowCallLogUs[(int)kind];
   if (last && t1 - last < tuning::kSlowTransportLogIntervalUs) return;
+  const char* call = kind == SlowCall::kClose ? "close" : kind == SlowCall::kOpen ? "open" : "progress";
   last = t1;
   std::string where = describe(p);
   RO_WARN_EVENT("railover: %s comm %016llx path %s: a %s call into its transport held this thread %llu ms", dir(),
@@ -215,7 +216,7 @@ void Link::noteSlowCall(const Path& p, uint64_t t0, const char* call) {
 void Link::closePath(Path& p, std::vector<std::shared_ptr<FenceWait>>* pending) {
   uint64_t t0 = nowUs();
   p.closeAll(pending);
-  noteSlowCall(p, t0, "close");
+  noteSlowCall(p, t0, SlowCall::kClose);
 }
 
 void Link::setPathState(Path& p, PathState to, const std::string& why, bool fault) {
@@ -404,7 +405,11 @@ void SendLink::startConnect(Path& p, uint64_t now, const std::string& why) {
   id.generation = p.generation;
   ChunkPolicy chunks{d.cfg->minChunkBytes, d.cfg->maxChunkBytes};
   std::string err;
+  // Timed like a close: the verbs transport creates the path's CQ and QPs here, on the caller's
+  // (NCCL's) thread when a failed path is retried.
+  uint64_t t0 = nowUs();
   p.tx = d.transport->openSendPath(p.localNic, p.remote, p.remoteLen, nStreams, id, chunks, &err);
+  noteSlowCall(p, t0, SlowCall::kOpen);
   if (!p.tx) failPath(p, err, now);
 }
 
@@ -835,13 +840,13 @@ void SendLink::progress(bool fromSweeper) {
     std::string err;
     uint64_t t0 = nowUs();
     if (!readControl(p, now, &err)) {
-      noteSlowCall(p, t0, "progress");
+      noteSlowCall(p, t0, SlowCall::kProgress);
       failPath(p, err, now);
       continue;
     }
     // While resuming nothing but the RESUME is queued (enqueueMsg waits for the RESUME_ACK).
     int moved = p.tx->progress(&err);
-    noteSlowCall(p, t0, "progress");
+    noteSlowCall(p, t0, SlowCall::kProgress);
     if (moved < 0) {
       failPath(p, err, now);
       continue;
@@ -1419,7 +1424,7 @@ void RecvLink::progress() {
   std::string err;
   uint64_t t0 = nowUs();
   bool ok = p.rx && p.rx->progress(*this, &err) >= 0;
-  noteSlowCall(p, t0, "progress");
+  noteSlowCall(p, t0, SlowCall::kProgress);
   if (ok && nextComplete_ > ackSent_) {
     CtlMsg m;
     m.type = CtlType::kAck;

@@ -193,18 +193,22 @@ class Link {
   uint64_t noPathSinceUs = 0;
   uint64_t lastSlowTickUs = 0;
   uint64_t seenEpoch = 0;
-  // A call into path p's transport (`call`: "progress", or "close": fencing and releasing
-  // the path, see closePath) that began at t0 (nowUs()) and held the thread longer than
-  // tuning::kSlowTransportCallUs: logged and journaled (transport_slow), at most once per
-  // tuning::kSlowTransportLogIntervalUs per link and kind of call (a slow progress does not
-  // hide a slow close). Caller holds mu.
-  void noteSlowCall(const Path& p, uint64_t t0, const char* call);
+  // The kinds of call into a path's transport that are timed (journal `call`: "progress",
+  // "close": fencing and releasing the path, see closePath; "open": creating a send path and
+  // starting its connect, see SendLink::startConnect).
+  enum class SlowCall { kProgress, kClose, kOpen };
+  static constexpr int kSlowCallKinds = 3;
+  // A call into path p's transport of kind `call` that began at t0 (nowUs()) and held the
+  // thread longer than tuning::kSlowTransportCallUs: logged and journaled (transport_slow), at
+  // most once per tuning::kSlowTransportLogIntervalUs per link and kind of call (a slow
+  // progress does not hide a slow close). Caller holds mu.
+  void noteSlowCall(const Path& p, uint64_t t0, SlowCall call);
   // p.closeAll(pending), timed: a close that held the thread is journaled as call "close"
   // (noteSlowCall). Every close of a path by a live link goes through here: a failed path, the
   // old active path fenced by a failover or failback, a path replaced by a reconnect, and the
   // paths of a comm NCCL closes. Caller holds mu.
   void closePath(Path& p, std::vector<std::shared_ptr<FenceWait>>* pending = nullptr);
-  uint64_t lastSlowCallLogUs[2] = {0, 0};  // noteSlowCall's last line: [0] progress, [1] close
+  uint64_t lastSlowCallLogUs[kSlowCallKinds] = {};  // noteSlowCall's last line, by SlowCall
   LinkCounters counters;
   std::string peerName;  // for logs: peer address of the primary path
   std::string describe(const Path& p) const;

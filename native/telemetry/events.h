@@ -139,7 +139,7 @@
   NEXT(message, Str, "the error NCCL gets (NICs, peer and cause)")
 #define RO_EVENT_FIELDS_transport_slow(FIRST, NEXT)                                   \
   RO_PATH_FIELDS(FIRST, NEXT)                                                           \
-  NEXT(call, Str, "progress (moving data, completions, control messages) or close (fencing and releasing a path: a failed one, the old active one of a failover or failback, one a reconnect replaces, or those of a comm being closed)") \
+  NEXT(call, Str, "progress (moving data, completions, control messages) or close (fencing and releasing a path: a failed one, the old active one of a failover or failback, one a reconnect replaces, or those of a comm being closed), or open (creating a send path and starting its connect: the verbs transport's CQ and QPs, at a retry on NCCL's thread)") \
   NEXT(us, U64, "how long the call held the thread, µs")
 #define RO_EVENT_FIELDS_health_late(FIRST, NEXT)                     \
   FIRST(late_us, U64, "how late the health thread woke this round, µs") \

@@ -290,4 +290,31 @@ TEST_F(EngineOnly, ASlowCloseOfTheOldPathAtFailbackIsJournaled) {
   EXPECT_EQ(st.delivered, 100u);
 }
 
+// A retry re-creates the failed path (the verbs transport makes its CQ and QPs there, on the
+// caller's thread); an open that holds the thread is named as call "open", and the comm fails
+// back once the path is up again, every byte right.
+TEST_F(EngineOnly, ASlowOpenOfARetriedPathIsJournaled) {
+  connectComm();
+  w(0, kA0)->broken = true;
+  Stats st = run(200, mixed, 8);  // fails over to the standby
+  ASSERT_EQ(st.delivered, 200u);
+  ASSERT_EQ(activeNic(), 1);
+  size_t mark = journalSize();
+  w(0, kA0)->slowOpens = 1;
+  w(0, kA0)->slowCallUs = tuning::kSlowTransportCallUs + 50000;
+  w(0, kA0)->broken = false;
+  auto t0 = std::chrono::steady_clock::now();
+  while (send->counters.failbacks == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20)) {
+    st = run(100, mixed, 8);
+    ASSERT_EQ(st.delivered, 100u);
+  }
+  ASSERT_EQ(send->counters.failbacks, 1u);
+  EXPECT_EQ(w(0, kA0)->slowOpens, 0) << "the failed path was never re-opened";
+  std::vector<std::string> lines;  // a call descheduled for 200 ms on a busy host may add its own line
+  for (auto& l : journalEvents(mark, {"transport_slow"}))
+    if (jsonField(l, "call") == "open" && jsonField(l, "dir") == "send" && jsonField(l, "nic") == "n0") lines.push_back(l);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_GE(jsonInt(lines[0], "us"), (long long)tuning::kSlowTransportCallUs) << lines[0];
+}
+
 }  // namespace

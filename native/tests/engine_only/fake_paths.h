@@ -19,6 +19,8 @@
 //   slowCalls  the next this many sender progress calls hold the caller for slowCallUs
 //              first (a provider call that blocks, as rxe's after a link loss)
 //   slowCloses the next this many sender fences (a path's close) hold the caller as long
+//   slowOpens  the next this many openSendPath calls hold the caller as long (creating a
+//              path's QPs blocked in the provider)
 // Per path (on its Channel):
 //   laneStalled[i]  lane i only stops (one stream of several)
 //   backStalled     the receiver's control channel stops: its ACKs stay queued at the receiver
@@ -58,7 +60,7 @@ struct Wire {
   uint64_t bytes = 0;  // payload bytes sent toward the receiver
   bool slowFence = false;
   std::vector<std::shared_ptr<FenceWait>> heldFences;
-  int slowCalls = 0, slowCloses = 0;
+  int slowCalls = 0, slowCloses = 0, slowOpens = 0;
   uint64_t slowCallUs = 0;
 };
 
@@ -329,6 +331,10 @@ class PathTransport : public railover::Transport {
                                          const PathIdentity& id, const ChunkPolicy& chunks, std::string* err) override {
     std::string ra = addrToString(remote);
     auto w = wire(nic, ra);
+    if (w->slowOpens > 0) {  // creating the path's QPs blocked in the provider
+      w->slowOpens--;
+      std::this_thread::sleep_for(std::chrono::microseconds(w->slowCallUs));
+    }
     if (w->peerGone) return *err = "connect: Connection refused (fake)", nullptr;
     if (w->refuse || w->broken) return *err = "connect: No route to host (fake)", nullptr;
     auto ch = std::make_shared<Channel>();
