@@ -409,6 +409,7 @@ void SendLink::startConnect(Path& p, uint64_t now, const std::string& why) {
   // (NCCL's) thread when a failed path is retried.
   uint64_t t0 = nowUs();
   p.tx = d.transport->openSendPath(p.localNic, p.remote, p.remoteLen, nStreams, id, chunks, &err);
+  p.openUs = nowUs() - t0;
   noteSlowCall(p, t0, SlowCall::kOpen);
   if (!p.tx) failPath(p, err, now);
 }
@@ -427,7 +428,7 @@ void SendLink::advanceConnect(Path& p, uint64_t now) {
   p.backoffMs = 0;
   if (state() == LinkState::kConnecting) setState(LinkState::kWaiting, "first path up: " + describe(p));
   if (Journal* j = deps.journal)
-    j->path_up(secret, "send", nicName(deps, p.localNic), addrToString(p.remote), p.generation);
+    j->path_up(secret, "send", nicName(deps, p.localNic), addrToString(p.remote), p.generation, p.openUs);
 }
 
 void SendLink::failPath(Path& p, const std::string& why, uint64_t now) {
@@ -1073,7 +1074,7 @@ void RecvLink::pollConnect(Path& p, uint64_t now) {
     p.upSinceUs = now;
     if (peerName.empty()) peerName = addrToString(p.remote);
     if (Journal* j = deps.journal)
-      j->path_up(secret, "recv", nicName(deps, p.localNic), addrToString(p.remote), p.generation);
+      j->path_up(secret, "recv", nicName(deps, p.localNic), addrToString(p.remote), p.generation, 0);
   } else if (r < 0) {
     failPath(p, err, now);
   }

@@ -108,6 +108,7 @@ struct Path {
   uint64_t decayedUs = 0;      // when its hold-down last shrank
   uint64_t failedAtUs = 0;
   uint64_t attemptStartUs = 0;
+  uint64_t openUs = 0;  // send: how long the last openSendPath held the thread, µs (path_up)
   uint32_t flaps = 0;
   uint32_t holdDownMs = 0;     // current (flap-grown) hold-down
   uint64_t repairSeenUs = 0;   // last NIC/pair repair (Health::repairedUs) this path acted on

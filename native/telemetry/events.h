@@ -94,7 +94,8 @@
   NEXT(peer, Str, "peer address of the path")
 #define RO_EVENT_FIELDS_path_up(FIRST, NEXT)              \
   RO_PATH_FIELDS(FIRST, NEXT)                             \
-  NEXT(generation, U64, "connection generation of the path (grows on every reconnect)")
+  NEXT(generation, U64, "connection generation of the path (grows on every reconnect)") \
+  NEXT(open_us, U64, "send: how long opening the path (the transport's openSendPath: for RDMA its CQ and QPs) held the caller's thread, µs; recv: 0")
 #define RO_EVENT_FIELDS_path_down(FIRST, NEXT)                                    \
   RO_PATH_FIELDS(FIRST, NEXT)                                                     \
   NEXT(cause, Str, "why the path failed")                                         \

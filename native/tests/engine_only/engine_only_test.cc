@@ -315,6 +315,16 @@ TEST_F(EngineOnly, ASlowOpenOfARetriedPathIsJournaled) {
     if (jsonField(l, "call") == "open" && jsonField(l, "dir") == "send" && jsonField(l, "nic") == "n0") lines.push_back(l);
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_GE(jsonInt(lines[0], "us"), (long long)tuning::kSlowTransportCallUs) << lines[0];
+  // The path's path_up says how long its open took, slow or not: the slow one, and the fast
+  // opens of the comm's first paths.
+  bool slowUp = false;
+  for (auto& l : journalEvents(mark, {"path_up"}))
+    if (jsonField(l, "dir") == "send" && jsonField(l, "nic") == "n0" &&
+        jsonInt(l, "open_us") >= (long long)tuning::kSlowTransportCallUs)
+      slowUp = true;
+  EXPECT_TRUE(slowUp) << "no path_up of n0 with the slow open's open_us";
+  for (auto& l : journalEvents(0, {"path_up"}))
+    if (jsonField(l, "dir") == "recv") EXPECT_EQ(jsonInt(l, "open_us"), 0) << l;
 }
 
 }  // namespace
