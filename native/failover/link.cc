@@ -1379,13 +1379,22 @@ bool RecvLink::healthChangedSinceSeen() {
 
 // Bilateral detection: a receiver that sees its side of a path down (its NIC down, or a hard
 // pair-down verdict) closes it, so the sender's next write fails at once instead of waiting
-// for its own probes.
+// for its own probes. A path the sender connected over the pair after the hard verdict is
+// kept: the connection proves the peer's NIC is back, and the verdict is only waiting for our
+// next probe (failing it would cost the sender a flap and a doubled hold-down).
 void RecvLink::failPathsDownByHealth(uint64_t now) {
   Health* hl = deps.health;
-  for (auto& p : paths)
-    if ((p.state == PathState::kActive || p.state == PathState::kStandby) &&
-        (!hl->nicUp(p.localNic) || hl->pairHardDown(p.pairId)))
-      failPath(p, !hl->nicUp(p.localNic) ? "local NIC " + nicName(deps, p.localNic) + " down" : hl->pairDownCause(p.pairId), now);
+  for (auto& p : paths) {
+    if (p.state != PathState::kActive && p.state != PathState::kStandby) continue;
+    bool nicDown = !hl->nicUp(p.localNic);
+    bool hard = !nicDown && hl->pairHardDown(p.pairId);
+    if (hard) {
+      uint64_t since = hl->pairHardDownSinceUs(p.pairId);
+      if (since && p.upSinceUs > since) hard = false;
+    }
+    if (nicDown || hard)
+      failPath(p, nicDown ? "local NIC " + nicName(deps, p.localNic) + " down" : hl->pairDownCause(p.pairId), now);
+  }
 }
 
 // Moves a connecting path on (a transport whose paths come up in several steps: RDMA), and

@@ -45,6 +45,9 @@ struct Pair {
   socklen_t len = 0;
   std::atomic<bool> up{true};
   std::atomic<bool> hard{false};
+  // When the latest hard evidence came (a peer's NIC-down notice, our NIC down): a path that
+  // connected over the pair after it proves the verdict stale (Health::pairHardDownSinceUs).
+  std::atomic<uint64_t> hardSinceUs{0};
   uint64_t lastAckUs = 0;
   uint64_t wokeUs = 0;  // when an answer last ended a silence of half the detection time (peer woke up)
   uint64_t lastBigAckUs = 0;
@@ -178,9 +181,12 @@ class Monitor : public Health {
   uint64_t lateRounds = 0, lateMaxUs = 0, lastLateLogUs = 0;
 
   void setPairDown(Pair& p, const std::string& cause, uint64_t now, bool hard = false) {
-    if (hard && !p.hard.load()) {
-      p.hard.store(true, std::memory_order_release);
-      if (!p.up.load()) bump();
+    if (hard) {
+      p.hardSinceUs.store(now, std::memory_order_release);
+      if (!p.hard.load()) {
+        p.hard.store(true, std::memory_order_release);
+        if (!p.up.load()) bump();
+      }
     }
     if (!p.up.load()) return;
     p.cause = cause;
@@ -426,6 +432,15 @@ class Monitor : public Health {
       if (!pr.ack) {  // answer with the same size, so big probes test both directions
         health::answerProbe(buf, instanceId);
         sendto(nicState[nic].udp, buf, (size_t)n, MSG_DONTWAIT, (sockaddr*)&from, fl);
+        // The peer probes us from that NIC again: if our pair to it is down and its re-probes
+        // backed off (up to RAILOVER_PROBE_BACKOFF_MAX_MS), re-probe at the next round. Its
+        // own NIC-up resets only its side; without this, our verdict (a NIC-down notice of its
+        // NIC, say) outlived its repair by up to the back-off, and a path it reconnected
+        // meanwhile was failed here as a flap.
+        std::lock_guard<std::mutex> g(mu);
+        for (Pair& p : live())
+          if (p.used && p.nic == nic && !p.up.load() && p.probeGapMs > cfg.probeIntervalMs && sameIp(p.remote, from))
+            p.nextProbeUs = 0, p.probeGapMs = cfg.probeIntervalMs;
         continue;
       }
       std::lock_guard<std::mutex> g(mu);
@@ -607,6 +622,7 @@ class Monitor : public Health {
   void unregisterPair(int id) override;
   bool pairUp(int id) const override;
   bool pairHardDown(int id) const override;
+  uint64_t pairHardDownSinceUs(int id) const override;
   std::string pairDownCause(int id) const override;
   uint64_t repairedUs(int nic, int id) const override;
   uint64_t queuedUs(int id) const override {
@@ -761,6 +777,7 @@ int Monitor::registerPair(int nic, const sockaddr_storage& remote, socklen_t len
   p.upSinceUs.store(0);
   p.up.store(true);
   p.hard.store(false);
+  p.hardSinceUs.store(0);
   p.used = true;
   if (freeSlot >= m->hw.load()) m->hw.store(freeSlot + 1);
   return freeSlot;
@@ -811,6 +828,10 @@ void Monitor::requestBurst(int id) {
   if (id >= 0 && id < kMaxPairs) m->pairs[id].burst.store(true, std::memory_order_release);
 }
 
+
+uint64_t Monitor::pairHardDownSinceUs(int id) const {
+  return pairHardDown(id) ? pairs[id].hardSinceUs.load(std::memory_order_acquire) : 0;
+}
 
 bool Monitor::pairHardDown(int id) const {
   auto* m = this;

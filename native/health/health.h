@@ -45,6 +45,10 @@ class Health {
   // Down for a hard reason (local NIC down, peer's NIC-down notice): no need to confirm with
   // data progress. A soft down (probe timeout) may be congestion or a stopped peer.
   virtual bool pairHardDown(int id) const = 0;
+  // While pair `id` is hard down: when the latest hard evidence came (CLOCK_MONOTONIC µs);
+  // 0 when it is not hard down (or the view does not know). A path that connected over the
+  // pair after this instant shows the verdict is stale (the peer's NIC came back).
+  virtual uint64_t pairHardDownSinceUs(int id) const { (void)id; return 0; }
   virtual std::string pairDownCause(int id) const = 0;
   // When local NIC `nic` or pair `id` last came back up (CLOCK_MONOTONIC µs; 0 = never was
   // down). A connect attempt that started before this instant sent its SYN into the outage.

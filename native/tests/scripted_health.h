@@ -25,6 +25,7 @@ class ScriptedHealth : public Health {
     std::string cause;
     uint64_t repairedUs = 0;
     uint64_t queuedUs = 0;  // last answer that showed a queue (markQueued)
+    uint64_t hardSinceUs = 0;  // when the latest hard verdict was set (setPair)
   };
   std::vector<uint64_t> nicRepairedUs = std::vector<uint64_t>(8, 0);
   std::vector<bool> nics = std::vector<bool>(8, true);
@@ -46,6 +47,7 @@ class ScriptedHealth : public Health {
   void unregisterPair(int) override {}
   bool pairUp(int id) const override { return id < 0 || pairs[id].up; }
   bool pairHardDown(int id) const override { return id >= 0 && !pairs[id].up && pairs[id].hard; }
+  uint64_t pairHardDownSinceUs(int id) const override { return pairHardDown(id) ? pairs[id].hardSinceUs : 0; }
   std::string pairDownCause(int id) const override { return pairs[id].cause; }
   void requestBurst(int id) override { bursts.push_back(pairs[id].remote); }
   bool burstActive(int id) const override { return id >= 0 && id < (int)burstOn.size() && burstOn[id]; }
@@ -68,6 +70,7 @@ class ScriptedHealth : public Health {
     for (auto& p : pairs)
       if (p.nic == nic && p.remote == remote) {
         if (up && !p.up) p.repairedUs = nowUs();
+        if (!up && hard) p.hardSinceUs = nowUs();
         p.up = up, p.hard = hard, p.cause = cause;
       }
     bump();
