@@ -213,8 +213,13 @@ def test_drill_refuses_without_yes_and_restores_the_nic_on_sigterm(testbed, tmp_
     assert cp.returncode == 2 and "--yes" in cp.stderr and a1.ifname in cp.stderr
     assert faults.link_state(tb, a1).admin_up
 
-    p = subprocess.Popen(base + ["--down-for", "120", "--yes"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
+    # No railover process uses the NIC (an empty state dir): the drill refuses before touching it
+    cp = subprocess.run(base + ["--down-for", "5", "--yes"], env=env, capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 2 and "no running railover process uses" in cp.stderr and "--force" in cp.stderr, cp.stderr
+    assert faults.link_state(tb, a1).admin_up
+
+    p = subprocess.Popen(base + ["--down-for", "120", "--yes", "--force"], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
     try:
         poll_until(lambda: not faults.link_state(tb, a1).admin_up or p.poll() is not None, 20, what="the drill's NIC down")
         assert p.poll() is None, p.communicate()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -331,3 +332,60 @@ def test_doctor_cli_json_and_exit_code(monkeypatch):
     assert "RAILOVER_NSTREAMS='0' is not valid" in " ".join(r.output.split())
     r = CliRunner().invoke(app, ["doctor", "--peer", "nonsense"])
     assert r.exit_code == 2 and "bad --peer" in r.output
+
+
+# --------------------------------------------------------------------------- bad input (no traceback)
+
+@pytest.mark.parametrize("port", ["70000", "0", "-1"])
+def test_probe_port_must_be_a_tcp_port(monkeypatch, port):
+    monkeypatch.setattr(dr, "gather", lambda plugin=None, check_torch=True: pytest.fail("gathered with a bad port"))
+    r = CliRunner().invoke(app, ["doctor", "--peer", "192.0.2.1", "--probe-port", port, "--no-torch"])
+    assert r.exit_code == 2, r.output
+    assert "Invalid value for '--probe-port'" in r.output, r.output
+
+
+V4_ONLY = [dr.Iface("eth0", 2, ["10.0.0.1/24"]), dr.Iface("eth1", 3, ["10.0.1.1/24"])]
+V6_TOO = [dr.Iface("eth0", 2, ["10.0.0.1/24", "fd00::1/64"]), dr.Iface("eth1", 3, ["10.0.1.1/24", "fd01::1/64"])]
+
+
+@pytest.mark.parametrize("ifaces,env,peer,dv,sv", [
+    (V4_ONLY, {}, "fd00::2", 6, 4),
+    (V6_TOO, {"NCCL_SOCKET_FAMILY": "AF_INET6"}, "10.0.0.2", 4, 6),
+])
+def test_a_peer_of_another_address_family_is_a_finding_not_a_crash(ifaces, env, peer, dv, sv):
+    def route(dst, src):
+        assert ":" in dst and ":" in src or ":" not in dst and ":" not in src, "route_get with mixed families"
+        return "eth0", ""
+
+    def probe(src, dst):
+        raise AssertionError("probed across address families")
+    rep = run(dict(GOOD_NCCL, **env), ifaces=ifaces, peers=[peer], route=route, probe=probe)
+    bad = find(rep, "routing", status=dr.FAIL)
+    assert {c.what for c in bad} == {f"eth0 -> {peer}", f"eth1 -> {peer}"}
+    assert all(f"is an IPv{dv} address" in c.detail and f"is IPv{sv}" in c.detail for c in bad), bad
+    assert f"IPv{sv} address" in bad[0].fix and not rep.ok
+
+
+def test_doctor_cli_family_mismatch_is_not_an_inspect_error(monkeypatch):
+    facts = dr.Facts(env=dict(GOOD_NCCL), ifaces=V4_ONLY, plugin=PLUGIN_OK, ld_resolve=PLUGIN_OK["path"])
+    monkeypatch.setattr(dr, "gather", lambda plugin=None, check_torch=True: facts)
+
+    def route_get(dst, src):   # what pyroute2 does with mixed families
+        raise OSError("illegal IP address string passed to inet_pton")
+    monkeypatch.setattr(dr, "route_get", route_get)
+    r = CliRunner().invoke(app, ["doctor", "--peer", "fd00::1", "--json"])
+    assert r.exit_code == 1, r.output
+    doc = json.loads(r.stdout)
+    assert any("is an IPv6 address" in c["detail"] for c in doc["checks"] if c["status"] == "FAIL")
+
+
+def test_no_torch_says_the_check_was_skipped(monkeypatch):
+    monkeypatch.setattr(dr, "torch_nccl", lambda *a, **k: pytest.fail("asked PyTorch despite --no-torch"))
+    monkeypatch.setattr(dr, "list_interfaces", lambda ns=None: list(IFACES))
+    monkeypatch.setattr(dr, "plugin_exports", lambda p: {"path": str(p), "loaded": False, "error": "x", "abi": [],
+                                                          "collnet": [], "foreign": []})
+    facts = dr.gather(env=dict(GOOD_NCCL), plugin=Path("/nonexistent.so"), check_torch=False)
+    rep = dr.diagnose(facts, route=good_route)
+    c = find(rep, "nccl", "PyTorch")
+    assert len(c) == 1 and "skipped (--no-torch)" in c[0].detail and "not installed" not in c[0].detail
+    assert "not installed" in find(run(GOOD_NCCL, torch=None), "nccl", "PyTorch")[0].detail

@@ -208,3 +208,47 @@ def test_process_transport_is_an_info_gauge_per_live_process(setup):
     got = {k[1] for k in s if k[0] == "railover_process_transport"}
     assert got == {(("rank", "0"), ("transport", "rdma")), (("rank", "1"), ("transport", "tcp")),
                    (("rank", "2"), ("transport", "unknown"))}, "the stale process must not be listed"
+
+
+def test_non_utf8_and_bad_nested_state_files_do_not_break_the_scrape(setup):
+    proc, d, j, srv = setup
+    write_proc(proc, 300, 5, {"RANK": "1"})
+    write_state(d, state(300, 5, [comm("1", failovers=1)]))
+    (d / "railover-115.json").write_bytes(b"\xff\xfe")
+    bad = state(301, 5, [comm("2")])
+    bad["totals"]["failovers"] = "many"
+    write_state(d, bad)
+    write_state(d, dict(state(302, 5, []), comms=[{"id": 5}]))
+    s = scrape(srv.url)   # HTTP 200 (scrape asserts it), the good file still counted
+    assert val(s, "railover_state_read_errors_total") == 3
+    assert val(s, "railover_processes", state="live") == 1
+    assert val(s, "railover_failovers_total", rank="1", nic="eth0") == 1
+
+
+def test_exporter_cli_names_missing_dirs_journals_and_state_files_off(tmp_path, monkeypatch):
+    import signal
+    from typer.testing import CliRunner
+    from railover.cli import app
+
+    class FakeServer:
+        url = "http://127.0.0.1:1/metrics"
+
+        def close(self):
+            pass
+
+    def pause():
+        raise KeyboardInterrupt
+    monkeypatch.setattr(ex, "serve", lambda *a, **k: FakeServer())
+    monkeypatch.setattr(signal, "signal", lambda *a: None)
+    monkeypatch.setattr(signal, "pause", pause)
+    f = tmp_path / "afile"
+    f.write_text("")
+    r = CliRunner().invoke(app, ["exporter", "--state-dir", str(tmp_path / "nope"), "--state-dir", str(f),
+                                 "--journal", str(tmp_path / "nope.jsonl")])
+    assert r.exit_code == 0, r.output
+    out = " ".join(r.output.split())
+    assert f"warning: state dir {tmp_path / 'nope'} does not exist" in out, out
+    assert f"warning: state dir {f} is not a directory" in out, out
+    assert f"warning: journal {tmp_path / 'nope.jsonl'} does not exist" in out, out
+    r = CliRunner().invoke(app, ["exporter"], env={"RAILOVER_STATE_DIR": "off"})
+    assert r.exit_code == 0 and "state files are off (RAILOVER_STATE_DIR=off)" in " ".join(r.output.split()), r.output

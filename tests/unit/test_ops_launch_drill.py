@@ -171,3 +171,42 @@ def test_drill_analysis_finds_the_problems():
     assert r.problems == ["no running railover process used eth0: nothing to observe"]
     r = dl.analyze(_res(journals=[]), [])
     assert any("no event journal" in p for p in r.problems)
+
+
+@pytest.fixture
+def no_link_changes(monkeypatch):
+    """The NIC 'exists and is up'; taking it down fails the test (records the calls)."""
+    calls = []
+    monkeypatch.setattr(dl, "link_admin_up", lambda nic, netns=None: True)
+    monkeypatch.setattr(dl, "set_link", lambda nic, up, netns=None: calls.append((nic, up)))
+    return calls
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--down-for", "-5"], "--down-for must be > 0 seconds, got -5"),
+    (["--down-for", "0"], "--down-for must be > 0 seconds, got 0"),
+    (["--down-for", "5", "--wait-failback", "-3"], "--wait-failback must be >= 0 seconds, got -3"),
+])
+@pytest.mark.parametrize("yes", [[], ["--yes"]])
+def test_drill_validates_durations_before_asking_for_yes(no_link_changes, tmp_path, argv, msg, yes):
+    r = CliRunner().invoke(app, ["drill", "--nic", "eth0", "--state-dir", str(tmp_path)] + argv + yes)
+    assert r.exit_code == 2, r.output
+    out = " ".join(r.output.split())
+    assert msg in out and "--yes" not in out, out
+    assert no_link_changes == []
+    with pytest.raises(dl.DrillError, match="--wait-failback must be >= 0"):
+        dl.run_drill("eth0", 1, wait_failback_s=-3)
+
+
+def test_drill_refuses_when_no_railover_process_uses_the_nic(no_link_changes, tmp_path):
+    r = CliRunner().invoke(app, ["drill", "--nic", "eth0", "--down-for", "0.01", "--yes", "--state-dir", str(tmp_path)])
+    assert r.exit_code == 2, r.output
+    out = " ".join(r.output.split())
+    assert "refusing to run: no running railover process uses eth0" in out and "--force" in out, out
+    assert no_link_changes == [], "the NIC was taken down with nothing to observe"
+    # --force: the drill runs anyway (the NIC goes down and comes back), the report says why it is not OK
+    r = CliRunner().invoke(app, ["drill", "--nic", "eth0", "--down-for", "0.01", "--yes", "--force",
+                                 "--wait-failback", "0", "--state-dir", str(tmp_path), "--json"])
+    assert r.exit_code == 1, r.output
+    assert no_link_changes == [("eth0", False), ("eth0", True)]
+    assert json.loads(r.stdout)["problems"] == ["no running railover process used eth0: nothing to observe"]

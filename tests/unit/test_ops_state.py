@@ -213,3 +213,104 @@ def test_status_cli_table_and_json(tmp_path, monkeypatch):
         assert text in r.output, r.output
     r = CliRunner().invoke(app, ["status", "--state-dir", str(d), "--prune"])
     assert r.exit_code == 0 and not (d / f"railover-{1 << 22}.json").exists()
+
+
+# --------------------------------------------------------------------------- bad input (no traceback)
+
+def _live(tmp_path, **over):
+    """A state file of this very process (live), with fields replaced by ``over``."""
+    me = os.getpid()
+    s = state(me, st.proc_start_time(me), [comm("7")])
+    s.update(over)
+    return s
+
+
+def test_a_non_utf8_state_file_is_reported_and_skipped(tmp_path):
+    d = tmp_path / "s"
+    write_state(d, _live(tmp_path))
+    (d / "railover-115.json").write_bytes(b"\xff\xfe")
+    with pytest.raises(st.StateFileError, match="not UTF-8 text") as ei:
+        st.read_state_file(d / "railover-115.json", tmp_path / "proc")
+    assert "railover-115.json" in str(ei.value)
+    states, errors = st.read_state_dirs([d])
+    assert [s.pid for s in states] == [os.getpid()]
+    assert len(errors) == 1 and "railover-115.json" in errors[0] and "not UTF-8" in errors[0]
+    r = CliRunner().invoke(app, ["status", "--state-dir", str(d)])
+    assert r.exit_code == 0 and r.exception is None, r.output
+    assert "railover-115.json" in r.output and "not UTF-8" in r.output
+
+
+@pytest.mark.parametrize("over,field", [
+    ({"comms": [{"id": 5}]}, "'comms[0].dir' missing"),
+    ({"comms": [dict(comm("7"), active_nic=None)]}, "'comms[0].active_nic' is not a string"),
+    ({"comms": [dict(comm("7"), paths=[{"state": "active"}])]}, "'comms[0].paths[0].nic' missing"),
+    ({"comms": ["x"]}, "comms[0] is not an object"),
+    ({"totals": {"failovers": "many"}}, "'totals.failovers' is not an integer (got \"many\")"),
+    ({"totals": {"flaps": True}}, "'totals.flaps' is not an integer"),
+    ({"nics": [{"addr": "10.0.0.1"}]}, "'nics[0].name' missing"),
+    ({"nics": [{"name": "eth0", "rail": "zero"}]}, "'nics[0].rail' is not an integer or null"),
+    ({"pairs": [{"nic": "eth0", "peer": 7}]}, "'pairs[0].peer' is not a string"),
+    ({"pid": "12"}, "'pid' is not an integer"),
+])
+def test_bad_nested_fields_name_the_field_and_status_skips_the_file(tmp_path, over, field):
+    d = tmp_path / "s"
+    f = write_state(d, _live(tmp_path, **over))
+    with pytest.raises(st.StateFileError) as ei:
+        st.read_state_file(f)
+    assert field in str(ei.value) and str(f) in str(ei.value)
+    snap = st.snapshot([d])
+    assert snap["hosts"] == {} and len(snap["errors"]) == 1 and field in snap["errors"][0]
+    for argv in (["status", "--state-dir", str(d)], ["status", "--state-dir", str(d), "--json"]):
+        r = CliRunner().invoke(app, argv)
+        assert r.exit_code == 0 and r.exception is None, r.output
+    r = CliRunner().invoke(app, ["status", "--state-dir", str(d)])
+    out = " ".join(r.output.split())
+    assert "1 could not be read" in out and "no railover state files found" not in out, out
+
+
+def test_type_names_read_as_english(tmp_path):
+    f = tmp_path / "railover-1.json"
+    f.write_text(json.dumps({"version": 1, "pid": 1.5, "nics": [], "comms": [], "totals": {}}))
+    with pytest.raises(st.StateFileError) as ei:
+        st.read_state_file(f, tmp_path / "proc")
+    assert "'pid' is not an integer" in str(ei.value) and "a int" not in str(ei.value)
+
+
+def _status(argv, env=None):
+    r = CliRunner().invoke(app, ["status"] + argv, env=env)
+    assert r.exit_code == 0 and r.exception is None, r.output
+    return " ".join(r.output.split())
+
+
+def test_status_names_a_state_dir_that_is_missing_or_a_file_and_a_missing_journal(tmp_path):
+    out = _status(["--state-dir", str(tmp_path / "nope"), "--journal", str(tmp_path / "nope.jsonl")])
+    assert f"state dir {tmp_path / 'nope'} does not exist" in out, out
+    assert f"journal {tmp_path / 'nope.jsonl'} does not exist" in out, out
+    f = tmp_path / "afile"
+    f.write_text("x")
+    assert f"state dir {f} is not a directory" in _status(["--state-dir", str(f)])
+    out = _status([], env={"RAILOVER_STATE_DIR": str(tmp_path / "gone")})
+    assert f"state dir {tmp_path / 'gone'} does not exist" in out, out
+    d = tmp_path / "empty"
+    d.mkdir()
+    out = _status(["--state-dir", str(d)])
+    assert "warning" not in out and "no railover state files found" in out
+
+
+def test_status_with_state_files_off_says_so(tmp_path):
+    out = _status([], env={"RAILOVER_STATE_DIR": "off"})
+    assert "state files are off (RAILOVER_STATE_DIR=off)" in out, out
+    assert "is RAILOVER_STATE_DIR the same" not in out
+
+
+def test_status_text_reports_skipped_journal_lines(tmp_path):
+    j = tmp_path / "ev.jsonl"
+    append_events(j, [{"t_us": st.now_us(), "pid": 1, "event": "nic_down", "nic": "eth0", "signal": "x"}])
+    with open(j, "a") as fh:
+        fh.write("garbage\n{\"half\": \n")
+    d = tmp_path / "s"
+    write_state(d, _live(tmp_path, event_log=str(j)))
+    snap = st.snapshot([d])
+    assert snap["journal"]["garbled"] == 2
+    out = _status(["--state-dir", str(d)])
+    assert "journal lines skipped (partial or not a JSON event): 2" in out, out

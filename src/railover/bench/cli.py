@@ -31,7 +31,7 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import typer
 from rich.console import Console
@@ -72,11 +72,26 @@ def targets_table(reports: List[Dict[str, Any]], only_misses: bool = False) -> T
     return t
 
 
-def summary_markdown(out: Path) -> str:
+def load_reports(out: Path, skipped: Optional[List[str]] = None) -> List[Tuple[str, Dict[str, Any]]]:
+    """``(suite, report)`` for every suite whose JSON is in ``out``; a file that cannot be read
+    is left out and its error appended to ``skipped``."""
+    reports = []
+    for s in REPORT_SUITES:
+        try:
+            r = C.load_report(out, s)
+        except C.BenchError as e:
+            if skipped is not None:
+                skipped.append(str(e))
+            continue
+        if r:
+            reports.append((s, r))
+    return reports
+
+
+def summary_markdown(out: Path, skipped: Optional[List[str]] = None) -> str:
     """Markdown of every suite's latest JSON in ``out``: machine, commands, missed targets,
-    then each suite's tables and plots."""
-    reports = [(s, C.load_report(out, s)) for s in REPORT_SUITES]
-    reports = [(s, r) for s, r in reports if r]
+    then each suite's tables and plots (unreadable files are left out, see :func:`load_reports`)."""
+    reports = load_reports(out, skipped)
     if not reports:
         return "(no results)\n"
     m0 = reports[0][1]["machine"]
@@ -161,6 +176,17 @@ def register(app: typer.Typer) -> None:
     def _csv(s: str) -> List[str]:
         return [x.strip() for x in s.split(",") if x.strip()]
 
+    def _check_size(s: str) -> str:
+        """Reject a bad all-reduce size before any bed is built (railover-perf's syntax)."""
+        from railover.bench.rdma import parse_size
+        try:
+            n = parse_size(s)
+        except ValueError as e:
+            raise typer.BadParameter(str(e), param_hint="--size")
+        if n < 1:
+            raise typer.BadParameter(f"{s!r}: the all-reduce needs at least 1 byte", param_hint="--size")
+        return s
+
     TRANSPORT = typer.Option("tcp", "--transport", help="tcp (network-namespace beds) or rdma (the RDMA test bed: "
                              "2 QEMU guests with Soft-RoCE; runs this suite's part of `railover bench rdma`)")
 
@@ -209,7 +235,7 @@ def register(app: typer.Typer) -> None:
 
     @bench.command("failover")
     def failover_cmd(out: Path = OUT, quick: bool = QUICK,
-                     faults: int = typer.Option(0, "--faults", "-n", help="faults per kind (0: 50, or 3 with --quick)"),
+                     faults: int = typer.Option(0, "--faults", "-n", min=0, help="faults per kind (0: 50, or 3 with --quick)"),
                      kinds: str = typer.Option("port-down,host-down,addr-del,silent,one-way", "--kinds"),
                      size: str = typer.Option("1M", "--size", help="all-reduce size"),
                      peer: str = typer.Option("", "--peer", help="'mptcp': the same faults, same bed, same run, against "
@@ -228,6 +254,7 @@ def register(app: typer.Typer) -> None:
         (kinds cable-pull, admin-down, silent, one-way, remote-cable-pull; default the first three;
         --faults and --size apply)."""
         console = _console()
+        _check_size(size)
         if transport != "tcp" and (peer or against):
             raise typer.BadParameter("--peer and --against are measured on the TCP beds only", param_hint="--transport")
         # On rdma the suite's own defaults apply unless given: its fault kinds, and 256K (TCG guests).
@@ -271,7 +298,7 @@ def register(app: typer.Typer) -> None:
 
     @bench.command("failback")
     def failback_cmd(out: Path = OUT, quick: bool = QUICK,
-                     faults: int = typer.Option(0, "--faults", "-n", help="repairs per kind (0: 10, or 2 with --quick)"),
+                     faults: int = typer.Option(0, "--faults", "-n", min=0, help="repairs per kind (0: 10, or 2 with --quick)"),
                      kinds: str = typer.Option("port-down,silent", "--kinds"),
                      hold_down_ms: int = typer.Option(3000, "--hold-down-ms", help="RAILOVER_HOLD_DOWN_MS (default: the plugin's)"),
                      transport: str = TRANSPORT):
@@ -359,7 +386,10 @@ def register(app: typer.Typer) -> None:
             console.rule(f"railover bench {s}")
             reports.append(_run_suite(s, out, quick, console))
             console.print(f"{s}: {time.monotonic() - t0:.0f} s")
-        (Path(out) / "summary.md").write_text(summary_markdown(Path(out)))
+        skipped: List[str] = []
+        (Path(out) / "summary.md").write_text(summary_markdown(Path(out), skipped))
+        for e in skipped:
+            console.print(f"[yellow]left out of summary.md:[/] {e}")
         console.print(f"wrote {Path(out) / 'summary.md'}")
         _finish(reports, console)
 
@@ -367,7 +397,23 @@ def register(app: typer.Typer) -> None:
     def report_cmd(out: Path = OUT):
         """Rebuild <out>/summary.md from the suites' JSON files and list the missed targets."""
         console = _console()
-        (Path(out) / "summary.md").write_text(summary_markdown(Path(out)))
-        reports = [r for r in (C.load_report(out, s) for s in REPORT_SUITES) if r]
-        console.print(f"wrote {Path(out) / 'summary.md'} ({len(reports)} suite(s))")
+        out = Path(out)
+        if not out.is_dir():
+            raise typer.BadParameter(f"{out}: {'not a directory' if out.exists() else 'no such directory'}",
+                                     param_hint="--out")
+        skipped: List[str] = []
+        reports = [r for _s, r in load_reports(out, skipped)]
+        for e in skipped:
+            console.print(f"[yellow]skipped:[/] {e}")
+        if not reports:
+            console.print(f"[red]no results in {out}[/]: " + ("no suite's JSON could be read" if skipped else
+                          "none of " + ", ".join(f"{s}.json" for s in REPORT_SUITES) + " is there (run a suite with "
+                          f"--out {out} first)"))
+            raise typer.Exit(2)
+        try:
+            (out / "summary.md").write_text(summary_markdown(out))
+        except OSError as e:
+            console.print(f"[red]cannot write {out / 'summary.md'}:[/] {e.strerror or e}")
+            raise typer.Exit(2)
+        console.print(f"wrote {out / 'summary.md'} ({len(reports)} suite(s))")
         console.print(targets_table(reports, only_misses=True))

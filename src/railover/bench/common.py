@@ -252,9 +252,26 @@ def _json_default(o: Any) -> Any:
     raise TypeError(type(o))
 
 
+#: fields of a suite's report that ``bench report`` reads
+REPORT_FIELDS = ("machine", "command", "started", "elapsed_s", "settings", "wrong_bytes")
+
+
 def load_report(out: Path, suite: str) -> Optional[Dict[str, Any]]:
+    """``<out>/<suite>.json``, or None when there is none. Raises BenchError naming the file
+    when it cannot be read or is not a suite's report."""
     p = Path(out) / f"{suite}.json"
-    return json.loads(p.read_text()) if p.exists() else None
+    if not p.exists():
+        return None
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, ValueError) as e:
+        raise BenchError(f"{p}: cannot be read as JSON ({getattr(e, 'strerror', None) or e})") from None
+    if not isinstance(data, dict):
+        raise BenchError(f"{p}: not a railover bench report (not a JSON object)")
+    missing = [k for k in REPORT_FIELDS if k not in data]
+    if missing:
+        raise BenchError(f"{p}: not a railover bench report (missing {', '.join(missing)})")
+    return data
 
 
 def matplotlib_pyplot():

@@ -42,6 +42,11 @@ def run(out: Path, quick: bool = False, nics: Sequence[int] = (2, 4), rate: str 
     console = console or Console()
     before_s, during_s = (1.5, 1.5) if quick else (4.0, 4.0)
     shaped = rate.lower() != "none"
+    if shaped:
+        try:
+            F.parse_rate(rate)
+        except ValueError as e:
+            raise C.BenchError(f"--rate: {e} (or 'none' for unshaped veth)") from None
     check = False  # bandwidth figures: -c 0 (the failover suite checks every byte through the same moves)
     rep = C.Report("degraded", out, quick, {"nics": list(nics), "rate": rate, "tbf_latency": TBF_LATENCY,
                                             "tbf_burst": TBF_BURST, "size": size,

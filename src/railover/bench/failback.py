@@ -40,6 +40,10 @@ def _nic_bytes(tb: TestBed, name: str) -> int:
 def run(out: Path, quick: bool = False, faults: Optional[int] = None, kinds: Sequence[str] = ("port-down", "silent"),
         hold_down_ms: int = 3000, size: str = "4M", console: Optional[Console] = None) -> Dict[str, Any]:
     console = console or Console()
+    bad = [k for k in kinds if k not in KINDS]
+    if bad or not kinds:
+        raise C.BenchError(f"--kinds: unknown fault kind(s) {', '.join(map(repr, bad)) or '(none given)'}; "
+                           f"known: {', '.join(KINDS)} (the RDMA kinds need --transport rdma)")
     n = faults or (2 if quick else 10)
     env = {"RAILOVER_HOLD_DOWN_MS": str(hold_down_ms)}
     rep = C.Report("failback", out, quick, {"cycles_per_kind": n, "kinds": list(kinds), "size": size, "check": False,

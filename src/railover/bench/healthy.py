@@ -117,6 +117,10 @@ def run(out: Path, quick: bool = False, rounds: Optional[int] = None, networks: 
     """Runs the healthy suite; ``against``: another railover plugin (file or directory) measured
     interleaved as config ``against`` (ratios armed/against per size)."""
     console = console or Console()
+    bad = [n for n in networks if n not in NETWORKS]
+    if bad or not networks:
+        raise C.BenchError(f"--networks: unknown network(s) {', '.join(map(repr, bad)) or '(none given)'}; "
+                           f"known: {', '.join(NETWORKS)}")
     against_so = against_path(against) if against else None
     rounds = rounds or (1 if quick else 3)
     small_repeats = 1 if quick else 3

@@ -5,8 +5,9 @@
 
 Exit codes: 0 success; 1 ``doctor`` found a blocking problem / ``drill`` ran but railover did
 not behave (no failover, no failback, a fatal error); 2 usage errors and refusals (``drill``
-without ``--yes``, ``launch`` with conflicting NCCL settings); 3 ``drill`` could not restore
-the NIC; 127 ``launch`` could not find the command.
+without ``--yes``, or with no railover process on the NIC and no ``--force``; ``launch`` with
+conflicting NCCL settings); 3 ``drill`` could not restore the NIC; 127 ``launch`` could not
+find the command.
 """
 from __future__ import annotations
 
@@ -41,6 +42,23 @@ def _dirs(state_dir: Optional[List[Path]]) -> List[Path]:
     return list(state_dir) if state_dir else st.default_state_dirs()
 
 
+def _path_warnings(state_dir: Optional[List[Path]], dirs: List[Path], journal: Optional[List[Path]]) -> List[str]:
+    """Problems with the directories and journals the user named (``--state-dir``,
+    ``RAILOVER_STATE_DIR``, ``--journal``): missing, or a state dir that is a file. The
+    plugin's default directories may be missing (no job ran there): not a warning."""
+    out = []
+    named = state_dir or os.environ.get("RAILOVER_STATE_DIR", "").strip(" \t")
+    for d in dirs if named else []:
+        if not d.exists():
+            out.append(f"state dir {d} does not exist")
+        elif not d.is_dir():
+            out.append(f"state dir {d} is not a directory")
+    for j in journal or ():
+        if not j.exists():
+            out.append(f"journal {j} does not exist")
+    return out
+
+
 def _ms(us: Any) -> str:
     try:
         v = int(us)
@@ -71,8 +89,14 @@ def render_status(snap: Dict[str, Any], show_comms: bool = False) -> Group:
                       f"failovers {tot['failovers']} failbacks {tot['failbacks']} flaps {tot['flaps']} "
                       f"fatal {tot['fatal_errors']}"))
     if not snap["hosts"]:
-        parts.append(Text("no railover state files found (is a job running? is RAILOVER_STATE_DIR the same as the job's?)",
-                          style="yellow"))
+        if snap["errors"]:
+            msg = f"no readable railover state file: {len(snap['errors'])} could not be read (see below)"
+        elif not snap["state_dirs"]:
+            msg = ("state files are off (RAILOVER_STATE_DIR=off): railover processes write none; "
+                   "pass --state-dir to read a directory")
+        else:
+            msg = "no railover state files found (is a job running? is RAILOVER_STATE_DIR the same as the job's?)"
+        parts.append(Text(msg, style="yellow"))
     for host, h in sorted(snap["hosts"].items()):
         if all(p["stale"] for p in h["processes"]):
             parts.append(Text(f"host {host}: no live railover process", style="dim"))
@@ -140,6 +164,8 @@ def render_status(snap: Dict[str, Any], show_comms: bool = False) -> Group:
     for err in snap["errors"]:
         parts.append(Text(f"unreadable: {err}", style="red"))
     j = snap.get("journal", {})
+    if j.get("garbled"):
+        parts.append(Text(f"journal lines skipped (partial or not a JSON event): {j['garbled']}", style="yellow"))
     if j.get("unknown"):
         parts.append(Text("journal events this railover does not know (a newer plugin?): " +
                           ", ".join(f"{k} x{v}" for k, v in sorted(j["unknown"].items())), style="yellow"))
@@ -164,6 +190,8 @@ def status_cmd(
     dirs = _dirs(state_dir)
     if interval <= 0:
         _fail("--interval must be > 0 seconds")
+    for w in _path_warnings(state_dir, dirs, journal):
+        typer.echo(f"warning: {w}", err=True)
     if prune:
         try:
             for p in st.prune_stale(dirs):
@@ -215,6 +243,11 @@ def exporter_cmd(
     except OSError as e:
         _fail(f"cannot listen on {addr}:{port}: {e.strerror or e}")
     typer.echo(f"railover exporter: {srv.url} (state dirs: {', '.join(map(str, dirs)) or 'none'})")
+    if not dirs:
+        typer.echo("railover exporter: warning: state files are off (RAILOVER_STATE_DIR=off): only journals given "
+                   "with --journal are read; use --state-dir", err=True)
+    for w in _path_warnings(state_dir, dirs, journal):
+        typer.echo(f"railover exporter: warning: {w}", err=True)
     sys.stdout.flush()
     signal.signal(signal.SIGTERM, _interrupt)
     try:
@@ -267,7 +300,7 @@ def render_doctor(rep: Any) -> Group:
 
 def doctor_cmd(
     peer: Optional[List[str]] = typer.Option(None, "--peer", help="IP address of a peer host's NIC to probe (repeatable)"),
-    probe_port: int = typer.Option(22, "--probe-port", help="TCP port for the reachability probe (a refusal counts as reachable)"),
+    probe_port: int = typer.Option(22, "--probe-port", min=1, max=65535, help="TCP port for the reachability probe (a refusal counts as reachable)"),
     plugin: Optional[Path] = typer.Option(None, "--plugin", help="plugin .so to check (default: the installed one)"),
     no_torch: bool = typer.Option(False, "--no-torch", help="do not ask PyTorch for its NCCL version"),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
@@ -424,12 +457,19 @@ def drill_cmd(
     state_dir: Optional[List[Path]] = typer.Option(None, "--state-dir", help="directory of state files (repeatable)"),
     journal: Optional[List[Path]] = typer.Option(None, "--journal", help="extra event journal file or directory (repeatable)"),
     wait_failback: float = typer.Option(30.0, "--wait-failback", help="after the NIC is back, wait this long (s) at most for failback"),
+    force: bool = typer.Option(False, "--force", help="take the NIC down even when no running railover process uses "
+                               "it (nothing to observe)"),
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
 ) -> None:
     """Rehearse a NIC failure: take NIC down for --down-for seconds while a job runs, bring it
     back, and report from the journals what railover did (detection, convergence, failback).
-    Needs --yes. The NIC is restored on Ctrl-C/SIGTERM."""
+    Needs --yes; refuses when no railover process uses the NIC (unless --force). The NIC is
+    restored on Ctrl-C/SIGTERM."""
     from railover.ops import drill as dl
+    if not down_for > 0:
+        _fail(f"--down-for must be > 0 seconds, got {down_for:g}")
+    if not wait_failback >= 0:
+        _fail(f"--wait-failback must be >= 0 seconds, got {wait_failback:g}")
     if not yes:
         where = f" in network namespace {netns}" if netns else " on this host"
         _fail(f"refusing to run: the drill takes {nic}{where} DOWN for {down_for:g} s, cutting every connection "
@@ -438,7 +478,7 @@ def drill_cmd(
     progress = (lambda m: typer.echo(m, err=True))
     try:
         res = dl.run_drill(nic, down_for, netns=netns, state_dirs=dirs, journals=journal or (),
-                           wait_failback_s=wait_failback, progress=progress)
+                           wait_failback_s=wait_failback, force=force, progress=progress)
     except dl.RestoreError as e:
         _fail(str(e), 3)
     except dl.DrillError as e:

@@ -115,7 +115,8 @@ class Facts:
     ``path``, ``loaded`` (bool), ``error``, ``abi`` (exported net ABI versions, ints),
     ``collnet``, ``foreign`` (tuner/profiler symbols that NCCL would also pick up);
     ``torch``: dict with ``torch`` (version), ``nccl`` (``[major, minor, patch]``) or
-    ``error``, or None when PyTorch is not installed; ``ld_resolve``: the file NCCL's
+    ``error``, ``{"skipped": True}`` when not asked (``gather(check_torch=False)``), or None
+    when PyTorch is not installed; ``ld_resolve``: the file NCCL's
     ``dlopen("libnccl-net-railover.so")`` would open given LD_LIBRARY_PATH (None if none)."""
 
     env: Dict[str, str]
@@ -536,6 +537,8 @@ def nccl_checks(env: Mapping[str, str], plugin: Mapping[str, Any], torch: Option
     # PyTorch / NCCL version
     if torch is None:
         out.append(Check("nccl", "PyTorch", INFO, "PyTorch is not installed here: NCCL version not checked"))
+    elif torch.get("skipped"):
+        out.append(Check("nccl", "PyTorch", INFO, "PyTorch check skipped (--no-torch): NCCL version not checked"))
     elif not nver:
         out.append(Check("nccl", "PyTorch", INFO, f"PyTorch {torch.get('torch')} has no NCCL ({torch.get('error') or 'CPU build'})"))
     else:
@@ -660,7 +663,7 @@ def gather(env: Optional[Mapping[str, str]] = None, plugin: Optional[Path] = Non
     rdma = (rdma_report([i.name for i in selected], env, Path(plugin)) if pinfo.get("loaded") and plugin is not None
             else {"error": "the plugin could not be loaded (see the plugin check)"})
     return Facts(env=env, ifaces=ifaces, plugin=pinfo,
-                 torch=torch_nccl() if check_torch else None, ld_resolve=ld_resolve(env),
+                 torch=torch_nccl() if check_torch else {"skipped": True}, ld_resolve=ld_resolve(env),
                  tools=prereqs.found(path=env.get("PATH")), rdma=rdma)
 
 
@@ -757,10 +760,23 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
             nb = _neighbour(net, sel_addrs[i.name]) if net is not None else None
             if nb:
                 targets.append((i, nb, True))
+    mismatched = set()   # (nic, peer) whose address families differ: no route or probe possible
     for i, dst, onlink in targets:
         src = sel_addrs[i.name]
-        oif, err = route(dst, src)
         what = f"{i.name} -> {dst}"
+        dv, sv = ipaddress.ip_address(dst).version, ipaddress.ip_address(src).version
+        if dv != sv:
+            mismatched.add((i.name, dst))
+            want = "AF_INET6" if dv == 6 else "AF_INET"
+            other = i.addr(socket.AF_INET6 if dv == 6 else socket.AF_INET)
+            checks.append(Check("routing", what, FAIL,
+                                f"{dst} is an IPv{dv} address but {i.name}'s address {src} is IPv{sv}: railover "
+                                f"cannot reach it from {i.name}",
+                                f"pass the peer NIC's IPv{sv} address" +
+                                (f", or set NCCL_SOCKET_FAMILY={want} on every host (railover then uses {other})"
+                                 if other else f", or give {i.name} an IPv{dv} address")))
+            continue
+        oif, err = route(dst, src)
         if oif is None:
             checks.append(Check("routing", what, FAIL, f"ip route get {dst} from {src}: {err}",
                                 f"add a route for {dst} via {i.name} (is {i.name} up with its subnet route?)"))
@@ -772,7 +788,7 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
         else:
             checks.append(Check("routing", what, OK, f"from {src} leaves through {i.name}"))
     if peers:
-        jobs = [(i, p) for p in peers for i in peer_nics[p]]
+        jobs = [(i, p) for p in peers for i in peer_nics[p] if (i.name, p) not in mismatched]
         with ThreadPoolExecutor(max_workers=min(16, max(1, len(jobs)))) as ex:
             results = list(ex.map(lambda j: probe(sel_addrs[j[0].name], j[1]), jobs))
         reach: Dict[str, List[str]] = {p: [] for p in peers}

@@ -236,18 +236,22 @@ def _in_main_thread() -> bool:
 
 
 def run_drill(nic: str, down_for_s: float, *, netns: Optional[str] = None, state_dirs: Iterable[Path] = (),
-              journals: Iterable[Path] = (), wait_failback_s: float = 30.0,
+              journals: Iterable[Path] = (), wait_failback_s: float = 30.0, force: bool = False,
               progress: Callable[[str], None] = lambda msg: None) -> DrillResult:
     """Take ``nic`` down for ``down_for_s`` seconds, restore it, wait up to
     ``wait_failback_s`` seconds for every comm to be back on its primary path, and report.
 
-    Raises DrillError before anything changed when the NIC is missing or already down, and
-    RestoreError when the NIC could not be set up again (it is then still down). A signal
+    Raises DrillError before anything changed when a duration is out of range, the NIC is
+    missing or already down, or no live railover process uses it (nothing to observe; with
+    ``force`` the drill runs anyway, with a warning), and RestoreError when the NIC could not
+    be set up again (it is then still down). A signal
     (SIGINT/SIGTERM) during the drill restores the NIC, then propagates as
     KeyboardInterrupt/SystemExit after the result was marked ``interrupted``.
     """
-    if down_for_s <= 0:
-        raise DrillError(f"--down-for must be > 0 seconds, got {down_for_s}")
+    if not down_for_s > 0:
+        raise DrillError(f"--down-for must be > 0 seconds, got {down_for_s:g}")
+    if not wait_failback_s >= 0:
+        raise DrillError(f"--wait-failback must be >= 0 seconds, got {wait_failback_s:g}")
     dirs = [Path(d) for d in state_dirs]
     extra = [Path(j) for j in journals]
     if not link_admin_up(nic, netns):
@@ -258,7 +262,11 @@ def run_drill(nic: str, down_for_s: float, *, netns: Optional[str] = None, state
     res = DrillResult(nic=nic, netns=netns, down_for_s=down_for_s, users=[s.label for s in users])
     res.counters_before = _counters(states, pids)
     if not users:
-        progress(f"warning: no running railover process uses {nic} (state dirs: {', '.join(map(str, dirs)) or 'none'})")
+        msg = f"no running railover process uses {nic} (state dirs: {', '.join(map(str, dirs)) or 'none'})"
+        if not force:
+            raise DrillError(f"refusing to run: {msg}, so there is nothing to observe. Start the job first (is "
+                             "--state-dir / RAILOVER_STATE_DIR the job's?), or pass --force to take the NIC down anyway")
+        progress(f"warning: {msg}")
     where = f" in netns {netns}" if netns else ""
     with _Signals():
         try:

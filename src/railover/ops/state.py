@@ -164,14 +164,59 @@ class ProcessState:
         return d
 
 
+_INT, _STR, _BOOL, _LIST, _OBJ, _NONE = int, str, bool, list, dict, type(None)
+_TYPE_NAMES = {_INT: "an integer", _STR: "a string", _BOOL: "true or false", _LIST: "a list", _OBJ: "an object",
+               _NONE: "null"}
+#: Fields the readers use, per level: ``(name, allowed types, required)``. A field the readers
+#: fetch with a default may be absent (an older plugin), but when present it has these types.
+_TOP_FIELDS = (("pid", (_INT,), True), ("nics", (_LIST,), True), ("comms", (_LIST,), True), ("totals", (_OBJ,), True),
+               ("pairs", (_LIST,), False), ("start_time", (_INT,), False), ("host", (_STR,), False),
+               ("event_log", (_STR, _NONE), False), ("transport", (_STR, _NONE), False))
+_NIC_FIELDS = (("name", (_STR,), True), ("addr", (_STR,), False), ("rail", (_INT, _NONE), False),
+               ("speed_mbps", (_INT, _NONE), False), ("up", (_BOOL,), False))
+_PAIR_FIELDS = (("nic", (_STR,), True), ("peer", (_STR,), True), ("up", (_BOOL,), False))
+_COMM_FIELDS = (("id", (_STR, _INT), True), ("dir", (_STR,), True), ("peer", (_STR,), True),
+                ("active_nic", (_STR,), True), ("primary_nic", (_STR,), True), ("fatal", (_BOOL,), False),
+                ("failovers", (_INT,), True), ("failbacks", (_INT,), True), ("flaps", (_INT,), True),
+                ("bytes_resent", (_INT,), False), ("recoveries", (_INT,), False),
+                ("last_detection_us", (_INT,), False), ("last_convergence_us", (_INT,), False),
+                ("paths", (_LIST,), False))
+_PATH_FIELDS = (("nic", (_STR,), True), ("peer", (_STR,), False), ("state", (_STR,), False))
+_TOTAL_FIELDS = tuple((k, (_INT,), False) for k in ("comms", "failovers", "failbacks", "flaps", "bytes_resent",
+                                                    "fatal_errors"))
+
+
+def _check_fields(path: Path, obj: Any, fields: Sequence[Tuple[str, Tuple[type, ...], bool]], where: str = "") -> None:
+    """Raise StateFileError naming the first field of ``obj`` (at ``where``, e.g. ``comms[0].``)
+    that is missing (when required) or of another type (a bool is not an integer)."""
+    if not isinstance(obj, dict):
+        raise StateFileError(f"{path}: {where.rstrip('.')} is not an object")
+    for k, types, required in fields:
+        if k not in obj:
+            if required:
+                raise StateFileError(f"{path}: field {where + k!r} missing")
+            continue
+        v = obj[k]
+        if not isinstance(v, types) or (isinstance(v, bool) and _BOOL not in types):
+            want = " or ".join(_TYPE_NAMES[t] for t in types)
+            raise StateFileError(f"{path}: field {where + k!r} is not {want} (got {json.dumps(v)[:40]})")
+
+
 def _check_schema(path: Path, data: Any) -> None:
     if not isinstance(data, dict):
         raise StateFileError(f"{path}: not a JSON object")
     if data.get("version") != SCHEMA_VERSION:
         raise StateFileError(f"{path}: schema version {data.get('version')!r}, this railover reads {SCHEMA_VERSION}")
-    for k, t in (("pid", int), ("nics", list), ("comms", list), ("totals", dict)):
-        if not isinstance(data.get(k), t):
-            raise StateFileError(f"{path}: field {k!r} missing or not a {t.__name__}")
+    _check_fields(path, data, _TOP_FIELDS)
+    for i, n in enumerate(data["nics"]):
+        _check_fields(path, n, _NIC_FIELDS, f"nics[{i}].")
+    for i, p in enumerate(data.get("pairs", [])):
+        _check_fields(path, p, _PAIR_FIELDS, f"pairs[{i}].")
+    for i, c in enumerate(data["comms"]):
+        _check_fields(path, c, _COMM_FIELDS, f"comms[{i}].")
+        for j, p in enumerate(c.get("paths", [])):
+            _check_fields(path, p, _PATH_FIELDS, f"comms[{i}].paths[{j}].")
+    _check_fields(path, data["totals"], _TOTAL_FIELDS, "totals.")
 
 
 def read_state_file(path: Path, proc: Path = Path("/proc")) -> ProcessState:
@@ -182,10 +227,12 @@ def read_state_file(path: Path, proc: Path = Path("/proc")) -> ProcessState:
     """
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
         mtime = path.stat().st_mtime
     except OSError as e:
         raise StateFileError(f"{path}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise StateFileError(f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:

@@ -1,0 +1,102 @@
+"""`railover bench` and `railover soak` reject bad options with a message naming the option,
+exit 2, before any test bed is built (TestBed is replaced by one that fails the test), and
+`bench report` handles a missing, empty or corrupt results directory without a traceback."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from railover.bench import common as C
+from railover.bench import degraded, failback, failover, healthy, soak
+from railover.cli import app
+
+
+def text(r) -> str:
+    """The CLI's output as one line (rich draws errors in a wrapped box)."""
+    return " ".join(re.sub(r"[\u2500-\u257f]", " ", r.output).split())
+
+
+@pytest.fixture(autouse=True)
+def no_bed(monkeypatch):
+    def bed(*a, **k):
+        raise AssertionError("a test bed was built")
+    for mod in (degraded, failback, failover, healthy, soak):
+        monkeypatch.setattr(mod, "TestBed", bed)
+
+
+def bench(tmp_path, *argv):
+    return CliRunner().invoke(app, ["bench", *argv, "--out", str(tmp_path / "out")])
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["healthy", "--networks", "bogus"], "--networks: unknown network(s) 'bogus'; known: loopback, veth"),
+    (["degraded", "--rate", "bogus"], "--rate: bad rate 'bogus'"),
+    (["failback", "--kinds", "cable-pull"], "--kinds: unknown fault kind(s) 'cable-pull'; known: port-down"),
+    (["failback", "--kinds", "port-down,nope"], "unknown fault kind(s) 'nope'"),
+])
+def test_bad_suite_options_are_named_before_a_bed_is_built(tmp_path, argv, msg):
+    r = bench(tmp_path, *argv)
+    assert r.exit_code == 2 and not isinstance(r.exception, AssertionError), r.output
+    assert "could not run" in text(r) and msg in text(r), text(r)
+
+
+@pytest.mark.parametrize("argv,opt", [
+    (["failover", "--faults", "-1"], "--faults"),
+    (["failback", "--faults", "-1"], "--faults"),
+    (["failover", "--size", "abc"], "--size"),
+    (["failover", "--size", "0"], "--size"),
+])
+def test_bad_counts_and_sizes_are_usage_errors(tmp_path, argv, opt):
+    r = bench(tmp_path, *argv)
+    assert r.exit_code == 2 and not isinstance(r.exception, AssertionError), r.output
+    assert re.search(rf"Invalid value for '?{opt}", text(r)), text(r)
+
+
+def test_soak_size_is_checked_up_front(tmp_path):
+    r = CliRunner().invoke(app, ["soak", "--duration", "60", "--size", "abc", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and not isinstance(r.exception, AssertionError), r.output
+    assert re.search(r"Invalid value for '?--size", text(r)) and "bad size 'abc'" in text(r), text(r)
+
+
+def test_report_on_a_missing_or_file_out_is_named(tmp_path):
+    r = CliRunner().invoke(app, ["bench", "report", "--out", str(tmp_path / "nonexistent-bench")])
+    assert r.exit_code == 2 and "no such directory" in text(r) and "--out" in text(r), r.output
+    (tmp_path / "f").write_text("")
+    r = CliRunner().invoke(app, ["bench", "report", "--out", str(tmp_path / "f")])
+    assert r.exit_code == 2 and "not a directory" in text(r), r.output
+
+
+def test_report_on_an_empty_dir_says_there_are_no_results(tmp_path):
+    r = CliRunner().invoke(app, ["bench", "report", "--out", str(tmp_path)])
+    assert r.exit_code == 2, r.output
+    assert f"no results in {tmp_path}" in text(r) and "failover.json" in text(r), text(r)
+    assert not (tmp_path / "summary.md").exists()
+
+
+def _report(suite):
+    return {"suite": suite, "command": f"railover bench {suite}", "started": "now", "elapsed_s": 1.0,
+            "machine": dict(C.machine_info(), loadavg_at_start=[0.1]), "settings": {}, "wrong_bytes": 0,
+            "targets": [], "results": {}}
+
+
+def test_report_skips_a_corrupt_json_and_names_it(tmp_path, monkeypatch):
+    (tmp_path / "failover.json").write_text("{bad")
+    with pytest.raises(C.BenchError, match="failover.json: cannot be read as JSON"):
+        C.load_report(tmp_path, "failover")
+    r = CliRunner().invoke(app, ["bench", "report", "--out", str(tmp_path)])
+    assert r.exit_code == 2, r.output
+    assert "failover.json: cannot be read as JSON" in text(r) and "no suite's JSON could be read" in text(r), text(r)
+    (tmp_path / "degraded.json").write_text(json.dumps({"suite": "degraded"}))
+    with pytest.raises(C.BenchError, match="degraded.json: not a railover bench report"):
+        C.load_report(tmp_path, "degraded")
+    (tmp_path / "degraded.json").unlink()
+    (tmp_path / "healthy.json").write_text(json.dumps(_report("healthy")))
+    monkeypatch.setattr(healthy, "markdown", lambda r: "(healthy tables)")
+    r = CliRunner().invoke(app, ["bench", "report", "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert "skipped:" in text(r) and "failover.json" in text(r) and "(1 suite(s))" in text(r), text(r)
+    md = (tmp_path / "summary.md").read_text()
+    assert "## healthy" in md and "## failover" not in md
