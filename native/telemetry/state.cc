@@ -43,10 +43,20 @@ std::string procStartTime() {
   return std::string(p, strcspn(p, " "));
 }
 
-bool makeDir(const std::string& d) {
+// Creates directory `d` (0750) or accepts an existing writable one. false with *why (if given)
+// naming the reason: mkdir's error, "not a directory" or "not writable".
+bool makeDir(const std::string& d, std::string* why = nullptr) {
   if (mkdir(d.c_str(), 0750) == 0) return true;
+  int e = errno;
   struct stat st;
-  return errno == EEXIST && stat(d.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && access(d.c_str(), W_OK) == 0;
+  std::string r;
+  if (e != EEXIST) r = strerror(e);
+  else if (stat(d.c_str(), &st) != 0) r = strerror(errno);
+  else if (!S_ISDIR(st.st_mode)) r = "it exists and is not a directory";
+  else if (access(d.c_str(), W_OK) != 0) r = std::string("not writable: ") + strerror(errno);
+  else return true;
+  if (why) *why = r;
+  return false;
 }
 
 // The envelope: the process's identity and the time of this update, then the source's members.
@@ -91,9 +101,10 @@ void stateStart(const Config& cfg, bool dirSet, StateSource src) {
   if (!dirSet) {
     dir = makeDir("/run/railover") ? "/run/railover" : "/tmp/railover-" + std::to_string(getuid());
   }
-  if (!makeDir(dir)) {
+  std::string why;
+  if (!makeDir(dir, &why)) {
     RO_WARN("railover: cannot use RAILOVER_STATE_DIR %s (%s); no state file for railover status", dir.c_str(),
-            strerror(errno));
+            why.c_str());
     return;
   }
   gPath = dir + "/railover-" + std::to_string(getpid()) + ".json";
