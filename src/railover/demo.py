@@ -256,8 +256,10 @@ def run_demo(layout: str = "T2", ranks_per_host: int = 2, fault_spec: str = "por
     env = {"RAILOVER_HOLD_DOWN_MS": str(hold_down_ms), "RAILOVER_STATE_DIR": "off"}
     if baseline:
         env.update(RAILOVER_STANDBY="none", RAILOVER_FATAL_TIMEOUT=str(int(fault_for + 30)))
+    built = False  # a bed that cannot be built is "no test bed" (exit 2), not a failed demo
     try:
         with TestBed(layout) as tb:
+            built = True
             console.print(f"[bold]railover demo[/]: test bed {tb.prefix} ({tb.layout}, {tb.mode}), "
                           f"{len(tb.hosts)} hosts x {len(tb.hosts[0].nics)} NICs, {ranks_per_host} ranks per host, "
                           f"ring all-reduce of {size} for {duration:.0f} s"
@@ -286,6 +288,9 @@ def run_demo(layout: str = "T2", ranks_per_host: int = 2, fault_spec: str = "por
         console.print(f"[red]cannot build the test bed:[/] {e}\nrun as root (network namespaces need CAP_NET_ADMIN)")
         return 2
     except (ScenarioError, TestBedError) as e:  # TestBedError includes a fault that failed to apply
+        if not built:
+            console.print(f"[red]cannot build the test bed:[/] {e}")
+            return 2
         console.print(f"[red]the demo could not run:[/] {e}")
         return 1
     report = build_report(res, specs, baseline)

@@ -87,3 +87,22 @@ def test_baseline_help_says_it_is_expected_to_stall_and_states_the_exit_status()
     assert r.returncode == 0, r.stderr
     assert "The baseline is expected to stall or fail" in text
     assert "Exit status: 0 when the railover run survived every fault" in text
+
+
+def test_a_test_bed_that_cannot_be_built_exits_2_not_1(monkeypatch, tmp_path):
+    """README: exit 2 for no test bed; 1 is for a demo that ran and failed."""
+    from railover.testbed.netns import TestBedError
+
+    class NoBed:
+        def __init__(self, layout):
+            pass
+
+        def __enter__(self):
+            raise TestBedError("building test bed rot2 (T2) failed: RTNETLINK answers: File exists")
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(demo, "check_system", lambda specs: None)
+    monkeypatch.setattr(demo, "TestBed", NoBed)
+    assert demo.run_demo(out=tmp_path / "out", quiet=True) == 2
