@@ -83,7 +83,9 @@ class RdmaGroupedTest : public ::testing::Test {
     Side& s = side[k];
     s.tx = t->openSendPath(sendNic, remote, sizeof(sockaddr_in), 1, id, cp, &err);
     ASSERT_TRUE(s.tx) << err;
-    ASSERT_EQ(s.tx->connectState(&err), 0) << err;
+    ASSERT_EQ(s.tx->connectState(&err), 0) << err;  // the worker creates the QPs
+    t->worker().drain();
+    ASSERT_EQ(s.tx->connectState(&err), 0) << err;  // HELLO and endpoints written
     ASSERT_EQ(boot.pending.size(), 1u);
     std::unique_ptr<Conn> server = std::move(boot.pending[0].server);
     boot.pending.clear();

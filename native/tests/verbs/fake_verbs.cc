@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <memory>
+#include <thread>
 
 #include "transport/verbs/verbs_api.h"
 
@@ -63,6 +64,7 @@ struct World {
   std::map<ibv_context*, std::deque<ibv_async_event>> async;
   std::map<std::pair<std::string, int>, ibv_port_state> portState;  // default ACTIVE
   uint32_t nextQpn = 100, nextKey = 1000;
+  std::vector<std::thread::id> qpCreators;  // the thread of every ibv_create_qp, in order
   bool holdFlushes = false;
   int failModify = 0;
   ibv_qp* failModifyQp = nullptr;  // nullptr: any QP
@@ -190,6 +192,10 @@ int opPostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
 
 namespace fake {
 
+std::vector<std::thread::id> qpCreators() {
+  WorldLock l(worldMu);
+  return w().qpCreators;
+}
 void reset() {
   blockErrTransitions(false);
   WorldLock l(worldMu);
@@ -495,6 +501,7 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* ia) {
   f->qp.send_cq = ia->send_cq;
   f->qp.recv_cq = ia->recv_cq;
   f->qp.qp_num = ++w().nextQpn;
+  w().qpCreators.push_back(std::this_thread::get_id());
   f->qp.state = IBV_QPS_RESET;
   f->qp.qp_type = ia->qp_type;
   return &f->qp;

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace fake {
@@ -86,6 +87,8 @@ int pkeyIndex(ibv_qp* qp);
 // EBADF), or not (EOPNOTSUPP). Default: supported. dmabufRegistrations(): successful ones.
 void setDmabuf(bool supported);
 int dmabufRegistrations();
+// The thread that made each ibv_create_qp call since reset(), in order. Thread-safe.
+std::vector<std::thread::id> qpCreators();
 // Current state of a QP as the fake sees it.
 ibv_qp_state state(ibv_qp* qp);
 

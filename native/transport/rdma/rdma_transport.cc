@@ -61,6 +61,10 @@ struct Shared {
   std::unique_ptr<P> path;
   std::atomic<int> result{0};  // 0 in progress, 1 connected, -1 failed (err set before the store)
   std::string err;
+  // A send path's CQ and QPs are created by the worker too (RdmaTransport::openSendPath):
+  // 0 in progress, 1 created (path set before the store), -1 failed (createErr set before it).
+  std::atomic<int> created{1};
+  std::string createErr;
 };
 
 // Hands the verbs objects to the worker for destruction (destroying a QP can take seconds).
@@ -122,19 +126,25 @@ bool unpackEndpoints(const uint8_t* in, size_t n, std::vector<verbs::QpEndpoint>
 
 class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink, private PathEnd {
  public:
+  // `sh` is being filled by a creation job already posted to the worker (sh->created 0 until
+  // it ran); the bootstrap stream `conn` connects meanwhile.
   RdmaSendPath(RdmaTransport& t, int nic, std::unique_ptr<Conn> conn, const PathIdentity& id, uint64_t chunk,
-               std::unique_ptr<verbs::SendPath> path)
-      : t_(t), nic_(nic), id_(id), chunk_(chunk ? chunk : (1u << 20)),
-        sh_(std::make_shared<Shared<verbs::SendPath>>()) {
+               std::shared_ptr<Shared<verbs::SendPath>> sh)
+      : t_(t), nic_(nic), id_(id), chunk_(chunk ? chunk : (1u << 20)), sh_(std::move(sh)) {
     conn_ = std::move(conn);
-    sh_->path = std::move(path);
-    ep_.assign(sh_->path->lanes() * verbs::QpEndpoint::kWireBytes, 0);
   }
-  ~RdmaSendPath() override { retire(t_.worker(), sh_); }
+  ~RdmaSendPath() override { retire(t_.worker(), sh_); }  // after the creation job: the worker's FIFO
 
   int connectState(std::string* err) override {
     if (!why_.empty()) return *err = why_, -1;
     if (notice_) return 0;  // refused (NACK): recvNotice reports it, the engine closes the path
+    if (stage_ == kCreate) {
+      int c = sh_->created.load(std::memory_order_acquire);
+      if (c == 0) return 0;
+      if (c < 0) return fail(sh_->createErr, err);
+      ep_.assign(sh_->path->lanes() * verbs::QpEndpoint::kWireBytes, 0);
+      stage_ = kTcp;
+    }
     if (stage_ == kTcp) {
       int r = conn_->connectState(err);
       if (r <= 0) return r < 0 ? fail("bootstrap connect: " + *err, err) : 0;
@@ -315,7 +325,7 @@ class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink, priva
     ChunkRef c;
     const uint8_t* src;
   };
-  enum Stage { kTcp, kEndpoint, kRts, kReady };
+  enum Stage { kCreate, kTcp, kEndpoint, kRts, kReady };
 
   // verbs::SendPath::Sink
   void chunkDone(const verbs::ChunkRef&) override {}  // delivery is proven by the receiver's ACK
@@ -330,7 +340,7 @@ class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink, priva
   PathIdentity id_;
   uint64_t chunk_;
   std::shared_ptr<Shared<verbs::SendPath>> sh_;
-  Stage stage_ = kTcp;
+  Stage stage_ = kCreate;
   std::vector<uint8_t> ep_;  // the receiver's endpoints, one per QP of the path
   size_t got_ = 0;
   bool notice_ = false;
@@ -1086,12 +1096,28 @@ std::unique_ptr<SendPath> RdmaTransport::openSendPath(int nic, const sockaddr_st
                                                       const PathIdentity& id, const ChunkPolicy& chunks, std::string* err) {
   (void)nStreams;  // one bootstrap stream per path; its QPs: NCCL_IB_QPS_PER_CONNECTION
   if (nic < 0 || nic >= (int)ports_.size() || !ports_[nic].hca) return *err = "no HCA port behind NIC", nullptr;
-  const NicPort& np = ports_[nic];
-  auto vp = std::make_unique<verbs::SendPath>(*np.hca, portSel(nic), rc_, err, (int)ib_.qpsPerConnection);
-  if (!vp->ok()) return nullptr;
+  // The bootstrap connect starts here (non-blocking); the path's CQ, QPs and control-slot MRs
+  // are created by the worker, not on the caller's thread, which is NCCL's when the engine
+  // retries a failed path: on the TCG bed that creation held it 3.3 ms at the median and up to
+  // 69 ms (path_up's open_us over 120 retries, docs/BENCHMARKS.md). Its error, if any, comes
+  // from connectState().
   auto conn = boot_->connect(nic, remote, len, err);
   if (!conn) return nullptr;
-  return std::unique_ptr<SendPath>(new RdmaSendPath(*this, nic, std::move(conn), id, chunks.maxChunkBytes, std::move(vp)));
+  auto sh = std::make_shared<Shared<verbs::SendPath>>();
+  sh->created.store(0, std::memory_order_relaxed);
+  verbs::Hca* hca = ports_[nic].hca;
+  worker_.post([sh, hca, sel = portSel(nic), rc = rc_, lanes = (int)ib_.qpsPerConnection] {
+    std::string e;
+    auto vp = std::make_unique<verbs::SendPath>(*hca, sel, rc, &e, lanes);
+    if (!vp->ok()) {
+      sh->createErr = e.empty() ? "cannot create the path's QPs on " + hca->name() : e;
+      sh->created.store(-1, std::memory_order_release);
+      return;  // vp (what was created of it) is released here, on the worker
+    }
+    sh->path = std::move(vp);
+    sh->created.store(1, std::memory_order_release);
+  });
+  return std::unique_ptr<SendPath>(new RdmaSendPath(*this, nic, std::move(conn), id, chunks.maxChunkBytes, std::move(sh)));
 }
 
 std::unique_ptr<RecvPath> RdmaTransport::newRecvPath(int nStreams) { return newRecvPathOn(-1, nStreams); }
