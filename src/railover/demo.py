@@ -200,6 +200,17 @@ def _fmt(v: Optional[float], unit: str = "", nd: int = 1) -> str:
     return "-" if v is None else f"{v:.{nd}f}{unit}"
 
 
+def _failback_cell(r: Dict[str, Any]) -> str:
+    """First failback after the repair (hold-down included), and how many of the comms that
+    failed over came back before the next fault ("-" for a fault never undone)."""
+    if r.get("undo_t_us") is None:
+        return "-"
+    cell = _fmt(r.get("failback_ms"), " ms", 0)
+    if r["failovers"]:
+        cell += f" ({r.get('failbacks', 0)} of {r['failovers']})"
+    return cell
+
+
 def timeline_table(report: Dict[str, Any]) -> Table:
     t = Table(title=f"Faults and what railover did ({report['mode']})")
     for c in ("fault", "detect", "converge", "stall (normal)", "resent B", "failback", "GB/s before/during/after"):
@@ -207,7 +218,7 @@ def timeline_table(report: Dict[str, Any]) -> Table:
     for r in report["faults"]:
         t.add_row(f"{r['label']} {r['nic']}", _fmt(r["detection_ms"], " ms", 2), _fmt(r["convergence_ms"], " ms", 2),
                   f"{_fmt(r['stall_ms'], ' ms', 0)} ({_fmt(r['baseline_gap_ms'], ' ms', 0)})",
-                  f"{r['bytes_resent']:,}", _fmt(r.get("failback_ms"), " ms", 0),
+                  f"{r['bytes_resent']:,}", _failback_cell(r),
                   f"{_fmt(r['bw_before_gbs'], '', 3)} / {_fmt(r['bw_during_gbs'], '', 3)} / {_fmt(r['bw_after_gbs'], '', 3)}")
     return t
 

@@ -170,7 +170,10 @@ class ScenarioResult:
                 "baseline_gap_ms": self.longest_gap_ms(t0 - 2_000_000, t0) if self.buckets and self.buckets[0] else None,
             }
             if undo:
-                fbs = [e for e in self.events if e["t_us"] >= undo.t_us and e["event"] == "failback"]
+                # Failbacks between this fault's undo and the next fault (whose own failbacks
+                # are its row's): the same comm may fail over and back once per fault.
+                nxt_fb = min([a.t_us for a in applies if a.t_us > undo.t_us] + [1 << 62])
+                fbs = [e for e in self.events if undo.t_us <= e["t_us"] < nxt_fb and e["event"] == "failback"]
                 row["undo_t_us"] = undo.t_us
                 row["failback_ms"] = (fbs[0]["t_us"] - undo.t_us) / 1e3 if fbs else None
                 row["failbacks"] = len(fbs)
