@@ -95,7 +95,7 @@
 #define RO_EVENT_FIELDS_path_up(FIRST, NEXT)              \
   RO_PATH_FIELDS(FIRST, NEXT)                             \
   NEXT(generation, U64, "connection generation of the path (grows on every reconnect)") \
-  NEXT(open_us, U64, "send: how long opening the path (the transport's openSendPath: for RDMA its CQ and QPs) held the caller's thread, µs; recv: 0")
+  NEXT(open_us, U64, "send: how long opening the path (the transport's openSendPath) held the caller's thread, µs (RDMA creates the path's CQ and QPs on its worker, not in this call); recv: 0")
 #define RO_EVENT_FIELDS_path_down(FIRST, NEXT)                                    \
   RO_PATH_FIELDS(FIRST, NEXT)                                                     \
   NEXT(cause, Str, "why the path failed")                                         \

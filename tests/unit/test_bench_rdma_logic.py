@@ -86,6 +86,19 @@ def test_resume_waits_split_into_the_fences_queue_run_and_answer():
     assert R._resume_wait_detail(R.kind_summary("cable-pull", [R.cycle_record(0, 0, 1, [], [])])) == ""
 
 
+def test_send_path_opens_are_summarised_from_path_up_open_us():
+    a = [_ev("path_up", 10, dir="send", open_us=2000, generation=2),
+         _ev("path_up", 11, dir="recv", open_us=0, generation=2),        # the receive side: not an open
+         _ev("path_up", 12, dir="send", generation=3)]                  # a plugin before open_us: left out
+    b = [_ev("path_up", 20, dir="send", open_us=9000, generation=2)]
+    r = R.cycle_record(0, 0, 1, a, b)
+    assert r["send_open_ms"] == [2.0, 9.0]
+    s = R.kind_summary("cable-pull", [r])
+    assert s["send_open_ms"]["n"] == 2 and s["send_open_ms"]["max"] == 9.0
+    assert "2 send path opens held the caller p50 5.5" in R._open_detail(s) and "max 9.0 ms" in R._open_detail(s)
+    assert R._open_detail(R.kind_summary("cable-pull", [R.cycle_record(0, 0, 1, [], [])])) == ""
+
+
 def test_kind_summary_counts_every_failover_and_missing_ones():
     cycles = [R.cycle_record(i, 0, 1, [_ev("failover", 1000 * (i + 1), convergence_us=1000 * (i + 1))],
                              [_ev("failover", 5, convergence_us=100_000), _ev("failback", 9, convergence_us=500)])

@@ -152,6 +152,10 @@ def cycle_record(i: int, applied_us: int, undone_us: Optional[int], new_a: Seque
     # to the answer (journals of plugins before 2026-12-04 lack these fields: left out).
     res = [e for e in list(new_a) + list(new_b) if e.get("event") == "resume" and e.get("waited_us") is not None]
     waited = [e for e in res if e["waited_us"] > 0 and e.get("fence_us")]
+    # Send paths (re)opened in the cycle: how long openSendPath held the caller's thread (NCCL's
+    # at a retry); plugins before 2026-12-04 lack open_us.
+    opens = [e for e in list(new_a) + list(new_b)
+             if e.get("event") == "path_up" and e.get("dir") == "send" and e.get("open_us") is not None]
     return {
         "i": i, "applied_us": applied_us, "undone_us": undone_us,
         "failovers": len(fo), "failovers_a": len(fo_a), "failovers_b": len(fo) - len(fo_a),
@@ -164,6 +168,7 @@ def cycle_record(i: int, applied_us: int, undone_us: Optional[int], new_a: Seque
         "resume_fence_queue_ms": [e["fence_queue_us"] / 1e3 for e in waited],
         "resume_fence_ms": [e["fence_us"] / 1e3 for e in waited],
         "resume_fence_to_answer_ms": [e["fence_to_answer_us"] / 1e3 for e in waited],
+        "send_open_ms": [e["open_us"] / 1e3 for e in opens],
         "fatal": sum(1 for e in list(new_a) + list(new_b) if e.get("event") == "fatal"),
         "bytes_resent": sum(int(e.get("bytes_resent") or 0) for e in fo),
     }
@@ -182,7 +187,8 @@ def kind_summary(kind: str, cycles: Sequence[Mapping[str, Any]]) -> Dict[str, An
         "fault_to_failover_a_ms": C.summary([c["fault_to_failover_a_ms"] for c in cycles]),
         "failback_convergence_ms": C.summary([x for c in cycles for x in c["failback_convergence_ms"]]),
         **{k: C.summary([x for c in cycles for x in c.get(k, ())])
-           for k in ("resume_wait_ms", "resume_fence_queue_ms", "resume_fence_ms", "resume_fence_to_answer_ms")},
+           for k in ("resume_wait_ms", "resume_fence_queue_ms", "resume_fence_ms", "resume_fence_to_answer_ms",
+                     "send_open_ms")},
         "fatal": sum(c["fatal"] for c in cycles),
         "bytes_resent": sum(c["bytes_resent"] for c in cycles),
         "cycles": list(cycles),
@@ -234,6 +240,15 @@ def _resume_wait_detail(r: Mapping[str, Any]) -> str:
     return out
 
 
+def _open_detail(r: Mapping[str, Any]) -> str:
+    """'; send path opens ...' for a kind summary whose journals carry open_us, else ''."""
+    o = r.get("send_open_ms") or {}
+    if not o.get("n"):
+        return ""
+    return (f"; {o['n']} send path opens held the caller p50 {C.fmt(o['p50'], 1)}, p99 {C.fmt(o['p99'], 1)}, "
+            f"max {C.fmt(o['max'], 1)} ms")
+
+
 def add_targets(rep: C.Report, kinds: Mapping[str, Mapping[str, Any]], bw: Mapping[int, Mapping[str, Any]],
                 bare: Sequence[Mapping[str, Any]] = ()) -> None:
     """The issue's targets on the measured figures (judged as measured, whatever the bed)."""
@@ -244,7 +259,7 @@ def add_targets(rep: C.Report, kinds: Mapping[str, Mapping[str, Any]], bw: Mappi
                        detail=f"p50 {C.fmt(c['p50'], 1)}, max {C.fmt(c['max'], 1)} ms over {c['n']} failovers "
                               f"({r['faults']} faults); detection p50 {C.fmt(r['detection_ms']['p50'], 1)} ms; "
                               f"fault -> failover in A p50 {C.fmt(r['fault_to_failover_a_ms']['p50'], 1)} ms"
-                              + _resume_wait_detail(r))
+                              + _resume_wait_detail(r) + _open_detail(r))
         rep.add_target(f"rdma: {kind} faults without a failover", r["faults_without_failover"], "==", 0)
         rep.add_target(f"rdma: {kind} fatal errors", r["fatal"], "==", 0)
     for size, b in bw.items():
