@@ -254,6 +254,35 @@ def test_down_removes_crashed_run_and_its_processes(netns_mode):
     assert T.cleanup_leftovers(orphan) == [f"{orphan}-nsQ"]
 
 
+@netns
+def test_down_keeps_a_bed_of_unknown_owner_with_processes_inside(netns_mode):
+    """A bed whose state file this process cannot see (another RAILOVER_TESTBED_STATE) is found
+    only by the name sweep; with processes running inside it may be live: a plain sweep keeps
+    it, --all (include_live) or its prefix removes it. Without processes it is a leftover."""
+    if netns_mode != "root":
+        pytest.skip("named namespaces need root mode")
+    busy, idle = ("ro" + "zy" + os.urandom(1).hex()), ("ro" + "zx" + os.urandom(1).hex())
+    for p in (busy, idle):
+        subprocess.run(["ip", "netns", "add", f"{p}-nsQ"], check=True)
+    sleeper = subprocess.Popen(["ip", "netns", "exec", f"{busy}-nsQ", "sleep", "600"])
+    try:
+        poll_until(lambda: T.ns_pids(f"{busy}-nsQ"), 20, what="the sleeper inside the namespace")
+        infos = {i.prefix: i for i in T.list_testbeds()}
+        assert infos[busy].owner_unknown_in_use and infos[busy].pids_inside
+        assert not infos[idle].owner_unknown_in_use
+        r = _cli("list")
+        assert r.returncode == 0 and "in use, owner unknown" in r.stdout, r.stdout
+        # (what a plain `testbed down` decides, asked without sweeping other runs' beds away)
+        assert T.sweep_keeps(infos[busy]) and not T.sweep_keeps(infos[busy], include_live=True)
+        assert not T.sweep_keeps(infos[idle])
+        assert T.cleanup_leftovers(busy) == [f"{busy}-nsQ"]  # its prefix removes it
+    finally:
+        sleeper.kill()
+        sleeper.wait(timeout=20)
+        for p in (busy, idle):
+            T.cleanup_leftovers(p)
+
+
 def _cli(*args, timeout=60):
     return subprocess.run([sys.executable, "-m", "railover.cli", "testbed", *args], env=_env(),
                           capture_output=True, text=True, timeout=timeout)

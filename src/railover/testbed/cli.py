@@ -124,11 +124,17 @@ def down_cmd(
             typer.echo(f"removed {ns}")
     else:
         typer.echo("nothing to remove")
-    live = [i for i in _tb.list_testbeds() if i.alive and not i.detached] + \
-        [i for i in _rbed.list_rdma_beds() if i.alive]
+    infos = _tb.list_testbeds()
+    live = [i for i in infos if i.alive and not i.detached] + [i for i in _rbed.list_rdma_beds() if i.alive]
+    unknown = [i for i in infos if i.owner_unknown_in_use]
     if live and not all_ and prefix is None:
         typer.echo("kept (owner still running; use --all to remove): " +
                    ", ".join(f"{i.prefix} (pid {i.pid})" for i in live), err=True)
+    if unknown and not all_ and prefix is None:
+        typer.echo("kept (no state file here, but processes still run inside: maybe a live bed whose state file "
+                   "is elsewhere, e.g. another RAILOVER_TESTBED_STATE; use --prefix P or --all to remove): " +
+                   ", ".join(f"{i.prefix} (pids {' '.join(map(str, i.pids_inside[:5]))}"
+                             f"{' ...' if len(i.pids_inside) > 5 else ''})" for i in unknown), err=True)
 
 
 def list_cmd() -> None:
@@ -153,7 +159,8 @@ def list_cmd() -> None:
     for col in ("prefix", "layout", "mode", "owner pid", "state", "namespaces"):
         t.add_column(col)
     for i in infos:
-        state = "detached" if i.detached else ("live" if i.alive else "leftover")
+        state = "detached" if i.detached else ("live" if i.alive else
+                                                ("in use, owner unknown" if i.owner_unknown_in_use else "leftover"))
         t.add_row(i.prefix, i.layout or "?", i.mode or "?", str(i.pid or "-"), state,
                   " ".join(i.namespaces) or "-")
     _console.print(t)

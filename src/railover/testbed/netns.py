@@ -62,7 +62,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 __all__ = [
     "TestBedError", "PrivilegeError", "Topology", "Nic", "Host", "TestBed", "TestBedInfo",
     "EchoServer", "echo_roundtrip", "LAYOUTS", "now_us", "poll_until", "privilege_mode", "ensure_privileges",
-    "state_dirs", "list_testbeds", "cleanup_leftovers", "netlink", "ns_exec_argv",
+    "state_dirs", "list_testbeds", "cleanup_leftovers", "sweep_keeps", "netlink", "ns_exec_argv",
     "ns_pids", "add_nic_address", "del_nic_address", "ensure_nic_routing",
 ]
 
@@ -556,7 +556,9 @@ class TestBedInfo:
     ``prefix``; ``namespaces`` that exist now; ``pid`` of the owner (None if unknown);
     ``alive`` whether the owner still runs; ``detached`` (left up on purpose by
     ``railover testbed up --detach``); ``layout``; ``mode``; ``state_file`` (None for beds
-    found only by namespace-name sweep).
+    found only by namespace-name sweep); ``pids_inside``: for a bed found only by the sweep,
+    the processes running in its namespaces (its owner may be alive with its state file in
+    a directory this process does not read, e.g. another ``RAILOVER_TESTBED_STATE``).
     """
 
     __test__ = False
@@ -569,6 +571,12 @@ class TestBedInfo:
     layout: Optional[str] = None
     mode: Optional[str] = None
     state_file: Optional[Path] = None
+    pids_inside: List[int] = field(default_factory=list)
+
+    @property
+    def owner_unknown_in_use(self) -> bool:
+        """Found only by the sweep, with processes inside: maybe another user's live bed."""
+        return self.state_file is None and bool(self.pids_inside)
 
 
 def list_testbeds() -> List[TestBedInfo]:
@@ -597,7 +605,22 @@ def list_testbeds() -> List[TestBedInfo]:
         info = found.setdefault(m.group(1), TestBedInfo(m.group(1), []))
         if n not in info.namespaces:
             info.namespaces.append(n)
+    me = os.getpid()
+    for info in found.values():
+        if info.state_file is None:
+            info.pids_inside = sorted({p for n in info.namespaces for p in ns_pids(n) if p != me})
     return [found[k] for k in sorted(found)]
+
+
+def sweep_keeps(info: TestBedInfo, include_live: bool = False, include_detached: bool = True) -> bool:
+    """Whether a sweep without a prefix (:func:`cleanup_leftovers`) leaves bed ``info`` alone:
+    its owner runs (unless ``include_live``), it is detached (unless ``include_detached``), or
+    its owner is unknown and processes run inside (unless ``include_live``)."""
+    if info.alive and not info.detached and not include_live:
+        return True
+    if info.detached and not include_detached:
+        return True
+    return info.owner_unknown_in_use and not include_live
 
 
 def cleanup_leftovers(prefix: Optional[str] = None, include_live: bool = False,
@@ -606,18 +629,17 @@ def cleanup_leftovers(prefix: Optional[str] = None, include_live: bool = False,
 
     With ``prefix``: remove that bed whatever its state. Without: remove beds whose owner
     process is gone (crashed runs, and detached beds when ``include_detached``); beds of
-    running processes only with ``include_live``. Processes still inside the namespaces are
+    running processes only with ``include_live``, which also covers beds found only by the
+    namespace sweep that still have processes inside (their owner is unknown: it may be a live
+    run whose state file this process cannot see). Processes still inside the namespaces are
     killed (SIGKILL) first, then the namespaces and state files are removed.
     """
     removed: List[str] = []
     for info in list_testbeds():
         if prefix is not None and info.prefix != prefix:
             continue
-        if prefix is None:
-            if info.alive and not info.detached and not include_live:
-                continue
-            if info.detached and not include_detached:
-                continue
+        if prefix is None and sweep_keeps(info, include_live, include_detached):
+            continue
         for ns in info.namespaces:
             _kill_ns_processes(ns)
             _remove_netns(ns)
