@@ -48,6 +48,7 @@ struct Pair {
   // When the latest hard evidence came (a peer's NIC-down notice, our NIC down): a path that
   // connected over the pair after it proves the verdict stale (Health::pairHardDownSinceUs).
   std::atomic<uint64_t> hardSinceUs{0};
+  bool reprobedOnRequest = false;  // this down episode's back-off was reset by a peer's probe (once)
   uint64_t lastAckUs = 0;
   uint64_t wokeUs = 0;  // when an answer last ended a silence of half the detection time (peer woke up)
   uint64_t lastBigAckUs = 0;
@@ -178,18 +179,22 @@ class Monitor : public Health {
   uint64_t probeSeq = 0;
   uint64_t instanceId = 0;     // sent in every probe answer: tells peers which rails reach one process
   uint64_t lastRoundUs = 0;    // previous probe round (late-wake check)
+  // Some pair was hard down at the last probe round (onUdp walks the pairs on a peer's probe
+  // request only then).
+  std::atomic<bool> hardDownSeen{false};
   uint64_t lateRounds = 0, lateMaxUs = 0, lastLateLogUs = 0;
 
   void setPairDown(Pair& p, const std::string& cause, uint64_t now, bool hard = false) {
     if (hard) {
       p.hardSinceUs.store(now, std::memory_order_release);
-      if (!p.hard.load()) {
-        p.hard.store(true, std::memory_order_release);
-        if (!p.up.load()) bump();
-      }
+      p.hard.store(true, std::memory_order_release);
+      // Already down: links re-check now (a refreshed verdict is news to a path kept after the
+      // previous one; RecvLink::failPathsDownByHealth runs on an epoch change).
+      if (!p.up.load()) bump();
     }
     if (!p.up.load()) return;
     p.cause = cause;
+    p.reprobedOnRequest = false;
     p.downSinceUs = now;
     p.nextProbeUs = now + (uint64_t)cfg.probeIntervalMs * 1000;
     p.probeGapMs = cfg.probeIntervalMs;
@@ -432,15 +437,21 @@ class Monitor : public Health {
       if (!pr.ack) {  // answer with the same size, so big probes test both directions
         health::answerProbe(buf, instanceId);
         sendto(nicState[nic].udp, buf, (size_t)n, MSG_DONTWAIT, (sockaddr*)&from, fl);
-        // The peer probes us from that NIC again: if our pair to it is down and its re-probes
-        // backed off (up to RAILOVER_PROBE_BACKOFF_MAX_MS), re-probe at the next round. Its
-        // own NIC-up resets only its side; without this, our verdict (a NIC-down notice of its
-        // NIC, say) outlived its repair by up to the back-off, and a path it reconnected
-        // meanwhile was failed here as a flap.
+        // The peer probes us from that NIC again: if our pair to it is hard down (its NIC-down
+        // notice) and its re-probes backed off (up to RAILOVER_PROBE_BACKOFF_MAX_MS), re-probe
+        // at the next round, once per down episode. Its own NIC-up resets only its side;
+        // without this, our verdict outlived its repair by up to the back-off, and a path it
+        // reconnected meanwhile was failed here as a flap. Not for a soft down (size-dependent
+        // or one-way loss: the peer's probes keep coming, and the back-off must hold), and the
+        // walk only while some pair is hard down (hardDownSeen, refreshed every round).
+        if (!hardDownSeen.load(std::memory_order_relaxed)) continue;
         std::lock_guard<std::mutex> g(mu);
         for (Pair& p : live())
-          if (p.used && p.nic == nic && !p.up.load() && p.probeGapMs > cfg.probeIntervalMs && sameIp(p.remote, from))
+          if (p.used && p.nic == nic && !p.up.load() && p.hard.load() && !p.reprobedOnRequest &&
+              p.probeGapMs > cfg.probeIntervalMs && sameIp(p.remote, from)) {
             p.nextProbeUs = 0, p.probeGapMs = cfg.probeIntervalMs;
+            p.reprobedOnRequest = true;
+          }
         continue;
       }
       std::lock_guard<std::mutex> g(mu);
@@ -494,7 +505,9 @@ class Monitor : public Health {
         if (journal) journal->health_late(credit, lateRounds, lateMaxUs);
       }
     }
+    bool anyHard = false;
     for (Pair& p : live()) {
+      anyHard |= p.used && !p.up.load() && p.hard.load();
       if (!p.used || !nicState[p.nic].up.load()) continue;
       bool burst = p.burst.exchange(false);
       if (burst && !(p.burstUntilUs && now < p.burstUntilUs)) {
@@ -576,6 +589,7 @@ class Monitor : public Health {
         p.burstOn.store(false, std::memory_order_relaxed);
       }
     }
+    hardDownSeen.store(anyHard, std::memory_order_relaxed);
   }
 
   void onNetlink(uint64_t now) {

@@ -520,14 +520,112 @@ TEST_F(RdmaPathTest, ASendPathWhoseQpsCannotBeCreatedFailsFromConnectState) {
   cp.minChunkBytes = 128, cp.maxChunkBytes = kChunk;
   tx = t->openSendPath(0, addrOf("10.0.1.1", 5000), sizeof(sockaddr_in), 1, id, cp, &err);
   ASSERT_TRUE(tx) << err;
-  EXPECT_EQ(tx->connectState(&err), 0) << err;
-  t->worker().drain();
+  t->worker().drain();  // the creation job ran (and failed)
   EXPECT_EQ(tx->connectState(&err), -1);
   EXPECT_NE(err.find("fake0"), std::string::npos) << err;
   ASSERT_EQ(boot.pending.size(), 1u);
   uint8_t b[1];
   std::string e2;
   EXPECT_LE(boot.pending[0].server->read(b, 1, &e2), 0) << "a HELLO went out for a path without QPs";
+  boot.pending.clear();
+}
+
+// Bring-up jobs (creating a path's QPs, moving them to RTS) run before the worker's other jobs
+// (a QP's release can take ~3 s on rxe after a link loss), so a connect is not timed out behind
+// a NIC's worth of releases; a path's release still runs after its own bring-up.
+TEST(RdmaWorker, BringUpJobsRunBeforeReleasesQueuedEarlier) {
+  rdma::Worker w;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false, entered = false;
+  std::vector<std::string> order;
+  auto note = [&](const char* what) {
+    std::lock_guard<std::mutex> g(mu);
+    order.push_back(what);
+  };
+  w.post([&] {  // a release that blocks (held until the test opens the gate)
+    std::unique_lock<std::mutex> g(mu);
+    entered = true;
+    cv.notify_all();
+    cv.wait(g, [&] { return open; });
+    order.push_back("blocking release");
+  });
+  {
+    std::unique_lock<std::mutex> g(mu);
+    ASSERT_TRUE(cv.wait_for(g, std::chrono::seconds(30), [&] { return entered; }));
+  }
+  w.post([&] { note("release 1"); });
+  w.post([&] { note("release 2"); });
+  w.postBringUp([&] { note("bring-up 1"); });
+  w.postBringUp([&] { note("bring-up 2"); });
+  w.post([&] { note("release of bring-up 2's path"); });
+  {
+    std::lock_guard<std::mutex> g(mu);
+    open = true;
+    cv.notify_all();
+  }
+  w.drain();
+  std::vector<std::string> want = {"blocking release", "bring-up 1", "bring-up 2", "release 1", "release 2",
+                                   "release of bring-up 2's path"};
+  EXPECT_EQ(order, want);
+}
+
+// A send path dropped before the worker created its QPs creates none (a connect that timed
+// out behind a busy worker leaves nothing to destroy).
+TEST_F(RdmaPathTest, ASendPathDroppedBeforeItsCreationCreatesNoQp) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  t->worker().post([&] {  // holds the worker until the path is gone
+    std::unique_lock<std::mutex> g(mu);
+    cv.wait(g, [&] { return open; });
+  });
+  size_t before = ::fake::qpCreators().size();
+  std::string err;
+  PathIdentity id;
+  id.secret = 7, id.connId = 9, id.pathIndex = 1, id.generation = 3;
+  ChunkPolicy cp;
+  cp.minChunkBytes = 128, cp.maxChunkBytes = kChunk;
+  tx = t->openSendPath(0, addrOf("10.0.1.1", 5000), sizeof(sockaddr_in), 1, id, cp, &err);
+  ASSERT_TRUE(tx) << err;
+  tx.reset();
+  boot.pending.clear();
+  {
+    std::lock_guard<std::mutex> g(mu);
+    open = true;
+    cv.notify_all();
+  }
+  t->worker().drain();
+  EXPECT_EQ(::fake::qpCreators().size(), before) << "QPs were created for a path already dropped";
+}
+
+// While the worker has not created the path's QPs yet, a failed bootstrap connect is reported
+// at once with the stream's words (a refusal must reach the engine's peer-gone verdict), not
+// after the creation.
+TEST_F(RdmaPathTest, ABootstrapConnectFailureIsReportedBeforeTheQpsExist) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  t->worker().post([&] {  // holds the worker: the creation waits
+    std::unique_lock<std::mutex> g(mu);
+    cv.wait(g, [&] { return open; });
+  });
+  std::string err;
+  PathIdentity id;
+  id.secret = 7, id.connId = 9, id.pathIndex = 1, id.generation = 3;
+  ChunkPolicy cp;
+  cp.minChunkBytes = 128, cp.maxChunkBytes = kChunk;
+  tx = t->openSendPath(0, addrOf("10.0.1.1", 5000), sizeof(sockaddr_in), 1, id, cp, &err);
+  ASSERT_TRUE(tx) << err;
+  boot.wire(0, "10.0.1.1")->broken = true;
+  int r = tx->connectState(&err);
+  {
+    std::lock_guard<std::mutex> g(mu);
+    open = true;
+    cv.notify_all();
+  }
+  EXPECT_EQ(r, -1) << "the connect's failure waited for the QPs' creation";
+  EXPECT_NE(err.find("bootstrap connect"), std::string::npos) << err;
   boot.pending.clear();
 }
 

@@ -65,6 +65,9 @@ struct Shared {
   // 0 in progress, 1 created (path set before the store), -1 failed (createErr set before it).
   std::atomic<int> created{1};
   std::string createErr;
+  // Set when the path is dropped or fenced before its creation job ran: the job then creates
+  // nothing (a connect that timed out behind a busy worker must not leave QPs to destroy).
+  std::atomic<bool> cancelled{false};
 };
 
 // Hands the verbs objects to the worker for destruction (destroying a QP can take seconds).
@@ -133,12 +136,19 @@ class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink, priva
       : t_(t), nic_(nic), id_(id), chunk_(chunk ? chunk : (1u << 20)), sh_(std::move(sh)) {
     conn_ = std::move(conn);
   }
-  ~RdmaSendPath() override { retire(t_.worker(), sh_); }  // after the creation job: the worker's FIFO
+  ~RdmaSendPath() override {
+    sh_->cancelled.store(true, std::memory_order_relaxed);
+    retire(t_.worker(), sh_);  // after the bring-up jobs (Worker: they run first)
+  }
 
   int connectState(std::string* err) override {
     if (!why_.empty()) return *err = why_, -1;
     if (notice_) return 0;  // refused (NACK): recvNotice reports it, the engine closes the path
     if (stage_ == kCreate) {
+      // The bootstrap connect goes on meanwhile: a refusal (the peer's process is gone) is
+      // reported now, not after the creation (the engine's peer-gone verdict needs its words).
+      int r = conn_->connectState(err);
+      if (r < 0) return fail("bootstrap connect: " + *err, err);
       int c = sh_->created.load(std::memory_order_acquire);
       if (c == 0) return 0;
       if (c < 0) return fail(sh_->createErr, err);
@@ -183,7 +193,7 @@ class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink, priva
                     err);
       stage_ = kRts;
       auto sh = sh_;
-      t_.worker().post([sh, peer]() {
+      t_.worker().postBringUp([sh, peer]() {
         std::string e2;
         bool ok = sh->path->connect(peer, &e2);
         sh->err = e2;
@@ -290,6 +300,7 @@ class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink, priva
   void fence() override {
     if (fenced_) return;
     fenced_ = true;  // from here on this object posts nothing more and reads nothing of the QP
+    sh_->cancelled.store(true, std::memory_order_relaxed);  // a creation not yet run: nothing to create
     // The QP goes to ERR (what is queued is flushed) on the worker thread: on rxe, moving a QP
     // whose NIC just lost its link to ERR was seen to block for ~3 s, and NCCL's progress
     // thread (or the sweeper, holding the link's mutex) must not wait for it. The engine's
@@ -403,7 +414,7 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
       verbs::PortSel sel = t_.portSel(nic_);
       verbs::RcParams rc = t_.rcParams();
       // The QP is created and brought to RTS before our endpoint goes back (see the header).
-      t_.worker().post([sh, hca, sel, rc, peer]() {
+      t_.worker().postBringUp([sh, hca, sel, rc, peer]() {
         std::string e2;
         auto p = std::make_unique<verbs::RecvPath>(*hca, sel, rc, &e2, (int)peer.size());
         bool ok = p->ok() && p->connect(peer, &e2);
@@ -651,25 +662,34 @@ void Worker::post(std::function<void()> job) {
   cv_.notify_one();
 }
 
+void Worker::postBringUp(std::function<void()> job) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    up_.push_back(std::move(job));
+  }
+  cv_.notify_one();
+}
+
 void Worker::drain() {
   std::unique_lock<std::mutex> g(mu_);
-  idle_.wait(g, [this] { return q_.empty() && !busy_; });
+  idle_.wait(g, [this] { return up_.empty() && q_.empty() && !busy_; });
 }
 
 void Worker::loop() {
   std::unique_lock<std::mutex> g(mu_);
   while (true) {
-    cv_.wait(g, [this] { return stop_ || !q_.empty(); });
-    if (q_.empty()) return;  // stopping with nothing left
-    std::function<void()> job = std::move(q_.front());
-    q_.pop_front();
+    cv_.wait(g, [this] { return stop_ || !up_.empty() || !q_.empty(); });
+    if (up_.empty() && q_.empty()) return;  // stopping with nothing left
+    std::deque<std::function<void()>>& from = up_.empty() ? q_ : up_;
+    std::function<void()> job = std::move(from.front());
+    from.pop_front();
     busy_ = true;
     g.unlock();
     job();
     job = nullptr;  // what the job held (a retired path) is destroyed here, on this thread
     g.lock();
     busy_ = false;
-    if (q_.empty()) idle_.notify_all();
+    if (up_.empty() && q_.empty()) idle_.notify_all();
   }
 }
 
@@ -1106,7 +1126,12 @@ std::unique_ptr<SendPath> RdmaTransport::openSendPath(int nic, const sockaddr_st
   auto sh = std::make_shared<Shared<verbs::SendPath>>();
   sh->created.store(0, std::memory_order_relaxed);
   verbs::Hca* hca = ports_[nic].hca;
-  worker_.post([sh, hca, sel = portSel(nic), rc = rc_, lanes = (int)ib_.qpsPerConnection] {
+  worker_.postBringUp([sh, hca, sel = portSel(nic), rc = rc_, lanes = (int)ib_.qpsPerConnection] {
+    if (sh->cancelled.load(std::memory_order_relaxed)) {
+      sh->createErr = "path closed before its QPs were created";
+      sh->created.store(-1, std::memory_order_release);
+      return;
+    }
     std::string e;
     auto vp = std::make_unique<verbs::SendPath>(*hca, sel, rc, &e, lanes);
     if (!vp->ok()) {

@@ -151,12 +151,18 @@ void handOff(W& w, std::shared_ptr<T>& sh) {
   w.post([last = std::move(sh)]() mutable { last.reset(); });
 }
 
-// A FIFO of jobs on one background thread (QP bring-up and destruction). Thread-safe.
+// Jobs on one background thread (QP bring-up and destruction), in two FIFOs: bring-up jobs
+// (postBringUp: creating a path's QPs, moving them to RTS; milliseconds) run before the other
+// jobs (post: releasing paths, send fences, ...), which may block for seconds each (a QP's
+// release waits ~3 s on rxe after a link loss), so a connect is not timed out (3 s) behind a
+// NIC's worth of releases. A path's release is posted after its bring-up jobs, so it still
+// runs after them. Thread-safe.
 class Worker {
  public:
   Worker();
   ~Worker();  // runs the jobs still queued, then stops
   void post(std::function<void()> job);
+  void postBringUp(std::function<void()> job);
   // Waits until every job posted so far has run (tests; never on an NCCL thread).
   void drain();
 
@@ -164,6 +170,7 @@ class Worker {
   void loop();
   std::mutex mu_;
   std::condition_variable cv_, idle_;
+  std::deque<std::function<void()>> up_;  // bring-up jobs, served first
   std::deque<std::function<void()>> q_;
   bool busy_ = false;
   bool stop_ = false;
