@@ -81,16 +81,47 @@ class RdmaPathTest : public ::testing::Test {
     t->worker().drain();
   }
 
-  // Opens the send side and plays the acceptor: takes the bootstrap stream after its HELLO.
-  std::unique_ptr<Conn> openAndAccept() {
-    std::string err;
+  // Opens the send side on NIC 0 toward 10.0.1.1 into `tx` (secret 7, conn 9, path 1,
+  // generation 3); false with *err when openSendPath refused.
+  bool openSendOnly(std::string* err) {
     PathIdentity id;
     id.secret = 7, id.connId = 9, id.pathIndex = 1, id.generation = 3;
     ChunkPolicy cp;
     cp.minChunkBytes = 128, cp.maxChunkBytes = kChunk;
-    sockaddr_storage remote = addrOf("10.0.1.1", 5000);
-    tx = t->openSendPath(0, remote, sizeof(sockaddr_in), 1, id, cp, &err);
-    EXPECT_TRUE(tx) << err;
+    tx = t->openSendPath(0, addrOf("10.0.1.1", 5000), sizeof(sockaddr_in), 1, id, cp, err);
+    return tx != nullptr;
+  }
+
+  // Holds the transport's worker (a job that waits) until release() or destruction, as a
+  // worker busy with a slow QP release would.
+  struct HeldWorker {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool open = false, left = false;
+    explicit HeldWorker(rdma::Worker& w) {
+      w.post([this] {
+        std::unique_lock<std::mutex> g(mu);
+        cv.wait(g, [this] { return open; });
+        left = true;
+        cv.notify_all();
+      });
+    }
+    void release() {
+      std::lock_guard<std::mutex> g(mu);
+      open = true;
+      cv.notify_all();
+    }
+    ~HeldWorker() {  // the job must be done with this object before it goes
+      release();
+      std::unique_lock<std::mutex> g(mu);
+      cv.wait(g, [this] { return left; });
+    }
+  };
+
+  // Opens the send side and plays the acceptor: takes the bootstrap stream after its HELLO.
+  std::unique_ptr<Conn> openAndAccept() {
+    std::string err;
+    EXPECT_TRUE(openSendOnly(&err)) << err;
     if (!tx) return nullptr;
     EXPECT_EQ(tx->connectState(&err), 0) << err;  // the worker creates the QPs: nothing written yet
     t->worker().drain();
@@ -514,12 +545,7 @@ TEST_F(RdmaPathTest, OpeningASendPathCreatesItsQpsOnTheWorkerNotTheCaller) {
 TEST_F(RdmaPathTest, ASendPathWhoseQpsCannotBeCreatedFailsFromConnectState) {
   ::fake::deviceFatal("fake0");  // the HCA behind NIC 0 refuses new objects (EIO)
   std::string err;
-  PathIdentity id;
-  id.secret = 7, id.connId = 9, id.pathIndex = 1, id.generation = 3;
-  ChunkPolicy cp;
-  cp.minChunkBytes = 128, cp.maxChunkBytes = kChunk;
-  tx = t->openSendPath(0, addrOf("10.0.1.1", 5000), sizeof(sockaddr_in), 1, id, cp, &err);
-  ASSERT_TRUE(tx) << err;
+  ASSERT_TRUE(openSendOnly(&err)) << err;
   t->worker().drain();  // the creation job ran (and failed)
   EXPECT_EQ(tx->connectState(&err), -1);
   EXPECT_NE(err.find("fake0"), std::string::npos) << err;
@@ -573,28 +599,13 @@ TEST(RdmaWorker, BringUpJobsRunBeforeReleasesQueuedEarlier) {
 // A send path dropped before the worker created its QPs creates none (a connect that timed
 // out behind a busy worker leaves nothing to destroy).
 TEST_F(RdmaPathTest, ASendPathDroppedBeforeItsCreationCreatesNoQp) {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool open = false;
-  t->worker().post([&] {  // holds the worker until the path is gone
-    std::unique_lock<std::mutex> g(mu);
-    cv.wait(g, [&] { return open; });
-  });
+  HeldWorker held(t->worker());  // until the path is gone
   size_t before = ::fake::qpCreators().size();
   std::string err;
-  PathIdentity id;
-  id.secret = 7, id.connId = 9, id.pathIndex = 1, id.generation = 3;
-  ChunkPolicy cp;
-  cp.minChunkBytes = 128, cp.maxChunkBytes = kChunk;
-  tx = t->openSendPath(0, addrOf("10.0.1.1", 5000), sizeof(sockaddr_in), 1, id, cp, &err);
-  ASSERT_TRUE(tx) << err;
+  ASSERT_TRUE(openSendOnly(&err)) << err;
   tx.reset();
   boot.pending.clear();
-  {
-    std::lock_guard<std::mutex> g(mu);
-    open = true;
-    cv.notify_all();
-  }
+  held.release();
   t->worker().drain();
   EXPECT_EQ(::fake::qpCreators().size(), before) << "QPs were created for a path already dropped";
 }
@@ -603,27 +614,12 @@ TEST_F(RdmaPathTest, ASendPathDroppedBeforeItsCreationCreatesNoQp) {
 // at once with the stream's words (a refusal must reach the engine's peer-gone verdict), not
 // after the creation.
 TEST_F(RdmaPathTest, ABootstrapConnectFailureIsReportedBeforeTheQpsExist) {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool open = false;
-  t->worker().post([&] {  // holds the worker: the creation waits
-    std::unique_lock<std::mutex> g(mu);
-    cv.wait(g, [&] { return open; });
-  });
+  HeldWorker held(t->worker());  // the creation waits
   std::string err;
-  PathIdentity id;
-  id.secret = 7, id.connId = 9, id.pathIndex = 1, id.generation = 3;
-  ChunkPolicy cp;
-  cp.minChunkBytes = 128, cp.maxChunkBytes = kChunk;
-  tx = t->openSendPath(0, addrOf("10.0.1.1", 5000), sizeof(sockaddr_in), 1, id, cp, &err);
-  ASSERT_TRUE(tx) << err;
+  ASSERT_TRUE(openSendOnly(&err)) << err;
   boot.wire(0, "10.0.1.1")->broken = true;
   int r = tx->connectState(&err);
-  {
-    std::lock_guard<std::mutex> g(mu);
-    open = true;
-    cv.notify_all();
-  }
+  held.release();
   EXPECT_EQ(r, -1) << "the connect's failure waited for the QPs' creation";
   EXPECT_NE(err.find("bootstrap connect"), std::string::npos) << err;
   boot.pending.clear();
