@@ -12,6 +12,18 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="railover: transparent NIC failover for NCCL. Plugin tools, test bed, demo, benchmarks.")
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(__version__)
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="print railover's version and exit")) -> None:
+    """railover: transparent NIC failover for NCCL. Plugin tools, test bed, demo, benchmarks."""
+
+
 @app.command("env")
 def env_cmd(shell: bool = typer.Option(False, "--shell", help="print 'export K=V' lines for scripts and job specs"),
             list_: bool = typer.Option(False, "--list", help="list every variable railover reads: default, accepted "

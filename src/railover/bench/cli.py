@@ -215,7 +215,7 @@ def register(app: typer.Typer) -> None:
                     rounds: int = typer.Option(0, "--rounds", help="interleaved rounds (0: 3, or 1 with --quick)"),
                     networks: str = typer.Option("loopback,veth", "--networks", help="loopback, veth"),
                     ranks: str = typer.Option("2,4", "--ranks", help="rank counts"),
-                    workloads: str = typer.Option("sendrecv,allreduce", "--workloads"),
+                    workloads: str = typer.Option("sendrecv,allreduce", "--workloads", help="sendrecv, allreduce"),
                     nstreams: str = typer.Option("1,2,4", "--nstreams", help="RAILOVER_NSTREAMS values to compare (2 ranks)"),
                     against: Optional[Path] = typer.Option(None, "--against", help="another railover plugin (the .so, or "
                                                            "the build directory holding it), e.g. from before a change: "
@@ -236,11 +236,13 @@ def register(app: typer.Typer) -> None:
     @bench.command("failover")
     def failover_cmd(out: Path = OUT, quick: bool = QUICK,
                      faults: int = typer.Option(0, "--faults", "-n", min=0, help="faults per kind (0: 50, or 3 with --quick)"),
-                     kinds: str = typer.Option("port-down,host-down,addr-del,silent,one-way", "--kinds"),
+                     kinds: str = typer.Option("port-down,host-down,addr-del,silent,one-way", "--kinds",
+                                               help="port-down, host-down, addr-del, silent, one-way; with --transport "
+                                                    "rdma: cable-pull, admin-down, silent, one-way, remote-cable-pull"),
                      size: str = typer.Option("1M", "--size", help="all-reduce size"),
                      peer: str = typer.Option("", "--peer", help="'mptcp': the same faults, same bed, same run, against "
                                               "Linux MPTCP with a backup subflow (kinds port-down,silent)"),
-                     outage_s: float = typer.Option(-1, "--outage-s", help="with --peer: rail-0 outage before the "
+                     outage_s: float = typer.Option(-1, "--outage-s", show_default=False, help="with --peer: rail-0 outage before the "
                                                     "second fault (default 60, or 5 with --quick)"),
                      against: Optional[Path] = typer.Option(None, "--against", help="another railover plugin (the .so, "
                                                             "or a build directory holding it): the same faults, "
@@ -299,8 +301,10 @@ def register(app: typer.Typer) -> None:
     @bench.command("failback")
     def failback_cmd(out: Path = OUT, quick: bool = QUICK,
                      faults: int = typer.Option(0, "--faults", "-n", min=0, help="repairs per kind (0: 10, or 2 with --quick)"),
-                     kinds: str = typer.Option("port-down,silent", "--kinds"),
-                     hold_down_ms: int = typer.Option(3000, "--hold-down-ms", help="RAILOVER_HOLD_DOWN_MS (default: the plugin's)"),
+                     kinds: str = typer.Option("port-down,silent", "--kinds", help="port-down, host-down, addr-del, silent, one-way; "
+                                               "with --transport rdma: as bench failover --transport rdma"),
+                     hold_down_ms: int = typer.Option(3000, "--hold-down-ms", help="RAILOVER_HOLD_DOWN_MS of the runs, ms "
+                                                      "(3000 is the plugin's default)"),
                      transport: str = TRANSPORT):
         """Repair -> traffic back on the primary, minus the hold-down; busbw after failback
         relative to before the fault. --transport rdma: the RDMA test bed's fault cycles, whose
@@ -352,9 +356,9 @@ def register(app: typer.Typer) -> None:
                  rounds: int = typer.Option(0, "--rounds", help="interleaved busbw rounds (0: 2, or 1 with --quick)"),
                  bare: int = typer.Option(2, "--bare-faults", help="cable pulls with RAILOVER_STANDBY=none"),
                  bare_bound_s: float = typer.Option(0, "--bare-bound-s", help="wait for the bare RC error (0: 90 s, or 45 with --quick)"),
-                 bare_retry_cnt: int = typer.Option(-1, "--bare-retry-cnt", help="NCCL_IB_RETRY_CNT for the bare RC "
+                 bare_retry_cnt: int = typer.Option(-1, "--bare-retry-cnt", show_default=False, help="NCCL_IB_RETRY_CNT for the bare RC "
                                                     "runs (default: the plugin's, NCCL's 7 = retry forever on rxe)"),
-                 phases: str = typer.Option("convergence,bare,busbw", "--phases"),
+                 phases: str = typer.Option("convergence,bare,busbw", "--phases", help="convergence, bare, busbw"),
                  bw_variants: str = typer.Option(",".join(DEFAULT_RDMA_BW_VARIANTS), "--bw-variants",
                                                  help="busbw variants: rdma (ring, both ways), rdma_oneway (A to B "
                                                       "only, like ib_write_bw), rdma_idle_sleep, rdma_oneway_idle_sleep "
