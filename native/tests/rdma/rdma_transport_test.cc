@@ -94,17 +94,23 @@ class RdmaPathTest : public ::testing::Test {
 
   // Holds the transport's worker (a job that waits) until release() or destruction, as a
   // worker busy with a slow QP release would.
+  // The constructor returns once the worker runs the holding job: bring-up jobs posted after
+  // it would otherwise run first (they go before other jobs).
   struct HeldWorker {
     std::mutex mu;
     std::condition_variable cv;
-    bool open = false, left = false;
+    bool entered = false, open = false, left = false;
     explicit HeldWorker(rdma::Worker& w) {
       w.post([this] {
         std::unique_lock<std::mutex> g(mu);
+        entered = true;
+        cv.notify_all();
         cv.wait(g, [this] { return open; });
         left = true;
         cv.notify_all();
       });
+      std::unique_lock<std::mutex> g(mu);
+      cv.wait(g, [this] { return entered; });
     }
     void release() {
       std::lock_guard<std::mutex> g(mu);
