@@ -34,6 +34,13 @@ class EngineOnly : public EngineBed<chunkfake::PathTransport> {
     EngineBed::TearDown();
     endListen();
   }
+  // Runs checked traffic (100 mixed messages a round, every one delivered) until the sender
+  // failed back once, or `seconds` passed.
+  void runUntilFailback(int seconds) {
+    auto t0 = std::chrono::steady_clock::now();
+    while (send->counters.failbacks == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(seconds))
+      ASSERT_EQ(run(100, mixed, 8).delivered, 100u);
+  }
 
   // The handle the plugin API would carry: both of the receiver's addresses (one per rail)
   // and the listener's secret.
@@ -273,11 +280,7 @@ TEST_F(EngineOnly, ASlowCloseOfTheOldPathAtFailbackIsJournaled) {
   w(1, kA1)->slowCloses = 1;  // the close of the standby path when traffic moves back
   w(1, kA1)->slowCallUs = tuning::kSlowTransportCallUs + 50000;
   w(0, kA0)->broken = false;
-  auto t0 = std::chrono::steady_clock::now();
-  while (send->counters.failbacks == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10)) {
-    st = run(100, mixed, 8);
-    ASSERT_EQ(st.delivered, 100u);
-  }
+  runUntilFailback(10);
   ASSERT_EQ(send->counters.failbacks, 1u);
   EXPECT_EQ(activeNic(), 0);
   EXPECT_EQ(w(1, kA1)->slowCloses, 0) << "the old active path was never closed";
@@ -305,11 +308,7 @@ TEST_F(EngineOnly, ASlowOpenOfARetriedPathIsJournaled) {
   w(0, kA0)->slowOpens = 1;
   w(0, kA0)->slowCallUs = tuning::kSlowTransportCallUs + 50000;
   w(0, kA0)->broken = false;
-  auto t0 = std::chrono::steady_clock::now();
-  while (send->counters.failbacks == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20)) {
-    st = run(100, mixed, 8);
-    ASSERT_EQ(st.delivered, 100u);
-  }
+  runUntilFailback(20);
   ASSERT_EQ(send->counters.failbacks, 1u);
   EXPECT_EQ(w(0, kA0)->slowOpens, 0) << "the failed path was never re-opened";
   std::vector<std::string> lines;  // a call descheduled for 200 ms on a busy host may add its own line
