@@ -118,6 +118,28 @@ bool sameEndpoint(const sockaddr_storage& a, const sockaddr_storage& b) {
 
 class Monitor : public Health {
  public:
+  // The health thread's buffers (members, not statics: a test may run a private monitor).
+  char nlBuf[32768];
+  uint8_t probeBuf[probe::kHeaderBytes + kBigProbeBytes];
+  uint8_t udpBuf[probe::kHeaderBytes + 65536];
+  // A private monitor (Health::startPrivate) stops its thread when destroyed; the
+  // process-wide one never is.
+  std::atomic<bool> stopping{false};
+  std::thread thread;
+  ~Monitor() override {
+    if (thread.joinable()) {
+      stopping.store(true, std::memory_order_release);
+      uint64_t one = 1;
+      if (write(sigFd, &one, sizeof(one)) < 0) {
+        // cannot happen with a valid eventfd; the thread then ends at its next round
+      }
+      thread.join();
+    }
+    for (int i = 0; i < nNics; ++i)
+      if (nicState[i].udp >= 0) ::close(nicState[i].udp);
+    for (int fd : {nl, sigFd, ep_})
+      if (fd >= 0) ::close(fd);
+  }
   Config cfg;
   Nic* nics = nullptr;
   Journal* journal = nullptr;  // nullptr: no journal
@@ -186,11 +208,16 @@ class Monitor : public Health {
 
   void setPairDown(Pair& p, const std::string& cause, uint64_t now, bool hard = false) {
     if (hard) {
+      bool wasHard = p.hard.load();
       p.hardSinceUs.store(now, std::memory_order_release);
       p.hard.store(true, std::memory_order_release);
       // Already down: links re-check now (a refreshed verdict is news to a path kept after the
-      // previous one; RecvLink::failPathsDownByHealth runs on an epoch change).
-      if (!p.up.load()) bump();
+      // previous one; RecvLink::failPathsDownByHealth runs on an epoch change). A soft verdict
+      // (probe timeout) that hard evidence now confirms takes the hard cause.
+      if (!p.up.load()) {
+        if (!wasHard) p.cause = cause;
+        bump();
+      }
     }
     if (!p.up.load()) return;
     p.cause = cause;
@@ -274,10 +301,10 @@ class Monitor : public Health {
     req.n.ndm_ifindex = nics[i].ifindex;
     std::vector<std::vector<uint8_t>> dels;  // RTM_DELNEIGH requests built from the dump
     if (send(fd, &req, sizeof(req), 0) == (ssize_t)sizeof(req)) {
-      static char buf[32768];
+      char* buf = nlBuf;
       bool done = false;
       while (!done) {
-        ssize_t n = recv(fd, buf, sizeof(buf), 0);
+        ssize_t n = recv(fd, buf, sizeof(nlBuf), 0);
         if (n <= 0) break;
         for (nlmsghdr* h = (nlmsghdr*)buf; NLMSG_OK(h, (unsigned)n); h = NLMSG_NEXT(h, n)) {
           if (h->nlmsg_type == NLMSG_DONE || h->nlmsg_type == NLMSG_ERROR) {
@@ -381,7 +408,7 @@ class Monitor : public Health {
   }
 
   void sendProbe(Pair& p, bool big) {
-    static uint8_t buf[probe::kHeaderBytes + kBigProbeBytes];
+    uint8_t* buf = probeBuf;
     health::Probe pr;
     pr.big = big;
     pr.padding = big ? (uint32_t)kBigProbeBytes : 0;
@@ -393,11 +420,11 @@ class Monitor : public Health {
   }
 
   void onUdp(int nic) {
-    static uint8_t buf[probe::kHeaderBytes + 65536];
+    uint8_t* buf = udpBuf;
     while (true) {
       sockaddr_storage from{};
       socklen_t fl = sizeof(from);
-      ssize_t n = recvfrom(nicState[nic].udp, buf, sizeof(buf), MSG_DONTWAIT, (sockaddr*)&from, &fl);
+      ssize_t n = recvfrom(nicState[nic].udp, buf, sizeof(udpBuf), MSG_DONTWAIT, (sockaddr*)&from, &fl);
       if (n < 0) return;
       probe::Datagram d;
       std::string err;
@@ -681,7 +708,7 @@ class Monitor : public Health {
     epoll_event evs[32];
     uint64_t interval = (uint64_t)cfg.probeIntervalMs * 1000;
     nextProbeUs = nowUs() + interval;
-    while (true) {
+    while (!stopping.load(std::memory_order_acquire)) {
       uint64_t now = nowUs();
       int wait = now >= nextProbeUs ? 0 : (int)((nextProbeUs - now + 999) / 1000);
       int n = epoll_wait(ep, evs, 32, wait);
@@ -713,10 +740,7 @@ std::string readOper(const std::string& name) {
   return s;
 }
 
-}  // namespace
-
-void Health::start(const Config& cfg, Nic* nics, int nNics, const uint16_t* ports, Journal* journal) {
-  if (Health::get()) return;
+Monitor* newMonitor(const Config& cfg, Nic* nics, int nNics, const uint16_t* ports, Journal* journal) {
   auto* m = new Monitor();
   m->cfg = cfg;
   m->journal = journal;
@@ -753,9 +777,25 @@ void Health::start(const Config& cfg, Nic* nics, int nNics, const uint16_t* port
       m->nl = -1;
     }
   }
+  return m;
+}
+
+}  // namespace
+
+void Health::start(const Config& cfg, Nic* nics, int nNics, const uint16_t* ports, Journal* journal) {
+  if (Health::get()) return;
+  Monitor* m = newMonitor(cfg, nics, nNics, ports, journal);
   Health::install(m);
   std::thread([m] { m->run(); }).detach();
 }
+
+std::unique_ptr<Health> Health::startPrivate(const Config& cfg, Nic* nics, int nNics, const uint16_t* ports,
+                                             Journal* journal) {
+  Monitor* m = newMonitor(cfg, nics, nNics, ports, journal);
+  m->thread = std::thread([m] { m->run(); });
+  return std::unique_ptr<Health>(m);
+}
+
 
 void Health::setAddrChangeHook(void (*hook)(int, const sockaddr_storage&, socklen_t)) { gAddrHook = hook; }
 

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 namespace railover {
@@ -31,6 +32,11 @@ class Health {
   // Its events (NIC and pair verdicts, late wake-ups) go to `journal` (nullptr: none), which
   // must outlive the thread (the runtime's does).
   static void start(const Config& cfg, Nic* nics, int nNics, const uint16_t* ports, Journal* journal);
+  // A monitor of the caller's own, not installed as the process-wide one (unit tests of the
+  // real monitor over loopback sockets). Same arguments as start(); its thread runs until the
+  // returned object is destroyed (which joins it: at most one probe interval).
+  static std::unique_ptr<Health> startPrivate(const Config& cfg, Nic* nics, int nNics, const uint16_t* ports,
+                                              Journal* journal);
   static Health* get();  // nullptr before start()
   // Replaces the process-wide instance (unit tests install a scripted one).
   static void install(Health* h);

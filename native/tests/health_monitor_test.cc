@@ -1,0 +1,274 @@
+// The real probe monitor (health/health.cc), not a scripted view: a private monitor on "lo"
+// (127.0.0.1) probes one pair whose far end is a fake peer socket in the test (127.0.0.2),
+// which answers, stays silent, sends NIC-down notices and probe requests on command.
+// Times here are bounds for a busy host: each assertion separates two behaviours by a factor
+// of two or more, never by a few percent.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/config.h"
+#include "health/health.h"
+#include "health/probe_wire.h"
+#include "health/rules.h"
+#include "test_nic.h"
+
+namespace railover {
+namespace {
+
+// The far end of the pair: a UDP socket on 127.0.0.2 with a thread that records every probe
+// the monitor sends and, while `answering`, answers it as a live peer's monitor would.
+class FakePeer {
+ public:
+  struct Seen {
+    uint64_t atUs;
+    bool big;
+  };
+  FakePeer() {
+    fd_ = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    inet_pton(AF_INET, "127.0.0.2", &a.sin_addr);
+    EXPECT_EQ(bind(fd_, (sockaddr*)&a, sizeof(a)), 0) << strerror(errno);
+    socklen_t l = sizeof(addr_);
+    getsockname(fd_, (sockaddr*)&addr_, &l);
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~FakePeer() {
+    stop_ = true;
+    thread_.join();
+    close(fd_);
+  }
+  const sockaddr_storage& addr() const { return addr_; }
+  std::atomic<bool> answering{true};
+
+  // Waits (up to `timeoutMs`) until the monitor has sent `n` probes in all; true if it did.
+  bool waitProbes(size_t n, int timeoutMs) {
+    std::unique_lock<std::mutex> g(mu_);
+    return cv_.wait_for(g, std::chrono::milliseconds(timeoutMs), [&] { return seen_.size() >= n; });
+  }
+  std::vector<Seen> probes() {
+    std::lock_guard<std::mutex> g(mu_);
+    return seen_;
+  }
+  size_t answersReceived() const { return answers_.load(); }
+  // "My NIC 127.0.0.2 is down", to the monitor's probe socket (learned from its first probe).
+  void sendNotice(const char* nicAddr = "127.0.0.2") {
+    uint8_t buf[probe::kHeaderBytes + probe::kNoticeBytes];
+    probe::NicNotice n;
+    n.family = 4;
+    inet_pton(AF_INET, nicAddr, n.addr);
+    probe::encodeNotice(n, buf);
+    sendToMonitor(buf, sizeof(buf));
+  }
+  // A probe of our own (a request: the peer's monitor probing us from its NIC).
+  void sendProbeRequest() {
+    uint8_t buf[probe::kHeaderBytes];
+    health::Probe p;
+    p.id = 77, p.sentUs = nowUs();
+    health::encodeProbe(p, buf);
+    sendToMonitor(buf, sizeof(buf));
+  }
+
+ private:
+  void sendToMonitor(const uint8_t* buf, size_t n) {
+    std::lock_guard<std::mutex> g(mu_);
+    ASSERT_TRUE(monitorLen_) << "the monitor has not probed yet";
+    ASSERT_EQ(sendto(fd_, buf, n, 0, (sockaddr*)&monitor_, monitorLen_), (ssize_t)n) << strerror(errno);
+  }
+  void loop() {
+    std::vector<uint8_t> buf(probe::kHeaderBytes + 65536);
+    while (!stop_) {
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, 20) <= 0) continue;
+      sockaddr_storage from{};
+      socklen_t fl = sizeof(from);
+      ssize_t n = recvfrom(fd_, buf.data(), buf.size(), MSG_DONTWAIT, (sockaddr*)&from, &fl);
+      if (n <= 0) continue;
+      health::Probe pr;
+      if (!health::decodeProbe(buf.data(), (size_t)n, &pr)) continue;
+      if (pr.ack) {  // the monitor answered our request
+        answers_++;
+        continue;
+      }
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        seen_.push_back({nowUs(), pr.big});
+        monitor_ = from, monitorLen_ = fl;
+      }
+      cv_.notify_all();
+      if (answering) {
+        health::answerProbe(buf.data(), 0x5eed);
+        sendto(fd_, buf.data(), (size_t)n, 0, (sockaddr*)&from, fl);
+      }
+    }
+  }
+  int fd_ = -1;
+  sockaddr_storage addr_{};
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<size_t> answers_{0};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Seen> seen_;
+  sockaddr_storage monitor_{};
+  socklen_t monitorLen_ = 0;
+};
+
+class HealthMonitorTest : public ::testing::Test {
+ protected:
+  static constexpr uint32_t kIntervalMs = 20;
+  static constexpr uint32_t kBackoffMaxMs = 10000;
+  void SetUp() override {
+    nic_ = testbed::makeNic(0, "lo", "127.0.0.1");
+    cfg_.probeIntervalMs = kIntervalMs;
+    cfg_.probeMultiplier = 5;
+    cfg_.probeBackoffMaxMs = kBackoffMaxMs;
+    uint16_t port = 0;  // any free port
+    mon_ = Health::startPrivate(cfg_, &nic_, 1, &port, nullptr);
+    id_ = mon_->registerPair(0, peer_.addr(), sizeof(sockaddr_in));
+    ASSERT_GE(id_, 0);
+    ASSERT_TRUE(peer_.waitProbes(3, 10000)) << "the monitor never probed the pair";
+    ASSERT_TRUE(mon_->pairUp(id_));
+  }
+  void TearDown() override {
+    if (mon_) mon_->unregisterPair(id_);
+  }
+  // Waits up to `ms` for `pred` (the monitor's thread changes the state it reads).
+  template <class P>
+  bool eventually(P pred, int ms = 10000) {
+    auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    while (!pred()) {
+      if (std::chrono::steady_clock::now() > end) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return true;
+  }
+  // The peer's NIC-down notice, then silence: the pair is hard down.
+  void hardDownByNotice() {
+    peer_.answering = false;
+    peer_.sendNotice();
+    ASSERT_TRUE(eventually([&] { return mon_->pairHardDown(id_); })) << mon_->pairDownCause(id_);
+  }
+  // Waits until the monitor's re-probes to the down pair have backed off to a gap of at least
+  // `gapMs`, returning the time of the probe that ended that gap (the next gap is about twice
+  // as long: RAILOVER_PROBE_BACKOFF_MAX_MS is far above it).
+  uint64_t waitBackOff(uint64_t gapMs) {
+    for (size_t n = peer_.probes().size() + 1;; ++n) {
+      EXPECT_TRUE(peer_.waitProbes(n, 30000)) << "re-probes stopped";
+      auto v = peer_.probes();
+      if (v.size() < n) return 0;
+      if (v.size() >= 2 && v.back().atUs - v[v.size() - 2].atUs >= gapMs * 1000) return v.back().atUs;
+    }
+  }
+  Config cfg_;
+  Nic nic_;
+  FakePeer peer_;
+  std::unique_ptr<Health> mon_;
+  int id_ = -1;
+};
+
+TEST_F(HealthMonitorTest, APeersNoticeIsAHardVerdictAndARefreshMovesItsTimeAndTheEpoch) {
+  uint64_t before = nowUs();
+  hardDownByNotice();
+  EXPECT_NE(mon_->pairDownCause(id_).find("peer reported its NIC 127.0.0.2"), std::string::npos)
+      << mon_->pairDownCause(id_);
+  uint64_t first = mon_->pairHardDownSinceUs(id_);
+  EXPECT_GE(first, before);
+  uint64_t epoch = mon_->epoch();
+  // A second notice (the peer's NIC went down again before our verdict ended): the verdict's
+  // time moves, and so does the epoch, so a receiver that kept a path connected after the first
+  // verdict re-checks it against the second.
+  peer_.sendNotice();
+  ASSERT_TRUE(eventually([&] { return mon_->pairHardDownSinceUs(id_) > first; }));
+  EXPECT_GT(mon_->epoch(), epoch);
+  EXPECT_TRUE(mon_->pairHardDown(id_));
+}
+
+TEST_F(HealthMonitorTest, ASoftVerdictConfirmedByANoticeBecomesHardWithItsCause) {
+  peer_.answering = false;
+  ASSERT_TRUE(eventually([&] { return !mon_->pairUp(id_); })) << "no probe timeout";
+  EXPECT_FALSE(mon_->pairHardDown(id_)) << mon_->pairDownCause(id_);
+  EXPECT_NE(mon_->pairDownCause(id_).find("probe timeout"), std::string::npos) << mon_->pairDownCause(id_);
+  peer_.sendNotice();
+  ASSERT_TRUE(eventually([&] { return mon_->pairHardDown(id_); }));
+  EXPECT_NE(mon_->pairDownCause(id_).find("peer reported its NIC"), std::string::npos) << mon_->pairDownCause(id_);
+}
+
+TEST_F(HealthMonitorTest, APeersProbeRequestResetsTheBackOffOfAHardDownPairOncePerEpisode) {
+  hardDownByNotice();
+  // Re-probes back off (20, 40, 80, ... ms). Once a gap of 1.2 s was seen the next is ~2.4 s.
+  uint64_t last = waitBackOff(1200);
+  ASSERT_TRUE(last);
+  // The peer probes us again (its NIC is back): the monitor answers and re-probes at its next
+  // round instead of after the backed-off gap.
+  size_t n = peer_.probes().size();
+  uint64_t asked = nowUs();
+  peer_.sendProbeRequest();
+  ASSERT_TRUE(peer_.waitProbes(n + 1, 30000));
+  uint64_t next = peer_.probes()[n].atUs;
+  EXPECT_LT(next - asked, 1200 * 1000u) << "re-probed " << (next - last) / 1000 << " ms after the previous probe";
+  EXPECT_TRUE(eventually([&] { return peer_.answersReceived() >= 1; })) << "the request was not answered";
+  EXPECT_TRUE(mon_->pairHardDown(id_)) << "a request is no answer: the pair stays down";
+  // Once per down episode: after backing off again, a second request changes nothing.
+  last = waitBackOff(1200);
+  ASSERT_TRUE(last);
+  n = peer_.probes().size();
+  asked = nowUs();
+  peer_.sendProbeRequest();
+  ASSERT_TRUE(peer_.waitProbes(n + 1, 30000));
+  next = peer_.probes()[n].atUs;
+  EXPECT_GE(next - last, 2000 * 1000u) << "a second request in one episode reset the back-off again";
+}
+
+TEST_F(HealthMonitorTest, APeersProbeRequestLeavesTheBackOffOfASoftDownPair) {
+  // A probe timeout (one-way or size-dependent loss looks the same): the peer's probes keep
+  // coming, and must not turn the backed-off re-probes into one full-size probe per request.
+  // Another pair of the monitor is hard down meanwhile (a notice of the peer's other NIC,
+  // 127.0.0.3), so the monitor does look at its pairs when the request comes.
+  sockaddr_in other{};
+  other.sin_family = AF_INET, other.sin_port = htons(9);
+  inet_pton(AF_INET, "127.0.0.3", &other.sin_addr);
+  sockaddr_storage o{};
+  memcpy(&o, &other, sizeof(other));
+  int otherId = mon_->registerPair(0, o, sizeof(other));
+  ASSERT_GE(otherId, 0);
+  peer_.answering = false;
+  ASSERT_TRUE(eventually([&] { return !mon_->pairUp(id_); }));
+  ASSERT_FALSE(mon_->pairHardDown(id_));
+  peer_.sendNotice("127.0.0.3");
+  ASSERT_TRUE(eventually([&] { return mon_->pairHardDown(otherId); }));
+  uint64_t last = waitBackOff(1200);
+  ASSERT_TRUE(last);
+  size_t n = peer_.probes().size();
+  peer_.sendProbeRequest();
+  ASSERT_TRUE(peer_.waitProbes(n + 1, 30000));
+  EXPECT_GE(peer_.probes()[n].atUs - last, 2000 * 1000u) << "a soft-down pair's back-off was reset";
+  EXPECT_FALSE(mon_->pairHardDown(id_));
+  mon_->unregisterPair(otherId);
+}
+
+TEST_F(HealthMonitorTest, AnAnsweredReprobeEndsTheHardVerdict) {
+  hardDownByNotice();
+  ASSERT_TRUE(peer_.waitProbes(peer_.probes().size() + 1, 10000));
+  peer_.answering = true;
+  ASSERT_TRUE(eventually([&] { return mon_->pairUp(id_); }, 30000));
+  EXPECT_FALSE(mon_->pairHardDown(id_));
+  EXPECT_EQ(mon_->pairHardDownSinceUs(id_), 0u);
+  EXPECT_GT(mon_->repairedUs(0, id_), 0u);
+}
+
+}  // namespace
+}  // namespace railover
