@@ -65,6 +65,28 @@ def check_args(layout: str, size: str, duration: float, specs: List[tuple]) -> N
                                      f"{', '.join(sorted(names))})", param_hint="--faults")
 
 
+#: Options of the TCP demo that the RDMA demo does not take -> why, and what it does instead.
+#: Given with --transport rdma they are a usage error (they used to be ignored silently).
+RDMA_UNTAKEN = {
+    "layout": ("--layout", "its bed is fixed: two QEMU guests with 2 rails each (Soft-RoCE)"),
+    "ranks_per_host": ("--ranks-per-host", "it runs one rank per guest"),
+    "duration": ("--duration", "the all-reduce runs until every fault in --faults has moved traffic to the "
+                               "standby and back (one fault per kind), then stops"),
+    "fault_for": ("--fault-for", "each fault is repaired once both guests journaled their failover (at most 60 s "
+                                 "after it was applied)"),
+}
+
+
+def check_rdma_options(given: Dict[str, Any]) -> None:
+    """Reject the options of the TCP demo that ``--transport rdma`` does not take
+    (:data:`RDMA_UNTAKEN`) when given (``given``: parameter name -> value, None when not
+    given). Raises typer.BadParameter (exit 2) naming each and what the RDMA demo does instead."""
+    bad = [RDMA_UNTAKEN[g] for g in RDMA_UNTAKEN if given.get(g) is not None]
+    if bad:
+        raise typer.BadParameter("; ".join(f"the RDMA demo (--transport rdma) does not take {opt}: {why}"
+                                           for opt, why in bad), param_hint=[opt for opt, _ in bad])
+
+
 def prepare_out(out: Path):
     """Create the output directory ``out`` (parents too) and take its lock file, before the
     test bed is built. Returns the open lock file (held until the process exits). Raises
@@ -337,8 +359,11 @@ def run_demo(layout: str = "T2", ranks_per_host: int = 2, fault_spec: str = "por
 def register(app: typer.Typer) -> None:
     @app.command("demo")
     def demo_cmd(
-        layout: str = typer.Option("T2", "--layout", "-l", help="test-bed layout: T2, T2-flat, T3 or <hosts>x<nics>"),
-        ranks_per_host: int = typer.Option(2, "--ranks-per-host", "-r", min=1, max=4, help="ranks per host"),
+        layout: Optional[str] = typer.Option(None, "--layout", "-l", help="test-bed layout: T2, T2-flat, T3 or "
+                                                                            "<hosts>x<nics> (default T2; tcp only)"),
+        ranks_per_host: Optional[int] = typer.Option(None, "--ranks-per-host", "-r", min=1, max=4,
+                                                     help="ranks per host (default 2; tcp only: the RDMA demo runs "
+                                                          "1 per guest)"),
         faults: Optional[str] = typer.Option(None, "--faults",
                                              help="comma list KIND:NIC, KIND in port-down, host-down, silent, addr-del "
                                                   "(default port-down:a0,silent:b0); with --transport rdma a comma "
@@ -347,8 +372,10 @@ def register(app: typer.Typer) -> None:
         transport: str = typer.Option("tcp", "--transport",
                                       help="tcp: namespace test bed; rdma: two QEMU guests with Soft-RoCE (the plugin's "
                                            "verbs transport; 1 rank per guest)"),
-        fault_for: float = typer.Option(5.0, "--fault-for", min=0.5, help="seconds each fault lasts before repair"),
-        duration: float = typer.Option(0.0, "--duration", help="seconds of all-reduce (0 = fit the faults)"),
+        fault_for: Optional[float] = typer.Option(None, "--fault-for", min=0.5,
+                                                  help="seconds each fault lasts before repair (default 5; tcp only)"),
+        duration: Optional[float] = typer.Option(None, "--duration",
+                                                 help="seconds of all-reduce (default 0 = fit the faults; tcp only)"),
         size: Optional[str] = typer.Option(None, "--size", help="all-reduce size in bytes (8, 64K, 4M, ...; "
                                                                 "default 4M, with --transport rdma 1M)"),
         hold_down_ms: int = typer.Option(2000, "--hold-down-ms", min=0, help="RAILOVER_HOLD_DOWN_MS for the run"),
@@ -371,11 +398,17 @@ def register(app: typer.Typer) -> None:
             if baseline:
                 raise typer.BadParameter("--baseline is for --transport tcp; on RDMA, `railover bench rdma` measures "
                                          "the bare RC timeout without a standby", param_hint="--baseline")
+            check_rdma_options({"layout": layout, "ranks_per_host": ranks_per_host, "duration": duration,
+                                "fault_for": fault_for})
             from railover.demo_rdma import DEFAULT_FAULTS, run_rdma_demo
             raise typer.Exit(run_rdma_demo(faults or DEFAULT_FAULTS, size or "1M", out,
                                            hold_down_ms))
         faults = faults or "port-down:a0,silent:b0"
         size = size or "4M"
+        layout = "T2" if layout is None else layout
+        ranks_per_host = 2 if ranks_per_host is None else ranks_per_host
+        duration = 0.0 if duration is None else duration
+        fault_for = 5.0 if fault_for is None else fault_for
         rc = run_demo(layout, ranks_per_host, faults, duration, size, out, hold_down_ms, fault_for, False)
         if baseline and rc != 2:  # 2: the railover run could not start (tools, test bed): nor could the baseline
             rc_b = run_demo(layout, ranks_per_host, faults, duration, size, out, hold_down_ms, fault_for, True)

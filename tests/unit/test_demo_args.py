@@ -106,3 +106,56 @@ def test_a_test_bed_that_cannot_be_built_exits_2_not_1(monkeypatch, tmp_path):
     monkeypatch.setattr(demo, "check_system", lambda specs: None)
     monkeypatch.setattr(demo, "TestBed", NoBed)
     assert demo.run_demo(out=tmp_path / "out", quiet=True) == 2
+
+
+@pytest.mark.parametrize("argv, opt, instead", [
+    (["--layout", "T3"], "--layout", "two QEMU guests with 2 rails each"),
+    (["-l", "T2"], "--layout", "two QEMU guests"),  # the default value, given explicitly: still not taken
+    (["--ranks-per-host", "1"], "--ranks-per-host", "one rank per guest"),
+    (["--duration", "30"], "--duration", "until every fault in --faults has moved traffic"),
+    (["--fault-for", "2"], "--fault-for", "repaired once both guests journaled their failover"),
+])
+def test_rdma_demo_refuses_the_tcp_only_options(monkeypatch, tmp_path, argv, opt, instead):
+    """`demo --transport rdma` used to ignore --layout, --ranks-per-host, --duration and
+    --fault-for silently; each is now a usage error saying what the RDMA demo does instead,
+    before anything is booted."""
+    from typer.testing import CliRunner
+
+    from railover import demo_rdma
+    from railover.cli import app
+    ran = []
+    monkeypatch.setattr(demo_rdma, "run_rdma_demo", lambda *a, **k: ran.append(a) or 0)
+    r = CliRunner().invoke(app, ["demo", "--transport", "rdma", "--out", str(tmp_path / "o"), *argv],
+                           env={"COLUMNS": "250"})
+    assert r.exit_code == 2, r.output
+    assert ran == [] and "Traceback" not in r.output
+    text = _flat(r.output)
+    assert f"does not take {opt}" in text and instead in text, text
+
+
+def test_rdma_demo_without_tcp_only_options_runs(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    from railover import demo_rdma
+    from railover.cli import app
+    ran = []
+    monkeypatch.setattr(demo_rdma, "run_rdma_demo", lambda *a, **k: ran.append(a) or 0)
+    r = CliRunner().invoke(app, ["demo", "--transport", "rdma", "--out", str(tmp_path / "o"), "--size", "64K",
+                                 "--hold-down-ms", "500"])
+    assert r.exit_code == 0, r.output
+    assert ran == [(demo_rdma.DEFAULT_FAULTS, "64K", tmp_path / "o", 500)]
+
+
+def test_tcp_demo_gets_its_defaults_when_the_options_are_not_given(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    from railover.cli import app
+    ran = []
+    monkeypatch.setattr(demo, "run_demo", lambda *a, **k: ran.append(a) or 0)
+    r = CliRunner().invoke(app, ["demo", "--out", str(tmp_path / "o")])
+    assert r.exit_code == 0, r.output
+    assert ran == [("T2", 2, "port-down:a0,silent:b0", 0.0, "4M", tmp_path / "o", 2000, 5.0, False)]
+    r = CliRunner().invoke(app, ["demo", "--out", str(tmp_path / "o"), "-l", "T3", "-r", "1", "--duration", "9",
+                                 "--fault-for", "2"])
+    assert r.exit_code == 0, r.output
+    assert ran[1] == ("T3", 1, "port-down:a0,silent:b0", 9.0, "4M", tmp_path / "o", 2000, 2.0, False)
