@@ -111,6 +111,20 @@ def test_launch_refusals_and_missing_command():
     assert cp.returncode == 127 and "command not found" in cp.stderr
 
 
+def test_launch_warns_about_a_misspelt_railover_variable_as_doctor_does():
+    from railover.ops.doctor import validate_config
+    base = {"RAILOVER_HOLDDOWN_MS": "500", "RAILOVER_STALL_MS": "70"}
+    env, warnings = launch_env(base)
+    want = "RAILOVER_HOLDDOWN_MS is not a railover variable (typo?); it is ignored"
+    assert warnings == [want]
+    assert env["RAILOVER_HOLDDOWN_MS"] == "500"   # warned about, not removed: the command runs as asked
+    assert [c.detail for c in validate_config(base) if c.what == "RAILOVER_HOLDDOWN_MS"] == [want]   # doctor's words
+    cp = _launch(["--", sys.executable, "-c", DUMP], {"RAILOVER_HOLDDOWN_MS": "500"})
+    assert cp.returncode == 0, cp.stderr
+    assert f"warning: {want}" in cp.stderr and "Traceback" not in cp.stderr
+    assert json.loads(cp.stdout)["RAILOVER_HOLDDOWN_MS"] == "500"
+
+
 def test_launch_dry_run_prints_the_changes():
     r = CliRunner().invoke(app, ["launch", "--dry-run", "--", "torchrun", "train.py"])
     assert r.exit_code == 0, r.output

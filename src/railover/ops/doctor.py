@@ -51,7 +51,7 @@ from railover import _paths, params, prereqs
 
 __all__ = ["OK", "WARN", "FAIL", "Check", "Iface", "Facts", "Report", "ifname_matches", "validate_config",
            "select_interfaces", "nccl_abi", "plugin_exports", "torch_nccl", "list_interfaces", "route_get",
-           "tcp_probe", "gather", "diagnose", "known_vars", "effective_env", "rdma_report", "rdma_checks"]
+           "tcp_probe", "gather", "diagnose", "known_vars", "unknown_var_checks", "effective_env", "rdma_report", "rdma_checks"]
 
 OK, WARN, FAIL, INFO = "OK", "WARN", "FAIL", "INFO"
 
@@ -259,12 +259,18 @@ def validate_config(env: Mapping[str, str], native: Optional[params.Native] = No
                          "on a busy host can declare healthy NIC pairs down",
                          f"keep RAILOVER_PROBE_INTERVAL_MS x RAILOVER_PROBE_MULT >= {MIN_DETECTION_MS} ms "
                          f"(default {di * dm} ms)"))
-    names = known_vars(table)
-    for var in sorted(env):
-        if var.startswith("RAILOVER_") and var not in names:
-            out.append(Check("config", var, WARN, f"{var} is not a railover variable (typo?); it is ignored",
-                             "see `railover env --list` or the configuration table in README.md"))
+    out += unknown_var_checks(env, known_vars(table))
     return out
+
+
+def unknown_var_checks(env: Mapping[str, str], names: Optional[set] = None) -> List[Check]:
+    """One WARN per ``RAILOVER_*`` name in ``env`` that railover does not read (a typo: the
+    plugin would ignore it silently). ``names``: the known variables (default
+    :func:`known_vars`). Shared by doctor and ``railover launch``."""
+    names = known_vars() if names is None else names
+    return [Check("config", var, WARN, f"{var} is not a railover variable (typo?); it is ignored",
+                  "see `railover env --list` or the configuration table in README.md")
+            for var in sorted(env) if var.startswith("RAILOVER_") and var not in names]
 
 
 def select_interfaces(env: Mapping[str, str], ifaces: Sequence[Iface]) -> Tuple[List[Iface], Dict[str, str], str]:
