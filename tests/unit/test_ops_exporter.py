@@ -252,3 +252,19 @@ def test_exporter_cli_names_missing_dirs_journals_and_state_files_off(tmp_path, 
     assert f"warning: journal {tmp_path / 'nope.jsonl'} does not exist" in out, out
     r = CliRunner().invoke(app, ["exporter"], env={"RAILOVER_STATE_DIR": "off"})
     assert r.exit_code == 0 and "state files are off (RAILOVER_STATE_DIR=off)" in " ".join(r.output.split()), r.output
+
+
+@pytest.mark.parametrize("path", ["/", "/metricsx", "/metrics/extra", "/favicon.ico", "/anything"])
+def test_only_the_metrics_path_is_served(setup, path):
+    """Metrics on /metrics (as docs/OPERATIONS.md says), 404 with a hint on any other path
+    (prometheus_client's app alone answers 200 with metrics everywhere)."""
+    import urllib.error
+    proc, d, j, srv = setup
+    base = srv.url[:-len("/metrics")]
+    assert srv.url.endswith("/metrics") and "railover_processes" in str(scrape(srv.url))
+    with pytest.raises(urllib.error.HTTPError) as ei:
+        urllib.request.urlopen(base + path, timeout=5)
+    assert ei.value.code == 404
+    assert "/metrics" in ei.value.read().decode()
+    ei.value.close()
+    assert "railover_processes" in str(scrape(base + "/metrics?from=test"))   # a query string is still /metrics

@@ -1,8 +1,9 @@
 """``railover exporter``: node-level Prometheus metrics from railover's state files and journals.
 
 One exporter per node reads every state file (``railover-<pid>.json``) in the state
-directories and tails the event journals they name, at scrape time. Metric names, types and
-labels are listed in docs/OPERATIONS.md; the main ones:
+directories and tails the event journals they name, at scrape time, and serves the metrics at
+``/metrics`` (any other path answers 404). Metric names, types and labels are listed in
+docs/OPERATIONS.md; the main ones:
 
 * counters ``railover_failovers_total``, ``railover_failbacks_total``, ``railover_flaps_total``,
   ``railover_bytes_resent_total``, ``railover_fatal_errors_total``, ``railover_recoveries_total``
@@ -38,7 +39,7 @@ import socketserver
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
@@ -352,16 +353,33 @@ class _QuietHandler(WSGIRequestHandler):
         pass
 
 
+#: The one URL path the exporter serves (Prometheus' default ``metrics_path``).
+METRICS_PATH = "/metrics"
+
+
+def _only_metrics(metrics_app: Callable) -> Callable:
+    """A WSGI app that hands :data:`METRICS_PATH` to ``metrics_app`` and answers 404 on
+    every other path (prometheus_client's app answers any path)."""
+    def app(environ: Dict[str, Any], start_response: Callable) -> Iterable[bytes]:
+        if environ.get("PATH_INFO", "") == METRICS_PATH:
+            return metrics_app(environ, start_response)
+        body = f"not found: the railover exporter serves its metrics at {METRICS_PATH}\n".encode()
+        start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8"),
+                                         ("Content-Length", str(len(body)))])
+        return [body]
+    return app
+
+
 class Exporter:
-    """An HTTP server (own thread) exposing ``/metrics`` for one :class:`RailoverCollector`.
-    ``port`` 0 picks a free port (see :attr:`port`). Raises OSError when the address cannot
-    be bound. Use :meth:`close` (or ``with``) to stop it."""
+    """An HTTP server (own thread) exposing ``/metrics`` for one :class:`RailoverCollector`
+    (any other path: 404). ``port`` 0 picks a free port (see :attr:`port`). Raises OSError
+    when the address cannot be bound. Use :meth:`close` (or ``with``) to stop it."""
 
     def __init__(self, collector: RailoverCollector, addr: str = "127.0.0.1", port: int = 9464):
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(collector)
         self.collector = collector
-        self._httpd = make_server(addr, port, make_wsgi_app(self.registry), _Server, handler_class=_QuietHandler)
+        self._httpd = make_server(addr, port, _only_metrics(make_wsgi_app(self.registry)), _Server, handler_class=_QuietHandler)
         self.addr, self.port = self._httpd.server_address[:2]
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="railover-exporter", daemon=True)
@@ -369,7 +387,7 @@ class Exporter:
 
     @property
     def url(self) -> str:
-        return f"http://{self.addr}:{self.port}/metrics"
+        return f"http://{self.addr}:{self.port}{METRICS_PATH}"
 
     def close(self) -> None:
         self._httpd.shutdown()
