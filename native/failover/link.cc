@@ -701,13 +701,21 @@ bool SendLink::activePathFails(size_t i, const PairView& v, uint64_t now, std::s
   // probes queue behind data and time out while messages still complete, only slowly.
   // If the peer's kernel acknowledged our bytes within the stall window, data is moving.
   if (stalled && acked_ < nextSeq_ && !v.hard && p.tx && p.tx->peerAckedWithinMs(cfg.stallMs)) stalled = false;
+  // Another path that is healthy shows the silence is this rail's, not the peer's. Not one
+  // whose NIC or pair came back less than a detection time ago: a stopped peer (SIGSTOP, a
+  // debugger) that wakes up answers rail by rail, so the first rail to answer again says
+  // nothing about the active one, whose answer is a moment behind (a real fault of the active
+  // rail while the others recover is judged once they have answered for a detection time).
+  uint32_t detectMs = cfg.probeIntervalMs * cfg.probeMultiplier;
   bool otherUsable = false;
-  for (size_t j = 0; j < paths.size(); ++j)
-    otherUsable |= j != i && paths[j].state == PathState::kStandby && hl->nicUp(paths[j].localNic) &&
-                   hl->pairUp(paths[j].pairId);
+  for (size_t j = 0; j < paths.size(); ++j) {
+    const Path& o = paths[j];
+    if (j == i || o.state != PathState::kStandby || !hl->nicUp(o.localNic) || !hl->pairUp(o.pairId)) continue;
+    uint64_t back = hl->repairedUs(o.localNic, o.pairId);
+    otherUsable |= !back || now >= back + (uint64_t)detectMs * 1000;
+  }
   // The peer's kernel acknowledges nothing either: the network is dead, not the peer
   // process (a stopped process's kernel still acknowledges). That is as good as hard.
-  uint32_t detectMs = cfg.probeIntervalMs * cfg.probeMultiplier;
   bool netSilent = false;
   if (stalled && !otherUsable && p.tx) netSilent = p.tx->unackedSilenceMs() >= detectMs;
   if (netSilent) *cause += "; the peer acknowledges nothing";

@@ -49,6 +49,7 @@ struct Pair {
   // connected over the pair after it proves the verdict stale (Health::pairHardDownSinceUs).
   std::atomic<uint64_t> hardSinceUs{0};
   bool reprobedOnRequest = false;  // this down episode's back-off was reset by a peer's probe (once)
+  bool peerWideDown = false;       // down after a silence of every rail to its peer (held, then judged)
   uint64_t lastAckUs = 0;
   uint64_t wokeUs = 0;  // when an answer last ended a silence of half the detection time (peer woke up)
   uint64_t lastBigAckUs = 0;
@@ -222,6 +223,7 @@ class Monitor : public Health {
     if (!p.up.load()) return;
     p.cause = cause;
     p.reprobedOnRequest = false;
+    p.peerWideDown = !hard && p.silenceHeld;
     p.downSinceUs = now;
     p.nextProbeUs = now + (uint64_t)cfg.probeIntervalMs * 1000;
     p.probeGapMs = cfg.probeIntervalMs;
@@ -506,8 +508,19 @@ class Monitor : public Health {
           if (pr.big) p.burstBigAnswered++;
           else p.burstSmallAnswered++;
         }
-        if (!p.up.load() && nicState[nic].up.load() && now - p.downSinceUs > tuning::kPairUpAfterIntervals * cfg.probeIntervalMs * 1000)
+        if (!p.up.load() && nicState[nic].up.load() &&
+            now - p.downSinceUs > tuning::kPairUpAfterIntervals * cfg.probeIntervalMs * 1000) {
           setPairUp(p, now);
+          // The peer answers again after a silence shared by all its rails (it was stopped,
+          // or this host was): its other rails are back too, and their answers are only
+          // waiting for our backed-off re-probes (up to RAILOVER_PROBE_BACKOFF_MAX_MS). Probe
+          // them at the next round, so a comm active there does not see one rail up and its
+          // own still down for up to a second.
+          if (p.peerId)
+            for (Pair& o : live())
+              if (&o != &p && o.used && o.peerId == p.peerId && !o.up.load() && o.peerWideDown)
+                o.nextProbeUs = 0, o.probeGapMs = cfg.probeIntervalMs, o.peerWideDown = false;
+        }
       }
     }
   }
@@ -825,6 +838,7 @@ int Monitor::registerPair(int nic, const sockaddr_storage& remote, socklen_t len
   p.queueHeld = false;
   p.burstUntilUs = 0, p.downSinceUs = 0, p.cause.clear();
   p.nextProbeUs = 0, p.probeGapMs = 0, p.downProbes = 0, p.nextRoundUs = 0, p.peerId = 0, p.silenceHeld = false;
+  p.peerWideDown = false, p.reprobedOnRequest = false;
   p.burstBigSent = p.burstBigAnswered = p.burstSmallAnswered = 0, p.burstStartUs = 0;
   p.dataAckedUs.store(0);
   p.burstOn.store(false);

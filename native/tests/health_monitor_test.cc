@@ -36,11 +36,11 @@ class FakePeer {
     uint64_t atUs;
     bool big;
   };
-  FakePeer() {
+  explicit FakePeer(const char* ip = "127.0.0.2") {
     fd_ = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
-    inet_pton(AF_INET, "127.0.0.2", &a.sin_addr);
+    inet_pton(AF_INET, ip, &a.sin_addr);
     EXPECT_EQ(bind(fd_, (sockaddr*)&a, sizeof(a)), 0) << strerror(errno);
     socklen_t l = sizeof(addr_);
     getsockname(fd_, (sockaddr*)&addr_, &l);
@@ -165,10 +165,11 @@ class HealthMonitorTest : public ::testing::Test {
   // Waits until the monitor's re-probes to the down pair have backed off to a gap of at least
   // `gapMs`, returning the time of the probe that ended that gap (the next gap is about twice
   // as long: RAILOVER_PROBE_BACKOFF_MAX_MS is far above it).
-  uint64_t waitBackOff(uint64_t gapMs) {
-    for (size_t n = peer_.probes().size() + 1;; ++n) {
-      EXPECT_TRUE(peer_.waitProbes(n, 30000)) << "re-probes stopped";
-      auto v = peer_.probes();
+  uint64_t waitBackOff(uint64_t gapMs) { return waitBackOff(peer_, gapMs); }
+  static uint64_t waitBackOff(FakePeer& peer, uint64_t gapMs) {
+    for (size_t n = peer.probes().size() + 1;; ++n) {
+      EXPECT_TRUE(peer.waitProbes(n, 30000)) << "re-probes stopped";
+      auto v = peer.probes();
       if (v.size() < n) return 0;
       if (v.size() >= 2 && v.back().atUs - v[v.size() - 2].atUs >= gapMs * 1000) return v.back().atUs;
     }
@@ -257,6 +258,34 @@ TEST_F(HealthMonitorTest, APeersProbeRequestLeavesTheBackOffOfASoftDownPair) {
   ASSERT_TRUE(peer_.waitProbes(n + 1, 30000));
   EXPECT_GE(peer_.probes()[n].atUs - last, 2000 * 1000u) << "a soft-down pair's back-off was reset";
   EXPECT_FALSE(mon_->pairHardDown(id_));
+  mon_->unregisterPair(otherId);
+}
+
+// A stopped peer: every rail to it goes silent together, is held as a peer-wide silence, then
+// judged down (soft) and re-probed with back-off. When it wakes, the first rail to answer
+// again brings its sibling rails' re-probes forward: they answer as soon as they are asked.
+TEST_F(HealthMonitorTest, APeerAnsweringAgainAfterAPeerWideSilenceBringsItsOtherRailsReprobesForward) {
+  FakePeer other("127.0.0.3");  // the same peer process's second rail (same responder id)
+  int otherId = mon_->registerPair(0, other.addr(), sizeof(sockaddr_in));
+  ASSERT_GE(otherId, 0);
+  ASSERT_TRUE(other.waitProbes(3, 10000));
+  ASSERT_TRUE(eventually([&] { return peer_.probes().size() > 6 && other.probes().size() > 6; }));  // ids learned
+  peer_.answering = false, other.answering = false;
+  ASSERT_TRUE(eventually([&] { return !mon_->pairUp(id_) && !mon_->pairUp(otherId); }));
+  EXPECT_NE(mon_->pairDownCause(otherId).find("every rail to this peer silent"), std::string::npos)
+      << mon_->pairDownCause(otherId);
+  // Both back off to gaps of 1.2 s (the next ones ~2.4 s), then the first rail answers again.
+  ASSERT_TRUE(waitBackOff(other, 1200));
+  peer_.answering = true;
+  ASSERT_TRUE(eventually([&] { return mon_->pairUp(id_); }, 30000));
+  uint64_t back = mon_->repairedUs(0, id_);
+  ASSERT_TRUE(eventually([&] { return nowUs() > back + 1000 * 1000; }, 5000));
+  int soon = 0;
+  for (auto& p : other.probes()) soon += p.atUs > back && p.atUs <= back + 1000 * 1000;
+  EXPECT_GE(soon, 2) << "the second rail waited for its backed-off re-probe";
+  // It was answered at once, so the pair is up again too (the peer answers on every rail).
+  other.answering = true;
+  EXPECT_TRUE(eventually([&] { return mon_->pairUp(otherId); }, 30000));
   mon_->unregisterPair(otherId);
 }
 
