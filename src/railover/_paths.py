@@ -1,8 +1,11 @@
 """Locate the native artefacts: the plugin ``.so`` and the ``railover-perf`` driver.
 
-Search order: ``RAILOVER_NATIVE_DIR`` (a directory holding both), the installed package's
-``_native/`` folder, then a developer build tree (``build/`` at the repository root).
-Raises FileNotFoundError naming every place looked at when nothing is found.
+``RAILOVER_NATIVE_DIR`` (a directory holding both), when set and not empty, is the only
+place looked at: a directory that does not exist, cannot be read or lacks the file is an
+error (:class:`NativeDirError`, naming the variable and the path), never a silent fallback
+to another build. Unset: the installed package's ``_native/`` folder, then a developer
+build tree (``build/`` at the repository root); FileNotFoundError names every place looked
+at when nothing is found.
 """
 from __future__ import annotations
 
@@ -17,25 +20,52 @@ PERF_FILE = "railover-perf"
 _PKG = Path(__file__).resolve().parent
 
 
+class NativeFileNotFound(FileNotFoundError):
+    """A native file railover needs is not found (the message names where it looked and how
+    to build or install it). A FileNotFoundError, for the callers that catch that."""
+
+
+class NativeDirError(NativeFileNotFound):
+    """``RAILOVER_NATIVE_DIR`` is set but unusable; the message names the variable, its value
+    and what is wrong."""
+
+
 def _candidates() -> list[Path]:
     out = []
-    env = os.environ.get("RAILOVER_NATIVE_DIR")
-    if env:
-        out.append(Path(env))
     out.append(_PKG / "_native")
     repo = _PKG.parent.parent
     out.append(repo / "build")
     return out
 
 
+def _from_native_dir(fname: str, value: str) -> Path:
+    """``fname`` in the directory ``RAILOVER_NATIVE_DIR=value``; NativeDirError saying why not."""
+    d = Path(value)
+    fix = ("unset RAILOVER_NATIVE_DIR to use the installed railover, or point it at a build directory holding "
+           f"{PLUGIN_FILE} and {PERF_FILE}")
+    if not d.exists():
+        raise NativeDirError(f"RAILOVER_NATIVE_DIR={value}: no such directory; {fix}")
+    if not d.is_dir():
+        raise NativeDirError(f"RAILOVER_NATIVE_DIR={value}: not a directory; {fix}")
+    if not os.access(d, os.R_OK | os.X_OK):
+        raise NativeDirError(f"RAILOVER_NATIVE_DIR={value}: cannot read the directory (permission denied); {fix}")
+    p = d / fname
+    if not p.is_file():
+        raise NativeDirError(f"RAILOVER_NATIVE_DIR={value} has no {fname}; {fix}")
+    return p
+
+
 def _find(fname: str) -> Path:
+    env = os.environ.get("RAILOVER_NATIVE_DIR", "")
+    if env.strip(" \t"):  # an empty value is the same as unset, as for every railover variable
+        return _from_native_dir(fname, env)
     tried = []
     for d in _candidates():
         p = d / fname
         tried.append(str(p))
         if p.is_file():
             return p
-    raise FileNotFoundError(f"{fname} not found; looked at: {', '.join(tried)}. "
+    raise NativeFileNotFound(f"{fname} not found; looked at: {', '.join(tried)}. "
                             "Install with './scripts/install.sh' (or 'pip install .') in the source tree, or build with "
                             "'cmake -S . -B build && cmake --build build'.")
 

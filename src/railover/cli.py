@@ -99,7 +99,15 @@ for _mod in (testbed_cli, demo, bench_cli, soak_cli, ops_cli):
 
 
 def main() -> None:
-    app()
+    """Console entry point ``railover``. A native file that cannot be found (no build, or a
+    ``RAILOVER_NATIVE_DIR`` that does not hold it) is a one-line error and exit status 2 in
+    every command, also in those that do not report it themselves."""
+    from railover._paths import NativeFileNotFound
+    try:
+        app()
+    except NativeFileNotFound as e:
+        typer.echo(f"railover: error: {e}", err=True)
+        raise SystemExit(2)
 
 
 if __name__ == "__main__":

@@ -277,6 +277,15 @@ def test_plugin_failures():
     assert find(rep, "plugin", "symbols", dr.WARN)
 
 
+def test_an_unusable_native_dir_is_a_plugin_fail_that_says_to_fix_the_variable(monkeypatch, tmp_path):
+    monkeypatch.setenv("RAILOVER_NATIVE_DIR", str(tmp_path / "gone"))
+    facts = dr.gather(check_torch=False)
+    assert facts.plugin["native_dir_error"] and not facts.plugin["loaded"]
+    (c,) = find(run(GOOD_NCCL, plugin=facts.plugin), "plugin", status=dr.FAIL)
+    assert f"RAILOVER_NATIVE_DIR={tmp_path / 'gone'}: no such directory" in c.detail
+    assert c.fix == "fix or unset RAILOVER_NATIVE_DIR"
+
+
 def test_the_built_plugin_loads_and_exports_v7_to_v12(tmp_path):
     info = dr.plugin_exports(_paths.plugin_path())
     assert info["loaded"], info["error"]

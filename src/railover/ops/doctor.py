@@ -113,7 +113,8 @@ class Iface:
 class Facts:
     """What :func:`gather` observed, the input of :func:`diagnose`. ``plugin``: dict with
     ``path``, ``loaded`` (bool), ``error``, ``abi`` (exported net ABI versions, ints),
-    ``collnet``, ``foreign`` (tuner/profiler symbols that NCCL would also pick up);
+    ``collnet``, ``foreign`` (tuner/profiler symbols that NCCL would also pick up),
+    ``native_dir_error`` (True when not found because ``RAILOVER_NATIVE_DIR`` is unusable);
     ``torch``: dict with ``torch`` (version), ``nccl`` (``[major, minor, patch]``) or
     ``error``, ``{"skipped": True}`` when not asked (``gather(check_torch=False)``), or None
     when PyTorch is not installed; ``ld_resolve``: the file NCCL's
@@ -436,6 +437,7 @@ def nccl_checks(env: Mapping[str, str], plugin: Mapping[str, Any], torch: Option
     # the plugin file itself
     if not plugin.get("path"):
         out.append(Check("plugin", _paths.PLUGIN_FILE, FAIL, plugin.get("error") or "plugin not found",
+                         "fix or unset RAILOVER_NATIVE_DIR" if plugin.get("native_dir_error") else
                          "install it from the source tree: ./scripts/install.sh (or pip install .)"))
     elif not plugin.get("loaded"):
         out.append(Check("plugin", plugin["path"], FAIL, f"dlopen failed: {plugin.get('error')}",
@@ -660,7 +662,8 @@ def gather(env: Optional[Mapping[str, str]] = None, plugin: Optional[Path] = Non
         try:
             plugin = _paths.plugin_path()
         except FileNotFoundError as e:
-            pinfo: Dict[str, Any] = {"path": "", "loaded": False, "error": str(e), "abi": [], "collnet": [], "foreign": []}
+            pinfo: Dict[str, Any] = {"path": "", "loaded": False, "error": str(e), "abi": [], "collnet": [], "foreign": [],
+                                     "native_dir_error": isinstance(e, _paths.NativeDirError)}
             plugin = None
     if plugin is not None:
         pinfo = plugin_exports(Path(plugin))
