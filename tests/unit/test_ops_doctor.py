@@ -127,6 +127,26 @@ def test_good_values_pass_and_typos_warn(tmp_path):
     assert [c.what for c in warn] == ["RAILOVER_PROBE_INTERVAL"] and "typo" in warn[0].detail
 
 
+@pytest.mark.parametrize("rails, nic, entries, rail", [
+    ("eth0=0,eth0=1", "eth0", "eth0=0, eth0=1", "1"),          # meant eth1: eth0 and eth1 end up on rail 1
+    ("eth0=0, eth1=1, eth1=1", "eth1", "eth1=1, eth1=1", "1"),  # the same entry twice
+    ("eth1=1,eth0=0,eth1=0,eth1=2", "eth1", "eth1=1, eth1=0, eth1=2", "2"),
+])
+def test_a_nic_listed_twice_in_rails_is_flagged_naming_it(rails, nic, entries, rail):
+    checks = dr.validate_config({"RAILOVER_RAILS": rails})
+    (c,) = [c for c in checks if c.what == "RAILOVER_RAILS"]
+    assert c.status == dr.WARN
+    assert c.detail == (f"RAILOVER_RAILS lists {nic} {entries.count('=')} times ({entries}): the plugin uses the "
+                        f"last, rail {rail}")
+    assert f"list {nic} once" in c.fix
+    assert dr.duplicate_rail_checks({"RAILOVER_RAILS": rails}) == [c]   # the one check launch uses too
+
+
+def test_rails_without_duplicates_is_ok():
+    (c,) = dr.validate_config({"RAILOVER_RAILS": "eth0=0,eth1=0"})   # two NICs on one rail: allowed
+    assert c.status == dr.OK and dr.duplicate_rail_checks({"RAILOVER_RAILS": "eth0=0,eth1=0"}) == []
+
+
 def test_semantic_warnings():
     checks = dr.validate_config({"RAILOVER_HOLD_DOWN_MS": "5000", "RAILOVER_HOLD_DOWN_MAX_MS": "1000",
                                  "RAILOVER_PROBE_INTERVAL_MS": "5", "RAILOVER_PROBE_MULT": "3", "RAILOVER_STANDBY": "none"})

@@ -125,6 +125,16 @@ def test_launch_warns_about_a_misspelt_railover_variable_as_doctor_does():
     assert json.loads(cp.stdout)["RAILOVER_HOLDDOWN_MS"] == "500"
 
 
+def test_launch_warns_about_a_nic_listed_twice_in_rails():
+    env, warnings = launch_env({"RAILOVER_RAILS": "eth0=0,eth0=1"})
+    assert warnings == ["RAILOVER_RAILS lists eth0 2 times (eth0=0, eth0=1): the plugin uses the last, rail 1"]
+    assert env["RAILOVER_RAILS"] == "eth0=0,eth0=1"   # warned about, not changed
+    r = CliRunner().invoke(app, ["launch", "--dry-run", "--", "torchrun"], env={"RAILOVER_RAILS": "eth0=0,eth0=1"})
+    assert r.exit_code == 0 and "warning: RAILOVER_RAILS lists eth0 2 times" in r.output, r.output
+    env, warnings = launch_env({"RAILOVER_RAILS": "eth0=0,eth1=1"})
+    assert warnings == []
+
+
 def test_launch_dry_run_prints_the_changes():
     r = CliRunner().invoke(app, ["launch", "--dry-run", "--", "torchrun", "train.py"])
     assert r.exit_code == 0, r.output

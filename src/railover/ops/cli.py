@@ -345,10 +345,11 @@ def launch_env(base: Mapping[str, str], force: bool = False) -> Tuple[Dict[str, 
     has a value the plugin rejects, unless ``force``. With ``force``: ``NCCL_NET`` and
     ``NCCL_NET_PLUGIN`` are replaced by railover's values, and each invalid variable is
     removed from the command's environment so the plugin uses its default; a warning says
-    which. A ``RAILOVER_*`` name railover does not read (a typo) is a warning
-    (:func:`railover.ops.doctor.unknown_var_checks`, as in doctor). Raises FileNotFoundError
-    when the plugin is not installed."""
-    from railover.ops.doctor import unknown_var_checks, validate_config
+    which. A ``RAILOVER_*`` name railover does not read (a typo) and a NIC listed twice in
+    ``RAILOVER_RAILS`` are warnings (:func:`railover.ops.doctor.unknown_var_checks`,
+    :func:`~railover.ops.doctor.duplicate_rail_checks`, as in doctor). Raises
+    FileNotFoundError when the plugin is not installed."""
+    from railover.ops.doctor import duplicate_rail_checks, unknown_var_checks, validate_config
     env = dict(base)
     add = envvars.nccl_env(env)
     problems: List[str] = []
@@ -377,6 +378,8 @@ def launch_env(base: Mapping[str, str], force: bool = False) -> Tuple[Dict[str, 
         warnings += [c.detail for c in unknown_var_checks(env)]
     except OSError:  # the parameter table cannot be read: validate_config above could not check either
         pass
+    if "RAILOVER_RAILS" not in invalid:
+        warnings += [c.detail for c in duplicate_rail_checks(env)]
     for var in invalid:
         env.pop(var, None)
     if "NCCL_NET_PLUGIN_REF_COUNT" in env:

@@ -5,8 +5,8 @@ or would run without the redundancy railover is there for):
 
 * configuration: every variable of the plugin's parameter table (``native/common/params.h``,
   read through :mod:`railover.params`) that is set, validated by the plugin's own parser
-  (``railover_check_param``); unknown ``RAILOVER_*`` names (typos); an empty value is the same
-  as an unset one, as in the plugin;
+  (``railover_check_param``); unknown ``RAILOVER_*`` names (typos); a NIC listed twice in
+  ``RAILOVER_RAILS``; an empty value is the same as an unset one, as in the plugin;
 * interfaces: which ones the plugin will select and why (``RAILOVER_IFNAMES`` /
   ``NCCL_SOCKET_IFNAME`` syntax: comma list of prefixes, ``^`` excludes, ``=`` exact; by
   default every interface with an address except ``lo``, ``docker*``, ``virbr*``), their
@@ -51,7 +51,7 @@ from railover import _paths, params, prereqs
 
 __all__ = ["OK", "WARN", "FAIL", "Check", "Iface", "Facts", "Report", "ifname_matches", "validate_config",
            "select_interfaces", "nccl_abi", "plugin_exports", "torch_nccl", "list_interfaces", "route_get",
-           "tcp_probe", "gather", "diagnose", "known_vars", "unknown_var_checks", "effective_env", "rdma_report", "rdma_checks"]
+           "tcp_probe", "gather", "diagnose", "known_vars", "unknown_var_checks", "duplicate_rail_checks", "effective_env", "rdma_report", "rdma_checks"]
 
 OK, WARN, FAIL, INFO = "OK", "WARN", "FAIL", "INFO"
 
@@ -195,8 +195,8 @@ def validate_config(env: Mapping[str, str], native: Optional[params.Native] = No
     """Validate the variables of the plugin's parameter table that ``env`` sets, with the
     plugin's own parser (``native``: a loaded :class:`railover.params.Native`, default the
     installed plugin). One FAIL per bad variable, naming it and the accepted values (the plugin
-    stops at the first; doctor reports all), a WARN per unknown ``RAILOVER_*`` name and for
-    risky combinations, OK for each valid one that is set. When the plugin cannot be loaded,
+    stops at the first; doctor reports all), a WARN per unknown ``RAILOVER_*`` name, per NIC
+    listed twice in ``RAILOVER_RAILS`` and for risky combinations, OK for each valid one that is set. When the plugin cannot be loaded,
     one WARN says the configuration was not checked."""
     out: List[Check] = []
     try:
@@ -229,6 +229,8 @@ def validate_config(env: Mapping[str, str], native: Optional[params.Native] = No
             used = var == "RAILOVER_IFNAMES" or _blank(env.get("RAILOVER_IFNAMES", ""))
             good(var, "used by railover" if used else
                  "ignored by railover (RAILOVER_IFNAMES wins); NCCL's bootstrap still uses it")
+        elif var == "RAILOVER_RAILS" and duplicate_rail_checks(env):
+            out += duplicate_rail_checks(env)
         elif var == "RAILOVER_STANDBY" and v.strip(" \t") == "none":
             out.append(Check("config", var, WARN, f"{var}='{v}' (no standby paths: failover disabled)",
                              "unset RAILOVER_STANDBY (or 'all') to have standby paths"))
@@ -262,6 +264,21 @@ def validate_config(env: Mapping[str, str], native: Optional[params.Native] = No
                          f"(default {di * dm} ms)"))
     out += unknown_var_checks(env, known_vars(table))
     return out
+
+
+def duplicate_rail_checks(env: Mapping[str, str]) -> List[Check]:
+    """One WARN per NIC that ``RAILOVER_RAILS`` lists more than once (a typo, e.g.
+    ``eth0=0,eth0=1`` meant for eth1), naming the NIC, its entries and the rail the plugin
+    uses (the last entry's; the other NIC then keeps its interface-order rail). Shared by
+    doctor and ``railover launch``."""
+    entries: Dict[str, List[str]] = {}
+    for name, rail in _split_rails(env):
+        entries.setdefault(name, []).append(rail)
+    return [Check("config", "RAILOVER_RAILS", WARN,
+                  f"RAILOVER_RAILS lists {name} {len(rails)} times ({', '.join(f'{name}={r}' for r in rails)}): "
+                  f"the plugin uses the last, rail {rails[-1]}",
+                  f"list {name} once in RAILOVER_RAILS (is one of them another NIC?)")
+            for name, rails in entries.items() if len(rails) > 1]
 
 
 def unknown_var_checks(env: Mapping[str, str], names: Optional[set] = None) -> List[Check]:
