@@ -29,9 +29,9 @@ from rich.live import Live
 from rich.table import Table
 
 from railover import _paths, prereqs
+from railover.sizes import check_size
 from railover.testbed import faults as F
 from railover.testbed.scenario import ScenarioError, ScenarioResult, Step, read_journal, run_scenario
-from railover.testbed.faults import parse_size
 from railover.testbed.netns import PrivilegeError, TestBed, TestBedError, Topology, host_label
 
 FAULT_KINDS = {
@@ -50,12 +50,7 @@ def check_args(layout: str, size: str, duration: float, specs: List[tuple]) -> N
         topo.validate()
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="--layout")
-    try:
-        nbytes = parse_size(size)
-    except ValueError as e:
-        raise typer.BadParameter(str(e), param_hint="--size")
-    if nbytes < 1:
-        raise typer.BadParameter(f"{size!r}: the all-reduce needs at least 1 byte", param_hint="--size")
+    check_size(size)
     if duration < 0:
         raise typer.BadParameter(f"{duration:g}: must be >= 0 (0 = fit the faults)", param_hint="--duration")
     names = {f"{host_label(h, topo.hosts).lower()}{n}" for h in range(topo.hosts) for n in range(topo.nics)}
@@ -400,6 +395,7 @@ def register(app: typer.Typer) -> None:
                                          "the bare RC timeout without a standby", param_hint="--baseline")
             check_rdma_options({"layout": layout, "ranks_per_host": ranks_per_host, "duration": duration,
                                 "fault_for": fault_for})
+            check_size(size or "1M")
             from railover.demo_rdma import DEFAULT_FAULTS, run_rdma_demo
             raise typer.Exit(run_rdma_demo(faults or DEFAULT_FAULTS, size or "1M", out,
                                            hold_down_ms))

@@ -107,10 +107,11 @@ def run_rdma_demo(fault_spec: str = DEFAULT_FAULTS, size: str = "1M", out: Path 
     from railover.testbed.rdma import bed as rbed
     from railover.testbed.rdma import image as rimg
     from railover.testbed.rdma.perf import TCG_PLUGIN_ENV
+    from railover.sizes import parse_size
     console = Console(quiet=quiet, width=max(120, shutil.get_terminal_size((120, 24)).columns))
     try:
         kinds = parse_faults(fault_spec)
-        brdma.parse_size(size)
+        parse_size(size)
     except (DemoError, ValueError) as e:
         console.print(f"[red]error:[/] {e}")
         return 2

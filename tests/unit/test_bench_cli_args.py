@@ -48,6 +48,7 @@ def test_bad_suite_options_are_named_before_a_bed_is_built(tmp_path, argv, msg):
     (["failback", "--faults", "-1"], "--faults"),
     (["failover", "--size", "abc"], "--size"),
     (["failover", "--size", "0"], "--size"),
+    (["failover", "--size", "1 M"], "--size"),   # railover-perf refuses it: it must not reach a run
 ])
 def test_bad_counts_and_sizes_are_usage_errors(tmp_path, argv, opt):
     r = bench(tmp_path, *argv)

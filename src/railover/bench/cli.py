@@ -38,6 +38,7 @@ from rich.console import Console
 from rich.table import Table
 
 from railover.bench import common as C
+from railover.sizes import check_size
 
 SUITES = ("healthy", "failover", "degraded", "failback", "false-failover", "scale")
 #: suites ``report`` and ``summary.md`` include when their JSON exists (``rdma`` needs QEMU, so
@@ -176,17 +177,6 @@ def register(app: typer.Typer) -> None:
     def _csv(s: str) -> List[str]:
         return [x.strip() for x in s.split(",") if x.strip()]
 
-    def _check_size(s: str) -> str:
-        """Reject a bad all-reduce size before any bed is built (railover-perf's syntax)."""
-        from railover.bench.rdma import parse_size
-        try:
-            n = parse_size(s)
-        except ValueError as e:
-            raise typer.BadParameter(str(e), param_hint="--size")
-        if n < 1:
-            raise typer.BadParameter(f"{s!r}: the all-reduce needs at least 1 byte", param_hint="--size")
-        return s
-
     TRANSPORT = typer.Option("tcp", "--transport", help="tcp (network-namespace beds) or rdma (the RDMA test bed: "
                              "2 QEMU guests with Soft-RoCE; runs this suite's part of `railover bench rdma`)")
 
@@ -256,7 +246,7 @@ def register(app: typer.Typer) -> None:
         (kinds cable-pull, admin-down, silent, one-way, remote-cable-pull; default the first three;
         --faults and --size apply)."""
         console = _console()
-        _check_size(size)
+        check_size(size)  # before any bed is built
         if transport != "tcp" and (peer or against):
             raise typer.BadParameter("--peer and --against are measured on the TCP beds only", param_hint="--transport")
         # On rdma the suite's own defaults apply unless given: its fault kinds, and 256K (TCG guests).

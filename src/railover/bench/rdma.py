@@ -51,6 +51,7 @@ from rich.console import Console
 from rich.table import Table
 
 from railover.bench import common as C
+from railover.sizes import parse_size
 
 #: fault kinds: what it is, the fault class name in railover.testbed.rdma.faults, the NIC, the
 #: target class ("local": carrier/port faults the NIC's own guest sees; "silent": faults only
@@ -80,14 +81,6 @@ TCP_ENV = {"RAILOVER_TRANSPORT": "tcp"}
 
 
 # --------------------------------------------------------------------------- pure logic
-
-def parse_size(s: str) -> int:
-    """``"64K"``/``"1M"``/``"4096"`` -> bytes. ValueError names the bad value."""
-    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)i?B?\s*", str(s), re.I)
-    if not m:
-        raise ValueError(f"bad size {s!r} (e.g. 64K, 1M, 4096)")
-    return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2).upper()]
-
 
 def parse_ib_write_bw(text: str, size: int) -> Optional[float]:
     """Average bandwidth in GB/s (1e9 B/s) of perftest's result line for ``size`` (columns bytes,

@@ -61,6 +61,7 @@ from rich.console import Console
 from rich.table import Table
 
 from railover.bench import common as C
+from railover.sizes import check_size
 from railover.bench.failover import GroupFault, NetlinkFault, send_comms
 from railover.testbed import faults as F
 from railover.testbed.netns import Nic, TestBed, now_us
@@ -682,12 +683,7 @@ def register(app) -> None:
             raise typer.BadParameter(str(e))
         if hang_bound <= 0:
             raise typer.BadParameter("--hang-bound must be > 0 seconds")
-        from railover.bench.rdma import parse_size
-        try:
-            if parse_size(size) < 1:
-                raise ValueError(f"{size!r}: the all-reduce needs at least 1 byte")
-        except ValueError as e:
-            raise typer.BadParameter(str(e), param_hint="--size")
+        check_size(size)
         try:
             data = soak(d, out, layout=layout, seed=seed, size=size, hang_bound_s=hang_bound,
                         kinds=[k.strip() for k in kinds.split(",") if k.strip()], console=console)

@@ -35,13 +35,14 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union
 
+from railover.sizes import parse_size
 from railover.testbed.netns import (NETNS_DIR, Nic, TestBed, TestBedError, add_nic_address,
                       del_nic_address, ensure_nic_routing, netlink, now_us, ns_exec_argv)
 
 __all__ = [
     "FaultError", "Fault", "NftFault", "HostDown", "PortDown", "Silent", "OneWay", "Loss",
     "BigDrop", "SynDrop", "Rate", "AddrDel", "AddrChange", "Kill", "Stop",
-    "LinkState", "nic_stats", "link_state", "nft_tables", "parse_rate", "parse_size",
+    "LinkState", "nic_stats", "link_state", "nft_tables", "parse_rate",
 ]
 
 
@@ -430,8 +431,6 @@ class SynDrop(NftFault):
 
 _RATE_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
                "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9}
-_SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "m": 1024 ** 2, "mb": 1024 ** 2,
-               "kbit": 128, "mbit": 131072}
 
 
 def parse_rate(rate: Union[str, int, float]) -> int:
@@ -447,16 +446,6 @@ def parse_rate(rate: Union[str, int, float]) -> int:
     if v <= 0:
         raise ValueError(f"rate must be > 0, got {rate!r}")
     return int(v)
-
-
-def parse_size(size: Union[str, int]) -> int:
-    """A tc-style size (``"64kb"`` = 65536, ``"1500"``, ``"1m"``) in **bytes**."""
-    if isinstance(size, int):
-        return size
-    m = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", size)
-    if not m or m.group(2).lower() not in _SIZE_UNITS:
-        raise ValueError(f"bad size {size!r}; use e.g. '64kb', '1500'")
-    return int(m.group(1)) * _SIZE_UNITS[m.group(2).lower()]
 
 
 def _parse_ms(latency: Union[str, int, float]) -> float:
