@@ -16,6 +16,7 @@
 #include "failover/link.h"
 #include "plugin/api.h"
 #include "transport/tcp/wire.h"
+#include "tests/test_journal.h"
 
 using namespace railover;
 
@@ -41,6 +42,7 @@ class Loopback : public ::testing::Test {
     setenv("RAILOVER_IFNAMES", "=lo", 1);
     setenv("RAILOVER_HOLD_DOWN_MS", "100", 1);
     journalFile() = ::testing::TempDir() + "railover-loopback-journal-" + std::to_string(getpid()) + ".jsonl";
+    testbed::removeJournalAtExit(journalFile());
     setenv("RAILOVER_EVENT_LOG", journalFile().c_str(), 1);
     ASSERT_EQ(api::init(nullptr), ncclSuccess);
   }

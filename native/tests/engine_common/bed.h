@@ -41,6 +41,7 @@
 #include "plugin/runtime.h"
 #include "telemetry/journal.h"
 #include "tests/scripted_health.h"
+#include "tests/test_journal.h"
 #include "tests/test_nic.h"
 
 namespace railover {
@@ -177,6 +178,7 @@ class EngineBed : public ::testing::Test {
     cfg.fatalTimeoutS = 1;
     cfg.backoffMaxMs = 200;
     journalPath() = ::testing::TempDir() + journalTag + "-" + std::to_string(getpid()) + ".jsonl";
+    testbed::removeJournalAtExit(journalPath());
     auto* journal = new FileJournal(journalPath());  // lives as long as the binary (links write to it)
     Runtime::get().initForTest(cfg, {testbed::makeNic(0, "n0", kA0, 0), testbed::makeNic(1, "n1", kA1, 1)}, transport,
                                journal);
