@@ -60,8 +60,9 @@ def env_cmd(shell: bool = typer.Option(False, "--shell", help="print 'export K=V
         else:
             if list_:
                 from rich.console import Console
-                Console(soft_wrap=False).print(params.render_table(d["params"]))
-                typer.echo(d["empty_values"])
+                console = Console(soft_wrap=False)
+                console.print(params.render_table(d["params"], console.width))
+                console.print(d["empty_values"], markup=False, highlight=False)
             if events:
                 for e in d["journal"]["events"]:
                     typer.echo(f"{e['name']}: {e['meaning']}")

@@ -133,19 +133,37 @@ def _range(p: Dict[str, Any]) -> str:
     return p["range"]
 
 
-def render_table(ps: List[Dict[str, Any]]) -> Any:
-    """A rich Table (variable, default, accepted values, meaning) for a terminal; it wraps its
-    cells to the terminal's width."""
+#: Terminal width from which ``railover env --list`` shows default, accepted values and
+#: meaning in columns of their own; narrower, they stack in one column next to the name.
+WIDE_TABLE_MIN = 140
+
+
+def render_table(ps: List[Dict[str, Any]], width: int = WIDE_TABLE_MIN) -> Any:
+    """A rich Table of the variables for a terminal ``width`` columns wide. From
+    :data:`WIDE_TABLE_MIN` columns: variable, default, accepted values, meaning; narrower:
+    variable, then default, accepted values and meaning stacked in one column. Cells wrap
+    (a word longer than its column is folded), never cut short."""
     from rich import box
     from rich.table import Table
+    from rich.text import Text
+    wide = width >= WIDE_TABLE_MIN
     t = Table(box=box.SIMPLE, show_lines=False, expand=True)
-    t.add_column("variable", no_wrap=True)
-    t.add_column("default", ratio=1)
-    t.add_column("accepted values", ratio=2)
-    t.add_column("meaning", ratio=3)
+    t.add_column("variable", overflow="fold")
+    if wide:
+        # defaults are short but for a few paths: as wide as the longest word, the rest for the others
+        t.add_column("default", overflow="fold",
+                     max_width=max([15] + [len(w) for p in ps for w in p["default"].split()]))
+        t.add_column("accepted values", ratio=2, overflow="fold")
+        t.add_column("meaning", ratio=3, overflow="fold")
+    else:
+        t.add_column("default / accepted values / meaning", ratio=1, overflow="fold")
     for p in ps:
         note = "" if "plugin" in p["readers"] else f" (read by {', '.join(p['readers'])})"
-        t.add_row(p["name"], p["default"], _range(p), p["meaning"] + note)
+        if wide:
+            t.add_row(p["name"], p["default"], _range(p), p["meaning"] + note)
+        else:
+            t.add_row(p["name"], Text.assemble(("default: ", "bold"), p["default"], "\n", ("accepted: ", "bold"),
+                                               _range(p), "\n", p["meaning"] + note, "\n"))
     return t
 
 

@@ -114,6 +114,25 @@ def test_env_list_plain_and_json(table):
     assert r.exit_code == 2 and "--list" in r.output
 
 
+@pytest.mark.parametrize("columns", [80, 100, 200])
+def test_env_list_wraps_and_never_truncates(table, columns):
+    """At 80 columns rich used to cut names and values short ("(unse…", "RAILOVER_IFN…"):
+    every word of every variable's name, default, accepted values and meaning, and of the
+    empty-value rule, must be in the output whole, on lines no wider than the terminal."""
+    r = CliRunner().invoke(app, ["env", "--list"], env={"COLUMNS": str(columns)})
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= columns
+    assert "\u2026" not in r.output
+    words = set(r.output.split())
+    d = params.describe()
+    for p in table:
+        for field in (p["name"], p["default"], p["range"], p["meaning"]):
+            missing = [w for w in field.split() if w not in words]
+            assert not missing, (p["name"], missing)
+    assert not [w for w in d["empty_values"].split() if w not in words]
+
+
 def test_env_list_without_plugin_is_a_clear_error(monkeypatch):
     def boom(*a, **k):
         raise FileNotFoundError("libnccl-net-railover.so not found; looked at: /x")
