@@ -1018,8 +1018,9 @@ RecvLink::RecvLink(const LinkDeps& d, uint64_t s, uint64_t id, int dev) : connId
 }
 
 void RecvLink::offerStream(std::unique_ptr<Conn> c, const StreamHello& h, const sockaddr_storage& peer, int localNic) {
+  uint64_t now = nowUs();
   std::lock_guard<std::mutex> g(inMu_);
-  incoming_.push_back({std::move(c), h, peer, localNic});
+  incoming_.push_back({std::move(c), h, peer, localNic, now});
 }
 
 void RecvLink::takeIncoming(uint64_t now) {
@@ -1042,6 +1043,7 @@ void RecvLink::takeIncoming(uint64_t now) {
       closePath(p, &fences_);
       p.generation = h.generation;
       p.nStreams = sh.nStreams;
+      p.arrivedUs = 0;
       p.rx = deps.transport->newRecvPathOn(x.localNic, sh.nStreams);
       p.localNic = x.localNic;
       p.rail = h.srcRail;
@@ -1065,6 +1067,7 @@ void RecvLink::takeIncoming(uint64_t now) {
       }
     }
     if (sh.stream >= sh.nStreams) continue;  // dropped with x.conn
+    p.arrivedUs = std::max(p.arrivedUs, x.arrivedUs);
     // A stream of the current generation after the path failed: it waits in a fresh receive
     // side (the path stays failed until the sender opens a new generation).
     if (!p.rx) p.rx = deps.transport->newRecvPathOn(p.localNic, p.nStreams);
@@ -1390,7 +1393,9 @@ bool RecvLink::healthChangedSinceSeen() {
 // pair-down verdict) closes it, so the sender's next write fails at once instead of waiting
 // for its own probes. A path the sender connected over the pair after the hard verdict is
 // kept: the connection proves the peer's NIC is back, and the verdict is only waiting for our
-// next probe (failing it would cost the sender a flap and a doubled hold-down).
+// next probe (failing it would cost the sender a flap and a doubled hold-down). "After" is
+// judged by when the sender's connection arrived, not when this link polled it: a connection
+// that arrived before the verdict proves nothing about the NIC since.
 void RecvLink::failPathsDownByHealth(uint64_t now) {
   Health* hl = deps.health;
   for (auto& p : paths) {
@@ -1399,7 +1404,7 @@ void RecvLink::failPathsDownByHealth(uint64_t now) {
     bool hard = !nicDown && hl->pairHardDown(p.pairId);
     if (hard) {
       uint64_t since = hl->pairHardDownSinceUs(p.pairId);
-      if (since && p.upSinceUs > since) hard = false;
+      if (since && p.arrivedUs > since) hard = false;
     }
     if (nicDown || hard)
       failPath(p, nicDown ? "local NIC " + nicName(deps, p.localNic) + " down" : hl->pairDownCause(p.pairId), now);

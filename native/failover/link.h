@@ -104,6 +104,10 @@ struct Path {
   uint64_t nextAttemptUs = 0;
   uint32_t backoffMs = 0;
   uint64_t upSinceUs = 0;      // when it last became usable (hold-down clock)
+  // Receiver only: when the newest stream of this generation reached the acceptor (µs,
+  // CLOCK_MONOTONIC): what the sender's connection proves about its NIC dates from then, not
+  // from when this link polled it (RecvLink::failPathsDownByHealth).
+  uint64_t arrivedUs = 0;
   uint64_t restoredUs = 0;     // when it last became usable or active again (flap clock)
   uint64_t decayedUs = 0;      // when its hold-down last shrank
   uint64_t failedAtUs = 0;
@@ -491,6 +495,7 @@ class RecvLink : public Link, public RecvSink {
     StreamHello hello;
     sockaddr_storage peer;
     int localNic;
+    uint64_t arrivedUs;  // when offerStream() got it (the acceptor's thread)
   };
   std::vector<Incoming> incoming_;
   RecvReq ring_[kRing];         // requests, by request number

@@ -301,6 +301,47 @@ class EngineBed : public ::testing::Test {
     ASSERT_TRUE(connected && accepted);
   }
 
+  // Gives receiver `l` a health view of its own (the two ends of a real job are two processes
+  // with two monitors) until destroyed.
+  struct ReceiverHealth {
+    RecvLink* l;
+    Health* saved;
+    ReceiverHealth(RecvLink* link, fake::ScriptedHealth* view) : l(link), saved(link->deps.health) {
+      view->pairs = health->pairs;
+      view->nics = health->nics;
+      std::lock_guard<std::mutex> g(l->mu);
+      l->deps.health = view;
+    }
+    ~ReceiverHealth() {
+      std::lock_guard<std::mutex> g(l->mu);
+      l->deps.health = saved;
+    }
+  };
+
+  // Connects a comm, then a peer NIC-down notice (`cause`) on rail 0 makes the pair hard down
+  // in the sender's view and in the receiver's own `recvView` (see ReceiverHealth); the comm
+  // fails over. After the repair only the sender's view learns it: traffic runs until the
+  // sender failed back onto the reconnected path, with the receiver's verdict still standing
+  // (its epoch moving all the while, as a monitor with many peers does).
+  void failBackUnderAStaleReceiverVerdict(fake::ScriptedHealth& recvView, const char* cause) {
+    w(0, kA0)->broken = true;
+    health->setPair(0, kA0, false, true, cause);
+    recvView.setPair(0, kA0, false, true, cause);
+    ASSERT_EQ(run(100, mixed, 8).delivered, 100u);
+    ASSERT_EQ(activeNic(), 1);
+    w(0, kA0)->broken = false;
+    health->setPair(0, kA0, true, false, "");
+    auto t0 = std::chrono::steady_clock::now();
+    while (send->counters.failbacks == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20)) {
+      recvView.setNic(7, true);  // an unrelated change: the epoch moves
+      ASSERT_EQ(run(20, mixed, 8).delivered, 20u);
+    }
+    ASSERT_EQ(send->counters.failbacks, 1u) << "no failback: " << send->paths[0].lastError;
+    ASSERT_EQ(activeNic(), 0);
+    EXPECT_EQ(send->counters.flaps, 0u) << "the receiver failed the reconnected path: " << send->paths[0].lastError;
+    ASSERT_TRUE(recvView.pairHardDown(recv->paths[recv->active].pairId)) << "the receiver's verdict was not stale";
+  }
+
   // Runs `n` messages of sizeOf(k) bytes through the comm with up to `window` in flight;
   // `onMsg(k)` is called before message k is posted and `each()` once per loop (the fault
   // injection points). Every byte is checked, and that nothing lands past a message or in its
