@@ -701,18 +701,23 @@ bool SendLink::activePathFails(size_t i, const PairView& v, uint64_t now, std::s
   // probes queue behind data and time out while messages still complete, only slowly.
   // If the peer's kernel acknowledged our bytes within the stall window, data is moving.
   if (stalled && acked_ < nextSeq_ && !v.hard && p.tx && p.tx->peerAckedWithinMs(cfg.stallMs)) stalled = false;
-  // Another path that is healthy shows the silence is this rail's, not the peer's. Not one
+  // Another path that is healthy shows the silence is this rail's, not the peer's. Healthy
+  // means answering now (within half the detection time), not merely "not judged down yet":
+  // when a peer stops, each rail's peer-wide hold ends at its own last answer, so for a round
+  // the active rail can be down while the standby is silent but still up. And not a standby
   // whose NIC or pair came back less than a detection time ago: a stopped peer (SIGSTOP, a
   // debugger) that wakes up answers rail by rail, so the first rail to answer again says
-  // nothing about the active one, whose answer is a moment behind (a real fault of the active
-  // rail while the others recover is judged once they have answered for a detection time).
+  // nothing about the active one, whose answer is a moment behind. A real fault of the active
+  // rail while the others recover is judged once they have answered for a detection time.
   uint32_t detectMs = cfg.probeIntervalMs * cfg.probeMultiplier;
+  uint64_t detectUs = (uint64_t)detectMs * 1000;
   bool otherUsable = false;
   for (size_t j = 0; j < paths.size(); ++j) {
     const Path& o = paths[j];
     if (j == i || o.state != PathState::kStandby || !hl->nicUp(o.localNic) || !hl->pairUp(o.pairId)) continue;
+    if (!hl->pairAnsweredWithinUs(o.pairId, detectUs / 2)) continue;
     uint64_t back = hl->repairedUs(o.localNic, o.pairId);
-    otherUsable |= !back || now >= back + (uint64_t)detectMs * 1000;
+    otherUsable |= !back || now >= back + detectUs;
   }
   // The peer's kernel acknowledges nothing either: the network is dead, not the peer
   // process (a stopped process's kernel still acknowledges). That is as good as hard.

@@ -51,6 +51,9 @@ struct Pair {
   bool reprobedOnRequest = false;  // this down episode's back-off was reset by a peer's probe (once)
   bool peerWideDown = false;       // down after a silence of every rail to its peer (held, then judged)
   uint64_t lastAckUs = 0;
+  // The latest answer (lastAckUs, credited for this thread's own late rounds), for links:
+  // Health::pairAnsweredWithinUs. 0 until the pair's first answer.
+  std::atomic<uint64_t> answeredUs{0};
   uint64_t wokeUs = 0;  // when an answer last ended a silence of half the detection time (peer woke up)
   uint64_t lastBigAckUs = 0;
   uint64_t burstUntilUs = 0;
@@ -127,6 +130,7 @@ class Monitor : public Health {
   // process-wide one never is.
   std::atomic<bool> stopping{false};
   std::thread thread;
+  bool isPrivate = false;  // calls neither the epoch hook nor the address-change hook (the runtime's)
   ~Monitor() override {
     if (thread.joinable()) {
       stopping.store(true, std::memory_order_release);
@@ -216,14 +220,19 @@ class Monitor : public Health {
       // previous one; RecvLink::failPathsDownByHealth runs on an epoch change). A soft verdict
       // (probe timeout) that hard evidence now confirms takes the hard cause.
       if (!p.up.load()) {
-        if (!wasHard) p.cause = cause;
+        if (!wasHard) {
+          p.cause = cause;
+          p.peerWideDown = false;
+          RO_INFO(RO_SUBSYS_NET, "railover: NIC pair %s -> %s down, now for a hard reason: %s", nics[p.nic].name.c_str(),
+                  addrToString(p.remote).c_str(), cause.c_str());
+        }
         bump();
       }
     }
     if (!p.up.load()) return;
     p.cause = cause;
     p.reprobedOnRequest = false;
-    p.peerWideDown = !hard && p.silenceHeld;
+    p.peerWideDown = false;  // onTimer sets it after a probe timeout shared by every rail to the peer
     p.downSinceUs = now;
     p.nextProbeUs = now + (uint64_t)cfg.probeIntervalMs * 1000;
     p.probeGapMs = cfg.probeIntervalMs;
@@ -379,7 +388,7 @@ class Monitor : public Health {
       RO_WARN("railover: cannot re-open the probe socket of NIC %s on %s: %s", nics[i].name.c_str(),
               addrToString(newA).c_str(), err.c_str());
     }
-    if (gAddrHook) gAddrHook(i, newA, len);
+    if (gAddrHook && !isPrivate) gAddrHook(i, newA, len);
     uint8_t buf[probe::kHeaderBytes + probe::kAddrChangeBytes];
     probe::AddrChange c;
     c.family = newA.ss_family == AF_INET ? 4 : 6;
@@ -489,6 +498,7 @@ class Monitor : public Health {
         uint64_t detectUs = (uint64_t)cfg.probeIntervalMs * cfg.probeMultiplier * 1000;
         if (p.lastAckUs && now > p.lastAckUs + detectUs / 2) p.wokeUs = now;  // this answer ended a silence
         p.lastAckUs = now;
+        p.answeredUs.store(now, std::memory_order_release);
         if (pr.responder) p.peerId = pr.responder;
         if (pr.big) p.lastBigAckUs = now;
         uint64_t rtt = now > pr.sentUs ? now - pr.sentUs : 0;
@@ -539,7 +549,10 @@ class Monitor : public Health {
       lateRounds++;
       lateMaxUs = std::max(lateMaxUs, credit);
       for (Pair& p : live())
-        if (p.used && p.lastAckUs) p.lastAckUs = std::min(now, p.lastAckUs + credit);
+        if (p.used && p.lastAckUs) {
+          p.lastAckUs = std::min(now, p.lastAckUs + credit);
+          if (p.answeredUs.load(std::memory_order_relaxed)) p.answeredUs.store(p.lastAckUs, std::memory_order_release);
+        }
       if (credit > detect / 2 && now - lastLateLogUs > tuning::kHealthLateLogIntervalUs) {
         lastLateLogUs = now;
         if (journal) journal->health_late(credit, lateRounds, lateMaxUs);
@@ -606,6 +619,10 @@ class Monitor : public Health {
         setPairDown(p, "probe timeout: no answer for " + std::to_string(age / 1000) + " ms" +
                            (p.silenceHeld ? " (every rail to this peer silent)" : "") +
                            (p.queueHeld ? " (held as congestion: the rail's answers were queueing)" : ""), now);
+        // Every rail to the peer silent at the verdict (whichever hold ran first: a rail held
+        // as congestion is also the one a stopped peer leaves with queued probes): when one of
+        // them answers again, this one is re-probed at once (onUdp).
+        p.peerWideDown = sib > 0 && sibSilent == sib;
         p.silenceHeld = false;
         p.queueHeld = false;
         continue;
@@ -677,6 +694,11 @@ class Monitor : public Health {
   bool pairUp(int id) const override;
   bool pairHardDown(int id) const override;
   uint64_t pairHardDownSinceUs(int id) const override;
+  bool pairAnsweredWithinUs(int id, uint64_t us) const override {
+    if (id < 0 || id >= kMaxPairs) return true;
+    uint64_t last = pairs[id].answeredUs.load(std::memory_order_acquire), now = nowUs();
+    return last && now - std::min(now, last) <= us;
+  }
   std::string pairDownCause(int id) const override;
   uint64_t repairedUs(int nic, int id) const override;
   uint64_t queuedUs(int id) const override {
@@ -805,6 +827,8 @@ void Health::start(const Config& cfg, Nic* nics, int nNics, const uint16_t* port
 std::unique_ptr<Health> Health::startPrivate(const Config& cfg, Nic* nics, int nNics, const uint16_t* ports,
                                              Journal* journal) {
   Monitor* m = newMonitor(cfg, nics, nNics, ports, journal);
+  m->isPrivate = true;
+  m->notifyHooks_ = false;
   m->thread = std::thread([m] { m->run(); });
   return std::unique_ptr<Health>(m);
 }
@@ -833,6 +857,7 @@ int Monitor::registerPair(int nic, const sockaddr_storage& remote, socklen_t len
   if (freeSlot < 0 && h < kMaxPairs) freeSlot = h;
   if (freeSlot < 0) return -1;  // table full: the path is then judged by socket errors only
   Pair& p = m->pairs[freeSlot];
+  p.answeredUs.store(0);
   p.nic = nic, p.remote = remote, p.len = len, p.refs = 1, p.lastAckUs = 0, p.lastBigAckUs = 0, p.wokeUs = 0, p.promptSentUs = 0;
   p.queuedUs.store(0);
   p.queueHeld = false;

@@ -7,7 +7,7 @@
 // probe bursts requested by a comm whose active path stalls.
 //
 // Threading: one background thread (started at the first init, never stopped: the library
-// is linked -z nodelete) owns the sockets. Readers on the data path only load atomics
+// is linked -z nodelete; a test's private monitor, startPrivate, stops it) owns the sockets. Readers on the data path only load atomics
 // (epoch(), pairUp(), nicUp()); registration takes a mutex and happens at connect/accept.
 #pragma once
 
@@ -56,8 +56,14 @@ class Health {
   // pair after this instant shows the verdict is stale (the peer's NIC came back).
   virtual uint64_t pairHardDownSinceUs(int id) const { (void)id; return 0; }
   virtual std::string pairDownCause(int id) const = 0;
+  // Pair `id`'s probes were answered within the last `us` µs (a pair still up may be silent:
+  // its verdict waits for the detection time, or a peer-wide hold). False before its first
+  // answer. Views that do not track answers say true. Thread-safe (one atomic load).
+  virtual bool pairAnsweredWithinUs(int id, uint64_t us) const { (void)id, (void)us; return true; }
   // When local NIC `nic` or pair `id` last came back up (CLOCK_MONOTONIC µs; 0 = never was
-  // down). A connect attempt that started before this instant sent its SYN into the outage.
+  // down). A connect attempt that started before this instant sent its SYN into the outage;
+  // a standby back for less than a detection time is no proof that a silent active rail is
+  // dead (SendLink::activePathFails: a waking peer answers rail by rail).
   virtual uint64_t repairedUs(int nic, int id) const { (void)nic, (void)id; return 0; }
   // When pair `id` last showed a queue (an answer delayed past half the detection time while
   // the same peer answered another rail promptly: congestion, health::answerQueued), as
@@ -91,10 +97,11 @@ class Health {
  protected:
   void bump() {
     epoch_.fetch_add(1, std::memory_order_acq_rel);
-    notifyEpoch();
+    if (notifyHooks_) notifyEpoch();
   }
   static void notifyEpoch();
   std::atomic<uint64_t> epoch_{1};
+  bool notifyHooks_ = true;  // false for a private monitor (startPrivate): the hook is the runtime's
 };
 
 }  // namespace railover

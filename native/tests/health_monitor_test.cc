@@ -53,6 +53,7 @@ class FakePeer {
   }
   const sockaddr_storage& addr() const { return addr_; }
   std::atomic<bool> answering{true};
+  std::atomic<int> delayMs{0};  // answers leave this late (a queue on the rail)
 
   // Waits (up to `timeoutMs`) until the monitor has sent `n` probes in all; true if it did.
   bool waitProbes(size_t n, int timeoutMs) {
@@ -88,11 +89,29 @@ class FakePeer {
     ASSERT_TRUE(monitorLen_) << "the monitor has not probed yet";
     ASSERT_EQ(sendto(fd_, buf, n, 0, (sockaddr*)&monitor_, monitorLen_), (ssize_t)n) << strerror(errno);
   }
+  struct Late {
+    uint64_t dueUs;
+    std::vector<uint8_t> bytes;
+    sockaddr_storage to;
+    socklen_t len;
+  };
+  void sendDue(std::vector<Late>* late) {
+    uint64_t now = nowUs();
+    for (auto it = late->begin(); it != late->end();)
+      if (it->dueUs <= now) {
+        sendto(fd_, it->bytes.data(), it->bytes.size(), 0, (sockaddr*)&it->to, it->len);
+        it = late->erase(it);
+      } else {
+        ++it;
+      }
+  }
   void loop() {
     std::vector<uint8_t> buf(probe::kHeaderBytes + 65536);
+    std::vector<Late> late;
     while (!stop_) {
+      sendDue(&late);
       pollfd p{fd_, POLLIN, 0};
-      if (poll(&p, 1, 20) <= 0) continue;
+      if (poll(&p, 1, late.empty() ? 20 : 1) <= 0) continue;
       sockaddr_storage from{};
       socklen_t fl = sizeof(from);
       ssize_t n = recvfrom(fd_, buf.data(), buf.size(), MSG_DONTWAIT, (sockaddr*)&from, &fl);
@@ -111,7 +130,10 @@ class FakePeer {
       cv_.notify_all();
       if (answering) {
         health::answerProbe(buf.data(), 0x5eed);
-        sendto(fd_, buf.data(), (size_t)n, 0, (sockaddr*)&from, fl);
+        if (int d = delayMs.load())
+          late.push_back({nowUs() + (uint64_t)d * 1000, std::vector<uint8_t>(buf.begin(), buf.begin() + n), from, fl});
+        else
+          sendto(fd_, buf.data(), (size_t)n, 0, (sockaddr*)&from, fl);
       }
     }
   }
@@ -287,6 +309,72 @@ TEST_F(HealthMonitorTest, APeerAnsweringAgainAfterAPeerWideSilenceBringsItsOther
   other.answering = true;
   EXPECT_TRUE(eventually([&] { return mon_->pairUp(otherId); }, 30000));
   mon_->unregisterPair(otherId);
+}
+
+// The same when the rail that falls silent had been queueing (its answers late while the
+// other rail's were prompt): it is held as congestion rather than as a peer-wide silence,
+// but every rail to the peer was silent at its verdict all the same, so it is brought forward.
+TEST_F(HealthMonitorTest, ARailHeldAsCongestionWhenThePeerStoppedIsBroughtForwardToo) {
+  FakePeer other("127.0.0.3");
+  int otherId = mon_->registerPair(0, other.addr(), sizeof(sockaddr_in));
+  ASSERT_GE(otherId, 0);
+  ASSERT_TRUE(eventually([&] { return peer_.probes().size() > 6 && other.probes().size() > 6; }));  // ids learned
+  peer_.delayMs = 80;  // over half the detection time (100 ms): a queue on this rail
+  ASSERT_TRUE(eventually([&] { return mon_->queuedUs(id_) != 0; })) << "no queued answer seen";
+  peer_.answering = false, other.answering = false;
+  ASSERT_TRUE(eventually([&] { return !mon_->pairUp(id_) && !mon_->pairUp(otherId); }));
+  EXPECT_NE(mon_->pairDownCause(id_).find("held as congestion"), std::string::npos) << mon_->pairDownCause(id_);
+  ASSERT_TRUE(waitBackOff(peer_, 1200));
+  other.answering = true;  // the peer wakes up: the other rail answers first
+  ASSERT_TRUE(eventually([&] { return mon_->pairUp(otherId); }, 30000));
+  uint64_t back = mon_->repairedUs(0, otherId);
+  ASSERT_TRUE(eventually([&] { return nowUs() > back + 1000 * 1000; }, 5000));
+  int soon = 0;
+  for (auto& p : peer_.probes()) soon += p.atUs > back && p.atUs <= back + 1000 * 1000;
+  EXPECT_GE(soon, 2) << "the rail held as congestion waited for its backed-off re-probe";
+  mon_->unregisterPair(otherId);
+}
+
+// Only a rail that went down with every rail to the peer silent is brought forward: one that
+// failed on its own (the other rail answering all along) keeps its back-off when another rail
+// to the peer comes back.
+TEST_F(HealthMonitorTest, ARailDownOnItsOwnKeepsItsBackOffWhenAnotherRailComesBack) {
+  FakePeer other("127.0.0.3");
+  int otherId = mon_->registerPair(0, other.addr(), sizeof(sockaddr_in));
+  ASSERT_GE(otherId, 0);
+  ASSERT_TRUE(eventually([&] { return peer_.probes().size() > 6 && other.probes().size() > 6; }));  // ids learned
+  other.answering = false;  // a silent fault of the other rail alone
+  ASSERT_TRUE(eventually([&] { return !mon_->pairUp(otherId); }));
+  EXPECT_EQ(mon_->pairDownCause(otherId).find("every rail"), std::string::npos) << mon_->pairDownCause(otherId);
+  ASSERT_TRUE(waitBackOff(other, 1200));
+  // This rail goes down hard (the peer's notice) and comes back.
+  hardDownByNotice();
+  peer_.answering = true;
+  ASSERT_TRUE(eventually([&] { return mon_->pairUp(id_); }, 30000));
+  uint64_t back = mon_->repairedUs(0, id_);
+  ASSERT_TRUE(eventually([&] { return nowUs() > back + 1000 * 1000; }, 5000));
+  int soon = 0;
+  for (auto& p : other.probes()) soon += p.atUs > back && p.atUs <= back + 1000 * 1000;
+  EXPECT_LE(soon, 1) << "a rail down on its own was re-probed as if its peer had woken up";
+  EXPECT_FALSE(mon_->pairUp(otherId));
+  mon_->unregisterPair(otherId);
+}
+
+// What links read to tell a standby that answers from one that is only not judged down yet.
+TEST_F(HealthMonitorTest, AnsweredWithinTellsAnAnsweringPairFromASilentOneStillUp) {
+  ASSERT_TRUE(eventually([&] { return mon_->pairAnsweredWithinUs(id_, 50 * 1000); }));
+  peer_.answering = false;
+  ASSERT_TRUE(eventually([&] { return !mon_->pairAnsweredWithinUs(id_, 50 * 1000); }));
+  // A new pair is up (given the detection time) but has no answer to show.
+  sockaddr_in none{};
+  none.sin_family = AF_INET, none.sin_port = htons(9);
+  inet_pton(AF_INET, "127.0.0.4", &none.sin_addr);
+  sockaddr_storage a{};
+  memcpy(&a, &none, sizeof(none));
+  int fresh = mon_->registerPair(0, a, sizeof(none));
+  EXPECT_TRUE(mon_->pairUp(fresh));
+  EXPECT_FALSE(mon_->pairAnsweredWithinUs(fresh, 10 * 1000 * 1000));
+  mon_->unregisterPair(fresh);
 }
 
 TEST_F(HealthMonitorTest, AnAnsweredReprobeEndsTheHardVerdict) {

@@ -26,6 +26,7 @@ class ScriptedHealth : public Health {
     uint64_t repairedUs = 0;
     uint64_t queuedUs = 0;  // last answer that showed a queue (markQueued)
     uint64_t hardSinceUs = 0;  // when the latest hard verdict was set (setPair)
+    bool answering = true;     // its probes are answered now (setAnswering; setPair up sets it)
   };
   std::vector<uint64_t> nicRepairedUs = std::vector<uint64_t>(8, 0);
   std::vector<bool> nics = std::vector<bool>(8, true);
@@ -49,6 +50,13 @@ class ScriptedHealth : public Health {
   bool pairHardDown(int id) const override { return id >= 0 && !pairs[id].up && pairs[id].hard; }
   uint64_t pairHardDownSinceUs(int id) const override { return pairHardDown(id) ? pairs[id].hardSinceUs : 0; }
   std::string pairDownCause(int id) const override { return pairs[id].cause; }
+  bool pairAnsweredWithinUs(int id, uint64_t) const override { return id < 0 || pairs[id].answering; }
+  // The pairs between local NIC `nic` and `remote` answer their probes, or fall silent (a pair
+  // still up whose verdict has not come yet).
+  void setAnswering(int nic, const std::string& remote, bool answering) {
+    for (auto& p : pairs)
+      if (p.nic == nic && p.remote == remote) p.answering = answering;
+  }
   void requestBurst(int id) override { bursts.push_back(pairs[id].remote); }
   bool burstActive(int id) const override { return id >= 0 && id < (int)burstOn.size() && burstOn[id]; }
   void noteDataAcked(int id) override { dataAcked.push_back(id); }
@@ -70,6 +78,7 @@ class ScriptedHealth : public Health {
     for (auto& p : pairs)
       if (p.nic == nic && p.remote == remote) {
         if (up && !p.up) p.repairedUs = nowUs();
+        if (up) p.answering = true;
         if (!up && hard) p.hardSinceUs = nowUs();
         p.up = up, p.hard = hard, p.cause = cause;
       }

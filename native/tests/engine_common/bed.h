@@ -240,7 +240,7 @@ class EngineBed : public ::testing::Test {
 
   void SetUp() override {
     resetWires();
-    for (auto& p : health->pairs) p.up = true, p.hard = false;
+    for (auto& p : health->pairs) p.up = true, p.hard = false, p.answering = true;
     health->nics.assign(8, true);
   }
   void TearDown() override {
@@ -340,6 +340,24 @@ class EngineBed : public ::testing::Test {
     ASSERT_EQ(activeNic(), 0);
     EXPECT_EQ(send->counters.flaps, 0u) << "the receiver failed the reconnected path: " << send->paths[0].lastError;
     ASSERT_TRUE(recvView.pairHardDown(recv->paths[recv->active].pairId)) << "the receiver's verdict was not stale";
+  }
+
+  // The standby (rail 1) has just come back (`repair`: its pair or its NIC), then the active
+  // rail dies silently (a probe timeout; no data moves on it): runs traffic through the
+  // failover and returns how long after the repair the comm failed over (negative: it did
+  // not; the run checks every byte).
+  std::chrono::steady_clock::duration failoverAfterStandbyRepair(const std::function<void()>& repair) {
+    using Clock = std::chrono::steady_clock;
+    repair();
+    auto back = Clock::now();
+    Clock::duration at(-1);
+    w(0, kA0)->stalled = true;
+    health->setPair(0, kA0, false, false, "probe timeout (test)");
+    Stats st = run(40, mixed, 8, nullptr, [&] {
+      if (send->counters.failovers && at.count() < 0) at = Clock::now() - back;
+    });
+    EXPECT_EQ(st.delivered, 40u) << "no failover: " << send->paths[0].lastError;
+    return at;
   }
 
   // Runs `n` messages of sizeOf(k) bytes through the comm with up to `window` in flight;
