@@ -149,6 +149,15 @@ class FakePeer {
   socklen_t monitorLen_ = 0;
 };
 
+// A probe address where nobody answers: port 9 (discard) of `ip`, a loopback address.
+sockaddr_storage nobodyAt(const char* ip) {
+  sockaddr_storage a{};
+  auto* in = (sockaddr_in*)&a;
+  in->sin_family = AF_INET, in->sin_port = htons(9);
+  inet_pton(AF_INET, ip, &in->sin_addr);
+  return a;
+}
+
 class HealthMonitorTest : public ::testing::Test {
  protected:
   static constexpr uint32_t kIntervalMs = 20;
@@ -195,6 +204,23 @@ class HealthMonitorTest : public ::testing::Test {
       if (v.size() < n) return 0;
       if (v.size() >= 2 && v.back().atUs - v[v.size() - 2].atUs >= gapMs * 1000) return v.back().atUs;
     }
+  }
+  // Registers the pair to `other`, the same peer process's second rail (same responder id),
+  // and waits until both pairs have answered a few probes (the monitor knows they share a
+  // peer). Returns the pair id (-1 with a test failure).
+  int addSecondRail(FakePeer& other) {
+    int id = mon_->registerPair(0, other.addr(), sizeof(sockaddr_in));
+    EXPECT_GE(id, 0);
+    EXPECT_TRUE(eventually([&] { return peer_.probes().size() > 6 && other.probes().size() > 6; }));
+    return id;
+  }
+  // Waits until a second has passed since `backUs` (a pair's repair), then counts the probes
+  // `peer` received in that second.
+  int probesInTheSecondAfter(FakePeer& peer, uint64_t backUs) {
+    EXPECT_TRUE(eventually([&] { return nowUs() > backUs + 1000 * 1000; }, 5000));
+    int n = 0;
+    for (auto& p : peer.probes()) n += p.atUs > backUs && p.atUs <= backUs + 1000 * 1000;
+    return n;
   }
   Config cfg_;
   Nic nic_;
@@ -261,12 +287,7 @@ TEST_F(HealthMonitorTest, APeersProbeRequestLeavesTheBackOffOfASoftDownPair) {
   // coming, and must not turn the backed-off re-probes into one full-size probe per request.
   // Another pair of the monitor is hard down meanwhile (a notice of the peer's other NIC,
   // 127.0.0.3), so the monitor does look at its pairs when the request comes.
-  sockaddr_in other{};
-  other.sin_family = AF_INET, other.sin_port = htons(9);
-  inet_pton(AF_INET, "127.0.0.3", &other.sin_addr);
-  sockaddr_storage o{};
-  memcpy(&o, &other, sizeof(other));
-  int otherId = mon_->registerPair(0, o, sizeof(other));
+  int otherId = mon_->registerPair(0, nobodyAt("127.0.0.3"), sizeof(sockaddr_in));
   ASSERT_GE(otherId, 0);
   peer_.answering = false;
   ASSERT_TRUE(eventually([&] { return !mon_->pairUp(id_); }));
@@ -288,10 +309,8 @@ TEST_F(HealthMonitorTest, APeersProbeRequestLeavesTheBackOffOfASoftDownPair) {
 // again brings its sibling rails' re-probes forward: they answer as soon as they are asked.
 TEST_F(HealthMonitorTest, APeerAnsweringAgainAfterAPeerWideSilenceBringsItsOtherRailsReprobesForward) {
   FakePeer other("127.0.0.3");  // the same peer process's second rail (same responder id)
-  int otherId = mon_->registerPair(0, other.addr(), sizeof(sockaddr_in));
+  int otherId = addSecondRail(other);
   ASSERT_GE(otherId, 0);
-  ASSERT_TRUE(other.waitProbes(3, 10000));
-  ASSERT_TRUE(eventually([&] { return peer_.probes().size() > 6 && other.probes().size() > 6; }));  // ids learned
   peer_.answering = false, other.answering = false;
   ASSERT_TRUE(eventually([&] { return !mon_->pairUp(id_) && !mon_->pairUp(otherId); }));
   EXPECT_NE(mon_->pairDownCause(otherId).find("every rail to this peer silent"), std::string::npos)
@@ -300,10 +319,7 @@ TEST_F(HealthMonitorTest, APeerAnsweringAgainAfterAPeerWideSilenceBringsItsOther
   ASSERT_TRUE(waitBackOff(other, 1200));
   peer_.answering = true;
   ASSERT_TRUE(eventually([&] { return mon_->pairUp(id_); }, 30000));
-  uint64_t back = mon_->repairedUs(0, id_);
-  ASSERT_TRUE(eventually([&] { return nowUs() > back + 1000 * 1000; }, 5000));
-  int soon = 0;
-  for (auto& p : other.probes()) soon += p.atUs > back && p.atUs <= back + 1000 * 1000;
+  int soon = probesInTheSecondAfter(other, mon_->repairedUs(0, id_));
   EXPECT_GE(soon, 2) << "the second rail waited for its backed-off re-probe";
   // It was answered at once, so the pair is up again too (the peer answers on every rail).
   other.answering = true;
@@ -316,9 +332,8 @@ TEST_F(HealthMonitorTest, APeerAnsweringAgainAfterAPeerWideSilenceBringsItsOther
 // but every rail to the peer was silent at its verdict all the same, so it is brought forward.
 TEST_F(HealthMonitorTest, ARailHeldAsCongestionWhenThePeerStoppedIsBroughtForwardToo) {
   FakePeer other("127.0.0.3");
-  int otherId = mon_->registerPair(0, other.addr(), sizeof(sockaddr_in));
+  int otherId = addSecondRail(other);
   ASSERT_GE(otherId, 0);
-  ASSERT_TRUE(eventually([&] { return peer_.probes().size() > 6 && other.probes().size() > 6; }));  // ids learned
   peer_.delayMs = 80;  // over half the detection time (100 ms): a queue on this rail
   ASSERT_TRUE(eventually([&] { return mon_->queuedUs(id_) != 0; })) << "no queued answer seen";
   peer_.answering = false, other.answering = false;
@@ -327,10 +342,7 @@ TEST_F(HealthMonitorTest, ARailHeldAsCongestionWhenThePeerStoppedIsBroughtForwar
   ASSERT_TRUE(waitBackOff(peer_, 1200));
   other.answering = true;  // the peer wakes up: the other rail answers first
   ASSERT_TRUE(eventually([&] { return mon_->pairUp(otherId); }, 30000));
-  uint64_t back = mon_->repairedUs(0, otherId);
-  ASSERT_TRUE(eventually([&] { return nowUs() > back + 1000 * 1000; }, 5000));
-  int soon = 0;
-  for (auto& p : peer_.probes()) soon += p.atUs > back && p.atUs <= back + 1000 * 1000;
+  int soon = probesInTheSecondAfter(peer_, mon_->repairedUs(0, otherId));
   EXPECT_GE(soon, 2) << "the rail held as congestion waited for its backed-off re-probe";
   mon_->unregisterPair(otherId);
 }
@@ -340,9 +352,8 @@ TEST_F(HealthMonitorTest, ARailHeldAsCongestionWhenThePeerStoppedIsBroughtForwar
 // to the peer comes back.
 TEST_F(HealthMonitorTest, ARailDownOnItsOwnKeepsItsBackOffWhenAnotherRailComesBack) {
   FakePeer other("127.0.0.3");
-  int otherId = mon_->registerPair(0, other.addr(), sizeof(sockaddr_in));
+  int otherId = addSecondRail(other);
   ASSERT_GE(otherId, 0);
-  ASSERT_TRUE(eventually([&] { return peer_.probes().size() > 6 && other.probes().size() > 6; }));  // ids learned
   other.answering = false;  // a silent fault of the other rail alone
   ASSERT_TRUE(eventually([&] { return !mon_->pairUp(otherId); }));
   EXPECT_EQ(mon_->pairDownCause(otherId).find("every rail"), std::string::npos) << mon_->pairDownCause(otherId);
@@ -351,10 +362,7 @@ TEST_F(HealthMonitorTest, ARailDownOnItsOwnKeepsItsBackOffWhenAnotherRailComesBa
   hardDownByNotice();
   peer_.answering = true;
   ASSERT_TRUE(eventually([&] { return mon_->pairUp(id_); }, 30000));
-  uint64_t back = mon_->repairedUs(0, id_);
-  ASSERT_TRUE(eventually([&] { return nowUs() > back + 1000 * 1000; }, 5000));
-  int soon = 0;
-  for (auto& p : other.probes()) soon += p.atUs > back && p.atUs <= back + 1000 * 1000;
+  int soon = probesInTheSecondAfter(other, mon_->repairedUs(0, id_));
   EXPECT_LE(soon, 1) << "a rail down on its own was re-probed as if its peer had woken up";
   EXPECT_FALSE(mon_->pairUp(otherId));
   mon_->unregisterPair(otherId);
@@ -366,12 +374,7 @@ TEST_F(HealthMonitorTest, AnsweredWithinTellsAnAnsweringPairFromASilentOneStillU
   peer_.answering = false;
   ASSERT_TRUE(eventually([&] { return !mon_->pairAnsweredWithinUs(id_, 50 * 1000); }));
   // A new pair is up (given the detection time) but has no answer to show.
-  sockaddr_in none{};
-  none.sin_family = AF_INET, none.sin_port = htons(9);
-  inet_pton(AF_INET, "127.0.0.4", &none.sin_addr);
-  sockaddr_storage a{};
-  memcpy(&a, &none, sizeof(none));
-  int fresh = mon_->registerPair(0, a, sizeof(none));
+  int fresh = mon_->registerPair(0, nobodyAt("127.0.0.4"), sizeof(sockaddr_in));
   EXPECT_TRUE(mon_->pairUp(fresh));
   EXPECT_FALSE(mon_->pairAnsweredWithinUs(fresh, 10 * 1000 * 1000));
   mon_->unregisterPair(fresh);
