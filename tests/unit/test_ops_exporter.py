@@ -192,6 +192,19 @@ def total_of(samples: Samples, name: str, **labels: str) -> float:
     return sum(v for (n, lb), v in samples.items() if n == name and all(dict(lb).get(k) == x for k, x in labels.items()))
 
 
+def test_a_badly_typed_journal_field_is_an_unreadable_line_not_a_failed_scrape(setup):
+    """A journal line whose pid or byte count is not a number (hand-edited, or written by a
+    broken tool) is counted as unreadable; the scrape answers 200 and the next lines count."""
+    proc, d, j, srv = setup
+    append_events(j, [{"t_us": 1, "pid": 600, "event": "failover", "comm": "9", "bytes_resent": "lots"},
+                      {"t_us": 2, "pid": "abc", "event": "failover", "comm": "9"},
+                      {"t_us": 3, "pid": 600, "event": "failover", "comm": "9", "bytes_resent": 10}])
+    s = scrape(srv.url)
+    assert val(s, "railover_journal_unreadable_lines_total") == 2
+    assert val(s, "railover_failovers_total", rank="pid:600", nic="") == 1
+    assert val(s, "railover_bytes_resent_total", rank="pid:600", nic="") == 10
+
+
 def test_process_transport_is_an_info_gauge_per_live_process(setup):
     proc, d, j, srv = setup
     write_proc(proc, 100, 5, {"RANK": "0"})

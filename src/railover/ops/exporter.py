@@ -178,13 +178,16 @@ class RailoverCollector:
         return p
 
     def _journal_event(self, e: Dict[str, Any], by_pid: Dict[int, Tuple[int, int]]) -> None:
+        pid, resent = _as_int(e.get("pid", 0)), _as_int(e.get("bytes_resent", 0))
+        if pid is None or resent is None:  # a field of the wrong type: the line is unreadable
+            self._tail.stats.garbled += 1
+            return
         ev = str(e.get("event"))
         self._events[ev] = self._events.get(ev, 0) + 1
         if ev in jr.RESUMED and isinstance(e.get("convergence_us"), (int, float)):
             self._hist.setdefault(ev, _Hist(self._buckets)).observe(e["convergence_us"] / 1e6)
         if ev not in EVENT_COUNTERS or "comm" not in e:
             return
-        pid = int(e.get("pid", 0))
         key = by_pid.get(pid, (pid, 0))
         p = self._procs.get(key)
         if p is None:
@@ -197,7 +200,7 @@ class RailoverCollector:
         else:
             field_ = EVENT_COUNTERS[ev]
             j[field_] = j.get(field_, 0) + 1
-            j["bytes_resent"] = j.get("bytes_resent", 0) + int(e.get("bytes_resent", 0) or 0)
+            j["bytes_resent"] = j.get("bytes_resent", 0) + resent
 
     def _account(self, s: st.ProcessState) -> None:
         p = self._proc_for(s)
@@ -351,6 +354,20 @@ class _Server(socketserver.ThreadingMixIn, WSGIServer):
 class _QuietHandler(WSGIRequestHandler):
     def log_message(self, *args: Any) -> None:  # no access log on stderr
         pass
+
+
+def _as_int(v: Any) -> Optional[int]:
+    """A journal field that must be a whole number (a pid, a byte count): its value (None and
+    "" count as 0), or None when it is not one (``"lots"``, a list, 1.5)."""
+    if v is None or v == "":
+        return 0
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        return None
+    try:
+        f = float(v)
+    except ValueError:
+        return None
+    return int(f) if f == int(f) else None
 
 
 #: The one URL path the exporter serves (Prometheus' default ``metrics_path``).
