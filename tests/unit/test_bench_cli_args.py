@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from railover.bench import common as C
 from railover.bench import degraded, failback, failover, healthy, soak
 from railover.cli import app
+from railover.testbed.rdma import bed as rdma_bed
 
 
 def text(r) -> str:
@@ -25,6 +26,7 @@ def no_bed(monkeypatch):
         raise AssertionError("a test bed was built")
     for mod in (degraded, failback, failover, healthy, soak):
         monkeypatch.setattr(mod, "TestBed", bed)
+    monkeypatch.setattr(rdma_bed, "RdmaBed", bed)
 
 
 def bench(tmp_path, *argv):
@@ -49,6 +51,8 @@ def test_bad_suite_options_are_named_before_a_bed_is_built(tmp_path, argv, msg):
     (["failover", "--size", "abc"], "--size"),
     (["failover", "--size", "0"], "--size"),
     (["failover", "--size", "1 M"], "--size"),   # railover-perf refuses it: it must not reach a run
+    (["rdma", "--size", "0"], "--size"),            # before two QEMU guests boot
+    (["rdma", "--bw-sizes", "1M,0B"], "--bw-sizes"),
 ])
 def test_bad_counts_and_sizes_are_usage_errors(tmp_path, argv, opt):
     r = bench(tmp_path, *argv)

@@ -359,6 +359,9 @@ def register(app: typer.Typer) -> None:
         """The RDMA verbs transport on the RDMA test bed (2 QEMU guests, Soft-RoCE): convergence per
         fault kind under a checked all-reduce, the bare RC timeout (RAILOVER_STANDBY=none), busbw of
         rdma vs tcp vs ib_write_bw on the same rxe devices."""
+        check_size(size, what="the convergence all-reduce")  # before the guests boot
+        for s in _csv(bw_sizes):
+            check_size(s, "--bw-sizes", "a busbw measurement")
         console = _console()
         rep = _run_suite("rdma", out, quick, console, faults=faults or None, kinds=_csv(kinds), size=size,
                          bw_sizes=_csv(bw_sizes) or None, rounds=rounds or None, bare_faults=bare,
