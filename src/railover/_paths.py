@@ -49,7 +49,7 @@ def _from_native_dir(fname: str, value: str) -> Path:
         raise NativeDirError(f"RAILOVER_NATIVE_DIR={value}: not a directory; {fix}")
     if not os.access(d, os.R_OK | os.X_OK):
         raise NativeDirError(f"RAILOVER_NATIVE_DIR={value}: cannot read the directory (permission denied); {fix}")
-    p = d / fname
+    p = d.absolute() / fname  # absolute: it ends up in LD_LIBRARY_PATH and NCCL_NET_PLUGIN of other processes
     if not p.is_file():
         raise NativeDirError(f"RAILOVER_NATIVE_DIR={value} has no {fname}; {fix}")
     return p

@@ -52,6 +52,16 @@ def test_a_native_dir_with_the_plugin_but_no_perf_names_the_missing_file(monkeyp
         _paths.perf_path()
 
 
+def test_a_relative_native_dir_gives_absolute_paths(monkeypatch, tmp_path):
+    """`RAILOVER_NATIVE_DIR=build` from the source tree: the paths (which `railover env` and
+    `launch` put in LD_LIBRARY_PATH) hold in any working directory."""
+    (tmp_path / "nd").mkdir()
+    (tmp_path / "nd" / _paths.PLUGIN_FILE).symlink_to(_paths.plugin_path())
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RAILOVER_NATIVE_DIR", "nd")
+    assert _paths.plugin_path() == tmp_path / "nd" / _paths.PLUGIN_FILE
+
+
 def test_an_empty_native_dir_is_unset(monkeypatch):
     want = _paths.plugin_path()
     monkeypatch.setenv("RAILOVER_NATIVE_DIR", "")
