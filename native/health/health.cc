@@ -130,7 +130,6 @@ class Monitor : public Health {
   // process-wide one never is.
   std::atomic<bool> stopping{false};
   std::thread thread;
-  bool isPrivate = false;  // calls neither the epoch hook nor the address-change hook (the runtime's)
   ~Monitor() override {
     if (thread.joinable()) {
       stopping.store(true, std::memory_order_release);
@@ -388,7 +387,7 @@ class Monitor : public Health {
       RO_WARN("railover: cannot re-open the probe socket of NIC %s on %s: %s", nics[i].name.c_str(),
               addrToString(newA).c_str(), err.c_str());
     }
-    if (gAddrHook && !isPrivate) gAddrHook(i, newA, len);
+    if (gAddrHook && notifyHooks_) gAddrHook(i, newA, len);  // a private monitor's NIC is not the runtime's
     uint8_t buf[probe::kHeaderBytes + probe::kAddrChangeBytes];
     probe::AddrChange c;
     c.family = newA.ss_family == AF_INET ? 4 : 6;
@@ -827,7 +826,6 @@ void Health::start(const Config& cfg, Nic* nics, int nNics, const uint16_t* port
 std::unique_ptr<Health> Health::startPrivate(const Config& cfg, Nic* nics, int nNics, const uint16_t* ports,
                                              Journal* journal) {
   Monitor* m = newMonitor(cfg, nics, nNics, ports, journal);
-  m->isPrivate = true;
   m->notifyHooks_ = false;
   m->thread = std::thread([m] { m->run(); });
   return std::unique_ptr<Health>(m);

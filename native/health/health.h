@@ -101,7 +101,7 @@ class Health {
   }
   static void notifyEpoch();
   std::atomic<uint64_t> epoch_{1};
-  bool notifyHooks_ = true;  // false for a private monitor (startPrivate): the hook is the runtime's
+  bool notifyHooks_ = true;  // false for a private monitor (startPrivate): the epoch and address hooks are the runtime's
 };
 
 }  // namespace railover

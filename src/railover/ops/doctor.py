@@ -229,8 +229,8 @@ def validate_config(env: Mapping[str, str], native: Optional[params.Native] = No
             used = var == "RAILOVER_IFNAMES" or _blank(env.get("RAILOVER_IFNAMES", ""))
             good(var, "used by railover" if used else
                  "ignored by railover (RAILOVER_IFNAMES wins); NCCL's bootstrap still uses it")
-        elif var == "RAILOVER_RAILS" and duplicate_rail_checks(env):
-            out += duplicate_rail_checks(env)
+        elif var == "RAILOVER_RAILS" and (dups := duplicate_rail_checks(env)):
+            out += dups
         elif var == "RAILOVER_STANDBY" and v.strip(" \t") == "none":
             out.append(Check("config", var, WARN, f"{var}='{v}' (no standby paths: failover disabled)",
                              "unset RAILOVER_STANDBY (or 'all') to have standby paths"))
