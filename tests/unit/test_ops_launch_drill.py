@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -44,7 +45,46 @@ def test_launch_env_keeps_an_explicit_ref_count_with_a_warning():
     env, warnings = launch_env({"NCCL_NET_PLUGIN_REF_COUNT": "0"})
     assert env["NCCL_NET_PLUGIN_REF_COUNT"] == "0" and "2.28/2.29" in warnings[0]
     env, warnings = launch_env({"NCCL_NET": "railover", "NCCL_NET_PLUGIN": str(_paths.plugin_path())})
-    assert warnings == [] and env["NCCL_NET_PLUGIN"] == "railover"
+    assert warnings == [] and env["NCCL_NET_PLUGIN"] == str(_paths.plugin_path())
+
+
+def test_launch_keeps_the_users_plugin_path_and_validates_with_that_build(tmp_path):
+    other = tmp_path / _paths.PLUGIN_FILE   # another railover build, as a user would name it
+    shutil.copy(_paths.plugin_path(), other)
+    env, warnings = launch_env({"NCCL_NET_PLUGIN": str(other), "LD_LIBRARY_PATH": "/opt/cuda/lib64"})
+    assert warnings == []
+    assert env["NCCL_NET_PLUGIN"] == str(other), "the user's build must not be replaced by railover's own"
+    assert env["LD_LIBRARY_PATH"] == "/opt/cuda/lib64" and env["NCCL_NET"] == "railover"
+    with pytest.raises(LaunchConflict, match="RAILOVER_NSTREAMS='99' is not valid"):
+        launch_env({"NCCL_NET_PLUGIN": str(other), "RAILOVER_NSTREAMS": "99"})
+    r = CliRunner().invoke(app, ["launch", "--dry-run", "--", "torchrun"], env={"NCCL_NET_PLUGIN": str(other)})
+    assert r.exit_code == 0 and "NCCL_NET_PLUGIN=" not in r.output and "warning" not in r.output, r.output
+
+
+@pytest.mark.parametrize("content", [None, b"not an ELF file"])
+def test_launch_refuses_a_plugin_path_that_is_not_a_loadable_railover_plugin(tmp_path, content):
+    bad = tmp_path / _paths.PLUGIN_FILE
+    if content is not None:
+        bad.write_bytes(content)
+    with pytest.raises(LaunchConflict, match=f"NCCL_NET_PLUGIN={bad} is not a loadable railover plugin"):
+        launch_env({"NCCL_NET_PLUGIN": str(bad)})
+    env, warnings = launch_env({"NCCL_NET_PLUGIN": str(bad)}, force=True)
+    assert env["NCCL_NET_PLUGIN"] == "railover"
+    assert any("not a loadable railover plugin" in w and "replaced by NCCL_NET_PLUGIN=railover (--force)" in w
+               for w in warnings), warnings
+    r = CliRunner().invoke(app, ["launch", "--dry-run", "--", "torchrun"], env={"NCCL_NET_PLUGIN": str(bad)})
+    assert r.exit_code == 2 and "not a loadable railover plugin" in r.output and "Traceback" not in r.output, r.output
+
+
+def test_launch_says_it_could_not_validate_when_the_plugin_does_not_load(tmp_path, monkeypatch):
+    (tmp_path / _paths.PLUGIN_FILE).write_bytes(b"not an ELF file")
+    monkeypatch.setenv("RAILOVER_NATIVE_DIR", str(tmp_path))
+    env, warnings = launch_env({"RAILOVER_NSTREAMS": "99"})
+    assert env["RAILOVER_NSTREAMS"] == "99"
+    assert len(warnings) == 1 and "could not validate the RAILOVER_* settings" in warnings[0], warnings
+    assert "the plugin could not be loaded" in warnings[0] and str(tmp_path / _paths.PLUGIN_FILE) in warnings[0]
+    r = CliRunner().invoke(app, ["launch", "--dry-run", "--", "torchrun"], env={"RAILOVER_NATIVE_DIR": str(tmp_path)})
+    assert r.exit_code == 0 and "warning: could not validate the RAILOVER_* settings" in r.output, r.output
 
 
 @pytest.mark.parametrize("base,words", [

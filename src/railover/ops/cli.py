@@ -25,7 +25,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from railover import _paths, envvars
+from railover import _paths, envvars, params
 from railover.ops import state as st
 
 _console = Console(width=max(100, shutil.get_terminal_size((140, 24)).columns))
@@ -335,10 +335,22 @@ def _is_ours(plugin_value: str) -> bool:
     return v in (_paths.PLUGIN_NAME, _paths.PLUGIN_FILE) or ("/" in v and Path(v).name == _paths.PLUGIN_FILE)
 
 
+def _plugin_by_path(value: str) -> Optional[Path]:
+    """The file ``NCCL_NET_PLUGIN=value`` names when it is a path to a railover build
+    (``.../libnccl-net-railover.so``), else None (a name, or another plugin)."""
+    v = value.strip()
+    return Path(v) if "/" in v and Path(v).name == _paths.PLUGIN_FILE else None
+
+
 def launch_env(base: Mapping[str, str], force: bool = False) -> Tuple[Dict[str, str], List[str]]:
     """The environment ``railover launch`` runs a command with: ``base`` plus
     :func:`railover.envvars.nccl_env` (the user's ``RAILOVER_*`` and an explicit
     ``NCCL_NET_PLUGIN_REF_COUNT`` are kept). Returns ``(env, warnings)``.
+
+    ``NCCL_NET_PLUGIN`` set to the path of a railover build (``/x/libnccl-net-railover.so``)
+    is the user's choice of build: it is kept as given (the command then does not get
+    railover's own build on ``LD_LIBRARY_PATH``) and the variables are validated by that
+    build, when it loads; one that does not load is a conflict.
 
     Raises LaunchConflict when ``NCCL_NET`` or ``NCCL_NET_PLUGIN`` select something else, or
     a variable the plugin reads (``RAILOVER_*``, ``NCCL_SOCKET_IFNAME``, ``NCCL_SOCKET_FAMILY``)
@@ -347,25 +359,41 @@ def launch_env(base: Mapping[str, str], force: bool = False) -> Tuple[Dict[str, 
     removed from the command's environment so the plugin uses its default; a warning says
     which. A ``RAILOVER_*`` name railover does not read (a typo) and a NIC listed twice in
     ``RAILOVER_RAILS`` are warnings (:func:`railover.ops.doctor.unknown_var_checks`,
-    :func:`~railover.ops.doctor.duplicate_rail_checks`, as in doctor). Raises
-    FileNotFoundError when the plugin is not installed."""
-    from railover.ops.doctor import duplicate_rail_checks, unknown_var_checks, validate_config
+    :func:`~railover.ops.doctor.duplicate_rail_checks`, as in doctor), and so is a plugin that
+    cannot be loaded here (nothing could be validated). Raises FileNotFoundError when the
+    plugin is not installed (and the user named no build of their own)."""
+    from railover.ops.doctor import duplicate_rail_checks, known_vars, unknown_var_checks, validate_config
     env = dict(base)
-    add = envvars.nccl_env(env)
     problems: List[str] = []
     warnings: List[str] = []
-    for var in ("NCCL_NET", "NCCL_NET_PLUGIN"):
-        if var not in env:
-            continue
-        if var == "NCCL_NET" and env[var].lower() != _paths.PLUGIN_NAME:
-            problems.append(f"NCCL_NET={env[var]} selects another network")
-        elif var == "NCCL_NET_PLUGIN" and not _is_ours(env[var]):
-            problems.append(f"NCCL_NET_PLUGIN={env[var]} selects another plugin")
-        else:
-            continue
-        warnings.append(f"{problems[-1]}: replaced by {var}={add[var]} (--force)")
+
+    def conflict(msg: str, var: str, value: str) -> None:
+        problems.append(msg)
+        warnings.append(f"{msg}: replaced by {var}={value} (--force)")
+
+    if "NCCL_NET" in env and env["NCCL_NET"].lower() != _paths.PLUGIN_NAME:
+        conflict(f"NCCL_NET={env['NCCL_NET']} selects another network", "NCCL_NET", _paths.PLUGIN_NAME)
+    native: Optional[params.Native] = None
+    users = _plugin_by_path(env.get("NCCL_NET_PLUGIN", ""))
+    if users is not None:
+        try:
+            native = params.load(users)
+        except OSError as e:  # FileNotFoundError included
+            users = None
+            conflict(f"NCCL_NET_PLUGIN={env['NCCL_NET_PLUGIN']} is not a loadable railover plugin ({e})",
+                     "NCCL_NET_PLUGIN", _paths.PLUGIN_NAME)
+        add = {"NCCL_NET": _paths.PLUGIN_NAME, "NCCL_NET_PLUGIN_REF_COUNT": "1"}
+    elif "NCCL_NET_PLUGIN" in env and not _is_ours(env["NCCL_NET_PLUGIN"]):
+        conflict(f"NCCL_NET_PLUGIN={env['NCCL_NET_PLUGIN']} selects another plugin", "NCCL_NET_PLUGIN", _paths.PLUGIN_NAME)
+    if users is None:  # railover's own build
+        add = envvars.nccl_env(env)
+        try:
+            native = params.load()
+        except OSError as e:
+            warnings.append("could not validate the RAILOVER_* settings (nor NCCL_SOCKET_IFNAME/NCCL_SOCKET_FAMILY): "
+                            f"the plugin could not be loaded: {e}")
     invalid = []
-    for c in validate_config(env):
+    for c in validate_config(env, native) if native is not None else ():
         if c.status == "FAIL":
             problems.append(c.detail)
             if c.what in env:
@@ -374,10 +402,8 @@ def launch_env(base: Mapping[str, str], force: bool = False) -> Tuple[Dict[str, 
                                 "default")
     if problems and not force:
         raise LaunchConflict("; ".join(problems))
-    try:
-        warnings += [c.detail for c in unknown_var_checks(env)]
-    except OSError:  # the parameter table cannot be read: validate_config above could not check either
-        pass
+    if native is not None:
+        warnings += [c.detail for c in unknown_var_checks(env, known_vars(native.describe["params"]))]
     if "RAILOVER_RAILS" not in invalid:
         warnings += [c.detail for c in duplicate_rail_checks(env)]
     for var in invalid:
