@@ -45,10 +45,11 @@ def recorded(monkeypatch, tmp_path: Path):
 @pytest.mark.parametrize("argv,phases,extra", [
     (["healthy", "--rounds", "3"], ["busbw"], {"rounds": 3}),
     (["failover", "-n", "7", "--kinds", "cable-pull,silent"], ["convergence", "bare"],
-     {"faults": 7, "kinds": ["cable-pull", "silent"], "size": "256K"}),
-    (["failover", "--size", "1M"], ["convergence", "bare"], {"size": "256K"}),
+     {"faults": 7, "kinds": ["cable-pull", "silent"]}),
+    (["failover", "--size", "1M"], ["convergence", "bare"], {"size": "1M"}),   # given: kept, even as the TCP default
     (["failover", "--size", "4M"], ["convergence", "bare"], {"size": "4M"}),
     (["failback", "--hold-down-ms", "2000"], ["convergence"], {"hold_down_ms": 2000}),
+    (["failback", "--kinds", "silent,one-way"], ["convergence"], {"kinds": ["silent", "one-way"]}),
 ])
 def test_rdma_runs_the_matching_part_of_the_rdma_suite(app, recorded, tmp_path, argv, phases, extra):
     r = CliRunner().invoke(app, ["bench"] + argv + ["--transport", "rdma", "--out", str(tmp_path)])
@@ -57,8 +58,25 @@ def test_rdma_runs_the_matching_part_of_the_rdma_suite(app, recorded, tmp_path, 
     assert recorded[0]["phases"] == phases
     for k, v in extra.items():
         assert recorded[0][k] == v, (k, recorded[0])
-    if argv[0] == "failover" and "--kinds" not in argv:
+    if "--kinds" not in argv:
         assert "kinds" not in recorded[0], "the rdma suite's own default kinds apply"
+    if "--size" not in argv:
+        assert "size" not in recorded[0], "the rdma suite's own default size (256K) applies"
+
+
+@pytest.mark.parametrize("suite,kinds", [
+    ("failover", "port-down,host-down,addr-del,silent,one-way"),   # the TCP default, given explicitly
+    ("failover", "cable-pull,port-down"),
+    ("failback", "port-down,silent"),
+    ("failback", ""),
+])
+def test_rdma_refuses_fault_kinds_the_rdma_bed_has_not(app, recorded, tmp_path, suite, kinds):
+    r = CliRunner().invoke(app, ["bench", suite, "--transport", "rdma", "--kinds", kinds, "--out", str(tmp_path)])
+    assert r.exit_code == 2, r.output
+    bad = [k for k in kinds.split(",") if k and k not in R.KINDS]
+    assert f"{', '.join(bad) or 'no kind given'}: not a fault kind of the RDMA test bed" in text(r)
+    assert "its kinds: " + ", ".join(R.KINDS) in text(r)
+    assert recorded == []
 
 
 @pytest.mark.parametrize("suite", ["degraded", "false-failover", "scale"])

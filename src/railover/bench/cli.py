@@ -177,6 +177,23 @@ def register(app: typer.Typer) -> None:
     def _csv(s: str) -> List[str]:
         return [x.strip() for x in s.split(",") if x.strip()]
 
+    def _given(ctx: typer.Context, *names: str) -> List[str]:
+        """The options among ``names`` (parameter names) that the command line gives, spelled as
+        in --help: "was it given", never "does it differ from the default"."""
+        opts = {p.name: p.opts[0] for p in ctx.command.params}
+        # by name: recent Typer releases carry their own copy of click, whose ParameterSource is not click's
+        return [opts[n] for n in names if getattr(ctx.get_parameter_source(n), "name", "") == "COMMANDLINE"]
+
+    def _rdma_kinds(kinds: str) -> List[str]:
+        """``--kinds`` for the RDMA test bed: refused (exit 2) when empty or naming a kind it has not."""
+        from railover.bench import rdma as R
+        ks = _csv(kinds)
+        bad = [k for k in ks if k not in R.KINDS]
+        if bad or not ks:
+            raise typer.BadParameter(f"{', '.join(bad) or 'no kind given'}: not a fault kind of the RDMA test bed "
+                                     f"(--transport rdma); its kinds: {', '.join(R.KINDS)}", param_hint="--kinds")
+        return ks
+
     TRANSPORT = typer.Option("tcp", "--transport", help="tcp (network-namespace beds) or rdma (the RDMA test bed: "
                              "2 QEMU guests with Soft-RoCE; runs this suite's part of `railover bench rdma`)")
 
@@ -224,12 +241,13 @@ def register(app: typer.Typer) -> None:
         _finish([rep], console)
 
     @bench.command("failover")
-    def failover_cmd(out: Path = OUT, quick: bool = QUICK,
+    def failover_cmd(ctx: typer.Context, out: Path = OUT, quick: bool = QUICK,
                      faults: int = typer.Option(0, "--faults", "-n", min=0, help="faults per kind (0: 50, or 3 with --quick)"),
                      kinds: str = typer.Option("port-down,host-down,addr-del,silent,one-way", "--kinds",
                                                help="port-down, host-down, addr-del, silent, one-way; with --transport "
                                                     "rdma: cable-pull, admin-down, silent, one-way, remote-cable-pull"),
-                     size: str = typer.Option("1M", "--size", help="all-reduce size"),
+                     size: str = typer.Option("1M", "--size", help="all-reduce size (with --transport rdma: 256K "
+                                              "unless given)"),
                      peer: str = typer.Option("", "--peer", help="'mptcp': the same faults, same bed, same run, against "
                                               "Linux MPTCP with a backup subflow (kinds port-down,silent)"),
                      outage_s: float = typer.Option(-1, "--outage-s", show_default=False, help="with --peer: rail-0 outage before the "
@@ -250,9 +268,12 @@ def register(app: typer.Typer) -> None:
         if transport != "tcp" and (peer or against):
             raise typer.BadParameter("--peer and --against are measured on the TCP beds only", param_hint="--transport")
         # On rdma the suite's own defaults apply unless given: its fault kinds, and 256K (TCG guests).
-        rk = _csv(kinds) if kinds != "port-down,host-down,addr-del,silent,one-way" else None
-        if _rdma_part("failover", transport, console, out, quick, ["convergence", "bare"], faults=faults or None,
-                      size=size if size != "1M" else "256K", **({"kinds": rk} if rk else {})):
+        kw: Dict[str, Any] = {}
+        if transport == "rdma" and _given(ctx, "kinds"):
+            kw["kinds"] = _rdma_kinds(kinds)
+        if transport == "rdma" and _given(ctx, "size"):
+            kw["size"] = size
+        if _rdma_part("failover", transport, console, out, quick, ["convergence", "bare"], faults=faults or None, **kw):
             return
         if peer and against:
             raise typer.BadParameter("--peer and --against cannot be combined: run them one at a time")
@@ -289,7 +310,7 @@ def register(app: typer.Typer) -> None:
         _finish([rep], console)
 
     @bench.command("failback")
-    def failback_cmd(out: Path = OUT, quick: bool = QUICK,
+    def failback_cmd(ctx: typer.Context, out: Path = OUT, quick: bool = QUICK,
                      faults: int = typer.Option(0, "--faults", "-n", min=0, help="repairs per kind (0: 10, or 2 with --quick)"),
                      kinds: str = typer.Option("port-down,silent", "--kinds", help="port-down, host-down, addr-del, silent, one-way; "
                                                "with --transport rdma: as bench failover --transport rdma"),
@@ -301,9 +322,9 @@ def register(app: typer.Typer) -> None:
         table has the failback convergence per kind (--faults, --hold-down-ms apply; kinds as
         `bench failover --transport rdma`)."""
         console = _console()
-        rk = _csv(kinds) if kinds != "port-down,silent" else None
+        kw = {"kinds": _rdma_kinds(kinds)} if transport == "rdma" and _given(ctx, "kinds") else {}
         if _rdma_part("failback", transport, console, out, quick, ["convergence"], faults=faults or None,
-                      hold_down_ms=hold_down_ms, **({"kinds": rk} if rk else {})):
+                      hold_down_ms=hold_down_ms, **kw):
             return
         rep = _run_suite("failback", out, quick, console, faults=faults or None, kinds=_csv(kinds),
                          hold_down_ms=hold_down_ms)
