@@ -100,3 +100,18 @@ def test_peer_and_against_are_tcp_only(app, recorded, tmp_path):
     assert r.exit_code == 2, r.output
     assert "TCP beds only" in text(r)
     assert recorded == []
+
+
+@pytest.mark.parametrize("argv,named", [
+    (["healthy", "--networks", "veth"], "--networks applies"),
+    (["healthy", "--ranks", "2", "--workloads", "sendrecv"], "--ranks, --workloads apply"),
+    (["healthy", "--nstreams", "1,2,4"], "--nstreams applies"),   # the default value, given: still refused
+    (["healthy", "--against", "/x/libnccl-net-railover.so"], "--against applies"),
+    (["failover", "--outage-s", "5"], "--outage-s applies"),
+    (["failover", "--against", "/x/libnccl-net-railover.so"], "--against applies"),
+])
+def test_rdma_refuses_the_options_of_the_tcp_beds(app, recorded, tmp_path, argv, named):
+    r = CliRunner().invoke(app, ["bench"] + argv + ["--transport", "rdma", "--out", str(tmp_path)])
+    assert r.exit_code == 2, r.output
+    assert f"{named} to the TCP beds only, not to --transport rdma" in text(r)
+    assert recorded == []

@@ -184,6 +184,14 @@ def register(app: typer.Typer) -> None:
         # by name: recent Typer releases carry their own copy of click, whose ParameterSource is not click's
         return [opts[n] for n in names if getattr(ctx.get_parameter_source(n), "name", "") == "COMMANDLINE"]
 
+    def _tcp_only(ctx: typer.Context, transport: str, *names: str) -> None:
+        """Refuse (exit 2) the options among ``names`` given with --transport rdma: they apply to
+        the TCP beds only, and an option must never be ignored without a word."""
+        given = _given(ctx, *names) if transport == "rdma" else []
+        if given:
+            raise typer.BadParameter(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to the TCP beds "
+                                     "only, not to --transport rdma", param_hint="--transport")
+
     def _rdma_kinds(kinds: str) -> List[str]:
         """``--kinds`` for the RDMA test bed: refused (exit 2) when empty or naming a kind it has not."""
         from railover.bench import rdma as R
@@ -218,7 +226,7 @@ def register(app: typer.Typer) -> None:
         return True
 
     @bench.command("healthy")
-    def healthy_cmd(out: Path = OUT, quick: bool = QUICK,
+    def healthy_cmd(ctx: typer.Context, out: Path = OUT, quick: bool = QUICK,
                     rounds: int = typer.Option(0, "--rounds", help="interleaved rounds (0: 3, or 1 with --quick)"),
                     networks: str = typer.Option("loopback,veth", "--networks", help="loopback, veth"),
                     ranks: str = typer.Option("2,4", "--ranks", help="rank counts"),
@@ -233,6 +241,7 @@ def register(app: typer.Typer) -> None:
         with --against, this build vs another one side by side. --transport rdma: busbw of the
         RDMA transport vs TCP vs ib_write_bw on the RDMA test bed (only --rounds applies)."""
         console = _console()
+        _tcp_only(ctx, transport, "networks", "ranks", "workloads", "nstreams", "against")
         if _rdma_part("healthy", transport, console, out, quick, ["busbw"], rounds=rounds or None):
             return
         rep = _run_suite("healthy", out, quick, console, rounds=rounds or None, networks=_csv(networks),
@@ -265,8 +274,7 @@ def register(app: typer.Typer) -> None:
         --faults and --size apply)."""
         console = _console()
         check_size(size)  # before any bed is built
-        if transport != "tcp" and (peer or against):
-            raise typer.BadParameter("--peer and --against are measured on the TCP beds only", param_hint="--transport")
+        _tcp_only(ctx, transport, "peer", "outage_s", "against")
         # On rdma the suite's own defaults apply unless given: its fault kinds, and 256K (TCG guests).
         kw: Dict[str, Any] = {}
         if transport == "rdma" and _given(ctx, "kinds"):
