@@ -37,6 +37,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from railover._cliutil import given, refuse_given
 from railover.bench import common as C
 from railover.sizes import check_size
 
@@ -177,20 +178,10 @@ def register(app: typer.Typer) -> None:
     def _csv(s: str) -> List[str]:
         return [x.strip() for x in s.split(",") if x.strip()]
 
-    def _given(ctx: typer.Context, *names: str) -> List[str]:
-        """The options among ``names`` (parameter names) that the command line gives, spelled as
-        in --help: "was it given", never "does it differ from the default"."""
-        opts = {p.name: p.opts[0] for p in ctx.command.params}
-        # by name: recent Typer releases carry their own copy of click, whose ParameterSource is not click's
-        return [opts[n] for n in names if getattr(ctx.get_parameter_source(n), "name", "") == "COMMANDLINE"]
-
     def _tcp_only(ctx: typer.Context, transport: str, *names: str) -> None:
-        """Refuse (exit 2) the options among ``names`` given with --transport rdma: they apply to
-        the TCP beds only, and an option must never be ignored without a word."""
-        given = _given(ctx, *names) if transport == "rdma" else []
-        if given:
-            raise typer.BadParameter(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to the TCP beds "
-                                     "only, not to --transport rdma", param_hint="--transport")
+        """Refuse (exit 2) the options among ``names`` given with --transport rdma."""
+        if transport == "rdma":
+            refuse_given(ctx, list(names), "to the TCP beds only, not to --transport rdma", "--transport")
 
     def _rdma_kinds(kinds: str) -> List[str]:
         """``--kinds`` for the RDMA test bed: refused (exit 2) when empty or naming a kind it has not."""
@@ -277,9 +268,9 @@ def register(app: typer.Typer) -> None:
         _tcp_only(ctx, transport, "peer", "outage_s", "against")
         # On rdma the suite's own defaults apply unless given: its fault kinds, and 256K (TCG guests).
         kw: Dict[str, Any] = {}
-        if transport == "rdma" and _given(ctx, "kinds"):
+        if transport == "rdma" and given(ctx, "kinds"):
             kw["kinds"] = _rdma_kinds(kinds)
-        if transport == "rdma" and _given(ctx, "size"):
+        if transport == "rdma" and given(ctx, "size"):
             kw["size"] = size
         if _rdma_part("failover", transport, console, out, quick, ["convergence", "bare"], faults=faults or None, **kw):
             return
@@ -330,7 +321,7 @@ def register(app: typer.Typer) -> None:
         table has the failback convergence per kind (--faults, --hold-down-ms apply; kinds as
         `bench failover --transport rdma`)."""
         console = _console()
-        kw = {"kinds": _rdma_kinds(kinds)} if transport == "rdma" and _given(ctx, "kinds") else {}
+        kw = {"kinds": _rdma_kinds(kinds)} if transport == "rdma" and given(ctx, "kinds") else {}
         if _rdma_part("failback", transport, console, out, quick, ["convergence"], faults=faults or None,
                       hold_down_ms=hold_down_ms, **kw):
             return

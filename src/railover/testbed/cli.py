@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from railover._cliutil import refuse_given
 from railover.testbed import netns as _tb
 
 # Not a terminal (pipes, CI logs): rich would use 80 columns and crop addresses.
@@ -37,6 +38,7 @@ def _fail(msg: str, code: int = 2) -> None:
 
 
 def up_cmd(
+    ctx: typer.Context,
     layout: str = typer.Option("T2", "--layout", "-l",
                                help="T2, T2-flat, T3, T3-flat or <hosts>x<nics>[-flat]"),
     hosts: Optional[int] = typer.Option(None, help="override the number of hosts"),
@@ -63,12 +65,15 @@ def up_cmd(
         # so it restores the default (KeyboardInterrupt) before the bed's handler chains to it.
         signal.signal(signal.SIGINT, signal.default_int_handler)
     if rdma:
+        refuse_given(ctx, ["layout", "hosts", "nics", "no_policy_routing"],
+                     "to the network-namespace beds only, not to the RDMA bed (--rdma)", "--rdma")
         if detach:
             _fail("--detach is not supported with --rdma (the guests live as long as this command)")
         from railover.testbed.rdma import cli as _rcli
         _rcli.up(rails=rails, kernel=kernel, accel=accel, base=base, prefix=prefix, console=_console, fail=_fail,
                   wire=wire)
         return
+    refuse_given(ctx, ["rails", "kernel", "accel", "wire"], "to the RDMA bed only (--rdma)", "--rdma")
     try:
         if no_policy_routing and "flat" not in layout:
             _fail("--no-policy-routing applies to flat layouts only (e.g. --layout T2-flat)")
