@@ -10,8 +10,8 @@ It prints live progress, then a timeline table per fault (detection, convergence
 bytes resent, failback) and bandwidth before/during/after; it writes a PNG plot, a JSON
 report and the plugin's event journals to the output directory. Exit status: 0 when every
 fault was survived with 0 wrong bytes; 1 otherwise; 2 for bad options, a missing system
-program (``ip``, ``nft``: named with the Debian package to install) or native file, and when
-the test bed cannot be built.
+program (``ip``, ``nft``: named with the Debian package to install) or native file, a plugin
+that does not load (all checked before anything is built), and when the test bed cannot be built.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from railover import _paths, prereqs
+from railover import _paths, params, prereqs
 from railover.sizes import check_size
 from railover.testbed import faults as F
 from railover.testbed.scenario import ScenarioError, ScenarioResult, Step, read_journal, run_scenario
@@ -117,12 +117,24 @@ def needed_tools(specs: List[tuple]) -> List[str]:
     return tools
 
 
+def check_plugin() -> None:
+    """The plugin is found and loads (as NCCL will load it in the ranks). Raises
+    FileNotFoundError naming where it looked, OSError saying why it does not load."""
+    try:
+        params.load()
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise OSError(f"the railover plugin cannot be loaded: {e}") from None
+
+
 def check_system(specs: List[tuple], path: Optional[str] = None) -> None:
     """Before anything is built: the programs the demo runs (see :func:`needed_tools`) and
-    the native files (plugin, railover-perf). Raises prereqs.MissingTools naming each missing
-    program and its Debian package, FileNotFoundError naming a missing native file."""
+    the native files (the plugin, which must load, and railover-perf). Raises
+    prereqs.MissingTools naming each missing program and its Debian package,
+    FileNotFoundError naming a missing native file, OSError when the plugin does not load."""
     prereqs.require(needed_tools(specs), "railover demo", path)
-    _paths.plugin_path()
+    check_plugin()
     _paths.perf_path()
 
 
@@ -133,10 +145,11 @@ def parse_faults(spec: str) -> List[tuple]:
         kind, _, nic = item.partition(":")
         if kind not in FAULT_KINDS or not nic:
             raise typer.BadParameter(f"bad fault {item!r}: expected KIND:NIC with KIND one of "
-                                     f"{', '.join(FAULT_KINDS)} and NIC like a0 or b1")
+                                     f"{', '.join(FAULT_KINDS)} and NIC like a0 or b1", param_hint="--faults")
         out.append((kind, nic))
     if not out:
-        raise typer.BadParameter("no fault given")
+        raise typer.BadParameter(f"no fault given ({spec!r}); give a comma list of KIND:NIC, e.g. port-down:a0",
+                                 param_hint="--faults")
     return out
 
 
@@ -274,13 +287,13 @@ def run_demo(layout: str = "T2", ranks_per_host: int = 2, fault_spec: str = "por
     gap = fault_for + hold_down_ms / 1000 + 3.0
     if not duration:
         duration = 3.0 + len(specs) * gap + 2.0
-    out = Path(out)
-    lock = prepare_out(out)  # noqa: F841 (held open: the flock lasts as long as the process)
     try:
         check_system(specs)
-    except (prereqs.MissingTools, FileNotFoundError) as e:
+    except (prereqs.MissingTools, OSError) as e:  # OSError: FileNotFoundError, a plugin that does not load
         console.print(f"[red]error:[/] {e}", soft_wrap=True)
         return 2
+    out = Path(out)
+    lock = prepare_out(out)  # noqa: F841 (held open: the flock lasts as long as the process)
     env = {"RAILOVER_HOLD_DOWN_MS": str(hold_down_ms), "RAILOVER_STATE_DIR": "off"}
     if baseline:
         env.update(RAILOVER_STANDBY="none", RAILOVER_FATAL_TIMEOUT=str(int(fault_for + 30)))
@@ -395,12 +408,18 @@ def register(app: typer.Typer) -> None:
                                          "the bare RC timeout without a standby", param_hint="--baseline")
             check_rdma_options({"layout": layout, "ranks_per_host": ranks_per_host, "duration": duration,
                                 "fault_for": fault_for})
-            check_size(size or "1M")
-            from railover.demo_rdma import DEFAULT_FAULTS, run_rdma_demo
-            raise typer.Exit(run_rdma_demo(faults or DEFAULT_FAULTS, size or "1M", out,
-                                           hold_down_ms))
-        faults = faults or "port-down:a0,silent:b0"
-        size = size or "4M"
+            # "was it given" (None), not "is it empty": an empty value is refused, never the default
+            size = "1M" if size is None else size
+            check_size(size)
+            from railover import demo_rdma
+            faults = demo_rdma.DEFAULT_FAULTS if faults is None else faults
+            try:
+                demo_rdma.parse_faults(faults)
+            except demo_rdma.DemoError as e:
+                raise typer.BadParameter(str(e), param_hint="--faults")
+            raise typer.Exit(demo_rdma.run_rdma_demo(faults, size, out, hold_down_ms))
+        faults = "port-down:a0,silent:b0" if faults is None else faults
+        size = "4M" if size is None else size
         layout = "T2" if layout is None else layout
         ranks_per_host = 2 if ranks_per_host is None else ranks_per_host
         duration = 0.0 if duration is None else duration

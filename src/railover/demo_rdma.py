@@ -102,7 +102,7 @@ def run_rdma_demo(fault_spec: str = DEFAULT_FAULTS, size: str = "1M", out: Path 
     """Runs the RDMA demo (boots its own bed unless ``bed`` is given); returns the exit status."""
     from railover.bench import common as C
     from railover.bench import rdma as brdma
-    from railover.demo import prepare_out
+    from railover.demo import check_plugin, prepare_out
     from railover.testbed.faults import FaultError
     from railover.testbed.rdma import bed as rbed
     from railover.testbed.rdma import image as rimg
@@ -114,6 +114,11 @@ def run_rdma_demo(fault_spec: str = DEFAULT_FAULTS, size: str = "1M", out: Path 
         parse_size(size)
     except (DemoError, ValueError) as e:
         console.print(f"[red]error:[/] {e}")
+        return 2
+    try:
+        check_plugin()  # the guests run the host's build: one that does not load here is no use there
+    except OSError as e:
+        console.print(f"[red]error:[/] {e}", soft_wrap=True)
         return 2
     out = Path(out)
     lock = prepare_out(out)  # noqa: F841 (held open: the flock lasts as long as the process)

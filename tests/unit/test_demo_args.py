@@ -159,3 +159,53 @@ def test_tcp_demo_gets_its_defaults_when_the_options_are_not_given(monkeypatch, 
                                  "--fault-for", "2"])
     assert r.exit_code == 0, r.output
     assert ran[1] == ("T3", 1, "port-down:a0,silent:b0", 9.0, "4M", tmp_path / "o", 2000, 2.0, False)
+
+
+@pytest.fixture
+def nothing_is_built(monkeypatch):
+    """The beds fail the test if built/booted; the system tools count as present."""
+    from railover import demo_rdma  # noqa: F401
+    from railover.testbed.rdma import bed as rbed
+
+    def built(*a, **k):
+        raise AssertionError("a test bed was built")
+    monkeypatch.setattr(demo, "TestBed", built)
+    monkeypatch.setattr(rbed, "RdmaBed", built)
+    monkeypatch.setattr(demo.prereqs, "require", lambda *a, **k: None)
+
+
+@pytest.mark.parametrize("transport", ["tcp", "rdma"])
+@pytest.mark.parametrize("opt,words", [("--faults", "--faults"), ("--size", "bad size ''")])
+def test_an_empty_faults_or_size_is_refused_not_taken_as_the_default(monkeypatch, tmp_path, nothing_is_built,
+                                                                     transport, opt, words):
+    from typer.testing import CliRunner
+
+    from railover import demo_rdma
+    from railover.cli import app
+    ran = []
+    monkeypatch.setattr(demo_rdma, "run_rdma_demo", lambda *a, **k: ran.append(a) or 0)
+    r = CliRunner().invoke(app, ["demo", "--transport", transport, "--out", str(tmp_path / "o"), opt, ""],
+                           env={"COLUMNS": "250"})
+    assert r.exit_code == 2, r.output
+    assert ran == [] and "Traceback" not in r.output
+    assert words in _flat(r.output), r.output
+    if opt == "--faults":
+        assert ("no fault given" if transport == "tcp" else "--faults is empty") in _flat(r.output)
+
+
+@pytest.mark.parametrize("transport", ["tcp", "rdma"])
+def test_a_plugin_that_does_not_load_is_exit_2_before_any_bed(monkeypatch, tmp_path, nothing_is_built, transport):
+    from typer.testing import CliRunner
+
+    from railover import _paths
+    from railover.cli import app
+    native = tmp_path / "native"
+    native.mkdir()
+    (native / _paths.PLUGIN_FILE).write_bytes(b"not an ELF file")
+    (native / _paths.PERF_FILE).write_bytes(b"")
+    r = CliRunner().invoke(app, ["demo", "--transport", transport, "--out", str(tmp_path / "o")],
+                           env={"COLUMNS": "250", "RAILOVER_NATIVE_DIR": str(native)})
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output
+    assert f"the railover plugin cannot be loaded: {native / _paths.PLUGIN_FILE}" in _flat(r.output), r.output
+    assert not (tmp_path / "o").exists(), "nothing is prepared before the checks"
