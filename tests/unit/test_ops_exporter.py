@@ -281,3 +281,34 @@ def test_only_the_metrics_path_is_served(setup, path):
     assert "/metrics" in ei.value.read().decode()
     ei.value.close()
     assert "railover_processes" in str(scrape(base + "/metrics?from=test"))   # a query string is still /metrics
+
+
+def test_binds_an_ipv6_address(tmp_path):
+    import socket
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        pytest.skip("this host has no IPv6 loopback")
+    srv = ex.Exporter(ex.RailoverCollector([tmp_path]), "::1", 0)
+    try:
+        assert srv.url == f"http://[::1]:{srv.port}/metrics"
+        assert "railover_processes" in str(scrape(srv.url))
+    finally:
+        srv.close()
+
+
+@pytest.mark.parametrize("path,status", [("/metrics", 200), ("/other", 404)])
+def test_head_is_answered_like_get_without_a_body(setup, path, status):
+    import urllib.error
+    proc, d, j, srv = setup
+    req = urllib.request.Request(srv.url[:-len("/metrics")] + path, method="HEAD")
+    try:
+        r = urllib.request.urlopen(req, timeout=5)
+    except urllib.error.HTTPError as e:
+        r = e
+    with r:
+        assert r.status == status
+        assert r.headers["Content-Type"].startswith("text/plain")
+        assert int(r.headers["Content-Length"]) > 0   # the size of GET's body
+        assert r.read() == b""

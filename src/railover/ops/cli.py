@@ -231,7 +231,7 @@ DEFAULT_EXPORTER_PORT = 9477
 
 def exporter_cmd(
     port: int = typer.Option(DEFAULT_EXPORTER_PORT, "--port", min=0, max=65535, help="TCP port of /metrics (0: any free port)"),
-    addr: str = typer.Option("127.0.0.1", "--addr", help="address to bind; 0.0.0.0 exposes it to the network"),
+    addr: str = typer.Option("127.0.0.1", "--addr", help="address to bind (IPv4 or IPv6); 0.0.0.0 or :: exposes it to the network"),
     state_dir: Optional[List[Path]] = typer.Option(None, "--state-dir", help="directory of state files (repeatable)"),
     journal: Optional[List[Path]] = typer.Option(None, "--journal", help="extra event journal file or directory (repeatable)"),
 ) -> None:
@@ -241,7 +241,7 @@ def exporter_cmd(
     try:
         srv = ex.serve(dirs, journal or (), addr, port)
     except OSError as e:
-        _fail(f"cannot listen on {addr}:{port}: {e.strerror or e}")
+        _fail(f"cannot listen on {f'[{addr}]' if ':' in addr else addr}:{port}: {e.strerror or e}")
     typer.echo(f"railover exporter: {srv.url} (state dirs: {', '.join(map(str, dirs)) or 'none'})")
     if not dirs:
         typer.echo("railover exporter: warning: state files are off (RAILOVER_STATE_DIR=off): only journals given "

@@ -35,6 +35,7 @@ The rank label is the process's ``RANK`` (or ``OMPI_COMM_WORLD_RANK``, ``PMI_RAN
 """
 from __future__ import annotations
 
+import socket
 import socketserver
 import threading
 from dataclasses import dataclass, field
@@ -351,6 +352,10 @@ class _Server(socketserver.ThreadingMixIn, WSGIServer):
     daemon_threads = True
 
 
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
 class _QuietHandler(WSGIRequestHandler):
     def log_message(self, *args: Any) -> None:  # no access log on stderr
         pass
@@ -376,27 +381,42 @@ METRICS_PATH = "/metrics"
 
 def _only_metrics(metrics_app: Callable) -> Callable:
     """A WSGI app that hands :data:`METRICS_PATH` to ``metrics_app`` and answers 404 on
-    every other path (prometheus_client's app answers any path)."""
-    def app(environ: Dict[str, Any], start_response: Callable) -> Iterable[bytes]:
+    every other path (prometheus_client's app answers any path). HEAD is answered as GET,
+    without the body (prometheus_client's app answers 405)."""
+    def answer(environ: Dict[str, Any], start_response: Callable) -> Iterable[bytes]:
         if environ.get("PATH_INFO", "") == METRICS_PATH:
             return metrics_app(environ, start_response)
         body = f"not found: the railover exporter serves its metrics at {METRICS_PATH}\n".encode()
         start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8"),
                                          ("Content-Length", str(len(body)))])
         return [body]
+
+    def app(environ: Dict[str, Any], start_response: Callable) -> Iterable[bytes]:
+        if environ.get("REQUEST_METHOD") != "HEAD":
+            return answer(environ, start_response)
+        got: Dict[str, Any] = {}
+        body = b"".join(answer(dict(environ, REQUEST_METHOD="GET"),
+                               lambda status, headers, exc_info=None: got.update(status=status, headers=headers)))
+        start_response(got["status"], [h for h in got["headers"] if h[0].lower() != "content-length"] +
+                       [("Content-Length", str(len(body)))])
+        return []
     return app
 
 
 class Exporter:
     """An HTTP server (own thread) exposing ``/metrics`` for one :class:`RailoverCollector`
     (any other path: 404). ``port`` 0 picks a free port (see :attr:`port`). Raises OSError
-    when the address cannot be bound. Use :meth:`close` (or ``with``) to stop it."""
+    when the address cannot be bound. ``addr``: an IPv4 or IPv6 address (``::1``, ``::``) or a
+    host name. Use :meth:`close` (or ``with``) to stop it."""
 
     def __init__(self, collector: RailoverCollector, addr: str = "127.0.0.1", port: int = 9464):
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(collector)
         self.collector = collector
-        self._httpd = make_server(addr, port, _only_metrics(make_wsgi_app(self.registry)), _Server, handler_class=_QuietHandler)
+        # the address family of addr (getaddrinfo, as http.server does): WSGIServer alone is IPv4 only
+        family = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+        self._httpd = make_server(addr, port, _only_metrics(make_wsgi_app(self.registry)),
+                                  _Server6 if family == socket.AF_INET6 else _Server, handler_class=_QuietHandler)
         self.addr, self.port = self._httpd.server_address[:2]
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="railover-exporter", daemon=True)
@@ -404,7 +424,8 @@ class Exporter:
 
     @property
     def url(self) -> str:
-        return f"http://{self.addr}:{self.port}{METRICS_PATH}"
+        host = f"[{self.addr}]" if ":" in self.addr else self.addr
+        return f"http://{host}:{self.port}{METRICS_PATH}"
 
     def close(self) -> None:
         self._httpd.shutdown()
