@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from railover.bench import common as C
-from railover.bench import degraded, failback, failover, healthy, soak
+from railover.bench import degraded, failback, failover, healthy, scale, soak
 from railover.cli import app
 from railover.testbed.rdma import bed as rdma_bed
 
@@ -24,7 +24,7 @@ def text(r) -> str:
 def no_bed(monkeypatch):
     def bed(*a, **k):
         raise AssertionError("a test bed was built")
-    for mod in (degraded, failback, failover, healthy, soak):
+    for mod in (degraded, failback, failover, healthy, scale, soak):
         monkeypatch.setattr(mod, "TestBed", bed)
     monkeypatch.setattr(rdma_bed, "RdmaBed", bed)
 
@@ -53,6 +53,15 @@ def test_bad_suite_options_are_named_before_a_bed_is_built(tmp_path, argv, msg):
     (["failover", "--size", "1 M"], "--size"),   # railover-perf refuses it: it must not reach a run
     (["rdma", "--size", "0"], "--size"),            # before two QEMU guests boot
     (["rdma", "--bw-sizes", "1M,0B"], "--bw-sizes"),
+    # negative counts and durations (they used to run with nothing measured, or reach the plugin)
+    (["healthy", "--rounds", "-1"], "--rounds"),
+    (["failback", "--hold-down-ms", "-1"], "--hold-down-ms"),
+    (["scale", "--idle-seconds", "-1"], "--idle-seconds"),
+    (["rdma", "--faults", "-1"], "--faults"),
+    (["rdma", "--faults-per-run", "-1"], "--faults-per-run"),
+    (["rdma", "--rounds", "-2"], "--rounds"),
+    (["rdma", "--bare-faults", "-1"], "--bare-faults"),
+    (["rdma", "--bare-bound-s", "-5"], "--bare-bound-s"),
 ])
 def test_bad_counts_and_sizes_are_usage_errors(tmp_path, argv, opt):
     r = bench(tmp_path, *argv)

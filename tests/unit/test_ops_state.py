@@ -314,3 +314,11 @@ def test_status_text_reports_skipped_journal_lines(tmp_path):
     assert snap["journal"]["garbled"] == 2
     out = _status(["--state-dir", str(d)])
     assert "journal lines skipped (partial or not a JSON event): 2" in out, out
+
+
+@pytest.mark.parametrize("argv", [["--events", "-1"], ["--events=-5", "--json"]])
+def test_status_refuses_a_negative_event_count(tmp_path, argv):
+    from railover.cli import app
+    r = CliRunner().invoke(app, ["status", "--state-dir", str(tmp_path)] + argv)
+    assert r.exit_code == 2, r.output
+    assert "--events" in r.output and "Traceback" not in r.output, r.output

@@ -218,7 +218,7 @@ def register(app: typer.Typer) -> None:
 
     @bench.command("healthy")
     def healthy_cmd(ctx: typer.Context, out: Path = OUT, quick: bool = QUICK,
-                    rounds: int = typer.Option(0, "--rounds", help="interleaved rounds (0: 3, or 1 with --quick)"),
+                    rounds: int = typer.Option(0, "--rounds", min=0, help="interleaved rounds (0: 3, or 1 with --quick)"),
                     networks: str = typer.Option("loopback,veth", "--networks", help="loopback, veth"),
                     ranks: str = typer.Option("2,4", "--ranks", help="rank counts"),
                     workloads: str = typer.Option("sendrecv,allreduce", "--workloads", help="sendrecv, allreduce"),
@@ -313,7 +313,7 @@ def register(app: typer.Typer) -> None:
                      faults: int = typer.Option(0, "--faults", "-n", min=0, help="repairs per kind (0: 10, or 2 with --quick)"),
                      kinds: str = typer.Option("port-down,silent", "--kinds", help="port-down, host-down, addr-del, silent, one-way; "
                                                "with --transport rdma: as bench failover --transport rdma"),
-                     hold_down_ms: int = typer.Option(3000, "--hold-down-ms", help="RAILOVER_HOLD_DOWN_MS of the runs, ms "
+                     hold_down_ms: int = typer.Option(3000, "--hold-down-ms", min=0, help="RAILOVER_HOLD_DOWN_MS of the runs, ms "
                                                       "(3000 is the plugin's default)"),
                      transport: str = TRANSPORT):
         """Repair -> traffic back on the primary, minus the hold-down; busbw after failback
@@ -342,7 +342,7 @@ def register(app: typer.Typer) -> None:
     def scale_cmd(out: Path = OUT, quick: bool = QUICK,
                   comms: str = typer.Option("1,32,128,512,1024", "--channels", "--comms",
                                             help="channels per process; each is 1 send + 1 receive comm (targets judged at 512 = 1024 comms)"),
-                  idle_s: float = typer.Option(0.0, "--idle-seconds", help="idle CPU window (0: 10, or 1 with --quick)"),
+                  idle_s: float = typer.Option(0.0, "--idle-seconds", min=0, help="idle CPU window (0: 10, or 1 with --quick)"),
                   transport: str = TRANSPORT):
         """2..2048 comms per process (1..1024 channels): connect time, memory per comm, CPU of idle standby probing,
         time until every comm on a failed NIC has converged."""
@@ -355,17 +355,17 @@ def register(app: typer.Typer) -> None:
 
     @bench.command("rdma")
     def rdma_cmd(out: Path = OUT, quick: bool = QUICK,
-                 faults: int = typer.Option(0, "--faults", "-n", help="faults per kind (0: 30, or 5 with --quick)"),
+                 faults: int = typer.Option(0, "--faults", "-n", min=0, help="faults per kind (0: 30, or 5 with --quick)"),
                  kinds: str = typer.Option("cable-pull,admin-down,silent", "--kinds",
                                            help="cable-pull, admin-down, silent, one-way, remote-cable-pull"),
                  size: str = typer.Option("256K", "--size", help="all-reduce size of the convergence run"),
-                 faults_per_run: int = typer.Option(10, "--faults-per-run", help="faults per checked run (a guest "
+                 faults_per_run: int = typer.Option(10, "--faults-per-run", min=0, help="faults per checked run (a guest "
                                                     "crash leaves at most this many faults with unchecked bytes); 0: "
                                                     "all in one run"),
                  bw_sizes: str = typer.Option("", "--bw-sizes", help="busbw sizes (default 64K,1M,4M, or 1M with --quick)"),
-                 rounds: int = typer.Option(0, "--rounds", help="interleaved busbw rounds (0: 2, or 1 with --quick)"),
-                 bare: int = typer.Option(2, "--bare-faults", help="cable pulls with RAILOVER_STANDBY=none"),
-                 bare_bound_s: float = typer.Option(0, "--bare-bound-s", help="wait for the bare RC error (0: 90 s, or 45 with --quick)"),
+                 rounds: int = typer.Option(0, "--rounds", min=0, help="interleaved busbw rounds (0: 2, or 1 with --quick)"),
+                 bare: int = typer.Option(2, "--bare-faults", min=0, help="cable pulls with RAILOVER_STANDBY=none"),
+                 bare_bound_s: float = typer.Option(0, "--bare-bound-s", min=0, help="wait for the bare RC error (0: 90 s, or 45 with --quick)"),
                  bare_retry_cnt: int = typer.Option(-1, "--bare-retry-cnt", show_default=False, help="NCCL_IB_RETRY_CNT for the bare RC "
                                                     "runs (default: the plugin's, NCCL's 7 = retry forever on rxe)"),
                  phases: str = typer.Option("convergence,bare,busbw", "--phases", help="convergence, bare, busbw"),

@@ -179,7 +179,7 @@ def status_cmd(
     as_json: bool = typer.Option(False, "--json", help="print one JSON document instead of tables"),
     watch: bool = typer.Option(False, "--watch", "-w", help="refresh until Ctrl-C"),
     interval: float = typer.Option(1.0, "--interval", help="refresh interval of --watch, seconds"),
-    events: int = typer.Option(15, "--events", help="how many recent journal events to show (0: none)"),
+    events: int = typer.Option(15, "--events", min=0, help="how many recent journal events to show (0: none)"),
     all_events: bool = typer.Option(False, "--all-events", help="include routine events (path_state: every path "
                                     "transition) in the recent events"),
     comms: bool = typer.Option(False, "--comms", help="list every comm, not only those that are not ok"),
