@@ -181,6 +181,41 @@ def test_launch_dry_run_prints_the_changes():
     assert "NCCL_NET=railover" in r.output and "exec: torchrun train.py" in r.output
 
 
+def test_launch_refusal_also_shows_the_other_findings():
+    base = {"NCCL_NET": "IB", "RAILOVER_HOLDDOWN_MS": "500", "RAILOVER_RAILS": "eth0=0,eth0=1"}
+    with pytest.raises(LaunchConflict) as ei:
+        launch_env(base)
+    assert "NCCL_NET=IB selects another network" in str(ei.value)
+    assert any("RAILOVER_HOLDDOWN_MS is not a railover variable" in w for w in ei.value.warnings)
+    assert any("RAILOVER_RAILS lists eth0 2 times" in w for w in ei.value.warnings)
+    assert not any("--force" in w for w in ei.value.warnings), "what --force would do is not a finding"
+    r = CliRunner().invoke(app, ["launch", "--dry-run", "--", "torchrun"], env=base)
+    assert r.exit_code == 2, r.output
+    assert "warning: RAILOVER_HOLDDOWN_MS is not a railover variable" in r.output
+    assert "warning: RAILOVER_RAILS lists eth0 2 times" in r.output
+    assert "error: NCCL_NET=IB selects another network" in r.output
+
+
+def test_launch_dry_run_quotes_the_command_and_values_for_a_shell():
+    r = CliRunner().invoke(app, ["launch", "--dry-run", "--", "echo", "a b", "it's"],
+                           env={"LD_LIBRARY_PATH": "/opt/my libs"})
+    assert r.exit_code == 0, r.output
+    assert "exec: echo 'a b' 'it'\"'\"'s'" in r.output, r.output
+    assert f"LD_LIBRARY_PATH='{_paths.plugin_path().parent}:/opt/my libs'" in r.output, r.output
+
+
+def test_launch_names_a_command_that_exists_but_cannot_run(tmp_path):
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o644)
+    cp = _launch(["--", str(script)])
+    assert cp.returncode == 126 and f"{script}: not executable" in cp.stderr, cp.stderr
+    cp = _launch(["--", "train.sh"], {"PATH": f"{tmp_path}:{os.environ.get('PATH', '')}"})
+    assert cp.returncode == 126 and f"{script}: not executable" in cp.stderr, cp.stderr
+    cp = _launch(["--", str(tmp_path)])
+    assert cp.returncode == 126 and f"{tmp_path}: is a directory" in cp.stderr, cp.stderr
+
+
 # --------------------------------------------------------------------------- drill
 
 def test_drill_refuses_without_yes():

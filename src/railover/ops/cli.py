@@ -6,19 +6,20 @@
 Exit codes: 0 success; 1 ``doctor`` found a blocking problem / ``drill`` ran but railover did
 not behave (no failover, no failback, a fatal error); 2 usage errors and refusals (``drill``
 without ``--yes``, or with no railover process on the NIC and no ``--force``; ``launch`` with
-conflicting NCCL settings); 3 ``drill`` could not restore the NIC; 127 ``launch`` could not
-find the command.
+conflicting NCCL settings); 3 ``drill`` could not restore the NIC; 126 ``launch`` found the
+command but cannot run it (not executable, a directory); 127 ``launch`` could not find it.
 """
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import typer
 from rich.console import Console, Group
@@ -327,7 +328,12 @@ def doctor_cmd(
 # --------------------------------------------------------------------------- launch
 
 class LaunchConflict(Exception):
-    """The user's environment selects another NCCL network or plugin (message says which)."""
+    """The user's environment selects another NCCL network or plugin, or has values the plugin
+    rejects (message says which); ``warnings``: the other findings, to show with it."""
+
+    def __init__(self, msg: str, warnings: Sequence[str] = ()):
+        super().__init__(msg)
+        self.warnings = list(warnings)
 
 
 def _is_ours(plugin_value: str) -> bool:
@@ -365,11 +371,12 @@ def launch_env(base: Mapping[str, str], force: bool = False) -> Tuple[Dict[str, 
     from railover.ops.doctor import duplicate_rail_checks, known_vars, unknown_var_checks, validate_config
     env = dict(base)
     problems: List[str] = []
-    warnings: List[str] = []
+    forced: List[str] = []    # what --force does about each problem
+    warnings: List[str] = []  # the other findings (also shown with a refusal)
 
     def conflict(msg: str, var: str, value: str) -> None:
         problems.append(msg)
-        warnings.append(f"{msg}: replaced by {var}={value} (--force)")
+        forced.append(f"{msg}: replaced by {var}={value} (--force)")
 
     if "NCCL_NET" in env and env["NCCL_NET"].lower() != _paths.PLUGIN_NAME:
         conflict(f"NCCL_NET={env['NCCL_NET']} selects another network", "NCCL_NET", _paths.PLUGIN_NAME)
@@ -398,14 +405,15 @@ def launch_env(base: Mapping[str, str], force: bool = False) -> Tuple[Dict[str, 
             problems.append(c.detail)
             if c.what in env:
                 invalid.append(c.what)
-                warnings.append(f"{c.detail}: removed from the command's environment (--force), the plugin uses its "
-                                "default")
-    if problems and not force:
-        raise LaunchConflict("; ".join(problems))
+                forced.append(f"{c.detail}: removed from the command's environment (--force), the plugin uses its "
+                              "default")
     if native is not None:
         warnings += [c.detail for c in unknown_var_checks(env, known_vars(native.describe["params"]))]
     if "RAILOVER_RAILS" not in invalid:
         warnings += [c.detail for c in duplicate_rail_checks(env)]
+    if problems and not force:
+        raise LaunchConflict("; ".join(problems), warnings)
+    warnings = forced + warnings
     for var in invalid:
         env.pop(var, None)
     if "NCCL_NET_PLUGIN_REF_COUNT" in env:
@@ -429,6 +437,8 @@ def launch_cmd(
     try:
         env, warnings = launch_env(os.environ, force)
     except LaunchConflict as e:
+        for w in e.warnings:
+            typer.echo(f"warning: {w}", err=True)
         _fail(f"{e}. Fix or unset it, or pass --force (railover's NCCL_NET/NCCL_NET_PLUGIN replace others, "
               "invalid variables are removed so the plugin uses its defaults).")
     except FileNotFoundError as e:
@@ -438,13 +448,18 @@ def launch_cmd(
     if dry_run:
         for k in sorted(env):
             if os.environ.get(k) != env[k]:
-                typer.echo(f"{k}={env[k]}")
+                typer.echo(f"{k}={shlex.quote(env[k])}")
         for k in sorted(set(os.environ) - set(env)):
             typer.echo(f"unset {k}")
-        typer.echo("exec: " + " ".join(command))
+        typer.echo("exec: " + shlex.join(command))
         return
     exe = shutil.which(command[0], path=env.get("PATH"))
     if exe is None:
+        # which() passes over files that exist but cannot be run: name those, as a shell does (126)
+        dirs = [""] if "/" in command[0] else [d for d in env.get("PATH", os.defpath).split(os.pathsep) if d]
+        there = next((p for p in (os.path.join(d, command[0]) for d in dirs) if os.path.exists(p)), None)
+        if there is not None:
+            _fail(f"{there}: {'is a directory' if os.path.isdir(there) else 'not executable'}", 126)
         _fail(f"command not found: {command[0]}", 127)
     sys.stdout.flush()
     sys.stderr.flush()
