@@ -52,7 +52,14 @@ def _from_native_dir(fname: str, value: str) -> Path:
     p = d.absolute() / fname  # absolute: it ends up in LD_LIBRARY_PATH and NCCL_NET_PLUGIN of other processes
     if not p.is_file():
         raise NativeDirError(f"RAILOVER_NATIVE_DIR={value} has no {fname}; {fix}")
+    if not _runnable(p):
+        raise NativeDirError(f"RAILOVER_NATIVE_DIR={value}: {p} is not executable; chmod +x it, or {fix}")
     return p
+
+
+def _runnable(p: Path) -> bool:
+    """False for the driver ``railover-perf`` when it exists but cannot be run."""
+    return p.name != PERF_FILE or os.access(p, os.X_OK)
 
 
 def _find(fname: str) -> Path:
@@ -64,6 +71,8 @@ def _find(fname: str) -> Path:
         p = d / fname
         tried.append(str(p))
         if p.is_file():
+            if not _runnable(p):
+                raise NativeFileNotFound(f"{p} is not executable; chmod +x it, or reinstall/rebuild railover")
             return p
     raise NativeFileNotFound(f"{fname} not found; looked at: {', '.join(tried)}. "
                             "Install with './scripts/install.sh' (or 'pip install .') in the source tree, or build with "

@@ -94,3 +94,17 @@ def test_a_command_that_does_not_catch_it_still_shows_one_line(tmp_path):
     assert r.returncode == 2, r.stdout + r.stderr
     assert "Traceback" not in r.stderr + r.stdout
     assert f"railover: error: RAILOVER_NATIVE_DIR={value}: {words}" in r.stderr, r.stderr
+
+
+def test_a_perf_driver_that_is_not_executable_is_named_so_not_a_traceback(tmp_path):
+    d = tmp_path / "build"
+    d.mkdir()
+    (d / _paths.PLUGIN_FILE).write_bytes(b"")
+    (d / _paths.PERF_FILE).write_bytes(b"")
+    (d / _paths.PERF_FILE).chmod(0o644)
+    cp = subprocess.run([sys.executable, "-c", "import sys; sys.argv = ['railover-perf', '--help']; "
+                         "from railover._paths import perf_main; perf_main()"], capture_output=True, text=True,
+                        timeout=60, env=dict(os.environ, PYTHONPATH=SRC, RAILOVER_NATIVE_DIR=str(d)))
+    assert cp.returncode == 2, cp.stderr
+    assert "Traceback" not in cp.stderr
+    assert f"{d / _paths.PERF_FILE} is not executable" in cp.stderr and "not found" not in cp.stderr, cp.stderr
