@@ -418,3 +418,38 @@ def test_no_torch_says_the_check_was_skipped(monkeypatch):
     c = find(rep, "nccl", "PyTorch")
     assert len(c) == 1 and "skipped (--no-torch)" in c[0].detail and "not installed" not in c[0].detail
     assert "not installed" in find(run(GOOD_NCCL, torch=None), "nccl", "PyTorch")[0].detail
+
+
+@pytest.mark.parametrize("kind,detail,fix", [
+    ("missing", "no such file", "give the path of a built plugin"),
+    ("dir", "a directory, not the plugin file", "give the file: "),
+    ("junk", "dlopen failed", "check 'ldd'"),   # a file that does not load: ldd is the right advice there
+])
+def test_plugin_that_is_not_there_is_named_so_not_sent_to_ldd(tmp_path, kind, detail, fix):
+    p = {"missing": tmp_path / "nope" / _paths.PLUGIN_FILE, "dir": tmp_path, "junk": tmp_path / "junk.so"}[kind]
+    if kind == "junk":
+        p.write_bytes(b"not an ELF file")
+    checks = [c for c in dr.nccl_checks({}, dr.plugin_exports(p), None, None) if c.section == "plugin"]
+    assert len(checks) == 1 and checks[0].status == dr.FAIL, checks
+    assert checks[0].detail.startswith(detail) and fix in checks[0].fix, checks[0]
+    if kind != "junk":
+        assert "ldd" not in checks[0].fix
+
+
+def test_doctor_tables_fold_long_words_instead_of_cutting_them():
+    from rich.console import Console
+
+    from railover.ops.cli import render_doctor
+    long_fix = "export LD_LIBRARY_PATH=/opt/some/rather/long/install/prefix/railover/lib:$LD_LIBRARY_PATH"
+    rep = dr.Report(checks=[dr.Check("nccl", "NCCL_NET_PLUGIN_REF_COUNT_AND_A_LONG_NAME", dr.FAIL,
+                                     "/a/path/that/is/longer/than/its/column/libnccl-net-railover.so", long_fix)],
+                    nics=[{"name": "enp1s0f0np0-with-a-long-name", "selected": True, "reason": "RAILOVER_IFNAMES",
+                           "addrs": ["fd00:1234:5678:9abc:def0:1234:5678:9abc/64"], "admin_up": True, "carrier": True,
+                           "rail": 0}])
+    console = Console(width=80, record=True, file=open("/dev/null", "w"))
+    console.print(render_doctor(rep))
+    text = console.export_text()
+    assert "…" not in text, text
+    cells = "".join(text.replace("│", " ").split())   # every cell's characters, in order per line
+    for word in ("LD_LIBRARY_PATH=", "/lib:$LD_", "libnccl-net-railover.so"[:8]):
+        assert word in cells, text

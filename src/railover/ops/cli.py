@@ -263,10 +263,11 @@ def exporter_cmd(
 # --------------------------------------------------------------------------- doctor
 
 def render_doctor(rep: Any) -> Group:
-    """Rich tables for a :class:`railover.ops.doctor.Report`."""
+    """Rich tables for a :class:`railover.ops.doctor.Report`. Cells wrap, and a word longer
+    than its column (a path, ``LD_LIBRARY_PATH=...``) is folded, never cut short."""
     t = Table(title="interfaces", title_justify="left")
     for c in ("interface", "selected", "why", "addresses", "link", "rail"):
-        t.add_column(c)
+        t.add_column(c, overflow="fold")
     for n in rep.nics:
         link = "up" if n["admin_up"] and n["carrier"] else ("admin down" if not n["admin_up"] else "no carrier")
         t.add_row(n["name"], Text("yes", "green") if n["selected"] else "no", n["reason"], ", ".join(n["addrs"]) or "-",
@@ -278,7 +279,7 @@ def render_doctor(rep: Any) -> Group:
         use = "NCCL init would fail" if r.get("transport") == "error" else f"the job would use {r.get('transport', '?')}"
         rt = Table(title=f"RDMA (RAILOVER_TRANSPORT={r.get('setting', '?')}: {use})", title_justify="left")
         for col in ("NIC", "HCA port", "link layer", "state", "GID", "why"):
-            rt.add_column(col)
+            rt.add_column(col, overflow="fold")
         for n in r["nics"]:
             chosen = n.get("choice") == "chosen"
             gid = (f"{n.get('gid_index')} {n.get('gid', '')}" if n.get("gid_index", -1) >= 0
@@ -289,7 +290,7 @@ def render_doctor(rep: Any) -> Group:
         parts.append(rt)
     c = Table(title="checks", title_justify="left")
     for col in ("", "area", "subject", "finding", "what to do"):
-        c.add_column(col)
+        c.add_column(col, overflow="fold")
     for ch in rep.checks:
         c.add_row(Text(ch.status, _STYLE.get(ch.status, "")), ch.section, ch.what, ch.detail, ch.fix)
     nfail = sum(1 for ch in rep.checks if ch.status == "FAIL")

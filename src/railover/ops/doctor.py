@@ -381,8 +381,13 @@ def parse_nccl_version(v: Any) -> Optional[List[int]]:
 def plugin_exports(path: Path) -> Dict[str, Any]:
     """dlopen the plugin like NCCL does (``RTLD_NOW | RTLD_LOCAL``) and look up its symbols.
     Returns ``{"path", "loaded", "error", "abi": [versions of ncclNetPlugin_vN], "collnet":
-    [...], "foreign": [tuner/profiler symbol names]}``; never raises."""
+    [...], "foreign": [tuner/profiler symbol names]}``, and ``"absent": "missing"`` or
+    ``"directory"`` when there is no file to load; never raises."""
     out: Dict[str, Any] = {"path": str(path), "loaded": False, "error": "", "abi": [], "collnet": [], "foreign": []}
+    if not Path(path).exists() or Path(path).is_dir():
+        out["absent"] = "directory" if Path(path).is_dir() else "missing"
+        out["error"] = "a directory, not the plugin file" if out["absent"] == "directory" else "no such file"
+        return out
     try:
         lib = ctypes.CDLL(str(path), mode=os.RTLD_NOW | os.RTLD_LOCAL)
     except OSError as e:
@@ -456,6 +461,13 @@ def nccl_checks(env: Mapping[str, str], plugin: Mapping[str, Any], torch: Option
         out.append(Check("plugin", _paths.PLUGIN_FILE, FAIL, plugin.get("error") or "plugin not found",
                          "fix or unset RAILOVER_NATIVE_DIR" if plugin.get("native_dir_error") else
                          "install it from the source tree: ./scripts/install.sh (or pip install .)"))
+    elif plugin.get("absent") == "missing":
+        out.append(Check("plugin", plugin["path"], FAIL, "no such file",
+                         f"give the path of a built plugin ({_paths.PLUGIN_FILE}), or leave --plugin out to check the "
+                         "installed one"))
+    elif plugin.get("absent") == "directory":
+        out.append(Check("plugin", plugin["path"], FAIL, "a directory, not the plugin file",
+                         f"give the file: {Path(plugin['path']) / _paths.PLUGIN_FILE}"))
     elif not plugin.get("loaded"):
         out.append(Check("plugin", plugin["path"], FAIL, f"dlopen failed: {plugin.get('error')}",
                          "check 'ldd' on the file for missing libraries and the glibc version"))
