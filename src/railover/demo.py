@@ -82,9 +82,24 @@ def check_rdma_options(given: Dict[str, Any]) -> None:
                                            for opt, why in bad), param_hint=[opt for opt, _ in bad])
 
 
-def prepare_out(out: Path):
-    """Create the output directory ``out`` (parents too) and take its lock file, before the
-    test bed is built. Returns the open lock file (held until the process exits). Raises
+class _OutLock:
+    """An flock held on the output directory itself (no lock file is left in it); released
+    by :meth:`close`, or when the object goes away."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    __del__ = close
+
+
+def prepare_out(out: Path) -> _OutLock:
+    """Create the output directory ``out`` (parents too) and lock it, before the test bed is
+    built. Returns the lock (hold it while writing; :meth:`_OutLock.close` releases it). Raises
     typer.BadParameter naming ``--out`` and the problem: a path that exists and is not a
     directory, one that cannot be created (e.g. under /proc), one that is not writable, or a
     directory another demo is writing to."""
@@ -96,12 +111,11 @@ def prepare_out(out: Path):
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise typer.BadParameter(f"cannot create the output directory {out}: {e.strerror or e}", param_hint="--out")
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise typer.BadParameter(f"cannot write into {out}: permission denied", param_hint="--out")
+    lock = _OutLock(os.open(out, os.O_RDONLY | os.O_DIRECTORY))
     try:
-        lock = open(out / ".demo.lock", "w")
-    except OSError as e:
-        raise typer.BadParameter(f"cannot write into {out}: {e.strerror or e}", param_hint="--out")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(lock.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         lock.close()
         raise typer.BadParameter(f"another railover demo is writing to {out}; wait for it or use another --out",

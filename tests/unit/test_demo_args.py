@@ -65,6 +65,7 @@ def test_prepare_out_creates_the_directory_and_refuses_a_second_demo(tmp_path):
     finally:
         lock.close()
     demo.prepare_out(out).close()  # released with the first one
+    assert list(out.iterdir()) == [], "no lock file is left behind in the user's directory"
 
 
 @pytest.mark.parametrize("rc, rc_b, b_report, want", [
