@@ -1,9 +1,11 @@
 """Helpers shared by the Typer commands."""
 from __future__ import annotations
 
+import inspect
 from typing import List
 
 import typer
+from typer.models import OptionInfo
 
 
 def given(ctx: typer.Context, *names: str) -> List[str]:
@@ -21,3 +23,31 @@ def refuse_given(ctx: typer.Context, names: List[str], why: str, param_hint: str
     g = given(ctx, *names)
     if g:
         raise typer.BadParameter(f"{', '.join(g)} appl{'ies' if len(g) == 1 else 'y'} {why}", param_hint=param_hint)
+
+
+def _reflow(doc: str) -> str:
+    """A docstring as help text: each paragraph joined into one line (the terminal wraps it;
+    rich keeps the docstring's line breaks in every paragraph but the first), except a
+    paragraph that starts with ``\\b`` (click's "keep as written")."""
+    paras = inspect.cleandoc(doc).split("\n\n")
+    return "\n\n".join(p if p.startswith("\b") else " ".join(line.strip() for line in p.splitlines())
+                       for p in paras)
+
+
+def tidy_help(app: typer.Typer) -> None:
+    """Prepare the --help of every command of ``app`` and its sub-apps: docstrings reflowed
+    (:func:`_reflow`), and a default that is a comma list shown with spaces after the
+    commas, so that it wraps in a narrow terminal instead of being cut with an ellipsis."""
+    for info in app.registered_commands:
+        cb = info.callback
+        if cb is None:
+            continue
+        if info.help is None and cb.__doc__:
+            info.help = _reflow(cb.__doc__)
+        for p in inspect.signature(cb).parameters.values():
+            o = p.default
+            if isinstance(o, OptionInfo) and isinstance(o.default, str) and "," in o.default and o.show_default is True:
+                o.show_default = o.default.replace(",", ", ")
+    for group in app.registered_groups:
+        if group.typer_instance is not None:
+            tidy_help(group.typer_instance)

@@ -90,6 +90,7 @@ def version_cmd():
 # Sub-command modules, each with register(app): declared here, imported eagerly, so a missing
 # or broken module is an error at start-up, never a silently absent command.
 from railover import demo  # noqa: E402
+from railover._cliutil import tidy_help  # noqa: E402
 from railover.bench import cli as bench_cli  # noqa: E402
 from railover.bench import soak as soak_cli  # noqa: E402
 from railover.ops import cli as ops_cli  # noqa: E402
@@ -97,6 +98,7 @@ from railover.testbed import cli as testbed_cli  # noqa: E402
 
 for _mod in (testbed_cli, demo, bench_cli, soak_cli, ops_cli):
     _mod.register(app)
+tidy_help(app)
 
 
 def main() -> None:

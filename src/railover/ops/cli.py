@@ -433,8 +433,8 @@ def launch_cmd(
                                "(the plugin then uses its defaults); a warning names each"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the environment changes and the command, run nothing"),
 ) -> None:
-    """Run a command (e.g. torchrun) with NCCL's environment set for railover:
-    ``railover launch -- torchrun --nproc-per-node 8 train.py``."""
+    """Run a command (e.g. torchrun) with NCCL's environment set for railover, as in
+    'railover launch -- torchrun --nproc-per-node 8 train.py'."""
     try:
         env, warnings = launch_env(os.environ, force)
     except LaunchConflict as e:
