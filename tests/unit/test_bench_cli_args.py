@@ -114,3 +114,9 @@ def test_report_skips_a_corrupt_json_and_names_it(tmp_path, monkeypatch):
     assert "skipped:" in text(r) and "failover.json" in text(r) and "(1 suite(s))" in text(r), text(r)
     md = (tmp_path / "summary.md").read_text()
     assert "## healthy" in md and "## failover" not in md
+
+
+def test_outage_without_peer_is_refused_not_ignored(tmp_path):
+    r = bench(tmp_path, "failover", "--outage-s", "5")
+    assert r.exit_code == 2 and not isinstance(r.exception, AssertionError), r.output
+    assert "--outage-s applies with --peer mptcp only" in text(r), text(r)

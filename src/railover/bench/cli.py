@@ -276,6 +276,8 @@ def register(app: typer.Typer) -> None:
             return
         if peer and against:
             raise typer.BadParameter("--peer and --against cannot be combined: run them one at a time")
+        if not peer and given(ctx, "outage_s"):
+            raise typer.BadParameter("--outage-s applies with --peer mptcp only", param_hint="--outage-s")
         if peer:
             if peer != "mptcp":
                 raise typer.BadParameter(f"unknown peer {peer!r}; the only peer is 'mptcp'")
