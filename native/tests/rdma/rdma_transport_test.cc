@@ -1131,5 +1131,101 @@ TEST_F(RdmaGdrTest, FlushFailsOnlyWhenEveryNicFails) {
   t->worker().drain();
 }
 
+// ---- orderly close: the CLOSE reaches the peer before its fence and before the stream's end ----
+
+// Delivers what `from` has posted to `to` once the closing side is seen waiting for it (its CQ
+// polled again, the QP still not in ERR) or gave up waiting (the QP went to ERR: nothing is
+// left to deliver then). Models a wire slower than the closing side's next step.
+std::thread deliverWhenAwaited(ibv_qp* from, ibv_qp* to) {
+  uint64_t polls0 = ::fake::cqPolls(from->send_cq);
+  return std::thread([from, to, polls0] {
+    uint64_t deadline = nowUs() + 20 * 1000 * 1000;
+    while (nowUs() < deadline && ::fake::state(from) != IBV_QPS_ERR && ::fake::cqPolls(from->send_cq) < polls0 + 3)
+      std::this_thread::yield();
+    ::fake::deliver(from, to);
+  });
+}
+
+TEST_F(RdmaPathTest, AReceiversCloseIsNotFlushedByItsOwnFence) {
+  bringUp();
+  rx->sendClose();
+  std::thread wire = deliverWhenAwaited(rq, sq);
+  rx->fence();  // RecvLink::close: sendClose() then the fence
+  wire.join();
+  std::string err;
+  CtlMsg m;
+  int r = 0;
+  for (uint64_t deadline = nowUs() + 2 * 1000 * 1000; r == 0 && nowUs() < deadline;) r = tx->recvCtl(&m, &err);
+  ASSERT_EQ(r, 1) << "the CLOSE was flushed by the fence: " << err;
+  EXPECT_EQ((int)m.type, (int)CtlType::kClose);
+}
+
+TEST_F(RdmaPathTest, AReceiversLastAckGoesOutBeforeItsCloseFence) {
+  bringUp();
+  CtlMsg ack;
+  ack.type = CtlType::kAck, ack.seq = 5;
+  rx->sendCtl(ack);
+  std::string err;
+  ASSERT_EQ(rx->flushCtl(&err), 0) << err;
+  rx->sendClose();
+  std::thread wire = deliverWhenAwaited(rq, sq);
+  rx->fence();
+  wire.join();
+  std::vector<CtlType> seen;
+  CtlMsg m;
+  for (uint64_t deadline = nowUs() + 2 * 1000 * 1000; seen.size() < 2 && nowUs() < deadline;) {
+    int r = tx->recvCtl(&m, &err);
+    ASSERT_GE(r, 0) << err;
+    if (r == 1) seen.push_back(m.type);
+  }
+  ASSERT_EQ(seen.size(), 2u) << "the final ACK or the CLOSE was flushed";
+  EXPECT_EQ((int)seen[0], (int)CtlType::kAck);
+  EXPECT_EQ((int)seen[1], (int)CtlType::kClose);
+}
+
+TEST_F(RdmaPathTest, ASendersCloseReachesTheReceiverBeforeItsStreamEnds) {
+  bringUp();
+  tx->sendClose();
+  std::thread wire = deliverWhenAwaited(sq, rq);
+  tx->fence();  // the QP's move to ERR, and the linger before it, run on the worker
+  wire.join();
+  t->worker().drain();
+  std::string err;
+  int r = 0;
+  for (uint64_t deadline = nowUs() + 2 * 1000 * 1000; r >= 0 && sink.ctls.empty() && nowUs() < deadline;)
+    r = rx->progress(sink, &err);
+  ASSERT_EQ(sink.ctls.size(), 1u) << "the receiver saw the stream end without the CLOSE: " << err;
+  EXPECT_EQ((int)sink.ctls[0].type, (int)CtlType::kClose);
+}
+
+TEST_F(RdmaPathTest, AnOrderlyCloseToADeadPeerDoesNotWait) {
+  bringUp();
+  rx.reset();  // the receiving process is gone: its bootstrap stream ends (no progress saw it yet)
+  tx->sendClose();
+  ASSERT_EQ(::fake::outstanding(sq).size(), 1u) << "the CLOSE is posted and nothing will complete it";
+  uint64_t polls = ::fake::cqPolls(sq->send_cq);
+  tx->fence();
+  t->worker().drain();
+  EXPECT_EQ(::fake::cqPolls(sq->send_cq), polls) << "the close waited (polled) for a CLOSE no one will take";
+  EXPECT_EQ(::fake::state(sq), IBV_QPS_ERR);
+}
+
+// The engine reads control before it calls a broken path a fault: a CLOSE (or ACK) already
+// polled off the CQ is handed out even when the same progress() saw the stream end after it.
+TEST_F(RdmaPathTest, AControlMessagePolledBeforeTheStreamEndedIsStillRead) {
+  bringUp();
+  rx->sendClose();
+  ::fake::deliver(rq, sq);  // the CLOSE is in the sender's CQ
+  rx.reset();               // then the stream ends
+  std::string err;
+  int p = 0;
+  for (uint64_t deadline = nowUs() + 2 * 1000 * 1000; p >= 0 && nowUs() < deadline;) p = tx->progress(&err);
+  ASSERT_EQ(p, -1) << "the stream's end was never seen";
+  CtlMsg m;
+  ASSERT_EQ(tx->recvCtl(&m, &err), 1) << "the CLOSE read before the end was dropped: " << err;
+  EXPECT_EQ((int)m.type, (int)CtlType::kClose);
+  EXPECT_EQ(tx->recvCtl(&m, &err), -1) << "then the fault";
+}
+
 }  // namespace
 }  // namespace railover

@@ -36,6 +36,7 @@ class FakeVerbsEnv : public ::testing::Environment {
 struct FakeCq {
   ibv_cq cq;  // first: the layer sees &cq
   std::deque<ibv_wc> wcs;
+  uint64_t polls = 0;  // ibv_poll_cq calls
 };
 
 struct FakeRecv {
@@ -130,6 +131,7 @@ void flushAll(FakeQp* q) {
 
 int opPollCq(ibv_cq* cq, int n, ibv_wc* wc) {
   WorldLock l(worldMu);
+  fcq(cq)->polls++;
   auto& d = fcq(cq)->wcs;
   int k = 0;
   while (k < n && !d.empty()) {
@@ -248,6 +250,15 @@ void setDmabuf(bool supported) {
   WorldLock l(worldMu);
   w().dmabuf = supported;
 }
+uint64_t cqPolls(ibv_cq* cq) {
+  WorldLock l(worldMu);
+  return fcq(cq)->polls;
+}
+void setNextQpn(uint32_t qpn) {
+  WorldLock l(worldMu);
+  w().nextQpn = qpn - 1;
+}
+
 int dmabufRegistrations() {
   WorldLock l(worldMu);
   return w().dmabufRegs;

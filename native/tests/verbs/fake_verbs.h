@@ -89,6 +89,11 @@ void setDmabuf(bool supported);
 int dmabufRegistrations();
 // The thread that made each ibv_create_qp call since reset(), in order. Thread-safe.
 std::vector<std::thread::id> qpCreators();
+// How many times ibv_poll_cq was called on `cq` (a test can see that a caller is polling, not
+// blocked or gone). Thread-safe.
+uint64_t cqPolls(ibv_cq* cq);
+// The number the next ibv_create_qp gives its QP (as HCAs reuse the numbers of destroyed QPs).
+void setNextQpn(uint32_t qpn);
 // Current state of a QP as the fake sees it.
 ibv_qp_state state(ibv_qp* qp);
 

@@ -5,6 +5,7 @@
 // while an HCA is dead, and a dmabuf whose caller closed its fd long before the re-open.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <memory>
@@ -226,6 +227,55 @@ TEST(MrSetReopen, ADmabufIsRegisteredAgainAfterItsCallerClosedTheFd) {
   EXPECT_EQ(fake::dmabufRegistrations(), 3);
   EXPECT_NE(mr.rkey(0), old);
   EXPECT_FALSE(fake::mrOnDeadContext(mr.rkey(0)));
+}
+
+// With no descriptor left to duplicate NCCL's dmabuf fd, the set registers with NCCL's own fd
+// on every HCA inside the call (not on the first one only).
+TEST(MrSetReopen, ADmabufWhoseFdCannotBeDuplicatedIsRegisteredOnEveryHca) {
+  fake::reset();
+  std::string err;
+  Hca a("fake0", &err), b("fake1", &err);
+  ASSERT_TRUE(a.ok() && b.ok()) << err;
+  std::vector<uint8_t> buf(4096);
+  int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);  // stands for the CUDA driver's dmabuf fd
+  ASSERT_GE(fd, 0);
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+  std::vector<int> filler;
+  rlimit low = old;
+  low.rlim_cur = std::min<rlim_t>(old.rlim_cur, 1024);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  for (int f; (f = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) filler.push_back(f);  // until EMFILE
+  std::unique_ptr<MrSet> mr(new MrSet({&a, &b}, buf.data(), buf.size(), /*offset=*/0, fd, &err));
+  for (int f : filler) close(f);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+  close(fd);
+  ASSERT_TRUE(mr->ok()) << err;
+  EXPECT_EQ(fake::dmabufRegistrations(), 2);
+  EXPECT_NE(mr->rkey(0), mr->rkey(1));
+}
+
+// A QP's number goes back to the HCA when the QP is destroyed; the next QP that gets it is not
+// dead because of the old one's fatal event.
+TEST(HcaQpEvents, AReusedQpNumberDoesNotInheritTheOldQpsFatalEvent) {
+  fake::reset();
+  std::string err;
+  Hca h("fake0", &err);
+  ASSERT_TRUE(h.ok()) << err;
+  std::unique_ptr<RcQp> old(new RcQp(h, portOf("fake0", 1), 16, 16, &err));
+  ASSERT_TRUE(old->ok()) << err;
+  uint32_t qpn = old->qp()->qp_num;
+  uint64_t epoch = old->epoch();
+  fake::asyncEvent(h.ctx(), IBV_EVENT_QP_FATAL, 0, old->qp());
+  h.pollAsync();
+  ASSERT_TRUE(h.qpFatal(qpn, epoch, nullptr));
+  old.reset();
+  fake::setNextQpn(qpn);
+  RcQp fresh(h, portOf("fake0", 1), 16, 16, &err);
+  ASSERT_TRUE(fresh.ok()) << err;
+  ASSERT_EQ(fresh.qp()->qp_num, qpn) << "the fake reuses the number";
+  std::string what;
+  EXPECT_FALSE(h.qpFatal(qpn, fresh.epoch(), &what)) << what;
 }
 
 TEST(MrSetReopen, ADmabufWithABadFdIsRefusedAtOnce) {

@@ -90,6 +90,14 @@ struct PathEnd {
   std::unique_ptr<Conn> conn_;
   std::string why_;          // the first cause the path broke with ("" while it works)
   uint64_t deadCheckUs_ = 0;
+  bool closing_ = false;     // sendClose() posted the CLOSE: the fence lingers for it first
+  // Whether the fence of an orderly close should first let the path's last sends complete:
+  // the CLOSE was posted and the bootstrap stream shows the peer alive (a dead peer's HCA
+  // never completes them: no linger for it).
+  bool lingerOnClose() {
+    std::string e;
+    return closing_ && why_.empty() && conn_ && !conn_->dead(&e);
+  }
   // Records `why` as the cause (the first one wins) and returns -1 with it in *err.
   int fail(const std::string& why, std::string* err) {
     if (why_.empty()) why_ = why;
@@ -262,15 +270,16 @@ class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink, priva
     return moved;
   }
 
+  // What the receiver sent before the path broke comes first (its ACKs, its CLOSE: the engine
+  // reads control before it calls a broken path a fault), then the fault.
   int recvCtl(CtlMsg* m, std::string* err) override {
+    if (!ctlIn_.empty()) return *m = ctlIn_.front(), ctlIn_.pop_front(), 1;
     if (!why_.empty()) return *err = why_, -1;
     if (stage_ != kReady || fenced_) return 0;
-    if (ctlIn_.empty()) sh_->path->progress(*this);
+    sh_->path->progress(*this);
+    if (!ctlIn_.empty()) return *m = ctlIn_.front(), ctlIn_.pop_front(), 1;
     if (!why_.empty()) return *err = why_, -1;
-    if (ctlIn_.empty()) return 0;
-    *m = ctlIn_.front();
-    ctlIn_.pop_front();
-    return 1;
+    return 0;
   }
 
   int recvNotice(bool withCtl, CtlMsg* m, std::string* err) override {
@@ -279,11 +288,12 @@ class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink, priva
       *m = noticeMsg_;
       return 1;
     }
+    if (withCtl && !ctlIn_.empty()) return recvCtl(m, err);
     if (!why_.empty()) return *err = why_, -1;
     if (stage_ != kReady || fenced_) return 0;
-    if (peerGone(err)) return -1;
-    if (!withCtl) return 0;
-    return recvCtl(m, err);
+    if (!withCtl) return peerGone(err) ? -1 : 0;
+    int r = recvCtl(m, err);
+    return r != 0 ? r : peerGone(err) ? -1 : 0;
   }
 
   void sendClose() override {
@@ -294,7 +304,7 @@ class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink, priva
       if (toVerbs(m, &v) && sh_->path->sendCtl(v, &e) <= 0) return;
     ctlOut_.clear();
     v.type = verbs::CtlType::kClose, v.seq = 0, v.arg = 0;
-    sh_->path->sendCtl(v, &e);
+    closing_ = sh_->path->sendCtl(v, &e) == 1;
   }
 
   void fence() override {
@@ -308,11 +318,18 @@ class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink, priva
     // path to ERR before it answers RESUME on another path, so nothing this QP still sends
     // can land after the resume. A QP still being brought up by the worker is left to it: no
     // advertisement ever reached it, so it can write nothing.
+    // An orderly close (sendClose posted the CLOSE) first lets the path's last sends complete,
+    // on the worker too, and only then ends the bootstrap stream: the receiver must read the
+    // CLOSE before it sees the stream end, or it would take the end for a fault.
     if (stage_ == kReady) {
       auto sh = sh_;
       int nic = nic_;
       RdmaTransport* t = &t_;
-      t_.worker().post([sh, nic, t] {
+      std::shared_ptr<Conn> conn;
+      if (lingerOnClose()) conn = std::move(conn_);
+      t_.worker().post([sh, nic, t, conn]() mutable {
+        if (conn) sh->path->lingerSends(kCloseLingerMs);
+        conn.reset();
         verbs::FenceResult fr = sh->path->fence(0);
         if (!fr.err.empty() || fr.us > kSlowFenceUs)
           RO_WARN("railover: RDMA fence of a send path on %s port %d: %s%llu us", t->port(nic).sel.dev.c_str(),
@@ -481,15 +498,14 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
   }
   int flushCtl(std::string* err) override { return flush(err) < 0 ? -1 : 0; }
 
-  int recvCtl(CtlMsg* m, std::string* err) override {
+  int recvCtl(CtlMsg* m, std::string* err) override {  // as the sender's: what came first, first
+    if (!ctlIn_.empty()) return *m = ctlIn_.front(), ctlIn_.pop_front(), 1;
     if (!why_.empty()) return *err = why_, -1;
     if (stage_ != kReady || fenced_) return 0;
-    if (ctlIn_.empty()) sh_->path->progress(*this);
+    sh_->path->progress(*this);
+    if (!ctlIn_.empty()) return *m = ctlIn_.front(), ctlIn_.pop_front(), 1;
     if (!why_.empty()) return *err = why_, -1;
-    if (ctlIn_.empty()) return peerGone(err) ? -1 : 0;
-    *m = ctlIn_.front();
-    ctlIn_.pop_front();
-    return 1;
+    return peerGone(err) ? -1 : 0;
   }
 
   void sendClose() override {
@@ -498,11 +514,16 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
     if (flush(&e) < 0 || !out_.empty()) return;
     verbs::CtlMsg v;
     v.type = verbs::CtlType::kClose;
-    sh_->path->sendCtl(v, &e);
+    closing_ = sh_->path->sendCtl(v, &e) == 1;
   }
 
+  // The engine's close of a comm (and of a path) ends here: after it, nothing the sender
+  // writes can land. An orderly close (sendClose posted the CLOSE) first lets the path's last
+  // sends, its final ACKs and the CLOSE, complete (bounded by kCloseLingerMs): the fence would
+  // flush them, and the sender would miss its last ACKs and take the stream's end for a fault.
   void fence() override {
     if (fenced_) return;
+    if (stage_ == kReady && lingerOnClose()) sh_->path->lingerSends(kCloseLingerMs);
     fenced_ = true;
     if (stage_ == kReady) {
       fenceAndReport(t_, nic_, *sh_->path);

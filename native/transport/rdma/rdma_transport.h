@@ -78,6 +78,12 @@ namespace rdma {
 // Longest a receiver's fence waits for the flush of its posted receives, ms. rxe flushes in
 // well under a millisecond; the bound only matters on a wedged HCA (logged when reached).
 constexpr int kFenceDrainMs = 100;
+// An orderly close waits up to this long for the path's last sends (the CLOSE, the final ACKs)
+// to complete before its QP goes to ERR, which would flush them (verbs::PathBase::lingerSends);
+// only while the bootstrap stream shows the peer alive. A completion takes microseconds on an
+// HCA and a few ms on rxe under TCG; on expiry the close goes on as before (the peer then
+// sees the path end without its CLOSE).
+constexpr int kCloseLingerMs = 100;
 // A fence that takes longer than this (µs) is logged with its duration: the engine answers
 // RESUME only after the receiver's fences of older paths finished, so a slow one delays a
 // failover by as much (it no longer blocks NCCL's thread: RdmaRecvPath::fenceAsync).

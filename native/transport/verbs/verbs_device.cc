@@ -274,6 +274,11 @@ bool Hca::deviceFatal() {
   return deviceFatal_;
 }
 
+void Hca::forgetQp(uint32_t qpn, uint64_t epoch) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (epoch == cur_.epoch) fatalQps_.erase(qpn);
+}
+
 bool Hca::qpFatal(uint32_t qpn, uint64_t epoch, std::string* what) {
   std::lock_guard<std::mutex> g(mu_);
   if (epoch != cur_.epoch) {

@@ -140,6 +140,9 @@ class Hca {
   // QP_ACCESS_ERR, PATH_MIG_ERR) named it, or its opening reported DEVICE_FATAL or was replaced
   // by a re-open. *what gets the event name.
   bool qpFatal(uint32_t qpn, uint64_t epoch, std::string* what);
+  // QP `qpn` of opening `epoch` was destroyed: its number may be given to a new QP, which must
+  // not inherit the old one's fatal event. Called by ~RcQp after ibv_destroy_qp.
+  void forgetQp(uint32_t qpn, uint64_t epoch);
 
  private:
   std::string dev_;

@@ -50,6 +50,7 @@ MrSet::MrSet(const std::vector<Hca*>& hcas, void* addr, size_t size, uint64_t of
   }
   ok_ = true;
   for (size_t i = 0; i < hcas_.size() && ok_ && size_; ++i) ok_ = refresh(i, err);
+  tmpFd_ = -1;  // NCCL's fd is only good inside regMrDmaBuf: every HCA was registered with it
   if (!ok_) dropAll();
 }
 
@@ -78,7 +79,6 @@ bool MrSet::refresh(size_t i, std::string* err) {
     }
     regs_.emplace_back(i, std::unique_ptr<Reg>(new Reg{m, o.epoch}));
     slots_[i].cur.store(regs_.back().second.get(), std::memory_order_release);
-    tmpFd_ = -1;  // NCCL's fd is only good inside regMrDmaBuf
     return true;
   }
 }

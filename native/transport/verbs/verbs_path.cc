@@ -397,6 +397,16 @@ void PathBase::pollLane(int lane) {
   }
 }
 
+bool PathBase::lingerSends(int timeoutMs) {
+  uint64_t deadline = nowUs() + static_cast<uint64_t>(timeoutMs) * 1000u;
+  while (connected_ && !fenced_ && !broken_ && outstanding() > 0 && nowUs() < deadline) {
+    int before = outstanding();
+    pollOnce();
+    if (outstanding() == before) waitIdle(1);
+  }
+  return outstanding() == 0;
+}
+
 FenceResult PathBase::fence(int timeoutMs) {
   FenceResult r;
   uint64_t t0 = nowUs();

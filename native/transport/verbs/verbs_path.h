@@ -192,6 +192,12 @@ class PathBase {
   // timeoutMs passed. After it returns (with err empty) nothing sent on these QPs can
   // land in this side's registered memory, and no completion of them remains to be seen later.
   FenceResult fence(int timeoutMs);
+  // For an orderly close, before fence(): polls (what it finds waits for the next progress())
+  // until every send posted on the path has completed, i.e. the peer's HCA took it, or the
+  // path broke, or timeoutMs passed; true when none is left. A control message posted last
+  // (the CLOSE, the final ACKs) is then not flushed by the fence that follows. Blocks for up to
+  // timeoutMs: for a close only, never for a progress call.
+  bool lingerSends(int timeoutMs);
   bool fenced() const { return fenced_; }
 
   bool broken() const { return broken_; }

@@ -202,7 +202,11 @@ RcQp::RcQp(Hca& hca, const PortSel& port, int sendDepth, int recvDepth, std::str
 }
 
 RcQp::~RcQp() {
-  if (qp_) api_.destroy_qp(qp_);
+  if (qp_) {
+    uint32_t qpn = qp_->qp_num;
+    api_.destroy_qp(qp_);
+    hca_.forgetQp(qpn, epoch_);  // the number may now go to a new QP
+  }
   if (cq_) {
     if (unacked_) api_.ack_cq_events(cq_, unacked_);
     api_.destroy_cq(cq_);
