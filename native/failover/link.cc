@@ -1343,6 +1343,7 @@ void RecvLink::arrived(const ChunkRef& f, bool discarded) {
     m.done = true;
     RecvReq& r = *m.req;
     r.bufs()[m.idx].size = m.total;
+    r.bufs()[m.idx].nic = active >= 0 ? paths[active].localNic : dev_;  // only the active path delivers
     if (++r.ndone == r.n) r.done = true;
     while (nextComplete_ < nextPost_ && msgs_.at(nextComplete_).done) nextComplete_++;
     while (reqComplete_ < reqPost_ && ring_[reqComplete_ % kRing].done) reqComplete_++;
@@ -1535,7 +1536,15 @@ ncclResult_t RecvLink::test(RecvReq* r, int* done, int* sizes) {
   if (r->done) r->released = true;
   if (r->done && sizes)
     for (int i = 0; i < r->n; ++i) sizes[i] = (int)r->bufs()[i].size;
+  if (r->done)
+    for (int i = 0; i < r->n; ++i)
+      if (r->bufs()[i].size > 0) flushBuf_ = r->bufs()[i].data, flushNic_ = r->bufs()[i].nic;
   return ncclSuccess;
+}
+
+int RecvLink::flushNic(const void* data) const {
+  if (data && data == flushBuf_ && flushNic_ >= 0) return flushNic_;
+  return active >= 0 ? paths[active].localNic : dev_;
 }
 
 void RecvLink::close() {

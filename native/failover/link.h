@@ -371,6 +371,7 @@ struct RecvBuf {
   void* mhandle = nullptr;  // NCCL's registration of `data` (Transport::regMr)
   bool matched = false;  // a message was assigned to it
   uint64_t size = 0;     // bytes received (valid once its message is complete)
+  int nic = -1;          // local NIC of the path that completed its message (iflush reads through it)
 };
 
 // A receive request: n buffers (n > 1: a grouped receive) filled by the next n messages of
@@ -505,6 +506,18 @@ class RecvLink : public Link, public RecvSink {
   uint64_t nextPost_ = 0;       // message seqs below this one have a posted buffer
   uint64_t nextComplete_ = 0;   // every seq < nextComplete_ is complete
   std::string usageMsg_;        // the caller's error (truncation, tag mismatch)
+ public:
+  // The NIC iflush must read through for buffer `data`: the one whose path completed the
+  // message in it, when `data` is the last buffer with bytes of the receive test() last
+  // reported done (NCCL flushes right after that test); else the active path's NIC, or the
+  // comm's device when none is active. A failback or failover between the message's arrival
+  // and the flush must not move the READ to another HCA, which would not order the first
+  // one's writes to GPU memory. Caller holds mu.
+  int flushNic(const void* data) const;
+
+ private:
+  const uint8_t* flushBuf_ = nullptr;  // see flushNic()
+  int flushNic_ = -1;
   uint64_t ackSent_ = 0;
   uint64_t lastCallUs_ = 0;  // NCCL's last irecv/test on this comm, µs (the idle pass starts after it)
   const char* dir() const override { return "recv"; }

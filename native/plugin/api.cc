@@ -264,8 +264,8 @@ ncclResult_t iflush(void* recvComm, int n, void** data, int* sizes, void** mhand
     return ncclInternalError;
   }
   // As NCCL's IB transport: one READ of the last buffer that received bytes, through the NIC
-  // the data came on (the active path's; after a failover the resend rewrote every byte of
-  // the message through it, see docs/DESIGN.md "GPUDirect").
+  // the data came on (the path that completed the message; after a failover the resend
+  // rewrote every byte of the message through it, see docs/DESIGN.md "GPUDirect").
   int last = -1;
   for (int i = 0; i < n; ++i)
     if (sizes[i] > 0) last = i;
@@ -273,7 +273,7 @@ ncclResult_t iflush(void* recvComm, int n, void** data, int* sizes, void** mhand
   int nic;
   {
     std::lock_guard<std::mutex> g(link->mu);
-    nic = link->active >= 0 ? link->paths[link->active].localNic : link->dev();
+    nic = link->flushNic(data[last]);
   }
   std::string err;
   std::unique_ptr<FlushOp> op = rt().transport->flush(nic, data[last], mhandles ? mhandles[last] : nullptr, &err);
