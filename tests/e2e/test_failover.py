@@ -145,6 +145,30 @@ def test_long_outage_is_retried_with_capped_backoff_then_fails_back(testbed):
     assert r["failback_ms"] <= 400 + 500 + 3000, res.analyze()
 
 
+@pytest.mark.parametrize("kind", ["HostDown", "Silent"])
+def test_both_nics_down_shorter_than_the_fatal_timeout_recovers_without_loss(testbed, kind):
+    """Both of A's NICs lost for 10 s (carrier: HostDown; a silent black hole of both: Silent),
+    longer than every detection and back-off step but within RAILOVER_FATAL_TIMEOUT (60 s):
+    recovery never gives up, so after the repair every comm resumes where it stopped, the job
+    completes with every byte, and nothing is fatal."""
+    tb = testbed("T2")
+    cls = getattr(faults, kind)
+    fa0, fa1 = cls(tb.nic("a0")), cls(tb.nic("a1"))
+    env = {"RAILOVER_FATAL_TIMEOUT": "60", "RAILOVER_HOLD_DOWN_MS": "1000", "RAILOVER_BACKOFF_MAX_MS": "1000"}
+    steps = [Step(2, "apply", fa0), Step(2, "apply", fa1), Step(12, "undo", fa0), Step(12, "undo", fa1)]
+    res = run_scenario(tb, steps, duration_s=22, env=env, timeout_s=120)
+    assert res.wrong_bytes == 0
+    assert [r.returncode for r in res.perf.ranks] == [0, 0], [r.stderr[-2000:] for r in res.perf.ranks]
+    assert not res.select("fatal"), res.select("fatal")
+    repair = steps[2].t_us
+    # every send comm that lost its path resumed after the repair (a failover or recovery onto a
+    # reconnected path: with no path left there is nothing to move to before it)
+    lost = {e["comm"] for e in res.select("path_down") if e.get("dir") == "send" and e.get("active")}
+    assert lost, "the fault took no active path down"
+    resumed = {e["comm"] for ev in ("failover", "recover", "failback") for e in res.select(ev, repair)}
+    assert lost <= resumed, (lost, resumed)
+
+
 def test_both_nics_down_is_a_clean_error_within_the_fatal_timeout(testbed):
     tb = testbed("T2")
     fa0, fa1 = faults.HostDown(tb.nic("a0")), faults.HostDown(tb.nic("a1"))

@@ -458,6 +458,50 @@ def test_both_rails_down_is_a_clean_error_within_the_fatal_timeout(rdma_bed, tmp
     crash_retry(bed, body)
 
 
+def test_both_rails_down_shorter_than_the_fatal_timeout_recovers_and_closes_cleanly(rdma_bed, tmp_path):
+    """Both of guest A's cables pulled for 30 s of A's clock: longer than the TCG probe
+    detection (10 s), so both guests judge every pair down and every path fails, but within
+    RAILOVER_FATAL_TIMEOUT (200 s). Recovery never gives up: after the repair each guest's send
+    comm resumes (recover, failover or failback), the collective completes with every byte and
+    nothing is fatal. The orderly close at the end is no fault: no path_down after the run was
+    told to stop (the CLOSE reaches the peer before the bootstrap stream ends)."""
+    bed = rdma_bed
+
+    def body():
+        run = _Background(bed, tmp_path, {"RAILOVER_FATAL_TIMEOUT": "200", "RAILOVER_HOLD_DOWN_MS": "1000"},
+                          duration=600, timeout_s=900, stoppable=True)
+        pulls = []
+        try:
+            run.wait_armed()
+            pulls = [rf.CablePull(bed, "a0").apply(), rf.CablePull(bed, "a1").apply()]
+            _hold_guest_time(bed, "A", 30)
+            for f in pulls:
+                f.undo()
+            pulls = []
+            repaired = {h: bed.guest_now_us(h) for h in ("A", "B")}
+
+            def resumed():
+                return all(any(e.get("event") in ("recover", "failover", "failback") and e["t_us"] >= repaired[h]
+                               and e.get("comm") for e in _journal(bed, h)) for h in ("A", "B"))
+            poll_until(resumed, 240, 1.0, "a send comm resuming in each guest after the repair")
+            _hold_guest_time(bed, "A", 5)  # traffic on the recovered paths before the stop
+        finally:
+            for f in pulls:
+                f.undo()
+            res = run.result()
+        assert res.ok, res.describe()
+        assert res.wrong_total == 0
+        evs = _events(tmp_path)
+        assert not _named(evs, "fatal"), _named(evs, "fatal")
+        for r in (0, 1):
+            assert _named(_rank_events(tmp_path, r), "path_down"), f"rank {r}: the pull took no path down"
+        closing = [e for r, host in ((0, "A"), (1, "B")) for e in _named(_rank_events(tmp_path, r), "path_down")
+                   if e["t_us"] >= run.stop_us[host]]
+        assert not closing, closing
+
+    crash_retry(bed, body)
+
+
 def test_ranks_on_different_transports_fail_with_a_clear_error(rdma_bed, tmp_path):
     """Rank 0 runs rdma, rank 1 tcp: connect refuses the peer's handle and names both."""
     bed = rdma_bed
