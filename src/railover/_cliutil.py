@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import inspect
-from typing import List
+import math
+from typing import List, Optional
 
 import typer
 from typer.models import OptionInfo
@@ -23,6 +24,22 @@ def refuse_given(ctx: typer.Context, names: List[str], why: str, param_hint: str
     g = given(ctx, *names)
     if g:
         raise typer.BadParameter(f"{', '.join(g)} appl{'ies' if len(g) == 1 else 'y'} {why}", param_hint=param_hint)
+
+
+def finite(value: Optional[float]) -> Optional[float]:
+    """Typer callback of a float option: refuses nan and inf (exit 2, naming the option), which
+    a range (``min=``) lets through; None (not given) passes."""
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a finite number.")
+    return value
+
+
+def positive(value: Optional[float]) -> Optional[float]:
+    """Typer callback of a float option that must be finite and > 0 (a duration): the open
+    bound that ``min=`` (x >= min) cannot express. None (not given) passes."""
+    if finite(value) is not None and value <= 0:
+        raise typer.BadParameter(f"{value:g} is not in the range x>0.")
+    return value
 
 
 def _reflow(doc: str) -> str:

@@ -29,6 +29,7 @@ from rich.live import Live
 from rich.table import Table
 
 from railover import _paths, params, prereqs
+from railover._cliutil import finite
 from railover.sizes import check_size
 from railover.testbed import faults as F
 from railover.testbed.scenario import ScenarioError, ScenarioResult, Step, read_journal, run_scenario
@@ -394,9 +395,9 @@ def register(app: typer.Typer) -> None:
         transport: str = typer.Option("tcp", "--transport",
                                       help="tcp: namespace test bed; rdma: two QEMU guests with Soft-RoCE (the plugin's "
                                            "verbs transport; 1 rank per guest)"),
-        fault_for: Optional[float] = typer.Option(None, "--fault-for", min=0.5,
+        fault_for: Optional[float] = typer.Option(None, "--fault-for", min=0.5, callback=finite,
                                                   help="seconds each fault lasts before repair (default 5; tcp only)"),
-        duration: Optional[float] = typer.Option(None, "--duration",
+        duration: Optional[float] = typer.Option(None, "--duration", min=0, callback=finite,
                                                  help="seconds of all-reduce (default 0 = fit the faults; tcp only)"),
         size: Optional[str] = typer.Option(None, "--size", help="all-reduce size in bytes (8, 64K, 4M, ...; "
                                                                 "default 4M, with --transport rdma 1M)"),

@@ -37,7 +37,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from railover._cliutil import given, refuse_given
+from railover._cliutil import finite, given, positive, refuse_given
 from railover.bench import common as C
 from railover.sizes import check_size
 
@@ -250,7 +250,8 @@ def register(app: typer.Typer) -> None:
                                               "unless given)"),
                      peer: str = typer.Option("", "--peer", help="'mptcp': the same faults, same bed, same run, against "
                                               "Linux MPTCP with a backup subflow (kinds port-down,silent)"),
-                     outage_s: float = typer.Option(-1, "--outage-s", show_default=False, help="with --peer: rail-0 outage before the "
+                     outage_s: Optional[float] = typer.Option(None, "--outage-s", callback=positive, show_default=False,
+                                                              help="with --peer: rail-0 outage before the "
                                                     "second fault (default 60, or 5 with --quick)"),
                      against: Optional[Path] = typer.Option(None, "--against", help="another railover plugin (the .so, "
                                                             "or a build directory holding it): the same faults, "
@@ -286,7 +287,7 @@ def register(app: typer.Typer) -> None:
             try:
                 from railover.bench.mptcp import MptcpError
                 rep = fo.run_peers(out, quick=quick, faults=faults or None, kinds=pk, size=size,
-                                   outage_s=None if outage_s < 0 else outage_s, console=console)
+                                   outage_s=outage_s, console=console)
             except MptcpError as e:
                 console.print(f"[red]the MPTCP peer could not run:[/] {e}")
                 raise typer.Exit(2)
@@ -344,7 +345,7 @@ def register(app: typer.Typer) -> None:
     def scale_cmd(out: Path = OUT, quick: bool = QUICK,
                   comms: str = typer.Option("1,32,128,512,1024", "--channels", "--comms",
                                             help="channels per process; each is 1 send + 1 receive comm (targets judged at 512 = 1024 comms)"),
-                  idle_s: float = typer.Option(0.0, "--idle-seconds", min=0, help="idle CPU window (0: 10, or 1 with --quick)"),
+                  idle_s: float = typer.Option(0.0, "--idle-seconds", min=0, callback=finite, help="idle CPU window (0: 10, or 1 with --quick)"),
                   transport: str = TRANSPORT):
         """2..2048 comms per process (1..1024 channels): connect time, memory per comm, CPU of idle standby probing,
         time until every comm on a failed NIC has converged."""
@@ -367,8 +368,9 @@ def register(app: typer.Typer) -> None:
                  bw_sizes: str = typer.Option("", "--bw-sizes", help="busbw sizes (default 64K,1M,4M, or 1M with --quick)"),
                  rounds: int = typer.Option(0, "--rounds", min=0, help="interleaved busbw rounds (0: 2, or 1 with --quick)"),
                  bare: int = typer.Option(2, "--bare-faults", min=0, help="cable pulls with RAILOVER_STANDBY=none"),
-                 bare_bound_s: float = typer.Option(0, "--bare-bound-s", min=0, help="wait for the bare RC error (0: 90 s, or 45 with --quick)"),
-                 bare_retry_cnt: int = typer.Option(-1, "--bare-retry-cnt", show_default=False, help="NCCL_IB_RETRY_CNT for the bare RC "
+                 bare_bound_s: float = typer.Option(0, "--bare-bound-s", min=0, callback=finite, help="wait for the bare RC error (0: 90 s, or 45 with --quick)"),
+                 bare_retry_cnt: Optional[int] = typer.Option(None, "--bare-retry-cnt", min=0, max=7, show_default=False,
+                                                              help="NCCL_IB_RETRY_CNT for the bare RC "
                                                     "runs (default: the plugin's, NCCL's 7 = retry forever on rxe)"),
                  phases: str = typer.Option("convergence,bare,busbw", "--phases", help="convergence, bare, busbw"),
                  bw_variants: str = typer.Option(",".join(DEFAULT_RDMA_BW_VARIANTS), "--bw-variants",
@@ -388,7 +390,7 @@ def register(app: typer.Typer) -> None:
         rep = _run_suite("rdma", out, quick, console, faults=faults or None, kinds=_csv(kinds), size=size,
                          bw_sizes=_csv(bw_sizes) or None, rounds=rounds or None, bare_faults=bare,
                          bare_bound_s=bare_bound_s or None, phases=_csv(phases),
-                         bare_retry_cnt=None if bare_retry_cnt < 0 else bare_retry_cnt,
+                         bare_retry_cnt=bare_retry_cnt,
                          bw_variants=_csv(bw_variants), wire=wire, faults_per_run=faults_per_run)
         _finish([rep], console)
 

@@ -662,13 +662,16 @@ def tables(data: Dict[str, Any]) -> List[Table]:
 def register(app) -> None:
     import typer
 
+    from railover._cliutil import positive
+
     @app.command("soak")
     def soak_cmd(duration: str = typer.Option("1h", "--duration", "-d", help="how long: 120, 90s, 2m, 1h, 1h30m (at least 60 s)"),
                  layout: str = typer.Option("T2", "--layout", help="test bed layout: T2, T2-flat, T3, T3-flat, <H>x<M>[-flat]"),
                  seed: Optional[int] = typer.Option(None, "--seed", help="seed of the fault sequence (default: random, printed)"),
                  out: Path = typer.Option(Path("railover-soak"), "--out", "-o", help="output directory (soak.json, journals)"),
                  size: str = typer.Option("1M", "--size", help="all-reduce size per iteration"),
-                 hang_bound: float = typer.Option(10.0, "--hang-bound", help="seconds without progress that make a hang"),
+                 hang_bound: float = typer.Option(10.0, "--hang-bound", callback=positive,
+                                                   help="seconds without progress that make a hang (> 0)"),
                  kinds: str = typer.Option(",".join(KINDS), "--kinds", help="fault kinds to draw from")):
         """Random faults of every kind at random times against a checked all-reduce for
         --duration; then faults per kind, failovers, failbacks, wrong bytes, hangs, errors,
@@ -681,8 +684,6 @@ def register(app) -> None:
             Topology.from_layout(layout).validate()
         except ValueError as e:
             raise typer.BadParameter(str(e))
-        if hang_bound <= 0:
-            raise typer.BadParameter("--hang-bound must be > 0 seconds")
         check_size(size)
         try:
             data = soak(d, out, layout=layout, seed=seed, size=size, hang_bound_s=hang_bound,

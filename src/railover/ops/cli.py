@@ -27,6 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from railover import _paths, envvars, params
+from railover._cliutil import finite, positive
 from railover.ops import state as st
 
 _console = Console(width=max(100, shutil.get_terminal_size((140, 24)).columns))
@@ -179,7 +180,7 @@ def status_cmd(
     journal: Optional[List[Path]] = typer.Option(None, "--journal", help="extra event journal file or directory (repeatable)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON document instead of tables"),
     watch: bool = typer.Option(False, "--watch", "-w", help="refresh until Ctrl-C"),
-    interval: float = typer.Option(1.0, "--interval", help="refresh interval of --watch, seconds"),
+    interval: float = typer.Option(1.0, "--interval", callback=positive, help="refresh interval of --watch, seconds (> 0)"),
     events: int = typer.Option(15, "--events", min=0, help="how many recent journal events to show (0: none)"),
     all_events: bool = typer.Option(False, "--all-events", help="include routine events (path_state: every path "
                                     "transition) in the recent events"),
@@ -189,8 +190,6 @@ def status_cmd(
     """Show railover's live state on this host: NICs and their health, comms per NIC (active vs
     standby paths), failover counters, recent journal events."""
     dirs = _dirs(state_dir)
-    if interval <= 0:
-        _fail("--interval must be > 0 seconds")
     for w in _path_warnings(state_dir, dirs, journal):
         typer.echo(f"warning: {w}", err=True)
     if prune:
@@ -502,12 +501,12 @@ def render_drill(res: Any) -> Group:
 
 def drill_cmd(
     nic: str = typer.Option(..., "--nic", help="interface to take down"),
-    down_for: float = typer.Option(..., "--down-for", help="how long the NIC stays down, seconds"),
+    down_for: float = typer.Option(..., "--down-for", callback=positive, help="how long the NIC stays down, seconds (> 0)"),
     yes: bool = typer.Option(False, "--yes", help="really do it (the NIC goes down on this host)"),
     netns: Optional[str] = typer.Option(None, "--netns", help="the NIC lives in this named network namespace"),
     state_dir: Optional[List[Path]] = typer.Option(None, "--state-dir", help="directory of state files (repeatable)"),
     journal: Optional[List[Path]] = typer.Option(None, "--journal", help="extra event journal file or directory (repeatable)"),
-    wait_failback: float = typer.Option(30.0, "--wait-failback", help="after the NIC is back, wait this long (s) at most for failback"),
+    wait_failback: float = typer.Option(30.0, "--wait-failback", min=0, callback=finite, help="after the NIC is back, wait this long (s) at most for failback"),
     force: bool = typer.Option(False, "--force", help="take the NIC down even when no running railover process uses "
                                "it (nothing to observe)"),
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
@@ -517,10 +516,6 @@ def drill_cmd(
     Needs --yes; refuses when no railover process uses the NIC (unless --force). The NIC is
     restored on Ctrl-C/SIGTERM."""
     from railover.ops import drill as dl
-    if not down_for > 0:
-        _fail(f"--down-for must be > 0 seconds, got {down_for:g}")
-    if not wait_failback >= 0:
-        _fail(f"--wait-failback must be >= 0 seconds, got {wait_failback:g}")
     if not yes:
         where = f" in network namespace {netns}" if netns else " on this host"
         _fail(f"refusing to run: the drill takes {nic}{where} DOWN for {down_for:g} s, cutting every connection "

@@ -41,9 +41,9 @@ def up_cmd(
     ctx: typer.Context,
     layout: str = typer.Option("T2", "--layout", "-l",
                                help="T2, T2-flat, T3, T3-flat or <hosts>x<nics>[-flat]"),
-    hosts: Optional[int] = typer.Option(None, help="override the number of hosts"),
-    nics: Optional[int] = typer.Option(None, help="override the NICs per host"),
-    base: int = typer.Option(0, help="second address octet: addresses are 10.<base>.x.y"),
+    hosts: Optional[int] = typer.Option(None, min=1, max=254, help="override the number of hosts"),
+    nics: Optional[int] = typer.Option(None, min=1, max=99, help="override the NICs per host"),
+    base: int = typer.Option(0, min=0, max=255, help="second address octet: addresses are 10.<base>.x.y"),
     prefix: Optional[str] = typer.Option(None, help="use this prefix ('ro' + 4 lowercase letters/digits) instead of a random one"),
     detach: bool = typer.Option(False, "--detach", "-d",
                                 help="leave the bed up and exit (remove it with 'railover testbed down')"),
@@ -51,7 +51,7 @@ def up_cmd(
                                            help="flat layouts: no per-NIC policy routing (main table only)"),
     rdma: bool = typer.Option(False, "--rdma", help="QEMU guests with Soft-RoCE (rxe) NICs instead of namespaces "
                                                      "(2 hosts; see docs/RDMA-TESTBED.md)"),
-    rails: int = typer.Option(2, "--rails", help="with --rdma: rail NICs per guest"),
+    rails: int = typer.Option(2, "--rails", min=1, max=8, help="with --rdma: rail NICs per guest"),
     kernel: str = typer.Option("6.1", "--kernel", help="with --rdma: guest kernel series, 6.1 or 6.12"),
     accel: str = typer.Option("auto", "--accel", help="with --rdma: auto, kvm or tcg"),
     wire: str = typer.Option("stream", "--wire", help="with --rdma: NIC wires, stream (lossless) or udp (lossy "
