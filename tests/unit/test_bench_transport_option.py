@@ -49,6 +49,8 @@ def recorded(monkeypatch, tmp_path: Path):
     (["failover", "--size", "1M"], ["convergence", "bare"], {"size": "1M"}),   # given: kept, even as the TCP default
     (["failover", "--size", "4M"], ["convergence", "bare"], {"size": "4M"}),
     (["failback", "--hold-down-ms", "2000"], ["convergence"], {"hold_down_ms": 2000}),
+    (["failback", "--hold-down-ms", "3000"], ["convergence"], {"hold_down_ms": 3000}),  # given: kept, even as the TCP default
+    (["failback"], ["convergence"], {}),
     (["failback", "--kinds", "silent,one-way"], ["convergence"], {"kinds": ["silent", "one-way"]}),
 ])
 def test_rdma_runs_the_matching_part_of_the_rdma_suite(app, recorded, tmp_path, argv, phases, extra):
@@ -62,6 +64,8 @@ def test_rdma_runs_the_matching_part_of_the_rdma_suite(app, recorded, tmp_path, 
         assert "kinds" not in recorded[0], "the rdma suite's own default kinds apply"
     if "--size" not in argv:
         assert "size" not in recorded[0], "the rdma suite's own default size (256K) applies"
+    if "--hold-down-ms" not in argv:
+        assert "hold_down_ms" not in recorded[0], "the rdma suite's own default hold-down (1000 ms) applies"
 
 
 @pytest.mark.parametrize("suite,kinds", [

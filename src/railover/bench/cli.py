@@ -317,16 +317,21 @@ def register(app: typer.Typer) -> None:
                      kinds: str = typer.Option("port-down,silent", "--kinds", help="port-down, host-down, addr-del, silent, one-way; "
                                                "with --transport rdma: as bench failover --transport rdma"),
                      hold_down_ms: int = typer.Option(3000, "--hold-down-ms", min=0, help="RAILOVER_HOLD_DOWN_MS of the runs, ms "
-                                                      "(3000 is the plugin's default)"),
+                                                      "(3000 is the plugin's default; with --transport rdma: 1000, "
+                                                      "the RDMA suite's, unless given)"),
                      transport: str = TRANSPORT):
         """Repair -> traffic back on the primary, minus the hold-down; busbw after failback
         relative to before the fault. --transport rdma: the RDMA test bed's fault cycles, whose
         table has the failback convergence per kind (--faults, --hold-down-ms apply; kinds as
         `bench failover --transport rdma`)."""
         console = _console()
-        kw = {"kinds": _rdma_kinds(kinds)} if transport == "rdma" and given(ctx, "kinds") else {}
-        if _rdma_part("failback", transport, console, out, quick, ["convergence"], faults=faults or None,
-                      hold_down_ms=hold_down_ms, **kw):
+        # On rdma the suite's own defaults apply unless given: its fault kinds, and its hold-down (1000 ms).
+        kw: Dict[str, Any] = {}
+        if transport == "rdma" and given(ctx, "kinds"):
+            kw["kinds"] = _rdma_kinds(kinds)
+        if transport == "rdma" and given(ctx, "hold_down_ms"):
+            kw["hold_down_ms"] = hold_down_ms
+        if _rdma_part("failback", transport, console, out, quick, ["convergence"], faults=faults or None, **kw):
             return
         rep = _run_suite("failback", out, quick, console, faults=faults or None, kinds=_csv(kinds),
                          hold_down_ms=hold_down_ms)
