@@ -136,16 +136,31 @@ def _range(p: Dict[str, Any]) -> str:
 #: Terminal width from which ``railover env --list`` shows default, accepted values and
 #: meaning in columns of their own; narrower, they stack in one column next to the name.
 WIDE_TABLE_MIN = 140
+#: Narrower than this, ``railover env --list`` is no table but one block per variable (its
+#: name, then default, accepted values and meaning under it): next to the names (up to ~30
+#: columns) the text had too few columns left, a word or two per line, or a letter or two.
+TABLE_MIN = 80
 
 
 def render_table(ps: List[Dict[str, Any]], width: int = WIDE_TABLE_MIN) -> Any:
-    """A rich Table of the variables for a terminal ``width`` columns wide. From
-    :data:`WIDE_TABLE_MIN` columns: variable, default, accepted values, meaning; narrower:
-    variable, then default, accepted values and meaning stacked in one column. Cells wrap
-    (a word longer than its column is folded), never cut short."""
+    """The variables for a terminal ``width`` columns wide, as a rich renderable. From
+    :data:`WIDE_TABLE_MIN` columns a table: variable, default, accepted values, meaning; from
+    :data:`TABLE_MIN`: variable, then default, accepted values and meaning stacked in one
+    column; narrower, no table: one block per variable, its name on a line of its own and the
+    rest indented under it. Text wraps (a word longer than the line is folded), never cut short."""
     from rich import box
+    from rich.console import Group
+    from rich.padding import Padding
     from rich.table import Table
     from rich.text import Text
+    if width < TABLE_MIN:
+        blocks = []
+        for p in ps:
+            note = "" if "plugin" in p["readers"] else f" (read by {', '.join(p['readers'])})"
+            blocks += [Text(p["name"], "bold", overflow="fold"),
+                       Padding(Text.assemble(("default: ", "bold"), p["default"], "\n", ("accepted: ", "bold"),
+                                             _range(p), "\n", p["meaning"] + note, overflow="fold"), (0, 0, 1, 2))]
+        return Group(*blocks)
     wide = width >= WIDE_TABLE_MIN
     t = Table(box=box.SIMPLE, show_lines=False, expand=True)
     t.add_column("variable", overflow="fold")

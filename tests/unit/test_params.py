@@ -114,11 +114,13 @@ def test_env_list_plain_and_json(table):
     assert r.exit_code == 2 and "--list" in r.output
 
 
-@pytest.mark.parametrize("columns", [80, 100, 200])
+@pytest.mark.parametrize("columns", [40, 60, 79, 80, 100, 200])
 def test_env_list_wraps_and_never_truncates(table, columns):
-    """At 80 columns rich used to cut names and values short ("(unse…", "RAILOVER_IFN…"):
-    every word of every variable's name, default, accepted values and meaning, and of the
-    empty-value rule, must be in the output whole, on lines no wider than the terminal."""
+    """At 80 columns rich used to cut names and values short ("(unse…", "RAILOVER_IFN…"), and
+    at 40 the table left 4 columns to the text ("defa", "ult:"): every word of every
+    variable's name, default, accepted values and meaning, and of the empty-value rule, must
+    be in the output whole, on lines no wider than the terminal; narrower than 80 columns,
+    each variable is a block that starts with its name on a line of its own."""
     r = CliRunner().invoke(app, ["env", "--list"], env={"COLUMNS": str(columns)})
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
@@ -131,6 +133,8 @@ def test_env_list_wraps_and_never_truncates(table, columns):
             missing = [w for w in field.split() if w not in words]
             assert not missing, (p["name"], missing)
     assert not [w for w in d["empty_values"].split() if w not in words]
+    if columns < params.TABLE_MIN:
+        assert [p["name"] for p in table] == [line for line in lines if line in {p["name"] for p in table}]
 
 
 def test_env_list_without_plugin_is_a_clear_error(monkeypatch):
