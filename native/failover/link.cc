@@ -959,6 +959,18 @@ int SendLink::connectStep(std::string* why) {
   return state() != LinkState::kConnecting ? 1 : 0;
 }
 
+size_t SendLink::forgetRegistration(void* mhandle) {
+  size_t n = 0;
+  for (uint64_t s = acked_; s < nextSeq_; ++s) {
+    SendReq& r = ring_.at(s);
+    if (!r.done && r.mhandle == mhandle) r.mhandle = nullptr, ++n;
+  }
+  if (n)
+    enterFatal("railover: send comm to " + peerName + ": NCCL deregistered a buffer with " + std::to_string(n) +
+               " message(s) on it not yet acknowledged (the comm is being aborted); nothing more is sent from it");
+  return n;
+}
+
 ncclResult_t SendLink::isend(const void* data, uint64_t size, int tag, void** request, void* mhandle) {
   std::lock_guard<std::mutex> g(mu);
   *request = nullptr;
@@ -1517,6 +1529,24 @@ ncclResult_t RecvLink::irecv(int n, void** data, const uint64_t* caps, const int
   progress();
   *request = &r;
   return ncclSuccess;
+}
+
+size_t RecvLink::forgetRegistration(void* mhandle) {
+  size_t n = 0;
+  const RecvReq* seen = nullptr;  // a request's messages are consecutive: each request once
+  for (uint64_t s = nextComplete_; s < nextPost_; ++s) {
+    MsgSlot& m = msgs_.at(s);
+    if (!m.req || m.req == seen) continue;
+    seen = m.req;
+    if (m.req->done) continue;
+    RecvBuf* bs = m.req->bufs();
+    for (int i = 0; i < m.req->n; ++i)
+      if (bs[i].mhandle == mhandle) bs[i].mhandle = nullptr, ++n;
+  }
+  if (n)
+    enterFatal("railover: recv comm from " + peerName + ": NCCL deregistered a buffer of " + std::to_string(n) +
+               " receive(s) not yet complete (the comm is being aborted); nothing more is received into it");
+  return n;
 }
 
 ncclResult_t RecvLink::test(RecvReq* r, int* done, int* sizes) {

@@ -173,6 +173,12 @@ class Link {
   // complete must still answer a RESUME, or its sender's last sends never complete). Never
   // blocks: skips a link whose mutex is held. `now` in µs (nowUs()).
   virtual void idleSweep(uint64_t now) { (void)now; }
+  // NCCL deregisters `mhandle` (deregMr on this comm). Messages not complete that still use it
+  // forget it, and if there are any the link goes FATAL (NCCL deregisters buffers in flight
+  // only when it aborts the comm): nothing of this link reads the registration after the
+  // caller frees it (the sweeper would otherwise resend or re-advertise from it). Returns how
+  // many messages used it. Caller holds mu.
+  virtual size_t forgetRegistration(void* mhandle) = 0;
   // Publishes a snapshot for the state file when anything it shows changed (called from the
   // link's slow tick, at most every ms; cheap when nothing changed).
   void publishIfChanged(bool isSend);
@@ -293,6 +299,7 @@ class SendLink : public Link {
   uint64_t connId = 0;  // this connection's id in the HELLO (several connects per listen handle)
   // mhandle: the registration NCCL passes with the buffer (Transport::regMr; nullptr: none).
   ncclResult_t isend(const void* data, uint64_t size, int tag, void** request, void* mhandle = nullptr);
+  size_t forgetRegistration(void* mhandle) override;
   ncclResult_t test(SendReq* r, int* done, int* size);
   void close();
 
@@ -439,6 +446,7 @@ class RecvLink : public Link, public RecvSink {
   bool ready();  // true once the first path has all its streams
   // n buffers (1..kMaxRecvs) with their capacities (bytes) and tags; NULL *request = ring full.
   // mhandles: n registrations (Transport::regMr), or nullptr when the transport needs none.
+  size_t forgetRegistration(void* mhandle) override;
   ncclResult_t irecv(int n, void** data, const uint64_t* caps, const int* tags, void** request,
                      void** mhandles = nullptr);
   // sizes: n ints (bytes received per buffer), filled when *done.

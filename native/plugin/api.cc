@@ -234,8 +234,19 @@ ncclResult_t regMrDmaBuf(void*, void* data, size_t size, int type, uint64_t offs
   return ncclSuccess;
 }
 
-ncclResult_t deregMr(void*, void* mhandle) {
-  if (mhandle && rt().initialized()) rt().transport->deregMr(mhandle);
+ncclResult_t deregMr(void* comm, void* mhandle) {
+  if (!mhandle || !rt().initialized()) return ncclSuccess;
+  if (!comm) {
+    rt().transport->deregMr(mhandle);
+    return ncclSuccess;
+  }
+  // `comm` is the send or recv comm regMr was called with (Link is the first base of both).
+  // Under its mutex no progress call (NCCL's or the sweeper's) uses the registration while it
+  // goes, and the messages still on it forget it first (NCCL aborting the comm).
+  Link* link = static_cast<Link*>(comm);
+  std::lock_guard<std::mutex> g(link->mu);
+  link->forgetRegistration(mhandle);
+  rt().transport->deregMr(mhandle);
   return ncclSuccess;
 }
 

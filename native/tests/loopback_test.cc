@@ -411,3 +411,51 @@ TEST_F(Loopback, HostMemoryOnlyAndIflushHasNothingToFlush) {
   EXPECT_EQ(api::deregMr(p.recv, mh), ncclSuccess);
   closePair(p);
 }
+
+// NCCL deregisters buffers before it closes a comm, and while it aborts one, with messages
+// still in flight on them: those messages forget the registration and the comm goes fatal
+// (nothing of it may read a registration the caller then frees); a registration with nothing
+// in flight on it goes quietly.
+TEST_F(Loopback, DeregisteringABufferWithMessagesInFlightMakesTheCommFatal) {
+  Pair p = connectPair();
+  std::vector<uint8_t> rbuf(4096), sbuf(4096, 7), idle(64);
+  void *rmh = nullptr, *smh = nullptr, *idleMh = nullptr;
+  ASSERT_EQ(api::regMr(p.recv, rbuf.data(), rbuf.size(), RAILOVER_NCCL_PTR_HOST, &rmh), ncclSuccess);
+  ASSERT_EQ(api::regMr(p.recv, idle.data(), idle.size(), RAILOVER_NCCL_PTR_HOST, &idleMh), ncclSuccess);
+  ASSERT_EQ(api::regMr(p.send, sbuf.data(), sbuf.size(), RAILOVER_NCCL_PTR_HOST, &smh), ncclSuccess);
+  // A receive posted and never matched (nothing is sent).
+  void* d = rbuf.data();
+  size_t cap = rbuf.size();
+  int tag = 1;
+  void* rreq = nullptr;
+  ASSERT_EQ(api::irecv(p.recv, 1, &d, &cap, &tag, &rmh, &rreq), ncclSuccess);
+  ASSERT_NE(rreq, nullptr);
+  int done = 0, size = 0;
+  ASSERT_EQ(api::test(rreq, &done, &size), ncclSuccess);
+  EXPECT_EQ(done, 0);
+  ASSERT_EQ(api::deregMr(p.recv, idleMh), ncclSuccess);
+  ASSERT_EQ(api::test(rreq, &done, &size), ncclSuccess) << "nothing was in flight on that one";
+  ASSERT_EQ(api::deregMr(p.recv, rmh), ncclSuccess);
+  EXPECT_NE(api::test(rreq, &done, &size), ncclSuccess) << "the receive lost its buffer's registration";
+  EXPECT_EQ(done, 0);
+  EXPECT_TRUE(((Link*)p.recv)->isFatal());
+  EXPECT_NE(((Link*)p.recv)->fatalMsg.find("deregistered"), std::string::npos) << ((Link*)p.recv)->fatalMsg;
+  EXPECT_FALSE(((Link*)p.send)->isFatal()) << "the other comm is not concerned";
+  ASSERT_EQ(api::deregMr(p.send, smh), ncclSuccess);
+  EXPECT_FALSE(((Link*)p.send)->isFatal()) << "no send was in flight on it";
+  closePair(p);
+
+  // A send not yet acknowledged (its receive is never posted) loses its registration.
+  Pair q = connectPair();
+  ASSERT_EQ(api::regMr(q.send, sbuf.data(), sbuf.size(), RAILOVER_NCCL_PTR_HOST, &smh), ncclSuccess);
+  void* sreq = nullptr;
+  for (int i = 0; i < 1000 && !sreq; ++i) ASSERT_EQ(api::isend(q.send, sbuf.data(), sbuf.size(), 1, smh, &sreq), ncclSuccess);
+  ASSERT_NE(sreq, nullptr);
+  ASSERT_EQ(api::test(sreq, &done, &size), ncclSuccess);
+  EXPECT_EQ(done, 0);
+  ASSERT_EQ(api::deregMr(q.send, smh), ncclSuccess);
+  EXPECT_NE(api::test(sreq, &done, &size), ncclSuccess);
+  EXPECT_TRUE(((Link*)q.send)->isFatal());
+  EXPECT_NE(((Link*)q.send)->fatalMsg.find("deregistered"), std::string::npos) << ((Link*)q.send)->fatalMsg;
+  closePair(q);
+}

@@ -510,6 +510,9 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
 
   void sendClose() override {
     if (stage_ != kReady || fenced_ || !why_.empty()) return;
+    // Buffers not yet advertised never will be (the comm is closing); their registrations may
+    // be gone already (NCCL deregisters before it closes). Control messages still go, in order.
+    out_.erase(std::remove_if(out_.begin(), out_.end(), [](const Out& o) { return !o.isCtl; }), out_.end());
     std::string e;
     if (flush(&e) < 0 || !out_.empty()) return;
     verbs::CtlMsg v;
