@@ -62,6 +62,57 @@ def test_launch_keeps_the_users_plugin_path_and_validates_with_that_build(tmp_pa
     assert r.exit_code == 0 and "NCCL_NET_PLUGIN=" not in r.output and "warning" not in r.output, r.output
 
 
+def test_launch_keeps_a_railover_build_the_users_ld_library_path_resolves(tmp_path, monkeypatch):
+    """NCCL_NET_PLUGIN=railover is opened by file name, LD_LIBRARY_PATH first: a build the user
+    already has there is kept (railover's own is not put in front of it), validates the
+    variables, and a note on stderr says which build the command gets."""
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    shutil.copy(_paths.plugin_path(), theirs / _paths.PLUGIN_FILE)
+    ours = tmp_path / "ours"   # railover's own build, one that does not load: validation must use theirs
+    ours.mkdir()
+    (ours / _paths.PLUGIN_FILE).write_bytes(b"not an ELF file")
+    monkeypatch.setenv("RAILOVER_NATIVE_DIR", str(ours))
+    ld = f"/opt/cuda/lib64:{theirs}"
+    notes = []
+    env, warnings = launch_env({"NCCL_NET_PLUGIN": "railover", "LD_LIBRARY_PATH": ld}, notes=notes)
+    assert env["LD_LIBRARY_PATH"] == ld and env["NCCL_NET_PLUGIN"] == "railover" and env["NCCL_NET"] == "railover"
+    assert warnings == [], warnings
+    assert len(notes) == 1 and str(theirs / _paths.PLUGIN_FILE) in notes[0] and str(ours) in notes[0], notes
+    with pytest.raises(LaunchConflict, match="RAILOVER_NSTREAMS='99' is not valid"):
+        launch_env({"LD_LIBRARY_PATH": ld, "RAILOVER_NSTREAMS": "99"})
+    r = CliRunner().invoke(app, ["launch", "--dry-run", "--", "torchrun"],
+                           env={"NCCL_NET_PLUGIN": "railover", "LD_LIBRARY_PATH": ld})
+    assert r.exit_code == 0, r.output
+    assert "LD_LIBRARY_PATH=" not in r.output and "warning" not in r.output, r.output
+    assert f"note: using the railover plugin your LD_LIBRARY_PATH resolves, {theirs / _paths.PLUGIN_FILE}" in \
+        " ".join(r.output.split()), r.output
+    # an empty entry is the current directory, as for the dynamic loader
+    monkeypatch.chdir(theirs)
+    env, _ = launch_env({"LD_LIBRARY_PATH": "/opt/cuda/lib64::"})
+    assert env["LD_LIBRARY_PATH"] == "/opt/cuda/lib64::"
+
+
+def test_launch_says_nothing_when_ld_library_path_already_has_railovers_own_build():
+    ld = f"/opt/cuda/lib64:{_paths.plugin_path().parent}"
+    notes = []
+    env, warnings = launch_env({"LD_LIBRARY_PATH": ld}, notes=notes)
+    assert env["LD_LIBRARY_PATH"] == ld and warnings == [] and notes == []
+    env, _ = launch_env({"LD_LIBRARY_PATH": "/opt/cuda/lib64"}, notes=notes)   # none there: railover's own first
+    assert env["LD_LIBRARY_PATH"] == f"{_paths.plugin_path().parent}:/opt/cuda/lib64" and notes == []
+
+
+def test_launch_refuses_a_railover_on_ld_library_path_that_does_not_load(tmp_path):
+    (tmp_path / _paths.PLUGIN_FILE).write_bytes(b"not an ELF file")
+    base = {"LD_LIBRARY_PATH": str(tmp_path)}
+    with pytest.raises(LaunchConflict, match=f"LD_LIBRARY_PATH={tmp_path} resolves {_paths.PLUGIN_FILE} to "
+                                             f"{tmp_path / _paths.PLUGIN_FILE}, which is not a loadable railover"):
+        launch_env(base)
+    env, warnings = launch_env(base, force=True)
+    assert env["LD_LIBRARY_PATH"] == f"{_paths.plugin_path().parent}:{tmp_path}"
+    assert any("railover's own build is put first on LD_LIBRARY_PATH (--force)" in w for w in warnings), warnings
+
+
 @pytest.mark.parametrize("content", [None, b"not an ELF file"])
 def test_launch_refuses_a_plugin_path_that_is_not_a_loadable_railover_plugin(tmp_path, content):
     bad = tmp_path / _paths.PLUGIN_FILE

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -348,7 +349,27 @@ def _plugin_by_path(value: str) -> Optional[Path]:
     return Path(v) if "/" in v and Path(v).name == _paths.PLUGIN_FILE else None
 
 
-def launch_env(base: Mapping[str, str], force: bool = False) -> Tuple[Dict[str, str], List[str]]:
+def _on_ld_library_path(ld: str) -> Optional[Path]:
+    """The ``libnccl-net-railover.so`` that the dynamic loader finds first through
+    ``LD_LIBRARY_PATH`` ``ld`` (NCCL opens ``NCCL_NET_PLUGIN=railover`` by file name, and
+    ``LD_LIBRARY_PATH`` comes before the system's directories), or None. As for ld.so, ``:``
+    and ``;`` separate the entries and an empty entry is the current directory."""
+    for d in re.split(r"[:;]", ld) if ld else ():
+        p = Path(d or ".") / _paths.PLUGIN_FILE
+        if p.is_file():
+            return p
+    return None
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def launch_env(base: Mapping[str, str], force: bool = False,
+               notes: Optional[List[str]] = None) -> Tuple[Dict[str, str], List[str]]:
     """The environment ``railover launch`` runs a command with: ``base`` plus
     :func:`railover.envvars.nccl_env` (the user's ``RAILOVER_*`` and an explicit
     ``NCCL_NET_PLUGIN_REF_COUNT`` are kept). Returns ``(env, warnings)``.
@@ -357,6 +378,14 @@ def launch_env(base: Mapping[str, str], force: bool = False) -> Tuple[Dict[str, 
     is the user's choice of build: it is kept as given (the command then does not get
     railover's own build on ``LD_LIBRARY_PATH``) and the variables are validated by that
     build, when it loads; one that does not load is a conflict.
+
+    With ``NCCL_NET_PLUGIN=railover`` (or unset), a ``libnccl-net-railover.so`` that the
+    user's ``LD_LIBRARY_PATH`` already resolves (:func:`_on_ld_library_path`) is the user's
+    build too: ``LD_LIBRARY_PATH`` is kept as given and the variables are validated by that
+    build; one that does not load is a conflict (with ``force``: railover's own build goes
+    first). Only when ``LD_LIBRARY_PATH`` has none is railover's own build's directory put
+    first. When the user's build is not railover's own, a line appended to ``notes`` says
+    which build the command gets.
 
     Raises LaunchConflict when ``NCCL_NET`` or ``NCCL_NET_PLUGIN`` select something else, or
     a variable the plugin reads (``RAILOVER_*``, ``NCCL_SOCKET_IFNAME``, ``NCCL_SOCKET_FAMILY``)
@@ -392,7 +421,28 @@ def launch_env(base: Mapping[str, str], force: bool = False) -> Tuple[Dict[str, 
         add = {"NCCL_NET": _paths.PLUGIN_NAME, "NCCL_NET_PLUGIN_REF_COUNT": "1"}
     elif "NCCL_NET_PLUGIN" in env and not _is_ours(env["NCCL_NET_PLUGIN"]):
         conflict(f"NCCL_NET_PLUGIN={env['NCCL_NET_PLUGIN']} selects another plugin", "NCCL_NET_PLUGIN", _paths.PLUGIN_NAME)
-    if users is None:  # railover's own build
+    # by name: the loader's search finds it, LD_LIBRARY_PATH first
+    theirs = _on_ld_library_path(env.get("LD_LIBRARY_PATH", "")) if users is None else None
+    if theirs is not None:
+        try:
+            native = params.load(theirs)
+        except OSError as e:
+            msg = (f"LD_LIBRARY_PATH={env['LD_LIBRARY_PATH']} resolves {_paths.PLUGIN_FILE} to {theirs}, which is not "
+                   f"a loadable railover plugin ({e})")
+            problems.append(msg)
+            forced.append(f"{msg}: railover's own build is put first on LD_LIBRARY_PATH (--force)")
+            theirs = None
+    if theirs is not None:  # the user's build, found by name: LD_LIBRARY_PATH stays as given
+        add = {"NCCL_NET_PLUGIN": _paths.PLUGIN_NAME, "NCCL_NET": _paths.PLUGIN_NAME, "NCCL_NET_PLUGIN_REF_COUNT": "1"}
+        try:
+            ours: Optional[Path] = _paths.plugin_path()
+        except FileNotFoundError:
+            ours = None
+        if ours is not None and not _same_file(ours, theirs) and notes is not None:
+            notes.append(f"using the railover plugin your LD_LIBRARY_PATH resolves, {theirs}, not this railover's "
+                         f"own {ours} (LD_LIBRARY_PATH is kept as given; remove that directory from it to use "
+                         "railover's own)")
+    elif users is None:  # railover's own build
         add = envvars.nccl_env(env)
         try:
             native = params.load()
@@ -434,15 +484,21 @@ def launch_cmd(
 ) -> None:
     """Run a command (e.g. torchrun) with NCCL's environment set for railover, as in
     'railover launch -- torchrun --nproc-per-node 8 train.py'."""
+    notes: List[str] = []
     try:
-        env, warnings = launch_env(os.environ, force)
+        env, warnings = launch_env(os.environ, force, notes)
     except LaunchConflict as e:
+        for n in notes:
+            typer.echo(f"note: {n}", err=True)
         for w in e.warnings:
             typer.echo(f"warning: {w}", err=True)
         _fail(f"{e}. Fix or unset it, or pass --force (railover's NCCL_NET/NCCL_NET_PLUGIN replace others, "
-              "invalid variables are removed so the plugin uses its defaults).")
+              "railover's own build goes first on LD_LIBRARY_PATH before one that does not load, invalid "
+              "variables are removed so the plugin uses its defaults).")
     except FileNotFoundError as e:
         _fail(str(e))
+    for n in notes:
+        typer.echo(f"note: {n}", err=True)
     for w in warnings:
         typer.echo(f"warning: {w}", err=True)
     if dry_run:
