@@ -26,6 +26,16 @@ def refuse_given(ctx: typer.Context, names: List[str], why: str, param_hint: str
         raise typer.BadParameter(f"{', '.join(g)} appl{'ies' if len(g) == 1 else 'y'} {why}", param_hint=param_hint)
 
 
+def refuse_combined(ctx: typer.Context, name: str, others: List[str], why: str) -> None:
+    """Exit 2 when the command line gives option ``name`` together with any of ``others``
+    (parameter names) that contradicts it, naming them all, as in ``--json cannot be combined
+    with --markdown: <why>``: neither is dropped without a word."""
+    if given(ctx, name):
+        g = given(ctx, *others)
+        if g:
+            raise typer.BadParameter(f"{', '.join(g)} cannot be combined with {given(ctx, name)[0]}: {why}")
+
+
 def finite(value: Optional[float]) -> Optional[float]:
     """Typer callback of a float option: refuses nan and inf (exit 2, naming the option), which
     a range (``min=``) lets through; None (not given) passes."""

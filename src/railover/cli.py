@@ -7,6 +7,7 @@ import json
 import typer
 
 from railover import __version__, envvars, params
+from railover._cliutil import refuse_combined
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="railover: transparent NIC failover for NCCL. Plugin tools, test bed, demo, benchmarks.")
@@ -25,7 +26,8 @@ def _main(version: bool = typer.Option(False, "--version", callback=_print_versi
 
 
 @app.command("env")
-def env_cmd(shell: bool = typer.Option(False, "--shell", help="print 'export K=V' lines for scripts and job specs"),
+def env_cmd(ctx: typer.Context,
+            shell: bool = typer.Option(False, "--shell", help="print 'export K=V' lines for scripts and job specs"),
             list_: bool = typer.Option(False, "--list", help="list every variable railover reads: default, accepted "
                                        "values, meaning (from the plugin's parameter table)"),
             events: bool = typer.Option(False, "--events", help="list the event journal's events and their fields"),
@@ -34,6 +36,9 @@ def env_cmd(shell: bool = typer.Option(False, "--shell", help="print 'export K=V
     """Print the environment that makes NCCL load railover (NCCL_NET_PLUGIN, NCCL_NET,
     LD_LIBRARY_PATH, and the NCCL 2.28/2.29 reload-bug workaround); with --list, every
     variable railover reads; with --events, the journal's events."""
+    refuse_combined(ctx, "shell", ["list_", "events", "as_json", "markdown"],
+                    "--shell prints the environment as export lines, not the listings")
+    refuse_combined(ctx, "as_json", ["markdown"], "pick one output format")
     if (as_json or markdown) and not (list_ or events):
         typer.echo("error: --json and --markdown go with --list or --events", err=True)
         raise typer.Exit(2)

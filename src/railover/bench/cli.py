@@ -37,7 +37,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from railover._cliutil import finite, given, positive, refuse_given
+from railover._cliutil import finite, given, positive, refuse_combined, refuse_given
 from railover.bench import common as C
 from railover.sizes import check_size
 
@@ -283,7 +283,16 @@ def register(app: typer.Typer) -> None:
             if peer != "mptcp":
                 raise typer.BadParameter(f"unknown peer {peer!r}; the only peer is 'mptcp'")
             from railover.bench import failover as fo
-            pk = [k for k in _csv(kinds) if k in fo.PEER_KINDS] or list(fo.PEER_KINDS)
+            pk = list(fo.PEER_KINDS)
+            if given(ctx, "kinds"):
+                pk = _csv(kinds)
+                bad = [k for k in pk if k not in fo.PEER_KINDS]
+                if not pk:
+                    raise typer.BadParameter("no kind given", param_hint="--kinds")
+                if bad:
+                    raise typer.BadParameter(f"--kinds {kinds} cannot be combined with --peer mptcp: "
+                                             f"{', '.join(bad)} {'is' if len(bad) == 1 else 'are'} not run against "
+                                             f"MPTCP (its kinds: {', '.join(fo.PEER_KINDS)})")
             try:
                 from railover.bench.mptcp import MptcpError
                 rep = fo.run_peers(out, quick=quick, faults=faults or None, kinds=pk, size=size,
@@ -347,7 +356,7 @@ def register(app: typer.Typer) -> None:
         _finish([rep], console)
 
     @bench.command("scale")
-    def scale_cmd(out: Path = OUT, quick: bool = QUICK,
+    def scale_cmd(ctx: typer.Context, out: Path = OUT, quick: bool = QUICK,
                   comms: str = typer.Option("1,32,128,512,1024", "--channels", "--comms",
                                             help="channels per process; each is 1 send + 1 receive comm (targets judged at 512 = 1024 comms)"),
                   idle_s: float = typer.Option(0.0, "--idle-seconds", min=0, callback=finite, help="idle CPU window (0: 10, or 1 with --quick)"),
@@ -356,13 +365,17 @@ def register(app: typer.Typer) -> None:
         time until every comm on a failed NIC has converged."""
         console = _console()
         _rdma_part("scale", transport, console, out, quick, [])
+        big = [c for c in _csv_ints(comms) if c > 16]
+        if quick and big and given(ctx, "comms"):
+            raise typer.BadParameter(f"--channels {','.join(map(str, big))} cannot be combined with --quick: --quick "
+                                     "runs at most 16 channels per process (drop one or the other)")
         rep = _run_suite("scale", out, quick, console, comms=_csv_ints(comms), idle_s=idle_s or None)
         _finish([rep], console)
 
     from railover.bench.rdma import DEFAULT_BW_VARIANTS as DEFAULT_RDMA_BW_VARIANTS
 
     @bench.command("rdma")
-    def rdma_cmd(out: Path = OUT, quick: bool = QUICK,
+    def rdma_cmd(ctx: typer.Context, out: Path = OUT, quick: bool = QUICK,
                  faults: int = typer.Option(0, "--faults", "-n", min=0, help="faults per kind (0: 30, or 5 with --quick)"),
                  kinds: str = typer.Option("cable-pull,admin-down,silent", "--kinds",
                                            help="cable-pull, admin-down, silent, one-way, remote-cable-pull"),
@@ -391,6 +404,18 @@ def register(app: typer.Typer) -> None:
         check_size(size, what="the convergence all-reduce")  # before the guests boot
         for s in _csv(bw_sizes):
             check_size(s, "--bw-sizes", "a busbw measurement")
+        # an option of a phase that does not run is a contradiction, not something to drop
+        ph = _csv(phases)
+        for phase, names in (("convergence", ["faults", "kinds", "faults_per_run"]),
+                             ("bare", ["bare", "bare_bound_s", "bare_retry_cnt"]),
+                             ("busbw", ["bw_sizes", "rounds", "bw_variants"])):
+            if phase not in ph:
+                refuse_combined(ctx, "phases", names, f"--phases {phases} leaves out the {phase} phase they set")
+        if "convergence" not in ph and "bare" not in ph:
+            refuse_combined(ctx, "phases", ["size"], f"--phases {phases} leaves out the convergence and bare phases "
+                                                     "it sets")
+        if bare == 0:
+            refuse_combined(ctx, "bare", ["bare_bound_s", "bare_retry_cnt"], "--bare-faults 0 runs no bare RC fault")
         console = _console()
         rep = _run_suite("rdma", out, quick, console, faults=faults or None, kinds=_csv(kinds), size=size,
                          bw_sizes=_csv(bw_sizes) or None, rounds=rounds or None, bare_faults=bare,

@@ -28,7 +28,7 @@ from rich.table import Table
 from rich.text import Text
 
 from railover import _paths, envvars, params
-from railover._cliutil import finite, positive
+from railover._cliutil import finite, positive, refuse_given
 from railover.ops import state as st
 
 _console = Console(width=max(100, shutil.get_terminal_size((140, 24)).columns))
@@ -176,6 +176,7 @@ def render_status(snap: Dict[str, Any], show_comms: bool = False) -> Group:
 
 
 def status_cmd(
+    ctx: typer.Context,
     state_dir: Optional[List[Path]] = typer.Option(None, "--state-dir", help="directory of state files (repeatable; "
                                                    "default: $RAILOVER_STATE_DIR, else /run/railover and /tmp/railover-<uid>)"),
     journal: Optional[List[Path]] = typer.Option(None, "--journal", help="extra event journal file or directory (repeatable)"),
@@ -190,6 +191,8 @@ def status_cmd(
 ) -> None:
     """Show railover's live state on this host: NICs and their health, comms per NIC (active vs
     standby paths), failover counters, recent journal events."""
+    if not watch:
+        refuse_given(ctx, ["interval"], "with --watch only", "--watch")
     dirs = _dirs(state_dir)
     for w in _path_warnings(state_dir, dirs, journal):
         typer.echo(f"warning: {w}", err=True)

@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from railover._cliutil import refuse_given
+from railover._cliutil import refuse_combined, refuse_given
 from railover.testbed import netns as _tb
 
 # Not a terminal (pipes, CI logs): rich would use 80 columns and crop addresses.
@@ -109,12 +109,15 @@ def up_cmd(
 
 
 def down_cmd(
+    ctx: typer.Context,
     prefix: Optional[str] = typer.Option(None, help="remove only this bed (whatever its state)"),
     all_: bool = typer.Option(False, "--all", help="also remove beds whose owner process still runs"),
 ) -> None:
     """Remove leftover test beds (crashed runs, detached beds); processes inside are killed.
 
     Beds are found from state files (/run/railover-testbed or the temp dir) and by sweeping namespaces named ro????-ns*."""
+    refuse_combined(ctx, "prefix", ["all_"], "--prefix removes that one bed whatever its state; --all, without "
+                    "--prefix, also removes every bed whose owner still runs")
     if _tb.privilege_mode() == "none":
         _fail("removing namespaces needs root (beds made in user-namespace mode vanish with "
               "their process anyway)")
