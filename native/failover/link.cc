@@ -120,7 +120,7 @@ bool SendLink::sweep() {
   if (!lk.owns_lock()) return false;
   Health* hl = deps.health;
   auto settled = [&] {
-    return isFatal() || (peerClosed() && active < 0) ||
+    return isFatal() || !deregMsg.empty() || (peerClosed() && active < 0) ||
            (active >= 0 && !resuming() && (!hl || seenEpoch == hl->epoch()) && pathHealthy(paths[active], hl));
   };
   if (settled()) return true;
@@ -140,7 +140,7 @@ bool RecvLink::sweep() {
   if (!lk.owns_lock()) return false;
   Health* hl = deps.health;
   auto settled = [&] {
-    return isFatal() || !everReady_ || peerClosed() ||
+    return isFatal() || !deregMsg.empty() || !everReady_ || peerClosed() ||
            (active >= 0 && (!hl || seenEpoch == hl->epoch()) && pathHealthy(paths[active], hl));
   };
   if (settled()) return true;
@@ -849,6 +849,7 @@ void SendLink::progress(bool fromSweeper) {
     return;
   }
   if (isFatal()) return;  // final: NCCL has the error; nothing reconnects or retries any more
+  if (!deregMsg.empty()) return;  // NCCL took a buffer in use away: the comm is being torn down
   if (now - lastSlowTickUs >= tuning::kSlowTickUs || active < 0 || (hl && hl->epoch() != seenEpoch)) slowTick(now);
   for (int guard = 0; guard < 4 && active >= 0; ++guard) {
     Path& p = paths[active];
@@ -965,9 +966,11 @@ size_t SendLink::forgetRegistration(void* mhandle) {
     SendReq& r = ring_.at(s);
     if (!r.done && r.mhandle == mhandle) r.mhandle = nullptr, ++n;
   }
-  if (n)
-    enterFatal("railover: send comm to " + peerName + ": NCCL deregistered a buffer with " + std::to_string(n) +
-               " message(s) on it not yet acknowledged (the comm is being aborted); nothing more is sent from it");
+  if (n && deregMsg.empty()) {
+    deregMsg = "railover: send comm to " + peerName + ": NCCL deregistered a buffer with " + std::to_string(n) +
+               " message(s) on it not yet acknowledged; nothing more is sent on this comm";
+    RO_INFO(RO_SUBSYS_NET, "%s", deregMsg.c_str());
+  }
   return n;
 }
 
@@ -999,6 +1002,10 @@ ncclResult_t SendLink::isend(const void* data, uint64_t size, int tag, void** re
 ncclResult_t SendLink::test(SendReq* r, int* done, int* size) {
   std::lock_guard<std::mutex> g(mu);
   if (!r->done) progress();
+  if (!r->done && !deregMsg.empty()) {
+    RO_WARN("%s (a request on it was tested after its buffer was deregistered)", deregMsg.c_str());
+    return ncclInternalError;
+  }
   ncclResult_t res;
   if (!r->done && closedVerdict(&res)) return res;
   if (isFatal() && !r->done) return fatalResult(fatalMsg, deps.cfg->abortOnFatal);
@@ -1460,6 +1467,7 @@ void RecvLink::progress() {
   uint64_t now = nowUs();
   Health* hl = deps.health;
   if (isFatal()) return;  // final: NCCL has the error; nothing reconnects or retries any more
+  if (!deregMsg.empty()) return;  // NCCL took a buffer in use away: the comm is being torn down
   if (now - lastSlowTickUs >= tuning::kSlowTickUs || active < 0 || (hl && hl->epoch() != seenEpoch)) slowTick(now);
   if (active < 0) return;
   Path& p = paths[active];
@@ -1543,9 +1551,11 @@ size_t RecvLink::forgetRegistration(void* mhandle) {
     for (int i = 0; i < m.req->n; ++i)
       if (bs[i].mhandle == mhandle) bs[i].mhandle = nullptr, ++n;
   }
-  if (n)
-    enterFatal("railover: recv comm from " + peerName + ": NCCL deregistered a buffer of " + std::to_string(n) +
-               " receive(s) not yet complete (the comm is being aborted); nothing more is received into it");
+  if (n && deregMsg.empty()) {
+    deregMsg = "railover: recv comm from " + peerName + ": NCCL deregistered a buffer of " + std::to_string(n) +
+               " receive(s) not yet complete; nothing more is received on this comm";
+    RO_INFO(RO_SUBSYS_NET, "%s", deregMsg.c_str());
+  }
   return n;
 }
 
@@ -1553,6 +1563,10 @@ ncclResult_t RecvLink::test(RecvReq* r, int* done, int* sizes) {
   std::lock_guard<std::mutex> g(mu);
   lastCallUs_ = nowUs();
   if (!r->done && !r->error) progress();
+  if (!r->done && !deregMsg.empty()) {
+    RO_WARN("%s (a request on it was tested after its buffer was deregistered)", deregMsg.c_str());
+    return ncclInternalError;
+  }
   if (r->error) {
     RO_WARN("%s", usageMsg_.c_str());
     return r->errorCode;

@@ -174,11 +174,15 @@ class Link {
   // blocks: skips a link whose mutex is held. `now` in µs (nowUs()).
   virtual void idleSweep(uint64_t now) { (void)now; }
   // NCCL deregisters `mhandle` (deregMr on this comm). Messages not complete that still use it
-  // forget it, and if there are any the link goes FATAL (NCCL deregisters buffers in flight
-  // only when it aborts the comm): nothing of this link reads the registration after the
-  // caller frees it (the sweeper would otherwise resend or re-advertise from it). Returns how
-  // many messages used it. Caller holds mu.
+  // forget it, and if there are any the link stops (deregMsg set): NCCL is tearing the comm
+  // down (receives posted and never matched, a send whose ACK the closing peer never sent, an
+  // abort), so nothing of this link may read the registration after the caller frees it (the
+  // sweeper would otherwise resend or re-advertise from it). Quietly: this is a normal
+  // teardown, not a fault. Returns how many messages used it. Caller holds mu.
   virtual size_t forgetRegistration(void* mhandle) = 0;
+  // Set by forgetRegistration: the link moves nothing more (progress, sweeps), and a request
+  // still tested fails with this message (ncclInternalError).
+  std::string deregMsg;
   // Publishes a snapshot for the state file when anything it shows changed (called from the
   // link's slow tick, at most every ms; cheap when nothing changed).
   void publishIfChanged(bool isSend);
