@@ -262,6 +262,21 @@ TEST_F(AcceptorTest, TruncatedHelloGarbageAndSilentStreamsAreDroppedWithTheirRea
   close(ok);
 }
 
+// A stream closed before it sent a byte is a connect its initiator gave up (a railover sender
+// restarting a connect after a repair does this during every outage; a port probe too): an
+// INFO line, not a WARN. A stream that sent part of a HELLO stays a WARN (test above).
+TEST_F(AcceptorTest, AStreamClosedBeforeSendingAnythingIsNotAWarning) {
+  auto acc = start(2000000, 50);
+  int fd = dial("127.0.0.1", port_);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  ASSERT_TRUE(waitFor([&] {
+    return logLinesWith("INFO railover: dropping connection from 127.0.0.1 on NIC lo: closed before sending anything") == 1;
+  }));
+  EXPECT_EQ(logLinesWith("WARN railover: dropping connection"), 0u);
+  EXPECT_EQ(router_.count(), 0u);
+}
+
 TEST_F(AcceptorTest, ProductHelloDeadlineIsFiveSecondsInTheLog) {
   // The default deadline, as the plugin runs it: a silent stream is dropped after 5 s with
   // the log line operators know, not earlier.

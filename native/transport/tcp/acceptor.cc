@@ -107,11 +107,18 @@ void Acceptor::loop() {
   std::vector<int> current(names_.size(), -1);
   std::vector<int> retired;
   std::unordered_map<int, Pending> pending;
-  auto drop = [&](int fd, const char* why) {
+  // warn: a WARN; else an INFO line (a stream closed before it sent a byte: its initiator gave
+  // the connect up, as a railover sender restarting a connect after a repair does, or a port
+  // probe; nothing is wrong on this side).
+  auto drop = [&](int fd, const char* why, bool warn = true) {
     auto it = pending.find(fd);
     if (it != pending.end()) {
-      RO_WARN("railover: dropping connection from %s on NIC %s: %s", addrToString(it->second.peer).c_str(),
-              names_[it->second.nic].c_str(), why);
+      if (warn)
+        RO_WARN("railover: dropping connection from %s on NIC %s: %s", addrToString(it->second.peer).c_str(),
+                names_[it->second.nic].c_str(), why);
+      else
+        RO_INFO(RO_SUBSYS_NET, "railover: dropping connection from %s on NIC %s: %s",
+                addrToString(it->second.peer).c_str(), names_[it->second.nic].c_str(), why);
       pending.erase(it);
     }
     epoll_ctl(ep_, EPOLL_CTL_DEL, fd, nullptr);
@@ -170,7 +177,8 @@ void Acceptor::loop() {
       Pending& p = it->second;
       ssize_t r = recv(fd, p.buf + p.got, sizeof(p.buf) - p.got, MSG_DONTWAIT);
       if (r == 0) {
-        drop(fd, "closed before a complete HELLO (truncated HELLO)");
+        if (p.got == 0) drop(fd, "closed before sending anything (its initiator gave the connect up)", false);
+        else drop(fd, "closed before a complete HELLO (truncated HELLO)");
         continue;
       }
       if (r < 0) {
