@@ -1580,15 +1580,24 @@ ncclResult_t RecvLink::test(RecvReq* r, int* done, int* sizes) {
   if (r->done) r->released = true;
   if (r->done && sizes)
     for (int i = 0; i < r->n; ++i) sizes[i] = (int)r->bufs()[i].size;
-  if (r->done)
-    for (int i = 0; i < r->n; ++i)
-      if (r->bufs()[i].size > 0) flushBuf_ = r->bufs()[i].data, flushNic_ = r->bufs()[i].nic;
+  if (r->done) {
+    flushReq_ = r, flushMask_ = 0;
+    for (int i = 0; i < r->n; ++i) {
+      const RecvBuf& b = r->bufs()[i];
+      if (b.size > 0 && b.nic >= 0 && b.nic < kMaxFlushNics) flushMask_ |= 1ull << b.nic;
+    }
+  }
   return ncclSuccess;
 }
 
-int RecvLink::flushNic(const void* data) const {
-  if (data && data == flushBuf_ && flushNic_ >= 0) return flushNic_;
-  return active >= 0 ? paths[active].localNic : dev_;
+uint64_t RecvLink::flushNics(const void* data) const {
+  if (data && flushReq_ && flushMask_) {
+    const RecvReq& r = *flushReq_;
+    for (int i = 0; i < r.n; ++i)
+      if (r.bufs()[i].data == data && r.bufs()[i].size > 0) return flushMask_;
+  }
+  int nic = active >= 0 ? paths[active].localNic : dev_;
+  return nic >= 0 && nic < kMaxFlushNics ? 1ull << nic : 0;
 }
 
 void RecvLink::close() {

@@ -384,6 +384,7 @@ struct RecvBuf {
   uint64_t size = 0;     // bytes received (valid once its message is complete)
   int nic = -1;          // local NIC of the path that completed its message (iflush reads through it)
 };
+constexpr int kMaxFlushNics = 64;  // NICs iflush can name in one mask (RecvLink::flushNics)
 
 // A receive request: n buffers (n > 1: a grouped receive) filled by the next n messages of
 // the comm, in order; within the group a message goes to a free buffer with its tag (n == 1:
@@ -401,6 +402,7 @@ struct RecvReq {
   RecvBuf one;                       // n == 1
   std::unique_ptr<RecvBuf[]> group;  // n > 1: kMaxRecvs buffers, allocated at the slot's first grouped use
   RecvBuf* bufs() { return n == 1 ? &one : group.get(); }
+  const RecvBuf* bufs() const { return n == 1 ? &one : group.get(); }
 };
 
 // The byte ranges of one message received so far, for accounting that is idempotent per
@@ -519,17 +521,18 @@ class RecvLink : public Link, public RecvSink {
   uint64_t nextComplete_ = 0;   // every seq < nextComplete_ is complete
   std::string usageMsg_;        // the caller's error (truncation, tag mismatch)
  public:
-  // The NIC iflush must read through for buffer `data`: the one whose path completed the
-  // message in it, when `data` is the last buffer with bytes of the receive test() last
-  // reported done (NCCL flushes right after that test); else the active path's NIC, or the
-  // comm's device when none is active. A failback or failover between the message's arrival
-  // and the flush must not move the READ to another HCA, which would not order the first
-  // one's writes to GPU memory. Caller holds mu.
-  int flushNic(const void* data) const;
+  // The NICs iflush must read through (bit i: NIC i) for buffer `data`: those whose paths
+  // completed the messages of the receive test() last reported done, when `data` is one of its
+  // buffers with bytes (NCCL flushes right after that test); else the active path's NIC, or
+  // the comm's device when none is active. A grouped receive that failed over midway was
+  // written by two HCAs, and a failback or failover between the arrival and the flush must not
+  // move the READ to another HCA: a READ through one HCA orders only its own writes to GPU
+  // memory. Caller holds mu.
+  uint64_t flushNics(const void* data) const;
 
  private:
-  const uint8_t* flushBuf_ = nullptr;  // see flushNic()
-  int flushNic_ = -1;
+  const RecvReq* flushReq_ = nullptr;  // see flushNics(): the receive test() last reported done
+  uint64_t flushMask_ = 0;
   uint64_t ackSent_ = 0;
   uint64_t lastCallUs_ = 0;  // NCCL's last irecv/test on this comm, µs (the idle pass starts after it)
   const char* dir() const override { return "recv"; }

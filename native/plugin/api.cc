@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
+#include <vector>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -34,7 +36,7 @@ struct ListenComm {
 constexpr uint32_t kKindFlush = 0x464c5348;
 struct FlushReq {
   uint32_t kind = kKindFlush;
-  std::unique_ptr<FlushOp> op;
+  std::vector<std::unique_ptr<FlushOp>> ops;  // one READ per NIC that wrote the receive
 };
 
 struct Ctx {
@@ -241,11 +243,16 @@ ncclResult_t deregMr(void* comm, void* mhandle) {
     return ncclSuccess;
   }
   // `comm` is the send or recv comm regMr was called with (Link is the first base of both).
-  // Under its mutex no progress call (NCCL's or the sweeper's) uses the registration while it
-  // goes, and the messages still on it forget it first (NCCL aborting the comm).
+  // The messages still on the buffer forget it under the comm's mutex, and the comm stops if
+  // there were any (a teardown or abort): after that no progress call, NCCL's or the
+  // sweeper's, reads the registration, so it is released without the mutex (releasing it may
+  // take long: a large GPU registration on every HCA, or an HCA being re-opened; NCCL's
+  // progress thread may be testing this comm meanwhile, ncclCommDeregister).
   Link* link = static_cast<Link*>(comm);
-  std::lock_guard<std::mutex> g(link->mu);
-  link->forgetRegistration(mhandle);
+  {
+    std::lock_guard<std::mutex> g(link->mu);
+    link->forgetRegistration(mhandle);
+  }
   rt().transport->deregMr(mhandle);
   return ncclSuccess;
 }
@@ -274,28 +281,34 @@ ncclResult_t iflush(void* recvComm, int n, void** data, int* sizes, void** mhand
     RO_WARN("railover: iflush of %d buffers on comm %p (1..%d expected)", n, recvComm, kMaxRecvs);
     return ncclInternalError;
   }
-  // As NCCL's IB transport: one READ of the last buffer that received bytes, through the NIC
-  // the data came on (the path that completed the message; after a failover the resend
-  // rewrote every byte of the message through it, see docs/DESIGN.md "GPUDirect").
+  // As NCCL's IB transport: a READ of the last buffer that received bytes, through every NIC
+  // the receive's data came on (the paths that completed its messages: one, unless a grouped
+  // receive failed over midway; after a failover the resend rewrote every byte of each message
+  // through the new NIC, see docs/DESIGN.md "GPUDirect"), as NCCL does for each device of a
+  // merged NIC.
   int last = -1;
   for (int i = 0; i < n; ++i)
     if (sizes[i] > 0) last = i;
   if (last < 0) return ncclSuccess;
-  int nic;
+  uint64_t nics;
   {
     std::lock_guard<std::mutex> g(link->mu);
-    nic = link->flushNic(data[last]);
+    nics = link->flushNics(data[last]);
   }
-  std::string err;
-  std::unique_ptr<FlushOp> op = rt().transport->flush(nic, data[last], mhandles ? mhandles[last] : nullptr, &err);
-  if (!op) {
-    if (err.empty()) return ncclSuccess;
-    RO_WARN("railover: iflush on NIC %s: %s", rt().nics[nic].name.c_str(), err.c_str());
-    return ncclSystemError;
+  std::unique_ptr<FlushReq> r(new FlushReq());
+  for (int nic = 0; nic < kMaxFlushNics && nic < (int)rt().nics.size(); ++nic) {
+    if (!(nics >> nic & 1)) continue;
+    std::string err;
+    std::unique_ptr<FlushOp> op = rt().transport->flush(nic, data[last], mhandles ? mhandles[last] : nullptr, &err);
+    if (op) {
+      r->ops.push_back(std::move(op));
+    } else if (!err.empty()) {
+      RO_WARN("railover: iflush on NIC %s: %s", rt().nics[nic].name.c_str(), err.c_str());
+      return ncclSystemError;
+    }
   }
-  auto* r = new FlushReq();
-  r->op = std::move(op);
-  *request = r;
+  if (r->ops.empty()) return ncclSuccess;  // nothing to flush (TCP, an empty registration)
+  *request = r.release();
   return ncclSuccess;
 }
 
@@ -317,7 +330,16 @@ ncclResult_t test(void* request, int* done, int* sizes) {
   if (kind == kKindFlush) {
     auto* r = (FlushReq*)request;
     std::string err;
-    int st = r->op->test(&err);
+    int st = 1;  // done when every READ is; failed as soon as one failed
+    for (auto& op : r->ops) {
+      int s = op ? op->test(&err) : 1;
+      if (s < 0) {
+        st = -1;
+        break;
+      }
+      if (s > 0) op.reset();  // done: not tested again
+      else st = 0;
+    }
     if (st == 0) return ncclSuccess;
     delete r;  // done or failed: NCCL tests a flush request no more
     if (st < 0) {

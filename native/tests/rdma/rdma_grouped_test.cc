@@ -424,6 +424,12 @@ TEST_F(RdmaGroupedTest, AFailoverInTheMiddleOfAGroupResendsTheRestOnTheStandbyWi
   }
   rounds(1, 2);
   EXPECT_EQ(side[1].acked, 6u);
+  // Two HCAs wrote this receive (buffers 4, 1, 5 through the primary's, 3, 0, 2 through the
+  // standby's): NCCL's flush of its last buffer must READ through both.
+  std::lock_guard<std::mutex> g(recv->mu);
+  const uint64_t both = (1ull << recv->paths[0].localNic) | (1ull << recv->paths[1].localNic);
+  ASSERT_NE(recv->paths[0].localNic, recv->paths[1].localNic);
+  EXPECT_EQ(recv->flushNics(reqs[0].bufs[5]), both);
 }
 
 // The same engine over paths of three QPs each (NCCL_IB_QPS_PER_CONNECTION=3), with chunks of

@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -480,4 +481,29 @@ TEST_F(VerbsPathTest, AWriteWithImmediateWithoutAnAdvertisementIsAProtocolBreak)
   EXPECT_NE(rs.breaks[0].status.find("without an advertised buffer"), std::string::npos);
 }
 
+}  // namespace
+
+namespace {
+// The close's linger (PathBase::lingerSends): it returns as soon as every send completed, and
+// gives up as soon as its predicate says the peer is gone, not only at its bound.
+TEST_F(VerbsPathTest, ACloseLingerEndsWhenTheSendsCompleteOrThePeerIsGone) {
+  connect();
+  std::string err;
+  CtlMsg close;
+  close.type = CtlType::kClose;
+  ASSERT_EQ(r->sendCtl(close, &err), 1) << err;
+  ASSERT_EQ(r->outstanding(), 1);
+  fake::deliver(rq(), sq());  // the peer's HCA takes it
+  EXPECT_TRUE(r->lingerSends(10000)) << "every send completed";
+  EXPECT_EQ(r->outstanding(), 0);
+
+  ASSERT_EQ(r->sendCtl(close, &err), 1) << err;  // this one is never taken
+  int asked = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(r->lingerSends(10000, [&] { return ++asked >= 3; })) << "the send is still outstanding";
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(asked, 3) << "asked until it said the peer is gone, then no more";
+  EXPECT_LT(s, 5.0) << "gave up at the predicate (ms), not at the 10 s bound";
+  EXPECT_EQ(r->outstanding(), 1);
+}
 }  // namespace

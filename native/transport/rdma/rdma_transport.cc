@@ -98,6 +98,16 @@ struct PathEnd {
     std::string e;
     return closing_ && why_.empty() && conn_ && !conn_->dead(&e);
   }
+  // The orderly close's linger on `p` (see lingerOnClose), given up as soon as the bootstrap
+  // stream shows the peer gone (its FIN may arrive during the linger).
+  void lingerForClose(verbs::PathBase& p) {
+    if (!lingerOnClose()) return;
+    Conn* c = conn_.get();
+    p.lingerSends(kCloseLingerMs, [c] {
+      std::string e;
+      return c->dead(&e);
+    });
+  }
   // Records `why` as the cause (the first one wins) and returns -1 with it in *err.
   int fail(const std::string& why, std::string* err) {
     if (why_.empty()) why_ = why;
@@ -319,17 +329,16 @@ class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink, priva
     // can land after the resume. A QP still being brought up by the worker is left to it: no
     // advertisement ever reached it, so it can write nothing.
     // An orderly close (sendClose posted the CLOSE) first lets the path's last sends complete,
-    // on the worker too, and only then ends the bootstrap stream: the receiver must read the
-    // CLOSE before it sees the stream end, or it would take the end for a fault.
+    // here (NCCL closes comms on its service thread, after the progress thread was joined; the
+    // shared worker must not wait for it), and only then ends the bootstrap stream: the
+    // receiver must read the CLOSE before it sees the stream end, or it would take the end for
+    // a fault.
+    if (stage_ == kReady) lingerForClose(*sh_->path);
     if (stage_ == kReady) {
       auto sh = sh_;
       int nic = nic_;
       RdmaTransport* t = &t_;
-      std::shared_ptr<Conn> conn;
-      if (lingerOnClose()) conn = std::move(conn_);
-      t_.worker().post([sh, nic, t, conn]() mutable {
-        if (conn) sh->path->lingerSends(kCloseLingerMs);
-        conn.reset();
+      t_.worker().post([sh, nic, t] {
         verbs::FenceResult fr = sh->path->fence(0);
         if (!fr.err.empty() || fr.us > kSlowFenceUs)
           RO_WARN("railover: RDMA fence of a send path on %s port %d: %s%llu us", t->port(nic).sel.dev.c_str(),
@@ -526,7 +535,7 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
   // flush them, and the sender would miss its last ACKs and take the stream's end for a fault.
   void fence() override {
     if (fenced_) return;
-    if (stage_ == kReady && lingerOnClose()) sh_->path->lingerSends(kCloseLingerMs);
+    if (stage_ == kReady) lingerForClose(*sh_->path);
     fenced_ = true;
     if (stage_ == kReady) {
       fenceAndReport(t_, nic_, *sh_->path);

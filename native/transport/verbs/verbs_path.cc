@@ -397,9 +397,16 @@ void PathBase::pollLane(int lane) {
   }
 }
 
-bool PathBase::lingerSends(int timeoutMs) {
+bool PathBase::lingerSends(int timeoutMs, const std::function<bool()>& giveUp) {
   uint64_t deadline = nowUs() + static_cast<uint64_t>(timeoutMs) * 1000u;
-  while (connected_ && !fenced_ && !broken_ && outstanding() > 0 && nowUs() < deadline) {
+  uint64_t askedUs = 0;
+  while (connected_ && !fenced_ && !broken_ && outstanding() > 0) {
+    uint64_t now = nowUs();
+    if (now >= deadline) break;
+    if (giveUp && now - askedUs >= 1000) {
+      askedUs = now;
+      if (giveUp()) break;
+    }
     int before = outstanding();
     pollOnce();
     if (outstanding() == before) waitIdle(1);

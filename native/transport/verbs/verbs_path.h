@@ -46,6 +46,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -194,10 +195,11 @@ class PathBase {
   FenceResult fence(int timeoutMs);
   // For an orderly close, before fence(): polls (what it finds waits for the next progress())
   // until every send posted on the path has completed, i.e. the peer's HCA took it, or the
-  // path broke, or timeoutMs passed; true when none is left. A control message posted last
-  // (the CLOSE, the final ACKs) is then not flushed by the fence that follows. Blocks for up to
+  // path broke, or `giveUp` (asked about once a millisecond; may be empty) says the peer is
+  // gone, or timeoutMs passed; true when none is left. A control message posted last (the
+  // CLOSE, the final ACKs) is then not flushed by the fence that follows. Blocks for up to
   // timeoutMs: for a close only, never for a progress call.
-  bool lingerSends(int timeoutMs);
+  bool lingerSends(int timeoutMs, const std::function<bool()>& giveUp = nullptr);
   bool fenced() const { return fenced_; }
 
   bool broken() const { return broken_; }
