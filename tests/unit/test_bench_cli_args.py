@@ -14,10 +14,7 @@ from railover.bench import degraded, failback, failover, healthy, scale, soak
 from railover.cli import app
 from railover.testbed.rdma import bed as rdma_bed
 
-
-def text(r) -> str:
-    """The CLI's output as one line (rich draws errors in a wrapped box)."""
-    return " ".join(re.sub(r"[\u2500-\u257f]", " ", r.output).split())
+from cli_text import text
 
 
 @pytest.fixture(autouse=True)

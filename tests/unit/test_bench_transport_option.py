@@ -4,7 +4,6 @@ the suite's run() replaced: the bed itself is exercised by tests/rdma/test_rdma_
 a suite with no RDMA counterpart refuses it with a clear message, before building anything."""
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -14,10 +13,7 @@ from typer.testing import CliRunner
 from railover.bench import cli as bench_cli
 from railover.bench import rdma as R
 
-
-def text(r) -> str:
-    """The CLI's output as one line (rich draws errors in a wrapped box)."""
-    return " ".join(re.sub(r"[\u2500-\u257f]", " ", r.output).split())
+from cli_text import text
 
 
 @pytest.fixture

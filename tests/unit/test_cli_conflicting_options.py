@@ -6,8 +6,6 @@ leaves out, bench failover --peer mptcp ran its own kinds instead of the --kinds
 bench scale --quick ran 1,8,16 channels instead of --channels 512,1024)."""
 from __future__ import annotations
 
-import re
-
 import pytest
 from typer.testing import CliRunner
 
@@ -17,10 +15,7 @@ from railover.cli import app
 from railover.testbed import netns
 from railover.testbed.rdma import bed as rdma_bed
 
-
-def text(r) -> str:
-    """The CLI's output as one line (rich draws errors in a wrapped box)."""
-    return " ".join(re.sub(r"[\u2500-\u257f]", " ", r.output).split())
+from cli_text import text
 
 
 @pytest.fixture(autouse=True)

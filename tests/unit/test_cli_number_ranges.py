@@ -4,8 +4,6 @@ anything is built or run. A negative sentinel (--outage-s, --bare-retry-cnt) is 
 taken silently as "the default"."""
 from __future__ import annotations
 
-import re
-
 import pytest
 from typer.testing import CliRunner
 
@@ -18,10 +16,7 @@ from railover.testbed import netns
 from railover.testbed.rdma import bed as rdma_bed
 from railover.testbed.rdma import cli as rdma_cli
 
-
-def text(r) -> str:
-    """The CLI's output as one line (rich draws errors in a wrapped box)."""
-    return " ".join(re.sub(r"[\u2500-\u257f]", " ", r.output).split())
+from cli_text import text
 
 
 @pytest.fixture(autouse=True)

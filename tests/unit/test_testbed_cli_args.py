@@ -3,8 +3,6 @@
 --no-policy-routing with --rdma) is refused naming it, exit 2, before any bed is built."""
 from __future__ import annotations
 
-import re
-
 import pytest
 from typer.testing import CliRunner
 
@@ -12,10 +10,7 @@ from railover.cli import app
 from railover.testbed import netns
 from railover.testbed.rdma import cli as rdma_cli
 
-
-def text(r) -> str:
-    """The CLI's output as one line (rich draws errors in a wrapped box)."""
-    return " ".join(re.sub(r"[\u2500-\u257f]", " ", r.output).split())
+from cli_text import text
 
 
 @pytest.fixture(autouse=True)
