@@ -52,6 +52,35 @@ def positive(value: Optional[float]) -> Optional[float]:
     return value
 
 
+def csv_list(value: str, option: str) -> List[str]:
+    """A comma-list option's items (blanks dropped); typer.BadParameter naming ``option`` when
+    none is left (``""``, ``",,"``): an empty list is refused, never read as "all" or "none"."""
+    items = [x.strip() for x in value.split(",") if x.strip()]
+    if not items:
+        raise typer.BadParameter(f"{value!r}: empty list; give a comma list of one or more values", param_hint=option)
+    return items
+
+
+def plugin_range(variable: str):
+    """Typer callback of an int option that the run passes to the plugin as ``variable``
+    (``RAILOVER_HOLD_DOWN_MS``): refuses (exit 2, naming the option) a value outside the
+    range of the plugin's parameter table (``railover env --list``), before anything is built.
+    Passes when the plugin cannot be loaded (the run reports that itself)."""
+    def check(value: Optional[int]) -> Optional[int]:
+        if value is None:
+            return value
+        try:
+            from railover import params
+            p = next((x for x in params.params() if x["name"] == variable), None)
+        except (OSError, ValueError):
+            return value
+        if p is not None and "lo" in p and "hi" in p and not p["lo"] <= value <= p["hi"]:
+            raise typer.BadParameter(f"{value} is not in the range {p['lo']}..{p['hi']} of {variable} "
+                                     "(railover env --list)")
+        return value
+    return check
+
+
 def _reflow(doc: str) -> str:
     """A docstring as help text: each paragraph joined into one line (the terminal wraps it;
     rich keeps the docstring's line breaks in every paragraph but the first), except a

@@ -29,7 +29,7 @@ from rich.live import Live
 from rich.table import Table
 
 from railover import _paths, params, prereqs
-from railover._cliutil import finite
+from railover._cliutil import finite, plugin_range
 from railover.sizes import check_size
 from railover.testbed import faults as F
 from railover.testbed.scenario import ScenarioError, ScenarioResult, Step, read_journal, run_scenario
@@ -401,7 +401,8 @@ def register(app: typer.Typer) -> None:
                                                  help="seconds of all-reduce (default 0 = fit the faults; tcp only)"),
         size: Optional[str] = typer.Option(None, "--size", help="all-reduce size in bytes (8, 64K, 4M, ...; "
                                                                 "default 4M, with --transport rdma 1M)"),
-        hold_down_ms: int = typer.Option(2000, "--hold-down-ms", min=0, help="RAILOVER_HOLD_DOWN_MS for the run"),
+        hold_down_ms: int = typer.Option(2000, "--hold-down-ms", min=0, callback=plugin_range("RAILOVER_HOLD_DOWN_MS"),
+                                         help="RAILOVER_HOLD_DOWN_MS for the run"),
         out: Path = typer.Option(Path("railover-demo"), "--out", "-o", help="output directory"),
         baseline: bool = typer.Option(False, "--baseline",
                                       help="then run the same faults with failover disabled (RAILOVER_STANDBY=none) and "

@@ -8,7 +8,13 @@ from typing import Union
 
 import typer
 
-__all__ = ["parse_size", "check_size"]
+__all__ = ["parse_size", "check_size", "MAX_SIZE"]
+
+#: The largest all-reduce size the CLI takes (1 GiB): railover-perf allocates several buffers
+#: of the size on every rank and several ranks share a host, and 1 GiB is the largest message
+#: its int-ABI path carries (``kIntAbiMaxMessage``, ``native/tools/perf/net.h``); a larger size
+#: would reach the ranks and die there (``std::bad_alloc``) after a test bed was built.
+MAX_SIZE = 1 << 30
 
 _SIZE = re.compile(r"([0-9]+)(?:([KMGT])(?:I?B)?|B)?", re.I)
 _SHIFT = {"": 0, "K": 10, "M": 20, "G": 30, "T": 40}
@@ -32,7 +38,7 @@ def parse_size(size: Union[str, int]) -> int:
 
 
 def check_size(size: str, option: str = "--size", what: str = "the all-reduce") -> int:
-    """A size option checked before anything is built: its bytes (>= 1), or
+    """A size option checked before anything is built: its bytes (1 B..:data:`MAX_SIZE`), or
     typer.BadParameter naming ``option`` and what is wrong (``what`` needs at least 1 byte)."""
     try:
         n = parse_size(size)
@@ -40,4 +46,6 @@ def check_size(size: str, option: str = "--size", what: str = "the all-reduce") 
         raise typer.BadParameter(str(e), param_hint=option)
     if n < 1:
         raise typer.BadParameter(f"{size!r}: {what} needs at least 1 byte", param_hint=option)
+    if n > MAX_SIZE:
+        raise typer.BadParameter(f"{size!r}: at most 1G (1 GiB) for {what}", param_hint=option)
     return n

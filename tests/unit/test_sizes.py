@@ -44,7 +44,7 @@ def test_check_size_names_the_option(size, words):
     assert sizes.check_size("64K") == 65536
 
 
-@pytest.mark.parametrize("size", ["1G", "1MiB", "2T"])
+@pytest.mark.parametrize("size", ["1G", "1MiB", "1GiB"])   # 2T: over sizes.MAX_SIZE (ranks died of bad_alloc)
 def test_demo_takes_every_size_railover_perf_takes(size):
     demo.check_args("T2", size, 0, demo.parse_faults("port-down:a0"))   # the tc-style parser refused these
 

@@ -37,7 +37,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from railover._cliutil import finite, given, positive, refuse_combined, refuse_given
+from railover._cliutil import csv_list, finite, given, plugin_range, positive, refuse_combined, refuse_given
 from railover.bench import common as C
 from railover.sizes import check_size
 
@@ -166,16 +166,21 @@ def register(app: typer.Typer) -> None:
     OUT = typer.Option(Path("railover-bench"), "--out", "-o", help="output directory")
     QUICK = typer.Option(False, "--quick", help="tiny sizes and counts (smoke test)")
 
-    def _csv_ints(s: str) -> List[int]:
+    def _csv_ints(s: str, option: str, lo: int = 1, hi: Optional[int] = None) -> List[int]:
+        """A comma list of integers lo..hi (exit 2 naming ``option`` otherwise, or when empty)."""
         try:
-            vals = [int(x) for x in s.split(",") if x.strip()]
+            vals = [int(x) for x in csv_list(s, option)]
         except ValueError:
-            raise typer.BadParameter(f"{s!r}: expected a comma list of positive integers, e.g. 1,64,256")
-        if not vals or min(vals) < 1:
-            raise typer.BadParameter(f"{s!r}: expected a comma list of positive integers, e.g. 1,64,256")
+            vals = []
+        if not vals or min(vals) < lo or (hi is not None and max(vals) > hi):
+            what = f"integers {lo}..{hi}" if hi is not None else "positive integers"
+            raise typer.BadParameter(f"{s!r}: expected a comma list of {what}, e.g. 1,64,256", param_hint=option)
         return vals
 
-    def _csv(s: str) -> List[str]:
+    def _csv(s: str, option: Optional[str] = None) -> List[str]:
+        """A comma list's items; with ``option`` an empty list is refused (exit 2) naming it."""
+        if option is not None:
+            return csv_list(s, option)
         return [x.strip() for x in s.split(",") if x.strip()]
 
     def _tcp_only(ctx: typer.Context, transport: str, *names: str) -> None:
@@ -235,9 +240,9 @@ def register(app: typer.Typer) -> None:
         _tcp_only(ctx, transport, "networks", "ranks", "workloads", "nstreams", "against")
         if _rdma_part("healthy", transport, console, out, quick, ["busbw"], rounds=rounds or None):
             return
-        rep = _run_suite("healthy", out, quick, console, rounds=rounds or None, networks=_csv(networks),
-                         ranks=_csv_ints(ranks), workloads=_csv(workloads), nstreams=_csv_ints(nstreams),
-                         against=against)
+        rep = _run_suite("healthy", out, quick, console, rounds=rounds or None, networks=_csv(networks, "--networks"),
+                         ranks=_csv_ints(ranks, "--ranks"), workloads=_csv(workloads, "--workloads"),
+                         nstreams=_csv_ints(nstreams, "--nstreams"), against=against)
         _finish([rep], console)
 
     @bench.command("failover")
@@ -285,7 +290,7 @@ def register(app: typer.Typer) -> None:
             from railover.bench import failover as fo
             pk = list(fo.PEER_KINDS)
             if given(ctx, "kinds"):
-                pk = _csv(kinds)
+                pk = _csv(kinds, "--kinds")
                 bad = [k for k in pk if k not in fo.PEER_KINDS]
                 if not pk:
                     raise typer.BadParameter("no kind given", param_hint="--kinds")
@@ -304,7 +309,7 @@ def register(app: typer.Typer) -> None:
                 console.print(f"[red]failover --peer mptcp could not run:[/] {e}")
                 raise typer.Exit(2)
             _finish([rep], console)
-        rep = _run_suite("failover", out, quick, console, faults=faults or None, kinds=_csv(kinds), size=size,
+        rep = _run_suite("failover", out, quick, console, faults=faults or None, kinds=_csv(kinds, "--kinds"), size=size,
                          against=against)
         _finish([rep], console)
 
@@ -317,7 +322,11 @@ def register(app: typer.Typer) -> None:
         the survivors (default) vs all onto one buddy (explicit RAILOVER_STANDBY pairs)."""
         console = _console()
         _rdma_part("degraded", transport, console, out, quick, [])
-        rep = _run_suite("degraded", out, quick, console, nics=_csv_ints(nics), rate=rate)
+        ns = _csv_ints(nics, "--nics")
+        if min(ns) < 2:
+            raise typer.BadParameter(f"{nics}: 1 NIC per host leaves no standby NIC to fail over to, so nothing is "
+                                     "degraded; give 2 or more per host (e.g. 2,4)", param_hint="--nics")
+        rep = _run_suite("degraded", out, quick, console, nics=ns, rate=rate)
         _finish([rep], console)
 
     @bench.command("failback")
@@ -325,7 +334,7 @@ def register(app: typer.Typer) -> None:
                      faults: int = typer.Option(0, "--faults", "-n", min=0, help="repairs per kind (0: 10, or 2 with --quick)"),
                      kinds: str = typer.Option("port-down,silent", "--kinds", help="port-down, host-down, addr-del, silent, one-way; "
                                                "with --transport rdma: as bench failover --transport rdma"),
-                     hold_down_ms: int = typer.Option(3000, "--hold-down-ms", min=0, help="RAILOVER_HOLD_DOWN_MS of the runs, ms "
+                     hold_down_ms: int = typer.Option(3000, "--hold-down-ms", min=0, callback=plugin_range("RAILOVER_HOLD_DOWN_MS"), help="RAILOVER_HOLD_DOWN_MS of the runs, ms "
                                                       "(3000 is the plugin's default; with --transport rdma: 1000, "
                                                       "the RDMA suite's, unless given)"),
                      transport: str = TRANSPORT):
@@ -342,7 +351,7 @@ def register(app: typer.Typer) -> None:
             kw["hold_down_ms"] = hold_down_ms
         if _rdma_part("failback", transport, console, out, quick, ["convergence"], faults=faults or None, **kw):
             return
-        rep = _run_suite("failback", out, quick, console, faults=faults or None, kinds=_csv(kinds),
+        rep = _run_suite("failback", out, quick, console, faults=faults or None, kinds=_csv(kinds, "--kinds"),
                          hold_down_ms=hold_down_ms)
         _finish([rep], console)
 
@@ -365,11 +374,13 @@ def register(app: typer.Typer) -> None:
         time until every comm on a failed NIC has converged."""
         console = _console()
         _rdma_part("scale", transport, console, out, quick, [])
-        big = [c for c in _csv_ints(comms) if c > 16]
+        from railover.bench.scale import MAX_CHANNELS
+        channels = _csv_ints(comms, "--channels", hi=MAX_CHANNELS)
+        big = [c for c in channels if c > 16]
         if quick and big and given(ctx, "comms"):
             raise typer.BadParameter(f"--channels {','.join(map(str, big))} cannot be combined with --quick: --quick "
                                      "runs at most 16 channels per process (drop one or the other)")
-        rep = _run_suite("scale", out, quick, console, comms=_csv_ints(comms), idle_s=idle_s or None)
+        rep = _run_suite("scale", out, quick, console, comms=channels, idle_s=idle_s or None)
         _finish([rep], console)
 
     from railover.bench.rdma import DEFAULT_BW_VARIANTS as DEFAULT_RDMA_BW_VARIANTS
@@ -405,7 +416,7 @@ def register(app: typer.Typer) -> None:
         for s in _csv(bw_sizes):
             check_size(s, "--bw-sizes", "a busbw measurement")
         # an option of a phase that does not run is a contradiction, not something to drop
-        ph = _csv(phases)
+        ph = _csv(phases, "--phases")
         for phase, names in (("convergence", ["faults", "kinds", "faults_per_run"]),
                              ("bare", ["bare", "bare_bound_s", "bare_retry_cnt"]),
                              ("busbw", ["bw_sizes", "rounds", "bw_variants"])):
@@ -417,11 +428,13 @@ def register(app: typer.Typer) -> None:
         if bare == 0:
             refuse_combined(ctx, "bare", ["bare_bound_s", "bare_retry_cnt"], "--bare-faults 0 runs no bare RC fault")
         console = _console()
-        rep = _run_suite("rdma", out, quick, console, faults=faults or None, kinds=_csv(kinds), size=size,
+        kind_list = _csv(kinds, "--kinds")
+        variants = _csv(bw_variants, "--bw-variants")
+        rep = _run_suite("rdma", out, quick, console, faults=faults or None, kinds=kind_list, size=size,
                          bw_sizes=_csv(bw_sizes) or None, rounds=rounds or None, bare_faults=bare,
-                         bare_bound_s=bare_bound_s or None, phases=_csv(phases),
+                         bare_bound_s=bare_bound_s or None, phases=ph,
                          bare_retry_cnt=bare_retry_cnt,
-                         bw_variants=_csv(bw_variants), wire=wire, faults_per_run=faults_per_run)
+                         bw_variants=variants, wire=wire, faults_per_run=faults_per_run)
         _finish([rep], console)
 
     @bench.command("all")
@@ -430,9 +443,11 @@ def register(app: typer.Typer) -> None:
         """Every suite in turn, then <out>/summary.md (the tables of docs/BENCHMARKS.md)."""
         console = _console()
         reports = []
-        for s in _csv(suites):
+        chosen = _csv(suites, "--suites")
+        for s in chosen:
             if s not in SUITES:
-                raise typer.BadParameter(f"unknown suite {s!r}; one of {', '.join(SUITES)}")
+                raise typer.BadParameter(f"unknown suite {s!r}; one of {', '.join(SUITES)}", param_hint="--suites")
+        for s in chosen:
             t0 = time.monotonic()
             console.rule(f"railover bench {s}")
             reports.append(_run_suite(s, out, quick, console))

@@ -46,6 +46,7 @@ def _driver_buffer_kib(channels: int) -> float:
 
 
 TARGET_COMMS = 1024  # comms per process at which the targets are judged (send + receive comms)
+MAX_CHANNELS = 1024  # railover-perf --channels takes 1..1024 (native/tools/perf/main.cc)
 IDLE_SETTLE_S = 1.0  # s between the last rank's "# idle hold" and the start of the idle window
 HOLD_MARGIN_S = 8.0  # s of --hold beyond the window (at least; idle_s when larger)
 

@@ -454,6 +454,8 @@ def soak(duration_s: float, out: Path, layout: str = "T2", seed: Optional[int] =
     bad = [k for k in kinds if k not in KINDS]
     if bad:
         raise SoakError(f"unknown fault kind(s) {', '.join(bad)}; use {', '.join(KINDS)}")
+    if not kinds:
+        raise SoakError(f"no fault kind given; use {', '.join(KINDS)}")
     if duration_s < 60:
         raise SoakError(f"--duration must be at least 60 s (warm-up, faults and settle), got {duration_s:g} s")
     if seed is None:
@@ -662,7 +664,7 @@ def tables(data: Dict[str, Any]) -> List[Table]:
 def register(app) -> None:
     import typer
 
-    from railover._cliutil import positive
+    from railover._cliutil import csv_list, positive
 
     @app.command("soak")
     def soak_cmd(duration: str = typer.Option("1h", "--duration", "-d", help="how long: 120, 90s, 2m, 1h, 1h30m (at least 60 s)"),
@@ -681,13 +683,25 @@ def register(app) -> None:
         console = Console(width=max(150, __import__("shutil").get_terminal_size((150, 24)).columns))
         try:
             d = parse_duration(duration)
-            Topology.from_layout(layout).validate()
         except ValueError as e:
-            raise typer.BadParameter(str(e))
+            raise typer.BadParameter(str(e), param_hint="--duration")
+        try:
+            topo = Topology.from_layout(layout)
+            topo.validate()
+        except ValueError as e:
+            raise typer.BadParameter(str(e), param_hint="--layout")
+        if topo.nics < 2:
+            raise typer.BadParameter(f"{layout}: 1 NIC per host leaves no standby NIC, so no fault can fail over; "
+                                     "give at least 2 (e.g. T2 or 2x2)", param_hint="--layout")
         check_size(size)
+        kind_list = csv_list(kinds, "--kinds")
+        bad = [k for k in kind_list if k not in KINDS]
+        if bad:
+            raise typer.BadParameter(f"unknown fault kind(s) {', '.join(bad)}; use {', '.join(KINDS)}",
+                                     param_hint="--kinds")
         try:
             data = soak(d, out, layout=layout, seed=seed, size=size, hang_bound_s=hang_bound,
-                        kinds=[k.strip() for k in kinds.split(",") if k.strip()], console=console)
+                        kinds=kind_list, console=console)
         except PrivilegeError as e:
             console.print(f"[red]cannot build the test bed:[/] {e}\nrun as root (network namespaces need CAP_NET_ADMIN)")
             raise typer.Exit(2)

@@ -1,0 +1,93 @@
+"""Values the CLI used to accept and a test bed, the plugin or railover-perf refused (or
+misread) only later: an empty comma list (`soak --kinds ""` crashed with IndexError, `bench
+rdma --phases ""` ran every phase), sizes and --hold-down-ms beyond what railover-perf and the
+plugin take, `bench scale --channels 5000`, and runs with no standby NIC (`bench degraded --nics
+1`, `soak --layout 1x1`). Each is a usage error naming the option, exit 2, before anything is
+built or booted."""
+from __future__ import annotations
+
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from railover import demo, demo_rdma
+from railover.bench import degraded, failback, failover, healthy, scale, soak
+from railover.cli import app
+from railover.testbed.rdma import bed as rdma_bed
+
+from cli_text import text
+
+
+@pytest.fixture(autouse=True)
+def no_bed(monkeypatch):
+    def bed(*a, **k):
+        raise AssertionError("a test bed was built")
+    for mod in (degraded, failback, failover, healthy, scale, soak, demo):
+        monkeypatch.setattr(mod, "TestBed", bed)
+    monkeypatch.setattr(rdma_bed, "RdmaBed", bed)
+    monkeypatch.setattr(demo_rdma, "run_rdma_demo", bed)
+
+
+@pytest.mark.parametrize("argv,opt,msg", [
+    (["soak", "--duration", "60", "--kinds", ""], "--kinds", "empty list"),
+    (["soak", "--duration", "60", "--kinds", ",,"], "--kinds", "empty list"),
+    (["soak", "--duration", "60", "--kinds", " , "], "--kinds", "empty list"),
+    (["soak", "--duration", "60", "--kinds", "nope"], "--kinds", "unknown fault kind(s) nope"),
+    (["bench", "rdma", "--phases", ""], "--phases", "empty list"),
+    (["bench", "rdma", "--phases", ","], "--phases", "empty list"),
+    (["bench", "rdma", "--kinds", ""], "--kinds", "empty list"),
+    (["bench", "rdma", "--bw-variants", ""], "--bw-variants", "empty list"),
+    (["bench", "healthy", "--networks", ""], "--networks", "empty list"),
+    (["bench", "healthy", "--workloads", ","], "--workloads", "empty list"),
+    (["bench", "healthy", "--ranks", ""], "--ranks", "empty list"),
+    (["bench", "healthy", "--nstreams", ","], "--nstreams", "empty list"),
+    (["bench", "failover", "--kinds", ""], "--kinds", "empty list"),
+    (["bench", "failover", "--peer", "mptcp", "--kinds", ","], "--kinds", "empty list"),
+    (["bench", "failover", "--transport", "rdma", "--kinds", ""], "--kinds", ""),
+    (["bench", "failback", "--kinds", ""], "--kinds", "empty list"),
+    (["bench", "degraded", "--nics", ""], "--nics", "empty list"),
+    (["bench", "scale", "--channels", ""], "--channels", "empty list"),
+    (["bench", "all", "--suites", ""], "--suites", "empty list"),
+    (["bench", "all", "--suites", "healthy,nope"], "--suites", "unknown suite 'nope'"),
+    # beyond what railover-perf or the plugin take
+    (["demo", "--size", "1T"], "--size", "at most 1G"),
+    (["demo", "--transport", "rdma", "--size", "2G"], "--size", "at most 1G"),
+    (["bench", "failover", "--size", "1T"], "--size", "at most 1G"),
+    (["bench", "rdma", "--size", "1T"], "--size", "at most 1G"),
+    (["bench", "rdma", "--bw-sizes", "1M,4G"], "--bw-sizes", "at most 1G"),
+    (["soak", "--duration", "60", "--size", "1T"], "--size", "at most 1G"),
+    (["demo", "--hold-down-ms", "99999999999"], "--hold-down-ms", "0..3600000 of RAILOVER_HOLD_DOWN_MS"),
+    (["demo", "--hold-down-ms", "3600001"], "--hold-down-ms", "0..3600000 of RAILOVER_HOLD_DOWN_MS"),
+    (["bench", "failback", "--hold-down-ms", "99999999999"], "--hold-down-ms", "0..3600000"),
+    (["bench", "scale", "--channels", "5000"], "--channels", "integers 1..1024"),
+    (["bench", "scale", "--channels", "1,1025"], "--channels", "integers 1..1024"),
+    # no standby NIC: nothing can fail over
+    (["bench", "degraded", "--nics", "1"], "--nics", "no standby NIC"),
+    (["bench", "degraded", "--nics", "1,2"], "--nics", "no standby NIC"),
+    (["soak", "--duration", "60", "--layout", "1x1"], "--layout", "no standby NIC"),
+    (["soak", "--duration", "60", "--layout", "4x1-flat"], "--layout", "no standby NIC"),
+])
+def test_refused_up_front_naming_the_option(tmp_path, argv, opt, msg):
+    r = CliRunner().invoke(app, [*argv, "--out", str(tmp_path / "out")], env={"COLUMNS": "250"})
+    assert r.exit_code == 2 and not isinstance(r.exception, AssertionError), r.output
+    assert "Traceback" not in r.output
+    assert re.search(rf"Invalid value for '?{opt}'?:", text(r)) and msg in text(r), text(r)
+
+
+def test_the_hold_down_limit_is_the_plugins():
+    """The range comes from the plugin's parameter table, not a copy of it."""
+    from railover import params
+    p = next(x for x in params.params() if x["name"] == "RAILOVER_HOLD_DOWN_MS")
+    from railover._cliutil import plugin_range
+    check = plugin_range("RAILOVER_HOLD_DOWN_MS")
+    assert check(p["hi"]) == p["hi"] and check(p["lo"]) == p["lo"]
+    import typer
+    with pytest.raises(typer.BadParameter):
+        check(p["hi"] + 1)
+
+
+def test_sizes_up_to_the_limit_pass():
+    from railover.sizes import MAX_SIZE, check_size
+    assert check_size("1G") == MAX_SIZE == 1 << 30
+    assert check_size("1024M") == MAX_SIZE
