@@ -20,7 +20,8 @@ def nccl_env(base: dict[str, str] | None = None) -> dict[str, str]:
     base = dict(os.environ if base is None else base)
     libdir = str(_paths.plugin_path().parent)
     ld = base.get("LD_LIBRARY_PATH", "")
-    parts = [p for p in ld.split(":") if p]
+    # the user's entries as given, empty ones included (an empty entry is the current directory)
+    parts = ld.split(":") if ld else []
     if libdir not in parts:
         parts.insert(0, libdir)
     return {

@@ -268,6 +268,35 @@ def test_launch_names_a_command_that_exists_but_cannot_run(tmp_path):
     assert cp.returncode == 126 and f"{tmp_path}: is a directory" in cp.stderr, cp.stderr
 
 
+def test_launch_refuses_an_empty_command():
+    """`launch -- ""` said "<python bin dir>/: is a directory", exit 126."""
+    cp = _launch(["--", ""])
+    assert cp.returncode == 2 and "error: empty command" in cp.stderr and "directory" not in cp.stderr, cp.stderr
+    cp = _launch(["--dry-run", "--", "", "x"])
+    assert cp.returncode == 2 and "error: empty command" in cp.stderr and "exec:" not in cp.stdout, cp.stderr
+
+
+@pytest.mark.parametrize("var", ["NCCL_NET", "NCCL_NET_PLUGIN"])
+def test_launch_takes_an_empty_nccl_net_or_plugin_as_unset(var):
+    """An empty NCCL_NET= / NCCL_NET_PLUGIN= selects nothing (railover's convention: empty is
+    unset): no conflict, and railover's value is set."""
+    env, warnings = launch_env({var: "", "LD_LIBRARY_PATH": "/opt/cuda/lib64"})
+    assert env["NCCL_NET"] == "railover" and env["NCCL_NET_PLUGIN"] == "railover"
+    assert not any("selects another" in w for w in warnings), warnings
+
+
+@pytest.mark.parametrize("ld", ["/a::/b", ":/a", "/a:", "/b:/a:/b"])
+def test_nccl_env_keeps_the_users_ld_library_path_entries_as_given(ld):
+    """An empty entry is the current directory to the loader: it used to be dropped; entries
+    are neither dropped nor reordered, railover's directory goes first."""
+    libdir = str(_paths.plugin_path().parent)
+    assert envvars.nccl_env({"LD_LIBRARY_PATH": ld})["LD_LIBRARY_PATH"] == f"{libdir}:{ld}"
+    assert envvars.nccl_env({"LD_LIBRARY_PATH": ""})["LD_LIBRARY_PATH"] == libdir   # no entry: no "current directory"
+    assert envvars.nccl_env({})["LD_LIBRARY_PATH"] == libdir
+    env, _ = launch_env({"LD_LIBRARY_PATH": ld})
+    assert env["LD_LIBRARY_PATH"] == f"{libdir}:{ld}"
+
+
 # --------------------------------------------------------------------------- drill
 
 def test_drill_refuses_without_yes():

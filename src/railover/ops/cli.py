@@ -410,7 +410,8 @@ def launch_env(base: Mapping[str, str], force: bool = False,
         problems.append(msg)
         forced.append(f"{msg}: replaced by {var}={value} (--force)")
 
-    if "NCCL_NET" in env and env["NCCL_NET"].lower() != _paths.PLUGIN_NAME:
+    # an empty value is unset (railover's convention): it selects nothing, and railover's value replaces it
+    if env.get("NCCL_NET") and env["NCCL_NET"].lower() != _paths.PLUGIN_NAME:
         conflict(f"NCCL_NET={env['NCCL_NET']} selects another network", "NCCL_NET", _paths.PLUGIN_NAME)
     native: Optional[params.Native] = None
     users = _plugin_by_path(env.get("NCCL_NET_PLUGIN", ""))
@@ -422,7 +423,7 @@ def launch_env(base: Mapping[str, str], force: bool = False,
             conflict(f"NCCL_NET_PLUGIN={env['NCCL_NET_PLUGIN']} is not a loadable railover plugin ({e})",
                      "NCCL_NET_PLUGIN", _paths.PLUGIN_NAME)
         add = {"NCCL_NET": _paths.PLUGIN_NAME, "NCCL_NET_PLUGIN_REF_COUNT": "1"}
-    elif "NCCL_NET_PLUGIN" in env and not _is_ours(env["NCCL_NET_PLUGIN"]):
+    elif env.get("NCCL_NET_PLUGIN") and not _is_ours(env["NCCL_NET_PLUGIN"]):
         conflict(f"NCCL_NET_PLUGIN={env['NCCL_NET_PLUGIN']} selects another plugin", "NCCL_NET_PLUGIN", _paths.PLUGIN_NAME)
     # by name: the loader's search finds it, LD_LIBRARY_PATH first
     theirs = _on_ld_library_path(env.get("LD_LIBRARY_PATH", "")) if users is None else None
@@ -487,6 +488,8 @@ def launch_cmd(
 ) -> None:
     """Run a command (e.g. torchrun) with NCCL's environment set for railover, as in
     'railover launch -- torchrun --nproc-per-node 8 train.py'."""
+    if not command or command[0] == "":
+        _fail("empty command: give the command to run after '--' (e.g. -- torchrun ... train.py)")
     notes: List[str] = []
     try:
         env, warnings = launch_env(os.environ, force, notes)
