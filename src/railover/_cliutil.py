@@ -8,6 +8,10 @@ from typing import List, Optional
 import typer
 from typer.models import OptionInfo
 
+# click's UsageError as Typer raises and catches it: recent Typer releases carry their own copy
+# of click, whose exceptions are not click's; typer.BadParameter derives from it either way
+_UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+
 
 def given(ctx: typer.Context, *names: str) -> List[str]:
     """The options among ``names`` (parameter names) that the command line gives, spelled as in
@@ -17,13 +21,14 @@ def given(ctx: typer.Context, *names: str) -> List[str]:
     return [opts[n] for n in names if getattr(ctx.get_parameter_source(n), "name", "") == "COMMANDLINE"]
 
 
-def refuse_given(ctx: typer.Context, names: List[str], why: str, param_hint: str) -> None:
+def refuse_given(ctx: typer.Context, names: List[str], why: str) -> None:
     """Exit 2 naming the options among ``names`` that the command line gives, as in
-    ``--rails applies to the RDMA bed only (--rdma)`` (``why``: "to the RDMA bed only (--rdma)"):
-    an option is never ignored without a word."""
+    ``--rails applies to the RDMA bed only (add --rdma)`` (``why``: "to the RDMA bed only (add
+    --rdma)"): an option is never ignored without a word. A usage error, not "Invalid value for
+    <option>": the option refused is the one given, not the one whose absence refuses it."""
     g = given(ctx, *names)
     if g:
-        raise typer.BadParameter(f"{', '.join(g)} appl{'ies' if len(g) == 1 else 'y'} {why}", param_hint=param_hint)
+        raise _UsageError(f"{', '.join(g)} appl{'ies' if len(g) == 1 else 'y'} {why}", ctx=ctx)
 
 
 def refuse_combined(ctx: typer.Context, name: str, others: List[str], why: str) -> None:

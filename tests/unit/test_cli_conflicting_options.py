@@ -6,6 +6,8 @@ leaves out, bench failover --peer mptcp ran its own kinds instead of the --kinds
 bench scale --quick ran 1,8,16 channels instead of --channels 512,1024)."""
 from __future__ import annotations
 
+import re
+
 import pytest
 from typer.testing import CliRunner
 
@@ -35,7 +37,7 @@ def nothing_runs(monkeypatch, tmp_path):
     (["env", "--events", "--shell", "--json"], ["--events, --json cannot be combined with --shell"]),
     (["env", "--list", "--json", "--markdown"], ["--markdown cannot be combined with --json"]),
     (["testbed", "down", "--prefix", "roabcd", "--all"], ["--all cannot be combined with --prefix"]),
-    (["status", "--interval", "2"], ["--interval applies with --watch only"]),
+    (["status", "--interval", "2"], ["--interval applies with --watch only (add --watch)"]),
     (["bench", "rdma", "--phases", "busbw", "--faults", "3", "--kinds", "silent"],
      ["--faults, --kinds cannot be combined with --phases", "leaves out the convergence phase"]),
     (["bench", "rdma", "--phases", "convergence", "--bw-sizes", "1M", "--rounds", "2"],
@@ -57,6 +59,10 @@ def test_contradicting_options_are_usage_errors_naming_both(argv, words):
     for w in words:
         assert w in text(r), text(r)
     assert "Traceback" not in r.output
+    # the option refused is the one given: never "Invalid value for --watch" for --interval
+    given = {a for a in argv if a.startswith("--")}
+    named = re.findall(r"Invalid value for '?(--[a-z-]+)", text(r))
+    assert set(named) <= given, text(r)
 
 
 @pytest.mark.parametrize("argv", [

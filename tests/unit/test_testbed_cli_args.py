@@ -22,9 +22,9 @@ def no_bed(monkeypatch):
 
 
 @pytest.mark.parametrize("argv,msg", [
-    (["--rails", "3"], "--rails applies to the RDMA bed only (--rdma)"),
-    (["--kernel", "6.1"], "--kernel applies to the RDMA bed only (--rdma)"),   # the default value, given
-    (["--accel", "kvm", "--wire", "udp"], "--accel, --wire apply to the RDMA bed only (--rdma)"),
+    (["--rails", "3"], "--rails applies to the RDMA bed only (add --rdma)"),
+    (["--kernel", "6.1"], "--kernel applies to the RDMA bed only (add --rdma)"),   # the default value, given
+    (["--accel", "kvm", "--wire", "udp"], "--accel, --wire apply to the RDMA bed only (add --rdma)"),
     (["--rdma", "--layout", "T3"], "--layout applies to the network-namespace beds only, not to the RDMA bed"),
     (["--rdma", "--hosts", "3", "--nics", "4"], "--hosts, --nics apply to the network-namespace beds only"),
     (["--rdma", "--no-policy-routing"], "--no-policy-routing applies to the network-namespace beds only"),
@@ -33,4 +33,5 @@ def test_up_refuses_options_of_the_other_kind_of_bed(argv, msg):
     r = CliRunner().invoke(app, ["testbed", "up"] + argv)
     assert r.exit_code == 2, r.output
     assert msg in text(r), text(r)
+    assert "Invalid value for --rdma" not in text(r), text(r)   # names the option given, not --rdma
     assert "Traceback" not in r.output

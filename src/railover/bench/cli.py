@@ -186,7 +186,7 @@ def register(app: typer.Typer) -> None:
     def _tcp_only(ctx: typer.Context, transport: str, *names: str) -> None:
         """Refuse (exit 2) the options among ``names`` given with --transport rdma."""
         if transport == "rdma":
-            refuse_given(ctx, list(names), "to the TCP beds only, not to --transport rdma", "--transport")
+            refuse_given(ctx, list(names), "to the TCP beds only, not to --transport rdma")
 
     def _rdma_kinds(kinds: str) -> List[str]:
         """``--kinds`` for the RDMA test bed: refused (exit 2) when empty or naming a kind it has not."""

@@ -192,7 +192,7 @@ def status_cmd(
     """Show railover's live state on this host: NICs and their health, comms per NIC (active vs
     standby paths), failover counters, recent journal events."""
     if not watch:
-        refuse_given(ctx, ["interval"], "with --watch only", "--watch")
+        refuse_given(ctx, ["interval"], "with --watch only (add --watch)")
     dirs = _dirs(state_dir)
     for w in _path_warnings(state_dir, dirs, journal):
         typer.echo(f"warning: {w}", err=True)

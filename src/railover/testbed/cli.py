@@ -66,14 +66,14 @@ def up_cmd(
         signal.signal(signal.SIGINT, signal.default_int_handler)
     if rdma:
         refuse_given(ctx, ["layout", "hosts", "nics", "no_policy_routing"],
-                     "to the network-namespace beds only, not to the RDMA bed (--rdma)", "--rdma")
+                     "to the network-namespace beds only, not to the RDMA bed (--rdma)")
         if detach:
             _fail("--detach is not supported with --rdma (the guests live as long as this command)")
         from railover.testbed.rdma import cli as _rcli
         _rcli.up(rails=rails, kernel=kernel, accel=accel, base=base, prefix=prefix, console=_console, fail=_fail,
                   wire=wire)
         return
-    refuse_given(ctx, ["rails", "kernel", "accel", "wire"], "to the RDMA bed only (--rdma)", "--rdma")
+    refuse_given(ctx, ["rails", "kernel", "accel", "wire"], "to the RDMA bed only (add --rdma)")
     try:
         if no_policy_routing and "flat" not in layout:
             _fail("--no-policy-routing applies to flat layouts only (e.g. --layout T2-flat)")
