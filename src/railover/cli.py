@@ -66,6 +66,8 @@ def env_cmd(ctx: typer.Context,
             if list_:
                 from rich.console import Console
                 console = Console(soft_wrap=False)
+                if console.width < 1:  # COLUMNS=0 (or negative): nothing would print; rich's default width
+                    console = Console(soft_wrap=False, width=80)
                 console.print(params.render_table(d["params"], console.width))
                 console.print(d["empty_values"], markup=False, highlight=False)
             if events:

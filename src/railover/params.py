@@ -157,9 +157,15 @@ def render_table(ps: List[Dict[str, Any]], width: int = WIDE_TABLE_MIN) -> Any:
         blocks = []
         for p in ps:
             note = "" if "plugin" in p["readers"] else f" (read by {', '.join(p['readers'])})"
+            # default and accepted values wrap under their own text, right of their label, so a
+            # continuation line is indented more than the meaning under them and never runs into it
+            fields = Table.grid(padding=(0, 1))
+            fields.add_column(style="bold", no_wrap=True)
+            fields.add_column(overflow="fold")
+            fields.add_row("default:", p["default"])
+            fields.add_row("accepted:", _range(p))
             blocks += [Text(p["name"], "bold", overflow="fold"),
-                       Padding(Text.assemble(("default: ", "bold"), p["default"], "\n", ("accepted: ", "bold"),
-                                             _range(p), "\n", p["meaning"] + note, overflow="fold"), (0, 0, 1, 2))]
+                       Padding(Group(fields, Text(p["meaning"] + note, overflow="fold")), (0, 0, 1, 2))]
         return Group(*blocks)
     wide = width >= WIDE_TABLE_MIN
     t = Table(box=box.SIMPLE, show_lines=False, expand=True)

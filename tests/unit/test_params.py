@@ -166,3 +166,32 @@ def test_table_reads_from_an_installed_package_layout(tmp_path):
     where, line = r.stdout.splitlines()
     assert where == str(pkg / "_native" / _paths.PLUGIN_FILE)
     assert line.startswith(f"{len(params.params())} RAILOVER_NSTREAMS='0' is not valid")
+
+
+def test_env_list_at_columns_0_uses_the_default_width(table):
+    """COLUMNS=0 used to print nothing (a table 0 columns wide), exit 0."""
+    r = CliRunner().invoke(app, ["env", "--list"], env={"COLUMNS": "0"})
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert lines and max(len(line.rstrip()) for line in lines) <= 80
+    for p in table:
+        assert p["name"] in r.output
+
+
+def test_env_list_narrow_accepted_values_wrap_under_their_label(table):
+    """At 40 columns the continuation lines of "accepted:" were indented as the meaning under
+    them (2 columns), so the two ran together; they now wrap right of the label."""
+    r = CliRunner().invoke(app, ["env", "--list"], env={"COLUMNS": "40"})
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    wrapped = 0
+    for i, line in enumerate(lines):
+        if line.startswith("  accepted: "):
+            col = len("  accepted: ")
+            j = i + 1
+            # the accepted value's continuation lines, up to the meaning (indented 2)
+            while j < len(lines) and lines[j].startswith(" " * col) and lines[j].strip():
+                j += 1
+                wrapped += 1
+            assert j < len(lines) and lines[j].startswith("  ") and not lines[j].startswith("   "), lines[i:j + 1]
+    assert wrapped, r.output   # some accepted values do wrap at 40 columns
