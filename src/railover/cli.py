@@ -3,6 +3,10 @@ register themselves here through a ``register(app)`` function."""
 from __future__ import annotations
 
 import json
+import os
+import stat
+import sys
+from typing import Optional, Tuple
 
 import typer
 
@@ -113,11 +117,42 @@ def main() -> None:
     ``RAILOVER_NATIVE_DIR`` that does not hold it) is a one-line error and exit status 2 in
     every command, also in those that do not report it themselves."""
     from railover._paths import NativeFileNotFound
+    pipe = _stdout_pipe()
     try:
         app()
     except NativeFileNotFound as e:
         typer.echo(f"railover: error: {e}", err=True)
         raise SystemExit(2)
+    except BrokenPipeError:
+        _closed_pipe()
+    except SystemExit as e:
+        # rich and click turn a write to a closed pipe (EPIPE) into exit 1: rich after pointing
+        # stdout (fd 1) at /dev/null, click after wrapping sys.stdout in its PacifyFlushWrapper
+        # (by name: Typer may carry its own copy of click). A genuine exit 1 does neither.
+        if e.code == 1 and (type(sys.stdout).__name__ == "PacifyFlushWrapper"
+                            or (pipe is not None and _stdout_pipe() != pipe)):
+            _closed_pipe()
+        raise
+
+
+def _stdout_pipe() -> Optional[Tuple[int, int]]:
+    """The pipe fd 1 writes to (device, inode), or None when it is no pipe."""
+    try:
+        st = os.fstat(1)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISFIFO(st.st_mode) else None
+
+
+def _closed_pipe() -> None:
+    """Exit 0 without a word when the reader of stdout went away (``railover env --list |
+    head -1``), as Unix tools do: what is left unwritten has no reader."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())   # the interpreter's final flush must not fail again
+    except (OSError, ValueError):
+        pass
+    raise SystemExit(0)
 
 
 if __name__ == "__main__":
