@@ -251,6 +251,10 @@ def test_a_non_utf8_state_file_is_reported_and_skipped(tmp_path):
     ({"nics": [{"name": "eth0", "rail": "zero"}]}, "'nics[0].rail' is not an integer or null"),
     ({"pairs": [{"nic": "eth0", "peer": 7}]}, "'pairs[0].peer' is not a string"),
     ({"pid": "12"}, "'pid' is not an integer"),
+    # negative counters (a corrupt file) used to be shown as they were: "failovers -3"
+    ({"totals": {"failovers": -3}}, "'totals.failovers' is negative (got -3)"),
+    ({"comms": [dict(comm("7"), failovers=-3)]}, "'comms[0].failovers' is negative (got -3)"),
+    ({"comms": [dict(comm("7"), last_convergence_us=-1)]}, "'comms[0].last_convergence_us' is negative"),
 ])
 def test_bad_nested_fields_name_the_field_and_status_skips_the_file(tmp_path, over, field):
     d = tmp_path / "s"
@@ -322,3 +326,16 @@ def test_status_refuses_a_negative_event_count(tmp_path, argv):
     r = CliRunner().invoke(app, ["status", "--state-dir", str(tmp_path)] + argv)
     assert r.exit_code == 2, r.output
     assert "--events" in r.output and "Traceback" not in r.output, r.output
+
+
+def test_status_shows_an_event_without_a_pid_as_absent(tmp_path):
+    """A journal event without a pid was shown as "pid None"."""
+    me = os.getpid()
+    d = tmp_path / "s"
+    j = tmp_path / "ev.jsonl"
+    append_events(j, [{"t_us": st.now_us(), "event": "failover", "comm": "7", "to_nic": "eth1",
+                       "peer": "10.0.1.2", "convergence_us": 800, "bytes_resent": 0}])
+    write_state(d, state(me, st.proc_start_time(me), [comm("7", active="eth1", failovers=1)], event_log=str(j)))
+    r = CliRunner().invoke(app, ["status", "--state-dir", str(d), "--journal", str(j)], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    assert "recent events" in r.output and "convergence=0.8ms" in r.output and "None" not in r.output, r.output

@@ -159,7 +159,8 @@ def render_status(snap: Dict[str, Any], show_comms: bool = False) -> Group:
         for c in ("age", "process", "event", "details"):
             et.add_column(c, no_wrap=False)
         for e in snap["events"]:
-            who = f"rank {e['rank']}" if e.get("rank") is not None else f"pid {e.get('pid')}"
+            who = f"rank {e['rank']}" if e.get("rank") is not None else \
+                f"pid {e['pid']}" if e.get("pid") is not None else "-"   # an event without a pid: absent
             style = "red" if e["event"] in ("nic_down", "pair_down", "path_down", "fatal") else \
                 "yellow" if e["event"] in ("failover", "flap") else ""
             et.add_row(f"{e['age_s']:.1f}s", who, Text(e["event"], style), st.format_event(e))

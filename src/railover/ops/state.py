@@ -184,6 +184,10 @@ _COMM_FIELDS = (("id", (_STR, _INT), True), ("dir", (_STR,), True), ("peer", (_S
 _PATH_FIELDS = (("nic", (_STR,), True), ("peer", (_STR,), False), ("state", (_STR,), False))
 _TOTAL_FIELDS = tuple((k, (_INT,), False) for k in ("comms", "failovers", "failbacks", "flaps", "bytes_resent",
                                                     "fatal_errors"))
+#: Integer fields that are counts or durations: a negative one (a corrupt file) makes the file
+#: unreadable, as a null or a non-number does, instead of being shown (``failovers -3``).
+_COUNTERS = frozenset(("failovers", "failbacks", "flaps", "bytes_resent", "recoveries", "fatal_errors", "comms",
+                       "last_detection_us", "last_convergence_us"))
 
 
 def _check_fields(path: Path, obj: Any, fields: Sequence[Tuple[str, Tuple[type, ...], bool]], where: str = "") -> None:
@@ -200,6 +204,8 @@ def _check_fields(path: Path, obj: Any, fields: Sequence[Tuple[str, Tuple[type, 
         if not isinstance(v, types) or (isinstance(v, bool) and _BOOL not in types):
             want = " or ".join(_TYPE_NAMES[t] for t in types)
             raise StateFileError(f"{path}: field {where + k!r} is not {want} (got {json.dumps(v)[:40]})")
+        if k in _COUNTERS and isinstance(v, int) and v < 0:
+            raise StateFileError(f"{path}: field {where + k!r} is negative (got {v})")
 
 
 def _check_schema(path: Path, data: Any) -> None:
