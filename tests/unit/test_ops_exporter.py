@@ -2,6 +2,7 @@
 process exits, the convergence histogram from journals."""
 from __future__ import annotations
 
+import re
 import urllib.request
 from typing import Dict, Tuple
 
@@ -312,3 +313,42 @@ def test_head_is_answered_like_get_without_a_body(setup, path, status):
         assert r.headers["Content-Type"].startswith("text/plain")
         assert int(r.headers["Content-Length"]) > 0   # the size of GET's body
         assert r.read() == b""
+
+
+@pytest.mark.parametrize("given,bound", [("[::1]", "::1"), ("::1", "::1"), ("127.0.0.1", "127.0.0.1"),
+                                         (" [::] ", "::")])
+def test_exporter_cli_takes_a_bracketed_ipv6_address(monkeypatch, given, bound):
+    """`--addr '[::1]'` was refused, and the message doubled the brackets ("[[::1]]")."""
+    import signal
+    from typer.testing import CliRunner
+    from railover.cli import app
+
+    seen = []
+
+    class FakeServer:
+        url = "http://127.0.0.1:1/metrics"
+
+        def close(self):
+            pass
+
+    def pause():
+        raise KeyboardInterrupt
+    monkeypatch.setattr(ex, "serve", lambda dirs, journals, addr, port: seen.append(addr) or FakeServer())
+    monkeypatch.setattr(signal, "signal", lambda *a: None)
+    monkeypatch.setattr(signal, "pause", pause)
+    r = CliRunner().invoke(app, ["exporter", "--addr", given], env={"RAILOVER_STATE_DIR": "off"})
+    assert r.exit_code == 0 and seen == [bound], (seen, r.output)
+
+
+@pytest.mark.parametrize("given", ["", " ", "[]"])
+def test_exporter_cli_refuses_an_empty_address(monkeypatch, given):
+    from typer.testing import CliRunner
+    from railover.cli import app
+    from cli_text import text
+
+    def serve(*a, **k):
+        raise AssertionError("served")
+    monkeypatch.setattr(ex, "serve", serve)
+    r = CliRunner().invoke(app, ["exporter", "--addr", given])
+    assert r.exit_code == 2 and not isinstance(r.exception, AssertionError), r.output
+    assert re.search(r"Invalid value for '?--addr'?: .*empty address", text(r)), text(r)

@@ -234,9 +234,21 @@ def _interrupt(sig: int, frame: Any) -> None:
 DEFAULT_EXPORTER_PORT = 9477
 
 
+def _bind_addr(addr: str) -> str:
+    """--addr as bind() takes it: an IPv6 address in URL brackets (``[::1]``) without them;
+    an empty one refused (exit 2): getaddrinfo would read it as "every address"."""
+    a = addr.strip()
+    if a.startswith("[") and a.endswith("]"):
+        a = a[1:-1].strip()
+    if not a:
+        raise typer.BadParameter(f"{addr!r}: empty address; give one to bind, e.g. 127.0.0.1 or ::1")
+    return a
+
+
 def exporter_cmd(
     port: int = typer.Option(DEFAULT_EXPORTER_PORT, "--port", min=0, max=65535, help="TCP port of /metrics (0: any free port)"),
-    addr: str = typer.Option("127.0.0.1", "--addr", help="address to bind (IPv4 or IPv6); 0.0.0.0 or :: exposes it to the network"),
+    addr: str = typer.Option("127.0.0.1", "--addr", callback=_bind_addr,
+                             help="address to bind (IPv4 or IPv6, also as [::1]); 0.0.0.0 or :: exposes it to the network"),
     state_dir: Optional[List[Path]] = typer.Option(None, "--state-dir", help="directory of state files (repeatable)"),
     journal: Optional[List[Path]] = typer.Option(None, "--journal", help="extra event journal file or directory (repeatable)"),
 ) -> None:
