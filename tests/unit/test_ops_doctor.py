@@ -356,7 +356,7 @@ def test_doctor_cli_json_and_exit_code(monkeypatch):
     doc = json.loads(r.output)
     assert doc["ok"] is True and any(c["section"] == "routing" for c in doc["checks"])
     facts.env["RAILOVER_NSTREAMS"] = "0"
-    r = CliRunner().invoke(app, ["doctor"])
+    r = CliRunner().invoke(app, ["doctor"], env={"COLUMNS": "250"})   # wide: the finding on one line of its cell
     assert r.exit_code == 1
     assert "RAILOVER_NSTREAMS='0' is not valid" in " ".join(r.output.split())
     r = CliRunner().invoke(app, ["doctor", "--peer", "nonsense"])
@@ -453,3 +453,17 @@ def test_doctor_tables_fold_long_words_instead_of_cutting_them():
     cells = "".join(text.replace("│", " ").split())   # every cell's characters, in order per line
     for word in ("LD_LIBRARY_PATH=", "/lib:$LD_", "libnccl-net-railover.so"[:8]):
         assert word in cells, text
+
+
+@pytest.mark.parametrize("columns,want", [("80", 80), ("60", 60), ("20", 40)])
+def test_doctor_tables_fit_the_terminal(monkeypatch, columns, want):
+    """doctor's console was max(100, terminal width): on an 80-column terminal every line was
+    100 characters and wrapped. Its lines now fit the terminal (at least 40 columns)."""
+    facts = dr.Facts(env=dict(GOOD_NCCL, RAILOVER_NSTREAMS="0"), ifaces=IFACES, plugin=PLUGIN_OK,
+                     ld_resolve=PLUGIN_OK["path"])
+    monkeypatch.setattr(dr, "gather", lambda plugin=None, check_torch=True: facts)
+    monkeypatch.setattr(dr, "route_get", good_route)
+    r = CliRunner().invoke(app, ["doctor"], env={"COLUMNS": columns})
+    assert r.exit_code == 1, r.output
+    widths = [len(line.rstrip()) for line in r.output.splitlines()]
+    assert max(widths) <= want and max(widths) > want - 10, (max(widths), r.output)

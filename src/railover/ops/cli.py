@@ -338,8 +338,15 @@ def doctor_cmd(
     if as_json:
         typer.echo(json.dumps(rep.to_json(), indent=1))
     else:
-        _console.print(render_doctor(rep))
+        _terminal_console().print(render_doctor(rep))
     raise typer.Exit(0 if rep.ok else 1)
+
+
+def _terminal_console() -> Console:
+    """A console as wide as the terminal (rich's own choice: the terminal, COLUMNS, else 80),
+    at least 40 columns: wider than the terminal, every line would wrap."""
+    c = Console()
+    return c if c.width >= 40 else Console(width=40)
 
 
 # --------------------------------------------------------------------------- launch
