@@ -123,8 +123,13 @@ def test_peer_descheduled_for_600ms_is_no_pair_down(testbed):
     steps = [Step(2, "apply", f1), Step(2.6, "undo", f1), Step(5, "apply", f2), Step(5.6, "undo", f2)]
     res = run_scenario(tb, steps, duration_s=9)
     assert res.wrong_bytes == 0
-    assert res.count("failover") == 0, res.select("failover")
-    assert res.count("pair_down") == 0, res.select("pair_down")
+    # on failure, say how long each stop really lasted (the harness may be late on a busy host)
+    # and every event from the first stop on
+    stops = [round((steps[i + 1].t_us - steps[i].t_us) / 1000) for i in (0, 2)]
+    why = f"stops lasted {stops} ms\n" + "\n".join(
+        json.dumps(e, sort_keys=True) for e in res.events if e.get("t_us", 0) >= steps[0].t_us - 200_000)
+    assert res.count("failover") == 0, why
+    assert res.count("pair_down") == 0, why
     assert res.count("peer_silence") + res.count("health_late") >= 1, "the stop was seen and held, not missed"
 
 
