@@ -239,22 +239,27 @@ def test_non_utf8_and_bad_nested_state_files_do_not_break_the_scrape(setup):
     assert val(s, "railover_failovers_total", rank="1", nic="eth0") == 1
 
 
+class _FakeServer:
+    """What ex.serve returns, for CLI tests that must not bind a port."""
+    url = "http://127.0.0.1:1/metrics"
+
+    def close(self):
+        pass
+
+
+def _interrupt():
+    """signal.pause for CLI tests: the operator's Ctrl-C at once."""
+    raise KeyboardInterrupt
+
+
 def test_exporter_cli_names_missing_dirs_journals_and_state_files_off(tmp_path, monkeypatch):
     import signal
     from typer.testing import CliRunner
     from railover.cli import app
 
-    class FakeServer:
-        url = "http://127.0.0.1:1/metrics"
-
-        def close(self):
-            pass
-
-    def pause():
-        raise KeyboardInterrupt
-    monkeypatch.setattr(ex, "serve", lambda *a, **k: FakeServer())
+    monkeypatch.setattr(ex, "serve", lambda *a, **k: _FakeServer())
     monkeypatch.setattr(signal, "signal", lambda *a: None)
-    monkeypatch.setattr(signal, "pause", pause)
+    monkeypatch.setattr(signal, "pause", _interrupt)
     f = tmp_path / "afile"
     f.write_text("")
     r = CliRunner().invoke(app, ["exporter", "--state-dir", str(tmp_path / "nope"), "--state-dir", str(f),
@@ -325,17 +330,9 @@ def test_exporter_cli_takes_a_bracketed_ipv6_address(monkeypatch, given, bound):
 
     seen = []
 
-    class FakeServer:
-        url = "http://127.0.0.1:1/metrics"
-
-        def close(self):
-            pass
-
-    def pause():
-        raise KeyboardInterrupt
-    monkeypatch.setattr(ex, "serve", lambda dirs, journals, addr, port: seen.append(addr) or FakeServer())
+    monkeypatch.setattr(ex, "serve", lambda dirs, journals, addr, port: seen.append(addr) or _FakeServer())
     monkeypatch.setattr(signal, "signal", lambda *a: None)
-    monkeypatch.setattr(signal, "pause", pause)
+    monkeypatch.setattr(signal, "pause", _interrupt)
     r = CliRunner().invoke(app, ["exporter", "--addr", given], env={"RAILOVER_STATE_DIR": "off"})
     assert r.exit_code == 0 and seen == [bound], (seen, r.output)
 
