@@ -20,10 +20,14 @@ inline std::string& journalToRemove() {
   return path;
 }
 
-// Removes `path` at exit (std::atexit) unless a test of the binary failed. Call once the path
-// is known; a later call replaces the path.
+// Removes `path` now and at exit (std::atexit) unless a test of the binary failed. Call once
+// the path is known, before the journal is opened: a file kept by an earlier failed process
+// that had the same pid would otherwise be appended to, and its old lines read as this run's
+// (seen once: a test read path_up lines of a build 10 hours older). A later call replaces the
+// path.
 inline void removeJournalAtExit(const std::string& path) {
   static bool registered = false;
+  unlink(path.c_str());
   journalToRemove() = path;
   if (registered) return;
   registered = true;

@@ -333,8 +333,8 @@ class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink, priva
     // shared worker must not wait for it), and only then ends the bootstrap stream: the
     // receiver must read the CLOSE before it sees the stream end, or it would take the end for
     // a fault.
-    if (stage_ == kReady) lingerForClose(*sh_->path);
     if (stage_ == kReady) {
+      lingerForClose(*sh_->path);
       auto sh = sh_;
       int nic = nic_;
       RdmaTransport* t = &t_;
