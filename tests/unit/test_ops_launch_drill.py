@@ -392,3 +392,31 @@ def test_drill_refuses_when_no_railover_process_uses_the_nic(no_link_changes, tm
     assert r.exit_code == 1, r.output
     assert no_link_changes == [("eth0", False), ("eth0", True)]
     assert json.loads(r.stdout)["problems"] == ["no running railover process used eth0: nothing to observe"]
+
+
+def test_drill_report_shows_fields_an_event_lacks_as_absent_not_none(monkeypatch, tmp_path):
+    """Journal events are checked for their event name and time only: a field one lacks (an
+    older or newer plugin, a hand-written journal) or has as null was printed as "None" (pid,
+    comm, to NIC, peer, "in pid None", "flap: pid None", "fatal error in pid None: None"), and a
+    null bytes_resent ended the report with a TypeError traceback."""
+    evs = [{"t_us": 1_000_400, "event": "nic_down", "nic": "eth0", "signal": None},
+           {"t_us": 1_001_000, "event": "failover", "to_nic": None},
+           {"t_us": 1_001_500, "pid": 5, "event": "failover", "to_nic": "eth1"},   # no comm, no failback
+           {"t_us": 1_002_000, "event": "flap", "nic": "eth0"},
+           {"t_us": 1_003_000, "event": "fatal"},
+           {"t_us": 1_004_000, "pid": 3, "event": "fatal", "message": "no usable path"},
+           {"t_us": 4_100_000, "event": "failback", "bytes_resent": None, "convergence_us": None}]
+    res = dl.analyze(_res(counters_before={"failovers": 0}, counters_after={"failovers": 1}), evs)
+    monkeypatch.setattr(dl, "run_drill", lambda *a, **k: res)
+    argv = ["drill", "--nic", "eth0", "--down-for", "1", "--yes", "--state-dir", str(tmp_path)]
+    r = CliRunner().invoke(app, argv, env={"COLUMNS": "200"})
+    assert r.exit_code == 1 and isinstance(r.exception, SystemExit), (r.exception, r.output)   # not a TypeError
+    assert "Traceback" not in r.output and "None" not in r.output, r.output
+    out = " ".join(r.output.split())
+    assert "detection: nic_down after 0.4 ms (nic=eth0) " in out + " ", out
+    assert "│ failover │ - │ - │ - │ - │ 1.0 │ - │ - │ - │" in out, out
+    assert "flap: nic=eth0" in out and "PROBLEM: fatal error PROBLEM" in out, out
+    assert "PROBLEM: fatal error in pid 3: no usable path" in out, out
+    assert "PROBLEM: no failback after the NIC came back for: pid 5 PROBLEM" in out, out
+    r = CliRunner().invoke(app, argv + ["--json"])
+    assert r.exit_code == 1 and "None" not in " ".join(json.loads(r.stdout)["problems"]), r.output

@@ -550,29 +550,46 @@ def launch_cmd(
 
 # --------------------------------------------------------------------------- drill
 
+def _cell(v: Any) -> str:
+    """A journal field as a table cell: '-' when the event lacks it (absent or null), as
+    ``status`` shows a missing value, never "None"."""
+    return "-" if v is None else str(v)
+
+
+def _resent(n: Any) -> str:
+    """``bytes_resent`` of a journal event as a cell: '-' when absent or not a count."""
+    return _bytes(n) if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else "-"
+
+
 def render_drill(res: Any) -> Group:
-    """Rich rendering of a :class:`railover.ops.drill.DrillResult`."""
+    """Rich rendering of a :class:`railover.ops.drill.DrillResult`. A field that a journal
+    event lacks is '-' in the table and left out of the lines, never "None"."""
     parts: List[Any] = []
     where = f" (netns {res.netns})" if res.netns else ""
     parts.append(Text(f"drill: {res.nic}{where} down for {res.down_for_s:g} s; railover processes using it: "
                       f"{', '.join(res.users) or 'none'}"))
     if res.detection:
         d = res.detection
-        parts.append(Text(f"detection: {d['event']} after {d['since_down_ms']:.1f} ms ({st.format_event(d)}) "
-                          f"in pid {d.get('pid')}"))
+        fields = st.format_event(d)
+        parts.append(Text(f"detection: {d['event']} after {d['since_down_ms']:.1f} ms" +
+                          (f" ({fields})" if fields else "") +
+                          (f" in pid {d['pid']}" if d.get("pid") is not None else "")))
     t = Table(title="what railover did", title_justify="left")
     for c in ("event", "pid", "comm", "to NIC", "peer", "after NIC down ms", "after NIC up ms", "convergence ms",
               "resent"):
         t.add_column(c, no_wrap=True)
     for e in res.failovers + res.failbacks:
-        t.add_row(e["event"], str(e.get("pid")), str(e.get("comm")), str(e.get("to_nic")), str(e.get("peer")),
+        t.add_row(e["event"], _cell(e.get("pid")), _cell(e.get("comm")), _cell(e.get("to_nic")), _cell(e.get("peer")),
                   f"{e['since_down_ms']:.1f}", f"{e['since_up_ms']:.1f}" if "since_up_ms" in e else "-",
-                  _ms(e.get("convergence_us")), _bytes(int(e.get("bytes_resent", 0))))
+                  _ms(e.get("convergence_us")), _resent(e.get("bytes_resent")))
     parts.append(t)
     for e in res.flaps:
-        parts.append(Text(f"flap: pid {e.get('pid')} {st.format_event(e)}", "yellow"))
+        who = f"pid {e['pid']}" if e.get("pid") is not None else ""
+        parts.append(Text("flap: " + " ".join(x for x in (who, st.format_event(e)) if x), "yellow"))
     b, a = res.counters_before, res.counters_after
-    parts.append(Text("state counters (before -> after): " + ", ".join(f"{k} {b.get(k, 0)} -> {a.get(k, 0)}" for k in a)))
+    if a:
+        parts.append(Text("state counters (before -> after): " + ", ".join(f"{k} {b.get(k, 0)} -> {a.get(k, 0)}"
+                                                                          for k in a)))
     if res.problems:
         for p in res.problems:
             parts.append(Text(f"PROBLEM: {p}", "bold red"))

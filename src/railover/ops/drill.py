@@ -174,18 +174,23 @@ def analyze(res: DrillResult, events: Iterable[Dict[str, Any]]) -> DrillResult:
         if not res.failovers and not res.fatal:
             res.problems.append(f"no failover in the journals (did any comm carry traffic over {res.nic}?)")
         backs = {(e.get("pid"), e.get("comm")) for e in res.failbacks}
-        missing = sorted({f"pid {e.get('pid')} comm {e.get('comm')}" for e in res.failovers
-                          if (e.get("pid"), e.get("comm")) not in backs})
+        missing = sorted({_who(e) for e in res.failovers if (e.get("pid"), e.get("comm")) not in backs})
         if missing:
             res.problems.append("no failback after the NIC came back for: " + ", ".join(missing))
     elif res.users:
         res.problems.append("no event journal found (set RAILOVER_EVENT_LOG for the job, or pass --journal): "
                             "only the state counters are reported")
     for e in res.fatal:
-        res.problems.append(f"fatal error in pid {e.get('pid')}: {e.get('message')}")
+        res.problems.append("fatal error" + (f" in pid {e['pid']}" if e.get("pid") is not None else "") +
+                            (f": {e['message']}" if e.get("message") is not None else ""))
     if res.still_failed_over:
         res.problems.append("still on a standby path at the end: " + ", ".join(res.still_failed_over))
     return res
+
+
+def _who(e: Dict[str, Any]) -> str:
+    """``pid 1 comm 5`` of a journal event, leaving out what the event lacks (never "None")."""
+    return " ".join(f"{k} {e[k]}" for k in ("pid", "comm") if e.get(k) is not None) or "a comm the journal does not name"
 
 
 def _counters(states: Sequence[st.ProcessState], pids: Sequence[int]) -> Dict[str, int]:

@@ -389,7 +389,7 @@ _NOT_FIELDS = ("t_us", "pid", "event", "journal", "rank", "age_s")
 def format_event(e: Mapping[str, Any]) -> str:
     """One-line human description of a journal event's fields (µs durations shown in ms):
     the declared fields of a known event (:data:`railover.journal.EVENTS`), all fields of an
-    unknown one."""
+    unknown one; a field the event lacks (or has as null) is left out."""
     ev = str(e.get("event"))
     if ev in jr.EVENTS:
         keys = tuple(k for k in jr.EVENTS[ev] if k not in _HIDDEN_FIELDS.get(ev, ()))
@@ -397,9 +397,9 @@ def format_event(e: Mapping[str, Any]) -> str:
         keys = tuple(k for k in e if k not in _NOT_FIELDS)
     parts = []
     for k in keys:
-        if k not in e:
+        v = e.get(k)
+        if v is None:   # absent, or null: left out, never "k=None"
             continue
-        v = e[k]
         if k.endswith("_us") and isinstance(v, (int, float)):
             parts.append(f"{k[:-3]}={v / 1000:.1f}ms")
         else:
