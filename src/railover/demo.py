@@ -44,13 +44,17 @@ FAULT_KINDS = {
 
 
 def check_args(layout: str, size: str, duration: float, specs: List[tuple]) -> None:
-    """Reject a bad layout, size, duration or a fault on a NIC the layout lacks before anything
-    is built. Raises typer.BadParameter naming the option."""
+    """Reject a bad layout (1 NIC per host included: no standby NIC), size, duration or a fault
+    on a NIC the layout lacks before anything is built. Raises typer.BadParameter naming the
+    option."""
     try:
         topo = Topology.from_layout(layout)
         topo.validate()
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="--layout")
+    if topo.nics < 2:
+        raise typer.BadParameter(f"{layout}: 1 NIC per host leaves no standby NIC, so nothing can fail over; "
+                                 "give at least 2 (e.g. T2 or 2x2)", param_hint="--layout")
     check_size(size)
     if duration < 0:
         raise typer.BadParameter(f"{duration:g}: must be >= 0 (0 = fit the faults)", param_hint="--duration")

@@ -15,6 +15,8 @@ from railover import demo
     ("T2", "0", 0, "port-down:a0", "at least 1 byte"),
     ("T2", "4M", -5, "port-down:a0", "must be >= 0"),
     ("1x2", "4M", 0, "silent:b0", "has no NIC b0"),
+    ("2x1", "4M", 0, "port-down:a0", "1 NIC per host leaves no standby NIC"),   # a demo of nothing: it ran
+    ("4x1-flat", "4M", 0, "silent:b0", "1 NIC per host leaves no standby NIC"),
 ])
 def test_bad_options_are_rejected_naming_the_option(layout, size, duration, faults, words):
     with pytest.raises(typer.BadParameter, match=words):

@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from railover._cliutil import refuse_combined, refuse_given
+from railover._cliutil import given, refuse_combined, refuse_given
 from railover.testbed import netns as _tb
 
 # Not a terminal (pipes, CI logs): rich would use 80 columns and crop addresses.
@@ -37,12 +37,35 @@ def _fail(msg: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def _topology(ctx: typer.Context, layout: str, hosts: Optional[int], nics: Optional[int]) -> "_tb.Topology":
+    """The namespace bed that --layout and the --hosts/--nics overrides describe, refused up
+    front (exit 2, naming the option) when it is unknown, does not fit, or has 1 NIC per
+    host: no standby NIC, so nothing can fail over. One host is a bed (ranks on one host talk
+    over their own NICs, as in ``bench healthy``'s loopback network)."""
+    try:
+        t = _tb.Topology.from_layout(layout)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--layout")
+    t = _tb.Topology(hosts if hosts is not None else t.hosts, nics if nics is not None else t.nics, t.flat)
+    hint = " / ".join(given(ctx, "layout", "hosts", "nics")) or "--layout"
+    try:
+        t.validate()
+    except ValueError as e:
+        msg = str(e)
+        raise typer.BadParameter(msg if msg.startswith(t.name) else f"{t.name}: {msg}", param_hint=hint)
+    if t.nics < 2:
+        raise typer.BadParameter(f"{t.name}: 1 NIC per host leaves no standby NIC, so nothing can fail over; "
+                                 "give at least 2 (e.g. T2 or 2x2)", param_hint="--layout")   # --nics itself is >= 2
+    return t
+
+
 def up_cmd(
     ctx: typer.Context,
     layout: str = typer.Option("T2", "--layout", "-l",
-                               help="T2, T2-flat, T3, T3-flat or <hosts>x<nics>[-flat]"),
+                               help="T2, T2-flat, T3, T3-flat or <hosts>x<nics>[-flat], nics 2 or more"),
     hosts: Optional[int] = typer.Option(None, min=1, max=254, help="override the number of hosts"),
-    nics: Optional[int] = typer.Option(None, min=1, max=99, help="override the NICs per host"),
+    nics: Optional[int] = typer.Option(None, min=2, max=99, help="override the NICs per host (a standby NIC "
+                                                                 "needs 2 or more)"),
     base: int = typer.Option(0, min=0, max=255, help="second address octet: addresses are 10.<base>.x.y"),
     prefix: Optional[str] = typer.Option(None, help="use this prefix ('ro' + 4 lowercase letters/digits) instead of a random one"),
     detach: bool = typer.Option(False, "--detach", "-d",
@@ -51,7 +74,8 @@ def up_cmd(
                                            help="flat layouts: no per-NIC policy routing (main table only)"),
     rdma: bool = typer.Option(False, "--rdma", help="QEMU guests with Soft-RoCE (rxe) NICs instead of namespaces "
                                                      "(2 hosts; see docs/RDMA-TESTBED.md)"),
-    rails: int = typer.Option(2, "--rails", min=1, max=8, help="with --rdma: rail NICs per guest"),
+    rails: int = typer.Option(2, "--rails", min=2, max=8, help="with --rdma: rail NICs per guest (a standby rail "
+                                                                "needs 2 or more)"),
     kernel: str = typer.Option("6.1", "--kernel", help="with --rdma: guest kernel series, 6.1 or 6.12"),
     accel: str = typer.Option("auto", "--accel", help="with --rdma: auto, kvm or tcg"),
     wire: str = typer.Option("stream", "--wire", help="with --rdma: NIC wires, stream (lossless) or udp (lossy "
@@ -74,6 +98,7 @@ def up_cmd(
                   wire=wire)
         return
     refuse_given(ctx, ["rails", "kernel", "accel", "wire"], "to the RDMA bed only (add --rdma)")
+    _topology(ctx, layout, hosts, nics)
     try:
         if no_policy_routing and "flat" not in layout:
             _fail("--no-policy-routing applies to flat layouts only (e.g. --layout T2-flat)")
