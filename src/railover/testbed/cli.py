@@ -99,6 +99,7 @@ def up_cmd(
         return
     refuse_given(ctx, ["rails", "kernel", "accel", "wire"], "to the RDMA bed only (add --rdma)")
     _topology(ctx, layout, hosts, nics)
+    tb: Optional[_tb.TestBed] = None
     try:
         if no_policy_routing and "flat" not in layout:
             _fail("--no-policy-routing applies to flat layouts only (e.g. --layout T2-flat)")
@@ -107,6 +108,10 @@ def up_cmd(
         tb.up()
     except (ValueError, _tb.TestBedError) as e:
         _fail(str(e))
+    except KeyboardInterrupt:  # TestBed.up() removed what it had made (a failed removal is a TestBedError)
+        _fail(f"interrupted while building {f'test bed {tb.prefix}' if tb is not None else 'the test bed'}; "
+              "what it had created was removed", 130)
+    assert tb is not None
     try:
         _console.print(topology_table(tb))
         typer.echo(f"mode: {tb.mode}")

@@ -545,8 +545,45 @@ def _proc_starttime(pid: int) -> Optional[int]:
 
 def _write_json(path: Path, data: dict) -> None:
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(data, indent=1))
+        os.replace(tmp, path)
+    except BaseException:  # Ctrl-C included: no half-written .tmp left behind
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM (blocked, not lost) in this thread while the block runs: a step
+    that must either happen completely or not at all (creating a namespace: pyroute2 forks a
+    child for it, which inherits the mask, so Ctrl-C cannot kill it half-way either). A signal
+    that arrived meanwhile is delivered when the block ends."""
+    sigs = {signal.SIGINT, signal.SIGTERM}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _in_use_message(prefix: str, taken: Sequence[str]) -> str:
+    """Why a bed with ``prefix`` cannot be built: its namespaces ``taken`` exist. Says whose
+    they are, as far as this process can tell, and how to remove them when nothing runs there."""
+    what = f"network namespace {taken[0]} already exists" + (f" (and {', '.join(taken[1:])})" if taken[1:] else "")
+    info = next((i for i in list_testbeds() if i.prefix == prefix), None)
+    if info is not None and info.alive and not info.detached:
+        return (f"{what}: test bed {prefix} is up (owner pid {info.pid}); stop it there (Ctrl-C, or kill -INT "
+                f"{info.pid}), or use another prefix")
+    down = f"'railover testbed down --prefix {prefix}'"
+    if info is not None and info.detached:
+        return f"{what}: test bed {prefix} is up, detached; remove it with {down}, or use another prefix"
+    if info is not None and info.owner_unknown_in_use:
+        return (f"{what}: processes run inside (pids {' '.join(map(str, info.pids_inside[:5]))}) but this host has "
+                f"no state file of test bed {prefix} (another RAILOVER_TESTBED_STATE?); use another prefix, or remove "
+                f"it, killing them, with {down}")
+    return (f"{what}: left behind by test bed {prefix} (an interrupted or crashed run); remove it with {down}, "
+            "or use another prefix")
 
 
 @dataclass
@@ -906,18 +943,19 @@ class TestBed:
         # live bed with this prefix.
         taken = [ns for ns in self.namespaces if ns in _list_netns()]
         if taken:
-            raise TestBedError(f"network namespace {taken[0]} already exists: test bed {self.prefix} is up "
-                               "(see 'railover testbed list') or was left behind ('railover testbed down')")
+            raise TestBedError(_in_use_message(self.prefix, taken))
         self._owner_pid = os.getpid()
         self.up_us = now_us()
-        self.state_file = _writable_state_dir() / f"{self.prefix}.json"
-        _write_json(self.state_file, self._state())  # written first: a crash mid-build is found
-        with _ACTIVE_LOCK:
-            _ACTIVE.add(self)
-        if self.handle_signals:
-            _SIGNALS.acquire(self)
-        self._is_up = True
+        # From here on a signal (Ctrl-C) or an error at any point removes what was made so far:
+        # _is_up first, so down() runs; it removes the state file and the namespaces recorded.
         try:
+            self._is_up = True
+            with _ACTIVE_LOCK:
+                _ACTIVE.add(self)
+            if self.handle_signals:
+                _SIGNALS.acquire(self)
+            self.state_file = _writable_state_dir() / f"{self.prefix}.json"
+            _write_json(self.state_file, self._state())  # written first: a crash mid-build is found
             self._build()
         except BaseException as e:
             self.down()
@@ -930,9 +968,16 @@ class TestBed:
         nsmod = _netns_mod()
         for ns in self.namespaces:
             if ns in _list_netns():
-                raise TestBedError(f"network namespace {ns} already exists")
-            nsmod.create(ns)
+                raise TestBedError(self._appeared(ns))
+            # Recorded before it exists, so that the teardown removes it whenever it came to
+            # exist (down() passes over one that does not); created whole or not at all.
             self._created.append(ns)
+            try:
+                with _signals_held():
+                    nsmod.create(ns)
+            except FileExistsError:  # made by someone else since the check above: not ours to remove
+                self._created.remove(ns)
+                raise TestBedError(self._appeared(ns)) from None
         common = {} if self.ipv6 else {"net.ipv6.conf.all.disable_ipv6": 1,
                                        "net.ipv6.conf.default.disable_ipv6": 1}
         _ns_sysctl(self.fabric_ns, common)
@@ -964,6 +1009,10 @@ class TestBed:
                     ipr.link("set", index=ipr.link_lookup(ifname=n.ifname)[0], state="up")
                     add_nic_address(n, n.addr, ipr)
         poll_until(self.ready, 10.0, what=f"all NICs and switch ports of {self.prefix} to be up")
+
+    def _appeared(self, ns: str) -> str:
+        return (f"network namespace {ns} appeared while test bed {self.prefix} was being built (another process "
+                "made it); use another prefix")
 
     def ready(self) -> bool:
         """True when every host NIC and switch port is operationally UP and every port is
@@ -1027,10 +1076,10 @@ class TestBed:
         that are already gone."""
         if not self._is_up or self._tearing_down:
             return
-        self._tearing_down = True
-        _SIGNALS.busy += 1
+        _SIGNALS.busy += 1   # first: a signal from here on waits until the teardown is done
         errors = []
         try:
+            self._tearing_down = True
             for s in list(self._servers):
                 s.close()
             for p in self._procs:
