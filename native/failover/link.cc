@@ -739,6 +739,9 @@ bool SendLink::repairedSinceSeen(Path& p, const PairView& v) {
 // reset (it grew during the outage); an attempt in progress is restarted, whenever it began:
 // its SYN may have been lost, and the kernel would resend it only after its retransmission
 // timeout (1 s, 3 s, ...), and a failed late attempt must not wait the grown back-off.
+// An established path (active or standby) is nudged instead (SendPath::nudge): the receiver
+// may have dropped its end during the outage, and a sender with nothing to write (RDMA: no
+// advertisement came) would otherwise learn it only from the receiver's late FIN, or never.
 void SendLink::restartAfterRepair(Path& p, uint64_t now) {
   if (p.state == PathState::kFailed) {
     p.backoffMs = 0;
@@ -746,6 +749,8 @@ void SendLink::restartAfterRepair(Path& p, uint64_t now) {
   } else if (p.state == PathState::kConnecting) {
     p.backoffMs = 0;
     startConnect(p, now, "restart after the repair of its NIC or pair");
+  } else if ((p.state == PathState::kActive || p.state == PathState::kStandby) && p.tx) {
+    p.tx->nudge();
   }
 }
 

@@ -9,6 +9,9 @@
 //   maxWrite  at most this many bytes per write toward the receiver (partial writes)
 //   refuse    new connections fail as the network would (no route to host)
 //   peerGone  new connections are refused by the peer's kernel (its process exited)
+//   silentClose  a server end's close never reaches the client (its FIN was lost with its NIC
+//             and its socket reaped): the client sees nothing until it writes, and then a
+//             reset, as a real kernel answers a byte for a socket it no longer has
 #pragma once
 
 #include <arpa/inet.h>
@@ -36,6 +39,7 @@ namespace fake {
 
 struct Wire {
   bool drop = false, broken = false, stalled = false, refuse = false, peerGone = false;
+  bool silentClose = false;  // see above
   bool hangConnect = false;  // connects started now never complete (their SYN is lost)
   bool peerAcks = false;     // the peer's transport still acknowledges bytes (a slow, not dead, link)
   int hangFrom = INT32_MAX;  // connects after the first `hangFrom` on this wire never complete
@@ -47,6 +51,8 @@ struct Wire {
 struct Pipe {
   std::deque<uint8_t> q;
   bool closed = false;
+  bool gone = false;   // the reading end was closed silently (Wire::silentClose)
+  bool reset = false;  // the writer's next read sees a reset (it wrote into a `gone` pipe)
 };
 
 class FakeConn : public Conn {
@@ -55,6 +61,10 @@ class FakeConn : public Conn {
       : out_(out), in_(in), wire_(w), toReceiver_(toReceiver),
         hangs_(toReceiver && (w->hangConnect || w->connects > w->hangFrom)) {}
   ~FakeConn() override {
+    if (wire_->silentClose && !toReceiver_) {
+      in_->gone = true;
+      return;
+    }
     out_->closed = true;
     in_->closed = true;
   }
@@ -65,6 +75,13 @@ class FakeConn : public Conn {
   bool peerAckedWithinMs(uint32_t) override { return toReceiver_ && wire_->peerAcks; }
   ssize_t writev(const iovec* iov, int n, std::string* err) override {
     if (timedOut) return *err = "Connection timed out (fake)", -1;
+    if (in_->reset) return *err = "Connection reset by peer (fake)", -1;
+    if (out_->gone) {  // the bytes leave; the peer's kernel answers them with a reset
+      in_->reset = true;
+      size_t done = 0;
+      for (int i = 0; i < n; ++i) done += iov[i].iov_len;
+      return (ssize_t)done;
+    }
     if (wire_->broken || out_->closed) return *err = "connection reset (fake)", -1;
     if (wire_->stalled || stalled) return 0;
     size_t budget = toReceiver_ ? wire_->maxWrite : SIZE_MAX, done = 0;
@@ -80,6 +97,7 @@ class FakeConn : public Conn {
   ssize_t read(void* buf, size_t len, std::string* err) override {
     if (timedOut) return *err = "Connection timed out (fake)", -1;
     if (wire_->broken) return *err = "connection reset (fake)", -1;
+    if (in_->reset) return *err = "Connection reset by peer (fake)", -1;
     if (in_->q.empty()) {
       if (in_->closed) return *err = "connection closed by peer", -1;
       return 0;
@@ -94,6 +112,7 @@ class FakeConn : public Conn {
 
   bool dead(std::string* err) override {
     if (wire_->broken) return *err = "connection reset (fake)", true;
+    if (in_->reset) return *err = "Connection reset by peer (fake)", true;
     if (in_->q.empty() && in_->closed) return *err = "closed by peer", true;
     return false;
   }

@@ -168,6 +168,16 @@ class SendPath {
   // delivery otherwise (an RDMA write completion with a receiver-side placement guarantee)
   // may return false; the engine still requires the receiver to hold the whole message.
   virtual bool completionNeedsReceiverAck() const { return true; }
+  // The health layer saw this path's NIC or NIC pair come back after an outage (SendLink's
+  // repair step; called under the link's mutex, on NCCL's thread or the sweeper). Best effort,
+  // never blocks: provokes an answer from the receiver's end of an established path, so that
+  // a path the receiver dropped during the outage is seen gone within a round trip of the
+  // repair, from recvNotice/progress, not only when the receiver's kernel resends its FIN
+  // (exponential back-off: minutes after a long outage) or never (an orphaned socket is
+  // reaped after net.ipv4.tcp_orphan_retries). Needed where the sender may have nothing to
+  // write on its own (RDMA: it waits for the receiver's advertisements, which a dropped path
+  // never sends). Default: nothing (TCP: the sender's next write meets the reset itself).
+  virtual void nudge() {}
 };
 
 // What the engine tells a receive path about each chunk (implemented by the engine).

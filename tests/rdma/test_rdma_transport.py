@@ -502,6 +502,63 @@ def test_both_rails_down_shorter_than_the_fatal_timeout_recovers_and_closes_clea
     crash_retry(bed, body)
 
 
+def test_one_path_the_receiver_dropped_during_a_long_pull_is_found_at_the_repair(rdma_bed, tmp_path):
+    """RAILOVER_STANDBY=none (one path per comm): guest A's only cable pulled for 20 s of A's
+    clock, longer than B's probe detection (10 s under TCG). A drops its paths at the port error;
+    the FIN of the dropped receive path cannot leave, and A's kernel reaps the orphaned socket
+    before the repair (net.ipv4.tcp_orphan_retries=1 in A: what the default does after a long
+    outage). How B's send comm learns that its path is gone depends on the moment of the pull:
+    with writes in flight, its RC QP retries unanswered and the engine fails the path once the
+    probes time out ("the peer acknowledges nothing"); with none (A's advertisements stopped
+    first) it sees only soft probe timeouts and keeps the path until the repair, where it
+    nudges it (one byte on its bootstrap stream), A's kernel answers with a reset and the path
+    breaks ("bootstrap stream: ... reset"). Either way B reconnects and the collective resumes
+    with every byte. Without the nudge the second case waited for the fatal timeout
+    (docs/BENCHMARKS.md, "Bare RC"); the gtest
+    EngineOnly.APathTheReceiverDroppedSilentlyIsFoundByTheNudgeAtTheRepair pins it."""
+    bed = rdma_bed
+    knob = "/proc/sys/net/ipv4/tcp_orphan_retries"
+    rc, out, err = bed.run("A", ["cat", knob], timeout_s=60)
+    assert rc == 0, err
+    saved = out.strip()
+
+    def body():
+        run = _Background(bed, tmp_path, {"RAILOVER_STANDBY": "none", "RAILOVER_FATAL_TIMEOUT": "300"},
+                          duration=600, timeout_s=900, stoppable=True)
+        pull = None
+        try:
+            poll_until(lambda: all(any(e.get("event") == "path_up" and e.get("nic") == "eth1" for e in _journal(bed, h))
+                                   for h in ("A", "B")), 300, 1.0, "paths up on rail 0 in both guests")
+            rc2, _, err2 = bed.run("A", ["sh", "-c", f"echo 1 > {knob}"], timeout_s=60)
+            assert rc2 == 0, err2
+            pull = rf.CablePull(bed, "a0").apply()
+            _hold_guest_time(bed, "A", 20)
+            pull.undo()
+            pull = None
+            repaired = {h: bed.guest_now_us(h) for h in ("A", "B")}
+
+            def resumed():
+                return all(any(e.get("event") in ("recover", "failover", "failback") and e["t_us"] >= repaired[h]
+                               and e.get("comm") for e in _journal(bed, h)) for h in ("A", "B"))
+            poll_until(resumed, 240, 1.0, "a send comm resuming in each guest after the repair")
+            _hold_guest_time(bed, "A", 5)  # traffic on the recovered paths before the stop
+        finally:
+            if pull is not None:
+                pull.undo()
+            bed.run("A", ["sh", "-c", f"echo {saved} > {knob}"], timeout_s=60)
+            res = run.result()
+        assert res.ok, res.describe()
+        assert res.wrong_total == 0
+        evs = _events(tmp_path)
+        assert not _named(evs, "fatal"), _named(evs, "fatal")
+        b_downs = [e for e in _named(_rank_events(tmp_path, 1), "path_down") if e.get("dir") == "send"]
+        print("B's send path_down events:", [(e.get("t_us"), e.get("cause")) for e in b_downs])
+        assert any("acknowledges nothing" in e["cause"] or ("bootstrap stream" in e["cause"] and "reset" in e["cause"])
+                   for e in b_downs), b_downs
+
+    crash_retry(bed, body)
+
+
 def test_ranks_on_different_transports_fail_with_a_clear_error(rdma_bed, tmp_path):
     """Rank 0 runs rdma, rank 1 tcp: connect refuses the peer's handle and names both."""
     bed = rdma_bed

@@ -293,6 +293,56 @@ TEST_F(EngineOnly, ASlowCloseOfTheOldPathAtFailbackIsJournaled) {
   EXPECT_EQ(st.delivered, 100u);
 }
 
+// RAILOVER_STANDBY=none: the receiver's NIC goes down (in its own view), so it drops its one
+// path; its FIN never reaches the sender (Wire::silentDrop: the NIC took it, its socket was
+// reaped), and the sender, whose probes only timed out (soft) and which has nothing silent to
+// judge, keeps the path. At the repair the sender nudges the path (SendPath::nudge), learns it
+// is gone, reconnects and resends: every message arrives. Without the nudge both ends wait
+// for each other until the fatal timeout (the RDMA bed's long cable pull, docs/BENCHMARKS.md,
+// "Bare RC").
+TEST_F(EngineOnly, APathTheReceiverDroppedSilentlyIsFoundByTheNudgeAtTheRepair) {
+  Config& cfg = Runtime::get().cfg;
+  StandbyPolicy savedStandby = cfg.standby;
+  cfg.standby = StandbyPolicy::kNone;
+  struct Restore {
+    Config& c;
+    StandbyPolicy s;
+    ~Restore() { c.standby = s; }
+  } restore{cfg, savedStandby};
+  Setting fatal(cfg.fatalTimeoutS, 30);  // the run's own bound below is the test
+  connectComm();
+  ASSERT_EQ(send->paths.size(), 1u) << "no standby with RAILOVER_STANDBY=none";
+  fake::ScriptedHealth recvView;
+  ReceiverHealth rh(recv, &recvView);
+  w(0, kA0)->silentDrop = true;
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point downAt{}, repairedAt{};
+  bool down = false, repaired = false;
+  Stats st = run(120, mixed, 8, [&](int k) {
+    if (k == 40) {
+      recvView.setNic(0, false);                                // the receiver's NIC: hard, local
+      health->setPair(0, kA0, false, false, "probe timeout (test)");  // the sender: its probes time out
+      down = true, downAt = Clock::now();
+    }
+  }, [&] {
+    // The outage lasts until the receiver dropped the path and the sender has had 50 stall
+    // windows (RAILOVER_STALL_MS 5) to judge it on its own.
+    if (down && !repaired && recv->active < 0 && Clock::now() - downAt > std::chrono::milliseconds(250)) {
+      EXPECT_EQ(send->counters.recoveries + send->counters.failovers, 0u) << "the sender moved on its own";
+      EXPECT_EQ(w(0, kA0)->nudges, 0) << "nudged before the repair";
+      recvView.setNic(0, true);
+      health->setPair(0, kA0, true, false, "");
+      repaired = true, repairedAt = Clock::now();
+    }
+  });
+  ASSERT_TRUE(repaired) << "the receiver never dropped its path";
+  EXPECT_FALSE(st.timedOut) << "no delivery after the repair: " << send->paths[0].lastError;
+  EXPECT_EQ(st.err, ncclSuccess);
+  EXPECT_EQ(st.delivered, 120u);
+  EXPECT_GE(w(0, kA0)->nudges, 1) << "the repair did not nudge the active path";
+  EXPECT_FALSE(send->paths[0].lastError.empty()) << "the sender never saw its path gone";
+}
+
 // A retry re-creates the failed path (the verbs transport makes its CQ and QPs there, on the
 // caller's thread); an open that holds the thread is named as call "open", and the comm fails
 // back once the path is up again, every byte right.

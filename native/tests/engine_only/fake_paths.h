@@ -21,6 +21,10 @@
 //   slowCloses the next this many sender fences (a path's close) hold the caller as long
 //   slowOpens  the next this many openSendPath calls hold the caller as long (creating a
 //              path's QPs blocked in the provider)
+//   silentDrop a receiver's drop of a path (its fence) reaches the sender only when the sender
+//              nudges it (SendPath::nudge): its FIN was lost with its NIC and its socket
+//              reaped, and a real kernel then answers only the sender's next byte (a reset).
+//              Until then what the sender sends vanishes. `nudges` counts the nudges.
 // Per path (on its Channel):
 //   laneStalled[i]  lane i only stops (one stream of several)
 //   backStalled     the receiver's control channel stops: its ACKs stay queued at the receiver
@@ -62,6 +66,8 @@ struct Wire {
   std::vector<std::shared_ptr<FenceWait>> heldFences;
   int slowCalls = 0, slowCloses = 0, slowOpens = 0;
   uint64_t slowCallUs = 0;
+  bool silentDrop = false;
+  int nudges = 0;
 };
 
 struct Item {
@@ -77,6 +83,7 @@ struct Channel {
   std::vector<bool> laneStalled;
   bool backStalled = false, senderTimedOut = false;
   bool senderGone = false, receiverGone = false;
+  bool receiverGoneSilently = false;  // Wire::silentDrop: gone, not yet known to the sender
   std::shared_ptr<Wire> wire;
 };
 
@@ -183,6 +190,10 @@ class FakeSendPath : public SendPath {
   }
   bool peerAckedWithinMs(uint32_t) override { return ch_->wire->peerAcks && !q_.empty(); }
   uint32_t unackedSilenceMs() override { return 0; }
+  void nudge() override {
+    ch_->wire->nudges++;
+    if (ch_->receiverGoneSilently) ch_->receiverGone = true;  // the reset that answers the byte
+  }
   Channel& channel() { return *ch_; }
 
  private:
@@ -273,7 +284,12 @@ class FakeRecvPath : public RecvPath {
     if (ch_ && !ch_->wire->broken) flushCtl(&err);
   }
   void fence() override {
-    if (ch_) ch_->receiverGone = true;
+    if (ch_ && ch_->wire->silentDrop) {
+      ch_->receiverGoneSilently = true;
+      for (auto& l : ch_->lanes) l.clear();
+    } else if (ch_) {
+      ch_->receiverGone = true;
+    }
     out_.clear();
   }
   std::shared_ptr<FenceWait> fenceAsync() override {

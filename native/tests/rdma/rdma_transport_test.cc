@@ -135,6 +135,7 @@ class RdmaPathTest : public ::testing::Test {
     EXPECT_EQ(boot.pending.size(), 1u);
     if (boot.pending.empty()) return nullptr;
     std::unique_ptr<Conn> server = std::move(boot.pending[0].server);
+    toServer = boot.pending[0].in;
     boot.pending.clear();
     uint8_t hb[wire::kFrameBytes];
     EXPECT_EQ(server->read(hb, sizeof(hb), &err), (ssize_t)sizeof(hb));
@@ -213,6 +214,7 @@ class RdmaPathTest : public ::testing::Test {
 
   static constexpr uint64_t kChunk = 256;
   fake::FakeTransport boot;
+  std::shared_ptr<fake::Pipe> toServer;  // the bootstrap stream's bytes toward the receiver
   std::unique_ptr<rdma::RdmaTransport> t;
   std::unique_ptr<SendPath> tx;
   std::unique_ptr<RecvPath> rx;
@@ -814,6 +816,64 @@ TEST_F(RdmaPathTest, TheEndOfTheBootstrapStreamBreaksThePathAsClosedByPeer) {
   while (r >= 0 && nowUs() < deadline) r = tx->progress(&err);
   EXPECT_EQ(r, -1);
   EXPECT_NE(err.find("closed by peer"), std::string::npos) << err;  // what the engine reads as "by the peer"
+}
+
+// A receiver that dropped the path while its FIN could not leave (its NIC was down; the socket
+// was reaped since) is invisible to a sender with nothing to write: it waits for an
+// advertisement that never comes. The nudge after a repair (one byte on the bootstrap stream)
+// meets the reset a kernel answers for a socket it no longer has, and the path breaks.
+TEST_F(RdmaPathTest, ANudgeFindsAPathTheReceiverDroppedSilently) {
+  boot.wire(0, "10.0.1.1")->silentClose = true;
+  bringUp();
+  rx.reset();  // the receiver drops the path; nothing reaches the sender
+  t->worker().drain();
+  std::string err;
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_GE(tx->progress(&err), 0) << err;
+    CtlMsg m;
+    ASSERT_GE(tx->recvNotice(true, &m, &err), 0) << "seen gone without a nudge: the fake is not silent: " << err;
+  }
+  tx->nudge();
+  uint64_t deadline = nowUs() + 5 * 1000 * 1000;
+  int r = 0;
+  while (r >= 0 && nowUs() < deadline) r = tx->progress(&err);
+  EXPECT_EQ(r, -1);
+  EXPECT_NE(err.find("bootstrap stream"), std::string::npos) << err;
+  EXPECT_NE(err.find("reset"), std::string::npos) << err;
+}
+
+// On a path the receiver still has, nudges are read and dropped: the path stays up and carries
+// the next message.
+TEST_F(RdmaPathTest, ANudgeToALiveReceiverIsDroppedAndThePathCarriesOn) {
+  bringUp();
+  for (int i = 0; i < 3; ++i) tx->nudge();
+  ASSERT_EQ(toServer->q.size(), 3u) << "a nudge is one byte on the bootstrap stream";
+  std::vector<uint8_t> src(3 * kChunk), dst(3 * kChunk, 0);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = (uint8_t)(i * 7 + 1);
+  void* smr = reg(src);
+  void* dmr = reg(dst);
+  advertiseOne(0, 100, dst.data(), dst.size(), dmr);
+  postMessage(0, src, src.size(), smr);
+  sink.dst = dst.data();
+  wire();
+  ASSERT_EQ(sink.got.size(), 1u) << "the message did not arrive";
+  EXPECT_EQ(dst, src);
+  std::string err;
+  EXPECT_GE(rx->progress(sink, &err), 0) << err;
+  EXPECT_GE(tx->progress(&err), 0) << err;
+  EXPECT_TRUE(toServer->q.empty()) << "the receiver read its nudges";
+}
+
+// After the endpoints, a byte that is not a nudge is a protocol error of the sender's, named.
+TEST_F(RdmaPathTest, AByteThatIsNotANudgeBreaksTheReceiversPath) {
+  bringUp();
+  toServer->q.push_back(0x41);
+  std::string err;
+  uint64_t deadline = nowUs() + 5 * 1000 * 1000;
+  int r = 0;
+  while (r >= 0 && nowUs() < deadline) r = rx->progress(sink, &err);
+  EXPECT_EQ(r, -1);
+  EXPECT_NE(err.find("unexpected byte 0x41"), std::string::npos) << err;
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <system_error>
@@ -115,15 +116,34 @@ struct PathEnd {
     return -1;
   }
   // The peer ended the bootstrap stream (it fenced or dropped the path, or exited): breaks the
-  // path with the stream's words ("closed by peer"). Looks at most every kDeadCheckUs.
+  // path with the stream's words ("closed by peer", "Connection reset by peer"). Reads and
+  // drops the sender's nudges first (kStreamNudge). Looks at most every kDeadCheckUs. Only
+  // on an established path (both ends past the endpoint exchange).
   bool peerGone(std::string* err) {
     uint64_t now = nowUs();
     if (!conn_ || now - deadCheckUs_ < kDeadCheckUs) return false;
     deadCheckUs_ = now;
     std::string e;
-    if (!conn_->dead(&e)) return false;
+    if (dropNudges(&e) && !conn_->dead(&e)) return false;
     fail("bootstrap stream: " + e, err);
     return true;
+  }
+  // Reads what is waiting on the bootstrap stream: nudges are dropped. false with *e set on the
+  // stream's end, an error, or a byte that is not a nudge.
+  bool dropNudges(std::string* e) {
+    uint8_t b[64];
+    for (;;) {
+      ssize_t n = conn_->read(b, sizeof b, e);
+      if (n < 0) return false;
+      for (ssize_t i = 0; i < n; ++i)
+        if (b[i] != kStreamNudge) {
+          char hex[8];
+          snprintf(hex, sizeof hex, "0x%02x", b[i]);
+          *e = std::string("unexpected byte ") + hex + " after the endpoints (not a nudge)";
+          return false;
+        }
+      if (n < (ssize_t)sizeof b) return true;
+    }
   }
 };
 
@@ -346,6 +366,21 @@ class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink, priva
       });
     }
     conn_.reset();  // the receiver sees the path end
+  }
+
+  // A nudge is one byte on the bootstrap stream (kStreamNudge). The write never blocks (the
+  // stream is non-blocking and otherwise idle); a full socket buffer means the last nudge is
+  // still unanswered, which is as good.
+  void nudge() override {
+    if (stage_ != kReady || fenced_ || !why_.empty() || !conn_) return;
+    uint8_t b = kStreamNudge;
+    iovec v{&b, 1};
+    std::string e;
+    if (conn_->writev(&v, 1, &e) < 0) {
+      RO_INFO(RO_SUBSYS_NET, "railover: RDMA send path %u: nudge after a repair: %s", (unsigned)id_.pathIndex, e.c_str());
+      return;
+    }
+    deadCheckUs_ = 0;  // the answer is looked for at the next progress or notice read
   }
 
   bool peerAckedWithinMs(uint32_t ms) override {

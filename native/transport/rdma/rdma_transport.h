@@ -84,6 +84,12 @@ constexpr int kFenceDrainMs = 100;
 // HCA and a few ms on rxe under TCG; on expiry the close goes on as before (the peer then
 // sees the path end without its CLOSE).
 constexpr int kCloseLingerMs = 100;
+// The byte a sender writes on an established path's bootstrap stream to nudge it
+// (SendPath::nudge, after a repair): the receiver reads and drops it; a receiver that dropped
+// the path (its socket closed, or reaped) answers with a reset, which ends the stream at the
+// sender at once. Any other byte after the endpoints is a protocol error. Part of the wire
+// protocol (docs/PROTOCOL.md, "RDMA control messages"; docs/DESIGN.md, "The nudge after a repair").
+constexpr uint8_t kStreamNudge = 0x6e;
 // A fence that takes longer than this (µs) is logged with its duration: the engine answers
 // RESUME only after the receiver's fences of older paths finished, so a slow one delays a
 // failover by as much (it no longer blocks NCCL's thread: RdmaRecvPath::fenceAsync).
