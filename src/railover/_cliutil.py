@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import inspect
 import math
-from typing import List, Optional
+from functools import lru_cache
+from typing import Any, Iterable, List, Optional
 
 import typer
-from typer.models import OptionInfo
+from typer.core import TyperCommand, TyperGroup
+from typer.models import DefaultPlaceholder
 
 # click's UsageError as Typer raises and catches it: recent Typer releases carry their own copy
 # of click, whose exceptions are not click's; typer.BadParameter derives from it either way
@@ -95,20 +97,49 @@ def _reflow(doc: str) -> str:
                        for p in paras)
 
 
+def _tidy_params(params: Iterable[Any]) -> None:
+    """How --help shows each option: a flag (it takes no value) without a type, where recent
+    Typer releases show ``<bool>``; a default that is a comma list as that list with spaces
+    after the commas (``a, b``: it wraps in a narrow terminal instead of being cut with an
+    ellipsis), without the parentheses of a descriptive default, which read as a Python tuple
+    (``(a, b)``)."""
+    for p in params:
+        if getattr(p, "is_flag", False) and p.metavar is None:
+            p.metavar = ""
+        d = getattr(p, "default", None)
+        if getattr(p, "show_default", None) is True and isinstance(d, str) and "," in d:
+            shown = ", ".join(x.strip() for x in d.split(","))
+            # Typer's hook for the text of a default (its rich help and its plain help use it)
+            p._get_default_string = lambda *a, _shown=shown, **k: _shown
+
+
+class _TidyHelp:
+    """Mixin of railover's Typer commands and groups: their --help shows the options as
+    :func:`_tidy_params` says."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        _tidy_params(self.get_params(ctx))  # type: ignore[attr-defined]
+        return super().format_help(ctx, formatter)  # type: ignore[misc]
+
+
+@lru_cache(maxsize=None)
+def _tidy_class(base: type) -> type:
+    return base if issubclass(base, _TidyHelp) else type(f"Tidy{base.__name__}", (_TidyHelp, base), {})
+
+
+def _tidy_cls(cls: Any, default: type) -> type:
+    return _tidy_class(default if cls is None or isinstance(cls, DefaultPlaceholder) else cls)
+
+
 def tidy_help(app: typer.Typer) -> None:
-    """Prepare the --help of every command of ``app`` and its sub-apps: docstrings reflowed
-    (:func:`_reflow`), and a default that is a comma list shown with spaces after the
-    commas, so that it wraps in a narrow terminal instead of being cut with an ellipsis."""
+    """Prepare the --help of ``app``, its commands and its sub-apps: docstrings reflowed
+    (:func:`_reflow`), options shown as :func:`_tidy_params` says."""
+    app.info.cls = _tidy_cls(app.info.cls, TyperGroup)
     for info in app.registered_commands:
+        info.cls = _tidy_cls(info.cls, TyperCommand)
         cb = info.callback
-        if cb is None:
-            continue
-        if info.help is None and cb.__doc__:
+        if cb is not None and info.help is None and cb.__doc__:
             info.help = _reflow(cb.__doc__)
-        for p in inspect.signature(cb).parameters.values():
-            o = p.default
-            if isinstance(o, OptionInfo) and isinstance(o.default, str) and "," in o.default and o.show_default is True:
-                o.show_default = o.default.replace(",", ", ")
     for group in app.registered_groups:
         if group.typer_instance is not None:
             tidy_help(group.typer_instance)

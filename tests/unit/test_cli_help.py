@@ -1,6 +1,7 @@
 """Every command's --help reads well in a narrow terminal: nothing cut with an ellipsis (a
-default that is a comma list wraps), and a docstring paragraph is one paragraph (rich keeps
-the docstring's line breaks in all but the first, unless railover reflows them)."""
+default that is a comma list wraps), a docstring paragraph is one paragraph (rich keeps
+the docstring's line breaks in all but the first, unless railover reflows them), a flag
+shows no type and a comma-list default no parentheses."""
 from __future__ import annotations
 
 from typing import List
@@ -45,4 +46,24 @@ def test_a_later_docstring_paragraph_flows_as_one_paragraph():
 def test_a_comma_list_default_is_shown_whole():
     r = CliRunner().invoke(app, ["bench", "failover", "--help"], env={"COLUMNS": "80"})
     text = " ".join(r.output.replace("│", " ").split())
-    assert "[default: (port-down, host-down, addr-del, silent, one-way)]" in text, r.output
+    assert "[default: port-down, host-down, addr-del, silent, one-way]" in text, r.output
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=lambda p: " ".join(p) or "railover")
+def test_help_shows_no_type_for_a_flag_and_no_tuple_for_a_default(path):
+    """Recent Typer releases showed a flag's type as <bool> (a flag takes no value), and a
+    comma-list default as "(a, b)", which reads as a Python tuple."""
+    r = CliRunner().invoke(app, list(path) + ["--help"], env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    assert "<bool>" not in r.output and "bool" not in r.output.lower().replace("boolean", ""), r.output
+    text = " ".join(r.output.replace("│", " ").split())
+    assert "[default: (" not in text and "[default: [" not in text, r.output
+    flags = [ln for ln in r.output.splitlines() if "--help" in ln]
+    assert flags and all("<" not in ln for ln in flags), flags
+
+
+def test_a_flag_row_has_its_help_right_after_its_name():
+    r = CliRunner().invoke(app, ["bench", "failover", "--help"], env={"COLUMNS": "80"})
+    text = " ".join(r.output.replace("│", " ").split())
+    assert "--quick tiny sizes and counts (smoke test)" in text, r.output
+    assert "--out -o <path> output directory" in text, r.output   # an option with a value keeps its type
