@@ -12,6 +12,7 @@ from railover.ops import state as st
 from railover.cli import app
 
 from ops_fixtures import append_events, comm, state, write_proc, write_state
+from cli_text import text
 
 
 def test_live_file_is_read_with_its_rank(tmp_path):
@@ -286,19 +287,35 @@ def _status(argv, env=None):
     return " ".join(r.output.split())
 
 
-def test_status_names_a_state_dir_that_is_missing_or_a_file_and_a_missing_journal(tmp_path):
-    out = _status(["--state-dir", str(tmp_path / "nope"), "--journal", str(tmp_path / "nope.jsonl")])
-    assert f"state dir {tmp_path / 'nope'} does not exist" in out, out
-    assert f"journal {tmp_path / 'nope.jsonl'} does not exist" in out, out
-    f = tmp_path / "afile"
-    f.write_text("x")
-    assert f"state dir {f} is not a directory" in _status(["--state-dir", str(f)])
-    out = _status([], env={"RAILOVER_STATE_DIR": str(tmp_path / "gone")})
-    assert f"state dir {tmp_path / 'gone'} does not exist" in out, out
+def test_status_warns_about_a_missing_journal_and_railover_state_dir(tmp_path):
     d = tmp_path / "empty"
     d.mkdir()
-    out = _status(["--state-dir", str(d)])
+    out = _status(["--state-dir", str(d), "--journal", str(tmp_path / "nope.jsonl")])
+    assert f"journal {tmp_path / 'nope.jsonl'} does not exist" in out, out
+    out = _status([], env={"RAILOVER_STATE_DIR": str(tmp_path / "gone")})
+    assert f"state dir {tmp_path / 'gone'} does not exist" in out, out
+    out = _status(["--state-dir", str(d)])   # exists, no job running: not an error
     assert "warning" not in out and "no railover state files found" in out
+
+
+@pytest.mark.parametrize("extra", [[], ["--json"], ["--comms"], ["--state-dir", "."]])
+def test_status_refuses_a_state_dir_given_that_is_missing_or_a_file(tmp_path, extra):
+    """An explicit --state-dir that does not exist was a warning and exit 0 ("no railover state
+    files found"): a typo read as "nothing runs here"."""
+    f = tmp_path / "afile"
+    f.write_text("x")
+    for given, why in ((tmp_path / "nope", "no such directory"), (f, "not a directory")):
+        r = CliRunner().invoke(app, ["status", "--state-dir", str(given)] + extra)
+        assert r.exit_code == 2, (given, r.output)
+        assert f"Invalid value for '--state-dir': {given}: {why}" in text(r), text(r)
+        assert "Traceback" not in r.output and "state dirs:" not in r.output, r.output
+
+
+def test_status_on_a_host_where_no_job_ever_ran_is_exit_0(tmp_path, monkeypatch):
+    """The default directories are missing until a railover job runs: not an error."""
+    monkeypatch.setattr(st, "default_state_dirs", lambda env=None: [tmp_path / "run-railover"])
+    out = _status([], env={"RAILOVER_STATE_DIR": ""})
+    assert "warning" not in out and "no railover state files found" in out, out
 
 
 def test_status_with_state_files_off_says_so(tmp_path):

@@ -45,6 +45,16 @@ def _dirs(state_dir: Optional[List[Path]]) -> List[Path]:
     return list(state_dir) if state_dir else st.default_state_dirs()
 
 
+def _existing_dirs(value: Optional[List[Path]]) -> Optional[List[Path]]:
+    """Typer callback of ``status --state-dir``: a directory the user names must be one (exit
+    2 naming it), or status would report "no state files" for a typo. A missing default
+    directory (no job ever ran here) and a missing ``$RAILOVER_STATE_DIR`` stay warnings."""
+    for d in value or ():
+        if not d.is_dir():
+            raise typer.BadParameter(f"{d}: {'not a directory' if d.exists() else 'no such directory'}")
+    return value
+
+
 def _path_warnings(state_dir: Optional[List[Path]], dirs: List[Path], journal: Optional[List[Path]]) -> List[str]:
     """Problems with the directories and journals the user named (``--state-dir``,
     ``RAILOVER_STATE_DIR``, ``--journal``): missing, or a state dir that is a file. The
@@ -178,8 +188,9 @@ def render_status(snap: Dict[str, Any], show_comms: bool = False) -> Group:
 
 def status_cmd(
     ctx: typer.Context,
-    state_dir: Optional[List[Path]] = typer.Option(None, "--state-dir", help="directory of state files (repeatable; "
-                                                   "default: $RAILOVER_STATE_DIR, else /run/railover and /tmp/railover-<uid>)"),
+    state_dir: Optional[List[Path]] = typer.Option(None, "--state-dir", callback=_existing_dirs,
+                                                   help="directory of state files (repeatable; default: "
+                                                   "$RAILOVER_STATE_DIR, else /run/railover and /tmp/railover-<uid>)"),
     journal: Optional[List[Path]] = typer.Option(None, "--journal", help="extra event journal file or directory (repeatable)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON document instead of tables"),
     watch: bool = typer.Option(False, "--watch", "-w", help="refresh until Ctrl-C"),
