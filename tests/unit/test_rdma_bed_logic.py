@@ -318,3 +318,20 @@ def test_a_stamp_is_mapped_between_guest_clocks_through_both_offsets(monkeypatch
     assert bed.map_clock_us(1_000_000, "B", "A") == (1_000_000 - b + a, 80)
     assert bed.map_clock_us(1_000_000, "A", "B") == (1_000_000 - a + b, 80)
     assert bed.map_clock_us(1_000_000, "A", "A") == (1_000_000, 0)
+
+
+def test_a_logs_dir_that_cannot_be_written_does_not_stop_the_teardown(tmp_path):
+    """RAILOVER_RDMA_LOGS=/proc/nope: the consoles cannot be kept, the guests are still stopped
+    (a teardown that raised here left the bed's run dir and state file behind)."""
+    said = []
+    bed = rbed.RdmaBed(rails=2, log=said.append)
+    bed.run_dir = tmp_path / "run"
+    for h in bed.hosts:
+        (bed.run_dir / h.name).mkdir(parents=True)
+        (bed.run_dir / h.name / "console.log").write_text("boot\n")
+    bed.logs_dir = Path("/proc/nope/logs")
+    bed._stop_guests()  # must not raise
+    assert any("guest consoles not kept in /proc/nope/logs" in m for m in said), said
+    bed.logs_dir = tmp_path / "logs"
+    bed._stop_guests()
+    assert sorted(p.name for p in bed.logs_dir.iterdir()) == [f"{bed.prefix}-{h.name}-boot0.console.log" for h in bed.hosts]

@@ -158,8 +158,8 @@ def down_cmd(
     from railover.testbed.rdma import bed as _rbed
     removed = _tb.cleanup_leftovers(prefix, include_live=all_) + _rbed.cleanup_rdma_leftovers(prefix, include_live=all_)
     if removed:
-        for ns in removed:
-            typer.echo(f"removed {ns}")
+        for ns in removed:  # the RDMA bed's lines already say "removed ..."
+            typer.echo(ns if ns.startswith("removed ") else f"removed {ns}")
     else:
         typer.echo("nothing to remove")
     infos = _tb.list_testbeds()

@@ -956,7 +956,12 @@ class RdmaBed:
                     shutil.copyfile(src, self.logs_dir / f"{self.prefix}-{h.name}{tag}.{suffix}")
 
     def _stop_guests(self) -> None:
-        self.save_logs(f"-boot{self.boot_attempts}")
+        # Keeping the consoles is a courtesy: a logs_dir that cannot be written (missing parent
+        # in /proc, full disk, read-only) must not stop the teardown and leave the bed behind.
+        try:
+            self.save_logs(f"-boot{self.boot_attempts}")
+        except OSError as e:
+            self.log(f"guest consoles not kept in {self.logs_dir}: {e.strerror or e}")
         for ctl in self._ctl.values():
             ctl.close()
         self._ctl = {}
