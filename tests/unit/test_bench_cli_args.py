@@ -117,3 +117,14 @@ def test_outage_without_peer_is_refused_not_ignored(tmp_path):
     r = bench(tmp_path, "failover", "--outage-s", "5")
     assert r.exit_code == 2 and not isinstance(r.exception, AssertionError), r.output
     assert "--outage-s applies with --peer mptcp only" in text(r), text(r)
+
+
+@pytest.mark.parametrize("suite", [["rdma", "--phases", "convergence", "--kinds", "cable-pull", "--faults", "1"],
+                                   ["failover"]])
+def test_an_out_that_is_a_file_is_refused_before_any_bed_is_built(tmp_path, suite):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    r = CliRunner().invoke(app, ["bench", *suite, "--out", str(afile)])
+    out = text(r)
+    assert r.exit_code == 2, out
+    assert f"cannot use -o {afile}" in out and "Traceback" not in out, out

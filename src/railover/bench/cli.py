@@ -135,6 +135,11 @@ def summary_markdown(out: Path, skipped: Optional[List[str]] = None) -> str:
 
 def _run_suite(suite: str, out: Path, quick: bool, console: Console, **kw) -> Optional[Dict[str, Any]]:
     from railover.testbed.netns import PrivilegeError
+    try:  # before any bed is built: a bad -o must not cost a boot and end in a traceback
+        Path(out).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        console.print(f"[red]cannot use -o {out}:[/] {e.strerror or e} (give a directory; it is created if missing)")
+        raise typer.Exit(2)
     try:
         return _module(suite).run(out, quick=quick, console=console, **kw)
     except PrivilegeError as e:
