@@ -124,7 +124,7 @@ struct PathEnd {
     if (!conn_ || now - deadCheckUs_ < kDeadCheckUs) return false;
     deadCheckUs_ = now;
     std::string e;
-    if (dropNudges(&e) && !conn_->dead(&e)) return false;
+    if (dropNudges(&e)) return false;  // its read also sees the end or an error: no second syscall
     fail("bootstrap stream: " + e, err);
     return true;
   }
