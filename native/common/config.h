@@ -96,6 +96,8 @@ struct Config {
   uint32_t backoffMaxMs = RO_PARAM_DEFAULT("RAILOVER_BACKOFF_MAX_MS");  // cap between reconnect attempts, ms
   uint32_t probeBackoffMaxMs = RO_PARAM_DEFAULT("RAILOVER_PROBE_BACKOFF_MAX_MS");  // cap of the probe gap to a down pair, ms
   uint32_t tcpUserTimeoutMs = RO_PARAM_DEFAULT("RAILOVER_TCP_USER_TIMEOUT_MS");  // on data streams, ms
+  uint32_t maxRecvs = RO_PARAM_DEFAULT("RAILOVER_MAX_RECVS");  // grouped receives offered to NCCL (1 = none)
+  uint32_t tcpKeepaliveS = RO_PARAM_DEFAULT("RAILOVER_TCP_KEEPALIVE_S");  // idle s before a keepalive, 0 = off
   uint32_t stallMs = RO_PARAM_DEFAULT("RAILOVER_STALL_MS");  // no progress with data pending -> probe burst, ms
   // RAILOVER_ABORT_ON_FATAL: on a fatal error (no usable path past RAILOVER_FATAL_TIMEOUT, the
   // peer process gone) write one line naming the path and the cause to stderr and exit the

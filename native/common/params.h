@@ -134,6 +134,13 @@ inline constexpr ParamSpec kParams[] = {
      "cap of the back-off of probes to a NIC pair that is down (interval doubling per probe); a repair is found within it"},
     {"RAILOVER_TCP_USER_TIMEOUT_MS", ParamType::kUint, kReadPlugin, 10000, 0, 600000, 1, "ms", "10000",
      "0 = kernel default", "20000", "TCP_USER_TIMEOUT on data streams (a backstop; probes detect faster)"},
+    {"RAILOVER_MAX_RECVS", ParamType::kUint, kReadPlugin, 1, 1, 8, 1, "buffers", "1", "", "1",
+     "maxRecvs told to NCCL: receives grouped per irecv. Above 1 NCCL shares a comm among local ranks (PXN), whose "
+     "sends railover matches in send order while NCCL needs them matched by tag against the receiver's groups: "
+     "misdelivery. For railover's own tests of the grouped path only"},
+    {"RAILOVER_TCP_KEEPALIVE_S", ParamType::kUint, kReadPlugin, 2, 0, 3600, 1, "s", "2", "0 = off", "5",
+     "idle time before a TCP keepalive on data and bootstrap streams: finds a stream whose peer dropped it silently "
+     "(its FIN lost in an outage), which an end with nothing to write would otherwise wait on for ever"},
     {"RAILOVER_STALL_MS", ParamType::kUint, kReadPlugin, 50, 1, 60000, 1, "ms", "50", "", "100",
      "an active path with data pending and no progress this long triggers a full-size probe burst"},
     {"RAILOVER_ABORT_ON_FATAL", ParamType::kFlag, kReadPlugin, 0, 0, 1, 1, "", "0", "0 or 1", "1",

@@ -47,6 +47,19 @@ struct Ctx {
 
 Runtime& rt() { return Runtime::get(); }
 
+// maxRecvs told to NCCL: RAILOVER_MAX_RECVS (default 1) where the transport can group, else 1.
+// Why 1 by default: with maxRecvs > 1 NCCL shares one send comm and one recv comm among the
+// connections of several local ranks (PXN, NCCL_NET_SHARED_COMMS) and groups their steps per
+// irecv as they become ready, while each connection posts its sends on its own schedule. A
+// send must then go to the buffer whose tag it carries in the oldest receive that has one
+// (NCCL's IB transport defers an isend until it does). railover numbers messages in isend
+// order and a receive takes the next n of them, so sends a0, a1, b0 against receives {a0, b0},
+// {a1, b1} would put a1 where b0 belongs. With maxRecvs 1 NCCL shares no comm and never groups,
+// and send order is receive order. The grouped path stays for railover's own tests.
+int advertisedMaxRecvs() {
+  return rt().transport->groupedReceives() ? static_cast<int>(std::min<uint32_t>(rt().cfg.maxRecvs, kMaxRecvs)) : 1;
+}
+
 bool checkDev(int dev) {
   if (!rt().initialized()) {
     RO_WARN("railover: called before a successful init");
@@ -96,8 +109,7 @@ ncclResult_t getProperties(int dev, Props* p) {
   p->port = 0;
   p->latency = 0;
   p->maxComms = 65536;
-  // Grouped receives, as NCCL's IB transport (both transports offer them).
-  p->maxRecvs = rt().transport->groupedReceives() ? kMaxRecvs : 1;
+  p->maxRecvs = advertisedMaxRecvs();
   // The RDMA transport signals a message's size in 32 bits (immediate, DONE).
   uint64_t maxBytes = std::min<uint64_t>(RAILOVER_NCCL_MAX_NET_SIZE_BYTES, rt().transport->maxMessageBytes());
   p->maxP2pBytes = maxBytes;
@@ -263,7 +275,7 @@ ncclResult_t isend(void* sendComm, void* data, size_t size, int tag, void* mhand
 
 ncclResult_t irecv(void* recvComm, int n, void** data, const size_t* sizes, int* tags, void** mhandles, void** request) {
   *request = nullptr;
-  int maxRecvs = rt().transport->groupedReceives() ? kMaxRecvs : 1;
+  int maxRecvs = advertisedMaxRecvs();
   if (n < 1 || n > maxRecvs) {  // NCCL's plugin contract: the caller's misuse is an internal error
     RO_WARN("railover: grouped receive of %d buffers asked; maxRecvs is %d (%s transport)", n, maxRecvs,
             rt().transport->name());
@@ -384,11 +396,15 @@ ncclResult_t closeListen(void* listenComm) {
 }
 
 ncclResult_t initCtx(void** ctx, uint64_t commId, ncclDebugLogger_t logger) {
+  ncclResult_t r = init(logger);
+  if (r != ncclSuccess) {  // NCCL drops a plugin whose init failed and never finalizes it: no context
+    *ctx = nullptr;
+    return r;
+  }
   auto* c = new Ctx();
   c->commId = commId;
-  ncclResult_t r = init(logger);
-  c->ok = r == ncclSuccess;
-  if (c->ok) rt().refs.fetch_add(1);
+  c->ok = true;
+  rt().refs.fetch_add(1);
   *ctx = c;
   return r;
 }

@@ -4,8 +4,8 @@
 // Contracts (NCCL's): listen/connect/accept/isend/irecv/test never block; a NULL comm or
 // request means "call again". connect returns its comm no later than the peer's accept can
 // (or fails at once when the receiver closed); a listen comm accepts any number of
-// connections; irecv takes up to kMaxRecvs (8) buffers with tags (a grouped receive, see
-// docs/PROTOCOL.md). Errors: ncclInvalidArgument for bad input (unknown device, malformed
+// connections; irecv takes up to maxRecvs buffers with tags (a grouped receive, see
+// docs/PROTOCOL.md; maxRecvs is RAILOVER_MAX_RECVS, default 1, at most kMaxRecvs = 8). Errors: ncclInvalidArgument for bad input (unknown device, malformed
 // handle), ncclInternalError for the caller's misuse (NCCL's plugin documentation: a comm or
 // request that is not ours, n outside 1..maxRecvs, sends whose tags match no buffer of their
 // grouped receive), ncclSystemError when the network is unusable past RAILOVER_FATAL_TIMEOUT

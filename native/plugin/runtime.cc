@@ -77,9 +77,18 @@ bool Runtime::chooseTransport(std::string* err) {
 #ifdef RAILOVER_HAVE_VERBS
   if (k == TransportKind::kAuto) {
     std::string why;
-    k = rdma::rdmaUsable(nics, cfg, &why) ? TransportKind::kRdma : TransportKind::kTcp;
-    if (k == TransportKind::kTcp)
+    std::vector<std::string> withRdma;
+    k = rdma::rdmaUsable(nics, cfg, &why, &withRdma) ? TransportKind::kRdma : TransportKind::kTcp;
+    if (k == TransportKind::kTcp && withRdma.empty()) {
       RO_INFO(RO_SUBSYS_INIT | RO_SUBSYS_NET, "railover: RAILOVER_TRANSPORT=auto: using tcp (%s)", why.c_str());
+    } else if (k == TransportKind::kTcp) {  // a mix: likely a management NIC in the list, worth a WARN
+      std::string names;
+      for (auto& n : withRdma) names += (names.empty() ? "" : ",") + n;
+      RO_WARN("railover: RAILOVER_TRANSPORT=auto: using tcp although NIC(s) %s have RDMA ports: one transport serves "
+              "every NIC, and %s. Leave that NIC out (RAILOVER_IFNAMES or NCCL_SOCKET_IFNAME) to use rdma, or set "
+              "RAILOVER_TRANSPORT=tcp to silence this",
+              names.c_str(), why.c_str());
+    }
   }
   if (k == TransportKind::kRdma) {
     auto* t = new rdma::RdmaTransport(&nics, &cfg, err);

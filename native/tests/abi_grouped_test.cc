@@ -1,5 +1,6 @@
 // Grouped receives through the plugin's exported ABI tables (the built
-// libnccl-net-railover.so, dlopen'ed as NCCL does), over loopback TCP: maxRecvs is 8, and an
+// libnccl-net-railover.so, dlopen'ed as NCCL does), over loopback TCP: with RAILOVER_MAX_RECVS=8
+// (the default is 1: plugin/api.cc, advertisedMaxRecvs) maxRecvs is 8, and an
 // irecv of n buffers with tags takes the next n isends, each into the buffer with its tag,
 // with test() reporting every size. Runs the v8 (int sizes), v10 and v12 tables.
 #include <dlfcn.h>
@@ -119,8 +120,9 @@ bool until(const std::function<bool()>& f, int ms) {
 }
 
 void groupedOverLoopback(Ops o) {
+  setenv("RAILOVER_MAX_RECVS", "8", 1);  // read at the plugin's first init
   ASSERT_EQ(o.init(), ncclSuccess);
-  EXPECT_EQ(o.maxRecvs(), 8) << "grouped receives of up to 8 buffers are advertised";
+  EXPECT_EQ(o.maxRecvs(), 8) << "RAILOVER_MAX_RECVS=8: grouped receives of up to 8 buffers are advertised";
   uint8_t handle[128] = {};
   void *lc = nullptr, *sc = nullptr, *rc = nullptr;
   ASSERT_EQ(o.listen(handle, &lc), ncclSuccess);
@@ -203,6 +205,36 @@ TEST(AbiGrouped, V10) {
 TEST(AbiGrouped, V12) {
   ASSERT_NE(plugin(), nullptr) << dlerror();
   groupedOverLoopback(ops12());
+}
+
+// By default maxRecvs is 1 (NCCL then shares no comm among local ranks and never groups: see
+// plugin/api.cc, advertisedMaxRecvs) and a grouped receive is the caller's misuse.
+TEST(AbiGrouped, ByDefaultNoGroupedReceiveIsOffered) {
+  ASSERT_NE(plugin(), nullptr) << dlerror();
+  unsetenv("RAILOVER_MAX_RECVS");
+  Ops o = ops12();
+  ASSERT_EQ(o.init(), ncclSuccess);
+  EXPECT_EQ(o.maxRecvs(), 1) << "maxRecvs above 1 lets NCCL share comms whose sends railover cannot match by tag";
+  uint8_t handle[128] = {};
+  void *lc = nullptr, *sc = nullptr, *rc = nullptr;
+  ASSERT_EQ(o.listen(handle, &lc), ncclSuccess);
+  ASSERT_TRUE(until([&] {
+    if (!sc) EXPECT_EQ(o.connect(handle, &sc), ncclSuccess);
+    if (!rc) EXPECT_EQ(o.accept(lc, &rc), ncclSuccess);
+    return sc && rc;
+  }, 30000));
+  std::vector<char> a(64), b(64);
+  void* d[2] = {a.data(), b.data()};
+  size_t sz[2] = {64, 64};
+  int tags[2] = {1, 2};
+  void* q = nullptr;
+  EXPECT_EQ(o.irecv(rc, 2, d, sz, tags, &q), ncclInternalError) << "a grouped receive above maxRecvs 1";
+  EXPECT_EQ(q, nullptr);
+  EXPECT_EQ(o.irecv(rc, 1, d, sz, tags, &q), ncclSuccess) << "a single receive is accepted";
+  EXPECT_NE(q, nullptr);
+  EXPECT_EQ(o.closeSend(sc), ncclSuccess);
+  EXPECT_EQ(o.closeRecv(rc), ncclSuccess);
+  EXPECT_EQ(o.closeListen(lc), ncclSuccess);
 }
 
 }  // namespace

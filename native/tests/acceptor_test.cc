@@ -167,7 +167,7 @@ class AcceptorTest : public ::testing::Test {
   void TearDown() override { setLogger(nullptr); }
   // An acceptor for one NIC, "lo", listening on 127.0.0.1 (ephemeral port: port_).
   std::unique_ptr<tcp::Acceptor> start(uint64_t helloTimeoutUs = tuning::kHelloTimeoutUs, int waitMs = 50) {
-    std::unique_ptr<tcp::Acceptor> a(new tcp::Acceptor({"lo"}, 5000, &router_, helloTimeoutUs, waitMs));
+    std::unique_ptr<tcp::Acceptor> a(new tcp::Acceptor({"lo"}, tcp::StreamTuning{5000, 0}, &router_, helloTimeoutUs, waitMs));
     std::string err;
     port_ = 0;
     sockaddr_storage s = v4("127.0.0.1");
@@ -382,7 +382,7 @@ TEST_F(AcceptorTest, SecondListenForANicReplacesItsListener) {
 }
 
 TEST_F(AcceptorTest, NicOutOfRangeIsRefused) {
-  tcp::Acceptor a({"lo"}, 5000, &router_);
+  tcp::Acceptor a({"lo"}, tcp::StreamTuning{5000, 0}, &router_);
   uint16_t port = 0;
   std::string err;
   EXPECT_FALSE(a.listen(1, v4("127.0.0.1"), sizeof(sockaddr_in), &port, &err));

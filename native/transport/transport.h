@@ -176,7 +176,8 @@ class SendPath {
   // (exponential back-off: minutes after a long outage) or never (an orphaned socket is
   // reaped after net.ipv4.tcp_orphan_retries). Needed where the sender may have nothing to
   // write on its own (RDMA: it waits for the receiver's advertisements, which a dropped path
-  // never sends). Default: nothing (TCP: the sender's next write meets the reset itself).
+  // never sends). Default: nothing (TCP: its streams' keepalive, RAILOVER_TCP_KEEPALIVE_S, finds a
+  // stream the receiver dropped whenever it was dropped, not only at a repair).
   virtual void nudge() {}
 };
 

@@ -30,10 +30,10 @@ def binaries():
     return _paths.perf_path(), _paths.plugin_path()
 
 
-def _run(nranks=2, timeout=60.0, **kw):
+def _run(nranks=2, timeout=60.0, env=None, **kw):
     opts = dict(SMALL)
     opts.update(kw)
-    return perf.run_perf(nranks, env=LOOPBACK, timeout=timeout, **opts)
+    return perf.run_perf(nranks, env=dict(LOOPBACK, **(env or {})), timeout=timeout, **opts)
 
 
 @pytest.mark.parametrize("nranks", [2, 4])
@@ -76,11 +76,14 @@ def test_grouped_receives_place_every_message_by_its_tag(abi):
     reverse step order, each with its step's tag, so only placement by tag puts each message in
     its own buffer (the checker would count the bytes of a misplaced one as wrong). Same bytes
     moved as without grouping, with far fewer irecv calls. Also ``--flush``: TCP has nothing
-    to flush, so every iflush answers with a NULL request (NCCL's "done")."""
+    to flush, so every iflush answers with a NULL request (NCCL's "done"). Grouped receives
+    are offered only with RAILOVER_MAX_RECVS=8: by default maxRecvs is 1."""
     big = dict(workload="sendrecv", channels=2, slot_size="4K", minbytes="32K", maxbytes="256K")  # SIMPLE steps only
     single = _run(2, abi=abi, **big).check()
-    grouped = _run(2, abi=abi, **big, group=8,
-                   flush=True).check()
+    assert all(r.json["device"]["max_recvs"] == 1 for r in single.ranks), "maxRecvs is 1 by default"
+    refused = _run(2, abi=abi, **big, group=8)
+    assert not refused.ok and "RAILOVER_MAX_RECVS" in refused.describe(), refused.describe()
+    grouped = _run(2, abi=abi, **big, group=8, flush=True, env={"RAILOVER_MAX_RECVS": "8"}).check()
     assert grouped.wrong_total == 0 and grouped.result["config"]["group"] == 8
     for s, g in zip(single.ranks, grouped.ranks):
         assert g.json["exit_code"] == 0 and g.json["errors"] == []

@@ -86,9 +86,9 @@ def test_allreduce_over_the_rdma_transport_every_byte(rdma_bed, tmp_path, abi):
             # the plugin chose the HCA port behind each rail NIC
             assert "transport rdma: eth1 -> rxe0 port 1" in r.stdout + r.stderr, r.stdout + r.stderr
             assert "eth2 -> rxe1 port 1" in r.stdout + r.stderr
-            # grouped receives of up to 8 buffers (as NCCL's IB transport), and messages < 4 GiB
-            # (the size travels in 32 bits)
-            assert r.json["device"]["max_recvs"] == 8
+            # no grouped receives by default (maxRecvs 1: NCCL shares no comm among local ranks,
+            # plugin/api.cc), and messages < 4 GiB (the size travels in 32 bits)
+            assert r.json["device"]["max_recvs"] == 1
             if abi >= 9:  # v7/v8 properties have no size limits
                 assert r.json["device"]["max_p2p_bytes"] == 2**32 - 1
 
@@ -290,7 +290,8 @@ def test_grouped_receives_on_three_qps_per_path_survive_a_cable_pull(rdma_bed, t
     bed = rdma_bed
 
     def body():
-        res = _cable_pull_and_repair(bed, tmp_path, env={"NCCL_IB_QPS_PER_CONNECTION": "3"}, workload="sendrecv",
+        res = _cable_pull_and_repair(bed, tmp_path, env={"NCCL_IB_QPS_PER_CONNECTION": "3", "RAILOVER_MAX_RECVS": "8"},
+                                     workload="sendrecv",
                                      extra_args=["--slot-size", "16K", "--group", "8"])
         assert res.ok, res.describe()
         assert res.wrong_total == 0

@@ -177,6 +177,7 @@ class EngineBed : public ::testing::Test {
     cfg.stallMs = 5;
     cfg.fatalTimeoutS = 1;
     cfg.backoffMaxMs = 200;
+    cfg.maxRecvs = kMaxRecvs;  // the grouped-receive scenarios (RAILOVER_MAX_RECVS=8; the default is 1)
     journalPath() = ::testing::TempDir() + journalTag + "-" + std::to_string(getpid()) + ".jsonl";
     testbed::removeJournalAtExit(journalPath());
     auto* journal = new FileJournal(journalPath());  // lives as long as the binary (links write to it)

@@ -10,7 +10,10 @@
 
 #include "../verbs/fake_verbs.h"
 #include "abi/nccl_net_abi.h"
+#include "common/config.h"
 #include "plugin/rdma_report.h"
+#include "tests/test_nic.h"
+#include "transport/rdma/rdma_transport.h"
 
 namespace railover {
 namespace {
@@ -83,6 +86,24 @@ TEST(RdmaReport, NoGidBoundAndBadValues) {
   EXPECT_TRUE(has(r, "\"config_error\":\"NCCL_IB_GID_INDEX")) << r;
   EXPECT_TRUE(has(r, "\"transport\":\"error\"")) << r;
   EXPECT_TRUE(has(r, "\"nics\":[]")) << r;
+}
+
+// RAILOVER_TRANSPORT=auto with a mix (a NIC with no RDMA port beside ones that have one): tcp,
+// and the caller learns which NICs had RDMA (the plugin then WARNs instead of a quiet INFO).
+TEST(RdmaUsable, AMixPicksTcpAndNamesTheNicsThatHaveRdma) {
+  fake::reset();
+  unsigned lo = if_nametoindex("lo");
+  fake::setGids("fake0", 1, {gidOn("::ffff:127.0.0.1", IBV_GID_TYPE_ROCE_V2, lo)});
+  Config cfg;
+  std::vector<Nic> nics = {testbed::makeNic(0, "lo", "127.0.0.1"), testbed::makeNic(1, "nordma0", "127.0.0.2")};
+  std::string why;
+  std::vector<std::string> with;
+  EXPECT_FALSE(rdma::rdmaUsable(nics, cfg, &why, &with));
+  EXPECT_NE(why.find("NIC nordma0"), std::string::npos) << why;
+  EXPECT_EQ(with, std::vector<std::string>{"lo"});
+  with.clear();
+  EXPECT_TRUE(rdma::rdmaUsable({nics[0]}, cfg, &why, &with));
+  EXPECT_EQ(with, std::vector<std::string>{"lo"});
 }
 
 }  // namespace

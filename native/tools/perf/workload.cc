@@ -202,7 +202,8 @@ void Communicator::setup() {
     }
     if (opt_.group > p.maxRecvs) {
       Fatal::get().raise(kExitUsage, strf("--group %d: device %d takes grouped receives of at most %d buffers "
-                                          "(maxRecvs)", opt_.group, opt_.dev, p.maxRecvs));
+                                          "(maxRecvs; railover offers them only with RAILOVER_MAX_RECVS=%d)",
+                                          opt_.group, opt_.dev, p.maxRecvs, opt_.group));
       throw Aborted{};
     }
     if (p.maxP2pBytes && std::max(opt_.slotBytes, opt_.llSlotBytes) > p.maxP2pBytes) {

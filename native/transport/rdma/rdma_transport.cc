@@ -1477,14 +1477,19 @@ ibv_qp* pathQp(RecvPath* p) {
   return v.empty() ? nullptr : v[0];
 }
 
-bool rdmaUsable(const std::vector<Nic>& nics, const Config& cfg, std::string* why) {
+bool rdmaUsable(const std::vector<Nic>& nics, const Config& cfg, std::string* why, std::vector<std::string>* withRdma) {
   if (nics.empty()) return *why = "no NIC", false;
+  std::string first;
   for (const Nic& n : nics) {
     verbs::PortSel sel;
     std::string e;
-    if (verbs::choosePortForNetdev(n.name, cfg.ib, &sel, &e) != verbs::PortChoice::kChosen)
-      return *why = "NIC " + n.name + ": " + e, false;
+    if (verbs::choosePortForNetdev(n.name, cfg.ib, &sel, &e) != verbs::PortChoice::kChosen) {
+      if (first.empty()) first = "NIC " + n.name + ": " + e;
+    } else if (withRdma) {
+      withRdma->push_back(n.name);
+    }
   }
+  if (!first.empty()) return *why = first, false;
   return true;
 }
 

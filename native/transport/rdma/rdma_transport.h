@@ -336,8 +336,10 @@ std::vector<ibv_qp*> pathQps(RecvPath* p);
 
 // True when every NIC of `nics` has an ACTIVE RDMA port behind it that NCCL_IB_HCA allows, with
 // a GID by NCCL's rules (cfg.ib), and libibverbs loads (RAILOVER_TRANSPORT=auto picks rdma
-// then); *why says which NIC has none otherwise.
-bool rdmaUsable(const std::vector<Nic>& nics, const Config& cfg, std::string* why);
+// then); *why says which NIC has none otherwise (the first), and *withRdma (when not null)
+// gets the names of the NICs that have one.
+bool rdmaUsable(const std::vector<Nic>& nics, const Config& cfg, std::string* why,
+                std::vector<std::string>* withRdma = nullptr);
 
 }  // namespace rdma
 }  // namespace railover

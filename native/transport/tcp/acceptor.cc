@@ -29,10 +29,10 @@ constexpr uint64_t kWakeTag = 1ULL << 62;
 
 }  // namespace
 
-Acceptor::Acceptor(std::vector<std::string> nicNames, uint32_t tcpUserTimeoutMs, StreamRouter* router,
+Acceptor::Acceptor(std::vector<std::string> nicNames, StreamTuning tuning, StreamRouter* router,
                    uint64_t helloTimeoutUs, int waitMs)
     : names_(std::move(nicNames)),
-      userTimeoutMs_(tcpUserTimeoutMs),
+      tuning_(tuning),
       router_(router),
       helloTimeoutUs_(helloTimeoutUs),
       waitMs_(waitMs) {
@@ -197,7 +197,7 @@ void Acceptor::loop() {
       sockaddr_storage peer = p.peer;
       pending.erase(it);
       epoll_ctl(ep_, EPOLL_CTL_DEL, fd, nullptr);
-      tuneStream(fd, userTimeoutMs_);
+      tuneStream(fd, tuning_);
       std::unique_ptr<Conn> conn(new TcpConn(fd));
       if (!router_->route(conn, helloToStream(h), peer, nic) && h.connId != 0) {
         // No open listen comm and no live recv comm has it (closed, or never ours): say so, so

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "common/tuning.h"
+#include "transport/tcp/socket.h"
 #include "transport/transport.h"
 
 namespace railover {
@@ -38,11 +39,11 @@ namespace tcp {
 class Acceptor {
  public:
   // `nicNames`: interface name per NIC index (listeners are bound to that device; names appear
-  // in the log lines). Accepted streams get TCP_USER_TIMEOUT `tcpUserTimeoutMs` (ms) and the
-  // other data-stream options (tuneStream). A stream must complete its HELLO within
+  // in the log lines). Accepted streams get the data-stream options `tuning` (TCP_USER_TIMEOUT,
+  // keepalive: tuneStream). A stream must complete its HELLO within
   // `helloTimeoutUs` (µs); the thread sleeps at most `waitMs` (ms) between deadline checks.
   // `router` outlives the acceptor.
-  Acceptor(std::vector<std::string> nicNames, uint32_t tcpUserTimeoutMs, StreamRouter* router,
+  Acceptor(std::vector<std::string> nicNames, StreamTuning tuning, StreamRouter* router,
            uint64_t helloTimeoutUs = tuning::kHelloTimeoutUs, int waitMs = tuning::kAcceptorWaitMs);
   ~Acceptor();
   Acceptor(const Acceptor&) = delete;
@@ -60,7 +61,7 @@ class Acceptor {
   void loop();
   void wake();
   const std::vector<std::string> names_;
-  const uint32_t userTimeoutMs_;
+  const StreamTuning tuning_;
   StreamRouter* const router_;
   const uint64_t helloTimeoutUs_;
   const int waitMs_;

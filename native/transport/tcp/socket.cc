@@ -53,17 +53,23 @@ int listenOn(const sockaddr_storage& addrIn, socklen_t len, uint16_t* port, std:
   return fd;
 }
 
-void tuneStream(int fd, uint32_t userTimeoutMs) {
+void tuneStream(int fd, const StreamTuning& tuning) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  if (userTimeoutMs) {
-    unsigned int t = userTimeoutMs;
+  if (tuning.userTimeoutMs) {
+    unsigned int t = tuning.userTimeoutMs;
     setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &t, sizeof(t));
+  }
+  if (tuning.keepaliveS) {
+    int s = static_cast<int>(tuning.keepaliveS);
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &s, sizeof(s));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &s, sizeof(s));
   }
 }
 
 int startConnect(const sockaddr_storage& srcIn, socklen_t srcLen, const std::string& ifname,
-                 const sockaddr_storage& dst, socklen_t dstLen, uint32_t userTimeoutMs, std::string* err) {
+                 const sockaddr_storage& dst, socklen_t dstLen, const StreamTuning& tuning, std::string* err) {
   int fd = socket(dst.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return *err = std::string("socket: ") + strerror(errno), -1;
   sockaddr_storage src = srcIn;
@@ -80,7 +86,7 @@ int startConnect(const sockaddr_storage& srcIn, socklen_t srcLen, const std::str
     close(fd);
     return -1;
   }
-  tuneStream(fd, userTimeoutMs);
+  tuneStream(fd, tuning);
   if (connect(fd, (const sockaddr*)&dst, dstLen) != 0 && errno != EINPROGRESS) {
     *err = std::string("connect: ") + strerror(errno);
     close(fd);

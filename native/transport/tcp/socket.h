@@ -21,14 +21,30 @@ namespace tcp {
 // NIC). Returns the fd (and the bound port in *port), or -1 with `err` set.
 int listenOn(const sockaddr_storage& addr, socklen_t len, uint16_t* port, std::string* err,
              const std::string& ifname = std::string());
+// Options of every data stream (and RDMA bootstrap stream), from the parameter table.
+//  userTimeoutMs: TCP_USER_TIMEOUT (ms; 0 = the kernel's default): how long written data may
+//    stay unacknowledged before the kernel gives the connection up (a backstop to the probes).
+//  keepaliveS: idle time (s; 0 = off) after which the kernel sends a keepalive, and again each
+//    keepaliveS while the stream stays idle. Its purpose is not liveness (the probes judge
+//    that) but a stream whose other end vanished without a FIN or RST reaching us (its host
+//    dropped the socket during an outage: TCP_USER_TIMEOUT, a crash): the peer's kernel answers
+//    the keepalive with a reset, so an end with nothing to write learns it within keepaliveS of
+//    the network working again instead of waiting for ever (docs/DESIGN.md, "Streams the peer
+//    dropped silently"). A stopped peer's kernel still answers: no false failure.
+struct StreamTuning {
+  uint32_t userTimeoutMs = 0;
+  uint32_t keepaliveS = 0;
+};
+
 // Starts a non-blocking connect from `src` (port 0) on interface `ifname` to `dst`.
 // Returns the fd, or -1 with `err` (the connect itself completes later: see connectDone).
 int startConnect(const sockaddr_storage& src, socklen_t srcLen, const std::string& ifname,
-                 const sockaddr_storage& dst, socklen_t dstLen, uint32_t userTimeoutMs, std::string* err);
+                 const sockaddr_storage& dst, socklen_t dstLen, const StreamTuning& tuning, std::string* err);
 // 1 = connected, 0 = still in progress, -1 = failed (errno-style reason in *err).
 int connectDone(int fd, std::string* err);
-// Applies the data-stream options (TCP_NODELAY, TCP_USER_TIMEOUT, buffer sizes).
-void tuneStream(int fd, uint32_t userTimeoutMs);
+// Applies the data-stream options: TCP_NODELAY, TCP_USER_TIMEOUT, and TCP keepalive when
+// tuning.keepaliveS > 0 (SO_KEEPALIVE, TCP_KEEPIDLE = TCP_KEEPINTVL = keepaliveS).
+void tuneStream(int fd, const StreamTuning& tuning);
 void setNonBlocking(int fd);
 
 // Non-blocking send/recv wrappers: return bytes moved (>= 0), 0 when it would block, or -1 on

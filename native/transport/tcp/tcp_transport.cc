@@ -77,7 +77,7 @@ bool TcpTransport::listen(int nic, const sockaddr_storage& addr, socklen_t len, 
   if (!acceptor_) {
     std::vector<std::string> names;
     for (const Nic& n : *nics_) names.push_back(n.name);
-    acceptor_.reset(new tcp::Acceptor(std::move(names), cfg_->tcpUserTimeoutMs, router));
+    acceptor_.reset(new tcp::Acceptor(std::move(names), tuning(), router));
     router_ = router;
   } else if (router != router_) {
     *err = "the TCP transport already hands its streams to another router";
@@ -89,7 +89,7 @@ bool TcpTransport::listen(int nic, const sockaddr_storage& addr, socklen_t len, 
 std::unique_ptr<Conn> TcpTransport::connect(int nic, const sockaddr_storage& remote, socklen_t len, std::string* err) {
   socklen_t srcLen = 0;
   sockaddr_storage src = (*nics_)[nic].getAddr(&srcLen);
-  int fd = tcp::startConnect(src, srcLen, (*nics_)[nic].name, remote, len, cfg_->tcpUserTimeoutMs, err);
+  int fd = tcp::startConnect(src, srcLen, (*nics_)[nic].name, remote, len, tuning(), err);
   if (fd < 0) return nullptr;
   return std::unique_ptr<Conn>(new TcpConn(fd));
 }

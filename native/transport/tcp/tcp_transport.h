@@ -7,6 +7,7 @@
 
 #include "common/config.h"
 #include "common/nic.h"
+#include "transport/tcp/socket.h"
 #include "transport/tcp/stream_path.h"
 #include "transport/transport.h"
 
@@ -46,6 +47,7 @@ class TcpTransport : public StreamTransport {
               std::string* err) override;
 
  private:
+  tcp::StreamTuning tuning() const { return tcp::StreamTuning{cfg_->tcpUserTimeoutMs, cfg_->tcpKeepaliveS}; }
   const std::vector<Nic>* nics_;
   const Config* cfg_;
   std::mutex acceptorMu_;
