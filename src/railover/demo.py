@@ -160,7 +160,11 @@ def check_system(specs: List[tuple], path: Optional[str] = None) -> None:
 def parse_faults(spec: str) -> List[tuple]:
     """'port-down:a0,silent:b0' -> [(kind, nic)]. Raises typer.BadParameter naming the bad item."""
     out = []
-    for item in filter(None, (x.strip() for x in spec.split(","))):
+    items = [x.strip() for x in spec.split(",")]
+    if any(items) and not all(items):
+        raise typer.BadParameter(f"{spec!r} has an empty item (two commas, or one at an end); give a comma list "
+                                 "of KIND:NIC, e.g. port-down:a0", param_hint="--faults")
+    for item in filter(None, items):
         kind, _, nic = item.partition(":")
         if kind not in FAULT_KINDS or not nic:
             raise typer.BadParameter(f"bad fault {item!r}: expected KIND:NIC with KIND one of "

@@ -44,9 +44,13 @@ class DemoError(Exception):
 def parse_faults(spec: str) -> List[str]:
     """``"cable-pull,silent"`` -> kinds, checked against ``railover bench rdma``'s kinds."""
     from railover.bench.rdma import KINDS
-    kinds = [k.strip() for k in spec.split(",") if k.strip()]
+    items = [k.strip() for k in spec.split(",")]
+    kinds = [k for k in items if k]
     if not kinds:
         raise DemoError("--faults is empty; give a comma list of " + ", ".join(KINDS))
+    if len(kinds) != len(items):
+        raise DemoError(f"--faults {spec!r} has an empty item (two commas, or one at an end); "
+                        "give a comma list of " + ", ".join(KINDS))
     bad = [k for k in kinds if k not in KINDS]
     if bad:
         raise DemoError(f"unknown RDMA fault kind(s) {', '.join(map(repr, bad))}; one of {', '.join(KINDS)} "

@@ -89,3 +89,20 @@ def test_peer_runs_the_kinds_given(monkeypatch):
         r = CliRunner().invoke(app, ["bench", "failover", "--peer", "mptcp"] + argv)
         assert r.exit_code == 2 and "stop here" in text(r), r.output
     assert got == [["silent"], list(failover.PEER_KINDS)], got
+
+
+@pytest.mark.parametrize("prefix", ["nope", "RO1234", "roabcde", "ro-1"])
+def test_a_malformed_prefix_on_down_is_a_usage_error(prefix):
+    """A prefix that cannot be a bed's ('ro' + 4 of [a-z0-9]) is a usage error (exit 2) naming
+    the form, not "no test bed with prefix" (exit 1), which is for a well-formed one not found."""
+    r = CliRunner().invoke(app, ["testbed", "down", "--prefix", prefix])
+    assert r.exit_code == 2 and not isinstance(r.exception, AssertionError), r.output
+    assert "is not a test bed prefix" in text(r) and "'ro' + 4 of [a-z0-9]" in text(r), text(r)
+
+
+@pytest.mark.parametrize("suite", ["failover", "rdma", "failback"])
+def test_a_fault_count_beyond_1000_is_refused_before_anything_runs(suite):
+    """--faults 99999 would run for days (each fault takes seconds): a usage error, exit 2."""
+    r = CliRunner().invoke(app, ["bench", suite, "--faults", "99999"])
+    assert r.exit_code == 2 and not isinstance(r.exception, AssertionError), r.output
+    assert "--faults" in text(r) and "1000" in text(r), text(r)

@@ -23,6 +23,12 @@ def test_bad_options_are_rejected_naming_the_option(layout, size, duration, faul
         demo.check_args(layout, size, duration, demo.parse_faults(faults))
 
 
+@pytest.mark.parametrize("spec", ["port-down:a0,,silent:b0", "port-down:a0,", ",silent:b0"])
+def test_an_empty_fault_item_is_refused_not_skipped(spec):
+    with pytest.raises(typer.BadParameter, match="has an empty item"):
+        demo.parse_faults(spec)
+
+
 def test_good_options_pass():
     demo.check_args("T2", "4M", 0, demo.parse_faults("port-down:a0,silent:b0"))
     demo.check_args("T3", "64K", 10, demo.parse_faults("host-down:c1"))

@@ -15,6 +15,8 @@ def test_faults_are_the_rdma_benchmarks_kinds():
     ("port-down:a0", "unknown RDMA fault kind(s) 'port-down:a0'"),  # the TCP demo's syntax
     ("", "--faults is empty"),
     ("silent,silent", "names a kind twice"),
+    ("cable-pull,,silent", "has an empty item"),
+    ("cable-pull,", "has an empty item"),
 ])
 def test_bad_faults_are_named(spec, needle):
     with pytest.raises(D.DemoError) as e:

@@ -252,7 +252,7 @@ def register(app: typer.Typer) -> None:
 
     @bench.command("failover")
     def failover_cmd(ctx: typer.Context, out: Path = OUT, quick: bool = QUICK,
-                     faults: int = typer.Option(0, "--faults", "-n", min=0, help="faults per kind (0: 50, or 3 with --quick)"),
+                     faults: int = typer.Option(0, "--faults", "-n", min=0, max=1000, help="faults per kind (0: 50, or 3 with --quick)"),
                      kinds: str = typer.Option("port-down,host-down,addr-del,silent,one-way", "--kinds",
                                                help="port-down, host-down, addr-del, silent, one-way; with --transport "
                                                     "rdma: cable-pull, admin-down, silent, one-way, remote-cable-pull"),
@@ -336,7 +336,7 @@ def register(app: typer.Typer) -> None:
 
     @bench.command("failback")
     def failback_cmd(ctx: typer.Context, out: Path = OUT, quick: bool = QUICK,
-                     faults: int = typer.Option(0, "--faults", "-n", min=0, help="repairs per kind (0: 10, or 2 with --quick)"),
+                     faults: int = typer.Option(0, "--faults", "-n", min=0, max=1000, help="repairs per kind (0: 10, or 2 with --quick)"),
                      kinds: str = typer.Option("port-down,silent", "--kinds", help="port-down, host-down, addr-del, silent, one-way; "
                                                "with --transport rdma: as bench failover --transport rdma"),
                      hold_down_ms: int = typer.Option(3000, "--hold-down-ms", min=0, callback=plugin_range("RAILOVER_HOLD_DOWN_MS"), help="RAILOVER_HOLD_DOWN_MS of the runs, ms "
@@ -392,7 +392,7 @@ def register(app: typer.Typer) -> None:
 
     @bench.command("rdma")
     def rdma_cmd(ctx: typer.Context, out: Path = OUT, quick: bool = QUICK,
-                 faults: int = typer.Option(0, "--faults", "-n", min=0, help="faults per kind (0: 30, or 5 with --quick)"),
+                 faults: int = typer.Option(0, "--faults", "-n", min=0, max=1000, help="faults per kind (0: 30, or 5 with --quick)"),
                  kinds: str = typer.Option("cable-pull,admin-down,silent", "--kinds",
                                            help="cable-pull, admin-down, silent, one-way, remote-cable-pull"),
                  size: str = typer.Option("256K", "--size", help="all-reduce size of the convergence run"),

@@ -148,6 +148,9 @@ def down_cmd(
     Beds are found from state files (/run/railover-testbed or the temp dir) and by sweeping namespaces named ro????-ns*."""
     refuse_combined(ctx, "prefix", ["all_"], "--prefix removes that one bed whatever its state; --all, without "
                     "--prefix, also removes every bed whose owner still runs")
+    if prefix is not None and not _tb.PREFIX_RE.match(prefix):
+        raise typer.BadParameter(f"{prefix!r} is not a test bed prefix: 'ro' + 4 of [a-z0-9], as 'railover testbed "
+                                 "list' shows", param_hint="--prefix")
     if _tb.privilege_mode() == "none":
         _fail("removing namespaces needs root (beds made in user-namespace mode vanish with "
               "their process anyway)")
@@ -155,7 +158,6 @@ def down_cmd(
     known = {i.prefix for i in _tb.list_testbeds()} | {i.prefix for i in _rbed.list_rdma_beds()}
     if prefix is not None and prefix not in known:
         _fail(f"no test bed with prefix {prefix!r}", 1)
-    from railover.testbed.rdma import bed as _rbed
     removed = _tb.cleanup_leftovers(prefix, include_live=all_) + _rbed.cleanup_rdma_leftovers(prefix, include_live=all_)
     if removed:
         for ns in removed:  # the RDMA bed's lines already say "removed ..."
