@@ -193,6 +193,28 @@ def total_of(samples: Samples, name: str, **labels: str) -> float:
     return sum(v for (n, lb), v in samples.items() if n == name and all(dict(lb).get(k) == x for k, x in labels.items()))
 
 
+def test_journal_only_comm_is_labelled_with_its_primary_nic_from_the_journal(setup):
+    """With no state file (state files off, the RDMA bed's guests), the nic label comes from the
+    journal: the first path to become active (connecting -> active) is the primary; without
+    that line a failback says it (its to_nic). Counts seen before the NIC was known move to the
+    labelled series: nothing is counted twice, no series is left without its NIC."""
+    proc, d, j, srv = setup
+    append_events(j, [
+        {"t_us": 1, "pid": 700, "event": "path_state", "comm": "5", "dir": "send", "nic": "eth0",
+         "peer": "10.0.0.2", "from": "connecting", "to": "active", "reason": "connected"},
+        {"t_us": 2, "pid": 700, "event": "failover", "comm": "5", "to_nic": "eth1", "convergence_us": 10},
+        {"t_us": 3, "pid": 700, "event": "path_state", "comm": "5", "dir": "send", "nic": "eth1",
+         "peer": "10.0.1.2", "from": "connecting", "to": "active", "reason": "reconnected"},
+        {"t_us": 4, "pid": 701, "event": "failover", "comm": "6", "to_nic": "eth1", "convergence_us": 10},
+        {"t_us": 5, "pid": 701, "event": "failback", "comm": "6", "to_nic": "eth0", "convergence_us": 10},
+    ])
+    s = scrape(srv.url)
+    assert val(s, "railover_failovers_total", rank="pid:700", nic="eth0") == 1
+    assert val(s, "railover_failovers_total", rank="pid:701", nic="eth0") == 1
+    assert val(s, "railover_failbacks_total", rank="pid:701", nic="eth0") == 1
+    assert total_of(s, "railover_failovers_total", nic="") == 0, "a series without its NIC is left"
+
+
 def test_a_badly_typed_journal_field_is_an_unreadable_line_not_a_failed_scrape(setup):
     """A journal line whose pid or byte count is not a number (hand-edited, or written by a
     broken tool) is counted as unreadable; the scrape answers 200 and the next lines count."""

@@ -7,7 +7,8 @@ docs/OPERATIONS.md; the main ones:
 
 * counters ``railover_failovers_total``, ``railover_failbacks_total``, ``railover_flaps_total``,
   ``railover_bytes_resent_total``, ``railover_fatal_errors_total``, ``railover_recoveries_total``
-  (journal only) with labels ``rank`` and ``nic`` (the comm's primary NIC);
+  (journal only) with labels ``rank`` and ``nic`` (the comm's primary NIC: from the state file, or
+  for a process seen only in its journal, the first path that became active or a failback's NIC);
   ``railover_events_total{event}`` from the journals, and
   ``railover_journal_unknown_events_total{event}`` for events this exporter does not know;
 * gauges ``railover_nic_up{nic,addr,rail}``, ``railover_pair_up{nic,peer}``,
@@ -187,7 +188,8 @@ class RailoverCollector:
         self._events[ev] = self._events.get(ev, 0) + 1
         if ev in jr.RESUMED and isinstance(e.get("convergence_us"), (int, float)):
             self._hist.setdefault(ev, _Hist(self._buckets)).observe(e["convergence_us"] / 1e6)
-        if ev not in EVENT_COUNTERS or "comm" not in e:
+        learns_nic = _primary_nic_of(ev, e)
+        if (ev not in EVENT_COUNTERS and not learns_nic) or "comm" not in e:
             return
         key = by_pid.get(pid, (pid, 0))
         p = self._procs.get(key)
@@ -195,7 +197,12 @@ class RailoverCollector:
             if key in self._dead:
                 return  # already folded with everything its journal held when it was seen dead
             p = self._procs[key] = _Proc(rank=f"pid:{pid}")
-        j = p.comm(str(e["comm"])).journal
+        cm = p.comm(str(e["comm"]))
+        if learns_nic and not cm.nic:  # journal only (no state file seen): the label from the journal
+            cm.nic = learns_nic
+        if ev not in EVENT_COUNTERS:
+            return
+        j = cm.journal
         if ev == "fatal":
             j["fatal_errors"] = 1
         else:
@@ -359,6 +366,16 @@ class _Server6(_Server):
 class _QuietHandler(WSGIRequestHandler):
     def log_message(self, *args: Any) -> None:  # no access log on stderr
         pass
+
+
+def _primary_nic_of(ev: str, e: Dict[str, Any]) -> str:
+    """The comm's primary NIC as a journal line shows it, or "": the first path to become active
+    (``path_state`` to ``active`` from ``connecting``) and the NIC a failback returns to."""
+    if ev == "path_state" and e.get("to") == "active" and e.get("from") == "connecting":
+        return str(e.get("nic") or "")
+    if ev == "failback":
+        return str(e.get("to_nic") or "")
+    return ""
 
 
 def _as_int(v: Any) -> Optional[int]:
