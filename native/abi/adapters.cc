@@ -76,16 +76,19 @@ ncclResult_t props12(int dev, ncclNetProperties_v12_t* p) {
 // ---- shared shims --------------------------------------------------------------------------
 ncclResult_t init7(ncclDebugLogger_t l) { return api::init(l); }
 ncclResult_t init10(ncclDebugLogger_t l, ncclProfilerCallback_t) { return api::init(l); }
-ncclResult_t init11(void** ctx, uint64_t commId, ncclNetCommConfig_t*, ncclDebugLogger_t l, ncclProfilerCallback_t) {
-  return api::initCtx(ctx, commId, l);
+ncclResult_t init11(void** ctx, uint64_t commId, ncclNetCommConfig_t* cfg, ncclDebugLogger_t l,
+                    ncclProfilerCallback_t) {
+  return api::initCtx(ctx, commId, l, cfg ? cfg->trafficClass : -1);
 }
 ncclResult_t listen7(int dev, void* h, void** lc) { return api::listen(dev, h, lc); }
 ncclResult_t listen11(void*, int dev, void* h, void** lc) { return api::listen(dev, h, lc); }
 ncclResult_t connect7(int dev, void* h, void** sc, ncclNetDeviceHandle_t**) { return api::connect(dev, h, sc); }
-ncclResult_t connect10(int dev, ncclNetCommConfig_t*, void* h, void** sc, ncclNetDeviceHandle_t**) {
-  return api::connect(dev, h, sc);
+ncclResult_t connect10(int dev, ncclNetCommConfig_t* cfg, void* h, void** sc, ncclNetDeviceHandle_t**) {
+  return api::connect(dev, h, sc, cfg ? cfg->trafficClass : -1);
 }
-ncclResult_t connect11(void*, int dev, void* h, void** sc, ncclNetDeviceHandle_t**) { return api::connect(dev, h, sc); }
+ncclResult_t connect11(void* ctx, int dev, void* h, void** sc, ncclNetDeviceHandle_t**) {
+  return api::connect(dev, h, sc, api::ctxTrafficClass(ctx));
+}
 ncclResult_t accept7(void* lc, void** rc, ncclNetDeviceHandle_t**) { return api::accept(lc, rc); }
 ncclResult_t regMrInt(void* c, void* d, int size, int type, void** mh) {
   if (size < 0) return ncclInvalidArgument;

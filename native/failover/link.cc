@@ -323,10 +323,11 @@ static std::string ctlName(const CtlMsg& m) {
   return "frame type " + std::to_string(m.arg);
 }
 
-SendLink* SendLink::create(const LinkDeps& deps, int dev, const PeerHandle& h, std::string* err) {
+SendLink* SendLink::create(const LinkDeps& deps, int dev, const PeerHandle& h, std::string* err, int trafficClass) {
   const LinkDeps& d = deps;
   auto* l = new SendLink();
   l->deps = deps;
+  l->trafficClass = trafficClass;
   l->createdUs = nowUs();
   l->dev_ = dev;
   l->secret = h.secret;
@@ -403,6 +404,7 @@ void SendLink::startConnect(Path& p, uint64_t now, const std::string& why) {
   id.srcRail = (uint8_t)p.rail;
   id.probePort = (*d.ports)[p.localNic];
   id.generation = p.generation;
+  id.trafficClass = trafficClass;
   ChunkPolicy chunks{d.cfg->minChunkBytes, d.cfg->maxChunkBytes};
   std::string err;
   // Timed like a close (path_up's open_us, transport_slow "open"): it runs on the caller's

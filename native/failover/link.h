@@ -294,13 +294,16 @@ class SendLink : public Link {
   bool sweep() override;
   uint64_t createdUs = 0;
   // Creates paths to every address in the handle allowed by the standby policy; starts connects.
-  static SendLink* create(const LinkDeps& deps, int dev, const PeerHandle& h, std::string* err);
+  // trafficClass: the comm's, from NCCL (-1 = none given; see PathIdentity::trafficClass).
+  static SendLink* create(const LinkDeps& deps, int dev, const PeerHandle& h, std::string* err,
+                          int trafficClass = -1);
   // One connect() step (NCCL's service thread): 1 = hand the comm to NCCL (a path has all its
   // streams connected and HELLOs written, i.e. no later than the receiver's accept can return;
   // data posted before a path is active waits for it), 0 = call again, -1 = error with the
   // cause in *why (the receiver closed the comm, or the link is fatal).
   int connectStep(std::string* why);
   uint64_t connId = 0;  // this connection's id in the HELLO (several connects per listen handle)
+  int trafficClass = -1;  // the comm's traffic class from NCCL, -1 = none (PathIdentity)
   // mhandle: the registration NCCL passes with the buffer (Transport::regMr; nullptr: none).
   ncclResult_t isend(const void* data, uint64_t size, int tag, void** request, void* mhandle = nullptr);
   size_t forgetRegistration(void* mhandle) override;

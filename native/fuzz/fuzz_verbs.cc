@@ -15,7 +15,8 @@
 //  * QpEndpoint::unpack accepts exactly what validEndpoint() below describes (magic "ROVQ",
 //    version 1, QPN 1..0xFFFFFF, PSN < 2^24, MTU code 1..5, link layer 0/1, an InfiniBand peer
 //    with a unicast LID 1..0xBFFF, a RoCE peer with a non-zero GID, the path's QP count - 1 in
-//    byte 34 below 128, reserved bytes 35..39 zero);
+//    byte 34 below 128, the QoS flag in byte 35 0 or 1 with bytes 36..37 zero when it is 0
+//    and the service level in byte 37 below 16, reserved bytes 38..39 zero);
 //    a refusal carries a non-empty error; an accepted endpoint packs back to the same 40 bytes;
 //  * ctlwire::decode accepts exactly what validCtl() below describes (ADVERT: reserved bytes
 //    zero; CONTROL: a type ACK..CLOSE, reserved bytes zero; GROUP_ENTRY: count 1..8, index below
@@ -51,14 +52,15 @@ bool validEndpoint(const uint8_t* d) {
   for (int i = 16; i < 32; ++i) gidZero = gidZero && d[i] == 0;
   if (d[33] == 1 && gidZero) return false;
   if (d[34] >= 128) return false;
-  for (int i = 35; i < 40; ++i)
+  if (d[35] > 1 || (d[35] == 0 && (d[36] || d[37])) || d[37] > 15) return false;
+  for (int i = 38; i < 40; ++i)
     if (d[i]) return false;
   return true;
 }
 
 bool sameEndpoint(const QpEndpoint& a, const QpEndpoint& b) {
   return a.qpn == b.qpn && a.psn == b.psn && memcmp(a.gid, b.gid, 16) == 0 && a.lid == b.lid && a.mtu == b.mtu &&
-         a.roce == b.roce && a.lanes == b.lanes;
+         a.roce == b.roce && a.lanes == b.lanes && a.qos == b.qos && a.trafficClass == b.trafficClass && a.sl == b.sl;
 }
 
 bool sameAdvert(const Advert& a, const Advert& b) {

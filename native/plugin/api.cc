@@ -43,6 +43,7 @@ struct Ctx {
   uint32_t kind = kCtxKind;
   uint64_t commId = 0;
   bool ok = false;
+  int trafficClass = -1;  // the init config's ncclNetCommConfig_t.trafficClass, -1 = none
 };
 
 Runtime& rt() { return Runtime::get(); }
@@ -145,7 +146,7 @@ ncclResult_t listen(int dev, void* handle, void** listenComm) {
   return ncclSuccess;
 }
 
-ncclResult_t connect(int dev, void* handle, void** sendComm) {
+ncclResult_t connect(int dev, void* handle, void** sendComm, int trafficClass) {
   *sendComm = nullptr;
   if (!checkDev(dev)) return ncclInvalidArgument;
   uint8_t* hb = (uint8_t*)handle;
@@ -164,7 +165,11 @@ ncclResult_t connect(int dev, void* handle, void** sendComm) {
               rt().nics[dev].name.c_str(), peer.transport.c_str(), rt().transport->name());
       return ncclInvalidUsage;
     }
-    l = SendLink::create(rt().linkDeps(), dev, peer, &err);
+    l = SendLink::create(rt().linkDeps(), dev, peer, &err, trafficClass);
+    if (trafficClass >= 0)
+      RO_INFO(RO_SUBSYS_NET, "railover: connect on NIC %s: the comm's traffic class is %d (NCCL's comm config)%s",
+              rt().nics[dev].name.c_str(), trafficClass,
+              rt().transport->name() == std::string("rdma") ? "" : ": not used by the tcp transport");
     memcpy(hb + kStageOffset, &l, sizeof(l));
   }
   std::string cause;
@@ -395,7 +400,7 @@ ncclResult_t closeListen(void* listenComm) {
   return ncclSuccess;
 }
 
-ncclResult_t initCtx(void** ctx, uint64_t commId, ncclDebugLogger_t logger) {
+ncclResult_t initCtx(void** ctx, uint64_t commId, ncclDebugLogger_t logger, int trafficClass) {
   ncclResult_t r = init(logger);
   if (r != ncclSuccess) {  // NCCL drops a plugin whose init failed and never finalizes it: no context
     *ctx = nullptr;
@@ -404,9 +409,15 @@ ncclResult_t initCtx(void** ctx, uint64_t commId, ncclDebugLogger_t logger) {
   auto* c = new Ctx();
   c->commId = commId;
   c->ok = true;
+  c->trafficClass = trafficClass;
   rt().refs.fetch_add(1);
   *ctx = c;
   return r;
+}
+
+int ctxTrafficClass(void* ctx) {
+  auto* c = (Ctx*)ctx;
+  return c && c->kind == kCtxKind ? c->trafficClass : -1;
 }
 
 ncclResult_t finalizeCtx(void* ctx) {

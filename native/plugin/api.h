@@ -37,7 +37,8 @@ ncclResult_t init(ncclDebugLogger_t logger);
 ncclResult_t devices(int* n);
 ncclResult_t getProperties(int dev, Props* p);
 ncclResult_t listen(int dev, void* handle, void** listenComm);
-ncclResult_t connect(int dev, void* handle, void** sendComm);
+// trafficClass: ncclNetCommConfig_t.trafficClass (v10 connect; v11+ the init context's), -1 = none.
+ncclResult_t connect(int dev, void* handle, void** sendComm, int trafficClass = -1);
 ncclResult_t accept(void* listenComm, void** recvComm);
 ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle);
 ncclResult_t regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle);
@@ -52,8 +53,10 @@ ncclResult_t closeRecv(void* recvComm);
 ncclResult_t closeListen(void* listenComm);
 
 // v11+ per-communicator contexts: refcounted; finalize accepts NULL and contexts of failed inits.
-ncclResult_t initCtx(void** ctx, uint64_t commId, ncclDebugLogger_t logger);
+// trafficClass: the init config's (-1 = none); ctxTrafficClass(ctx) gives it back for connect.
+ncclResult_t initCtx(void** ctx, uint64_t commId, ncclDebugLogger_t logger, int trafficClass = -1);
 ncclResult_t finalizeCtx(void* ctx);
+int ctxTrafficClass(void* ctx);
 
 }  // namespace api
 }  // namespace railover

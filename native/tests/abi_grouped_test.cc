@@ -7,7 +7,11 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdarg>
+#include <cstdio>
 #include <cstdlib>
+#include <mutex>
+#include <string>
 #include <cstring>
 #include <functional>
 #include <vector>
@@ -235,6 +239,60 @@ TEST(AbiGrouped, ByDefaultNoGroupedReceiveIsOffered) {
   EXPECT_EQ(o.closeSend(sc), ncclSuccess);
   EXPECT_EQ(o.closeRecv(rc), ncclSuccess);
   EXPECT_EQ(o.closeListen(lc), ncclSuccess);
+}
+
+// The comm's traffic class (ncclNetCommConfig_t) reaches the plugin's connect: v10 passes it
+// to connect, v11+ to init (per context). Seen in the INFO line connect writes (the RDMA
+// transport's QPs use it: RdmaPathTest.TheCommsTrafficClassSetsBothEndsQps).
+std::mutex gLogMu;
+std::string gLog;
+void captureLog(ncclDebugLogLevel, unsigned long, const char*, int, const char* fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  std::lock_guard<std::mutex> g(gLogMu);
+  gLog += std::string(buf) + "\n";
+}
+bool logHas(const std::string& s) {
+  std::lock_guard<std::mutex> g(gLogMu);
+  return gLog.find(s) != std::string::npos;
+}
+
+void connectOnce(const std::function<ncclResult_t(void* h, void** lc)>& listen,
+                 const std::function<ncclResult_t(void* h, void** sc)>& connect) {
+  uint8_t handle[128] = {};
+  void *lc = nullptr, *sc = nullptr;
+  ASSERT_EQ(listen(handle, &lc), ncclSuccess);
+  EXPECT_EQ(connect(handle, &sc), ncclSuccess);  // the first step creates the comm
+}
+
+TEST(AbiTrafficClass, V10ConnectConfigReachesTheComm) {
+  ASSERT_NE(plugin(), nullptr) << dlerror();
+  auto* t = table<ncclNet_v10_t>("ncclNetPlugin_v10");
+  ASSERT_EQ(t->init(captureLog, nullptr), ncclSuccess);
+  connectOnce([t](void* h, void** lc) { return t->listen(0, h, lc); },
+              [t](void* h, void** sc) {
+                ncclNetCommConfig_t cfg{42};
+                return t->connect(0, &cfg, h, sc, nullptr);
+              });
+  EXPECT_TRUE(logHas("the comm's traffic class is 42")) << gLog;
+}
+
+TEST(AbiTrafficClass, V12InitConfigReachesEveryConnectOfThatContext) {
+  ASSERT_NE(plugin(), nullptr) << dlerror();
+  auto* t = table<ncclNet_v12_t>("ncclNetPlugin_v12");
+  void *ctxA = nullptr, *ctxB = nullptr;
+  ncclNetCommConfig_t a{43}, b{-1};
+  ASSERT_EQ(t->init(&ctxA, 1, &a, captureLog, nullptr), ncclSuccess);
+  ASSERT_EQ(t->init(&ctxB, 2, &b, captureLog, nullptr), ncclSuccess);
+  connectOnce([t, ctxB](void* h, void** lc) { return t->listen(ctxB, 0, h, lc); },
+              [t, ctxB](void* h, void** sc) { return t->connect(ctxB, 0, h, sc, nullptr); });
+  EXPECT_FALSE(logHas("traffic class is")) << "a context without a traffic class: " << gLog;
+  connectOnce([t, ctxA](void* h, void** lc) { return t->listen(ctxA, 0, h, lc); },
+              [t, ctxA](void* h, void** sc) { return t->connect(ctxA, 0, h, sc, nullptr); });
+  EXPECT_TRUE(logHas("the comm's traffic class is 43")) << gLog;
 }
 
 }  // namespace

@@ -81,6 +81,10 @@ struct PathIdentity {
   uint8_t srcRail = 0;      // sender NIC's rail
   uint16_t probePort = 0;   // sender NIC's listener/probe port
   uint32_t generation = 0;  // increments every time the sender re-opens this path
+  // The comm's traffic class from NCCL (ncclNetCommConfig_t.trafficClass: v10 connect, v11+
+  // init; -1 = none given). Not in the TCP HELLO: the RDMA transport resolves it with
+  // NCCL_IB_TC/NCCL_IB_SL (verbs::rcParamsFor) for the path's QPs and tells the receiver.
+  int trafficClass = -1;
 };
 
 // What a stream of a path says about itself when it reaches the receiver (TCP: its HELLO).

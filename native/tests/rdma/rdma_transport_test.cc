@@ -81,11 +81,13 @@ class RdmaPathTest : public ::testing::Test {
     t->worker().drain();
   }
 
+  int commTrafficClass = -1;  // the comm's traffic class from NCCL for openSendOnly (-1: none)
   // Opens the send side on NIC 0 toward 10.0.1.1 into `tx` (secret 7, conn 9, path 1,
   // generation 3); false with *err when openSendPath refused.
   bool openSendOnly(std::string* err) {
     PathIdentity id;
     id.secret = 7, id.connId = 9, id.pathIndex = 1, id.generation = 3;
+    id.trafficClass = commTrafficClass;
     ChunkPolicy cp;
     cp.minChunkBytes = 128, cp.maxChunkBytes = kChunk;
     tx = t->openSendPath(0, addrOf("10.0.1.1", 5000), sizeof(sockaddr_in), 1, id, cp, err);
@@ -816,6 +818,33 @@ TEST_F(RdmaPathTest, TheEndOfTheBootstrapStreamBreaksThePathAsClosedByPeer) {
   while (r >= 0 && nowUs() < deadline) r = tx->progress(&err);
   EXPECT_EQ(r, -1);
   EXPECT_NE(err.find("closed by peer"), std::string::npos) << err;  // what the engine reads as "by the peer"
+}
+
+// The comm's traffic class from NCCL (ncclNetCommConfig_t, v10 connect / v11+ init) sets the
+// GRH traffic class and, where it fits (0..15), the service level of the sender's QPs, and
+// travels in the endpoints to the receiver, whose QPs use the same (as NCCL's IB receiver takes
+// the sender's). Without one (and no NCCL_IB_TC/NCCL_IB_SL) both are 0.
+TEST_F(RdmaPathTest, TheCommsTrafficClassSetsBothEndsQps) {
+  commTrafficClass = 5;
+  bringUp();
+  if (HasFatalFailure()) return;
+  EXPECT_EQ(::fake::qos(sq), std::make_pair(5, 5)) << "sender's QP";
+  EXPECT_EQ(::fake::qos(rq), std::make_pair(5, 5)) << "receiver's QP: the sender's QoS from its endpoint";
+}
+
+TEST_F(RdmaPathTest, ATrafficClassAboveTheServiceLevelsRangeLeavesTheServiceLevelAtZero) {
+  commTrafficClass = 106;  // DSCP 26 << 2 | ECN 2
+  bringUp();
+  if (HasFatalFailure()) return;
+  EXPECT_EQ(::fake::qos(sq), std::make_pair(106, 0));
+  EXPECT_EQ(::fake::qos(rq), std::make_pair(106, 0));
+}
+
+TEST_F(RdmaPathTest, WithoutATrafficClassBothEndsUseZero) {
+  bringUp();
+  if (HasFatalFailure()) return;
+  EXPECT_EQ(::fake::qos(sq), std::make_pair(0, 0));
+  EXPECT_EQ(::fake::qos(rq), std::make_pair(0, 0));
 }
 
 // A receiver that dropped the path while its FIN could not leave (its NIC was down; the socket

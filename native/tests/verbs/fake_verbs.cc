@@ -72,6 +72,7 @@ struct World {
   std::map<std::pair<std::string, int>, std::vector<ibv_gid_entry>> gids;
   std::map<std::pair<std::string, int>, std::vector<uint16_t>> pkeys;
   std::map<ibv_qp*, int> qpPkeyIndex;
+  std::map<ibv_qp*, std::pair<int, int>> qpQos;  // (GRH traffic class, SL) given at RTR (IBV_QP_AV)
   std::map<ibv_qp*, unsigned> qpAccess;  // qp_access_flags set at INIT
   struct Mr {
     uint64_t addr, len;
@@ -225,6 +226,11 @@ size_t postedRecvs(ibv_qp* qp) {
 void holdFlushes(bool hold) {
   WorldLock l(worldMu);
   w().holdFlushes = hold;
+}
+std::pair<int, int> qos(ibv_qp* qp) {
+  WorldLock l(worldMu);
+  auto it = w().qpQos.find(qp);
+  return it == w().qpQos.end() ? std::make_pair(-1, -1) : it->second;
 }
 int pkeyIndex(ibv_qp* qp) {
   WorldLock l(worldMu);
@@ -520,6 +526,7 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* ia) {
 int ibv_destroy_qp(ibv_qp* qp) {
   WorldLock l(worldMu);
   w().qpPkeyIndex.erase(qp);
+  w().qpQos.erase(qp);
   delete fqp(qp);
   return 0;
 }
@@ -539,6 +546,7 @@ int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* a, int mask) {
     return e;
   }
   if (mask & IBV_QP_PKEY_INDEX) w().qpPkeyIndex[qp] = a->pkey_index;
+  if (mask & IBV_QP_AV) w().qpQos[qp] = {a->ah_attr.grh.traffic_class, a->ah_attr.sl};
   if (mask & IBV_QP_ACCESS_FLAGS) w().qpAccess[qp] = a->qp_access_flags;
   if (mask & IBV_QP_STATE) {
     qp->state = a->qp_state;

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace fake {
@@ -83,6 +84,8 @@ void setGids(const std::string& dev, int port, const std::vector<ibv_gid_entry>&
 void setPkeys(const std::string& dev, int port, const std::vector<uint16_t>& table);
 // The P_Key index the last ibv_modify_qp with IBV_QP_PKEY_INDEX set on `qp` (-1: never).
 int pkeyIndex(ibv_qp* qp);
+// The (GRH traffic class, service level) the QP was given at RTR (IBV_QP_AV); (-1, -1) if never.
+std::pair<int, int> qos(ibv_qp* qp);
 // How ibv_reg_dmabuf_mr answers: supported (registers like ibv_reg_mr; fd must be open, else
 // EBADF), or not (EOPNOTSUPP). Default: supported. dmabufRegistrations(): successful ones.
 void setDmabuf(bool supported);

@@ -235,7 +235,18 @@ TEST(VerbsEndpoint, PackUnpackAndMismatchedPeersAreNamed) {
   ASSERT_TRUE(f.unpack(w, &err)) << err;
   EXPECT_EQ(f.lanes, 128);
   e.lanes = 1;
+  EXPECT_FALSE(f.qos) << "an endpoint without QoS (what a railover before it sent) says so";
+  e.qos = true, e.trafficClass = 106, e.sl = 5;  // the sender's resolved NCCL_IB_TC / SL or comm traffic class
   e.pack(w);
+  EXPECT_EQ(w[35], 1);
+  ASSERT_TRUE(f.unpack(w, &err)) << err;
+  EXPECT_TRUE(f.qos);
+  EXPECT_EQ(f.trafficClass, 106);
+  EXPECT_EQ(f.sl, 5);
+  e.qos = false, e.trafficClass = 0, e.sl = 0;
+  e.pack(w);
+  ASSERT_TRUE(f.unpack(w, &err)) << err;
+  EXPECT_FALSE(f.qos);
   uint8_t bad[QpEndpoint::kWireBytes];
   std::memcpy(bad, w, sizeof bad);
   bad[0] ^= 0xff;
@@ -273,7 +284,11 @@ TEST(VerbsEndpoint, OutOfRangeFieldsAreRefusedByName) {
       {"IB with LID 0", [](uint8_t* w) { w[33] = 0; }, "LID 0"},
       {"IB with a multicast LID", [](uint8_t* w) { w[33] = 0; w[6] = 0xc0; w[7] = 0x00; }, "LID 49152"},
       {"reserved byte", [](uint8_t* w) { w[39] = 1; }, "reserved byte 39"},
-      {"reserved byte after the QP count", [](uint8_t* w) { w[35] = 1; }, "reserved byte 35"},
+      {"reserved byte after the QoS", [](uint8_t* w) { w[38] = 1; }, "reserved byte 38"},
+      {"QoS flag 2", [](uint8_t* w) { w[35] = 2; }, "QoS flag 2"},
+      {"a traffic class without the QoS flag", [](uint8_t* w) { w[36] = 96; }, "without its QoS flag"},
+      {"a service level without the QoS flag", [](uint8_t* w) { w[37] = 3; }, "without its QoS flag"},
+      {"service level 16", [](uint8_t* w) { w[35] = 1; w[37] = 16; }, "service level 16"},
       {"a path of 129 QPs", [](uint8_t* w) { w[34] = 128; }, "a path of 129 QPs (1..128)"},
   };
   for (const Case& c : cases) {

@@ -245,9 +245,11 @@ class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink, priva
       if (r < 0) return fail("QP bring-up: " + sh_->err, err);
       stage_ = kReady;
       const verbs::SendPath& p = *sh_->path;
-      RO_INFO(RO_SUBSYS_NET, "railover: RDMA send path %u (generation %u) up on %s port %d: %d QP%s (first QPN %u)",
+      RO_INFO(RO_SUBSYS_NET,
+              "railover: RDMA send path %u (generation %u) up on %s port %d: %d QP%s (first QPN %u, traffic class %d, "
+              "SL %d)",
               (unsigned)id_.pathIndex, (unsigned)id_.generation, t_.port(nic_).sel.dev.c_str(), t_.port(nic_).sel.port,
-              p.lanes(), p.lanes() > 1 ? "s" : "", p.local().qpn);
+              p.lanes(), p.lanes() > 1 ? "s" : "", p.local().qpn, p.params().trafficClass, p.params().sl);
     }
     return 1;
   }
@@ -474,6 +476,10 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
       verbs::Hca* hca = np.hca;
       verbs::PortSel sel = t_.portSel(nic_);
       verbs::RcParams rc = t_.rcParams();
+      if (first.qos) {  // the sender's traffic class and service level, as NCCL's IB receiver takes them
+        rc.trafficClass = first.trafficClass;
+        rc.sl = first.sl;
+      }
       // The QP is created and brought to RTS before our endpoint goes back (see the header).
       t_.worker().postBringUp([sh, hca, sel, rc, peer]() {
         std::string e2;
@@ -1194,7 +1200,10 @@ std::unique_ptr<SendPath> RdmaTransport::openSendPath(int nic, const sockaddr_st
   auto sh = std::make_shared<Shared<verbs::SendPath>>();
   sh->created.store(0, std::memory_order_relaxed);
   verbs::Hca* hca = ports_[nic].hca;
-  worker_.postBringUp([sh, hca, sel = portSel(nic), rc = rc_, lanes = (int)ib_.qpsPerConnection] {
+  // The comm's traffic class (NCCL's comm config), resolved against NCCL_IB_TC/NCCL_IB_SL as
+  // NCCL does; the path's endpoints carry the result to the receiver, whose QPs use it too.
+  verbs::RcParams rc = id.trafficClass >= 0 ? verbs::rcParamsFor(ib_, id.trafficClass) : rc_;
+  worker_.postBringUp([sh, hca, sel = portSel(nic), rc, lanes = (int)ib_.qpsPerConnection] {
     if (sh->cancelled.load(std::memory_order_relaxed)) {
       sh->createErr = "path closed before its QPs were created";
       sh->created.store(-1, std::memory_order_release);

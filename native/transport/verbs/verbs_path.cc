@@ -182,6 +182,9 @@ std::vector<QpEndpoint> PathBase::localEndpoints() const {
   for (const Lane& l : lanes_) {
     v.push_back(l.qp->local());
     v.back().lanes = static_cast<uint8_t>(lanes_.size());
+    v.back().qos = true;
+    v.back().trafficClass = static_cast<uint8_t>(params_.trafficClass);
+    v.back().sl = static_cast<uint8_t>(params_.sl);
   }
   return v;
 }

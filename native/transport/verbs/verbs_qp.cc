@@ -54,6 +54,11 @@ void QpEndpoint::pack(uint8_t out[kWireBytes]) const {
   out[32] = mtu;
   out[33] = roce;
   out[34] = static_cast<uint8_t>(lanes ? lanes - 1 : 0);
+  if (qos) {
+    out[35] = 1;
+    out[36] = trafficClass;
+    out[37] = sl;
+  }
 }
 
 bool QpEndpoint::looksLikeOne(const uint8_t in[kWireBytes]) { return get32(in) == kEndpointMagic; }
@@ -107,7 +112,19 @@ bool QpEndpoint::unpack(const uint8_t in[kWireBytes], std::string* err) {
            std::to_string(kMaxLanes) + ")";
     return false;
   }
-  for (size_t i = 35; i < kWireBytes; ++i) {
+  if (in[35] > 1) {
+    *err = "peer's QP endpoint has QoS flag " + std::to_string(in[35]) + " (byte 35: 0 or 1)";
+    return false;
+  }
+  if (in[35] == 0 && (in[36] != 0 || in[37] != 0)) {
+    *err = "peer's QP endpoint has a traffic class or service level without its QoS flag (bytes 36..37)";
+    return false;
+  }
+  if (in[37] > 15) {
+    *err = "peer's QP endpoint has service level " + std::to_string(in[37]) + " (0..15)";
+    return false;
+  }
+  for (size_t i = 38; i < kWireBytes; ++i) {
     if (in[i] != 0) {
       *err = "peer's QP endpoint has non-zero reserved byte " + std::to_string(i);
       return false;
@@ -120,6 +137,9 @@ bool QpEndpoint::unpack(const uint8_t in[kWireBytes], std::string* err) {
   mtu = m;
   roce = r;
   lanes = static_cast<uint8_t>(in[34] + 1);
+  qos = in[35] == 1;
+  trafficClass = in[36];
+  sl = in[37];
   return true;
 }
 

@@ -59,13 +59,20 @@ struct QpEndpoint {
   // back to back. On the wire as byte 34 = lanes - 1, so a one-QP endpoint is byte for byte
   // what wire version 1 was before paths had several QPs.
   uint8_t lanes = 1;
+  // The QoS the sender's QPs use (its RcParams: NCCL_IB_TC/NCCL_IB_SL or the comm's traffic
+  // class), for the receiver's QPs: bytes 35 (1 = given), 36 (traffic class), 37 (service
+  // level, 0..15). An endpoint without it (byte 35 = 0) is what a railover before it sent:
+  // the receiver then uses its own settings.
+  bool qos = false;
+  uint8_t trafficClass = 0, sl = 0;
   static constexpr int kMaxLanes = 128;  // NCCL_IB_QPS_PER_CONNECTION's upper bound (params.h)
   static constexpr size_t kWireBytes = 40;
   void pack(uint8_t out[kWireBytes]) const;
   // false with *err naming the first bad field: magic, version, QPN (1..0xFFFFFF), PSN (24
   // bits), MTU code (IBV_MTU_256..IBV_MTU_4096), link layer (0 IB, 1 RoCE), LID (IB: unicast
-  // 1..0xBFFF), GID (RoCE: not all zero), lane count (byte 34: 0..kMaxLanes-1), reserved bytes
-  // 35..39 (zero). Nothing is taken from a
+  // 1..0xBFFF), GID (RoCE: not all zero), lane count (byte 34: 0..kMaxLanes-1), QoS flag
+  // (byte 35: 0 or 1; with 0 bytes 36..37 zero), service level (byte 37: 0..15), reserved
+  // bytes 38..39 (zero). Nothing is taken from a
   // refused endpoint. Fuzzed by native/fuzz/fuzz_verbs.cc.
   bool unpack(const uint8_t in[kWireBytes], std::string* err);
   // True when the bytes start with the endpoint's magic: a refused endpoint that does is a
