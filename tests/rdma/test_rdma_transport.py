@@ -36,6 +36,7 @@ bounded generously.
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import threading
 from typing import Dict, List
@@ -70,15 +71,21 @@ def test_allreduce_over_the_rdma_transport_every_byte(rdma_bed, tmp_path, abi):
     """Every net ABI the plugin exports (NCCL 2.19 to 2.32), through railover-perf's forced
     version table: v7 (int sizes), v8 (size_t regMr), v9 (size_t isend/irecv, vProps,
     maxP2pBytes), v10 (the comm config and its traffic class at connect), v11 (init per
-    communicator with a context, and finalize) and v12 (the newest)."""
+    communicator with a context, and finalize) and v12 (the newest). From v10 the comm's
+    traffic class (``--traffic-class 5``) reaches the QPs: GRH traffic class 5 and SL 5."""
     big = "1M" if abi == 12 else "64K"  # the full size range once; the ABI tables differ in calls, not sizes
+    tc = ["--traffic-class", "5"] if abi >= 10 else []
 
     def body():
         res = rperf.run_perf(rdma_bed, ranks_per_host=1, timeout_s=900, workload="allreduce", minbytes="1K",
                              maxbytes=big, stepfactor=8, iters=3, warmup=1, channels=1, op_timeout=120,
-                             rendezvous_timeout=300, fetch_to=tmp_path, env=RDMA_ENV, abi=abi)
+                             rendezvous_timeout=300, fetch_to=tmp_path, env=RDMA_ENV, abi=abi, extra_args=tc)
         assert res.ok, res.describe()
         assert res.wrong_total == 0 and len(res.ranks) == 2
+        logs = "".join(r.stdout + r.stderr for r in res.ranks)
+        want = "traffic class 5, SL 5)" if abi >= 10 else "traffic class 0, SL 0)"
+        assert re.search(r"RDMA send path \d+ \(generation \d+\) up on rxe\d port 1: 1 QP \(first QPN \d+, "
+                         + re.escape(want), logs), logs[-3000:]
         for r in res.ranks:
             assert r.json["exit_code"] == 0 and r.json["errors"] == [], r.json
             assert r.json["stats"]["bytes_received"] > 0

@@ -1150,6 +1150,17 @@ TEST_F(RdmaGdrTest, PtrSupportIsHostOnlyUntilGpuDirectIsDetected) {
   EXPECT_EQ(t->regMr(b.data(), b.size(), 9, &err), nullptr) << "unknown memory type";
 }
 
+// DMABUF is advertised only when every HCA takes dmabufs: regMrDmaBuf registers on each of
+// them inside the call (a comm may fail over to any), and one refusal would fail NCCL's
+// connect-time registration. The same for every NIC.
+TEST_F(RdmaGdrTest, DmabufIsAdvertisedOnlyWhenEveryHcaTakesThem) {
+  t->setGdrForTest(true, true);
+  EXPECT_EQ(t->ptrSupport(0), Transport::kPtrHost | Transport::kPtrCuda | Transport::kPtrDmaBuf);
+  t->setDmabufForTest(1, false);  // the standby HCA (fake1) is of a model without dmabuf
+  EXPECT_EQ(t->ptrSupport(0), Transport::kPtrHost | Transport::kPtrCuda) << "NIC 0's HCA takes dmabufs, fake1 does not";
+  EXPECT_EQ(t->ptrSupport(1), Transport::kPtrHost | Transport::kPtrCuda);
+}
+
 TEST_F(RdmaGdrTest, FlushReadsTheBufferThroughTheDeliveringNic) {
   std::vector<uint8_t> b(4096, 1);
   void* m = rdmatest::regBuffer(*t, b, mrs);

@@ -1264,17 +1264,25 @@ void RdmaTransport::setGdrForTest(bool peerMem, bool dmabuf) {
   dmabuf_.assign(hcas_.size(), dmabuf ? 1 : 0);
 }
 
+void RdmaTransport::setDmabufForTest(size_t hca, bool supported) {
+  if (hca < dmabuf_.size()) dmabuf_[hca] = supported ? 1 : 0;
+}
+
 verbs::FlushQp* RdmaTransport::flushQpForTest(int nic) {
   std::lock_guard<std::mutex> g(flush_[nic]->mu);
   return flush_[nic]->qp.get();
 }
 
 uint32_t RdmaTransport::ptrSupport(int nic) const {
+  (void)nic;  // the same for every NIC: a comm registers its buffers on every HCA (it may fail over to any)
   uint32_t p = kPtrHost;
   if (peerMem_) p |= kPtrCuda;
-  if (nic >= 0 && (size_t)nic < ports_.size() && dmabuf_.size() > (size_t)ports_[nic].hcaIndex &&
-      dmabuf_[ports_[nic].hcaIndex])
-    p |= kPtrDmaBuf;
+  // DMABUF only when every HCA takes dmabufs: regMrDmaBuf registers the dmabuf on each of them
+  // inside the call, and a refusal on one (a standby HCA of another model) would fail NCCL's
+  // connect-time registration, which is fatal. Without it NCCL uses its other paths.
+  bool all = !dmabuf_.empty();
+  for (char d : dmabuf_) all = all && d;
+  if (all) p |= kPtrDmaBuf;
   return p;
 }
 

@@ -246,6 +246,8 @@ class RdmaTransport : public Transport {
   // Tests: GPUDirect as if detected (peer memory loaded; dmabuf on every HCA), and NIC `nic`'s
   // flush QP (nullptr: none built).
   void setGdrForTest(bool peerMem, bool dmabuf);
+  // Tests: HCA index `hca` takes dmabufs or not (after setGdrForTest).
+  void setDmabufForTest(size_t hca, bool supported);
   verbs::FlushQp* flushQpForTest(int nic);
   bool groupedReceives() const override { return true; }
   uint64_t maxMessageBytes() const override { return 0xffffffffull; }
