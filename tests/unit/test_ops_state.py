@@ -356,3 +356,29 @@ def test_status_shows_an_event_without_a_pid_as_absent(tmp_path):
     r = CliRunner().invoke(app, ["status", "--state-dir", str(d), "--journal", str(j)], env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.output
     assert "recent events" in r.output and "convergence=0.8ms" in r.output and "None" not in r.output, r.output
+
+
+def test_a_journal_from_another_clock_gets_ages_from_its_file_time(tmp_path):
+    """A journal written on another host or boot (a QEMU guest's, read on its host): its t_us
+    are another CLOCK_MONOTONIC, so ages are taken from the file's modification time (the last
+    event) and the journal's own spacing, and marked; a same-clock journal keeps t_us ages."""
+    import os
+    import time
+    guest = tmp_path / "guest.jsonl"
+    # a guest booted 40 s ago: its clock is far behind this host's (whose uptime is larger)
+    append_events(guest, [{"t_us": 30_000_000, "pid": 7, "event": "nic_down", "nic": "eth1", "signal": "carrier lost"},
+                          {"t_us": 33_000_000, "pid": 7, "event": "nic_up", "nic": "eth1", "signal": "carrier",
+                           "neigh_cleared": 0}])
+    t = time.time() - 5  # the last line was written 5 s ago
+    os.utime(guest, (t, t))
+    host = tmp_path / "host.jsonl"
+    now = st.now_us()
+    append_events(host, [{"t_us": now - 1_000_000, "pid": 8, "event": "nic_down", "nic": "eth0",
+                          "signal": "carrier lost"}])
+    snap = st.snapshot([tmp_path / "nostate"], journals=[guest, host], events=10, proc=tmp_path / "proc")
+    ev = {(e["journal"], e["event"]): e for e in snap["events"]}
+    g_down, g_up = ev[(str(guest), "nic_down")], ev[(str(guest), "nic_up")]
+    assert 4.0 <= g_up["age_s"] <= 60 and g_up["age_from"] == "file time", g_up
+    assert abs(g_down["age_s"] - g_up["age_s"] - 3.0) < 0.01, (g_down, g_up)
+    h = ev[(str(host), "nic_down")]
+    assert 0.9 <= h["age_s"] <= 60 and "age_from" not in h, h

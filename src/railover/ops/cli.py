@@ -173,8 +173,12 @@ def render_status(snap: Dict[str, Any], show_comms: bool = False) -> Group:
                 f"pid {e['pid']}" if e.get("pid") is not None else "-"   # an event without a pid: absent
             style = "red" if e["event"] in ("nic_down", "pair_down", "path_down", "fatal") else \
                 "yellow" if e["event"] in ("failover", "flap") else ""
-            et.add_row(f"{e['age_s']:.1f}s", who, Text(e["event"], style), st.format_event(e))
+            age = f"{e['age_s']:.1f}s" + ("*" if e.get("age_from") else "")
+            et.add_row(age, who, Text(e["event"], style), st.format_event(e))
         parts.append(et)
+        if any(e.get("age_from") for e in snap["events"]):
+            parts.append(Text("* from a journal written with another clock (another host, or a QEMU guest): "
+                              "its age is taken from the file's modification time", style="dim"))
     for err in snap["errors"]:
         parts.append(Text(f"unreadable: {err}", style="red"))
     j = snap.get("journal", {})

@@ -379,11 +379,40 @@ def recent_events(paths: Iterable[Path], limit: int = 20, since_us: Optional[int
     return evs[-limit:] if limit > 0 else evs
 
 
+#: A journal whose last event is this much further from now by this host's CLOCK_MONOTONIC than
+#: by its file's modification time was written with another clock (s).
+FOREIGN_CLOCK_S = 60.0
+
+
+def _foreign_clock_anchors(evs: List[Dict[str, Any]], now: int) -> Dict[str, Tuple[float, int]]:
+    """Journals among ``evs`` written on another host or before this host's last boot (a QEMU
+    guest's journal read on its host): CLOCK_MONOTONIC differs per boot, so ages from their
+    ``t_us`` would be off by the difference of the uptimes (or negative). For each, (age in s
+    of its last event by the file's modification time, that event's ``t_us``), so an event's
+    age is the first plus its distance from the last. Same-clock journals are not listed: their
+    last event and the file's time agree within :data:`FOREIGN_CLOCK_S`."""
+    last: Dict[str, int] = {}
+    for e in evs:
+        j = e.get("journal")
+        if j:
+            last[j] = max(last.get(j, 0), int(e["t_us"]))
+    out: Dict[str, Tuple[float, int]] = {}
+    wall = time.time()
+    for j, t in last.items():
+        try:
+            by_file = max(0.0, wall - os.stat(j).st_mtime)
+        except OSError:
+            continue
+        if abs((now - t) / 1e6 - by_file) > FOREIGN_CLOCK_S:
+            out[j] = (by_file, t)
+    return out
+
+
 #: Fields ``railover status`` leaves out of an event's one-line description (for brevity).
 _HIDDEN_FIELDS = {"path_up": ("generation",), "path_down": ("active", "detection_us"), "nic_up": ("neigh_cleared",),
                   "failover": ("resumed_seq",), "failback": ("resumed_seq",), "recover": ("resumed_seq",),
                   "resume": ("dir",)}
-_NOT_FIELDS = ("t_us", "pid", "event", "journal", "rank", "age_s")
+_NOT_FIELDS = ("t_us", "pid", "event", "journal", "rank", "age_s", "age_from")
 
 
 def format_event(e: Mapping[str, Any]) -> str:
@@ -496,8 +525,14 @@ def snapshot(dirs: Iterable[Path], journals: Iterable[Path] = (), events: int = 
     evs = recent_events(journal_files(states, journals), limit=events, stats=jstats,
                         skip=() if all_events else ROUTINE_EVENTS) if events > 0 else []
     by_pid = {s.pid: s for s in states}
+    anchors = _foreign_clock_anchors(evs, now)
     for e in evs:
-        e["age_s"] = round((now - int(e["t_us"])) / 1e6, 3)
+        a = anchors.get(e.get("journal", ""))
+        if a is None:
+            e["age_s"] = round((now - int(e["t_us"])) / 1e6, 3)
+        else:  # another host's or boot's clock: the age from the file's time and the journal's own spacing
+            e["age_s"] = round(a[0] + (a[1] - int(e["t_us"])) / 1e6, 3)
+            e["age_from"] = "file time"
         st = by_pid.get(e.get("pid"))
         if st is not None and st.rank is not None:
             e.setdefault("rank", st.rank)
