@@ -271,7 +271,8 @@ def timeline_table(report: Dict[str, Any]) -> Table:
     for r in report["faults"]:
         t.add_row(f"{r['label']} {r['nic']}", _fmt(r["detection_ms"], " ms", 2), _fmt(r["convergence_ms"], " ms", 2),
                   f"{_fmt(r['stall_ms'], ' ms', 0)} ({_fmt(r['baseline_gap_ms'], ' ms', 0)})",
-                  f"{r['bytes_resent']:,}", _failback_cell(r),
+                  f"{r['bytes_resent']:,}" + (f" +{r['failback_bytes_resent']:,} back"
+                                              if r.get("failback_bytes_resent") else ""), _failback_cell(r),
                   f"{_fmt(r['bw_before_gbs'], '', 3)} / {_fmt(r['bw_during_gbs'], '', 3)} / {_fmt(r['bw_after_gbs'], '', 3)}")
     return t
 

@@ -29,3 +29,15 @@ def test_failbacks_are_counted_per_fault_until_the_next_one():
     assert [r["failbacks"] for r in rows] == [4, 3], "a fault's row counted a later fault's failbacks"
     assert rows[0]["failback_ms"] == 2600.0
     assert rows[1]["failback_ms"] == 2700.0
+
+
+def test_bytes_resent_by_failbacks_are_counted_apart_from_the_failovers():
+    """A failback is a RESUME: what the receiver did not hold is sent again, and the demo
+    reports it beside the failover's resend (it was left out)."""
+    a = _Fault("port-down a0")
+    steps = [Step(3, "apply", a, t_us=3_000_000), Step(8, "undo", a, t_us=8_000_000)]
+    events = [_ev(3_010_000, "nic_down"), _ev(3_020_000, "failover", bytes_resent=1000),
+              _ev(3_020_001, "failover", bytes_resent=24), _ev(10_600_000, "failback", bytes_resent=512),
+              _ev(10_600_001, "failback", bytes_resent=0)]
+    rows = ScenarioResult(perf=None, steps=steps, events=events, buckets=[], started_us=0, workdir=Path(".")).analyze()
+    assert rows[0]["bytes_resent"] == 1024 and rows[0]["failback_bytes_resent"] == 512

@@ -147,8 +147,9 @@ class ScenarioResult:
     def analyze(self) -> List[Dict[str, Any]]:
         """One row per applied fault: detection (fault -> first down event), convergence
         (fault -> first failover resumed), stall (longest delivery gap around it, and the
-        longest gap in the 2 s before it for comparison), bytes resent, and, when the fault was
-        undone, failback (undo -> first failback) minus nothing: the hold-down is included."""
+        longest gap in the 2 s before it for comparison), bytes resent by its failovers, and, when
+        the fault was undone, failback (undo -> first failback; the hold-down is included) and
+        the bytes its failbacks resent."""
         rows = []
         applies = [s for s in self.steps if s.do == "apply" and s.t_us]
         for s in applies:
@@ -177,6 +178,8 @@ class ScenarioResult:
                 row["undo_t_us"] = undo.t_us
                 row["failback_ms"] = (fbs[0]["t_us"] - undo.t_us) / 1e3 if fbs else None
                 row["failbacks"] = len(fbs)
+                # A failback is a RESUME too: what the receiver did not hold yet is sent again.
+                row["failback_bytes_resent"] = sum(int(e.get("bytes_resent", 0)) for e in fbs)
             rows.append(row)
         return rows
 
