@@ -123,18 +123,24 @@ bool until(const std::function<bool()>& f, int ms) {
   return false;
 }
 
+// A listen comm and a connected send/recv comm pair over loopback (bounded: 30 s).
+void connectPair(const Ops& o, void** lc, void** sc, void** rc) {
+  uint8_t handle[128] = {};
+  ASSERT_EQ(o.listen(handle, lc), ncclSuccess);
+  ASSERT_TRUE(until([&] {
+    if (!*sc) EXPECT_EQ(o.connect(handle, sc), ncclSuccess);
+    if (!*rc) EXPECT_EQ(o.accept(*lc, rc), ncclSuccess);
+    return *sc && *rc;
+  }, 30000));
+}
+
 void groupedOverLoopback(Ops o) {
   setenv("RAILOVER_MAX_RECVS", "8", 1);  // read at the plugin's first init
   ASSERT_EQ(o.init(), ncclSuccess);
   EXPECT_EQ(o.maxRecvs(), 8) << "RAILOVER_MAX_RECVS=8: grouped receives of up to 8 buffers are advertised";
-  uint8_t handle[128] = {};
   void *lc = nullptr, *sc = nullptr, *rc = nullptr;
-  ASSERT_EQ(o.listen(handle, &lc), ncclSuccess);
-  ASSERT_TRUE(until([&] {
-    if (!sc) EXPECT_EQ(o.connect(handle, &sc), ncclSuccess);
-    if (!rc) EXPECT_EQ(o.accept(lc, &rc), ncclSuccess);
-    return sc && rc;
-  }, 10000));
+  connectPair(o, &lc, &sc, &rc);
+  if (::testing::Test::HasFatalFailure()) return;
   ASSERT_EQ(o.closeListen(lc), ncclSuccess);
   // 40 groups of n = 5: the k-th send (group j, place p) has tag 10 + (p + j) % 5; group j's
   // buffer i has tag 10 + 4 - i, so it must hold message j*5 + ((4 - i - j) mod 5).
@@ -219,14 +225,9 @@ TEST(AbiGrouped, ByDefaultNoGroupedReceiveIsOffered) {
   Ops o = ops12();
   ASSERT_EQ(o.init(), ncclSuccess);
   EXPECT_EQ(o.maxRecvs(), 1) << "maxRecvs above 1 lets NCCL share comms whose sends railover cannot match by tag";
-  uint8_t handle[128] = {};
   void *lc = nullptr, *sc = nullptr, *rc = nullptr;
-  ASSERT_EQ(o.listen(handle, &lc), ncclSuccess);
-  ASSERT_TRUE(until([&] {
-    if (!sc) EXPECT_EQ(o.connect(handle, &sc), ncclSuccess);
-    if (!rc) EXPECT_EQ(o.accept(lc, &rc), ncclSuccess);
-    return sc && rc;
-  }, 30000));
+  connectPair(o, &lc, &sc, &rc);
+  if (HasFatalFailure()) return;
   std::vector<char> a(64), b(64);
   void* d[2] = {a.data(), b.data()};
   size_t sz[2] = {64, 64};
