@@ -9,6 +9,7 @@ much tighter and are measured by `railover bench`, not here.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 import pytest
@@ -429,3 +430,84 @@ def test_killed_peer_is_an_error_within_5s_not_a_nic_failure(testbed):
         assert "peer process exited" in fatal[0]["message"]
     assert res.count("failover", t_kill) <= 1, "no loop over the standby rail"
     assert not res.perf.timed_out
+
+
+# ---------------------------------------------------------------- a stream the peer dropped silently
+
+
+def _wait_until(cond, timeout_s: float, what: str) -> None:
+    import time
+    end = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > end:
+            raise AssertionError(f"not within {timeout_s} s: {what}")
+        time.sleep(0.05)  # polling a condition with a deadline, not a wait for time to pass
+
+
+def test_a_receive_stream_the_receiver_dropped_silently_is_found_by_the_keepalive(testbed):
+    """The CI failure of stop 30, made deterministic. The receiver (rank 1 on B) loses the
+    streams of its receive comm without a FIN or a RST reaching the sender (rank 0 on A): rank 1
+    is stopped once A's kernel has nothing unacknowledged toward it, its accepted streams are
+    destroyed (ss -K) with every RST leaving B dropped, then it continues. Traffic is one way
+    (rank 0 -> rank 1), so no data of rank 0 is due to reach B until its sends complete: its
+    streams are idle, all acknowledged, and its probes are answered, so by the stopped-peer rule
+    it keeps the path. Without a keepalive it would wait for completions that never come until
+    the request timeout; the keepalive (RAILOVER_TCP_KEEPALIVE_S) draws a reset from B's kernel,
+    rank 0 reconnects and resends, and every byte arrives. (With RAILOVER_TCP_KEEPALIVE_S=0
+    this scenario fails: rank 1 ends on its request timeout; checked by hand when written.)"""
+    import signal
+    tb = testbed("T2")
+    state = {}
+
+    def listen_ports(host: str, pid: int):
+        rc, out, _ = tb.run_collect(host, ["ss", "-ltnpH"])
+        assert rc == 0, out
+        return sorted({int(ln.split()[3].rsplit(":", 1)[1]) for ln in out.splitlines() if f"pid={pid}," in ln})
+
+    def in_flight_toward(host: str, ports) -> int:
+        flt = " or ".join(f"dport = :{p}" for p in ports)
+        rc, out, _ = tb.run_collect(host, ["ss", "-tinH", "state", "established", f"( {flt} )"])
+        assert rc == 0, out
+        return sum(1 for tok in out.split() if tok.startswith(("unacked:", "notsent:")))
+
+    class DropReceiveStreamsSilently(faults.Fault):
+        code = "SILENT-DROP"
+
+        def _apply(self):
+            rx = rank_process(tb, 1)
+            ports = listen_ports("B", rx.pid)
+            assert ports, "rank 1 listens nowhere"
+            os.kill(rx.pid, signal.SIGSTOP)
+            try:
+                # nothing of rank 0 in flight toward B (else its retransmission would meet B's
+                # reset with no keepalive at all): B's kernel still acknowledges while stopped
+                _wait_until(lambda: in_flight_toward("A", ports) == 0, 20, "A's streams to B acknowledged")
+                rules = ("table inet rosilent {\n chain out {\n type filter hook output priority 0;\n"
+                         " tcp flags & rst == rst drop\n }\n}\n")
+                rc, out, err = tb.run_collect("B", ["nft", "-f", "-"], input=rules)
+                assert rc == 0, err
+                flt = " or ".join(f"sport = :{p}" for p in ports)
+                rc, out, err = tb.run_collect("B", ["ss", "-K", "-tnH", "state", "established", f"( {flt} )"])
+                assert rc == 0, err
+                state["killed"] = len([ln for ln in out.splitlines() if ln.strip()])
+                rc, _, err = tb.run_collect("B", ["nft", "delete", "table", "inet", "rosilent"])
+                assert rc == 0, err
+            finally:
+                os.kill(rx.pid, signal.SIGCONT)
+
+        def _undo(self):
+            pass
+
+    f = DropReceiveStreamsSilently()
+    env = {"RAILOVER_TCP_KEEPALIVE_S": "2", "RAILOVER_HOLD_DOWN_MS": "1000"}
+    res = run_scenario(tb, [Step(3, "apply", f)], duration_s=12, workload="sendrecv", size="64K", env=env,
+                       extra_args=["--pattern", "oneway"], timeout_s=120)
+    assert state.get("killed", 0) >= 1, "ss -K destroyed no stream: the test proves nothing"
+    assert res.wrong_bytes == 0
+    t0 = res.steps[0].t_us
+    downs = [e for e in res.select("path_down", t0) if e.get("dir") == "send" and e["rank"] == 0]
+    assert downs, res.events[-30:]
+    assert any("reset" in e.get("cause", "").lower() for e in downs), downs
+    failovers = res.select("failover", t0)
+    assert failovers and failovers[0]["bytes_resent"] > 0, failovers
+    assert not res.select("fatal"), res.select("fatal")
