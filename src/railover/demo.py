@@ -15,6 +15,7 @@ that does not load (all checked before anything is built), and when the test bed
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -442,21 +443,41 @@ def register(app: typer.Typer) -> None:
                 demo_rdma.parse_faults(faults)
             except demo_rdma.DemoError as e:
                 raise typer.BadParameter(str(e), param_hint="--faults")
-            raise typer.Exit(demo_rdma.run_rdma_demo(faults, size, out, hold_down_ms))
+            with _interrupt_note(out / "demo-rdma-run"):
+                rc = demo_rdma.run_rdma_demo(faults, size, out, hold_down_ms)
+            raise typer.Exit(rc)
         faults = "port-down:a0,silent:b0" if faults is None else faults
         size = "4M" if size is None else size
         layout = "T2" if layout is None else layout
         ranks_per_host = 2 if ranks_per_host is None else ranks_per_host
         duration = 0.0 if duration is None else duration
         fault_for = 5.0 if fault_for is None else fault_for
-        rc = run_demo(layout, ranks_per_host, faults, duration, size, out, hold_down_ms, fault_for, False)
+        with _interrupt_note(out / "run"):
+            rc = run_demo(layout, ranks_per_host, faults, duration, size, out, hold_down_ms, fault_for, False)
         if baseline and rc != 2:  # 2: the railover run could not start (tools, test bed): nor could the baseline
-            rc_b = run_demo(layout, ranks_per_host, faults, duration, size, out, hold_down_ms, fault_for, True)
+            with _interrupt_note(out / "baseline-run"):
+                rc_b = run_demo(layout, ranks_per_host, faults, duration, size, out, hold_down_ms, fault_for, True)
             b_report = _load_report(out / "baseline-report.json") if rc_b in (0, 1) else None
             if rc == 0 or rc == 1:
                 _compare(out)
             rc = exit_code_with_baseline(rc, rc_b, b_report)
         raise typer.Exit(rc)
+
+
+@contextlib.contextmanager
+def _interrupt_note(workdir: Path):
+    """Ctrl-C during a demo run: the test bed is already removed (TestBed's ``with``, the RDMA
+    bed's ``finally``) when the interrupt gets here; say so and where the run's event journals
+    and rank logs are, and exit 130 (click would print "Aborted!" and exit 1)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        kept = sorted(p.name for p in workdir.glob("*")) if workdir.is_dir() else []
+        Console(stderr=True).print(
+            "[yellow]demo interrupted[/]: the test bed is removed; no report was drawn. "
+            + (f"The run's journals and rank logs so far are in {workdir}/ ({len(kept)} files)"
+               if kept else "The run had written nothing yet."), soft_wrap=True)
+        raise typer.Exit(130)
 
 
 def exit_code_with_baseline(rc_railover: int, rc_baseline: int, baseline_report: Optional[Dict[str, Any]]) -> int:

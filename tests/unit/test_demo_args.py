@@ -218,3 +218,28 @@ def test_a_plugin_that_does_not_load_is_exit_2_before_any_bed(monkeypatch, tmp_p
     assert "Traceback" not in r.output
     assert f"the railover plugin cannot be loaded: {native / _paths.PLUGIN_FILE}" in _flat(r.output), r.output
     assert not (tmp_path / "o").exists(), "nothing is prepared before the checks"
+
+
+@pytest.mark.parametrize("transport", ["tcp", "rdma"])
+def test_ctrl_c_in_the_demo_exits_130_and_says_where_the_journals_are(monkeypatch, tmp_path, transport):
+    """Ctrl-C during a demo run used to end in click's bare "Aborted!" with exit 1; now the
+    demo says the bed is removed and where the run's journals so far are, and exits 130."""
+    from typer.testing import CliRunner
+
+    from railover import demo_rdma
+    from railover.cli import app
+    out = tmp_path / "o"
+
+    def interrupted(*a, **k):
+        run = out / ("demo-rdma-run" if transport == "rdma" else "run")
+        run.mkdir(parents=True)
+        (run / "events-rank0.jsonl").write_text("{}\n")
+        raise KeyboardInterrupt
+    monkeypatch.setattr(demo_rdma, "run_rdma_demo", interrupted)
+    monkeypatch.setattr(demo, "run_demo", interrupted)
+    r = CliRunner().invoke(app, ["demo", "--transport", transport, "--out", str(out)], env={"COLUMNS": "250"})
+    assert r.exit_code == 130, r.output
+    text = _flat(r.output)
+    assert "Aborted" not in text and "Traceback" not in text
+    assert "demo interrupted" in text and "the test bed is removed" in text, text
+    assert str(out / ("demo-rdma-run" if transport == "rdma" else "run")) + "/ (1 files)" in text, text

@@ -24,14 +24,15 @@ RDMA test bed; ``degraded``, ``false-failover`` and ``scale`` refuse it with wha
 * ``report``         rebuild ``summary.md`` from the JSON files in --out
 
 Exit status: 0 when every figure meets its target, 1 when some miss, 2 when a suite could
-not run (no privileges, a rank failed...).
+not run (no privileges, a rank failed...), 130 after Ctrl-C (143 after SIGTERM): the running
+suite's finished parts are then kept in ``<suite>.json``, marked ``"interrupted"``.
 """
 from __future__ import annotations
 
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import typer
 from rich.console import Console
@@ -104,7 +105,8 @@ def summary_markdown(out: Path, skipped: Optional[List[str]] = None) -> str:
     L.append("|---|---|---|---:|---|")
     for s, r in reports:
         m = r["machine"]
-        L.append(f"| {s} | `{r['command']}` | {r['started']} | {r['elapsed_s']:.0f} s | "
+        took = f"{r['elapsed_s']:.0f} s" + (f" (**interrupted**, {r['interrupted']})" if r.get("interrupted") else "")
+        L.append(f"| {s} | `{r['command']}` | {r['started']} | {took} | "
                  f"{m['loadavg_at_start'][0]} / {m.get('loadavg_at_end', ['-'])[0]} |")
     L.append("\n### Targets missed\n")
     miss = [(s, t) for s, r in reports for t in C.misses(r)]
@@ -127,6 +129,15 @@ def summary_markdown(out: Path, skipped: Optional[List[str]] = None) -> str:
         checked = r["settings"].get("check", True)
         L.append(f"`{r['command']}` — {r['elapsed_s']:.0f} s, "
                  + (f"wrong bytes {r['wrong_bytes']}\n" if checked is not False else "data not checked (-c 0)\n"))
+        if r.get("interrupted"):
+            parts = C.completed_parts(r)
+            L.append(f"**Interrupted ({r['interrupted']}) after {r['elapsed_s']:.0f} s: a partial report**, its "
+                     "targets not evaluated. Parts finished: " + ("; ".join(parts) if parts else "none") + ".\n")
+            try:  # a suite's tables expect every part; draw them when the finished parts suffice
+                L.append(_module(s).markdown(r))
+            except (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError) as e:
+                L.append(f"(tables not drawn from the partial results: {type(e).__name__} {e}; the JSON keeps them)\n")
+            continue
         L.append(_module(s).markdown(r))
         for p in r.get("plots", []):
             L.append(f"![{p}](bench/{p})")
@@ -140,14 +151,41 @@ def _run_suite(suite: str, out: Path, quick: bool, console: Console, **kw) -> Op
     except OSError as e:
         console.print(f"[red]cannot use -o {out}:[/] {e.strerror or e} (give a directory; it is created if missing)")
         raise typer.Exit(2)
+    before = C.open_reports()
     try:
         return _module(suite).run(out, quick=quick, console=console, **kw)
+    except KeyboardInterrupt:
+        _keep_interrupted(suite, "SIGINT", console, before)
+        raise typer.Exit(130)
+    except SystemExit as e:  # SIGTERM while a test bed was up (its handler raises SystemExit(143))
+        if e.code == 143:
+            _keep_interrupted(suite, "SIGTERM", console, before)
+        raise
     except PrivilegeError as e:
         console.print(f"[red]cannot build the test bed:[/] {e}\nrun as root (network namespaces need CAP_NET_ADMIN)")
         raise typer.Exit(2)
     except C.BenchError as e:
         console.print(f"[red]{suite} could not run:[/] {e}")
         raise typer.Exit(2)
+
+
+def _keep_interrupted(suite: str, why: str, console: Console, before: Sequence[C.Report] = ()) -> None:
+    """Write the partial report (its finished parts) of every suite report opened since
+    ``before`` (the reports open when the suite started) and not finished, and say where. The
+    test bed was torn down before the interrupt got here (TestBed's ``with``)."""
+    reps = [r for r in C.open_reports() if not any(r is b for b in before)]
+    if not reps:
+        console.print(f"[yellow]{suite} interrupted ({why}) before it had results: nothing written[/]")
+    for rep in reps:
+        try:
+            path = rep.save_interrupted(why)
+        except OSError as e:
+            console.print(f"[red]{rep.suite} interrupted ({why}); its partial report could not be written:[/] "
+                          f"{e.strerror or e}")
+            continue
+        parts = C.completed_parts(rep.data)
+        console.print(f"[yellow]{rep.suite} interrupted ({why}) after {rep.data['elapsed_s']:.0f} s[/]: partial report "
+                      f"{path} (" + ("; ".join(parts) if parts else "no part finished") + "); targets not evaluated")
 
 
 def _finish(reports: List[Dict[str, Any]], console: Console) -> None:
@@ -303,10 +341,14 @@ def register(app: typer.Typer) -> None:
                     raise typer.BadParameter(f"--kinds {kinds} cannot be combined with --peer mptcp: "
                                              f"{', '.join(bad)} {'is' if len(bad) == 1 else 'are'} not run against "
                                              f"MPTCP (its kinds: {', '.join(fo.PEER_KINDS)})")
+            before = C.open_reports()
             try:
                 from railover.bench.mptcp import MptcpError
                 rep = fo.run_peers(out, quick=quick, faults=faults or None, kinds=pk, size=size,
                                    outage_s=outage_s, console=console)
+            except KeyboardInterrupt:
+                _keep_interrupted("failover-peers", "SIGINT", console, before)
+                raise typer.Exit(130)
             except MptcpError as e:
                 console.print(f"[red]the MPTCP peer could not run:[/] {e}")
                 raise typer.Exit(2)
@@ -452,16 +494,24 @@ def register(app: typer.Typer) -> None:
         for s in chosen:
             if s not in SUITES:
                 raise typer.BadParameter(f"unknown suite {s!r}; one of {', '.join(SUITES)}", param_hint="--suites")
+        def write_summary() -> None:
+            skipped: List[str] = []
+            (Path(out) / "summary.md").write_text(summary_markdown(Path(out), skipped))
+            for e in skipped:
+                console.print(f"[yellow]left out of summary.md:[/] {e}")
+            console.print(f"wrote {Path(out) / 'summary.md'}")
+
         for s in chosen:
             t0 = time.monotonic()
             console.rule(f"railover bench {s}")
-            reports.append(_run_suite(s, out, quick, console))
+            try:
+                reports.append(_run_suite(s, out, quick, console))
+            except typer.Exit as e:
+                if e.exit_code == 130:  # Ctrl-C: the suites run so far and the partial one stay readable
+                    write_summary()
+                raise
             console.print(f"{s}: {time.monotonic() - t0:.0f} s")
-        skipped: List[str] = []
-        (Path(out) / "summary.md").write_text(summary_markdown(Path(out), skipped))
-        for e in skipped:
-            console.print(f"[yellow]left out of summary.md:[/] {e}")
-        console.print(f"wrote {Path(out) / 'summary.md'}")
+        write_summary()
         _finish(reports, console)
 
     @bench.command("report")
@@ -487,4 +537,10 @@ def register(app: typer.Typer) -> None:
             console.print(f"[red]cannot write {out / 'summary.md'}:[/] {e.strerror or e}")
             raise typer.Exit(2)
         console.print(f"wrote {out / 'summary.md'} ({len(reports)} suite(s))")
+        for r in reports:
+            if r.get("interrupted"):
+                parts = C.completed_parts(r)
+                console.print(f"[yellow]{r['suite']}.json is a partial report[/] (interrupted, {r['interrupted']}, after "
+                              f"{r['elapsed_s']:.0f} s; finished: {'; '.join(parts) or 'nothing'}): its targets were "
+                              "not evaluated")
         console.print(targets_table(reports, only_misses=True))

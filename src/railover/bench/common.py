@@ -219,6 +219,8 @@ class Report:
             "wrong_bytes": 0,
             "plots": [],
         }
+        self.finished = False
+        _OPEN_REPORTS.append(self)
 
     @property
     def results(self) -> Dict[str, Any]:
@@ -237,13 +239,54 @@ class Report:
         return self.out / name
 
     def finish(self) -> Dict[str, Any]:
+        """Write ``<out>/<suite>.json`` (complete) and return the report's data."""
+        self._write()
+        self.finished = True
+        if self in _OPEN_REPORTS:
+            _OPEN_REPORTS.remove(self)
+        return self.data
+
+    def save_interrupted(self, why: str) -> Path:
+        """Write what the suite has gathered so far as ``<out>/<suite>.json``, marked
+        ``"interrupted": why`` (e.g. "SIGINT"): every part a suite finished is already in
+        :attr:`results` (suites store each part as it completes); targets are those already
+        added (usually none). Returns the file's path. Raises OSError if it cannot be written."""
+        self.data["interrupted"] = why
+        self._write()
+        self.finished = True
+        if self in _OPEN_REPORTS:
+            _OPEN_REPORTS.remove(self)
+        return self.out / f"{self.suite}.json"
+
+    def _write(self) -> None:
         self.data["elapsed_s"] = round(time.monotonic() - self.t0, 1)
         try:
             self.data["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
         except OSError:
             pass
         (self.out / f"{self.suite}.json").write_text(json.dumps(self.data, indent=1, default=_json_default))
-        return self.data
+
+
+#: reports created and not yet finished, oldest first (what an interrupted run can still keep)
+_OPEN_REPORTS: List[Report] = []
+
+
+def open_reports() -> List[Report]:
+    """Reports created by a suite in this process and not yet written by :meth:`Report.finish`."""
+    return list(_OPEN_REPORTS)
+
+
+def completed_parts(data: Mapping[str, Any]) -> List[str]:
+    """Human names of the parts a (possibly interrupted) report holds: ``["kinds: a, b", ...]``."""
+    out = []
+    for key, v in data.get("results", {}).items():
+        if isinstance(v, dict) and v:
+            out.append(f"{key}: {', '.join(map(str, v))}")
+        elif isinstance(v, list) and v:
+            out.append(f"{key}: {len(v)}")
+        elif v not in (None, {}, [], ""):
+            out.append(str(key))
+    return out
 
 
 def _json_default(o: Any) -> Any:

@@ -55,6 +55,7 @@ def run(out: Path, quick: bool = False, nics: Sequence[int] = (2, 4), rate: str 
                                             "workload": "allreduce", "fault": "switch port of a0 down"})
     work = Path(out) / "degraded-work"
     rows: List[Dict[str, Any]] = []
+    rep.results["rows"] = rows  # filled as each part finishes: an interrupted run keeps them
     series: Dict[str, Any] = {}
     for m in nics:
         with TestBed(hosts=2, nics=m) as tb:

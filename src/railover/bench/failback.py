@@ -51,6 +51,7 @@ def run(out: Path, quick: bool = False, faults: Optional[int] = None, kinds: Seq
                                             "windows_s": {"before": BEFORE_S, "after": [AFTER_FROM_S, AFTER_TO_S]}})
     work = Path(out) / "failback-work"
     per_kind: Dict[str, Any] = {}
+    rep.results["kinds"] = per_kind  # filled as each part finishes: an interrupted run keeps them
     with TestBed("T2") as tb:
         for kind in kinds:
             spec = KINDS[kind]

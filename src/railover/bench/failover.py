@@ -399,6 +399,7 @@ def run(out: Path, quick: bool = False, faults: Optional[int] = None,
     journals = Path(out) / "failover-journals"
     per_kind: Dict[str, Any] = {}
     per_kind_old: Dict[str, Any] = {}
+    rep.results["kinds"] = per_kind  # filled as each kind finishes: an interrupted run keeps them
     with TestBed("T2") as tb:
         for kind in kinds:
             spec = KINDS[kind]

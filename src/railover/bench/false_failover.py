@@ -130,6 +130,7 @@ def run(out: Path, quick: bool = False, cases=CASES, console: Optional[Console] 
                                                   "hog_s": hog_s, "cores": os.cpu_count()})
     work = Path(out) / "false-work"
     results: Dict[str, Any] = {}
+    rep.results["cases"] = results  # filled as each part finishes: an interrupted run keeps them
     with TestBed("T2") as tb:
         a0, b0 = tb.nic("a0"), tb.nic("b0")
         for case in cases:

@@ -145,6 +145,7 @@ def run(out: Path, quick: bool = False, comms: Sequence[int] = (1, 32, 128, 512,
                                          "env": {"RAILOVER_HOLD_DOWN_MS": hold_down}})
     work = Path(out) / "scale-work"
     rows: List[Dict[str, Any]] = []
+    rep.results["rows"] = rows  # filled as each part finishes: an interrupted run keeps them
     with TestBed("T2") as tb:
         for n in comms:
             console.print(f"[bold]scale[/] {n} channel(s): {n} send + {n} receive comms per process ({tb.prefix})")
