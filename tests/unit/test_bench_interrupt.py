@@ -129,3 +129,9 @@ def test_bench_all_interrupted_writes_the_summary_with_the_partial_suite_marked(
     assert "failover.json is a partial report (interrupted, SIGINT" in text(r2)
     assert "finished: kinds: port-down" in text(r2)
     assert "Interrupted (SIGINT)" in (out / "summary.md").read_text()
+
+
+def test_completed_parts_name_measured_parts_not_run_settings():
+    data = {"results": {"bed": {"accel": "tcg", "smp": 1}, "kinds": {"cable-pull": {"faults": 5}},
+                        "busbw_rows": [{"size": 1}, {"size": 2}], "convergence_wrong_bytes": 0, "empty": {}}}
+    assert C.completed_parts(data) == ["kinds: cable-pull", "busbw_rows: 2"]

@@ -277,15 +277,16 @@ def open_reports() -> List[Report]:
 
 
 def completed_parts(data: Mapping[str, Any]) -> List[str]:
-    """Human names of the parts a (possibly interrupted) report holds: ``["kinds: a, b", ...]``."""
+    """Human names of the measured parts a (possibly interrupted) report holds, e.g.
+    ``["kinds: port-down, silent", "rows: 3"]``: a dict of per-part results (fault kinds,
+    cases) by its keys, a list of rows by its length. Scalars and dicts of scalars (settings
+    of the run, such as the RDMA bed's description) are not parts and are left out."""
     out = []
     for key, v in data.get("results", {}).items():
-        if isinstance(v, dict) and v:
+        if isinstance(v, dict) and v and all(isinstance(x, (dict, list)) for x in v.values()):
             out.append(f"{key}: {', '.join(map(str, v))}")
         elif isinstance(v, list) and v:
             out.append(f"{key}: {len(v)}")
-        elif v not in (None, {}, [], ""):
-            out.append(str(key))
     return out
 
 
