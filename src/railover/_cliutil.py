@@ -1,8 +1,11 @@
 """Helpers shared by the Typer commands."""
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
+import signal
+import threading
 from functools import lru_cache
 from typing import Any, Iterable, List, Optional
 
@@ -41,6 +44,34 @@ def refuse_combined(ctx: typer.Context, name: str, others: List[str], why: str) 
         g = given(ctx, *others)
         if g:
             raise typer.BadParameter(f"{', '.join(g)} cannot be combined with {given(ctx, name)[0]}: {why}")
+
+
+#: exit statuses of a run ended by a signal that unwinds (128 + the signal's number)
+SIGNAL_EXITS = {128 + signal.SIGHUP: "SIGHUP", 128 + signal.SIGINT: "SIGINT", 128 + signal.SIGTERM: "SIGTERM"}
+
+
+@contextlib.contextmanager
+def signals_unwind():
+    """While inside: SIGTERM and SIGHUP (a closed SSH session) raise ``SystemExit(128 + sig)``
+    in the main thread, as SIGINT raises KeyboardInterrupt, so ``with``/``finally`` blocks run
+    and a long command can keep what it measured, between test beds as well as inside one (a
+    test bed installs the same while it is up). Only where the signal has its default action;
+    the previous handlers are restored on exit. Outside the main thread it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def unwind(sig: int, frame: Any) -> None:
+        raise SystemExit(128 + sig)
+    old = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) in (signal.SIG_DFL, None):
+            old[sig] = signal.signal(sig, unwind)
+    try:
+        yield
+    finally:
+        for sig, prev in old.items():
+            signal.signal(sig, prev)
 
 
 def finite(value: Optional[float]) -> Optional[float]:

@@ -27,10 +27,11 @@ from typing import Any, Dict, List, Optional
 import typer
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from railover import _paths, params, prereqs
-from railover._cliutil import finite, plugin_range
+from railover._cliutil import SIGNAL_EXITS, finite, plugin_range, signals_unwind
 from railover.sizes import check_size
 from railover.testbed import faults as F
 from railover.testbed.scenario import ScenarioError, ScenarioResult, Step, read_journal, run_scenario
@@ -156,6 +157,27 @@ def check_system(specs: List[tuple], path: Optional[str] = None) -> None:
     prereqs.require(needed_tools(specs), "railover demo", path)
     check_plugin()
     _paths.perf_path()
+    check_env()
+
+
+def check_env(env: Optional[Dict[str, str]] = None) -> None:
+    """Every plugin variable set in ``env`` (default: this process's environment, which the
+    ranks inherit) has a value the plugin accepts, checked by the plugin itself before a bed is
+    built: otherwise every rank would fail its init. Raises ValueError naming each variable
+    and what it accepts. Empty values are the same as unset (the default applies)."""
+    env = dict(os.environ) if env is None else env
+    native = params.load()
+    bad = []
+    for p in native.describe["params"]:
+        var = p["name"]
+        if "plugin" not in p["readers"] or var not in env or not env[var].strip(" \t"):
+            continue
+        err = native.check(var, env[var])
+        if err:
+            bad.append(err)
+    if bad:
+        raise ValueError("the environment has a value the plugin refuses (every rank would fail its init): "
+                         + "; ".join(bad))
 
 
 def parse_faults(spec: str) -> List[tuple]:
@@ -314,7 +336,8 @@ def run_demo(layout: str = "T2", ranks_per_host: int = 2, fault_spec: str = "por
         duration = 3.0 + len(specs) * gap + 2.0
     try:
         check_system(specs)
-    except (prereqs.MissingTools, OSError) as e:  # OSError: FileNotFoundError, a plugin that does not load
+    except (prereqs.MissingTools, OSError, ValueError) as e:  # OSError: a missing file, a plugin that does not
+        # load; ValueError: a plugin variable of the environment the plugin refuses
         console.print(f"[red]error:[/] {e}", soft_wrap=True)
         return 2
     out = Path(out)
@@ -423,7 +446,8 @@ def register(app: typer.Typer) -> None:
         railover did (needs root). Writes a plot, a JSON report and the event journals.
 
         Exit status: 0 when the railover run survived every fault with 0 wrong bytes; 1 when it
-        did not; 2 for bad options, missing system tools or no test bed. With --baseline the
+        did not; 2 for bad options, a bad RAILOVER_*/NCCL_* value in the environment, missing
+        system tools or no test bed; 130 after Ctrl-C (143 SIGTERM, 129 SIGHUP), the bed removed. With --baseline the
         baseline's stalls and failed ranks are expected and do not count; it makes the status 1
         only when it could not run or counted a wrong byte, 2 when its test bed failed."""
         if transport not in ("tcp", "rdma"):
@@ -466,18 +490,29 @@ def register(app: typer.Typer) -> None:
 
 @contextlib.contextmanager
 def _interrupt_note(workdir: Path):
-    """Ctrl-C during a demo run: the test bed is already removed (TestBed's ``with``, the RDMA
-    bed's ``finally``) when the interrupt gets here; say so and where the run's event journals
-    and rank logs are, and exit 130 (click would print "Aborted!" and exit 1)."""
-    try:
-        yield
-    except KeyboardInterrupt:
-        kept = sorted(p.name for p in workdir.glob("*")) if workdir.is_dir() else []
+    """Ctrl-C (or SIGTERM, SIGHUP) during a demo run: the test bed is already removed
+    (TestBed's ``with``, the RDMA bed's ``finally``) when the interrupt gets here; say so and
+    where this run's event journals and rank logs are (files written since it started, not an
+    earlier run's), then exit 130 (click would print "Aborted!" and exit 1), or re-raise the
+    SystemExit of SIGTERM/SIGHUP (143/129)."""
+    started = time.time()
+
+    def note(why: str) -> None:
+        new = [p for p in workdir.glob("*") if p.stat().st_mtime >= started - 1] if workdir.is_dir() else []
         Console(stderr=True).print(
-            "[yellow]demo interrupted[/]: the test bed is removed; no report was drawn. "
-            + (f"The run's journals and rank logs so far are in {workdir}/ ({len(kept)} files)"
-               if kept else "The run had written nothing yet."), soft_wrap=True)
+            f"[yellow]demo interrupted ({why})[/]: the test bed is removed and the run cut short. "
+            + (f"Its journals and rank logs so far are in {escape(str(workdir))}/ ({len(new)} files)"
+               if new else "It had written no journal yet."), soft_wrap=True)
+    try:
+        with signals_unwind():
+            yield
+    except KeyboardInterrupt:
+        note("SIGINT")
         raise typer.Exit(130)
+    except SystemExit as e:
+        if e.code in SIGNAL_EXITS:
+            note(SIGNAL_EXITS[e.code])
+        raise
 
 
 def exit_code_with_baseline(rc_railover: int, rc_baseline: int, baseline_report: Optional[Dict[str, Any]]) -> int:

@@ -7,6 +7,8 @@ is tested is the CLI's handling of the interrupt, not a benchmark."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import types
 
 import pytest
@@ -21,16 +23,21 @@ from railover.cli import app
 from cli_text import text
 
 
-def _fake_suite(interrupt_with=None):
-    """A suite module whose run() finishes one part ("port-down") and then is interrupted by
-    ``interrupt_with`` (an exception instance), or completes when it is None."""
+def _fake_suite(interrupt_with=None, parts=1):
+    """A suite module whose run() finishes ``parts`` parts (0 or 1: "port-down") and then is
+    interrupted by ``interrupt_with`` (an exception instance, or a signal number sent to this
+    process), or completes when it is None."""
 
     def run(out, quick=False, console=None, **kw):
         rep = C.Report(suite_name["name"], out, quick, {"faults_per_kind": 3})
         per_kind = {}
         rep.results["kinds"] = per_kind
-        per_kind["port-down"] = {"faults": 3, "convergence_ms": {"p50": 4.0}}
+        if parts:
+            per_kind["port-down"] = {"faults": 3, "convergence_ms": {"p50": 4.0}}
         rep.add_wrong(0)
+        if isinstance(interrupt_with, int):
+            os.kill(os.getpid(), interrupt_with)  # a real signal, with no test bed up
+            raise AssertionError("the signal did not unwind")
         if interrupt_with is not None:
             raise interrupt_with
         per_kind["silent"] = {"faults": 3, "convergence_ms": {"p50": 90.0}}
@@ -135,3 +142,88 @@ def test_completed_parts_name_measured_parts_not_run_settings():
     data = {"results": {"bed": {"accel": "tcg", "smp": 1}, "kinds": {"cable-pull": {"faults": 5}},
                         "busbw_rows": [{"size": 1}, {"size": 2}], "convergence_wrong_bytes": 0, "empty": {}}}
     assert C.completed_parts(data) == ["kinds: cable-pull", "busbw_rows: 2"]
+
+
+@pytest.mark.parametrize("sig,name", [(signal.SIGTERM, "SIGTERM"), (signal.SIGHUP, "SIGHUP")])
+def test_a_real_sigterm_or_sighup_with_no_test_bed_up_keeps_the_partial_report(tmp_path, suites, sig, name):
+    """Outside a test bed (between beds, while plotting) SIGTERM and SIGHUP had their default
+    action: the process died at once and the measured parts were lost."""
+    suites["failover"] = _fake_suite(int(sig))
+    before = signal.getsignal(sig)
+    with pytest.raises(SystemExit) as ex:
+        bench_cli._run_suite("failover", tmp_path, True, Console(quiet=True))
+    assert ex.value.code == 128 + sig
+    data = json.loads((tmp_path / "failover.json").read_text())
+    assert data["interrupted"] == name and list(data["results"]["kinds"]) == ["port-down"]
+    assert signal.getsignal(sig) == before, "the handler is restored"
+
+
+def test_an_interrupted_rerun_with_nothing_finished_leaves_the_earlier_report_alone(tmp_path, suites):
+    suites["failover"] = _fake_suite(None)
+    bench_cli._run_suite("failover", tmp_path, True, Console(quiet=True))
+    complete = (tmp_path / "failover.json").read_text()
+    suites["failover"] = _fake_suite(KeyboardInterrupt(), parts=0)
+    console = Console(record=True, width=300)
+    with pytest.raises(typer.Exit):
+        bench_cli._run_suite("failover", tmp_path, True, console)
+    assert (tmp_path / "failover.json").read_text() == complete
+    said = console.export_text()
+    assert "before any part finished" in said and "is left as it was" in said, said
+
+
+def test_an_interrupted_rerun_with_a_part_keeps_the_earlier_complete_report_beside_it(tmp_path, suites):
+    suites["failover"] = _fake_suite(None)
+    bench_cli._run_suite("failover", tmp_path, True, Console(quiet=True))
+    complete = (tmp_path / "failover.json").read_text()
+    suites["failover"] = _fake_suite(KeyboardInterrupt())
+    console = Console(record=True, width=300)
+    with pytest.raises(typer.Exit):
+        bench_cli._run_suite("failover", tmp_path, True, console)
+    assert (tmp_path / "failover.prev.json").read_text() == complete
+    assert json.loads((tmp_path / "failover.json").read_text())["interrupted"] == "SIGINT"
+    assert "the earlier complete report is kept as" in console.export_text()
+    assert not list(tmp_path.glob(".*.tmp")), "written through a temporary file, renamed"
+
+
+def test_an_interrupt_after_the_report_was_written_says_it_is_complete(tmp_path, suites):
+    def run(out, quick=False, console=None, **kw):
+        rep = C.Report("failover", out, quick, {})
+        rep.results["kinds"] = {"port-down": {"faults": 3}}
+        rep.finish()
+        raise KeyboardInterrupt  # e.g. while the tables are printed
+    suites["failover"] = types.SimpleNamespace(run=run)
+    console = Console(record=True, width=300)
+    with pytest.raises(typer.Exit):
+        bench_cli._run_suite("failover", tmp_path, True, console)
+    assert "interrupted (SIGINT) after its report was written" in console.export_text()
+    assert "interrupted" not in json.loads((tmp_path / "failover.json").read_text())
+
+
+def test_the_summary_lists_an_interrupted_suite_among_the_targets_missed(tmp_path, suites):
+    suites["failover"] = _fake_suite(KeyboardInterrupt())
+    with pytest.raises(typer.Exit):
+        bench_cli._run_suite("failover", tmp_path, True, Console(quiet=True))
+    md = bench_cli.summary_markdown(tmp_path)
+    missed = md.split("### Targets missed")[1].split("###")[0]
+    assert "None." not in missed
+    assert "failover: interrupted (SIGINT)" in missed and "not a full run" in missed
+
+
+def test_bench_all_on_sigterm_still_writes_the_summary(tmp_path, suites):
+    done = _fake_suite(None)
+    done.suite_name["name"] = "healthy"
+    suites["healthy"] = done
+    suites["failover"] = _fake_suite(int(signal.SIGTERM))
+    out = tmp_path / "out"
+    r = CliRunner().invoke(app, ["bench", "all", "--suites", "healthy,failover", "--out", str(out)])
+    assert r.exit_code == 143, r.output
+    assert "(**interrupted**, SIGTERM)" in (out / "summary.md").read_text()
+
+
+def test_paths_with_brackets_are_printed_as_they_are(tmp_path, suites):
+    suites["failover"] = _fake_suite(KeyboardInterrupt())
+    out = tmp_path / "job [bold]x"
+    console = Console(record=True, width=300)
+    with pytest.raises(typer.Exit):
+        bench_cli._run_suite("failover", out, True, console)
+    assert str(out / "failover.json") in console.export_text()

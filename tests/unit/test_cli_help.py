@@ -37,7 +37,7 @@ def test_help_at_80_columns_cuts_nothing(path):
 
 
 def test_a_later_docstring_paragraph_flows_as_one_paragraph():
-    r = CliRunner().invoke(app, ["demo", "--help"], env={"COLUMNS": "400"})
+    r = CliRunner().invoke(app, ["demo", "--help"], env={"COLUMNS": "700"})
     assert r.exit_code == 0, r.output
     lines = [ln for ln in r.output.splitlines() if "Exit status: 0 when the railover run survived" in ln]
     assert lines and "2 when its test bed failed." in lines[0], r.output

@@ -1,6 +1,8 @@
 """`railover demo` rejects bad options before it builds anything (no root needed)."""
 from __future__ import annotations
 
+import os
+
 import pytest
 import typer
 
@@ -243,3 +245,41 @@ def test_ctrl_c_in_the_demo_exits_130_and_says_where_the_journals_are(monkeypatc
     assert "Aborted" not in text and "Traceback" not in text
     assert "demo interrupted" in text and "the test bed is removed" in text, text
     assert str(out / ("demo-rdma-run" if transport == "rdma" else "run")) + "/ (1 files)" in text, text
+
+
+@pytest.mark.parametrize("var,value", [("RAILOVER_TCP_KEEPALIVE_S", "abc"), ("RAILOVER_HOLD_DOWN_MS", "-1")])
+def test_a_plugin_variable_the_plugin_refuses_is_exit_2_before_any_bed(monkeypatch, tmp_path, var, value):
+    """A bad RAILOVER_* value used to build the bed, start every rank, print the plugin's error
+    once per rank and exit 1 ("did not survive"); now the plugin's own check refuses it first."""
+    monkeypatch.setenv(var, value)
+    with pytest.raises(ValueError, match=var):
+        demo.check_env()
+    built = []
+    monkeypatch.setattr(demo, "TestBed", lambda *a, **k: built.append(a))
+    monkeypatch.setattr(demo.prereqs, "require", lambda *a, **k: None)
+    assert demo.run_demo(out=tmp_path / "out", quiet=True) == 2
+    assert built == []
+
+
+def test_empty_and_good_plugin_variables_pass_the_check(monkeypatch):
+    monkeypatch.setenv("RAILOVER_TCP_KEEPALIVE_S", "")
+    monkeypatch.setenv("RAILOVER_HOLD_DOWN_MS", "1500")
+    demo.check_env()
+
+
+def test_ctrl_c_does_not_point_at_an_earlier_runs_journals(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    from railover.cli import app
+    out = tmp_path / "o"
+    (out / "run").mkdir(parents=True)
+    old = out / "run" / "events-rank0.jsonl"
+    old.write_text("{}\n")
+    os.utime(old, (1_000_000_000, 1_000_000_000))  # an earlier run's file
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(demo, "run_demo", interrupted)
+    r = CliRunner().invoke(app, ["demo", "--out", str(out)], env={"COLUMNS": "250"})
+    assert r.exit_code == 130, r.output
+    assert "It had written no journal yet" in _flat(r.output), r.output

@@ -30,7 +30,9 @@ int listenOn(const sockaddr_storage& addr, socklen_t len, uint16_t* port, std::s
 //    dropped the socket during an outage: TCP_USER_TIMEOUT, a crash): the peer's kernel answers
 //    the keepalive with a reset, so an end with nothing to write learns it within keepaliveS of
 //    the network working again instead of waiting for ever (docs/DESIGN.md, "Streams the peer
-//    dropped silently"). A stopped peer's kernel still answers: no false failure.
+//    dropped silently"). A stopped peer's kernel still answers: no false failure. TCP_KEEPCNT
+//    is left to the kernel (net.ipv4.tcp_keepalive_probes, 9): with userTimeoutMs 0, an idle
+//    stream whose peer stays unreachable is ended after about 10 x keepaliveS.
 struct StreamTuning {
   uint32_t userTimeoutMs = 0;
   uint32_t keepaliveS = 0;

@@ -24,8 +24,9 @@ RDMA test bed; ``degraded``, ``false-failover`` and ``scale`` refuse it with wha
 * ``report``         rebuild ``summary.md`` from the JSON files in --out
 
 Exit status: 0 when every figure meets its target, 1 when some miss, 2 when a suite could
-not run (no privileges, a rank failed...), 130 after Ctrl-C (143 after SIGTERM): the running
-suite's finished parts are then kept in ``<suite>.json``, marked ``"interrupted"``.
+not run (no privileges, a rank failed...), 130 after Ctrl-C (143 after SIGTERM, 129 after
+SIGHUP): the running suite's finished parts are then kept in ``<suite>.json``, marked
+``"interrupted"`` (docs/BENCHMARKS.md says which parts each suite keeps).
 """
 from __future__ import annotations
 
@@ -36,9 +37,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from railover._cliutil import csv_list, finite, given, plugin_range, positive, refuse_combined, refuse_given
+from railover._cliutil import (SIGNAL_EXITS, csv_list, finite, given, plugin_range, positive, refuse_combined,
+                               refuse_given, signals_unwind)
 from railover.bench import common as C
 from railover.sizes import check_size
 
@@ -110,7 +113,12 @@ def summary_markdown(out: Path, skipped: Optional[List[str]] = None) -> str:
                  f"{m['loadavg_at_start'][0]} / {m.get('loadavg_at_end', ['-'])[0]} |")
     L.append("\n### Targets missed\n")
     miss = [(s, t) for s, r in reports for t in C.misses(r)]
-    if not miss:
+    cut = [(s, r) for s, r in reports if r.get("interrupted")]
+    for s, r in cut:
+        L.append(f"- **{s}: interrupted ({r['interrupted']}) after {r['elapsed_s']:.0f} s**: a partial report, "
+                 + ("its targets not evaluated" if not r.get("targets") else "only the targets added before the "
+                    "interrupt") + ": not a full run.")
+    if not miss and not cut:
         L.append("None.\n")
     for s, t in miss:
         v = t["value"]
@@ -131,8 +139,11 @@ def summary_markdown(out: Path, skipped: Optional[List[str]] = None) -> str:
                  + (f"wrong bytes {r['wrong_bytes']}\n" if checked is not False else "data not checked (-c 0)\n"))
         if r.get("interrupted"):
             parts = C.completed_parts(r)
-            L.append(f"**Interrupted ({r['interrupted']}) after {r['elapsed_s']:.0f} s: a partial report**, its "
-                     "targets not evaluated. Parts finished: " + ("; ".join(parts) if parts else "none") + ".\n")
+            L.append(f"**Interrupted ({r['interrupted']}) after {r['elapsed_s']:.0f} s: a partial report**"
+                     + ("" if r.get("targets") else ", its targets not evaluated")
+                     + ". Parts finished: " + ("; ".join(parts) if parts else "none") + ".\n")
+            if not parts:
+                continue
             try:  # a suite's tables expect every part; draw them when the finished parts suffice
                 L.append(_module(s).markdown(r))
             except (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError) as e:
@@ -151,15 +162,16 @@ def _run_suite(suite: str, out: Path, quick: bool, console: Console, **kw) -> Op
     except OSError as e:
         console.print(f"[red]cannot use -o {out}:[/] {e.strerror or e} (give a directory; it is created if missing)")
         raise typer.Exit(2)
-    before = C.open_reports()
+    before, done_before = C.open_reports(), len(C.finished_reports())
     try:
-        return _module(suite).run(out, quick=quick, console=console, **kw)
+        with signals_unwind():
+            return _module(suite).run(out, quick=quick, console=console, **kw)
     except KeyboardInterrupt:
-        _keep_interrupted(suite, "SIGINT", console, before)
+        _keep_interrupted(suite, "SIGINT", console, before, done_before)
         raise typer.Exit(130)
-    except SystemExit as e:  # SIGTERM while a test bed was up (its handler raises SystemExit(143))
-        if e.code == 143:
-            _keep_interrupted(suite, "SIGTERM", console, before)
+    except SystemExit as e:  # SIGTERM/SIGHUP (signals_unwind, or a test bed's handler while it is up)
+        if e.code in SIGNAL_EXITS:
+            _keep_interrupted(suite, SIGNAL_EXITS[e.code], console, before, done_before)
         raise
     except PrivilegeError as e:
         console.print(f"[red]cannot build the test bed:[/] {e}\nrun as root (network namespaces need CAP_NET_ADMIN)")
@@ -169,23 +181,38 @@ def _run_suite(suite: str, out: Path, quick: bool, console: Console, **kw) -> Op
         raise typer.Exit(2)
 
 
-def _keep_interrupted(suite: str, why: str, console: Console, before: Sequence[C.Report] = ()) -> None:
+def _keep_interrupted(suite: str, why: str, console: Console, before: Sequence[C.Report] = (),
+                      done_before: Optional[int] = None) -> None:
     """Write the partial report (its finished parts) of every suite report opened since
     ``before`` (the reports open when the suite started) and not finished, and say where. The
-    test bed was torn down before the interrupt got here (TestBed's ``with``)."""
+    test bed was torn down before the interrupt got here (TestBed's ``with``). A report with no
+    finished part writes nothing: an earlier report of the suite stays as it was."""
     reps = [r for r in C.open_reports() if not any(r is b for b in before)]
     if not reps:
-        console.print(f"[yellow]{suite} interrupted ({why}) before it had results: nothing written[/]")
+        done = C.finished_reports()[done_before:] if done_before is not None else []
+        if done:
+            console.print(f"[yellow]{suite} interrupted ({why}) after its report was written[/]: "
+                          + ", ".join(escape(str(r.path)) for r in done) + " (complete; its tables were not printed: "
+                          "`railover bench report` draws them)")
+        else:
+            console.print(f"[yellow]{suite} interrupted ({why}) before it had results: nothing written[/]")
     for rep in reps:
         try:
-            path = rep.save_interrupted(why)
+            path, kept = rep.save_interrupted(why)
         except OSError as e:
             console.print(f"[red]{rep.suite} interrupted ({why}); its partial report could not be written:[/] "
-                          f"{e.strerror or e}")
+                          f"{escape(e.strerror or str(e))}")
+            continue
+        took = f"after {rep.data['elapsed_s']:.0f} s" if rep.data.get("elapsed_s") is not None else ""
+        if path is None:
+            console.print(f"[yellow]{rep.suite} interrupted ({why}) before any part finished[/]: nothing written"
+                          + (f"; {escape(str(rep.path))} (an earlier run's) is left as it was" if rep.path.exists()
+                             else ""))
             continue
         parts = C.completed_parts(rep.data)
-        console.print(f"[yellow]{rep.suite} interrupted ({why}) after {rep.data['elapsed_s']:.0f} s[/]: partial report "
-                      f"{path} (" + ("; ".join(parts) if parts else "no part finished") + "); targets not evaluated")
+        console.print(f"[yellow]{rep.suite} interrupted ({why}) {took}[/]: partial report {escape(str(path))} ("
+                      + "; ".join(parts) + ")" + ("" if rep.data.get("targets") else "; targets not evaluated")
+                      + (f"; the earlier complete report is kept as {escape(str(kept))}" if kept else ""))
 
 
 def _finish(reports: List[Dict[str, Any]], console: Console) -> None:
@@ -344,11 +371,16 @@ def register(app: typer.Typer) -> None:
             before = C.open_reports()
             try:
                 from railover.bench.mptcp import MptcpError
-                rep = fo.run_peers(out, quick=quick, faults=faults or None, kinds=pk, size=size,
-                                   outage_s=outage_s, console=console)
+                with signals_unwind():
+                    rep = fo.run_peers(out, quick=quick, faults=faults or None, kinds=pk, size=size,
+                                       outage_s=outage_s, console=console)
             except KeyboardInterrupt:
                 _keep_interrupted("failover-peers", "SIGINT", console, before)
                 raise typer.Exit(130)
+            except SystemExit as e:
+                if e.code in SIGNAL_EXITS:
+                    _keep_interrupted("failover-peers", SIGNAL_EXITS[e.code], console, before)
+                raise
             except MptcpError as e:
                 console.print(f"[red]the MPTCP peer could not run:[/] {e}")
                 raise typer.Exit(2)
@@ -499,15 +531,20 @@ def register(app: typer.Typer) -> None:
             (Path(out) / "summary.md").write_text(summary_markdown(Path(out), skipped))
             for e in skipped:
                 console.print(f"[yellow]left out of summary.md:[/] {e}")
-            console.print(f"wrote {Path(out) / 'summary.md'}")
+            console.print(f"wrote {escape(str(Path(out) / 'summary.md'))}")
 
         for s in chosen:
             t0 = time.monotonic()
             console.rule(f"railover bench {s}")
             try:
-                reports.append(_run_suite(s, out, quick, console))
+                with signals_unwind():  # SIGTERM/SIGHUP between suites too
+                    reports.append(_run_suite(s, out, quick, console))
             except typer.Exit as e:
                 if e.exit_code == 130:  # Ctrl-C: the suites run so far and the partial one stay readable
+                    write_summary()
+                raise
+            except SystemExit as e:
+                if e.code in SIGNAL_EXITS:
                     write_summary()
                 raise
             console.print(f"{s}: {time.monotonic() - t0:.0f} s")
@@ -536,11 +573,12 @@ def register(app: typer.Typer) -> None:
         except OSError as e:
             console.print(f"[red]cannot write {out / 'summary.md'}:[/] {e.strerror or e}")
             raise typer.Exit(2)
-        console.print(f"wrote {out / 'summary.md'} ({len(reports)} suite(s))")
+        console.print(f"wrote {escape(str(out / 'summary.md'))} ({len(reports)} suite(s))")
         for r in reports:
             if r.get("interrupted"):
                 parts = C.completed_parts(r)
                 console.print(f"[yellow]{r['suite']}.json is a partial report[/] (interrupted, {r['interrupted']}, after "
-                              f"{r['elapsed_s']:.0f} s; finished: {'; '.join(parts) or 'nothing'}): its targets were "
-                              "not evaluated")
+                              f"{r['elapsed_s']:.0f} s; finished: {'; '.join(parts) or 'nothing'})"
+                              + ("" if r.get("targets") else ": its targets were not evaluated")
+                              + "; summary.md lists it under the targets missed")
         console.print(targets_table(reports, only_misses=True))

@@ -238,37 +238,69 @@ class Report:
         self.data["plots"].append(name)
         return self.out / name
 
+    @property
+    def path(self) -> Path:
+        """``<out>/<suite>.json``."""
+        return self.out / f"{self.suite}.json"
+
     def finish(self) -> Dict[str, Any]:
         """Write ``<out>/<suite>.json`` (complete) and return the report's data."""
         self._write()
-        self.finished = True
-        if self in _OPEN_REPORTS:
-            _OPEN_REPORTS.remove(self)
+        self._close()
         return self.data
 
-    def save_interrupted(self, why: str) -> Path:
+    def save_interrupted(self, why: str) -> Tuple[Optional[Path], Optional[Path]]:
         """Write what the suite has gathered so far as ``<out>/<suite>.json``, marked
         ``"interrupted": why`` (e.g. "SIGINT"): every part a suite finished is already in
-        :attr:`results` (suites store each part as it completes); targets are those already
-        added (usually none). Returns the file's path. Raises OSError if it cannot be written."""
+        :attr:`results` (suites that can store each part as it completes); targets are those
+        already added. Returns ``(written, kept)``: ``written`` is None when no part finished
+        (nothing is written, an existing file stays as it was); ``kept`` is where an earlier
+        complete report of the suite was moved (``<suite>.prev.json``), else None. Raises
+        OSError if it cannot be written."""
+        self._close()
+        if not completed_parts(self.data):
+            return None, None
         self.data["interrupted"] = why
+        kept = None
+        try:
+            old = json.loads(self.path.read_text())
+            if isinstance(old, dict) and not old.get("interrupted"):
+                kept = self.out / f"{self.suite}.prev.json"
+                os.replace(self.path, kept)
+        except (OSError, ValueError):
+            pass  # none, or not a report: overwritten
         self._write()
+        return self.path, kept
+
+    def _close(self) -> None:
+        if not self.finished:
+            _FINISHED_REPORTS.append(self)
         self.finished = True
         if self in _OPEN_REPORTS:
             _OPEN_REPORTS.remove(self)
-        return self.out / f"{self.suite}.json"
 
     def _write(self) -> None:
+        """Atomically (temporary file, then rename): a signal or a full disk during the write
+        never leaves a torn file where a report was."""
         self.data["elapsed_s"] = round(time.monotonic() - self.t0, 1)
         try:
             self.data["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
         except OSError:
             pass
-        (self.out / f"{self.suite}.json").write_text(json.dumps(self.data, indent=1, default=_json_default))
+        tmp = self.out / f".{self.suite}.json.tmp"
+        tmp.write_text(json.dumps(self.data, indent=1, default=_json_default))
+        os.replace(tmp, self.path)
 
 
 #: reports created and not yet finished, oldest first (what an interrupted run can still keep)
 _OPEN_REPORTS: List[Report] = []
+#: reports finished (complete or interrupted), oldest first
+_FINISHED_REPORTS: List[Report] = []
+
+
+def finished_reports() -> List[Report]:
+    """Reports of this process already written (complete or interrupted), oldest first."""
+    return list(_FINISHED_REPORTS)
 
 
 def open_reports() -> List[Report]:

@@ -709,17 +709,17 @@ atexit.register(_atexit_teardown)
 
 
 class _SignalGuard:
-    """One process-wide SIGTERM/SIGINT handler, installed while any bed with
+    """One process-wide SIGTERM/SIGINT/SIGHUP handler, installed while any bed with
     ``handle_signals`` is up (so nested beds and out-of-order teardown stay consistent).
 
-    The handler raises SystemExit(128+sig) for SIGTERM and KeyboardInterrupt for SIGINT so
+    The handler raises SystemExit(128+sig) for SIGTERM and SIGHUP and KeyboardInterrupt for SIGINT so
     ``with`` blocks unwind and tear down; a handler that was installed before is chained to
     instead. A signal arriving while a bed is being torn down is held and re-delivered
     afterwards. ``signal.signal`` only works in the main thread; beds brought up elsewhere
     rely on their ``with`` block and the atexit hook.
     """
 
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+    SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # SIGHUP: the SSH session was closed
 
     def __init__(self) -> None:
         self.old: Dict[int, Any] = {}
@@ -786,7 +786,7 @@ class TestBed:
     ``base``: second address octet; ``prefix``: force a prefix (``ro`` + 4 of [a-z0-9]),
     default random and unused; ``ipv6``: keep IPv6 (default off, so no router solicitation/
     MLD noise in counters); ``allow_userns``: fall back to an unprivileged user namespace when
-    not root; ``handle_signals``: while up, SIGTERM/SIGINT unwind (SystemExit/
+    not root; ``handle_signals``: while up, SIGTERM/SIGINT/SIGHUP unwind (SystemExit/
     KeyboardInterrupt) so the bed is torn down, a signal arriving during teardown is
     delivered after it.
 
