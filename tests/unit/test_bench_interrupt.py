@@ -227,3 +227,23 @@ def test_paths_with_brackets_are_printed_as_they_are(tmp_path, suites):
     with pytest.raises(typer.Exit):
         bench_cli._run_suite("failover", out, True, console)
     assert str(out / "failover.json") in console.export_text()
+
+
+def test_a_file_error_while_stopping_is_a_clear_error_not_a_traceback(tmp_path, suites):
+    """The output directory removed under a running suite, then Ctrl-C: the cleanup's
+    FileNotFoundError used to escape as a traceback (exit 1) and hide the interrupt."""
+    def run(out, quick=False, console=None, **kw):
+        rep = C.Report("failover", out, quick, {})
+        rep.results["kinds"] = {"port-down": {"faults": 3}}
+        try:
+            raise KeyboardInterrupt
+        finally:
+            open(tmp_path / "gone" / "stop", "w")  # the cleanup fails
+    suites["failover"] = types.SimpleNamespace(run=run)
+    console = Console(record=True, width=300)
+    with pytest.raises(typer.Exit) as ex:
+        bench_cli._run_suite("failover", tmp_path / "out", True, console)
+    assert ex.value.exit_code == 2
+    said = console.export_text()
+    assert "failover could not run (while stopping after Ctrl-C)" in said and "No such file or directory" in said
+    assert json.loads((tmp_path / "out" / "failover.json").read_text())["interrupted"] == "error"

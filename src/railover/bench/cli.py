@@ -179,6 +179,14 @@ def _run_suite(suite: str, out: Path, quick: bool, console: Console, **kw) -> Op
     except C.BenchError as e:
         console.print(f"[red]{suite} could not run:[/] {e}")
         raise typer.Exit(2)
+    except OSError as e:  # e.g. the output directory removed under a running suite
+        ctx = e.__context__
+        was = (" (while stopping after "
+               + ("Ctrl-C" if isinstance(ctx, KeyboardInterrupt) else SIGNAL_EXITS.get(getattr(ctx, "code", None), "")
+                  or type(ctx).__name__) + ")") if ctx is not None else ""
+        console.print(f"[red]{suite} could not run{was}:[/] {escape(str(e))}")
+        _keep_interrupted(suite, "error", console, before, done_before)
+        raise typer.Exit(2)
 
 
 def _keep_interrupted(suite: str, why: str, console: Console, before: Sequence[C.Report] = (),
@@ -230,7 +238,10 @@ def _console() -> Console:
 def register(app: typer.Typer) -> None:
     bench = typer.Typer(no_args_is_help=True, add_completion=False,
                         help="Benchmarks (need root): healthy overhead, failover, degraded bandwidth, failback, "
-                             "false failovers, scale. Results: <out>/<suite>.json and PNG plots.")
+                             "false failovers, scale. Results: <out>/<suite>.json and PNG plots. Exit status: 0 "
+                             "when every figure meets its target, 1 when some miss, 2 when a suite could not run, "
+                             "130 after Ctrl-C (143 SIGTERM, 129 SIGHUP) with the finished parts kept in "
+                             "<out>/<suite>.json, marked interrupted.")
     app.add_typer(bench, name="bench")
 
     OUT = typer.Option(Path("railover-bench"), "--out", "-o", help="output directory")
