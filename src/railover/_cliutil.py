@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
+import os
 import signal
 import threading
 from functools import lru_cache
@@ -61,7 +62,13 @@ def signals_unwind():
         yield
         return
 
+    pid = os.getpid()
+
     def unwind(sig: int, frame: Any) -> None:
+        if os.getpid() != pid:
+            # a forked child (pyroute2 forks helpers and stops them with SIGTERM) inherited the
+            # handler: unwinding would run the parent's cleanup in the child; die as by default
+            os._exit(128 + sig)
         raise SystemExit(128 + sig)
     old = {}
     for sig in (signal.SIGTERM, signal.SIGHUP):

@@ -247,3 +247,26 @@ def test_a_file_error_while_stopping_is_a_clear_error_not_a_traceback(tmp_path, 
     said = console.export_text()
     assert "failover could not run (while stopping after Ctrl-C)" in said and "No such file or directory" in said
     assert json.loads((tmp_path / "out" / "failover.json").read_text())["interrupted"] == "error"
+
+
+def test_a_forked_child_that_inherits_the_handler_dies_instead_of_unwinding():
+    """pyroute2 forks helpers and stops them with SIGTERM: the child must not raise SystemExit
+    into the parent's code (its cleanup would run in the child)."""
+    from railover._cliutil import signals_unwind
+    with signals_unwind():
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: tell the parent it is ready, then wait for its SIGTERM
+            try:
+                os.close(r)
+                os.write(w, b"x")
+                while True:
+                    signal.pause()
+            except BaseException:
+                os._exit(99)  # unwound: the bug
+        os.close(w)
+        assert os.read(r, 1) == b"x"
+        os.kill(pid, signal.SIGTERM)
+        _, status = os.waitpid(pid, 0)
+        os.close(r)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 128 + signal.SIGTERM
