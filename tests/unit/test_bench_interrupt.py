@@ -149,13 +149,29 @@ def test_a_real_sigterm_or_sighup_with_no_test_bed_up_keeps_the_partial_report(t
     """Outside a test bed (between beds, while plotting) SIGTERM and SIGHUP had their default
     action: the process died at once and the measured parts were lost."""
     suites["failover"] = _fake_suite(int(sig))
-    before = signal.getsignal(sig)
-    with pytest.raises(SystemExit) as ex:
-        bench_cli._run_suite("failover", tmp_path, True, Console(quiet=True))
+    inherited = signal.signal(sig, signal.SIG_DFL)  # as in a shell (nohup would ignore SIGHUP: below)
+    try:
+        with pytest.raises(SystemExit) as ex:
+            bench_cli._run_suite("failover", tmp_path, True, Console(quiet=True))
+        assert signal.getsignal(sig) == signal.SIG_DFL, "the handler is restored"
+    finally:
+        signal.signal(sig, inherited)
     assert ex.value.code == 128 + sig
     data = json.loads((tmp_path / "failover.json").read_text())
     assert data["interrupted"] == name and list(data["results"]["kinds"]) == ["port-down"]
-    assert signal.getsignal(sig) == before, "the handler is restored"
+
+
+def test_an_ignored_sighup_stays_ignored(tmp_path, suites):
+    """Under nohup SIGHUP is ignored: the suite must go on, not unwind (found when the CI
+    pre-check, started with nohup, ran the test above without resetting SIGHUP)."""
+    from railover._cliutil import signals_unwind
+    inherited = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with signals_unwind():
+            assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGHUP)  # nothing happens
+    finally:
+        signal.signal(signal.SIGHUP, inherited)
 
 
 def test_an_interrupted_rerun_with_nothing_finished_leaves_the_earlier_report_alone(tmp_path, suites):
@@ -245,8 +261,16 @@ def test_a_file_error_while_stopping_is_a_clear_error_not_a_traceback(tmp_path, 
         bench_cli._run_suite("failover", tmp_path / "out", True, console)
     assert ex.value.exit_code == 2
     said = console.export_text()
-    assert "failover could not run (while stopping after Ctrl-C)" in said and "No such file or directory" in said
-    assert json.loads((tmp_path / "out" / "failover.json").read_text())["interrupted"] == "error"
+    assert "failover could not stop cleanly after Ctrl-C" in said and "No such file or directory" in said
+    assert json.loads((tmp_path / "out" / "failover.json").read_text())["interrupted"] == "SIGINT"
+
+
+def test_another_file_error_is_left_to_the_entry_point(tmp_path, suites):
+    def run(out, quick=False, console=None, **kw):
+        raise FileNotFoundError(2, "No such file or directory", "libnccl-net-railover.so")
+    suites["failover"] = types.SimpleNamespace(run=run)
+    with pytest.raises(FileNotFoundError):
+        bench_cli._run_suite("failover", tmp_path, True, Console(quiet=True))
 
 
 def test_a_forked_child_that_inherits_the_handler_dies_instead_of_unwinding():

@@ -179,13 +179,19 @@ def _run_suite(suite: str, out: Path, quick: bool, console: Console, **kw) -> Op
     except C.BenchError as e:
         console.print(f"[red]{suite} could not run:[/] {e}")
         raise typer.Exit(2)
-    except OSError as e:  # e.g. the output directory removed under a running suite
+    except OSError as e:
+        # A file error while the suite was stopping after an interrupt (its output directory
+        # removed under it): say so instead of a traceback that hides the interrupt. Any other
+        # OSError is the entry point's to report (a missing native file: one line, exit 2).
         ctx = e.__context__
-        was = (" (while stopping after "
-               + ("Ctrl-C" if isinstance(ctx, KeyboardInterrupt) else SIGNAL_EXITS.get(getattr(ctx, "code", None), "")
-                  or type(ctx).__name__) + ")") if ctx is not None else ""
-        console.print(f"[red]{suite} could not run{was}:[/] {escape(str(e))}")
-        _keep_interrupted(suite, "error", console, before, done_before)
+        if isinstance(ctx, KeyboardInterrupt):
+            was = "Ctrl-C"
+        elif isinstance(ctx, SystemExit) and ctx.code in SIGNAL_EXITS:
+            was = SIGNAL_EXITS[ctx.code]
+        else:
+            raise
+        console.print(f"[red]{suite} could not stop cleanly after {was}:[/] {escape(str(e))}")
+        _keep_interrupted(suite, was if was != "Ctrl-C" else "SIGINT", console, before, done_before)
         raise typer.Exit(2)
 
 
