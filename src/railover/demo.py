@@ -165,19 +165,10 @@ def check_env(env: Optional[Dict[str, str]] = None) -> None:
     ranks inherit) has a value the plugin accepts, checked by the plugin itself before a bed is
     built: otherwise every rank would fail its init. Raises ValueError naming each variable
     and what it accepts. Empty values are the same as unset (the default applies)."""
-    env = dict(os.environ) if env is None else env
-    native = params.load()
-    bad = []
-    for p in native.describe["params"]:
-        var = p["name"]
-        if "plugin" not in p["readers"] or var not in env or not env[var].strip(" \t"):
-            continue
-        err = native.check(var, env[var])
-        if err:
-            bad.append(err)
+    bad = params.refused(os.environ if env is None else env)
     if bad:
         raise ValueError("the environment has a value the plugin refuses (every rank would fail its init): "
-                         + "; ".join(bad))
+                         + "; ".join(bad.values()))
 
 
 def parse_faults(spec: str) -> List[tuple]:

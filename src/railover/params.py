@@ -122,6 +122,23 @@ def check(name: str, value: str, path: Optional[Path] = None) -> Optional[str]:
     return load(path).check(name, value)
 
 
+def refused(env: Mapping[str, str], native: Optional[Native] = None) -> Dict[str, str]:
+    """The plugin variables set in ``env`` whose value the plugin refuses: ``{name: error}``,
+    in parameter-table order, each error from the plugin's own parser (it names the variable
+    and the accepted values). Blank values are the same as unset and are never refused.
+    ``native``: a loaded :class:`Native` (default the installed plugin; OSError if it cannot
+    be loaded)."""
+    native = native or load()
+    out: Dict[str, str] = {}
+    for p in native.describe["params"]:
+        var = p["name"]
+        if "plugin" in p["readers"] and var in env and env[var].strip(" \t"):
+            err = native.check(var, env[var])
+            if err:
+                out[var] = err
+    return out
+
+
 # --------------------------------------------------------------------------- rendering
 
 def _cell(s: str) -> str:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import typer
 from rich.console import Console
@@ -162,16 +162,16 @@ def _run_suite(suite: str, out: Path, quick: bool, console: Console, **kw) -> Op
     except OSError as e:
         console.print(f"[red]cannot use -o {out}:[/] {e.strerror or e} (give a directory; it is created if missing)")
         raise typer.Exit(2)
-    before, done_before = C.open_reports(), len(C.finished_reports())
+    mark = C.report_mark()
     try:
         with signals_unwind():
             return _module(suite).run(out, quick=quick, console=console, **kw)
     except KeyboardInterrupt:
-        _keep_interrupted(suite, "SIGINT", console, before, done_before)
+        _keep_interrupted(suite, "SIGINT", console, mark)
         raise typer.Exit(130)
     except SystemExit as e:  # SIGTERM/SIGHUP (signals_unwind, or a test bed's handler while it is up)
         if e.code in SIGNAL_EXITS:
-            _keep_interrupted(suite, SIGNAL_EXITS[e.code], console, before, done_before)
+            _keep_interrupted(suite, SIGNAL_EXITS[e.code], console, mark)
         raise
     except PrivilegeError as e:
         console.print(f"[red]cannot build the test bed:[/] {e}\nrun as root (network namespaces need CAP_NET_ADMIN)")
@@ -191,19 +191,19 @@ def _run_suite(suite: str, out: Path, quick: bool, console: Console, **kw) -> Op
         else:
             raise
         console.print(f"[red]{suite} could not stop cleanly after {was}:[/] {escape(str(e))}")
-        _keep_interrupted(suite, was if was != "Ctrl-C" else "SIGINT", console, before, done_before)
+        _keep_interrupted(suite, was if was != "Ctrl-C" else "SIGINT", console, mark)
         raise typer.Exit(2)
 
 
-def _keep_interrupted(suite: str, why: str, console: Console, before: Sequence[C.Report] = (),
-                      done_before: Optional[int] = None) -> None:
-    """Write the partial report (its finished parts) of every suite report opened since
-    ``before`` (the reports open when the suite started) and not finished, and say where. The
-    test bed was torn down before the interrupt got here (TestBed's ``with``). A report with no
+def _keep_interrupted(suite: str, why: str, console: Console, mark: int) -> None:
+    """Write the partial report (its finished parts) of every report created since ``mark``
+    (:func:`C.report_mark` when the suite started) and not finished, and say where. The test
+    bed was torn down before the interrupt got here (TestBed's ``with``). A report with no
     finished part writes nothing: an earlier report of the suite stays as it was."""
-    reps = [r for r in C.open_reports() if not any(r is b for b in before)]
+    since = C.reports_since(mark)
+    reps = [r for r in since if not r.finished]
     if not reps:
-        done = C.finished_reports()[done_before:] if done_before is not None else []
+        done = [r for r in since if r.finished]
         if done:
             console.print(f"[yellow]{suite} interrupted ({why}) after its report was written[/]: "
                           + ", ".join(escape(str(r.path)) for r in done) + " (complete; its tables were not printed: "
@@ -385,18 +385,18 @@ def register(app: typer.Typer) -> None:
                     raise typer.BadParameter(f"--kinds {kinds} cannot be combined with --peer mptcp: "
                                              f"{', '.join(bad)} {'is' if len(bad) == 1 else 'are'} not run against "
                                              f"MPTCP (its kinds: {', '.join(fo.PEER_KINDS)})")
-            before = C.open_reports()
+            mark = C.report_mark()
             try:
                 from railover.bench.mptcp import MptcpError
                 with signals_unwind():
                     rep = fo.run_peers(out, quick=quick, faults=faults or None, kinds=pk, size=size,
                                        outage_s=outage_s, console=console)
             except KeyboardInterrupt:
-                _keep_interrupted("failover-peers", "SIGINT", console, before)
+                _keep_interrupted("failover-peers", "SIGINT", console, mark)
                 raise typer.Exit(130)
             except SystemExit as e:
                 if e.code in SIGNAL_EXITS:
-                    _keep_interrupted("failover-peers", SIGNAL_EXITS[e.code], console, before)
+                    _keep_interrupted("failover-peers", SIGNAL_EXITS[e.code], console, mark)
                 raise
             except MptcpError as e:
                 console.print(f"[red]the MPTCP peer could not run:[/] {e}")

@@ -220,7 +220,7 @@ class Report:
             "plots": [],
         }
         self.finished = False
-        _OPEN_REPORTS.append(self)
+        _REPORTS.append(self)
 
     @property
     def results(self) -> Dict[str, Any]:
@@ -273,11 +273,7 @@ class Report:
         return self.path, kept
 
     def _close(self) -> None:
-        if not self.finished:
-            _FINISHED_REPORTS.append(self)
         self.finished = True
-        if self in _OPEN_REPORTS:
-            _OPEN_REPORTS.remove(self)
 
     def _write(self) -> None:
         """Atomically (temporary file, then rename): a signal or a full disk during the write
@@ -292,20 +288,23 @@ class Report:
         os.replace(tmp, self.path)
 
 
-#: reports created and not yet finished, oldest first (what an interrupted run can still keep)
-_OPEN_REPORTS: List[Report] = []
-#: reports finished (complete or interrupted), oldest first
-_FINISHED_REPORTS: List[Report] = []
+#: every report this process created, oldest first (what an interrupted run can still keep)
+_REPORTS: List[Report] = []
 
 
-def finished_reports() -> List[Report]:
-    """Reports of this process already written (complete or interrupted), oldest first."""
-    return list(_FINISHED_REPORTS)
+def reports_since(mark: int) -> List[Report]:
+    """Reports created since ``mark`` (a :func:`report_mark`), oldest first, finished or not."""
+    return _REPORTS[mark:]
+
+
+def report_mark() -> int:
+    """A mark for :func:`reports_since`: the number of reports created so far."""
+    return len(_REPORTS)
 
 
 def open_reports() -> List[Report]:
-    """Reports created by a suite in this process and not yet written by :meth:`Report.finish`."""
-    return list(_OPEN_REPORTS)
+    """Reports created in this process and not yet written (:meth:`Report.finish`)."""
+    return [r for r in _REPORTS if not r.finished]
 
 
 def completed_parts(data: Mapping[str, Any]) -> List[str]:
