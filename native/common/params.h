@@ -135,9 +135,10 @@ inline constexpr ParamSpec kParams[] = {
     {"RAILOVER_TCP_USER_TIMEOUT_MS", ParamType::kUint, kReadPlugin, 10000, 0, 600000, 1, "ms", "10000",
      "0 = kernel default", "20000", "TCP_USER_TIMEOUT on data streams (a backstop; probes detect faster)"},
     {"RAILOVER_MAX_RECVS", ParamType::kUint, kReadPlugin, 1, 1, 8, 1, "buffers", "1", "", "1",
-     "maxRecvs told to NCCL: receives grouped per irecv. Above 1 NCCL shares a comm among local ranks (PXN), whose "
-     "sends railover matches in send order while NCCL needs them matched by tag against the receiver's groups: "
-     "misdelivery. For railover's own tests of the grouped path only"},
+     "maxRecvs told to NCCL by the rdma transport: receives grouped per irecv (NCCL's IB transport offers 8). "
+     "Above 1 NCCL shares a comm among local ranks (PXN), and each send waits for a free buffer with its tag in the "
+     "oldest receive not yet filled, as NCCL's IB transport does. The tcp transport always offers 1 (as NCCL's socket "
+     "transport): it cannot tell the sender what the receiver posted"},
     {"RAILOVER_TCP_KEEPALIVE_S", ParamType::kUint, kReadPlugin, 2, 0, 3600, 1, "s", "2", "0 = off", "5",
      "idle time before a TCP keepalive on data and bootstrap streams: finds a stream whose peer dropped it silently "
      "(its FIN lost in an outage), which an end with nothing to write would otherwise wait on for ever"},

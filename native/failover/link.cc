@@ -334,6 +334,7 @@ SendLink* SendLink::create(const LinkDeps& deps, int dev, const PeerHandle& h, s
   while (l->connId == 0)
     if (getrandom(&l->connId, sizeof(l->connId), 0) != sizeof(l->connId)) l->connId = nowUs() * 0x9e3779b97f4a7c15ULL;
   l->nStreams = d.cfg->nStreams;
+  l->matchTags_ = d.transport->tellsPostedReceives() && std::min<uint32_t>(d.cfg->maxRecvs, kMaxRecvs) > 1;
   auto addPath = [&](int localNic, int remoteIdx) {
     Path p;
     p.index = remoteIdx;
@@ -981,6 +982,24 @@ size_t SendLink::forgetRegistration(void* mhandle) {
   return n;
 }
 
+bool SendLink::fitsPostedReceive(int32_t tag) {
+  if (active < 0 || !paths[active].tx) return false;
+  PostedReceive pr;
+  if (!paths[active].tx->postedReceive(nextSeq_, &pr)) return false;
+  if (pr.n < 1 || pr.n > kMaxRecvs || pr.firstSeq > nextSeq_ || nextSeq_ - pr.firstSeq >= (uint64_t)pr.n) return false;
+  // The buffers the messages already placed in this receive took, as the receiver matches
+  // them (each the first free buffer with its tag, in seq order), then a free one for `tag`.
+  bool taken[kMaxRecvs] = {};
+  auto take = [&](int32_t t) {
+    for (int i = 0; i < pr.n; ++i)
+      if (!taken[i] && pr.tags[i] == t) return taken[i] = true;
+    return false;
+  };
+  for (uint64_t s = pr.firstSeq; s < nextSeq_; ++s)
+    if (!take(ring_.at(s).tag)) return false;  // not the receive this engine filled: wait for a newer word
+  return take(tag);
+}
+
 ncclResult_t SendLink::isend(const void* data, uint64_t size, int tag, void** request, void* mhandle) {
   std::lock_guard<std::mutex> g(mu);
   *request = nullptr;
@@ -990,6 +1009,17 @@ ncclResult_t SendLink::isend(const void* data, uint64_t size, int tag, void** re
   if (nextSeq_ - acked_ >= kSendRing || !ring_.at(nextSeq_).released) {
     progress();
     return ncclSuccess;
+  }
+  if (matchTags_ && !fitsPostedReceive(tag)) {
+    progress();  // takes in what the receiver told since (its advertisements)
+    if (!fitsPostedReceive(tag)) {
+      // Not placeable yet: NCCL tries again later (a NULL request). A comm that can no longer
+      // be told anything fails the call instead of leaving NCCL to retry forever.
+      ncclResult_t res;
+      if (closedVerdict(&res)) return res;
+      if (isFatal()) return fatalResult(fatalMsg, deps.cfg->abortOnFatal);
+      return ncclSuccess;
+    }
   }
   SendReq& r = ring_.at(nextSeq_);
   r = SendReq();

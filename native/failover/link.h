@@ -64,7 +64,7 @@ namespace railover {
 constexpr int kRing = 64;  // receive requests in flight per comm (NCCL needs 32)
 // Largest n of a grouped receive (irecv of n buffers), advertised as maxRecvs; as NCCL's IB
 // transport (NCCL_NET_IB_MAX_RECVS).
-constexpr int kMaxRecvs = 8;
+constexpr int kMaxRecvs = kMaxReceiveBuffers;
 // Sends in flight per comm: NCCL may post 32 x maxRecvs on a send comm.
 constexpr int kSendRing = 32 * kMaxRecvs;
 // Messages in flight per recv comm (a grouped receive takes n of them).
@@ -305,12 +305,23 @@ class SendLink : public Link {
   uint64_t connId = 0;  // this connection's id in the HELLO (several connects per listen handle)
   int trafficClass = -1;  // the comm's traffic class from NCCL, -1 = none (PathIdentity)
   // mhandle: the registration NCCL passes with the buffer (Transport::regMr; nullptr: none).
+  // With tag matching (matchTags(): maxRecvs > 1 on a transport that tells the sender what the
+  // receiver posted) a send is taken only into the receive the next message belongs to, and
+  // only when that receive has a buffer with `tag` that the messages already placed in it left
+  // free; otherwise *request is NULL (NCCL's "try again later", as NCCL's IB transport answers).
+  // Without it sends go in isend order (NCCL's socket transport; maxRecvs 1).
   ncclResult_t isend(const void* data, uint64_t size, int tag, void** request, void* mhandle = nullptr);
   size_t forgetRegistration(void* mhandle) override;
   ncclResult_t test(SendReq* r, int* done, int* size);
   void close();
+  bool matchTags() const { return matchTags_; }
 
  private:
+  // Whether a send with `tag` may become message nextSeq_ now: the active path was told the
+  // receive it falls in (SendPath::postedReceive) and that receive has a buffer with `tag`
+  // left free by the messages already placed in it. Caller holds mu.
+  bool fitsPostedReceive(int32_t tag);
+  bool matchTags_ = false;  // set at create(); see isend
   // fromSweeper: the sweeper, not NCCL, is calling (does not count as the caller's return).
   void progress(bool fromSweeper = false);
   // The failover policy, every tuning::kSlowTickUs and at every health change: the decisions

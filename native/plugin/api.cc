@@ -49,14 +49,15 @@ struct Ctx {
 Runtime& rt() { return Runtime::get(); }
 
 // maxRecvs told to NCCL: RAILOVER_MAX_RECVS (default 1) where the transport can group, else 1.
-// Why 1 by default: with maxRecvs > 1 NCCL shares one send comm and one recv comm among the
-// connections of several local ranks (PXN, NCCL_NET_SHARED_COMMS) and groups their steps per
-// irecv as they become ready, while each connection posts its sends on its own schedule. A
-// send must then go to the buffer whose tag it carries in the oldest receive that has one
-// (NCCL's IB transport defers an isend until it does). railover numbers messages in isend
-// order and a receive takes the next n of them, so sends a0, a1, b0 against receives {a0, b0},
-// {a1, b1} would put a1 where b0 belongs. With maxRecvs 1 NCCL shares no comm and never groups,
-// and send order is receive order. The grouped path stays for railover's own tests.
+// With maxRecvs > 1 NCCL shares one send comm and one recv comm among the connections of
+// several local ranks (PXN, NCCL_NET_SHARED_COMMS) and groups their steps per irecv as they
+// become ready, while each connection posts its sends on its own schedule. A send must then go
+// to the oldest receive not yet filled, into a free buffer with its tag, and wait otherwise:
+// sends a0, a1, b0 against receives {a0, b0}, {a1, b1} are placed a0, b0, a1. The RDMA
+// transport tells the sender each posted receive (its advertisements) and the engine places
+// sends so (SendLink::isend, NCCL's IB rule); TCP tells the sender nothing and offers 1, as
+// NCCL's socket transport. The default stays 1 until a real PXN job has run over RDMA with 8
+// (docs/DESIGN.md, "Grouped receives").
 int advertisedMaxRecvs() {
   return rt().transport->groupedReceives() ? static_cast<int>(std::min<uint32_t>(rt().cfg.maxRecvs, kMaxRecvs)) : 1;
 }

@@ -109,6 +109,11 @@ bool Runtime::chooseTransport(std::string* err) {
   }
 #endif
   transport = new TcpTransport(&nics, &cfg);
+  if (cfg.maxRecvs > 1)  // set on purpose, and without effect here: say so once
+    RO_WARN("railover: RAILOVER_MAX_RECVS=%u has no effect with the tcp transport: maxRecvs stays 1, as NCCL's "
+            "socket transport's (a TCP sender is not told the receiver's grouped receives, which NCCL's shared "
+            "comms need it to match sends against by tag)",
+            cfg.maxRecvs);
   return true;
 }
 

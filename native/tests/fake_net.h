@@ -138,6 +138,9 @@ class FakeTransport : public StreamTransport {
   std::vector<Pending> pending;
   std::vector<std::string> nicAddr;  // address per local NIC index
   StreamRouter* router = nullptr;    // where pump() routes streams (a LinkRegistry); nullptr: dropped
+  // Grouped receives for the engine's receive-side scenarios, whose sends come in receive
+  // order (TCP itself offers none: it cannot tell the sender what the receiver posted).
+  bool groupedReceives() const override { return true; }
 
   std::shared_ptr<Wire> wire(int nic, const std::string& remote) {
     auto& w = wires[{nic, remote}];

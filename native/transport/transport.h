@@ -54,6 +54,21 @@ struct AdvertEntry {
   void* mhandle = nullptr;
 };
 
+// Most buffers of one receive (an irecv of n buffers), as NCCL's IB transport
+// (NCCL_NET_IB_MAX_RECVS = 8); the plugin's maxRecvs is at most this.
+constexpr int kMaxReceiveBuffers = 8;
+
+// What a send path was told of the receive the receiver posted for a message
+// (SendPath::postedReceive): messages firstSeq .. firstSeq + n - 1 go into n buffers whose tags
+// are tags[0..n), in the receiver's buffer order. After a RESUME it is what is left of the
+// receive (RecvPath::advertise): its messages not complete yet and the buffers none took.
+struct PostedReceive {
+  uint64_t firstSeq = 0;
+  int n = 0;              // 1..kMaxReceiveBuffers
+  bool grouped = false;   // an irecv of several buffers (or what is left of one)
+  int32_t tags[kMaxReceiveBuffers] = {};
+};
+
 // Engine-level control messages (TCP encodes each as one 32-byte frame, docs/PROTOCOL.md).
 //   kAck        receiver -> sender: every message with seq < `seq` is complete
 //   kResume     sender -> receiver on a newly activated path: first unacknowledged seq;
@@ -183,6 +198,15 @@ class SendPath {
   // never sends). Default: nothing (TCP: its streams' keepalive, RAILOVER_TCP_KEEPALIVE_S, finds a
   // stream the receiver dropped whenever it was dropped, not only at a repair).
   virtual void nudge() {}
+  // The receive the receiver posted for message `seq`, as far as this path was told it: true
+  // with *out filled (out->firstSeq <= seq < out->firstSeq + out->n), false when it is not
+  // known (not told yet, or a transport that tells the sender nothing: TCP). Cheap (no I/O;
+  // what progress() took in). Answered by transports whose tellsPostedReceives() is true; the
+  // engine then places each send in a receive as NCCL's IB transport does (SendLink::isend).
+  virtual bool postedReceive(uint64_t seq, PostedReceive* out) const {
+    (void)seq, (void)out;
+    return false;
+  }
 };
 
 // What the engine tells a receive path about each chunk (implemented by the engine).
@@ -394,9 +418,20 @@ class Transport {
     return nullptr;
   }
   virtual void deregMr(void* mhandle) { delete static_cast<HostRegistration*>(mhandle); }
-  // False when a receive may not group several buffers: the plugin then reports maxRecvs 1.
-  // Both transports group them (TCP: the DATA frame's tag; RDMA: grouped advertisements).
-  virtual bool groupedReceives() const { return true; }
+  // True when the send paths tell what the receiver posted (SendPath::postedReceive; RDMA:
+  // its advertisements), which is what grouped receives need with NCCL: with maxRecvs > 1 NCCL
+  // shares one comm among the local ranks' connections to a peer (PXN) and groups their steps
+  // into one irecv, each buffer tagged with its sender's rank, and the sends of those
+  // connections reach isend in no particular order. NCCL's IB transport takes a send only into
+  // the oldest receive not yet filled that has a free buffer with its tag, and answers "try
+  // again" (a NULL request) otherwise; the engine does the same with this (SendLink::isend).
+  // TCP tells the sender nothing: its sends go in isend order, as NCCL's socket transport's.
+  virtual bool tellsPostedReceives() const { return false; }
+  // False when a receive may not group several buffers: the plugin then reports maxRecvs 1
+  // whatever RAILOVER_MAX_RECVS says. Grouping is safe only where the sender can match tags
+  // (tellsPostedReceives); a fake may group without it for the engine's own receive tests,
+  // whose sends come in receive order.
+  virtual bool groupedReceives() const { return tellsPostedReceives(); }
   // Largest message (bytes) the transport carries; the plugin reports the smaller of it and
   // NCCL's limit as maxP2pBytes / maxCollBytes. RDMA: 4 GiB - 1 (the size travels in 32 bits).
   virtual uint64_t maxMessageBytes() const { return UINT64_MAX; }

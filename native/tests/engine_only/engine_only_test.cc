@@ -379,3 +379,304 @@ TEST_F(EngineOnly, ASlowOpenOfARetriedPathIsJournaled) {
 }
 
 }  // namespace
+
+// ------------------------------------------------------------------------------------------
+// Tag matching: sends placed in the receiver's posted receives as NCCL's IB transport places
+// them, over a transport that tells the sender what the receiver posted (the chunk fake with
+// tellsReceives, which models RDMA's advertisements). With maxRecvs > 1 NCCL shares one comm
+// among the connections of several local ranks to a peer (PXN) and groups their steps into
+// one irecv, each buffer tagged with its sender's rank; those connections call isend in no
+// particular order. A send must go into the oldest receive not yet filled that has a free
+// buffer with its tag, or wait (a NULL request).
+
+class EngineOnlyMatched : public EngineOnly {
+ protected:
+  void SetUp() override {
+    EngineOnly::SetUp();
+    transport->tellsReceives = true;
+  }
+  void TearDown() override {
+    EngineOnly::TearDown();
+    transport->tellsReceives = false;
+  }
+
+  // `k` connections (tags 300 + c) share the comm, each sending `groups` messages; the
+  // receiver posts one grouped receive of k buffers per round g, one buffer per connection, in
+  // an order that changes every round. Each turn the connections try their next isend in a
+  // pseudo-random order (connection 0 first every other turn), and the first one tries once
+  // more at the end, so sends of a later round reach isend while the current round still waits
+  // for others. Every message must land in the buffer of its own
+  // connection and round, whole. `onRound(g)` is called before round g's receive is posted.
+  struct Shared {
+    Stats st;
+    uint64_t deferred = 0;  // isends answered with a NULL request
+  };
+  // The sender's active path was told the receive message `seq` falls in.
+  bool senderKnows(uint64_t seq) {
+    PostedReceive pr;
+    return send->active >= 0 && send->paths[send->active].tx && send->paths[send->active].tx->postedReceive(seq, &pr);
+  }
+  Shared runShared(int k, int groups, std::function<void(int)> onRound = nullptr) {
+    auto msgId = [&](int c, int g) { return g * k + c; };
+    const int total = k * groups;
+    std::vector<std::vector<uint8_t>> sb(total), rb(total);
+    for (int c = 0; c < k; ++c)
+      for (int g = 0; g < groups; ++g) {
+        int id = msgId(c, g);
+        size_t size = mixed(id * 5 + c);
+        sb[id].resize(size);
+        for (size_t j = 0; j < size; ++j) sb[id][j] = pattern(id, j);
+        rb[id].assign(size + 64, 0xEE);
+      }
+    std::vector<int> sent(k, 0), tested(k, 0);                       // per connection
+    std::vector<std::vector<void*>> sreq(k, std::vector<void*>(groups, nullptr));
+    std::vector<void*> rreq(groups, nullptr);
+    std::vector<std::vector<int>> order(groups);                     // buffer i of round g: connection order[g][i]
+    int posted = 0, received = 0;
+    uint32_t rng = 12345;
+    auto rnd = [&] { return rng = rng * 1103515245u + 12345u, (rng >> 8); };
+    Shared out;
+    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    for (int turnNo = 0; received < groups && out.st.err == ncclSuccess; ++turnNo) {
+      if (std::chrono::steady_clock::now() > end) {
+        out.st.timedOut = true;
+        break;
+      }
+      links().sweepIdle();
+      transport->pump();
+      // The connections try their next send, each at most 8 rounds ahead of its last tested one.
+      int first = turnNo % 2 ? 0 : (int)(rnd() % (uint32_t)k);
+      for (int j = 0; j <= k && out.st.err == ncclSuccess; ++j) {
+        int c = (first + (j == k ? 0 : j)) % k;  // the first connection tried gets a second go, a round ahead
+        if (sent[c] >= groups || sent[c] - tested[c] >= 8) continue;
+        int id = msgId(c, sent[c]);
+        void* q = nullptr;
+        out.st.err = isend(sb[id].data(), sb[id].size(), 300 + c, &q);
+        if (q) sreq[c][sent[c]++] = q;
+        else if (out.st.err == ncclSuccess) ++out.deferred;
+      }
+      while (posted < groups && posted - received < 8 && out.st.err == ncclSuccess) {
+        if (onRound) onRound(posted);
+        std::vector<int>& o = order[posted];
+        for (int c = 0; c < k; ++c) o.push_back(c);
+        for (int i = k - 1; i > 0; --i) std::swap(o[i], o[rnd() % (uint32_t)(i + 1)]);
+        void* d[kMaxRecvs];
+        size_t caps[kMaxRecvs];
+        int tags[kMaxRecvs];
+        for (int i = 0; i < k; ++i) {
+          int id = msgId(o[i], posted);
+          d[i] = rb[id].data(), caps[i] = rb[id].size(), tags[i] = 300 + o[i];
+        }
+        void* q = nullptr;
+        out.st.err = irecv(k, d, caps, tags, &q);
+        if (!q) break;
+        rreq[posted++] = q;
+      }
+      for (int c = 0; c < k && out.st.err == ncclSuccess; ++c) {  // each connection tests its oldest send
+        if (tested[c] >= sent[c]) continue;
+        int done = 0, size = 0;
+        out.st.err = testSend(sreq[c][tested[c]], &done, &size);
+        if (done) ++tested[c];
+      }
+      if (received < posted && out.st.err == ncclSuccess) {
+        int done = 0, sizes[kMaxRecvs];
+        out.st.err = testRecv(rreq[received], &done, sizes);
+        if (done) {
+          for (int i = 0; i < k; ++i) {
+            int id = msgId(order[received][i], received);
+            std::string what = "round " + std::to_string(received) + " buffer " + std::to_string(i) + " (connection " +
+                               std::to_string(order[received][i]) + ")";
+            EXPECT_EQ((size_t)sizes[i], sb[id].size()) << what;
+            EXPECT_TRUE(sb[id].empty() || !memcmp(rb[id].data(), sb[id].data(), sb[id].size())) << what << " holds another message";
+            for (size_t j = sb[id].size(); j < rb[id].size(); ++j)
+              if (rb[id][j] != 0xEE) {
+                ADD_FAILURE() << "byte past the message written, " << what;
+                break;
+              }
+          }
+          ++received;
+          out.st.delivered += (uint64_t)k;
+        }
+      }
+    }
+    return out;
+  }
+};
+
+// The PXN case: four connections share the comm, sends of later rounds come first; every
+// message lands in its own connection's buffer of its own round, and the sends that came too
+// early were answered "again" (NULL), never placed in another round's buffer.
+TEST_F(EngineOnlyMatched, SendsOfConnectionsSharingACommFillTheirOwnReceives) {
+  connectComm();
+  ASSERT_TRUE(send->matchTags()) << "maxRecvs 8 on a transport that tells the sender what was posted";
+  Shared r = runShared(4, 60);
+  EXPECT_FALSE(r.st.timedOut);
+  EXPECT_EQ(r.st.err, ncclSuccess);
+  EXPECT_EQ(r.st.delivered, 240u);
+  EXPECT_GT(r.deferred, 0u) << "the run must really bring sends of a later round to isend early";
+  EXPECT_EQ(send->counters.failovers, 0u);
+}
+
+// The same with the active path reset in the middle: the receiver tells the standby what is
+// left of each receive after the RESUME, and the sends waiting meanwhile are placed by it.
+TEST_F(EngineOnlyMatched, SendsWaitingForTheirReceiveSurviveAFailover) {
+  connectComm();
+  Shared r = runShared(3, 80, [&](int g) {
+    if (g == 30) w(0, kA0)->broken = true;
+  });
+  EXPECT_FALSE(r.st.timedOut);
+  EXPECT_EQ(r.st.err, ncclSuccess);
+  EXPECT_EQ(r.st.delivered, 240u);
+  EXPECT_EQ(send->counters.failovers, 1u);
+  EXPECT_EQ(activeNic(), 1);
+}
+
+// The exact case of NCCL's notes: receives {a0, b0} then {a1, b1}, sends a0, a1, b0, b1. a1
+// waits until b0 filled the first receive; no message lands in another's buffer.
+TEST_F(EngineOnlyMatched, ASendOfTheNextReceiveWaitsUntilTheCurrentOneIsFilled) {
+  connectComm();
+  const int a = 1, b = 2;
+  std::vector<uint8_t> a0(100, 0xA0), a1(100, 0xA1), b0(100, 0xB0), b1(100, 0xB1);
+  std::vector<uint8_t> ra0(100), rb0(100), ra1(100), rb1(100);
+  void* q0 = nullptr;
+  void* q1 = nullptr;
+  {
+    void* d[2] = {ra0.data(), rb0.data()};
+    size_t caps[2] = {100, 100};
+    int tags[2] = {a, b};
+    ASSERT_EQ(irecv(2, d, caps, tags, &q0), ncclSuccess);
+    void* d1[2] = {rb1.data(), ra1.data()};  // the second receive has its buffers the other way round
+    int tags1[2] = {b, a};
+    ASSERT_EQ(irecv(2, d1, caps, tags1, &q1), ncclSuccess);
+    ASSERT_TRUE(q0 && q1);
+  }
+  void *s0 = nullptr, *s1 = nullptr, *s2 = nullptr, *s3 = nullptr;
+  // Drives both ends as the proxy threads would (the receiver's proxy tests its oldest
+  // receive all the time), until `cond` or 20 s.
+  int done0 = 0, done1 = 0, sizes[2];
+  auto until = [&](const std::function<bool()>& cond) {
+    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!cond() && std::chrono::steady_clock::now() < end) {
+      links().sweepIdle(), transport->pump();
+      if (!done0) EXPECT_EQ(testRecv(q0, &done0, sizes), ncclSuccess);
+      else if (!done1) EXPECT_EQ(testRecv(q1, &done1, sizes), ncclSuccess);
+    }
+    return cond();
+  };
+  // a0 is placed once the receiver's advertisement is in.
+  ASSERT_TRUE(until([&] {
+    if (!s0) EXPECT_EQ(isend(a0.data(), 100, a, &s0), ncclSuccess);
+    return s0 != nullptr;
+  }));
+  ASSERT_TRUE(until([&] { return senderKnows(2); })) << "the second receive is told to the sender";
+  for (int i = 0; i < 50; ++i) {  // a1 belongs to the second receive: it waits, however often NCCL asks
+    ASSERT_EQ(isend(a1.data(), 100, a, &s1), ncclSuccess);
+    ASSERT_EQ(s1, nullptr) << "a1 was placed in the first receive, whose tag-a buffer a0 took";
+    links().sweepIdle(), transport->pump();
+    ASSERT_EQ(testRecv(q0, &done0, sizes), ncclSuccess);
+    ASSERT_FALSE(done0);
+  }
+  ASSERT_EQ(isend(b0.data(), 100, b, &s2), ncclSuccess);
+  ASSERT_NE(s2, nullptr) << "b0 fills the first receive";
+  ASSERT_TRUE(until([&] {
+    if (!s1) EXPECT_EQ(isend(a1.data(), 100, a, &s1), ncclSuccess);
+    return s1 != nullptr;
+  })) << "a1 is placed once the second receive is told";
+  ASSERT_EQ(isend(b1.data(), 100, b, &s3), ncclSuccess);
+  ASSERT_NE(s3, nullptr);
+  ASSERT_TRUE(until([&] { return done0 && done1; }));
+  EXPECT_EQ(ra0, a0);
+  EXPECT_EQ(rb0, b0);
+  EXPECT_EQ(ra1, a1);
+  EXPECT_EQ(rb1, b1);
+  for (void* s : {s0, s1, s2, s3}) {
+    int done = 0, size = 0;
+    ASSERT_TRUE(until([&] {
+      if (!done) EXPECT_EQ(testSend(s, &done, &size), ncclSuccess);
+      return done != 0;
+    }));
+  }
+}
+
+// A single-buffer receive takes only a send with its tag (as NCCL's IB transport), and no send
+// is placed before the receiver posted anything.
+TEST_F(EngineOnlyMatched, ASingleReceiveTakesOnlyASendWithItsTag) {
+  connectComm();
+  std::vector<uint8_t> sb(64, 7), rb(64, 0);
+  void* s = nullptr;
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_EQ(isend(sb.data(), 64, 5, &s), ncclSuccess);
+    ASSERT_EQ(s, nullptr) << "placed before any receive was posted";
+    links().sweepIdle(), transport->pump();
+  }
+  void* d = rb.data();
+  size_t cap = 64;
+  int tag = 5;
+  void* q = nullptr;
+  ASSERT_EQ(irecv(1, &d, &cap, &tag, &q), ncclSuccess);
+  int done = 0, size = 0;
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!senderKnows(0) && std::chrono::steady_clock::now() < end) {
+    ASSERT_EQ(testRecv(q, &done, &size), ncclSuccess);
+    links().sweepIdle(), transport->pump();
+  }
+  ASSERT_TRUE(senderKnows(0)) << "the receive is told to the sender";
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_EQ(isend(sb.data(), 64, 6, &s), ncclSuccess);
+    ASSERT_EQ(s, nullptr) << "a send with tag 6 placed in the receive of tag 5";
+    links().sweepIdle(), transport->pump();
+  }
+  end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while ((!s || !done) && std::chrono::steady_clock::now() < end) {
+    if (!s) ASSERT_EQ(isend(sb.data(), 64, 5, &s), ncclSuccess);
+    ASSERT_EQ(testRecv(q, &done, &size), ncclSuccess);
+    links().sweepIdle(), transport->pump();
+  }
+  ASSERT_NE(s, nullptr);
+  ASSERT_TRUE(done);
+  EXPECT_EQ(size, 64);
+  EXPECT_EQ(rb, sb);
+}
+
+// A send that waits for its receive on a comm the receiver then closed fails (the peer closed
+// the comm) instead of being answered "again" forever.
+TEST_F(EngineOnlyMatched, ASendWaitingOnAClosedCommFails) {
+  connectComm();
+  std::vector<uint8_t> sb(64, 7);
+  closeRecv();
+  void* s = nullptr;
+  ncclResult_t res = ncclSuccess;
+  for (int i = 0; i < 200000 && res == ncclSuccess; ++i) {
+    res = isend(sb.data(), 64, 5, &s);
+    ASSERT_EQ(s, nullptr);
+    links().sweepIdle(), transport->pump();
+  }
+  EXPECT_NE(res, ncclSuccess) << "a send no receive can ever take must not wait forever";
+  EXPECT_NE(send->fatalMsg.find("closed the comm"), std::string::npos) << send->fatalMsg;
+}
+
+// The control: the same four connections without tag matching (sends in isend order, as over
+// TCP) put a later round's send into the current round's receive, and the receive fails with
+// the tag mismatch. This is why maxRecvs stays 1 where the sender cannot match tags.
+TEST_F(EngineOnlyGrouped, WithoutTagMatchingASendOfTheNextRoundLandsInTheCurrentOneAndFails) {
+  connectComm();
+  ASSERT_FALSE(send->matchTags());
+  std::vector<uint8_t> a0(100, 0xA0), a1(100, 0xA1), rA(100), rB(100);
+  void* d[2] = {rA.data(), rB.data()};
+  size_t caps[2] = {100, 100};
+  int tags[2] = {1, 2};
+  void* q = nullptr;
+  ASSERT_EQ(irecv(2, d, caps, tags, &q), ncclSuccess);
+  void *s0 = nullptr, *s1 = nullptr;
+  ASSERT_EQ(isend(a0.data(), 100, 1, &s0), ncclSuccess);
+  ASSERT_EQ(isend(a1.data(), 100, 1, &s1), ncclSuccess);
+  ASSERT_NE(s1, nullptr) << "without matching a1 is taken at once";
+  ncclResult_t res = ncclSuccess;
+  for (int i = 0; i < 20000 && res == ncclSuccess; ++i) {
+    int done = 0, sizes[2];
+    links().sweepIdle(), transport->pump();
+    res = testRecv(q, &done, sizes);
+    ASSERT_FALSE(done);
+  }
+  EXPECT_EQ(res, ncclInternalError);
+}

@@ -32,6 +32,10 @@
 //                   transport sends on every stream, still get through
 //   senderTimedOut  the sender's transport gave up on the path (a kernel user timeout): its
 //                   calls fail; the receiver sees the path closed once the sender fences it
+// PathTransport::tellsReceives: the transport tells the sender what the receiver posted, as
+// RDMA's advertisements do: RecvPath::advertise reaches the sender's path at once
+// (Channel::posted, SendPath::postedReceive), and each message moves as one chunk, so that,
+// as with RDMA, a buffer is taken exactly when its message is whole.
 //
 // Thread-safety: single-threaded tests only.
 #pragma once
@@ -85,6 +89,8 @@ struct Channel {
   bool senderGone = false, receiverGone = false;
   bool receiverGoneSilently = false;  // Wire::silentDrop: gone, not yet known to the sender
   std::shared_ptr<Wire> wire;
+  bool wholeMessages = false;                    // tellsReceives: one chunk per message
+  std::map<uint64_t, PostedReceive> posted;      // tellsReceives: what the receiver advertised, by first seq
 };
 
 // What the receiver's acceptor gets for a fake path: a token naming the channel (the engine
@@ -110,6 +116,7 @@ class FakeSendPath : public SendPath {
     return hangs_ ? 0 : 1;
   }
   uint64_t chunkBytes(uint64_t size) const override {
+    if (ch_->wholeMessages) return size ? size : 1;
     uint64_t n = ch_->lanes.size();
     uint64_t c = ((size + n - 1) / n + 127) & ~uint64_t(127);
     return std::min(std::max(c, std::max<uint64_t>(chunks_.minChunkBytes, 128)), std::max<uint64_t>(chunks_.maxChunkBytes, 128));
@@ -193,6 +200,15 @@ class FakeSendPath : public SendPath {
   void nudge() override {
     ch_->wire->nudges++;
     if (ch_->receiverGoneSilently) ch_->receiverGone = true;  // the reset that answers the byte
+  }
+  bool postedReceive(uint64_t seq, PostedReceive* out) const override {
+    if (!ch_->wholeMessages || ch_->senderGone || ch_->wire->broken) return false;
+    auto it = ch_->posted.upper_bound(seq);
+    if (it == ch_->posted.begin()) return false;
+    --it;
+    if (seq - it->first >= (uint64_t)it->second.n) return false;
+    *out = it->second;
+    return true;
   }
   Channel& channel() { return *ch_; }
 
@@ -292,6 +308,15 @@ class FakeRecvPath : public RecvPath {
     }
     out_.clear();
   }
+  void advertise(uint64_t seq, const AdvertEntry* entries, int n, bool grouped) override {
+    if (!ch_ || !ch_->wholeMessages) return;
+    PostedReceive pr;
+    pr.firstSeq = seq, pr.n = n, pr.grouped = grouped;
+    for (int i = 0; i < n && i < kMaxReceiveBuffers; ++i) pr.tags[i] = entries[i].tag;
+    // A re-advertisement after a RESUME replaces what it overlaps.
+    ch_->posted.erase(ch_->posted.lower_bound(seq), ch_->posted.end());
+    ch_->posted[seq] = pr;
+  }
   std::shared_ptr<FenceWait> fenceAsync() override {
     bool slow = ch_ && ch_->wire->slowFence;
     std::shared_ptr<Wire> w = ch_ ? ch_->wire : nullptr;
@@ -328,6 +353,9 @@ class PathTransport : public railover::Transport {
   std::vector<Pending> pending;
   std::vector<std::string> nicAddr;  // address per local NIC index
   int lanes = 2;
+  bool tellsReceives = false;  // see the header comment
+  bool tellsPostedReceives() const override { return tellsReceives; }
+  bool groupedReceives() const override { return true; }  // the engine's grouped-receive scenarios
   StreamRouter* router = nullptr;    // where pump() routes paths (a LinkRegistry); nullptr: none known
 
   std::shared_ptr<Wire> wire(int nic, const std::string& remote) {
@@ -357,6 +385,7 @@ class PathTransport : public railover::Transport {
     ch->lanes.resize((size_t)std::max(lanes, 1));
     ch->laneStalled.assign(ch->lanes.size(), false);
     ch->wire = w;
+    ch->wholeMessages = tellsReceives;
     Pending p;
     p.ch = ch;
     p.hello.id = id;

@@ -250,6 +250,7 @@ class RdmaGroupedTest : public ::testing::Test {
 };
 
 TEST_F(RdmaGroupedTest, TheTransportOffersGroupedReceives) {
+  EXPECT_TRUE(t->tellsPostedReceives()) << "its advertisements let the sender match tags";
   EXPECT_TRUE(t->groupedReceives());
   EXPECT_EQ(t->maxMessageBytes(), 0xffffffffull) << "the size travels in 32 bits";
 }
@@ -376,6 +377,15 @@ TEST_F(RdmaGroupedTest, AFailoverInTheMiddleOfAGroupResendsTheRestOnTheStandbyWi
   const std::vector<uint64_t> size = {999, 700, 650, 1100, 300, 1};
   std::vector<Msg> msgs(6);
   for (int j = 0; j < 6; ++j) msgs[order[j]] = makeMsg((uint64_t)j, tags[order[j]], size[order[j]]);
+  rounds(0, 1);
+  // What the engine places sends by (tag matching, SendLink::isend): the whole group as posted.
+  PostedReceive pr;
+  ASSERT_TRUE(side[0].tx->postedReceive(5, &pr)) << "the group's advertisement is in";
+  EXPECT_EQ(pr.firstSeq, 0u);
+  ASSERT_EQ(pr.n, 6);
+  EXPECT_TRUE(pr.grouped);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(pr.tags[i], tags[i]) << "entry " << i;
+  EXPECT_FALSE(side[0].tx->postedReceive(6, &pr)) << "nothing is posted past the group";
   for (int j = 0; j < 3; ++j) send(0, msgs[order[j]]);
   rounds(0, 4);
   ASSERT_EQ(side[0].acked, 3u) << "three messages of the group complete on the primary";
@@ -392,8 +402,18 @@ TEST_F(RdmaGroupedTest, AFailoverInTheMiddleOfAGroupResendsTheRestOnTheStandbyWi
   EXPECT_NE(err.find("retry"), std::string::npos) << err;
   side[0].tx->fence();
   t->worker().drain();
+  EXPECT_FALSE(side[0].tx->postedReceive(3, &pr)) << "a fenced path tells nothing";
   // The sender resumes on the standby from its first unacknowledged message.
   ASSERT_EQ(resume(1, side[0].acked), 3) << "the receiver expects message 3 next";
+  // The standby was told what is left: messages 3..5 into the untaken entries 0, 2, 3, in
+  // entry order, with their tags.
+  ASSERT_TRUE(side[1].tx->postedReceive(4, &pr));
+  EXPECT_EQ(pr.firstSeq, 3u);
+  ASSERT_EQ(pr.n, 3);
+  EXPECT_TRUE(pr.grouped);
+  EXPECT_EQ(pr.tags[0], tags[0]);
+  EXPECT_EQ(pr.tags[1], tags[2]);
+  EXPECT_EQ(pr.tags[2], tags[3]);
   EXPECT_EQ(recv->active, 1);
   EXPECT_EQ(recv->paths[0].state, PathState::kFailed) << "the primary is fenced by the RESUME";
   // The re-advertisement reached the standby sender; its writes carry the standby HCA's rkey

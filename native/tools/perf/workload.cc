@@ -202,7 +202,8 @@ void Communicator::setup() {
     }
     if (opt_.group > p.maxRecvs) {
       Fatal::get().raise(kExitUsage, strf("--group %d: device %d takes grouped receives of at most %d buffers "
-                                          "(maxRecvs; railover offers them only with RAILOVER_MAX_RECVS=%d)",
+                                          "(maxRecvs; railover offers them on its rdma transport with RAILOVER_MAX_RECVS=%d, "
+                                          "never on tcp)",
                                           opt_.group, opt_.dev, p.maxRecvs, opt_.group));
       throw Aborted{};
     }

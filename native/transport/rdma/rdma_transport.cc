@@ -385,6 +385,19 @@ class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink, priva
     deadCheckUs_ = 0;  // the answer is looked for at the next progress or notice read
   }
 
+  // What the receiver advertised for `seq` on this path (its advertisements are read by
+  // progress and recvCtl); nothing once the path is fenced or broken.
+  bool postedReceive(uint64_t seq, PostedReceive* out) const override {
+    if (stage_ != kReady || fenced_ || !why_.empty()) return false;
+    uint64_t first = 0, tags[verbs::kMaxGroup];
+    int n = 0;
+    bool grouped = false;
+    if (!sh_->path->advertisedReceive(seq, &first, &n, &grouped, tags) || n < 1 || n > kMaxReceiveBuffers) return false;
+    out->firstSeq = first, out->n = n, out->grouped = grouped;
+    for (int i = 0; i < n; ++i) out->tags[i] = (int32_t)(uint32_t)tags[i];
+    return true;
+  }
+
   bool peerAckedWithinMs(uint32_t ms) override {
     if (stage_ != kReady || fenced_ || sh_->path->outstanding() == 0) return false;
     return nowUs() - sh_->path->lastProgressUs() < (uint64_t)ms * 1000;

@@ -249,7 +249,7 @@ class RdmaTransport : public Transport {
   // Tests: HCA index `hca` takes dmabufs or not (after setGdrForTest).
   void setDmabufForTest(size_t hca, bool supported);
   verbs::FlushQp* flushQpForTest(int nic);
-  bool groupedReceives() const override { return true; }
+  bool tellsPostedReceives() const override { return true; }  // the receivers' advertisements
   uint64_t maxMessageBytes() const override { return 0xffffffffull; }
   const char* name() const override { return "rdma"; }
 

@@ -496,6 +496,14 @@ bool SendPath::advertised(uint64_t seq, Advert* out) const {
   return true;
 }
 
+bool SendPath::advertisedReceive(uint64_t seq, uint64_t* first, int* count, bool* grouped, uint64_t tags[kMaxGroup]) const {
+  const Group* g = groupOf(seq);
+  if (!g || g->have < g->count) return false;
+  *first = g->seq, *count = g->count, *grouped = g->grouped;
+  for (int i = 0; i < g->count; ++i) tags[i] = g->e[i].tag;
+  return true;
+}
+
 int SendPath::post(const ChunkRef& c, const void* src, uint32_t lkey, std::string* err) {
   if (broken_ || fenced_ || !connected_) {
     *err = fenced_ ? "path fenced" : broken_ ? "path broken: " + why_.status : "path not connected";

@@ -297,6 +297,10 @@ class SendPath : public PathBase {
   // The receiver's advertisement covering `seq`, once it arrived whole (a group: every entry);
   // *out = the advert (a group: its entry 0).
   bool advertised(uint64_t seq, Advert* out) const;
+  // The same advertisement as the engine needs it to place sends by tag: its first seq, the
+  // messages it takes (*count), whether it is grouped, and its entries' tags in index order
+  // (tags[0..*count)). False when no whole advertisement covers `seq` yet.
+  bool advertisedReceive(uint64_t seq, uint64_t* first, int* count, bool* grouped, uint64_t tags[kMaxGroup]) const;
   // Posts one chunk from `src` (registered with `lkey` on this path's HCA). 1 posted, 0 would
   // block (no whole advertisement for the seq yet, or no send slot), -1 error (*err: total >=
   // 4 GiB, a chunk beyond its message, last chunk or first chunk of a grouped message out of
