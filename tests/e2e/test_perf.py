@@ -93,6 +93,12 @@ def test_tcp_offers_no_grouped_receive_even_with_max_recvs_8(abi):
         assert calls > 0 and nulls == calls
 
 
+def test_send_ahead_needs_grouped_receives():
+    res = perf.run_perf(2, env=LOOPBACK, timeout=60, extra_args=["--send-ahead"], **dict(SMALL, workload="sendrecv"))
+    assert not res.ok
+    assert "--send-ahead needs --group 2 or more" in res.ranks[0].stderr, res.describe()
+
+
 def test_group_needs_the_sendrecv_workload():
     res = _run(2, workload="allreduce", group=4)
     assert not res.ok

@@ -24,6 +24,9 @@ Asserted here:
 * grouped receives (railover-perf ``--group 8``: 8 steps per irecv, buffers in reverse step
   order, placed by tag) on paths of three RC QPs (``NCCL_IB_QPS_PER_CONNECTION=3``) across a
   cable pull and failback, every byte checked;
+* sends placed by tag as NCCL's shared comms (PXN) need (railover-perf ``--group 4
+  --send-ahead``: steps of a later irecv reach isend early and must wait, NULL, for their turn)
+  across a cable pull and failback, every byte checked;
 * iflush (railover-perf ``--flush``, as NCCL's GPUDirect receive path): every receive with
   bytes is flushed by a real RDMA READ through the HCA, also across a cable pull of that HCA;
 * ranks that disagree on the transport (one tcp, one rdma) fail with an error that names both
@@ -312,6 +315,38 @@ def test_grouped_receives_on_three_qps_per_path_survive_a_cable_pull(rdma_bed, t
         logs = "".join(r.stdout + r.stderr for r in res.ranks)
         assert "up on rxe0 port 1: 3 QPs" in logs and "up on rxe1 port 1: 3 QPs" in logs, logs[-3000:]
         assert " 1 QP " not in logs, "a path of one QP although NCCL_IB_QPS_PER_CONNECTION=3"
+        evs = _events(tmp_path)
+        assert _named(evs, "failover") and _named(evs, "failback")
+        assert not _named(evs, "fatal"), _named(evs, "fatal")
+
+    crash_retry(bed, body)
+
+
+def test_sends_that_reach_isend_before_their_receive_wait_for_it_through_a_cable_pull(rdma_bed, tmp_path):
+    """NCCL's shared-comm (PXN) case on real verbs: with maxRecvs > 1 the connections sharing a
+    comm post their sends out of each other's order, and a send must go only into the oldest
+    receive not yet filled, into a free buffer with its tag, or be answered with a NULL request.
+    railover-perf ``--group 4 --send-ahead`` tries, every pass, the step after the next one
+    first: when that step belongs to the next irecv the plugin must defer it (NULL), and when it
+    belongs to the same irecv it may take it before the next one. Any send placed in the wrong
+    receive lands in another step's buffer (wrong bytes) or fails the receive (tag mismatch).
+    A cable pull on A's primary in the middle: the deferred sends are placed by what the
+    receiver re-advertises on the standby. 0 wrong bytes, no error, sends really deferred,
+    failover and failback."""
+    bed = rdma_bed
+
+    def body():
+        res = _cable_pull_and_repair(bed, tmp_path, env={"RAILOVER_MAX_RECVS": "4"}, workload="sendrecv",
+                                     extra_args=["--slot-size", "4K", "--group", "4", "--send-ahead"])
+        assert res.ok, res.describe()
+        assert res.wrong_total == 0
+        for r in res.ranks:
+            assert r.json["exit_code"] == 0 and r.json["errors"] == [], r.json
+            assert r.json["config"]["group"] == 4 and r.json["config"]["send_ahead"] is True
+            assert r.json["device"]["max_recvs"] == 4
+            st = r.json["stats"]
+            assert st["bytes_received"] > 0
+            assert st["null_returns"]["isend"] > 0, "no send of a later irecv was ever deferred: " + repr(st)
         evs = _events(tmp_path)
         assert _named(evs, "failover") and _named(evs, "failback")
         assert not _named(evs, "fatal"), _named(evs, "fatal")

@@ -416,8 +416,9 @@ static void noteInflight(std::atomic<int>& maxv, int v) {
 bool Engine::progressSend(Conn* c, uint64_t now) {
   bool progressed = false;
   uint64_t tail = c->proxyTail.load(std::memory_order_relaxed);
-  if (c->posted < c->gpuTail.load(std::memory_order_acquire) && c->posted < tail + kSteps) {
-    uint64_t step = c->posted;
+  const uint64_t limit = std::min<uint64_t>(c->gpuTail.load(std::memory_order_acquire), tail + kSteps);
+  // One isend of `step`: false on a plugin error; *accepted when the plugin took it.
+  auto post = [&](uint64_t step, bool* accepted) {
     int s = int(step % kSteps);
     const Conn::Slot& sl = c->slot[s];
     void* ph = cfg_.profilerHandles ? &c->phandleDummy[s] : nullptr;
@@ -425,9 +426,28 @@ bool Engine::progressSend(Conn* c, uint64_t now) {
     int tag = cfg_.group > 1 ? tagFor(c->myRank, step) : c->myRank;
     if (!net_.isend(c->comm, c->slotPtr(sl.proto, step), sl.size, tag, c->mh[sl.proto], ph, &c->req[s], c->label))
       return false;
-    if (c->req[s]) {
-      c->postUs[s] = now;
-      c->posted++;
+    *accepted = c->req[s] != nullptr;
+    if (*accepted) c->postUs[s] = now;
+    return true;
+  };
+  // --send-ahead: first a later step, alternately the next-but-one (it may share the next
+  // step's irecv) and the one `group` steps on (never in the next step's irecv, whose buffers
+  // are at most `group`). A NULL answer is expected while its irecv is not the oldest unfilled
+  // one: not a stuck request.
+  if (cfg_.sendAhead) {
+    uint64_t off = (c->aheadTurn++ & 1) ? 1 : (uint64_t)std::max(cfg_.group, 2);
+    if (c->posted + off < limit && !((c->aheadMask >> off) & 1)) {
+      bool ok = false;
+      if (!post(c->posted + off, &ok)) return false;
+      if (ok) c->aheadMask |= 1u << off, progressed = true;
+    }
+  }
+  if (c->posted < limit) {
+    bool ok = false;
+    if (!post(c->posted, &ok)) return false;
+    if (ok) {
+      do c->posted++, c->aheadMask >>= 1;  // and past the later steps already accepted
+      while (c->aheadMask & 1);
       c->nullSinceUs = 0;
       noteInflight(maxInflight_, int(c->posted - tail));
       progressed = true;

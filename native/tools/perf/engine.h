@@ -129,6 +129,8 @@ struct Conn {
   uint64_t postUs[kSteps] = {};
   uint64_t nullSinceUs = 0;
   uint64_t bytesDone = 0;
+  uint32_t aheadMask = 0;    // send, --send-ahead: bit i = step posted + i already accepted (i >= 1)
+  uint32_t aheadTurn = 0;    // send, --send-ahead: which later step the next pass tries
 
   ~Conn();
   char* slotPtr(int proto, uint64_t step) const { return buf[proto] + (step % kSteps) * slotBytes[proto]; }
@@ -150,6 +152,11 @@ struct EngineConfig {
   // at a time as one irecv of n buffers, entries in reverse step order, each with its step's
   // tag (tagFor); 1 = every step its own irecv with the sender's rank as tag (as NCCL p2p).
   int group = 1;
+  // Sends out of order (needs group > 1): each pass first tries the isend of a later step
+  // (alternately posted + 1 and posted + group), then of step posted, as connections sharing a
+  // comm (PXN) post out of each other's order. A NULL answer to the early one is expected (its
+  // irecv is not the oldest unfilled one yet) and is not a stuck request.
+  bool sendAhead = false;
 };
 
 // Per-millisecond byte counters (written by the progress thread, read after the run).

@@ -67,6 +67,12 @@ plugin and life cycle:
                            do not depend on each other): buffers in reverse step
                            order, each with its own tag (rank * 8 + step % 8), so the plugin must
                            place every message by its tag (default 1: one step per irecv)
+  --send-ahead             with --group N: each pass first tries the isend of a later step,
+                           alternately the next-but-one (it may share the next step's irecv)
+                           and the one N steps on (always a later irecv), as the connections
+                           sharing a comm under PXN post out of each other's order; the plugin
+                           must answer a step with a NULL request until its irecv is the oldest
+                           not yet filled
   --flush                  iflush every SIMPLE receive (with --group: every grouped irecv) with
                            bytes before handing it on, as NCCL does with GPUDirect RDMA (the
                            footer and the JSON count the flushes)
@@ -221,6 +227,7 @@ Options parseArgs(int argc, char** argv) {
     else if (k == "--no-profiler-handles") o.profilerHandles = false;
     else if (k == "--flush") o.flush = true;
     else if (k == "--group") o.group = int(intVal(1, 8));
+    else if (k == "--send-ahead") o.sendAhead = true;
     else if (k == "--selftest-corrupt") o.selftestCorrupt = intVal(0, 1L << 40);
     else if (k == "--all-ranks-print") o.allRanksPrint = true;
     else if (k == "--no-iter-records") o.iterRecords = false;
@@ -237,6 +244,9 @@ Options parseArgs(int argc, char** argv) {
   // A group completes only when all its messages arrived; in a ring all-reduce a step's send
   // needs the previous step's receive, so grouping one connection's consecutive steps would
   // wait on itself (NCCL groups the same step of independent senders instead).
+  if (o.sendAhead && o.group < 2)
+    usageError("--send-ahead needs --group 2 or more (single receives take sends in isend order, as NCCL's socket "
+               "transport)");
   if (o.group > 1 && o.workload != Workload::kSendRecv)
     usageError("--group needs the sendrecv workload (all-reduce steps depend on the step before)");
   for (size_t s : {o.slotBytes, o.llSlotBytes})

@@ -138,13 +138,13 @@ bool writeJson(const std::string& path, const Options& o, Plugin& net, RunState&
             "\"ll_slot_size\": %zu, \"ll_max\": %llu, \"iters\": %d, \"warmup\": %d, \"min_bytes\": %llu, "
             "\"max_bytes\": %llu, \"factor\": %s, \"step_bytes\": %llu, \"duration_s\": %s, \"reconnect_every\": %d, "
             "\"reload\": %s, \"reload_no_init\": %s, \"op_timeout_s\": %s, \"check\": %s, \"close_inflight\": %s, "
-            "\"group\": %d, \"flush\": %s},\n",
+            "\"group\": %d, \"send_ahead\": %s, \"flush\": %s},\n",
             jstr(workloadName(o)).c_str(), o.oneway ? "oneway" : o.pairs ? "pairs" : "ring", o.channels, o.contexts, o.dev, o.slotBytes, o.llSlotBytes,
             (unsigned long long)o.llMax, o.iters, o.warmup, (unsigned long long)o.minBytes,
             (unsigned long long)o.maxBytes, jnum(o.factor).c_str(), (unsigned long long)o.stepBytes,
             jnum(o.duration).c_str(), o.reconnectEvery, o.reload || o.reloadNoInit ? "true" : "false",
             o.reloadNoInit ? "true" : "false", jnum(o.opTimeout).c_str(), o.check ? "true" : "false",
-            o.closeInflight ? "true" : "false", o.group, o.flush ? "true" : "false");
+            o.closeInflight ? "true" : "false", o.group, o.sendAhead ? "true" : "false", o.flush ? "true" : "false");
   std::string errs;
   for (auto& e : Fatal::get().messages()) errs += (errs.empty() ? "" : ", ") + jstr(e);
   uint64_t wrong = wrongTotal(st, false), lwrong = wrongTotal(st, true);

@@ -226,6 +226,7 @@ void Communicator::setup() {
   ec.profilerHandles = opt_.profilerHandles;
   ec.flush = opt_.flush;
   ec.group = opt_.group;
+  ec.sendAhead = opt_.sendAhead;
   engine_ = std::make_unique<Engine>(net_, rv_, ec);
   engine_->start();
 

@@ -62,6 +62,7 @@ struct Options {
   int idleSleepUs = 0;                // --idle-sleep-us N
   bool check = true, closeInflight = true, profilerHandles = true, flush = false;
   int group = 1;  // --group: SIMPLE steps per grouped irecv (1..8)
+  bool sendAhead = false;  // --send-ahead: try the step after the next one first (EngineConfig)
   int trafficClass = -1;
   long selftestCorrupt = 0;           // flip one byte of rank 0's Nth non-empty sent message
   bool allRanksPrint = false;
