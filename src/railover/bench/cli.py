@@ -46,9 +46,10 @@ from railover.bench import common as C
 from railover.sizes import check_size
 
 SUITES = ("healthy", "failover", "degraded", "failback", "false-failover", "scale")
-#: suites ``report`` and ``summary.md`` include when their JSON exists (``rdma`` needs QEMU, so
-#: ``all`` does not run it)
-REPORT_SUITES = SUITES + ("rdma",)
+#: reports ``report`` and ``summary.md`` include when their JSON exists: the suites, railover
+#: side by side with Linux MPTCP (``failover --peer mptcp`` writes ``failover-peers.json``) and
+#: ``rdma`` (it needs QEMU, so ``all`` runs neither)
+REPORT_SUITES = SUITES + ("failover-peers", "rdma")
 
 
 def _module(suite: str):
@@ -62,6 +63,13 @@ def _module(suite: str):
         "scale": "railover.bench.scale",
         "rdma": "railover.bench.rdma",
     }[suite])
+
+
+def _markdown(suite: str):
+    """The function that draws report ``suite``'s tables as markdown."""
+    if suite == "failover-peers":
+        return _module("failover").peer_markdown
+    return _module(suite).markdown
 
 
 def targets_table(reports: List[Dict[str, Any]], only_misses: bool = False) -> Table:
@@ -145,11 +153,11 @@ def summary_markdown(out: Path, skipped: Optional[List[str]] = None) -> str:
             if not parts:
                 continue
             try:  # a suite's tables expect every part; draw them when the finished parts suffice
-                L.append(_module(s).markdown(r))
+                L.append(_markdown(s)(r))
             except (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError) as e:
                 L.append(f"(tables not drawn from the partial results: {type(e).__name__} {e}; the JSON keeps them)\n")
             continue
-        L.append(_module(s).markdown(r))
+        L.append(_markdown(s)(r))
         for p in r.get("plots", []):
             L.append(f"![{p}](bench/{p})")
     return "\n".join(L) + "\n"
