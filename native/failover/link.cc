@@ -789,14 +789,14 @@ void SendLink::judgeNoPath(uint64_t now) {
   const Config& cfg = *deps.cfg;
   if (noPathSinceUs == 0) {
     noPathSinceUs = now;
-  } else if (acked_ < nextSeq_ && peerGoneOnAllPaths() && !isFatal()) {
+  } else if (pendingSends() && peerGoneOnAllPaths() && !isFatal()) {
     bool refusedAll = true;
     for (auto& p : paths) refusedAll &= p.lastError.find("refused") != std::string::npos;
     if (refusedAll)
       enterFatal("railover: peer " + peerName + " closed the connection on all rails and refuses new ones on every "
                  "NIC: the peer process exited (not a NIC fault)",
                  true);
-  } else if (cfg.fatalTimeoutS && now - noPathSinceUs > (uint64_t)cfg.fatalTimeoutS * 1000000 && acked_ < nextSeq_) {
+  } else if (cfg.fatalTimeoutS && now - noPathSinceUs > (uint64_t)cfg.fatalTimeoutS * 1000000 && pendingSends()) {
     std::string nics, causes;
     for (auto& p : paths) {
       nics += (nics.empty() ? "" : ",") + nicName(deps, p.localNic);
@@ -1013,14 +1013,21 @@ ncclResult_t SendLink::isend(const void* data, uint64_t size, int tag, void** re
   if (matchTags_ && !fitsPostedReceive(tag)) {
     progress();  // takes in what the receiver told since (its advertisements)
     if (!fitsPostedReceive(tag)) {
-      // Not placeable yet: NCCL tries again later (a NULL request). A comm that can no longer
-      // be told anything fails the call instead of leaving NCCL to retry forever.
+      // Not placeable yet: NCCL tries again later (a NULL request). The waiting send counts as
+      // pending for the no-path verdicts (judgeNoPath), and a comm that can no longer be told
+      // anything fails the call instead of leaving NCCL to retry forever.
+      deferred_ = true;
       ncclResult_t res;
       if (closedVerdict(&res)) return res;
       if (isFatal()) return fatalResult(fatalMsg, deps.cfg->abortOnFatal);
+      if (!deregMsg.empty()) {  // progress() stopped reading the receiver: nothing will fit
+        RO_WARN("%s (a send on it was posted after its buffer was deregistered)", deregMsg.c_str());
+        return ncclInternalError;
+      }
       return ncclSuccess;
     }
   }
+  deferred_ = false;
   SendReq& r = ring_.at(nextSeq_);
   r = SendReq();
   r.seq = nextSeq_++;

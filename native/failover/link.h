@@ -377,6 +377,12 @@ class SendLink : public Link {
   ChunkedRing<SendReq, 64, kSendRing / 64> ring_;
   uint64_t nextSeq_ = 0;
   uint64_t acked_ = 0;          // every seq < acked_ is acknowledged
+  // Tag matching: the last isend was answered NULL (its receive not told yet) and none has
+  // been accepted since; a send NCCL still has to place.
+  bool deferred_ = false;
+  // Work the receiver still owes this comm: unacknowledged messages or a send waiting to be
+  // placed. The no-path verdicts (peer gone, RAILOVER_FATAL_TIMEOUT) apply only then.
+  bool pendingSends() const { return acked_ < nextSeq_ || deferred_; }
   uint64_t resumeSentUs_ = 0;
   uint64_t resumeFromSeq_ = 0;
   uint64_t faultUs_ = 0;        // when the current outage was detected (for convergence time)

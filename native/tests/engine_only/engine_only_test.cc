@@ -680,3 +680,54 @@ TEST_F(EngineOnlyGrouped, WithoutTagMatchingASendOfTheNextRoundLandsInTheCurrent
   }
   EXPECT_EQ(res, ncclInternalError);
 }
+
+// Every send acknowledged, then the receiving process dies (every path reset, new connects
+// refused on every NIC). A send waiting for its receive counts as pending work: the next isend
+// fails with the peer-gone verdict instead of being answered NULL forever (found by review).
+TEST_F(EngineOnlyMatched, ASendWaitingForItsReceiveFailsWhenThePeerProcessIsGone) {
+  connectComm();
+  std::vector<uint8_t> sb(64, 7), rb(64, 0);
+  void* d = rb.data();
+  size_t cap = 64;
+  int tag = 5;
+  void *q = nullptr, *s = nullptr;
+  ASSERT_EQ(irecv(1, &d, &cap, &tag, &q), ncclSuccess);
+  int rdone = 0, sdone = 0, size = 0;
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!(s && rdone && sdone) && std::chrono::steady_clock::now() < end) {
+    if (!s) ASSERT_EQ(isend(sb.data(), 64, 5, &s), ncclSuccess);
+    if (!rdone) ASSERT_EQ(testRecv(q, &rdone, &size), ncclSuccess);
+    if (s && !sdone) ASSERT_EQ(testSend(s, &sdone, &size), ncclSuccess);
+    links().sweepIdle(), transport->pump();
+  }
+  ASSERT_TRUE(s && rdone && sdone);
+  for (int nic : {0, 1}) w(nic, nic ? kA1 : kA0)->broken = true, w(nic, nic ? kA1 : kA0)->peerGone = true;
+  ncclResult_t res = ncclSuccess;
+  end = std::chrono::steady_clock::now() + std::chrono::seconds(20);  // RAILOVER_FATAL_TIMEOUT is 1 s here
+  while (res == ncclSuccess && std::chrono::steady_clock::now() < end) {
+    void* s2 = nullptr;
+    res = isend(sb.data(), 64, 5, &s2);
+    ASSERT_EQ(s2, nullptr);
+    links().sweepIdle(), transport->pump();
+  }
+  EXPECT_NE(res, ncclSuccess) << "link state " << linkStateName(send->state());
+  EXPECT_NE(send->fatalMsg.find("peer process exited"), std::string::npos) << send->fatalMsg;
+}
+
+// The same with no path at all (the network refuses, not the peer): the waiting send fails
+// after RAILOVER_FATAL_TIMEOUT (1 s here), never a NULL answer forever.
+TEST_F(EngineOnlyMatched, ASendWaitingForItsReceiveWithNoPathFailsAfterTheFatalTimeout) {
+  connectComm();
+  for (int nic : {0, 1}) w(nic, nic ? kA1 : kA0)->broken = true, w(nic, nic ? kA1 : kA0)->refuse = true;
+  std::vector<uint8_t> sb(64, 7);
+  ncclResult_t res = ncclSuccess;
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (res == ncclSuccess && std::chrono::steady_clock::now() < end) {
+    void* s2 = nullptr;
+    res = isend(sb.data(), 64, 5, &s2);
+    ASSERT_EQ(s2, nullptr);
+    links().sweepIdle(), transport->pump();
+  }
+  EXPECT_EQ(res, ncclSystemError) << "link state " << linkStateName(send->state());
+  EXPECT_TRUE(send->isFatal());
+}
