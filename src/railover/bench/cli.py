@@ -407,7 +407,9 @@ def register(app: typer.Typer) -> None:
                     _keep_interrupted("failover-peers", SIGNAL_EXITS[e.code], console, mark)
                 raise
             except MptcpError as e:
-                console.print(f"[red]the MPTCP peer could not run:[/] {e}")
+                console.print(f"[red]the MPTCP peer could not run:[/] {escape(str(e))}")
+                # railover's half, measured before MPTCP was set up, stays readable
+                _keep_interrupted("failover-peers", f"the MPTCP peer could not run: {e}", console, mark)
                 raise typer.Exit(2)
             except C.BenchError as e:
                 console.print(f"[red]failover --peer mptcp could not run:[/] {e}")

@@ -839,7 +839,9 @@ def run_peers(out: Path, quick: bool = False, faults: Optional[int] = None, kind
         "railover": {"workload": "allreduce", "size": size, "ranks": 2, "check": True, "env": "plugin defaults"},
         "mptcp": {"stream": "64-bit counter words, every byte checked at the receiver", "setup": None, "sysctls": None}})
     work = Path(out) / "peers-work"
-    results: Dict[str, Any] = {}
+    # Each peer's part is stored (with its wrong-bytes target) as soon as it is measured, so an
+    # interrupted run keeps railover's part when MPTCP's is cut short (Report.save_interrupted).
+    results: Dict[str, Any] = rep.results.setdefault("peers", {})
     with TestBed("T2") as tb:
         rs = RailSampler(tb)
         try:
@@ -856,15 +858,17 @@ def run_peers(out: Path, quick: bool = False, faults: Optional[int] = None, kind
             res = lr.finish(check=False)
             rep.add_wrong(res.wrong_bytes)
             # rank 1 (host B) receives what rank 0 sends A -> B: the MPTCP stream's direction
-            results["railover"] = peer_stats(recs, res.buckets[1], sec, res.ok, res.wrong_bytes)
-            results["railover"]["rank_exit_codes"] = [r.returncode for r in res.perf.ranks]
-            results["railover"]["failovers"] = len(res.select("failover"))
             # cross-check of the rail-counter failback: the plugin's own failback events
             for r in recs:
                 fb = [e["t_us"] for e in res.select("failback", r["t_undo"]) if e.get("rank") == 0]
                 r["journal_failback_ms"] = (fb[0] - r["t_undo"]) / 1e3 if fb else None
+            part = peer_stats(recs, res.buckets[1], sec, res.ok, res.wrong_bytes)
+            part["rank_exit_codes"] = [r.returncode for r in res.perf.ranks]
+            part["failovers"] = len(res.select("failover"))
             if not res.ok:
-                results["railover"]["error"] = res.perf.describe()[-3000:]
+                part["error"] = res.perf.describe()[-3000:]
+            results["railover"] = part  # whole or not at all
+            rep.add_target("railover: wrong bytes", part["wrong_bytes"], "==", 0, "B")
             # MPTCP
             console.print(f"[bold]failover --peer mptcp[/]: Linux MPTCP, backup subflow on rail 1")
             peer = M.MptcpPeer(tb, work / "mptcp", max_s=3000)
@@ -882,15 +886,13 @@ def run_peers(out: Path, quick: bool = False, faults: Optional[int] = None, kind
                 r = peer.stop()
             rep.add_wrong(r["wrong"])
             ok = r["connected"] and not r["error"] and r["wrong"] == 0
-            results["mptcp"] = peer_stats(recs, r["buckets"], sec, ok, r["wrong"])
-            results["mptcp"].update({"bytes": r["bytes"], "error": r["error"], "send_exit": r["send_exit"],
-                                     "send_out": r["send_out"]})
+            part = peer_stats(recs, r["buckets"], sec, ok, r["wrong"])
+            part.update({"bytes": r["bytes"], "error": r["error"], "send_exit": r["send_exit"], "send_out": r["send_out"]})
+            results["mptcp"] = part
+            rep.add_target("mptcp: wrong bytes", part["wrong_bytes"], "==", 0, "B")
         finally:
             rs.close()
     shutil.rmtree(work, ignore_errors=True)
-    rep.results["peers"] = results
-    for name, r in results.items():
-        rep.add_target(f"{name}: wrong bytes", r["wrong_bytes"], "==", 0, "B")
     _peer_plot(rep, results)
     data = rep.finish()
     for t in peer_tables(data):

@@ -139,6 +139,9 @@ def run(out: Path, quick: bool = False, rounds: Optional[int] = None, networks: 
     lat: Dict[Tuple, Dict[int, List[float]]] = {}
     iperf: Dict[Tuple, List[float]] = {}
     checked: List[Dict[str, Any]] = []
+    blocks: List[Dict[str, Any]] = []  # the (network, round, workload, ranks) blocks measured
+    rep.results["blocks_done"] = blocks
+    rep.results["checked"] = checked
     for net in networks:
         shape = NETWORKS[net]
         with TestBed(hosts=shape["hosts"], nics=shape["nics"]) as tb:
@@ -188,6 +191,10 @@ def run(out: Path, quick: bool = False, rounds: Optional[int] = None, networks: 
                             flows = C.iperf_ring(tb, _iperf_pairs(tb, n), P, iperf_s, omit_s=0 if quick else 1, pin=pin)
                             best = max(best, sum(f["gbs"] for f in flows) / len(flows))
                         iperf.setdefault((net, n, P), []).append(best)
+                    # Stored after every block, so an interrupted run keeps the rounds it
+                    # measured (Report.save_interrupted; targets are evaluated only at the end).
+                    blocks.append({"network": net, "round": rnd + 1, "workload": wl, "nranks": n})
+                    rep.results.update(_summarize(raw, lat, iperf, networks, workloads, ranks, nstreams))
             # Correctness: the same combinations with data generated and checked.
             for wl, n in itertools.product(workloads, ranks):
                 wd = work / f"{net}-{wl}-{n}-checked"
@@ -203,7 +210,6 @@ def run(out: Path, quick: bool = False, rounds: Optional[int] = None, networks: 
     shutil.rmtree(work, ignore_errors=True)
 
     results = _summarize(raw, lat, iperf, networks, workloads, ranks, nstreams)
-    results["checked"] = checked
     rep.results.update(results)
     refresh(rep.data)
     _plots(rep, results)
