@@ -76,6 +76,7 @@ const UintField kUintFields[] = {
     RO_UINT_FIELD("RAILOVER_TCP_KEEPALIVE_S", tcpKeepaliveS),
     RO_UINT_FIELD("RAILOVER_MAX_RECVS", maxRecvs),
     RO_UINT_FIELD("RAILOVER_STALL_MS", stallMs),
+    RO_UINT_FIELD("RAILOVER_FLOW_STALL_MS", flowStallMs),
     RO_UINT_FIELD("RAILOVER_PROBE_BACKOFF_MAX_MS", probeBackoffMaxMs),
     RO_UINT_FIELD("RAILOVER_ABORT_ON_FATAL", abortOnFatal),
     RO_UINT_FIELD("NCCL_IB_ROCE_VERSION_NUM", ib.roceVersion),

@@ -99,6 +99,7 @@ struct Config {
   uint32_t maxRecvs = RO_PARAM_DEFAULT("RAILOVER_MAX_RECVS");  // grouped receives offered to NCCL (1 = none)
   uint32_t tcpKeepaliveS = RO_PARAM_DEFAULT("RAILOVER_TCP_KEEPALIVE_S");  // idle s before a keepalive, 0 = off
   uint32_t stallMs = RO_PARAM_DEFAULT("RAILOVER_STALL_MS");  // no progress with data pending -> probe burst, ms
+  uint32_t flowStallMs = RO_PARAM_DEFAULT("RAILOVER_FLOW_STALL_MS");  // RDMA: ack silence with writes in flight -> failover, ms (0 off)
   // RAILOVER_ABORT_ON_FATAL: on a fatal error (no usable path past RAILOVER_FATAL_TIMEOUT, the
   // peer process gone) write one line naming the path and the cause to stderr and exit the
   // process with kAbortOnFatalExitCode instead of returning ncclSystemError (JAX/XLA have no

@@ -144,6 +144,10 @@ inline constexpr ParamSpec kParams[] = {
      "(its FIN lost in an outage), which an end with nothing to write would otherwise wait on for ever"},
     {"RAILOVER_STALL_MS", ParamType::kUint, kReadPlugin, 50, 1, 60000, 1, "ms", "50", "", "100",
      "an active path with data pending and no progress this long triggers a full-size probe burst"},
+    {"RAILOVER_FLOW_STALL_MS", ParamType::kUint, kReadPlugin, 500, 0, 600000, 1, "ms", "500", "0 = off", "1000",
+     "RDMA: an active path whose QPs got no acknowledgement this long with writes in flight, while its rail's probes "
+     "answer and a standby does too, fails over (the data flow alone is cut: ECMP route of the QP's flow, a stuck "
+     "traffic class); TCP ignores it"},
     {"RAILOVER_ABORT_ON_FATAL", ParamType::kFlag, kReadPlugin, 0, 0, 1, 1, "", "0", "0 or 1", "1",
      "1: on a fatal error write one line naming path and cause to stderr and exit the process (status 70) instead of "
      "returning ncclSystemError (for JAX/XLA, which have no collective watchdog)"},

@@ -697,7 +697,6 @@ SendLink::PairView SendLink::pairView(const Path& p) const {
 // network is silent too. Appends to *cause what made it fail beyond the pair's cause.
 bool SendLink::activePathFails(size_t i, const PairView& v, uint64_t now, std::string* cause) const {
   const Config& cfg = *deps.cfg;
-  Health* hl = deps.health;
   const Path& p = paths[i];
   bool stalled = acked_ == nextSeq_ || now - lastProgressUs_ >= (uint64_t)cfg.stallMs * 1000;
   // A slow path is not a stalled one: when every rail is saturated (or rate-limited),
@@ -713,21 +712,50 @@ bool SendLink::activePathFails(size_t i, const PairView& v, uint64_t now, std::s
   // nothing about the active one, whose answer is a moment behind. A real fault of the active
   // rail while the others recover is judged once they have answered for a detection time.
   uint32_t detectMs = cfg.probeIntervalMs * cfg.probeMultiplier;
-  uint64_t detectUs = (uint64_t)detectMs * 1000;
-  bool otherUsable = false;
-  for (size_t j = 0; j < paths.size(); ++j) {
-    const Path& o = paths[j];
-    if (j == i || o.state != PathState::kStandby || !hl->nicUp(o.localNic) || !hl->pairUp(o.pairId)) continue;
-    if (!hl->pairAnsweredWithinUs(o.pairId, detectUs / 2)) continue;
-    uint64_t back = hl->repairedUs(o.localNic, o.pairId);
-    otherUsable |= !back || now >= back + detectUs;
-  }
+  bool otherUsable = otherPathUsable(i, now);
   // The peer's kernel acknowledges nothing either: the network is dead, not the peer
   // process (a stopped process's kernel still acknowledges). That is as good as hard.
   bool netSilent = false;
   if (stalled && !otherUsable && p.tx) netSilent = p.tx->unackedSilenceMs() >= detectMs;
   if (netSilent) *cause += "; the peer acknowledges nothing";
   return v.hard || (stalled && (otherUsable || netSilent));
+}
+
+bool Link::otherPathUsable(size_t i, uint64_t now) const {
+  const Config& cfg = *deps.cfg;
+  Health* hl = deps.health;
+  if (!hl) return false;
+  uint64_t detectUs = (uint64_t)cfg.probeIntervalMs * cfg.probeMultiplier * 1000;
+  for (size_t j = 0; j < paths.size(); ++j) {
+    const Path& o = paths[j];
+    if (j == i || o.state != PathState::kStandby || !hl->nicUp(o.localNic) || !hl->pairUp(o.pairId)) continue;
+    if (!hl->pairAnsweredWithinUs(o.pairId, detectUs / 2)) continue;
+    uint64_t back = hl->repairedUs(o.localNic, o.pairId);
+    if (!back || now >= back + detectUs) return true;
+  }
+  return false;
+}
+
+// Policy: the flow-stall rule. Probes test the rail, not the data's own flow: on RoCE each QP's
+// packets take the ECMP route hashed from its UDP source port and its traffic class's queue,
+// neither of which the probes share, so a fault there leaves the probes answering while the
+// RC retries run for ~30 s. The proof it is the network: the peer's HCA acknowledged nothing
+// for RAILOVER_FLOW_STALL_MS with writes in flight (a stopped or busy peer process does not
+// stop its HCA's acknowledgements; a late caller is excluded by judging right after the poll,
+// and the call-gap rule restarts lastProgressUs_). Needs a usable standby: with none, moving
+// gains nothing and the path keeps its retries.
+bool SendLink::flowStalled(size_t i, uint64_t now, std::string* cause) const {
+  const Config& cfg = *deps.cfg;
+  const Path& p = paths[i];
+  if (!cfg.flowStallMs || !p.tx || !p.tx->ackSilenceIsFault() || acked_ >= nextSeq_ || resuming()) return false;
+  uint64_t limitUs = (uint64_t)cfg.flowStallMs * 1000;
+  if (now < lastProgressUs_ + limitUs) return false;
+  uint32_t silentMs = p.tx->unackedSilenceMs();
+  if (silentMs < cfg.flowStallMs || !otherPathUsable(i, now)) return false;
+  *cause = "data flow stalled: no acknowledgement from the peer's transport for " + std::to_string(silentMs) +
+           " ms with data in flight while the rail's probes answer (RAILOVER_FLOW_STALL_MS=" +
+           std::to_string(cfg.flowStallMs) + ")";
+  return true;
 }
 
 // A repair of the NIC or pair (it came back up since this path last looked)?
@@ -875,7 +903,15 @@ void SendLink::progress(bool fromSweeper) {
       failPath(p, err, now);
       continue;
     }
-    if (moved > 0) lastProgressUs_ = nowUs();
+    if (moved > 0) {
+      lastProgressUs_ = nowUs();
+    } else {
+      std::string cause;
+      if (flowStalled((size_t)active, nowUs(), &cause)) {
+        failPath(p, cause, now);
+        continue;
+      }
+    }
     break;
   }
 }
@@ -1527,7 +1563,31 @@ void RecvLink::progress() {
     ackSent_ = nextComplete_;
     ok = p.rx->flushCtl(&err) >= 0;
   }
-  if (!ok) failPath(p, p.rx ? err : "path not open", now);
+  if (!ok) {
+    failPath(p, p.rx ? err : "path not open", now);
+  } else if (flowStalled(active, nowUs(), &err)) {
+    // Bilateral: the sender may have nothing in flight to see it by (it waits for the
+    // advertisements this end cannot get through); closing the path tells it at once.
+    failPath(p, err, now);
+  }
+}
+
+// Policy: the flow-stall rule at the receiver. The flow toward the sender carries this end's
+// ACKs, RESUME_ACKs and (RDMA) advertisements; when only that direction is cut, the sender's
+// data direction may look fine (its writes are acknowledged, or it has none in flight because
+// no advertisement came), so only this end can tell. As at the sender: the sender's HCA
+// acknowledges whatever its process does, the silence is read right after this path's poll,
+// and a standby whose pair answers must exist (else closing the path gains nothing).
+bool RecvLink::flowStalled(int idx, uint64_t now, std::string* cause) const {
+  const Config& cfg = *deps.cfg;
+  const Path& p = paths[idx];
+  if (!cfg.flowStallMs || !p.rx || !p.rx->ackSilenceIsFault() || resumeWait_.idx >= 0) return false;
+  uint32_t silentMs = p.rx->unackedSilenceMs();
+  if (silentMs < cfg.flowStallMs || !otherPathUsable((size_t)idx, now)) return false;
+  *cause = "control flow to the sender stalled: no acknowledgement from the peer's transport for " +
+           std::to_string(silentMs) + " ms with control messages in flight while the rail's probes answer "
+           "(RAILOVER_FLOW_STALL_MS=" + std::to_string(cfg.flowStallMs) + ")";
+  return true;
 }
 
 bool RecvLink::ready() {

@@ -193,6 +193,9 @@ class Link {
   std::mutex mu;
   uint64_t secret = 0;
   std::vector<Path> paths;
+  // Whether a path other than paths[i] could carry the traffic now: a standby whose NIC is up
+  // and whose pair answers its probes (within half the detection time), not just repaired.
+  bool otherPathUsable(size_t i, uint64_t now) const;
   int active = -1;
   int primary = 0;
   int nStreams = 1;
@@ -335,6 +338,12 @@ class SendLink : public Link {
   PairView pairView(const Path& p) const;
   // Slow vs stalled: whether the active path paths[i], its pair down, fails now (may add to *cause).
   bool activePathFails(size_t i, const PairView& v, uint64_t now, std::string* cause) const;
+  // The flow-stall rule (RAILOVER_FLOW_STALL_MS, transports whose ACK silence is proof:
+  // SendPath::ackSilenceIsFault): whether the active path paths[i], whatever its probes say,
+  // has had data pending with no progress and no transport acknowledgement for that long
+  // while another path is usable. Judged right after the path's progress (its completions
+  // just read), so a late caller is never read as a silent network. Sets *cause.
+  bool flowStalled(size_t i, uint64_t now, std::string* cause) const;
   bool repairedSinceSeen(Path& p, const PairView& v);  // a NIC/pair repair this path has not acted on
   void decayHoldDown(Path& p, uint64_t now);            // flap damping: shrink a grown hold-down
   int pickStandby() const;                              // which path to resume on (-1: none)
@@ -498,6 +507,11 @@ class RecvLink : public Link, public RecvSink {
   void slowTick(uint64_t now);
   bool healthChangedSinceSeen();           // the health epoch moved since the last look (notes it)
   void failPathsDownByHealth(uint64_t now);  // bilateral detection: close paths health says are down
+  // The receiver's side of the flow-stall rule (SendLink::flowStalled): its control messages on
+  // the active path paths[idx] got no acknowledgement from the sender's transport for
+  // RAILOVER_FLOW_STALL_MS while a standby's pair answers. Judged right after the path's
+  // progress call. Sets *cause.
+  bool flowStalled(int idx, uint64_t now, std::string* cause) const;
   void advancePath(int idx, uint64_t now);   // connect steps; a standby's RESUME (or its error)
   void judgeNoPath(uint64_t now);            // no active path for RAILOVER_FATAL_TIMEOUT: fatal
   bool readControl(Path& p, int idx, uint64_t now, std::string* err);

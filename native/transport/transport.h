@@ -183,6 +183,16 @@ class SendPath {
   // acknowledged anything while data is outstanding (0 = nothing outstanding or unknown).
   virtual bool peerAckedWithinMs(uint32_t ms) = 0;
   virtual uint32_t unackedSilenceMs() = 0;
+  // Whether a silence of this path's own transport acknowledgements (unackedSilenceMs) with
+  // data in flight proves the data flow is cut even while the rail's probes answer: the engine
+  // then fails the active path over after RAILOVER_FLOW_STALL_MS (SendLink::flowStalled).
+  // RDMA RC: true; the peer's HCA acknowledges every packet whatever its process does, and a
+  // lost packet is resent only after the local ACK timeout (NCCL_IB_TIMEOUT: 4.3 s per try at
+  // NCCL's default 20), so a flow that only the data misses (an ECMP route hashed from the QP's
+  // UDP source port, a stuck traffic class, a filter on UDP port 4791) is otherwise seen only
+  // after the RC retries, ~30 s. TCP: false (default); its retransmission back-off (200 ms,
+  // 400 ms, ...) makes silences of seconds normal on a lossy but working rail.
+  virtual bool ackSilenceIsFault() const { return false; }
   // True when delivery is proven only by the receiver's ACK (TCP). A transport that can prove
   // delivery otherwise (an RDMA write completion with a receiver-side placement guarantee)
   // may return false; the engine still requires the receiver to hold the whole message.
@@ -281,6 +291,13 @@ class RecvPath {
     fence();
     return nullptr;
   }
+  // The receiver's side of the flow-stall rule (RecvLink::flowStalled): ms since the sender's
+  // transport last acknowledged anything this end sent (control messages: ACK, RESUME_ACK;
+  // RDMA: the advertisements too) while some is outstanding (0 = nothing outstanding, or
+  // unknown), and whether that silence proves the flow toward the sender is cut even while the
+  // rail's probes answer (as SendPath::ackSilenceIsFault: RDMA RC true, TCP false, default).
+  virtual uint32_t unackedSilenceMs() { return 0; }
+  virtual bool ackSilenceIsFault() const { return false; }
   // Stream transports: takes accepted stream `stream` (< the path's stream count) of the path,
   // replacing one already there. Returns false when the transport builds paths otherwise.
   virtual bool adopt(int stream, std::unique_ptr<Conn> c) { (void)stream, (void)c; return false; }

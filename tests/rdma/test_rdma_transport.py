@@ -12,6 +12,8 @@ Asserted here:
   comms return to it (``failback``), with 0 wrong bytes;
 * the same for a one-way loss (what leaves A's primary NIC is dropped at B's input) and for a cable
   pull at the far end (B's primary NIC: B sees the port error, A sees nothing);
+* a cut of the RoCE flow alone (UDP 4791 dropped; probes still answer): the flow-stall rule
+  moves both guests' send comms, then they fail back;
 * a primary that flaps (4 cable pulls of 0.5 s, 1 s apart): every byte arrives, no comm switches
   3 times within a hold-down, the repeated failures are reported as flaps with a grown
   hold-down, and once it stops flapping the comms fail back;
@@ -214,6 +216,45 @@ def test_a_fault_on_the_primary_fails_over_to_the_standby_hca_and_back(rdma_bed,
             assert a_nic_down == [], a_nic_down
         elif kind in ("silent", "one_way"):
             assert a_nic_down == [] and b_nic_down == [], "a black hole has no carrier or port event"
+
+    crash_retry(bed, body)
+
+
+def test_a_cut_of_the_roce_flow_alone_fails_over_on_the_flow_stall_rule(rdma_bed, tmp_path):
+    """Only RoCE v2 packets (UDP port 4791) are dropped on the primary rail, both directions:
+    the probes and bootstrap streams on that rail go on answering, so the health layer sees a
+    working rail, as with an ECMP route that black-holes one QP's flow or a stuck traffic class.
+    The QPs' silence with writes in flight (RAILOVER_FLOW_STALL_MS, 5 s under TCG) moves both
+    guests' send comms to the standby HCA long before the RC retries would end in an error
+    (7 retries of NCCL_IB_TIMEOUT 20: ~30 s); after the repair they fail back, every byte
+    checked. Without the rule the first cause would be the RC's retry-exceeded error."""
+    bed = rdma_bed
+
+    def body():
+        run = _Background(bed, tmp_path, {"RAILOVER_HOLD_DOWN_MS": "1000"}, duration=600, stoppable=True)
+        try:
+            run.wait_armed()
+            fault = rf.RoceOnly(bed, "a0").apply()
+            try:
+                poll_until(lambda: sum(1 for e in _journal(bed, "A") + _journal(bed, "B")
+                                       if e.get("event") == "failover") >= 2, 180, 1.0,
+                           "a failover in both guests")
+                assert fault.counter() > 0, "the RoCE drop rules dropped nothing"
+            finally:
+                fault.undo()
+            run.wait_event("failback", 240)
+        finally:
+            res = run.result()
+        assert res.ok, res.describe()
+        assert res.wrong_total == 0
+        for rank in (0, 1):
+            evs = _rank_events(tmp_path, rank)
+            assert not _named(evs, "nic_down"), "a cut of the RoCE flow has no carrier or port event"
+            assert not _named(evs, "fatal"), _named(evs, "fatal")
+            downs = [e for e in _named(evs, "path_down") if e.get("dir") == "send" and e["nic"] == "eth1"]
+            assert downs, f"rank {rank}: the primary send path never went down"
+            assert "data flow stalled" in downs[0]["cause"], downs[0]
+            assert _named(evs, "failover") and _named(evs, "failback"), [e.get("event") for e in evs]
 
     crash_retry(bed, body)
 

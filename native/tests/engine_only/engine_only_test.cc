@@ -378,6 +378,173 @@ TEST_F(EngineOnly, ASlowOpenOfARetriedPathIsJournaled) {
     if (jsonField(l, "dir") == "recv") EXPECT_EQ(jsonInt(l, "open_us"), 0) << l;
 }
 
+// ------------------------------------------------------------------------------------------
+// The flow-stall rule (RAILOVER_FLOW_STALL_MS): a transport whose own acknowledgements prove
+// delivery (Wire::acksTell, as RDMA RC) whose data flow alone is cut (an ECMP route hashed
+// from the QP's flow, a stuck traffic class) while its rail's probes still answer.
+
+class EngineOnlyFlowStall : public EngineOnly {
+ protected:
+  static constexpr uint32_t kFlowStallMs = 100;
+  void SetUp() override {
+    EngineOnly::SetUp();
+    w(0, kA0)->acksTell = true;
+    w(1, kA1)->acksTell = true;
+  }
+  Setting flow{Runtime::get().cfg.flowStallMs, kFlowStallMs};
+  // Keeps the run for at least 4 flow-stall times after the event, so a failover that the rule
+  // should not cause has time to happen.
+  static constexpr auto kWatch = std::chrono::milliseconds(4 * kFlowStallMs);
+  using Clock = std::chrono::steady_clock;
+  // Why the sender's primary (NIC n0) went from active to failed, per time, since `mark`.
+  std::vector<std::string> failoverReasons(size_t mark) {
+    std::vector<std::string> out;
+    for (auto& st : commSteps(mark, send->secret, {"path_state"}))
+      if (st.is("send", "n0", "active", "failed")) out.push_back(st.reason);
+    return out;
+  }
+};
+
+// The wire of the active path swallows everything from message 80 on; the probes of both rails
+// go on answering (health is never told). The sender fails over once nothing was acknowledged
+// for RAILOVER_FLOW_STALL_MS, not before, and the journal names the rule.
+TEST_F(EngineOnlyFlowStall, ADataFlowCutWhileProbesAnswerFailsOverAfterTheFlowStallTime) {
+  connectComm();
+  size_t mark = journalSize();
+  Clock::time_point cutAt{}, movedAt{};
+  Stats st = run(200, mixed, 8, [&](int k) {
+    if (k == 80 && !w(0, kA0)->drop) {
+      w(0, kA0)->drop = true;
+      cutAt = Clock::now();
+    }
+  }, [&] {
+    if (cutAt != Clock::time_point{} && movedAt == Clock::time_point{} && send->counters.failovers > 0) movedAt = Clock::now();
+  });
+  EXPECT_FALSE(st.timedOut);
+  EXPECT_EQ(st.err, ncclSuccess);
+  EXPECT_EQ(st.delivered, 200u);
+  ASSERT_EQ(send->counters.failovers, 1u);
+  EXPECT_EQ(activeNic(), 1);
+  EXPECT_TRUE(health->pairUp(send->paths[0].pairId)) << "the probes never judged the rail";
+  EXPECT_GE(movedAt - cutAt, std::chrono::milliseconds(kFlowStallMs)) << "moved before the flow-stall time";
+  EXPECT_GT(send->counters.bytesResent, 0u) << "what the cut swallowed was resent";
+  auto reasons = failoverReasons(mark);
+  ASSERT_EQ(reasons.size(), 1u);
+  EXPECT_NE(reasons[0].find("data flow stalled"), std::string::npos) << reasons[0];
+  EXPECT_NE(reasons[0].find("RAILOVER_FLOW_STALL_MS=100"), std::string::npos) << reasons[0];
+}
+
+// Only the direction toward the sender is cut (the receiver's ACKs, and on RDMA its
+// advertisements, vanish); the sender's data still gets through and is acknowledged by the
+// transport, so the sender cannot tell. The receiver's side of the rule closes its end of the
+// path once its control messages went unacknowledged for the flow-stall time; the sender sees
+// the path end and resumes on the standby, every byte right.
+TEST_F(EngineOnlyFlowStall, ACutOfTheDirectionTowardTheSenderIsFoundByTheReceiver) {
+  connectComm();
+  size_t mark = journalSize();
+  Stats st = run(200, mixed, 8, [&](int k) {
+    if (k == 80) w(0, kA0)->backDrop = true;
+  });
+  EXPECT_FALSE(st.timedOut);
+  EXPECT_EQ(st.err, ncclSuccess);
+  EXPECT_EQ(st.delivered, 200u);
+  EXPECT_EQ(send->counters.failovers, 1u);
+  EXPECT_EQ(activeNic(), 1);
+  bool byReceiver = false;
+  for (auto& stp : commSteps(mark, send->secret, {"path_state"}))
+    if (stp.is("recv", "n0", "active", "failed"))
+      byReceiver |= stp.reason.find("control flow to the sender stalled") != std::string::npos;
+  EXPECT_TRUE(byReceiver) << "the receiver did not name the rule";
+}
+
+// With no usable standby (its rail's probes do not answer) the path is kept: moving gains
+// nothing. As soon as the standby answers, the rule moves the traffic.
+TEST_F(EngineOnlyFlowStall, TheRuleWaitsForAStandbyThatAnswersItsProbes) {
+  connectComm();
+  int standbyPair = send->paths[1].pairId;
+  ASSERT_GE(standbyPair, 0);
+  health->pairs[standbyPair].answering = false;
+  Clock::time_point cutAt{};
+  bool released = false;
+  Stats st = run(200, mixed, 8, [&](int k) {
+    if (k == 80 && !w(0, kA0)->drop) w(0, kA0)->drop = true, cutAt = Clock::now();
+  }, [&] {
+    if (!released && cutAt != Clock::time_point{} && Clock::now() - cutAt > kWatch) {
+      EXPECT_EQ(send->counters.failovers, 0u) << "moved to a standby whose probes do not answer";
+      health->pairs[standbyPair].answering = true;
+      released = true;
+    }
+  });
+  ASSERT_TRUE(released);
+  EXPECT_FALSE(st.timedOut);
+  EXPECT_EQ(st.delivered, 200u);
+  EXPECT_EQ(send->counters.failovers, 1u);
+}
+
+// Negative control: the receiver's ACKs stop (its process stopped or slow) while the
+// transport still acknowledges everything: the engine's progress stalls, the flow does not.
+// No failover, and every byte arrives once the ACKs come again.
+TEST_F(EngineOnlyFlowStall, AReceiverThatStopsAcknowledgingIsNotAFlowStall) {
+  connectComm();
+  Clock::time_point stoppedAt{};
+  bool resumed = false;
+  Stats st = run(200, mixed, 8, [&](int k) {
+    if (k == 80 && stoppedAt == Clock::time_point{}) stallAcksOfTheReceiver(), stoppedAt = Clock::now();
+  }, [&] {
+    if (!resumed && stoppedAt != Clock::time_point{} && Clock::now() - stoppedAt > kWatch) {
+      for (auto& p : recv->paths)
+        if (auto* rx = dynamic_cast<chunkfake::FakeRecvPath*>(p.rx.get())) rx->channel().backStalled = false;
+      resumed = true;
+    }
+  });
+  ASSERT_TRUE(resumed);
+  EXPECT_FALSE(st.timedOut);
+  EXPECT_EQ(st.delivered, 200u);
+  EXPECT_EQ(send->counters.failovers, 0u) << "a receiver that stopped acknowledging is not a network fault";
+}
+
+// Control: a transport whose acknowledgement silence proves nothing (TCP: acksTell off) keeps
+// the path while the probes answer, however long; the probes' verdict then moves it.
+TEST_F(EngineOnlyFlowStall, ATransportWhoseSilenceProvesNothingWaitsForTheProbes) {
+  w(0, kA0)->acksTell = false;
+  w(1, kA1)->acksTell = false;
+  connectComm();
+  Clock::time_point cutAt{};
+  bool judged = false;
+  Stats st = run(200, mixed, 8, [&](int k) {
+    if (k == 80 && !w(0, kA0)->drop) w(0, kA0)->drop = true, cutAt = Clock::now();
+  }, [&] {
+    if (!judged && cutAt != Clock::time_point{} && Clock::now() - cutAt > kWatch) {
+      EXPECT_EQ(send->counters.failovers, 0u) << "the flow-stall rule applied to a transport that opted out";
+      health->setPair(0, kA0, false, false, "probe timeout (test)");
+      judged = true;
+    }
+  });
+  ASSERT_TRUE(judged);
+  EXPECT_FALSE(st.timedOut);
+  EXPECT_EQ(st.delivered, 200u);
+  EXPECT_EQ(send->counters.failovers, 1u);
+}
+
+// RAILOVER_FLOW_STALL_MS=0 turns the rule off.
+TEST_F(EngineOnlyFlowStall, ZeroTurnsTheRuleOff) {
+  Setting off(Runtime::get().cfg.flowStallMs, 0);
+  connectComm();
+  Clock::time_point cutAt{};
+  bool judged = false;
+  Stats st = run(120, mixed, 8, [&](int k) {
+    if (k == 40 && !w(0, kA0)->drop) w(0, kA0)->drop = true, cutAt = Clock::now();
+  }, [&] {
+    if (!judged && cutAt != Clock::time_point{} && Clock::now() - cutAt > kWatch) {
+      EXPECT_EQ(send->counters.failovers, 0u);
+      health->setPair(0, kA0, false, false, "probe timeout (test)");
+      judged = true;
+    }
+  });
+  ASSERT_TRUE(judged);
+  EXPECT_EQ(st.delivered, 120u);
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------------------------------

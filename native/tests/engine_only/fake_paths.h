@@ -14,6 +14,13 @@
 //   peerGone   new paths are refused by the peer (its process exited)
 //   hangConnect  paths opened now never connect
 //   peerAcks   the peer's transport still acknowledges (a slow, not dead, path)
+//   acksTell   the transport's own acknowledgements prove delivery, as RDMA RC's (the peer's
+//              HCA acknowledges whatever its process does): unackedSilenceMs counts from the
+//              first chunk or control message the wire dropped since the last one it carried,
+//              and ackSilenceIsFault is true (the flow-stall rule applies); the same for the
+//              receiver's control messages (FakeRecvPath) with backDrop
+//   backDrop   control messages the receiver sends toward the sender vanish (the reverse
+//              direction of the path's flow is cut; the data direction still works)
 //   slowFence  a receive path's fenceAsync() stays pending (its FenceWait is kept in
 //              `heldFences`) until the test sets done, as an RDMA QP whose move to ERR blocks
 //   slowCalls  the next this many sender progress calls hold the caller for slowCallUs
@@ -63,7 +70,7 @@ namespace chunkfake {
 
 struct Wire {
   bool drop = false, broken = false, stalled = false, refuse = false, peerGone = false;
-  bool hangConnect = false, peerAcks = false;
+  bool hangConnect = false, peerAcks = false, acksTell = false, backDrop = false;
   size_t maxChunks = SIZE_MAX;
   uint64_t bytes = 0;  // payload bytes sent toward the receiver
   bool slowFence = false;
@@ -145,6 +152,7 @@ class FakeSendPath : public SendPath {
       Item it;
       it.isCtl = true, it.ctl = ctl_.front();
       ctl_.pop_front();
+      carried(!ch_->wire->drop);
       if (!ch_->wire->drop) ch_->lanes[0].push_back(std::move(it));
     }
     size_t budget = ch_->wire->maxChunks;
@@ -157,6 +165,7 @@ class FakeSendPath : public SendPath {
       it.c = e->c;
       it.bytes.assign(e->src, e->src + e->c.len);
       ch_->wire->bytes += e->c.len;
+      carried(!ch_->wire->drop);
       if (!ch_->wire->drop) ch_->lanes[e->lane].push_back(std::move(it));
       queued_[e->lane] -= e->c.len;
       e = q_.erase(e);
@@ -196,7 +205,10 @@ class FakeSendPath : public SendPath {
     q_.clear(), ctl_.clear();
   }
   bool peerAckedWithinMs(uint32_t) override { return ch_->wire->peerAcks && !q_.empty(); }
-  uint32_t unackedSilenceMs() override { return 0; }
+  uint32_t unackedSilenceMs() override {
+    return ch_->wire->acksTell && silentSinceUs_ ? (uint32_t)((nowUs() - silentSinceUs_) / 1000) : 0;
+  }
+  bool ackSilenceIsFault() const override { return ch_->wire->acksTell; }
   void nudge() override {
     ch_->wire->nudges++;
     if (ch_->receiverGoneSilently) ch_->receiverGone = true;  // the reset that answers the byte
@@ -224,6 +236,11 @@ class FakeSendPath : public SendPath {
   std::deque<Queued> q_;
   std::deque<CtlMsg> ctl_;
   std::vector<uint64_t> queued_;
+  uint64_t silentSinceUs_ = 0;  // acksTell: the first drop since the wire last carried something
+  void carried(bool ok) {
+    if (ok) silentSinceUs_ = 0;
+    else if (!silentSinceUs_) silentSinceUs_ = nowUs();
+  }
 };
 
 class FakeRecvPath : public RecvPath {
@@ -275,10 +292,20 @@ class FakeRecvPath : public RecvPath {
       out_.swap(held);
       return 0;
     }
+    if (ch_->wire->backDrop) {  // what leaves this end vanishes, unacknowledged
+      if (!out_.empty() && !silentSinceUs_) silentSinceUs_ = nowUs();
+      out_.clear();
+      return 0;
+    }
+    if (!out_.empty()) silentSinceUs_ = 0;
     for (auto& m : out_) ch_->back.push_back(m);
     out_.clear();
     return 0;
   }
+  uint32_t unackedSilenceMs() override {
+    return ch_ && ch_->wire->acksTell && silentSinceUs_ ? (uint32_t)((nowUs() - silentSinceUs_) / 1000) : 0;
+  }
+  bool ackSilenceIsFault() const override { return ch_ && ch_->wire->acksTell; }
   int recvCtl(CtlMsg* m, std::string* err) override {
     if (!ch_) return *err = "path fenced", -1;
     if (ch_->wire->broken) return *err = "connection reset (fake)", -1;
@@ -337,6 +364,7 @@ class FakeRecvPath : public RecvPath {
   }
   std::shared_ptr<Channel> ch_;
   std::deque<CtlMsg> out_;
+  uint64_t silentSinceUs_ = 0;  // acksTell + backDrop: the first control message dropped since one got through
 };
 
 // Paths wait in `pending` until connected; pump() hands them to the engine's acceptor entry.

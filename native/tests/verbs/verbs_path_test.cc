@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/clock.h"
 #include "fake_verbs.h"
 #include "verbs_test_sinks.h"
 #include "transport/verbs/verbs_device.h"
@@ -505,5 +506,31 @@ TEST_F(VerbsPathTest, ACloseLingerEndsWhenTheSendsCompleteOrThePeerIsGone) {
   EXPECT_EQ(asked, 3) << "asked until it said the peer is gone, then no more";
   EXPECT_LT(s, 5.0) << "gave up at the predicate (ms), not at the 10 s bound";
   EXPECT_EQ(r->outstanding(), 1);
+}
+// The silence the engine's flow-stall rule reads (lastProgressUs with sends outstanding)
+// starts when a QP gets work, not at its last completion before an idle spell: otherwise the
+// first send after a quiet minute would look like a minute of silence. And it keeps growing
+// while the send is not acknowledged, and ends at its completion.
+TEST_F(VerbsPathTest, TheSilenceClockStartsWhenAnIdleQpGetsWorkAndEndsAtItsCompletion) {
+  connect();
+  uint64_t connectedAt = s->lastProgressUs();
+  while (railover::nowUs() - connectedAt < 50000) progress();  // an idle spell with nothing in flight
+  std::string err;
+  CtlMsg ack;
+  ack.type = CtlType::kAck;
+  uint64_t before = railover::nowUs();
+  ASSERT_EQ(s->sendCtl(ack, &err), 1) << err;
+  ASSERT_EQ(s->outstanding(), 1);
+  uint64_t posted = s->lastProgressUs();
+  EXPECT_GE(posted, before) << "the idle spell before the post counted as silence";
+  uint64_t until = railover::nowUs() + 20000;
+  while (railover::nowUs() < until) progress();  // never delivered: no acknowledgement
+  EXPECT_EQ(s->lastProgressUs(), posted) << "the silence restarted without an acknowledgement";
+  EXPECT_GE(railover::nowUs() - s->lastProgressUs(), 20000u);
+  uint64_t beforeAck = railover::nowUs();
+  fake::deliver(sq(), rq());
+  progress();
+  EXPECT_EQ(s->outstanding(), 0);
+  EXPECT_GE(s->lastProgressUs(), beforeAck) << "the completion ends the silence";
 }
 }  // namespace

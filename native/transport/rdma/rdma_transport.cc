@@ -406,6 +406,8 @@ class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink, priva
     if (stage_ != kReady || fenced_ || sh_->path->outstanding() == 0) return 0;
     return (uint32_t)((nowUs() - sh_->path->lastProgressUs()) / 1000);
   }
+  // RC: the peer's HCA acknowledges every packet, whatever its process does (transport.h).
+  bool ackSilenceIsFault() const override { return true; }
 
  private:
   struct Pending {
@@ -596,6 +598,14 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
     }
     conn_.reset();
   }
+
+  // The receiver's control SENDs (advertisements, ACKs, RESUME_ACK) are acknowledged by the
+  // sender's HCA whatever its process does (transport.h).
+  uint32_t unackedSilenceMs() override {
+    if (stage_ != kReady || fenced_ || sh_->path->outstanding() == 0) return 0;
+    return (uint32_t)((nowUs() - sh_->path->lastProgressUs()) / 1000);
+  }
+  bool ackSilenceIsFault() const override { return true; }
 
   // The fence without blocking the caller: the path stops now (fenced_: nothing more is
   // posted, polled or read here; the bootstrap stream closes, so the sender sees the path

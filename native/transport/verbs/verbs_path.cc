@@ -282,7 +282,8 @@ int PathBase::postSend(ibv_send_wr* wr, const SendRec& rec, std::string* err, in
   }
   l.recs[l.sendHead % kSendDepth] = rec;
   ++l.sendHead;
-  ++l.sendsInFlight;
+  // A lane's silence starts when it has work: an idle lane's last completion may be old.
+  if (l.sendsInFlight++ == 0) l.lastOkUs = nowUs();
   return 1;
 }
 

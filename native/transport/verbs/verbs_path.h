@@ -207,7 +207,8 @@ class PathBase {
   // CLOCK_MONOTONIC µs of the last successful completion (send or receive); connect time
   // before. With several QPs: the oldest last completion among the QPs that have sends in
   // flight (any QP's when none has), so one QP that stopped completing (an ECMP black hole of
-  // its flow) is not hidden by the others.
+  // its flow) is not hidden by the others. A QP's clock restarts when a send is posted to it
+  // with none in flight: an idle QP is not silent.
   uint64_t lastProgressUs() const;
   // Send work requests posted and not completed yet (every lane).
   int outstanding() const;
@@ -272,7 +273,7 @@ class PathBase {
     uint64_t sendHead = 0;      // next wr_id to use
     int sendsInFlight = 0;
     int recvsPosted = 0;
-    uint64_t lastOkUs = 0;      // last successful completion on this QP (connect time before)
+    uint64_t lastOkUs = 0;      // last successful completion on this QP (connect time, or the post that ended its idleness)
   };
   bool postRecv(Lane& l, int slot, std::string* err);
   void pollLane(int lane);

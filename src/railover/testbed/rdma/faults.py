@@ -22,6 +22,10 @@ Faults:
   why not in the NIC's own output path).
 * :class:`OneWay`: nftables drop of packets *leaving* the NIC only (by default at its link
   partner's input).
+* :class:`RoceOnly`: nftables drop of RoCE v2 packets only (UDP destination port 4791) at the
+  input of both ends of the NIC's wire: the QPs' flow is cut, while the probes, the bootstrap
+  streams and everything else on the rail still pass (an ECMP route or a traffic class that
+  only the data uses).
 * :class:`Rate`: tbf rate limit on the NIC's egress.
 * :class:`Flap`: ``count`` cable pulls of ``down_ms`` each, ``up_ms`` apart (apply returns
   when the last one was undone; ``cycles`` holds each cycle's guest-clock stamps).
@@ -41,7 +45,7 @@ from railover.testbed.faults import Fault, FaultError
 from railover.testbed.netns import now_us
 from railover.testbed.rdma.bed import RdmaBed, RdmaBedError, RdmaNic
 
-__all__ = ["FaultError", "GuestFault", "CablePull", "AdminDown", "Silent", "OneWay", "Rate", "Flap",
+__all__ = ["FaultError", "GuestFault", "CablePull", "AdminDown", "Silent", "OneWay", "RoceOnly", "Rate", "Flap",
            "AddrChange", "Stop", "NFT_PLACES", "guest_link", "nft_tables_in", "parse_tc_stats"]
 
 
@@ -284,6 +288,30 @@ class OneWay(_NftFault):
         if self.at == "wire":
             return [self._in_wire(self.bed.peer(n))]
         return [(n.host, "output", f'oifname "{n.ifname}"')]
+
+
+#: the UDP destination port of RoCE v2 (IANA), every RoCE v2 packet's; rxe uses it too
+ROCE_V2_UDP_PORT = 4791
+
+
+class RoceOnly(_NftFault):
+    """ROCE: only RoCE v2 packets (UDP destination port 4791: the QPs' data, their ACKs and
+    control messages) are dropped, in both directions, at the input of both ends of the NIC's
+    wire (``at="wire"``) or in the NIC's guest (``at="host"``: input and output). Nothing else on
+    the rail is touched: railover's UDP probes and the TCP bootstrap streams go on, so the
+    health layer sees a working rail and only the transport's own silence tells (the
+    flow-stall rule, ``RAILOVER_FLOW_STALL_MS``). What it stands for on a real fabric: an ECMP
+    route hashed from a QP's UDP source port that black-holes, or a stuck traffic class that
+    only the RDMA traffic uses (``NCCL_IB_TC``)."""
+
+    code, kind = "ROCE", "roce"
+
+    def _rules(self):
+        n = self.nic
+        roce = f"udp dport {ROCE_V2_UDP_PORT}"
+        if self.at == "wire":
+            return [(h, hook, f"{m} {roce}") for h, hook, m in (self._in_wire(n), self._in_wire(self.bed.peer(n)))]
+        return [(n.host, "input", f'iifname "{n.ifname}" {roce}'), (n.host, "output", f'oifname "{n.ifname}" {roce}')]
 
 
 class Rate(GuestFault):

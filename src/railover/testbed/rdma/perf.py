@@ -35,9 +35,13 @@ RELAY_PORT_BASE = 19300
 #: Plugin timers for emulated (TCG) guests, where a rank can be descheduled for hundreds of
 #: ms: with the defaults (20 ms x 5 probes) healthy paths were declared down (measured: "probe
 #: timeout: no answer for 124 ms" on idle rails, 2 ranks per 1-vCPU guest, loaded host).
-#: Detection becomes 250 ms x 40 = 10 s. Callers' ``env`` overrides these.
+#: Detection becomes 250 ms x 40 = 10 s. The flow-stall rule (an RC QP whose HCA acknowledged
+#: nothing with writes in flight) waits as long as the stall watch: in this bed the peer's "HCA"
+#: is its guest's kernel, which a loaded host can leave unscheduled for hundreds of ms. Callers'
+#: ``env`` overrides these.
 TCG_PLUGIN_ENV: Dict[str, str] = {"RAILOVER_PROBE_INTERVAL_MS": "250", "RAILOVER_PROBE_MULT": "40",
-                                  "RAILOVER_STALL_MS": "5000", "RAILOVER_TCP_USER_TIMEOUT_MS": "60000"}
+                                  "RAILOVER_STALL_MS": "5000", "RAILOVER_FLOW_STALL_MS": "5000",
+                                  "RAILOVER_TCP_USER_TIMEOUT_MS": "60000"}
 
 
 def run_perf(bed: RdmaBed, ranks_per_host: int = 1, *, env: Optional[Mapping[str, str]] = None,
