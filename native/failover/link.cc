@@ -191,6 +191,13 @@ static std::string nicName(const LinkDeps& d, int nic) {
   return nic >= 0 && nic < (int)d.nics->size() ? (*d.nics)[nic].name : std::string("?");
 }
 
+// "eth1 (rxe0 port 1)": the NIC and, where the transport has one, the device behind it (the
+// fatal errors name both, so an operator knows which HCA port to look at).
+static std::string nicWithDevice(const LinkDeps& d, int nic) {
+  std::string dev = d.transport ? d.transport->nicDevice(nic) : std::string();
+  return nicName(d, nic) + (dev.empty() ? "" : " (" + dev + ")");
+}
+
 static uint16_t portOf(const sockaddr_storage& a) {
   return ntohs(a.ss_family == AF_INET ? ((const sockaddr_in&)a).sin_port : ((const sockaddr_in6&)a).sin6_port);
 }
@@ -827,7 +834,7 @@ void SendLink::judgeNoPath(uint64_t now) {
   } else if (cfg.fatalTimeoutS && now - noPathSinceUs > (uint64_t)cfg.fatalTimeoutS * 1000000 && pendingSends()) {
     std::string nics, causes;
     for (auto& p : paths) {
-      nics += (nics.empty() ? "" : ",") + nicName(deps, p.localNic);
+      nics += (nics.empty() ? "" : ",") + nicWithDevice(deps, p.localNic);
       causes += (causes.empty() ? "" : "; ") + nicName(deps, p.localNic) + ": " + p.lastError;
     }
     enterFatal("railover: no usable path to peer " + peerName + " from NIC(s) " + nics + " for " +
@@ -1533,7 +1540,10 @@ void RecvLink::judgeNoPath(uint64_t now) {
         now - noPathSinceUs > (uint64_t)cfg.fatalTimeoutS * 1000000 && !isFatal()))
     return;
   std::string nics;
-  for (auto& p : paths) nics += (nics.empty() ? "" : ",") + nicName(deps, p.localNic) + " (" + p.lastError + ")";
+  for (auto& p : paths) {
+    std::string dev = deps.transport ? deps.transport->nicDevice(p.localNic) : std::string();
+    nics += (nics.empty() ? "" : ",") + nicName(deps, p.localNic) + " (" + (dev.empty() ? "" : dev + ": ") + p.lastError + ")";
+  }
   std::string fence;
   if (resumeWait_.idx >= 0)
     fence = "; the sender's RESUME on " + describe(paths[resumeWait_.idx]) + " waited " +

@@ -137,7 +137,7 @@
 #define RO_EVENT_FIELDS_fatal(FIRST, NEXT) \
   FIRST(comm, Comm, "comm id")             \
   NEXT(dir, Str, "send or recv")           \
-  NEXT(message, Str, "the error NCCL gets (NICs, peer and cause)")
+  NEXT(message, Str, "the error NCCL gets (NICs, with RDMA the HCA port behind each, peer and cause)")
 #define RO_EVENT_FIELDS_transport_slow(FIRST, NEXT)                                   \
   RO_PATH_FIELDS(FIRST, NEXT)                                                           \
   NEXT(call, Str, "progress (moving data, completions, control messages) or close (fencing and releasing a path: a failed one, the old active one of a failover or failback, one a reconnect replaces, or those of a comm being closed), or open (creating a send path and starting its connect: the verbs transport's CQ and QPs, at a retry on NCCL's thread)") \

@@ -401,6 +401,12 @@ class Transport {
     void* data;
     size_t size;
   };
+  // The device behind local NIC `nic` as errors name it, e.g. "rxe0 port 1" (RDMA: the HCA
+  // port chosen for it); "" where the NIC is all there is (TCP). Thread-safe, never blocks.
+  virtual std::string nicDevice(int nic) const {
+    (void)nic;
+    return std::string();
+  }
   // Memory kinds a registration may be (NCCL's NCCL_PTR_* bits, the same values).
   static constexpr uint32_t kPtrHost = 0x1, kPtrCuda = 0x2, kPtrDmaBuf = 0x4;
   // The kinds this transport registers on NIC `nic`: the plugin's ptrSupport. HOST always;

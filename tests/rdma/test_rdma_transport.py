@@ -558,6 +558,8 @@ def test_both_rails_down_is_a_clean_error_within_the_fatal_timeout(rdma_bed, tmp
         assert any(r.returncode not in (0, None) for r in res.ranks), [r.returncode for r in res.ranks]
         fatal = [e for e in _events(tmp_path) if e.get("event") == "fatal"]
         assert fatal and "no usable path" in fatal[0]["message"], fatal
+        # it names the HCA port behind each NIC, not only the NIC (the "naming HCA, port")
+        assert len(set(re.findall(r"rxe\d+ port 1", fatal[0]["message"]))) == 2, fatal[0]["message"]
         assert res.wrong_total == 0
         text = "\n".join(r.stdout + r.stderr for r in res.ranks)
         assert "no usable path" in text and "ncclSystemError" in text, text[-3000:]

@@ -378,6 +378,31 @@ TEST_F(EngineOnly, ASlowOpenOfARetriedPathIsJournaled) {
     if (jsonField(l, "dir") == "recv") EXPECT_EQ(jsonInt(l, "open_us"), 0) << l;
 }
 
+// The fatal error names the device behind each NIC where the transport has one (RDMA: the HCA
+// port), beside the NIC, the peer and each path's cause: what an operator looks at first.
+TEST_F(EngineOnly, TheFatalErrorNamesTheHcaPortBehindEachNic) {
+  transport->namesDevices = true;
+  struct Restore {
+    ~Restore() { transport->namesDevices = false; }
+  } restore;
+  connectComm();
+  Stats st = run(100, mixed, 8, [&](int k) {
+    if (k == 30) {
+      w(0, kA0)->broken = true, w(0, kA0)->refuse = true;
+      w(1, kA1)->broken = true, w(1, kA1)->refuse = true;
+    }
+  }, nullptr, 30000);
+  EXPECT_FALSE(st.timedOut);
+  EXPECT_EQ(st.err, ncclSystemError);
+  ASSERT_TRUE(send->isFatal() || recv->isFatal());
+  for (Link* l : {(Link*)send, (Link*)recv}) {
+    if (!l->isFatal()) continue;
+    EXPECT_NE(l->fatalMsg.find("fakehca0 port 1"), std::string::npos) << l->fatalMsg;
+    EXPECT_NE(l->fatalMsg.find("fakehca1 port 1"), std::string::npos) << l->fatalMsg;
+    EXPECT_NE(l->fatalMsg.find("10.0.0.1"), std::string::npos) << l->fatalMsg;
+  }
+}
+
 // ------------------------------------------------------------------------------------------
 // The flow-stall rule (RAILOVER_FLOW_STALL_MS): a transport whose own acknowledgements prove
 // delivery (Wire::acksTell, as RDMA RC) whose data flow alone is cut (an ECMP route hashed

@@ -384,6 +384,11 @@ class PathTransport : public railover::Transport {
   bool tellsReceives = false;  // see the header comment
   bool tellsPostedReceives() const override { return tellsReceives; }
   bool groupedReceives() const override { return true; }  // the engine's grouped-receive scenarios
+  // As RDMA names the HCA port behind a NIC ("fakehca<nic> port 1") when set; "" (TCP) else.
+  bool namesDevices = false;
+  std::string nicDevice(int nic) const override {
+    return namesDevices ? "fakehca" + std::to_string(nic) + " port 1" : std::string();
+  }
   StreamRouter* router = nullptr;    // where pump() routes paths (a LinkRegistry); nullptr: none known
 
   std::shared_ptr<Wire> wire(int nic, const std::string& remote) {

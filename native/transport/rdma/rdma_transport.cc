@@ -1296,6 +1296,11 @@ verbs::FlushQp* RdmaTransport::flushQpForTest(int nic) {
   return flush_[nic]->qp.get();
 }
 
+std::string RdmaTransport::nicDevice(int nic) const {
+  if (nic < 0 || nic >= (int)ports_.size()) return std::string();
+  return port(nic).sel.dev + " port " + std::to_string(port(nic).sel.port);
+}
+
 uint32_t RdmaTransport::ptrSupport(int nic) const {
   (void)nic;  // the same for every NIC: a comm registers its buffers on every HCA (it may fail over to any)
   uint32_t p = kPtrHost;

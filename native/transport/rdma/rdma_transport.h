@@ -228,6 +228,7 @@ class RdmaTransport : public Transport {
   // GPUDirect (transport/verbs/verbs_gdr.h): CUDA where a peer-memory client is loaded,
   // DMABUF where the NIC's HCA registers dmabufs; host memory always.
   uint32_t ptrSupport(int nic) const override;
+  std::string nicDevice(int nic) const override;
   using Transport::regMr;
   // Registers on every HCA (verbs::MrSet); any registration also makes sure every NIC's flush
   // QP exists (built here, on NCCL's service thread, never on its progress thread). An HCA that
