@@ -6,7 +6,7 @@ default 1, on the HCA port behind the path's NIC), every byte checked by railove
 Asserted here:
 * an all-reduce across the guests completes with 0 wrong bytes through net ABIs v7, v9, v12,
   and the plugin says it runs the rdma transport on both rails (NIC -> HCA port and GID);
-* a cable pull, and a silent black hole (nftables, no carrier or port event), on the primary
+* a cable pull, an admin down, and a silent black hole (nftables, no carrier or port event), on the primary
   rail of guest A in the middle of a timed all-reduce move every comm to the standby HCA
   (``failover`` in the journal, the path on the faulty NIC down), and after the repair the
   comms return to it (``failback``), with 0 wrong bytes;
@@ -173,13 +173,14 @@ def _hold_guest_time(bed, host: str, seconds: float) -> None:
 
 
 #: fault kind -> (fault class, NIC): everything on the primary rail (rail 0, eth1 in both guests)
-FAULTS = {"cable_pull": (rf.CablePull, "a0"), "silent": (rf.Silent, "a0"), "one_way": (rf.OneWay, "a0"),
-          "receiver_cable_pull": (rf.CablePull, "b0")}
+FAULTS = {"cable_pull": (rf.CablePull, "a0"), "admin_down": (rf.AdminDown, "a0"), "silent": (rf.Silent, "a0"),
+          "one_way": (rf.OneWay, "a0"), "receiver_cable_pull": (rf.CablePull, "b0")}
 
 
 @pytest.mark.parametrize("kind", list(FAULTS))
 def test_a_fault_on_the_primary_fails_over_to_the_standby_hca_and_back(rdma_bed, tmp_path, kind):
-    """cable_pull: guest A's eth1 loses carrier (rxe0 port error at once); silent: its wire
+    """cable_pull: guest A's eth1 loses carrier (rxe0 port error at once); admin_down: ``ip link
+    set eth1 down`` in A (the netdev's admin state and rxe0's port go down); silent: its wire
     black-holes both directions (nftables drops at the input of both ends; no carrier or port
     event: only probes and the progress watch can tell); one_way: what leaves A's eth1 is lost
     (dropped at B's input; B's packets still arrive);

@@ -74,6 +74,7 @@ struct World {
   std::map<ibv_qp*, int> qpPkeyIndex;
   std::map<ibv_qp*, std::pair<int, int>> qpQos;  // (GRH traffic class, SL) given at RTR (IBV_QP_AV)
   std::map<ibv_qp*, unsigned> qpAccess;  // qp_access_flags set at INIT
+  std::map<ibv_qp*, fake::QpPath> qpPath;  // address vector (RTR) and retry settings (RTS)
   struct Mr {
     uint64_t addr, len;
     int access;
@@ -231,6 +232,11 @@ std::pair<int, int> qos(ibv_qp* qp) {
   WorldLock l(worldMu);
   auto it = w().qpQos.find(qp);
   return it == w().qpQos.end() ? std::make_pair(-1, -1) : it->second;
+}
+QpPath qpPath(ibv_qp* qp) {
+  WorldLock l(worldMu);
+  auto it = w().qpPath.find(qp);
+  return it == w().qpPath.end() ? QpPath{} : it->second;
 }
 int pkeyIndex(ibv_qp* qp) {
   WorldLock l(worldMu);
@@ -527,6 +533,7 @@ int ibv_destroy_qp(ibv_qp* qp) {
   WorldLock l(worldMu);
   w().qpPkeyIndex.erase(qp);
   w().qpQos.erase(qp);
+  w().qpPath.erase(qp);
   delete fqp(qp);
   return 0;
 }
@@ -546,7 +553,15 @@ int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* a, int mask) {
     return e;
   }
   if (mask & IBV_QP_PKEY_INDEX) w().qpPkeyIndex[qp] = a->pkey_index;
-  if (mask & IBV_QP_AV) w().qpQos[qp] = {a->ah_attr.grh.traffic_class, a->ah_attr.sl};
+  if (mask & IBV_QP_AV) {
+    w().qpQos[qp] = {a->ah_attr.grh.traffic_class, a->ah_attr.sl};
+    fake::QpPath& qp2 = w().qpPath[qp];
+    qp2.isGlobal = a->ah_attr.is_global, qp2.dlid = a->ah_attr.dlid;
+    qp2.sgidIndex = a->ah_attr.is_global ? a->ah_attr.grh.sgid_index : -1;
+  }
+  if (mask & IBV_QP_TIMEOUT) w().qpPath[qp].timeout = a->timeout;
+  if (mask & IBV_QP_RETRY_CNT) w().qpPath[qp].retryCnt = a->retry_cnt;
+  if (mask & IBV_QP_RNR_RETRY) w().qpPath[qp].rnrRetry = a->rnr_retry;
   if (mask & IBV_QP_ACCESS_FLAGS) w().qpAccess[qp] = a->qp_access_flags;
   if (mask & IBV_QP_STATE) {
     qp->state = a->qp_state;

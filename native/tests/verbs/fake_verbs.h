@@ -86,6 +86,13 @@ void setPkeys(const std::string& dev, int port, const std::vector<uint16_t>& tab
 int pkeyIndex(ibv_qp* qp);
 // The (GRH traffic class, service level) the QP was given at RTR (IBV_QP_AV); (-1, -1) if never.
 std::pair<int, int> qos(ibv_qp* qp);
+// The address vector the QP was given at RTR (IBV_QP_AV): GRH or not, destination LID, source
+// GID index, and the RTS retry settings (IBV_QP_TIMEOUT / RETRY_CNT / RNR_RETRY); -1 if never.
+struct QpPath {
+  int isGlobal = -1, dlid = -1, sgidIndex = -1;
+  int timeout = -1, retryCnt = -1, rnrRetry = -1;
+};
+QpPath qpPath(ibv_qp* qp);
 // How ibv_reg_dmabuf_mr answers: supported (registers like ibv_reg_mr; fd must be open, else
 // EBADF), or not (EOPNOTSUPP). Default: supported. dmabufRegistrations(): successful ones.
 void setDmabuf(bool supported);

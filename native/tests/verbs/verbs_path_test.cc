@@ -507,6 +507,74 @@ TEST_F(VerbsPathTest, ACloseLingerEndsWhenTheSendsCompleteOrThePeerIsGone) {
   EXPECT_LT(s, 5.0) << "gave up at the predicate (ms), not at the 10 s bound";
   EXPECT_EQ(r->outstanding(), 1);
 }
+// InfiniBand addressing (LIDs, no GRH), which the RoCE-only test bed cannot run: each QP's
+// address vector names the peer's LID with is_global 0, and a message moves through it; the
+// RTS retry settings come from RcParams (NCCL_IB_TIMEOUT, NCCL_IB_RETRY_CNT), the RNR retry
+// is infinite on both kinds.
+TEST(VerbsPathIb, LidAddressingWithoutAGrhAndTheRetrySettingsReachTheQps) {
+  fake::reset();
+  std::string err;
+  Hca ha("fake0", &err), hb("fake1", &err);
+  ASSERT_TRUE(ha.ok() && hb.ok()) << err;
+  PortSel pa = portOf("fake0", 1), pb = portOf("fake1", 1);
+  pa.roce = pb.roce = false;
+  pa.lid = 0x11, pb.lid = 0x22;
+  RcParams rc = params();
+  rc.timeout = 18, rc.retryCnt = 5;
+  SendPath s(ha, pa, rc, &err);
+  RecvPath r(hb, pb, rc, &err);
+  ASSERT_TRUE(s.ok() && r.ok()) << err;
+  ASSERT_TRUE(s.connect(r.local(), &err)) << err;
+  ASSERT_TRUE(r.connect(s.local(), &err)) << err;
+  fake::QpPath sp = fake::qpPath(s.qp().qp()), rp = fake::qpPath(r.qp().qp());
+  EXPECT_EQ(sp.isGlobal, 0);
+  EXPECT_EQ(sp.dlid, 0x22) << "the sender's QP must address the receiver's LID";
+  EXPECT_EQ(rp.isGlobal, 0);
+  EXPECT_EQ(rp.dlid, 0x11);
+  for (const fake::QpPath& q : {sp, rp}) {
+    EXPECT_EQ(q.timeout, 18);
+    EXPECT_EQ(q.retryCnt, 5);
+    EXPECT_EQ(q.rnrRetry, 7) << "RNR retries are infinite (7)";
+  }
+  // A message through the LID-addressed QPs.
+  std::vector<uint8_t> rx(64, 0), tx(64, 0x5c);
+  std::vector<Hca*> rh{&hb}, sh{&ha};
+  MrSet rmr(rh, rx.data(), rx.size(), &err), smr(sh, tx.data(), tx.size(), &err);
+  ASSERT_TRUE(rmr.ok() && smr.ok()) << err;
+  SSink ss;
+  RSink rs;
+  ASSERT_EQ(r.advertise(0, 7, rx.data(), rx.size(), rmr.rkey(0), &err), 1) << err;
+  fake::deliver(r.qp().qp(), s.qp().qp());
+  s.progress(ss);
+  ChunkRef c;
+  c.seq = 0, c.offset = 0, c.len = 64, c.total = 64;
+  ASSERT_EQ(s.post(c, tx.data(), smr.lkey(0), &err), 1) << err;
+  fake::deliver(s.qp().qp(), r.qp().qp());
+  r.progress(rs);
+  ASSERT_EQ(rs.got.size(), 1u);
+  EXPECT_EQ(rx, tx);
+}
+
+// The same for RoCE: a GRH with the chosen source GID index, no LID.
+TEST(VerbsPathIb, RoceAddressingUsesAGrhWithTheChosenGidIndex) {
+  fake::reset();
+  std::string err;
+  Hca ha("fake0", &err), hb("fake1", &err);
+  ASSERT_TRUE(ha.ok() && hb.ok()) << err;
+  PortSel pa = portOf("fake0", 1), pb = portOf("fake1", 1);
+  pa.gidIndex = 3;
+  SendPath s(ha, pa, params(), &err);
+  RecvPath r(hb, pb, params(), &err);
+  ASSERT_TRUE(s.ok() && r.ok()) << err;
+  ASSERT_TRUE(s.connect(r.local(), &err)) << err;
+  fake::QpPath sp = fake::qpPath(s.qp().qp());
+  EXPECT_EQ(sp.isGlobal, 1);
+  EXPECT_EQ(sp.sgidIndex, 3);
+  EXPECT_EQ(sp.dlid, 0);
+  EXPECT_EQ(sp.timeout, params().timeout);
+  EXPECT_EQ(sp.retryCnt, params().retryCnt);
+}
+
 // The silence the engine's flow-stall rule reads (lastProgressUs with sends outstanding)
 // starts when a QP gets work, not at its last completion before an idle spell: otherwise the
 // first send after a quiet minute would look like a minute of silence. And it keeps growing
