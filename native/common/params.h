@@ -75,7 +75,7 @@ inline constexpr ParamSpec kParams[] = {
     {"RAILOVER_TRANSPORT", ParamType::kTransport, kReadPlugin | kReadTools, 0, 0, 0, 1, "", "auto",
      "auto, tcp or rdma", "rdma",
      "how paths move data: tcp (sockets), rdma (verbs RC queue pairs on the HCA port behind each NIC), auto (rdma "
-     "when every NIC has an active RDMA port and libibverbs loads, else tcp)"},
+     "when every NIC has an RDMA port with a GID, active or not, and libibverbs loads, else tcp)"},
     // NCCL's IB variables: the same names, meanings and defaults as NCCL's own IB transport (the
     // defaults of NCCL 2.23 and later), applied by railover's verbs transport.
     {"NCCL_IB_HCA", ParamType::kHcaList, kReadPlugin, 0, 0, 0, 1, "", "(unset: every HCA)",

@@ -442,7 +442,7 @@ void SendLink::advanceConnect(Path& p, uint64_t now) {
     j->path_up(secret, "send", nicName(deps, p.localNic), addrToString(p.remote), p.generation, p.openUs);
 }
 
-void SendLink::failPath(Path& p, const std::string& why, uint64_t now) {
+void SendLink::failPath(Path& p, const std::string& why, uint64_t now, uint64_t faultSinceUs) {
   const Config& cfg = *deps.cfg;
   // An orderly close by the receiver may surface first as an EOF or a reset on one stream
   // while its CLOSE waits, unread, on another: look before calling it a fault.
@@ -461,7 +461,9 @@ void SendLink::failPath(Path& p, const std::string& why, uint64_t now) {
   // A usable path failing is a fault (WARN); a failed connect attempt is a retry (INFO).
   setPathState(p, PathState::kFailed, why, wasUsable);
   p.lastError = why;
-  if (wasUsable && p.failedAtUs && p.restoredUs && now - p.restoredUs < (uint64_t)holdDownOf(p, *deps.cfg) * 1000) {
+  uint64_t faultAt = faultSinceUs && faultSinceUs < now ? faultSinceUs : now;
+  if (wasUsable && p.failedAtUs && p.restoredUs &&
+      (faultAt <= p.restoredUs || faultAt - p.restoredUs < (uint64_t)holdDownOf(p, *deps.cfg) * 1000)) {
     // A flap: a path that had failed before fails again within its hold-down. Grow the
     // hold-down (capped).
     p.flaps++;
@@ -750,15 +752,19 @@ bool Link::otherPathUsable(size_t i, uint64_t now) const {
 // for RAILOVER_FLOW_STALL_MS with writes in flight (a stopped or busy peer process does not
 // stop its HCA's acknowledgements; a late caller is excluded by judging right after the poll,
 // and the call-gap rule restarts lastProgressUs_). Needs a usable standby: with none, moving
-// gains nothing and the path keeps its retries.
-bool SendLink::flowStalled(size_t i, uint64_t now, std::string* cause) const {
+// gains nothing and the path keeps its retries. Also judged while a RESUME is out (a failback
+// onto a flow that is still cut): the peer's HCA acknowledges the RESUME SEND on arrival (its
+// receives are pre-posted, its QPs are RTS before its endpoints go back); only the engine's
+// RESUME_ACK waits for the receiver's fences, and that is no transport silence.
+bool SendLink::flowStalled(size_t i, uint64_t now, std::string* cause, uint64_t* sinceUs) const {
   const Config& cfg = *deps.cfg;
   const Path& p = paths[i];
-  if (!cfg.flowStallMs || !p.tx || !p.tx->ackSilenceIsFault() || acked_ >= nextSeq_ || resuming()) return false;
+  if (!cfg.flowStallMs || !p.tx || !p.tx->ackSilenceIsFault() || acked_ >= nextSeq_) return false;
   uint64_t limitUs = (uint64_t)cfg.flowStallMs * 1000;
   if (now < lastProgressUs_ + limitUs) return false;
   uint32_t silentMs = p.tx->unackedSilenceMs();
   if (silentMs < cfg.flowStallMs || !otherPathUsable(i, now)) return false;
+  *sinceUs = now - std::min<uint64_t>(now, (uint64_t)silentMs * 1000);
   *cause = "data flow stalled: no acknowledgement from the peer's transport for " + std::to_string(silentMs) +
            " ms with data in flight while the rail's probes answer (RAILOVER_FLOW_STALL_MS=" +
            std::to_string(cfg.flowStallMs) + ")";
@@ -914,8 +920,9 @@ void SendLink::progress(bool fromSweeper) {
       lastProgressUs_ = nowUs();
     } else {
       std::string cause;
-      if (flowStalled((size_t)active, nowUs(), &cause)) {
-        failPath(p, cause, now);
+      uint64_t since = 0;
+      if (flowStalled((size_t)active, nowUs(), &cause, &since)) {
+        failPath(p, cause, now, since);
         continue;
       }
     }
@@ -1591,7 +1598,7 @@ void RecvLink::progress() {
 bool RecvLink::flowStalled(int idx, uint64_t now, std::string* cause) const {
   const Config& cfg = *deps.cfg;
   const Path& p = paths[idx];
-  if (!cfg.flowStallMs || !p.rx || !p.rx->ackSilenceIsFault() || resumeWait_.idx >= 0) return false;
+  if (!cfg.flowStallMs || !p.rx || !p.rx->ackSilenceIsFault()) return false;
   uint32_t silentMs = p.rx->unackedSilenceMs();
   if (silentMs < cfg.flowStallMs || !otherPathUsable((size_t)idx, now)) return false;
   *cause = "control flow to the sender stalled: no acknowledgement from the peer's transport for " +

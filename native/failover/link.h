@@ -343,7 +343,8 @@ class SendLink : public Link {
   // has had data pending with no progress and no transport acknowledgement for that long
   // while another path is usable. Judged right after the path's progress (its completions
   // just read), so a late caller is never read as a silent network. Sets *cause.
-  bool flowStalled(size_t i, uint64_t now, std::string* cause) const;
+  // *sinceUs: when the silence began (for the flap test).
+  bool flowStalled(size_t i, uint64_t now, std::string* cause, uint64_t* sinceUs) const;
   bool repairedSinceSeen(Path& p, const PairView& v);  // a NIC/pair repair this path has not acted on
   void decayHoldDown(Path& p, uint64_t now);            // flap damping: shrink a grown hold-down
   int pickStandby() const;                              // which path to resume on (-1: none)
@@ -356,7 +357,10 @@ class SendLink : public Link {
   void advancePath(Path& p, uint64_t now);  // connect steps, back-off retries, standby CLOSE watch
   void advanceConnect(Path& p, uint64_t now);
   void startConnect(Path& p, uint64_t now, const std::string& why);
-  void failPath(Path& p, const std::string& why, uint64_t now);
+  // faultSinceUs: when the evidence of the fault began, where the verdict needed a silence of its
+  // own first (the flow-stall rule: the silence's start); 0 = now. The flap test measures from
+  // it, so a path whose verdict takes longer than its hold-down still counts as a flap.
+  void failPath(Path& p, const std::string& why, uint64_t now, uint64_t faultSinceUs = 0);
   // Makes paths[idx] active (fencing the old active path) and sends RESUME: RESUMING, or
   // FAILING_BACK when `planned`. `why` is the reason logged and journaled.
   void activate(int idx, uint64_t now, bool planned, const std::string& why);

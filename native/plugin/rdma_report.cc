@@ -159,7 +159,9 @@ std::string rdmaReportJson(const std::vector<std::string>& names, const EnvLooku
       verbs::PortSel sel;
       std::string err;
       verbs::PortChoice c = verbs::choosePortForNetdev(n.name, cfg.ib, &sel, &err);
-      bool chosen = c == verbs::PortChoice::kChosen;
+      bool down = c == verbs::PortChoice::kChosenDown;  // chosen, its port not ACTIVE now
+      bool chosen = c == verbs::PortChoice::kChosen || down;
+      if (down) sel.why += "; " + err + " now: the NIC starts down and its comms move to it once the port is ACTIVE";
       std::string state, ll;
       std::string pj;
       for (const PortFact& f : ports) {
@@ -174,7 +176,7 @@ std::string rdmaReportJson(const std::vector<std::string>& names, const EnvLooku
       if (chosen && std::find(chosenHcas.begin(), chosenHcas.end(), sel.dev) == chosenHcas.end())
         chosenHcas.push_back(sel.dev);
       nicsJson += std::string(nicsJson.empty() ? "" : ",") + "{\"nic\":" + q(n.name) + ",\"choice\":\"" +
-                  (chosen ? "chosen" : c == verbs::PortChoice::kExcluded ? "excluded" : "failed") +
+                  (down ? "down" : chosen ? "chosen" : c == verbs::PortChoice::kExcluded ? "excluded" : "failed") +
                   "\",\"why\":" + q(chosen ? sel.why : err) + ",\"hca\":" + q(chosen ? sel.dev : "") +
                   ",\"port\":" + std::to_string(chosen ? sel.port : 0) + ",\"link_layer\":" + q(ll) +
                   ",\"state\":" + q(state) + ",\"gid_index\":" + std::to_string(chosen ? sel.gidIndex : -1) +
@@ -194,7 +196,7 @@ std::string rdmaReportJson(const std::vector<std::string>& names, const EnvLooku
       transport = "tcp", why = "RAILOVER_TRANSPORT=tcp";
     } else if (usable) {
       transport = "rdma";
-      why = "RAILOVER_TRANSPORT=" + setting + ": every NIC has an ACTIVE RDMA port with a GID";
+      why = "RAILOVER_TRANSPORT=" + setting + ": every NIC has an RDMA port with a GID";
       if (verbs::gdrPeerMemLoaded()) ptrSupport |= RAILOVER_NCCL_PTR_CUDA;
       if (allDmabuf) ptrSupport |= RAILOVER_NCCL_PTR_DMABUF;
     } else if (cfg.transport == TransportKind::kRdma) {

@@ -14,8 +14,10 @@
 //    "transport": "rdma" | "tcp" | "error",  // what init would use; "error": init fails
 //    "transport_why": str,                // one line
 //    "nics": [{"nic": str,
-//              "choice": "chosen" | "excluded" | "failed",  // verbs::PortChoice
-//              "why": str,                // chosen: how the GID was chosen; else why there is none
+//              "choice": "chosen" | "down" | "excluded" | "failed",  // verbs::PortChoice
+//                                         // down: chosen, the port not ACTIVE now (kChosenDown)
+//              "why": str,                // chosen/down: how the GID was chosen (down: and the
+//                                         // port's state); else why there is none
 //              "hca": str, "port": int,   // the chosen HCA port ("" / 0 when none)
 //              "link_layer": "Ethernet" | "InfiniBand" | "",
 //              "state": str,              // ACTIVE, DOWN, INIT, ARMED, ACTIVE_DEFER, "" (none)

@@ -9,8 +9,8 @@ Asserted in guest A:
   (``RAILOVER_IFNAMES``) gives the same;
 * ``NCCL_IB_HCA`` excluding one rail's HCA: that NIC is "excluded", its port listed as not
   allowed, auto falls back to tcp and ``RAILOVER_TRANSPORT=rdma`` is reported as an init error;
-* a cable pull (QEMU set_link off) shows the port DOWN, the NIC without an RDMA port and the
-  reason naming the port; back ACTIVE after the repair.
+* a cable pull (QEMU set_link off) shows the port DOWN, the NIC still on its port ("down": kept,
+  down until the port is ACTIVE) and the reason naming the port; back ACTIVE after the repair.
 
 The tests share the session's pair of guests (conftest's ``rdma_bed``).
 """
@@ -110,9 +110,12 @@ def test_a_pulled_cable_shows_the_port_down(rdma_bed, tool):
             return report(bed, tool, [a0.ifname])["nics"][0]
 
         with rf.CablePull(bed, a0.name):
-            x = poll_until(lambda: (lambda s: s if s["choice"] == "failed" else None)(state()), 240, 1.0,
+            # still chosen (the transport keeps the NIC, down until its port is ACTIVE again)
+            x = poll_until(lambda: (lambda s: s if s["choice"] == "down" else None)(state()), 240, 1.0,
                            f"{a0.rdma_dev} port 1 reported down")
             assert f"HCA {a0.rdma_dev} port 1 is" in x["why"] and "not ACTIVE" in x["why"], x
+            assert "its comms move to it once the port is ACTIVE" in x["why"], x
+            assert x["hca"] == a0.rdma_dev and x["gid_index"] == a0.gid_index, x
             assert [(p["hca"], p["state"]) for p in x["ports"]] == [(a0.rdma_dev, "DOWN")], x
         x = poll_until(lambda: (lambda s: s if s["choice"] == "chosen" else None)(state()), 240, 1.0,
                        f"{a0.rdma_dev} port 1 ACTIVE again")

@@ -221,6 +221,43 @@ def test_a_fault_on_the_primary_fails_over_to_the_standby_hca_and_back(rdma_bed,
     crash_retry(bed, body)
 
 
+def test_a_job_that_starts_with_the_primary_cable_pulled_runs_and_moves_to_it_after_the_repair(rdma_bed, tmp_path):
+    """Guest A's eth1 cable is pulled before the ranks start (RAILOVER_TRANSPORT=rdma): the
+    plugin keeps the NIC (its port is chosen while DOWN and reported down at once), the comms
+    run on eth2, every byte checked; after the repair the comms move to eth1 (a path comes up
+    on it and A's send comm fails back to it). Before, init failed ("not ACTIVE") with
+    RAILOVER_TRANSPORT=rdma, and auto served every NIC with TCP."""
+    bed = rdma_bed
+
+    def body():
+        pull = rf.CablePull(bed, "a0").apply()
+        run = None
+        try:
+            poll_until(lambda: "DOWN" in rf.guest_link(bed, "a0")["port_state"], 120, 0.5,
+                       "rxe port of a0 DOWN before the job starts")
+            run = _Background(bed, tmp_path, {"RAILOVER_HOLD_DOWN_MS": "1000"}, duration=600, stoppable=True)
+            poll_until(lambda: any(e.get("event") == "path_up" and e.get("nic") == "eth2" and e.get("dir") == "send"
+                                   for e in _journal(bed, "A")), 300, 1.0, "a send path on eth2 in guest A")
+            assert not any(e.get("event") == "path_up" and e.get("nic") == "eth1" for e in _journal(bed, "A")), \
+                "a path came up on the pulled NIC"
+        finally:
+            pull.undo()
+        try:
+            poll_until(lambda: any(e.get("event") == "failback" for e in _journal(bed, "A")), 300, 1.0,
+                       "guest A's comm moving to eth1 after the repair")
+        finally:
+            res = run.result() if run else None
+        assert res is not None and res.ok, res.describe() if res else "no run"
+        assert res.wrong_total == 0
+        evs = _rank_events(tmp_path, 0)
+        assert not _named(evs, "fatal"), _named(evs, "fatal")
+        assert any(e["nic"] == "eth1" for e in _named(evs, "path_up")), "no path on eth1 after the repair"
+        text = "\n".join(r.stdout + r.stderr for r in res.ranks)
+        assert "not ACTIVE" in text and "move to it once the port is ACTIVE" in text, text[-3000:]
+
+    crash_retry(bed, body)
+
+
 def test_a_cut_of_the_roce_flow_alone_fails_over_on_the_flow_stall_rule(rdma_bed, tmp_path):
     """Only RoCE v2 packets (UDP port 4791) are dropped on the primary rail, both directions:
     the probes and bootstrap streams on that rail go on answering, so the health layer sees a
@@ -228,7 +265,8 @@ def test_a_cut_of_the_roce_flow_alone_fails_over_on_the_flow_stall_rule(rdma_bed
     The QPs' silence with writes in flight (RAILOVER_FLOW_STALL_MS, 5 s under TCG) moves both
     guests' send comms to the standby HCA long before the RC retries would end in an error
     (7 retries of NCCL_IB_TIMEOUT 20: ~30 s); after the repair they fail back, every byte
-    checked. Without the rule the first cause would be the RC's retry-exceeded error."""
+    checked. Without the rule the first cause would be the RC's retry-exceeded error. The cut is
+    held until a comm that failed back onto the still-cut rail was moved off it again."""
     bed = rdma_bed
 
     def body():
@@ -241,6 +279,18 @@ def test_a_cut_of_the_roce_flow_alone_fails_over_on_the_flow_stall_rule(rdma_bed
                                        if e.get("event") == "failover") >= 2, 180, 1.0,
                            "a failover in both guests")
                 assert fault.counter() > 0, "the RoCE drop rules dropped nothing"
+
+                # The cut stays: the primary's probes answer, so a comm fails back onto it after
+                # the hold-down, and the rule must move it off again (a flap), not leave it to the
+                # RC retries (found by a review: the rule was off while a RESUME was out).
+                def stalled_again():
+                    for h in ("A", "B"):
+                        n = [e for e in _journal(bed, h) if e.get("event") == "path_down" and e.get("dir") == "send"
+                             and e.get("nic") == "eth1" and "data flow stalled" in e.get("cause", "")]
+                        if len(n) >= 2:
+                            return h
+                    return None
+                poll_until(stalled_again, 240, 1.0, "a failback onto the cut rail failed over again")
             finally:
                 fault.undo()
             run.wait_event("failback", 240)
@@ -254,8 +304,13 @@ def test_a_cut_of_the_roce_flow_alone_fails_over_on_the_flow_stall_rule(rdma_bed
             assert not _named(evs, "fatal"), _named(evs, "fatal")
             downs = [e for e in _named(evs, "path_down") if e.get("dir") == "send" and e["nic"] == "eth1"]
             assert downs, f"rank {rank}: the primary send path never went down"
-            assert "data flow stalled" in downs[0]["cause"], downs[0]
+            # by its own rule, or by the peer's receiver closing the path on its rule (whichever
+            # end's silence was judged first); never by the RC's retry-exceeded error
+            assert ("data flow stalled" in downs[0]["cause"] or "bootstrap stream" in downs[0]["cause"]), downs[0]
             assert _named(evs, "failover") and _named(evs, "failback"), [e.get("event") for e in evs]
+        causes = [e.get("cause", "") for r in (0, 1) for e in _named(_rank_events(tmp_path, r), "path_down")]
+        assert any("flow stalled" in c for c in causes), causes
+        assert any(_named(_rank_events(tmp_path, r), "flap") for r in (0, 1)), "a failure after a failback is a flap"
 
     crash_retry(bed, body)
 

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <string>
+#include <thread>
 
 #include "common/tuning.h"
 #include "failover/link.h"
@@ -460,8 +461,9 @@ TEST_F(EngineOnlyFlowStall, ADataFlowCutWhileProbesAnswerFailsOverAfterTheFlowSt
 }
 
 // Only the direction toward the sender is cut (the receiver's ACKs, and on RDMA its
-// advertisements, vanish); the sender's data still gets through and is acknowledged by the
-// transport, so the sender cannot tell. The receiver's side of the rule closes its end of the
+// advertisements, vanish), and the sender's transport shows no silence: on RoCE that is a
+// sender with no write in flight because the advertisements it waits for never came (the RDMA
+// bed's RoCE-only cut showed it: the receiver's rule fired first), so the sender cannot tell. The receiver's side of the rule closes its end of the
 // path once its control messages went unacknowledged for the flow-stall time; the sender sees
 // the path end and resumes on the standby, every byte right.
 TEST_F(EngineOnlyFlowStall, ACutOfTheDirectionTowardTheSenderIsFoundByTheReceiver) {
@@ -549,6 +551,35 @@ TEST_F(EngineOnlyFlowStall, ATransportWhoseSilenceProvesNothingWaitsForTheProbes
   EXPECT_FALSE(st.timedOut);
   EXPECT_EQ(st.delivered, 200u);
   EXPECT_EQ(send->counters.failovers, 1u);
+}
+
+// The cut persists (a filter on UDP 4791, a stuck traffic class). The rule moves the traffic
+// to the standby; the primary's probes still answer, so after its hold-down the sender fails
+// back onto it, and the RESUME is swallowed too. The rule judges a path with a RESUME out as
+// well (nothing else would: there is no RESUME timeout and the probes answer; the comm would
+// wait for the RC retries, or here for ever), and each such failure counts as a flap even
+// though its verdict came a flow-stall time (100 ms) after the failback, longer than the hold-
+// down (50 ms): measured from when the silence began. Found by a review of the rule.
+TEST_F(EngineOnlyFlowStall, AFailbackOntoAFlowThatIsStillCutIsFailedOverAgainAsAFlap) {
+  connectComm();
+  size_t mark = journalSize();
+  // 1 ms per turn: the run spans several hold-downs and flow-stall times (pacing, not a wait).
+  Stats st = run(1000, mixed, 8, [&](int k) {
+    if (k == 80 && !w(0, kA0)->drop) w(0, kA0)->drop = true;
+  }, [&] { std::this_thread::sleep_for(std::chrono::microseconds(1000)); }, 8000);
+  int failbacks = 0, ruleFailures = 0;
+  for (auto& stp : commSteps(mark, send->secret, {"path_state"})) {
+    if (stp.is("send", "n0", "standby", "active") && stp.reason.find("failback") != std::string::npos) ++failbacks;
+    if (stp.is("send", "n0", "active", "failed") && stp.reason.find("data flow stalled") != std::string::npos)
+      ++ruleFailures;
+  }
+  ASSERT_GE(failbacks, 1) << "no failback onto the cut primary happened: the test proves nothing";
+  EXPECT_FALSE(st.timedOut);
+  EXPECT_EQ(st.err, ncclSuccess) << "the swallowed RESUME ran into RAILOVER_FATAL_TIMEOUT";
+  EXPECT_EQ(st.delivered, 1000u);
+  EXPECT_EQ(ruleFailures, failbacks + 1) << "a failback onto the cut flow was never judged by the rule";
+  EXPECT_GE(send->paths[0].flaps, (uint32_t)failbacks) << "each failure after a failback is a flap";
+  EXPECT_GT(send->paths[0].holdDownMs, 50u) << "the flaps did not grow the primary's hold-down";
 }
 
 // RAILOVER_FLOW_STALL_MS=0 turns the rule off.

@@ -1017,6 +1017,50 @@ TEST_F(RdmaPortWatchTest, APortErrorReportsItsNicDownAndPortActiveBringsItBack) 
   for (auto& x : got) EXPECT_EQ(x.nic, 1) << "NIC 0's port never changed: " << x.why;
 }
 
+// A port chosen while DOWN (a pulled cable when the job starts: PortChoice::kChosenDown) keeps
+// its NIC in the transport: the watch reports it down before anything else, and up once the
+// port is ACTIVE, with the LID it has then (an InfiniBand port has none while down).
+TEST(RdmaPortWatchAtInit, APortDownAtInitIsReportedDownThenUpWithItsNewLid) {
+  ::fake::reset();
+  fake::FakeTransport boot;
+  boot.nicAddr = {"10.0.0.1", "10.0.1.1"};
+  verbs::PortSel a = portOf("fake0", 1), b = portOf("fake1", 1);
+  b.roce = false, b.gidIndex = -1, b.lid = 0, b.active = false, b.state = "PORT_DOWN";
+  ::fake::setPortState("fake1", 1, IBV_PORT_DOWN);
+  std::string err;
+  rdma::RdmaTransport t(std::vector<verbs::PortSel>{a, b}, &boot, &err);
+  ASSERT_TRUE(t.ok()) << err;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::tuple<int, bool, std::string>> got;
+  t.startPortWatch([&](int nic, bool up, const std::string& why) {
+    std::lock_guard<std::mutex> g(mu);
+    got.emplace_back(nic, up, why);
+    cv.notify_all();
+  });
+  auto waitFor = [&](size_t n) {
+    std::unique_lock<std::mutex> g(mu);
+    cv.wait_for(g, std::chrono::seconds(20), [&] { return got.size() >= n; });
+    return got;
+  };
+  auto s = waitFor(1);
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(std::get<0>(s[0]), 1);
+  EXPECT_FALSE(std::get<1>(s[0]));
+  EXPECT_NE(std::get<2>(s[0]).find("not ACTIVE at init (fake1 port 1 PORT_DOWN)"), std::string::npos) << std::get<2>(s[0]);
+  ::fake::setPortLid("fake1", 1, 0x33);
+  ::fake::setPortState("fake1", 1, IBV_PORT_ACTIVE);
+  ::fake::asyncEvent(t.port(1).hca->ctx(), IBV_EVENT_PORT_ACTIVE, 1);
+  s = waitFor(2);
+  ASSERT_EQ(s.size(), 2u) << "the port's coming up was not reported";
+  EXPECT_EQ(std::get<0>(s[1]), 1);
+  EXPECT_TRUE(std::get<1>(s[1]));
+  verbs::PortSel now = t.portSel(1);
+  EXPECT_TRUE(now.active);
+  EXPECT_EQ(now.lid, 0x33) << "new QPs on the port need the LID it got when it came up";
+  for (auto& x : waitFor(2)) EXPECT_EQ(std::get<0>(x), 1) << "NIC 0 was ACTIVE throughout: " << std::get<2>(x);
+}
+
 TEST_F(RdmaPortWatchTest, ADeviceFatalErrorReportsItsNicDownUntilTheHcaIsReopenedWithItsBuffers) {
   std::vector<uint8_t> b(4096);
   std::string err;

@@ -64,6 +64,7 @@ struct World {
   ibv_device* list[3];
   std::map<ibv_context*, std::deque<ibv_async_event>> async;
   std::map<std::pair<std::string, int>, ibv_port_state> portState;  // default ACTIVE
+  std::map<std::pair<std::string, int>, uint16_t> portLid;          // default 0
   uint32_t nextQpn = 100, nextKey = 1000;
   std::vector<std::thread::id> qpCreators;  // the thread of every ibv_create_qp, in order
   bool holdFlushes = false;
@@ -394,6 +395,10 @@ void setPortState(const std::string& dev, int port, ibv_port_state st) {
   WorldLock l(worldMu);
   w().portState[{dev, port}] = st;
 }
+void setPortLid(const std::string& dev, int port, uint16_t lid) {
+  WorldLock l(worldMu);
+  w().portLid[{dev, port}] = lid;
+}
 
 }  // namespace fake
 
@@ -604,6 +609,8 @@ int ibv_query_port(ibv_context* c, uint8_t port, _compat_ibv_port_attr* pa) {
     if (w().dead.count(c)) return EIO;
     auto st = w().portState.find({c->device->name, port});
     p->state = st == w().portState.end() ? IBV_PORT_ACTIVE : st->second;
+    auto lid = w().portLid.find({c->device->name, port});
+    p->lid = lid == w().portLid.end() ? 0 : lid->second;
   }
   p->link_layer = IBV_LINK_LAYER_ETHERNET;
   p->active_mtu = IBV_MTU_1024;

@@ -55,6 +55,8 @@ void asyncEvent(ibv_context* ctx, ibv_event_type type, int port, ibv_qp* qp = nu
 // State ibv_query_port reports for `port` of HCA `dev` (ACTIVE until set). Thread-safe, as is
 // asyncEvent (a port watch thread may read both).
 void setPortState(const std::string& dev, int port, ibv_port_state st);
+// The LID ibv_query_port reports for the port (default 0).
+void setPortLid(const std::string& dev, int port, uint16_t lid);
 // DEVICE_FATAL on every open context of HCA `dev`: queues the async event, and from then on
 // that context refuses new objects (PD, CQ, channel, QP, MR: EIO) and its ports answer no
 // query. A context opened later (Hca::reopen) is alive. Thread-safe.

@@ -329,6 +329,33 @@ TEST(VerbsPortChoice, NcclIbHcaExcludesTheNicsHcaPort) {
   EXPECT_NE(why.find("no RDMA device is bound to NIC lo"), std::string::npos) << why;
 }
 
+// A NIC whose only HCA port is DOWN (a pulled cable when the job starts) is still chosen, as
+// kChosenDown with its GID and the state in the answer, so the transport keeps the NIC and
+// moves comms to it once the port is ACTIVE; an ACTIVE port bound to the NIC is preferred.
+TEST(VerbsPortChoice, APortThatIsDownIsChosenAsDownAndAnActiveOneIsPreferred) {
+  fake::reset();
+  unsigned lo = if_nametoindex("lo");
+  ASSERT_NE(lo, 0u);
+  fake::setGids("fake1", 2, {fakeGid("fe80::1", IBV_GID_TYPE_ROCE_V2, lo),
+                             fakeGid("::ffff:127.0.0.1", IBV_GID_TYPE_ROCE_V2, lo)});
+  fake::setPortState("fake1", 2, IBV_PORT_DOWN);
+  std::string why;
+  PortSel ps;
+  ASSERT_EQ(choosePortForNetdev("lo", IbConfig{}, &ps, &why), PortChoice::kChosenDown) << why;
+  EXPECT_EQ(ps.dev, "fake1");
+  EXPECT_EQ(ps.port, 2);
+  EXPECT_EQ(ps.gidIndex, 1);
+  EXPECT_FALSE(ps.active);
+  EXPECT_NE(why.find("HCA fake1 port 2 is"), std::string::npos) << why;
+  EXPECT_NE(why.find("not ACTIVE"), std::string::npos) << why;
+  // Another port bound to the same NIC, ACTIVE: that one.
+  fake::setGids("fake0", 1, {fakeGid("::ffff:127.0.0.1", IBV_GID_TYPE_ROCE_V2, lo)});
+  ASSERT_EQ(choosePortForNetdev("lo", IbConfig{}, &ps, &why), PortChoice::kChosen) << why;
+  EXPECT_EQ(ps.dev, "fake0");
+  EXPECT_TRUE(ps.active);
+  EXPECT_EQ(ps.state, "PORT_ACTIVE");  // libibverbs' ibv_port_state_str
+}
+
 TEST(VerbsPortChoice, ReselectAfterAGidTableChange) {
   fake::reset();
   unsigned lo = if_nametoindex("lo");

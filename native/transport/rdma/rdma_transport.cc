@@ -965,7 +965,12 @@ RdmaTransport::RdmaTransport(const std::vector<Nic>* nics, const Config* cfg, st
     std::string e;
     names[n.index] = n.name;
     verbs::PortChoice c = verbs::choosePortForNetdev(n.name, cfg->ib, &sels[n.index], &e);
-    if (c != verbs::PortChoice::kChosen) {
+    if (c == verbs::PortChoice::kChosenDown) {
+      // As TCP keeps a NIC whose link is down: its comms start on the other NICs and move to
+      // it once its port is ACTIVE (the port watch reports it down at once, then up).
+      RO_WARN("railover: NIC %s: %s at init; its comms start on the other NICs and move to it once the port is ACTIVE",
+              n.name.c_str(), e.c_str());
+    } else if (c != verbs::PortChoice::kChosen) {
       *err = "NIC " + n.name + ": " + e;
       return;
     }
@@ -1098,7 +1103,16 @@ void RdmaTransport::watchLoop(PortSignal signal) {
     }
   } watching(hcas_);
   std::vector<uint64_t> seen(ports_.size(), UINT64_MAX), seenGid(ports_.size(), 0);
-  std::vector<int> state(ports_.size(), 1);  // as the plugin started: every port ACTIVE (checked at init)
+  // As the plugin started: ACTIVE, save the ports chosen while down (PortChoice::kChosenDown),
+  // which are reported down before the first wait.
+  std::vector<int> state(ports_.size(), 1);
+  for (size_t i = 0; i < ports_.size(); ++i) {
+    verbs::PortSel cur = portSel((int)i);
+    if (cur.active) continue;
+    state[i] = 0;
+    signal((int)i, false, "RDMA port not ACTIVE at init (" + cur.dev + " port " + std::to_string(cur.port) + " " +
+                              cur.state + ")");
+  }
   std::vector<char> reopened(ports_.size(), 0);  // NIC's HCA re-opened, not yet reported up
   struct Revive {
     bool pending = false;
@@ -1176,6 +1190,12 @@ void RdmaTransport::watchLoop(PortSignal signal) {
       int up = !fatal && rc == 0 && a.state == IBV_PORT_ACTIVE;
       if (up == state[i]) continue;
       state[i] = up;
+      if (up) {  // what a port learns when it comes up: on IB its LID (0 while down), the MTU
+        std::lock_guard<std::mutex> g(selMu_);
+        if (!ports_[i].sel.roce) ports_[i].sel.lid = a.lid;
+        ports_[i].sel.activeMtu = a.active_mtu;
+        ports_[i].sel.active = true;
+      }
       const char* what = fatal ? "RDMA device fatal error" : !up ? "RDMA port error"
                          : reopened[i] ? "RDMA device re-opened, port active" : "RDMA port active";
       if (up) reopened[i] = 0;
@@ -1528,7 +1548,8 @@ bool rdmaUsable(const std::vector<Nic>& nics, const Config& cfg, std::string* wh
   for (const Nic& n : nics) {
     verbs::PortSel sel;
     std::string e;
-    if (verbs::choosePortForNetdev(n.name, cfg.ib, &sel, &e) != verbs::PortChoice::kChosen) {
+    verbs::PortChoice c = verbs::choosePortForNetdev(n.name, cfg.ib, &sel, &e);
+    if (c != verbs::PortChoice::kChosen && c != verbs::PortChoice::kChosenDown) {  // a down port is still RDMA
       if (first.empty()) first = "NIC " + n.name + ": " + e;
     } else if (withRdma) {
       withRdma->push_back(n.name);

@@ -340,11 +340,10 @@ bool choosePort(const VerbsApi& api, ibv_context* ctx, const std::string& dev, i
   if (f.roce && !netdev.empty()) f.hasPreferred = nicAddress(netdev, s.addrFamily, f.preferred);
   GidChoice c;
   if (!chooseGid(s, f, table, &c, err)) return false;
-  if (pa.state != IBV_PORT_ACTIVE) {
-    *err = "HCA " + dev + " port " + std::to_string(port) + " is " + api.port_state_str(pa.state) + ", not ACTIVE";
-    return false;
-  }
   PortSel ps;
+  ps.active = pa.state == IBV_PORT_ACTIVE;
+  ps.state = api.port_state_str(pa.state);
+  if (!ps.active) *err = "HCA " + dev + " port " + std::to_string(port) + " is " + ps.state + ", not ACTIVE";
   ps.dev = dev;
   ps.netdev = netdev;
   ps.port = port;
@@ -377,6 +376,9 @@ PortChoice choosePortForNetdev(const std::string& netdev, const IbConfig& s, Por
   int ibPort = 0;
   bool ipoib = ipoibPort(netdev, &ibDev, &ibPort);
   std::vector<std::string> excluded, errors, unreadable;  // unreadable: GID tables that could not be read
+  PortSel down;  // the first port bound to the NIC that is usable but not ACTIVE now
+  std::string downWhy;
+  bool haveDown = false;
   for (int d = 0; d < dl.n; ++d) {
     std::string dev = api.get_device_name(dl.list[d]);
     ibv_context* ctx = api.open_device(dl.list[d]);
@@ -408,13 +410,24 @@ PortChoice choosePortForNetdev(const std::string& netdev, const IbConfig& s, Por
         continue;
       }
       std::string perr;
-      if (choosePort(api, ctx, dev, port, pa, table, netdev, s, out, &perr)) {
-        api.close_device(ctx);
-        return PortChoice::kChosen;
+      PortSel ps;
+      if (choosePort(api, ctx, dev, port, pa, table, netdev, s, &ps, &perr)) {
+        if (ps.active) {
+          api.close_device(ctx);
+          *out = ps;
+          return PortChoice::kChosen;
+        }
+        if (!haveDown) down = ps, downWhy = perr, haveDown = true;  // an ACTIVE one may still come
+        continue;
       }
       errors.push_back(perr);
     }
     api.close_device(ctx);
+  }
+  if (haveDown) {
+    *out = down;
+    *err = downWhy;
+    return PortChoice::kChosenDown;
   }
   if (!errors.empty()) {
     *err = errors.front();

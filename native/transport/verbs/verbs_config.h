@@ -92,9 +92,12 @@ bool readGidTable(const VerbsApi& api, ibv_context* ctx, const std::string& dev,
 
 // How choosePortForNetdev ended.
 enum class PortChoice {
-  kChosen,    // *out filled (port ACTIVE, GID chosen)
-  kExcluded,  // every HCA port bound to the NIC is excluded by NCCL_IB_HCA: serve the NIC with TCP
-  kFailed,    // no usable HCA port: *err says why (no RDMA device bound, no GID, port not ACTIVE, ...)
+  kChosen,      // *out filled (port ACTIVE, GID chosen)
+  kChosenDown,  // *out filled (GID chosen) but no port bound to the NIC is ACTIVE now (a pulled
+                // cable at job start): the transport keeps the NIC, down until its port is
+                // ACTIVE (*err says which port and its state)
+  kExcluded,    // every HCA port bound to the NIC is excluded by NCCL_IB_HCA: serve the NIC with TCP
+  kFailed,      // no usable HCA port: *err says why (no RDMA device bound, no GID, ...)
 };
 
 // Finds the HCA port behind NIC `netdev` (a port with a GID entry bound to it; for an IPoIB NIC

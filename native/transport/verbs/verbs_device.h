@@ -40,6 +40,9 @@ struct PortSel {
   uint16_t lid = 0;         // port LID (IB only)
   ibv_mtu activeMtu = IBV_MTU_1024;
   std::string why;          // one line: how the port/GID was chosen (for doctor/logs)
+  bool active = true;       // the port was ACTIVE when chosen (PortChoice::kChosenDown: not;
+                            // on IB its LID is read again when it comes up)
+  std::string state;        // the port state then ("ACTIVE", "DOWN", ...)
 };
 
 // Finds the HCA port backing `netdev` and its GID with NCCL's defaults (every HCA allowed, the

@@ -312,7 +312,7 @@ def render_doctor(rep: Any) -> Group:
         for col in ("NIC", "HCA port", "link layer", "state", "GID", "why"):
             rt.add_column(col, overflow="fold")
         for n in r["nics"]:
-            chosen = n.get("choice") == "chosen"
+            chosen = n.get("choice") in ("chosen", "down")  # down: chosen, its port not ACTIVE now
             gid = (f"{n.get('gid_index')} {n.get('gid', '')}" if n.get("gid_index", -1) >= 0
                    else ("LID" if chosen else "-"))
             rt.add_row(n.get("nic", "?"), f"{n.get('hca')} port {n.get('port')}" if chosen else Text(n.get("choice", "?"), "yellow"),

@@ -851,7 +851,7 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
 def rdma_nic_line(n: Mapping[str, Any]) -> str:
     """One line for a NIC of the RDMA report: the HCA port, its link layer and state, the GID
     (or LID addressing) when one was chosen."""
-    if n.get("choice") != "chosen":
+    if n.get("choice") not in ("chosen", "down"):
         return "no HCA port"
     where = f"{n.get('hca')} port {n.get('port')} ({n.get('link_layer') or '?'}, {n.get('state') or '?'})"
     if n.get("gid_index", -1) >= 0:
@@ -886,11 +886,16 @@ def rdma_checks(r: Mapping[str, Any]) -> List[Check]:
                              f"{lib.get('error') or 'cannot be loaded'}: every NIC is served by TCP",
                              "install rdma-core's libibverbs1 (and the provider for the HCA)" if setting == "rdma" else ""))
         nics = r.get("nics", [])
-        chosen = [n for n in nics if n.get("choice") == "chosen"]
+        chosen = [n for n in nics if n.get("choice") in ("chosen", "down")]
         for n in nics:
             choice = n.get("choice")
             if choice == "chosen":
                 out.append(Check("rdma", n["nic"], OK, f"{rdma_nic_line(n)}: {n.get('why', '')}"))
+                continue
+            if choice == "down":  # the transport keeps it: down until its port is ACTIVE
+                out.append(Check("rdma", n["nic"], WARN, f"{rdma_nic_line(n)}: {n.get('why', '')}",
+                                 f"check the cable, optic and switch port of {n['nic']} ({n.get('hca')} port "
+                                 f"{n.get('port')})"))
                 continue
             ports = n.get("ports", [])
             seen = "; HCA ports with a GID bound to it: " + ", ".join(
