@@ -487,6 +487,24 @@ TEST_F(RdmaPathTest, TheReceiversFenceRunsOffTheCallersThreadAndSaysWhenItIsDone
   EXPECT_EQ(rx->fenceAsync(), nullptr) << "a second fence has nothing left to do";
 }
 
+// A QP that refuses the move to ERR may still take the old path's writes, so its fence is not
+// done until the path's QPs are destroyed: the engine answers the sender's RESUME only after
+// that (found by an audit: the fence was marked done with the QP still live).
+TEST_F(RdmaPathTest, AFenceWhoseQpRefusesErrIsDoneOnlyOnceTheQpIsDestroyed) {
+  bringUp();
+  ibv_qp* q = rq;
+  ASSERT_TRUE(::fake::qpAlive(q));
+  ::fake::failNextModify(EIO, q);
+  std::shared_ptr<FenceWait> w = rx->fenceAsync();
+  ASSERT_TRUE(w);
+  uint64_t deadline = nowUs() + 20 * 1000 * 1000;
+  while (!w->done.load(std::memory_order_acquire) && nowUs() < deadline) std::this_thread::yield();
+  ASSERT_TRUE(w->done.load()) << "the fence never finished";
+  EXPECT_FALSE(::fake::qpAlive(q)) << "done with the QP that refused ERR still live";
+  rx.reset();
+  t->worker().drain();
+}
+
 // ---- handing verbs objects to the worker (handOff)
 
 // A worker that wins the race: it runs the job inside post(), before post() returns. The

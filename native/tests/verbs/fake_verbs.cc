@@ -76,6 +76,7 @@ struct World {
   std::map<ibv_qp*, std::pair<int, int>> qpQos;  // (GRH traffic class, SL) given at RTR (IBV_QP_AV)
   std::map<ibv_qp*, unsigned> qpAccess;  // qp_access_flags set at INIT
   std::map<ibv_qp*, fake::QpPath> qpPath;  // address vector (RTR) and retry settings (RTS)
+  std::set<ibv_qp*> liveQps;               // created and not destroyed
   struct Mr {
     uint64_t addr, len;
     int access;
@@ -233,6 +234,10 @@ std::pair<int, int> qos(ibv_qp* qp) {
   WorldLock l(worldMu);
   auto it = w().qpQos.find(qp);
   return it == w().qpQos.end() ? std::make_pair(-1, -1) : it->second;
+}
+bool qpAlive(ibv_qp* qp) {
+  WorldLock l(worldMu);
+  return w().liveQps.count(qp) != 0;
 }
 QpPath qpPath(ibv_qp* qp) {
   WorldLock l(worldMu);
@@ -532,6 +537,7 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* ia) {
   w().qpCreators.push_back(std::this_thread::get_id());
   f->qp.state = IBV_QPS_RESET;
   f->qp.qp_type = ia->qp_type;
+  w().liveQps.insert(&f->qp);
   return &f->qp;
 }
 int ibv_destroy_qp(ibv_qp* qp) {
@@ -539,6 +545,7 @@ int ibv_destroy_qp(ibv_qp* qp) {
   w().qpPkeyIndex.erase(qp);
   w().qpQos.erase(qp);
   w().qpPath.erase(qp);
+  w().liveQps.erase(qp);
   delete fqp(qp);
   return 0;
 }

@@ -95,6 +95,8 @@ struct QpPath {
   int timeout = -1, retryCnt = -1, rnrRetry = -1;
 };
 QpPath qpPath(ibv_qp* qp);
+// Whether `qp` was created and not destroyed yet (safe on a destroyed QP's pointer).
+bool qpAlive(ibv_qp* qp);
 // How ibv_reg_dmabuf_mr answers: supported (registers like ibv_reg_mr; fd must be open, else
 // EBADF), or not (EOPNOTSUPP). Default: supported. dmabufRegistrations(): successful ones.
 void setDmabuf(bool supported);

@@ -79,11 +79,12 @@ void retire(Worker& w, std::shared_ptr<Shared<P>>& sh) {
 
 // A receive path's fence (QP to ERR, drain bounded by kFenceDrainMs), logged when it failed,
 // missed flushes or took longer than kSlowFenceUs.
-void fenceAndReport(RdmaTransport& t, int nic, verbs::RecvPath& p) {
+verbs::FenceResult fenceAndReport(RdmaTransport& t, int nic, verbs::RecvPath& p) {
   verbs::FenceResult fr = p.fence(kFenceDrainMs);
   if (!fr.err.empty() || !fr.drained || fr.us > kSlowFenceUs)
     RO_WARN("railover: RDMA fence on %s port %d: %s (after %llu us)", t.port(nic).sel.dev.c_str(), t.port(nic).sel.port,
             !fr.err.empty() ? fr.err.c_str() : fr.drained ? "slow" : "flushes not all seen", (unsigned long long)fr.us);
+  return fr;
 }
 
 // What both ends of a path share: the bootstrap stream and the path's first fatal cause.
@@ -623,7 +624,22 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
     int nic = nic_;
     t_.fencer().run([sh, w, t, nic]() mutable {
       w->startUs.store(nowUs(), std::memory_order_relaxed);
-      fenceAndReport(*t, nic, *sh->path);
+      verbs::FenceResult fr = fenceAndReport(*t, nic, *sh->path);
+      if (!fr.err.empty()) {
+        // A QP that refused the move to ERR may still take the old path's writes, and the
+        // engine answers the sender's RESUME once this wait is done: the path's QPs are
+        // destroyed first (on the worker, where destruction runs: seconds on rxe after a link
+        // loss), and only a destroyed QP counts as fenced. A dead device (DEVICE_FATAL) refuses
+        // too; its destruction is quick and nothing of it can write any more.
+        RO_WARN("railover: RDMA fence on %s port %d could not move a QP to ERR (%s): destroying the path's QPs before "
+                "the sender's RESUME is answered", t->port(nic).sel.dev.c_str(), t->port(nic).sel.port, fr.err.c_str());
+        t->worker().post([sh, w]() mutable {
+          sh->path.reset();
+          w->endUs.store(nowUs(), std::memory_order_relaxed);
+          w->done.store(true, std::memory_order_release);
+        });
+        return;
+      }
       w->endUs.store(nowUs(), std::memory_order_relaxed);
       w->done.store(true, std::memory_order_release);
       retire(t->worker(), sh);  // destruction stays on the worker
