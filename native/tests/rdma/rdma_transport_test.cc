@@ -1076,6 +1076,11 @@ TEST(RdmaPortWatchAtInit, APortDownAtInitIsReportedDownThenUpWithItsNewLid) {
   verbs::PortSel now = t.portSel(1);
   EXPECT_TRUE(now.active);
   EXPECT_EQ(now.lid, 0x33) << "new QPs on the port need the LID it got when it came up";
+  // Its flush QP (iflush's READs, addressed to itself) is built with that LID once it is up.
+  t.worker().drain();
+  verbs::FlushQp* fq = t.flushQpForTest(1);
+  ASSERT_NE(fq, nullptr) << "no flush QP on the port after it came up";
+  EXPECT_EQ(::fake::qpPath(fq->qp()).dlid, 0x33);
   for (auto& x : waitFor(2)) EXPECT_EQ(std::get<0>(x), 1) << "NIC 0 was ACTIVE throughout: " << std::get<2>(x);
 }
 

@@ -628,17 +628,18 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
       if (!fr.err.empty()) {
         // A QP that refused the move to ERR may still take the old path's writes, and the
         // engine answers the sender's RESUME once this wait is done: the path's QPs are
-        // destroyed first (on the worker, where destruction runs: seconds on rxe after a link
-        // loss), and only a destroyed QP counts as fenced. A dead device (DEVICE_FATAL) refuses
-        // too; its destruction is quick and nothing of it can write any more.
-        RO_WARN("railover: RDMA fence on %s port %d could not move a QP to ERR (%s): destroying the path's QPs before "
-                "the sender's RESUME is answered", t->port(nic).sel.dev.c_str(), t->port(nic).sel.port, fr.err.c_str());
-        t->worker().post([sh, w]() mutable {
-          sh->path.reset();
+        // destroyed first, here on the fence thread (a fence thread exists to block; the
+        // worker's queue may hold seconds of releases), and only then is the fence done. A dead
+        // device (DEVICE_FATAL) refuses too, but nothing of it can write any more: done at once.
+        // (Not checked: a QP whose destruction fails too; ~RcQp cannot report it.)
+        if (!t->port(nic).hca->deviceFatal()) {
+          RO_WARN("railover: RDMA fence on %s port %d could not move a QP to ERR (%s): destroying the path's QPs before "
+                  "the sender's RESUME is answered", t->port(nic).sel.dev.c_str(), t->port(nic).sel.port, fr.err.c_str());
+          sh->path.reset();  // here, on the fence thread: not behind the worker's queue of releases
           w->endUs.store(nowUs(), std::memory_order_relaxed);
           w->done.store(true, std::memory_order_release);
-        });
-        return;
+          return;
+        }
       }
       w->endUs.store(nowUs(), std::memory_order_relaxed);
       w->done.store(true, std::memory_order_release);
@@ -999,6 +1000,7 @@ RdmaTransport::RdmaTransport(const std::vector<Nic>* nics, const Config* cfg, st
   }
   if (!openPorts(names, sels, err)) return;
   for (size_t i = 0; i < ports_.size() && cfg->ib.pkeyIndex != 0; ++i) {
+    if (!ports_[i].sel.active) continue;  // checked by the port watch when it comes up (the SM may not have set it yet)
     uint16_t pkey = 0;
     std::string e;
     if (!verbs::checkPkeyIndex(*ports_[i].hca, ports_[i].sel.port, (int)cfg->ib.pkeyIndex, &pkey, &e)) {
@@ -1130,6 +1132,7 @@ void RdmaTransport::watchLoop(PortSignal signal) {
                               cur.state + ")");
   }
   std::vector<char> reopened(ports_.size(), 0);  // NIC's HCA re-opened, not yet reported up
+  std::vector<char> pkeyWarned(ports_.size(), 0);
   struct Revive {
     bool pending = false;
     uint64_t nextUs = 0;
@@ -1205,12 +1208,36 @@ void RdmaTransport::watchLoop(PortSignal signal) {
       int rc = fatal ? -1 : verbs::queryPort(np.hca->api(), np.hca->ctx(), (uint8_t)np.sel.port, &a);
       int up = !fatal && rc == 0 && a.state == IBV_PORT_ACTIVE;
       if (up == state[i]) continue;
+      if (up && ib_.pkeyIndex != 0) {  // a port that was down at init was not checked then
+        uint16_t pkey = 0;
+        std::string pe;
+        if (!verbs::checkPkeyIndex(*np.hca, np.sel.port, (int)ib_.pkeyIndex, &pkey, &pe)) {
+          if (!pkeyWarned[i])
+            RO_WARN("railover: NIC %s: port active but NCCL_IB_PKEY=%u: %s; the NIC stays down until the entry is there",
+                    names_[i].c_str(), ib_.pkeyIndex, pe.c_str());
+          pkeyWarned[i] = 1;
+          continue;  // looked at again at the next full check
+        }
+      }
       state[i] = up;
       if (up) {  // what a port learns when it comes up: on IB its LID (0 while down), the MTU
+        {
+          std::lock_guard<std::mutex> g(selMu_);
+          if (!ports_[i].sel.roce) ports_[i].sel.lid = a.lid;
+          ports_[i].sel.activeMtu = a.active_mtu;
+          ports_[i].sel.active = true;
+        }
+        // Its flush QP (iflush) addresses itself with the port's LID and MTU: build it anew
+        // (on the worker) with the values the port has now.
+        const verbs::FlushQp* cur = nullptr;
+        {
+          std::lock_guard<std::mutex> g(flush_[i]->mu);
+          cur = flush_[i]->qp.get();
+        }
+        rebuildFlushQp((int)i, cur);
+      } else {
         std::lock_guard<std::mutex> g(selMu_);
-        if (!ports_[i].sel.roce) ports_[i].sel.lid = a.lid;
-        ports_[i].sel.activeMtu = a.active_mtu;
-        ports_[i].sel.active = true;
+        ports_[i].sel.active = false;
       }
       const char* what = fatal ? "RDMA device fatal error" : !up ? "RDMA port error"
                          : reopened[i] ? "RDMA device re-opened, port active" : "RDMA port active";
@@ -1397,8 +1424,10 @@ void RdmaTransport::ensureFlushQps() {
     FlushSlot& s = *flush_[i];
     std::lock_guard<std::mutex> g(s.mu);
     if (s.qp || s.building || (s.lastFailUs && nowUs() - s.lastFailUs < kFlushRebuildGapUs)) continue;
+    verbs::PortSel sel = portSel((int)i);
+    if (!sel.active) continue;  // built by the port watch when the port comes up (its LID, MTU)
     std::string e;
-    auto q = std::make_shared<verbs::FlushQp>(*ports_[i].hca, portSel((int)i), rc_, &e);
+    auto q = std::make_shared<verbs::FlushQp>(*ports_[i].hca, sel, rc_, &e);
     if (q->ok()) s.qp = q, s.err.clear(), s.lastFailUs = 0;
     else s.err = e, s.lastFailUs = nowUs(), RO_WARN("railover: NIC %s: no flush QP: %s", names_[i].c_str(), e.c_str());
   }
@@ -1532,7 +1561,7 @@ namespace {
 template <typename P>
 std::vector<ibv_qp*> qpsOf(const std::shared_ptr<Shared<P>>& sh) {
   std::vector<ibv_qp*> v;
-  if (!sh || sh->result.load(std::memory_order_acquire) != 1) return v;
+  if (!sh || sh->result.load(std::memory_order_acquire) != 1 || !sh->path) return v;
   for (int i = 0; i < sh->path->lanes(); ++i) v.push_back(sh->path->qp(i).qp());
   return v;
 }
