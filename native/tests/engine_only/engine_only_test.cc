@@ -444,13 +444,15 @@ TEST_F(EngineOnlyFlowStall, ADataFlowCutWhileProbesAnswerFailsOverAfterTheFlowSt
       cutAt = Clock::now();
     }
   }, [&] {
-    if (cutAt != Clock::time_point{} && movedAt == Clock::time_point{} && send->counters.failovers > 0) movedAt = Clock::now();
+    if (cutAt != Clock::time_point{} && movedAt == Clock::time_point{} && send->counters.failovers > 0) {
+      movedAt = Clock::now();
+      w(0, kA0)->drop = false;  // repaired: a failback after the hold-down finds it working
+    }
   });
   EXPECT_FALSE(st.timedOut);
   EXPECT_EQ(st.err, ncclSuccess);
   EXPECT_EQ(st.delivered, 200u);
   ASSERT_EQ(send->counters.failovers, 1u);
-  EXPECT_EQ(activeNic(), 1);
   EXPECT_TRUE(health->pairUp(send->paths[0].pairId)) << "the probes never judged the rail";
   EXPECT_GE(movedAt - cutAt, std::chrono::milliseconds(kFlowStallMs)) << "moved before the flow-stall time";
   EXPECT_GT(send->counters.bytesResent, 0u) << "what the cut swallowed was resent";
@@ -470,13 +472,14 @@ TEST_F(EngineOnlyFlowStall, ACutOfTheDirectionTowardTheSenderIsFoundByTheReceive
   connectComm();
   size_t mark = journalSize();
   Stats st = run(200, mixed, 8, [&](int k) {
-    if (k == 80) w(0, kA0)->backDrop = true;
+    if (k == 80 && send->counters.failovers == 0) w(0, kA0)->backDrop = true;
+  }, [&] {
+    if (send->counters.failovers > 0) w(0, kA0)->backDrop = false;  // repaired once it moved
   });
   EXPECT_FALSE(st.timedOut);
   EXPECT_EQ(st.err, ncclSuccess);
   EXPECT_EQ(st.delivered, 200u);
   EXPECT_EQ(send->counters.failovers, 1u);
-  EXPECT_EQ(activeNic(), 1);
   bool byReceiver = false;
   for (auto& stp : commSteps(mark, send->secret, {"path_state"}))
     if (stp.is("recv", "n0", "active", "failed"))
@@ -501,6 +504,7 @@ TEST_F(EngineOnlyFlowStall, TheRuleWaitsForAStandbyThatAnswersItsProbes) {
       health->pairs[standbyPair].answering = true;
       released = true;
     }
+    if (released && send->counters.failovers > 0) w(0, kA0)->drop = false;  // repaired once it moved
   });
   ASSERT_TRUE(released);
   EXPECT_FALSE(st.timedOut);
@@ -564,9 +568,9 @@ TEST_F(EngineOnlyFlowStall, AFailbackOntoAFlowThatIsStillCutIsFailedOverAgainAsA
   connectComm();
   size_t mark = journalSize();
   // 1 ms per turn: the run spans several hold-downs and flow-stall times (pacing, not a wait).
-  Stats st = run(1000, mixed, 8, [&](int k) {
+  Stats st = run(600, mixed, 8, [&](int k) {
     if (k == 80 && !w(0, kA0)->drop) w(0, kA0)->drop = true;
-  }, [&] { std::this_thread::sleep_for(std::chrono::microseconds(1000)); }, 8000);
+  }, [&] { std::this_thread::sleep_for(std::chrono::microseconds(1000)); }, 60000);
   int failbacks = 0, ruleFailures = 0;
   for (auto& stp : commSteps(mark, send->secret, {"path_state"})) {
     if (stp.is("send", "n0", "standby", "active") && stp.reason.find("failback") != std::string::npos) ++failbacks;
@@ -576,7 +580,7 @@ TEST_F(EngineOnlyFlowStall, AFailbackOntoAFlowThatIsStillCutIsFailedOverAgainAsA
   ASSERT_GE(failbacks, 1) << "no failback onto the cut primary happened: the test proves nothing";
   EXPECT_FALSE(st.timedOut);
   EXPECT_EQ(st.err, ncclSuccess) << "the swallowed RESUME ran into RAILOVER_FATAL_TIMEOUT";
-  EXPECT_EQ(st.delivered, 1000u);
+  EXPECT_EQ(st.delivered, 600u);
   EXPECT_EQ(ruleFailures, failbacks + 1) << "a failback onto the cut flow was never judged by the rule";
   EXPECT_GE(send->paths[0].flaps, (uint32_t)failbacks) << "each failure after a failback is a flap";
   EXPECT_GT(send->paths[0].holdDownMs, 50u) << "the flaps did not grow the primary's hold-down";
