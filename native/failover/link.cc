@@ -193,8 +193,12 @@ static std::string nicName(const LinkDeps& d, int nic) {
 
 // "eth1 (rxe0 port 1)": the NIC and, where the transport has one, the device behind it (the
 // fatal errors name both, so an operator knows which HCA port to look at).
+static std::string deviceOf(const LinkDeps& d, int nic) {
+  return d.transport ? d.transport->nicDevice(nic) : std::string();
+}
+
 static std::string nicWithDevice(const LinkDeps& d, int nic) {
-  std::string dev = d.transport ? d.transport->nicDevice(nic) : std::string();
+  std::string dev = deviceOf(d, nic);
   return nicName(d, nic) + (dev.empty() ? "" : " (" + dev + ")");
 }
 
@@ -1548,7 +1552,7 @@ void RecvLink::judgeNoPath(uint64_t now) {
     return;
   std::string nics;
   for (auto& p : paths) {
-    std::string dev = deps.transport ? deps.transport->nicDevice(p.localNic) : std::string();
+    std::string dev = deviceOf(deps, p.localNic);
     nics += (nics.empty() ? "" : ",") + nicName(deps, p.localNic) + " (" + (dev.empty() ? "" : dev + ": ") + p.lastError + ")";
   }
   std::string fence;
