@@ -63,9 +63,15 @@ ncclResult_t Runtime::init(ncclDebugLogger_t logger) {
   Health::start(cfg, nics.data(), (int)nics.size(), ports.data(), journal);
 #ifdef RAILOVER_HAVE_VERBS
   if (auto* rt = dynamic_cast<rdma::RdmaTransport*>(transport))
-    rt->startPortWatch([](int nic, bool up, const std::string& why) {
-      if (Health* h = Health::get()) h->transportNicSignal(nic, up, why);
-    });
+    rt->startPortWatch(
+        [](int nic, bool up, const std::string& why) {
+          if (Health* h = Health::get()) h->transportNicSignal(nic, up, why);
+        },
+        [this, rt](int nic, const std::string& kind, const std::string& oldAddr, const std::string& newAddr,
+                   const std::string& why) {
+          if (journal && nic >= 0 && nic < (int)nics.size())
+            journal->hca_addr_change(nics[nic].name, rt->nicDevice(nic), kind, oldAddr, newAddr, why);
+        });
 #endif
   ok_.store(true, std::memory_order_release);
   return result_ = ncclSuccess;

@@ -59,7 +59,10 @@
                         "longer than 200 ms: no other path of that thread moved meanwhile (at most one line a "  \
                         "second per comm, direction and kind of call)")                                                          \
   EVENT(size_loss_ignored, "a probe burst lost its full-size probes but TCP data was still acknowledged: "      \
-                           "congestion, not a size-dependent black hole; no verdict")
+                           "congestion, not a size-dependent black hole; no verdict")                                 \
+  EVENT(hca_addr_change, "the address a NIC's new RDMA paths use changed while its HCA port stayed up: the GID "  \
+                         "chosen again after the GID table changed (RoCE; connected paths keep theirs), or a LID "  \
+                         "the subnet manager re-assigned (InfiniBand; connected paths fail over)")
 
 #define RO_EVENT_FIELDS_nic_down(FIRST, NEXT) \
   FIRST(nic, Str, "NIC name")                 \
@@ -161,6 +164,13 @@
   NEXT(big_sent, U64, "full-size probes sent in the burst")         \
   NEXT(small_answered, U64, "small probes answered in the burst")   \
   NEXT(tcp_acked, Bool, "the peer's kernel acknowledged data during the burst")
+#define RO_EVENT_FIELDS_hca_addr_change(FIRST, NEXT)                                      \
+  FIRST(nic, Str, "local NIC name")                                                       \
+  NEXT(hca, Str, "the HCA port behind it, e.g. \"mlx5_0 port 1\"")                         \
+  NEXT(kind, Str, "gid or lid")                                                            \
+  NEXT(old, Str, "previous address: \"<GID index> <GID>\" (gid) or the LID in decimal (lid)") \
+  NEXT(new, Str, "the address new paths use, same form")                                  \
+  NEXT(why, Str, "one line: what changed and what railover did")
 
 namespace railover {
 

@@ -60,6 +60,8 @@ EVENTS: Dict[str, Dict[str, str]] = {
                        "us": "integer"},
     "size_loss_ignored": {"nic": "string", "peer": "string", "big_sent": "integer", "small_answered": "integer",
                           "tcp_acked": "boolean"},
+    "hca_addr_change": {"nic": "string", "hca": "string", "kind": "string", "old": "string", "new": "string",
+                        "why": "string"},
 }
 
 #: Events that mean traffic of a comm resumed on a path after a switch (same fields).

@@ -1168,19 +1168,102 @@ TEST(RdmaGidWatch, AGidTableChangeReChoosesTheGidForNewPaths) {
   boot.nicAddr = {"10.0.0.1", "10.0.1.1"};
   rdma::RdmaTransport t({cur, portOf("fake1", 1)}, &boot, &err);
   ASSERT_TRUE(t.ok()) << err;
-  t.startPortWatch([](int, bool, const std::string&) {});
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::vector<std::string>> told;  // the address-change callback's calls
+  t.startPortWatch([](int, bool, const std::string&) {},
+                   [&](int nic, const std::string& kind, const std::string& o, const std::string& n, const std::string& why) {
+                     std::lock_guard<std::mutex> g(mu);
+                     told.push_back({std::to_string(nic), kind, o, n, why});
+                     cv.notify_all();
+                   });
   ibv_gid_entry empty{};
   empty.gid_type = 0xff;
   ::fake::setGids("fake0", 1, {t0[0], empty, empty, t0[1]});
   ::fake::asyncEvent(t.port(0).hca->ctx(), IBV_EVENT_GID_CHANGE, 1);
-  uint64_t deadline = nowUs() + 20 * 1000 * 1000;
-  while (t.portSel(0).gidIndex != 3 && nowUs() < deadline) std::this_thread::yield();
+  {
+    std::unique_lock<std::mutex> g(mu);
+    cv.wait_for(g, std::chrono::seconds(20), [&] { return !told.empty(); });
+    ASSERT_EQ(told.size(), 1u) << "the GID re-choice was not told (journal event hca_addr_change)";
+    EXPECT_EQ(told[0][0], "0");
+    EXPECT_EQ(told[0][1], "gid");
+    EXPECT_EQ(told[0][2], "1 ::ffff:127.0.0.1");
+    EXPECT_EQ(told[0][3], "3 ::ffff:127.0.0.1");
+    EXPECT_NE(told[0][4].find("GID table changed (fake0 port 1)"), std::string::npos) << told[0][4];
+  }
   verbs::PortSel now = t.portSel(0);
   EXPECT_EQ(now.gidIndex, 3) << now.why;
   EXPECT_EQ(verbs::gidString(now.gid), "::ffff:127.0.0.1");
   EXPECT_EQ(now.dev, "fake0");
   EXPECT_NE(t.describe().find("GID 3"), std::string::npos) << t.describe();
   EXPECT_EQ(t.portSel(1).gidIndex, 1) << "the other NIC's GID did not change";
+}
+
+
+// InfiniBand: IBV_EVENT_LID_CHANGE on a port that stays ACTIVE (the subnet manager re-assigned
+// its LID). The watch reads the new LID: new paths and the port's flush QP use it, the HCA is
+// told (the paths connected with the old LID break, VerbsPathIb.APathBreaksWhenItsPortGets...)
+// and the change is reported once (journal event hca_addr_change); no port signal (the port
+// never went down). An event that leaves the LID as it was changes nothing.
+TEST(RdmaLidWatch, ALidChangeOnALivePortIsReadForNewPathsAndTold) {
+  ::fake::reset();
+  verbs::PortSel a = portOf("fake0", 1), b = portOf("fake1", 1);
+  a.roce = b.roce = false, a.gidIndex = b.gidIndex = -1;
+  a.lid = 0x33, b.lid = 0x34;
+  ::fake::setPortLid("fake0", 1, 0x33);
+  ::fake::setPortLid("fake1", 1, 0x34);
+  fake::FakeTransport boot;
+  boot.nicAddr = {"10.0.0.1", "10.0.1.1"};
+  std::string err;
+  rdma::RdmaTransport t(std::vector<verbs::PortSel>{a, b}, &boot, &err);
+  ASSERT_TRUE(t.ok()) << err;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::vector<std::string>> told;
+  std::vector<std::string> signals;
+  t.startPortWatch(
+      [&](int nic, bool up, const std::string& why) {
+        std::lock_guard<std::mutex> g(mu);
+        signals.push_back(std::to_string(nic) + (up ? " up " : " down ") + why);
+      },
+      [&](int nic, const std::string& kind, const std::string& o, const std::string& n, const std::string& why) {
+        std::lock_guard<std::mutex> g(mu);
+        told.push_back({std::to_string(nic), kind, o, n, why});
+        cv.notify_all();
+      });
+  auto waitTold = [&](size_t n) {
+    std::unique_lock<std::mutex> g(mu);
+    cv.wait_for(g, std::chrono::seconds(20), [&] { return told.size() >= n; });
+    return told;
+  };
+  ::fake::setPortLid("fake0", 1, 0x44);
+  ::fake::asyncEvent(t.port(0).hca->ctx(), IBV_EVENT_LID_CHANGE, 1);
+  auto s = waitTold(1);
+  ASSERT_EQ(s.size(), 1u) << "the LID change was not told";
+  EXPECT_EQ(s[0][0], "0");
+  EXPECT_EQ(s[0][1], "lid");
+  EXPECT_EQ(s[0][2], "51");
+  EXPECT_EQ(s[0][3], "68");
+  EXPECT_NE(s[0][4].find("subnet manager changed the LID of fake0 port 1 from 51 to 68"), std::string::npos) << s[0][4];
+  EXPECT_EQ(t.portSel(0).lid, 0x44) << "new paths would address the old LID";
+  uint64_t moves = 0;
+  EXPECT_EQ(t.port(0).hca->portLid(1, &moves), 0x44);
+  EXPECT_EQ(moves, 1u) << "the paths on the port are not told their LID is stale";
+  t.worker().drain();
+  verbs::FlushQp* fq = t.flushQpForTest(0);
+  ASSERT_NE(fq, nullptr);
+  EXPECT_EQ(::fake::qpPath(fq->qp()).dlid, 0x44) << "the flush QP still addresses the old LID";
+  // An event with the LID unchanged (NIC 0), then a real change on NIC 1: only the second is told.
+  ::fake::asyncEvent(t.port(0).hca->ctx(), IBV_EVENT_LID_CHANGE, 1);
+  ::fake::setPortLid("fake1", 1, 0x35);
+  ::fake::asyncEvent(t.port(1).hca->ctx(), IBV_EVENT_LID_CHANGE, 1);
+  s = waitTold(2);
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[1][0], "1");
+  EXPECT_EQ(s[1][3], "53");
+  EXPECT_EQ(t.portSel(0).lid, 0x44);
+  std::lock_guard<std::mutex> g(mu);
+  EXPECT_TRUE(signals.empty()) << signals[0];
 }
 
 }  // namespace

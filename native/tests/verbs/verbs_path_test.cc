@@ -555,6 +555,75 @@ TEST(VerbsPathIb, LidAddressingWithoutAGrhAndTheRetrySettingsReachTheQps) {
   EXPECT_EQ(rx, tx);
 }
 
+// InfiniBand: when the subnet manager gives a port another LID while it stays up (the port
+// watch reads it after IBV_EVENT_LID_CHANGE and tells the HCA, Hca::notePortLid), the paths
+// connected with the old LID break at their next progress (the peer's QPs address the old LID,
+// nothing would ever be acknowledged again); the same LID read again, another port's LID or the
+// peer's HCA change nothing, and a path connected with the new LID works.
+TEST(VerbsPathIb, APathBreaksWhenItsPortGetsAnotherLidAndOnlyThen) {
+  fake::reset();
+  std::string err;
+  Hca ha("fake0", &err), hb("fake1", &err);
+  ASSERT_TRUE(ha.ok() && hb.ok()) << err;
+  PortSel pa = portOf("fake0", 1), pb = portOf("fake1", 1);
+  pa.roce = pb.roce = false;
+  pa.lid = 0x11, pb.lid = 0x22;
+  auto pair = [&](const PortSel& a, std::unique_ptr<SendPath>* s, std::unique_ptr<RecvPath>* r) {
+    s->reset(new SendPath(ha, a, params(), &err));
+    r->reset(new RecvPath(hb, pb, params(), &err));
+    ASSERT_TRUE((*s)->ok() && (*r)->ok()) << err;
+    ASSERT_TRUE((*s)->connect((*r)->local(), &err)) << err;
+    ASSERT_TRUE((*r)->connect((*s)->local(), &err)) << err;
+  };
+  std::unique_ptr<SendPath> s;
+  std::unique_ptr<RecvPath> r;
+  pair(pa, &s, &r);
+  SSink ss;
+  RSink rs;
+  auto progress = [&] {
+    s->progress(ss);
+    r->progress(rs);
+  };
+  ha.notePortLid(1, 0x11);  // the LID it has: read again after an event that changed nothing
+  hb.notePortLid(1, 0x22);
+  ha.notePortLid(2, 0x99);  // another port of the sender's HCA
+  progress();
+  progress();
+  EXPECT_TRUE(ss.breaks.empty() && rs.breaks.empty());
+  ha.notePortLid(1, 0x15);
+  progress();
+  ASSERT_EQ(ss.breaks.size(), 1u) << "a path connected with the old LID kept running";
+  EXPECT_EQ(ss.breaks[0].source, "port");
+  EXPECT_EQ(ss.breaks[0].code, IBV_EVENT_LID_CHANGE);
+  EXPECT_NE(ss.breaks[0].status.find("LID of fake0 port 1 changed from 17 to 21"), std::string::npos)
+      << ss.breaks[0].status;
+  EXPECT_TRUE(rs.breaks.empty()) << "the receiver's HCA kept its LID";
+  // A path connected with the new LID is not broken by the change it already carries.
+  std::unique_ptr<SendPath> s2;
+  std::unique_ptr<RecvPath> r2;
+  pa.lid = 0x15;
+  pair(pa, &s2, &r2);
+  SSink ss2;
+  RSink rs2;
+  s2->progress(ss2);
+  r2->progress(rs2);
+  EXPECT_TRUE(ss2.breaks.empty() && rs2.breaks.empty());
+  EXPECT_EQ(fake::qpPath(r2->qp().qp()).dlid, 0x15);
+  // RoCE addresses by GID: a LID read on the port means nothing to its paths.
+  fake::reset();
+  Hca hc("fake0", &err), hd("fake1", &err);
+  ASSERT_TRUE(hc.ok() && hd.ok()) << err;
+  SendPath rs3(hc, portOf("fake0", 1), params(), &err);
+  RecvPath rr3(hd, portOf("fake1", 1), params(), &err);
+  ASSERT_TRUE(rs3.ok() && rr3.ok()) << err;
+  ASSERT_TRUE(rs3.connect(rr3.local(), &err) && rr3.connect(rs3.local(), &err)) << err;
+  hc.notePortLid(1, 0x5);
+  hc.notePortLid(1, 0x6);
+  SSink ss3;
+  rs3.progress(ss3);
+  EXPECT_TRUE(ss3.breaks.empty());
+}
+
 // The same for RoCE: a GRH with the chosen source GID index, no LID.
 TEST(VerbsPathIb, RoceAddressingUsesAGrhWithTheChosenGidIndex) {
   fake::reset();

@@ -1061,10 +1061,10 @@ verbs::PortSel RdmaTransport::portSel(int nic) const {
   return ports_[nic].sel;
 }
 
-void RdmaTransport::startPortWatch(PortSignal signal) {
+void RdmaTransport::startPortWatch(PortSignal signal, AddrSignal addr) {
   if (watch_.joinable() || !ok_) return;
   stopFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  watch_ = std::thread(&RdmaTransport::watchLoop, this, std::move(signal));
+  watch_ = std::thread(&RdmaTransport::watchLoop, this, std::move(signal), std::move(addr));
 }
 
 uint64_t RdmaTransport::reopenAttempts(int hca) const {
@@ -1108,7 +1108,7 @@ bool RdmaTransport::reviveHca(size_t h, std::string* err) {
   return true;
 }
 
-void RdmaTransport::watchLoop(PortSignal signal) {
+void RdmaTransport::watchLoop(PortSignal signal, AddrSignal addr) {
   // This thread reads the HCAs' events as they arrive: the paths' progress (NCCL's proxy
   // thread) then reads the event files only as a backstop (Hca::pollAsyncFromDataPath).
   struct Watching {
@@ -1120,12 +1120,13 @@ void RdmaTransport::watchLoop(PortSignal signal) {
       for (auto& x : hs) x->setWatched(false);
     }
   } watching(hcas_);
-  std::vector<uint64_t> seen(ports_.size(), UINT64_MAX), seenGid(ports_.size(), 0);
+  std::vector<uint64_t> seen(ports_.size(), UINT64_MAX), seenGid(ports_.size(), 0), seenLid(ports_.size(), 0);
   // As the plugin started: ACTIVE, save the ports chosen while down (PortChoice::kChosenDown),
   // which are reported down before the first wait.
   std::vector<int> state(ports_.size(), 1);
   for (size_t i = 0; i < ports_.size(); ++i) {
     verbs::PortSel cur = portSel((int)i);
+    if (!cur.roce && cur.active) ports_[i].hca->notePortLid(cur.port, cur.lid);  // what paths compare theirs with
     if (cur.active) continue;
     state[i] = 0;
     signal((int)i, false, "RDMA port not ACTIVE at init (" + cur.dev + " port " + std::to_string(cur.port) + " " +
@@ -1198,6 +1199,40 @@ void RdmaTransport::watchLoop(PortSignal signal) {
             ports_[i].sel.why = next.why;
           }
           RO_INFO(RO_SUBSYS_NET, "railover: %s: GID table changed, new paths use %s", names_[i].c_str(), next.why.c_str());
+          if (addr)
+            addr((int)i, "gid", std::to_string(cur.gidIndex) + " " + verbs::gidString(cur.gid), std::to_string(next.gidIndex) + " " + verbs::gidString(next.gid),
+                 "GID table changed (" + np.sel.dev + " port " + std::to_string(np.sel.port) + "): " + next.why +
+                     "; paths already connected keep their GID");
+        }
+      }
+      // InfiniBand: the subnet manager gave the port another LID while it stayed ACTIVE. Every
+      // QP connected with the old LID is dead (the peer's QPs address it): the paths on the port
+      // see the new LID through Hca::portLid and break at their next progress call; new paths
+      // use the new LID. A port that is down reads its LID when it comes up (below).
+      uint64_t lc = np.hca->lidChanges(np.sel.port);
+      if (lc != seenLid[i]) {
+        seenLid[i] = lc;
+        verbs::PortSel cur = portSel((int)i);
+        ibv_port_attr a{};
+        if (!cur.roce && state[i] && !np.hca->deviceFatal() &&
+            verbs::queryPort(np.hca->api(), np.hca->ctx(), (uint8_t)cur.port, &a) == 0 && a.state == IBV_PORT_ACTIVE &&
+            a.lid != 0 && a.lid != cur.lid) {
+          {
+            std::lock_guard<std::mutex> g(selMu_);
+            ports_[i].sel.lid = a.lid;
+          }
+          np.hca->notePortLid(cur.port, a.lid);
+          const verbs::FlushQp* fq = nullptr;
+          {
+            std::lock_guard<std::mutex> g(flush_[i]->mu);
+            fq = flush_[i]->qp.get();
+          }
+          rebuildFlushQp((int)i, fq);  // it addresses itself with the port's LID
+          std::string why = "subnet manager changed the LID of " + cur.dev + " port " + std::to_string(cur.port) +
+                            " from " + std::to_string(cur.lid) + " to " + std::to_string(a.lid) +
+                            ": its connected paths fail over, new paths use the new LID";
+          RO_WARN("railover: NIC %s: %s", names_[i].c_str(), why.c_str());
+          if (addr) addr((int)i, "lid", std::to_string(cur.lid), std::to_string(a.lid), why);
         }
       }
       uint64_t ev = np.hca->portStateEvents(np.sel.port);
@@ -1223,7 +1258,10 @@ void RdmaTransport::watchLoop(PortSignal signal) {
       if (up) {  // what a port learns when it comes up: on IB its LID (0 while down), the MTU
         {
           std::lock_guard<std::mutex> g(selMu_);
-          if (!ports_[i].sel.roce) ports_[i].sel.lid = a.lid;
+          if (!ports_[i].sel.roce) {
+            ports_[i].sel.lid = a.lid;
+            np.hca->notePortLid(np.sel.port, a.lid);
+          }
           ports_[i].sel.activeMtu = a.active_mtu;
           ports_[i].sel.active = true;
         }

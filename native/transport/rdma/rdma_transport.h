@@ -269,8 +269,16 @@ class RdmaTransport : public Transport {
   // through the fd kept at regMrDmaBuf), the NIC's GID is chosen again and its flush QP
   // rebuilt, and only then, with its port ACTIVE, is the NIC reported up ("RDMA device
   // re-opened"): the engine's failback moves its comms back as after a port repair.
+  //
+  // `addr` (may be empty) hears when the address a NIC's new paths use changes while its port
+  // stays up: kind "gid" (IBV_EVENT_GID_CHANGE re-chose the RoCE GID; old/new are "<index>
+  // <gid>"; connected paths keep theirs) or "lid" (IBV_EVENT_LID_CHANGE on InfiniBand; old/new
+  // are the LIDs in decimal; connected paths break, see verbs::Hca::portLid). Both callbacks
+  // run on the watch thread and must not block.
   using PortSignal = std::function<void(int nic, bool up, const std::string& why)>;
-  void startPortWatch(PortSignal signal);
+  using AddrSignal = std::function<void(int nic, const std::string& kind, const std::string& oldAddr,
+                                        const std::string& newAddr, const std::string& why)>;
+  void startPortWatch(PortSignal signal, AddrSignal addr = nullptr);
   static constexpr int kPortRecheckMs = 1000;
   static constexpr int kReopenFirstMs = 1000;  // first re-open attempt after DEVICE_FATAL
   static constexpr int kReopenMaxMs = 8000;    // back-off cap: a repaired HCA is found within it
@@ -296,7 +304,7 @@ class RdmaTransport : public Transport {
   Worker worker_;
   FenceRunner fencer_;  // after worker_: its jobs hand what they held to the worker
   bool ok_ = false;
-  void watchLoop(PortSignal signal);
+  void watchLoop(PortSignal signal, AddrSignal addr);
   // Re-opens HCA index `h` if its opening is dead, then registers every live MrSet on it again
   // and builds the flush QP of each of its NICs on the new opening. false + *err otherwise (the
   // watch keeps the NICs down and tries again later).

@@ -227,11 +227,13 @@ std::vector<AsyncEvent> Hca::pollAsync() {
         if (static_cast<size_t>(a.port) >= portErr_.size()) {
           portErr_.resize(a.port + 1, 0);
           gidChg_.resize(a.port + 1, 0);
+          lidChg_.resize(a.port + 1, 0);
           portEv_.resize(a.port + 1, 0);
         }
         if (e.event_type == IBV_EVENT_PORT_ERR) ++portErr_[a.port];
         if (e.event_type == IBV_EVENT_PORT_ERR || e.event_type == IBV_EVENT_PORT_ACTIVE) ++portEv_[a.port];
         if (e.event_type == IBV_EVENT_GID_CHANGE) ++gidChg_[a.port];
+        if (e.event_type == IBV_EVENT_LID_CHANGE) ++lidChg_[a.port];
         break;
       case IBV_EVENT_QP_FATAL:
       case IBV_EVENT_QP_REQ_ERR:
@@ -262,6 +264,26 @@ uint64_t Hca::portErrors(int port) {
 uint64_t Hca::gidChanges(int port) {
   std::lock_guard<std::mutex> g(mu_);
   return static_cast<size_t>(port) < gidChg_.size() ? gidChg_[port] : 0;
+}
+
+uint64_t Hca::lidChanges(int port) {
+  std::lock_guard<std::mutex> g(mu_);
+  return static_cast<size_t>(port) < lidChg_.size() ? lidChg_[port] : 0;
+}
+
+void Hca::notePortLid(int port, uint16_t lid) {
+  if (port < 0 || lid == 0) return;
+  std::lock_guard<std::mutex> g(mu_);
+  if (static_cast<size_t>(port) >= lid_.size()) lid_.resize(port + 1, 0), lidMoves_.resize(port + 1, 0);
+  if (lid_[port] != 0 && lid_[port] != lid) ++lidMoves_[port];
+  lid_[port] = lid;
+}
+
+uint16_t Hca::portLid(int port, uint64_t* changes) {
+  std::lock_guard<std::mutex> g(mu_);
+  bool in = port >= 0 && static_cast<size_t>(port) < lid_.size();
+  if (changes) *changes = in ? lidMoves_[port] : 0;
+  return in ? lid_[port] : 0;
 }
 
 uint64_t Hca::portStateEvents(int port) {

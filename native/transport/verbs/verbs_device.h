@@ -139,6 +139,16 @@ class Hca {
   bool deviceFatal();
   // Number of GID table changes (IBV_EVENT_GID_CHANGE) seen on `port`.
   uint64_t gidChanges(int port);
+  // Number of LID changes (IBV_EVENT_LID_CHANGE: the subnet manager gave `port` another LID,
+  // InfiniBand) seen on `port`; a watcher re-reads the port's LID when it moves.
+  uint64_t lidChanges(int port);
+  // The LID of `port` as the port watch last read it (InfiniBand; ibv_query_port after the port
+  // came up or after IBV_EVENT_LID_CHANGE), and how often that known value changed. `lid` 0
+  // means "not read yet" and never counts as a change. A path whose own LID (the one its QPs
+  // were connected with) differs from a known LID is dead: the peer's QPs address the old one.
+  void notePortLid(int port, uint16_t lid);
+  // *changes (may be null) gets the change count; returns the LID (0: not known).
+  uint16_t portLid(int port, uint64_t* changes);
   // True when QP `qpn` of opening `epoch` is dead: a fatal QP event (QP_FATAL, QP_REQ_ERR,
   // QP_ACCESS_ERR, PATH_MIG_ERR) named it, or its opening reported DEVICE_FATAL or was replaced
   // by a re-open. *what gets the event name.
@@ -153,7 +163,9 @@ class Hca {
   mutable std::mutex mu_;
   Opening cur_;                    // guarded by mu_
   std::vector<Opening> retired_;   // older openings, closed by the destructor
-  std::vector<uint64_t> portErr_, gidChg_, portEv_;  // index = port number
+  std::vector<uint64_t> portErr_, gidChg_, lidChg_, portEv_;  // index = port number
+  std::vector<uint16_t> lid_;        // index = port number; 0: not known (notePortLid)
+  std::vector<uint64_t> lidMoves_;   // index = port number
   std::unordered_set<uint32_t> fatalQps_;
   std::string fatalWhat_;
   bool deviceFatal_ = false;

@@ -342,6 +342,19 @@ void PathBase::pollOnce() {
     if (hca_.portErrors(port_.port) > portErrBase_)
       markBroken("port", "port error (" + hca_.name() + " port " + std::to_string(port_.port) + ")",
                  IBV_EVENT_PORT_ERR);
+    if (!port_.roce) {  // InfiniBand: the subnet manager may give the port another LID while it stays up
+      uint64_t moves = 0;
+      uint16_t lid = hca_.portLid(port_.port, &moves);
+      if (moves != lidSeen_) {
+        lidSeen_ = moves;
+        if (lid != 0 && lid != port_.lid)
+          markBroken("port",
+                     "LID of " + hca_.name() + " port " + std::to_string(port_.port) + " changed from " +
+                         std::to_string(port_.lid) + " to " + std::to_string(lid) +
+                         " (subnet manager): the peer's QPs address the old LID",
+                     IBV_EVENT_LID_CHANGE);
+      }
+    }
     std::string what;
     for (size_t i = 0; i < lanes_.size() && !broken_; ++i)
       if (hca_.qpFatal(lanes_[i].qp->qp()->qp_num, lanes_[i].qp->epoch(), &what))

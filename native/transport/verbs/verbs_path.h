@@ -261,6 +261,7 @@ class PathBase {
   Broken why_;
   uint64_t lastOkUs_ = 0;
   uint64_t portErrBase_ = 0;
+  uint64_t lidSeen_ = UINT64_MAX;  // Hca::portLid's change count last compared (InfiniBand)
 
  private:
   // One RC QP of the path with its control slots and send ring.
