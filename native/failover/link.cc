@@ -763,7 +763,11 @@ bool Link::otherPathUsable(size_t i, uint64_t now) const {
 bool SendLink::flowStalled(size_t i, uint64_t now, std::string* cause, uint64_t* sinceUs) const {
   const Config& cfg = *deps.cfg;
   const Path& p = paths[i];
-  if (!cfg.flowStallMs || !p.tx || !p.tx->ackSilenceIsFault() || acked_ >= nextSeq_) return false;
+  // Pending work: unacknowledged data, or a RESUME waiting for its RESUME_ACK (after a
+  // failback with every message acknowledged the RESUME is all the path carries; the receiver
+  // re-advertises only once it has it, so nothing else would ever be in flight).
+  bool resumeOut = state() == LinkState::kResuming || state() == LinkState::kFailingBack;
+  if (!cfg.flowStallMs || !p.tx || !p.tx->ackSilenceIsFault() || (acked_ >= nextSeq_ && !resumeOut)) return false;
   uint64_t limitUs = (uint64_t)cfg.flowStallMs * 1000;
   if (now < lastProgressUs_ + limitUs) return false;
   uint32_t silentMs = p.tx->unackedSilenceMs();
@@ -1322,9 +1326,11 @@ void RecvLink::finishResume(uint64_t now) {
     return;
   }
   ResumeWait& rw = resumeWait_;
+  std::string unsafe;
   fences_.erase(std::remove_if(fences_.begin(), fences_.end(),
-                               [&rw](const std::shared_ptr<FenceWait>& w) {
+                               [&rw, &unsafe](const std::shared_ptr<FenceWait>& w) {
                                  if (!w->done.load(std::memory_order_acquire)) return false;
+                                 if (unsafe.empty()) unsafe = w->unsafe;
                                  uint64_t end = w->endUs.load(std::memory_order_relaxed);
                                  if (end > rw.sinceUs && end >= rw.fenceEndUs)  // it held the answer back
                                    rw.fenceQueuedUs = w->queuedUs, rw.fenceStartUs = w->startUs.load(std::memory_order_relaxed),
@@ -1332,6 +1338,12 @@ void RecvLink::finishResume(uint64_t now) {
                                  return true;
                                }),
                 fences_.end());
+  if (!unsafe.empty()) {  // an older path may write into the receive buffers after any answer
+    resumeWait_ = ResumeWait();
+    enterFatal("railover: " + unsafe + "; its late writes could overwrite data resent on the new path, so the comm " +
+               "fails instead of resuming (peer " + peerName + ")");
+    return;
+  }
   if (!fences_.empty()) return;  // an older path may still write: no answer yet
   uint64_t fromSeq = resumeWait_.fromSeq, waitedUs = now - resumeWait_.sinceUs;
   bool switched = resumeWait_.switched;

@@ -219,6 +219,41 @@ TEST_F(EngineOnly, AFenceThatNeverFinishesIsAFatalErrorThatSaysSo) {
   EXPECT_FALSE(w(0, kA0)->heldFences.empty());
 }
 
+// A fence that finished without stopping the old path (its QP refused both the move to ERR and
+// destruction: FenceWait::unsafe) must not be followed by a RESUME_ACK: a late write of that
+// path could overwrite data resent on the new one. The receiver fails the comm with an error
+// that names why, and never activates the standby.
+TEST_F(EngineOnly, AFenceThatCouldNotStopTheOldPathFailsTheCommInsteadOfResuming) {
+  connectComm();
+  w(0, kA0)->slowFence = true;
+  bool broke = false, released = false, answered = false;
+  Stats st = run(100, mixed, 8, [&](int k) {
+    if (k == 30) {
+      w(0, kA0)->broken = true;
+      broke = true;
+    }
+  }, [&] {
+    if (!broke) return;
+    if (recv->active >= 0 && released) answered = true;
+    auto& held = w(0, kA0)->heldFences;
+    if (released || held.empty() || send->state() != LinkState::kResuming) return;
+    for (auto& f : held) {
+      f->unsafe = "the old path on fake0 port 1 could not be stopped (move to ERR: EIO; ibv_destroy_qp: EBUSY)";
+      f->startUs.store(nowUs()), f->endUs.store(nowUs());
+      f->done.store(true);
+    }
+    released = true;
+  }, 30000);
+  EXPECT_TRUE(released) << "the sender never waited for the receiver's answer";
+  EXPECT_FALSE(st.timedOut) << "never a silent hang";
+  EXPECT_EQ(st.err, ncclSystemError);
+  ASSERT_TRUE(recv->isFatal());
+  EXPECT_NE(recv->fatalMsg.find("could not be stopped"), std::string::npos) << recv->fatalMsg;
+  EXPECT_NE(recv->fatalMsg.find("fails instead of resuming"), std::string::npos) << recv->fatalMsg;
+  EXPECT_FALSE(answered) << "the receiver activated a path after an unsafe fence";
+  EXPECT_EQ(send->counters.failovers, 0u) << "the sender was told RESUME_ACK";
+}
+
 // A progress call that holds the caller far longer than any healthy one (a verbs provider
 // blocked in the kernel) is named in the journal (transport_slow: comm, direction, NIC, how
 // long) and the log, once per second per comm at most; fast calls leave no line. Nothing
@@ -418,6 +453,11 @@ class EngineOnlyFlowStall : public EngineOnly {
     w(1, kA1)->acksTell = true;
   }
   Setting flow{Runtime::get().cfg.flowStallMs, kFlowStallMs};
+  // The bed's RAILOVER_STALL_MS of 5 ms makes the call-gap rule restart the stall clock after
+  // any 2.5 ms between progress calls; on a loaded 2-core host the test thread is descheduled
+  // that long every few tens of ms, so the rule (which needs 100 ms without such a gap) never
+  // fired in some runs. 400 ms: a gap must exceed 200 ms to restart the clock.
+  Setting stall{Runtime::get().cfg.stallMs, 400};
   // Keeps the run for at least 4 flow-stall times after the event, so a failover that the rule
   // should not cause has time to happen.
   static constexpr auto kWatch = std::chrono::milliseconds(4 * kFlowStallMs);
@@ -584,6 +624,47 @@ TEST_F(EngineOnlyFlowStall, AFailbackOntoAFlowThatIsStillCutIsFailedOverAgainAsA
   EXPECT_EQ(ruleFailures, failbacks + 1) << "a failback onto the cut flow was never judged by the rule";
   EXPECT_GE(send->paths[0].flaps, (uint32_t)failbacks) << "each failure after a failback is a flap";
   EXPECT_GT(send->paths[0].holdDownMs, 50u) << "the flaps did not grow the primary's hold-down";
+}
+
+// The same cut, but the failback comes while the comm is idle: every message acknowledged, so
+// the RESUME is all the primary carries, and the receiver (which re-advertises only after a
+// RESUME) leaves the sender's next isends unposted. A RESUME out is pending work for the rule:
+// it fails the primary again and the next messages go over the standby. (Before, with nothing
+// unacknowledged the rule never judged, and the receiver, with no active path and receives
+// posted, gave up after RAILOVER_FATAL_TIMEOUT.)
+TEST_F(EngineOnlyFlowStall, AnIdleFailbackOntoAFlowThatIsStillCutIsFailedOverByItsUnansweredResume) {
+  transport->tellsReceives = true;  // RDMA's advertisements: a send waits for its receive
+  struct Restore {
+    ~Restore() { transport->tellsReceives = false; }
+  } restore;
+  connectComm();
+  Stats st = run(100, mixed, 8, [&](int k) {
+    if (k == 80 && !w(0, kA0)->drop) w(0, kA0)->drop = true;
+  });
+  ASSERT_FALSE(st.timedOut);
+  ASSERT_EQ(st.err, ncclSuccess);
+  ASSERT_GE(send->counters.failovers, 1u);
+  // Idle: the sender's next isend finds no advertisement (nothing is posted: NULL, try again),
+  // and its calls fail back onto the primary, whose flow is still cut.
+  size_t mark = journalSize();
+  std::vector<uint8_t> b(100, 7);
+  auto end = Clock::now() + std::chrono::seconds(20);
+  while (send->active != 0 && Clock::now() < end) {
+    void* q = nullptr;
+    ASSERT_EQ(isend(b.data(), b.size(), 0, &q), ncclSuccess);
+    ASSERT_EQ(q, nullptr) << "posted without a receive: the test's premise is gone";
+    links().sweepIdle(), transport->pump();
+  }
+  ASSERT_EQ(send->active, 0) << "no failback while idle: the test proves nothing";
+  ASSERT_EQ(send->state(), LinkState::kFailingBack);
+  st = run(40, mixed, 8);
+  EXPECT_FALSE(st.timedOut);
+  EXPECT_EQ(st.err, ncclSuccess) << (recv->isFatal() ? recv->fatalMsg : std::string());
+  EXPECT_EQ(st.delivered, 40u);
+  bool byRule = false;
+  for (auto& stp : commSteps(mark, send->secret, {"path_state"}))
+    if (stp.is("send", "n0", "active", "failed") && stp.reason.find("data flow stalled") != std::string::npos) byRule = true;
+  EXPECT_TRUE(byRule) << "the primary with its unanswered RESUME was not failed by the rule";
 }
 
 // RAILOVER_FLOW_STALL_MS=0 turns the rule off.

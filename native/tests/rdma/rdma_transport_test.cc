@@ -501,6 +501,25 @@ TEST_F(RdmaPathTest, AFenceWhoseQpRefusesErrIsDoneOnlyOnceTheQpIsDestroyed) {
   while (!w->done.load(std::memory_order_acquire) && nowUs() < deadline) std::this_thread::yield();
   ASSERT_TRUE(w->done.load()) << "the fence never finished";
   EXPECT_FALSE(::fake::qpAlive(q)) << "done with the QP that refused ERR still live";
+  EXPECT_EQ(w->unsafe, "") << "its destruction worked: the old path is stopped";
+  rx.reset();
+  t->worker().drain();
+}
+
+// The same, but the QP refuses destruction too: the fence says the old path could not be
+// stopped (FenceWait::unsafe), so the engine fails the comm instead of answering RESUME.
+TEST_F(RdmaPathTest, AFenceWhoseQpRefusesErrAndDestructionSaysItIsUnsafe) {
+  bringUp();
+  ibv_qp* q = rq;
+  ::fake::failNextModify(EIO, q);
+  ::fake::failNextDestroy(EBUSY, q);
+  std::shared_ptr<FenceWait> w = rx->fenceAsync();
+  ASSERT_TRUE(w);
+  uint64_t deadline = nowUs() + 20 * 1000 * 1000;
+  while (!w->done.load(std::memory_order_acquire) && nowUs() < deadline) std::this_thread::yield();
+  ASSERT_TRUE(w->done.load()) << "the fence never finished";
+  EXPECT_NE(w->unsafe.find("could not be stopped"), std::string::npos) << w->unsafe;
+  EXPECT_NE(w->unsafe.find("ibv_destroy_qp"), std::string::npos) << w->unsafe;
   rx.reset();
   t->worker().drain();
 }

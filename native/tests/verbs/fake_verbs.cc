@@ -70,6 +70,8 @@ struct World {
   bool holdFlushes = false;
   int failModify = 0;
   ibv_qp* failModifyQp = nullptr;  // nullptr: any QP
+  int failDestroy = 0;
+  ibv_qp* failDestroyQp = nullptr;
   std::map<std::pair<std::string, int>, std::vector<ibv_gid_entry>> gids;
   std::map<std::pair<std::string, int>, std::vector<uint16_t>> pkeys;
   std::map<ibv_qp*, int> qpPkeyIndex;
@@ -263,6 +265,11 @@ void failNextModify(int err, ibv_qp* qp) {
   WorldLock l(worldMu);
   w().failModify = err;
   w().failModifyQp = qp;
+}
+void failNextDestroy(int err, ibv_qp* qp) {
+  WorldLock l(worldMu);
+  w().failDestroy = err;
+  w().failDestroyQp = qp;
 }
 void setDmabuf(bool supported) {
   WorldLock l(worldMu);
@@ -542,6 +549,12 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* ia) {
 }
 int ibv_destroy_qp(ibv_qp* qp) {
   WorldLock l(worldMu);
+  if (w().failDestroy && w().failDestroyQp == qp) {
+    int e = w().failDestroy;
+    w().failDestroy = 0;
+    w().failDestroyQp = nullptr;
+    return e;
+  }
   w().qpPkeyIndex.erase(qp);
   w().qpQos.erase(qp);
   w().qpPath.erase(qp);

@@ -631,10 +631,15 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
         // destroyed first, here on the fence thread (a fence thread exists to block; the
         // worker's queue may hold seconds of releases), and only then is the fence done. A dead
         // device (DEVICE_FATAL) refuses too, but nothing of it can write any more: done at once.
-        // (Not checked: a QP whose destruction fails too; ~RcQp cannot report it.)
+        // A QP that refuses destruction as well may still write: the wait says so (unsafe) and
+        // the engine fails the comm rather than answer.
         if (!t->port(nic).hca->deviceFatal()) {
           RO_WARN("railover: RDMA fence on %s port %d could not move a QP to ERR (%s): destroying the path's QPs before "
                   "the sender's RESUME is answered", t->port(nic).sel.dev.c_str(), t->port(nic).sel.port, fr.err.c_str());
+          std::string de;
+          if (!sh->path->destroyQps(&de) && !t->port(nic).hca->deviceFatal())
+            w->unsafe = "the old path on " + t->port(nic).sel.dev + " port " + std::to_string(t->port(nic).sel.port) +
+                        " could not be stopped (move to ERR: " + fr.err + "; " + de + ")";
           sh->path.reset();  // here, on the fence thread: not behind the worker's queue of releases
           w->endUs.store(nowUs(), std::memory_order_relaxed);
           w->done.store(true, std::memory_order_release);

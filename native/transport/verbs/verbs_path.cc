@@ -177,6 +177,19 @@ PathBase::~PathBase() {
   }
 }
 
+bool PathBase::destroyQps(std::string* err) {
+  bool all = true;
+  for (size_t i = 0; i < lanes_.size(); ++i) {
+    std::string e;
+    if (lanes_[i].qp->destroyQp(&e)) continue;
+    if (all) *err = lanes_.size() > 1 ? e + " (QP " + std::to_string(i) + " of the path)" : e;
+    all = false;
+  }
+  connected_ = false;  // nothing may be polled or posted on it any more
+  fenced_ = true;
+  return all;
+}
+
 std::vector<QpEndpoint> PathBase::localEndpoints() const {
   std::vector<QpEndpoint> v;
   for (const Lane& l : lanes_) {

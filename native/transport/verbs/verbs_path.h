@@ -193,6 +193,11 @@ class PathBase {
   // timeoutMs passed. After it returns (with err empty) nothing sent on these QPs can
   // land in this side's registered memory, and no completion of them remains to be seen later.
   FenceResult fence(int timeoutMs);
+  // Destroys every lane's QP now (ibv_destroy_qp), for a fence whose move to ERR failed: true
+  // when all are gone, else false with *err naming the first refusal (those QPs may still take
+  // writes). The path is unusable afterwards; destroy it. Blocks (seconds on rxe after a link
+  // loss): never on the progress thread.
+  bool destroyQps(std::string* err);
   // For an orderly close, before fence(): polls (what it finds waits for the next progress())
   // until every send posted on the path has completed, i.e. the peer's HCA took it, or the
   // path broke, or `giveUp` (asked about once a millisecond; may be empty) says the peer is

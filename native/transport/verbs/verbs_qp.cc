@@ -221,12 +221,22 @@ RcQp::RcQp(Hca& hca, const PortSel& port, int sendDepth, int recvDepth, std::str
   local_.roce = port.roce ? 1 : 0;
 }
 
-RcQp::~RcQp() {
-  if (qp_) {
-    uint32_t qpn = qp_->qp_num;
-    api_.destroy_qp(qp_);
-    hca_.forgetQp(qpn, epoch_);  // the number may now go to a new QP
+bool RcQp::destroyQp(std::string* err) {
+  if (!qp_) return true;
+  uint32_t qpn = qp_->qp_num;
+  int rc = api_.destroy_qp(qp_);
+  if (rc) {
+    *err = std::string("ibv_destroy_qp: ") + std::strerror(rc);
+    return false;
   }
+  qp_ = nullptr;
+  hca_.forgetQp(qpn, epoch_);  // the number may now go to a new QP
+  return true;
+}
+
+RcQp::~RcQp() {
+  std::string ignored;  // a dead device's calls may fail: its memory is freed with its context
+  destroyQp(&ignored);
   if (cq_) {
     if (unacked_) api_.ack_cq_events(cq_, unacked_);
     api_.destroy_cq(cq_);

@@ -90,7 +90,11 @@ bool exchangeEndpoints(int fd, const QpEndpoint& mine, QpEndpoint* peer, int tim
 class RcQp {
  public:
   RcQp(Hca& hca, const PortSel& port, int sendDepth, int recvDepth, std::string* err);
-  ~RcQp();
+  ~RcQp();  // destroys what is left (destroyQp()'s result is lost here: call it first to know)
+  // ibv_destroy_qp now: true once the QP is gone (also when there was none). false with *err
+  // when the HCA refused: the QP may still exist (and take the peer's writes); it is tried
+  // again by the destructor. After success qp() is null. Not for the progress thread.
+  bool destroyQp(std::string* err);
   RcQp(const RcQp&) = delete;
   RcQp& operator=(const RcQp&) = delete;
 
