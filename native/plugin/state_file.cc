@@ -1,5 +1,7 @@
 #include "plugin/state_file.h"
 
+#include <memory>
+
 #include "common/nic.h"
 #include "failover/link.h"
 #include "health/health.h"
@@ -8,16 +10,35 @@
 
 namespace railover {
 
-std::string renderStateFields(Runtime& rt, Health* hl) {
-  std::string o = "\"event_log\":" + jsonStr(rt.cfg.eventLog) +
-                  ",\"transport\":" + jsonStr(rt.transport ? rt.transport->name() : "") + ",\"nics\":[";
+// The NIC's "rdma" member: the device port the transport uses for NIC `nic`
+// (Transport::devicePort), or null where there is none (TCP).
+static std::string rdmaPortJson(const Transport* t, int nic) {
+  Transport::DevicePort d;
+  if (!t || !t->devicePort(nic, &d)) return "null";
+  return "{\"hca\":" + jsonStr(d.hca) + ",\"port\":" + std::to_string(d.port) + ",\"link_layer\":\"" +
+         (d.roce ? "Ethernet" : "InfiniBand") + "\",\"port_active\":" + (d.active ? "true" : "false") +
+         ",\"gid_index\":" + std::to_string(d.gidIndex) + ",\"gid\":" + jsonStr(d.gid) + ",\"lid\":" +
+         std::to_string(d.lid) + ",\"mtu\":" + std::to_string(d.mtuBytes) + ",\"why\":" + jsonStr(d.why) + "}";
+}
+
+// The "nics" array's elements.
+static std::string renderNics(Runtime& rt, Health* hl) {
+  std::string o;
   for (size_t i = 0; i < rt.nics.size(); ++i) {
     const Nic& n = rt.nics[i];
     if (i) o += ",";
     o += "{\"index\":" + std::to_string(n.index) + ",\"name\":" + jsonStr(n.name) + ",\"addr\":" +
          jsonStr(addrToString(n.getAddr(nullptr))) + ",\"rail\":" + std::to_string(n.rail) +
-         ",\"speed_mbps\":" + std::to_string(n.speedMbps) + ",\"up\":" + (!hl || hl->nicUp((int)i) ? "true" : "false") + "}";
+         ",\"speed_mbps\":" + std::to_string(n.speedMbps) + ",\"up\":" + (!hl || hl->nicUp((int)i) ? "true" : "false") +
+         ",\"rdma\":" + rdmaPortJson(rt.transport, (int)i) + "}";
   }
+  return o;
+}
+
+std::string renderStateFields(Runtime& rt, Health* hl) {
+  std::string o = "\"event_log\":" + jsonStr(rt.cfg.eventLog) +
+                  ",\"transport\":" + jsonStr(rt.transport ? rt.transport->name() : "") + ",\"nics\":[" +
+                  renderNics(rt, hl);
   o += "],\"pairs\":" + (hl ? hl->pairsJson() : std::string("[]")) + ",\"comms\":[";
   LinkCounters tot;
   uint64_t fatals = 0;
@@ -65,7 +86,17 @@ std::string renderStateFields(Runtime& rt, Health* hl) {
 
 StateSource processStateSource(Runtime& rt) {
   StateSource src;
-  src.takeChanged = [&rt] { return rt.links.takeDirty(); };
+  // The links say when they changed; the NIC entries change without them (a port error or a
+  // GID re-choice in the transport, health's view of a NIC that no comm uses): they are
+  // rendered and compared (a few short strings every writer period, on the writer thread).
+  auto lastNics = std::make_shared<std::string>();
+  src.takeChanged = [&rt, lastNics] {
+    bool links = rt.links.takeDirty();
+    std::string nics = renderNics(rt, Health::get());
+    bool changed = nics != *lastNics;
+    if (changed) *lastNics = std::move(nics);
+    return links || changed;
+  };
   src.renderFields = [&rt] { return renderStateFields(rt, Health::get()); };
   return src;
 }

@@ -17,6 +17,7 @@
 #include "telemetry/state.h"
 #include "tests/scripted_health.h"
 #include "tests/test_nic.h"
+#include "transport/tcp/tcp_transport.h"
 
 namespace railover {
 namespace {
@@ -31,8 +32,8 @@ TEST(StateFile, MembersKeepTheirNamesOrderAndEscaping) {
   std::string f = renderStateFields(rt, &h);
   const std::string head =
       R"("event_log":"/var/log/ro \"x\".jsonl","transport":"","nics":[)"
-      R"({"index":0,"name":"eth0","addr":"10.0.0.1","rail":0,"speed_mbps":10000,"up":true},)"
-      R"({"index":1,"name":"eth1","addr":"10.0.1.1","rail":3,"speed_mbps":25000,"up":false}],"pairs":[],"comms":[)";
+      R"({"index":0,"name":"eth0","addr":"10.0.0.1","rail":0,"speed_mbps":10000,"up":true,"rdma":null},)"
+      R"({"index":1,"name":"eth1","addr":"10.0.1.1","rail":3,"speed_mbps":25000,"up":false,"rdma":null}],"pairs":[],"comms":[)";
   EXPECT_EQ(f.substr(0, head.size()), head) << f;
   // Comms of other tests in this binary may be open or closed: the totals' shape, not values.
   const std::regex tail(
@@ -42,7 +43,19 @@ TEST(StateFile, MembersKeepTheirNamesOrderAndEscaping) {
 
   // Before the health monitor starts every NIC reads up and there are no pairs.
   f = renderStateFields(rt, nullptr);
-  EXPECT_NE(f.find(R"("rail":3,"speed_mbps":25000,"up":true}],"pairs":[],)"), std::string::npos) << f;
+  EXPECT_NE(f.find(R"("rail":3,"speed_mbps":25000,"up":true,"rdma":null}],"pairs":[],)"), std::string::npos) << f;
+
+  // TCP has no device port behind a NIC: "rdma" stays null (the RDMA transport's object is
+  // pinned in tests/rdma/rdma_transport_test.cc, RdmaStateFile).
+  TcpTransport tcp(&rt.nics, &rt.cfg);
+  rt.transport = &tcp;
+  f = renderStateFields(rt, &h);
+  EXPECT_NE(f.find(R"("transport":"tcp","nics":[{"index":0,"name":"eth0","addr":"10.0.0.1","rail":0,)"
+                   R"("speed_mbps":10000,"up":true,"rdma":null},)"),
+            std::string::npos)
+      << f;
+  EXPECT_NE(f.find(R"("up":false,"rdma":null}],"pairs":[],)"), std::string::npos) << f;
+  rt.transport = nullptr;
 }
 
 }  // namespace

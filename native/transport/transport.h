@@ -412,6 +412,28 @@ class Transport {
     (void)nic;
     return std::string();
   }
+  // The device port behind a local NIC as the transport uses it now, for operators (the state
+  // file's per-NIC "rdma" object, docs/OPERATIONS.md). RDMA: the HCA port chosen for the NIC.
+  struct DevicePort {
+    std::string hca;         // HCA name (rxe0, mlx5_1)
+    int port = 0;            // HCA port number (1-based, as in verbs)
+    bool roce = false;       // link layer Ethernet (RoCE: GID addressing) vs InfiniBand (LID)
+    bool active = false;     // the port is ACTIVE as the transport last saw it (its port watch
+                             // follows PORT_ERR / PORT_ACTIVE and device fatal errors)
+    int gidIndex = -1;       // GID index in use; -1 on InfiniBand
+    std::string gid;         // that GID as text ("::ffff:10.0.0.1"); "" on InfiniBand
+    int lid = 0;             // the port's LID on InfiniBand (0 while it has none); 0 on RoCE
+    int mtuBytes = 0;        // the port's active MTU in bytes (256 .. 4096; 0: unknown)
+    std::string why;         // one line: how the port and GID were chosen (the last choice:
+                             // the GID is chosen again after the GID table changed)
+  };
+  // Fills *out with the device port behind local NIC `nic` and returns true; false (and *out
+  // untouched) where the NIC is all there is (TCP) or `nic` is out of range. A copy taken at
+  // once: thread-safe (any thread, while the transport lives), never blocks on I/O.
+  virtual bool devicePort(int nic, DevicePort* out) const {
+    (void)nic, (void)out;
+    return false;
+  }
   // Memory kinds a registration may be (NCCL's NCCL_PTR_* bits, the same values).
   static constexpr uint32_t kPtrHost = 0x1, kPtrCuda = 0x2, kPtrDmaBuf = 0x4;
   // The kinds this transport registers on NIC `nic`: the plugin's ptrSupport. HOST always;

@@ -23,8 +23,11 @@
 
 #include "../verbs/fake_verbs.h"
 #include "common/clock.h"
+#include "plugin/runtime.h"
+#include "plugin/state_file.h"
 #include "tests/fake_net.h"
 #include "tests/rdma/rdma_test_ports.h"
+#include "tests/test_nic.h"
 #include "transport/rdma/rdma_transport.h"
 #include "transport/tcp/wire.h"
 #include "transport/verbs/verbs_config.h"
@@ -1494,6 +1497,163 @@ TEST_F(RdmaPathTest, AControlMessagePolledBeforeTheStreamEndedIsStillRead) {
   ASSERT_EQ(tx->recvCtl(&m, &err), 1) << "the CLOSE read before the end was dropped: " << err;
   EXPECT_EQ((int)m.type, (int)CtlType::kClose);
   EXPECT_EQ(tx->recvCtl(&m, &err), -1) << "then the fault";
+}
+
+}  // namespace
+}  // namespace railover
+
+// ---- the state file's per-NIC "rdma" object (Transport::devicePort, plugin/state_file.cc) ----
+namespace railover {
+namespace {
+
+// The "rdma" member of NIC `name` in the state document's fields `f`: the object's text (or
+// "null"); "" when the NIC or the member is missing.
+std::string rdmaOf(const std::string& f, const std::string& name) {
+  size_t n = f.find("\"name\":\"" + name + "\"");
+  if (n == std::string::npos) return "";
+  size_t r = f.find("\"rdma\":", n);
+  if (r == std::string::npos) return "";
+  r += 7;
+  if (f.compare(r, 4, "null") == 0) return "null";
+  size_t e = f.find('}', r);
+  return e == std::string::npos ? "" : f.substr(r, e + 1 - r);
+}
+
+// Records the port watch's signals; wait(n) waits (bounded) for the n-th.
+struct Signals {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::pair<int, bool>> got;
+  rdma::RdmaTransport::PortSignal fn() {
+    return [this](int nic, bool up, const std::string&) {
+      std::lock_guard<std::mutex> g(mu);
+      got.emplace_back(nic, up);
+      cv.notify_all();
+    };
+  }
+  std::vector<std::pair<int, bool>> wait(size_t n) {
+    std::unique_lock<std::mutex> g(mu);
+    cv.wait_for(g, std::chrono::seconds(20), [&] { return got.size() >= n; });
+    return got;
+  }
+};
+
+// Each NIC's entry names the HCA port behind it, its link layer, whether the port is ACTIVE,
+// the GID (RoCE) or LID (InfiniBand) in use, the MTU in bytes and why the port was chosen; a
+// port error turns port_active false and the port's return true again, with the LID and MTU
+// the port has then.
+TEST(RdmaStateFile, NicEntriesShowTheHcaPortItsAddressingAndFollowItsState) {
+  ::fake::reset();
+  fake::FakeTransport boot;
+  boot.nicAddr = {"10.0.0.1", "10.0.1.1"};
+  verbs::PortSel a = portOf("fake0", 1), b = portOf("fake1", 1);
+  a.why = "fake0 port 1 GID 1 (RoCE v2, \"10.48.0.1\")";
+  b.roce = false, b.gidIndex = -1, b.gid = ibv_gid{}, b.lid = 0x21, b.activeMtu = IBV_MTU_4096;
+  b.why = "fake1 port 1: InfiniBand, LID 33";
+  ::fake::setPortLid("fake1", 1, 0x21);
+  std::string err;
+  rdma::RdmaTransport t(std::vector<verbs::PortSel>{a, b}, &boot, &err);
+  ASSERT_TRUE(t.ok()) << err;
+  Runtime rt;  // a runtime of its own: the process's one is not touched
+  rt.nics = {testbed::makeNic(0, "eth0", "10.0.0.1"), testbed::makeNic(1, "eth1", "10.0.1.1")};
+  rt.transport = &t;
+  const std::string roce =
+      R"({"hca":"fake0","port":1,"link_layer":"Ethernet","port_active":true,"gid_index":1,"gid":"::ffff:10.48.0.1",)"
+      R"x("lid":0,"mtu":1024,"why":"fake0 port 1 GID 1 (RoCE v2, \"10.48.0.1\")"})x";
+  std::string f = renderStateFields(rt, nullptr);
+  EXPECT_EQ(rdmaOf(f, "eth0"), roce) << f;
+  EXPECT_EQ(rdmaOf(f, "eth1"),
+            R"({"hca":"fake1","port":1,"link_layer":"InfiniBand","port_active":true,"gid_index":-1,"gid":"",)"
+            R"("lid":33,"mtu":4096,"why":"fake1 port 1: InfiniBand, LID 33"})")
+      << f;
+  EXPECT_NE(f.find(R"("speed_mbps":10000,"up":true,"rdma":{"hca":"fake0",)"), std::string::npos)
+      << "\"rdma\" comes after \"up\" (older readers ignore it): " << f;
+  // The process's state source: a port change alone (no comm, no link change) rewrites the file.
+  StateSource src = processStateSource(rt);
+  EXPECT_TRUE(src.takeChanged()) << "the first write";
+  EXPECT_FALSE(src.takeChanged()) << "nothing changed since";
+
+  Signals sig;
+  t.startPortWatch(sig.fn());
+  ::fake::setPortState("fake1", 1, IBV_PORT_DOWN);
+  ::fake::asyncEvent(t.port(1).hca->ctx(), IBV_EVENT_PORT_ERR, 1);
+  auto s = sig.wait(1);
+  ASSERT_EQ(s.size(), 1u) << "no signal for the port error";
+  ASSERT_EQ(s[0], std::make_pair(1, false));
+  EXPECT_TRUE(src.takeChanged()) << "the port error must rewrite the state file";
+  EXPECT_FALSE(src.takeChanged());
+  f = renderStateFields(rt, nullptr);
+  EXPECT_EQ(rdmaOf(f, "eth1"),
+            R"({"hca":"fake1","port":1,"link_layer":"InfiniBand","port_active":false,"gid_index":-1,"gid":"",)"
+            R"("lid":33,"mtu":4096,"why":"fake1 port 1: InfiniBand, LID 33"})")
+      << f;
+  EXPECT_EQ(rdmaOf(f, "eth0"), roce) << "NIC 0's port did not change: " << f;
+
+  ::fake::setPortLid("fake1", 1, 0x44);  // the subnet manager gave it another LID
+  ::fake::setPortState("fake1", 1, IBV_PORT_ACTIVE);
+  ::fake::asyncEvent(t.port(1).hca->ctx(), IBV_EVENT_PORT_ACTIVE, 1);
+  s = sig.wait(2);
+  ASSERT_EQ(s.size(), 2u) << "no signal for the port's return";
+  ASSERT_EQ(s[1], std::make_pair(1, true));
+  EXPECT_TRUE(src.takeChanged()) << "the port's return must rewrite the state file";
+  f = renderStateFields(rt, nullptr);
+  EXPECT_EQ(rdmaOf(f, "eth1"),
+            R"({"hca":"fake1","port":1,"link_layer":"InfiniBand","port_active":true,"gid_index":-1,"gid":"",)"
+            R"("lid":68,"mtu":1024,"why":"fake1 port 1: InfiniBand, LID 33"})")
+      << "the LID and MTU (the fake's ports answer IBV_MTU_1024) are the port's now: " << f;
+  Transport::DevicePort d;
+  EXPECT_FALSE(t.devicePort(2, &d)) << "no NIC 2";
+  EXPECT_FALSE(t.devicePort(-1, &d));
+  rt.transport = nullptr;
+}
+
+// After IBV_EVENT_GID_CHANGE the port watch chooses the NIC's GID again: the state file shows
+// the new index, GID and why (NIC 0 is "lo" on fake0 port 1, its IPv4 GID moving 1 -> 3).
+TEST(RdmaStateFile, AGidReChoiceShowsTheNewGidAndWhy) {
+  ::fake::reset();
+  unsigned lo = if_nametoindex("lo");
+  ASSERT_NE(lo, 0u);
+  std::vector<ibv_gid_entry> t0 = {gidEntry("fe80::1", lo), gidEntry("::ffff:127.0.0.1", lo)};
+  ::fake::setGids("fake0", 1, t0);
+  verbs::PortSel cur;
+  std::string err;
+  ASSERT_EQ(verbs::choosePortForNetdev("lo", IbConfig{}, &cur, &err), verbs::PortChoice::kChosen) << err;
+  ASSERT_EQ(cur.gidIndex, 1);
+  fake::FakeTransport boot;
+  boot.nicAddr = {"127.0.0.1", "10.0.1.1"};
+  rdma::RdmaTransport t({cur, portOf("fake1", 1)}, &boot, &err);
+  ASSERT_TRUE(t.ok()) << err;
+  Runtime rt;
+  rt.nics = {testbed::makeNic(0, "lo", "127.0.0.1"), testbed::makeNic(1, "eth1", "10.0.1.1")};
+  rt.transport = &t;
+  std::string f = renderStateFields(rt, nullptr), before = rdmaOf(f, "lo");
+  EXPECT_NE(before.find(R"("gid_index":1,"gid":"::ffff:127.0.0.1","lid":0,)"), std::string::npos) << f;
+  EXPECT_NE(before.find(R"("why":")" + cur.why + "\"}"), std::string::npos) << before;
+  EXPECT_NE(cur.why.find("GID 1"), std::string::npos) << cur.why;
+  StateSource src = processStateSource(rt);
+  EXPECT_TRUE(src.takeChanged()) << "the first write";
+  EXPECT_FALSE(src.takeChanged()) << "nothing changed since";
+
+  t.startPortWatch([](int, bool, const std::string&) {});
+  ibv_gid_entry empty{};
+  empty.gid_type = 0xff;
+  ::fake::setGids("fake0", 1, {t0[0], empty, empty, t0[1]});
+  ::fake::asyncEvent(t.port(0).hca->ctx(), IBV_EVENT_GID_CHANGE, 1);
+  // The watch says nothing after a GID re-choice: wait (bounded) until it is visible.
+  uint64_t deadline = nowUs() + 20 * 1000 * 1000;
+  while (t.portSel(0).gidIndex != 3 && nowUs() < deadline) std::this_thread::yield();
+  verbs::PortSel now = t.portSel(0);
+  ASSERT_EQ(now.gidIndex, 3) << now.why;
+  f = renderStateFields(rt, nullptr);
+  EXPECT_EQ(rdmaOf(f, "lo"), R"({"hca":"fake0","port":1,"link_layer":"Ethernet","port_active":true,"gid_index":3,)"
+                             R"("gid":"::ffff:127.0.0.1","lid":0,"mtu":1024,"why":")" +
+                                 now.why + "\"}")
+      << f;
+  EXPECT_NE(now.why.find("GID 3"), std::string::npos) << now.why;
+  EXPECT_NE(rdmaOf(f, "lo"), before);
+  EXPECT_TRUE(src.takeChanged()) << "a GID re-choice changes no link, and must still rewrite the state file";
+  EXPECT_NE(rdmaOf(f, "eth1").find(R"("gid_index":1,)"), std::string::npos) << "the other NIC's GID did not change: " << f;
+  rt.transport = nullptr;
 }
 
 }  // namespace

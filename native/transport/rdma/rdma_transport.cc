@@ -1311,6 +1311,23 @@ std::string RdmaTransport::describe() const {
   return s;
 }
 
+bool RdmaTransport::devicePort(int nic, DevicePort* out) const {
+  if (nic < 0 || nic >= (int)ports_.size()) return false;
+  verbs::PortSel s = portSel(nic);  // one copy under selMu_: the fields belong together
+  out->hca = s.dev;
+  out->port = s.port;
+  out->roce = s.roce;
+  out->active = s.active;
+  out->gidIndex = s.roce ? s.gidIndex : -1;
+  out->gid = s.roce ? verbs::gidString(s.gid) : std::string();
+  out->lid = s.roce ? 0 : (int)s.lid;
+  // ibv_mtu: IBV_MTU_256 = 1 .. IBV_MTU_4096 = 5, i.e. 128 << code bytes.
+  int m = (int)s.activeMtu;
+  out->mtuBytes = m >= (int)IBV_MTU_256 && m <= (int)IBV_MTU_4096 ? 128 << m : 0;
+  out->why = s.why;
+  return true;
+}
+
 std::unique_ptr<Conn> RdmaTransport::connect(int nic, const sockaddr_storage& remote, socklen_t len, std::string* err) {
   return boot_->connect(nic, remote, len, err);
 }

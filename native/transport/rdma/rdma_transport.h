@@ -229,6 +229,10 @@ class RdmaTransport : public Transport {
   // DMABUF where the NIC's HCA registers dmabufs; host memory always.
   uint32_t ptrSupport(int nic) const override;
   std::string nicDevice(int nic) const override;
+  // NIC `nic`'s HCA port, link layer, state, GID / LID, MTU and why they were chosen, from the
+  // current choice (portSel(): the port watch updates `active`, the LID and MTU at a port's
+  // return, the GID after IBV_EVENT_GID_CHANGE). Copied under selMu_; thread-safe.
+  bool devicePort(int nic, DevicePort* out) const override;
   using Transport::regMr;
   // Registers on every HCA (verbs::MrSet); any registration also makes sure every NIC's flush
   // QP exists (built here, on NCCL's service thread, never on its progress thread). An HCA that
