@@ -114,6 +114,12 @@ def test_status_and_exporter_follow_a_failover(testbed, tmp_path):
         # each process says which transport its paths use (no RDMA device in a namespace bed: tcp)
         assert all(p["transport"] == "tcp" for h in during["hosts"].values() for p in h["processes"]), during
         assert "transport" in seen["status"] and "tcp" in seen["status"], seen["status"]
+        # TCP has no HCA port behind a NIC: "rdma" is null in every NIC entry, status shows no
+        # port columns and the exporter no port series
+        nics = [n for h in during["hosts"].values() for p in h["processes"] for n in p["nics"]]
+        assert nics and all("rdma" in n and n["rdma"] is None for n in nics), nics
+        assert "HCA port" not in seen["status"], seen["status"]
+        assert not [s for s in base if s.name.startswith("railover_nic_rdma_port")], base
 
         # after the job: processes gone (they exited normally and removed their state files),
         # counters kept (from their journals), increased by exactly the failovers caused

@@ -35,13 +35,27 @@ def comm(cid: str, dir_: str = "send", active: str = "eth0", primary: str = "eth
             "paths": paths}
 
 
+def rdma_port(hca: str, port: int = 1, active: bool = True, gid_index: int = 3, gid: str = "::ffff:10.0.0.1",
+              lid: int = 0, ib: bool = False, mtu: int = 4096, why: str = "") -> Dict[str, Any]:
+    """A NIC's ``rdma`` object as the plugin writes it (RoCE by default; ``ib``: InfiniBand, LID
+    addressing, gid_index -1 and no GID)."""
+    return {"hca": hca, "port": port, "link_layer": "InfiniBand" if ib else "Ethernet", "port_active": active,
+            "gid_index": -1 if ib else gid_index, "gid": "" if ib else gid, "lid": lid if ib else 0, "mtu": mtu,
+            "why": why or (f"{hca} port {port}: InfiniBand, LID {lid}" if ib else f"{hca} port {port} GID {gid_index}")}
+
+
 def state(pid: int, start: int, comms: List[Dict[str, Any]], event_log: str = "", host: str = "node1",
-          nic_up: Optional[Dict[str, bool]] = None, transport: Optional[str] = "tcp") -> Dict[str, Any]:
+          nic_up: Optional[Dict[str, bool]] = None, transport: Optional[str] = "tcp",
+          rdma: Optional[Dict[str, Optional[Dict[str, Any]]]] = None) -> Dict[str, Any]:
     """A state file as the plugin writes it; ``transport`` None leaves the field out (a plugin
-    that predates it)."""
+    that predates it). ``rdma``: each NIC's ``rdma`` object by NIC name (a NIC not named gets
+    null, as with TCP); None leaves the field out of every NIC (a plugin that predates it)."""
     nic_up = nic_up or {}
     nics = [{"index": i, "name": n, "addr": a, "rail": i, "speed_mbps": 100000, "up": nic_up.get(n, True)}
             for i, (n, a) in enumerate((("eth0", "10.0.0.1"), ("eth1", "10.0.1.1")))]
+    if rdma is not None:
+        for n in nics:
+            n["rdma"] = rdma.get(n["name"])
     tot = {"comms": len(comms), "failovers": sum(c["failovers"] for c in comms),
            "failbacks": sum(c["failbacks"] for c in comms), "flaps": sum(c["flaps"] for c in comms),
            "bytes_resent": sum(c["bytes_resent"] for c in comms), "fatal_errors": sum(1 for c in comms if c["fatal"])}

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from railover.ops import exporter as ex
 
-from ops_fixtures import append_events, comm, path, state, write_proc, write_state
+from ops_fixtures import append_events, comm, path, rdma_port, state, write_proc, write_state
 
 Samples = Dict[Tuple[str, Tuple[Tuple[str, str], ...]], float]
 
@@ -371,3 +371,71 @@ def test_exporter_cli_refuses_an_empty_address(monkeypatch, given):
     r = CliRunner().invoke(app, ["exporter", "--addr", given])
     assert r.exit_code == 2 and not isinstance(r.exception, AssertionError), r.output
     assert re.search(r"Invalid value for '?--addr'?: .*empty address", text(r)), text(r)
+
+
+def test_rdma_port_active_and_info_per_nic(setup):
+    proc, d, j, srv = setup
+    for pid in (100, 101, 102):
+        write_proc(proc, pid, 5, {"RANK": str(pid - 100)})
+    ports = {"eth0": rdma_port("mlx5_0", gid_index=3, gid="::ffff:10.0.0.1"),
+             "eth1": rdma_port("mlx5_1", ib=True, lid=17)}
+    write_state(d, state(100, 5, [comm("1")], transport="rdma", rdma=ports))
+    # another process sees eth1's port down (its watch saw the PORT_ERR first): not ACTIVE for all
+    write_state(d, state(101, 5, [comm("2")], transport="rdma",
+                         rdma=dict(ports, eth1=rdma_port("mlx5_1", ib=True, lid=17, active=False))))
+    write_state(d, state(102, 5, [comm("3")], transport="tcp", rdma={}))       # TCP: rdma null
+    write_state(d, state(103, 5, [comm("4")], transport="rdma",                 # stale: not listed
+                         rdma={"eth0": rdma_port("mlx5_9", active=False)}))
+    s = scrape(srv.url)
+    assert val(s, "railover_nic_rdma_port_active", nic="eth0", hca="mlx5_0", port="1") == 1
+    assert val(s, "railover_nic_rdma_port_active", nic="eth1", hca="mlx5_1", port="1") == 0
+    assert {k for k in s if k[0] == "railover_nic_rdma_port_active"} == {
+        ("railover_nic_rdma_port_active", (("hca", "mlx5_0"), ("nic", "eth0"), ("port", "1"))),
+        ("railover_nic_rdma_port_active", (("hca", "mlx5_1"), ("nic", "eth1"), ("port", "1")))}
+    assert val(s, "railover_nic_rdma_port_info", nic="eth0", hca="mlx5_0", port="1", link_layer="Ethernet",
+               gid_index="3", gid="::ffff:10.0.0.1", lid="0") == 1
+    assert val(s, "railover_nic_rdma_port_info", nic="eth1", hca="mlx5_1", port="1", link_layer="InfiniBand",
+               gid_index="-1", gid="", lid="17") == 1
+    assert len([k for k in s if k[0] == "railover_nic_rdma_port_info"]) == 2
+
+    # The port comes back for every process, and eth0's GID is chosen again (index 3 -> 5)
+    moved = rdma_port("mlx5_0", gid_index=5, gid="::ffff:10.0.0.1")
+    for pid in (100, 101):
+        write_state(d, state(pid, 5, [comm(str(pid - 99))], transport="rdma", rdma=dict(ports, eth0=moved)))
+    s = scrape(srv.url)
+    assert val(s, "railover_nic_rdma_port_active", nic="eth1", hca="mlx5_1", port="1") == 1
+    info = {dict(k[1])["gid_index"] for k in s if k[0] == "railover_nic_rdma_port_info" and dict(k[1])["nic"] == "eth0"}
+    assert info == {"5"}, "the old GID's series is gone once no process uses it"
+
+
+def test_state_files_without_rdma_export_no_port_series(setup):
+    """TCP (rdma null) and an older plugin (no rdma member) give no port series, and no error."""
+    proc, d, j, srv = setup
+    write_proc(proc, 100, 5, {"RANK": "0"})
+    write_proc(proc, 101, 5, {"RANK": "1"})
+    write_state(d, state(100, 5, [comm("1")], transport="tcp", rdma={}))
+    write_state(d, state(101, 5, [comm("2")], transport=None))   # a plugin that predates both fields
+    s = scrape(srv.url)
+    assert not [k for k in s if k[0].startswith("railover_nic_rdma_port")]
+    assert val(s, "railover_state_read_errors_total") == 0
+    assert val(s, "railover_nic_up", nic="eth0", addr="10.0.0.1", rail="0") == 1
+
+
+def test_docs_list_every_exported_metric(setup):
+    """docs/OPERATIONS.md's metric table names every family the exporter serves (counters with
+    their _total suffix), and nothing it does not serve."""
+    from pathlib import Path
+    from prometheus_client.parser import text_string_to_metric_families
+    proc, d, j, srv = setup
+    write_proc(proc, 100, 5, {"RANK": "0"})
+    write_state(d, state(100, 5, [comm("1", failovers=1)], transport="rdma", rdma={"eth0": rdma_port("mlx5_0")}))
+    with urllib.request.urlopen(srv.url, timeout=5) as r:
+        fams = {(f.name + "_total" if f.type == "counter" else f.name)
+                for f in text_string_to_metric_families(r.read().decode())}
+    assert "railover_nic_rdma_port_info" in fams and "railover_nic_rdma_port_active" in fams
+    ops = (Path(__file__).resolve().parents[2] / "docs" / "OPERATIONS.md").read_text()
+    table = ops[ops.index("| metric | type | labels | meaning |"):]
+    table = table[:table.index("\n\n")]
+    documented = set(re.findall(r"`(railover_[a-z_]+)`", table))
+    assert fams - documented == set(), "metrics served but not in docs/OPERATIONS.md"
+    assert documented - fams == set(), "metrics in docs/OPERATIONS.md the exporter does not serve"

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from railover.ops import state as st
 from railover.cli import app
 
-from ops_fixtures import append_events, comm, state, write_proc, write_state
+from ops_fixtures import append_events, comm, rdma_port, state, write_proc, write_state
 from cli_text import text
 
 
@@ -382,3 +382,92 @@ def test_a_journal_from_another_clock_gets_ages_from_its_file_time(tmp_path):
     assert abs(g_down["age_s"] - g_up["age_s"] - 3.0) < 0.01, (g_down, g_up)
     h = ev[(str(host), "nic_down")]
     assert 0.9 <= h["age_s"] <= 60 and "age_from" not in h, h
+
+
+# --------------------------------------------------------------------------- RDMA port per NIC
+
+def _rdma_state(me: int, **kw):
+    """A live RDMA process: eth0 on RoCE mlx5_0 port 1 (ACTIVE, GID 3), eth1 on InfiniBand
+    mlx5_1 port 1 (not ACTIVE, LID 17)."""
+    return state(me, st.proc_start_time(me), [comm("7")], transport="rdma",
+                 rdma={"eth0": rdma_port("mlx5_0", gid_index=3, gid="::ffff:10.0.0.1"),
+                       "eth1": rdma_port("mlx5_1", ib=True, lid=17, active=False)}, **kw)
+
+
+def _wide_status(monkeypatch, argv):
+    """`railover status` text on a console wide enough for every column (rich cuts no_wrap
+    columns short on a narrow one)."""
+    from rich.console import Console
+    from railover.ops import cli as ops_cli
+    monkeypatch.setattr(ops_cli, "_console", Console(width=220))
+    return _status(argv)
+
+
+def test_status_shows_the_hca_port_its_state_and_gid_or_lid_of_rdma_nics(tmp_path, monkeypatch):
+    me = os.getpid()
+    d = tmp_path / "s"
+    write_state(d, _rdma_state(me))
+    out = _wide_status(monkeypatch, ["--state-dir", str(d)])
+    for want in ("HCA port", "GID / LID", "mlx5_0:1 ACTIVE", "GID 3 ::ffff:10.0.0.1", "mlx5_1:1 not ACTIVE",
+                 "LID 17"):
+        assert want in out, out
+    assert "mlx5_1:1 ACTIVE" not in out, out
+    # --json: the NIC rows carry the object (as the first process gives it), the processes the file as given
+    r = CliRunner().invoke(app, ["status", "--state-dir", str(d), "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    rows = {n["name"]: n for n in doc["hosts"]["node1"]["nics"]}
+    assert rows["eth0"]["rdma"] == rdma_port("mlx5_0", gid_index=3, gid="::ffff:10.0.0.1")
+    assert rows["eth1"]["rdma"] == {"hca": "mlx5_1", "port": 1, "link_layer": "InfiniBand", "port_active": False,
+                                    "gid_index": -1, "gid": "", "lid": 17, "mtu": 4096,
+                                    "why": "mlx5_1 port 1: InfiniBand, LID 17"}
+    nics = doc["hosts"]["node1"]["processes"][0]["nics"]
+    assert [n["rdma"]["hca"] for n in nics] == ["mlx5_0", "mlx5_1"]
+
+
+def test_status_of_tcp_and_of_an_older_plugin_has_no_rdma_columns(tmp_path, monkeypatch):
+    me = os.getpid()
+    for name, kw in (("tcp", {"rdma": {}}), ("old", {})):   # rdma null per NIC; no "rdma" member at all
+        d = tmp_path / name
+        s = state(me, st.proc_start_time(me), [comm("7")], **kw)
+        assert all(("rdma" in n) == (name == "tcp") for n in s["nics"])
+        write_state(d, s)
+        out = _wide_status(monkeypatch, ["--state-dir", str(d)])
+        assert "eth0" in out and "HCA port" not in out and "GID / LID" not in out, out
+        snap = st.snapshot([d])
+        assert [n["rdma"] for n in snap["hosts"]["node1"]["nics"]] == [None, None]
+        assert snap["errors"] == []
+
+
+def test_a_nic_port_is_active_only_when_every_process_sees_it_active(tmp_path):
+    proc, d = tmp_path / "proc", tmp_path / "s"
+    write_proc(proc, 41, 1)
+    write_proc(proc, 42, 1)
+    write_proc(proc, 43, 1)
+    write_state(d, state(41, 1, [], transport="rdma", rdma={"eth0": rdma_port("mlx5_0"), "eth1": rdma_port("mlx5_1")}))
+    write_state(d, state(42, 1, [], transport="rdma",
+                         rdma={"eth0": rdma_port("mlx5_0", active=False), "eth1": rdma_port("mlx5_1")}))
+    write_state(d, state(43, 1, [], transport="tcp", rdma={}))   # a TCP process on the same NICs
+    write_state(d, state(44, 1, [], transport="rdma",            # stale: not counted
+                         rdma={"eth0": rdma_port("mlx5_0"), "eth1": rdma_port("mlx5_1", active=False)}))
+    rows = {n["name"]: n for n in st.nic_summary(st.read_state_dirs([d], proc)[0])["node1"]}
+    assert rows["eth0"]["rdma"]["port_active"] is False and rows["eth0"]["processes"] == 3
+    assert rows["eth1"]["rdma"]["port_active"] is True
+    assert st.rdma_port_text(rows["eth1"]["rdma"]) == ("mlx5_1:1", "GID 3 ::ffff:10.0.0.1")
+    assert st.rdma_port_text(None) == ("-", "-")
+
+
+@pytest.mark.parametrize("rdma,field", [
+    ("mlx5_0", "'nics[0].rdma' is not an object or null"),
+    ({"port": 1, "port_active": True}, "'nics[0].rdma.hca' missing"),
+    ({"hca": "mlx5_0", "port": "1", "port_active": True}, "'nics[0].rdma.port' is not an integer"),
+    ({"hca": "mlx5_0", "port": 1, "port_active": 1}, "'nics[0].rdma.port_active' is not true or false"),
+    ({"hca": "mlx5_0", "port": 1, "port_active": True, "lid": None}, "'nics[0].rdma.lid' is not an integer"),
+])
+def test_a_bad_rdma_object_names_the_field(tmp_path, rdma, field):
+    s = _live(tmp_path)
+    s["nics"][0]["rdma"] = rdma
+    f = write_state(tmp_path / "s", s)
+    with pytest.raises(st.StateFileError) as ei:
+        st.read_state_file(f)
+    assert field in str(ei.value), str(ei.value)

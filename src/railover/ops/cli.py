@@ -117,11 +117,21 @@ def render_status(snap: Dict[str, Any], show_comms: bool = False) -> Group:
                 parts.append(Text(f"stale state file: pid {p['pid']}: {p['stale_reason']}", style="dim"))
             continue
         t = Table(title=f"host {host}: NICs", title_justify="left")
-        for c in ("NIC", "address", "rail", "link", "active paths", "standby paths", "failed paths", "pairs down",
-                  "processes"):
+        # With RDMA, the HCA port behind each NIC with its state, and its GID (RoCE) or LID
+        # (InfiniBand); without, the table is as before.
+        rdma = any(n.get("rdma") for n in h["nics"])
+        for c in ("NIC", "address", "rail", "link") + (("HCA port", "GID / LID") if rdma else ()) + \
+                 ("active paths", "standby paths", "failed paths", "pairs down", "processes"):
             t.add_column(c, no_wrap=True)
         for n in h["nics"]:
+            port_cells: Tuple[Any, ...] = ()
+            if rdma:
+                rd = n.get("rdma")
+                hca, addr = st.rdma_port_text(rd)
+                port_cells = (Text(hca) if not rd else Text.assemble(
+                    hca + " ", ("ACTIVE", "green") if rd.get("port_active") else ("not ACTIVE", "bold red")), addr)
             t.add_row(n["name"], n["addr"], str(n["rail"]), Text("up", "green") if n["up"] else Text("DOWN", "bold red"),
+                      *port_cells,
                       str(n["active"]), str(n["standby"]), Text(str(n["failed"]), "red" if n["failed"] else ""),
                       Text(", ".join(n["pairs_down"]) or "-", "red" if n["pairs_down"] else ""), str(n["processes"]))
         parts.append(t)
@@ -205,8 +215,9 @@ def status_cmd(
     comms: bool = typer.Option(False, "--comms", help="list every comm, not only those that are not ok"),
     prune: bool = typer.Option(False, "--prune", help="delete the state files of exited processes first"),
 ) -> None:
-    """Show railover's live state on this host: NICs and their health, comms per NIC (active vs
-    standby paths), failover counters, recent journal events."""
+    """Show railover's live state on this host: NICs and their health (with RDMA: the HCA port
+    behind each, whether it is ACTIVE, its GID or LID), comms per NIC (active vs standby paths),
+    failover counters, recent journal events."""
     if not watch:
         refuse_given(ctx, ["interval"], "with --watch only (add --watch)")
     dirs = _dirs(state_dir)

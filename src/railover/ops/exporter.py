@@ -16,7 +16,10 @@ docs/OPERATIONS.md; the main ones:
   ``railover_comms{rank,health}``, ``railover_processes{state}``,
   ``railover_process_transport{rank,transport}`` (1 per live process, info-style: the transport
   its paths use, ``tcp`` or ``rdma``, from the state file; ``unknown`` for a plugin that
-  predates the field);
+  predates the field), and for NICs with the RDMA transport
+  ``railover_nic_rdma_port_active{nic,hca,port}`` (1 if every live process sees the HCA port
+  behind the NIC ACTIVE) and ``railover_nic_rdma_port_info{nic,hca,port,link_layer,gid_index,
+  gid,lid}`` (info-style, 1: the GID or LID in use);
 * histogram ``railover_convergence_seconds{event}`` (failover/failback/recover) from journal events.
 
 Counters stay monotonic when state files are rewritten and when processes exit: the
@@ -295,6 +298,8 @@ class RailoverCollector:
         last_det = GaugeMetricFamily("railover_last_detection_seconds",
                                      "Detection time of the comm's last failure", labels=["rank", "comm", "dir"])
         transports: Dict[Tuple[str, str], int] = {}
+        port_active: Dict[Tuple[str, str, str], bool] = {}
+        port_info: set = set()
         for s in live:
             rank = self._procs[s.key].rank if s.key in self._procs else f"pid:{s.pid}"
             tk = (rank, str(s.data.get("transport") or "unknown"))
@@ -302,6 +307,12 @@ class RailoverCollector:
             for n in s.nics:
                 k = (str(n.get("name")), str(n.get("addr", "")), str(n.get("rail", "")))
                 nic_up[k] = nic_up.get(k, True) and bool(n.get("up", True))
+                rd = n.get("rdma")
+                if rd:  # null for TCP, absent from a plugin that predates it
+                    pk = (str(n.get("name")), str(rd.get("hca", "")), str(rd.get("port", "")))
+                    port_active[pk] = port_active.get(pk, True) and bool(rd.get("port_active"))
+                    port_info.add(pk + (str(rd.get("link_layer", "")), str(rd.get("gid_index", -1)),
+                                        str(rd.get("gid", "")), str(rd.get("lid", 0))))
             for p in s.pairs:
                 k = (str(p.get("nic")), str(p.get("peer")))
                 pair_up[k] = pair_up.get(k, True) and bool(p.get("up", True))
@@ -327,6 +338,17 @@ class RailoverCollector:
                               labels=["nic", "addr", "rail"])
         for k in sorted(nic_up):
             g.add_metric(list(k), 1 if nic_up[k] else 0)
+        yield g
+        g = GaugeMetricFamily("railover_nic_rdma_port_active", "1 if every live railover process using RDMA on the NIC "
+                              "sees the HCA port behind it ACTIVE", labels=["nic", "hca", "port"])
+        for k in sorted(port_active):
+            g.add_metric(list(k), 1 if port_active[k] else 0)
+        yield g
+        g = GaugeMetricFamily("railover_nic_rdma_port_info", "The HCA port behind the NIC and its addressing (RoCE: GID "
+                              "index and GID, lid 0; InfiniBand: LID, gid_index -1): 1 per port and addressing a live "
+                              "process uses", labels=["nic", "hca", "port", "link_layer", "gid_index", "gid", "lid"])
+        for k in sorted(port_info):
+            g.add_metric(list(k), 1)
         yield g
         g = GaugeMetricFamily("railover_pair_up", "1 if probes between the local NIC and the peer address answer",
                               labels=["nic", "peer"])

@@ -30,8 +30,8 @@ from railover import journal as jr
 __all__ = [
     "SCHEMA_VERSION", "StateFileError", "ProcessState", "JournalTail", "now_us", "default_state_dirs",
     "proc_start_time", "process_rank", "read_state_file", "read_state_dirs", "journal_files",
-    "read_journal", "recent_events", "comm_health", "nic_summary", "snapshot", "prune_stale",
-    "format_event",
+    "read_journal", "recent_events", "comm_health", "nic_summary", "rdma_port_text", "snapshot",
+    "prune_stale", "format_event",
 ]
 
 SCHEMA_VERSION = 1
@@ -173,7 +173,11 @@ _TOP_FIELDS = (("pid", (_INT,), True), ("nics", (_LIST,), True), ("comms", (_LIS
                ("pairs", (_LIST,), False), ("start_time", (_INT,), False), ("host", (_STR,), False),
                ("event_log", (_STR, _NONE), False), ("transport", (_STR, _NONE), False))
 _NIC_FIELDS = (("name", (_STR,), True), ("addr", (_STR,), False), ("rail", (_INT, _NONE), False),
-               ("speed_mbps", (_INT, _NONE), False), ("up", (_BOOL,), False))
+               ("speed_mbps", (_INT, _NONE), False), ("up", (_BOOL,), False), ("rdma", (_OBJ, _NONE), False))
+#: A NIC's ``rdma`` object (the HCA port behind it; null for TCP, absent from an older plugin).
+_RDMA_FIELDS = (("hca", (_STR,), True), ("port", (_INT,), True), ("port_active", (_BOOL,), True),
+                ("link_layer", (_STR,), False), ("gid_index", (_INT,), False), ("gid", (_STR,), False),
+                ("lid", (_INT,), False), ("mtu", (_INT,), False), ("why", (_STR,), False))
 _PAIR_FIELDS = (("nic", (_STR,), True), ("peer", (_STR,), True), ("up", (_BOOL,), False))
 _COMM_FIELDS = (("id", (_STR, _INT), True), ("dir", (_STR,), True), ("peer", (_STR,), True),
                 ("active_nic", (_STR,), True), ("primary_nic", (_STR,), True), ("fatal", (_BOOL,), False),
@@ -216,6 +220,8 @@ def _check_schema(path: Path, data: Any) -> None:
     _check_fields(path, data, _TOP_FIELDS)
     for i, n in enumerate(data["nics"]):
         _check_fields(path, n, _NIC_FIELDS, f"nics[{i}].")
+        if n.get("rdma") is not None:
+            _check_fields(path, n["rdma"], _RDMA_FIELDS, f"nics[{i}].rdma.")
     for i, p in enumerate(data.get("pairs", [])):
         _check_fields(path, p, _PAIR_FIELDS, f"pairs[{i}].")
     for i, c in enumerate(data["comms"]):
@@ -454,11 +460,27 @@ def comm_health(comm: Mapping[str, Any]) -> str:
     return "ok"
 
 
+def rdma_port_text(rdma: Optional[Mapping[str, Any]]) -> Tuple[str, str]:
+    """``(HCA port, GID or LID)`` of a NIC's ``rdma`` object as ``railover status`` shows them:
+    ``("mlx5_0:1", "GID 3 ::ffff:10.0.0.1")`` on RoCE (HCA:port, as NCCL_IB_HCA writes it),
+    ``(..., "LID 17")`` on InfiniBand; ``("-", "-")`` for none (TCP, or a plugin that predates
+    the field)."""
+    if not rdma:
+        return "-", "-"
+    port = f"{rdma.get('hca', '?')}:{rdma.get('port', '?')}"
+    if rdma.get("link_layer") == "InfiniBand":
+        return port, f"LID {rdma.get('lid', 0)}"
+    return port, f"GID {rdma.get('gid_index', -1)} {rdma.get('gid', '')}".rstrip()
+
+
 def nic_summary(states: Sequence[ProcessState]) -> Dict[str, List[Dict[str, Any]]]:
     """Per host, one row per NIC over the live processes: name, addr, rail, ``up`` (every
     process sees it up), ``processes`` using it, ``active`` paths carrying traffic over it,
     ``standby`` paths ready on it, ``failed`` paths, ``pairs_down`` (peer addresses whose
-    pair with this NIC is down)."""
+    pair with this NIC is down), ``rdma`` (the HCA port behind it, as the state file's NIC
+    ``rdma`` object of the first process with one, host then pid order, with ``port_active``
+    true only when every process with one sees the port ACTIVE; None when no process uses RDMA
+    on it or the plugin predates the field)."""
     hosts: Dict[str, Dict[str, Dict[str, Any]]] = {}
     for s in states:
         if s.stale:
@@ -467,9 +489,15 @@ def nic_summary(states: Sequence[ProcessState]) -> Dict[str, List[Dict[str, Any]
         for n in s.nics:
             r = rows.setdefault(n["name"], {"name": n["name"], "addr": n.get("addr", ""), "rail": n.get("rail"),
                                             "speed_mbps": n.get("speed_mbps"), "up": True, "processes": 0,
-                                            "active": 0, "standby": 0, "failed": 0, "pairs_down": []})
+                                            "active": 0, "standby": 0, "failed": 0, "pairs_down": [], "rdma": None})
             r["processes"] += 1
             r["up"] = r["up"] and bool(n.get("up", True))
+            rd = n.get("rdma")
+            if rd:
+                if r["rdma"] is None:
+                    r["rdma"] = dict(rd)
+                else:
+                    r["rdma"]["port_active"] = bool(r["rdma"].get("port_active")) and bool(rd.get("port_active"))
         for p in s.pairs:
             r = rows.get(p.get("nic"))
             if r is not None and not p.get("up", True) and p.get("peer") not in r["pairs_down"]:
