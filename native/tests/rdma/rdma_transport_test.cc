@@ -1232,6 +1232,7 @@ TEST(RdmaLidWatch, ALidChangeOnALivePortIsReadForNewPathsAndTold) {
   verbs::PortSel a = portOf("fake0", 1), b = portOf("fake1", 1);
   a.roce = b.roce = false, a.gidIndex = b.gidIndex = -1;
   a.lid = 0x33, b.lid = 0x34;
+  a.why = "fake0 port 1: InfiniBand, LID 51 (LID addressing, no GRH)";
   ::fake::setPortLid("fake0", 1, 0x33);
   ::fake::setPortLid("fake1", 1, 0x34);
   fake::FakeTransport boot;
@@ -1268,6 +1269,7 @@ TEST(RdmaLidWatch, ALidChangeOnALivePortIsReadForNewPathsAndTold) {
   EXPECT_EQ(s[0][3], "68");
   EXPECT_NE(s[0][4].find("subnet manager changed the LID of fake0 port 1 from 51 to 68"), std::string::npos) << s[0][4];
   EXPECT_EQ(t.portSel(0).lid, 0x44) << "new paths would address the old LID";
+  EXPECT_EQ(t.portSel(0).why, "fake0 port 1: InfiniBand, LID 68 (LID addressing, no GRH)") << "status would show the old LID";
   uint64_t moves = 0;
   EXPECT_EQ(t.port(0).hca->portLid(1, &moves), 0x44);
   EXPECT_EQ(moves, 1u) << "the paths on the port are not told their LID is stale";

@@ -1113,6 +1113,15 @@ bool RdmaTransport::reviveHca(size_t h, std::string* err) {
   return true;
 }
 
+// An InfiniBand port's new LID, also in the one line that says why the port was chosen
+// ("...: InfiniBand, LID 17 (LID addressing, ...)"), so status does not show the old one.
+static void relabelLid(verbs::PortSel* sel, uint16_t lid) {
+  std::string was = "LID " + std::to_string(sel->lid) + " ";
+  size_t at = sel->why.find(was);
+  if (at != std::string::npos) sel->why.replace(at, was.size(), "LID " + std::to_string(lid) + " ");
+  sel->lid = lid;
+}
+
 void RdmaTransport::watchLoop(PortSignal signal, AddrSignal addr) {
   // This thread reads the HCAs' events as they arrive: the paths' progress (NCCL's proxy
   // thread) then reads the event files only as a backstop (Hca::pollAsyncFromDataPath).
@@ -1224,7 +1233,7 @@ void RdmaTransport::watchLoop(PortSignal signal, AddrSignal addr) {
             a.lid != 0 && a.lid != cur.lid) {
           {
             std::lock_guard<std::mutex> g(selMu_);
-            ports_[i].sel.lid = a.lid;
+            relabelLid(&ports_[i].sel, a.lid);
           }
           np.hca->notePortLid(cur.port, a.lid);
           const verbs::FlushQp* fq = nullptr;
@@ -1264,7 +1273,7 @@ void RdmaTransport::watchLoop(PortSignal signal, AddrSignal addr) {
         {
           std::lock_guard<std::mutex> g(selMu_);
           if (!ports_[i].sel.roce) {
-            ports_[i].sel.lid = a.lid;
+            relabelLid(&ports_[i].sel, a.lid);
             np.hca->notePortLid(np.sel.port, a.lid);
           }
           ports_[i].sel.activeMtu = a.active_mtu;
