@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import List, Optional, Set
@@ -143,6 +144,34 @@ def test_a_real_sigint_during_a_namespace_creation_waits_until_it_is_complete(mo
     monkeypatch.setattr(fake, "create", create)
     with pytest.raises(KeyboardInterrupt):
         netns.TestBed("T2", prefix=PREFIX).up()
+    assert completed == [f"{PREFIX}-nsF"], "Ctrl-C cut the namespace's creation short"
+    assert fake.existing == set() and _state_files() == []
+
+
+def test_a_real_sigint_during_a_namespace_creation_waits_while_another_thread_runs(monkeypatch):
+    """The same with another thread in the process (a test runner's, a library's): the kernel
+    hands the process-wide SIGINT to that thread, which does not block it, and Python then ran
+    its handler in the main thread in the middle of the creation. It must still wait."""
+    fake = FakeNetns().install(monkeypatch)
+    completed: List[str] = []
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait, daemon=True)
+    other.start()
+
+    def create(ns: str) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):  # bytecode for the interpreter to run a pending handler in
+            pass
+        fake.existing.add(ns)
+        completed.append(ns)
+
+    monkeypatch.setattr(fake, "create", create)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            netns.TestBed("T2", prefix=PREFIX).up()
+    finally:
+        stop.set()
+        other.join(10)
     assert completed == [f"{PREFIX}-nsF"], "Ctrl-C cut the namespace's creation short"
     assert fake.existing == set() and _state_files() == []
 

@@ -558,13 +558,28 @@ def _signals_held() -> Iterator[None]:
     """Hold SIGINT and SIGTERM (blocked, not lost) in this thread while the block runs: a step
     that must either happen completely or not at all (creating a namespace: pyroute2 forks a
     child for it, which inherits the mask, so Ctrl-C cannot kill it half-way either). A signal
-    that arrived meanwhile is delivered when the block ends."""
+    that arrived meanwhile is delivered when the block ends.
+
+    The mask is per thread, and the kernel gives a process-wide signal to any thread that does
+    not block it: in a process with other threads the signal lands there, and Python would
+    still run its handler in the main thread mid-block. So in the main thread the handlers are
+    also swapped for a recorder while the block runs, and what it recorded is raised again
+    once the block is over (seen as a flaky unit test when the test process had threads)."""
     sigs = {signal.SIGINT, signal.SIGTERM}
+    seen: List[int] = []
+    saved = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in sigs:
+            saved[sig] = signal.signal(sig, lambda s, _f: seen.append(s))
     old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for sig, h in saved.items():
+            signal.signal(sig, h if h is not None else signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)  # a signal blocked here arrives now
+        for sig in dict.fromkeys(seen):  # once each, in order
+            signal.raise_signal(sig)
 
 
 def _in_use_message(prefix: str, taken: Sequence[str]) -> str:
