@@ -515,7 +515,7 @@ TEST_F(RdmaPathTest, AFenceWhoseQpRefusesErrAndDestructionSaysItIsUnsafe) {
   bringUp();
   ibv_qp* q = rq;
   ::fake::failNextModify(EIO, q);
-  ::fake::failNextDestroy(EBUSY, q);
+  ::fake::failNextDestroy(EBUSY, q, rdma::kFenceDestroyTries);  // every try the fence makes
   std::shared_ptr<FenceWait> w = rx->fenceAsync();
   ASSERT_TRUE(w);
   uint64_t deadline = nowUs() + 20 * 1000 * 1000;
@@ -523,6 +523,25 @@ TEST_F(RdmaPathTest, AFenceWhoseQpRefusesErrAndDestructionSaysItIsUnsafe) {
   ASSERT_TRUE(w->done.load()) << "the fence never finished";
   EXPECT_NE(w->unsafe.find("could not be stopped"), std::string::npos) << w->unsafe;
   EXPECT_NE(w->unsafe.find("ibv_destroy_qp"), std::string::npos) << w->unsafe;
+  rx.reset();
+  t->worker().drain();
+}
+
+// A refusal that passes (EBUSY once) is tried again on the fence thread: the QP is gone before
+// the fence is done, and the fence is safe (found by a review: one refusal made the verdict
+// although the destructor's retry then freed the QP, failing a comm that could have resumed).
+TEST_F(RdmaPathTest, AFenceWhoseQpDestructionIsRefusedOnceTriesAgainAndIsSafe) {
+  bringUp();
+  ibv_qp* q = rq;
+  ::fake::failNextModify(EIO, q);
+  ::fake::failNextDestroy(EBUSY, q, 1);
+  std::shared_ptr<FenceWait> w = rx->fenceAsync();
+  ASSERT_TRUE(w);
+  uint64_t deadline = nowUs() + 20 * 1000 * 1000;
+  while (!w->done.load(std::memory_order_acquire) && nowUs() < deadline) std::this_thread::yield();
+  ASSERT_TRUE(w->done.load()) << "the fence never finished";
+  EXPECT_FALSE(::fake::qpAlive(q));
+  EXPECT_EQ(w->unsafe, "") << "a QP destroyed at the second try is stopped";
   rx.reset();
   t->worker().drain();
 }
@@ -1288,6 +1307,40 @@ TEST(RdmaLidWatch, ALidChangeOnALivePortIsReadForNewPathsAndTold) {
   EXPECT_EQ(t.portSel(0).lid, 0x44);
   std::lock_guard<std::mutex> g(mu);
   EXPECT_TRUE(signals.empty()) << signals[0];
+}
+
+// A LID change whose event was missed (it came while the port read INIT, or before the HCA was
+// opened) is still found: the watch's full re-check (every kPortRecheckMs) compares the LID too.
+// Found by a review: the event was the only trigger, and the LID stayed stale for good.
+TEST(RdmaLidWatch, ALidChangeWithoutItsEventIsFoundByTheFullRecheck) {
+  ::fake::reset();
+  verbs::PortSel a = portOf("fake0", 1), b = portOf("fake1", 1);
+  a.roce = b.roce = false, a.gidIndex = b.gidIndex = -1;
+  a.lid = 0x33, b.lid = 0x34;
+  ::fake::setPortLid("fake0", 1, 0x33);
+  ::fake::setPortLid("fake1", 1, 0x34);
+  fake::FakeTransport boot;
+  boot.nicAddr = {"10.0.0.1", "10.0.1.1"};
+  std::string err;
+  rdma::RdmaTransport t(std::vector<verbs::PortSel>{a, b}, &boot, &err);
+  ASSERT_TRUE(t.ok()) << err;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::string> told;
+  t.startPortWatch([](int, bool, const std::string&) {},
+                   [&](int nic, const std::string& kind, const std::string&, const std::string& n, const std::string&) {
+                     std::lock_guard<std::mutex> g(mu);
+                     told.push_back(std::to_string(nic) + " " + kind + " " + n);
+                     cv.notify_all();
+                   });
+  ::fake::setPortLid("fake0", 1, 0x44);  // no event at all
+  std::unique_lock<std::mutex> g(mu);
+  cv.wait_for(g, std::chrono::seconds(20), [&] { return !told.empty(); });
+  ASSERT_EQ(told.size(), 1u) << "the new LID was never read";
+  EXPECT_EQ(told[0], "0 lid 68");
+  EXPECT_EQ(t.portSel(0).lid, 0x44);
+  uint64_t moves = 0;
+  EXPECT_EQ(t.port(0).hca->portLid(1, &moves), 0x44);
 }
 
 }  // namespace

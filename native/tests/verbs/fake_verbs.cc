@@ -70,7 +70,7 @@ struct World {
   bool holdFlushes = false;
   int failModify = 0;
   ibv_qp* failModifyQp = nullptr;  // nullptr: any QP
-  int failDestroy = 0;
+  int failDestroy = 0, failDestroyTimes = 0;
   ibv_qp* failDestroyQp = nullptr;
   std::map<std::pair<std::string, int>, std::vector<ibv_gid_entry>> gids;
   std::map<std::pair<std::string, int>, std::vector<uint16_t>> pkeys;
@@ -266,10 +266,11 @@ void failNextModify(int err, ibv_qp* qp) {
   w().failModify = err;
   w().failModifyQp = qp;
 }
-void failNextDestroy(int err, ibv_qp* qp) {
+void failNextDestroy(int err, ibv_qp* qp, int times) {
   WorldLock l(worldMu);
   w().failDestroy = err;
   w().failDestroyQp = qp;
+  w().failDestroyTimes = times;
 }
 void setDmabuf(bool supported) {
   WorldLock l(worldMu);
@@ -549,10 +550,9 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* ia) {
 }
 int ibv_destroy_qp(ibv_qp* qp) {
   WorldLock l(worldMu);
-  if (w().failDestroy && w().failDestroyQp == qp) {
+  if (w().failDestroy && w().failDestroyQp == qp && w().failDestroyTimes > 0) {
     int e = w().failDestroy;
-    w().failDestroy = 0;
-    w().failDestroyQp = nullptr;
+    if (--w().failDestroyTimes == 0) w().failDestroy = 0, w().failDestroyQp = nullptr;
     return e;
   }
   w().qpPkeyIndex.erase(qp);

@@ -79,8 +79,9 @@ void blockErrTransitions(bool block);
 int blockedErrTransitions();
 // Makes the next ibv_modify_qp (of `qp` only, when given) fail with `err` (0: none).
 void failNextModify(int err, ibv_qp* qp = nullptr);
-// Makes the next ibv_destroy_qp of `qp` fail with `err` (the QP stays alive; 0: none).
-void failNextDestroy(int err, ibv_qp* qp);
+// Makes the next `times` ibv_destroy_qp calls of `qp` fail with `err` (the QP stays alive;
+// 0: none).
+void failNextDestroy(int err, ibv_qp* qp, int times = 1);
 // The GID table of port `port` of HCA `dev` ("fake0"/"fake1"); empty after reset().
 void setGids(const std::string& dev, int port, const std::vector<ibv_gid_entry>& table);
 // The P_Key table of port `port` of HCA `dev` (host order); {0xffff} (the default partition)

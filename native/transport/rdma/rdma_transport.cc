@@ -636,10 +636,21 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
         if (!t->port(nic).hca->deviceFatal()) {
           RO_WARN("railover: RDMA fence on %s port %d could not move a QP to ERR (%s): destroying the path's QPs before "
                   "the sender's RESUME is answered", t->port(nic).sel.dev.c_str(), t->port(nic).sel.port, fr.err.c_str());
+          // A refusal may be transient (EBUSY): a few tries, kFenceDestroyTries in all, with a
+          // short back-off (this thread exists to block); the verdict is the last one's. An
+          // event not read yet may say the device is dead: read first.
           std::string de;
-          if (!sh->path->destroyQps(&de) && !t->port(nic).hca->deviceFatal())
+          bool gone = false;
+          for (int k = 0; k < kFenceDestroyTries && !gone; ++k) {
+            if (k) std::this_thread::sleep_for(std::chrono::milliseconds(kFenceDestroyGapMs << (k - 1)));
+            de.clear();
+            gone = sh->path->destroyQps(&de);
+          }
+          t->port(nic).hca->pollAsync();
+          if (!gone && !t->port(nic).hca->deviceFatal())
             w->unsafe = "the old path on " + t->port(nic).sel.dev + " port " + std::to_string(t->port(nic).sel.port) +
-                        " could not be stopped (move to ERR: " + fr.err + "; " + de + ")";
+                        " could not be stopped (move to ERR: " + fr.err + "; " + de + ", " +
+                        std::to_string(kFenceDestroyTries) + " tries)";
           sh->path.reset();  // here, on the fence thread: not behind the worker's queue of releases
           w->endUs.store(nowUs(), std::memory_order_relaxed);
           w->done.store(true, std::memory_order_release);
@@ -1222,20 +1233,29 @@ void RdmaTransport::watchLoop(PortSignal signal, AddrSignal addr) {
       // InfiniBand: the subnet manager gave the port another LID while it stayed ACTIVE. Every
       // QP connected with the old LID is dead (the peer's QPs address it): the paths on the port
       // see the new LID through Hca::portLid and break at their next progress call; new paths
-      // use the new LID. A port that is down reads its LID when it comes up (below).
+      // use the new LID. Read after IBV_EVENT_LID_CHANGE and at every full re-check (an event
+      // that came while the port read INIT, or before the HCA was opened, is not lost); a port
+      // that is down reads its LID when it comes up (below).
       uint64_t lc = np.hca->lidChanges(np.sel.port);
-      if (lc != seenLid[i]) {
-        seenLid[i] = lc;
+      bool lidMoved = lc != seenLid[i];
+      seenLid[i] = lc;
+      uint64_t ev = np.hca->portStateEvents(np.sel.port);
+      bool fatal = np.hca->deviceFatal() || rv[(size_t)np.hcaIndex].pending;  // down until re-registered too
+      if (ev == seen[i] && !full && !fatal && !reopened[i] && !lidMoved) continue;
+      seen[i] = ev;
+      ibv_port_attr a{};
+      int rc = fatal ? -1 : verbs::queryPort(np.hca->api(), np.hca->ctx(), (uint8_t)np.sel.port, &a);
+      int up = !fatal && rc == 0 && a.state == IBV_PORT_ACTIVE;
+      if (up && state[i] && !np.sel.roce && a.lid != 0) {
         verbs::PortSel cur = portSel((int)i);
-        ibv_port_attr a{};
-        if (!cur.roce && state[i] && !np.hca->deviceFatal() &&
-            verbs::queryPort(np.hca->api(), np.hca->ctx(), (uint8_t)cur.port, &a) == 0 && a.state == IBV_PORT_ACTIVE &&
-            a.lid != 0 && a.lid != cur.lid) {
+        if (a.lid != cur.lid) {
+          // The HCA first, then the choice: a path built from the old choice meanwhile breaks
+          // (its LID is stale), one built from the new choice never sees a mismatch.
+          np.hca->notePortLid(cur.port, a.lid);
           {
             std::lock_guard<std::mutex> g(selMu_);
             relabelLid(&ports_[i].sel, a.lid);
           }
-          np.hca->notePortLid(cur.port, a.lid);
           const verbs::FlushQp* fq = nullptr;
           {
             std::lock_guard<std::mutex> g(flush_[i]->mu);
@@ -1249,13 +1269,6 @@ void RdmaTransport::watchLoop(PortSignal signal, AddrSignal addr) {
           if (addr) addr((int)i, "lid", std::to_string(cur.lid), std::to_string(a.lid), why);
         }
       }
-      uint64_t ev = np.hca->portStateEvents(np.sel.port);
-      bool fatal = np.hca->deviceFatal() || rv[(size_t)np.hcaIndex].pending;  // down until re-registered too
-      if (ev == seen[i] && !full && !fatal && !reopened[i]) continue;
-      seen[i] = ev;
-      ibv_port_attr a{};
-      int rc = fatal ? -1 : verbs::queryPort(np.hca->api(), np.hca->ctx(), (uint8_t)np.sel.port, &a);
-      int up = !fatal && rc == 0 && a.state == IBV_PORT_ACTIVE;
       if (up == state[i]) continue;
       if (up && ib_.pkeyIndex != 0) {  // a port that was down at init was not checked then
         uint16_t pkey = 0;
@@ -1273,8 +1286,8 @@ void RdmaTransport::watchLoop(PortSignal signal, AddrSignal addr) {
         {
           std::lock_guard<std::mutex> g(selMu_);
           if (!ports_[i].sel.roce) {
+            np.hca->notePortLid(np.sel.port, a.lid);  // before the choice, as above
             relabelLid(&ports_[i].sel, a.lid);
-            np.hca->notePortLid(np.sel.port, a.lid);
           }
           ports_[i].sel.activeMtu = a.active_mtu;
           ports_[i].sel.active = true;

@@ -78,6 +78,12 @@ namespace rdma {
 // Longest a receiver's fence waits for the flush of its posted receives, ms. rxe flushes in
 // well under a millisecond; the bound only matters on a wedged HCA (logged when reached).
 constexpr int kFenceDrainMs = 100;
+// A fence whose QP refused the move to ERR destroys the path's QPs instead: tries in all, and
+// the first gap between them in ms (doubling: 10, 20, 40, 80 ms, ~150 ms in all). Ours: long
+// enough for a transient EBUSY, short against the RESUME it holds back; the fence thread
+// blocks, never NCCL's.
+constexpr int kFenceDestroyTries = 5;
+constexpr int kFenceDestroyGapMs = 10;
 // An orderly close waits up to this long for the path's last sends (the CLOSE, the final ACKs)
 // to complete before its QP goes to ERR, which would flush them (verbs::PathBase::lingerSends);
 // only while the bootstrap stream shows the peer alive. A completion takes microseconds on an

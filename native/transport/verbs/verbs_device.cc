@@ -286,6 +286,15 @@ uint16_t Hca::portLid(int port, uint64_t* changes) {
   return in ? lid_[port] : 0;
 }
 
+uint16_t Hca::portStatus(int port, uint64_t* portErrors, uint64_t* lidChanges) {
+  std::lock_guard<std::mutex> g(mu_);
+  bool inErr = port >= 0 && static_cast<size_t>(port) < portErr_.size();
+  bool inLid = port >= 0 && static_cast<size_t>(port) < lid_.size();
+  *portErrors = inErr ? portErr_[port] : 0;
+  *lidChanges = inLid ? lidMoves_[port] : 0;
+  return inLid ? lid_[port] : 0;
+}
+
 uint64_t Hca::portStateEvents(int port) {
   std::lock_guard<std::mutex> g(mu_);
   return static_cast<size_t>(port) < portEv_.size() ? portEv_[port] : 0;

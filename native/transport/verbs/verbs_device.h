@@ -149,6 +149,9 @@ class Hca {
   void notePortLid(int port, uint16_t lid);
   // *changes (may be null) gets the change count; returns the LID (0: not known).
   uint16_t portLid(int port, uint64_t* changes);
+  // For a path's poll (one lock instead of two): *portErrors as portErrors(port), *lidChanges
+  // and the result as portLid(port, ...).
+  uint16_t portStatus(int port, uint64_t* portErrors, uint64_t* lidChanges);
   // True when QP `qpn` of opening `epoch` is dead: a fatal QP event (QP_FATAL, QP_REQ_ERR,
   // QP_ACCESS_ERR, PATH_MIG_ERR) named it, or its opening reported DEVICE_FATAL or was replaced
   // by a re-open. *what gets the event name.

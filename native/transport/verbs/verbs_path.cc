@@ -352,12 +352,12 @@ void PathBase::pollOnce() {
   if (!connected_) return;
   lastFound_ += static_cast<int>(hca_.pollAsyncFromDataPath().size());
   if (!broken_ && !fenced_) {
-    if (hca_.portErrors(port_.port) > portErrBase_)
+    uint64_t errs = 0, moves = 0;
+    uint16_t lid = hca_.portStatus(port_.port, &errs, &moves);  // one lock of the HCA for both
+    if (errs > portErrBase_)
       markBroken("port", "port error (" + hca_.name() + " port " + std::to_string(port_.port) + ")",
                  IBV_EVENT_PORT_ERR);
     if (!port_.roce) {  // InfiniBand: the subnet manager may give the port another LID while it stays up
-      uint64_t moves = 0;
-      uint16_t lid = hca_.portLid(port_.port, &moves);
       if (moves != lidSeen_) {
         lidSeen_ = moves;
         if (lid != 0 && lid != port_.lid)
