@@ -546,6 +546,41 @@ def test_a_cut_of_the_roce_flow_alone_fails_over_on_the_flow_stall_rule(rdma_bed
     crash_retry(bed, body)
 
 
+def test_an_address_change_on_the_primary_rechooses_its_gid_and_every_byte_arrives(rdma_bed, tmp_path):
+    """Guest B's primary NIC gets another address while a job runs (rxe's RoCE v2 GID follows the
+    address): the port watch re-chooses the NIC's GID after IBV_EVENT_GID_CHANGE and journals it
+    (hca_addr_change, kind gid, the new address's GID), and the health layer journals the address
+    change. The comms keep their bytes whatever their QPs on the old GID do: no fatal error, every
+    byte checked; after the address is restored the GID is chosen back."""
+    bed = rdma_bed
+
+    def gid_changes(addr):
+        return [e for e in _journal(bed, "B") if e.get("event") == "hca_addr_change" and e.get("nic") == "eth1"
+                and e.get("new", "").endswith("::ffff:" + addr)]
+
+    def body():
+        run = _Background(bed, tmp_path, {"RAILOVER_HOLD_DOWN_MS": "1000"}, duration=600, stoppable=True)
+        try:
+            run.wait_armed()
+            with rf.AddrChange(bed, "b0", "10.0.0.22"):
+                poll_until(lambda: gid_changes("10.0.0.22"), 180, 1.0, "the GID re-chosen for 10.0.0.22 in guest B")
+            poll_until(lambda: gid_changes("10.0.0.2"), 180, 1.0, "the GID chosen back for 10.0.0.2 in guest B")
+        finally:
+            res = run.result()
+        assert res.ok, res.describe()
+        assert res.wrong_total == 0
+        evs = _rank_events(tmp_path, 1)
+        assert not _named(evs, "fatal"), _named(evs, "fatal")
+        changes = [e for e in _named(evs, "hca_addr_change") if e["nic"] == "eth1"]
+        assert [e["kind"] for e in changes][:2] == ["gid", "gid"], changes
+        assert changes[0]["hca"].endswith("port 1") and changes[0]["old"].endswith("::ffff:10.0.0.2"), changes[0]
+        assert "GID table changed" in changes[0]["why"], changes[0]
+        assert any(e.get("new") == "10.0.0.22" for e in _named(evs, "nic_addr_change")), _named(evs, "nic_addr_change")
+        assert not _named(_rank_events(tmp_path, 0), "fatal")
+
+    crash_retry(bed, body)
+
+
 def _cable_pull_and_repair(bed, tmp_path, env=None, nic="a0", **background):
     """A background railover-perf run (1 s hold-down, plus ``env``; ``background`` goes to
     :class:`_Background`), a cable pull on ``nic`` (A's primary by default) once paths are up,
