@@ -42,3 +42,9 @@ def wait_listening(bed: rbed.RdmaBed, host: str, port: int, server: rbed.GuestPr
         rc, out, _ = bed.run(host, ["ss", "-Hltn", f"sport = :{port}"], timeout_s=60)
         return rc == 0 and out.strip() != ""
     poll_until(listening, timeout_s, 0.3, f"a listener on port {port} in {host}")
+
+
+def gid_of(addr: str) -> str:
+    """The RoCE v2 GID (as sysfs prints it) of IPv4 address ``addr``: its IPv4-mapped form."""
+    a, b, c, d = (int(x) for x in addr.split("."))
+    return f"0000:0000:0000:0000:0000:ffff:{a << 8 | b:04x}:{c << 8 | d:04x}"

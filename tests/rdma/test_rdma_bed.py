@@ -32,7 +32,7 @@ from railover.testbed.netns import poll_until
 from railover.testbed.rdma import bed as rbed
 from railover.testbed.rdma import faults as rf
 
-from rdma_helpers import crash_retry, events, start_watch, wait_listening
+from rdma_helpers import crash_retry, events, gid_of, start_watch, wait_listening
 
 pytestmark = pytest.mark.rdma
 
@@ -40,11 +40,6 @@ PROBE = "railover-verbs-probe"
 #: RC local ACK timeout exponent used by the streams: 4.096 µs * 2^14 = 67 ms per try, so
 #: retry_cnt 6 gives up after about 0.47 s nominal (0.46-0.62 s measured earlier on an idle machine).
 RC_TIMEOUT = 14
-
-
-def _gid_of(addr: str) -> str:
-    a, b, c, d = (int(x) for x in addr.split("."))
-    return f"0000:0000:0000:0000:0000:ffff:{a << 8 | b:04x}:{c << 8 | d:04x}"
 
 
 def test_topology_gids_and_addresses(rdma_bed):
@@ -56,7 +51,7 @@ def test_topology_gids_and_addresses(rdma_bed):
             assert f"{n.cidr}" in out and n.ifname in out
             st = rf.guest_link(bed, n)
             assert st["admin_up"] and st["carrier"] and "ACTIVE" in st["port_state"], st
-            assert st["gid1"] == _gid_of(n.addr) == h.gids[n.rdma_dev]
+            assert st["gid1"] == gid_of(n.addr) == h.gids[n.rdma_dev]
             rc, ty, _ = bed.run(h.name, ["cat", f"/sys/class/infiniband/{n.rdma_dev}/ports/1/gid_attrs/types/1"])
             assert ty.strip() == "RoCE v2"
 
@@ -289,10 +284,10 @@ def test_oneway_rate_addr_change_flap_and_undo(rdma_bed):
         assert "tbf" not in out
 
         with rf.AddrChange(bed, "b0", "10.0.0.22") as f:
-            poll_until(lambda: rf.guest_link(bed, "b0")["gid1"] == _gid_of("10.0.0.22"), 120, 0.5,
+            poll_until(lambda: rf.guest_link(bed, "b0")["gid1"] == gid_of("10.0.0.22"), 120, 0.5,
                        "GID to follow the new address")
             assert rf.guest_link(bed, "b0")["addrs"] == ["10.0.0.22"]
-        poll_until(lambda: rf.guest_link(bed, "b0")["gid1"] == _gid_of("10.0.0.2"), 120, 0.5, "GID restored")
+        poll_until(lambda: rf.guest_link(bed, "b0")["gid1"] == gid_of("10.0.0.2"), 120, 0.5, "GID restored")
         assert ping("A", "10.0.0.2")
 
         w = start_watch(bed, "A", "rxe1")

@@ -60,7 +60,7 @@ from railover.testbed.netns import poll_until
 from railover.testbed.rdma import faults as rf
 from railover.testbed.rdma import perf as rperf
 
-from rdma_helpers import crash_retry
+from rdma_helpers import crash_retry, gid_of
 
 pytestmark = pytest.mark.rdma
 
@@ -567,6 +567,13 @@ def test_an_address_change_on_the_primary_rechooses_its_gid_and_every_byte_arriv
             poll_until(lambda: gid_changes("10.0.0.2"), 180, 1.0, "the GID chosen back for 10.0.0.2 in guest B")
         finally:
             res = run.result()
+            # While the job's QPs held GID index 1, rxe put each new address's GID at the next
+            # free index, so 10.0.0.2 is back at index 2; with the job gone, one more swap puts
+            # it at index 1, where the bed's reset (and every later test) expects it.
+            with rf.AddrChange(bed, "b0", "10.0.0.22"):
+                pass
+            poll_until(lambda: rf.guest_link(bed, "b0")["gid1"] == gid_of("10.0.0.2"), 120, 0.5,
+                       "B's eth1 GID back at index 1")
         assert res.ok, res.describe()
         assert res.wrong_total == 0
         evs = _rank_events(tmp_path, 1)
