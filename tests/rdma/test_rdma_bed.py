@@ -325,9 +325,31 @@ def test_railover_perf_allreduce_two_ranks_per_guest_over_rails(rdma_bed, tmp_pa
     crash_retry(rdma_bed, body)
 
 
+def _displace_gid(bed, nic: str) -> None:
+    """Leaves ``nic`` with exactly its boot address but that address's GID at index 2, index 1
+    empty, as a job whose QPs held index 1 while the address changed leaves it (rxe gives a new
+    address's GID the lowest free index): another address takes index 1 while the NIC's own
+    comes back, then goes."""
+    n = bed.nic(nic)
+    h = "A" if nic.startswith("a") else "B"
+
+    def gid(i):
+        _, out, _ = bed.run(h, ["cat", f"/sys/class/infiniband/{n.rdma_dev}/ports/1/gids/{i}"])
+        return out.strip()
+
+    bed.run(h, ["ip", "addr", "del", n.cidr, "dev", n.ifname], check=True)
+    poll_until(lambda: gid(1) != gid_of(n.addr), 60, 0.2, "GID index 1 freed by the address's removal")
+    bed.run(h, ["ip", "addr", "add", "10.9.9.9/32", "dev", n.ifname], check=True)
+    poll_until(lambda: gid(1) == gid_of("10.9.9.9"), 60, 0.2, "the other address at GID index 1")
+    bed.run(h, ["ip", "addr", "add", n.cidr, "dev", n.ifname], check=True)
+    poll_until(lambda: gid(2) == gid_of(n.addr), 60, 0.2, "the NIC's address at GID index 2")
+    bed.run(h, ["ip", "addr", "del", "10.9.9.9/32", "dev", n.ifname], check=True)
+    poll_until(lambda: gid(1) != gid_of("10.9.9.9"), 60, 0.2, "GID index 1 freed")
+
+
 def test_reset_repairs_what_a_test_leaves_behind(rdma_bed):
     """Faults left applied (a pulled cable, an admin-down NIC, nftables and tbf rules, a changed
-    address), a command left running, a stopped one, a process that left its command's process
+    address, a GID moved off index 1), a command left running, a stopped one, a process that left its command's process
     group and a leftover run directory: one reset repairs them all and says so, and a second
     reset finds nothing to do."""
     bed = rdma_bed
@@ -343,6 +365,7 @@ def test_reset_repairs_what_a_test_leaves_behind(rdma_bed):
         stopped.kill(signal.SIGSTOP)
         bed.run("A", ["bash", "-c", "mkdir -p /tmp/rperf-left; "
                                     "setsid railover-verbs-probe events rxe1 </dev/null >/dev/null 2>&1 &"], check=True)
+        _displace_gid(bed, "b0")
         fixed = bed.reset()
         text = "\n".join(fixed)
         print(text)
@@ -350,7 +373,8 @@ def test_reset_repairs_what_a_test_leaves_behind(rdma_bed):
                      "A: removed the nftables tables", "B: eth1 had a tbf root qdisc",
                      "A: eth2 had address(es) '10.0.1.11/24'", "A: killed a command left running: sleep 600",
                      "B: killed a command left running: railover-verbs-probe events",
-                     "A: killed a stray railover-verbs-", "A: removed /tmp/rperf-left"):
+                     "A: killed a stray railover-verbs-", "A: removed /tmp/rperf-left",
+                     "B: eth1 had its GID at index 2, not 1: address re-added"):
             assert want in text, text
         assert left.returncode == 128 + 9 and stopped.returncode == 128 + 9
         for h in bed.hosts:

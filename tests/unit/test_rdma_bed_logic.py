@@ -167,7 +167,8 @@ def test_reset_scripts_are_valid_bash_and_cover_every_nic():
     for text in (script, wait):
         r = subprocess.run(["bash", "-n"], input=text, capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
-    for line in ("ro_nic eth0 10.3.200.2/24", "ro_nic eth1 10.3.0.2/24 rxe0", "ro_nic eth2 10.3.1.2/24 rxe1"):
+    for line in ("ro_nic eth0 10.3.200.2/24", "ro_nic eth1 10.3.0.2/24 rxe0 0000:0000:0000:0000:0000:ffff:0a03:0002",
+                 "ro_nic eth2 10.3.1.2/24 rxe1"):
         assert line in script.splitlines()
     assert " railover-perf " in script and " railover-verbs- " in script  # comm: 15 characters
     assert "rxe0:gid" in wait and "rxe1:gid" not in wait  # only a GID known from boot is checked

@@ -285,7 +285,10 @@ def reset_script(h: "RdmaHost") -> str:
     table and leftover ``/tmp/rperf-*`` run directories. Prints one ``FIXED <what>`` line per
     repair, then ``NIC <ifname> <carrier> <port state> <gid1>`` per NIC, read *before* any
     repair (carrier ``1``/``0``, ``x`` when unreadable as on an admin-down NIC; port state and
-    GID ``-`` for the management NIC)."""
+    GID ``-`` for the management NIC). A rail whose boot GID (``h.gids``) is in its port's
+    table but not at index 1 gets its address re-added, which puts it back there: rxe gives a
+    new address's GID the lowest free index, and a job whose QPs held index 1 while the address
+    changed leaves it at another one (the reset's wait expects it at index 1)."""
     tools = " ".join(sorted({t[:15] for t in GUEST_TOOLS}))
     defaults = "|".join(DEFAULT_QDISCS)
     out = [
@@ -295,8 +298,8 @@ def reset_script(h: "RdmaHost") -> str:
         f"  case \" {tools} \" in *\" $c \"*) kill -9 \"${{p#/proc/}}\" 2>/dev/null && "
         "echo \"FIXED killed a stray $c (pid ${p#/proc/})\";; esac",
         "done",
-        "ro_nic() {  # ifname cidr rdma-device",
-        "  local i=$1 want=$2 d=$3 c=x fl have= kind line ps=- g=- nic_line out",
+        "ro_nic() {  # ifname cidr rdma-device boot-gid",
+        "  local i=$1 want=$2 d=$3 wantg=$4 c=x fl have= kind line ps=- g=- nic_line out f x at=",
         "  read -r c <\"/sys/class/net/$i/carrier\" 2>/dev/null || c=x",
         "  if [[ -n $d ]]; then read -r _ ps <\"/sys/class/infiniband/$d/ports/1/state\"; "
         "read -r g <\"/sys/class/infiniband/$d/ports/1/gids/1\"; fi",
@@ -308,6 +311,13 @@ def reset_script(h: "RdmaHost") -> str:
         "  while read -r _ _ _ a _; do [[ -n $a ]] && have+=\"${have:+ }$a\"; done <<<\"$out\"",
         "  if [[ $have != \"$want\" ]]; then ip addr flush dev \"$i\"; ip addr add \"$want\" dev \"$i\" && "
         "echo \"FIXED $i had address(es) '${have:-none}': set $want\"; fi",
+        # the boot GID somewhere but not at index 1 (absent: the address is being re-added, wait)
+        "  if [[ -n $d && -n $wantg ]]; then",
+        "    read -r x <\"/sys/class/infiniband/$d/ports/1/gids/1\" 2>/dev/null; [[ $x == \"$wantg\" ]] && at=1",
+        "    [[ -n $at ]] || for f in /sys/class/infiniband/$d/ports/1/gids/*; do read -r x <\"$f\" 2>/dev/null && [[ $x == \"$wantg\" ]] && at=${f##*/}; done",
+        "    if [[ -n $at && $at != 1 ]]; then ip addr del \"$want\" dev \"$i\"; ip addr add \"$want\" dev \"$i\" && "
+        "echo \"FIXED $i had its GID at index $at, not 1: address re-added\"; fi",
+        "  fi",
         "  while read -r line; do",
         "    [[ -n $line ]] || continue",
         "    set -- $line; kind=$2",
@@ -323,7 +333,7 @@ def reset_script(h: "RdmaHost") -> str:
         "t=$(nft list tables) || { echo 'nft list tables failed' >&2; exit 3; }",
         "if [[ -n $t ]]; then nft flush ruleset && echo \"FIXED removed the nftables tables: ${t//$'\\n'/, }\"; fi",
     ]
-    out += [f"ro_nic {i} {cidr} {d}".rstrip() for i, cidr, d in _host_nics(h)]
+    out += [f"ro_nic {i} {cidr} {d} {h.gids.get(d, '') if d else ''}".rstrip() for i, cidr, d in _host_nics(h)]
     out += ["left=(/tmp/rperf-*)",
             "if (( ${#left[@]} )); then rm -rf \"${left[@]}\" && echo \"FIXED removed ${left[*]}\"; fi"]
     return "\n".join(out) + "\n"
