@@ -1193,18 +1193,26 @@ ibv_gid_entry gidEntry(const char* text, unsigned ifindex) {
   return e;
 }
 
-// After IBV_EVENT_GID_CHANGE the watch re-chooses the NIC's GID with NCCL's rules, and new
-// paths use the new one (here NIC 0 is "lo" on fake0 port 1, its IPv4 GID moving 1 -> 3).
-TEST(RdmaGidWatch, AGidTableChangeReChoosesTheGidForNewPaths) {
+// The fake world of the GID-change tests: fake0 port 1's table is {fe80::1, ::ffff:127.0.0.1},
+// both bound to "lo", and *cur is lo's port choice (GID index 1); *t0 is that table.
+void chooseLoGid(std::vector<ibv_gid_entry>* t0, verbs::PortSel* cur) {
   ::fake::reset();
   unsigned lo = if_nametoindex("lo");
   ASSERT_NE(lo, 0u);
-  std::vector<ibv_gid_entry> t0 = {gidEntry("fe80::1", lo), gidEntry("::ffff:127.0.0.1", lo)};
-  ::fake::setGids("fake0", 1, t0);
+  *t0 = {gidEntry("fe80::1", lo), gidEntry("::ffff:127.0.0.1", lo)};
+  ::fake::setGids("fake0", 1, *t0);
+  std::string err;
+  ASSERT_EQ(verbs::choosePortForNetdev("lo", IbConfig{}, cur, &err), verbs::PortChoice::kChosen) << err;
+  ASSERT_EQ(cur->gidIndex, 1);
+}
+
+// After IBV_EVENT_GID_CHANGE the watch re-chooses the NIC's GID with NCCL's rules, and new
+// paths use the new one (here NIC 0 is "lo" on fake0 port 1, its IPv4 GID moving 1 -> 3).
+TEST(RdmaGidWatch, AGidTableChangeReChoosesTheGidForNewPaths) {
+  std::vector<ibv_gid_entry> t0;
   verbs::PortSel cur;
   std::string err;
-  ASSERT_EQ(verbs::choosePortForNetdev("lo", IbConfig{}, &cur, &err), verbs::PortChoice::kChosen) << err;
-  ASSERT_EQ(cur.gidIndex, 1);
+  ASSERT_NO_FATAL_FAILURE(chooseLoGid(&t0, &cur));
   fake::FakeTransport boot;
   boot.nicAddr = {"10.0.0.1", "10.0.1.1"};
   rdma::RdmaTransport t({cur, portOf("fake1", 1)}, &boot, &err);
@@ -1241,19 +1249,26 @@ TEST(RdmaGidWatch, AGidTableChangeReChoosesTheGidForNewPaths) {
 }
 
 
+// Two InfiniBand ports for the LID-change tests: fake0 port 1 with LID 0x33 (51), fake1 port 1
+// with LID 0x34 (52), the fake's ports set to the same LIDs.
+void ibPorts(verbs::PortSel* a, verbs::PortSel* b) {
+  ::fake::reset();
+  *a = portOf("fake0", 1), *b = portOf("fake1", 1);
+  a->roce = b->roce = false, a->gidIndex = b->gidIndex = -1;
+  a->lid = 0x33, b->lid = 0x34;
+  a->why = "fake0 port 1: InfiniBand, LID 51 (LID addressing, no GRH)";
+  ::fake::setPortLid("fake0", 1, 0x33);
+  ::fake::setPortLid("fake1", 1, 0x34);
+}
+
 // InfiniBand: IBV_EVENT_LID_CHANGE on a port that stays ACTIVE (the subnet manager re-assigned
 // its LID). The watch reads the new LID: new paths and the port's flush QP use it, the HCA is
 // told (the paths connected with the old LID break, VerbsPathIb.APathBreaksWhenItsPortGets...)
 // and the change is reported once (journal event hca_addr_change); no port signal (the port
 // never went down). An event that leaves the LID as it was changes nothing.
 TEST(RdmaLidWatch, ALidChangeOnALivePortIsReadForNewPathsAndTold) {
-  ::fake::reset();
-  verbs::PortSel a = portOf("fake0", 1), b = portOf("fake1", 1);
-  a.roce = b.roce = false, a.gidIndex = b.gidIndex = -1;
-  a.lid = 0x33, b.lid = 0x34;
-  a.why = "fake0 port 1: InfiniBand, LID 51 (LID addressing, no GRH)";
-  ::fake::setPortLid("fake0", 1, 0x33);
-  ::fake::setPortLid("fake1", 1, 0x34);
+  verbs::PortSel a, b;
+  ibPorts(&a, &b);
   fake::FakeTransport boot;
   boot.nicAddr = {"10.0.0.1", "10.0.1.1"};
   std::string err;
@@ -1313,12 +1328,8 @@ TEST(RdmaLidWatch, ALidChangeOnALivePortIsReadForNewPathsAndTold) {
 // opened) is still found: the watch's full re-check (every kPortRecheckMs) compares the LID too.
 // Found by a review: the event was the only trigger, and the LID stayed stale for good.
 TEST(RdmaLidWatch, ALidChangeWithoutItsEventIsFoundByTheFullRecheck) {
-  ::fake::reset();
-  verbs::PortSel a = portOf("fake0", 1), b = portOf("fake1", 1);
-  a.roce = b.roce = false, a.gidIndex = b.gidIndex = -1;
-  a.lid = 0x33, b.lid = 0x34;
-  ::fake::setPortLid("fake0", 1, 0x33);
-  ::fake::setPortLid("fake1", 1, 0x34);
+  verbs::PortSel a, b;
+  ibPorts(&a, &b);
   fake::FakeTransport boot;
   boot.nicAddr = {"10.0.0.1", "10.0.1.1"};
   std::string err;
@@ -1665,15 +1676,10 @@ TEST(RdmaStateFile, NicEntriesShowTheHcaPortItsAddressingAndFollowItsState) {
 // After IBV_EVENT_GID_CHANGE the port watch chooses the NIC's GID again: the state file shows
 // the new index, GID and why (NIC 0 is "lo" on fake0 port 1, its IPv4 GID moving 1 -> 3).
 TEST(RdmaStateFile, AGidReChoiceShowsTheNewGidAndWhy) {
-  ::fake::reset();
-  unsigned lo = if_nametoindex("lo");
-  ASSERT_NE(lo, 0u);
-  std::vector<ibv_gid_entry> t0 = {gidEntry("fe80::1", lo), gidEntry("::ffff:127.0.0.1", lo)};
-  ::fake::setGids("fake0", 1, t0);
+  std::vector<ibv_gid_entry> t0;
   verbs::PortSel cur;
   std::string err;
-  ASSERT_EQ(verbs::choosePortForNetdev("lo", IbConfig{}, &cur, &err), verbs::PortChoice::kChosen) << err;
-  ASSERT_EQ(cur.gidIndex, 1);
+  ASSERT_NO_FATAL_FAILURE(chooseLoGid(&t0, &cur));
   fake::FakeTransport boot;
   boot.nicAddr = {"127.0.0.1", "10.0.1.1"};
   rdma::RdmaTransport t({cur, portOf("fake1", 1)}, &boot, &err);
