@@ -23,7 +23,9 @@ struct Nic {
   int rail = -1;            // rail id: RAILOVER_RAILS, else position in the device list
   std::string pciPath;      // realpath of /sys/class/net/<if>/device, "" for virtual NICs
   int speedMbps = 10000;    // /sys/class/net/<if>/speed, 10 Gb/s when unknown
-  uint64_t guid = 0;
+  uint64_t guid = 0;        // "rail" + index, or the transport's (Transport::DeviceProps)
+  int port = 0;             // NCCL's property "port": 0, or the transport's (RDMA: HCA port)
+  int maxComms = 65536;     // NCCL's property "maxComms", or the transport's
   sockaddr_storage addr{};  // current address (port 0); guarded by addrMu after init
   socklen_t addrLen = 0;
   mutable std::mutex addrMu;
@@ -32,7 +34,7 @@ struct Nic {
   Nic(const Nic& o) { *this = o; }
   Nic& operator=(const Nic& o) {
     index = o.index, name = o.name, ifindex = o.ifindex, rail = o.rail, pciPath = o.pciPath;
-    speedMbps = o.speedMbps, guid = o.guid, addr = o.addr, addrLen = o.addrLen;
+    speedMbps = o.speedMbps, guid = o.guid, port = o.port, maxComms = o.maxComms, addr = o.addr, addrLen = o.addrLen;
     return *this;
   }
   // Copy of the current address (thread-safe).

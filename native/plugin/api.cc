@@ -108,9 +108,9 @@ ncclResult_t getProperties(int dev, Props* p) {
   p->guid = n.guid;
   p->ptrSupport = (int)rt().transport->ptrSupport(dev);
   p->speed = n.speedMbps;
-  p->port = 0;
+  p->port = n.port;
   p->latency = 0;
-  p->maxComms = 65536;
+  p->maxComms = n.maxComms;
   p->maxRecvs = advertisedMaxRecvs();
   // The RDMA transport signals a message's size in 32 bits (immediate, DONE).
   uint64_t maxBytes = std::min<uint64_t>(RAILOVER_NCCL_MAX_NET_SIZE_BYTES, rt().transport->maxMessageBytes());

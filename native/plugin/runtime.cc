@@ -38,6 +38,7 @@ ncclResult_t Runtime::init(ncclDebugLogger_t logger) {
     RO_WARN("railover: %s", err.c_str());
     return result_ = ncclSystemError;
   }
+  applyDeviceProps(*transport, &nics);
   for (auto& n : nics) {
     socklen_t len = 0;
     sockaddr_storage a = n.getAddr(&len);
@@ -77,6 +78,20 @@ ncclResult_t Runtime::init(ncclDebugLogger_t logger) {
   return result_ = ncclSuccess;
 }
 
+
+void applyDeviceProps(const Transport& t, std::vector<Nic>* nics) {
+  for (auto& n : *nics) {
+    Transport::DeviceProps dp;
+    if (!t.deviceProps(n.index, &dp)) continue;
+    if (dp.guid) n.guid = dp.guid;
+    n.port = dp.port;
+    if (dp.speedMbps > 0) n.speedMbps = dp.speedMbps;
+    if (dp.maxComms > 0) n.maxComms = dp.maxComms;
+    if (!dp.pciPath.empty()) n.pciPath = dp.pciPath;
+    RO_INFO(RO_SUBSYS_INIT | RO_SUBSYS_NET, "railover: NIC %s device properties from %s: guid 0x%016llx port %d speed %d Mbps maxComms %d",
+            n.name.c_str(), dp.why.c_str(), (unsigned long long)n.guid, n.port, n.speedMbps, n.maxComms);
+  }
+}
 
 bool Runtime::chooseTransport(std::string* err) {
   TransportKind k = cfg.transport;

@@ -27,6 +27,12 @@
 
 namespace railover {
 
+// Takes the transport's device properties (Transport::deviceProps: RDMA, the HCA port behind
+// each NIC) into the NIC table that getProperties reports to NCCL: guid, port, speed, maxComms
+// and PCI path, each where the transport knows it; logs one INFO line per NIC. Called by
+// init() once, before any listener exists; not thread-safe (the NIC table is not shared yet).
+void applyDeviceProps(const Transport& t, std::vector<Nic>* nics);
+
 class Runtime {
  public:
   static Runtime& get();

@@ -434,6 +434,27 @@ class Transport {
     (void)nic, (void)out;
     return false;
   }
+  // What NCCL's getProperties reports for local NIC `nic` where the transport knows the device
+  // better than the netdev does (RDMA: the HCA port behind the NIC, filled as NCCL's IB
+  // transport fills its own devices' properties). A field left at its zero keeps the NIC's value
+  // (common/nic.h: /sys/class/net speed and PCI path, a per-device guid, port 0, 65536 comms).
+  struct DeviceProps {
+    uint64_t guid = 0;    // the adapter's system image GUID: one value for every port and PCI
+                          // function of one adapter (NCCL treats devices with equal guid and
+                          // port as one physical port whose bandwidth they share)
+    int port = 0;         // the port number, distinct among this process's devices of one guid
+    int speedMbps = 0;    // the port's data rate, Mbps
+    int maxComms = 0;     // comms the device can hold (NCCL: the most channels through it)
+    std::string pciPath;  // the device's PCI directory in /sys
+    std::string why;      // one line for the INIT log: where the values come from
+  };
+  // Fills *out for local NIC `nic` and returns true; false (and *out untouched) where the NIC is
+  // all there is (TCP) or `nic` is out of range. Read once, at plugin init, after the transport
+  // chose its devices. Thread-safe, never blocks.
+  virtual bool deviceProps(int nic, DeviceProps* out) const {
+    (void)nic, (void)out;
+    return false;
+  }
   // Memory kinds a registration may be (NCCL's NCCL_PTR_* bits, the same values).
   static constexpr uint32_t kPtrHost = 0x1, kPtrCuda = 0x2, kPtrDmaBuf = 0x4;
   // The kinds this transport registers on NIC `nic`: the plugin's ptrSupport. HOST always;

@@ -111,8 +111,34 @@ def test_allreduce_over_the_rdma_transport_every_byte(rdma_bed, tmp_path, abi):
             assert r.json["device"]["max_recvs"] == 1
             if abi >= 9:  # v7/v8 properties have no size limits
                 assert r.json["device"]["max_p2p_bytes"] == 2**32 - 1
+        if abi == 12:  # the properties NCCL reads are the same under every ABI
+            for r in res.ranks:
+                _check_device_properties(rdma_bed, rdma_bed.hosts[r.rank].name, r.json["device"])
+                line = re.search(r"NIC eth1 device properties from rxe0 port 1: .*", r.stdout + r.stderr)
+                assert line, (r.stdout + r.stderr)[-3000:]
+                print(f"[rank {r.rank}] {line.group(0)}")
 
     crash_retry(rdma_bed, body)
+
+
+def _check_device_properties(bed, host: str, dev: dict) -> None:
+    """Device 0 (eth1, on rxe0 port 1) as NCCL's IB transport would report rxe0's port: guid =
+    the HCA's sys_image_guid, port 1, speed = the port's active rate, maxComms = max_qp over
+    the QPs each comm puts on the HCA (one per path, a path per NIC: 2 NICs here), and the
+    NIC's PCI path (rxe hangs off no PCI function of its own), all read from ``ibv_devinfo -v``
+    in the same guest."""
+    rc, out, err = bed.sh(host, "ibv_devinfo -v -d rxe0", timeout_s=60)
+    assert rc == 0, err
+    guid = re.search(r"sys_image_guid:\s*([0-9a-f:]+)", out)
+    max_qp = re.search(r"max_qp:\s*(\d+)", out)
+    rate = re.search(r"active_width:\s*(\d+)X.*?active_speed:\s*([\d.]+) Gbps", out, re.S)
+    assert guid and max_qp and rate, out
+    assert dev["guid"] == int(guid.group(1).replace(":", ""), 16), (dev, guid.group(1))
+    assert dev["port"] == 1, dev
+    assert dev["speed_mbps"] == round(int(rate.group(1)) * float(rate.group(2)) * 1000), (dev, rate.group(0))
+    assert dev["max_comms"] == min(65536, int(max_qp.group(1)) // 2), (dev, max_qp.group(1))
+    rc, nic_pci, _ = bed.sh(host, "readlink -f /sys/class/net/eth1/device", timeout_s=60)
+    assert dev["pci_path"] == nic_pci.strip(), (dev, nic_pci)
 
 
 class _Background:

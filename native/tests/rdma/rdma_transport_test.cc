@@ -1719,3 +1719,125 @@ TEST(RdmaStateFile, AGidReChoiceShowsTheNewGidAndWhy) {
 
 }  // namespace
 }  // namespace railover
+
+// ---- NCCL's device properties from the HCA port (Transport::deviceProps, applyDeviceProps) ----
+namespace railover {
+namespace {
+
+using rdmatest::portOf;
+
+// The rate codes of ibv_port_attr (IBTA PortInfo) to Mbps, with the per-lane rates NCCL's IB
+// transport uses; codes outside the encodings give 0 (unknown), never a guess.
+TEST(RdmaDeviceProps, APortsRateIsItsLaneRateTimesItsWidth) {
+  EXPECT_EQ(verbs::portSpeedMbps(1, 1), 2500);      // SDR 1x
+  EXPECT_EQ(verbs::portSpeedMbps(4, 2), 40000);     // QDR 4x
+  EXPECT_EQ(verbs::portSpeedMbps(8, 2), 40000);     // FDR10 4x
+  EXPECT_EQ(verbs::portSpeedMbps(16, 16), 28000);   // FDR 2x
+  EXPECT_EQ(verbs::portSpeedMbps(32, 2), 100000);   // EDR 4x
+  EXPECT_EQ(verbs::portSpeedMbps(64, 2), 200000);   // HDR 4x
+  EXPECT_EQ(verbs::portSpeedMbps(128, 2), 400000);  // NDR 4x
+  EXPECT_EQ(verbs::portSpeedMbps(128, 8), 1200000); // NDR 12x
+  EXPECT_EQ(verbs::portSpeedMbps(64, 4), 400000);   // HDR 8x
+  EXPECT_EQ(verbs::portSpeedMbps(0, 2), 0);
+  EXPECT_EQ(verbs::portSpeedMbps(3, 2), 0);
+  EXPECT_EQ(verbs::portSpeedMbps(32, 0), 0);
+  EXPECT_EQ(verbs::portSpeedMbps(32, 3), 0);
+}
+
+// The port choice reads the rate of an ACTIVE port, and none of a DOWN one.
+TEST(RdmaDeviceProps, ThePortChoiceReadsTheRateOfAnActivePortOnly) {
+  std::vector<ibv_gid_entry> t0;
+  verbs::PortSel cur;
+  ASSERT_NO_FATAL_FAILURE(chooseLoGid(&t0, &cur));
+  EXPECT_EQ(cur.speedMbps, 0) << "the fake's port reports no rate codes until told";
+  ::fake::setPortRate("fake0", 1, 32, 2);  // EDR 4x
+  std::string err;
+  ASSERT_EQ(verbs::choosePortForNetdev("lo", IbConfig{}, &cur, &err), verbs::PortChoice::kChosen) << err;
+  EXPECT_EQ(cur.speedMbps, 100000);
+  ::fake::setPortState("fake0", 1, IBV_PORT_DOWN);
+  ASSERT_EQ(verbs::choosePortForNetdev("lo", IbConfig{}, &cur, &err), verbs::PortChoice::kChosenDown) << err;
+  EXPECT_EQ(cur.speedMbps, 0);
+}
+
+// Two NICs on two PCI functions of one adapter (fake0 and fake1, one sys_image_guid, two ports
+// each): one guid, ports numbered apart (fake1's port 1 after fake0's two ports), as NCCL's IB
+// transport numbers them, so NCCL's topology sees two physical ports and not one shared one.
+// maxComms: max_qp over the QPs every comm puts on the HCA (NCCL_IB_QPS_PER_CONNECTION QPs per
+// path, one path per NIC). What the transport does not know keeps the NIC's value.
+TEST(RdmaDeviceProps, OneAdaptersFunctionsShareItsGuidAndNumberTheirPortsApart) {
+  ::fake::reset();
+  const uint64_t guid = 0x0c42a1030012ab34ULL;
+  ::fake::setDeviceAttrs("fake0", guid, 1000);
+  ::fake::setDeviceAttrs("fake1", guid, 1000);
+  verbs::PortSel a = portOf("fake0", 1), b = portOf("fake1", 1);
+  a.speedMbps = 200000;  // b never read ACTIVE: 0
+  fake::FakeTransport boot;
+  IbConfig ib;
+  ib.qpsPerConnection = 2;
+  std::string err;
+  rdma::RdmaTransport t({a, b}, &boot, &err, ib);
+  ASSERT_TRUE(t.ok()) << err;
+  Transport::DeviceProps p0, p1, none;
+  ASSERT_TRUE(t.deviceProps(0, &p0));
+  ASSERT_TRUE(t.deviceProps(1, &p1));
+  EXPECT_FALSE(t.deviceProps(2, &none));
+  EXPECT_FALSE(t.deviceProps(-1, &none));
+  EXPECT_EQ(p0.guid, guid);
+  EXPECT_EQ(p1.guid, guid);
+  EXPECT_EQ(p0.port, 1);
+  EXPECT_EQ(p1.port, 3) << "fake1 port 1 comes after fake0's two ports";
+  EXPECT_EQ(p0.speedMbps, 200000);
+  EXPECT_EQ(p1.speedMbps, 0);
+  EXPECT_EQ(p0.maxComms, 1000 / (2 * 2));
+  EXPECT_EQ(p0.pciPath, "") << "a fake HCA has no /sys/class/infiniband entry";
+  EXPECT_NE(p0.why.find("fake0 port 1: sys_image_guid 0x0c42a1030012ab34, max_qp 1000, rate 200000 Mbps"),
+            std::string::npos)
+      << p0.why;
+
+  std::vector<Nic> nics = {testbed::makeNic(0, "eth1", "10.0.1.1"), testbed::makeNic(1, "eth2", "10.0.2.1")};
+  nics[1].speedMbps = 25000, nics[1].pciPath = "/sys/devices/pci0000:00/0000:00:03.0";
+  applyDeviceProps(t, &nics);
+  EXPECT_EQ(nics[0].guid, guid);
+  EXPECT_EQ(nics[0].port, 1);
+  EXPECT_EQ(nics[0].speedMbps, 200000);
+  EXPECT_EQ(nics[0].maxComms, 250);
+  EXPECT_EQ(nics[1].port, 3);
+  EXPECT_EQ(nics[1].speedMbps, 25000) << "an unknown rate keeps the NIC's";
+  EXPECT_EQ(nics[1].pciPath, "/sys/devices/pci0000:00/0000:00:03.0") << "no HCA PCI path keeps the NIC's";
+}
+
+// Two adapters (two guids): each numbers its own ports; a huge max_qp is capped at 65536; an
+// HCA whose query says nothing (guid 0, max_qp 0) keeps the NIC's guid and maxComms.
+TEST(RdmaDeviceProps, TwoAdaptersEachNumberTheirOwnPortsAndAnUnknownGuidKeepsTheNics) {
+  ::fake::reset();
+  ::fake::setDeviceAttrs("fake0", 0x1111, 1 << 24);
+  ::fake::setDeviceAttrs("fake1", 0x2222, 1 << 24);
+  fake::FakeTransport boot;
+  std::string err;
+  {
+    rdma::RdmaTransport t({portOf("fake1", 2), portOf("fake0", 1)}, &boot, &err);
+    ASSERT_TRUE(t.ok()) << err;
+    Transport::DeviceProps p0, p1;
+    ASSERT_TRUE(t.deviceProps(0, &p0));
+    ASSERT_TRUE(t.deviceProps(1, &p1));
+    EXPECT_EQ(p0.guid, 0x2222u);
+    EXPECT_EQ(p0.port, 2);
+    EXPECT_EQ(p1.guid, 0x1111u);
+    EXPECT_EQ(p1.port, 1);
+    EXPECT_EQ(p0.maxComms, 65536);
+  }
+  ::fake::reset();  // no attributes: the query answers zeros
+  rdma::RdmaTransport t({portOf("fake0", 1), portOf("fake1", 1)}, &boot, &err);
+  ASSERT_TRUE(t.ok()) << err;
+  std::vector<Nic> nics = {testbed::makeNic(0, "eth1", "10.0.1.1"), testbed::makeNic(1, "eth2", "10.0.2.1")};
+  nics[0].guid = 0x7261696c00000000ULL, nics[1].guid = 0x7261696c00000001ULL;
+  applyDeviceProps(t, &nics);
+  EXPECT_EQ(nics[0].guid, 0x7261696c00000000ULL);
+  EXPECT_EQ(nics[1].guid, 0x7261696c00000001ULL);
+  EXPECT_EQ(nics[0].port, 1);
+  EXPECT_EQ(nics[1].port, 1) << "no guid: no adapter to number the ports within";
+  EXPECT_EQ(nics[0].maxComms, 65536);
+}
+
+}  // namespace
+}  // namespace railover

@@ -3,6 +3,7 @@
 #include "fake_verbs.h"
 
 #include <arpa/inet.h>
+#include <endian.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -65,6 +66,8 @@ struct World {
   std::map<ibv_context*, std::deque<ibv_async_event>> async;
   std::map<std::pair<std::string, int>, ibv_port_state> portState;  // default ACTIVE
   std::map<std::pair<std::string, int>, uint16_t> portLid;          // default 0
+  std::map<std::pair<std::string, int>, std::pair<uint8_t, uint8_t>> portRate;  // default (0, 0)
+  std::map<std::string, std::pair<uint64_t, int>> devAttrs;         // sys_image_guid, max_qp
   uint32_t nextQpn = 100, nextKey = 1000;
   std::vector<std::thread::id> qpCreators;  // the thread of every ibv_create_qp, in order
   bool holdFlushes = false;
@@ -412,6 +415,14 @@ void setPortLid(const std::string& dev, int port, uint16_t lid) {
   WorldLock l(worldMu);
   w().portLid[{dev, port}] = lid;
 }
+void setPortRate(const std::string& dev, int port, uint8_t activeSpeed, uint8_t activeWidth) {
+  WorldLock l(worldMu);
+  w().portRate[{dev, port}] = {activeSpeed, activeWidth};
+}
+void setDeviceAttrs(const std::string& dev, uint64_t sysImageGuid, int maxQp) {
+  WorldLock l(worldMu);
+  w().devAttrs[dev] = {sysImageGuid, maxQp};
+}
 
 }  // namespace fake
 
@@ -616,9 +627,15 @@ int ibv_get_async_event(ibv_context* c, ibv_async_event* e) {
 }
 void ibv_ack_async_event(ibv_async_event*) {}
 
-int ibv_query_device(ibv_context*, ibv_device_attr* a) {
+int ibv_query_device(ibv_context* c, ibv_device_attr* a) {
   std::memset(a, 0, sizeof *a);
   a->phys_port_cnt = 2;
+  WorldLock l(worldMu);
+  auto d = w().devAttrs.find(c->device->name);
+  if (d != w().devAttrs.end()) {
+    a->sys_image_guid = htobe64(d->second.first);
+    a->max_qp = d->second.second;
+  }
   return 0;
 }
 #undef ibv_query_port
@@ -631,6 +648,8 @@ int ibv_query_port(ibv_context* c, uint8_t port, _compat_ibv_port_attr* pa) {
     p->state = st == w().portState.end() ? IBV_PORT_ACTIVE : st->second;
     auto lid = w().portLid.find({c->device->name, port});
     p->lid = lid == w().portLid.end() ? 0 : lid->second;
+    auto rate = w().portRate.find({c->device->name, port});
+    if (rate != w().portRate.end()) p->active_speed = rate->second.first, p->active_width = rate->second.second;
   }
   p->link_layer = IBV_LINK_LAYER_ETHERNET;
   p->active_mtu = IBV_MTU_1024;

@@ -57,6 +57,12 @@ void asyncEvent(ibv_context* ctx, ibv_event_type type, int port, ibv_qp* qp = nu
 void setPortState(const std::string& dev, int port, ibv_port_state st);
 // The LID ibv_query_port reports for the port (default 0).
 void setPortLid(const std::string& dev, int port, uint16_t lid);
+// What ibv_query_port reports as the port's rate codes (active_speed, active_width); default
+// (0, 0), which no port reports: an unknown rate.
+void setPortRate(const std::string& dev, int port, uint8_t activeSpeed, uint8_t activeWidth);
+// What ibv_query_device reports for HCA `dev`: sys_image_guid (host order here; the fake
+// answers it in network order, as verbs does) and max_qp. Default: both 0. Always 2 ports.
+void setDeviceAttrs(const std::string& dev, uint64_t sysImageGuid, int maxQp);
 // DEVICE_FATAL on every open context of HCA `dev`: queues the async event, and from then on
 // that context refuses new objects (PD, CQ, channel, QP, MR: EIO) and its ports answer no
 // query. A context opened later (Hca::reopen) is alive. Thread-safe.

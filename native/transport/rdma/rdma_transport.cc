@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <set>
 #include <system_error>
 
 #include "common/clock.h"
@@ -1290,6 +1291,7 @@ void RdmaTransport::watchLoop(PortSignal signal, AddrSignal addr) {
             relabelLid(&ports_[i].sel, a.lid);
           }
           ports_[i].sel.activeMtu = a.active_mtu;
+          ports_[i].sel.speedMbps = verbs::portSpeedMbps(a.active_speed, a.active_width);
           ports_[i].sel.active = true;
         }
         // Its flush QP (iflush) addresses itself with the port's LID and MTU: build it anew
@@ -1347,6 +1349,40 @@ bool RdmaTransport::devicePort(int nic, DevicePort* out) const {
   int m = (int)s.activeMtu;
   out->mtuBytes = m >= (int)IBV_MTU_256 && m <= (int)IBV_MTU_4096 ? 128 << m : 0;
   out->why = s.why;
+  return true;
+}
+
+bool RdmaTransport::deviceProps(int nic, DeviceProps* out) const {
+  if (nic < 0 || nic >= (int)ports_.size() || !ports_[nic].hca) return false;
+  const verbs::Hca& hca = *ports_[nic].hca;
+  verbs::PortSel s = portSel(nic);
+  verbs::Hca::Attrs a = hca.attrs();
+  DeviceProps p;
+  p.port = s.port;
+  if (a.sysImageGuid) {
+    p.guid = a.sysImageGuid;
+    std::set<std::string> before;  // this process's other HCAs of the same adapter, sorted before this one
+    for (const NicPort& o : ports_)
+      if (o.hca && o.hca != &hca && o.hca->attrs().sysImageGuid == a.sysImageGuid && o.hca->name() < hca.name())
+        before.insert(o.hca->name());
+    for (const std::string& name : before)
+      for (const NicPort& o : ports_)
+        if (o.hca && o.hca->name() == name) {
+          p.port += std::max(1, o.hca->attrs().physPorts);
+          break;
+        }
+  }
+  p.speedMbps = s.speedMbps;
+  uint64_t perComm = (uint64_t)std::max<uint32_t>(1, ib_.qpsPerConnection) * ports_.size();
+  if (a.maxQp > 0) p.maxComms = (int)std::max<uint64_t>(1, std::min<uint64_t>(65536, (uint64_t)a.maxQp / perComm));
+  p.pciPath = hca.pciPath();
+  char guid[24];
+  snprintf(guid, sizeof guid, "0x%016llx", (unsigned long long)a.sysImageGuid);
+  p.why = hca.name() + " port " + std::to_string(s.port) + ": sys_image_guid " + (a.sysImageGuid ? guid : "unknown") +
+          ", max_qp " + std::to_string(a.maxQp) + ", rate " +
+          (s.speedMbps ? std::to_string(s.speedMbps) + " Mbps" : std::string("unknown (port not read ACTIVE)")) +
+          ", PCI " + (p.pciPath.empty() ? "none (the NIC's)" : p.pciPath);
+  *out = p;
   return true;
 }
 

@@ -239,6 +239,17 @@ class RdmaTransport : public Transport {
   // current choice (portSel(): the port watch updates `active`, the LID and MTU at a port's
   // return, the GID after IBV_EVENT_GID_CHANGE). Copied under selMu_; thread-safe.
   bool devicePort(int nic, DevicePort* out) const override;
+  // The HCA port behind the NIC as NCCL's IB transport reports its devices: guid = the HCA's
+  // sys_image_guid; port = the HCA port number plus the ports of the process's other HCAs
+  // with that guid that sort before it by name (the PCI functions of one adapter each call
+  // their port 1; NCCL's IB transport numbers them apart the same way), so guid and port name
+  // one physical port; speed = the port's rate when it was last read ACTIVE (0 while it never
+  // was: the NIC's speed stays); maxComms = the HCA's max_qp shared by the paths every NIC's
+  // comms put on it (NCCL_IB_QPS_PER_CONNECTION QPs each, one per NIC of this process:
+  // max_qp / (QPs per path x NICs), at most 65536; other processes on the host share the HCA
+  // too, as with NCCL's IB transport); pciPath = the HCA's /sys/class/infiniband/<hca>/device,
+  // or the NIC's where the HCA has none (rxe, siw).
+  bool deviceProps(int nic, DeviceProps* out) const override;
   using Transport::regMr;
   // Registers on every HCA (verbs::MrSet); any registration also makes sure every NIC's flush
   // QP exists (built here, on NCCL's service thread, never on its progress thread). An HCA that

@@ -352,6 +352,7 @@ bool choosePort(const VerbsApi& api, ibv_context* ctx, const std::string& dev, i
   std::memcpy(ps.gid.raw, c.gid, 16);
   ps.lid = pa.lid;
   ps.activeMtu = pa.active_mtu;
+  ps.speedMbps = ps.active ? portSpeedMbps(pa.active_speed, pa.active_width) : 0;  // a DOWN port's rate means nothing
   ps.why = c.why;
   *out = ps;
   return true;
@@ -475,6 +476,7 @@ bool reselectGid(Hca& hca, const IbConfig& s, const PortSel& cur, PortSel* out, 
   std::memcpy(n.gid.raw, c.gid, 16);
   n.lid = pa.lid;
   n.activeMtu = pa.active_mtu;
+  n.speedMbps = portSpeedMbps(pa.active_speed, pa.active_width);
   n.why = c.why;
   *changed = n.gidIndex != cur.gidIndex || std::memcmp(n.gid.raw, cur.gid.raw, 16) != 0 || n.lid != cur.lid ||
              n.roce != cur.roce;

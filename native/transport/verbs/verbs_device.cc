@@ -7,6 +7,9 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <endian.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include <cerrno>
@@ -25,6 +28,31 @@ std::string gidString(const ibv_gid& g) {
   char buf[INET6_ADDRSTRLEN] = {0};
   inet_ntop(AF_INET6, g.raw, buf, sizeof buf);
   return buf;
+}
+
+int portSpeedMbps(uint8_t activeSpeed, uint8_t activeWidth) {
+  int lane = 0;
+  switch (activeSpeed) {
+    case 1: lane = 2500; break;     // SDR
+    case 2: lane = 5000; break;     // DDR
+    case 4: lane = 10000; break;    // QDR
+    case 8: lane = 10000; break;    // FDR10
+    case 16: lane = 14000; break;   // FDR
+    case 32: lane = 25000; break;   // EDR
+    case 64: lane = 50000; break;   // HDR
+    case 128: lane = 100000; break; // NDR
+    default: return 0;
+  }
+  int lanes = 0;
+  switch (activeWidth) {
+    case 1: lanes = 1; break;
+    case 16: lanes = 2; break;
+    case 2: lanes = 4; break;
+    case 4: lanes = 8; break;
+    case 8: lanes = 12; break;
+    default: return 0;
+  }
+  return lane * lanes;
 }
 
 namespace {
@@ -62,6 +90,7 @@ bool fillPort(const VerbsApi& api, ibv_context* ctx, int port, PortSel* out, std
   out->roce = pa.link_layer == IBV_LINK_LAYER_ETHERNET;
   out->lid = pa.lid;
   out->activeMtu = pa.active_mtu;
+  out->speedMbps = portSpeedMbps(pa.active_speed, pa.active_width);
   return true;
 }
 
@@ -120,7 +149,7 @@ bool findPortByDevice(const std::string& dev, int port, int gidIndex, PortSel* o
   return false;
 }
 
-bool Hca::openOnce(Opening* o, std::string* err) {
+bool Hca::openOnce(Opening* o, Attrs* a, std::string* err) {
   const VerbsApi& api = *api_;
   DevList dl(api);
   bool listed = false;
@@ -143,6 +172,12 @@ bool Hca::openOnce(Opening* o, std::string* err) {
   }
   int fl = fcntl(o->ctx->async_fd, F_GETFL);
   fcntl(o->ctx->async_fd, F_SETFL, fl | O_NONBLOCK);
+  ibv_device_attr da{};
+  if (api.query_device(o->ctx, &da) == 0) {
+    a->sysImageGuid = be64toh(da.sys_image_guid);
+    a->maxQp = da.max_qp;
+    a->physPorts = da.phys_port_cnt;
+  }
   return true;
 }
 
@@ -150,9 +185,18 @@ Hca::Hca(const std::string& dev, std::string* err) : dev_(dev) {
   api_ = verbsApi(err);
   if (!api_) return;
   Opening o;
-  if (!openOnce(&o, err)) return;
+  Attrs a;
+  if (!openOnce(&o, &a, err)) return;
   o.epoch = 1;
   cur_ = o;
+  attrs_ = a;
+  char real[PATH_MAX];
+  if (realpath(("/sys/class/infiniband/" + dev_ + "/device").c_str(), real)) pciPath_ = real;
+}
+
+Hca::Attrs Hca::attrs() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return attrs_;
 }
 
 bool Hca::ok() const {
@@ -170,11 +214,13 @@ Hca::Opening Hca::current() const {
 bool Hca::reopen(std::string* err) {
   if (!api_) return *err = "libibverbs is not loaded", false;
   Opening o;
-  if (!openOnce(&o, err)) return false;
+  Attrs a;
+  if (!openOnce(&o, &a, err)) return false;
   std::lock_guard<std::mutex> g(mu_);
   o.epoch = cur_.epoch + 1;
   if (cur_.ctx) retired_.push_back(cur_);
   cur_ = o;
+  attrs_ = a;
   deviceFatal_ = false;
   fatalQps_.clear();  // QP numbers of the new opening start afresh
   fatalWhat_.clear();

@@ -39,11 +39,22 @@ struct PortSel {
   ibv_gid gid{};            // the chosen GID (zero on IB)
   uint16_t lid = 0;         // port LID (IB only)
   ibv_mtu activeMtu = IBV_MTU_1024;
+  int speedMbps = 0;        // the port's data rate when read (portSpeedMbps); 0: unknown
   std::string why;          // one line: how the port/GID was chosen (for doctor/logs)
   bool active = true;       // the port was ACTIVE when chosen (PortChoice::kChosenDown: not;
                             // on IB its LID is read again when it comes up)
   std::string state;        // the port state then ("ACTIVE", "DOWN", ...)
 };
+
+// A port's data rate in Mbps from ibv_port_attr's active_speed and active_width codes, with the
+// per-lane rates NCCL's IB transport reports for them (so the two transports give NCCL's topology
+// the same bandwidth for one port): SDR 2500, DDR 5000, QDR and FDR10 10000, FDR 14000, EDR 25000,
+// HDR 50000, NDR 100000 per lane; widths 1x, 2x, 4x, 8x, 12x (the verbs encodings of the IBTA
+// PortInfo fields: speed 1/2/4/8/16/32/64/128, width 1/16/2/4/8). 0 for a code outside those
+// (XDR is reported only in active_speed_ex, which rdma-core's ibv_port_attr gained after the
+// version this is built against: such a port reads 0, and the plugin then keeps the NIC's
+// /sys/class/net speed). Pure.
+int portSpeedMbps(uint8_t activeSpeed, uint8_t activeWidth);
 
 // Finds the HCA port backing `netdev` and its GID with NCCL's defaults (every HCA allowed, the
 // NIC's RoCE v2 IPv4 GID): choosePortForNetdev(netdev, IbConfig{}, ...) of verbs_config.h, which
@@ -99,6 +110,20 @@ class Hca {
   // The current opening: build objects that belong together (CQ, QP, MR) on one snapshot.
   Opening current() const;
   uint64_t epoch() const { return current().epoch; }
+
+  // What ibv_query_device said of the device when it was opened (re-read by reopen()); zeros
+  // when the query failed. sysImageGuid: the same on every port and PCI function of one
+  // adapter (host order); maxQp: the QPs the device can hold; physPorts: its port count.
+  struct Attrs {
+    uint64_t sysImageGuid = 0;
+    int maxQp = 0;
+    int physPorts = 0;
+  };
+  Attrs attrs() const;
+  // The HCA's PCI device directory: the realpath of /sys/class/infiniband/<name>/device, as
+  // NCCL's IB transport reports it; "" for a device with none (rxe and siw hang off no PCI
+  // function of their own). Read once at construction.
+  const std::string& pciPath() const { return pciPath_; }
 
   // Opens the device named name() again (after DEVICE_FATAL: the caller decides when). On
   // success the new context and PD become current, deviceFatal() is false again and fatal-QP
@@ -165,6 +190,8 @@ class Hca {
   const VerbsApi* api_ = nullptr;
   mutable std::mutex mu_;
   Opening cur_;                    // guarded by mu_
+  Attrs attrs_;                    // guarded by mu_
+  std::string pciPath_;
   std::vector<Opening> retired_;   // older openings, closed by the destructor
   std::vector<uint64_t> portErr_, gidChg_, lidChg_, portEv_;  // index = port number
   std::vector<uint16_t> lid_;        // index = port number; 0: not known (notePortLid)
@@ -175,7 +202,7 @@ class Hca {
   std::atomic<bool> watched_{false};
   std::atomic<uint64_t> lastReadUs_{0};  // when pollAsync() last read the event file (any thread)
   std::atomic<uint64_t> asyncReads_{0};
-  bool openOnce(Opening* o, std::string* err);  // opens dev_ into *o (no lock held)
+  bool openOnce(Opening* o, Attrs* a, std::string* err);  // opens dev_ into *o, *a (no lock held)
 };
 
 uint64_t nowUs();  // CLOCK_MONOTONIC, µs
