@@ -180,7 +180,8 @@ std::string rdmaReportJson(const std::vector<std::string>& names, const EnvLooku
                   "\",\"why\":" + q(chosen ? sel.why : err) + ",\"hca\":" + q(chosen ? sel.dev : "") +
                   ",\"port\":" + std::to_string(chosen ? sel.port : 0) + ",\"link_layer\":" + q(ll) +
                   ",\"state\":" + q(state) + ",\"gid_index\":" + std::to_string(chosen ? sel.gidIndex : -1) +
-                  ",\"gid\":" + q(chosen && sel.roce ? verbs::gidString(sel.gid) : "") + ",\"ports\":[" + pj + "]}";
+                  ",\"gid\":" + q(chosen && sel.roce ? verbs::gidString(sel.gid) : "") +
+                  ",\"rate_mbps\":" + std::to_string(chosen ? sel.speedMbps : 0) + ",\"ports\":[" + pj + "]}";
     }
     bool allDmabuf = !chosenHcas.empty();
     for (const std::string& h : chosenHcas) {
@@ -211,7 +212,7 @@ std::string rdmaReportJson(const std::vector<std::string>& names, const EnvLooku
   for (const Nic& n : nics)
     nicsJson += std::string(nicsJson.empty() ? "" : ",") + "{\"nic\":" + q(n.name) +
                 ",\"choice\":\"failed\",\"why\":" + q(libErr) +
-                ",\"hca\":\"\",\"port\":0,\"link_layer\":\"\",\"state\":\"\",\"gid_index\":-1,\"gid\":\"\",\"ports\":[]}";
+                ",\"hca\":\"\",\"port\":0,\"link_layer\":\"\",\"state\":\"\",\"gid_index\":-1,\"gid\":\"\",\"rate_mbps\":0,\"ports\":[]}";
   if (cfg.transport == TransportKind::kRdma) transport = "error", why = "RAILOVER_TRANSPORT=rdma: " + libErr;
   else why = "RAILOVER_TRANSPORT=" + setting + ": " + libErr;
 #endif

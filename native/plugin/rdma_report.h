@@ -23,6 +23,8 @@
 //              "state": str,              // ACTIVE, DOWN, INIT, ARMED, ACTIVE_DEFER, "" (none)
 //              "gid_index": int,          // -1: none (InfiniBand, or no choice)
 //              "gid": str,                // "" when none
+//              "rate_mbps": int,          // the port's rate (verbs::portSpeedMbps), what NCCL
+//                                         // is told as the device's speed; 0: unknown / down
 //              "ports": [{"hca", "port", "state", "link_layer", "allowed"}]}],
 //                                         // RoCE ports with a GID bound to the NIC (any state);
 //                                         // allowed: NCCL_IB_HCA lets the transport use it

@@ -5,6 +5,7 @@ plugin and prints ``railover_rdma_report_json``; the same function doctor calls 
 Asserted in guest A:
 * each rail NIC is backed by its own rxe device, port 1, Ethernet, ACTIVE, with the RoCE v2 GID
   of the NIC's IPv4 address at the bed's index, and the reason names HCA, port, index and NIC;
+  the port's rate (SDR 1x, as rxe reports a netdev of unknown speed);
   ``RAILOVER_TRANSPORT=auto`` would use rdma; the NIC list from the plugin's own discovery
   (``RAILOVER_IFNAMES``) gives the same;
 * ``NCCL_IB_HCA`` excluding one rail's HCA: that NIC is "excluded", its port listed as not
@@ -71,6 +72,8 @@ def test_each_rail_nic_has_its_rxe_port_and_gid(rdma_bed, tool):
             assert got["nic"] == n.ifname and got["choice"] == "chosen", got
             assert (got["hca"], got["port"], got["link_layer"], got["state"]) == (n.rdma_dev, 1, "Ethernet", "ACTIVE")
             assert got["gid_index"] == n.gid_index and got["gid"] == _gid(n.addr), got
+            # rxe over virtio-net (speed unknown) reports SDR 1x: the kernel's rate for such a netdev
+            assert got["rate_mbps"] == 2500, got
             assert got["why"].startswith(f"{n.rdma_dev} port 1 GID {n.gid_index} (RoCE v2, IPv4 {n.addr}, "
                                          f"bound to {n.ifname}"), got
             assert {"hca": n.rdma_dev, "port": 1, "state": "ACTIVE", "link_layer": "Ethernet",

@@ -28,9 +28,9 @@ GPU = {"nvidia_driver": False, "peermem": "", "dmabuf": [{"hca": "rxe0", "suppor
 
 
 def nic(name, choice="chosen", hca="rxe0", port=1, gid_index=1, gid="::ffff:10.1.0.1", why=None, ports=None,
-        state="ACTIVE", ll="Ethernet"):
+        state="ACTIVE", ll="Ethernet", rate=0):
     chosen = choice in ("chosen", "down")
-    return {"nic": name, "choice": choice, "hca": hca if chosen else "", "port": port if chosen else 0,
+    return {"nic": name, "choice": choice, "hca": hca if chosen else "", "port": port if chosen else 0, "rate_mbps": rate,
             "link_layer": ll if chosen else "", "state": state if chosen else "",
             "gid_index": gid_index if chosen else -1, "gid": gid if chosen else "",
             "why": why or (f"{hca} port {port} GID {gid_index} (RoCE v2, IPv4 10.1.0.1, bound to {name}; "
@@ -72,7 +72,18 @@ def test_every_nic_on_an_active_port_uses_rdma():
     assert rdma(rep, "libibverbs")[0].status == dr.OK
     out = text(ocli.render_doctor(rep))
     assert "RDMA (RAILOVER_TRANSPORT=auto: the job would use rdma)" in out
-    assert "eth1 rxe1 port 1 Ethernet ACTIVE 1 ::ffff:10.0.1.1" in out
+    assert "eth1 rxe1 port 1 Ethernet ACTIVE - 1 ::ffff:10.0.1.1" in out, "no rate known: -"
+
+
+def test_the_port_rate_is_shown_where_the_plugin_read_it():
+    """The rate NCCL is told as the device's speed (the HCA port's active rate)."""
+    rep = rdma_run(report([nic("eth0", gid="::ffff:10.0.0.1", rate=100000),
+                           nic("eth1", hca="rxe1", gid="::ffff:10.0.1.1", rate=2500)]))
+    assert "rxe0 port 1 (Ethernet, ACTIVE, 100 Gb/s), GID 1" in rdma(rep, "eth0")[0].detail
+    assert "rxe1 port 1 (Ethernet, ACTIVE, 2.5 Gb/s), GID 1" in rdma(rep, "eth1")[0].detail
+    out = text(ocli.render_doctor(rep))
+    assert "eth0 rxe0 port 1 Ethernet ACTIVE 100 Gb/s 1 ::ffff:10.0.0.1" in out
+    assert "eth1 rxe1 port 1 Ethernet ACTIVE 2.5 Gb/s 1 ::ffff:10.0.1.1" in out
     assert rep.to_json()["rdma"]["nics"][1]["hca"] == "rxe1"
 
 
@@ -85,7 +96,7 @@ def test_auto_with_one_nic_without_rdma_warns_that_every_nic_uses_tcp():
     assert c.status == dr.WARN and "no RDMA device is bound to NIC eth1" in c.detail and "RAILOVER_IFNAMES" in c.fix
     t = rdma(rep, "RAILOVER_TRANSPORT")[0]
     assert t.status == dr.INFO and "would use tcp" in t.detail and "NIC eth1" in t.detail
-    assert "eth1 failed - - - no RDMA device is bound" in text(ocli.render_doctor(rep))
+    assert "eth1 failed - - - - no RDMA device is bound" in text(ocli.render_doctor(rep))
 
 
 def test_a_tcp_only_host_is_not_a_problem():

@@ -307,6 +307,7 @@ def exporter_cmd(
 def render_doctor(rep: Any) -> Group:
     """Rich tables for a :class:`railover.ops.doctor.Report`. Cells wrap, and a word longer
     than its column (a path, ``LD_LIBRARY_PATH=...``) is folded, never cut short."""
+    from railover.ops import doctor as dr
     t = Table(title="interfaces", title_justify="left")
     for c in ("interface", "selected", "why", "addresses", "link", "rail"):
         t.add_column(c, overflow="fold")
@@ -320,7 +321,7 @@ def render_doctor(rep: Any) -> Group:
     if r.get("nics"):
         use = "NCCL init would fail" if r.get("transport") == "error" else f"the job would use {r.get('transport', '?')}"
         rt = Table(title=f"RDMA (RAILOVER_TRANSPORT={r.get('setting', '?')}: {use})", title_justify="left")
-        for col in ("NIC", "HCA port", "link layer", "state", "GID", "why"):
+        for col in ("NIC", "HCA port", "link layer", "state", "rate", "GID", "why"):
             rt.add_column(col, overflow="fold")
         for n in r["nics"]:
             chosen = n.get("choice") in ("chosen", "down")  # down: chosen, its port not ACTIVE now
@@ -328,7 +329,7 @@ def render_doctor(rep: Any) -> Group:
                    else ("LID" if chosen else "-"))
             rt.add_row(n.get("nic", "?"), f"{n.get('hca')} port {n.get('port')}" if chosen else Text(n.get("choice", "?"), "yellow"),
                        n.get("link_layer") or "-", Text(n.get("state") or "-", "green" if n.get("state") == "ACTIVE" else "red"),
-                       gid, n.get("why", ""))
+                       dr.rate_text(n.get("rate_mbps", 0)), gid, n.get("why", ""))
         parts.append(rt)
     c = Table(title="checks", title_justify="left")
     for col in ("", "area", "subject", "finding", "what to do"):

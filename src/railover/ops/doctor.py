@@ -848,12 +848,18 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
 
 # --------------------------------------------------------------------------- RDMA
 
+def rate_text(mbps: int) -> str:
+    """A port rate in Mbps as people write it: ``100 Gb/s``, ``2.5 Gb/s``; ``-`` when unknown (0)."""
+    return f"{mbps / 1000:g} Gb/s" if mbps > 0 else "-"
+
+
 def rdma_nic_line(n: Mapping[str, Any]) -> str:
     """One line for a NIC of the RDMA report: the HCA port, its link layer and state, the GID
     (or LID addressing) when one was chosen."""
     if n.get("choice") not in ("chosen", "down"):
         return "no HCA port"
-    where = f"{n.get('hca')} port {n.get('port')} ({n.get('link_layer') or '?'}, {n.get('state') or '?'})"
+    rate = f", {rate_text(n.get('rate_mbps', 0))}" if n.get("rate_mbps", 0) > 0 else ""
+    where = f"{n.get('hca')} port {n.get('port')} ({n.get('link_layer') or '?'}, {n.get('state') or '?'}{rate})"
     if n.get("gid_index", -1) >= 0:
         return f"{where}, GID {n['gid_index']} {n.get('gid', '')}".rstrip()
     return f"{where}, LID addressing"
