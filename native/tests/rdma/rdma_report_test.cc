@@ -41,11 +41,12 @@ TEST(RdmaReport, ChosenPortStateGidAndAutoPicksRdma) {
   unsigned lo = if_nametoindex("lo");
   ASSERT_NE(lo, 0u);
   fake::setGids("fake1", 2, {gidOn("fe80::1", IBV_GID_TYPE_ROCE_V2, lo), gidOn("::ffff:127.0.0.1", IBV_GID_TYPE_ROCE_V2, lo)});
+  fake::setPortRate("fake1", 2, 64, 2);  // HDR 4x
   std::string r = reportFor({});
   EXPECT_TRUE(has(r, "\"built_with_verbs\":true,\"libibverbs\":{\"loaded\":true,\"error\":\"\"}")) << r;
   EXPECT_TRUE(has(r, "{\"nic\":\"lo\",\"choice\":\"chosen\",\"why\":\"fake1 port 2 GID 1 (RoCE v2, IPv4 127.0.0.1, "
                      "bound to lo; NCCL_IB_GID_INDEX unset)\",\"hca\":\"fake1\",\"port\":2,\"link_layer\":\"Ethernet\","
-                     "\"state\":\"ACTIVE\",\"gid_index\":1,\"gid\":\"::ffff:127.0.0.1\",\"ports\":[{\"hca\":\"fake1\","
+                     "\"state\":\"ACTIVE\",\"gid_index\":1,\"gid\":\"::ffff:127.0.0.1\",\"rate_mbps\":200000,\"ports\":[{\"hca\":\"fake1\","
                      "\"port\":2,\"state\":\"ACTIVE\",\"link_layer\":\"Ethernet\",\"allowed\":true}]}"))
       << r;
   EXPECT_TRUE(has(r, "\"setting\":\"auto\",\"transport\":\"rdma\"")) << r;
@@ -80,7 +81,7 @@ TEST(RdmaReport, NoGidBoundAndBadValues) {
   fake::reset();
   std::string r = reportFor({});
   EXPECT_TRUE(has(r, "\"choice\":\"failed\",\"why\":\"no RDMA device is bound to NIC lo")) << r;
-  EXPECT_TRUE(has(r, "\"gid_index\":-1,\"gid\":\"\",\"ports\":[]")) << r;
+  EXPECT_TRUE(has(r, "\"gid_index\":-1,\"gid\":\"\",\"rate_mbps\":0,\"ports\":[]")) << r;
   EXPECT_TRUE(has(r, "\"transport\":\"tcp\"")) << r;
   r = reportFor({{"NCCL_IB_GID_INDEX", "x"}});
   EXPECT_TRUE(has(r, "\"config_error\":\"NCCL_IB_GID_INDEX")) << r;
