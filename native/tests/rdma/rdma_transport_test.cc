@@ -1354,6 +1354,60 @@ TEST(RdmaLidWatch, ALidChangeWithoutItsEventIsFoundByTheFullRecheck) {
   EXPECT_EQ(t.port(0).hca->portLid(1, &moves), 0x44);
 }
 
+// A LID change that arrives while the flush QP's rebuild for an earlier one is running on the
+// worker (the build read the port's choice, then the watch changed it): the watch's own rebuild
+// finds one running and starts none, so the running one must not keep the LID it started
+// with. The QP creation is held in the fake until the second change was applied. Found by a
+// review: the flush QP kept the old LID until its next failure rebuilt it.
+TEST(RdmaLidWatch, ALidChangeDuringAFlushQpRebuildEndsWithTheFlushQpOnTheNewLid) {
+  verbs::PortSel a, b;
+  ibPorts(&a, &b);
+  fake::FakeTransport boot;
+  boot.nicAddr = {"10.0.0.1", "10.0.1.1"};
+  std::string err;
+  rdma::RdmaTransport t(std::vector<verbs::PortSel>{a, b}, &boot, &err);
+  ASSERT_TRUE(t.ok()) << err;
+  std::vector<uint8_t> buf(4096);
+  std::vector<void*> mrs;
+  rdmatest::regBuffer(t, buf, mrs);  // builds every NIC's flush QP, here with LID 0x33
+  ASSERT_NE(t.flushQpForTest(0), nullptr);
+  EXPECT_EQ(::fake::qpPath(t.flushQpForTest(0)->qp()).dlid, 0x33);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::string> told;
+  t.startPortWatch([](int, bool, const std::string&) {},
+                   [&](int nic, const std::string& kind, const std::string&, const std::string& n, const std::string&) {
+                     std::lock_guard<std::mutex> g(mu);
+                     told.push_back(std::to_string(nic) + " " + kind + " " + n);
+                     cv.notify_all();
+                   });
+  auto waitTold = [&](size_t n) {
+    std::unique_lock<std::mutex> g(mu);
+    cv.wait_for(g, std::chrono::seconds(20), [&] { return told.size() >= n; });
+    return told.size();
+  };
+  ::fake::blockQpCreation(true);
+  ::fake::setPortLid("fake0", 1, 0x44);
+  ::fake::asyncEvent(t.port(0).hca->ctx(), IBV_EVENT_LID_CHANGE, 1);
+  uint64_t deadline = nowUs() + 20 * 1000 * 1000;
+  while (::fake::blockedQpCreations() == 0 && nowUs() < deadline) std::this_thread::yield();
+  ASSERT_EQ(::fake::blockedQpCreations(), 1) << "the flush QP's rebuild never reached its QP creation";
+  ASSERT_EQ(waitTold(1), 1u) << "the first LID change was not told";
+  // The rebuild holds LID 0x44 now; the subnet manager moves the port again.
+  ::fake::setPortLid("fake0", 1, 0x55);
+  ::fake::asyncEvent(t.port(0).hca->ctx(), IBV_EVENT_LID_CHANGE, 1);
+  ASSERT_EQ(waitTold(2), 2u) << "the second LID change was not told";
+  EXPECT_EQ(t.portSel(0).lid, 0x55);
+  ::fake::blockQpCreation(false);
+  t.worker().drain();
+  verbs::FlushQp* fq = t.flushQpForTest(0);
+  ASSERT_NE(fq, nullptr) << "no flush QP after the rebuild";
+  EXPECT_EQ(::fake::qpPath(fq->qp()).dlid, 0x55) << "the flush QP kept the LID of the first change";
+  EXPECT_EQ(::fake::qpPath(t.flushQpForTest(1)->qp()).dlid, 0x34) << "the other NIC's flush QP is untouched";
+  for (void* m : mrs) t.deregMr(m);
+  t.worker().drain();
+}
+
 }  // namespace
 }  // namespace railover
 

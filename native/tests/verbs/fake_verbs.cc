@@ -111,6 +111,9 @@ std::mutex gateMu;
 std::condition_variable gateCv;
 bool gateClosed = false;
 int gateWaiting = 0;
+// blockQpCreation: the same kind of gate for ibv_create_qp.
+bool createGateClosed = false;
+int createGateWaiting = 0;
 World& w() {
   if (!g) g = std::make_unique<World>();
   return *g;
@@ -209,6 +212,7 @@ std::vector<std::thread::id> qpCreators() {
 }
 void reset() {
   blockErrTransitions(false);
+  blockQpCreation(false);
   WorldLock l(worldMu);
   g = std::make_unique<World>();
 }
@@ -222,6 +226,17 @@ void blockErrTransitions(bool block) {
 int blockedErrTransitions() {
   std::lock_guard<std::mutex> l(gateMu);
   return gateWaiting;
+}
+void blockQpCreation(bool block) {
+  {
+    std::lock_guard<std::mutex> l(gateMu);
+    createGateClosed = block;
+  }
+  gateCv.notify_all();
+}
+int blockedQpCreations() {
+  std::lock_guard<std::mutex> l(gateMu);
+  return createGateWaiting;
 }
 const std::vector<PostedSend>& outstanding(ibv_qp* qp) {
   WorldLock l(worldMu);
@@ -545,6 +560,13 @@ int ibv_destroy_cq(ibv_cq* cq) {
 }
 
 ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* ia) {
+  {
+    std::unique_lock<std::mutex> gl(gateMu);
+    ++createGateWaiting;
+    gateCv.notify_all();
+    gateCv.wait(gl, [] { return !createGateClosed; });
+    --createGateWaiting;
+  }
   WorldLock l(worldMu);
   if (w().dead.count(pd->context)) return errno = EIO, nullptr;
   auto* f = new FakeQp{};

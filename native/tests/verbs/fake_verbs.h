@@ -83,6 +83,11 @@ void holdFlushes(bool hold);
 // blockedErrTransitions(): how many such calls are blocked now. Thread-safe.
 void blockErrTransitions(bool block);
 int blockedErrTransitions();
+// While true, ibv_create_qp blocks until it is set false again (reset() does): a QP build on
+// another thread (the transport's worker) held in the middle. blockedQpCreations(): how many
+// such calls are blocked now. Thread-safe.
+void blockQpCreation(bool block);
+int blockedQpCreations();
 // Makes the next ibv_modify_qp (of `qp` only, when given) fail with `err` (0: none).
 void failNextModify(int err, ibv_qp* qp = nullptr);
 // Makes the next `times` ibv_destroy_qp calls of `qp` fail with `err` (the QP stays alive;

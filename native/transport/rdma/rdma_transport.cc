@@ -1564,15 +1564,41 @@ void RdmaTransport::rebuildFlushQp(int nic, const verbs::FlushQp* failed) {
   }
   handOff(worker_, old);
   if (!start) return;
-  worker_.post([this, nic] {
-    FlushSlot& s = *flush_[nic];
-    std::string e;
-    auto q = std::make_shared<verbs::FlushQp>(*ports_[nic].hca, portSel(nic), rc_, &e);
+  worker_.post([this, nic] { buildFlushQp(nic); });
+}
+
+// Whether a flush QP built for `built` still addresses the port as `now` does: the LID (IB),
+// the GID index and GID (RoCE) and the MTU it connected itself with.
+static bool sameFlushAddress(const verbs::PortSel& built, const verbs::PortSel& now) {
+  return built.roce == now.roce && built.lid == now.lid && built.gidIndex == now.gidIndex &&
+         std::memcmp(built.gid.raw, now.gid.raw, sizeof built.gid.raw) == 0 && built.activeMtu == now.activeMtu;
+}
+
+void RdmaTransport::buildFlushQp(int nic) {
+  FlushSlot& s = *flush_[nic];
+  verbs::Hca& hca = *ports_[nic].hca;
+  verbs::PortSel sel = portSel(nic);
+  uint64_t epoch = hca.epoch();
+  std::string e;
+  auto q = std::make_shared<verbs::FlushQp>(hca, sel, rc_, &e);
+  {
     std::lock_guard<std::mutex> g(s.mu);
-    s.building = false;
-    if (q->ok()) s.qp = q, s.err.clear(), s.lastFailUs = 0;
-    else s.err = e, s.lastFailUs = nowUs();
-  });
+    // The port watch may have changed the choice meanwhile (a new LID, a re-chosen GID, the
+    // port back with another MTU) or re-opened the HCA: its own rebuild found this one running
+    // and started none, so this one must not install a QP built from the old choice. It builds
+    // again from the new one instead (s.building stays set: flushes wait for it). Each repeat
+    // needs another change of the choice: no loop without one.
+    if (sameFlushAddress(sel, portSel(nic)) && epoch == hca.epoch()) {
+      s.building = false;
+      if (q->ok()) s.qp = q, s.err.clear(), s.lastFailUs = 0;
+      else s.err = e, s.lastFailUs = nowUs();
+      return;
+    }
+  }
+  RO_INFO(RO_SUBSYS_NET, "railover: NIC %s: the port's address changed while its flush QP was being built: built again",
+          names_[nic].c_str());
+  q.reset();  // here, on the worker (never referenced elsewhere)
+  worker_.post([this, nic] { buildFlushQp(nic); });
 }
 
 // One iflush: a READ through `order[k]`'s flush QP; on failure the next NIC's.

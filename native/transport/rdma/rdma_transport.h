@@ -352,6 +352,10 @@ class RdmaTransport : public Transport {
   // Drops NIC `nic`'s failed flush QP `failed` (unless it was replaced already) and posts a rebuild to the worker; after a failed build
   // the next one waits kFlushRebuildGapUs (a port that stays down is not hammered).
   void rebuildFlushQp(int nic, const verbs::FlushQp* failed);
+  // The worker's build of NIC `nic`'s flush QP (s.building set): from the port's current
+  // choice; if that choice (LID, GID, MTU) or the HCA's opening changed while it ran, the QP is
+  // dropped and the build posted again, so the slot never keeps a QP on an old address.
+  void buildFlushQp(int nic);
   static constexpr uint64_t kFlushRebuildGapUs = 1000000;
   friend class RdmaFlushOp;
   std::thread watch_;
