@@ -73,10 +73,10 @@ class RdmaGroupedTest : public ::testing::Test {
 
   // Opens send path `k` from NIC `sendNic` to the receiver's NIC `recvNic`, hands its bootstrap
   // stream to the RecvLink as the acceptor does, and brings both ends up (bounded).
-  void openPath(int k, int sendNic, int recvNic) {
+  void openPath(int k, int sendNic, int recvNic, uint32_t generation = 1) {
     std::string err;
     PathIdentity id;
-    id.secret = 7, id.connId = 9, id.pathIndex = (uint8_t)k, id.srcRail = (uint8_t)sendNic, id.generation = 1;
+    id.secret = 7, id.connId = 9, id.pathIndex = (uint8_t)k, id.srcRail = (uint8_t)sendNic, id.generation = generation;
     ChunkPolicy cp;
     cp.minChunkBytes = 128, cp.maxChunkBytes = chunk;
     sockaddr_storage remote = addrOf(kIp[recvNic], 5000);
@@ -450,6 +450,62 @@ TEST_F(RdmaGroupedTest, AFailoverInTheMiddleOfAGroupResendsTheRestOnTheStandbyWi
   const uint64_t both = (1ull << recv->paths[0].localNic) | (1ull << recv->paths[1].localNic);
   ASSERT_NE(recv->paths[0].localNic, recv->paths[1].localNic);
   EXPECT_EQ(recv->flushNics(reqs[0].bufs[5]), both);
+}
+
+// A standby that never carried data, whose receive QP can be neither moved to ERR nor destroyed
+// (a sick HCA), is replaced by the sender's reconnect; then the primary fails and the sender
+// resumes on the new standby. The receiver's fence of the old standby could not stop its QP,
+// but that QP never took RDMA WRITEs (no buffer was advertised on it, so it never got
+// IBV_ACCESS_REMOTE_WRITE): the comm goes on and every byte lands. Before, such a fence made
+// the comm fatal at the RESUME. A path that did carry writes still fails the comm
+// (RdmaPathTest.AFenceWhoseQpRefusesErrAndDestructionSaysItIsUnsafe,
+// EngineOnly.AFenceThatCouldNotStopTheOldPathFailsTheCommInsteadOfResuming).
+TEST_F(RdmaGroupedTest, AStandbyThatNeverCarriedDataAndCannotBeStoppedDoesNotFailTheComm) {
+  openPath(0, 0, 1);
+  openPath(1, 1, 0);
+  ASSERT_EQ(resume(0, 0), 0);
+  std::vector<uint8_t> rxb(8192, kCanary);
+  void* rmr = reg(rxb);
+  uint64_t at = 0;
+  postRecv(rxb, rmr, at, {1000}, {70});
+  postRecv(rxb, rmr, at, {1000}, {71});
+  Msg m0 = makeMsg(0, 70, 900), m1 = makeMsg(1, 71, 777);
+  rounds(0, 1);  // the advertisements reach the primary's sender
+  send(0, m0);
+  rounds(0, 4);
+  ASSERT_EQ(side[0].acked, 1u);
+  ASSERT_TRUE(reqs[0].seenDone);
+  // The standby's receive QP refuses the fence's move to ERR and every destruction it tries;
+  // the sender reconnects the standby (generation 2), which fences generation 1.
+  ibv_qp* stuck = rq(1);
+  ASSERT_TRUE(stuck);
+  ::fake::failNextModify(EIO, stuck);
+  ::fake::failNextDestroy(EBUSY, stuck, rdma::kFenceDestroyTries);
+  side[1].tx.reset();
+  t->worker().drain();
+  openPath(1, 1, 0, 2);
+  t->fencer().joinAll();
+  ASSERT_FALSE(recv->isFatal()) << "a standby's fence alone made the comm fatal";
+  // Message 1 is posted on the primary, whose QP fails before it lands.
+  send(0, m1);
+  std::string err;
+  ASSERT_GE(side[0].tx->progress(&err), 0) << err;
+  ::fake::fail(side[0].sq, IBV_WC_RETRY_EXC_ERR);
+  for (int i = 0; i < 20 && side[0].tx->progress(&err) >= 0; ++i) {
+  }
+  side[0].tx->fence();
+  t->worker().drain();
+  ASSERT_EQ(resume(1, side[0].acked), 1) << "the receiver did not answer the RESUME on the new standby";
+  ASSERT_FALSE(recv->isFatal());
+  EXPECT_EQ(recv->active, 1);
+  send(1, m1);
+  for (int i = 0; i < 10 && !reqs[1].seenDone; ++i) round(1);
+  ASSERT_EQ(reqs[1].rc, ncclSuccess);
+  ASSERT_TRUE(reqs[1].seenDone);
+  expectMessageIn(m0, reqs[0].bufs[0], 1000);
+  expectMessageIn(m1, reqs[1].bufs[0], 1000);
+  rounds(1, 2);
+  EXPECT_EQ(side[1].acked, 2u);
 }
 
 // The same engine over paths of three QPs each (NCCL_IB_QPS_PER_CONNECTION=3), with chunks of

@@ -510,9 +510,12 @@ TEST_F(RdmaPathTest, AFenceWhoseQpRefusesErrIsDoneOnlyOnceTheQpIsDestroyed) {
 }
 
 // The same, but the QP refuses destruction too: the fence says the old path could not be
-// stopped (FenceWait::unsafe), so the engine fails the comm instead of answering RESUME.
+// stopped (FenceWait::unsafe), so the engine fails the comm instead of answering RESUME. The
+// path advertised a buffer, so its QP takes RDMA WRITEs: a late one could land.
 TEST_F(RdmaPathTest, AFenceWhoseQpRefusesErrAndDestructionSaysItIsUnsafe) {
   bringUp();
+  std::vector<uint8_t> rxb(1024, 0);
+  advertiseOne(0, 100, rxb.data(), rxb.size(), reg(rxb));
   ibv_qp* q = rq;
   ::fake::failNextModify(EIO, q);
   ::fake::failNextDestroy(EBUSY, q, rdma::kFenceDestroyTries);  // every try the fence makes
@@ -523,6 +526,46 @@ TEST_F(RdmaPathTest, AFenceWhoseQpRefusesErrAndDestructionSaysItIsUnsafe) {
   ASSERT_TRUE(w->done.load()) << "the fence never finished";
   EXPECT_NE(w->unsafe.find("could not be stopped"), std::string::npos) << w->unsafe;
   EXPECT_NE(w->unsafe.find("ibv_destroy_qp"), std::string::npos) << w->unsafe;
+  rx.reset();
+  t->worker().drain();
+}
+
+// A receive path's QPs take RDMA WRITEs only from its first advertisement on: before it, a WRITE
+// with a valid rkey of a registered buffer (the sender holds the keys of every HCA's
+// registration through the paths it did write on) is refused by the QP and writes nothing.
+// So a path that never advertised (a standby that carried only control messages) cannot
+// write late, and its fence is safe even when its QP can be neither moved to ERR nor
+// destroyed: no FenceWait::unsafe, and the engine resumes instead of failing the comm.
+TEST_F(RdmaPathTest, APathThatNeverAdvertisedTakesNoWriteAndItsStuckFenceIsSafe) {
+  bringUp();
+  std::vector<uint8_t> rxb(1024, 0), txb(64, 0x5a);
+  void* rmr = reg(rxb);
+  void* smr = reg(txb);
+  const verbs::MrSet* rm = (const verbs::MrSet*)rmr;
+  const verbs::MrSet* sm = (const verbs::MrSet*)smr;
+  // A WRITE straight onto the sender's QP, past the transport: the right rkey (the receiver's
+  // HCA), no advertisement yet.
+  ibv_sge sge{};
+  sge.addr = (uintptr_t)txb.data(), sge.length = (uint32_t)txb.size();
+  sge.lkey = sm->lkey((size_t)t->port(0).hcaIndex);
+  ibv_send_wr wr{}, *bad = nullptr;
+  wr.wr_id = 0xfeed, wr.sg_list = &sge, wr.num_sge = 1, wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = (uintptr_t)rxb.data();
+  wr.wr.rdma.rkey = rm->rkey((size_t)t->port(1).hcaIndex);
+  ASSERT_EQ(ibv_post_send(sq, &wr, &bad), 0);
+  ::fake::deliver(sq, rq);
+  for (uint8_t b : rxb) ASSERT_EQ(b, 0) << "a WRITE landed through a QP that never advertised";
+  EXPECT_EQ(::fake::state(sq), IBV_QPS_ERR) << "the WRITE was not refused (RC: remote access error)";
+  ibv_qp* q = rq;
+  ::fake::failNextModify(EIO, q);
+  ::fake::failNextDestroy(EBUSY, q, rdma::kFenceDestroyTries);
+  std::shared_ptr<FenceWait> w = rx->fenceAsync();
+  ASSERT_TRUE(w);
+  uint64_t deadline = nowUs() + 20 * 1000 * 1000;
+  while (!w->done.load(std::memory_order_acquire) && nowUs() < deadline) std::this_thread::yield();
+  ASSERT_TRUE(w->done.load()) << "the fence never finished";
+  EXPECT_EQ(w->unsafe, "") << "a path whose QP never took WRITEs was called unsafe";
   rx.reset();
   t->worker().drain();
 }

@@ -329,6 +329,10 @@ int deliver(ibv_qp* from, ibv_qp* to, int max) {
         fail(from, IBV_WC_REM_ACCESS_ERR);
         return n;
       }
+      if (!(w().qpAccess[to] & IBV_ACCESS_REMOTE_WRITE)) {  // the responder QP takes no WRITE (RC NAKs it)
+        fail(from, IBV_WC_REM_ACCESS_ERR);
+        return n;
+      }
     }
     if (s.opcode == IBV_WR_RDMA_READ) {
       auto mr = w().mrs.find(s.rkey);

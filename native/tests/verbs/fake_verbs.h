@@ -75,7 +75,10 @@ int deviceListCalls();
 bool mrOnDeadContext(uint32_t rkey);
 // Keys are checked per opening: a send whose lkey belongs to an MR of another context completes
 // with IBV_WC_LOC_PROT_ERR, a WRITE whose rkey belongs to an MR of a context other than the
-// target QP's with IBV_WC_REM_ACCESS_ERR (keys the fake never issued are not checked).
+// target QP's with IBV_WC_REM_ACCESS_ERR (keys the fake never issued are not checked). A WRITE
+// (with or without immediate) to a QP whose access flags (INIT, or a later modify with
+// IBV_QP_ACCESS_FLAGS) lack IBV_ACCESS_REMOTE_WRITE completes with IBV_WC_REM_ACCESS_ERR too,
+// writing nothing, and the sending QP moves to ERR (as RC's responder NAKs it).
 // While true, moving a QP to ERR does not flush its work requests (a stuck HCA).
 void holdFlushes(bool hold);
 // While true, ibv_modify_qp to ERR blocks (as rxe's was seen to for ~3 s after a local link

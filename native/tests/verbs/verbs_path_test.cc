@@ -466,20 +466,51 @@ TEST_F(VerbsPathTest, AGroupedMessageGoesToTheEntryWithItsTagAndEndsWithADone) {
 
 TEST_F(VerbsPathTest, AWriteWithImmediateWithoutAnAdvertisementIsAProtocolBreak) {
   connect();
-  std::vector<uint8_t> tx(16);
+  std::vector<uint8_t> tx(16), rx(64);
+  std::string err;
+  ASSERT_EQ(r->advertise(0, 0, rx.data(), rx.size(), 7, &err), 1) << err;  // its QP takes WRITEs from now on
+  ibv_sge sge{reinterpret_cast<uintptr_t>(tx.data()), 16, 1};
+  ibv_send_wr wr[2] = {}, *bad = nullptr;
+  for (ibv_send_wr& w : wr) {  // message 0, then one more with no advertisement left for it
+    w.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    w.sg_list = &sge;
+    w.num_sge = 1;
+    w.imm_data = htonl(16);
+    w.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(rx.data());
+  }
+  wr[0].next = &wr[1];
+  ASSERT_EQ(ibv_post_send(sq(), &wr[0], &bad), 0);
+  fake::deliver(sq(), rq());
+  r->progress(rs);
+  ASSERT_EQ(rs.breaks.size(), 1u);
+  EXPECT_EQ(rs.breaks[0].source, "protocol");
+  EXPECT_NE(rs.breaks[0].status.find("without an advertised buffer"), std::string::npos);
+}
+
+// Before its first advertisement a receive path's QP takes no WRITE at all (no
+// IBV_ACCESS_REMOTE_WRITE): RC refuses it at the sender (remote access error), nothing lands
+// and the receiver sees nothing. A path that never advertised cannot write late
+// (RecvPath::writesAllowed, the receiver's fence).
+TEST_F(VerbsPathTest, AReceivePathsQpRefusesWritesBeforeItsFirstAdvertisement) {
+  connect();
+  EXPECT_FALSE(r->writesAllowed());
+  std::vector<uint8_t> tx(16, 0x5a), rx(64, 0);
   ibv_sge sge{reinterpret_cast<uintptr_t>(tx.data()), 16, 1};
   ibv_send_wr wr{}, *bad = nullptr;
   wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
   wr.sg_list = &sge;
   wr.num_sge = 1;
   wr.imm_data = htonl(16);
-  wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(tx.data());
+  wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(rx.data());
   ASSERT_EQ(ibv_post_send(sq(), &wr, &bad), 0);
   fake::deliver(sq(), rq());
   r->progress(rs);
-  ASSERT_EQ(rs.breaks.size(), 1u);
-  EXPECT_EQ(rs.breaks[0].source, "protocol");
-  EXPECT_NE(rs.breaks[0].status.find("without an advertised buffer"), std::string::npos);
+  EXPECT_TRUE(rs.breaks.empty()) << "the receiver saw the refused WRITE";
+  for (uint8_t b : rx) ASSERT_EQ(b, 0) << "a WRITE landed before the first advertisement";
+  EXPECT_EQ(fake::state(sq()), IBV_QPS_ERR) << "the WRITE was not refused";
+  std::string err;
+  EXPECT_EQ(r->advertise(0, 0, rx.data(), rx.size(), 7, &err), 1) << err;
+  EXPECT_TRUE(r->writesAllowed());
 }
 
 }  // namespace

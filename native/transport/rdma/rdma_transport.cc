@@ -633,7 +633,10 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
         // worker's queue may hold seconds of releases), and only then is the fence done. A dead
         // device (DEVICE_FATAL) refuses too, but nothing of it can write any more: done at once.
         // A QP that refuses destruction as well may still write: the wait says so (unsafe) and
-        // the engine fails the comm rather than answer.
+        // the engine fails the comm rather than answer. Unless the path never advertised a
+        // buffer: its QPs never had IBV_ACCESS_REMOTE_WRITE (verbs::RecvPath::writesAllowed),
+        // so their responder refuses every WRITE whatever rkey the sender holds (keys of every
+        // HCA reach the sender through the paths it did write on); nothing of it can land.
         if (!t->port(nic).hca->deviceFatal()) {
           RO_WARN("railover: RDMA fence on %s port %d could not move a QP to ERR (%s): destroying the path's QPs before "
                   "the sender's RESUME is answered", t->port(nic).sel.dev.c_str(), t->port(nic).sel.port, fr.err.c_str());
@@ -648,7 +651,12 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
             gone = sh->path->destroyQps(&de);
           }
           t->port(nic).hca->pollAsync();
-          if (!gone && !t->port(nic).hca->deviceFatal())
+          if (!gone && !t->port(nic).hca->deviceFatal() && !sh->path->writesAllowed())
+            RO_WARN("railover: RDMA fence on %s port %d: the path's QPs could be neither moved to ERR nor destroyed (%s), "
+                    "but they never accepted RDMA writes (no buffer was advertised on the path): nothing of it can "
+                    "land, the fence is done",
+                    t->port(nic).sel.dev.c_str(), t->port(nic).sel.port, de.c_str());
+          else if (!gone && !t->port(nic).hca->deviceFatal())
             w->unsafe = "the old path on " + t->port(nic).sel.dev + " port " + std::to_string(t->port(nic).sel.port) +
                         " could not be stopped (move to ERR: " + fr.err + "; " + de + ", " +
                         std::to_string(kFenceDestroyTries) + " tries)";

@@ -243,7 +243,7 @@ bool PathBase::connect(const std::vector<QpEndpoint>& peers, std::string* err) {
       return false;
     }
   for (Lane& l : lanes_) {
-    if (!l.qp->toInit(params_.pkeyIndex, err)) return false;  // NCCL_IB_PKEY
+    if (!l.qp->toInit(params_.pkeyIndex, accessAtInit(), err)) return false;  // NCCL_IB_PKEY
     for (int i = 0; i < kRecvDepth; ++i)
       if (!postRecv(l, i, err)) return false;
   }
@@ -743,9 +743,22 @@ int RecvPath::checkOrder(uint64_t seq, std::string* err) {
   return 1;
 }
 
+bool RecvPath::allowWrites(std::string* err) {
+  if (writesAllowed_) return true;
+  writesAllowed_ = true;  // before the modify: one that fails may have been applied on some lanes
+  for (int i = 0; i < lanes(); ++i) {
+    if (!qp(i).setAccess(RcQp::kDataQpAccess, err)) {
+      markBroken("ibv_modify_qp", *err, 0);
+      return false;
+    }
+  }
+  return true;
+}
+
 int RecvPath::advertise(uint64_t seq, uint64_t tag, void* buf, uint64_t size, uint32_t rkey, std::string* err) {
   if (checkOrder(seq, err) < 0) return -1;
   if (!sendSlotFree()) return 0;
+  if (!allowWrites(err)) return -1;
   Pending p;
   Advert& a = p.e[0];
   a.seq = seq;
@@ -771,6 +784,7 @@ int RecvPath::advertiseGroup(uint64_t seq, const Advert* entries, int n, std::st
   }
   if (checkOrder(seq, err) < 0) return -1;
   if (outstanding() + n > kSendDepth) return 0;
+  if (!allowWrites(err)) return -1;
   Pending p;
   p.seq = seq;
   p.count = static_cast<uint8_t>(n);

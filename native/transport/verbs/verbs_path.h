@@ -237,6 +237,8 @@ class PathBase {
   virtual void onLaneCtl(int lane, const uint8_t* wire) = 0;
   // Called once per pollOnce() after the completions (the receiver releases held arrivals).
   virtual void afterPoll() {}
+  // The remote access every lane's QP gets at INIT (connect()).
+  virtual int accessAtInit() const { return RcQp::kDataQpAccess; }
   // True exactly once, the first time it is asked after the path broke (sinks hear it once).
   bool takeBrokenNews();
   void markBroken(const std::string& source, const std::string& status, int code);
@@ -390,7 +392,22 @@ class RecvPath : public PathBase {
   // Messages that arrived on lane 0 and wait for a lane's PART (several lanes only).
   size_t held() const { return held_.size(); }
 
+  // Whether the path's QPs may ever have taken an RDMA WRITE. A receive path's QPs come up
+  // without IBV_ACCESS_REMOTE_WRITE (the responder NAKs any WRITE, whatever its rkey: RC's
+  // remote access check is the QP's as well as the MR's), and get it just before the path's
+  // first advertisement leaves (set before the modify is tried, so a modify that failed
+  // halfway counts too). A path the engine never advertised on, a standby that carried only
+  // control messages, stays false: nothing of it can land in a registered buffer, even if its
+  // QP can be neither moved to ERR nor destroyed (rdma_transport.cc, fenceAsync). Read after
+  // the path stopped (fenced), from any thread the fence was handed to.
+  bool writesAllowed() const { return writesAllowed_; }
+
  private:
+  int accessAtInit() const override { return IBV_ACCESS_LOCAL_WRITE; }
+  // Grants every lane's QP IBV_ACCESS_REMOTE_WRITE once (before the first advertisement).
+  // false with *err (the path is broken then) when a modify fails.
+  bool allowWrites(std::string* err);
+  bool writesAllowed_ = false;
   void onCtl(const uint8_t* wire) override;
   void onImm(uint32_t imm) override;
   void onSendDone(const SendRec& r) override {}

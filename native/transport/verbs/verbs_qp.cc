@@ -272,6 +272,16 @@ bool RcQp::toInit(int pkeyIndex, int access, std::string* err) {
   return true;
 }
 
+bool RcQp::setAccess(int access, std::string* err) {
+  ibv_qp_attr a{};
+  a.qp_access_flags = static_cast<unsigned>(access);
+  if (api_.modify_qp(qp_, &a, IBV_QP_ACCESS_FLAGS)) {
+    *err = "modify QP access flags on " + hca_.name() + ": " + std::strerror(errno);
+    return false;
+  }
+  return true;
+}
+
 bool RcQp::toRts(const QpEndpoint& peer, const RcParams& p, std::string* err) {
   std::string bad = p.validate();
   if (!bad.empty()) {

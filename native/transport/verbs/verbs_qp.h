@@ -121,6 +121,10 @@ class RcQp {
   bool toInit(int pkeyIndex, std::string* err) { return toInit(pkeyIndex, kDataQpAccess, err); }
   bool toInit(std::string* err) { return toInit(0, err); }
   static constexpr int kDataQpAccess = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE;
+  // Sets the remote access of a QP past INIT (RTS -> RTS, IBV_QP_ACCESS_FLAGS alone, which the
+  // IB spec allows there): a receive path's QPs get IBV_ACCESS_REMOTE_WRITE this way only
+  // before their first advertisement (verbs_path.h, RecvPath::writesAllowed).
+  bool setAccess(int access, std::string* err);
   // INIT -> RTR -> RTS towards `peer` with `p` (path MTU = the smaller active MTU).
   bool toRts(const QpEndpoint& peer, const RcParams& p, std::string* err);
   // Any state -> ERR: outstanding work requests complete with IBV_WC_WR_FLUSH_ERR, and incoming
