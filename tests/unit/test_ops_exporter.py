@@ -408,6 +408,78 @@ def test_rdma_port_active_and_info_per_nic(setup):
     assert info == {"5"}, "the old GID's series is gone once no process uses it"
 
 
+def _info(s: Samples, nic: str):
+    """The railover_nic_rdma_port_info series of ``nic``: a list of their label dicts."""
+    return [dict(k[1]) for k in s if k[0] == "railover_nic_rdma_port_info" and dict(k[1])["nic"] == nic]
+
+
+def _rdma_state(pid: int, written_us: int, eth0: dict):
+    st_ = state(pid, 5, [comm(str(pid))], transport="rdma", rdma={"eth0": eth0, "eth1": rdma_port("mlx5_1", ib=True)})
+    st_["updated_us"] = written_us
+    return st_
+
+
+def test_rdma_port_info_stays_one_series_per_nic_when_processes_disagree_on_the_gid(setup):
+    """After an address change the processes choose their GID again one by one: meanwhile the
+    info series stays one per NIC (the new GID as soon as one process uses it, even when a
+    process still on the old one writes its file later), and railover_nic_rdma_port_views
+    counts the views."""
+    proc, d, j, srv = setup
+    old, new = rdma_port("mlx5_0", gid_index=3, gid="::ffff:10.0.0.1"), rdma_port("mlx5_0", gid_index=5, gid="::ffff:10.0.0.9")
+    for pid in (100, 101, 102):
+        write_proc(proc, pid, 5, {"RANK": str(pid - 100)})
+        write_state(d, _rdma_state(pid, 1000 + pid, old))
+    s = scrape(srv.url)
+    assert [i["gid_index"] for i in _info(s, "eth0")] == ["3"]
+    assert val(s, "railover_nic_rdma_port_views", nic="eth0") == 1
+    assert val(s, "railover_nic_rdma_port_views", nic="eth1") == 1
+
+    write_state(d, _rdma_state(101, 2000, new))   # 101 chose again
+    write_state(d, _rdma_state(100, 3000, old))   # 100 has not yet, and wrote its file since
+    s = scrape(srv.url)
+    assert [(i["gid_index"], i["gid"]) for i in _info(s, "eth0")] == [("5", "::ffff:10.0.0.9")]
+    assert len(_info(s, "eth1")) == 1
+    assert val(s, "railover_nic_rdma_port_views", nic="eth0") == 2
+    assert val(s, "railover_nic_rdma_port_views", nic="eth1") == 1
+
+    # The lagging processes rewrite their files in turn: the series does not flap back.
+    for t in (4000, 5000):
+        write_state(d, _rdma_state(102, t, old))
+        s = scrape(srv.url)
+        assert [i["gid_index"] for i in _info(s, "eth0")] == ["5"]
+
+    for pid in (100, 102):
+        write_state(d, _rdma_state(pid, 6000 + pid, new))
+    s = scrape(srv.url)
+    assert [i["gid_index"] for i in _info(s, "eth0")] == ["5"]
+    assert val(s, "railover_nic_rdma_port_views", nic="eth0") == 1
+
+
+def test_rdma_port_info_first_scrape_and_a_view_that_is_gone_take_the_latest_state_file(setup):
+    """At the first scrape (no history) and when no process holds the shown view any more, the
+    info series is the view of the process whose state file was written last."""
+    proc, d, j, srv = setup
+    old, new = rdma_port("mlx5_0", gid_index=3, gid="::ffff:10.0.0.1"), rdma_port("mlx5_0", gid_index=5, gid="::ffff:10.0.0.9")
+    for pid in (100, 101, 102):
+        write_proc(proc, pid, 5, {"RANK": str(pid - 100)})
+    write_state(d, _rdma_state(100, 1000, new))
+    write_state(d, _rdma_state(101, 3000, old))    # the latest file, with the old GID
+    write_state(d, _rdma_state(102, 2000, rdma_port("mlx5_0", gid_index=4, gid="::ffff:10.0.0.4")))
+    s = scrape(srv.url)
+    assert [i["gid_index"] for i in _info(s, "eth0")] == ["3"]
+    assert val(s, "railover_nic_rdma_port_views", nic="eth0") == 3
+    # 101 exits (its file stays behind, stale): of the views left, 102's file is the latest.
+    write_proc(proc, 101, 6)
+    s = scrape(srv.url)
+    assert [i["gid_index"] for i in _info(s, "eth0")] == ["4"]
+    assert val(s, "railover_nic_rdma_port_views", nic="eth0") == 2
+    # No process uses RDMA on the NIC any more: neither family has a series for it.
+    for pid in (100, 102):
+        write_state(d, state(pid, 5, [comm(str(pid))], transport="tcp", rdma={}))
+    s = scrape(srv.url)
+    assert not [k for k in s if k[0].startswith("railover_nic_rdma_port") and dict(k[1])["nic"] == "eth0"]
+
+
 def test_state_files_without_rdma_export_no_port_series(setup):
     """TCP (rdma null) and an older plugin (no rdma member) give no port series, and no error."""
     proc, d, j, srv = setup

@@ -18,8 +18,10 @@ docs/OPERATIONS.md; the main ones:
   its paths use, ``tcp`` or ``rdma``, from the state file; ``unknown`` for a plugin that
   predates the field), and for NICs with the RDMA transport
   ``railover_nic_rdma_port_active{nic,hca,port}`` (1 if every live process sees the HCA port
-  behind the NIC ACTIVE) and ``railover_nic_rdma_port_info{nic,hca,port,link_layer,gid_index,
-  gid,lid}`` (info-style, 1: the GID or LID in use);
+  behind the NIC ACTIVE), ``railover_nic_rdma_port_info{nic,hca,port,link_layer,gid_index,
+  gid,lid}`` (info-style, 1: the GID or LID in use; one series per NIC, see below) and
+  ``railover_nic_rdma_port_views{nic}`` (how many different port/addressing views the live
+  processes hold for the NIC: 1 when they agree);
 * histogram ``railover_convergence_seconds{event}`` (failover/failback/recover) from journal events.
 
 Counters stay monotonic when state files are rewritten and when processes exit: the
@@ -32,6 +34,14 @@ When a process has exited its counts are folded into a per-label total kept for 
 exporter's lifetime; a process that exited normally removed its state file, and its journal
 (once seen) is still read to its end and counted under the same labels. An exporter restart resets the counters (``rate()``/``increase()``
 handle resets); processes that died while no exporter ran are counted once when first seen.
+
+One info series per NIC: processes may disagree on a NIC's port addressing for a while (one
+has chosen its GID again after an address change, another not yet, or a live process's file is
+old). ``railover_nic_rdma_port_info`` then shows the view that appeared last (a re-chosen GID
+replaces the old one as soon as one process uses it), and keeps showing it while some process
+holds it; when it is gone, or at the exporter's first scrape, the view of the process whose
+state file was written last (``updated_us``). The disagreement itself is
+``railover_nic_rdma_port_views`` > 1. See :meth:`RailoverCollector._choose_port_views`.
 
 The rank label is the process's ``RANK`` (or ``OMPI_COMM_WORLD_RANK``, ``PMI_RANK``,
 ``SLURM_PROCID``) read from ``/proc/<pid>/environ`` while it runs; when that is unreadable
@@ -74,6 +84,15 @@ EVENT_COUNTERS = {"failover": "failovers", "failback": "failbacks", "recover": "
 CONVERGENCE_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 
 Labels = Tuple[str, str]  # (rank, nic)
+
+#: One process's view of the HCA port behind a NIC, as the labels of railover_nic_rdma_port_info
+#: (after ``nic``): hca, port, link_layer, gid_index, gid, lid.
+PortView = Tuple[str, str, str, str, str, str]
+
+
+def _port_view(rd: Dict[str, Any]) -> PortView:
+    return (str(rd.get("hca", "")), str(rd.get("port", "")), str(rd.get("link_layer", "")),
+            str(rd.get("gid_index", -1)), str(rd.get("gid", "")), str(rd.get("lid", 0)))
 
 
 def _comm_counts(c: Dict[str, Any]) -> Dict[str, int]:
@@ -151,6 +170,11 @@ class RailoverCollector:
         self._states: List[st.ProcessState] = []
         self._journal_paths: List[Path] = []   # every journal seen so far (kept after its process exits)
         self._pid_keys: Dict[int, Tuple[int, int]] = {}  # pid -> process key, for journals of exited processes
+        # Per NIC: the port view railover_nic_rdma_port_info shows, the views seen at the last
+        # scrape, and how many views the live processes hold now (_choose_port_views).
+        self._port_shown: Dict[str, PortView] = {}
+        self._port_seen: Dict[str, set] = {}
+        self._port_nviews: Dict[str, int] = {}
 
     # ---- bookkeeping
     def refresh(self) -> None:
@@ -173,6 +197,44 @@ class RailoverCollector:
                 self._journal_event(e, by_pid)
             for s in states:
                 self._account(s)
+            self._choose_port_views([s for s in states if not s.stale])
+
+    def _choose_port_views(self, live: Sequence[st.ProcessState]) -> None:
+        """Per NIC, the one port view (``hca, port, link_layer, gid_index, gid, lid``) that
+        ``railover_nic_rdma_port_info`` shows, among the views the ``live`` processes hold:
+
+        * a view that was not there at the previous scrape (a GID chosen again: the processes
+          that have not noticed the change yet still show the old one) replaces the shown one;
+        * otherwise the shown view stays while some process holds it, so the series does not
+          flap when the processes' files are rewritten in turn;
+        * otherwise (first scrape, or no process holds it any more) the view of the process
+          whose state file was written last (``updated_us``, then the file's time) wins.
+        Several new views at once: the freshest file's among them."""
+        fresh: Dict[str, Dict[PortView, Tuple[int, float]]] = {}
+        for s in live:
+            written = s.data.get("updated_us")
+            key = (written if isinstance(written, int) and not isinstance(written, bool) else 0, s.mtime)
+            for n in s.nics:
+                rd = n.get("rdma")
+                if not rd:  # null for TCP, absent from a plugin that predates it
+                    continue
+                views = fresh.setdefault(str(n.get("name")), {})
+                v = _port_view(rd)
+                views[v] = max(views.get(v, key), key)
+        for nic in list(self._port_shown):
+            if nic not in fresh:
+                del self._port_shown[nic]
+        for nic, views in fresh.items():
+            seen = self._port_seen.get(nic)
+            new = [v for v in views if seen is not None and v not in seen]
+            shown = self._port_shown.get(nic)
+            if new:
+                shown = max(new, key=lambda v: (views[v], v))
+            elif shown not in views:
+                shown = max(views, key=lambda v: (views[v], v))
+            self._port_shown[nic] = shown
+        self._port_seen = {nic: set(views) for nic, views in fresh.items()}
+        self._port_nviews = {nic: len(views) for nic, views in fresh.items()}
 
     def _proc_for(self, s: st.ProcessState) -> Optional[_Proc]:
         if s.key in self._dead:
@@ -299,7 +361,6 @@ class RailoverCollector:
                                      "Detection time of the comm's last failure", labels=["rank", "comm", "dir"])
         transports: Dict[Tuple[str, str], int] = {}
         port_active: Dict[Tuple[str, str, str], bool] = {}
-        port_info: set = set()
         for s in live:
             rank = self._procs[s.key].rank if s.key in self._procs else f"pid:{s.pid}"
             tk = (rank, str(s.data.get("transport") or "unknown"))
@@ -311,8 +372,6 @@ class RailoverCollector:
                 if rd:  # null for TCP, absent from a plugin that predates it
                     pk = (str(n.get("name")), str(rd.get("hca", "")), str(rd.get("port", "")))
                     port_active[pk] = port_active.get(pk, True) and bool(rd.get("port_active"))
-                    port_info.add(pk + (str(rd.get("link_layer", "")), str(rd.get("gid_index", -1)),
-                                        str(rd.get("gid", "")), str(rd.get("lid", 0))))
             for p in s.pairs:
                 k = (str(p.get("nic")), str(p.get("peer")))
                 pair_up[k] = pair_up.get(k, True) and bool(p.get("up", True))
@@ -345,10 +404,17 @@ class RailoverCollector:
             g.add_metric(list(k), 1 if port_active[k] else 0)
         yield g
         g = GaugeMetricFamily("railover_nic_rdma_port_info", "The HCA port behind the NIC and its addressing (RoCE: GID "
-                              "index and GID, lid 0; InfiniBand: LID, gid_index -1): 1 per port and addressing a live "
-                              "process uses", labels=["nic", "hca", "port", "link_layer", "gid_index", "gid", "lid"])
-        for k in sorted(port_info):
-            g.add_metric(list(k), 1)
+                              "index and GID, lid 0; InfiniBand: LID, gid_index -1): 1, one series per NIC; when live "
+                              "processes disagree, the view that appeared last (else the latest state file's)",
+                              labels=["nic", "hca", "port", "link_layer", "gid_index", "gid", "lid"])
+        for nic in sorted(self._port_shown):
+            g.add_metric([nic, *self._port_shown[nic]], 1)
+        yield g
+        g = GaugeMetricFamily("railover_nic_rdma_port_views", "Different HCA port and addressing views (hca, port, "
+                              "link_layer, gid_index, gid, lid) the live railover processes hold for the NIC: 1 when "
+                              "they agree, more while some have not chosen the new GID yet", labels=["nic"])
+        for nic in sorted(self._port_nviews):
+            g.add_metric([nic], self._port_nviews[nic])
         yield g
         g = GaugeMetricFamily("railover_pair_up", "1 if probes between the local NIC and the peer address answer",
                               labels=["nic", "peer"])
