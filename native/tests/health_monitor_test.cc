@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <climits>
 #include <cstring>
 #include <chrono>
 #include <condition_variable>
@@ -28,69 +29,115 @@
 namespace railover {
 namespace {
 
-// The far end of the pair: a UDP socket on 127.0.0.2 with a thread that records every probe
-// the monitor sends and, while `answering`, answers it as a live peer's monitor would.
+// The far end of the pairs: a peer process's probe sockets, one per rail (127.0.0.2, 127.0.0.3),
+// each recording every probe the monitor sends and, while `answering`, answering it as a live
+// peer's monitor would. One thread answers every rail, as a real peer's probe thread does: a
+// late thread (descheduled on a busy host) then delays every rail's answers alike, which the
+// monitor reads as the peer's scheduling. With a thread per rail, one rail's answers could lag
+// the other's by a scheduling delay, which the monitor must read as that rail's fault (a
+// rail silent while its sibling answers): a test of the peer-wide rules flaked so under load.
+// Probes are recorded with the monitor's own send time (their sentUs, the same clock), not
+// with the time this thread got round to them, so gaps and windows are the monitor's.
 class FakePeer {
  public:
   struct Seen {
-    uint64_t atUs;
+    uint64_t sentUs;  // when the monitor sent it (its clock: CLOCK_MONOTONIC, as nowUs())
     bool big;
   };
-  explicit FakePeer(const char* ip = "127.0.0.2") {
-    fd_ = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    inet_pton(AF_INET, ip, &a.sin_addr);
-    EXPECT_EQ(bind(fd_, (sockaddr*)&a, sizeof(a)), 0) << strerror(errno);
-    socklen_t l = sizeof(addr_);
-    getsockname(fd_, (sockaddr*)&addr_, &l);
+  class Rail {
+   public:
+    std::atomic<bool> answering{true};
+    std::atomic<int> delayMs{0};  // answers leave this late (a queue on the rail)
+    const sockaddr_storage& addr() const { return addr_; }
+    // Waits (up to `timeoutMs`) until the monitor has sent `n` probes in all; true if it did.
+    bool waitProbes(size_t n, int timeoutMs) {
+      std::unique_lock<std::mutex> g(proc_->mu_);
+      return proc_->cv_.wait_for(g, std::chrono::milliseconds(timeoutMs), [&] { return seen_.size() >= n; });
+    }
+    std::vector<Seen> probes() {
+      std::lock_guard<std::mutex> g(proc_->mu_);
+      return seen_;
+    }
+    // Every datagram that reached this rail's socket before this instant has been recorded.
+    uint64_t drainedUs() {
+      std::lock_guard<std::mutex> g(proc_->mu_);
+      return drainedUs_;
+    }
+    size_t answersReceived() const { return answers_.load(); }
+    // "My NIC 127.0.0.2 is down", to the monitor's probe socket (learned from its first probe).
+    void sendNotice(const char* nicAddr = "127.0.0.2") {
+      uint8_t buf[probe::kHeaderBytes + probe::kNoticeBytes];
+      probe::NicNotice n;
+      n.family = 4;
+      inet_pton(AF_INET, nicAddr, n.addr);
+      probe::encodeNotice(n, buf);
+      sendToMonitor(buf, sizeof(buf));
+    }
+    // A probe of our own (a request: the peer's monitor probing us from its NIC).
+    void sendProbeRequest() {
+      uint8_t buf[probe::kHeaderBytes];
+      health::Probe p;
+      p.id = 77, p.sentUs = nowUs();
+      health::encodeProbe(p, buf);
+      sendToMonitor(buf, sizeof(buf));
+    }
+
+   private:
+    friend class FakePeer;
+    void sendToMonitor(const uint8_t* buf, size_t n) {
+      std::lock_guard<std::mutex> g(proc_->mu_);
+      ASSERT_TRUE(monitorLen_) << "the monitor has not probed yet";
+      ASSERT_EQ(sendto(fd_, buf, n, 0, (sockaddr*)&monitor_, monitorLen_), (ssize_t)n) << strerror(errno);
+    }
+    FakePeer* proc_ = nullptr;
+    int fd_ = -1;
+    sockaddr_storage addr_{};
+    std::atomic<size_t> answers_{0};
+    // Guarded by proc_->mu_:
+    std::vector<Seen> seen_;
+    uint64_t drainedUs_ = 0;
+    sockaddr_storage monitor_{};
+    socklen_t monitorLen_ = 0;
+  };
+
+  explicit FakePeer(std::initializer_list<const char*> ips = {"127.0.0.2", "127.0.0.3"}) {
+    for (const char* ip : ips) {
+      rails_.emplace_back(new Rail);
+      Rail& r = *rails_.back();
+      r.proc_ = this;
+      r.fd_ = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      inet_pton(AF_INET, ip, &a.sin_addr);
+      EXPECT_EQ(bind(r.fd_, (sockaddr*)&a, sizeof(a)), 0) << strerror(errno);
+      socklen_t l = sizeof(r.addr_);
+      getsockname(r.fd_, (sockaddr*)&r.addr_, &l);
+    }
     thread_ = std::thread([this] { loop(); });
   }
   ~FakePeer() {
     stop_ = true;
     thread_.join();
-    close(fd_);
+    for (auto& r : rails_) close(r->fd_);
   }
-  const sockaddr_storage& addr() const { return addr_; }
-  std::atomic<bool> answering{true};
-  std::atomic<int> delayMs{0};  // answers leave this late (a queue on the rail)
-
-  // Waits (up to `timeoutMs`) until the monitor has sent `n` probes in all; true if it did.
-  bool waitProbes(size_t n, int timeoutMs) {
-    std::unique_lock<std::mutex> g(mu_);
-    return cv_.wait_for(g, std::chrono::milliseconds(timeoutMs), [&] { return seen_.size() >= n; });
-  }
-  std::vector<Seen> probes() {
+  Rail& rail(size_t i) { return *rails_.at(i); }
+  // Every rail stops (or starts) answering at once, as the peer process stopping (resuming):
+  // no batch of probes this thread reads is answered on one rail and not on another.
+  void setAnswering(bool on) {
     std::lock_guard<std::mutex> g(mu_);
-    return seen_;
+    for (auto& r : rails_) r->answering = on;
   }
-  size_t answersReceived() const { return answers_.load(); }
-  // "My NIC 127.0.0.2 is down", to the monitor's probe socket (learned from its first probe).
-  void sendNotice(const char* nicAddr = "127.0.0.2") {
-    uint8_t buf[probe::kHeaderBytes + probe::kNoticeBytes];
-    probe::NicNotice n;
-    n.family = 4;
-    inet_pton(AF_INET, nicAddr, n.addr);
-    probe::encodeNotice(n, buf);
-    sendToMonitor(buf, sizeof(buf));
-  }
-  // A probe of our own (a request: the peer's monitor probing us from its NIC).
-  void sendProbeRequest() {
-    uint8_t buf[probe::kHeaderBytes];
-    health::Probe p;
-    p.id = 77, p.sentUs = nowUs();
-    health::encodeProbe(p, buf);
-    sendToMonitor(buf, sizeof(buf));
+  // Fault injection: this thread is descheduled for `ms` (a busy host) from its next round,
+  // having first read and answered what was there; `silence` (if given) stops answering then.
+  void stallOnce(int ms, Rail* silence = nullptr) {
+    std::lock_guard<std::mutex> g(mu_);
+    stallMs_ = ms, stallSilence_ = silence;
   }
 
  private:
-  void sendToMonitor(const uint8_t* buf, size_t n) {
-    std::lock_guard<std::mutex> g(mu_);
-    ASSERT_TRUE(monitorLen_) << "the monitor has not probed yet";
-    ASSERT_EQ(sendto(fd_, buf, n, 0, (sockaddr*)&monitor_, monitorLen_), (ssize_t)n) << strerror(errno);
-  }
   struct Late {
     uint64_t dueUs;
+    int fd;
     std::vector<uint8_t> bytes;
     sockaddr_storage to;
     socklen_t len;
@@ -99,54 +146,77 @@ class FakePeer {
     uint64_t now = nowUs();
     for (auto it = late->begin(); it != late->end();)
       if (it->dueUs <= now) {
-        sendto(fd_, it->bytes.data(), it->bytes.size(), 0, (sockaddr*)&it->to, it->len);
+        sendto(it->fd, it->bytes.data(), it->bytes.size(), 0, (sockaddr*)&it->to, it->len);
         it = late->erase(it);
       } else {
         ++it;
       }
   }
-  void loop() {
-    std::vector<uint8_t> buf(probe::kHeaderBytes + 65536);
-    std::vector<Late> late;
-    while (!stop_) {
-      sendDue(&late);
-      pollfd p{fd_, POLLIN, 0};
-      if (poll(&p, 1, late.empty() ? 20 : 1) <= 0) continue;
-      sockaddr_storage from{};
-      socklen_t fl = sizeof(from);
-      ssize_t n = recvfrom(fd_, buf.data(), buf.size(), MSG_DONTWAIT, (sockaddr*)&from, &fl);
-      if (n <= 0) continue;
-      health::Probe pr;
-      if (!health::decodeProbe(buf.data(), (size_t)n, &pr)) continue;
-      if (pr.ack) {  // the monitor answered our request
-        answers_++;
-        continue;
-      }
-      {
-        std::lock_guard<std::mutex> g(mu_);
-        seen_.push_back({nowUs(), pr.big});
-        monitor_ = from, monitorLen_ = fl;
-      }
-      cv_.notify_all();
-      if (answering) {
+  // Reads every rail's socket empty; whether a rail answers is decided once per batch.
+  void drain(std::vector<uint8_t>& buf, std::vector<Late>* late) {
+    std::vector<bool> answer;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      for (auto& r : rails_) answer.push_back(r->answering.load());
+    }
+    for (size_t i = 0; i < rails_.size(); ++i) {
+      Rail& r = *rails_[i];
+      while (true) {
+        uint64_t before = nowUs();
+        sockaddr_storage from{};
+        socklen_t fl = sizeof(from);
+        ssize_t n = recvfrom(r.fd_, buf.data(), buf.size(), MSG_DONTWAIT, (sockaddr*)&from, &fl);
+        if (n < 0) {
+          std::lock_guard<std::mutex> g(mu_);
+          r.drainedUs_ = before;
+          break;
+        }
+        health::Probe pr;
+        if (!health::decodeProbe(buf.data(), (size_t)n, &pr)) continue;
+        if (pr.ack) {  // the monitor answered our request
+          r.answers_++;
+          continue;
+        }
+        {
+          std::lock_guard<std::mutex> g(mu_);
+          r.seen_.push_back({pr.sentUs, pr.big});
+          r.monitor_ = from, r.monitorLen_ = fl;
+        }
+        cv_.notify_all();
+        if (!answer[i]) continue;
         health::answerProbe(buf.data(), 0x5eed);
-        if (int d = delayMs.load())
-          late.push_back({nowUs() + (uint64_t)d * 1000, std::vector<uint8_t>(buf.begin(), buf.begin() + n), from, fl});
+        if (int d = r.delayMs.load())
+          late->push_back({nowUs() + (uint64_t)d * 1000, r.fd_, std::vector<uint8_t>(buf.begin(), buf.begin() + n), from, fl});
         else
-          sendto(fd_, buf.data(), (size_t)n, 0, (sockaddr*)&from, fl);
+          sendto(r.fd_, buf.data(), (size_t)n, 0, (sockaddr*)&from, fl);
       }
     }
   }
-  int fd_ = -1;
-  sockaddr_storage addr_{};
-  std::thread thread_;
-  std::atomic<bool> stop_{false};
-  std::atomic<size_t> answers_{0};
+  void loop() {
+    std::vector<uint8_t> buf(probe::kHeaderBytes + 65536);
+    std::vector<Late> late;
+    std::vector<pollfd> fds;
+    for (auto& r : rails_) fds.push_back({r->fd_, POLLIN, 0});
+    while (!stop_) {
+      sendDue(&late);
+      poll(fds.data(), fds.size(), late.empty() ? 20 : 1);
+      drain(buf, &late);
+      int stall;
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        stall = stallMs_, stallMs_ = 0;
+        if (stall && stallSilence_) stallSilence_->answering = false;
+      }
+      if (stall) std::this_thread::sleep_for(std::chrono::milliseconds(stall));  // the injected fault, not a wait
+    }
+  }
   std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<Seen> seen_;
-  sockaddr_storage monitor_{};
-  socklen_t monitorLen_ = 0;
+  std::vector<std::unique_ptr<Rail>> rails_;
+  int stallMs_ = 0;               // guarded by mu_
+  Rail* stallSilence_ = nullptr;  // guarded by mu_
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
 };
 
 // A probe address where nobody answers: port 9 (discard) of `ip`, a loopback address.
@@ -172,7 +242,10 @@ class HealthMonitorTest : public ::testing::Test {
     id_ = mon_->registerPair(0, peer_.addr(), sizeof(sockaddr_in));
     ASSERT_GE(id_, 0);
     ASSERT_TRUE(peer_.waitProbes(3, 10000)) << "the monitor never probed the pair";
-    ASSERT_TRUE(mon_->pairUp(id_));
+    // Up and answered (not merely probed: a fake peer late by a detection time, 100 ms, on a
+    // busy host is a probe timeout for a pair without siblings, until its answers come back).
+    ASSERT_TRUE(eventually([&] { return mon_->pairUp(id_) && mon_->pairAnsweredWithinUs(id_, 50 * 1000); }))
+        << mon_->pairDownCause(id_);
   }
   void TearDown() override {
     if (mon_) mon_->unregisterPair(id_);
@@ -197,34 +270,57 @@ class HealthMonitorTest : public ::testing::Test {
   // `gapMs`, returning the time of the probe that ended that gap (the next gap is about twice
   // as long: RAILOVER_PROBE_BACKOFF_MAX_MS is far above it).
   uint64_t waitBackOff(uint64_t gapMs) { return waitBackOff(peer_, gapMs); }
-  static uint64_t waitBackOff(FakePeer& peer, uint64_t gapMs) {
+  static uint64_t waitBackOff(FakePeer::Rail& peer, uint64_t gapMs) {
     for (size_t n = peer.probes().size() + 1;; ++n) {
       EXPECT_TRUE(peer.waitProbes(n, 30000)) << "re-probes stopped";
       auto v = peer.probes();
       if (v.size() < n) return 0;
-      if (v.size() >= 2 && v.back().atUs - v[v.size() - 2].atUs >= gapMs * 1000) return v.back().atUs;
+      if (v.size() >= 2 && v.back().sentUs - v[v.size() - 2].sentUs >= gapMs * 1000) return v.back().sentUs;
     }
   }
   // Registers the pair to `other`, the same peer process's second rail (same responder id),
-  // and waits until both pairs have answered a few probes (the monitor knows they share a
-  // peer). Returns the pair id (-1 with a test failure).
-  int addSecondRail(FakePeer& other) {
+  // and waits until both pairs are up and answered (the monitor knows they share a peer).
+  // Returns the pair id (-1 with a test failure).
+  int addSecondRail(FakePeer::Rail& other) {
     int id = mon_->registerPair(0, other.addr(), sizeof(sockaddr_in));
     EXPECT_GE(id, 0);
-    EXPECT_TRUE(eventually([&] { return peer_.probes().size() > 6 && other.probes().size() > 6; }));
+    EXPECT_TRUE(eventually([&] {
+      return other.probes().size() > 6 && mon_->pairUp(id_) && mon_->pairUp(id) &&
+             mon_->pairAnsweredWithinUs(id_, 50 * 1000) && mon_->pairAnsweredWithinUs(id, 50 * 1000);
+    }));
     return id;
   }
-  // Waits until a second has passed since `backUs` (a pair's repair), then counts the probes
-  // `peer` received in that second.
-  int probesInTheSecondAfter(FakePeer& peer, uint64_t backUs) {
-    EXPECT_TRUE(eventually([&] { return nowUs() > backUs + 1000 * 1000; }, 5000));
-    int n = 0;
-    for (auto& p : peer.probes()) n += p.atUs > backUs && p.atUs <= backUs + 1000 * 1000;
-    return n;
+  // The probes the monitor sent to `rail` in the second after `backUs` (a pair's repair), by
+  // their send time. Counted once the rail's socket was read empty 200 ms past that second (a
+  // probe is stamped just before it is sent), or as soon as `enough` are in: however late
+  // this test's threads run, a probe sent in that second counts, and one sent after it not.
+  int probesInTheSecondAfter(FakePeer::Rail& rail, uint64_t backUs, int enough = INT_MAX) {
+    uint64_t end = backUs + 1000 * 1000;
+    auto count = [&] {
+      int n = 0;
+      for (auto& p : rail.probes()) n += p.sentUs > backUs && p.sentUs <= end;
+      return n;
+    };
+    EXPECT_TRUE(eventually([&] { return count() >= enough || rail.drainedUs() > end + 200 * 1000; }, 30000));
+    return count();
+  }
+  // When the monitor sent its first probe to `rail` after `us` (0 with a test failure).
+  static uint64_t firstProbeSentAfter(FakePeer::Rail& rail, uint64_t us) {
+    for (size_t n = 1;; ++n) {
+      if (!rail.waitProbes(n, 30000)) {
+        ADD_FAILURE() << "no probe after " << us;
+        return 0;
+      }
+      auto v = rail.probes();
+      for (auto& p : v)
+        if (p.sentUs > us) return p.sentUs;
+      n = v.size();
+    }
   }
   Config cfg_;
   Nic nic_;
-  FakePeer peer_;
+  FakePeer peerProc_;                              // the peer process: rails 127.0.0.2, 127.0.0.3
+  FakePeer::Rail& peer_ = peerProc_.rail(0);       // the pair id_ probes
   std::unique_ptr<Health> mon_;
   int id_ = -1;
 };
@@ -263,22 +359,20 @@ TEST_F(HealthMonitorTest, APeersProbeRequestResetsTheBackOffOfAHardDownPairOnceP
   ASSERT_TRUE(last);
   // The peer probes us again (its NIC is back): the monitor answers and re-probes at its next
   // round instead of after the backed-off gap.
-  size_t n = peer_.probes().size();
   uint64_t asked = nowUs();
   peer_.sendProbeRequest();
-  ASSERT_TRUE(peer_.waitProbes(n + 1, 30000));
-  uint64_t next = peer_.probes()[n].atUs;
+  uint64_t next = firstProbeSentAfter(peer_, asked);
+  ASSERT_TRUE(next);
   EXPECT_LT(next - asked, 1200 * 1000u) << "re-probed " << (next - last) / 1000 << " ms after the previous probe";
   EXPECT_TRUE(eventually([&] { return peer_.answersReceived() >= 1; })) << "the request was not answered";
   EXPECT_TRUE(mon_->pairHardDown(id_)) << "a request is no answer: the pair stays down";
   // Once per down episode: after backing off again, a second request changes nothing.
   last = waitBackOff(1200);
   ASSERT_TRUE(last);
-  n = peer_.probes().size();
   asked = nowUs();
   peer_.sendProbeRequest();
-  ASSERT_TRUE(peer_.waitProbes(n + 1, 30000));
-  next = peer_.probes()[n].atUs;
+  next = firstProbeSentAfter(peer_, asked);
+  ASSERT_TRUE(next);
   EXPECT_GE(next - last, 2000 * 1000u) << "a second request in one episode reset the back-off again";
 }
 
@@ -296,10 +390,10 @@ TEST_F(HealthMonitorTest, APeersProbeRequestLeavesTheBackOffOfASoftDownPair) {
   ASSERT_TRUE(eventually([&] { return mon_->pairHardDown(otherId); }));
   uint64_t last = waitBackOff(1200);
   ASSERT_TRUE(last);
-  size_t n = peer_.probes().size();
   peer_.sendProbeRequest();
-  ASSERT_TRUE(peer_.waitProbes(n + 1, 30000));
-  EXPECT_GE(peer_.probes()[n].atUs - last, 2000 * 1000u) << "a soft-down pair's back-off was reset";
+  uint64_t next = firstProbeSentAfter(peer_, last);
+  ASSERT_TRUE(next);
+  EXPECT_GE(next - last, 2000 * 1000u) << "a soft-down pair's back-off was reset";
   EXPECT_FALSE(mon_->pairHardDown(id_));
   mon_->unregisterPair(otherId);
 }
@@ -308,10 +402,10 @@ TEST_F(HealthMonitorTest, APeersProbeRequestLeavesTheBackOffOfASoftDownPair) {
 // judged down (soft) and re-probed with back-off. When it wakes, the first rail to answer
 // again brings its sibling rails' re-probes forward: they answer as soon as they are asked.
 TEST_F(HealthMonitorTest, APeerAnsweringAgainAfterAPeerWideSilenceBringsItsOtherRailsReprobesForward) {
-  FakePeer other("127.0.0.3");  // the same peer process's second rail (same responder id)
+  FakePeer::Rail& other = peerProc_.rail(1);  // the same peer process's second rail (same responder id)
   int otherId = addSecondRail(other);
   ASSERT_GE(otherId, 0);
-  peer_.answering = false, other.answering = false;
+  peerProc_.setAnswering(false);  // the peer process stops: every rail at once
   ASSERT_TRUE(eventually([&] { return !mon_->pairUp(id_) && !mon_->pairUp(otherId); }));
   EXPECT_NE(mon_->pairDownCause(otherId).find("every rail to this peer silent"), std::string::npos)
       << mon_->pairDownCause(otherId);
@@ -319,7 +413,7 @@ TEST_F(HealthMonitorTest, APeerAnsweringAgainAfterAPeerWideSilenceBringsItsOther
   ASSERT_TRUE(waitBackOff(other, 1200));
   peer_.answering = true;
   ASSERT_TRUE(eventually([&] { return mon_->pairUp(id_); }, 30000));
-  int soon = probesInTheSecondAfter(other, mon_->repairedUs(0, id_));
+  int soon = probesInTheSecondAfter(other, mon_->repairedUs(0, id_), 2);
   EXPECT_GE(soon, 2) << "the second rail waited for its backed-off re-probe";
   // It was answered at once, so the pair is up again too (the peer answers on every rail).
   other.answering = true;
@@ -331,18 +425,18 @@ TEST_F(HealthMonitorTest, APeerAnsweringAgainAfterAPeerWideSilenceBringsItsOther
 // other rail's were prompt): it is held as congestion rather than as a peer-wide silence,
 // but every rail to the peer was silent at its verdict all the same, so it is brought forward.
 TEST_F(HealthMonitorTest, ARailHeldAsCongestionWhenThePeerStoppedIsBroughtForwardToo) {
-  FakePeer other("127.0.0.3");
+  FakePeer::Rail& other = peerProc_.rail(1);
   int otherId = addSecondRail(other);
   ASSERT_GE(otherId, 0);
   peer_.delayMs = 80;  // over half the detection time (100 ms): a queue on this rail
   ASSERT_TRUE(eventually([&] { return mon_->queuedUs(id_) != 0; })) << "no queued answer seen";
-  peer_.answering = false, other.answering = false;
+  peerProc_.setAnswering(false);  // the peer process stops: every rail at once
   ASSERT_TRUE(eventually([&] { return !mon_->pairUp(id_) && !mon_->pairUp(otherId); }));
   EXPECT_NE(mon_->pairDownCause(id_).find("held as congestion"), std::string::npos) << mon_->pairDownCause(id_);
   ASSERT_TRUE(waitBackOff(peer_, 1200));
   other.answering = true;  // the peer wakes up: the other rail answers first
   ASSERT_TRUE(eventually([&] { return mon_->pairUp(otherId); }, 30000));
-  int soon = probesInTheSecondAfter(peer_, mon_->repairedUs(0, otherId));
+  int soon = probesInTheSecondAfter(peer_, mon_->repairedUs(0, otherId), 2);
   EXPECT_GE(soon, 2) << "the rail held as congestion waited for its backed-off re-probe";
   mon_->unregisterPair(otherId);
 }
@@ -351,7 +445,7 @@ TEST_F(HealthMonitorTest, ARailHeldAsCongestionWhenThePeerStoppedIsBroughtForwar
 // failed on its own (the other rail answering all along) keeps its back-off when another rail
 // to the peer comes back.
 TEST_F(HealthMonitorTest, ARailDownOnItsOwnKeepsItsBackOffWhenAnotherRailComesBack) {
-  FakePeer other("127.0.0.3");
+  FakePeer::Rail& other = peerProc_.rail(1);
   int otherId = addSecondRail(other);
   ASSERT_GE(otherId, 0);
   other.answering = false;  // a silent fault of the other rail alone
