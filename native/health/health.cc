@@ -615,13 +615,18 @@ class Monitor : public Health {
           }
           continue;
         }
-        setPairDown(p, "probe timeout: no answer for " + std::to_string(age / 1000) + " ms" +
-                           (p.silenceHeld ? " (every rail to this peer silent)" : "") +
-                           (p.queueHeld ? " (held as congestion: the rail's answers were queueing)" : ""), now);
         // Every rail to the peer silent at the verdict (whichever hold ran first: a rail held
         // as congestion is also the one a stopped peer leaves with queued probes): when one of
-        // them answers again, this one is re-probed at once (onUdp).
-        p.peerWideDown = sib > 0 && sibSilent == sib;
+        // them answers again, this one is re-probed at once (onUdp). A silence held as the
+        // peer's (its thread late, say) that ends with a sibling answering and this rail still
+        // silent is this rail's fault: its cause must not say every rail was silent.
+        bool everyRailSilent = sib > 0 && sibSilent == sib;
+        const char* held = !p.silenceHeld ? ""
+                           : everyRailSilent ? " (every rail to this peer silent)"
+                                             : " (held as the peer's silence until another rail to it answered again)";
+        setPairDown(p, "probe timeout: no answer for " + std::to_string(age / 1000) + " ms" + held +
+                           (p.queueHeld ? " (held as congestion: the rail's answers were queueing)" : ""), now);
+        p.peerWideDown = everyRailSilent;
         p.silenceHeld = false;
         p.queueHeld = false;
         continue;

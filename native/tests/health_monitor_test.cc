@@ -462,6 +462,27 @@ TEST_F(HealthMonitorTest, ARailDownOnItsOwnKeepsItsBackOffWhenAnotherRailComesBa
   mon_->unregisterPair(otherId);
 }
 
+// A rail that falls silent while the peer's thread is late (descheduled on a busy host): at
+// first every rail to the peer is silent, so the timeout is held as the peer's scheduling;
+// once the other rail answers again and this one still does not, it is this rail's own fault,
+// and its cause must not say that every rail to the peer was silent.
+TEST_F(HealthMonitorTest, ARailStillSilentWhenItsLatePeerAnswersAgainIsNotCalledAPeerWideSilence) {
+  FakePeer::Rail& other = peerProc_.rail(1);
+  int otherId = addSecondRail(other);
+  ASSERT_GE(otherId, 0);
+  // The peer's thread answers what it has, stops answering on `other`, and is descheduled for
+  // 300 ms (three detection times): long enough that both rails look silent, so `other`'s
+  // timeout is held (the hold is what a late peer needs), well short of the hold's 1 s cap.
+  peerProc_.stallOnce(300, &other);
+  ASSERT_TRUE(eventually([&] { return !mon_->pairUp(otherId); }, 30000));
+  std::string cause = mon_->pairDownCause(otherId);
+  EXPECT_NE(cause.find("probe timeout"), std::string::npos) << cause;
+  EXPECT_EQ(cause.find("every rail"), std::string::npos) << cause;
+  EXPECT_TRUE(eventually([&] { return mon_->pairUp(id_) && mon_->pairAnsweredWithinUs(id_, 50 * 1000); }))
+      << "the rail whose peer answers again: " << mon_->pairDownCause(id_);
+  mon_->unregisterPair(otherId);
+}
+
 // What links read to tell a standby that answers from one that is only not judged down yet.
 TEST_F(HealthMonitorTest, AnsweredWithinTellsAnAnsweringPairFromASilentOneStillUp) {
   ASSERT_TRUE(eventually([&] { return mon_->pairAnsweredWithinUs(id_, 50 * 1000); }));
