@@ -255,6 +255,10 @@ void captureLog(ncclDebugLogLevel, unsigned long, const char*, int, const char* 
   std::lock_guard<std::mutex> g(gLogMu);
   gLog += std::string(buf) + "\n";
 }
+void clearLog() {  // each test reads only its own lines (the log is the process's)
+  std::lock_guard<std::mutex> g(gLogMu);
+  gLog.clear();
+}
 bool logHas(const std::string& s) {
   std::lock_guard<std::mutex> g(gLogMu);
   return gLog.find(s) != std::string::npos;
@@ -271,6 +275,7 @@ void connectOnce(const std::function<ncclResult_t(void* h, void** lc)>& listen,
 TEST(AbiTrafficClass, V10ConnectConfigReachesTheComm) {
   ASSERT_NE(plugin(), nullptr) << dlerror();
   auto* t = table<ncclNet_v10_t>("ncclNetPlugin_v10");
+  clearLog();
   ASSERT_EQ(t->init(captureLog, nullptr), ncclSuccess);
   connectOnce([t](void* h, void** lc) { return t->listen(0, h, lc); },
               [t](void* h, void** sc) {
@@ -285,6 +290,7 @@ TEST(AbiTrafficClass, V12InitConfigReachesEveryConnectOfThatContext) {
   auto* t = table<ncclNet_v12_t>("ncclNetPlugin_v12");
   void *ctxA = nullptr, *ctxB = nullptr;
   ncclNetCommConfig_t a{43}, b{-1};
+  clearLog();
   ASSERT_EQ(t->init(&ctxA, 1, &a, captureLog, nullptr), ncclSuccess);
   ASSERT_EQ(t->init(&ctxB, 2, &b, captureLog, nullptr), ncclSuccess);
   connectOnce([t, ctxB](void* h, void** lc) { return t->listen(ctxB, 0, h, lc); },
