@@ -441,7 +441,9 @@ class Transport {
   struct DeviceProps {
     uint64_t guid = 0;    // the adapter's system image GUID: one value for every port and PCI
                           // function of one adapter (NCCL treats devices with equal guid and
-                          // port as one physical port whose bandwidth they share)
+                          // port as one physical port whose bandwidth they share); RDMA: its
+                          // bytes in network order read as a host integer, as NCCL's IB
+                          // transport reports it
     int port = 0;         // the port number, distinct among this process's devices of one guid
     int speedMbps = 0;    // the port's data rate, Mbps
     int maxComms = 0;     // comms the device can hold (NCCL: the most channels through it)

@@ -50,6 +50,7 @@ import json
 import os
 import re
 import secrets
+import sys
 import threading
 import time
 from typing import Dict, List
@@ -123,7 +124,7 @@ def test_allreduce_over_the_rdma_transport_every_byte(rdma_bed, tmp_path, abi):
 
 def _check_device_properties(bed, host: str, dev: dict) -> None:
     """Device 0 (eth1, on rxe0 port 1) as NCCL's IB transport would report rxe0's port: guid =
-    the HCA's sys_image_guid, port 1, speed = the port's active rate, maxComms = max_qp over
+    the HCA's sys_image_guid (its network-order bytes as a host integer, as NCCL stores it), port 1, speed = the port's active rate, maxComms = max_qp over
     the QPs each comm puts on the HCA (one per path, a path per NIC: 2 NICs here), and the
     NIC's PCI path (rxe hangs off no PCI function of its own), all read from ``ibv_devinfo -v``
     in the same guest."""
@@ -133,7 +134,9 @@ def _check_device_properties(bed, host: str, dev: dict) -> None:
     max_qp = re.search(r"max_qp:\s*(\d+)", out)
     rate = re.search(r"active_width:\s*(\d+)X.*?active_speed:\s*([\d.]+) Gbps", out, re.S)
     assert guid and max_qp and rate, out
-    assert dev["guid"] == int(guid.group(1).replace(":", ""), 16), (dev, guid.group(1))
+    # NCCL's IB transport reports the GUID's network-order bytes read as a host integer
+    assert dev["guid"] == int.from_bytes(bytes.fromhex(guid.group(1).replace(":", "")), sys.byteorder), \
+        (dev, guid.group(1))
     assert dev["port"] == 1, dev
     assert dev["speed_mbps"] == round(int(rate.group(1)) * float(rate.group(2)) * 1000), (dev, rate.group(0))
     assert dev["max_comms"] == min(65536, int(max_qp.group(1)) // 2), (dev, max_qp.group(1))

@@ -6,6 +6,7 @@
 // (NACK) during bring-up, a peer that is not an RDMA peer, port errors on the path's own port
 // and on another one, and the end of the bootstrap stream.
 #include <arpa/inet.h>
+#include <endian.h>
 #include <fcntl.h>
 #include <unistd.h>
 #include <net/if.h>
@@ -1879,8 +1880,8 @@ TEST(RdmaDeviceProps, OneAdaptersFunctionsShareItsGuidAndNumberTheirPortsApart) 
   ASSERT_TRUE(t.deviceProps(1, &p1));
   EXPECT_FALSE(t.deviceProps(2, &none));
   EXPECT_FALSE(t.deviceProps(-1, &none));
-  EXPECT_EQ(p0.guid, guid);
-  EXPECT_EQ(p1.guid, guid);
+  EXPECT_EQ(p0.guid, htobe64(guid)) << "NCCL's IB transport reports the GUID's network-order bytes";
+  EXPECT_EQ(p1.guid, htobe64(guid));
   EXPECT_EQ(p0.port, 1);
   EXPECT_EQ(p1.port, 3) << "fake1 port 1 comes after fake0's two ports";
   EXPECT_EQ(p0.speedMbps, 200000);
@@ -1894,7 +1895,7 @@ TEST(RdmaDeviceProps, OneAdaptersFunctionsShareItsGuidAndNumberTheirPortsApart) 
   std::vector<Nic> nics = {testbed::makeNic(0, "eth1", "10.0.1.1"), testbed::makeNic(1, "eth2", "10.0.2.1")};
   nics[1].speedMbps = 25000, nics[1].pciPath = "/sys/devices/pci0000:00/0000:00:03.0";
   applyDeviceProps(t, &nics);
-  EXPECT_EQ(nics[0].guid, guid);
+  EXPECT_EQ(nics[0].guid, htobe64(guid));
   EXPECT_EQ(nics[0].port, 1);
   EXPECT_EQ(nics[0].speedMbps, 200000);
   EXPECT_EQ(nics[0].maxComms, 250);
@@ -1917,9 +1918,9 @@ TEST(RdmaDeviceProps, TwoAdaptersEachNumberTheirOwnPortsAndAnUnknownGuidKeepsThe
     Transport::DeviceProps p0, p1;
     ASSERT_TRUE(t.deviceProps(0, &p0));
     ASSERT_TRUE(t.deviceProps(1, &p1));
-    EXPECT_EQ(p0.guid, 0x2222u);
+    EXPECT_EQ(p0.guid, htobe64(0x2222));
     EXPECT_EQ(p0.port, 2);
-    EXPECT_EQ(p1.guid, 0x1111u);
+    EXPECT_EQ(p1.guid, htobe64(0x1111));
     EXPECT_EQ(p1.port, 1);
     EXPECT_EQ(p0.maxComms, 65536);
   }

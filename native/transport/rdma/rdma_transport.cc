@@ -1,5 +1,6 @@
 #include "transport/rdma/rdma_transport.h"
 
+#include <endian.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -1368,7 +1369,9 @@ bool RdmaTransport::deviceProps(int nic, DeviceProps* out) const {
   DeviceProps p;
   p.port = s.port;
   if (a.sysImageGuid) {
-    p.guid = a.sysImageGuid;
+    // As NCCL's IB transport reports it: the GUID's bytes as verbs gives them (network order)
+    // read as a host integer, so topology files and dumps made with either transport agree.
+    p.guid = htobe64(a.sysImageGuid);
     std::set<std::string> before;  // this process's other HCAs of the same adapter, sorted before this one
     for (const NicPort& o : ports_)
       if (o.hca && o.hca != &hca && o.hca->attrs().sysImageGuid == a.sysImageGuid && o.hca->name() < hca.name())
