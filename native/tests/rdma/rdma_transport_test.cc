@@ -24,6 +24,7 @@
 
 #include "../verbs/fake_verbs.h"
 #include "common/clock.h"
+#include "common/log.h"
 #include "plugin/runtime.h"
 #include "plugin/state_file.h"
 #include "tests/fake_net.h"
@@ -569,6 +570,117 @@ TEST_F(RdmaPathTest, APathThatNeverAdvertisedTakesNoWriteAndItsStuckFenceIsSafe)
   EXPECT_EQ(w->unsafe, "") << "a path whose QP never took WRITEs was called unsafe";
   rx.reset();
   t->worker().drain();
+}
+
+// The same stuck fence on an HCA that does not honour the QP's remote access flags (it takes
+// WRITEs whatever they say, and reports IBV_ACCESS_REMOTE_WRITE on when read back, as irdma
+// does): the path never advertised, yet a WRITE lands, so the fence is unsafe and says why.
+TEST_F(RdmaPathTest, AStuckFenceIsUnsafeWhereTheHcaReportsItsQpTakesWritesAnyway) {
+  ::fake::setQpAccess("fake1", ::fake::QpAccess::kIgnoredReported);
+  bringUp();
+  std::vector<uint8_t> rxb(1024, 0), txb(64, 0x5a);
+  const verbs::MrSet* rm = (const verbs::MrSet*)reg(rxb);
+  const verbs::MrSet* sm = (const verbs::MrSet*)reg(txb);
+  ibv_sge sge{};
+  sge.addr = (uintptr_t)txb.data(), sge.length = (uint32_t)txb.size();
+  sge.lkey = sm->lkey((size_t)t->port(0).hcaIndex);
+  ibv_send_wr wr{}, *bad = nullptr;
+  wr.wr_id = 0xfeed, wr.sg_list = &sge, wr.num_sge = 1, wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = (uintptr_t)rxb.data();
+  wr.wr.rdma.rkey = rm->rkey((size_t)t->port(1).hcaIndex);
+  ASSERT_EQ(ibv_post_send(sq, &wr, &bad), 0);
+  ::fake::deliver(sq, rq);
+  EXPECT_EQ(rxb[0], 0x5a) << "this HCA was to take the WRITE (the fake's model of a provider ignoring the flag)";
+  ibv_qp* q = rq;
+  ::fake::failNextModify(EIO, q);
+  ::fake::failNextDestroy(EBUSY, q, rdma::kFenceDestroyTries);
+  std::shared_ptr<FenceWait> w = rx->fenceAsync();
+  ASSERT_TRUE(w);
+  uint64_t deadline = nowUs() + 20 * 1000 * 1000;
+  while (!w->done.load(std::memory_order_acquire) && nowUs() < deadline) std::this_thread::yield();
+  ASSERT_TRUE(w->done.load()) << "the fence never finished";
+  EXPECT_NE(w->unsafe.find("could not be stopped"), std::string::npos) << w->unsafe;
+  EXPECT_NE(w->unsafe.find("fake1 reports IBV_ACCESS_REMOTE_WRITE"), std::string::npos) << w->unsafe;
+  rx.reset();
+  t->worker().drain();
+}
+
+// Where the read-back itself fails, nothing confirms the responder refuses WRITEs: a stuck
+// fence of a path that never advertised is unsafe, naming the failed query.
+TEST_F(RdmaPathTest, AStuckFenceIsUnsafeWhereTheQpsAccessCannotBeReadBack) {
+  ::fake::setQpAccess("fake1", ::fake::QpAccess::kQueryFails);
+  bringUp();
+  ibv_qp* q = rq;
+  ::fake::failNextModify(EIO, q);
+  ::fake::failNextDestroy(EBUSY, q, rdma::kFenceDestroyTries);
+  std::shared_ptr<FenceWait> w = rx->fenceAsync();
+  ASSERT_TRUE(w);
+  uint64_t deadline = nowUs() + 20 * 1000 * 1000;
+  while (!w->done.load(std::memory_order_acquire) && nowUs() < deadline) std::this_thread::yield();
+  ASSERT_TRUE(w->done.load()) << "the fence never finished";
+  EXPECT_NE(w->unsafe.find("query QP access flags on fake1"), std::string::npos) << w->unsafe;
+  rx.reset();
+  t->worker().drain();
+}
+
+// What the first receive path of an HCA read back is logged once: INFO where the HCA confirmed
+// IBV_ACCESS_REMOTE_WRITE off, WARN (naming the HCA and the finding) where it did not.
+std::mutex gAccessLogMu;
+std::string gAccessLog;
+void captureAccessLog(ncclDebugLogLevel lvl, unsigned long, const char*, int, const char* fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  std::lock_guard<std::mutex> g(gAccessLogMu);
+  gAccessLog += std::string(lvl == RO_LOG_WARN ? "WARN " : "INFO ") + buf + "\n";
+}
+std::string accessLogLines(const std::string& what) {
+  std::lock_guard<std::mutex> g(gAccessLogMu);
+  std::string out;
+  size_t at = 0;
+  while (at < gAccessLog.size()) {
+    size_t nl = gAccessLog.find('\n', at);
+    std::string line = gAccessLog.substr(at, nl - at);
+    if (line.find(what) != std::string::npos) out += line + "\n";
+    at = nl + 1;
+  }
+  return out;
+}
+
+TEST_F(RdmaPathTest, TheQpAccessReadBackIsLoggedOncePerHca) {
+  {
+    std::lock_guard<std::mutex> g(gAccessLogMu);
+    gAccessLog.clear();
+  }
+  railover::setLogger(captureAccessLog);
+  bringUp();
+  std::string enforced = accessLogLines("fake1: QP remote access read back");
+  EXPECT_EQ(enforced.rfind("INFO ", 0), 0u) << gAccessLog;
+  // A second transport whose receiving HCA ignores the flags: one WARN naming it, however many
+  // paths connect there.
+  tx.reset();
+  rx.reset();
+  t->worker().drain();
+  t.reset();
+  ::fake::reset();
+  ::fake::setQpAccess("fake1", ::fake::QpAccess::kIgnoredReported);
+  std::string err;
+  t = std::make_unique<rdma::RdmaTransport>(std::vector<verbs::PortSel>{portOf("fake0", 1), portOf("fake1", 1)}, &boot,
+                                            &err);
+  ASSERT_TRUE(t->ok()) << err;
+  bringUp();
+  tx.reset();
+  rx.reset();
+  t->worker().drain();
+  bringUp();
+  railover::setLogger(nullptr);
+  std::string warned = accessLogLines("could not be confirmed");
+  EXPECT_EQ(warned.rfind("WARN railover: fake1: ", 0), 0u) << gAccessLog;
+  EXPECT_EQ(std::count(warned.begin(), warned.end(), '\n'), 1) << gAccessLog;
+  EXPECT_NE(warned.find("fake1 reports IBV_ACCESS_REMOTE_WRITE"), std::string::npos) << warned;
 }
 
 // A refusal that passes (EBUSY once) is tried again on the fence thread: the QP is gone before

@@ -80,6 +80,7 @@ struct World {
   std::map<ibv_qp*, int> qpPkeyIndex;
   std::map<ibv_qp*, std::pair<int, int>> qpQos;  // (GRH traffic class, SL) given at RTR (IBV_QP_AV)
   std::map<ibv_qp*, unsigned> qpAccess;  // qp_access_flags set at INIT
+  std::map<std::string, fake::QpAccess> accessMode;  // per HCA; default kEnforced
   std::map<ibv_qp*, fake::QpPath> qpPath;  // address vector (RTR) and retry settings (RTS)
   std::set<ibv_qp*> liveQps;               // created and not destroyed
   struct Mr {
@@ -117,6 +118,17 @@ int createGateWaiting = 0;
 World& w() {
   if (!g) g = std::make_unique<World>();
   return *g;
+}
+
+// How the QP's HCA treats its access flags (fake::setQpAccess), and the flags its responder
+// acts on: an HCA that ignores them takes WRITEs as if IBV_ACCESS_REMOTE_WRITE were set.
+fake::QpAccess accessMode(ibv_qp* qp) {
+  auto m = w().accessMode.find(qp->context->device->name);
+  return m == w().accessMode.end() ? fake::QpAccess::kEnforced : m->second;
+}
+unsigned effectiveAccess(ibv_qp* qp) {
+  unsigned a = w().qpAccess[qp];
+  return accessMode(qp) == fake::QpAccess::kIgnoredReported ? a | IBV_ACCESS_REMOTE_WRITE : a;
 }
 
 FakeCq* fcq(ibv_cq* c) { return reinterpret_cast<FakeCq*>(c); }
@@ -329,7 +341,7 @@ int deliver(ibv_qp* from, ibv_qp* to, int max) {
         fail(from, IBV_WC_REM_ACCESS_ERR);
         return n;
       }
-      if (!(w().qpAccess[to] & IBV_ACCESS_REMOTE_WRITE)) {  // the responder QP takes no WRITE (RC NAKs it)
+      if (!(effectiveAccess(to) & IBV_ACCESS_REMOTE_WRITE)) {  // the responder QP takes no WRITE (RC NAKs it)
         fail(from, IBV_WC_REM_ACCESS_ERR);
         return n;
       }
@@ -441,6 +453,11 @@ void setPortRate(const std::string& dev, int port, uint8_t activeSpeed, uint8_t 
 void setDeviceAttrs(const std::string& dev, uint64_t sysImageGuid, int maxQp) {
   WorldLock l(worldMu);
   w().devAttrs[dev] = {sysImageGuid, maxQp};
+}
+
+void setQpAccess(const std::string& dev, QpAccess mode) {
+  WorldLock l(worldMu);
+  w().accessMode[dev] = mode;
 }
 
 }  // namespace fake
@@ -631,9 +648,14 @@ int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* a, int mask) {
   }
   return 0;
 }
-int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* a, int, ibv_qp_init_attr*) {
+int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* a, int mask, ibv_qp_init_attr*) {
   WorldLock l(worldMu);
+  if ((mask & IBV_QP_ACCESS_FLAGS) && accessMode(qp) == fake::QpAccess::kQueryFails) {
+    errno = EOPNOTSUPP;
+    return EOPNOTSUPP;
+  }
   a->qp_state = qp->state;
+  a->qp_access_flags = effectiveAccess(qp);
   return 0;
 }
 

@@ -125,6 +125,14 @@ std::vector<std::thread::id> qpCreators();
 uint64_t cqPolls(ibv_cq* cq);
 // The number the next ibv_create_qp gives its QP (as HCAs reuse the numbers of destroyed QPs).
 void setNextQpn(uint32_t qpn);
+// How the HCA `dev` treats a QP's remote access flags (the RC responder's check of
+// IBV_ACCESS_REMOTE_WRITE): kEnforced (default; rxe, mlx5: a QP without it NAKs every WRITE,
+// and ibv_query_qp reads back what it enforces), kIgnoredReported (the QP takes WRITEs
+// whatever its flags, and ibv_query_qp says so: IBV_ACCESS_REMOTE_WRITE always set, as irdma
+// reports the write-response enable it sets at QP creation), kQueryFails (enforced, but
+// ibv_query_qp of IBV_QP_ACCESS_FLAGS fails with EOPNOTSUPP). reset() restores kEnforced.
+enum class QpAccess { kEnforced, kIgnoredReported, kQueryFails };
+void setQpAccess(const std::string& dev, QpAccess mode);
 // Current state of a QP as the fake sees it.
 ibv_qp_state state(ibv_qp* qp);
 

@@ -499,10 +499,13 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
         rc.sl = first.sl;
       }
       // The QP is created and brought to RTS before our endpoint goes back (see the header).
-      t_.worker().postBringUp([sh, hca, sel, rc, peer]() {
+      RdmaTransport* t = &t_;
+      int nic = nic_;
+      t_.worker().postBringUp([sh, hca, sel, rc, peer, t, nic]() {
         std::string e2;
         auto p = std::make_unique<verbs::RecvPath>(*hca, sel, rc, &e2, (int)peer.size());
         bool ok = p->ok() && p->connect(peer, &e2);
+        if (ok) t->noteAccessReadBack(nic, *p);
         sh->path = std::move(p);
         sh->err = e2;
         sh->result.store(ok ? 1 : -1, std::memory_order_release);
@@ -637,7 +640,9 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
         // the engine fails the comm rather than answer. Unless the path never advertised a
         // buffer: its QPs never had IBV_ACCESS_REMOTE_WRITE (verbs::RecvPath::writesAllowed),
         // so their responder refuses every WRITE whatever rkey the sender holds (keys of every
-        // HCA reach the sender through the paths it did write on); nothing of it can land.
+        // HCA reach the sender through the paths it did write on); nothing of it can land. That
+        // holds only where the HCA read the flag back as off when the path connected: a
+        // provider that ignores it (or a failed read-back) makes the stuck fence unsafe.
         if (!t->port(nic).hca->deviceFatal()) {
           RO_WARN("railover: RDMA fence on %s port %d could not move a QP to ERR (%s): destroying the path's QPs before "
                   "the sender's RESUME is answered", t->port(nic).sel.dev.c_str(), t->port(nic).sel.port, fr.err.c_str());
@@ -660,7 +665,8 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
           else if (!gone && !t->port(nic).hca->deviceFatal())
             w->unsafe = "the old path on " + t->port(nic).sel.dev + " port " + std::to_string(t->port(nic).sel.port) +
                         " could not be stopped (move to ERR: " + fr.err + "; " + de + ", " +
-                        std::to_string(kFenceDestroyTries) + " tries)";
+                        std::to_string(kFenceDestroyTries) + " tries)" +
+                        (sh->path->accessReadBack().empty() ? "" : "; " + sh->path->accessReadBack());
           sh->path.reset();  // here, on the fence thread: not behind the worker's queue of releases
           w->endUs.store(nowUs(), std::memory_order_relaxed);
           w->done.store(true, std::memory_order_release);
@@ -1395,6 +1401,23 @@ bool RdmaTransport::deviceProps(int nic, DeviceProps* out) const {
           ", PCI " + (p.pciPath.empty() ? "none (the NIC's)" : p.pciPath);
   *out = p;
   return true;
+}
+
+void RdmaTransport::noteAccessReadBack(int nic, const verbs::RecvPath& p) {
+  const NicPort& np = ports_[nic];
+  {
+    std::lock_guard<std::mutex> l(accessLogMu_);
+    if (accessLogged_.size() < hcas_.size()) accessLogged_.resize(hcas_.size(), 0);
+    if (np.hcaIndex < 0 || accessLogged_[np.hcaIndex]) return;
+    accessLogged_[np.hcaIndex] = 1;
+  }
+  if (p.writesAllowed())
+    RO_WARN("railover: %s: a receive path's QPs, brought up without IBV_ACCESS_REMOTE_WRITE, could not be confirmed "
+            "to refuse RDMA writes (%s): a standby that never carried data counts as writable when its fence is stuck",
+            np.hca->name().c_str(), p.accessReadBack().c_str());
+  else
+    RO_INFO(RO_SUBSYS_NET, "railover: %s: QP remote access read back as set (IBV_ACCESS_REMOTE_WRITE off until a path's first "
+            "advertisement): the HCA enforces it", np.hca->name().c_str());
 }
 
 std::unique_ptr<Conn> RdmaTransport::connect(int nic, const sockaddr_storage& remote, socklen_t len, std::string* err) {

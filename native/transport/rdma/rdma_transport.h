@@ -73,6 +73,12 @@
 #include "transport/verbs/verbs_qp.h"
 
 namespace railover {
+namespace verbs {
+class RecvPath;  // transport/verbs/verbs_path.h
+}
+}  // namespace railover
+
+namespace railover {
 namespace rdma {
 
 // Longest a receiver's fence waits for the flush of its posted receives, ms. rxe flushes in
@@ -311,8 +317,15 @@ class RdmaTransport : public Transport {
   Worker& worker() { return worker_; }
   FenceRunner& fencer() { return fencer_; }
   const verbs::RcParams& rcParams() const { return rc_; }
+  // Logs, once per HCA, what the first receive path connected on NIC `nic` read back of its
+  // QPs' remote access (verbs::RecvPath::writesAllowed): INFO when the HCA confirmed
+  // IBV_ACCESS_REMOTE_WRITE off, WARN when it did not (a stuck fence of a standby that never
+  // carried data then fails the comm instead of being called safe). Thread-safe (the worker).
+  void noteAccessReadBack(int nic, const verbs::RecvPath& p);
 
  private:
+  std::mutex accessLogMu_;
+  std::vector<char> accessLogged_;  // per HCA index
   bool openPorts(const std::vector<std::string>& names, const std::vector<verbs::PortSel>& sels, std::string* err);
   std::vector<std::string> names_;        // NIC name per index (for describe())
   std::unique_ptr<Transport> ownBoot_;    // the TCP transport (production)

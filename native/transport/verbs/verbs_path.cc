@@ -251,6 +251,21 @@ bool PathBase::connect(const std::vector<QpEndpoint>& peers, std::string* err) {
   portErrBase_ = hca_.portErrors(port_.port);  // only PORT_ERRs after the path came up count
   for (size_t i = 0; i < lanes_.size(); ++i)
     if (!lanes_[i].qp->toRts(peers[i], params_, err)) return false;
+  if (!(accessAtInit() & IBV_ACCESS_REMOTE_WRITE)) {
+    // Does the HCA refuse WRITEs into these QPs? Only its own read-back can say (writesAllowed).
+    remoteWriteOffConfirmed_ = true;
+    for (size_t i = 0; i < lanes_.size() && remoteWriteOffConfirmed_; ++i) {
+      int got = 0;
+      std::string qe;
+      if (!lanes_[i].qp->queryAccess(&got, &qe)) {
+        remoteWriteOffConfirmed_ = false, accessNote_ = qe;
+      } else if (got & IBV_ACCESS_REMOTE_WRITE) {
+        remoteWriteOffConfirmed_ = false;
+        accessNote_ = hca_.name() + " reports IBV_ACCESS_REMOTE_WRITE on a QP brought up without it (its provider "
+                      "does not honour the QP's remote access flags)";
+      }
+    }
+  }
   connected_ = true;
   lastOkUs_ = nowUs();
   for (Lane& l : lanes_) l.lastOkUs = lastOkUs_;

@@ -269,6 +269,12 @@ class PathBase {
   uint64_t lastOkUs_ = 0;
   uint64_t portErrBase_ = 0;
   uint64_t lidSeen_ = UINT64_MAX;  // Hca::portLid's change count last compared (InfiniBand)
+  // For a path whose QPs come up without IBV_ACCESS_REMOTE_WRITE (accessAtInit): whether
+  // connect() read every lane's access back (RcQp::queryAccess, once it reached RTS) without
+  // it, i.e. the HCA itself says its responder refuses WRITEs. false when a query failed or the
+  // HCA reports the flag set anyway (providers that do not honour it); accessNote_ says which.
+  bool remoteWriteOffConfirmed_ = false;
+  std::string accessNote_;
 
  private:
   // One RC QP of the path with its control slots and send ring.
@@ -398,9 +404,16 @@ class RecvPath : public PathBase {
   // first advertisement leaves (set before the modify is tried, so a modify that failed
   // halfway counts too). A path the engine never advertised on, a standby that carried only
   // control messages, stays false: nothing of it can land in a registered buffer, even if its
-  // QP can be neither moved to ERR nor destroyed (rdma_transport.cc, fenceAsync). Read after
-  // the path stopped (fenced), from any thread the fence was handed to.
-  bool writesAllowed() const { return writesAllowed_; }
+  // QP can be neither moved to ERR nor destroyed (rdma_transport.cc, fenceAsync) -- provided
+  // the HCA honours the QP's flag, which connect() checks by reading every lane's access back:
+  // where it could not confirm IBV_ACCESS_REMOTE_WRITE off (query failed, or the provider
+  // reports it on, as irdma does for the write responses it enables at QP creation) this is
+  // true from the start. Read after the path stopped (fenced), from any thread the fence was
+  // handed to.
+  bool writesAllowed() const { return writesAllowed_ || !remoteWriteOffConfirmed_; }
+  // Why writesAllowed() is true for a path that never advertised: the read-back's finding
+  // ("" when it confirmed the flag off).
+  const std::string& accessReadBack() const { return accessNote_; }
 
  private:
   int accessAtInit() const override { return IBV_ACCESS_LOCAL_WRITE; }

@@ -282,6 +282,17 @@ bool RcQp::setAccess(int access, std::string* err) {
   return true;
 }
 
+bool RcQp::queryAccess(int* access, std::string* err) {
+  ibv_qp_attr a{};
+  ibv_qp_init_attr ia{};
+  if (int rc = api_.query_qp(qp_, &a, IBV_QP_ACCESS_FLAGS, &ia)) {
+    *err = "query QP access flags on " + hca_.name() + ": " + std::strerror(errno ? errno : rc);
+    return false;
+  }
+  *access = static_cast<int>(a.qp_access_flags);
+  return true;
+}
+
 bool RcQp::toRts(const QpEndpoint& peer, const RcParams& p, std::string* err) {
   std::string bad = p.validate();
   if (!bad.empty()) {

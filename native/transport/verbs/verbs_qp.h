@@ -125,6 +125,11 @@ class RcQp {
   // IB spec allows there): a receive path's QPs get IBV_ACCESS_REMOTE_WRITE this way only
   // before their first advertisement (verbs_path.h, RecvPath::writesAllowed).
   bool setAccess(int access, std::string* err);
+  // The remote access the HCA reports for this QP (ibv_query_qp, IBV_QP_ACCESS_FLAGS), which
+  // is what its responder enforces on providers that read it back from the QP context (mlx5
+  // reads the firmware's, rxe the one it checks; irdma reports the write-response enable it
+  // turns on at QP creation whatever was asked). false with *err when the query fails.
+  bool queryAccess(int* access, std::string* err);
   // INIT -> RTR -> RTS towards `peer` with `p` (path MTU = the smaller active MTU).
   bool toRts(const QpEndpoint& peer, const RcParams& p, std::string* err);
   // Any state -> ERR: outstanding work requests complete with IBV_WC_WR_FLUSH_ERR, and incoming
