@@ -179,9 +179,14 @@ class RdmaPathTest : public ::testing::Test {
   }
 
   // A single-buffer receive told to the sender (what the engine does on irecv of one buffer).
+  // The path's first advertisement waits for its QPs' grant of remote write, which runs on a
+  // fence thread: joined here, then the queue is sent (as the engine's next progress would).
   void advertiseOne(uint64_t seq, int32_t tag, void* buf, uint64_t size, void* mhandle) {
     AdvertEntry e{tag, buf, size, mhandle};
     rx->advertise(seq, &e, 1, false);
+    t->fencer().joinAll();
+    std::string err;
+    rx->flushCtl(&err);
   }
 
   void* reg(std::vector<uint8_t>& b) { return rdmatest::regBuffer(*t, b, mrs); }
@@ -337,6 +342,104 @@ TEST_F(RdmaPathTest, TheSenderWaitsForTheAdvertisementBeforeWriting) {
   wire();
   ASSERT_EQ(sink.got.size(), 1u);
   EXPECT_EQ(rxb[99], 7);
+}
+
+// The receive path's first advertisement needs its QPs granted remote write, an
+// ibv_modify_qp that waits for the firmware on mlx5: never on the caller's (NCCL's) thread.
+// While the modify is held, advertise() and progress() return, nothing is advertised and the
+// sender writes nothing; once it ends the advertisement leaves and the message lands.
+TEST_F(RdmaPathTest, TheFirstAdvertisementsGrantOfRemoteWriteRunsOffTheCallersThread) {
+  bringUp();
+  std::vector<uint8_t> rxb(1024), txb(1024, 7);
+  void* rmr = reg(rxb);
+  void* smr = reg(txb);
+  std::string err;
+  ::fake::blockAccessModify(true);
+  AdvertEntry e{100, rxb.data(), rxb.size(), rmr};
+  std::atomic<bool> returned{false};
+  std::thread caller([&] {  // a thread of its own: the old code would block in the modify
+    rx->advertise(0, &e, 1, false);
+    Sink s2;
+    std::string e2;
+    for (int i = 0; i < 3; ++i) rx->progress(s2, &e2);
+    returned = true;
+  });
+  uint64_t deadline = nowUs() + 20 * 1000 * 1000;
+  while (!returned && nowUs() < deadline) std::this_thread::yield();
+  bool returnedInTime = returned;
+  while (::fake::blockedAccessModifies() == 0 && nowUs() < deadline) std::this_thread::yield();
+  EXPECT_TRUE(returnedInTime) << "advertise()/progress() waited for the QP's access modify";
+  EXPECT_EQ(::fake::blockedAccessModifies(), 1) << "the grant is not running";
+  if (returnedInTime) {
+    EXPECT_EQ(postMessage(0, txb, 100, smr, &err), 0) << err;
+    wire();
+    EXPECT_TRUE(::fake::outstanding(sq).empty()) << "the sender wrote before the grant ended";
+    EXPECT_TRUE(sink.got.empty());
+  }
+  ::fake::blockAccessModify(false);
+  caller.join();
+  t->fencer().joinAll();
+  std::vector<std::thread::id> who = ::fake::accessModifiers();
+  ASSERT_EQ(who.size(), 1u);
+  EXPECT_NE(who[0], std::this_thread::get_id());
+  EXPECT_NE(who[0], caller.get_id());
+  ibv_qp_attr a{};
+  ibv_qp_init_attr ia{};
+  ASSERT_EQ(ibv_query_qp(rq, &a, IBV_QP_ACCESS_FLAGS, &ia), 0);
+  EXPECT_TRUE(a.qp_access_flags & IBV_ACCESS_REMOTE_WRITE);
+  sink.dst = rxb.data();
+  for (int i = 0; i < 3 && sink.got.empty(); ++i) {
+    ASSERT_EQ(rx->flushCtl(&err), 0) << err;
+    if (!returnedInTime) postMessage(0, txb, 100, smr, &err);
+    wire();
+  }
+  ASSERT_EQ(sink.got.size(), 1u);
+  EXPECT_EQ(rxb[99], 7);
+}
+
+// A RESUME on a standby starts the grant at once (beside the old path's fence that its answer
+// waits for), before the engine asks for any advertisement.
+TEST_F(RdmaPathTest, ASendersResumeStartsTheStandbysGrantBeforeItsFirstAdvertisement) {
+  bringUp();
+  CtlMsg m;
+  m.type = CtlType::kResume, m.seq = 0;
+  tx->sendCtl(m);
+  std::string err;
+  ASSERT_GE(tx->progress(&err), 0) << err;
+  CtlMsg got;
+  int r = 0;
+  for (uint64_t deadline = nowUs() + 20 * 1000 * 1000; r == 0 && nowUs() < deadline;) {
+    ::fake::deliver(sq, rq);
+    r = rx->recvCtl(&got, &err);
+  }
+  ASSERT_EQ(r, 1) << err;
+  EXPECT_EQ(got.type, CtlType::kResume);
+  t->fencer().joinAll();
+  ASSERT_EQ(::fake::accessModifiers().size(), 1u) << "no grant started by the RESUME";
+  ibv_qp_attr a{};
+  ibv_qp_init_attr ia{};
+  ASSERT_EQ(ibv_query_qp(rq, &a, IBV_QP_ACCESS_FLAGS, &ia), 0);
+  EXPECT_TRUE(a.qp_access_flags & IBV_ACCESS_REMOTE_WRITE);
+}
+
+// A grant that fails breaks the path with the modify named, on the path's own thread, and
+// nothing is advertised.
+TEST_F(RdmaPathTest, AFailedGrantOfRemoteWriteBreaksThePathWithItsCause) {
+  bringUp();
+  std::vector<uint8_t> rxb(1024);
+  void* rmr = reg(rxb);
+  ::fake::failNextModify(EINVAL, rq);
+  AdvertEntry e{100, rxb.data(), rxb.size(), rmr};
+  rx->advertise(0, &e, 1, false);
+  t->fencer().joinAll();
+  std::string err;
+  EXPECT_EQ(rx->progress(sink, &err), -1);
+  EXPECT_NE(err.find("ibv_modify_qp (remote write access"), std::string::npos) << err;
+  ::fake::deliver(rq, sq);
+  std::vector<uint8_t> txb(64, 1);
+  void* smr = reg(txb);
+  postMessage(0, txb, txb.size(), smr);
+  EXPECT_TRUE(::fake::outstanding(sq).empty()) << "the sender wrote: an advertisement left";
 }
 
 TEST_F(RdmaPathTest, AnUnregisteredSendBufferBreaksThePathWithItsCause) {

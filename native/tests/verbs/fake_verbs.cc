@@ -70,6 +70,7 @@ struct World {
   std::map<std::string, std::pair<uint64_t, int>> devAttrs;         // sys_image_guid, max_qp
   uint32_t nextQpn = 100, nextKey = 1000;
   std::vector<std::thread::id> qpCreators;  // the thread of every ibv_create_qp, in order
+  std::vector<std::thread::id> accessModifiers;  // the thread of every access-only ibv_modify_qp
   bool holdFlushes = false;
   int failModify = 0;
   ibv_qp* failModifyQp = nullptr;  // nullptr: any QP
@@ -115,6 +116,9 @@ int gateWaiting = 0;
 // blockQpCreation: the same kind of gate for ibv_create_qp.
 bool createGateClosed = false;
 int createGateWaiting = 0;
+// blockAccessModify: the same for a modify of the access flags alone (RTS -> RTS).
+bool accessGateClosed = false;
+int accessGateWaiting = 0;
 World& w() {
   if (!g) g = std::make_unique<World>();
   return *g;
@@ -225,6 +229,7 @@ std::vector<std::thread::id> qpCreators() {
 void reset() {
   blockErrTransitions(false);
   blockQpCreation(false);
+  blockAccessModify(false);
   WorldLock l(worldMu);
   g = std::make_unique<World>();
 }
@@ -249,6 +254,21 @@ void blockQpCreation(bool block) {
 int blockedQpCreations() {
   std::lock_guard<std::mutex> l(gateMu);
   return createGateWaiting;
+}
+void blockAccessModify(bool block) {
+  {
+    std::lock_guard<std::mutex> l(gateMu);
+    accessGateClosed = block;
+  }
+  gateCv.notify_all();
+}
+int blockedAccessModifies() {
+  std::lock_guard<std::mutex> l(gateMu);
+  return accessGateWaiting;
+}
+std::vector<std::thread::id> accessModifiers() {
+  WorldLock l(worldMu);
+  return w().accessModifiers;
 }
 const std::vector<PostedSend>& outstanding(ibv_qp* qp) {
   WorldLock l(worldMu);
@@ -623,7 +643,14 @@ int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* a, int mask) {
     gateCv.wait(gl, [] { return !gateClosed; });
     --gateWaiting;
   }
+  if (mask == IBV_QP_ACCESS_FLAGS) {
+    std::unique_lock<std::mutex> gl(gateMu);
+    ++accessGateWaiting;
+    gateCv.wait(gl, [] { return !accessGateClosed; });
+    --accessGateWaiting;
+  }
   WorldLock l(worldMu);
+  if (mask == IBV_QP_ACCESS_FLAGS) w().accessModifiers.push_back(std::this_thread::get_id());
   if (w().failModify && (!w().failModifyQp || w().failModifyQp == qp)) {
     int e = w().failModify;
     w().failModify = 0;

@@ -91,6 +91,12 @@ int blockedErrTransitions();
 // such calls are blocked now. Thread-safe.
 void blockQpCreation(bool block);
 int blockedQpCreations();
+// Holds every ibv_modify_qp of the access flags alone (RTS -> RTS, RcQp::setAccess) until
+// released; blockedAccessModifies(): how many wait now; accessModifiers(): the thread of every
+// such call since reset(), in order. Thread-safe.
+void blockAccessModify(bool block);
+int blockedAccessModifies();
+std::vector<std::thread::id> accessModifiers();
 // Makes the next ibv_modify_qp (of `qp` only, when given) fail with `err` (0: none).
 void failNextModify(int err, ibv_qp* qp = nullptr);
 // Makes the next `times` ibv_destroy_qp calls of `qp` fail with `err` (the QP stays alive;

@@ -444,6 +444,28 @@ class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink, priva
 
 // ---- receiver
 
+// A receive path's grant of remote write to its QPs (verbs::RecvPath::grantWrites), run on a
+// fence thread: not on NCCL's, since a modify waits for the HCA's firmware on mlx5. state: 1
+// running, 2 granted, -1 failed (err set before the store). wait() returns once it ended.
+struct WriteGrant {
+  std::atomic<int> state{1};
+  std::string err;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool ended = false;
+  void finish(bool ok, const std::string& e) {
+    if (!ok) err = e;
+    state.store(ok ? 2 : -1, std::memory_order_release);
+    std::lock_guard<std::mutex> g(mu);
+    ended = true;
+    cv.notify_all();
+  }
+  void wait() {
+    std::unique_lock<std::mutex> g(mu);
+    cv.wait(g, [this] { return ended; });
+  }
+};
+
 class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, private PathEnd {
  public:
   RdmaRecvPath(RdmaTransport& t, int nic, int nStreams)
@@ -600,6 +622,7 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
     if (stage_ == kReady) lingerForClose(*sh_->path);
     fenced_ = true;
     if (stage_ == kReady) {
+      if (grant_) grant_->wait();  // a modify of the QPs' access still running (one per lane)
       fenceAndReport(t_, nic_, *sh_->path);
     }
     conn_.reset();
@@ -627,8 +650,10 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
     auto sh = sh_;
     RdmaTransport* t = &t_;
     int nic = nic_;
-    t_.fencer().run([sh, w, t, nic]() mutable {
+    std::shared_ptr<WriteGrant> g = grant_;
+    t_.fencer().run([sh, w, t, nic, g]() mutable {
       w->startUs.store(nowUs(), std::memory_order_relaxed);
+      if (g) g->wait();  // the grant touches the QPs, and writesAllowed() is read below
       verbs::FenceResult fr = fenceAndReport(*t, nic, *sh->path);
       if (!fr.err.empty()) {
         // A QP that refused the move to ERR may still take the old path's writes, and the
@@ -740,6 +765,14 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
         if (!toVerbs(o.ctl, &v)) return fail("cannot send control message of an unknown type", err);
         r = p.sendCtl(v, &e);
       } else {
+        // The path's QPs take WRITEs only once granted: the grant runs on a fence thread (it
+        // started when the sender's RESUME came, or starts now), and advertisements wait for it.
+        if (!p.writesGranted()) {
+          startGrant();
+          int g = grant_->state.load(std::memory_order_acquire);
+          if (g == 1) break;
+          if (g < 0) return fail("ibv_modify_qp (remote write access for the path's first advertisement): " + grant_->err, err);
+        }
         Out& w = out_.front();
         int hi = t_.port(nic_).hcaIndex;
         for (int i = 0; i < w.n; ++i) {
@@ -765,9 +798,26 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
   }
   // verbs::RecvPath::Sink
   void arrived(const verbs::Arrival& a) override { arr_.push_back(a); }
-  void ctl(const verbs::CtlMsg& m) override { ctlIn_.push_back(fromVerbs(m)); }
+  void ctl(const verbs::CtlMsg& m) override {
+    // A RESUME makes this standby the active path: its advertisements follow the answer, so
+    // their grant starts now, beside the old path's fence that the answer waits for.
+    if (m.type == verbs::CtlType::kResume) startGrant();
+    ctlIn_.push_back(fromVerbs(m));
+  }
   void broken(const verbs::Broken& b) override {
     if (why_.empty()) why_ = brokenText(b);
+  }
+  // Starts the grant of remote write (WriteGrant) once per path, on a fence thread.
+  void startGrant() {
+    if (grant_ || stage_ != kReady || fenced_) return;
+    grant_ = std::make_shared<WriteGrant>();
+    auto g = grant_;
+    auto sh = sh_;
+    t_.fencer().run([g, sh]() {
+      std::string e;
+      bool ok = sh->path->grantWrites(&e);
+      g->finish(ok, e);
+    });
   }
 
   friend std::vector<ibv_qp*> railover::rdma::pathQps(RecvPath*);
@@ -783,6 +833,7 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
   std::deque<Out> out_;
   std::deque<verbs::Arrival> arr_;  // arrivals in seq order, until the engine places them
   std::deque<CtlMsg> ctlIn_;
+  std::shared_ptr<WriteGrant> grant_;  // null until the first RESUME or advertisement
 };
 
 }  // namespace

@@ -758,16 +758,21 @@ int RecvPath::checkOrder(uint64_t seq, std::string* err) {
   return 1;
 }
 
-bool RecvPath::allowWrites(std::string* err) {
-  if (writesAllowed_) return true;
-  writesAllowed_ = true;  // before the modify: one that fails may have been applied on some lanes
-  for (int i = 0; i < lanes(); ++i) {
-    if (!qp(i).setAccess(RcQp::kDataQpAccess, err)) {
-      markBroken("ibv_modify_qp", *err, 0);
-      return false;
-    }
-  }
+bool RecvPath::grantWrites(std::string* err) {
+  if (writesGranted()) return true;
+  // Before the modify: one that fails may have been applied on some lanes.
+  writesAllowed_.store(true, std::memory_order_release);
+  for (int i = 0; i < lanes(); ++i)
+    if (!qp(i).setAccess(RcQp::kDataQpAccess, err)) return false;
+  writesGranted_.store(true, std::memory_order_release);
   return true;
+}
+
+bool RecvPath::allowWrites(std::string* err) {
+  if (writesGranted()) return true;
+  if (grantWrites(err)) return true;
+  markBroken("ibv_modify_qp", *err, 0);
+  return false;
 }
 
 int RecvPath::advertise(uint64_t seq, uint64_t tag, void* buf, uint64_t size, uint32_t rkey, std::string* err) {

@@ -44,6 +44,7 @@
 
 #include <infiniband/verbs.h>
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -410,17 +411,30 @@ class RecvPath : public PathBase {
   // reports it on, as irdma does for the write responses it enables at QP creation) this is
   // true from the start. Read after the path stopped (fenced), from any thread the fence was
   // handed to.
-  bool writesAllowed() const { return writesAllowed_ || !remoteWriteOffConfirmed_; }
+  bool writesAllowed() const {
+    return writesAllowed_.load(std::memory_order_acquire) || !remoteWriteOffConfirmed_;
+  }
   // Why writesAllowed() is true for a path that never advertised: the read-back's finding
   // ("" when it confirmed the flag off).
   const std::string& accessReadBack() const { return accessNote_; }
 
+  // Grants every lane's QP IBV_ACCESS_REMOTE_WRITE (RcQp::setAccess, RTS -> RTS), once. Meant
+  // for a thread other than the path's (a modify is a firmware command on mlx5 and waits for
+  // it), while the path's thread goes on polling and posting: it touches only the QPs (verbs
+  // calls are thread-safe) and the two atomics behind writesAllowed() and writesGranted(). Not
+  // concurrently with itself, with fence() or with the path's destruction (the caller orders
+  // them: rdma_transport.cc, RdmaRecvPath::startGrant). false with *err when a modify failed;
+  // the path is not marked broken by it (that is for the path's thread: advertise() would).
+  bool grantWrites(std::string* err);
+  // Whether grantWrites() succeeded: advertisements may leave. Thread-safe.
+  bool writesGranted() const { return writesGranted_.load(std::memory_order_acquire); }
+
  private:
   int accessAtInit() const override { return IBV_ACCESS_LOCAL_WRITE; }
-  // Grants every lane's QP IBV_ACCESS_REMOTE_WRITE once (before the first advertisement).
+  // On the path's thread, before an advertisement: grantWrites() unless it succeeded already;
   // false with *err (the path is broken then) when a modify fails.
   bool allowWrites(std::string* err);
-  bool writesAllowed_ = false;
+  std::atomic<bool> writesAllowed_{false}, writesGranted_{false};
   void onCtl(const uint8_t* wire) override;
   void onImm(uint32_t imm) override;
   void onSendDone(const SendRec& r) override {}
