@@ -661,7 +661,8 @@ TEST_F(RdmaPathTest, APathThatNeverAdvertisedTakesNoWriteAndItsStuckFenceIsSafe)
   ASSERT_EQ(ibv_post_send(sq, &wr, &bad), 0);
   ::fake::deliver(sq, rq);
   for (uint8_t b : rxb) ASSERT_EQ(b, 0) << "a WRITE landed through a QP that never advertised";
-  EXPECT_EQ(::fake::state(sq), IBV_QPS_ERR) << "the WRITE was not refused (RC: remote access error)";
+  EXPECT_EQ(::fake::state(sq), IBV_QPS_ERR) << "the WRITE was not refused (RC NAKs it: invalid request)";
+  EXPECT_EQ(::fake::state(rq), IBV_QPS_ERR) << "the refusing QP stays in RTS (rxe moves it to ERR)";
   ibv_qp* q = rq;
   ::fake::failNextModify(EIO, q);
   ::fake::failNextDestroy(EBUSY, q, rdma::kFenceDestroyTries);

@@ -157,6 +157,19 @@ void flushAll(FakeQp* q) {
   q->recvs.clear();
 }
 
+// A request the RC responder refuses (rxe_resp.c: "RC Only - Class C", do_class_ac_error): it
+// NAKs it and moves its own QP to ERR, so its posted receives (and sends) flush as a QP in ERR
+// does; the requester's WR completes with `status` (the NAK's: REM_INV_REQ_ERR for an operation
+// the QP's access flags do not enable, REM_ACCESS_ERR for an R_Key violation) and the rest of
+// its send queue flushes (rxe_comp.c, COMPST_ERROR). rxe raises no async event for either QP.
+void responderError(ibv_qp* from, ibv_qp* to, ibv_wc_status status) {
+  if (to != from) {  // a QP connected to itself (the flush QP) goes to ERR below anyway
+    to->state = IBV_QPS_ERR;
+    if (!w().holdFlushes) flushAll(fqp(to));
+  }
+  fake::fail(from, status);
+}
+
 int opPollCq(ibv_cq* cq, int n, ibv_wc* wc) {
   WorldLock l(worldMu);
   fcq(cq)->polls++;
@@ -356,23 +369,26 @@ int deliver(ibv_qp* from, ibv_qp* to, int max) {
       return n;
     }
     if (s.opcode == IBV_WR_RDMA_WRITE || s.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
-      auto mr = w().mrs.find(s.rkey);
-      if (mr != w().mrs.end() && mr->second.ctx != to->context) {  // the rkey of another opening
-        fail(from, IBV_WC_REM_ACCESS_ERR);
+      if (!(effectiveAccess(to) & IBV_ACCESS_REMOTE_WRITE)) {  // the responder QP takes no WRITE
+        responderError(from, to, IBV_WC_REM_INV_REQ_ERR);
         return n;
       }
-      if (!(effectiveAccess(to) & IBV_ACCESS_REMOTE_WRITE)) {  // the responder QP takes no WRITE (RC NAKs it)
-        fail(from, IBV_WC_REM_ACCESS_ERR);
+      auto mr = w().mrs.find(s.rkey);
+      if (mr != w().mrs.end() && mr->second.ctx != to->context) {  // the rkey of another opening
+        responderError(from, to, IBV_WC_REM_ACCESS_ERR);
         return n;
       }
     }
     if (s.opcode == IBV_WR_RDMA_READ) {
+      if (!(effectiveAccess(to) & IBV_ACCESS_REMOTE_READ)) {  // the responder QP serves no READ
+        responderError(from, to, IBV_WC_REM_INV_REQ_ERR);
+        return n;
+      }
       auto mr = w().mrs.find(s.rkey);
       bool ok = mr != w().mrs.end() && (mr->second.access & IBV_ACCESS_REMOTE_READ) &&
-                (w().qpAccess[to] & IBV_ACCESS_REMOTE_READ) && s.remoteAddr >= mr->second.addr &&
-                s.remoteAddr + s.localLen <= mr->second.addr + mr->second.len;
-      if (!ok) {
-        fail(from, IBV_WC_REM_ACCESS_ERR);
+                s.remoteAddr >= mr->second.addr && s.remoteAddr + s.localLen <= mr->second.addr + mr->second.len;
+      if (!ok) {  // R_Key violation: no such key, no remote read on the MR, outside it
+        responderError(from, to, IBV_WC_REM_ACCESS_ERR);
         return n;
       }
       std::memcpy(reinterpret_cast<void*>(s.localAddr), reinterpret_cast<void*>(s.remoteAddr), s.localLen);
@@ -764,6 +780,7 @@ const char* ibv_wc_status_str(ibv_wc_status s) {
     case IBV_WC_LOC_QP_OP_ERR: return "local QP operation error";
     case IBV_WC_LOC_PROT_ERR: return "local protection error";
     case IBV_WC_REM_ACCESS_ERR: return "remote access error";
+    case IBV_WC_REM_INV_REQ_ERR: return "remote invalid request error";
     default: return "other error";
   }
 }

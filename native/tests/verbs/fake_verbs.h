@@ -45,8 +45,21 @@ size_t postedRecvs(ibv_qp* qp);
 int deliver(ibv_qp* from, ibv_qp* to, int max = 1 << 30);
 // RDMA READs are delivered by deliver() too: the bytes at remoteAddr go to the READ's local
 // buffer, but only when an MR registered with IBV_ACCESS_REMOTE_READ and that rkey covers
-// them and the responding QP (`to`) was given IBV_ACCESS_REMOTE_READ; otherwise the READ
-// completes with IBV_WC_REM_ACCESS_ERR and the QP moves to ERR (as RC does).
+// them and the responding QP (`to`) was given IBV_ACCESS_REMOTE_READ; otherwise the responder
+// refuses it as RC's does (see "responder errors" below).
+//
+// Responder errors, as rxe's responder handles them (drivers/infiniband/sw/rxe/rxe_resp.c: RC
+// "Class C", do_class_ac_error, then rxe_qp_error) and its requester completes them
+// (rxe_comp.c): nothing is written or read; the requester's WR completes with the NAK's status
+// and the requester's QP moves to ERR, its other sends flushed (IBV_WC_WR_FLUSH_ERR); the
+// responder's QP (`to`) moves to ERR as well and its posted receives and sends flush with
+// IBV_WC_WR_FLUSH_ERR (unless holdFlushes). No async event is queued: rxe raises none for
+// either QP (an mlx5 HCA may report the responder's as IBV_EVENT_QP_REQ_ERR / QP_ACCESS_ERR).
+// The statuses: an operation the responder QP's access flags do not enable (a WRITE without
+// IBV_ACCESS_REMOTE_WRITE, a READ without IBV_ACCESS_REMOTE_READ; rxe's check_op_valid) is an
+// "invalid request": IBV_WC_REM_INV_REQ_ERR; an R_Key violation (the rkey of an MR of another
+// opening, an MR without the access, an address outside it; rxe's check_rkey) is
+// IBV_WC_REM_ACCESS_ERR. The QP's access is checked first, as rxe does.
 // Completes `from`'s oldest outstanding send with `status`; the rest get WR_FLUSH_ERR when
 // `flushRest` (as a QP entering the error state does) and the QP moves to ERR.
 void fail(ibv_qp* from, ibv_wc_status status, bool flushRest = true);
@@ -75,10 +88,10 @@ int deviceListCalls();
 bool mrOnDeadContext(uint32_t rkey);
 // Keys are checked per opening: a send whose lkey belongs to an MR of another context completes
 // with IBV_WC_LOC_PROT_ERR, a WRITE whose rkey belongs to an MR of a context other than the
-// target QP's with IBV_WC_REM_ACCESS_ERR (keys the fake never issued are not checked). A WRITE
-// (with or without immediate) to a QP whose access flags (INIT, or a later modify with
-// IBV_QP_ACCESS_FLAGS) lack IBV_ACCESS_REMOTE_WRITE completes with IBV_WC_REM_ACCESS_ERR too,
-// writing nothing, and the sending QP moves to ERR (as RC's responder NAKs it).
+// target QP's is a responder error with IBV_WC_REM_ACCESS_ERR (keys the fake never issued are
+// not checked). A WRITE (with or without immediate) to a QP whose access flags (INIT, or a
+// later modify with IBV_QP_ACCESS_FLAGS) lack IBV_ACCESS_REMOTE_WRITE is a responder error with
+// IBV_WC_REM_INV_REQ_ERR: nothing is written, and both QPs move to ERR (above).
 // While true, moving a QP to ERR does not flush its work requests (a stuck HCA).
 void holdFlushes(bool hold);
 // While true, ibv_modify_qp to ERR blocks (as rxe's was seen to for ~3 s after a local link

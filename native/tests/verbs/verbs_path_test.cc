@@ -488,12 +488,16 @@ TEST_F(VerbsPathTest, AWriteWithImmediateWithoutAnAdvertisementIsAProtocolBreak)
 }
 
 // Before its first advertisement a receive path's QP takes no WRITE at all (no
-// IBV_ACCESS_REMOTE_WRITE): RC refuses it at the sender (remote access error), nothing lands
-// and the receiver sees nothing. A path that never advertised cannot write late
-// (RecvPath::writesAllowed, the receiver's fence).
+// IBV_ACCESS_REMOTE_WRITE): RC's responder refuses it (an invalid request: rxe NAKs it and moves
+// its own QP to ERR), nothing lands, the sender's QP fails with the NAK's status, and the
+// receiver's QP is in ERR with its posted receives flushed, so the receive path breaks too at
+// its next progress (a flushed receive outside a fence). A path that never advertised cannot
+// write late (RecvPath::writesAllowed, the receiver's fence). Until 2026-12-06 the fake left the
+// receiver's QP in RTS and this test said "the receiver sees nothing".
 TEST_F(VerbsPathTest, AReceivePathsQpRefusesWritesBeforeItsFirstAdvertisement) {
   connect();
   EXPECT_FALSE(r->writesAllowed());
+  ASSERT_GT(fake::postedRecvs(rq()), 0u);
   std::vector<uint8_t> tx(16, 0x5a), rx(64, 0);
   ibv_sge sge{reinterpret_cast<uintptr_t>(tx.data()), 16, 1};
   ibv_send_wr wr{}, *bad = nullptr;
@@ -504,13 +508,20 @@ TEST_F(VerbsPathTest, AReceivePathsQpRefusesWritesBeforeItsFirstAdvertisement) {
   wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(rx.data());
   ASSERT_EQ(ibv_post_send(sq(), &wr, &bad), 0);
   fake::deliver(sq(), rq());
-  r->progress(rs);
-  EXPECT_TRUE(rs.breaks.empty()) << "the receiver saw the refused WRITE";
   for (uint8_t b : rx) ASSERT_EQ(b, 0) << "a WRITE landed before the first advertisement";
   EXPECT_EQ(fake::state(sq()), IBV_QPS_ERR) << "the WRITE was not refused";
-  std::string err;
-  EXPECT_EQ(r->advertise(0, 0, rx.data(), rx.size(), 7, &err), 1) << err;
-  EXPECT_TRUE(r->writesAllowed());
+  EXPECT_EQ(fake::state(rq()), IBV_QPS_ERR) << "the responder's QP stayed up after refusing a WRITE";
+  EXPECT_EQ(fake::postedRecvs(rq()), 0u) << "the responder's receives were not flushed";
+  r->progress(rs);
+  EXPECT_TRUE(rs.got.empty()) << "the refused WRITE_WITH_IMM was reported as a message";
+  ASSERT_EQ(rs.breaks.size(), 1u) << "the receive path did not break on its QP's error";
+  EXPECT_EQ(rs.breaks[0].source, "completion");
+  EXPECT_EQ(rs.breaks[0].code, IBV_WC_WR_FLUSH_ERR) << rs.breaks[0].status;
+  s->progress(ss);
+  ASSERT_EQ(ss.breaks.size(), 1u);
+  EXPECT_EQ(ss.breaks[0].source, "completion");
+  EXPECT_EQ(ss.breaks[0].code, IBV_WC_REM_INV_REQ_ERR) << ss.breaks[0].status;
+  EXPECT_FALSE(r->writesAllowed());
 }
 
 }  // namespace
