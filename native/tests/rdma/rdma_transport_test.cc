@@ -12,6 +12,7 @@
 #include <net/if.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -1666,6 +1667,89 @@ TEST(RdmaLidWatch, ALidChangeDuringAFlushQpRebuildEndsWithTheFlushQpOnTheNewLid)
   EXPECT_EQ(::fake::qpPath(t.flushQpForTest(1)->qp()).dlid, 0x34) << "the other NIC's flush QP is untouched";
   for (void* m : mrs) t.deregMr(m);
   t.worker().drain();
+}
+
+// The flush QP's rebuild gap (at most one build per kFlushRebuildGapUs after a failed one):
+// NIC 0's flush QP build fails at the registration, and within the gap its port gets a new
+// address from the watch (`change`: a LID change, or the port down and back up with another
+// LID). The rebuild the watch asks for falls in the gap: it must be remembered and started
+// once the gap has passed, with no flush or registration asking again, ending with the flush
+// QP on the new LID. The gap is measured on a test clock (setFlushClockForTest) that stands
+// still until the test moves it past the gap, so "within the gap" holds however slow the host.
+// Before, the request was dropped and the NIC had no flush QP until a later flush or regMr.
+void flushRebuildAskedWithinTheGapRunsWhenItEnds(const std::function<void(rdma::RdmaTransport&)>& change,
+                                                 size_t toldAfterChange, uint16_t newLid) {
+  verbs::PortSel a, b;
+  ibPorts(&a, &b);
+  fake::FakeTransport boot;
+  boot.nicAddr = {"10.0.0.1", "10.0.1.1"};
+  std::string err;
+  rdma::RdmaTransport t(std::vector<verbs::PortSel>{a, b}, &boot, &err);
+  ASSERT_TRUE(t.ok()) << err;
+  std::atomic<uint64_t> clock{5000000000ull};
+  t.setFlushClockForTest([&clock] { return clock.load(); });
+  ::fake::failNextModify(EIO);  // the next QP state change anywhere: NIC 0's flush QP (built first) fails
+  std::vector<uint8_t> buf(4096);
+  std::vector<void*> mrs;
+  rdmatest::regBuffer(t, buf, mrs);
+  ASSERT_EQ(t.flushQpForTest(0), nullptr) << "NIC 0's flush QP build did not fail";
+  ASSERT_NE(t.flushQpForTest(1), nullptr);
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t told = 0;
+  auto note = [&] {
+    std::lock_guard<std::mutex> g(mu);
+    ++told;
+    cv.notify_all();
+  };
+  t.startPortWatch([&](int, bool, const std::string&) { note(); },
+                   [&](int, const std::string&, const std::string&, const std::string&, const std::string&) { note(); });
+  change(t);
+  {
+    std::unique_lock<std::mutex> g(mu);
+    cv.wait_for(g, std::chrono::seconds(20), [&] { return told >= toldAfterChange; });
+    ASSERT_EQ(told, toldAfterChange) << "the watch did not act on the port's change";
+  }
+  EXPECT_EQ(t.portSel(0).lid, newLid);
+  size_t creations = ::fake::qpCreators().size();
+  t.worker().drain();
+  EXPECT_EQ(t.flushQpForTest(0), nullptr) << "a flush QP was built within the gap after the failed build";
+  EXPECT_EQ(::fake::qpCreators().size(), creations) << "a build started within the gap";
+  // The gap ends; nothing else happens (no flush, no registration): the watch (awake at least
+  // every kPortRecheckMs) starts the remembered build on the worker.
+  clock += rdma::RdmaTransport::flushRebuildGapUsForTest();
+  uint64_t deadline = nowUs() + 20 * 1000 * 1000;
+  while (t.flushQpForTest(0) == nullptr && nowUs() < deadline) std::this_thread::yield();
+  t.worker().drain();
+  verbs::FlushQp* fq = t.flushQpForTest(0);
+  ASSERT_NE(fq, nullptr) << "the rebuild asked for within the gap never ran after it";
+  EXPECT_EQ(::fake::qpPath(fq->qp()).dlid, newLid) << "the flush QP does not address the port's new LID";
+  for (void* m : mrs) t.deregMr(m);
+  t.worker().drain();
+}
+
+TEST(RdmaLidWatch, ALidChangeWithinTheGapAfterAFailedFlushQpBuildIsBuiltWhenTheGapEnds) {
+  flushRebuildAskedWithinTheGapRunsWhenItEnds(
+      [](rdma::RdmaTransport& t) {
+        ::fake::setPortLid("fake0", 1, 0x44);
+        ::fake::asyncEvent(t.port(0).hca->ctx(), IBV_EVENT_LID_CHANGE, 1);
+      },
+      1, 0x44);  // told: the LID change
+}
+
+TEST(RdmaLidWatch, APortBackUpWithinTheGapAfterAFailedFlushQpBuildGetsItsFlushQpWhenTheGapEnds) {
+  flushRebuildAskedWithinTheGapRunsWhenItEnds(
+      [](rdma::RdmaTransport& t) {
+        ::fake::setPortState("fake0", 1, IBV_PORT_DOWN);
+        ::fake::asyncEvent(t.port(0).hca->ctx(), IBV_EVENT_PORT_ERR, 1);
+        uint64_t deadline = nowUs() + 20 * 1000 * 1000;
+        while (t.portSel(0).active && nowUs() < deadline) std::this_thread::yield();
+        ASSERT_FALSE(t.portSel(0).active) << "the port never went down";
+        ::fake::setPortLid("fake0", 1, 0x45);  // back with another LID
+        ::fake::setPortState("fake0", 1, IBV_PORT_ACTIVE);
+        ::fake::asyncEvent(t.port(0).hca->ctx(), IBV_EVENT_PORT_ACTIVE, 1);
+      },
+      2, 0x45);  // told: down, then up
 }
 
 }  // namespace

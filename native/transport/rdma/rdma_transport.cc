@@ -1184,7 +1184,7 @@ bool RdmaTransport::reviveHca(size_t h, std::string* err) {
       std::lock_guard<std::mutex> g(s.mu);
       if (s.building) continue;  // a rebuild on the worker will replace it (on the new opening)
       old = std::move(s.qp);
-      s.qp = q, s.err.clear(), s.lastFailUs = 0;
+      s.qp = q, s.err.clear(), s.lastFailUs = 0, s.pending = false;
     }
     handOff(worker_, old);
   }
@@ -1235,13 +1235,19 @@ void RdmaTransport::watchLoop(PortSignal signal, AddrSignal addr) {
   std::vector<Revive> rv(hcas_.size());
   uint64_t lastFullUs = nowUs();
   while (true) {
+    // Flush QP rebuilds asked for during the gap after a failed build (by this loop's port-up
+    // and LID handling below, by a flush or a regMr) start once it has passed, on the worker;
+    // the wait below ends by then.
+    uint64_t dueUs = startDueFlushRebuilds();
+    int waitMs = kPortRecheckMs;
+    if (dueUs < (uint64_t)kPortRecheckMs * 1000) waitMs = (int)((dueUs + 999) / 1000);
     // A dead opening's event file reports only errors (it would wake poll() at once, forever):
     // it leaves the set until the HCA is re-opened.
     std::vector<pollfd> fds;
     for (auto& h : hcas_)
       if (!h->deviceFatal()) fds.push_back({h->ctx()->async_fd, POLLIN, 0});
     fds.push_back({stopFd_, POLLIN, 0});
-    poll(fds.data(), fds.size(), kPortRecheckMs);
+    poll(fds.data(), fds.size(), waitMs);
     if (fds.back().revents) return;
     for (auto& h : hcas_) h->pollAsync();  // folds events into the HCA's counters (paths read them too)
     uint64_t now = nowUs();
@@ -1622,17 +1628,24 @@ void* RdmaTransport::regMrDmaBuf(void* data, size_t size, uint64_t offset, int f
   return mr;
 }
 
+uint64_t RdmaTransport::flushNowUs() const { return flushClock_ ? flushClock_() : nowUs(); }
+
 void RdmaTransport::ensureFlushQps() {
   for (size_t i = 0; i < flush_.size(); ++i) {
     FlushSlot& s = *flush_[i];
     std::lock_guard<std::mutex> g(s.mu);
-    if (s.qp || s.building || (s.lastFailUs && nowUs() - s.lastFailUs < kFlushRebuildGapUs)) continue;
+    if (s.qp || s.building) continue;
     verbs::PortSel sel = portSel((int)i);
     if (!sel.active) continue;  // built by the port watch when the port comes up (its LID, MTU)
+    if (s.lastFailUs && flushNowUs() - s.lastFailUs < kFlushRebuildGapUs) {
+      s.pending = true;  // the port watch starts it when the gap ends
+      continue;
+    }
     std::string e;
+    s.pending = false;
     auto q = std::make_shared<verbs::FlushQp>(*ports_[i].hca, sel, rc_, &e);
     if (q->ok()) s.qp = q, s.err.clear(), s.lastFailUs = 0;
-    else s.err = e, s.lastFailUs = nowUs(), RO_WARN("railover: NIC %s: no flush QP: %s", names_[i].c_str(), e.c_str());
+    else s.err = e, s.lastFailUs = flushNowUs(), RO_WARN("railover: NIC %s: no flush QP: %s", names_[i].c_str(), e.c_str());
   }
 }
 
@@ -1644,12 +1657,47 @@ void RdmaTransport::rebuildFlushQp(int nic, const verbs::FlushQp* failed) {
     std::lock_guard<std::mutex> g(s.mu);
     if (s.qp && s.qp.get() != failed) return;  // already rebuilt by another flush
     old = std::move(s.qp);  // failed: no new flush goes to it (ops holding it keep it alive)
-    start = !s.building && !(s.lastFailUs && nowUs() - s.lastFailUs < kFlushRebuildGapUs);
-    if (start) s.building = true;
+    if (!s.building) {
+      // Within the gap after a failed build: remembered, and started by the port watch once
+      // the gap has passed (startDueFlushRebuilds). Before, it was dropped, and a port back up
+      // or a LID change right after a failed build left the NIC without a flush QP until a
+      // flush or a registration happened to ask again.
+      start = !(s.lastFailUs && flushNowUs() - s.lastFailUs < kFlushRebuildGapUs);
+      if (start) s.building = true, s.pending = false;
+      else s.pending = true;
+    }
+    // (A build running now ends with the port's current choice: buildFlushQp.)
   }
   handOff(worker_, old);
   if (!start) return;
   worker_.post([this, nic] { buildFlushQp(nic); });
+}
+
+uint64_t RdmaTransport::startDueFlushRebuilds() {
+  uint64_t next = UINT64_MAX;
+  for (size_t i = 0; i < flush_.size(); ++i) {
+    FlushSlot& s = *flush_[i];
+    {
+      std::lock_guard<std::mutex> g(s.mu);
+      if (!s.pending) continue;
+      if (s.qp || s.building || !portSel((int)i).active) {
+        // Built or being built meanwhile (a flush, a regMr, a re-open), or the port went down
+        // (its return rebuilds it).
+        s.pending = false;
+        continue;
+      }
+      uint64_t now = flushNowUs(), due = s.lastFailUs + kFlushRebuildGapUs;
+      if (now < due) {
+        next = std::min(next, due - now);
+        continue;
+      }
+      s.pending = false, s.building = true;
+    }
+    RO_INFO(RO_SUBSYS_NET, "railover: NIC %s: flush QP rebuild asked for during the %llu ms after a failed build: started now",
+            names_[i].c_str(), (unsigned long long)(kFlushRebuildGapUs / 1000));
+    worker_.post([this, i] { buildFlushQp((int)i); });
+  }
+  return next;
 }
 
 // Whether a flush QP built for `built` still addresses the port as `now` does: the LID (IB),
@@ -1674,9 +1722,9 @@ void RdmaTransport::buildFlushQp(int nic) {
     // again from the new one instead (s.building stays set: flushes wait for it). Each repeat
     // needs another change of the choice: no loop without one.
     if (sameFlushAddress(sel, portSel(nic)) && epoch == hca.epoch()) {
-      s.building = false;
+      s.building = false, s.pending = false;
       if (q->ok()) s.qp = q, s.err.clear(), s.lastFailUs = 0;
-      else s.err = e, s.lastFailUs = nowUs();
+      else s.err = e, s.lastFailUs = flushNowUs();
       return;
     }
   }
@@ -1716,7 +1764,7 @@ class RdmaFlushOp : public FlushOp {
           if (s.building) return 0;  // wait for the rebuild
           errs_ += (errs_.empty() ? "" : "; ") + t_->names_[nic] + ": " + (s.err.empty() ? "no flush QP" : s.err);
           g.unlock();
-          t_->rebuildFlushQp(nic, nullptr);  // at most once per kFlushRebuildGapUs after a failed build
+          t_->rebuildFlushQp(nic, nullptr);  // at most once per kFlushRebuildGapUs after a failed build (remembered within it)
           ++k_;
           continue;
         }

@@ -277,6 +277,12 @@ class RdmaTransport : public Transport {
   // Tests: HCA index `hca` takes dmabufs or not (after setGdrForTest).
   void setDmabufForTest(size_t hca, bool supported);
   verbs::FlushQp* flushQpForTest(int nic);
+  // Tests: the clock (µs) the flush QPs' rebuild gap (kFlushRebuildGapUs) is measured with,
+  // instead of nowUs(), so a test can end the gap without waiting for it. Set it before
+  // anything builds a flush QP (regMr, startPortWatch); it is called from NCCL's threads, the
+  // worker and the port watch, so it must be thread-safe.
+  void setFlushClockForTest(std::function<uint64_t()> nowUs) { flushClock_ = std::move(nowUs); }
+  static constexpr uint64_t flushRebuildGapUsForTest() { return kFlushRebuildGapUs; }
   bool tellsPostedReceives() const override { return true; }  // the receivers' advertisements
   uint64_t maxMessageBytes() const override { return 0xffffffffull; }
   const char* name() const override { return "rdma"; }
@@ -357,19 +363,31 @@ class RdmaTransport : public Transport {
     std::shared_ptr<verbs::FlushQp> qp;  // nullptr: not built (or failed and not rebuilt)
     bool building = false;
     std::string err;            // why the last build or READ failed
-    uint64_t lastFailUs = 0;    // when the last build failed (0: it did not)
+    uint64_t lastFailUs = 0;    // when the last build failed (0: it did not; flushNowUs()'s clock)
+    // A build asked for within kFlushRebuildGapUs of a failed one (a port back up, a LID
+    // change, a flush or regMr meanwhile): not started then, started by the port watch once
+    // the gap has passed (startDueFlushRebuilds), or by the next flush or regMr after it.
+    bool pending = false;
   };
  private:
   std::vector<std::unique_ptr<FlushSlot>> flush_;  // per NIC
   void ensureFlushQps();                // builds the missing ones now (service thread)
   // Drops NIC `nic`'s failed flush QP `failed` (unless it was replaced already) and posts a rebuild to the worker; after a failed build
-  // the next one waits kFlushRebuildGapUs (a port that stays down is not hammered).
+  // the next one waits kFlushRebuildGapUs (a port that stays down is not hammered): one asked
+  // for within it is remembered (FlushSlot::pending) and started when it ends.
   void rebuildFlushQp(int nic, const verbs::FlushQp* failed);
+  // The port watch's part of the gap: posts to the worker the remembered rebuild of every slot
+  // whose gap has passed; returns the µs until the next remembered one is due (UINT64_MAX:
+  // none), which bounds the watch's wait. Never blocks (the builds run on the worker).
+  uint64_t startDueFlushRebuilds();
   // The worker's build of NIC `nic`'s flush QP (s.building set): from the port's current
   // choice; if that choice (LID, GID, MTU) or the HCA's opening changed while it ran, the QP is
   // dropped and the build posted again, so the slot never keeps a QP on an old address.
   void buildFlushQp(int nic);
   static constexpr uint64_t kFlushRebuildGapUs = 1000000;
+  // The clock of the flush QPs' rebuild gap: nowUs(), or the test's (setFlushClockForTest).
+  uint64_t flushNowUs() const;
+  std::function<uint64_t()> flushClock_;
   friend class RdmaFlushOp;
   std::thread watch_;
   int stopFd_ = -1;  // eventfd: ends the watch thread (destructor)
