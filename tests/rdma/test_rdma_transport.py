@@ -118,6 +118,12 @@ def test_allreduce_over_the_rdma_transport_every_byte(rdma_bed, tmp_path, abi):
                 line = re.search(r"NIC eth1 device properties from rxe0 port 1: .*", r.stdout + r.stderr)
                 assert line, (r.stdout + r.stderr)[-3000:]
                 print(f"[rank {r.rank}] {line.group(0)}")
+                # rxe reads back the remote access its responder checks: both HCAs (primary and
+                # standby receive paths) confirm IBV_ACCESS_REMOTE_WRITE off until advertised
+                for hca in ("rxe0", "rxe1"):
+                    assert f"{hca}: QP remote access read back as set" in r.stdout + r.stderr, \
+                        (r.stdout + r.stderr)[-3000:]
+                assert "could not be confirmed to refuse RDMA writes" not in r.stdout + r.stderr
 
     crash_retry(rdma_bed, body)
 
