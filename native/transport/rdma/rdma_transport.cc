@@ -769,7 +769,7 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
         // started when the sender's RESUME came, or starts now), and advertisements wait for it.
         if (!p.writesGranted()) {
           startGrant();
-          int g = grant_->state.load(std::memory_order_acquire);
+          int g = grant_ ? grant_->state.load(std::memory_order_acquire) : 2;
           if (g == 1) break;
           if (g < 0) return fail("ibv_modify_qp (remote write access for the path's first advertisement): " + grant_->err, err);
         }
@@ -809,7 +809,7 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
   }
   // Starts the grant of remote write (WriteGrant) once per path, on a fence thread.
   void startGrant() {
-    if (grant_ || stage_ != kReady || fenced_) return;
+    if (grant_ || stage_ != kReady || fenced_ || sh_->path->writesGranted()) return;
     grant_ = std::make_shared<WriteGrant>();
     auto g = grant_;
     auto sh = sh_;
