@@ -480,6 +480,64 @@ def test_rdma_port_info_first_scrape_and_a_view_that_is_gone_take_the_latest_sta
     assert not [k for k in s if k[0].startswith("railover_nic_rdma_port") and dict(k[1])["nic"] == "eth0"]
 
 
+def _port_active(s: Samples, nic: str):
+    """The railover_nic_rdma_port_active series of ``nic``: a list of (labels, value)."""
+    return [(dict(k[1]), v) for k, v in s.items()
+            if k[0] == "railover_nic_rdma_port_active" and dict(k[1])["nic"] == nic]
+
+
+def test_rdma_port_active_is_one_series_per_nic_labelled_as_the_info_series_when_processes_disagree(setup):
+    """Processes that disagree on the HCA port behind a NIC (one moved to another HCA, another
+    not yet) give one port_active series for the NIC, not one per (hca, port): its hca and port
+    are those of the view the info series shows, and follow it when it changes."""
+    proc, d, j, srv = setup
+    a, b = rdma_port("mlx5_0", gid_index=3), rdma_port("mlx5_2", port=2, gid_index=3)
+    for pid in (100, 101):
+        write_proc(proc, pid, 5, {"RANK": str(pid - 100)})
+    write_state(d, _rdma_state(100, 2000, a))   # the latest file: its view is shown at the first scrape
+    write_state(d, _rdma_state(101, 1000, b))
+    s = scrape(srv.url)
+    assert val(s, "railover_nic_rdma_port_views", nic="eth0") == 2
+    assert [(i["hca"], i["port"]) for i in _info(s, "eth0")] == [("mlx5_0", "1")]
+    assert _port_active(s, "eth0") == [({"nic": "eth0", "hca": "mlx5_0", "port": "1"}, 1)]
+    assert len(_port_active(s, "eth1")) == 1
+
+    # A third view appears (100 moved to mlx5_3 port 1): the info series shows it, and so do
+    # port_active's labels; still one series.
+    write_state(d, _rdma_state(100, 3000, rdma_port("mlx5_3", gid_index=3)))
+    s = scrape(srv.url)
+    assert [(i["hca"], i["port"]) for i in _info(s, "eth0")] == [("mlx5_3", "1")]
+    assert _port_active(s, "eth0") == [({"nic": "eth0", "hca": "mlx5_3", "port": "1"}, 1)]
+
+
+def test_rdma_port_active_is_0_when_any_process_sees_its_port_down_whichever_view_is_shown(setup):
+    """The one series per NIC is 1 only if every live process sees its own port ACTIVE: a port
+    down in a process whose view is not the shown one is not hidden by the shown view's ACTIVE
+    port, and a down port of the shown view is not hidden by the others."""
+    proc, d, j, srv = setup
+    for pid in (100, 101, 102):
+        write_proc(proc, pid, 5, {"RANK": str(pid - 100)})
+    shown, other = rdma_port("mlx5_0", gid_index=3), rdma_port("mlx5_2", port=2, gid_index=3)
+    write_state(d, _rdma_state(100, 3000, shown))
+    write_state(d, _rdma_state(101, 2000, shown))
+    write_state(d, _rdma_state(102, 1000, dict(other, port_active=False)))
+    s = scrape(srv.url)
+    assert [(i["hca"], i["port"]) for i in _info(s, "eth0")] == [("mlx5_0", "1")]
+    assert _port_active(s, "eth0") == [({"nic": "eth0", "hca": "mlx5_0", "port": "1"}, 0)]
+
+    # The other view's port is back; one process on the shown view sees its port down.
+    write_state(d, _rdma_state(102, 4000, other))
+    write_state(d, _rdma_state(101, 5000, dict(shown, port_active=False)))
+    s = scrape(srv.url)
+    assert [(i["hca"], i["port"]) for i in _info(s, "eth0")] == [("mlx5_0", "1")]
+    assert _port_active(s, "eth0") == [({"nic": "eth0", "hca": "mlx5_0", "port": "1"}, 0)]
+
+    write_state(d, _rdma_state(101, 6000, shown))
+    s = scrape(srv.url)
+    assert _port_active(s, "eth0") == [({"nic": "eth0", "hca": "mlx5_0", "port": "1"}, 1)]
+    assert _port_active(s, "eth1") == [({"nic": "eth1", "hca": "mlx5_1", "port": "1"}, 1)]
+
+
 def test_state_files_without_rdma_export_no_port_series(setup):
     """TCP (rdma null) and an older plugin (no rdma member) give no port series, and no error."""
     proc, d, j, srv = setup

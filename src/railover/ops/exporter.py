@@ -17,9 +17,10 @@ docs/OPERATIONS.md; the main ones:
   ``railover_process_transport{rank,transport}`` (1 per live process, info-style: the transport
   its paths use, ``tcp`` or ``rdma``, from the state file; ``unknown`` for a plugin that
   predates the field), and for NICs with the RDMA transport
-  ``railover_nic_rdma_port_active{nic,hca,port}`` (1 if every live process sees the HCA port
-  behind the NIC ACTIVE), ``railover_nic_rdma_port_info{nic,hca,port,link_layer,gid_index,
-  gid,lid}`` (info-style, 1: the GID or LID in use; one series per NIC, see below) and
+  ``railover_nic_rdma_port_active{nic,hca,port}`` (1 if every live process using RDMA on the
+  NIC sees its own HCA port behind it ACTIVE, else 0; one series per NIC, see below),
+  ``railover_nic_rdma_port_info{nic,hca,port,link_layer,gid_index,gid,lid}`` (info-style, 1:
+  the GID or LID in use; one series per NIC, see below) and
   ``railover_nic_rdma_port_views{nic}`` (how many different port/addressing views the live
   processes hold for the NIC: 1 when they agree);
 * histogram ``railover_convergence_seconds{event}`` (failover/failback/recover) from journal events.
@@ -42,6 +43,15 @@ replaces the old one as soon as one process uses it), and keeps showing it while
 holds it; when it is gone, or at the exporter's first scrape, the view of the process whose
 state file was written last (``updated_us``). The disagreement itself is
 ``railover_nic_rdma_port_views`` > 1. See :meth:`RailoverCollector._choose_port_views`.
+
+``railover_nic_rdma_port_active`` is one series per NIC too, with the ``hca`` and ``port`` of the
+view the info series shows (so the two join on ``nic, hca, port`` as well as on ``nic``), and its
+value covers every view: 1 only if every live process using RDMA on the NIC sees the HCA port
+*it* uses ACTIVE, 0 as soon as one of them does not, whichever port that is. A port down for
+one process therefore cannot hide behind another process's view of an ACTIVE port (alerting on
+``== 0`` sees it); but while the processes disagree (``railover_nic_rdma_port_views`` > 1) the
+``hca`` and ``port`` labels name the shown view's port, which need not be the one that is down:
+``railover status --json`` shows each process's port (``hosts.<host>.processes[].nics[].rdma``).
 
 The rank label is the process's ``RANK`` (or ``OMPI_COMM_WORLD_RANK``, ``PMI_RANK``,
 ``SLURM_PROCID``) read from ``/proc/<pid>/environ`` while it runs; when that is unreadable
@@ -201,7 +211,8 @@ class RailoverCollector:
 
     def _choose_port_views(self, live: Sequence[st.ProcessState]) -> None:
         """Per NIC, the one port view (``hca, port, link_layer, gid_index, gid, lid``) that
-        ``railover_nic_rdma_port_info`` shows, among the views the ``live`` processes hold:
+        ``railover_nic_rdma_port_info`` shows (and whose ``hca`` and ``port`` label
+        ``railover_nic_rdma_port_active``), among the views the ``live`` processes hold:
 
         * a view that was not there at the previous scrape (a GID chosen again: the processes
           that have not noticed the change yet still show the old one) replaces the shown one;
@@ -360,7 +371,7 @@ class RailoverCollector:
         last_det = GaugeMetricFamily("railover_last_detection_seconds",
                                      "Detection time of the comm's last failure", labels=["rank", "comm", "dir"])
         transports: Dict[Tuple[str, str], int] = {}
-        port_active: Dict[Tuple[str, str, str], bool] = {}
+        port_active: Dict[str, bool] = {}  # per NIC: every live process sees its own port ACTIVE
         for s in live:
             rank = self._procs[s.key].rank if s.key in self._procs else f"pid:{s.pid}"
             tk = (rank, str(s.data.get("transport") or "unknown"))
@@ -370,8 +381,8 @@ class RailoverCollector:
                 nic_up[k] = nic_up.get(k, True) and bool(n.get("up", True))
                 rd = n.get("rdma")
                 if rd:  # null for TCP, absent from a plugin that predates it
-                    pk = (str(n.get("name")), str(rd.get("hca", "")), str(rd.get("port", "")))
-                    port_active[pk] = port_active.get(pk, True) and bool(rd.get("port_active"))
+                    name = str(n.get("name"))
+                    port_active[name] = port_active.get(name, True) and bool(rd.get("port_active"))
             for p in s.pairs:
                 k = (str(p.get("nic")), str(p.get("peer")))
                 pair_up[k] = pair_up.get(k, True) and bool(p.get("up", True))
@@ -399,9 +410,13 @@ class RailoverCollector:
             g.add_metric(list(k), 1 if nic_up[k] else 0)
         yield g
         g = GaugeMetricFamily("railover_nic_rdma_port_active", "1 if every live railover process using RDMA on the NIC "
-                              "sees the HCA port behind it ACTIVE", labels=["nic", "hca", "port"])
-        for k in sorted(port_active):
-            g.add_metric(list(k), 1 if port_active[k] else 0)
+                              "sees the HCA port it uses behind the NIC ACTIVE, 0 if any does not: one series per NIC, "
+                              "hca and port from the view railover_nic_rdma_port_info shows (while processes disagree, "
+                              "railover_nic_rdma_port_views > 1, the port that is down may be another process's)",
+                              labels=["nic", "hca", "port"])
+        for nic in sorted(self._port_shown):
+            hca, port = self._port_shown[nic][:2]
+            g.add_metric([nic, hca, port], 1 if port_active.get(nic, False) else 0)
         yield g
         g = GaugeMetricFamily("railover_nic_rdma_port_info", "The HCA port behind the NIC and its addressing (RoCE: GID "
                               "index and GID, lid 0; InfiniBand: LID, gid_index -1): 1, one series per NIC; when live "
