@@ -67,6 +67,7 @@ struct Pair {
   // The peer process answering on this pair (its instance id from the answers; 0 = unknown).
   uint64_t peerId = 0;
   bool silenceHeld = false;  // this timeout is being held as a peer-wide silence (journaled once)
+  uint64_t silenceHeldSinceUs = 0;  // when that hold began (the round that first held it)
   bool queueHeld = false;    // this timeout is being held as congestion (health::holdForQueue)
   // Full-size burst bookkeeping (size-dependent loss needs every big probe lost, small ones
   // answered, and no TCP progress reported on the pair meanwhile).
@@ -106,6 +107,10 @@ struct NicState {
   std::atomic<uint64_t> upSinceUs{0};  // last down -> up transition (0 = never down)
   bool linkUp = true, hasAddr = true;
   bool portUp = true;  // the transport's port behind the NIC (RDMA HCA port); health thread only
+  // The latest up -> down transition and its signal ("carrier lost", a transport's port
+  // event...), for the cause of a held silence it ended (Monitor::heldSilenceEnd); health thread only.
+  uint64_t downSinceUs = 0;
+  std::string downSignal;
   int udp = -1;
 };
 
@@ -264,6 +269,7 @@ class Monitor : public Health {
     // kernel's next ARP/ND retransmission (retrans_time_ms, 1 s by default).
     int cleared = up ? flushFailedNeighbours(i) : 0;
     if (up) s.upSinceUs.store(nowUs(), std::memory_order_release);
+    else s.downSinceUs = now, s.downSignal = signal;
     s.up.store(up, std::memory_order_release);
     if (journal && up) journal->nic_up(nics[i].name, signal, cleared);
     if (journal && !up) journal->nic_down(nics[i].name, signal);
@@ -594,13 +600,16 @@ class Monitor : public Health {
         // Every other rail to the same peer process silent too: that peer (or this host) is
         // not running its probe thread, not a network fault. Hold, up to peerWideHoldUs.
         int sib = 0, sibSilent = 0;
+        const Pair* answering = nullptr;  // the first sibling that is not silent
         if (p.peerId)
           for (Pair& o : live()) {
             if (&o == &p || !o.used || o.peerId != p.peerId || !nicState[o.nic].up.load()) continue;
             sib++;
-            sibSilent += !o.lastAckUs ||
-                         health::siblingSilent(o.up.load(), now - std::min(now, o.lastAckUs),
-                                               o.wokeUs ? now - std::min(now, o.wokeUs) : UINT64_MAX, detect);
+            bool silent = !o.lastAckUs ||
+                          health::siblingSilent(o.up.load(), now - std::min(now, o.lastAckUs),
+                                                o.wokeUs ? now - std::min(now, o.wokeUs) : UINT64_MAX, detect);
+            sibSilent += silent;
+            if (!silent && !answering) answering = &o;
           }
         uint64_t queued = p.queuedUs.load(std::memory_order_relaxed);
         uint64_t sinceQueued = queued ? now - std::min(now, queued) : UINT64_MAX;
@@ -611,6 +620,7 @@ class Monitor : public Health {
         if (health::holdForPeerWideSilence(age, detect, sib, sibSilent)) {
           if (!p.silenceHeld) {
             p.silenceHeld = true;
+            p.silenceHeldSinceUs = now;
             if (journal) journal->peer_silence(nics[p.nic].name, addrToString(p.remote), (uint64_t)sib + 1, age);
           }
           continue;
@@ -618,12 +628,10 @@ class Monitor : public Health {
         // Every rail to the peer silent at the verdict (whichever hold ran first: a rail held
         // as congestion is also the one a stopped peer leaves with queued probes): when one of
         // them answers again, this one is re-probed at once (onUdp). A silence held as the
-        // peer's (its thread late, say) that ends with a sibling answering and this rail still
-        // silent is this rail's fault: its cause must not say every rail was silent.
+        // peer's that ends otherwise, with this rail still silent, is judged as this rail's
+        // own timeout, and its cause says what ended the hold (heldSilenceEnd).
         bool everyRailSilent = sib > 0 && sibSilent == sib;
-        const char* held = !p.silenceHeld ? ""
-                           : everyRailSilent ? " (every rail to this peer silent)"
-                                             : " (held as the peer's silence until another rail to it answered again)";
+        std::string held = !p.silenceHeld ? std::string() : heldSilenceEnd(p, everyRailSilent, answering);
         setPairDown(p, "probe timeout: no answer for " + std::to_string(age / 1000) + " ms" + held +
                            (p.queueHeld ? " (held as congestion: the rail's answers were queueing)" : ""), now);
         p.peerWideDown = everyRailSilent;
@@ -651,6 +659,41 @@ class Monitor : public Health {
       }
     }
     hardDownSeen.store(anyHard, std::memory_order_relaxed);
+  }
+
+  // The cause's note for a probe timeout held as the peer's silence and judged now, with `p`
+  // still silent (called under mu). What ended the hold, as the verdict's round saw it:
+  // * every sibling still silent (`everyRailSilent`): the hold's limit (peerWideHoldUs) ran out;
+  // * a sibling answering again (`answering`; it answered for a detection time after its
+  //   own silence, health::siblingSilent): the peer runs, so this rail's silence is its own;
+  // * no sibling left to compare with: every other rail to the peer went down with its local
+  //   NIC on this host (carrier, admin, address or transport port down) during the hold; such a
+  //   rail is not compared (its silence says nothing about the peer), and neither did it answer;
+  // * anything else that leaves no sibling: the other rails were closed (the comms using them
+  //   ended), or another process answers on them now.
+  std::string heldSilenceEnd(const Pair& p, bool everyRailSilent, const Pair* answering) const {
+    if (everyRailSilent) return " (every rail to this peer silent)";
+    if (answering)
+      return " (held as the peer's silence until another rail to it, " + nics[answering->nic].name + " -> " +
+             addrToString(answering->remote) + ", answered again)";
+    int rails = 0, downNics = 0;
+    std::string names;
+    bool nicSeen[kMaxNics] = {};
+    for (int i = 0, h = hw.load(std::memory_order_relaxed); i < h; ++i) {
+      const Pair& o = pairs[i];
+      if (&o == &p || !o.used || o.peerId != p.peerId) continue;
+      const NicState& st = nicState[o.nic];
+      if (st.up.load() || st.downSinceUs < p.silenceHeldSinceUs) continue;
+      rails++;
+      if (nicSeen[o.nic]) continue;
+      nicSeen[o.nic] = true;
+      downNics++;
+      names += (names.empty() ? "" : ", ") + nics[o.nic].name + " (" + st.downSignal + ")";
+    }
+    if (rails)
+      return std::string(" (held as the peer's silence until ") + (rails == 1 ? "the other rail" : "the other rails") +
+             " to it went down with " + (downNics == 1 ? "local NIC " : "local NICs ") + names + ")";
+    return " (held as the peer's silence until no other rail to it was left to compare with)";
   }
 
   void onNetlink(uint64_t now) {
@@ -866,6 +909,7 @@ int Monitor::registerPair(int nic, const sockaddr_storage& remote, socklen_t len
   p.queueHeld = false;
   p.burstUntilUs = 0, p.downSinceUs = 0, p.cause.clear();
   p.nextProbeUs = 0, p.probeGapMs = 0, p.downProbes = 0, p.nextRoundUs = 0, p.peerId = 0, p.silenceHeld = false;
+  p.silenceHeldSinceUs = 0;
   p.peerWideDown = false, p.reprobedOnRequest = false;
   p.burstBigSent = p.burstBigAnswered = p.burstSmallAnswered = 0, p.burstStartUs = 0;
   p.dataAckedUs.store(0);

@@ -24,6 +24,7 @@
 #include "health/health.h"
 #include "health/probe_wire.h"
 #include "health/rules.h"
+#include "telemetry/journal.h"
 #include "test_nic.h"
 
 namespace railover {
@@ -233,12 +234,15 @@ class HealthMonitorTest : public ::testing::Test {
   static constexpr uint32_t kIntervalMs = 20;
   static constexpr uint32_t kBackoffMaxMs = 10000;
   void SetUp() override {
-    nic_ = testbed::makeNic(0, "lo", "127.0.0.1");
+    // Two local NICs, both on lo: 127.0.0.1 and 127.0.0.4 (the second one's pairs are
+    // registered by the tests that need a rail over another local NIC).
+    nics_[0] = testbed::makeNic(0, "lo", "127.0.0.1");
+    nics_[1] = testbed::makeNic(1, "lo", "127.0.0.4");
     cfg_.probeIntervalMs = kIntervalMs;
     cfg_.probeMultiplier = 5;
     cfg_.probeBackoffMaxMs = kBackoffMaxMs;
-    uint16_t port = 0;  // any free port
-    mon_ = Health::startPrivate(cfg_, &nic_, 1, &port, nullptr);
+    uint16_t ports[2] = {0, 0};  // any free port
+    mon_ = Health::startPrivate(cfg_, nics_, 2, ports, &journal_);
     id_ = mon_->registerPair(0, peer_.addr(), sizeof(sockaddr_in));
     ASSERT_GE(id_, 0);
     ASSERT_TRUE(peer_.waitProbes(3, 10000)) << "the monitor never probed the pair";
@@ -278,11 +282,11 @@ class HealthMonitorTest : public ::testing::Test {
       if (v.size() >= 2 && v.back().sentUs - v[v.size() - 2].sentUs >= gapMs * 1000) return v.back().sentUs;
     }
   }
-  // Registers the pair to `other`, the same peer process's second rail (same responder id),
-  // and waits until both pairs are up and answered (the monitor knows they share a peer).
-  // Returns the pair id (-1 with a test failure).
-  int addSecondRail(FakePeer::Rail& other) {
-    int id = mon_->registerPair(0, other.addr(), sizeof(sockaddr_in));
+  // Registers the pair from local NIC `nic` to `other`, the same peer process's second rail
+  // (same responder id), and waits until both pairs are up and answered (the monitor knows
+  // they share a peer). Returns the pair id (-1 with a test failure).
+  int addSecondRail(FakePeer::Rail& other, int nic = 0) {
+    int id = mon_->registerPair(nic, other.addr(), sizeof(sockaddr_in));
     EXPECT_GE(id, 0);
     EXPECT_TRUE(eventually([&] {
       return other.probes().size() > 6 && mon_->pairUp(id_) && mon_->pairUp(id) &&
@@ -317,8 +321,29 @@ class HealthMonitorTest : public ::testing::Test {
       n = v.size();
     }
   }
+  // The peer_silence events journaled for the pair to `rail` so far: each is a probe timeout
+  // of that pair being held as the peer's silence.
+  size_t peerSilences(FakePeer::Rail& rail) {
+    char ip[INET_ADDRSTRLEN] = "?";
+    inet_ntop(AF_INET, &((const sockaddr_in&)rail.addr()).sin_addr, ip, sizeof(ip));
+    size_t n = 0;
+    std::string peer = "\"peer\":\"" + std::string(ip) + "\"";
+    for (auto& line : journal_.events("peer_silence")) n += line.find(peer) != std::string::npos;
+    return n;
+  }
+  // What a probe timeout's cause says after "probe timeout: no answer for <n> ms" (a held
+  // timeout's note on what ended the hold; "" when none).
+  static std::string timeoutNote(const std::string& cause) {
+    const std::string head = "probe timeout: no answer for ";
+    size_t i = head.size();
+    if (cause.compare(0, i, head) != 0) return "<not a probe timeout: " + cause + ">";
+    while (i < cause.size() && isdigit((unsigned char)cause[i])) ++i;
+    if (i == head.size() || cause.compare(i, 3, " ms") != 0) return "<not a probe timeout: " + cause + ">";
+    return cause.substr(i + 3);
+  }
   Config cfg_;
-  Nic nic_;
+  Nic nics_[2];
+  MemoryJournal journal_;                          // outlives the monitor (declared before it)
   FakePeer peerProc_;                              // the peer process: rails 127.0.0.2, 127.0.0.3
   FakePeer::Rail& peer_ = peerProc_.rail(0);       // the pair id_ probes
   std::unique_ptr<Health> mon_;
@@ -407,7 +432,7 @@ TEST_F(HealthMonitorTest, APeerAnsweringAgainAfterAPeerWideSilenceBringsItsOther
   ASSERT_GE(otherId, 0);
   peerProc_.setAnswering(false);  // the peer process stops: every rail at once
   ASSERT_TRUE(eventually([&] { return !mon_->pairUp(id_) && !mon_->pairUp(otherId); }));
-  EXPECT_NE(mon_->pairDownCause(otherId).find("every rail to this peer silent"), std::string::npos)
+  EXPECT_EQ(timeoutNote(mon_->pairDownCause(otherId)), " (every rail to this peer silent)")
       << mon_->pairDownCause(otherId);
   // Both back off to gaps of 1.2 s (the next ones ~2.4 s), then the first rail answers again.
   ASSERT_TRUE(waitBackOff(other, 1200));
@@ -473,14 +498,57 @@ TEST_F(HealthMonitorTest, ARailStillSilentWhenItsLatePeerAnswersAgainIsNotCalled
   // The peer's thread answers what it has, stops answering on `other`, and is descheduled for
   // 300 ms (three detection times): long enough that both rails look silent, so `other`'s
   // timeout is held (the hold is what a late peer needs), well short of the hold's 1 s cap.
+  size_t held = peerSilences(other);
   peerProc_.stallOnce(300, &other);
   ASSERT_TRUE(eventually([&] { return !mon_->pairUp(otherId); }, 30000));
-  std::string cause = mon_->pairDownCause(otherId);
-  EXPECT_NE(cause.find("probe timeout"), std::string::npos) << cause;
-  EXPECT_EQ(cause.find("every rail"), std::string::npos) << cause;
+  EXPECT_GT(peerSilences(other), held) << "the timeout was not held as the peer's silence";
+  // The hold ended because the rail to 127.0.0.2 answered again (for a detection time), and
+  // the cause names it.
+  EXPECT_EQ(timeoutNote(mon_->pairDownCause(otherId)),
+            " (held as the peer's silence until another rail to it, lo -> 127.0.0.2, answered again)");
   EXPECT_TRUE(eventually([&] { return mon_->pairUp(id_) && mon_->pairAnsweredWithinUs(id_, 50 * 1000); }))
       << "the rail whose peer answers again: " << mon_->pairDownCause(id_);
   mon_->unregisterPair(otherId);
+}
+
+// A silence held as the peer's that ends because the other rail's local NIC went down on this
+// host (carrier, admin state, address, or here the transport's port): that rail is no longer
+// compared with (its silence says nothing about the peer), so this rail, still silent, is
+// judged on its own, and its cause names that NIC. It must not say another rail answered:
+// nothing did.
+TEST_F(HealthMonitorTest, ASilenceHeldUntilTheOtherRailsLocalNicWentDownSaysSoNotThatARailAnswered) {
+  FakePeer::Rail& other = peerProc_.rail(1);
+  int otherId = addSecondRail(other, 1);  // over the second local NIC, 127.0.0.4
+  ASSERT_GE(otherId, 0);
+  size_t held = peerSilences(peer_);
+  peerProc_.setAnswering(false);  // the peer process stops: every rail at once
+  // The rail to 127.0.0.2 times out and is held (up to max(1 s, 4 x 100 ms) past detection).
+  ASSERT_TRUE(eventually([&] { return peerSilences(peer_) > held; })) << mon_->pairDownCause(id_);
+  mon_->transportNicSignal(1, false, "port down");
+  ASSERT_TRUE(eventually([&] { return !mon_->pairUp(id_); }));
+  EXPECT_EQ(timeoutNote(mon_->pairDownCause(id_)),
+            " (held as the peer's silence until the other rail to it went down with local NIC lo (port down))")
+      << mon_->pairDownCause(id_);
+  EXPECT_FALSE(mon_->pairHardDown(id_)) << "a probe timeout is soft";
+  EXPECT_NE(mon_->pairDownCause(otherId).find("local NIC lo down (port down)"), std::string::npos)
+      << mon_->pairDownCause(otherId);
+  mon_->unregisterPair(otherId);
+}
+
+// A silence held as the peer's that ends because the other rail to the peer was closed (the
+// comms over it ended): nothing is left to compare this rail with, and nothing answered.
+TEST_F(HealthMonitorTest, ASilenceHeldUntilTheOtherRailWasClosedSaysNoRailWasLeftToCompareWith) {
+  FakePeer::Rail& other = peerProc_.rail(1);
+  int otherId = addSecondRail(other);
+  ASSERT_GE(otherId, 0);
+  size_t held = peerSilences(peer_);
+  peerProc_.setAnswering(false);
+  ASSERT_TRUE(eventually([&] { return peerSilences(peer_) > held; })) << mon_->pairDownCause(id_);
+  mon_->unregisterPair(otherId);
+  ASSERT_TRUE(eventually([&] { return !mon_->pairUp(id_); }));
+  EXPECT_EQ(timeoutNote(mon_->pairDownCause(id_)),
+            " (held as the peer's silence until no other rail to it was left to compare with)")
+      << mon_->pairDownCause(id_);
 }
 
 // What links read to tell a standby that answers from one that is only not judged down yet.
