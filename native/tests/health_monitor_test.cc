@@ -520,14 +520,23 @@ TEST_F(HealthMonitorTest, ASilenceHeldUntilTheOtherRailsLocalNicWentDownSaysSoNo
   FakePeer::Rail& other = peerProc_.rail(1);
   int otherId = addSecondRail(other, 1);  // over the second local NIC, 127.0.0.4
   ASSERT_GE(otherId, 0);
-  size_t held = peerSilences(peer_);
-  peerProc_.setAnswering(false);  // the peer process stops: every rail at once
-  // The rail to 127.0.0.2 times out and is held (up to max(1 s, 4 x 100 ms) past detection).
-  ASSERT_TRUE(eventually([&] { return peerSilences(peer_) > held; })) << mon_->pairDownCause(id_);
-  mon_->transportNicSignal(1, false, "port down");
-  ASSERT_TRUE(eventually([&] { return !mon_->pairUp(id_); }));
-  EXPECT_EQ(timeoutNote(mon_->pairDownCause(id_)),
-            " (held as the peer's silence until the other rail to it went down with local NIC lo (port down))")
+  // The NIC must go down while the hold lasts (up to max(1 s, 4 x 100 ms) past detection). A
+  // test thread held off the CPU past that sees the hold's limit end it instead ("every rail"):
+  // then the scenario is run again, up to 3 times; the note is checked on a run that acted in time.
+  std::string note;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    size_t held = peerSilences(peer_);
+    peerProc_.setAnswering(false);  // the peer process stops: every rail at once
+    ASSERT_TRUE(eventually([&] { return peerSilences(peer_) > held; })) << mon_->pairDownCause(id_);
+    mon_->transportNicSignal(1, false, "port down");
+    ASSERT_TRUE(eventually([&] { return !mon_->pairUp(id_); }));
+    note = timeoutNote(mon_->pairDownCause(id_));
+    if (note != " (every rail to this peer silent)") break;
+    mon_->transportNicSignal(1, true, "port up");  // too late: again
+    peerProc_.setAnswering(true);
+    ASSERT_TRUE(eventually([&] { return mon_->pairUp(id_) && mon_->pairUp(otherId); }, 30000));
+  }
+  EXPECT_EQ(note, " (held as the peer's silence until the other rail to it went down with local NIC lo (port down))")
       << mon_->pairDownCause(id_);
   EXPECT_FALSE(mon_->pairHardDown(id_)) << "a probe timeout is soft";
   EXPECT_NE(mon_->pairDownCause(otherId).find("local NIC lo down (port down)"), std::string::npos)
@@ -539,15 +548,21 @@ TEST_F(HealthMonitorTest, ASilenceHeldUntilTheOtherRailsLocalNicWentDownSaysSoNo
 // comms over it ended): nothing is left to compare this rail with, and nothing answered.
 TEST_F(HealthMonitorTest, ASilenceHeldUntilTheOtherRailWasClosedSaysNoRailWasLeftToCompareWith) {
   FakePeer::Rail& other = peerProc_.rail(1);
-  int otherId = addSecondRail(other);
-  ASSERT_GE(otherId, 0);
-  size_t held = peerSilences(peer_);
-  peerProc_.setAnswering(false);
-  ASSERT_TRUE(eventually([&] { return peerSilences(peer_) > held; })) << mon_->pairDownCause(id_);
-  mon_->unregisterPair(otherId);
-  ASSERT_TRUE(eventually([&] { return !mon_->pairUp(id_); }));
-  EXPECT_EQ(timeoutNote(mon_->pairDownCause(id_)),
-            " (held as the peer's silence until no other rail to it was left to compare with)")
+  std::string note;
+  for (int attempt = 0; attempt < 3; ++attempt) {  // as above: again when the hold ran out first
+    int otherId = addSecondRail(other);
+    ASSERT_GE(otherId, 0);
+    size_t held = peerSilences(peer_);
+    peerProc_.setAnswering(false);
+    ASSERT_TRUE(eventually([&] { return peerSilences(peer_) > held; })) << mon_->pairDownCause(id_);
+    mon_->unregisterPair(otherId);
+    ASSERT_TRUE(eventually([&] { return !mon_->pairUp(id_); }));
+    note = timeoutNote(mon_->pairDownCause(id_));
+    if (note != " (every rail to this peer silent)") break;
+    peerProc_.setAnswering(true);
+    ASSERT_TRUE(eventually([&] { return mon_->pairUp(id_); }, 30000));
+  }
+  EXPECT_EQ(note, " (held as the peer's silence until no other rail to it was left to compare with)")
       << mon_->pairDownCause(id_);
 }
 
