@@ -192,6 +192,33 @@ class RdmaPathTest : public ::testing::Test {
 
   void* reg(std::vector<uint8_t>& b) { return rdmatest::regBuffer(*t, b, mrs); }
 
+  // One RDMA WRITE of `src` straight onto the sender's QP, past the transport, into `dst` with
+  // the receiver's HCA's rkey (no advertisement needed), carried to the receiver's QP.
+  void writePastTheTransport(std::vector<uint8_t>& src, void* smr, std::vector<uint8_t>& dst, void* dmr) {
+    ibv_sge sge{};
+    sge.addr = (uintptr_t)src.data(), sge.length = (uint32_t)src.size();
+    sge.lkey = ((const verbs::MrSet*)smr)->lkey((size_t)t->port(0).hcaIndex);
+    ibv_send_wr wr{}, *bad = nullptr;
+    wr.wr_id = 0xfeed, wr.sg_list = &sge, wr.num_sge = 1, wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = (uintptr_t)dst.data();
+    wr.wr.rdma.rkey = ((const verbs::MrSet*)dmr)->rkey((size_t)t->port(1).hcaIndex);
+    ASSERT_EQ(ibv_post_send(sq, &wr, &bad), 0);
+    ::fake::deliver(sq, rq);
+  }
+
+  // The receive path's fence with its QP refusing the move to ERR and every destruction the
+  // fence tries: the finished wait (nullptr when fenceAsync gave none or it never finished).
+  std::shared_ptr<FenceWait> stuckFence() {
+    ::fake::failNextModify(EIO, rq);
+    ::fake::failNextDestroy(EBUSY, rq, rdma::kFenceDestroyTries);
+    std::shared_ptr<FenceWait> w = rx->fenceAsync();
+    if (!w) return nullptr;
+    uint64_t deadline = nowUs() + 20 * 1000 * 1000;
+    while (!w->done.load(std::memory_order_acquire) && nowUs() < deadline) std::this_thread::yield();
+    return w->done.load() ? w : nullptr;
+  }
+
   // Carries everything posted, both ways, and lets both sides see it.
   void wire() {
     for (int i = 0; i < 3; ++i) {
@@ -622,14 +649,8 @@ TEST_F(RdmaPathTest, AFenceWhoseQpRefusesErrAndDestructionSaysItIsUnsafe) {
   bringUp();
   std::vector<uint8_t> rxb(1024, 0);
   advertiseOne(0, 100, rxb.data(), rxb.size(), reg(rxb));
-  ibv_qp* q = rq;
-  ::fake::failNextModify(EIO, q);
-  ::fake::failNextDestroy(EBUSY, q, rdma::kFenceDestroyTries);  // every try the fence makes
-  std::shared_ptr<FenceWait> w = rx->fenceAsync();
-  ASSERT_TRUE(w);
-  uint64_t deadline = nowUs() + 20 * 1000 * 1000;
-  while (!w->done.load(std::memory_order_acquire) && nowUs() < deadline) std::this_thread::yield();
-  ASSERT_TRUE(w->done.load()) << "the fence never finished";
+  std::shared_ptr<FenceWait> w = stuckFence();
+  ASSERT_TRUE(w) << "no fence, or it never finished";
   EXPECT_NE(w->unsafe.find("could not be stopped"), std::string::npos) << w->unsafe;
   EXPECT_NE(w->unsafe.find("ibv_destroy_qp"), std::string::npos) << w->unsafe;
   rx.reset();
@@ -647,31 +668,12 @@ TEST_F(RdmaPathTest, APathThatNeverAdvertisedTakesNoWriteAndItsStuckFenceIsSafe)
   std::vector<uint8_t> rxb(1024, 0), txb(64, 0x5a);
   void* rmr = reg(rxb);
   void* smr = reg(txb);
-  const verbs::MrSet* rm = (const verbs::MrSet*)rmr;
-  const verbs::MrSet* sm = (const verbs::MrSet*)smr;
-  // A WRITE straight onto the sender's QP, past the transport: the right rkey (the receiver's
-  // HCA), no advertisement yet.
-  ibv_sge sge{};
-  sge.addr = (uintptr_t)txb.data(), sge.length = (uint32_t)txb.size();
-  sge.lkey = sm->lkey((size_t)t->port(0).hcaIndex);
-  ibv_send_wr wr{}, *bad = nullptr;
-  wr.wr_id = 0xfeed, wr.sg_list = &sge, wr.num_sge = 1, wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.rdma.remote_addr = (uintptr_t)rxb.data();
-  wr.wr.rdma.rkey = rm->rkey((size_t)t->port(1).hcaIndex);
-  ASSERT_EQ(ibv_post_send(sq, &wr, &bad), 0);
-  ::fake::deliver(sq, rq);
+  writePastTheTransport(txb, smr, rxb, rmr);  // the right rkey (the receiver's HCA), no advertisement yet
   for (uint8_t b : rxb) ASSERT_EQ(b, 0) << "a WRITE landed through a QP that never advertised";
   EXPECT_EQ(::fake::state(sq), IBV_QPS_ERR) << "the WRITE was not refused (RC NAKs it: invalid request)";
   EXPECT_EQ(::fake::state(rq), IBV_QPS_ERR) << "the refusing QP stays in RTS (rxe moves it to ERR)";
-  ibv_qp* q = rq;
-  ::fake::failNextModify(EIO, q);
-  ::fake::failNextDestroy(EBUSY, q, rdma::kFenceDestroyTries);
-  std::shared_ptr<FenceWait> w = rx->fenceAsync();
-  ASSERT_TRUE(w);
-  uint64_t deadline = nowUs() + 20 * 1000 * 1000;
-  while (!w->done.load(std::memory_order_acquire) && nowUs() < deadline) std::this_thread::yield();
-  ASSERT_TRUE(w->done.load()) << "the fence never finished";
+  std::shared_ptr<FenceWait> w = stuckFence();
+  ASSERT_TRUE(w) << "no fence, or it never finished";
   EXPECT_EQ(w->unsafe, "") << "a path whose QP never took WRITEs was called unsafe";
   rx.reset();
   t->worker().drain();
@@ -684,27 +686,12 @@ TEST_F(RdmaPathTest, AStuckFenceIsUnsafeWhereTheHcaReportsItsQpTakesWritesAnyway
   ::fake::setQpAccess("fake1", ::fake::QpAccess::kIgnoredReported);
   bringUp();
   std::vector<uint8_t> rxb(1024, 0), txb(64, 0x5a);
-  const verbs::MrSet* rm = (const verbs::MrSet*)reg(rxb);
-  const verbs::MrSet* sm = (const verbs::MrSet*)reg(txb);
-  ibv_sge sge{};
-  sge.addr = (uintptr_t)txb.data(), sge.length = (uint32_t)txb.size();
-  sge.lkey = sm->lkey((size_t)t->port(0).hcaIndex);
-  ibv_send_wr wr{}, *bad = nullptr;
-  wr.wr_id = 0xfeed, wr.sg_list = &sge, wr.num_sge = 1, wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.rdma.remote_addr = (uintptr_t)rxb.data();
-  wr.wr.rdma.rkey = rm->rkey((size_t)t->port(1).hcaIndex);
-  ASSERT_EQ(ibv_post_send(sq, &wr, &bad), 0);
-  ::fake::deliver(sq, rq);
+  void* rmr = reg(rxb);
+  void* smr = reg(txb);
+  writePastTheTransport(txb, smr, rxb, rmr);
   EXPECT_EQ(rxb[0], 0x5a) << "this HCA was to take the WRITE (the fake's model of a provider ignoring the flag)";
-  ibv_qp* q = rq;
-  ::fake::failNextModify(EIO, q);
-  ::fake::failNextDestroy(EBUSY, q, rdma::kFenceDestroyTries);
-  std::shared_ptr<FenceWait> w = rx->fenceAsync();
-  ASSERT_TRUE(w);
-  uint64_t deadline = nowUs() + 20 * 1000 * 1000;
-  while (!w->done.load(std::memory_order_acquire) && nowUs() < deadline) std::this_thread::yield();
-  ASSERT_TRUE(w->done.load()) << "the fence never finished";
+  std::shared_ptr<FenceWait> w = stuckFence();
+  ASSERT_TRUE(w) << "no fence, or it never finished";
   EXPECT_NE(w->unsafe.find("could not be stopped"), std::string::npos) << w->unsafe;
   EXPECT_NE(w->unsafe.find("fake1 reports IBV_ACCESS_REMOTE_WRITE"), std::string::npos) << w->unsafe;
   rx.reset();
@@ -716,14 +703,8 @@ TEST_F(RdmaPathTest, AStuckFenceIsUnsafeWhereTheHcaReportsItsQpTakesWritesAnyway
 TEST_F(RdmaPathTest, AStuckFenceIsUnsafeWhereTheQpsAccessCannotBeReadBack) {
   ::fake::setQpAccess("fake1", ::fake::QpAccess::kQueryFails);
   bringUp();
-  ibv_qp* q = rq;
-  ::fake::failNextModify(EIO, q);
-  ::fake::failNextDestroy(EBUSY, q, rdma::kFenceDestroyTries);
-  std::shared_ptr<FenceWait> w = rx->fenceAsync();
-  ASSERT_TRUE(w);
-  uint64_t deadline = nowUs() + 20 * 1000 * 1000;
-  while (!w->done.load(std::memory_order_acquire) && nowUs() < deadline) std::this_thread::yield();
-  ASSERT_TRUE(w->done.load()) << "the fence never finished";
+  std::shared_ptr<FenceWait> w = stuckFence();
+  ASSERT_TRUE(w) << "no fence, or it never finished";
   EXPECT_NE(w->unsafe.find("query QP access flags on fake1"), std::string::npos) << w->unsafe;
   rx.reset();
   t->worker().drain();
