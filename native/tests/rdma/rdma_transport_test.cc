@@ -470,6 +470,159 @@ TEST_F(RdmaPathTest, AFailedGrantOfRemoteWriteBreaksThePathWithItsCause) {
   EXPECT_TRUE(::fake::outstanding(sq).empty()) << "the sender wrote: an advertisement left";
 }
 
+// Review (2026-12-06): a RESUME's grant still running holds the standby's advertisements, not
+// the RESUME_ACK queued before them; a control message queued after a held advertisement
+// waits behind it (order kept), and everything leaves once the grant ends.
+TEST_F(RdmaPathTest, ReviewTheResumeAckLeavesWhileTheGrantRunsAndLaterControlWaitsBehindTheAdvertisement) {
+  bringUp();
+  std::vector<uint8_t> rxb(1024), txb(1024, 9);
+  void* rmr = reg(rxb);
+  void* smr = reg(txb);
+  std::string err;
+  ::fake::blockAccessModify(true);
+  CtlMsg m;
+  m.type = CtlType::kResume, m.seq = 0;
+  tx->sendCtl(m);
+  ASSERT_GE(tx->progress(&err), 0) << err;
+  CtlMsg got;
+  int r = 0;
+  for (uint64_t deadline = nowUs() + 20 * 1000 * 1000; r == 0 && nowUs() < deadline;) {
+    ::fake::deliver(sq, rq);
+    r = rx->recvCtl(&got, &err);
+  }
+  ASSERT_EQ(r, 1) << err;
+  for (uint64_t deadline = nowUs() + 20 * 1000 * 1000; ::fake::blockedAccessModifies() == 0 && nowUs() < deadline;)
+    std::this_thread::yield();
+  ASSERT_EQ(::fake::blockedAccessModifies(), 1) << "the RESUME started no grant";
+  CtlMsg ra;
+  ra.type = CtlType::kResumeAck, ra.seq = 0;
+  rx->sendCtl(ra);
+  AdvertEntry e{100, rxb.data(), rxb.size(), rmr};
+  rx->advertise(0, &e, 1, false);
+  CtlMsg ack;
+  ack.type = CtlType::kAck, ack.seq = 0;
+  rx->sendCtl(ack);
+  ASSERT_EQ(rx->flushCtl(&err), 0) << err;
+  ::fake::deliver(rq, sq);
+  ASSERT_EQ(tx->recvCtl(&got, &err), 1) << "the RESUME_ACK was held by the grant: " << err;
+  EXPECT_EQ(got.type, CtlType::kResumeAck);
+  EXPECT_EQ(tx->recvCtl(&got, &err), 0) << "a control message overtook the held advertisement";
+  postMessage(0, txb, 100, smr);
+  EXPECT_TRUE(::fake::outstanding(sq).empty()) << "the sender wrote before the grant ended";
+  ::fake::blockAccessModify(false);
+  t->fencer().joinAll();
+  ASSERT_EQ(rx->flushCtl(&err), 0) << err;
+  sink.dst = rxb.data();
+  for (int i = 0; i < 3 && sink.got.empty(); ++i) {
+    wire();
+    postMessage(0, txb, 100, smr);
+  }
+  ASSERT_EQ(sink.got.size(), 1u);
+  EXPECT_EQ(rxb[99], 9);
+  ASSERT_EQ(tx->recvCtl(&got, &err), 1) << err;
+  EXPECT_EQ(got.type, CtlType::kAck);
+}
+
+// Review (2026-12-06): the fence of a path whose grant is still running waits for it (the
+// grant touches the QPs), stays not done meanwhile, and is done (safe) once it ended.
+TEST_F(RdmaPathTest, ReviewAFenceOfAPathWhoseGrantIsRunningWaitsForItThenIsDone) {
+  bringUp();
+  std::vector<uint8_t> rxb(1024);
+  void* rmr = reg(rxb);
+  ::fake::blockAccessModify(true);
+  AdvertEntry e{100, rxb.data(), rxb.size(), rmr};
+  rx->advertise(0, &e, 1, false);
+  for (uint64_t deadline = nowUs() + 20 * 1000 * 1000; ::fake::blockedAccessModifies() == 0 && nowUs() < deadline;)
+    std::this_thread::yield();
+  ASSERT_EQ(::fake::blockedAccessModifies(), 1);
+  std::shared_ptr<FenceWait> w = rx->fenceAsync();
+  ASSERT_TRUE(w);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(w->done.load()) << "the fence ended before the grant it waits for";
+  EXPECT_EQ(::fake::state(rq), IBV_QPS_RTS) << "the fence moved the QP while its grant ran";
+  ::fake::blockAccessModify(false);
+  for (uint64_t deadline = nowUs() + 20 * 1000 * 1000; !w->done.load() && nowUs() < deadline;) std::this_thread::yield();
+  ASSERT_TRUE(w->done.load()) << "the fence never ended after its grant";
+  EXPECT_EQ(w->unsafe, "");
+  EXPECT_EQ(::fake::state(rq), IBV_QPS_ERR);
+  rx.reset();
+  t->fencer().joinAll();
+  t->worker().drain();
+}
+
+// Review (2026-12-06): a path destroyed (no fence) while its grant is blocked in the modify:
+// the grant job keeps the verbs path alive, ends, and releases it; nothing touches freed memory
+// (run under RAILOVER_SANITIZE / TSan to see it).
+TEST_F(RdmaPathTest, ReviewAPathDestroyedWhileItsGrantIsBlockedIsReleasedAfterIt) {
+  bringUp();
+  std::vector<uint8_t> rxb(1024);
+  void* rmr = reg(rxb);
+  ::fake::blockAccessModify(true);
+  AdvertEntry e{100, rxb.data(), rxb.size(), rmr};
+  rx->advertise(0, &e, 1, false);
+  for (uint64_t deadline = nowUs() + 20 * 1000 * 1000; ::fake::blockedAccessModifies() == 0 && nowUs() < deadline;)
+    std::this_thread::yield();
+  ASSERT_EQ(::fake::blockedAccessModifies(), 1);
+  rx.reset();
+  t->worker().drain();
+  ::fake::blockAccessModify(false);
+  t->fencer().joinAll();
+  t->worker().drain();
+  EXPECT_EQ(::fake::accessModifiers().size(), 1u);
+}
+
+// Review (2026-12-06): the comm's close (fence(), on NCCL's thread) while the grant is blocked
+// waits for it and then fences; no deadlock with the fence thread that runs the grant.
+TEST_F(RdmaPathTest, ReviewTheBlockingFenceWaitsForARunningGrant) {
+  bringUp();
+  std::vector<uint8_t> rxb(1024);
+  void* rmr = reg(rxb);
+  ::fake::blockAccessModify(true);
+  AdvertEntry e{100, rxb.data(), rxb.size(), rmr};
+  rx->advertise(0, &e, 1, false);
+  for (uint64_t deadline = nowUs() + 20 * 1000 * 1000; ::fake::blockedAccessModifies() == 0 && nowUs() < deadline;)
+    std::this_thread::yield();
+  std::atomic<bool> fenced{false};
+  std::thread closer([&] {
+    rx->fence();
+    fenced = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(fenced.load()) << "fence() returned while the grant ran";
+  ::fake::blockAccessModify(false);
+  closer.join();
+  EXPECT_EQ(::fake::state(rq), IBV_QPS_ERR);
+}
+
+// Review (2026-12-06): a grant that fails because the path's QP went to ERR meanwhile (a
+// control SEND of the path failed: retry exceeded) must not hide that cause. A QP in ERR
+// refuses an access-only modify (EINVAL on mlx5), and flush() ran before the path's own
+// progress reported its completion error, so the path failed naming "ibv_modify_qp (remote
+// write access ...)": a misleading cause for the engine's log and journal.
+TEST_F(RdmaPathTest, ReviewAGrantRefusedByAQpAlreadyInErrorDoesNotHideTheQpsOwnCause) {
+  bringUp();
+  std::vector<uint8_t> rxb(1024);
+  void* rmr = reg(rxb);
+  std::string err;
+  CtlMsg ack;
+  ack.type = CtlType::kAck, ack.seq = 0;
+  rx->sendCtl(ack);
+  ASSERT_EQ(rx->flushCtl(&err), 0) << err;
+  ASSERT_FALSE(::fake::outstanding(rq).empty()) << "the ACK was not posted";
+  ::fake::blockAccessModify(true);
+  AdvertEntry e{100, rxb.data(), rxb.size(), rmr};
+  rx->advertise(0, &e, 1, false);
+  for (uint64_t deadline = nowUs() + 20 * 1000 * 1000; ::fake::blockedAccessModifies() == 0 && nowUs() < deadline;)
+    std::this_thread::yield();
+  ASSERT_EQ(::fake::blockedAccessModifies(), 1);
+  ::fake::fail(rq, IBV_WC_RETRY_EXC_ERR);  // the ACK's SEND: the QP moves to ERR
+  ::fake::blockAccessModify(false);
+  t->fencer().joinAll();
+  EXPECT_EQ(rx->progress(sink, &err), -1);
+  EXPECT_EQ(err.find("ibv_modify_qp"), std::string::npos) << "the path's own cause is hidden: " << err;
+  EXPECT_NE(err.find("completion"), std::string::npos) << err;
+}
+
 TEST_F(RdmaPathTest, AnUnregisteredSendBufferBreaksThePathWithItsCause) {
   bringUp();
   std::vector<uint8_t> rxb(1024), txb(1024);

@@ -667,6 +667,13 @@ int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* a, int mask) {
   }
   WorldLock l(worldMu);
   if (mask == IBV_QP_ACCESS_FLAGS) w().accessModifiers.push_back(std::this_thread::get_id());
+  if (!(mask & IBV_QP_STATE) && qp->state == IBV_QPS_ERR) {
+    // A modify that stays in ERR takes no attributes (the IB spec's ERR -> ERR: none; mlx5's
+    // ib_modify_qp_is_ok refuses it): an access-only modify (RTS -> RTS) of a QP that went to
+    // ERR meanwhile fails with EINVAL.
+    errno = EINVAL;
+    return EINVAL;
+  }
   if (w().failModify && (!w().failModifyQp || w().failModifyQp == qp)) {
     int e = w().failModify;
     w().failModify = 0;
