@@ -771,7 +771,13 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
           startGrant();
           int g = grant_ ? grant_->state.load(std::memory_order_acquire) : 2;
           if (g == 1) break;
-          if (g < 0) return fail("ibv_modify_qp (remote write access for the path's first advertisement): " + grant_->err, err);
+          if (g < 0) {
+            // A QP that went to ERR meanwhile refuses the modify (EINVAL): its own cause (a
+            // completion error the path has not reported yet) comes first.
+            p.progress(*this);
+            if (!why_.empty()) return *err = why_, -1;
+            return fail("ibv_modify_qp (remote write access for the path's first advertisement): " + grant_->err, err);
+          }
         }
         Out& w = out_.front();
         int hi = t_.port(nic_).hcaIndex;
