@@ -447,8 +447,20 @@ class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink, priva
 // A receive path's grant of remote write to its QPs (verbs::RecvPath::grantWrites), run on a
 // fence thread: not on NCCL's, since a modify waits for the HCA's firmware on mlx5. state: 1
 // running, 2 granted, -1 failed (err set before the store). wait() returns once it ended.
+// A fence of the path claims the grant first when it has not started (cancel(): the grant then
+// never runs, the QPs keep refusing WRITEs, and the fence waits for nothing: a queued job may
+// never get a thread, FenceRunner); otherwise the fence waits for it to end.
 struct WriteGrant {
   std::atomic<int> state{1};
+  std::atomic<int> claim{0};  // 0 unclaimed, 1 the grant job began, 2 cancelled by the path's fence
+  bool begin() {
+    int e = 0;
+    return claim.compare_exchange_strong(e, 1, std::memory_order_acq_rel);
+  }
+  bool cancel() {  // true: it will never run (nothing to wait for); false: it began, wait()
+    int e = 0;
+    return claim.compare_exchange_strong(e, 2, std::memory_order_acq_rel) || e == 2;
+  }
   std::string err;
   std::mutex mu;
   std::condition_variable cv;
@@ -622,7 +634,7 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
     if (stage_ == kReady) lingerForClose(*sh_->path);
     fenced_ = true;
     if (stage_ == kReady) {
-      if (grant_) grant_->wait();  // a modify of the QPs' access still running (one per lane)
+      if (grant_ && !grant_->cancel()) grant_->wait();  // a modify of the QPs' access running (one per lane)
       fenceAndReport(t_, nic_, *sh_->path);
     }
     conn_.reset();
@@ -651,9 +663,10 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
     RdmaTransport* t = &t_;
     int nic = nic_;
     std::shared_ptr<WriteGrant> g = grant_;
-    t_.fencer().run([sh, w, t, nic, g]() mutable {
+    bool mustWait = g && !g->cancel();  // a grant not begun yet never runs now
+    t_.fencer().run([sh, w, t, nic, g, mustWait]() mutable {
       w->startUs.store(nowUs(), std::memory_order_relaxed);
-      if (g) g->wait();  // the grant touches the QPs, and writesAllowed() is read below
+      if (mustWait) g->wait();  // the grant touches the QPs, and writesAllowed() is read below
       verbs::FenceResult fr = fenceAndReport(*t, nic, *sh->path);
       if (!fr.err.empty()) {
         // A QP that refused the move to ERR may still take the old path's writes, and the
@@ -776,7 +789,7 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
             // completion error the path has not reported yet) comes first.
             p.progress(*this);
             if (!why_.empty()) return *err = why_, -1;
-            return fail("ibv_modify_qp (remote write access for the path's first advertisement): " + grant_->err, err);
+            return fail("ibv_modify_qp (remote write access for the path's advertisements): " + grant_->err, err);
           }
         }
         Out& w = out_.front();
@@ -820,6 +833,10 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
     auto g = grant_;
     auto sh = sh_;
     t_.fencer().run([g, sh]() {
+      if (!g->begin()) {  // the path was fenced first: its QPs keep refusing WRITEs
+        g->finish(false, "cancelled: the path was fenced before its grant began");
+        return;
+      }
       std::string e;
       bool ok = sh->path->grantWrites(&e);
       g->finish(ok, e);

@@ -286,7 +286,7 @@ bool RcQp::queryAccess(int* access, std::string* err) {
   ibv_qp_attr a{};
   ibv_qp_init_attr ia{};
   if (int rc = api_.query_qp(qp_, &a, IBV_QP_ACCESS_FLAGS, &ia)) {
-    *err = "query QP access flags on " + hca_.name() + ": " + std::strerror(errno ? errno : rc);
+    *err = "query QP access flags on " + hca_.name() + ": " + std::strerror(rc > 0 ? rc : errno);
     return false;
   }
   *access = static_cast<int>(a.qp_access_flags);
