@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "abi/nccl_net_abi.h"
+#include "tests/log_capture.h"
 
 namespace {
 
@@ -244,25 +245,8 @@ TEST(AbiGrouped, ByDefaultNoGroupedReceiveIsOffered) {
 // The comm's traffic class (ncclNetCommConfig_t) reaches the plugin's connect: v10 passes it
 // to connect, v11+ to init (per context). Seen in the INFO line connect writes (the RDMA
 // transport's QPs use it: RdmaPathTest.TheCommsTrafficClassSetsBothEndsQps).
-std::mutex gLogMu;
-std::string gLog;
-void captureLog(ncclDebugLogLevel, unsigned long, const char*, int, const char* fmt, ...) {
-  char buf[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof(buf), fmt, ap);
-  va_end(ap);
-  std::lock_guard<std::mutex> g(gLogMu);
-  gLog += std::string(buf) + "\n";
-}
-void clearLog() {  // each test reads only its own lines (the log is the process's)
-  std::lock_guard<std::mutex> g(gLogMu);
-  gLog.clear();
-}
-bool logHas(const std::string& s) {
-  std::lock_guard<std::mutex> g(gLogMu);
-  return gLog.find(s) != std::string::npos;
-}
+void clearLog() { railover::testlog::clear(); }  // each test reads only its own lines (the log is the process's)
+bool logHas(const std::string& s) { return railover::testlog::count(s) > 0; }
 
 void connectOnce(const std::function<ncclResult_t(void* h, void** lc)>& listen,
                  const std::function<ncclResult_t(void* h, void** sc)>& connect) {
@@ -276,13 +260,13 @@ TEST(AbiTrafficClass, V10ConnectConfigReachesTheComm) {
   ASSERT_NE(plugin(), nullptr) << dlerror();
   auto* t = table<ncclNet_v10_t>("ncclNetPlugin_v10");
   clearLog();
-  ASSERT_EQ(t->init(captureLog, nullptr), ncclSuccess);
+  ASSERT_EQ(t->init(railover::testlog::capture, nullptr), ncclSuccess);
   connectOnce([t](void* h, void** lc) { return t->listen(0, h, lc); },
               [t](void* h, void** sc) {
                 ncclNetCommConfig_t cfg{42};
                 return t->connect(0, &cfg, h, sc, nullptr);
               });
-  EXPECT_TRUE(logHas("the comm's traffic class is 42")) << gLog;
+  EXPECT_TRUE(logHas("the comm's traffic class is 42")) << railover::testlog::all();
 }
 
 TEST(AbiTrafficClass, V12InitConfigReachesEveryConnectOfThatContext) {
@@ -291,14 +275,14 @@ TEST(AbiTrafficClass, V12InitConfigReachesEveryConnectOfThatContext) {
   void *ctxA = nullptr, *ctxB = nullptr;
   ncclNetCommConfig_t a{43}, b{-1};
   clearLog();
-  ASSERT_EQ(t->init(&ctxA, 1, &a, captureLog, nullptr), ncclSuccess);
-  ASSERT_EQ(t->init(&ctxB, 2, &b, captureLog, nullptr), ncclSuccess);
+  ASSERT_EQ(t->init(&ctxA, 1, &a, railover::testlog::capture, nullptr), ncclSuccess);
+  ASSERT_EQ(t->init(&ctxB, 2, &b, railover::testlog::capture, nullptr), ncclSuccess);
   connectOnce([t, ctxB](void* h, void** lc) { return t->listen(ctxB, 0, h, lc); },
               [t, ctxB](void* h, void** sc) { return t->connect(ctxB, 0, h, sc, nullptr); });
-  EXPECT_FALSE(logHas("traffic class is")) << "a context without a traffic class: " << gLog;
+  EXPECT_FALSE(logHas("traffic class is")) << "a context without a traffic class: " << railover::testlog::all();
   connectOnce([t, ctxA](void* h, void** lc) { return t->listen(ctxA, 0, h, lc); },
               [t, ctxA](void* h, void** sc) { return t->connect(ctxA, 0, h, sc, nullptr); });
-  EXPECT_TRUE(logHas("the comm's traffic class is 43")) << gLog;
+  EXPECT_TRUE(logHas("the comm's traffic class is 43")) << railover::testlog::all();
 }
 
 }  // namespace

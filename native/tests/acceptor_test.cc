@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "tests/log_capture.h"
 #include "common/nic.h"
 #include "transport/tcp/acceptor.h"
 #include "transport/tcp/wire.h"
@@ -42,24 +43,8 @@ bool waitFor(const std::function<bool()>& f, int ms = kWaitMs) {
   return f();
 }
 
-// Every log line, captured through the NCCL logger hook.
-std::mutex gLogMu;
-std::vector<std::string> gLog;
-void captureLog(ncclDebugLogLevel level, unsigned long, const char*, int, const char* fmt, ...) {
-  char buf[1200];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof(buf), fmt, ap);
-  va_end(ap);
-  std::lock_guard<std::mutex> g(gLogMu);
-  gLog.push_back(std::string(level == RO_LOG_WARN ? "WARN " : "INFO ") + buf);
-}
-size_t logLinesWith(const std::string& s) {
-  std::lock_guard<std::mutex> g(gLogMu);
-  size_t n = 0;
-  for (auto& l : gLog) n += l.find(s) != std::string::npos;
-  return n;
-}
+// Every log line, captured through the NCCL logger hook (tests/log_capture.h).
+size_t logLinesWith(const std::string& s) { return testlog::count(s); }
 
 int openFds() {
   int n = 0;
@@ -158,11 +143,8 @@ std::string readToEof(int fd, bool* eof) {
 class AcceptorTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    {
-      std::lock_guard<std::mutex> g(gLogMu);
-      gLog.clear();
-    }
-    setLogger(&captureLog);
+    testlog::clear();
+    setLogger(&testlog::capture);
   }
   void TearDown() override { setLogger(nullptr); }
   // An acceptor for one NIC, "lo", listening on 127.0.0.1 (ephemeral port: port_).

@@ -26,6 +26,7 @@
 #include "../verbs/fake_verbs.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "tests/log_capture.h"
 #include "plugin/runtime.h"
 #include "plugin/state_file.h"
 #include "tests/fake_net.h"
@@ -865,39 +866,13 @@ TEST_F(RdmaPathTest, AStuckFenceIsUnsafeWhereTheQpsAccessCannotBeReadBack) {
 
 // What the first receive path of an HCA read back is logged once: INFO where the HCA confirmed
 // IBV_ACCESS_REMOTE_WRITE off, WARN (naming the HCA and the finding) where it did not.
-std::mutex gAccessLogMu;
-std::string gAccessLog;
-void captureAccessLog(ncclDebugLogLevel lvl, unsigned long, const char*, int, const char* fmt, ...) {
-  char buf[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof(buf), fmt, ap);
-  va_end(ap);
-  std::lock_guard<std::mutex> g(gAccessLogMu);
-  gAccessLog += std::string(lvl == RO_LOG_WARN ? "WARN " : "INFO ") + buf + "\n";
-}
-std::string accessLogLines(const std::string& what) {
-  std::lock_guard<std::mutex> g(gAccessLogMu);
-  std::string out;
-  size_t at = 0;
-  while (at < gAccessLog.size()) {
-    size_t nl = gAccessLog.find('\n', at);
-    std::string line = gAccessLog.substr(at, nl - at);
-    if (line.find(what) != std::string::npos) out += line + "\n";
-    at = nl + 1;
-  }
-  return out;
-}
-
 TEST_F(RdmaPathTest, TheQpAccessReadBackIsLoggedOncePerHca) {
-  {
-    std::lock_guard<std::mutex> g(gAccessLogMu);
-    gAccessLog.clear();
-  }
-  railover::setLogger(captureAccessLog);
+  testlog::clear();
+  railover::setLogger(testlog::capture);
   bringUp();
-  std::string enforced = accessLogLines("fake1: QP remote access read back");
-  EXPECT_EQ(enforced.rfind("INFO ", 0), 0u) << gAccessLog;
+  std::vector<std::string> enforced = testlog::linesWith("fake1: QP remote access read back");
+  ASSERT_FALSE(enforced.empty()) << testlog::all();
+  EXPECT_EQ(enforced[0].rfind("INFO ", 0), 0u) << testlog::all();
   // A second transport whose receiving HCA ignores the flags: one WARN naming it, however many
   // paths connect there.
   tx.reset();
@@ -916,10 +891,10 @@ TEST_F(RdmaPathTest, TheQpAccessReadBackIsLoggedOncePerHca) {
   t->worker().drain();
   bringUp();
   railover::setLogger(nullptr);
-  std::string warned = accessLogLines("could not be confirmed");
-  EXPECT_EQ(warned.rfind("WARN railover: fake1: ", 0), 0u) << gAccessLog;
-  EXPECT_EQ(std::count(warned.begin(), warned.end(), '\n'), 1) << gAccessLog;
-  EXPECT_NE(warned.find("fake1 reports IBV_ACCESS_REMOTE_WRITE"), std::string::npos) << warned;
+  std::vector<std::string> warned = testlog::linesWith("could not be confirmed");
+  ASSERT_EQ(warned.size(), 1u) << testlog::all();
+  EXPECT_EQ(warned[0].rfind("WARN railover: fake1: ", 0), 0u) << testlog::all();
+  EXPECT_NE(warned[0].find("fake1 reports IBV_ACCESS_REMOTE_WRITE"), std::string::npos) << warned[0];
 }
 
 // A refusal that passes (EBUSY once) is tried again on the fence thread: the QP is gone before
