@@ -248,12 +248,24 @@ TEST(AbiGrouped, ByDefaultNoGroupedReceiveIsOffered) {
 void clearLog() { railover::testlog::clear(); }  // each test reads only its own lines (the log is the process's)
 bool logHas(const std::string& s) { return railover::testlog::count(s) > 0; }
 
+// One listen and one connect step, then both closed (`close` gets the listen comm and the
+// send comm, which is null while the connect is still in progress).
 void connectOnce(const std::function<ncclResult_t(void* h, void** lc)>& listen,
-                 const std::function<ncclResult_t(void* h, void** sc)>& connect) {
+                 const std::function<ncclResult_t(void* h, void** sc)>& connect,
+                 const std::function<void(void* lc, void* sc)>& close) {
   uint8_t handle[128] = {};
   void *lc = nullptr, *sc = nullptr;
   ASSERT_EQ(listen(handle, &lc), ncclSuccess);
   EXPECT_EQ(connect(handle, &sc), ncclSuccess);  // the first step creates the comm
+  close(lc, sc);
+}
+
+template <typename T>
+std::function<void(void*, void*)> closeBoth(T* t) {
+  return [t](void* lc, void* sc) {
+    if (sc) t->closeSend(sc);
+    t->closeListen(lc);
+  };
 }
 
 TEST(AbiTrafficClass, V10ConnectConfigReachesTheComm) {
@@ -265,7 +277,8 @@ TEST(AbiTrafficClass, V10ConnectConfigReachesTheComm) {
               [t](void* h, void** sc) {
                 ncclNetCommConfig_t cfg{42};
                 return t->connect(0, &cfg, h, sc, nullptr);
-              });
+              },
+              closeBoth(t));
   EXPECT_TRUE(logHas("the comm's traffic class is 42")) << railover::testlog::all();
 }
 
@@ -278,11 +291,13 @@ TEST(AbiTrafficClass, V12InitConfigReachesEveryConnectOfThatContext) {
   ASSERT_EQ(t->init(&ctxA, 1, &a, railover::testlog::capture, nullptr), ncclSuccess);
   ASSERT_EQ(t->init(&ctxB, 2, &b, railover::testlog::capture, nullptr), ncclSuccess);
   connectOnce([t, ctxB](void* h, void** lc) { return t->listen(ctxB, 0, h, lc); },
-              [t, ctxB](void* h, void** sc) { return t->connect(ctxB, 0, h, sc, nullptr); });
+              [t, ctxB](void* h, void** sc) { return t->connect(ctxB, 0, h, sc, nullptr); }, closeBoth(t));
   EXPECT_FALSE(logHas("traffic class is")) << "a context without a traffic class: " << railover::testlog::all();
   connectOnce([t, ctxA](void* h, void** lc) { return t->listen(ctxA, 0, h, lc); },
-              [t, ctxA](void* h, void** sc) { return t->connect(ctxA, 0, h, sc, nullptr); });
+              [t, ctxA](void* h, void** sc) { return t->connect(ctxA, 0, h, sc, nullptr); }, closeBoth(t));
   EXPECT_TRUE(logHas("the comm's traffic class is 43")) << railover::testlog::all();
+  EXPECT_EQ(t->finalize(ctxA), ncclSuccess);
+  EXPECT_EQ(t->finalize(ctxB), ncclSuccess);
 }
 
 }  // namespace
