@@ -75,7 +75,8 @@ inline constexpr ParamSpec kParams[] = {
     {"RAILOVER_TRANSPORT", ParamType::kTransport, kReadPlugin | kReadTools, 0, 0, 0, 1, "", "auto",
      "auto, tcp or rdma", "rdma",
      "how paths move data: tcp (sockets), rdma (verbs RC queue pairs on the HCA port behind each NIC), auto (rdma "
-     "when every NIC has an RDMA port with a GID, active or not, and libibverbs loads, else tcp)"},
+     "on each NIC with an RDMA port with a GID, active or not, when libibverbs loads, tcp on the others; a comm "
+     "fails over only among NICs of its own kind)"},
     // NCCL's IB variables: the same names, meanings and defaults as NCCL's own IB transport (the
     // defaults of NCCL 2.23 and later), applied by railover's verbs transport.
     {"NCCL_IB_HCA", ParamType::kHcaList, kReadPlugin, 0, 0, 0, 1, "", "(unset: every HCA)",

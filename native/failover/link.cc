@@ -345,7 +345,7 @@ SendLink* SendLink::create(const LinkDeps& deps, int dev, const PeerHandle& h, s
   while (l->connId == 0)
     if (getrandom(&l->connId, sizeof(l->connId), 0) != sizeof(l->connId)) l->connId = nowUs() * 0x9e3779b97f4a7c15ULL;
   l->nStreams = d.cfg->nStreams;
-  l->matchTags_ = d.transport->tellsPostedReceives() && std::min<uint32_t>(d.cfg->maxRecvs, kMaxRecvs) > 1;
+  l->matchTags_ = d.transport->tellsPostedReceivesOn(dev) && std::min<uint32_t>(d.cfg->maxRecvs, kMaxRecvs) > 1;
   auto addPath = [&](int localNic, int remoteIdx) {
     Path p;
     p.index = remoteIdx;
@@ -366,15 +366,24 @@ SendLink* SendLink::create(const LinkDeps& deps, int dev, const PeerHandle& h, s
       if (i != h.primary && h.addrs[i].rail == rail) return i;
     return -1;
   };
+  // Only from NICs whose paths the same transport carries (Transport::nicTransport: in the RDMA
+  // transport's mixed mode a comm of a NIC served over TCP fails over only to TCP NICs, and an
+  // RDMA comm only to RDMA NICs; the peer's handle carries only its NICs of that kind).
+  const std::string kind = d.transport->nicTransport(dev);
+  int otherKind = 0;  // local NICs left out for being of another kind
   std::vector<int> standbyNics;
+  auto consider = [&](int j) {
+    if (j == dev) return;
+    if (kind != d.transport->nicTransport(j)) ++otherKind;
+    else standbyNics.push_back(j);
+  };
   if (d.cfg->standby == StandbyPolicy::kAll) {
-    for (int j = 0; j < (int)(*d.nics).size(); ++j)
-      if (j != dev) standbyNics.push_back(j);
+    for (int j = 0; j < (int)(*d.nics).size(); ++j) consider(j);
   } else if (d.cfg->standby == StandbyPolicy::kExplicit) {
     for (auto& pr : d.cfg->standbyPairs) {
       if (pr.first != (*d.nics)[dev].name) continue;
       for (int j = 0; j < (int)(*d.nics).size(); ++j)
-        if ((*d.nics)[j].name == pr.second && j != dev) standbyNics.push_back(j);
+        if ((*d.nics)[j].name == pr.second) consider(j);
     }
   }
   for (int j : standbyNics) {
@@ -388,7 +397,10 @@ SendLink* SendLink::create(const LinkDeps& deps, int dev, const PeerHandle& h, s
       RO_WARN("railover: connections from NIC %s to peer %s have no standby path (%s); they cannot fail over",
               (*d.nics)[dev].name.c_str(), l->peerName.c_str(),
               (*d.nics).size() < 2 ? "this process has only one NIC"
-                                 : "the peer has no NIC on the rail of any other local NIC (see RAILOVER_RAILS, RAILOVER_STANDBY)");
+              : standbyNics.empty() && otherKind > 0
+                  ? "every other local NIC is served by another transport (RAILOVER_TRANSPORT=auto: rdma where an "
+                    "RDMA port backs the NIC, tcp elsewhere; a comm fails over only within its kind)"
+                  : "the peer has no NIC on the rail of any other local NIC (see RAILOVER_RAILS, RAILOVER_STANDBY)");
       if (Journal* j = d.journal) j->no_standby((*d.nics)[dev].name, l->peerName);
     }
   }

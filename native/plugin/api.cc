@@ -57,9 +57,10 @@ Runtime& rt() { return Runtime::get(); }
 // transport tells the sender each posted receive (its advertisements) and the engine places
 // sends so (SendLink::isend, NCCL's IB rule); TCP tells the sender nothing and offers 1, as
 // NCCL's socket transport. The default stays 1 until a real PXN job has run over RDMA with 8
-// (docs/DESIGN.md, "Grouped receives").
-int advertisedMaxRecvs() {
-  return rt().transport->groupedReceives() ? static_cast<int>(std::min<uint32_t>(rt().cfg.maxRecvs, kMaxRecvs)) : 1;
+// (docs/DESIGN.md, "Grouped receives"). Per device: in the RDMA transport's mixed mode a NIC
+// served over TCP offers 1.
+int advertisedMaxRecvs(int dev) {
+  return rt().transport->groupedReceivesOn(dev) ? static_cast<int>(std::min<uint32_t>(rt().cfg.maxRecvs, kMaxRecvs)) : 1;
 }
 
 bool checkDev(int dev) {
@@ -111,7 +112,7 @@ ncclResult_t getProperties(int dev, Props* p) {
   p->port = n.port;
   p->latency = 0;
   p->maxComms = n.maxComms;
-  p->maxRecvs = advertisedMaxRecvs();
+  p->maxRecvs = advertisedMaxRecvs(dev);
   // The RDMA transport signals a message's size in 32 bits (immediate, DONE).
   uint64_t maxBytes = std::min<uint64_t>(RAILOVER_NCCL_MAX_NET_SIZE_BYTES, rt().transport->maxMessageBytes());
   p->maxP2pBytes = maxBytes;
@@ -124,15 +125,17 @@ ncclResult_t getProperties(int dev, Props* p) {
 ncclResult_t listen(int dev, void* handle, void** listenComm) {
   *listenComm = nullptr;
   if (!checkDev(dev)) return ncclInvalidArgument;
-  // The handle: this NIC's listener first (the primary), then the other NICs' (standbys).
+  // The handle: this NIC's listener first (the primary), then the other NICs' (standbys): those
+  // of the same kind (Transport::nicTransport; all of them unless the RDMA transport serves some
+  // NICs over TCP), and the handle names that kind.
   PeerHandle h;
   h.secret = randomSecret();
-  h.transport = rt().transport->name();
+  h.transport = rt().transport->nicTransport(dev);
   h.primary = 0;
   h.addrs[0] = listenerAddr(rt().nics[dev], rt().ports[dev]);
   h.naddr = 1;
   for (auto& n : rt().nics) {
-    if (n.index == dev || h.naddr >= kMaxPeerAddrs) continue;
+    if (n.index == dev || h.naddr >= kMaxPeerAddrs || h.transport != rt().transport->nicTransport(n.index)) continue;
     h.addrs[h.naddr++] = listenerAddr(n, rt().ports[n.index]);
   }
   std::string err;
@@ -160,17 +163,24 @@ ncclResult_t connect(int dev, void* handle, void** sendComm, int trafficClass) {
       RO_WARN("railover: connect on NIC %s: malformed handle: %s", rt().nics[dev].name.c_str(), err.c_str());
       return ncclInvalidArgument;
     }
-    if (peer.transport != rt().transport->name()) {
-      RO_WARN("railover: connect on NIC %s: the peer listens with the %s transport but this process uses %s: set "
-              "RAILOVER_TRANSPORT to the same value on every rank",
-              rt().nics[dev].name.c_str(), peer.transport.c_str(), rt().transport->name());
+    const char* mine = rt().transport->nicTransport(dev);
+    if (peer.transport != mine) {
+      if (rt().transport->kinds() != mine)  // mixed mode: this NIC is one kind, the peer's another
+        RO_WARN("railover: connect on NIC %s: the peer listens with the %s transport but this NIC is served by %s "
+                "(RAILOVER_TRANSPORT=auto: %s): give every rank the same NICs, with RDMA behind the same ones, or set "
+                "RAILOVER_TRANSPORT to the same tcp or rdma on every rank",
+                rt().nics[dev].name.c_str(), peer.transport.c_str(), mine, rt().transport->kinds().c_str());
+      else
+        RO_WARN("railover: connect on NIC %s: the peer listens with the %s transport but this process uses %s: set "
+                "RAILOVER_TRANSPORT to the same value on every rank",
+                rt().nics[dev].name.c_str(), peer.transport.c_str(), mine);
       return ncclInvalidUsage;
     }
     l = SendLink::create(rt().linkDeps(), dev, peer, &err, trafficClass);
     if (trafficClass >= 0)
       RO_INFO(RO_SUBSYS_NET, "railover: connect on NIC %s: the comm's traffic class is %d (NCCL's comm config)%s",
               rt().nics[dev].name.c_str(), trafficClass,
-              rt().transport->name() == std::string("rdma") ? "" : ": not used by the tcp transport");
+              std::string(rt().transport->nicTransport(dev)) == "rdma" ? "" : ": not used by the tcp transport");
     memcpy(hb + kStageOffset, &l, sizeof(l));
   }
   std::string cause;
@@ -281,10 +291,12 @@ ncclResult_t isend(void* sendComm, void* data, size_t size, int tag, void* mhand
 
 ncclResult_t irecv(void* recvComm, int n, void** data, const size_t* sizes, int* tags, void** mhandles, void** request) {
   *request = nullptr;
-  int maxRecvs = advertisedMaxRecvs();
+  auto* link = (RecvLink*)recvComm;
+  int dev = link ? link->dev() : 0;
+  int maxRecvs = advertisedMaxRecvs(dev);
   if (n < 1 || n > maxRecvs) {  // NCCL's plugin contract: the caller's misuse is an internal error
     RO_WARN("railover: grouped receive of %d buffers asked; maxRecvs is %d (%s transport)", n, maxRecvs,
-            rt().transport->name());
+            rt().transport->nicTransport(dev));
     return ncclInternalError;
   }
   uint64_t caps[kMaxRecvs];

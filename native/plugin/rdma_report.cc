@@ -191,7 +191,8 @@ std::string rdmaReportJson(const std::vector<std::string>& names, const EnvLooku
     }
     // The rule of Runtime::chooseTransport (plugin/runtime.cc).
     std::string uwhy;
-    bool usable = !nics.empty() && rdma::rdmaUsable(nics, cfg, &uwhy);
+    std::vector<std::string> withRdma;
+    bool usable = !nics.empty() && rdma::rdmaUsable(nics, cfg, &uwhy, &withRdma);
     if (nics.empty()) uwhy = nicErr.empty() ? "no NIC" : nicErr;
     if (cfg.transport == TransportKind::kTcp) {
       transport = "tcp", why = "RAILOVER_TRANSPORT=tcp";
@@ -202,6 +203,14 @@ std::string rdmaReportJson(const std::vector<std::string>& names, const EnvLooku
       if (allDmabuf) ptrSupport |= RAILOVER_NCCL_PTR_DMABUF;
     } else if (cfg.transport == TransportKind::kRdma) {
       transport = "error", why = "RAILOVER_TRANSPORT=rdma: cannot use RDMA: " + uwhy;
+    } else if (!withRdma.empty()) {  // auto, mixed mode: rdma where a port backs the NIC, tcp elsewhere
+      std::string names;
+      for (const std::string& n : withRdma) names += (names.empty() ? "" : ",") + n;
+      transport = "rdma+tcp";
+      why = "RAILOVER_TRANSPORT=auto: rdma on " + names + ", tcp on the others (first without an RDMA port: " + uwhy +
+            "); each comm fails over only within its kind";
+      if (verbs::gdrPeerMemLoaded()) ptrSupport |= RAILOVER_NCCL_PTR_CUDA;  // on the rdma NICs
+      if (allDmabuf) ptrSupport |= RAILOVER_NCCL_PTR_DMABUF;
     } else {
       transport = "tcp", why = "RAILOVER_TRANSPORT=auto: " + uwhy;
     }

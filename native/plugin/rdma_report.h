@@ -11,7 +11,9 @@
 //    "config_error": str,                 // the environment does not parse (then nothing else is evaluated)
 //    "nic_error": str,                    // NIC discovery failed (no NIC list given and none selected)
 //    "setting": "auto" | "tcp" | "rdma",  // RAILOVER_TRANSPORT
-//    "transport": "rdma" | "tcp" | "error",  // what init would use; "error": init fails
+//    "transport": "rdma" | "tcp" | "rdma+tcp" | "error",  // what init would use; "rdma+tcp":
+//                                         // auto, rdma on the NICs with a port, tcp on the
+//                                         // others (mixed mode); "error": init fails
 //    "transport_why": str,                // one line
 //    "nics": [{"nic": str,
 //              "choice": "chosen" | "down" | "excluded" | "failed",  // verbs::PortChoice

@@ -96,29 +96,40 @@ void applyDeviceProps(const Transport& t, std::vector<Nic>* nics) {
 bool Runtime::chooseTransport(std::string* err) {
   TransportKind k = cfg.transport;
 #ifdef RAILOVER_HAVE_VERBS
+  bool mixed = false;
   if (k == TransportKind::kAuto) {
+    // auto: verbs on every NIC that has an RDMA port, TCP on the others (mixed mode; each comm
+    // stays on its NIC's kind), TCP alone where none has one.
     std::string why;
     std::vector<std::string> withRdma;
-    k = rdma::rdmaUsable(nics, cfg, &why, &withRdma) ? TransportKind::kRdma : TransportKind::kTcp;
-    if (k == TransportKind::kTcp && withRdma.empty()) {
+    bool all = rdma::rdmaUsable(nics, cfg, &why, &withRdma);
+    k = all || !withRdma.empty() ? TransportKind::kRdma : TransportKind::kTcp;
+    mixed = !all && !withRdma.empty();
+    if (k == TransportKind::kTcp)
       RO_INFO(RO_SUBSYS_INIT | RO_SUBSYS_NET, "railover: RAILOVER_TRANSPORT=auto: using tcp (%s)", why.c_str());
-    } else if (k == TransportKind::kTcp) {  // a mix: likely a management NIC in the list, worth a WARN
-      std::string names;
-      for (auto& n : withRdma) names += (names.empty() ? "" : ",") + n;
-      RO_WARN("railover: RAILOVER_TRANSPORT=auto: using tcp although NIC(s) %s have RDMA ports: one transport serves "
-              "every NIC, and %s. Leave that NIC out (RAILOVER_IFNAMES or NCCL_SOCKET_IFNAME) to use rdma, or set "
-              "RAILOVER_TRANSPORT=tcp to silence this",
-              names.c_str(), why.c_str());
-    }
   }
   if (k == TransportKind::kRdma) {
-    auto* t = new rdma::RdmaTransport(&nics, &cfg, err);
+    auto* t = new rdma::RdmaTransport(&nics, &cfg, err, mixed);
     if (!t->ok()) {
       *err = "RAILOVER_TRANSPORT=" + std::string(transportName(cfg.transport)) + ": cannot use RDMA: " + *err;
       delete t;
       return false;
     }
-    RO_INFO(RO_SUBSYS_INIT | RO_SUBSYS_NET, "railover: transport rdma: %s", t->describe().c_str());
+    if (t->mixed()) {
+      // Said loudly: a comm on a NIC served over TCP moves GPU data through host memory and
+      // cannot fail over to the RDMA NICs (and the reverse). Usually a management NIC left in
+      // the list.
+      std::string tcpNics, rdmaNics;
+      for (auto& n : nics) {
+        std::string& list = t->overTcp(n.index) ? tcpNics : rdmaNics;
+        list += (list.empty() ? "" : ",") + n.name;
+      }
+      RO_WARN("railover: RAILOVER_TRANSPORT=auto: rdma on NIC(s) %s, tcp on NIC(s) %s (no RDMA port behind them). "
+              "Each comm stays on its NIC's kind: comms of a tcp NIC fail over only to other tcp NICs, and rdma comms "
+              "only to rdma NICs. Leave the tcp NIC(s) out (RAILOVER_IFNAMES or NCCL_SOCKET_IFNAME) to use rdma alone",
+              rdmaNics.c_str(), tcpNics.c_str());
+    }
+    RO_INFO(RO_SUBSYS_INIT | RO_SUBSYS_NET, "railover: transport %s: %s", t->kinds().c_str(), t->describe().c_str());
     transport = t;
     return true;
   }

@@ -67,8 +67,9 @@ class Runtime {
   LinkRegistry links;
 
  private:
-  // RAILOVER_TRANSPORT: sets `transport` (auto: rdma when every NIC has an active RDMA port
-  // behind it, else tcp). false with *err when rdma was asked and cannot be used.
+  // RAILOVER_TRANSPORT: sets `transport` (auto: verbs on each NIC with an RDMA port behind it
+  // and TCP on the others, i.e. the RDMA transport in mixed mode where only some have one; tcp
+  // where none has). false with *err when rdma was asked and cannot be used.
   bool chooseTransport(std::string* err);
   std::mutex mu_;
   bool tried_ = false;

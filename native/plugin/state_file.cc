@@ -30,14 +30,15 @@ static std::string renderNics(Runtime& rt, Health* hl) {
     o += "{\"index\":" + std::to_string(n.index) + ",\"name\":" + jsonStr(n.name) + ",\"addr\":" +
          jsonStr(addrToString(n.getAddr(nullptr))) + ",\"rail\":" + std::to_string(n.rail) +
          ",\"speed_mbps\":" + std::to_string(n.speedMbps) + ",\"up\":" + (!hl || hl->nicUp((int)i) ? "true" : "false") +
-         ",\"rdma\":" + rdmaPortJson(rt.transport, (int)i) + "}";
+         ",\"rdma\":" + rdmaPortJson(rt.transport, (int)i) +
+         ",\"transport\":" + jsonStr(rt.transport ? rt.transport->nicTransport((int)i) : "") + "}";
   }
   return o;
 }
 
 std::string renderStateFields(Runtime& rt, Health* hl) {
   std::string o = "\"event_log\":" + jsonStr(rt.cfg.eventLog) +
-                  ",\"transport\":" + jsonStr(rt.transport ? rt.transport->name() : "") + ",\"nics\":[" +
+                  ",\"transport\":" + jsonStr(rt.transport ? rt.transport->kinds() : "") + ",\"nics\":[" +
                   renderNics(rt, hl);
   o += "],\"pairs\":" + (hl ? hl->pairsJson() : std::string("[]")) + ",\"comms\":[";
   LinkCounters tot;

@@ -32,8 +32,9 @@ TEST(StateFile, MembersKeepTheirNamesOrderAndEscaping) {
   std::string f = renderStateFields(rt, &h);
   const std::string head =
       R"("event_log":"/var/log/ro \"x\".jsonl","transport":"","nics":[)"
-      R"({"index":0,"name":"eth0","addr":"10.0.0.1","rail":0,"speed_mbps":10000,"up":true,"rdma":null},)"
-      R"({"index":1,"name":"eth1","addr":"10.0.1.1","rail":3,"speed_mbps":25000,"up":false,"rdma":null}],"pairs":[],"comms":[)";
+      R"({"index":0,"name":"eth0","addr":"10.0.0.1","rail":0,"speed_mbps":10000,"up":true,"rdma":null,"transport":""},)"
+      R"({"index":1,"name":"eth1","addr":"10.0.1.1","rail":3,"speed_mbps":25000,"up":false,"rdma":null,"transport":""}],)"
+      R"("pairs":[],"comms":[)";
   EXPECT_EQ(f.substr(0, head.size()), head) << f;
   // Comms of other tests in this binary may be open or closed: the totals' shape, not values.
   const std::regex tail(
@@ -43,18 +44,18 @@ TEST(StateFile, MembersKeepTheirNamesOrderAndEscaping) {
 
   // Before the health monitor starts every NIC reads up and there are no pairs.
   f = renderStateFields(rt, nullptr);
-  EXPECT_NE(f.find(R"("rail":3,"speed_mbps":25000,"up":true,"rdma":null}],"pairs":[],)"), std::string::npos) << f;
+  EXPECT_NE(f.find(R"("rail":3,"speed_mbps":25000,"up":true,"rdma":null,"transport":""}],"pairs":[],)"), std::string::npos) << f;
 
   // TCP has no device port behind a NIC: "rdma" stays null (the RDMA transport's object is
-  // pinned in tests/rdma/rdma_transport_test.cc, RdmaStateFile).
+  // pinned in tests/rdma/rdma_transport_test.cc, RdmaStateFile); every NIC's "transport" is tcp.
   TcpTransport tcp(&rt.nics, &rt.cfg);
   rt.transport = &tcp;
   f = renderStateFields(rt, &h);
   EXPECT_NE(f.find(R"("transport":"tcp","nics":[{"index":0,"name":"eth0","addr":"10.0.0.1","rail":0,)"
-                   R"("speed_mbps":10000,"up":true,"rdma":null},)"),
+                   R"("speed_mbps":10000,"up":true,"rdma":null,"transport":"tcp"},)"),
             std::string::npos)
       << f;
-  EXPECT_NE(f.find(R"("up":false,"rdma":null}],"pairs":[],)"), std::string::npos) << f;
+  EXPECT_NE(f.find(R"("up":false,"rdma":null,"transport":"tcp"}],"pairs":[],)"), std::string::npos) << f;
   rt.transport = nullptr;
 }
 

@@ -505,11 +505,32 @@ class Transport {
   // (tellsPostedReceives); a fake may group without it for the engine's own receive tests,
   // whose sends come in receive order.
   virtual bool groupedReceives() const { return tellsPostedReceives(); }
+  // The same for the comms of local NIC `nic` (its device's maxRecvs, its send links' tag
+  // matching): a transport that serves some NICs over TCP (nicTransport) answers false for them.
+  virtual bool tellsPostedReceivesOn(int nic) const {
+    (void)nic;
+    return tellsPostedReceives();
+  }
+  virtual bool groupedReceivesOn(int nic) const {
+    (void)nic;
+    return groupedReceives();
+  }
   // Largest message (bytes) the transport carries; the plugin reports the smaller of it and
   // NCCL's limit as maxP2pBytes / maxCollBytes. RDMA: 4 GiB - 1 (the size travels in 32 bits).
   virtual uint64_t maxMessageBytes() const { return UINT64_MAX; }
   // Short name for logs, the state file and the handle ("tcp", "rdma").
   virtual const char* name() const { return "tcp"; }
+  // The transport that carries the paths of local NIC `nic` ("tcp", "rdma"): name(), except in
+  // the RDMA transport's mixed mode (RAILOVER_TRANSPORT=auto where an RDMA port backs some NICs
+  // only), which serves the NICs without one over TCP. A comm lives on one kind: its listen
+  // handle names its NIC's kind and carries only that kind's NICs, its standby paths leave only
+  // from NICs of that kind, and a peer whose NIC is of another kind is refused at connect.
+  virtual const char* nicTransport(int nic) const {
+    (void)nic;
+    return name();
+  }
+  // What the process runs, for the state file and status: name(), or "rdma+tcp" in mixed mode.
+  virtual std::string kinds() const { return name(); }
   // Writes the listen handle `h` (its `transport` must be name()) into
   // out[0, kTransportHandleBytes). False with *err when it cannot be encoded (no address,
   // more than kMaxPeerAddrs, a family other than IPv4/IPv6). A transport without listeners

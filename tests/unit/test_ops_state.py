@@ -439,6 +439,27 @@ def test_status_of_tcp_and_of_an_older_plugin_has_no_rdma_columns(tmp_path, monk
         assert snap["errors"] == []
 
 
+def test_status_of_a_mixed_process_names_the_nic_served_over_tcp(tmp_path, monkeypatch):
+    """RAILOVER_TRANSPORT=auto with an RDMA port behind eth0 only: the process runs "rdma+tcp",
+    eth0 shows its HCA port and eth1, which the plugin serves over TCP, says so instead of a bare
+    "-"; --json carries each NIC's transport."""
+    me = os.getpid()
+    d = tmp_path / "s"
+    s = state(me, st.proc_start_time(me), [comm("7")], transport="rdma+tcp",
+              rdma={"eth0": rdma_port("mlx5_0", gid_index=3, gid="::ffff:10.0.0.1")})
+    s["nics"][0]["transport"], s["nics"][1]["transport"] = "rdma", "tcp"
+    write_state(d, s)
+    out = _wide_status(monkeypatch, ["--state-dir", str(d)])
+    assert "mlx5_0:1 ACTIVE" in out and "tcp (no RDMA port)" in out and "rdma+tcp" in out, out
+    snap = st.snapshot([d])
+    assert snap["errors"] == []
+    assert [(n["name"], n["transport"]) for n in snap["hosts"]["node1"]["nics"]] == [("eth0", "rdma"), ("eth1", "tcp")]
+    # a NIC "transport" of the wrong type is named, as every other field
+    s["nics"][1]["transport"] = 7
+    write_state(d, s)
+    assert "nics[1].transport" in " ".join(str(e) for e in st.snapshot([d])["errors"])
+
+
 def test_a_nic_port_is_active_only_when_every_process_sees_it_active(tmp_path):
     proc, d = tmp_path / "proc", tmp_path / "s"
     write_proc(proc, 41, 1)

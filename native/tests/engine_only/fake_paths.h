@@ -384,6 +384,16 @@ class PathTransport : public railover::Transport {
   bool tellsReceives = false;  // see the header comment
   bool tellsPostedReceives() const override { return tellsReceives; }
   bool groupedReceives() const override { return true; }  // the engine's grouped-receive scenarios
+  // The transport per local NIC, as the RDMA transport's mixed mode answers (RAILOVER_TRANSPORT=
+  // auto: "rdma" where an RDMA port backs the NIC, "tcp" elsewhere); empty: name() for every
+  // NIC. A "tcp" NIC tells the sender no posted receive.
+  std::vector<std::string> kinds;
+  const char* nicTransport(int nic) const override {
+    return nic >= 0 && (size_t)nic < kinds.size() ? kinds[(size_t)nic].c_str() : name();
+  }
+  bool tellsPostedReceivesOn(int nic) const override {
+    return tellsReceives && (kinds.empty() || std::string(nicTransport(nic)) != "tcp");
+  }
   // As RDMA names the HCA port behind a NIC ("fakehca<nic> port 1") when set; "" (TCP) else.
   bool namesDevices = false;
   std::string nicDevice(int nic) const override {

@@ -276,4 +276,70 @@ TEST(LinkRegistry, DestroyingARegistryEndsItsSweeper) {
   EXPECT_TRUE(r.sweeperRunning());
 }
 
+// RAILOVER_TRANSPORT=auto with an RDMA port behind some NICs only (the RDMA transport's mixed
+// mode, Transport::nicTransport): a comm lives on its NIC's kind. Its standby paths leave only
+// from local NICs of that kind (a TCP comm cannot send from GPU memory an RDMA path reads, and
+// an RDMA comm's grouped receives need the advertisements TCP does not carry), a comm left with
+// no standby says why, and tag matching follows the comm's NIC.
+TEST(MixedKinds, ACommsStandbyPathsLeaveOnlyFromNicsOfItsKind) {
+  Config cfg;
+  cfg.maxRecvs = 8;
+  std::vector<Nic> nics{testbed::makeNic(0, "r0", "10.0.0.1", 0), testbed::makeNic(1, "r1", "10.0.1.1", 1),
+                        testbed::makeNic(2, "t2", "10.0.2.1", 2)};
+  std::vector<uint16_t> ports{1000, 1001, 1002};
+  chunkfake::PathTransport transport;
+  transport.nicAddr = {"10.0.0.1", "10.0.1.1", "10.0.2.1"};
+  transport.kinds = {"rdma", "rdma", "tcp"};
+  transport.tellsReceives = true;
+  MemoryJournal journal;
+  LinkDeps d;
+  d.cfg = &cfg, d.nics = &nics, d.ports = &ports, d.transport = &transport, d.journal = &journal;
+  // The peer's handle names an address on every rail (the plugin's own handles carry only one
+  // kind's NICs; the local rule must hold by itself too).
+  auto handle = [](int primary) {
+    PeerHandle h;
+    h.secret = 77;
+    h.primary = primary;
+    h.naddr = 3;
+    for (int i = 0; i < 3; ++i) {
+      h.addrs[i].rail = i;
+      auto* sa = (sockaddr_in*)&h.addrs[i].addr;
+      sa->sin_family = AF_INET;
+      sa->sin_port = htons((uint16_t)(2000 + i));
+      inet_pton(AF_INET, ("10.9." + std::to_string(i) + ".1").c_str(), &sa->sin_addr);
+      h.addrs[i].len = sizeof(sockaddr_in);
+    }
+    return h;
+  };
+  auto localNics = [](SendLink* l) {
+    std::vector<int> v;
+    for (auto& p : l->paths) v.push_back(p.localNic);
+    return v;
+  };
+  std::string why;
+  SendLink* rdmaComm = SendLink::create(d, 0, handle(0), &why);
+  ASSERT_NE(rdmaComm, nullptr) << why;
+  EXPECT_EQ(localNics(rdmaComm), (std::vector<int>{0, 1})) << "the RDMA comm's standby is the other RDMA NIC only";
+  EXPECT_TRUE(rdmaComm->matchTags()) << "an RDMA comm places sends by the receiver's advertisements";
+  EXPECT_TRUE(journal.events("no_standby").empty());
+
+  SendLink* tcpComm = SendLink::create(d, 2, handle(2), &why);
+  ASSERT_NE(tcpComm, nullptr) << why;
+  EXPECT_EQ(localNics(tcpComm), (std::vector<int>{2})) << "no RDMA NIC is a standby of a TCP comm";
+  EXPECT_FALSE(tcpComm->matchTags()) << "a TCP path tells the sender no posted receive";
+  auto warned = journal.events("no_standby");
+  ASSERT_EQ(warned.size(), 1u);
+  EXPECT_NE(warned[0].find("\"t2\""), std::string::npos) << warned[0];
+
+  // Every NIC of one kind (the default: name() for all): every other NIC is a standby.
+  transport.kinds.clear();
+  SendLink* plain = SendLink::create(d, 2, handle(2), &why);
+  ASSERT_NE(plain, nullptr) << why;
+  EXPECT_EQ(localNics(plain), (std::vector<int>{2, 0, 1}));
+  for (SendLink* l : {rdmaComm, tcpComm, plain}) {
+    l->close();
+    delete l;
+  }
+}
+
 }  // namespace

@@ -89,9 +89,10 @@ TEST(RdmaReport, NoGidBoundAndBadValues) {
   EXPECT_TRUE(has(r, "\"nics\":[]")) << r;
 }
 
-// RAILOVER_TRANSPORT=auto with a mix (a NIC with no RDMA port beside ones that have one): tcp,
-// and the caller learns which NICs had RDMA (the plugin then WARNs instead of a quiet INFO).
-TEST(RdmaUsable, AMixPicksTcpAndNamesTheNicsThatHaveRdma) {
+// A mix (a NIC with no RDMA port beside ones that have one): not every NIC is usable, and the
+// caller learns which NICs have RDMA (RAILOVER_TRANSPORT=auto then runs the RDMA transport in
+// mixed mode: rdma on those, tcp on the others; tests/rdma/rdma_mixed_test.cc).
+TEST(RdmaUsable, AMixIsNotUsableEverywhereAndNamesTheNicsThatHaveRdma) {
   fake::reset();
   unsigned lo = if_nametoindex("lo");
   fake::setGids("fake0", 1, {gidOn("::ffff:127.0.0.1", IBV_GID_TYPE_ROCE_V2, lo)});

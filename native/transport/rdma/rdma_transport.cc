@@ -1080,10 +1080,12 @@ void FenceRunner::joinAll() {
 
 // ---- transport
 
-RdmaTransport::RdmaTransport(const std::vector<Nic>* nics, const Config* cfg, std::string* err)
+RdmaTransport::RdmaTransport(const std::vector<Nic>* nics, const Config* cfg, std::string* err, bool tcpWhereNoRdma)
     : ownBoot_(new TcpTransport(nics, cfg)), boot_(ownBoot_.get()), ib_(cfg->ib) {
   std::vector<std::string> names(nics->size());
   std::vector<verbs::PortSel> sels(nics->size());
+  tcpWhy_.assign(nics->size(), std::string());
+  int withPort = 0;
   for (const Nic& n : *nics) {
     std::string e;
     names[n.index] = n.name;
@@ -1093,10 +1095,21 @@ RdmaTransport::RdmaTransport(const std::vector<Nic>* nics, const Config* cfg, st
       // it once its port is ACTIVE (the port watch reports it down at once, then up).
       RO_WARN("railover: NIC %s: %s at init; its comms start on the other NICs and move to it once the port is ACTIVE",
               n.name.c_str(), e.c_str());
+    } else if (c != verbs::PortChoice::kChosen && tcpWhereNoRdma) {
+      sels[n.index] = verbs::PortSel();  // dev "": served over TCP (openPorts opens nothing for it)
+      tcpWhy_[n.index] = e;
+      RO_INFO(RO_SUBSYS_INIT | RO_SUBSYS_NET, "railover: RAILOVER_TRANSPORT=auto: NIC %s served over tcp (%s); its comms "
+              "fail over only to the other NICs served over tcp", n.name.c_str(), e.c_str());
+      continue;
     } else if (c != verbs::PortChoice::kChosen) {
       *err = "NIC " + n.name + ": " + e;
       return;
     }
+    ++withPort;
+  }
+  if (withPort == 0) {
+    *err = "no NIC has an RDMA port";
+    return;
   }
   rc_ = verbs::rcParamsFor(cfg->ib);
   std::string bad = rc_.validate();
@@ -1106,7 +1119,7 @@ RdmaTransport::RdmaTransport(const std::vector<Nic>* nics, const Config* cfg, st
   }
   if (!openPorts(names, sels, err)) return;
   for (size_t i = 0; i < ports_.size() && cfg->ib.pkeyIndex != 0; ++i) {
-    if (!ports_[i].sel.active) continue;  // checked by the port watch when it comes up (the SM may not have set it yet)
+    if (!ports_[i].hca || !ports_[i].sel.active) continue;  // checked by the port watch when it comes up (the SM may not have set it yet)
     uint16_t pkey = 0;
     std::string e;
     if (!verbs::checkPkeyIndex(*ports_[i].hca, ports_[i].sel.port, (int)cfg->ib.pkeyIndex, &pkey, &e)) {
@@ -1130,10 +1143,15 @@ RdmaTransport::RdmaTransport(const std::vector<verbs::PortSel>& ports, Transport
 bool RdmaTransport::openPorts(const std::vector<std::string>& names, const std::vector<verbs::PortSel>& sels,
                               std::string* err) {
   names_ = names;
+  tcpWhy_.resize(sels.size());
   ports_.resize(sels.size());
   for (size_t i = 0; i < sels.size(); ++i) {
     NicPort& np = ports_[i];
     np.sel = sels[i];
+    if (np.sel.dev.empty()) {  // served over TCP (mixed mode): no HCA
+      if (tcpWhy_[i].empty()) tcpWhy_[i] = "no RDMA port";
+      continue;
+    }
     for (size_t h = 0; h < hcas_.size(); ++h)
       if (hcas_[h]->name() == np.sel.dev) np.hca = hcas_[h].get(), np.hcaIndex = (int)h;
     if (np.hca) continue;
@@ -1240,6 +1258,7 @@ void RdmaTransport::watchLoop(PortSignal signal, AddrSignal addr) {
   // which are reported down before the first wait.
   std::vector<int> state(ports_.size(), 1);
   for (size_t i = 0; i < ports_.size(); ++i) {
+    if (!ports_[i].hca) continue;  // served over TCP: health's carrier watch follows it
     verbs::PortSel cur = portSel((int)i);
     if (!cur.roce && cur.active) ports_[i].hca->notePortLid(cur.port, cur.lid);  // what paths compare theirs with
     if (cur.active) continue;
@@ -1303,6 +1322,7 @@ void RdmaTransport::watchLoop(PortSignal signal, AddrSignal addr) {
     }
     for (size_t i = 0; i < ports_.size(); ++i) {
       NicPort& np = ports_[i];
+      if (!np.hca) continue;  // served over TCP
       uint64_t gc = np.hca->gidChanges(np.sel.port);
       if (gc != seenGid[i]) {
         seenGid[i] = gc;
@@ -1423,6 +1443,10 @@ std::string RdmaTransport::describe() const {
   std::lock_guard<std::mutex> g(selMu_);
   for (size_t i = 0; i < ports_.size(); ++i) {
     const NicPort& np = ports_[i];
+    if (!np.hca) {
+      s += (s.empty() ? "" : "; ") + names_[i] + " -> tcp [" + tcpWhy_[i] + "]";
+      continue;
+    }
     s += (s.empty() ? "" : "; ") + names_[i] + " -> " + np.sel.dev + " port " + std::to_string(np.sel.port) +
          (np.sel.roce ? " GID " + std::to_string(np.sel.gidIndex) : std::string(" LID ") + std::to_string(np.sel.lid)) +
          (np.sel.why.empty() ? "" : " [" + np.sel.why + "]");
@@ -1431,7 +1455,7 @@ std::string RdmaTransport::describe() const {
 }
 
 bool RdmaTransport::devicePort(int nic, DevicePort* out) const {
-  if (nic < 0 || nic >= (int)ports_.size()) return false;
+  if (nic < 0 || nic >= (int)ports_.size() || !ports_[nic].hca) return false;
   verbs::PortSel s = portSel(nic);  // one copy under selMu_: the fields belong together
   out->hca = s.dev;
   out->port = s.port;
@@ -1470,7 +1494,9 @@ bool RdmaTransport::deviceProps(int nic, DeviceProps* out) const {
         }
   }
   p.speedMbps = s.speedMbps;
-  uint64_t perComm = (uint64_t)std::max<uint32_t>(1, ib_.qpsPerConnection) * ports_.size();
+  size_t rdmaNics = 0;  // a comm's paths on NICs served over TCP put no QP on an HCA
+  for (const NicPort& o : ports_) rdmaNics += o.hca ? 1 : 0;
+  uint64_t perComm = (uint64_t)std::max<uint32_t>(1, ib_.qpsPerConnection) * rdmaNics;
   if (a.maxQp > 0) p.maxComms = (int)std::max<uint64_t>(1, std::min<uint64_t>(65536, (uint64_t)a.maxQp / perComm));
   p.pciPath = hca.pciPath();
   char guid[24];
@@ -1507,6 +1533,7 @@ std::unique_ptr<Conn> RdmaTransport::connect(int nic, const sockaddr_storage& re
 std::unique_ptr<SendPath> RdmaTransport::openSendPath(int nic, const sockaddr_storage& remote, socklen_t len, int nStreams,
                                                       const PathIdentity& id, const ChunkPolicy& chunks, std::string* err) {
   (void)nStreams;  // one bootstrap stream per path; its QPs: NCCL_IB_QPS_PER_CONNECTION
+  if (overTcp(nic)) return boot_->openSendPath(nic, remote, len, nStreams, id, chunks, err);  // mixed mode
   if (nic < 0 || nic >= (int)ports_.size() || !ports_[nic].hca) return *err = "no HCA port behind NIC", nullptr;
   // The bootstrap connect starts here (non-blocking); the path's CQ, QPs and control-slot MRs
   // are created by the worker, not on the caller's thread, which is NCCL's when the engine
@@ -1543,6 +1570,7 @@ std::unique_ptr<SendPath> RdmaTransport::openSendPath(int nic, const sockaddr_st
 std::unique_ptr<RecvPath> RdmaTransport::newRecvPath(int nStreams) { return newRecvPathOn(-1, nStreams); }
 
 std::unique_ptr<RecvPath> RdmaTransport::newRecvPathOn(int localNic, int nStreams) {
+  if (overTcp(localNic)) return boot_->newRecvPathOn(localNic, nStreams);  // mixed mode: the sender's path is TCP too
   return std::unique_ptr<RecvPath>(new RdmaRecvPath(*this, localNic, nStreams));
 }
 
@@ -1554,6 +1582,7 @@ bool RdmaTransport::listen(int nic, const sockaddr_storage& addr, socklen_t len,
 }
 
 bool RdmaTransport::encodeHandle(const PeerHandle& h, void* out, std::string* err) {
+  if (h.transport == "tcp" && mixed()) return boot_->encodeHandle(h, out, err);  // a comm of a NIC served over TCP
   if (h.transport != name()) return *err = "a " + h.transport + " handle asked of the rdma transport", false;
   return encodeWireHandle(h, out, err);
 }
@@ -1592,12 +1621,15 @@ verbs::FlushQp* RdmaTransport::flushQpForTest(int nic) {
 }
 
 std::string RdmaTransport::nicDevice(int nic) const {
-  if (nic < 0 || nic >= (int)ports_.size()) return std::string();
+  if (nic < 0 || nic >= (int)ports_.size() || !ports_[nic].hca) return std::string();
   return port(nic).sel.dev + " port " + std::to_string(port(nic).sel.port);
 }
 
 uint32_t RdmaTransport::ptrSupport(int nic) const {
-  (void)nic;  // the same for every NIC: a comm registers its buffers on every HCA (it may fail over to any)
+  // The same for every NIC with an RDMA port: a comm registers its buffers on every HCA (it may
+  // fail over to any). A NIC served over TCP (mixed mode) sends from host memory only, as the
+  // TCP transport; its comms fail over only to NICs served over TCP.
+  if (overTcp(nic)) return kPtrHost;
   uint32_t p = kPtrHost;
   if (peerMem_) p |= kPtrCuda;
   // DMABUF only when every HCA takes dmabufs: regMrDmaBuf registers the dmabuf on each of them
@@ -1655,6 +1687,7 @@ uint64_t RdmaTransport::flushNowUs() const { return flushClock_ ? flushClock_() 
 
 void RdmaTransport::ensureFlushQps() {
   for (size_t i = 0; i < flush_.size(); ++i) {
+    if (overTcp((int)i)) continue;  // no HCA: nothing to read through
     FlushSlot& s = *flush_[i];
     std::lock_guard<std::mutex> g(s.mu);
     if (s.qp || s.building) continue;
@@ -1823,9 +1856,10 @@ std::unique_ptr<FlushOp> RdmaTransport::flush(int nic, void* data, void* mhandle
   if (!mr) return *err = "flush of a buffer that was not registered with this transport (regMr)", nullptr;
   if (mr->size() == 0) return nullptr;  // nothing can have been written
   if (nic < 0 || (size_t)nic >= flush_.size()) return *err = "flush through NIC " + std::to_string(nic) + ", which does not exist", nullptr;
+  if (overTcp(nic)) return nullptr;  // mixed mode: the data came over TCP, through host memory (nothing to flush)
   std::vector<int> order{nic};
   for (int i = 0; i < (int)flush_.size(); ++i)
-    if (i != nic) order.push_back(i);
+    if (i != nic && !overTcp(i)) order.push_back(i);
   return std::unique_ptr<FlushOp>(new RdmaFlushOp(this, std::move(order), (uint64_t)(uintptr_t)data, mr));
 }
 

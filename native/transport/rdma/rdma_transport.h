@@ -214,9 +214,16 @@ class RdmaTransport : public Transport {
   // ROCE_VERSION_NUM / ADDR_FAMILY / ADDR_RANGE: cfg->ib) and opens its HCA; QPs get
   // NCCL_IB_TIMEOUT / RETRY_CNT / SL / TC / PKEY. ok() false with *err naming the first NIC
   // that has none (or why libibverbs could not be loaded).
-  RdmaTransport(const std::vector<Nic>* nics, const Config* cfg, std::string* err);
-  // Tests: NIC i is served by port `ports[i]` (HCA opened by name), and the bootstrap streams
-  // come from `bootstrap` (an in-memory stream transport), which outlives this one.
+  //
+  // Mixed mode (`tcpWhereNoRdma`, RAILOVER_TRANSPORT=auto where only some NICs have an RDMA
+  // port): a NIC without one is served over TCP instead of failing (nicTransport(nic) "tcp"):
+  // its paths are the bootstrap TCP transport's own (openSendPath, newRecvPathOn), it has no
+  // HCA, no flush QP, no port watch, ptrSupport host and maxRecvs 1. ok() false when no NIC
+  // has an RDMA port.
+  RdmaTransport(const std::vector<Nic>* nics, const Config* cfg, std::string* err, bool tcpWhereNoRdma = false);
+  // Tests: NIC i is served by port `ports[i]` (HCA opened by name; a PortSel with an empty
+  // `dev` is a NIC served over TCP, as in mixed mode), and the bootstrap streams come from
+  // `bootstrap` (an in-memory stream transport), which outlives this one.
   RdmaTransport(const std::vector<verbs::PortSel>& ports, Transport* bootstrap, std::string* err,
                 const IbConfig& ib = IbConfig{});
   ~RdmaTransport() override;
@@ -284,8 +291,21 @@ class RdmaTransport : public Transport {
   void setFlushClockForTest(std::function<uint64_t()> nowUs) { flushClock_ = std::move(nowUs); }
   static constexpr uint64_t flushRebuildGapUsForTest() { return kFlushRebuildGapUs; }
   bool tellsPostedReceives() const override { return true; }  // the receivers' advertisements
+  bool tellsPostedReceivesOn(int nic) const override { return !overTcp(nic); }
+  bool groupedReceivesOn(int nic) const override { return !overTcp(nic); }
   uint64_t maxMessageBytes() const override { return 0xffffffffull; }
   const char* name() const override { return "rdma"; }
+  const char* nicTransport(int nic) const override { return overTcp(nic) ? "tcp" : "rdma"; }
+  std::string kinds() const override { return mixed() ? "rdma+tcp" : "rdma"; }
+  // Mixed mode: some NIC is served over TCP (no RDMA port behind it). Fixed at construction.
+  bool mixed() const {
+    for (const NicPort& p : ports_)
+      if (!p.hca) return true;
+    return false;
+  }
+  // NIC `nic` is served over TCP (mixed mode: no RDMA port behind it). Fixed at construction:
+  // thread-safe.
+  bool overTcp(int nic) const { return nic >= 0 && (size_t)nic < ports_.size() && !ports_[nic].hca; }
 
   // The port and GID serving NIC `nic` now (a copy: the port watch re-chooses the GID after
   // IBV_EVENT_GID_CHANGE, with NCCL_IB_* rules; new QPs use the new one). Thread-safe.
@@ -333,6 +353,7 @@ class RdmaTransport : public Transport {
   std::mutex accessLogMu_;
   std::vector<char> accessLogged_;  // per HCA index
   bool openPorts(const std::vector<std::string>& names, const std::vector<verbs::PortSel>& sels, std::string* err);
+  std::vector<std::string> tcpWhy_;       // mixed mode: per NIC served over TCP, why it has no RDMA port
   std::vector<std::string> names_;        // NIC name per index (for describe())
   std::unique_ptr<Transport> ownBoot_;    // the TCP transport (production)
   Transport* boot_ = nullptr;             // bootstrap streams, liveness checks

@@ -870,7 +870,8 @@ def rdma_checks(r: Mapping[str, Any]) -> List[Check]:
     ``native/plugin/rdma_report.h``, or ``{"error": why}``). FAIL only when the job's init
     would fail (``RAILOVER_TRANSPORT=rdma`` without a usable HCA port on every NIC); a NIC
     without an RDMA port is INFO when the job uses TCP anyway, WARN when other NICs have one
-    (``auto`` then serves every NIC with TCP)."""
+    (``auto`` then serves that NIC with TCP beside the RDMA NICs, and its comms fail over only
+    to other TCP NICs)."""
     out: List[Check] = []
     if "error" in r:
         return [Check("rdma", "RDMA transport", INFO, f"not checked: {r['error']}")]
@@ -913,8 +914,8 @@ def rdma_checks(r: Mapping[str, Any]) -> List[Check]:
             if setting == "rdma":
                 status, fix = FAIL, f"bring an ACTIVE RDMA port with a GID to {n['nic']}, or set RAILOVER_TRANSPORT=auto"
             elif setting == "auto" and chosen:
-                status, fix = WARN, (f"give {n['nic']} an RDMA port, or leave it out (RAILOVER_IFNAMES) for the other "
-                                     "NICs to use RDMA")
+                status, fix = WARN, (f"{n['nic']} is served over TCP beside the RDMA NICs, and its comms fail over "
+                                     f"only to other TCP NICs: give it an RDMA port, or leave it out (RAILOVER_IFNAMES)")
             else:
                 status, fix = INFO, ""
             out.append(Check("rdma", n["nic"], status, f"no RDMA: {n.get('why', '')}{seen}", fix))

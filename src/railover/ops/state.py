@@ -173,7 +173,8 @@ _TOP_FIELDS = (("pid", (_INT,), True), ("nics", (_LIST,), True), ("comms", (_LIS
                ("pairs", (_LIST,), False), ("start_time", (_INT,), False), ("host", (_STR,), False),
                ("event_log", (_STR, _NONE), False), ("transport", (_STR, _NONE), False))
 _NIC_FIELDS = (("name", (_STR,), True), ("addr", (_STR,), False), ("rail", (_INT, _NONE), False),
-               ("speed_mbps", (_INT, _NONE), False), ("up", (_BOOL,), False), ("rdma", (_OBJ, _NONE), False))
+               ("speed_mbps", (_INT, _NONE), False), ("up", (_BOOL,), False), ("rdma", (_OBJ, _NONE), False),
+               ("transport", (_STR, _NONE), False))
 #: A NIC's ``rdma`` object (the HCA port behind it; null for TCP, absent from an older plugin).
 _RDMA_FIELDS = (("hca", (_STR,), True), ("port", (_INT,), True), ("port_active", (_BOOL,), True),
                 ("link_layer", (_STR,), False), ("gid_index", (_INT,), False), ("gid", (_STR,), False),
@@ -480,7 +481,9 @@ def nic_summary(states: Sequence[ProcessState]) -> Dict[str, List[Dict[str, Any]
     pair with this NIC is down), ``rdma`` (the HCA port behind it, as the state file's NIC
     ``rdma`` object of the first process with one, host then pid order, with ``port_active``
     true only when every process with one sees the port ACTIVE; None when no process uses RDMA
-    on it or the plugin predates the field)."""
+    on it or the plugin predates the field), ``transport`` (what carries its paths: ``tcp`` or
+    ``rdma``, from the first process that says; with ``RAILOVER_TRANSPORT=auto`` a NIC without
+    an RDMA port is ``tcp`` beside ``rdma`` ones; None from a plugin that predates the field)."""
     hosts: Dict[str, Dict[str, Dict[str, Any]]] = {}
     for s in states:
         if s.stale:
@@ -489,8 +492,11 @@ def nic_summary(states: Sequence[ProcessState]) -> Dict[str, List[Dict[str, Any]
         for n in s.nics:
             r = rows.setdefault(n["name"], {"name": n["name"], "addr": n.get("addr", ""), "rail": n.get("rail"),
                                             "speed_mbps": n.get("speed_mbps"), "up": True, "processes": 0,
-                                            "active": 0, "standby": 0, "failed": 0, "pairs_down": [], "rdma": None})
+                                            "active": 0, "standby": 0, "failed": 0, "pairs_down": [], "rdma": None,
+                                            "transport": None})
             r["processes"] += 1
+            if r["transport"] is None and n.get("transport"):
+                r["transport"] = n["transport"]
             r["up"] = r["up"] and bool(n.get("up", True))
             rd = n.get("rdma")
             if rd:

@@ -1,0 +1,155 @@
+// The RDMA transport's mixed mode (RAILOVER_TRANSPORT=auto where an RDMA port backs some NICs
+// only; rdma_transport.h): the NICs without one are served over TCP by the transport's own
+// bootstrap TCP transport, and everything the plugin asks per NIC answers for that NIC's kind.
+// Over the fake verbs provider and in-memory bootstrap streams (tests/fake_net.h).
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <net/if.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../verbs/fake_verbs.h"
+#include "common/config.h"
+#include "tests/fake_net.h"
+#include "tests/rdma/rdma_test_ports.h"
+#include "tests/test_nic.h"
+#include "transport/rdma/rdma_transport.h"
+#include "transport/tcp/stream_path.h"
+
+namespace railover {
+namespace {
+
+using rdmatest::addrOf;
+using rdmatest::portOf;
+
+struct Mixed : ::testing::Test {
+  void SetUp() override {
+    ::fake::reset();
+    boot.nicAddr = {"10.0.0.1", "10.0.1.1"};
+    std::string err;
+    // NIC 0 on fake0 port 1; NIC 1 has no RDMA port (a PortSel without a device).
+    t = std::make_unique<rdma::RdmaTransport>(std::vector<verbs::PortSel>{portOf("fake0", 1), verbs::PortSel{}}, &boot,
+                                              &err);
+    ASSERT_TRUE(t->ok()) << err;
+  }
+  void TearDown() override {
+    for (void* m : mrs) t->deregMr(m);
+    t->worker().drain();
+  }
+  std::unique_ptr<SendPath> open(int nic, std::string* err) {
+    PathIdentity id;
+    id.secret = 7, id.connId = 9, id.pathIndex = 1, id.generation = 1;
+    ChunkPolicy cp;
+    cp.minChunkBytes = 128, cp.maxChunkBytes = 4096;
+    return t->openSendPath(nic, addrOf(nic ? "10.0.1.1" : "10.0.0.1", 5000), sizeof(sockaddr_in), 2, id, cp, err);
+  }
+  fake::FakeTransport boot;
+  std::unique_ptr<rdma::RdmaTransport> t;
+  std::vector<void*> mrs;
+};
+
+// What the plugin reports and asks per NIC: the kind, the memory it registers, grouped
+// receives, the device port and properties, and the INIT line.
+TEST_F(Mixed, ANicWithoutAnRdmaPortAnswersAsATcpNic) {
+  EXPECT_TRUE(t->mixed());
+  EXPECT_EQ(t->kinds(), "rdma+tcp");
+  EXPECT_STREQ(t->name(), "rdma");
+  EXPECT_STREQ(t->nicTransport(0), "rdma");
+  EXPECT_STREQ(t->nicTransport(1), "tcp");
+  EXPECT_TRUE(t->overTcp(1));
+  EXPECT_FALSE(t->overTcp(0));
+  EXPECT_EQ(t->ptrSupport(1), Transport::kPtrHost) << "a TCP path sends from host memory only";
+  EXPECT_TRUE(t->groupedReceivesOn(0));
+  EXPECT_TRUE(t->tellsPostedReceivesOn(0));
+  EXPECT_FALSE(t->groupedReceivesOn(1)) << "maxRecvs 1 on the TCP NIC: its sender is told no posted receive";
+  EXPECT_FALSE(t->tellsPostedReceivesOn(1));
+  Transport::DevicePort dp;
+  EXPECT_TRUE(t->devicePort(0, &dp));
+  EXPECT_EQ(dp.hca, "fake0");
+  EXPECT_FALSE(t->devicePort(1, &dp)) << "no HCA port behind the TCP NIC (the state file's \"rdma\": null)";
+  Transport::DeviceProps props;
+  EXPECT_FALSE(t->deviceProps(1, &props)) << "the netdev's own properties stay";
+  EXPECT_EQ(t->nicDevice(1), "");
+  EXPECT_EQ(t->nicDevice(0), "fake0 port 1");
+  EXPECT_NE(t->describe().find("nic1 -> tcp [no RDMA port]"), std::string::npos) << t->describe();
+  // The TCP NIC's comms get a TCP handle (the peer's TCP transport reads it as its own).
+  PeerHandle h;
+  h.secret = 5, h.transport = "tcp", h.naddr = 1;
+  h.addrs[0].addr = addrOf("10.0.1.1", 5001), h.addrs[0].len = sizeof(sockaddr_in), h.addrs[0].rail = 1;
+  uint8_t buf[kTransportHandleBytes] = {};
+  std::string err;
+  ASSERT_TRUE(t->encodeHandle(h, buf, &err)) << err;
+  PeerHandle back;
+  ASSERT_TRUE(boot.decodeHandle(buf, sizeof buf, &back, &err)) << err;
+  EXPECT_EQ(back.transport, "tcp");
+  EXPECT_EQ(back.secret, 5u);
+}
+
+// The paths: the TCP NIC's are the bootstrap transport's stream paths (as a TCP peer's), the
+// RDMA NIC's are verbs paths; a buffer a TCP comm registered needs no flush.
+TEST_F(Mixed, TheTcpNicsPathsAreStreamPathsAndNeedNoFlush) {
+  std::string err;
+  auto tcpPath = open(1, &err);
+  ASSERT_TRUE(tcpPath) << err;
+  EXPECT_NE(dynamic_cast<StreamSendPath*>(tcpPath.get()), nullptr) << "a TCP NIC's send path is a stream path";
+  EXPECT_EQ(boot.pending.size(), 2u) << "its 2 streams connected through the bootstrap transport";
+  auto rdmaPath = open(0, &err);
+  ASSERT_TRUE(rdmaPath) << err;
+  EXPECT_EQ(dynamic_cast<StreamSendPath*>(rdmaPath.get()), nullptr) << "the RDMA NIC's send path is a verbs path";
+  EXPECT_EQ(boot.pending.size(), 3u) << "one bootstrap stream for the verbs path";
+  auto rx = t->newRecvPathOn(1, 2);
+  EXPECT_NE(dynamic_cast<StreamRecvPath*>(rx.get()), nullptr) << "a stream arriving on the TCP NIC gets a stream path";
+  auto rrx = t->newRecvPathOn(0, 1);
+  EXPECT_EQ(dynamic_cast<StreamRecvPath*>(rrx.get()), nullptr);
+
+  std::vector<uint8_t> b(4096, 1);
+  void* mr = rdmatest::regBuffer(*t, b, mrs);
+  ASSERT_TRUE(mr);
+  err.clear();
+  EXPECT_EQ(t->flush(1, b.data(), mr, &err), nullptr);
+  EXPECT_EQ(err, "") << "nothing to flush on the TCP NIC: its data came through host memory";
+  rx.reset(), rrx.reset(), tcpPath.reset(), rdmaPath.reset();
+}
+
+ibv_gid_entry gidOn(const char* text, uint32_t type, uint32_t ifindex) {
+  ibv_gid_entry e{};
+  inet_pton(AF_INET6, text, e.gid.raw);
+  e.gid_type = type;
+  e.ndev_ifindex = ifindex;
+  return e;
+}
+
+// The plugin's constructor: without mixed mode a NIC with no RDMA port fails it (naming the
+// NIC); with it that NIC is served over TCP, and with no RDMA port at all it fails.
+TEST(RdmaMixedInit, ANicWithoutAPortFailsUnlessMixedAndMixedNeedsOneRdmaNic) {
+  ::fake::reset();
+  ::fake::setGids("fake0", 1, {gidOn("::ffff:127.0.0.1", IBV_GID_TYPE_ROCE_V2, if_nametoindex("lo"))});
+  Config cfg;
+  std::vector<Nic> nics = {testbed::makeNic(0, "lo", "127.0.0.1"), testbed::makeNic(1, "nordma0", "127.0.0.2", 1)};
+  std::string err;
+  {
+    rdma::RdmaTransport t(&nics, &cfg, &err);
+    EXPECT_FALSE(t.ok());
+    EXPECT_NE(err.find("NIC nordma0"), std::string::npos) << err;
+  }
+  err.clear();
+  {
+    rdma::RdmaTransport t(&nics, &cfg, &err, /*tcpWhereNoRdma=*/true);
+    ASSERT_TRUE(t.ok()) << err;
+    EXPECT_STREQ(t.nicTransport(0), "rdma");
+    EXPECT_STREQ(t.nicTransport(1), "tcp");
+    EXPECT_NE(t.describe().find("lo -> fake0 port 1"), std::string::npos) << t.describe();
+    EXPECT_NE(t.describe().find("nordma0 -> tcp [no network interface named 'nordma0']"), std::string::npos)
+        << t.describe();
+  }
+  err.clear();
+  std::vector<Nic> none = {testbed::makeNic(0, "nordma0", "127.0.0.2")};
+  rdma::RdmaTransport t(&none, &cfg, &err, true);
+  EXPECT_FALSE(t.ok());
+  EXPECT_EQ(err, "no NIC has an RDMA port");
+}
+
+}  // namespace
+}  // namespace railover
