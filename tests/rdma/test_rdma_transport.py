@@ -33,6 +33,9 @@ Asserted here:
   bytes is flushed by a real RDMA READ through the HCA, also across a cable pull of that HCA;
 * ranks that disagree on the transport (one tcp, one rdma) fail with an error that names both
   transports, instead of exchanging bytes the other side cannot read;
+* ``RAILOVER_TRANSPORT=auto`` with the management NIC (no rxe) selected beside the rails: rdma on
+  the rails, tcp on eth0, each comm on its NIC's kind (a rail comm fails over to the other rail,
+  never to eth0), every byte checked across a cable pull and failback;
 * under each older net ABI (v11 to v7), one run takes a sequence of faults on the primary, each
   repaired and failed back before the next (cable pull at either end, admin down, and a share
   of the silent black hole, one-way loss and flap), then ends with both rails down in the clean
@@ -158,7 +161,7 @@ class _Background:
     a test runs only as long as its checks need."""
 
     def __init__(self, bed, tmp_path, env, duration=100, timeout_s=900, stoppable=False, extra_args=(),
-                 workload="allreduce", abi=None):
+                 workload="allreduce", abi=None, channels=1):
         self.bed, self.box = bed, {}
         self.stop_path = f"/tmp/rstop-{secrets.token_hex(3)}" if stoppable else None
         extra = (["--stop-file", self.stop_path] if self.stop_path else []) + list(extra_args)
@@ -166,7 +169,7 @@ class _Background:
         def run():
             self.box["res"] = rperf.run_perf(bed, ranks_per_host=1, timeout_s=timeout_s, workload=workload,
                                              minbytes="64K", maxbytes="256K", stepfactor=4, duration=duration,
-                                             warmup=1, channels=1, op_timeout=240, rendezvous_timeout=300,
+                                             warmup=1, channels=channels, op_timeout=240, rendezvous_timeout=300,
                                              fetch_to=tmp_path, env=dict(RDMA_ENV, **env), extra_args=extra,
                                              abi=abi)
 
@@ -993,6 +996,40 @@ def test_one_path_the_receiver_dropped_during_a_long_pull_is_found_at_the_repair
         print("B's send path_down events:", [(e.get("t_us"), e.get("cause")) for e in b_downs], "\nA's FIN rule:", fins)
         assert any("acknowledges nothing" in e["cause"] or ("bootstrap stream" in e["cause"] and "reset" in e["cause"])
                    for e in b_downs), b_downs
+
+    crash_retry(bed, body)
+
+
+def test_auto_serves_the_management_nic_over_tcp_beside_the_rdma_rails(rdma_bed, tmp_path):
+    """RAILOVER_TRANSPORT=auto with the management NIC (eth0, no rxe) selected beside the two
+    rail NICs: the plugin runs mixed, rdma on eth1 and eth2 and tcp on eth0 (it used to put every
+    NIC on TCP). railover-perf spreads 3 channels over the 3 devices (``--dev-spread``): the
+    eth0 comms run over TCP with no standby (every other NIC is rdma), the rail comms keep their
+    standby on the other rail only; a cable pull of A's eth1 moves its comms to eth2, never to
+    eth0, and back after the repair; every byte arrives."""
+    bed = rdma_bed
+    env = {"RAILOVER_TRANSPORT": "auto", "RAILOVER_IFNAMES": "=eth1,eth2,eth0"}
+
+    def body():
+        res = _cable_pull_and_repair(bed, tmp_path, env=env, channels=3, extra_args=["--dev-spread"])
+        assert res.ok, res.describe()
+        assert res.wrong_total == 0
+        for r in res.ranks:
+            log = r.stdout + r.stderr
+            assert r.json["exit_code"] == 0 and r.json["errors"] == [], r.json
+            assert "RAILOVER_TRANSPORT=auto: NIC eth0 served over tcp" in log, log[-3000:]
+            line = re.search(r"transport rdma\+tcp: .*", log)
+            assert line and "eth0 -> tcp [" in line.group(0) and "eth1 -> rxe0 port 1" in line.group(0), log[-3000:]
+            assert "rdma on NIC(s) eth1,eth2, tcp on NIC(s) eth0" in log, log[-3000:]
+            evs = _rank_events(tmp_path, r.rank)
+            kinds = {}  # (comm, dir) -> local NICs its paths came up on
+            for e in _named(evs, "path_up"):
+                kinds.setdefault((e["comm"], e["dir"]), set()).add(e["nic"])
+            assert {frozenset(v) for v in kinds.values()} == {frozenset({"eth1", "eth2"}), frozenset({"eth0"})}, kinds
+            assert {e["nic"] for e in _named(evs, "no_standby")} == {"eth0"}, _named(evs, "no_standby")
+            assert all(e["to_nic"] in ("eth1", "eth2") for e in _named(evs, "failover") + _named(evs, "failback"))
+        assert any(e["to_nic"] == "eth2" for e in _named(_events(tmp_path), "failover"))
+        assert _named(_events(tmp_path), "failback")
 
     crash_retry(bed, body)
 

@@ -87,15 +87,17 @@ def test_the_port_rate_is_shown_where_the_plugin_read_it():
     assert rep.to_json()["rdma"]["nics"][1]["hca"] == "rxe1"
 
 
-def test_auto_with_one_nic_without_rdma_warns_that_every_nic_uses_tcp():
+def test_auto_with_one_nic_without_rdma_warns_that_it_is_served_over_tcp_beside_the_rdma_nics():
     why = "no RDMA device is bound to NIC eth1 (for Soft-RoCE: rdma link add rxe0 type rxe netdev eth1)"
-    rep = rdma_run(report([nic("eth0"), nic("eth1", "failed", why=why)], transport="tcp",
-                          why="RAILOVER_TRANSPORT=auto: NIC eth1: " + why))
+    mixed_why = ("RAILOVER_TRANSPORT=auto: rdma on eth0, tcp on the others (first without an RDMA port: NIC eth1: "
+                 + why + "); each comm fails over only within its kind")
+    rep = rdma_run(report([nic("eth0"), nic("eth1", "failed", why=why)], transport="rdma+tcp", why=mixed_why))
     assert rep.ok
     c = rdma(rep, "eth1")[0]
     assert c.status == dr.WARN and "no RDMA device is bound to NIC eth1" in c.detail and "RAILOVER_IFNAMES" in c.fix
+    assert "served over TCP" in c.fix and "fail over only to other TCP NICs" in c.fix, c.fix
     t = rdma(rep, "RAILOVER_TRANSPORT")[0]
-    assert t.status == dr.INFO and "would use tcp" in t.detail and "NIC eth1" in t.detail
+    assert t.status == dr.INFO and "would use rdma+tcp" in t.detail and "NIC eth1" in t.detail
     assert "eth1 failed - - - - no RDMA device is bound" in text(ocli.render_doctor(rep))
 
 
