@@ -142,7 +142,7 @@ TEST_F(Engine, ReceiverClosedBeforeConnectCompletedIsAConnectErrorWithTheCause) 
     ASSERT_EQ(r, nullptr);
   }
   ASSERT_EQ(api::closeListen(lc), ncclSuccess);  // the receiving rank aborts
-  CaptureWarns cap(logger);
+  testlog::Scope cap(logger);
   auto t0 = std::chrono::steady_clock::now();
   ncclResult_t res = ncclSuccess;
   for (int i = 0; i < 1000 && res == ncclSuccess; ++i) {
@@ -153,7 +153,7 @@ TEST_F(Engine, ReceiverClosedBeforeConnectCompletedIsAConnectErrorWithTheCause) 
   EXPECT_EQ(res, ncclSystemError);
   EXPECT_LT(ms, 1000) << "at once, not after RAILOVER_FATAL_TIMEOUT";
   std::string all;
-  for (auto& m : capturedWarns()) all += m + "\n";
+  for (auto& m : testlog::warnings()) all += m + "\n";
   EXPECT_NE(all.find("receiver closed the comm"), std::string::npos) << all;
   EXPECT_NE(all.find("connect to peer 10.0.0.1"), std::string::npos) << all;
 }

@@ -26,7 +26,6 @@
 
 #include <cctype>
 #include <chrono>
-#include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -40,6 +39,7 @@
 #include "failover/link.h"
 #include "plugin/runtime.h"
 #include "telemetry/journal.h"
+#include "tests/log_capture.h"
 #include "tests/scripted_health.h"
 #include "tests/test_journal.h"
 #include "tests/test_nic.h"
@@ -65,35 +65,6 @@ inline uint8_t pattern(uint64_t msg, uint64_t off) { return (uint8_t)(msg * 2654
 // Message sizes in bytes, cycling: empty, tiny, below and above one chunk, several chunks.
 inline size_t mixed(int k) { return (size_t[]){0, 1, 100, 4096, 5000, 70000, 250000, 33}[k % 8]; }
 
-// WARN lines logged while a CaptureWarns is alive.
-inline std::vector<std::string>& capturedWarns() {
-  static std::vector<std::string> v;
-  return v;
-}
-// Every line (any level) logged while a CaptureWarns is alive, with its level, in order.
-inline std::vector<std::pair<ncclDebugLogLevel, std::string>>& capturedLog() {
-  static std::vector<std::pair<ncclDebugLogLevel, std::string>> v;
-  return v;
-}
-inline void captureLogger(ncclDebugLogLevel level, unsigned long, const char*, int, const char* fmt, ...) {
-  char buf[2048];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof(buf), fmt, ap);
-  va_end(ap);
-  capturedLog().emplace_back(level, buf);
-  if (level == RO_LOG_WARN) capturedWarns().push_back(buf);
-}
-// Captured log lines that contain every one of `parts`.
-inline std::vector<std::pair<ncclDebugLogLevel, std::string>> logLines(std::initializer_list<std::string> parts) {
-  std::vector<std::pair<ncclDebugLogLevel, std::string>> out;
-  for (auto& l : capturedLog()) {
-    bool all = true;
-    for (auto& p : parts) all &= l.second.find(p) != std::string::npos;
-    if (all) out.push_back(l);
-  }
-  return out;
-}
 // The value of string field `key` in one journal line ("" when absent); unescapes \" and \\.
 inline std::string jsonField(const std::string& line, const std::string& key) {
   std::string k = "\"" + key + "\":\"";
@@ -121,18 +92,6 @@ struct JournalStep {
     return event == "path_state" && dir == d && nic == n && from == f && to == t;
   }
 };
-// Captures the log (every line; WARNs also in capturedWarns) for its lifetime, then puts
-// `restore` (the suite's logger) back.
-struct CaptureWarns {
-  explicit CaptureWarns(ncclDebugLogger_t restore) : restore(restore) {
-    capturedWarns().clear();
-    capturedLog().clear();
-    setLogger(&captureLogger);
-  }
-  ~CaptureWarns() { setLogger(restore); }
-  ncclDebugLogger_t restore;
-};
-
 // What run() and runGrouped() report.
 struct Stats {
   uint64_t delivered = 0;           // messages received whole and checked
