@@ -595,6 +595,82 @@ TEST_F(RdmaPathTest, ReviewTheBlockingFenceWaitsForARunningGrant) {
   EXPECT_EQ(::fake::state(rq), IBV_QPS_ERR);
 }
 
+// A fence of a path whose grant is queued on the fence runner but has not begun (every fence
+// thread busy, or none woken yet) cancels it (WriteGrant::cancel): fence() on the caller's
+// thread returns without waiting for it, the QPs go to ERR, and the grant never runs (the QPs
+// never accept RDMA writes). FenceRunner::hold() keeps the grant's job queued and not begun for
+// as long as the test needs; without the cancel, fence() would wait for a grant that cannot
+// begin until the hold is released (seen here as a fence that has not returned in 20 s, then
+// a modify that ran).
+TEST_F(RdmaPathTest, AFenceCancelsAGrantThatHasNotBegunAndDoesNotWaitForIt) {
+  bringUp();
+  std::vector<uint8_t> rxb(1024);
+  void* rmr = reg(rxb);
+  const size_t modifiesBefore = ::fake::accessModifiers().size();
+  t->fencer().hold(true);
+  AdvertEntry e{100, rxb.data(), rxb.size(), rmr};
+  rx->advertise(0, &e, 1, false);
+  ASSERT_EQ(t->fencer().queued(), 1u) << "the first advertisement queued no grant";
+  std::mutex mu;
+  std::condition_variable cv;
+  bool fenced = false;  // under mu
+  std::thread closer([&] {
+    rx->fence();
+    std::lock_guard<std::mutex> g(mu);
+    fenced = true;
+    cv.notify_all();
+  });
+  bool returned;
+  {
+    std::unique_lock<std::mutex> g(mu);
+    returned = cv.wait_for(g, std::chrono::seconds(20), [&] { return fenced; });
+  }
+  EXPECT_TRUE(returned) << "fence() waited for a grant that had not begun";
+  EXPECT_EQ(t->fencer().queued(), 1u) << "the grant's job was taken while the runner was held";
+  t->fencer().hold(false);
+  closer.join();
+  t->fencer().joinAll();  // the cancelled grant's job has run (and done nothing)
+  t->worker().drain();
+  EXPECT_EQ(t->fencer().queued(), 0u);
+  EXPECT_EQ(::fake::accessModifiers().size(), modifiesBefore) << "the cancelled grant modified the QPs' access";
+  EXPECT_EQ(::fake::state(rq), IBV_QPS_ERR) << "the path is not fenced";
+  ibv_qp_attr a{};
+  ibv_qp_init_attr ia{};
+  ASSERT_EQ(ibv_query_qp(rq, &a, IBV_QP_ACCESS_FLAGS, &ia), 0);
+  EXPECT_FALSE(a.qp_access_flags & IBV_ACCESS_REMOTE_WRITE) << "the fenced path's QP was granted remote write";
+}
+
+// The same through fenceAsync (a failover's fence): the grant not begun is cancelled when the
+// fence is asked for, so the fence job, queued behind it, waits for nothing, and once the
+// runner is released and drained the modify never ran and the fence is done, safe, the QP in
+// ERR. (Without the cancel the grant's job begins as soon as the hold is released and its
+// modify runs.)
+TEST_F(RdmaPathTest, AnAsyncFenceCancelsAGrantThatHasNotBegun) {
+  bringUp();
+  std::vector<uint8_t> rxb(1024);
+  void* rmr = reg(rxb);
+  const size_t modifiesBefore = ::fake::accessModifiers().size();
+  t->fencer().hold(true);
+  AdvertEntry e{100, rxb.data(), rxb.size(), rmr};
+  rx->advertise(0, &e, 1, false);
+  ASSERT_EQ(t->fencer().queued(), 1u) << "the first advertisement queued no grant";
+  std::shared_ptr<FenceWait> w = rx->fenceAsync();
+  ASSERT_TRUE(w);
+  EXPECT_EQ(t->fencer().queued(), 2u) << "the grant and the fence, neither begun";
+  EXPECT_FALSE(w->done.load());
+  t->fencer().hold(false);
+  t->fencer().joinAll();
+  t->worker().drain();
+  ASSERT_TRUE(w->done.load()) << "the fence's job has run: joinAll() returned";
+  EXPECT_EQ(w->unsafe, "");
+  EXPECT_EQ(::fake::accessModifiers().size(), modifiesBefore) << "the cancelled grant modified the QPs' access";
+  EXPECT_EQ(::fake::state(rq), IBV_QPS_ERR) << "the path is not fenced";
+  ibv_qp_attr a{};
+  ibv_qp_init_attr ia{};
+  ASSERT_EQ(ibv_query_qp(rq, &a, IBV_QP_ACCESS_FLAGS, &ia), 0);
+  EXPECT_FALSE(a.qp_access_flags & IBV_ACCESS_REMOTE_WRITE) << "the fenced path's QP was granted remote write";
+}
+
 // Review (2026-12-06): a grant that fails because the path's QP went to ERR meanwhile (a
 // control SEND of the path failed: retry exceeded) must not hide that cause. A QP in ERR
 // refuses an access-only modify (EINVAL on mlx5), and flush() ran before the path's own

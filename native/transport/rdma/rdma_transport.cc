@@ -1018,10 +1018,12 @@ void FenceRunner::loop() {
   --starting_;
   while (true) {
     ++waiting_;
-    bool woken = cv_.wait_for(g, std::chrono::milliseconds(idleExitMs_), [this] { return stop_ || !q_.empty(); });
+    // A held runner (hold(), tests) takes no job until released, unless it is stopping.
+    bool woken = cv_.wait_for(g, std::chrono::milliseconds(idleExitMs_),
+                              [this] { return stop_ || (!q_.empty() && !held_); });
     --waiting_;
     std::list<std::thread> done = reapLocked();  // threads that ended: joined outside the lock
-    if (q_.empty()) {
+    if (q_.empty() || (held_ && !stop_)) {
       bool leave = stop_ || (!woken && waiting_ >= spares_);  // stopping, or idle with enough others waiting
       if (leave) {
         ended_.push_back(std::this_thread::get_id());  // joined by another thread or the destructor
@@ -1071,6 +1073,19 @@ void FenceRunner::loop() {
       g.lock();
     }
   }
+}
+
+void FenceRunner::hold(bool held) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    held_ = held;
+  }
+  if (!held) cv_.notify_all();  // every waiting thread: as many jobs as threads may be queued
+}
+
+size_t FenceRunner::queued() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return q_.size();
 }
 
 void FenceRunner::joinAll() {

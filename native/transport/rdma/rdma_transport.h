@@ -141,6 +141,15 @@ class FenceRunner {
   // Threads that run() had to start on its caller's thread (more fences at once than spares).
   uint64_t callerStarts() const { return callerStarts_.load(std::memory_order_relaxed); }
   int threads() const;  // threads alive now (tests)
+  // Test hook: while held (hold(true) until hold(false)), no thread takes a job. run() queues
+  // as usual (and starts threads as usual: they wait too; one that can start none still runs the
+  // job on its caller's thread, as always), so a test can keep a job queued and
+  // not begun for as long as it needs (a grant a fence must cancel, RdmaRecvPath). A job
+  // already running is not affected. The destructor runs what is queued, held or not;
+  // joinAll() while held waits for the release. queued(): jobs queued, not yet taken.
+  // Production code never holds. Thread-safe.
+  void hold(bool held);
+  size_t queued() const;
 
  private:
   void loop();
@@ -156,6 +165,7 @@ class FenceRunner {
   int starting_ = 0;  // threads started that have not reached their wait yet
   int busy_ = 0;      // jobs running
   bool stop_ = false;
+  bool held_ = false;  // hold(): the threads take no job (tests)
   std::list<std::thread> threads_;      // a list: a started thread joins it without allocating
   std::vector<std::thread::id> ended_;  // threads that returned from loop(), not joined yet
   std::atomic<uint64_t> callerStarts_{0};
