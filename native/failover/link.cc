@@ -1346,7 +1346,7 @@ void RecvLink::finishResume(uint64_t now) {
                                  uint64_t end = w->endUs.load(std::memory_order_relaxed);
                                  if (end > rw.sinceUs && end >= rw.fenceEndUs)  // it held the answer back
                                    rw.fenceQueuedUs = w->queuedUs, rw.fenceStartUs = w->startUs.load(std::memory_order_relaxed),
-                                   rw.fenceEndUs = end;
+                                   rw.fenceEndUs = end, rw.fenceGrantEndUs = w->grantEndUs.load(std::memory_order_relaxed);
                                  return true;
                                }),
                 fences_.end());
@@ -1363,19 +1363,24 @@ void RecvLink::finishResume(uint64_t now) {
   // Where the wait went (journal `resume`, and the log line below), each part clipped to the
   // RESUME's arrival: until a fence thread started the fence, while it ran, and from its end
   // until the comm's progress saw it. With the fence queued before the RESUME arrived, the three
-  // add up to waitedUs; queued later, the rest is before its hand-off.
+  // add up to waitedUs; queued later, the rest is before its hand-off. Of the run, the part the
+  // fence waited for a grant of remote write already running on the old path (RDMA) before it
+  // touched the QPs, clipped the same way (so it is at most the run).
   auto span = [](uint64_t a, uint64_t b) { return a && b > a ? b - a : 0; };
-  uint64_t fenceQueueUs = 0, fenceRunUs = 0, fenceToAnswerUs = 0;
+  uint64_t fenceQueueUs = 0, fenceRunUs = 0, fenceToAnswerUs = 0, fenceGrantWaitUs = 0;
   if (waitedUs && rw.fenceQueuedUs && rw.fenceStartUs) {  // waitedUs 0: it ended as this call began, no wait
     uint64_t q = std::max(rw.fenceQueuedUs, rw.sinceUs), st = std::max(rw.fenceStartUs, rw.sinceUs);
     fenceQueueUs = span(q, st), fenceRunUs = span(st, rw.fenceEndUs), fenceToAnswerUs = span(rw.fenceEndUs, now);
+    if (rw.fenceGrantEndUs) fenceGrantWaitUs = span(st, std::min(rw.fenceGrantEndUs, rw.fenceEndUs));
   }
   resumeWait_ = ResumeWait();
   std::string why = "RESUME at seq " + std::to_string(fromSeq);
   auto ms = [](uint64_t us) { return std::to_string(us / 1000) + "." + std::to_string(us / 100 % 10); };
   if (waitedUs >= 1000)
     why += " (answered after the old path's fence, " + ms(waitedUs) + " ms: its queue " + ms(fenceQueueUs) +
-           " ms, its run " + ms(fenceRunUs) + " ms, then " + ms(fenceToAnswerUs) + " ms to the answer)";
+           " ms, its run " + ms(fenceRunUs) + " ms" +
+           (fenceGrantWaitUs ? " (" + ms(fenceGrantWaitUs) + " ms of it waiting for the path's grant of remote write)" : "") +
+           ", then " + ms(fenceToAnswerUs) + " ms to the answer)";
   setPathState(p, PathState::kActive, why);
   active = idx;
   noPathSinceUs = 0;
@@ -1392,7 +1397,7 @@ void RecvLink::finishResume(uint64_t now) {
     counters.resumes++;
     if (Journal* j = deps.journal)
       j->resume(secret, "recv", nicName(deps, p.localNic), addrToString(p.remote), nextComplete_, waitedUs, fenceQueueUs,
-                fenceRunUs, fenceToAnswerUs);
+                fenceRunUs, fenceToAnswerUs, fenceGrantWaitUs);
   }
 }
 

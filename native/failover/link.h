@@ -588,7 +588,8 @@ class RecvLink : public Link, public RecvSink {
     bool switched = false;   // a failover (counted, journaled), not the first activation
     // Of the fences that ended after the RESUME arrived, the one that ended last (it held the
     // answer back): its FenceWait times, µs (0 = none).
-    uint64_t fenceQueuedUs = 0, fenceStartUs = 0, fenceEndUs = 0;
+    // fenceGrantEndUs: when that fence stopped waiting for a running grant (FenceWait::grantEndUs).
+    uint64_t fenceQueuedUs = 0, fenceStartUs = 0, fenceEndUs = 0, fenceGrantEndUs = 0;
   };
   ResumeWait resumeWait_;
 };

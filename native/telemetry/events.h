@@ -129,9 +129,10 @@
   NEXT(peer, Str, "peer address of the path") \
   NEXT(next_seq, U64, "next message sequence number the receiver expects") \
   NEXT(waited_us, U64, "from the RESUME's arrival to the answer, µs (0: answered at once)") \
-  NEXT(fence_queue_us, U64, "of that wait, the part until a fence thread started the old path's fence (the one that ended last; all three parts 0 when the answer waited for no fence), µs") \
-  NEXT(fence_us, U64, "the part while that fence ran (RDMA: QP to ERR and drained), µs") \
-  NEXT(fence_to_answer_us, U64, "the part from that fence's end to the answer (until the comm's progress saw it), µs")
+  NEXT(fence_queue_us, U64, "of that wait, the part until a fence thread started the old path's fence (the one that ended last; all parts 0 when the answer waited for no fence), µs") \
+  NEXT(fence_us, U64, "the part while that fence ran (RDMA: QP to ERR and drained, after any wait for the path's grant of remote write, see fence_grant_wait_us), µs") \
+  NEXT(fence_to_answer_us, U64, "the part from that fence's end to the answer (until the comm's progress saw it), µs") \
+  NEXT(fence_grant_wait_us, U64, "of fence_us, the part that fence waited for a grant of remote write to the old path's QPs that was already running (RDMA: an ibv_modify_qp; 0 when none ran), µs")
 #define RO_EVENT_FIELDS_flap(FIRST, NEXT)     \
   FIRST(comm, Comm, "comm id")                \
   NEXT(nic, Str, "local NIC of the path")     \

@@ -247,6 +247,10 @@ struct FenceWait {
   uint64_t queuedUs = 0;               // fenceAsync() handed the fence to its thread (set before sharing)
   std::atomic<uint64_t> startUs{0};    // a fence thread began it
   std::atomic<uint64_t> endUs{0};      // it finished (QP in ERR and drained, or given up)
+  // Set only when the fence, once begun, first waited for a grant of remote write to the
+  // path's QPs that was already running (RDMA, WriteGrant): when that wait ended. The fence
+  // itself then ran from here to endUs. 0: it waited for no grant.
+  std::atomic<uint64_t> grantEndUs{0};
   // Non-empty when the fence could not stop the old path (its QP refused both the move to ERR
   // and destruction): a write of it may still land after a RESUME is answered. Written before
   // `done` is set (read it after done reads true). The engine then fails the comm instead of

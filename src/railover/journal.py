@@ -50,7 +50,7 @@ EVENTS: Dict[str, Dict[str, str]] = {
     "recover": dict(_RESUMED),
     "resume": {"comm": "comm", "dir": "string", "nic": "string", "peer": "string", "next_seq": "integer",
                "waited_us": "integer", "fence_queue_us": "integer", "fence_us": "integer",
-               "fence_to_answer_us": "integer"},
+               "fence_to_answer_us": "integer", "fence_grant_wait_us": "integer"},
     "flap": {"comm": "comm", "nic": "string", "flaps": "integer", "hold_down_ms": "integer"},
     "fatal": {"comm": "comm", "dir": "string", "message": "string"},
     "health_late": {"late_us": "integer", "late_rounds": "integer", "max_late_us": "integer"},

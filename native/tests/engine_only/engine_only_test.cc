@@ -151,6 +151,7 @@ TEST_F(EngineOnly, ResumeIsAnsweredOnlyAfterTheOldPathsFenceFinished) {
   w(0, kA0)->slowFence = true;
   bool broke = false, released = false;
   uint64_t queuedUs = 0, startUs = 0, endUs = 0;  // the held fence's times, as a fence thread sets them
+  uint64_t grantEndUs = 0;  // when the held fence stopped waiting for its path's grant (FenceWait::grantEndUs)
   int heldTurns = 0;              // turns with the fence held and the sender waiting for RESUME_ACK
   bool answeredEarly = false;
   Stats st = run(300, mixed, 8, [&](int k) {
@@ -170,6 +171,10 @@ TEST_F(EngineOnly, ResumeIsAnsweredOnlyAfterTheOldPathsFenceFinished) {
         queuedUs = held.back()->queuedUs;
         startUs = nowUs();
         for (auto& f : held) f->startUs.store(startUs);
+      }
+      if (heldTurns == 100) {  // the first half of the fence's run waits for a grant of remote write
+        grantEndUs = nowUs();
+        for (auto& f : held) f->grantEndUs.store(grantEndUs);
       }
       if (heldTurns >= 200) {
         endUs = nowUs();
@@ -192,14 +197,21 @@ TEST_F(EngineOnly, ResumeIsAnsweredOnlyAfterTheOldPathsFenceFinished) {
   ASSERT_GT(queuedUs, 0u);
   ASSERT_GE(startUs, queuedUs);
   long long waited = jsonInt(lines[0], "waited_us"), queue = jsonInt(lines[0], "fence_queue_us"),
-            run = jsonInt(lines[0], "fence_us"), toAnswer = jsonInt(lines[0], "fence_to_answer_us");
+            run = jsonInt(lines[0], "fence_us"), toAnswer = jsonInt(lines[0], "fence_to_answer_us"),
+            grant = jsonInt(lines[0], "fence_grant_wait_us");
   EXPECT_GT(waited, 0) << "the RESUME was answered only after the fence: " << lines[0];
-  ASSERT_TRUE(queue >= 0 && run >= 0 && toAnswer >= 0) << lines[0];
+  ASSERT_TRUE(queue >= 0 && run >= 0 && toAnswer >= 0 && grant >= 0) << lines[0];
   // The parts lie inside the wait (clipped to the RESUME's arrival) and inside the fence's times.
   EXPECT_GT(run, 0) << "the fence ended after the RESUME arrived, so part of the wait was its run: " << lines[0];
   EXPECT_LE(run, (long long)(endUs - startUs)) << lines[0];
   EXPECT_LE(queue, (long long)(startUs - queuedUs)) << lines[0];
   EXPECT_LE(queue + run + toAnswer, waited) << lines[0];
+  // The fence's wait for its path's grant is given apart, as a part of its run: from the
+  // fence's start (clipped to the RESUME's arrival) to the grant's end.
+  ASSERT_GE(grantEndUs, startUs);
+  EXPECT_GT(grant, 0) << "the fence waited for a grant after the RESUME arrived: " << lines[0];
+  EXPECT_LE(grant, run) << lines[0];
+  EXPECT_LE(grant, (long long)(grantEndUs - startUs)) << lines[0];
 }
 
 // A fence that never finishes (an HCA that stopped answering) leaves the RESUME unanswered;

@@ -546,6 +546,11 @@ TEST_F(RdmaPathTest, ReviewAFenceOfAPathWhoseGrantIsRunningWaitsForItThenIsDone)
   ASSERT_TRUE(w->done.load()) << "the fence never ended after its grant";
   EXPECT_EQ(w->unsafe, "");
   EXPECT_EQ(::fake::state(rq), IBV_QPS_ERR);
+  // The wait for the grant is told apart from the fence itself (journal: fence_grant_wait_us).
+  uint64_t start = w->startUs.load(), grantEnd = w->grantEndUs.load(), end = w->endUs.load();
+  EXPECT_NE(grantEnd, 0u) << "the fence's wait for the running grant was not recorded";
+  EXPECT_LE(start, grantEnd);
+  EXPECT_LE(grantEnd, end);
   rx.reset();
   t->fencer().joinAll();
   t->worker().drain();
@@ -663,6 +668,7 @@ TEST_F(RdmaPathTest, AnAsyncFenceCancelsAGrantThatHasNotBegun) {
   t->worker().drain();
   ASSERT_TRUE(w->done.load()) << "the fence's job has run: joinAll() returned";
   EXPECT_EQ(w->unsafe, "");
+  EXPECT_EQ(w->grantEndUs.load(), 0u) << "the fence waited for the grant it cancelled";
   EXPECT_EQ(::fake::accessModifiers().size(), modifiesBefore) << "the cancelled grant modified the QPs' access";
   EXPECT_EQ(::fake::state(rq), IBV_QPS_ERR) << "the path is not fenced";
   ibv_qp_attr a{};

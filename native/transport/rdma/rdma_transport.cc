@@ -666,7 +666,10 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
     bool mustWait = g && !g->cancel();  // a grant not begun yet never runs now
     t_.fencer().run([sh, w, t, nic, g, mustWait]() mutable {
       w->startUs.store(nowUs(), std::memory_order_relaxed);
-      if (mustWait) g->wait();  // the grant touches the QPs, and writesAllowed() is read below
+      if (mustWait) {  // the grant touches the QPs, and writesAllowed() is read below
+        g->wait();
+        w->grantEndUs.store(nowUs(), std::memory_order_relaxed);  // journaled apart (resume: fence_grant_wait_us)
+      }
       verbs::FenceResult fr = fenceAndReport(*t, nic, *sh->path);
       if (!fr.err.empty()) {
         // A QP that refused the move to ERR may still take the old path's writes, and the
