@@ -6,9 +6,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <chrono>
 
 #include "common/clock.h"
+#include "common/log.h"
+#include "common/nic.h"
 #include "common/tuning.h"
 
 namespace railover {
@@ -148,18 +151,38 @@ void LinkRegistry::unregisterRecvLink(uint64_t secret, uint64_t connId) {
   recvLinks_.erase({secret, connId});
 }
 
+// A comm lives on its NIC's kind (Transport::nicTransport: in the RDMA transport's mixed mode
+// some NICs are served over TCP). A stream of the comm that arrives on a NIC of another kind
+// (a peer that did not take the addresses from the comm's handle: stale, buggy or hostile)
+// would get a receive side of the wrong kind, half-connected and never failing; it is closed
+// instead (the sender sees the path fail and retries).
+static bool otherKind(const LinkDeps& d, int dev, int localNic, const sockaddr_storage& peer) {
+  if (!d.transport || std::strcmp(d.transport->nicTransport(dev), d.transport->nicTransport(localNic)) == 0) return false;
+  RO_WARN("railover: a stream from %s for a %s comm arrived on NIC %d, which is served by %s: closed",
+          addrToString(peer).c_str(), d.transport->nicTransport(dev), localNic, d.transport->nicTransport(localNic));
+  return true;
+}
+
 bool LinkRegistry::route(std::unique_ptr<Conn>& c, const StreamHello& sh, const sockaddr_storage& peer, int localNic) {
   const PathIdentity& h = sh.id;
   if (h.connId == 0) return false;  // a liveness check: the caller drops it quietly
   std::lock_guard<std::mutex> g(routeMu_);
   auto it = recvLinks_.find({h.secret, h.connId});
   if (it != recvLinks_.end()) {
+    if (otherKind(it->second->deps, it->second->dev(), localNic, peer)) {
+      c.reset();
+      return true;
+    }
     it->second->offerStream(std::move(c), sh, peer, localNic);
     return true;
   }
   auto lt = listeners_.find(h.secret);
   if (lt == listeners_.end()) return false;
   Listener* L = lt->second;
+  if (otherKind(L->deps_, L->dev, localNic, peer)) {
+    c.reset();
+    return true;
+  }
   // A connection whose recv link was closed is not re-created by a late reconnect.
   if (!L->open_ || std::find(L->seen_.begin(), L->seen_.end(), h.connId) != L->seen_.end()) return false;
   L->seen_.push_back(h.connId);

@@ -342,4 +342,42 @@ TEST(MixedKinds, ACommsStandbyPathsLeaveOnlyFromNicsOfItsKind) {
   }
 }
 
+// A stream of a comm that arrives on a local NIC of another kind (a peer that did not take the
+// address from the comm's handle) is closed at routing: it would get a receive side of the
+// wrong kind (an RDMA comm's verbs bootstrap read by a TCP stream path, or the reverse), which
+// reports itself connected while the other side waits. A stream on a NIC of the comm's kind is
+// routed as before. (Review of the mixed mode.)
+TEST(MixedKinds, AStreamArrivingOnANicOfAnotherKindIsClosedAtRouting) {
+  struct NullConn : Conn {
+    bool* gone;
+    explicit NullConn(bool* g) : gone(g) {}
+    ~NullConn() override { *gone = true; }
+    int connectState(std::string*) override { return 1; }
+    ssize_t writev(const iovec*, int, std::string*) override { return 0; }
+    ssize_t read(void*, size_t, std::string*) override { return 0; }
+    bool dead(std::string*) override { return false; }
+  };
+  Side a;
+  a.transport.kinds = {"rdma", "tcp"};
+  const uint64_t secret = 0x5ec2e70000003333ULL;
+  Listener L(a.deps(), secret, 0);  // an RDMA comm (NIC 0)
+  StreamHello sh;
+  sh.id.secret = secret, sh.id.connId = 42, sh.id.pathIndex = 0, sh.id.generation = 1;
+  sh.nStreams = 1;
+  sockaddr_storage peer{};
+  peer.ss_family = AF_INET;
+  bool gone = false;
+  size_t before = a.links.size();
+  std::unique_ptr<Conn> c(new NullConn(&gone));
+  EXPECT_TRUE(a.links.route(c, sh, peer, /*localNic=*/1));
+  EXPECT_TRUE(gone) << "the stream that arrived on the TCP NIC was kept";
+  EXPECT_EQ(a.links.size(), before) << "a recv comm was created from a stream of the wrong kind";
+  gone = false;
+  c.reset(new NullConn(&gone));
+  EXPECT_TRUE(a.links.route(c, sh, peer, /*localNic=*/0));
+  EXPECT_FALSE(gone);
+  EXPECT_EQ(a.links.size(), before + 1) << "the stream on the RDMA NIC made no recv comm";
+  L.close();  // closes the recv comm never accepted
+}
+
 }  // namespace

@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 #include <net/if.h>
 
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -151,5 +153,68 @@ TEST(RdmaMixedInit, ANicWithoutAPortFailsUnlessMixedAndMixedNeedsOneRdmaNic) {
   EXPECT_EQ(err, "no NIC has an RDMA port");
 }
 
+}  // namespace
+}  // namespace railover
+
+namespace railover {
+namespace {
+using rdmatest::portOf;
+// The port watch (a port error and its return, a device fatal error and the re-open), flush
+// QPs and device properties with the TCP NIC first (index 0, no HCA) and the RDMA NIC second:
+// nothing reads an HCA for the TCP NIC, and only the RDMA NIC is signalled. (Review.)
+TEST(RdmaMixedWatch, ThePortWatchReopenAndFlushLeaveTheTcpNicAlone) {
+  ::fake::reset();
+  fake::FakeTransport boot;
+  boot.nicAddr = {"10.0.0.1", "10.0.1.1"};
+  std::string err;
+  rdma::RdmaTransport t(std::vector<verbs::PortSel>{verbs::PortSel{}, portOf("fake0", 1)}, &boot, &err);
+  ASSERT_TRUE(t.ok()) << err;
+  std::vector<uint8_t> b(4096, 1);
+  std::vector<void*> mrs;
+  void* mr = rdmatest::regBuffer(t, b, mrs);
+  ASSERT_TRUE(mr);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::pair<int, bool>> got;
+  t.startPortWatch([&](int nic, bool up, const std::string&) {
+    std::lock_guard<std::mutex> g(mu);
+    got.push_back({nic, up});
+    cv.notify_all();
+  });
+  auto waitFor = [&](size_t n) {
+    std::unique_lock<std::mutex> g(mu);
+    cv.wait_for(g, std::chrono::seconds(20), [&] { return got.size() >= n; });
+    return got;
+  };
+  ::fake::setPortState("fake0", 1, IBV_PORT_DOWN);
+  ::fake::asyncEvent(t.port(1).hca->ctx(), IBV_EVENT_PORT_ERR, 1);
+  auto s = waitFor(1);
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0].first, 1);
+  ::fake::setPortState("fake0", 1, IBV_PORT_ACTIVE);
+  ::fake::asyncEvent(t.port(1).hca->ctx(), IBV_EVENT_PORT_ACTIVE, 1);
+  s = waitFor(2);
+  ASSERT_EQ(s.size(), 2u);
+  ::fake::deviceFatal("fake0");
+  s = waitFor(4);
+  ASSERT_EQ(s.size(), 4u) << "no down/up after the device fatal error";
+  for (auto& x : s) EXPECT_EQ(x.first, 1);
+  t.worker().drain();
+  EXPECT_NE(t.flushQpForTest(1), nullptr);
+  err.clear();
+  auto op = t.flush(1, b.data(), mr, &err);
+  EXPECT_TRUE(op) << err;
+  op.reset();
+  err.clear();
+  EXPECT_EQ(t.flush(0, b.data(), mr, &err), nullptr);
+  EXPECT_EQ(err, "");
+  EXPECT_EQ(t.ptrSupport(0), Transport::kPtrHost);
+  Transport::DeviceProps p;
+  ASSERT_TRUE(t.deviceProps(1, &p));
+  EXPECT_EQ(p.port, 1);
+
+  for (void* m : mrs) t.deregMr(m);
+  t.worker().drain();
+}
 }  // namespace
 }  // namespace railover
