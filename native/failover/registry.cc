@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <chrono>
 
@@ -158,8 +159,14 @@ void LinkRegistry::unregisterRecvLink(uint64_t secret, uint64_t connId) {
 // instead (the sender sees the path fail and retries).
 static bool otherKind(const LinkDeps& d, int dev, int localNic, const sockaddr_storage& peer) {
   if (!d.transport || std::strcmp(d.transport->nicTransport(dev), d.transport->nicTransport(localNic)) == 0) return false;
-  RO_WARN("railover: a stream from %s for a %s comm arrived on NIC %d, which is served by %s: closed",
-          addrToString(peer).c_str(), d.transport->nicTransport(dev), localNic, d.transport->nicTransport(localNic));
+  // A WARN the first time (a peer that keeps retrying would repeat it every few seconds), INFO after.
+  static std::atomic<bool> warned{false};
+  if (!warned.exchange(true))
+    RO_WARN("railover: a stream from %s for a %s comm arrived on NIC %d, which is served by %s: closed",
+            addrToString(peer).c_str(), d.transport->nicTransport(dev), localNic, d.transport->nicTransport(localNic));
+  else
+    RO_INFO(RO_SUBSYS_NET, "railover: a stream from %s for a %s comm arrived on NIC %d, which is served by %s: closed",
+            addrToString(peer).c_str(), d.transport->nicTransport(dev), localNic, d.transport->nicTransport(localNic));
   return true;
 }
 
