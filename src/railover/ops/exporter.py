@@ -15,7 +15,7 @@ docs/OPERATIONS.md; the main ones:
   ``railover_path_active{rank,comm,dir,nic,peer}``, ``railover_nic_paths{nic,state}``,
   ``railover_comms{rank,health}``, ``railover_processes{state}``,
   ``railover_process_transport{rank,transport}`` (1 per live process, info-style: the transport
-  its paths use, ``tcp`` or ``rdma``, from the state file; ``unknown`` for a plugin that
+  its paths use, ``tcp``, ``rdma`` or ``rdma+tcp``, from the state file; ``unknown`` for a plugin that
   predates the field), and for NICs with the RDMA transport
   ``railover_nic_rdma_port_active{nic,hca,port}`` (1 if every live process using RDMA on the
   NIC sees its own HCA port behind it ACTIVE, else 0; one series per NIC, see below),
