@@ -186,7 +186,8 @@ bool parseOne(const ParamSpec& p, const char* s, Config& c, std::string* err) {
       if (v == "auto") c.transport = TransportKind::kAuto;
       else if (v == "tcp") c.transport = TransportKind::kTcp;
       else if (v == "rdma") c.transport = TransportKind::kRdma;
-      else return *err = bad(p, s, "expected auto, tcp or rdma"), false;
+      else if (v == "rdma+tcp") c.transport = TransportKind::kMixed;
+      else return *err = bad(p, s, "expected auto, tcp, rdma or rdma+tcp"), false;
       return true;
     }
     case ParamType::kStandby: {
@@ -268,6 +269,7 @@ const char* transportName(TransportKind t) {
   switch (t) {
     case TransportKind::kTcp: return "tcp";
     case TransportKind::kRdma: return "rdma";
+    case TransportKind::kMixed: return "rdma+tcp";
     default: return "auto";
   }
 }

@@ -23,13 +23,15 @@ EnvLookup processEnv();
 
 enum class StandbyPolicy { kAll, kNone, kExplicit };
 // RAILOVER_TRANSPORT. kAuto resolves at init (plugin/runtime.cc) to kRdma or kTcp.
-enum class TransportKind { kAuto, kTcp, kRdma };
-const char* transportName(TransportKind t);  // "auto", "tcp", "rdma"
+// RAILOVER_TRANSPORT. kMixed ("rdma+tcp"): rdma on the NICs with an RDMA port, tcp on the
+// others, each a device of its own (plugin/runtime.h, chooseTransport).
+enum class TransportKind { kAuto, kTcp, kRdma, kMixed };
+const char* transportName(TransportKind t);  // "auto", "tcp", "rdma", "rdma+tcp"
 
 // NCCL_IB_HCA: which HCAs (and ports) the verbs transport may use, in NCCL's syntax: a comma list
 // of HCA-name prefixes, each optionally followed by ':port'; a leading '^' makes it an exclude
 // list, a following '=' makes every name an exact name instead of a prefix ("^=mlx5_1,mlx5_4",
-// "=mlx5_0:1,mlx5_1:1", "mlx5"). A NIC whose HCA port is not allowed is served by TCP.
+// "=mlx5_0:1,mlx5_1:1", "mlx5"). A NIC whose HCA port is not allowed has no RDMA.
 struct HcaSpec {
   std::string name;  // HCA name (exact or prefix, see HcaFilter::exact)
   int port = -1;     // 1..255; -1 = every port of the HCA

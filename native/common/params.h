@@ -34,7 +34,7 @@ enum class ParamType : uint8_t {
   kStateDir,    // a directory, or 'off'
   kNcclOwned,   // NCCL's own variable that railover also reads; NCCL validates it, railover does not
   kFlag,        // 0 or 1 (parsed like kUint with lo 0, hi 1)
-  kTransport,   // auto, tcp or rdma
+  kTransport,   // auto, tcp, rdma or rdma+tcp
   kHcaList,     // NCCL_IB_HCA syntax: comma list of HCA-name prefixes with optional ':port', '^' excludes, '=' exact
   kGidIndex,    // -1 (automatic) or a GID table index
   kCidr,        // an IPv4 or IPv6 address range 'address/prefix-length'
@@ -73,15 +73,17 @@ inline constexpr ParamSpec kParams[] = {
     {"NCCL_SOCKET_FAMILY", ParamType::kFamily, kReadPlugin | kReadTools, 0, 0, 0, 1, "", "any", "AF_INET or AF_INET6",
      "AF_INET", "address family of the NIC addresses railover uses"},
     {"RAILOVER_TRANSPORT", ParamType::kTransport, kReadPlugin | kReadTools, 0, 0, 0, 1, "", "auto",
-     "auto, tcp or rdma", "rdma",
+     "auto, tcp, rdma or rdma+tcp", "rdma",
      "how paths move data: tcp (sockets), rdma (verbs RC queue pairs on the HCA port behind each NIC), auto (rdma "
-     "on each NIC with an RDMA port with a GID, active or not, when libibverbs loads, tcp on the others; a comm "
-     "fails over only among NICs of its own kind)"},
+     "when libibverbs loads and a NIC has an RDMA port with a GID, active or not; NICs without one are then left out "
+     "of NCCL's devices, as NCCL's IB transport lists only RDMA devices; tcp when none has one), rdma+tcp (rdma on "
+     "the NICs with an RDMA port, tcp on the others as devices of their own; a comm fails over only among NICs of "
+     "its kind, and every rank must have RDMA behind the same NICs)"},
     // NCCL's IB variables: the same names, meanings and defaults as NCCL's own IB transport (the
     // defaults of NCCL 2.23 and later), applied by railover's verbs transport.
     {"NCCL_IB_HCA", ParamType::kHcaList, kReadPlugin, 0, 0, 0, 1, "", "(unset: every HCA)",
      "comma list of HCA-name prefixes, each optionally ':port'; '^' excludes, '=' exact names", "=mlx5_0:1,mlx5_1:1",
-     "HCAs and ports the verbs transport may use; a NIC whose HCA port is not allowed is served by TCP"},
+     "HCAs and ports the verbs transport may use; a NIC whose HCA port is not allowed has no RDMA (RAILOVER_TRANSPORT says what becomes of it)"},
     {"NCCL_IB_GID_INDEX", ParamType::kGidIndex, kReadPlugin, 0, 0, 0, 1, "", "-1",
      "-1 = automatic, or a GID table index 0..65535", "3",
      "RoCE: the GID index of every HCA port used; automatic picks the NIC's GID of NCCL_IB_ROCE_VERSION_NUM and "

@@ -398,7 +398,7 @@ SendLink* SendLink::create(const LinkDeps& deps, int dev, const PeerHandle& h, s
               (*d.nics)[dev].name.c_str(), l->peerName.c_str(),
               (*d.nics).size() < 2 ? "this process has only one NIC"
               : standbyNics.empty() && otherKind > 0
-                  ? "every other local NIC is served by another transport (RAILOVER_TRANSPORT=auto: rdma where an "
+                  ? "every other local NIC is served by another transport (RAILOVER_TRANSPORT=rdma+tcp: rdma where an "
                     "RDMA port backs the NIC, tcp elsewhere; a comm fails over only within its kind)"
                   : "the peer has no NIC on the rail of any other local NIC (see RAILOVER_RAILS, RAILOVER_STANDBY)");
       if (Journal* j = d.journal) j->no_standby((*d.nics)[dev].name, l->peerName);

@@ -167,7 +167,7 @@ ncclResult_t connect(int dev, void* handle, void** sendComm, int trafficClass) {
     if (peer.transport != mine) {
       if (rt().transport->kinds() != mine)  // mixed mode: this NIC is one kind, the peer's another
         RO_WARN("railover: connect on NIC %s: the peer listens with the %s transport but this NIC is served by %s "
-                "(RAILOVER_TRANSPORT=auto: %s): give every rank the same NICs, with RDMA behind the same ones, or set "
+                "(RAILOVER_TRANSPORT=rdma+tcp: %s): give every rank the same NICs, with RDMA behind the same ones, or set "
                 "RAILOVER_TRANSPORT to the same tcp or rdma on every rank",
                 rt().nics[dev].name.c_str(), peer.transport.c_str(), mine, rt().transport->kinds().c_str());
       else

@@ -44,6 +44,25 @@ std::string readFile(const std::string& path) {
 
 }  // namespace
 
+// A NIC's guid for NCCL where no device tells a better one: "rail" + its index, unique per device.
+static uint64_t nicGuid(int index) { return 0x7261696c00000000ULL | (uint64_t)index; }
+
+std::vector<std::string> keepOnlyNics(std::vector<Nic>* nics, const std::vector<std::string>& keep) {
+  std::vector<Nic> kept;
+  std::vector<std::string> out;
+  for (Nic& n : *nics) {
+    if (std::find(keep.begin(), keep.end(), n.name) == keep.end()) {
+      out.push_back(n.name);
+      continue;
+    }
+    n.index = (int)kept.size();
+    n.guid = nicGuid(n.index);
+    kept.push_back(n);
+  }
+  *nics = std::move(kept);
+  return out;
+}
+
 bool discoverNics(const Config& cfg, std::vector<Nic>* out, std::string* err) {
   ifaddrs* ifa = nullptr;
   if (getifaddrs(&ifa) != 0) {
@@ -95,7 +114,7 @@ bool discoverNics(const Config& cfg, std::vector<Nic>* out, std::string* err) {
     std::string sp = readFile("/sys/class/net/" + nic.name + "/speed");
     int speed = sp.empty() ? -1 : atoi(sp.c_str());
     nic.speedMbps = speed > 0 ? speed : 10000;
-    nic.guid = 0x7261696c00000000ULL | (uint64_t)nic.index;  // "rail" + index: unique per device
+    nic.guid = nicGuid(nic.index);
     if (!lookupIfAddr(nic.name, cfg.family, &nic.addr, &nic.addrLen)) {
       *err = "interface " + nic.name + " lost its address during discovery";
       return false;

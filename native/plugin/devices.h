@@ -24,4 +24,10 @@ bool ifnameMatches(const std::string& spec, const std::string& name);
 // when the configuration selects nothing usable.
 bool discoverNics(const Config& cfg, std::vector<Nic>* out, std::string* err);
 
+// Keeps only the NICs named in `keep` (in their order in *nics), numbered again from 0 (index
+// and the per-device guid follow the new position; names, rails and addresses stay). Returns
+// the names of the NICs left out. For RAILOVER_TRANSPORT=auto, which leaves out the NICs
+// without an RDMA port when some have one.
+std::vector<std::string> keepOnlyNics(std::vector<Nic>* nics, const std::vector<std::string>& keep);
+
 }  // namespace railover

@@ -203,16 +203,22 @@ std::string rdmaReportJson(const std::vector<std::string>& names, const EnvLooku
       if (allDmabuf) ptrSupport |= RAILOVER_NCCL_PTR_DMABUF;
     } else if (cfg.transport == TransportKind::kRdma) {
       transport = "error", why = "RAILOVER_TRANSPORT=rdma: cannot use RDMA: " + uwhy;
-    } else if (!withRdma.empty()) {  // auto, mixed mode: rdma where a port backs the NIC, tcp elsewhere
+    } else if (!withRdma.empty()) {  // a mix: auto leaves the others out, rdma+tcp serves them over TCP
       std::string names;
       for (const std::string& n : withRdma) names += (names.empty() ? "" : ",") + n;
-      transport = "rdma+tcp";
-      why = "RAILOVER_TRANSPORT=auto: rdma on " + names + ", tcp on the others (first without an RDMA port: " + uwhy +
-            "); each comm fails over only within its kind";
+      if (cfg.transport == TransportKind::kMixed) {
+        transport = "rdma+tcp";
+        why = "RAILOVER_TRANSPORT=rdma+tcp: rdma on " + names + ", tcp on the others (first without an RDMA port: " +
+              uwhy + "); each comm fails over only within its kind (GPU memory on the rdma NICs only)";
+      } else {
+        transport = "rdma";
+        why = "RAILOVER_TRANSPORT=auto: rdma on " + names + "; the NICs without an RDMA port are left out of NCCL's "
+              "devices (first: " + uwhy + ")";
+      }
       if (verbs::gdrPeerMemLoaded()) ptrSupport |= RAILOVER_NCCL_PTR_CUDA;  // on the rdma NICs
       if (allDmabuf) ptrSupport |= RAILOVER_NCCL_PTR_DMABUF;
     } else {
-      transport = "tcp", why = "RAILOVER_TRANSPORT=auto: " + uwhy;
+      transport = "tcp", why = "RAILOVER_TRANSPORT=" + setting + ": " + uwhy;
     }
   }
 #else

@@ -10,10 +10,11 @@
 //    "libibverbs": {"loaded": bool, "error": str},
 //    "config_error": str,                 // the environment does not parse (then nothing else is evaluated)
 //    "nic_error": str,                    // NIC discovery failed (no NIC list given and none selected)
-//    "setting": "auto" | "tcp" | "rdma",  // RAILOVER_TRANSPORT
-//    "transport": "rdma" | "tcp" | "rdma+tcp" | "error",  // what init would use; "rdma+tcp":
-//                                         // auto, rdma on the NICs with a port, tcp on the
-//                                         // others (mixed mode); "error": init fails
+//    "setting": "auto" | "tcp" | "rdma" | "rdma+tcp",  // RAILOVER_TRANSPORT
+//    "transport": "rdma" | "tcp" | "rdma+tcp" | "error",  // what init would use ("rdma" with
+//                                         // auto and a mix: the NICs without a port are left
+//                                         // out; "rdma+tcp": setting rdma+tcp and a mix, the
+//                                         // others served over TCP); "error": init fails
 //    "transport_why": str,                // one line
 //    "nics": [{"nic": str,
 //              "choice": "chosen" | "down" | "excluded" | "failed",  // verbs::PortChoice

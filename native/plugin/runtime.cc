@@ -3,6 +3,7 @@
 #include "common/log.h"
 #include "failover/link.h"
 #include "health/health.h"
+#include "plugin/devices.h"
 #include "plugin/state_file.h"
 #include "telemetry/journal.h"
 #include "telemetry/state.h"
@@ -97,16 +98,35 @@ bool Runtime::chooseTransport(std::string* err) {
   TransportKind k = cfg.transport;
 #ifdef RAILOVER_HAVE_VERBS
   bool mixed = false;
-  if (k == TransportKind::kAuto) {
-    // auto: verbs on every NIC that has an RDMA port, TCP on the others (mixed mode; each comm
-    // stays on its NIC's kind), TCP alone where none has one.
+  if (k == TransportKind::kAuto || k == TransportKind::kMixed) {
     std::string why;
     std::vector<std::string> withRdma;
     bool all = rdma::rdmaUsable(nics, cfg, &why, &withRdma);
-    k = all || !withRdma.empty() ? TransportKind::kRdma : TransportKind::kTcp;
-    mixed = !all && !withRdma.empty();
-    if (k == TransportKind::kTcp)
-      RO_INFO(RO_SUBSYS_INIT | RO_SUBSYS_NET, "railover: RAILOVER_TRANSPORT=auto: using tcp (%s)", why.c_str());
+    const char* setting = transportName(cfg.transport);
+    if (withRdma.empty()) {  // no RDMA port anywhere, or libibverbs does not load
+      k = TransportKind::kTcp;
+      RO_INFO(RO_SUBSYS_INIT | RO_SUBSYS_NET, "railover: RAILOVER_TRANSPORT=%s: using tcp (%s)", setting, why.c_str());
+    } else if (all || k == TransportKind::kMixed) {
+      k = TransportKind::kRdma;
+      mixed = !all;  // rdma+tcp: the NICs without a port are served over TCP, as devices of their own
+    } else {
+      // auto with a mix (typically a management NIC in the list): the NICs without an RDMA port
+      // are left out of NCCL's devices, as NCCL's IB transport lists only RDMA devices. Serving
+      // them over TCP as devices of their own (rdma+tcp) is opt-in: NCCL picks each rank's
+      // device for a connection by its own topology, and may pair a TCP NIC on one rank with an
+      // RDMA NIC on another, which no comm can carry (GPU memory on one end, host on the other).
+      std::vector<std::string> out = keepOnlyNics(&nics, withRdma);
+      ports.assign(nics.size(), 0);
+      std::string outNames, kept;
+      for (auto& n : out) outNames += (outNames.empty() ? "" : ",") + n;
+      for (auto& n : nics) kept += (kept.empty() ? "" : ",") + n.name;
+      RO_WARN("railover: RAILOVER_TRANSPORT=auto: NIC(s) %s have no RDMA port (first: %s) and are left out: NCCL's "
+              "devices are the RDMA NIC(s) %s only, as with NCCL's own IB transport. RAILOVER_TRANSPORT=rdma+tcp serves "
+              "them over TCP as devices of their own, RAILOVER_TRANSPORT=tcp puts every NIC on TCP; leaving them out "
+              "of RAILOVER_IFNAMES or NCCL_SOCKET_IFNAME silences this",
+              outNames.c_str(), why.c_str(), kept.c_str());
+      k = TransportKind::kRdma;
+    }
   }
   if (k == TransportKind::kRdma) {
     auto* t = new rdma::RdmaTransport(&nics, &cfg, err, mixed);
@@ -116,17 +136,17 @@ bool Runtime::chooseTransport(std::string* err) {
       return false;
     }
     if (t->mixed()) {
-      // Said loudly: a comm on a NIC served over TCP moves GPU data through host memory and
-      // cannot fail over to the RDMA NICs (and the reverse). Usually a management NIC left in
-      // the list.
+      // Said loudly: a comm on a NIC served over TCP sends from host memory only and cannot
+      // fail over to the RDMA NICs (nor the reverse).
       std::string tcpNics, rdmaNics;
       for (auto& n : nics) {
         std::string& list = t->overTcp(n.index) ? tcpNics : rdmaNics;
         list += (list.empty() ? "" : ",") + n.name;
       }
-      RO_WARN("railover: RAILOVER_TRANSPORT=auto: rdma on NIC(s) %s, tcp on NIC(s) %s (no RDMA port behind them). "
+      RO_WARN("railover: RAILOVER_TRANSPORT=rdma+tcp: rdma on NIC(s) %s, tcp on NIC(s) %s (no RDMA port behind them). "
               "Each comm stays on its NIC's kind: comms of a tcp NIC fail over only to other tcp NICs, and rdma comms "
-              "only to rdma NICs. Leave the tcp NIC(s) out (RAILOVER_IFNAMES or NCCL_SOCKET_IFNAME) to use rdma alone",
+              "only to rdma NICs; a connection NCCL pairs across kinds (a tcp NIC here, an rdma NIC on the peer) fails "
+              "with an error naming both. RAILOVER_TRANSPORT=auto leaves the tcp NIC(s) out instead",
               rdmaNics.c_str(), tcpNics.c_str());
     }
     RO_INFO(RO_SUBSYS_INIT | RO_SUBSYS_NET, "railover: transport %s: %s", t->kinds().c_str(), t->describe().c_str());

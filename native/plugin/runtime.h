@@ -67,9 +67,11 @@ class Runtime {
   LinkRegistry links;
 
  private:
-  // RAILOVER_TRANSPORT: sets `transport` (auto: verbs on each NIC with an RDMA port behind it
-  // and TCP on the others, i.e. the RDMA transport in mixed mode where only some have one; tcp
-  // where none has). false with *err when rdma was asked and cannot be used.
+  // RAILOVER_TRANSPORT: sets `transport`. auto: rdma where some NIC has an RDMA port behind it
+  // (the NICs without one are left out of `nics`, so NCCL sees RDMA devices only, as with its
+  // IB transport), tcp where none has; rdma+tcp: rdma on the NICs with a port and tcp on the
+  // others (the RDMA transport's mixed mode); rdma: every NIC must have one. false with *err
+  // when rdma was asked and cannot be used.
   bool chooseTransport(std::string* err);
   std::mutex mu_;
   bool tried_ = false;

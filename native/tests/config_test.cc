@@ -10,6 +10,7 @@
 #include "common/config.h"
 #include "common/params.h"
 #include "plugin/devices.h"
+#include "tests/test_nic.h"
 
 using namespace railover;
 
@@ -84,6 +85,11 @@ TEST(Config, GoodValues) {
   EXPECT_EQ(c.transport, TransportKind::kRdma);
   ASSERT_TRUE(parse({{"RAILOVER_TRANSPORT", " tcp "}}, &c, &err));
   EXPECT_EQ(c.transport, TransportKind::kTcp);
+  ASSERT_TRUE(parse({{"RAILOVER_TRANSPORT", "rdma+tcp"}}, &c, &err));
+  EXPECT_EQ(c.transport, TransportKind::kMixed);
+  EXPECT_STREQ(transportName(c.transport), "rdma+tcp");
+  EXPECT_FALSE(parse({{"RAILOVER_TRANSPORT", "tcp+rdma"}}, &c, &err));
+  EXPECT_NE(err.find("expected auto, tcp, rdma or rdma+tcp"), std::string::npos) << err;
 }
 
 TEST(Config, RailoverIfnamesTakesPrecedence) {
@@ -233,3 +239,31 @@ TEST(ParamTable, HoldDownMaxIsRaisedToHoldDown) {
   ASSERT_TRUE(parse({{"RAILOVER_HOLD_DOWN_MS", "5000"}, {"RAILOVER_HOLD_DOWN_MAX_MS", "1000"}}, &c, &err));
   EXPECT_EQ(c.holdDownMaxMs, 5000u);
 }
+
+namespace railover {
+namespace {
+
+// RAILOVER_TRANSPORT=auto with a mix leaves out the NICs without an RDMA port: the kept NICs
+// are numbered again from 0 in their order (index, and the guid that follows it), keep their
+// names, rails and addresses, and the left-out names come back in their order.
+TEST(KeepOnlyNics, TheKeptNicsAreNumberedAgainAndTheOthersNamed) {
+  std::vector<Nic> nics = {testbed::makeNic(0, "eth0", "10.0.0.1", 0), testbed::makeNic(1, "eth1", "10.0.1.1", 1),
+                           testbed::makeNic(2, "eth2", "10.0.2.1", 2), testbed::makeNic(3, "eth3", "10.0.3.1", 3)};
+  std::vector<std::string> out = keepOnlyNics(&nics, {"eth3", "eth1"});
+  EXPECT_EQ(out, (std::vector<std::string>{"eth0", "eth2"}));
+  ASSERT_EQ(nics.size(), 2u);
+  EXPECT_EQ(nics[0].name, "eth1");
+  EXPECT_EQ(nics[0].index, 0);
+  EXPECT_EQ(nics[0].rail, 1) << "rails stay";
+  EXPECT_EQ(addrToString(nics[0].getAddr(nullptr)), "10.0.1.1");
+  EXPECT_EQ(nics[1].name, "eth3");
+  EXPECT_EQ(nics[1].index, 1);
+  EXPECT_EQ(nics[1].rail, 3);
+  EXPECT_NE(nics[0].guid, nics[1].guid);
+  EXPECT_EQ(nics[1].guid & 0xffu, 1u) << "the guid follows the new index";
+  EXPECT_TRUE(keepOnlyNics(&nics, {"eth1", "eth3"}).empty());
+  EXPECT_EQ(nics.size(), 2u);
+}
+
+}  // namespace
+}  // namespace railover

@@ -525,7 +525,7 @@ class Transport {
   // Short name for logs, the state file and the handle ("tcp", "rdma").
   virtual const char* name() const { return "tcp"; }
   // The transport that carries the paths of local NIC `nic` ("tcp", "rdma"): name(), except in
-  // the RDMA transport's mixed mode (RAILOVER_TRANSPORT=auto where an RDMA port backs some NICs
+  // the RDMA transport's mixed mode (RAILOVER_TRANSPORT=rdma+tcp where an RDMA port backs some NICs
   // only), which serves the NICs without one over TCP. A comm lives on one kind: its listen
   // handle names its NIC's kind and carries only that kind's NICs, its standby paths leave only
   // from NICs of that kind, and a peer whose NIC is of another kind is refused at connect.

@@ -33,9 +33,10 @@ Asserted here:
   bytes is flushed by a real RDMA READ through the HCA, also across a cable pull of that HCA;
 * ranks that disagree on the transport (one tcp, one rdma) fail with an error that names both
   transports, instead of exchanging bytes the other side cannot read;
-* ``RAILOVER_TRANSPORT=auto`` with the management NIC (no rxe) selected beside the rails: rdma on
-  the rails, tcp on eth0, each comm on its NIC's kind (a rail comm fails over to the other rail,
-  never to eth0), every byte checked across a cable pull and failback;
+* the management NIC (no rxe) selected beside the rails: ``RAILOVER_TRANSPORT=auto`` leaves it
+  out of NCCL's devices and runs rdma on the rails; ``rdma+tcp`` serves it over TCP as a device
+  of its own, each comm on its NIC's kind (a rail comm fails over to the other rail, never to
+  eth0), every byte checked across a cable pull and failback;
 * under each older net ABI (v11 to v7), one run takes a sequence of faults on the primary, each
   repaired and failed back before the next (cable pull at either end, admin down, and a share
   of the silent black hole, one-way loss and flap), then ends with both rails down in the clean
@@ -1000,15 +1001,42 @@ def test_one_path_the_receiver_dropped_during_a_long_pull_is_found_at_the_repair
     crash_retry(bed, body)
 
 
-def test_auto_serves_the_management_nic_over_tcp_beside_the_rdma_rails(rdma_bed, tmp_path):
+def test_auto_leaves_the_management_nic_out_and_uses_rdma_on_the_rails(rdma_bed, tmp_path):
     """RAILOVER_TRANSPORT=auto with the management NIC (eth0, no rxe) selected beside the two
-    rail NICs: the plugin runs mixed, rdma on eth1 and eth2 and tcp on eth0 (it used to put every
-    NIC on TCP). railover-perf spreads 3 channels over the 3 devices (``--dev-spread``): the
-    eth0 comms run over TCP with no standby (every other NIC is rdma), the rail comms keep their
-    standby on the other rail only; a cable pull of A's eth1 moves its comms to eth2, never to
-    eth0, and back after the repair; every byte arrives."""
+    rail NICs: eth0 is left out of NCCL's devices (as NCCL's IB transport lists only RDMA
+    devices; it used to put every NIC on TCP) and the job runs rdma on the rails, every byte
+    checked, no path on eth0."""
     bed = rdma_bed
-    env = {"RAILOVER_TRANSPORT": "auto", "RAILOVER_IFNAMES": "=eth1,eth2,eth0"}
+    env = dict(RDMA_ENV, RAILOVER_TRANSPORT="auto", RAILOVER_IFNAMES="=eth1,eth2,eth0")
+
+    def body():
+        res = rperf.run_perf(bed, ranks_per_host=1, timeout_s=600, workload="allreduce", minbytes="1K",
+                             maxbytes="64K", stepfactor=8, iters=2, warmup=1, channels=2, op_timeout=120,
+                             rendezvous_timeout=300, fetch_to=tmp_path, env=env, extra_args=["--dev-spread"])
+        assert res.ok, res.describe()
+        assert res.wrong_total == 0
+        for r in res.ranks:
+            log = r.stdout + r.stderr
+            assert r.json["exit_code"] == 0 and r.json["errors"] == [], r.json
+            assert "RAILOVER_TRANSPORT=auto: NIC(s) eth0 have no RDMA port" in log, log[-3000:]
+            assert "devices are the RDMA NIC(s) eth1,eth2 only" in log, log[-3000:]
+            assert "transport rdma: eth1 -> rxe0 port 1" in log and "-> tcp" not in log, log[-3000:]
+            assert r.json["device"]["ndev"] == 2, r.json["device"]
+            nics = {e["nic"] for e in _named(_rank_events(tmp_path, r.rank), "path_up")}
+            assert nics == {"eth1", "eth2"}, nics
+
+    crash_retry(bed, body)
+
+
+def test_rdma_plus_tcp_serves_the_management_nic_over_tcp_beside_the_rdma_rails(rdma_bed, tmp_path):
+    """RAILOVER_TRANSPORT=rdma+tcp with the management NIC (eth0, no rxe) selected beside the
+    two rail NICs: the plugin runs mixed, rdma on eth1 and eth2 and tcp on eth0, each a device.
+    railover-perf spreads 3 channels over the 3 devices (``--dev-spread``): the eth0 comms run
+    over TCP with no standby (every other NIC is rdma), the rail comms keep their standby on the
+    other rail only; a cable pull of A's eth1 moves its comms to eth2, never to eth0, and back
+    after the repair; every byte arrives."""
+    bed = rdma_bed
+    env = {"RAILOVER_TRANSPORT": "rdma+tcp", "RAILOVER_IFNAMES": "=eth1,eth2,eth0"}
 
     def body():
         res = _cable_pull_and_repair(bed, tmp_path, env=env, channels=3, extra_args=["--dev-spread"])
@@ -1017,10 +1045,11 @@ def test_auto_serves_the_management_nic_over_tcp_beside_the_rdma_rails(rdma_bed,
         for r in res.ranks:
             log = r.stdout + r.stderr
             assert r.json["exit_code"] == 0 and r.json["errors"] == [], r.json
-            assert "RAILOVER_TRANSPORT=auto: NIC eth0 served over tcp" in log, log[-3000:]
+            assert "RAILOVER_TRANSPORT=rdma+tcp: NIC eth0 served over tcp" in log, log[-3000:]
             line = re.search(r"transport rdma\+tcp: .*", log)
             assert line and "eth0 -> tcp [" in line.group(0) and "eth1 -> rxe0 port 1" in line.group(0), log[-3000:]
-            assert "rdma on NIC(s) eth1,eth2, tcp on NIC(s) eth0" in log, log[-3000:]
+            assert "rdma+tcp: rdma on NIC(s) eth1,eth2, tcp on NIC(s) eth0" in log, log[-3000:]
+            assert r.json["device"]["ndev"] == 3, r.json["device"]
             evs = _rank_events(tmp_path, r.rank)
             kinds = {}  # (comm, dir) -> local NICs its paths came up on
             for e in _named(evs, "path_up"):

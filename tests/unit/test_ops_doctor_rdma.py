@@ -87,18 +87,32 @@ def test_the_port_rate_is_shown_where_the_plugin_read_it():
     assert rep.to_json()["rdma"]["nics"][1]["hca"] == "rxe1"
 
 
-def test_auto_with_one_nic_without_rdma_warns_that_it_is_served_over_tcp_beside_the_rdma_nics():
+def test_auto_with_one_nic_without_rdma_warns_that_it_is_left_out():
     why = "no RDMA device is bound to NIC eth1 (for Soft-RoCE: rdma link add rxe0 type rxe netdev eth1)"
-    mixed_why = ("RAILOVER_TRANSPORT=auto: rdma on eth0, tcp on the others (first without an RDMA port: NIC eth1: "
-                 + why + "); each comm fails over only within its kind")
-    rep = rdma_run(report([nic("eth0"), nic("eth1", "failed", why=why)], transport="rdma+tcp", why=mixed_why))
+    rep = rdma_run(report([nic("eth0"), nic("eth1", "failed", why=why)], transport="rdma",
+                          why="RAILOVER_TRANSPORT=auto: rdma on eth0; the NICs without an RDMA port are left out of "
+                              "NCCL's devices (first: NIC eth1: " + why + ")"))
     assert rep.ok
     c = rdma(rep, "eth1")[0]
-    assert c.status == dr.WARN and "no RDMA device is bound to NIC eth1" in c.detail and "RAILOVER_IFNAMES" in c.fix
-    assert "served over TCP" in c.fix and "fail over only to other TCP NICs" in c.fix, c.fix
+    assert c.status == dr.WARN and "no RDMA device is bound to NIC eth1" in c.detail
+    assert "left out of NCCL's devices" in c.detail and "RAILOVER_TRANSPORT=rdma+tcp" in c.fix, (c.detail, c.fix)
+    t = rdma(rep, "RAILOVER_TRANSPORT")[0]
+    assert t.status == dr.OK and "would use rdma" in t.detail and "left out" in t.detail
+    assert "eth1 failed - - - - no RDMA device is bound" in text(ocli.render_doctor(rep))
+
+
+def test_rdma_plus_tcp_with_one_nic_without_rdma_warns_that_it_is_served_over_tcp():
+    why = "no RDMA device is bound to NIC eth1 (for Soft-RoCE: rdma link add rxe0 type rxe netdev eth1)"
+    mixed_why = ("RAILOVER_TRANSPORT=rdma+tcp: rdma on eth0, tcp on the others (first without an RDMA port: NIC eth1: "
+                 + why + "); each comm fails over only within its kind (GPU memory on the rdma NICs only)")
+    rep = rdma_run(report([nic("eth0"), nic("eth1", "failed", why=why)], setting="rdma+tcp", transport="rdma+tcp",
+                          why=mixed_why))
+    assert rep.ok
+    c = rdma(rep, "eth1")[0]
+    assert c.status == dr.WARN and "served over TCP, a device of its own" in c.detail, c.detail
+    assert "fail over only to other TCP NICs" in c.fix and "RAILOVER_TRANSPORT=auto" in c.fix, c.fix
     t = rdma(rep, "RAILOVER_TRANSPORT")[0]
     assert t.status == dr.INFO and "would use rdma+tcp" in t.detail and "NIC eth1" in t.detail
-    assert "eth1 failed - - - - no RDMA device is bound" in text(ocli.render_doctor(rep))
 
 
 def test_a_tcp_only_host_is_not_a_problem():

@@ -440,7 +440,7 @@ def test_status_of_tcp_and_of_an_older_plugin_has_no_rdma_columns(tmp_path, monk
 
 
 def test_status_of_a_mixed_process_names_the_nic_served_over_tcp(tmp_path, monkeypatch):
-    """RAILOVER_TRANSPORT=auto with an RDMA port behind eth0 only: the process runs "rdma+tcp",
+    """RAILOVER_TRANSPORT=rdma+tcp with an RDMA port behind eth0 only: the process runs "rdma+tcp",
     eth0 shows its HCA port and eth1, which the plugin serves over TCP, says so instead of a bare
     "-"; --json carries each NIC's transport."""
     me = os.getpid()

@@ -276,7 +276,7 @@ TEST(LinkRegistry, DestroyingARegistryEndsItsSweeper) {
   EXPECT_TRUE(r.sweeperRunning());
 }
 
-// RAILOVER_TRANSPORT=auto with an RDMA port behind some NICs only (the RDMA transport's mixed
+// RAILOVER_TRANSPORT=rdma+tcp with an RDMA port behind some NICs only (the RDMA transport's mixed
 // mode, Transport::nicTransport): a comm lives on its NIC's kind. Its standby paths leave only
 // from local NICs of that kind (a TCP comm cannot send from GPU memory an RDMA path reads, and
 // an RDMA comm's grouped receives need the advertisements TCP does not carry), a comm left with

@@ -1,4 +1,4 @@
-// The RDMA transport's mixed mode (RAILOVER_TRANSPORT=auto where an RDMA port backs some NICs
+// The RDMA transport's mixed mode (RAILOVER_TRANSPORT=rdma+tcp where an RDMA port backs some NICs
 // only; rdma_transport.h): the NICs without one are served over TCP by the transport's own
 // bootstrap TCP transport, and everything the plugin asks per NIC answers for that NIC's kind.
 // Over the fake verbs provider and in-memory bootstrap streams (tests/fake_net.h).

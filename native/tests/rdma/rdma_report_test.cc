@@ -67,7 +67,7 @@ TEST(RdmaReport, ExcludedByNcclIbHcaMakesAutoPickTcpAndRdmaAnError) {
   fake::setGids("fake0", 1, {gidOn("::ffff:127.0.0.1", IBV_GID_TYPE_ROCE_V2, lo)});
   std::string r = reportFor({{"NCCL_IB_HCA", "^fake0"}});
   EXPECT_TRUE(has(r, "\"choice\":\"excluded\",\"why\":\"HCA fake0 port 1 behind NIC lo is excluded by "
-                     "NCCL_IB_HCA='^fake0': the NIC is served by TCP\"")) << r;
+                     "NCCL_IB_HCA='^fake0': no RDMA on this NIC\"")) << r;
   EXPECT_TRUE(has(r, "\"ports\":[{\"hca\":\"fake0\",\"port\":1,\"state\":\"ACTIVE\",\"link_layer\":\"Ethernet\","
                      "\"allowed\":false}]")) << r;
   EXPECT_TRUE(has(r, "\"transport\":\"tcp\",\"transport_why\":\"RAILOVER_TRANSPORT=auto: NIC lo: HCA fake0")) << r;

@@ -311,7 +311,7 @@ TEST(VerbsPortChoice, NcclIbHcaExcludesTheNicsHcaPort) {
     s.hcaText = spec;
     EXPECT_EQ(choosePortForNetdev("lo", s, &ps, &why), PortChoice::kExcluded);
     EXPECT_EQ(why, "HCA fake1 port 2 behind NIC lo is excluded by NCCL_IB_HCA='" + std::string(spec) +
-                       "': the NIC is served by TCP");
+                       "': no RDMA on this NIC");
   }
   for (const char* spec : {"fake", "=fake1", "fake1:2", "^fake0", "^=fake1:1"}) {
     SCOPED_TRACE(spec);

@@ -1116,7 +1116,7 @@ RdmaTransport::RdmaTransport(const std::vector<Nic>* nics, const Config* cfg, st
     } else if (c != verbs::PortChoice::kChosen && tcpWhereNoRdma) {
       sels[n.index] = verbs::PortSel();  // dev "": served over TCP (openPorts opens nothing for it)
       tcpWhy_[n.index] = e;
-      RO_INFO(RO_SUBSYS_INIT | RO_SUBSYS_NET, "railover: RAILOVER_TRANSPORT=auto: NIC %s served over tcp (%s); its comms "
+      RO_INFO(RO_SUBSYS_INIT | RO_SUBSYS_NET, "railover: RAILOVER_TRANSPORT=rdma+tcp: NIC %s served over tcp (%s); its comms "
               "fail over only to the other NICs served over tcp", n.name.c_str(), e.c_str());
       continue;
     } else if (c != verbs::PortChoice::kChosen) {

@@ -225,7 +225,7 @@ class RdmaTransport : public Transport {
   // NCCL_IB_TIMEOUT / RETRY_CNT / SL / TC / PKEY. ok() false with *err naming the first NIC
   // that has none (or why libibverbs could not be loaded).
   //
-  // Mixed mode (`tcpWhereNoRdma`, RAILOVER_TRANSPORT=auto where only some NICs have an RDMA
+  // Mixed mode (`tcpWhereNoRdma`, RAILOVER_TRANSPORT=rdma+tcp where only some NICs have an RDMA
   // port): a NIC without one is served over TCP instead of failing (nicTransport(nic) "tcp"):
   // its paths are the bootstrap TCP transport's own (openSendPath, newRecvPathOn), it has no
   // HCA, no flush QP, no port watch, ptrSupport host and maxRecvs 1. ok() false when no NIC
@@ -433,9 +433,10 @@ std::vector<ibv_qp*> pathQps(SendPath* p);
 std::vector<ibv_qp*> pathQps(RecvPath* p);
 
 // True when every NIC of `nics` has an ACTIVE RDMA port behind it that NCCL_IB_HCA allows, with
-// a GID by NCCL's rules (cfg.ib), and libibverbs loads (RAILOVER_TRANSPORT=auto picks rdma
-// then); *why says which NIC has none otherwise (the first), and *withRdma (when not null)
-// gets the names of the NICs that have one.
+// a GID by NCCL's rules (cfg.ib), and libibverbs loads (RAILOVER_TRANSPORT=auto then uses rdma
+// on every NIC); *why says which NIC has none otherwise (the first), and *withRdma (when not
+// null) gets the names of the NICs that have one (auto keeps only those; rdma+tcp serves the
+// others over TCP; plugin/runtime.cc).
 bool rdmaUsable(const std::vector<Nic>& nics, const Config& cfg, std::string* why,
                 std::vector<std::string>* withRdma = nullptr);
 

@@ -438,7 +438,7 @@ PortChoice choosePortForNetdev(const std::string& netdev, const IbConfig& s, Por
   if (!excluded.empty()) {
     *err = "HCA " + excluded.front();
     for (size_t i = 1; i < excluded.size(); ++i) *err += ", " + excluded[i];
-    *err += " behind NIC " + netdev + " is excluded by NCCL_IB_HCA='" + s.hcaText + "': the NIC is served by TCP";
+    *err += " behind NIC " + netdev + " is excluded by NCCL_IB_HCA='" + s.hcaText + "': no RDMA on this NIC";
     return PortChoice::kExcluded;
   }
   *err = "no RDMA device is bound to NIC " + netdev + " (for Soft-RoCE: rdma link add rxe0 type rxe netdev " + netdev +

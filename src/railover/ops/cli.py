@@ -128,7 +128,7 @@ def render_status(snap: Dict[str, Any], show_comms: bool = False) -> Group:
             if rdma:
                 rd = n.get("rdma")
                 hca, addr = st.rdma_port_text(rd)
-                if not rd and n.get("transport") == "tcp":  # RAILOVER_TRANSPORT=auto: no RDMA port behind it
+                if not rd and n.get("transport") == "tcp":  # RAILOVER_TRANSPORT=rdma+tcp: no RDMA port behind it
                     hca = "tcp (no RDMA port)"
                 port_cells = (Text(hca) if not rd else Text.assemble(
                     hca + " ", ("ACTIVE", "green") if rd.get("port_active") else ("not ACTIVE", "bold red")), addr)

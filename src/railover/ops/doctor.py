@@ -870,8 +870,8 @@ def rdma_checks(r: Mapping[str, Any]) -> List[Check]:
     ``native/plugin/rdma_report.h``, or ``{"error": why}``). FAIL only when the job's init
     would fail (``RAILOVER_TRANSPORT=rdma`` without a usable HCA port on every NIC); a NIC
     without an RDMA port is INFO when the job uses TCP anyway, WARN when other NICs have one
-    (``auto`` then serves that NIC with TCP beside the RDMA NICs, and its comms fail over only
-    to other TCP NICs)."""
+    (``auto`` then leaves it out of NCCL's devices; ``rdma+tcp`` serves it over TCP beside the
+    RDMA NICs, and its comms fail over only to other TCP NICs)."""
     out: List[Check] = []
     if "error" in r:
         return [Check("rdma", "RDMA transport", INFO, f"not checked: {r['error']}")]
@@ -908,17 +908,27 @@ def rdma_checks(r: Mapping[str, Any]) -> List[Check]:
             seen = "; HCA ports with a GID bound to it: " + ", ".join(
                 f"{p['hca']} port {p['port']} ({p['link_layer']}, {p['state']}"
                 f"{'' if p.get('allowed', True) else ', excluded by NCCL_IB_HCA'})" for p in ports) if ports else ""
+            fate = ""
+            if chosen and setting == "auto":
+                fate = " (left out of NCCL's devices: the job uses the RDMA NICs only)"
+            elif chosen and setting == "rdma+tcp":
+                fate = " (served over TCP, a device of its own)"
             if choice == "excluded":
-                out.append(Check("rdma", n["nic"], INFO, f"{n.get('why', '')}{seen}"))
+                out.append(Check("rdma", n["nic"], INFO, f"{n.get('why', '')}{fate}{seen}"))
                 continue
             if setting == "rdma":
                 status, fix = FAIL, f"bring an ACTIVE RDMA port with a GID to {n['nic']}, or set RAILOVER_TRANSPORT=auto"
             elif setting == "auto" and chosen:
+                status, fix = WARN, (f"{n['nic']} is left out of NCCL's devices (as with NCCL's IB transport): give it "
+                                     f"an RDMA port, set RAILOVER_TRANSPORT=rdma+tcp to serve it over TCP, or leave it "
+                                     f"out of RAILOVER_IFNAMES to silence this")
+            elif setting == "rdma+tcp" and chosen:
                 status, fix = WARN, (f"{n['nic']} is served over TCP beside the RDMA NICs, and its comms fail over "
-                                     f"only to other TCP NICs: give it an RDMA port, or leave it out (RAILOVER_IFNAMES)")
+                                     f"only to other TCP NICs: give it an RDMA port, or use RAILOVER_TRANSPORT=auto "
+                                     f"to leave it out")
             else:
                 status, fix = INFO, ""
-            out.append(Check("rdma", n["nic"], status, f"no RDMA: {n.get('why', '')}{seen}", fix))
+            out.append(Check("rdma", n["nic"], status, f"no RDMA: {n.get('why', '')}{fate}{seen}", fix))
     t, why = r.get("transport"), r.get("transport_why", "")
     if t == "error":
         out.append(Check("rdma", "RAILOVER_TRANSPORT", FAIL, f"NCCL init would fail: {why}",

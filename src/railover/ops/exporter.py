@@ -400,7 +400,7 @@ class RailoverCollector:
                     last_conv.add_metric([rank, cid, cdir], int(c.get("last_convergence_us", 0)) / 1e6)
                     last_det.add_metric([rank, cid, cdir], int(c.get("last_detection_us", 0)) / 1e6)
         g = GaugeMetricFamily("railover_process_transport", "Live processes by rank and the transport their paths use "
-                              "(tcp, rdma, rdma+tcp: RAILOVER_TRANSPORT=auto with RDMA behind some NICs only; unknown: a "
+                              "(tcp, rdma, rdma+tcp: RAILOVER_TRANSPORT=rdma+tcp with RDMA behind some NICs only; unknown: a "
                               "plugin without the field): 1 per process", labels=["rank", "transport"])
         for (rank, t), n in sorted(transports.items()):
             g.add_metric([rank, t], n)

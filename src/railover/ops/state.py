@@ -482,7 +482,7 @@ def nic_summary(states: Sequence[ProcessState]) -> Dict[str, List[Dict[str, Any]
     ``rdma`` object of the first process with one, host then pid order, with ``port_active``
     true only when every process with one sees the port ACTIVE; None when no process uses RDMA
     on it or the plugin predates the field), ``transport`` (what carries its paths: ``tcp`` or
-    ``rdma``, from the first process that says; with ``RAILOVER_TRANSPORT=auto`` a NIC without
+    ``rdma``, from the first process that says; with ``RAILOVER_TRANSPORT=rdma+tcp`` a NIC without
     an RDMA port is ``tcp`` beside ``rdma`` ones; None from a plugin that predates the field)."""
     hosts: Dict[str, Dict[str, Dict[str, Any]]] = {}
     for s in states:
