@@ -165,15 +165,18 @@ ncclResult_t connect(int dev, void* handle, void** sendComm, int trafficClass) {
     }
     const char* mine = rt().transport->nicTransport(dev);
     if (peer.transport != mine) {
-      if (rt().transport->kinds() != mine)  // mixed mode: this NIC is one kind, the peer's another
-        RO_WARN("railover: connect on NIC %s: the peer listens with the %s transport but this NIC is served by %s "
-                "(RAILOVER_TRANSPORT=rdma+tcp: %s): give every rank the same NICs, with RDMA behind the same ones, or set "
-                "RAILOVER_TRANSPORT to the same tcp or rdma on every rank",
-                rt().nics[dev].name.c_str(), peer.transport.c_str(), mine, rt().transport->kinds().c_str());
-      else
-        RO_WARN("railover: connect on NIC %s: the peer listens with the %s transport but this process uses %s: set "
-                "RAILOVER_TRANSPORT to the same value on every rank",
-                rt().nics[dev].name.c_str(), peer.transport.c_str(), mine);
+      // Ranks that disagree on RAILOVER_TRANSPORT, or on which NICs have RDMA behind them (auto
+      // leaves NICs without a port out; rdma+tcp serves them over TCP, and NCCL may pair such a
+      // NIC with a peer's RDMA NIC): no comm can carry this pair.
+      std::string setting = transportName(rt().cfg.transport);
+      std::string kinds = rt().transport->kinds();
+      RO_WARN("railover: connect on NIC %s: the peer listens with the %s transport but this NIC is served by %s "
+              "(RAILOVER_TRANSPORT=%s, this process runs %s): set RAILOVER_TRANSPORT to the same value on every rank, "
+              "with RDMA behind the same NICs%s",
+              rt().nics[dev].name.c_str(), peer.transport.c_str(), mine, setting.c_str(), kinds.c_str(),
+              kinds == "rdma+tcp" ? "; with rdma+tcp NCCL may also pair a tcp NIC of one rank with an rdma NIC of "
+                                    "another, which no comm can carry: auto leaves the tcp NICs out"
+                                  : "");
       return ncclInvalidUsage;
     }
     l = SendLink::create(rt().linkDeps(), dev, peer, &err, trafficClass);

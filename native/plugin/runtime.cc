@@ -148,6 +148,10 @@ bool Runtime::chooseTransport(std::string* err) {
               "only to rdma NICs; a connection NCCL pairs across kinds (a tcp NIC here, an rdma NIC on the peer) fails "
               "with an error naming both. RAILOVER_TRANSPORT=auto leaves the tcp NIC(s) out instead",
               rdmaNics.c_str(), tcpNics.c_str());
+      if (cfg.maxRecvs > 1)
+        RO_WARN("railover: RAILOVER_MAX_RECVS=%u applies to the rdma NIC(s) %s only: the tcp NIC(s) %s offer maxRecvs 1 "
+                "(a TCP sender is not told the receiver's grouped receives)",
+                cfg.maxRecvs, rdmaNics.c_str(), tcpNics.c_str());
     }
     RO_INFO(RO_SUBSYS_INIT | RO_SUBSYS_NET, "railover: transport %s: %s", t->kinds().c_str(), t->describe().c_str());
     transport = t;

@@ -1063,6 +1063,29 @@ def test_rdma_plus_tcp_serves_the_management_nic_over_tcp_beside_the_rdma_rails(
     crash_retry(bed, body)
 
 
+def test_rdma_plus_tcp_refuses_a_connection_nccl_pairs_across_kinds(rdma_bed, tmp_path):
+    """RAILOVER_TRANSPORT=rdma+tcp on both ranks, but rank 1 also selects the management NIC,
+    which sorts first: device 0 is rdma (eth1) on rank 0 and tcp (eth0) on rank 1, a pairing NCCL
+    can make. No comm can carry it: connect refuses the peer's handle and names both kinds,
+    instead of connecting paths the other side cannot read."""
+    bed = rdma_bed
+
+    def body():
+        res = rperf.run_perf(bed, ranks_per_host=1, timeout_s=600, workload="allreduce", minbytes="1K",
+                             maxbytes="1K", iters=1, warmup=0, channels=1, op_timeout=60, rendezvous_timeout=300,
+                             fetch_to=tmp_path, env=dict(RDMA_ENV, RAILOVER_TRANSPORT="rdma+tcp"),
+                             per_rank_env={1: {"RAILOVER_IFNAMES": "=eth1,eth2,eth0"}})
+        assert not res.ok
+        text = "\n".join(r.stdout + r.stderr for r in res.ranks)
+        # rank 1 (device 0 = eth0, tcp) names its mixed process and the safe setting
+        assert ("the peer listens with the rdma transport but this NIC is served by tcp (RAILOVER_TRANSPORT=rdma+tcp, "
+                "this process runs rdma+tcp)") in text, text[-3000:]
+        assert "auto leaves the tcp NICs out" in text
+        assert res.wrong_total == 0
+
+    crash_retry(bed, body)
+
+
 def test_ranks_on_different_transports_fail_with_a_clear_error(rdma_bed, tmp_path):
     """Rank 0 runs rdma, rank 1 tcp: connect refuses the peer's handle and names both."""
     bed = rdma_bed
