@@ -98,7 +98,11 @@ def test_nccl_ib_hca_exclusion_and_rdma_required(rdma_bed, tool):
         x = got[a1.ifname]
         assert x["choice"] == "excluded" and f"excluded by NCCL_IB_HCA='^={a1.rdma_dev}'" in x["why"], x
         assert [p["allowed"] for p in x["ports"]] == [False], x
-        assert r["transport"] == "tcp" and f"NIC {a1.ifname}" in r["transport_why"], r
+        # auto with a mix: rdma on the NIC that has it, the excluded one left out of NCCL's devices
+        assert r["transport"] == "rdma" and f"NIC {a1.ifname}" in r["transport_why"], r
+        assert "left out of NCCL's devices" in r["transport_why"], r
+        r = report(bed, tool, [a0.ifname, a1.ifname], dict(env, RAILOVER_TRANSPORT="rdma+tcp"))
+        assert r["transport"] == "rdma+tcp" and f"rdma on {a0.ifname}, tcp on the others" in r["transport_why"], r
         r = report(bed, tool, [a0.ifname, a1.ifname], dict(env, RAILOVER_TRANSPORT="rdma"))
         assert r["transport"] == "error" and "RAILOVER_TRANSPORT=rdma: cannot use RDMA" in r["transport_why"], r
     crash_retry(rdma_bed, body)

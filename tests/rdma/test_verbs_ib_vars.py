@@ -114,7 +114,7 @@ def test_the_gid_choice_follows_nccls_ib_variables(rdma_bed):
         c, err = _choice(bed, nic, {"NCCL_IB_HCA": f"^={dev}"}, 18955)
         assert c is None
         assert err == (f"HCA {dev} port 1 behind NIC {ifname} is excluded by NCCL_IB_HCA='^={dev}': "
-                       f"the NIC is served by TCP"), err
+                       f"no RDMA on this NIC"), err
 
         c, err = _choice(bed, nic, {"NCCL_IB_HCA": f"={dev}:1"}, 18956)
         assert c is not None and c["dev"] == dev, err

@@ -141,12 +141,14 @@ def test_a_port_down_at_start_is_a_warning_and_the_job_still_uses_rdma():
 
 
 def test_nic_excluded_by_nccl_ib_hca_is_information():
-    why = "HCA rxe1 port 1 behind NIC eth1 is excluded by NCCL_IB_HCA='^rxe1': the NIC is served by TCP"
+    why = "HCA rxe1 port 1 behind NIC eth1 is excluded by NCCL_IB_HCA='^rxe1': no RDMA on this NIC"
     ports = [{"hca": "rxe1", "port": 1, "state": "ACTIVE", "link_layer": "Ethernet", "allowed": False}]
-    rep = rdma_run(report([nic("eth0"), nic("eth1", "excluded", why=why, ports=ports)], transport="tcp",
-                          why="RAILOVER_TRANSPORT=auto: NIC eth1: " + why))
+    rep = rdma_run(report([nic("eth0"), nic("eth1", "excluded", why=why, ports=ports)], transport="rdma",
+                          why="RAILOVER_TRANSPORT=auto: rdma on eth0; the NICs without an RDMA port are left out of "
+                              "NCCL's devices (first: NIC eth1: " + why + ")"))
     c = rdma(rep, "eth1")[0]
     assert c.status == dr.INFO and "excluded by NCCL_IB_HCA='^rxe1'" in c.detail
+    assert "left out of NCCL's devices" in c.detail, c.detail
     assert "rxe1 port 1 (Ethernet, ACTIVE, excluded by NCCL_IB_HCA)" in c.detail
 
 
