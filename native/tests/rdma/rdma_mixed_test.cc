@@ -23,6 +23,8 @@
 namespace railover {
 namespace {
 
+using rdmatest::gidOn;
+
 using rdmatest::addrOf;
 using rdmatest::portOf;
 
@@ -113,14 +115,6 @@ TEST_F(Mixed, TheTcpNicsPathsAreStreamPathsAndNeedNoFlush) {
   EXPECT_EQ(t->flush(1, b.data(), mr, &err), nullptr);
   EXPECT_EQ(err, "") << "nothing to flush on the TCP NIC: its data came through host memory";
   rx.reset(), rrx.reset(), tcpPath.reset(), rdmaPath.reset();
-}
-
-ibv_gid_entry gidOn(const char* text, uint32_t type, uint32_t ifindex) {
-  ibv_gid_entry e{};
-  inet_pton(AF_INET6, text, e.gid.raw);
-  e.gid_type = type;
-  e.ndev_ifindex = ifindex;
-  return e;
 }
 
 // The plugin's constructor: without mixed mode a NIC with no RDMA port fails it (naming the

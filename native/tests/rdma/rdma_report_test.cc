@@ -12,19 +12,14 @@
 #include "abi/nccl_net_abi.h"
 #include "common/config.h"
 #include "plugin/rdma_report.h"
+#include "tests/rdma/rdma_test_ports.h"
 #include "tests/test_nic.h"
 #include "transport/rdma/rdma_transport.h"
 
 namespace railover {
 namespace {
 
-ibv_gid_entry gidOn(const char* text, uint32_t type, uint32_t ifindex) {
-  ibv_gid_entry e{};
-  inet_pton(AF_INET6, text, e.gid.raw);
-  e.gid_type = type;
-  e.ndev_ifindex = ifindex;
-  return e;
-}
+using rdmatest::gidOn;
 
 std::string reportFor(const std::map<std::string, std::string>& vars) {
   EnvLookup env = [vars](const char* k) -> const char* {

@@ -35,6 +35,16 @@ inline verbs::PortSel portOf(const char* dev, int port) {
   return p;
 }
 
+// A GID table entry: `text` (an IPv6 address, e.g. "::ffff:10.0.0.1") of `type`
+// (IBV_GID_TYPE_ROCE_V2, ...) bound to netdev `ifindex`, for fake::setGids.
+inline ibv_gid_entry gidOn(const char* text, uint32_t type, uint32_t ifindex) {
+  ibv_gid_entry e{};
+  inet_pton(AF_INET6, text, e.gid.raw);
+  e.gid_type = type;
+  e.ndev_ifindex = ifindex;
+  return e;
+}
+
 // AF_INET address ip:port.
 inline sockaddr_storage addrOf(const char* ip, uint16_t port) {
   sockaddr_storage s{};

@@ -88,6 +88,27 @@ class RdmaPathTest : public ::testing::Test {
     t->worker().drain();
   }
 
+  // Brings the path up, holds the fence runner and advertises `rxb` (registered here): the
+  // path's grant of remote write is queued, not begun. *modifiesBefore: the fake's access
+  // modifies before it.
+  void queueAGrantHeld(std::vector<uint8_t>& rxb, size_t* modifiesBefore) {
+    bringUp();
+    void* rmr = reg(rxb);
+    *modifiesBefore = ::fake::accessModifiers().size();
+    t->fencer().hold(true);
+    AdvertEntry e{100, rxb.data(), rxb.size(), rmr};
+    rx->advertise(0, &e, 1, false);
+    ASSERT_EQ(t->fencer().queued(), 1u) << "the first advertisement queued no grant";
+  }
+  // The receive path's QP is in ERR (fenced) and was never granted IBV_ACCESS_REMOTE_WRITE.
+  void expectFencedWithoutRemoteWrite() {
+    EXPECT_EQ(::fake::state(rq), IBV_QPS_ERR) << "the path is not fenced";
+    ibv_qp_attr a{};
+    ibv_qp_init_attr ia{};
+    ASSERT_EQ(ibv_query_qp(rq, &a, IBV_QP_ACCESS_FLAGS, &ia), 0);
+    EXPECT_FALSE(a.qp_access_flags & IBV_ACCESS_REMOTE_WRITE) << "the fenced path's QP was granted remote write";
+  }
+
   int commTrafficClass = -1;  // the comm's traffic class from NCCL for openSendOnly (-1: none)
   // Opens the send side on NIC 0 toward 10.0.1.1 into `tx` (secret 7, conn 9, path 1,
   // generation 3); false with *err when openSendPath refused.
@@ -608,14 +629,9 @@ TEST_F(RdmaPathTest, ReviewTheBlockingFenceWaitsForARunningGrant) {
 // begin until the hold is released (seen here as a fence that has not returned in 20 s, then
 // a modify that ran).
 TEST_F(RdmaPathTest, AFenceCancelsAGrantThatHasNotBegunAndDoesNotWaitForIt) {
-  bringUp();
   std::vector<uint8_t> rxb(1024);
-  void* rmr = reg(rxb);
-  const size_t modifiesBefore = ::fake::accessModifiers().size();
-  t->fencer().hold(true);
-  AdvertEntry e{100, rxb.data(), rxb.size(), rmr};
-  rx->advertise(0, &e, 1, false);
-  ASSERT_EQ(t->fencer().queued(), 1u) << "the first advertisement queued no grant";
+  size_t modifiesBefore = 0;
+  ASSERT_NO_FATAL_FAILURE(queueAGrantHeld(rxb, &modifiesBefore));
   std::mutex mu;
   std::condition_variable cv;
   bool fenced = false;  // under mu
@@ -638,11 +654,7 @@ TEST_F(RdmaPathTest, AFenceCancelsAGrantThatHasNotBegunAndDoesNotWaitForIt) {
   t->worker().drain();
   EXPECT_EQ(t->fencer().queued(), 0u);
   EXPECT_EQ(::fake::accessModifiers().size(), modifiesBefore) << "the cancelled grant modified the QPs' access";
-  EXPECT_EQ(::fake::state(rq), IBV_QPS_ERR) << "the path is not fenced";
-  ibv_qp_attr a{};
-  ibv_qp_init_attr ia{};
-  ASSERT_EQ(ibv_query_qp(rq, &a, IBV_QP_ACCESS_FLAGS, &ia), 0);
-  EXPECT_FALSE(a.qp_access_flags & IBV_ACCESS_REMOTE_WRITE) << "the fenced path's QP was granted remote write";
+  expectFencedWithoutRemoteWrite();
 }
 
 // The same through fenceAsync (a failover's fence): the grant not begun is cancelled when the
@@ -651,14 +663,9 @@ TEST_F(RdmaPathTest, AFenceCancelsAGrantThatHasNotBegunAndDoesNotWaitForIt) {
 // ERR. (Without the cancel the grant's job begins as soon as the hold is released and its
 // modify runs.)
 TEST_F(RdmaPathTest, AnAsyncFenceCancelsAGrantThatHasNotBegun) {
-  bringUp();
   std::vector<uint8_t> rxb(1024);
-  void* rmr = reg(rxb);
-  const size_t modifiesBefore = ::fake::accessModifiers().size();
-  t->fencer().hold(true);
-  AdvertEntry e{100, rxb.data(), rxb.size(), rmr};
-  rx->advertise(0, &e, 1, false);
-  ASSERT_EQ(t->fencer().queued(), 1u) << "the first advertisement queued no grant";
+  size_t modifiesBefore = 0;
+  ASSERT_NO_FATAL_FAILURE(queueAGrantHeld(rxb, &modifiesBefore));
   std::shared_ptr<FenceWait> w = rx->fenceAsync();
   ASSERT_TRUE(w);
   EXPECT_EQ(t->fencer().queued(), 2u) << "the grant and the fence, neither begun";
@@ -670,11 +677,7 @@ TEST_F(RdmaPathTest, AnAsyncFenceCancelsAGrantThatHasNotBegun) {
   EXPECT_EQ(w->unsafe, "");
   EXPECT_EQ(w->grantEndUs.load(), 0u) << "the fence waited for the grant it cancelled";
   EXPECT_EQ(::fake::accessModifiers().size(), modifiesBefore) << "the cancelled grant modified the QPs' access";
-  EXPECT_EQ(::fake::state(rq), IBV_QPS_ERR) << "the path is not fenced";
-  ibv_qp_attr a{};
-  ibv_qp_init_attr ia{};
-  ASSERT_EQ(ibv_query_qp(rq, &a, IBV_QP_ACCESS_FLAGS, &ia), 0);
-  EXPECT_FALSE(a.qp_access_flags & IBV_ACCESS_REMOTE_WRITE) << "the fenced path's QP was granted remote write";
+  expectFencedWithoutRemoteWrite();
 }
 
 // Review (2026-12-06): a grant that fails because the path's QP went to ERR meanwhile (a
