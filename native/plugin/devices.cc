@@ -47,6 +47,12 @@ std::string readFile(const std::string& path) {
 // A NIC's guid for NCCL where no device tells a better one: "rail" + its index, unique per device.
 static uint64_t nicGuid(int index) { return 0x7261696c00000000ULL | (uint64_t)index; }
 
+std::string joinNames(const std::vector<std::string>& names) {
+  std::string s;
+  for (const std::string& n : names) s += (s.empty() ? "" : ",") + n;
+  return s;
+}
+
 std::vector<std::string> keepOnlyNics(std::vector<Nic>* nics, const std::vector<std::string>& keep) {
   std::vector<Nic> kept;
   std::vector<std::string> out;

@@ -30,4 +30,7 @@ bool discoverNics(const Config& cfg, std::vector<Nic>* out, std::string* err);
 // without an RDMA port when some have one.
 std::vector<std::string> keepOnlyNics(std::vector<Nic>* nics, const std::vector<std::string>& keep);
 
+// "eth1,eth2": NIC names as the logs list them.
+std::string joinNames(const std::vector<std::string>& names);
+
 }  // namespace railover

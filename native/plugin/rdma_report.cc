@@ -204,8 +204,7 @@ std::string rdmaReportJson(const std::vector<std::string>& names, const EnvLooku
     } else if (cfg.transport == TransportKind::kRdma) {
       transport = "error", why = "RAILOVER_TRANSPORT=rdma: cannot use RDMA: " + uwhy;
     } else if (!withRdma.empty()) {  // a mix: auto leaves the others out, rdma+tcp serves them over TCP
-      std::string names;
-      for (const std::string& n : withRdma) names += (names.empty() ? "" : ",") + n;
+      const std::string names = joinNames(withRdma);
       if (cfg.transport == TransportKind::kMixed) {
         transport = "rdma+tcp";
         why = "RAILOVER_TRANSPORT=rdma+tcp: rdma on " + names + ", tcp on the others (first without an RDMA port: " +

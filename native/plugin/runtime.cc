@@ -115,16 +115,13 @@ bool Runtime::chooseTransport(std::string* err) {
       // them over TCP as devices of their own (rdma+tcp) is opt-in: NCCL picks each rank's
       // device for a connection by its own topology, and may pair a TCP NIC on one rank with an
       // RDMA NIC on another, which no comm can carry (GPU memory on one end, host on the other).
-      std::vector<std::string> out = keepOnlyNics(&nics, withRdma);
+      std::string outNames = joinNames(keepOnlyNics(&nics, withRdma));
       ports.assign(nics.size(), 0);
-      std::string outNames, kept;
-      for (auto& n : out) outNames += (outNames.empty() ? "" : ",") + n;
-      for (auto& n : nics) kept += (kept.empty() ? "" : ",") + n.name;
       RO_WARN("railover: RAILOVER_TRANSPORT=auto: NIC(s) %s have no RDMA port (first: %s) and are left out: NCCL's "
               "devices are the RDMA NIC(s) %s only, as with NCCL's own IB transport. RAILOVER_TRANSPORT=rdma+tcp serves "
               "them over TCP as devices of their own, RAILOVER_TRANSPORT=tcp puts every NIC on TCP; leaving them out "
               "of RAILOVER_IFNAMES or NCCL_SOCKET_IFNAME silences this",
-              outNames.c_str(), why.c_str(), kept.c_str());
+              outNames.c_str(), why.c_str(), joinNames(withRdma).c_str());
       k = TransportKind::kRdma;
     }
   }
@@ -138,11 +135,9 @@ bool Runtime::chooseTransport(std::string* err) {
     if (t->mixed()) {
       // Said loudly: a comm on a NIC served over TCP sends from host memory only and cannot
       // fail over to the RDMA NICs (nor the reverse).
-      std::string tcpNics, rdmaNics;
-      for (auto& n : nics) {
-        std::string& list = t->overTcp(n.index) ? tcpNics : rdmaNics;
-        list += (list.empty() ? "" : ",") + n.name;
-      }
+      std::vector<std::string> tcpList, rdmaList;
+      for (auto& n : nics) (t->overTcp(n.index) ? tcpList : rdmaList).push_back(n.name);
+      const std::string tcpNics = joinNames(tcpList), rdmaNics = joinNames(rdmaList);
       RO_WARN("railover: RAILOVER_TRANSPORT=rdma+tcp: rdma on NIC(s) %s, tcp on NIC(s) %s (no RDMA port behind them). "
               "Each comm stays on its NIC's kind: comms of a tcp NIC fail over only to other tcp NICs, and rdma comms "
               "only to rdma NICs; a connection NCCL pairs across kinds (a tcp NIC here, an rdma NIC on the peer) fails "
