@@ -27,13 +27,16 @@ struct Line {
   std::string text;
 };
 
+// Never destroyed: the plugin's threads that live as long as the process (the acceptor, the
+// health monitor) may log while the test binary's exit runs static destructors (ASan found
+// the acceptor writing into the freed store).
 inline std::mutex& mu() {
-  static std::mutex m;
-  return m;
+  static std::mutex* m = new std::mutex;
+  return *m;
 }
 inline std::vector<Line>& store() {
-  static std::vector<Line> s;
-  return s;
+  static std::vector<Line>* s = new std::vector<Line>;
+  return *s;
 }
 // "WARN <text>" for a WARN, "INFO <text>" for any other level.
 inline std::string render(const Line& l) { return (l.level == RO_LOG_WARN ? "WARN " : "INFO ") + l.text; }
