@@ -180,6 +180,9 @@ class Link {
   // sweeper would otherwise resend or re-advertise from it). Quietly: this is a normal
   // teardown, not a fault. Returns how many messages used it. Caller holds mu.
   virtual size_t forgetRegistration(void* mhandle) = 0;
+  // The NCCL device (local NIC index) the comm was opened on: listen()'s dev for a recv comm,
+  // connect()'s for a send comm. Fixed at construction; any thread.
+  virtual int dev() const = 0;
   // Set by forgetRegistration: the link moves nothing more (progress, sweeps), and a request
   // still tested fails with this message (ncclInternalError).
   std::string deregMsg;
@@ -384,6 +387,7 @@ class SendLink : public Link {
   // error in *res) when the request can never complete.
   bool closedVerdict(ncclResult_t* res);
   const char* dir() const override { return "send"; }
+  int dev() const override { return dev_; }
   bool resuming() const { return state() == LinkState::kResuming || state() == LinkState::kFailingBack; }
 
   int dev_ = 0;
@@ -491,7 +495,7 @@ class RecvLink : public Link, public RecvSink {
   // sizes: n ints (bytes received per buffer), filled when *done.
   ncclResult_t test(RecvReq* r, int* done, int* sizes);
   void close();
-  int dev() const { return dev_; }
+  int dev() const override { return dev_; }
   // RecvSink: the engine's answers to the active path's transport (under `mu`; public for the
   // engine tests, which deliver chunks directly as a transport would).
   int place(const ChunkRef& c, uint8_t** dst, std::string* err) override;

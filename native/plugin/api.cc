@@ -226,7 +226,14 @@ ncclResult_t accept(void* listenComm, void** recvComm) {
   return ncclSuccess;
 }
 
-ncclResult_t regMr(void*, void* data, size_t size, int type, void** mhandle) {
+// The local NIC of the send or recv comm NCCL registers a buffer for (Link is the first base of
+// both); -1 without one.
+static int commNic(void* comm) { return comm ? static_cast<Link*>(comm)->dev() : -1; }
+// The transport that registers for that NIC's comms, as the WARNs name it ("tcp" for a NIC the
+// RDMA transport serves over TCP).
+static const char* regTransport(int nic) { return nic >= 0 ? rt().transport->nicTransport(nic) : rt().transport->name(); }
+
+ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle) {
   *mhandle = nullptr;
   if (!rt().initialized()) {
     RO_WARN("railover: regMr called before a successful init");
@@ -237,16 +244,17 @@ ncclResult_t regMr(void*, void* data, size_t size, int type, void** mhandle) {
     return ncclInternalError;
   }
   std::string err;
-  *mhandle = rt().transport->regMr(data, size, type, &err);
+  int nic = commNic(comm);
+  *mhandle = rt().transport->regMrOn(nic, data, size, type, &err);
   if (!*mhandle) {
     RO_WARN("railover: cannot register %zu bytes of %s memory at %p with the %s transport: %s", size,
-            type == RAILOVER_NCCL_PTR_CUDA ? "GPU" : "host", data, rt().transport->name(), err.c_str());
+            type == RAILOVER_NCCL_PTR_CUDA ? "GPU" : "host", data, regTransport(nic), err.c_str());
     return ncclSystemError;
   }
   return ncclSuccess;
 }
 
-ncclResult_t regMrDmaBuf(void*, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle) {
+ncclResult_t regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle) {
   *mhandle = nullptr;
   if (!rt().initialized()) {
     RO_WARN("railover: regMrDmaBuf called before a successful init");
@@ -258,10 +266,11 @@ ncclResult_t regMrDmaBuf(void*, void* data, size_t size, int type, uint64_t offs
   }
   (void)type;  // a dmabuf is GPU memory for NCCL (type NCCL_PTR_CUDA); the fd says what it is
   std::string err;
-  *mhandle = rt().transport->regMrDmaBuf(data, size, offset, fd, &err);
+  int nic = commNic(comm);
+  *mhandle = rt().transport->regMrDmaBufOn(nic, data, size, offset, fd, &err);
   if (!*mhandle) {
     RO_WARN("railover: cannot register dmabuf %d (%zu bytes at offset %llu, %p) with the %s transport: %s", fd, size,
-            (unsigned long long)offset, data, rt().transport->name(), err.c_str());
+            (unsigned long long)offset, data, regTransport(nic), err.c_str());
     return ncclSystemError;
   }
   return ncclSuccess;

@@ -479,12 +479,25 @@ class Transport {
     return new HostRegistration{data, size};
   }
   void* regMr(void* data, size_t size, std::string* err) { return regMr(data, size, (int)kPtrHost, err); }
+  // regMr for a comm on local NIC `nic` (NCCL's regMr names the comm; -1: no comm, register as
+  // regMr). A transport that serves NICs differently registers only what that NIC's comms can
+  // use (the RDMA transport's mixed mode: a comm on a NIC served over TCP fails over only to
+  // such NICs, so its buffer is pinned on no HCA). deregMr releases what it returned.
+  virtual void* regMrOn(int nic, void* data, size_t size, int ptrType, std::string* err) {
+    (void)nic;
+    return regMr(data, size, ptrType, err);
+  }
   // NCCL's regMrDmaBuf: [offset, offset + size) of dmabuf `fd`, mapped at `data`, registered
   // inside the call (NCCL closes fd when it returns). nullptr with *err where ptrSupport has
   // no DMABUF bit.
   virtual void* regMrDmaBuf(void* data, size_t size, uint64_t offset, int fd, std::string* err) {
     (void)data, (void)size, (void)offset, (void)fd;
     return *err = std::string("the ") + name() + " transport registers no dmabufs", nullptr;
+  }
+  // regMrDmaBuf for a comm on local NIC `nic` (-1: no comm), as regMrOn.
+  virtual void* regMrDmaBufOn(int nic, void* data, size_t size, uint64_t offset, int fd, std::string* err) {
+    (void)nic;
+    return regMrDmaBuf(data, size, offset, fd, err);
   }
   // iflush: makes what NIC `nic` wrote into the registered buffer at `data` (mhandle: its
   // registration) visible to the GPU before NCCL tells a kernel it arrived. Returns an

@@ -117,6 +117,44 @@ TEST_F(Mixed, TheTcpNicsPathsAreStreamPathsAndNeedNoFlush) {
   rx.reset(), rrx.reset(), tcpPath.reset(), rdmaPath.reset();
 }
 
+// Registration for a comm on the TCP NIC (NCCL's regMr names the comm): host memory, pinned on
+// no HCA (its paths never leave the NICs served over TCP); GPU memory and dmabufs are refused
+// naming the NIC and the setting. A comm on the RDMA NIC, or none, registers on every HCA.
+TEST_F(Mixed, ATcpNicsCommRegistersHostMemoryOnNoHca) {
+  std::vector<uint8_t> b(4096, 1);
+  std::string err;
+  // A comm on the RDMA NIC first: its registration also builds the flush QPs (their own MRs).
+  void* onRdma = t->regMrOn(0, b.data(), b.size(), Transport::kPtrHost, &err);
+  ASSERT_TRUE(onRdma) << err;
+  mrs.push_back(onRdma);
+  int before = ::fake::liveMrs();
+  void* host = t->regMrOn(1, b.data(), b.size(), Transport::kPtrHost, &err);
+  ASSERT_TRUE(host) << err;
+  mrs.push_back(host);
+  EXPECT_EQ(::fake::liveMrs(), before) << "a TCP comm's buffer must not be registered (pinned) on any HCA";
+  err.clear();
+  EXPECT_EQ(t->flush(1, b.data(), host, &err), nullptr);
+  EXPECT_EQ(err, "") << "nothing to flush: its data came through host memory";
+  err.clear();
+  EXPECT_EQ(t->regMrOn(1, b.data(), b.size(), Transport::kPtrCuda, &err), nullptr);
+  EXPECT_NE(err.find("NIC 1 is served over TCP (RAILOVER_TRANSPORT=rdma+tcp)"), std::string::npos) << err;
+  EXPECT_NE(err.find("host memory only"), std::string::npos) << err;
+  err.clear();
+  EXPECT_EQ(t->regMrDmaBufOn(1, b.data(), b.size(), 0, 0, &err), nullptr);
+  EXPECT_NE(err.find("register no dmabufs"), std::string::npos) << err;
+
+  void* noComm = t->regMrOn(-1, b.data(), b.size(), Transport::kPtrHost, &err);
+  ASSERT_TRUE(noComm) << err;
+  mrs.push_back(noComm);
+  EXPECT_EQ(::fake::liveMrs(), before + 1) << "no comm: registered as regMr, on every HCA (one here)";
+  // Both kinds are released by deregMr (the host registration is told apart, not read as an MrSet).
+  t->deregMr(host);
+  EXPECT_EQ(::fake::liveMrs(), before + 1);
+  t->deregMr(noComm);
+  EXPECT_EQ(::fake::liveMrs(), before);
+  mrs = {onRdma};
+}
+
 // The plugin's constructor: without mixed mode a NIC with no RDMA port fails it (naming the
 // NIC); with it that NIC is served over TCP, and with no RDMA port at all it fails.
 TEST(RdmaMixedInit, ANicWithoutAPortFailsUnlessMixedAndMixedNeedsOneRdmaNic) {

@@ -352,6 +352,10 @@ int dmabufRegistrations() {
   WorldLock l(worldMu);
   return w().dmabufRegs;
 }
+int liveMrs() {
+  WorldLock l(worldMu);
+  return (int)w().mrs.size();
+}
 ibv_qp_state state(ibv_qp* qp) {
   WorldLock l(worldMu);
   return qp->state;

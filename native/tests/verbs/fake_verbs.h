@@ -137,6 +137,8 @@ bool qpAlive(ibv_qp* qp);
 // EBADF), or not (EOPNOTSUPP). Default: supported. dmabufRegistrations(): successful ones.
 void setDmabuf(bool supported);
 int dmabufRegistrations();
+// MRs registered (ibv_reg_mr, ibv_reg_dmabuf_mr) and not deregistered yet, on every device.
+int liveMrs();
 // The thread that made each ibv_create_qp call since reset(), in order. Thread-safe.
 std::vector<std::thread::id> qpCreators();
 // How many times ibv_poll_cq was called on `cq` (a test can see that a caller is polling, not

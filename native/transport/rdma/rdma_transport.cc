@@ -1701,6 +1701,25 @@ void* RdmaTransport::regMrDmaBuf(void* data, size_t size, uint64_t offset, int f
   return mr;
 }
 
+void* RdmaTransport::regMrOn(int nic, void* data, size_t size, int ptrType, std::string* err) {
+  if (!overTcp(nic)) return regMr(data, size, ptrType, err);
+  if (ptrType != (int)kPtrHost)
+    return *err = "NIC " + std::to_string(nic) + " is served over TCP (RAILOVER_TRANSPORT=rdma+tcp): its comms register "
+                  "host memory only (ptrSupport host), memory type " + std::to_string(ptrType) + " asked",
+           nullptr;
+  auto* r = new HostRegistration{data, size};
+  std::lock_guard<std::mutex> g(mrMu_);
+  hostRegs_.insert(r);
+  return r;
+}
+
+void* RdmaTransport::regMrDmaBufOn(int nic, void* data, size_t size, uint64_t offset, int fd, std::string* err) {
+  if (!overTcp(nic)) return regMrDmaBuf(data, size, offset, fd, err);
+  return *err = "NIC " + std::to_string(nic) + " is served over TCP (RAILOVER_TRANSPORT=rdma+tcp): its comms register "
+                "no dmabufs (ptrSupport host)",
+         nullptr;
+}
+
 uint64_t RdmaTransport::flushNowUs() const { return flushClock_ ? flushClock_() : nowUs(); }
 
 void RdmaTransport::ensureFlushQps() {
@@ -1872,9 +1891,11 @@ class RdmaFlushOp : public FlushOp {
 std::unique_ptr<FlushOp> RdmaTransport::flush(int nic, void* data, void* mhandle, std::string* err) {
   auto* mr = (const verbs::MrSet*)mhandle;
   if (!mr) return *err = "flush of a buffer that was not registered with this transport (regMr)", nullptr;
-  if (mr->size() == 0) return nullptr;  // nothing can have been written
   if (nic < 0 || (size_t)nic >= flush_.size()) return *err = "flush through NIC " + std::to_string(nic) + ", which does not exist", nullptr;
-  if (overTcp(nic)) return nullptr;  // mixed mode: the data came over TCP, through host memory (nothing to flush)
+  // Mixed mode: the data came over TCP, through host memory (nothing to flush); the mhandle
+  // may be regMrOn's HostRegistration, not an MrSet.
+  if (overTcp(nic)) return nullptr;
+  if (mr->size() == 0) return nullptr;  // nothing can have been written
   std::vector<int> order{nic};
   for (int i = 0; i < (int)flush_.size(); ++i)
     if (i != nic && !overTcp(i)) order.push_back(i);
@@ -1898,6 +1919,10 @@ void RdmaTransport::deregMr(void* mhandle) {
   auto* mr = (verbs::MrSet*)mhandle;
   {
     std::lock_guard<std::mutex> g(mrMu_);
+    if (hostRegs_.erase(mhandle)) {  // regMrOn's, for a comm on a NIC served over TCP
+      delete static_cast<HostRegistration*>(mhandle);
+      return;
+    }
     for (size_t i = 0; i < mrs_.size(); ++i)
       if (mrs_[i] == mr) {
         mrs_[i] = mrs_.back();

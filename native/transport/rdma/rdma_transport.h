@@ -61,6 +61,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "common/config.h"
@@ -280,7 +281,12 @@ class RdmaTransport : public Transport {
   // re-opened HCA's re-registration runs (the port watch holds the registry then).
   void* regMr(void* data, size_t size, int ptrType, std::string* err) override;
   void* regMrDmaBuf(void* data, size_t size, uint64_t offset, int fd, std::string* err) override;
-  // Deregisters on every HCA. Waits while a re-opened HCA's re-registration runs (the port
+  // Mixed mode: a comm on a NIC served over TCP gets a HostRegistration (host memory only, as
+  // the TCP transport; nothing pinned on any HCA, no wait behind an HCA re-open); every other
+  // NIC, and nic -1, registers on every HCA as regMr / regMrDmaBuf.
+  void* regMrOn(int nic, void* data, size_t size, int ptrType, std::string* err) override;
+  void* regMrDmaBufOn(int nic, void* data, size_t size, uint64_t offset, int fd, std::string* err) override;
+  // Deregisters on every HCA (a HostRegistration of regMrOn: frees it). Waits while a re-opened HCA's re-registration runs (the port
   // watch thread holds the registry then).
   void deregMr(void* mhandle) override;
   // A 1-byte RDMA READ of `data` through NIC `nic`'s flush QP (verbs::FlushQp). If that READ
@@ -382,6 +388,7 @@ class RdmaTransport : public Transport {
   bool reviveHca(size_t h, std::string* err);
   mutable std::mutex mrMu_;                      // guards mrs_
   std::vector<verbs::MrSet*> mrs_;               // every registration alive (regMr .. deregMr)
+  std::unordered_set<void*> hostRegs_;           // mixed mode: regMrOn's HostRegistrations alive
   std::vector<std::unique_ptr<std::atomic<uint64_t>>> reopenTries_;  // per HCA index
   bool track(verbs::MrSet* mr, std::string* err);  // registers mr in mrs_ (up to date); false: it is not
   // GPUDirect
