@@ -21,7 +21,7 @@ def test_cpp_unit_tests(tmp_path_factory):
     # failure); the verbs and RDMA tests exist only where rdma-core's headers are installed.
     targets = ["railover_unit_tests", "railover_engine_tests", "railover_engine_only_tests", "railover_noverbs_tests"]
     listed = subprocess.run(["cmake", "--build", str(build), "--target", "help"], capture_output=True, text=True).stdout
-    for t in ("railover_verbs_tests", "railover_rdma_tests"):
+    for t in ("railover_verbs_tests", "railover_rdma_tests", "railover_rdma_api_tests"):
         if t in listed:
             targets.append(t)
     b = subprocess.run(["cmake", "--build", str(build), "--target", *targets, "-j2"],
