@@ -69,7 +69,7 @@ struct PortFact {
   int port = 0;
   std::string state, linkLayer;
   bool roce = true;
-  std::vector<std::string> netdevs;  // NICs its GID entries are bound to
+  std::vector<std::string> netdevs;  // RoCE: NICs its GID entries are bound to; IB: its IPoIB NICs
 };
 
 // Every port of every HCA: state, link layer and (RoCE) the NICs its GIDs are bound to.
@@ -98,6 +98,7 @@ std::vector<PortFact> scanPorts(const verbs::VerbsApi& api) {
           for (const verbs::GidEntry& g : table)
             if (!g.netdev.empty() && std::find(f.netdevs.begin(), f.netdevs.end(), g.netdev) == f.netdevs.end())
               f.netdevs.push_back(g.netdev);
+        if (!f.roce) f.netdevs = verbs::ipoibNetdevs(dev, port);
         out.push_back(f);
       }
     }
@@ -123,9 +124,96 @@ std::string dmabufProbe(const std::string& dev, bool* supported) {
          q(*supported ? "ibv_reg_dmabuf_mr(fd -1) answered with another error than \"not supported\"" : why) + "}";
 }
 
+// What one NIC's port choice came to: the HCA port it uses ("" when none) or why not.
+struct NicChoice {
+  std::string nic, hca;
+  int port = 0;
+  std::string err;
+};
+
+// The ports of `ports` no NIC in `choices` uses, with why (UnusedRdmaPort).
+std::vector<UnusedRdmaPort> unusedFrom(const std::vector<PortFact>& ports, const std::vector<NicChoice>& choices,
+                                       const IbConfig& ib) {
+  std::vector<UnusedRdmaPort> out;
+  for (const PortFact& f : ports) {
+    bool used = false;
+    for (const NicChoice& c : choices) used = used || (c.hca == f.hca && c.port == f.port);
+    if (used) continue;
+    UnusedRdmaPort u;
+    u.hca = f.hca, u.port = f.port, u.state = f.state, u.linkLayer = f.linkLayer, u.netdevs = f.netdevs;
+    const NicChoice* on = nullptr;  // a selected NIC on this port (it uses another port, or none)
+    for (const NicChoice& c : choices)
+      if (!on && std::find(f.netdevs.begin(), f.netdevs.end(), c.nic) != f.netdevs.end()) on = &c;
+    if (!ib.hca.allows(f.hca, f.port)) {
+      u.why = "excluded by NCCL_IB_HCA='" + ib.hcaText + "'";
+    } else if (on && !on->hca.empty()) {
+      u.why = "NIC " + on->nic + " is on it but uses " + on->hca + " port " + std::to_string(on->port) +
+              " (one HCA port per NIC)";
+    } else if (on) {
+      u.why = "NIC " + on->nic + " is on it but has no usable RDMA port: " + on->err;
+    } else if (!f.netdevs.empty()) {
+      u.why = "its interface(s) " + joinNames(f.netdevs) +
+              " are not among the selected NICs (RAILOVER_IFNAMES, NCCL_SOCKET_IFNAME, or the default: every interface "
+              "with an address)";
+    } else if (f.roce) {
+      u.why = "no network interface is bound to its GIDs";
+    } else {
+      u.why = "InfiniBand port without an IPoIB interface: railover runs each path over a NIC with an IP address (the "
+              "path's bootstrap stream), so it cannot use this port; configure IPoIB on it, or use NCCL's own IB "
+              "transport";
+    }
+    out.push_back(std::move(u));
+  }
+  return out;
+}
+
+std::string unusedJson(const std::vector<UnusedRdmaPort>& v) {
+  std::string o;
+  for (const UnusedRdmaPort& u : v) {
+    std::string nd;
+    for (const std::string& n : u.netdevs) nd += std::string(nd.empty() ? "" : ",") + q(n);
+    o += std::string(o.empty() ? "" : ",") + "{\"hca\":" + q(u.hca) + ",\"port\":" + std::to_string(u.port) +
+         ",\"state\":" + q(u.state) + ",\"link_layer\":" + q(u.linkLayer) + ",\"netdevs\":[" + nd +
+         "],\"why\":" + q(u.why) + "}";
+  }
+  return o;
+}
+
 #endif  // RAILOVER_HAVE_VERBS
 
 }  // namespace
+
+std::string idleRdmaPortsWarning(const std::string& setting, const std::vector<std::string>& nics, const IbConfig& ib) {
+  std::string idle;
+  for (const UnusedRdmaPort& u : unusedRdmaPorts(nics, ib))
+    if (u.state == "ACTIVE")
+      idle += std::string(idle.empty() ? "" : "; ") + u.hca + " port " + std::to_string(u.port) + " (" + u.linkLayer +
+              "): " + u.why;
+  if (idle.empty()) return idle;
+  return "RAILOVER_TRANSPORT=" + setting + " runs over tcp on NIC(s) " + joinNames(nics) +
+         ", but ACTIVE RDMA ports are unused: " + idle + " (railover doctor lists them)";
+}
+
+std::vector<UnusedRdmaPort> unusedRdmaPorts(const std::vector<std::string>& nics, const IbConfig& ib) {
+#ifdef RAILOVER_HAVE_VERBS
+  std::string e;
+  const verbs::VerbsApi* api = verbs::verbsApi(&e);
+  if (!api) return {};
+  std::vector<NicChoice> choices;
+  for (const std::string& n : nics) {
+    verbs::PortSel sel;
+    NicChoice c;
+    c.nic = n;
+    verbs::PortChoice pc = verbs::choosePortForNetdev(n, ib, &sel, &c.err);
+    if (pc == verbs::PortChoice::kChosen || pc == verbs::PortChoice::kChosenDown) c.hca = sel.dev, c.port = sel.port;
+    choices.push_back(c);
+  }
+  return unusedFrom(scanPorts(*api), choices, ib);
+#else
+  (void)nics, (void)ib;
+  return {};
+#endif
+}
 
 std::string rdmaReportJson(const std::vector<std::string>& names, const EnvLookup& env) {
   uint32_t ptrSupport = RAILOVER_NCCL_PTR_HOST;
@@ -144,7 +232,7 @@ std::string rdmaReportJson(const std::vector<std::string>& names, const EnvLooku
     }
   }
   std::string setting = transportName(cfg.transport);
-  std::string libOk = "false", libErr, transport = "tcp", why, nicsJson, dmabuf;
+  std::string libOk = "false", libErr, transport = "tcp", why, nicsJson, dmabuf, unused;
 #ifdef RAILOVER_HAVE_VERBS
   const bool built = true;
   std::string e;
@@ -155,12 +243,14 @@ std::string rdmaReportJson(const std::vector<std::string>& names, const EnvLooku
     std::vector<PortFact> ports;
     if (api) ports = scanPorts(*api);
     std::vector<std::string> chosenHcas;
+    std::vector<NicChoice> choices;
     for (const Nic& n : nics) {
       verbs::PortSel sel;
       std::string err;
       verbs::PortChoice c = verbs::choosePortForNetdev(n.name, cfg.ib, &sel, &err);
       bool down = c == verbs::PortChoice::kChosenDown;  // chosen, its port not ACTIVE now
       bool chosen = c == verbs::PortChoice::kChosen || down;
+      choices.push_back(NicChoice{n.name, chosen ? sel.dev : "", chosen ? sel.port : 0, err});
       if (down) sel.why += "; " + err + " now: the NIC starts down and its comms move to it once the port is ACTIVE";
       std::string state, ll;
       std::string pj;
@@ -183,6 +273,7 @@ std::string rdmaReportJson(const std::vector<std::string>& names, const EnvLooku
                   ",\"gid\":" + q(chosen && sel.roce ? verbs::gidString(sel.gid) : "") +
                   ",\"rate_mbps\":" + std::to_string(chosen ? sel.speedMbps : 0) + ",\"ports\":[" + pj + "]}";
     }
+    unused = unusedJson(unusedFrom(ports, choices, cfg.ib));
     bool allDmabuf = !chosenHcas.empty();
     for (const std::string& h : chosenHcas) {
       bool sup = false;
@@ -230,11 +321,11 @@ std::string rdmaReportJson(const std::vector<std::string>& names, const EnvLooku
   if (cfg.transport == TransportKind::kRdma) transport = "error", why = "RAILOVER_TRANSPORT=rdma: " + libErr;
   else why = "RAILOVER_TRANSPORT=" + setting + ": " + libErr;
 #endif
-  if (!cfgOk) transport = "error", why = cfgErr, nicsJson.clear();
+  if (!cfgOk) transport = "error", why = cfgErr, nicsJson.clear(), unused.clear();
   return "{\"version\":1,\"built_with_verbs\":" + std::string(b(built)) + ",\"libibverbs\":{\"loaded\":" + libOk +
          ",\"error\":" + q(libErr) + "},\"config_error\":" + q(cfgOk ? "" : cfgErr) + ",\"nic_error\":" + q(nicErr) +
          ",\"setting\":" + q(setting) + ",\"transport\":" + q(transport) + ",\"transport_why\":" + q(why) +
-         ",\"nics\":[" + nicsJson + "],\"memory\":{\"ptr_support\":" + ptrList(ptrSupport) +
+         ",\"nics\":[" + nicsJson + "],\"unused_ports\":[" + unused + "],\"memory\":{\"ptr_support\":" + ptrList(ptrSupport) +
          "},\"gpudirect\":{\"nvidia_driver\":" + b(exists("/sys/module/nvidia")) + ",\"peermem\":" + q(peermemFile()) +
          ",\"dmabuf\":[" + dmabuf + "]}}";
 }

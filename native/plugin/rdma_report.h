@@ -29,8 +29,13 @@
 //              "rate_mbps": int,          // the port's rate (verbs::portSpeedMbps), what NCCL
 //                                         // is told as the device's speed; 0: unknown / down
 //              "ports": [{"hca", "port", "state", "link_layer", "allowed"}]}],
-//                                         // RoCE ports with a GID bound to the NIC (any state);
+//                                         // the ports behind the NIC (any state): RoCE ports with
+//                                         // a GID bound to it, the port of an IPoIB NIC;
 //                                         // allowed: NCCL_IB_HCA lets the transport use it
+//    "unused_ports": [{"hca": str, "port": int, "state": str, "link_layer": str,
+//                      "netdevs": [str],  // interfaces on it: RoCE GIDs' netdevs, IPoIB on IB
+//                      "why": str}],      // every HCA port no evaluated NIC uses, and why (not
+//                                         // selected, NCCL_IB_HCA, no IPoIB interface, ...)
 //    "memory": {"ptr_support": [str]},    // what getProperties advertises: "HOST", "CUDA", "DMABUF"
 //    "gpudirect": {"nvidia_driver": bool, // /sys/module/nvidia
 //                  "peermem": str,        // the file that shows a peer-memory module, "" = none
@@ -53,5 +58,29 @@ namespace railover {
 // report's "memory.ptr_support" is what getProperties would advertise with that transport
 // (TCP: HOST; RDMA: + CUDA / DMABUF where GPUDirect is detected, as RdmaTransport::ptrSupport).
 std::string rdmaReportJson(const std::vector<std::string>& nics, const EnvLookup& env);
+
+// An HCA port that none of the NICs railover runs on uses, so its RDMA goes unused: the
+// report's "unused_ports" entries, and the WARN at init when RAILOVER_TRANSPORT=auto falls
+// back to TCP although RDMA ports are ACTIVE (typically InfiniBand without IPoIB: railover
+// runs each path over a NIC with an IP address, its bootstrap stream, so it cannot use a port
+// with none; NCCL's own IB transport can).
+struct UnusedRdmaPort {
+  std::string hca;
+  int port = 0;                      // 1-based
+  std::string state;                 // ACTIVE, DOWN, ...
+  std::string linkLayer;             // Ethernet | InfiniBand
+  std::vector<std::string> netdevs;  // interfaces on it (RoCE: bound to its GIDs; IB: IPoIB)
+  std::string why;                   // one line
+};
+
+// The HCA ports that none of `nics` (NIC names, as the plugin selected them) uses, with why.
+// Empty where libibverbs does not load or the build has no verbs. Opens and closes every HCA
+// (milliseconds): call at init or from the report, never on NCCL's progress thread. Reentrant.
+std::vector<UnusedRdmaPort> unusedRdmaPorts(const std::vector<std::string>& nics, const IbConfig& ib);
+
+// The init WARN's text (without the "railover: " prefix) when RAILOVER_TRANSPORT=`setting`
+// runs over TCP on `nics` although some HCA port none of them uses is ACTIVE: names each such
+// port, its link layer and why it is unused; "" when there is none. As unusedRdmaPorts.
+std::string idleRdmaPortsWarning(const std::string& setting, const std::vector<std::string>& nics, const IbConfig& ib);
 
 }  // namespace railover

@@ -4,6 +4,7 @@
 #include "failover/link.h"
 #include "health/health.h"
 #include "plugin/devices.h"
+#include "plugin/rdma_report.h"
 #include "plugin/state_file.h"
 #include "telemetry/journal.h"
 #include "telemetry/state.h"
@@ -103,9 +104,15 @@ bool Runtime::chooseTransport(std::string* err) {
     std::vector<std::string> withRdma;
     bool all = rdma::rdmaUsable(nics, cfg, &why, &withRdma);
     const char* setting = transportName(cfg.transport);
-    if (withRdma.empty()) {  // no RDMA port anywhere, or libibverbs does not load
+    if (withRdma.empty()) {  // no RDMA port behind any NIC, or libibverbs does not load
       k = TransportKind::kTcp;
       RO_INFO(RO_SUBSYS_INIT | RO_SUBSYS_NET, "railover: RAILOVER_TRANSPORT=%s: using tcp (%s)", setting, why.c_str());
+      // ACTIVE RDMA ports none of the NICs is on (InfiniBand without IPoIB, or their interfaces
+      // not selected): the job runs over TCP beside them, which the operator must hear of.
+      std::vector<std::string> names;
+      for (const Nic& n : nics) names.push_back(n.name);
+      std::string idle = idleRdmaPortsWarning(setting, names, cfg.ib);
+      if (!idle.empty()) RO_WARN("railover: %s", idle.c_str());
     } else if (all || k == TransportKind::kMixed) {
       k = TransportKind::kRdma;
       mixed = !all;  // rdma+tcp: the NICs without a port are served over TCP, as devices of their own

@@ -84,6 +84,64 @@ TEST(RdmaReport, NoGidBoundAndBadValues) {
   EXPECT_TRUE(has(r, "\"nics\":[]")) << r;
 }
 
+// The report's "unused_ports" section (between its key and "memory").
+std::string unusedOf(const std::string& r) {
+  size_t a = r.find("\"unused_ports\":["), b = r.find("],\"memory\"");
+  return a == std::string::npos || b == std::string::npos ? "" : r.substr(a, b - a + 1);
+}
+
+// Every HCA port no evaluated NIC uses is listed with why: an InfiniBand port without IPoIB (the
+// case where RAILOVER_TRANSPORT=auto silently ran TCP), a port bound to no interface, one
+// whose interface is not selected, one NCCL_IB_HCA excludes, a second port of a NIC that uses
+// another. The port a NIC uses is not listed.
+TEST(RdmaReport, UnusedPortsAreListedWithWhy) {
+  fake::reset();
+  unsigned lo = if_nametoindex("lo");
+  ASSERT_NE(lo, 0u);
+  fake::setGids("fake1", 1, {gidOn("::ffff:127.0.0.1", IBV_GID_TYPE_ROCE_V2, lo)});
+  fake::setGids("fake1", 2, {gidOn("::ffff:127.0.0.1", IBV_GID_TYPE_ROCE_V2, lo)});
+  fake::setLinkLayer("fake0", 1, IBV_LINK_LAYER_INFINIBAND);
+  std::string u = unusedOf(reportFor({}));
+  EXPECT_TRUE(has(u, "{\"hca\":\"fake0\",\"port\":1,\"state\":\"ACTIVE\",\"link_layer\":\"InfiniBand\",\"netdevs\":[],"
+                     "\"why\":\"InfiniBand port without an IPoIB interface: railover runs each path over a NIC with an IP "
+                     "address")) << u;
+  EXPECT_TRUE(has(u, "{\"hca\":\"fake0\",\"port\":2,\"state\":\"ACTIVE\",\"link_layer\":\"Ethernet\",\"netdevs\":[],"
+                     "\"why\":\"no network interface is bound to its GIDs\"}")) << u;
+  EXPECT_TRUE(has(u, "{\"hca\":\"fake1\",\"port\":2,\"state\":\"ACTIVE\",\"link_layer\":\"Ethernet\",\"netdevs\":[\"lo\"],"
+                     "\"why\":\"NIC lo is on it but uses fake1 port 1 (one HCA port per NIC)\"}")) << u;
+  EXPECT_FALSE(has(u, "\"hca\":\"fake1\",\"port\":1,")) << "the port lo uses is not unused: " << u;
+
+  EnvLookup none = [](const char*) -> const char* { return nullptr; };
+  u = unusedOf(rdmaReportJson({"nordma0"}, none));
+  EXPECT_TRUE(has(u, "{\"hca\":\"fake1\",\"port\":1,\"state\":\"ACTIVE\",\"link_layer\":\"Ethernet\",\"netdevs\":[\"lo\"],"
+                     "\"why\":\"its interface(s) lo are not among the selected NICs")) << u;
+
+  u = unusedOf(reportFor({{"NCCL_IB_HCA", "^fake1:1"}}));
+  EXPECT_TRUE(has(u, "{\"hca\":\"fake1\",\"port\":1,\"state\":\"ACTIVE\",\"link_layer\":\"Ethernet\",\"netdevs\":[\"lo\"],"
+                     "\"why\":\"excluded by NCCL_IB_HCA='^fake1:1'\"}")) << u;
+  EXPECT_FALSE(has(u, "\"hca\":\"fake1\",\"port\":2,")) << "lo uses fake1 port 2 now: " << u;
+
+  // The same list for the init WARN (RAILOVER_TRANSPORT=auto falling back to TCP), with the
+  // port's state: a port that is down is listed, and the WARN names only ACTIVE ones.
+  fake::setPortState("fake0", 2, IBV_PORT_DOWN);
+  IbConfig ib;
+  std::vector<UnusedRdmaPort> v = unusedRdmaPorts({"nordma0"}, ib);
+  ASSERT_EQ(v.size(), 4u);
+  EXPECT_EQ(v[0].hca + ":" + std::to_string(v[0].port) + " " + v[0].state + " " + v[0].linkLayer, "fake0:1 ACTIVE InfiniBand");
+  EXPECT_EQ(v[1].hca + ":" + std::to_string(v[1].port) + " " + v[1].state, "fake0:2 DOWN");
+  EXPECT_EQ(v[2].netdevs, std::vector<std::string>{"lo"});
+  std::string w = idleRdmaPortsWarning("auto", {"nordma0"}, ib);
+  EXPECT_EQ(w.rfind("RAILOVER_TRANSPORT=auto runs over tcp on NIC(s) nordma0, but ACTIVE RDMA ports are unused: "
+                    "fake0 port 1 (InfiniBand): InfiniBand port without an IPoIB interface", 0), 0u) << w;
+  EXPECT_EQ(w.find("fake0 port 2"), std::string::npos) << "a port that is down is not named: " << w;
+  EXPECT_NE(w.find("; fake1 port 1 (Ethernet): its interface(s) lo are not among the selected NICs"), std::string::npos) << w;
+  EXPECT_NE(w.find("(railover doctor lists them)"), std::string::npos) << w;
+  // Nothing ACTIVE unused: no WARN.
+  for (const char* d : {"fake0", "fake1"})
+    for (int port : {1, 2}) fake::setPortState(d, port, IBV_PORT_DOWN);
+  EXPECT_EQ(idleRdmaPortsWarning("auto", {"nordma0"}, ib), "");
+}
+
 // A mix (a NIC with no RDMA port beside ones that have one): not every NIC is usable, and the
 // caller learns which NICs have RDMA (RAILOVER_TRANSPORT=auto then runs the RDMA transport in
 // mixed mode: rdma on those, tcp on the others; tests/rdma/rdma_mixed_test.cc).

@@ -67,6 +67,7 @@ struct World {
   std::map<std::pair<std::string, int>, ibv_port_state> portState;  // default ACTIVE
   std::map<std::pair<std::string, int>, uint16_t> portLid;          // default 0
   std::map<std::pair<std::string, int>, std::pair<uint8_t, uint8_t>> portRate;  // default (0, 0)
+  std::map<std::pair<std::string, int>, uint8_t> linkLayer;  // default Ethernet
   std::map<std::string, std::pair<uint64_t, int>> devAttrs;         // sys_image_guid, max_qp
   uint32_t nextQpn = 100, nextKey = 1000;
   std::vector<std::thread::id> qpCreators;  // the thread of every ibv_create_qp, in order
@@ -490,6 +491,10 @@ void setPortRate(const std::string& dev, int port, uint8_t activeSpeed, uint8_t 
   WorldLock l(worldMu);
   w().portRate[{dev, port}] = {activeSpeed, activeWidth};
 }
+void setLinkLayer(const std::string& dev, int port, uint8_t linkLayer) {
+  WorldLock l(worldMu);
+  w().linkLayer[{dev, port}] = linkLayer;
+}
 void setDeviceAttrs(const std::string& dev, uint64_t sysImageGuid, int maxQp) {
   WorldLock l(worldMu);
   w().devAttrs[dev] = {sysImageGuid, maxQp};
@@ -752,8 +757,9 @@ int ibv_query_port(ibv_context* c, uint8_t port, _compat_ibv_port_attr* pa) {
     p->lid = lid == w().portLid.end() ? 0 : lid->second;
     auto rate = w().portRate.find({c->device->name, port});
     if (rate != w().portRate.end()) p->active_speed = rate->second.first, p->active_width = rate->second.second;
+    auto ll = w().linkLayer.find({c->device->name, port});
+    p->link_layer = ll == w().linkLayer.end() ? IBV_LINK_LAYER_ETHERNET : ll->second;
   }
-  p->link_layer = IBV_LINK_LAYER_ETHERNET;
   p->active_mtu = IBV_MTU_1024;
   {
     WorldLock l(worldMu);

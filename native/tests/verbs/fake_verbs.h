@@ -73,6 +73,9 @@ void setPortLid(const std::string& dev, int port, uint16_t lid);
 // What ibv_query_port reports as the port's rate codes (active_speed, active_width); default
 // (0, 0), which no port reports: an unknown rate.
 void setPortRate(const std::string& dev, int port, uint8_t activeSpeed, uint8_t activeWidth);
+// What ibv_query_port reports as the port's link layer (IBV_LINK_LAYER_*); default Ethernet.
+// Only what the port reports: the fake's QPs behave the same either way.
+void setLinkLayer(const std::string& dev, int port, uint8_t linkLayer);
 // What ibv_query_device reports for HCA `dev`: sys_image_guid (host order here; the fake
 // answers it in network order, as verbs does) and max_qp. Default: both 0. Always 2 ports.
 void setDeviceAttrs(const std::string& dev, uint64_t sysImageGuid, int maxQp);

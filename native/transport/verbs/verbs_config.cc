@@ -171,6 +171,21 @@ struct DevList {
 
 }  // namespace
 
+std::vector<std::string> ipoibNetdevs(const std::string& dev, int port) {
+  std::vector<std::string> out;
+  DIR* d = opendir("/sys/class/net");
+  if (!d) return out;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::string hca;
+    int p = 0;
+    if (ipoibPort(e->d_name, &hca, &p) && hca == dev && p == port) out.push_back(e->d_name);
+  }
+  closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 int gidFamily(const uint8_t g[16]) {
   static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
   return std::memcmp(g, mapped, 12) == 0 ? AF_INET : AF_INET6;

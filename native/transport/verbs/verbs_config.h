@@ -100,6 +100,12 @@ enum class PortChoice {
   kFailed,      // no usable HCA port: *err says why (no RDMA device bound, no GID, ...)
 };
 
+// The IPoIB network interfaces on InfiniBand port `port` (1-based) of HCA `dev`: the entries of
+// /sys/class/net whose device's infiniband/ directory names `dev` and whose dev_port is
+// port - 1, sorted by name. Empty where none (no IPoIB on the port, or not InfiniBand). Reads
+// sysfs only; reentrant.
+std::vector<std::string> ipoibNetdevs(const std::string& dev, int port);
+
 // Finds the HCA port behind NIC `netdev` (a port with a GID entry bound to it; for an IPoIB NIC
 // the HCA port its sysfs device names) that NCCL_IB_HCA allows, and chooses its GID with
 // chooseGid. *err is set for kExcluded too (a line for logs naming the HCA port and the filter).
