@@ -19,7 +19,7 @@ from railover.cli import app
 from railover.ops import cli as ocli
 from railover.ops import doctor as dr
 
-from test_ops_doctor import GOOD_NCCL, IFACES, PLUGIN_OK, good_route, run
+from test_ops_doctor import GOOD_NCCL, IFACES, PLUGIN_OK, find, good_route, run
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -113,6 +113,124 @@ def test_rdma_plus_tcp_with_one_nic_without_rdma_warns_that_it_is_served_over_tc
     assert "fail over only to other TCP NICs" in c.fix and "RAILOVER_TRANSPORT=auto" in c.fix, c.fix
     t = rdma(rep, "RAILOVER_TRANSPORT")[0]
     assert t.status == dr.INFO and "would use rdma+tcp" in t.detail and "NIC eth1" in t.detail
+
+
+# --------------------------------------------------------------------------- the NIC table follows the transport
+
+#: a host whose management NIC eth0 (interface order: rail 0) has no RDMA port, eth1 and eth2 have one
+MGMT_IFACES = [dr.Iface("eth0", 2, ["10.0.0.1/24"]), dr.Iface("eth1", 3, ["10.0.1.1/24"]),
+               dr.Iface("eth2", 4, ["10.0.2.1/24"])]
+NO_DEV = "no RDMA device is bound to NIC eth0 (for Soft-RoCE: rdma link add rxe0 type rxe netdev eth0)"
+
+
+def mgmt_run(rep, env=GOOD_NCCL, ifaces=MGMT_IFACES):
+    facts = dr.Facts(env=dict(env), ifaces=ifaces, plugin=PLUGIN_OK, ld_resolve=PLUGIN_OK["path"], rdma=rep)
+    own = {i.addr(): i.name for i in ifaces}
+    return dr.diagnose(facts, route=lambda dst, src: (own[src], ""), probe=lambda s, d: (True, "ok"))
+
+
+def mgmt_report(setting="auto", transport="rdma", eth0=None):
+    return report([eth0 or nic("eth0", "failed", why=NO_DEV), nic("eth1", hca="rxe1"), nic("eth2", hca="rxe2")],
+                  setting=setting, transport=transport, why=f"RAILOVER_TRANSPORT={setting}: rdma on eth1,eth2")
+
+
+def row(rep, name):
+    return next(n for n in rep.nics if n["name"] == name)
+
+
+def test_auto_shows_a_nic_without_rdma_port_as_not_a_device():
+    """RAILOVER_TRANSPORT=auto with RDMA on eth1 and eth2: the plugin leaves eth0 out of NCCL's
+    devices (Runtime::chooseTransport), so the NIC table does too, naming why and the
+    alternatives; the NICs it keeps keep the rails they got before (1 and 2)."""
+    rep = mgmt_run(mgmt_report())
+    r0 = row(rep, "eth0")
+    assert r0["selected"] is False and r0["rail"] is None, r0
+    assert r0["reason"].startswith("selected (default: every interface with an address except lo, docker*, virbr*), "
+                                   "but left out of NCCL's devices: no RDMA port, and with RAILOVER_TRANSPORT=auto "
+                                   "NCCL's devices are the RDMA NIC(s) eth1,eth2 only"), r0["reason"]
+    assert ("RAILOVER_TRANSPORT=rdma+tcp serves it over TCP as a device of its own, RAILOVER_TRANSPORT=tcp puts every "
+            "NIC on TCP") in r0["reason"], r0["reason"]
+    assert [(n["name"], n["rail"]) for n in rep.nics if n["selected"]] == [("eth1", 1), ("eth2", 2)]
+    sel = find(rep, "nics", "selection")
+    assert len(sel) == 1 and sel[0].status == dr.OK, sel
+    assert sel[0].detail == ("2 NICs selected via default: eth1 (rail 1), eth2 (rail 2); eth0 left out of NCCL's "
+                             "devices: no RDMA port, and RAILOVER_TRANSPORT=auto uses the RDMA NICs only"), sel[0].detail
+    out = text(ocli.render_doctor(rep))
+    assert "eth0 no selected (default" in out and "but left out of NCCL's devices" in out, out
+
+
+def test_auto_with_one_rdma_nic_left_has_no_standby():
+    """Two selected NICs, one without an RDMA port: with auto only one is NCCL's device, so no
+    comm can fail over: the selection check says so, and that rdma+tcp would not help."""
+    r = report([nic("eth0", "failed", why=NO_DEV), nic("eth1", hca="rxe1")], why="RAILOVER_TRANSPORT=auto: rdma on eth1")
+    rep = mgmt_run(r, env=dict(GOOD_NCCL, RAILOVER_IFNAMES="eth0,eth1"))
+    assert [n["name"] for n in rep.nics if n["selected"]] == ["eth1"]
+    (sel,) = find(rep, "nics", "selection")
+    assert sel.status == dr.WARN, sel
+    assert sel.detail.startswith("only eth1 is a device of NCCL (RAILOVER_IFNAMES; eth0 left out of NCCL's devices: "
+                                 "no RDMA port"), sel
+    assert "NCCL's devices are the RDMA NIC(s) eth1 only" in row(rep, "eth0")["reason"]
+    assert "failover is impossible" in sel.detail
+    assert "give eth0 an RDMA port" in sel.fix and "RAILOVER_TRANSPORT=tcp" in sel.fix and "rdma+tcp" in sel.fix, sel.fix
+
+
+def test_a_nic_left_out_gets_no_link_routing_or_rails_checks():
+    """A left-out NIC carries nothing: its link is no FAIL, it is not routed or probed, and a
+    RAILOVER_RAILS entry for it is no 'not a selected NIC' typo; a RAILOVER_STANDBY pair naming
+    it gives no standby path and says why."""
+    ifaces = [dr.Iface("eth0", 2, ["10.0.0.1/24"], carrier=False, operstate="DOWN")] + MGMT_IFACES[1:]
+    env = dict(GOOD_NCCL, RAILOVER_RAILS="eth0=5,eth1=1,eth2=2", RAILOVER_STANDBY="eth1=eth0;eth2=eth1")
+    rep = mgmt_run(mgmt_report(), env=env, ifaces=ifaces)
+    assert rep.ok, [c for c in rep.checks if c.status == dr.FAIL]
+    assert not find(rep, "nics", "eth0") and not [c for c in rep.checks if c.what.startswith("eth0 ->")]
+    assert [c.what for c in find(rep, "routing")] == ["eth1 -> 10.0.1.2", "eth2 -> 10.0.2.2"]
+    assert not find(rep, "nics", "RAILOVER_RAILS")
+    (sb,) = find(rep, "nics", "RAILOVER_STANDBY")
+    assert "pair eth1=eth0 names eth0, which is left out of NCCL's devices (no RDMA port" in sb.detail, sb.detail
+
+
+def test_an_nccl_ib_hca_exclusion_is_named_as_the_reason():
+    why = "HCA rxe0 port 1 behind NIC eth0 is excluded by NCCL_IB_HCA='^rxe0': no RDMA on this NIC"
+    rep = mgmt_run(mgmt_report(eth0=nic("eth0", "excluded", why=why)))
+    r0 = row(rep, "eth0")
+    assert r0["selected"] is False
+    assert "left out of NCCL's devices: no RDMA port (NCCL_IB_HCA excludes its HCA port)" in r0["reason"], r0
+
+
+def test_rdma_plus_tcp_keeps_the_nic_and_says_it_is_served_over_tcp():
+    rep = mgmt_run(mgmt_report(setting="rdma+tcp", transport="rdma+tcp"))
+    r0 = row(rep, "eth0")
+    assert r0["selected"] is True and r0["rail"] == 0, r0
+    assert "served over TCP as a device of its own: no RDMA port, and RAILOVER_TRANSPORT=rdma+tcp puts" in r0["reason"]
+    assert "its comms fail over only to other TCP NICs" in r0["reason"], r0["reason"]
+    (sel,) = find(rep, "nics", "selection")
+    # eth0 is the only TCP NIC: its comms have no standby (eth1 and eth2 back each other up)
+    assert sel.status == dr.WARN and "eth0 (rail 0, tcp), eth1 (rail 1, rdma), eth2 (rail 2, rdma)" in sel.detail, sel
+    assert sel.detail.endswith("the comms of eth0 have no standby"), sel.detail
+    assert find(rep, "nics", "eth0", dr.OK), "eth0 carries comms: its link is checked"
+
+
+@pytest.mark.parametrize("setting,transport,with_port", [
+    ("tcp", "tcp", ("eth1", "eth2")),          # tcp: every NIC on TCP, RDMA ports or not
+    ("auto", "tcp", ()),                       # no RDMA port anywhere: every NIC on TCP
+    ("auto", "rdma", ("eth0", "eth1", "eth2")),  # a port on every NIC: every NIC on RDMA
+])
+def test_the_table_is_unchanged_where_every_nic_is_a_device(setting, transport, with_port):
+    nics = [nic(n, hca="rxe" + n[-1]) if n in with_port else nic(n, "failed", why="no RDMA device found")
+            for n in ("eth0", "eth1", "eth2")]
+    rep = mgmt_run(report(nics, setting=setting, transport=transport, why="x"))
+    assert [(n["name"], n["rail"]) for n in rep.nics if n["selected"]] == [("eth0", 0), ("eth1", 1), ("eth2", 2)]
+    assert row(rep, "eth0")["reason"] == "selected (default: every interface with an address except lo, docker*, virbr*)"
+    (sel,) = find(rep, "nics", "selection")
+    assert sel.status == dr.OK and sel.detail == "3 NICs selected via default: eth0 (rail 0), eth1 (rail 1), eth2 (rail 2)"
+
+
+def test_libibverbs_not_loading_changes_nothing():
+    r = mgmt_report()
+    r["libibverbs"] = {"loaded": False, "error": "cannot load libibverbs.so.1"}
+    assert dr.rdma_fates(r) == {}
+    assert dr.rdma_fates(mgmt_report()) == {"eth0": dr.LEFT_OUT}
+    assert dr.rdma_fates({"error": "plugin not found"}) == {} and dr.rdma_fates(None) == {}
 
 
 def test_a_tcp_only_host_is_not_a_problem():

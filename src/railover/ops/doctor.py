@@ -11,6 +11,9 @@ or would run without the redundancy railover is there for):
   ``NCCL_SOCKET_IFNAME`` syntax: comma list of prefixes, ``^`` excludes, ``=`` exact; by
   default every interface with an address except ``lo``, ``docker*``, ``virbr*``), their
   addresses, link state (admin, carrier) and rails (``RAILOVER_RAILS`` or interface order);
+  with ``RAILOVER_TRANSPORT=auto`` a selected NIC without an RDMA port, while others have one,
+  is shown as not a device, as the plugin leaves it out of NCCL's devices (the RDMA report
+  below says so), and the counts and per-NIC checks that follow leave it out too;
 * source routing per NIC: traffic sourced from a NIC's address to a peer (or, without
   ``--peer``, to a neighbour in its subnet) must leave through that NIC;
 * reachability of each ``--peer`` address from each NIC that should reach it (TCP connect
@@ -51,7 +54,8 @@ from railover import _paths, params, prereqs
 
 __all__ = ["OK", "WARN", "FAIL", "Check", "Iface", "Facts", "Report", "ifname_matches", "validate_config",
            "select_interfaces", "nccl_abi", "plugin_exports", "torch_nccl", "list_interfaces", "route_get",
-           "tcp_probe", "gather", "diagnose", "known_vars", "unknown_var_checks", "duplicate_rail_checks", "effective_env", "rdma_report", "rdma_checks"]
+           "tcp_probe", "gather", "diagnose", "known_vars", "unknown_var_checks", "duplicate_rail_checks", "effective_env", "rdma_report", "rdma_checks",
+           "rdma_fates", "LEFT_OUT", "OVER_TCP"]
 
 OK, WARN, FAIL, INFO = "OK", "WARN", "FAIL", "INFO"
 
@@ -133,8 +137,9 @@ class Facts:
 
 @dataclass
 class Report:
-    """The doctor's result: ``checks``; ``nics`` (one row per interface: selected, reason,
-    address, state, rail); ``rdma``: the plugin's RDMA report (None when not gathered);
+    """The doctor's result: ``checks``; ``nics`` (one row per interface: selected (a device of
+    NCCL: False for a NIC the RDMA transport leaves out, :func:`rdma_fates`), reason, address,
+    state, rail); ``rdma``: the plugin's RDMA report (None when not gathered);
     ``ok`` is False when any check FAILed."""
 
     checks: List[Check]
@@ -334,7 +339,10 @@ def select_interfaces(env: Mapping[str, str], ifaces: Sequence[Iface]) -> Tuple[
 
 
 def rails_of(env: Mapping[str, str], selected: Sequence[Iface]) -> Dict[str, int]:
-    """Rail of each selected NIC: its ``RAILOVER_RAILS`` entry, else its position."""
+    """Rail of each selected NIC: its ``RAILOVER_RAILS`` entry, else its position among
+    ``selected``. Pass every selected NIC, also those the RDMA transport leaves out
+    (:func:`rdma_fates`): the plugin numbers rails at discovery, before it leaves any out, and
+    the NICs it keeps keep their rail; drop the left-out ones from the result."""
     env = effective_env(env)
     rails = {i.name: n for n, i in enumerate(selected)}
     for item in _split(env.get("RAILOVER_RAILS", ""), ","):
@@ -730,7 +738,21 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
         ipaddress.ip_address(p)  # ValueError names the bad one
     selected, reasons, source = select_interfaces(env, facts.ifaces)
     fam = {"AF_INET": socket.AF_INET, "AF_INET6": socket.AF_INET6}.get(env.get("NCCL_SOCKET_FAMILY", ""), 0)
-    rails = rails_of(env, selected)
+    rails = rails_of(env, selected)  # numbered before the RDMA transport leaves any NIC out, as in the plugin
+    # The RDMA transport's say (the plugin's report): with RAILOVER_TRANSPORT=auto the selected
+    # NICs without an RDMA port are left out of NCCL's devices when others have one; with
+    # rdma+tcp they stay, served over TCP. From here on `selected` is NCCL's devices.
+    fates = {name: f for name, f in rdma_fates(facts.rdma).items() if name in rails}
+    left_out = [i for i in selected if fates.get(i.name) == LEFT_OUT]
+    over_tcp = [i for i in selected if fates.get(i.name) == OVER_TCP]
+    for i in left_out:
+        reasons[i.name] += ", but " + rdma_fate_reason(facts.rdma, i.name, LEFT_OUT)
+        del rails[i.name]
+    for i in over_tcp:
+        reasons[i.name] += "; " + rdma_fate_reason(facts.rdma, i.name, OVER_TCP)
+    selected = [i for i in selected if i not in left_out]
+    out_note = (f"; {', '.join(i.name for i in left_out)} left out of NCCL's devices: no RDMA port, and "
+                "RAILOVER_TRANSPORT=auto uses the RDMA NICs only" if left_out else "")
     nics = []
     for i in sorted(facts.ifaces, key=lambda x: x.index):
         nics.append({"name": i.name, "selected": i in selected, "reason": reasons.get(i.name, ""),
@@ -743,17 +765,34 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
         checks.append(Check("nics", "selection", FAIL,
                             f"{source}='{env.get(source, '')}' selects no interface with an address" if source != "default"
                             else "no network interface with an address", "set RAILOVER_IFNAMES to the job's NICs"))
+    elif len(selected) == 1 and left_out:
+        out = ", ".join(i.name for i in left_out)
+        checks.append(Check("nics", "selection", WARN, f"only {selected[0].name} is a device of NCCL ({source}{out_note}): "
+                            "no standby NIC, failover is impossible",
+                            f"give {out} an RDMA port, select another RDMA NIC, or set RAILOVER_TRANSPORT=tcp (every NIC "
+                            f"on TCP); RAILOVER_TRANSPORT=rdma+tcp gives {selected[0].name}'s comms no standby (they fail "
+                            "over only to other RDMA NICs)"))
     elif len(selected) == 1:
         checks.append(Check("nics", "selection", WARN, f"only {selected[0].name} is selected ({source}): no standby NIC, "
                             "failover is impossible", "select at least two NICs with RAILOVER_IFNAMES"))
     else:
-        checks.append(Check("nics", "selection", OK, f"{len(selected)} NICs selected via {source}: "
-                            + ", ".join(f"{i.name} (rail {rails[i.name]})" for i in selected)))
+        kind = {i.name: " tcp" if i in over_tcp else " rdma" for i in selected} if over_tcp else {}
+        alone = [i.name for i in selected if over_tcp and sum(kind[j.name] == kind[i.name] for j in selected) == 1]
+        detail = (f"{len(selected)} NICs selected via {source}: "
+                  + ", ".join(f"{i.name} (rail {rails[i.name]}{',' + kind[i.name] if kind else ''})" for i in selected)
+                  + out_note)
+        if alone:
+            checks.append(Check("nics", "selection", WARN, detail + f"; with RAILOVER_TRANSPORT=rdma+tcp a comm fails over "
+                                f"only to NICs of its own kind: the comms of {', '.join(alone)} have no standby",
+                                "give the NICs without an RDMA port one and use RAILOVER_TRANSPORT=auto, or set "
+                                "RAILOVER_TRANSPORT=tcp (every NIC on TCP)"))
+        else:
+            checks.append(Check("nics", "selection", OK, detail))
         if any(i.name == "lo" for i in selected):
             checks.append(Check("nics", "lo", WARN, "loopback is selected: it only reaches this host",
                                 "exclude it (RAILOVER_IFNAMES)"))
     for name, _r in _split_rails(env):
-        if name not in rails:
+        if name not in rails and fates.get(name) != LEFT_OUT:  # a NIC left out is warned about once, in rdma
             checks.append(Check("nics", "RAILOVER_RAILS", WARN, f"RAILOVER_RAILS names {name}, which is not a selected NIC",
                                 "fix the name or the NIC selection"))
     standby = effective_env(env).get("RAILOVER_STANDBY", "").strip(" \t")
@@ -762,8 +801,10 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
             kv = _split(item, "=")
             for name in kv if len(kv) == 2 else []:
                 if name and name not in rails:
+                    what = ("which is left out of NCCL's devices (no RDMA port, and RAILOVER_TRANSPORT=auto uses the "
+                            "RDMA NICs only)" if fates.get(name) == LEFT_OUT else "which is not a selected NIC")
                     checks.append(Check("nics", "RAILOVER_STANDBY", WARN,
-                                        f"RAILOVER_STANDBY pair {item} names {name}, which is not a selected NIC: "
+                                        f"RAILOVER_STANDBY pair {item} names {name}, {what}: "
                                         "that pair gives no standby path", "fix the name or the NIC selection"))
     speeds = {i.speed_mbps for i in selected if i.speed_mbps}
     if len(speeds) > 1:
@@ -865,6 +906,47 @@ def rdma_nic_line(n: Mapping[str, Any]) -> str:
     return f"{where}, LID addressing"
 
 
+#: :func:`rdma_fates`' values: the plugin leaves the NIC out of NCCL's devices / serves it over TCP
+LEFT_OUT, OVER_TCP = "left out", "tcp"
+
+
+def _has_rdma_port(n: Mapping[str, Any]) -> bool:
+    return n.get("choice") in ("chosen", "down")  # down: chosen, its port not ACTIVE now
+
+
+def rdma_fates(r: Optional[Mapping[str, Any]]) -> Dict[str, str]:
+    """What the plugin does with each NIC of its RDMA report ``r`` that has no RDMA port it may
+    use (choice ``failed`` or ``excluded``) while other NICs have one, by NIC name:
+    :data:`LEFT_OUT` with ``RAILOVER_TRANSPORT=auto`` (``Runtime::chooseTransport`` leaves it
+    out of NCCL's devices, as NCCL's own IB transport lists only RDMA devices), :data:`OVER_TCP`
+    with ``rdma+tcp`` (served over TCP, a device of its own). Empty when every NIC is a device
+    of the one transport the job uses (``tcp``; ``rdma``, or ``auto`` with a port on every NIC;
+    no RDMA port anywhere or libibverbs not loaded: every NIC on TCP), when init would fail, or
+    when the report is missing or did not evaluate (``error``, ``config_error``)."""
+    if not r or "error" in r or r.get("config_error") or not (r.get("libibverbs") or {}).get("loaded"):
+        return {}
+    nics = r.get("nics") or []
+    if not any(_has_rdma_port(n) for n in nics):
+        return {}
+    how = (r.get("setting"), r.get("transport"))
+    fate = LEFT_OUT if how == ("auto", "rdma") else OVER_TCP if how == ("rdma+tcp", "rdma+tcp") else None
+    return {n["nic"]: fate for n in nics if fate and not _has_rdma_port(n)}
+
+
+def rdma_fate_reason(r: Mapping[str, Any], nic: str, fate: str) -> str:
+    """Why NIC ``nic`` of report ``r`` is left out / served over TCP (:func:`rdma_fates`), in
+    the words of the plugin's own WARN at init (``Runtime::chooseTransport``)."""
+    n = next((x for x in r.get("nics", []) if x.get("nic") == nic), {})
+    port = "no RDMA port (NCCL_IB_HCA excludes its HCA port)" if n.get("choice") == "excluded" else "no RDMA port"
+    rdma_nics = ",".join(x["nic"] for x in r.get("nics", []) if _has_rdma_port(x))
+    if fate == LEFT_OUT:
+        return (f"left out of NCCL's devices: {port}, and with RAILOVER_TRANSPORT=auto NCCL's devices are the RDMA "
+                f"NIC(s) {rdma_nics} only, as with NCCL's own IB transport (RAILOVER_TRANSPORT=rdma+tcp serves it over "
+                f"TCP as a device of its own, RAILOVER_TRANSPORT=tcp puts every NIC on TCP)")
+    return (f"served over TCP as a device of its own: {port}, and RAILOVER_TRANSPORT=rdma+tcp puts the NICs without one "
+            f"on TCP beside the RDMA NIC(s) {rdma_nics}; its comms fail over only to other TCP NICs")
+
+
 def rdma_checks(r: Mapping[str, Any]) -> List[Check]:
     """Checks of section ``rdma`` from the plugin's RDMA report ``r`` (shape:
     ``native/plugin/rdma_report.h``, or ``{"error": why}``). FAIL only when the job's init
@@ -893,7 +975,8 @@ def rdma_checks(r: Mapping[str, Any]) -> List[Check]:
                              f"{lib.get('error') or 'cannot be loaded'}: every NIC is served by TCP",
                              "install rdma-core's libibverbs1 (and the provider for the HCA)" if setting == "rdma" else ""))
         nics = r.get("nics", [])
-        chosen = [n for n in nics if n.get("choice") in ("chosen", "down")]
+        chosen = [n for n in nics if _has_rdma_port(n)]
+        fates = rdma_fates(r)
         for n in nics:
             choice = n.get("choice")
             if choice == "chosen":
@@ -908,11 +991,8 @@ def rdma_checks(r: Mapping[str, Any]) -> List[Check]:
             seen = "; HCA ports with a GID bound to it: " + ", ".join(
                 f"{p['hca']} port {p['port']} ({p['link_layer']}, {p['state']}"
                 f"{'' if p.get('allowed', True) else ', excluded by NCCL_IB_HCA'})" for p in ports) if ports else ""
-            fate = ""
-            if chosen and setting == "auto":
-                fate = " (left out of NCCL's devices: the job uses the RDMA NICs only)"
-            elif chosen and setting == "rdma+tcp":
-                fate = " (served over TCP, a device of its own)"
+            fate = {LEFT_OUT: " (left out of NCCL's devices: the job uses the RDMA NICs only)",
+                    OVER_TCP: " (served over TCP, a device of its own)"}.get(fates.get(n["nic"], ""), "")
             if choice == "excluded":
                 out.append(Check("rdma", n["nic"], INFO, f"{n.get('why', '')}{fate}{seen}"))
                 continue
