@@ -46,14 +46,20 @@ const char* linkStateName(LinkState s) {
   return "?";
 }
 
-void Path::closeAll(std::vector<std::shared_ptr<FenceWait>>* pending) {
+uint64_t Path::closeAll(std::vector<std::shared_ptr<FenceWait>>* pending) {
   if (tx) tx->fence(), tx.reset();
   if (rx && pending) {
     std::shared_ptr<FenceWait> w = rx->fenceAsync();
     if (w && !w->done.load(std::memory_order_acquire)) pending->push_back(std::move(w));
     rx.reset();
   }
-  if (rx) rx->fence(), rx.reset();
+  uint64_t grantWaitUs = 0;
+  if (rx) {
+    rx->fence();
+    grantWaitUs = rx->lastFenceGrantWait().us;
+    rx.reset();
+  }
+  return grantWaitUs;
 }
 
 bool RecvRanges::covers(uint64_t a, uint64_t b) const {
@@ -210,7 +216,7 @@ std::string Link::describe(const Path& p) const {
   return nicName(deps, p.localNic) + "->" + addrToString(p.remote) + ":" + std::to_string(portOf(p.remote));
 }
 
-void Link::noteSlowCall(const Path& p, uint64_t t0, SlowCall kind) {
+void Link::noteSlowCall(const Path& p, uint64_t t0, SlowCall kind, uint64_t grantWaitUs) {
   uint64_t t1 = nowUs();
   if (t1 - t0 < tuning::kSlowTransportCallUs) return;
   uint64_t& last = lastSlowCallLogUs[(int)kind];
@@ -218,16 +224,19 @@ void Link::noteSlowCall(const Path& p, uint64_t t0, SlowCall kind) {
   const char* call = kind == SlowCall::kClose ? "close" : kind == SlowCall::kOpen ? "open" : "progress";
   last = t1;
   std::string where = describe(p);
-  RO_WARN_EVENT("railover: %s comm %016llx path %s: a %s call into its transport held this thread %llu ms", dir(),
-                (unsigned long long)secret, where.c_str(), call, (unsigned long long)((t1 - t0) / 1000));
+  std::string grant = grantWaitUs ? " (of which " + std::to_string(grantWaitUs / 1000) +
+                                        " ms waiting for the path's grant of remote write, before its fence)"
+                                  : "";
+  RO_WARN_EVENT("railover: %s comm %016llx path %s: a %s call into its transport held this thread %llu ms%s", dir(),
+                (unsigned long long)secret, where.c_str(), call, (unsigned long long)((t1 - t0) / 1000), grant.c_str());
   if (Journal* j = deps.journal)
-    j->transport_slow(secret, dir(), nicName(deps, p.localNic), addrToString(p.remote), call, t1 - t0);
+    j->transport_slow(secret, dir(), nicName(deps, p.localNic), addrToString(p.remote), call, t1 - t0, grantWaitUs);
 }
 
 void Link::closePath(Path& p, std::vector<std::shared_ptr<FenceWait>>* pending) {
   uint64_t t0 = nowUs();
-  p.closeAll(pending);
-  noteSlowCall(p, t0, SlowCall::kClose);
+  uint64_t grantWaitUs = p.closeAll(pending);
+  noteSlowCall(p, t0, SlowCall::kClose, grantWaitUs);
 }
 
 void Link::setPathState(Path& p, PathState to, const std::string& why, bool fault) {

@@ -125,8 +125,10 @@ struct Path {
   uint64_t liveStartUs = 0;
   int liveResult = 0;  // 0 unknown, 1 the sender process accepted, -1 its kernel refused
   // Fences and drops both sides. With `pending`, the receive side is fenced without blocking
-  // (RecvPath::fenceAsync) and a fence still running is added to *pending.
-  void closeAll(std::vector<std::shared_ptr<FenceWait>>* pending = nullptr);
+  // (RecvPath::fenceAsync) and a fence still running is added to *pending. Returns how long
+  // the receive side's blocking fence waited for a running grant of remote write
+  // (RecvPath::lastFenceGrantWait), µs; 0 with `pending`, or when it waited for none.
+  uint64_t closeAll(std::vector<std::shared_ptr<FenceWait>>* pending = nullptr);
 };
 
 struct LinkCounters {
@@ -222,8 +224,10 @@ class Link {
   // A call into path p's transport of kind `call` that began at t0 (nowUs()) and held the
   // thread longer than tuning::kSlowTransportCallUs: logged and journaled (transport_slow), at
   // most once per tuning::kSlowTransportLogIntervalUs per link and kind of call (a slow
-  // progress does not hide a slow close). Caller holds mu.
-  void noteSlowCall(const Path& p, uint64_t t0, SlowCall call);
+  // progress does not hide a slow close). `grantWaitUs`: of the call's time, the part a
+  // receive path's blocking fence waited for a running grant of remote write (a close; µs,
+  // 0 when none). Caller holds mu.
+  void noteSlowCall(const Path& p, uint64_t t0, SlowCall call, uint64_t grantWaitUs = 0);
   // p.closeAll(pending), timed: a close that held the thread is journaled as call "close"
   // (noteSlowCall). Every close of a path by a live link goes through here: a failed path, the
   // old active path fenced by a failover or failback, a path replaced by a reconnect, and the

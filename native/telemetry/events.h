@@ -145,7 +145,8 @@
 #define RO_EVENT_FIELDS_transport_slow(FIRST, NEXT)                                   \
   RO_PATH_FIELDS(FIRST, NEXT)                                                           \
   NEXT(call, Str, "progress (moving data, completions, control messages) or close (fencing and releasing a path: a failed one, the old active one of a failover or failback, one a reconnect replaces, or those of a comm being closed), or open (creating a send path and starting its connect: the verbs transport's CQ and QPs, at a retry on NCCL's thread)") \
-  NEXT(us, U64, "how long the call held the thread, µs")
+  NEXT(us, U64, "how long the call held the thread, µs") \
+  NEXT(fence_grant_wait_us, U64, "of us, the part a receive path's blocking fence (call close; RDMA, at the comm's close) waited for a grant of remote write to the path's QPs that was already running (an ibv_modify_qp; 0 when none ran, and for other calls), µs")
 #define RO_EVENT_FIELDS_health_late(FIRST, NEXT)                     \
   FIRST(late_us, U64, "how late the health thread woke this round, µs") \
   NEXT(late_rounds, U64, "late rounds since the process started")     \

@@ -291,6 +291,16 @@ class RecvPath {
   // on rxe after a local link loss): the engine calls it only where that is acceptable (the
   // comm's close) and otherwise fenceAsync().
   virtual void fence() = 0;
+  // Whether the last fence() first waited for a grant of remote write to the path's QPs that
+  // was already running (RDMA: WriteGrant, an ibv_modify_qp on a fence thread; the fence waits
+  // for it because the grant touches the QPs), and how long that wait held the caller, µs (a
+  // part of fence()'s own time). {false, 0}: it waited for none, or no fence() ran (the
+  // transports without grants). fenceAsync() reports its wait in FenceWait::grantEndUs instead.
+  struct FenceGrantWait {
+    bool waited = false;
+    uint64_t us = 0;
+  };
+  virtual FenceGrantWait lastFenceGrantWait() const { return {}; }
   // The same fence without blocking the caller: the path stops at once (it moves and reads
   // nothing more, its calls fail) and the part that may block runs elsewhere. Returns nullptr
   // when the fence is already complete, else a wait whose `done` says when it is; the engine

@@ -57,7 +57,7 @@ EVENTS: Dict[str, Dict[str, str]] = {
     "peer_silence": {"nic": "string", "peer": "string", "rails": "integer", "age_us": "integer"},
     "pair_queued": {"nic": "string", "peer": "string", "rtt_us": "integer"},
     "transport_slow": {"comm": "comm", "dir": "string", "nic": "string", "peer": "string", "call": "string",
-                       "us": "integer"},
+                       "us": "integer", "fence_grant_wait_us": "integer"},
     "size_loss_ignored": {"nic": "string", "peer": "string", "big_sent": "integer", "small_answered": "integer",
                           "tcp_acked": "boolean"},
     "hca_addr_change": {"nic": "string", "hca": "string", "kind": "string", "old": "string", "new": "string",

@@ -312,7 +312,37 @@ TEST_F(EngineOnly, ASlowCloseOfAFailedPathIsJournaled) {
   for (auto& l : journalEvents(mark, {"transport_slow"}))
     if (jsonField(l, "call") == "close" && jsonField(l, "dir") == "send") lines.push_back(l);
   ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(jsonInt(lines[0], "fence_grant_wait_us"), 0) << "a sender's close waits for no grant: " << lines[0];
   EXPECT_EQ(send->counters.failovers, 1u);
+}
+
+// The comm's close fences the receiver's paths on the caller's thread (RecvPath::fence, not
+// fenceAsync: no RESUME is answered after it, so no resume event carries it). A fence that
+// first waited for the path's running grant of remote write (RDMA) and held the thread is
+// journaled as call "close" with that wait apart (fence_grant_wait_us, a part of us), and the
+// WARN names it.
+TEST_F(EngineOnly, ASlowCloseOfAReceivePathSaysHowLongItsFenceWaitedForAGrant) {
+  connectComm();
+  ASSERT_EQ(run(20, mixed, 4).delivered, 20u);
+  size_t mark = journalSize();
+  for (uint64_t& t : recv->lastSlowCallLogUs) t = 0;  // an earlier slow close must not rate-limit this one
+  w(0, kA0)->slowRecvCloses = 1;
+  w(0, kA0)->slowCallUs = tuning::kSlowTransportCallUs + 50000;
+  w(0, kA0)->recvGrantWaitUs = 30000;
+  testlog::Scope log(logger);
+  closeRecv();
+  EXPECT_EQ(w(0, kA0)->slowRecvCloses, 0) << "the receive path was never fenced";
+  std::vector<std::string> lines;  // a call descheduled for 200 ms on a busy host may add its own line
+  for (auto& l : journalEvents(mark, {"transport_slow"}))
+    if (jsonField(l, "call") == "close" && jsonField(l, "dir") == "recv" && jsonField(l, "nic") == "n0") lines.push_back(l);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_GE(jsonInt(lines[0], "us"), (long long)tuning::kSlowTransportCallUs) << lines[0];
+  EXPECT_EQ(jsonInt(lines[0], "fence_grant_wait_us"), 30000) << lines[0];
+  EXPECT_EQ(testlog::entriesWith({"railover: recv comm", "a close call into its transport held this thread",
+                                  "(of which 30 ms waiting for the path's grant of remote write, before its fence)"})
+                .size(),
+            1u)
+      << testlog::all();
 }
 
 // A failback fences the old active path (the standby again) in activate(); a close there that

@@ -26,6 +26,10 @@
 //   slowCalls  the next this many sender progress calls hold the caller for slowCallUs
 //              first (a provider call that blocks, as rxe's after a link loss)
 //   slowCloses the next this many sender fences (a path's close) hold the caller as long
+//   slowRecvCloses  the next this many receiver fences (fence(), which fenceAsync() calls too:
+//              set it just before the comm's close) hold the caller as long, and report that recvGrantWaitUs of it waited for a
+//              running grant of remote write (RecvPath::lastFenceGrantWait), as an RDMA receive
+//              path whose grant's modify of its QPs was still running
 //   slowOpens  the next this many openSendPath calls hold the caller as long (creating a
 //              path's QPs blocked in the provider)
 //   silentDrop a receiver's drop of a path (its fence) reaches the sender only when the sender
@@ -75,8 +79,8 @@ struct Wire {
   uint64_t bytes = 0;  // payload bytes sent toward the receiver
   bool slowFence = false;
   std::vector<std::shared_ptr<FenceWait>> heldFences;
-  int slowCalls = 0, slowCloses = 0, slowOpens = 0;
-  uint64_t slowCallUs = 0;
+  int slowCalls = 0, slowCloses = 0, slowOpens = 0, slowRecvCloses = 0;
+  uint64_t slowCallUs = 0, recvGrantWaitUs = 0;
   bool silentDrop = false;
   int nudges = 0;
 };
@@ -327,6 +331,11 @@ class FakeRecvPath : public RecvPath {
     if (ch_ && !ch_->wire->broken) flushCtl(&err);
   }
   void fence() override {
+    if (ch_ && ch_->wire->slowRecvCloses > 0) {
+      ch_->wire->slowRecvCloses--;
+      std::this_thread::sleep_for(std::chrono::microseconds(ch_->wire->slowCallUs));  // the blocked fence itself
+      grantWait_.waited = true, grantWait_.us = ch_->wire->recvGrantWaitUs;
+    }
     if (ch_ && ch_->wire->silentDrop) {
       ch_->receiverGoneSilently = true;
       for (auto& l : ch_->lanes) l.clear();
@@ -344,6 +353,7 @@ class FakeRecvPath : public RecvPath {
     ch_->posted.erase(ch_->posted.lower_bound(seq), ch_->posted.end());
     ch_->posted[seq] = pr;
   }
+  FenceGrantWait lastFenceGrantWait() const override { return grantWait_; }
   std::shared_ptr<FenceWait> fenceAsync() override {
     bool slow = ch_ && ch_->wire->slowFence;
     std::shared_ptr<Wire> w = ch_ ? ch_->wire : nullptr;
@@ -365,6 +375,7 @@ class FakeRecvPath : public RecvPath {
   std::shared_ptr<Channel> ch_;
   std::deque<CtlMsg> out_;
   uint64_t silentSinceUs_ = 0;  // acksTell + backDrop: the first control message dropped since one got through
+  FenceGrantWait grantWait_;    // slowRecvCloses: what the last fence() reports
 };
 
 // Paths wait in `pending` until connected; pump() hands them to the engine's acceptor entry.

@@ -599,7 +599,9 @@ TEST_F(RdmaPathTest, ReviewAPathDestroyedWhileItsGrantIsBlockedIsReleasedAfterIt
 }
 
 // Review (2026-12-06): the comm's close (fence(), on NCCL's thread) while the grant is blocked
-// waits for it and then fences; no deadlock with the fence thread that runs the grant.
+// waits for it and then fences; no deadlock with the fence thread that runs the grant. The
+// path says it waited, and how long (lastFenceGrantWait: the engine journals it with a slow
+// close, transport_slow's fence_grant_wait_us), a part of fence()'s own time.
 TEST_F(RdmaPathTest, ReviewTheBlockingFenceWaitsForARunningGrant) {
   bringUp();
   std::vector<uint8_t> rxb(1024);
@@ -609,9 +611,14 @@ TEST_F(RdmaPathTest, ReviewTheBlockingFenceWaitsForARunningGrant) {
   rx->advertise(0, &e, 1, false);
   for (uint64_t deadline = nowUs() + 20 * 1000 * 1000; ::fake::blockedAccessModifies() == 0 && nowUs() < deadline;)
     std::this_thread::yield();
+  ASSERT_EQ(::fake::blockedAccessModifies(), 1) << "the grant never began";
   std::atomic<bool> fenced{false};
+  EXPECT_FALSE(rx->lastFenceGrantWait().waited) << "no fence ran yet";
+  uint64_t fenceUs = 0;  // how long fence() held the closer
   std::thread closer([&] {
+    uint64_t t0 = nowUs();
     rx->fence();
+    fenceUs = nowUs() - t0;
     fenced = true;
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -619,6 +626,9 @@ TEST_F(RdmaPathTest, ReviewTheBlockingFenceWaitsForARunningGrant) {
   ::fake::blockAccessModify(false);
   closer.join();
   EXPECT_EQ(::fake::state(rq), IBV_QPS_ERR);
+  RecvPath::FenceGrantWait gw = rx->lastFenceGrantWait();
+  EXPECT_TRUE(gw.waited) << "the fence's wait for the running grant was not recorded";
+  EXPECT_LE(gw.us, fenceUs) << "the grant wait is a part of the fence's time";
 }
 
 // A fence of a path whose grant is queued on the fence runner but has not begun (every fence
@@ -647,6 +657,8 @@ TEST_F(RdmaPathTest, AFenceCancelsAGrantThatHasNotBegunAndDoesNotWaitForIt) {
     returned = cv.wait_for(g, std::chrono::seconds(20), [&] { return fenced; });
   }
   EXPECT_TRUE(returned) << "fence() waited for a grant that had not begun";
+  EXPECT_FALSE(rx->lastFenceGrantWait().waited) << "the fence says it waited for the grant it cancelled";
+  EXPECT_EQ(rx->lastFenceGrantWait().us, 0u);
   EXPECT_EQ(t->fencer().queued(), 1u) << "the grant's job was taken while the runner was held";
   t->fencer().hold(false);
   closer.join();

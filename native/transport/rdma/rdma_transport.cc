@@ -634,11 +634,16 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
     if (stage_ == kReady) lingerForClose(*sh_->path);
     fenced_ = true;
     if (stage_ == kReady) {
-      if (grant_ && !grant_->cancel()) grant_->wait();  // a modify of the QPs' access running (one per lane)
+      if (grant_ && !grant_->cancel()) {  // a modify of the QPs' access running (one per lane)
+        uint64_t t0 = nowUs();
+        grant_->wait();
+        grantWait_.waited = true, grantWait_.us = nowUs() - t0;  // journaled by the engine (transport_slow)
+      }
       fenceAndReport(t_, nic_, *sh_->path);
     }
     conn_.reset();
   }
+  FenceGrantWait lastFenceGrantWait() const override { return grantWait_; }
 
   // The receiver's control SENDs (advertisements, ACKs, RESUME_ACK) are acknowledged by the
   // sender's HCA whatever its process does (transport.h).
@@ -860,6 +865,7 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
   std::deque<verbs::Arrival> arr_;  // arrivals in seq order, until the engine places them
   std::deque<CtlMsg> ctlIn_;
   std::shared_ptr<WriteGrant> grant_;  // null until the first RESUME or advertisement
+  FenceGrantWait grantWait_;           // fence()'s wait for a running grant (lastFenceGrantWait)
 };
 
 }  // namespace
