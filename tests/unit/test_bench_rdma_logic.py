@@ -71,19 +71,42 @@ def test_cycle_record_from_journal_events():
 
 
 def test_resume_waits_split_into_the_fences_queue_run_and_answer():
-    b = [_ev("resume", 10, waited_us=13_000, fence_queue_us=1000, fence_us=9000, fence_to_answer_us=3000),
-         _ev("resume", 20, waited_us=0, fence_queue_us=0, fence_us=0, fence_to_answer_us=0),  # answered at once
+    b = [_ev("resume", 10, waited_us=13_000, fence_queue_us=1000, fence_us=9000, fence_to_answer_us=3000,
+             fence_grant_wait_us=4000),
+         _ev("resume", 20, waited_us=0, fence_queue_us=0, fence_us=0, fence_to_answer_us=0,
+             fence_grant_wait_us=0),  # answered at once
          _ev("resume", 30, next_seq=4)]  # a journal from before the split: left out
-    r = R.cycle_record(0, 0, 1, [_ev("failover", 5, convergence_us=5000)], b)
-    assert r["resume_wait_ms"] == [13.0, 0.0]
-    assert r["resume_fence_queue_ms"] == [1.0] and r["resume_fence_ms"] == [9.0]
-    assert r["resume_fence_to_answer_ms"] == [3.0]
+    a = [_ev("failover", 5, convergence_us=5000),
+         _ev("resume", 40, waited_us=6000, fence_queue_us=500, fence_us=2000, fence_to_answer_us=3500,
+             fence_grant_wait_us=0)]  # its fence waited for no grant
+    r = R.cycle_record(0, 0, 1, a, b)
+    assert r["resume_wait_ms"] == [6.0, 13.0, 0.0]
+    assert r["resume_fence_queue_ms"] == [0.5, 1.0] and r["resume_fence_ms"] == [2.0, 9.0]
+    assert r["resume_fence_to_answer_ms"] == [3.5, 3.0]
+    # of each fence's run, its wait for a running grant of remote write (answers that waited only)
+    assert r["resume_fence_grant_wait_ms"] == [0.0, 4.0]
     s = R.kind_summary("cable-pull", [r])
-    assert s["resume_wait_ms"]["n"] == 2 and s["resume_fence_ms"]["max"] == 9.0
+    assert s["resume_wait_ms"]["n"] == 3 and s["resume_fence_ms"]["max"] == 9.0
+    g = s["resume_fence_grant_wait_ms"]
+    assert g["n"] == 2 and g["max"] == 4.0 and g["p50"] == pytest.approx(C.percentile([0.0, 4.0], 50))
+    assert g["p99"] == pytest.approx(C.percentile([0.0, 4.0], 99))
     detail = R._resume_wait_detail(s)
-    assert "RESUME answers waited p50 6.5, max 13.0 ms" in detail, detail
-    assert "1 of 2 on the old path's fence" in detail and "run 9.0/9.0" in detail, detail
+    assert "RESUME answers waited p50 6.0, max 13.0 ms" in detail, detail
+    assert "2 of 3 on the old path's fence" in detail and "run 5.5/9.0" in detail, detail
+    assert "run 5.5/9.0 (of it, waiting for a running grant of remote write 2.0/4.0), end to answer" in detail, detail
     assert R._resume_wait_detail(R.kind_summary("cable-pull", [R.cycle_record(0, 0, 1, [], [])])) == ""
+
+
+def test_resume_journals_without_the_grant_wait_leave_it_out():
+    """A journal from a plugin that did not journal fence_grant_wait_us yet: the other parts are
+    summarised, the grant wait is not made up (no 0s)."""
+    b = [_ev("resume", 10, waited_us=13_000, fence_queue_us=1000, fence_us=9000, fence_to_answer_us=3000)]
+    r = R.cycle_record(0, 0, 1, [], b)
+    assert r["resume_fence_ms"] == [9.0] and r["resume_fence_grant_wait_ms"] == []
+    s = R.kind_summary("cable-pull", [r])
+    assert s["resume_fence_grant_wait_ms"]["n"] == 0
+    detail = R._resume_wait_detail(s)
+    assert "run 9.0/9.0, end to answer" in detail and "grant" not in detail, detail
 
 
 def test_send_path_opens_are_summarised_from_path_up_open_us():

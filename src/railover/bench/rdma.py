@@ -141,8 +141,10 @@ def cycle_record(i: int, applied_us: int, undone_us: Optional[int], new_a: Seque
     downs = [e for e in list(new_a) + list(new_b) if e.get("event") == "path_down" and e.get("active")]
     fb = [e for e in list(new_a) + list(new_b) if e.get("event") == "failback"]
     # The receivers' RESUME answers (failovers and failbacks): how long each waited, and for the
-    # ones that waited on the old path's fence, that fence's queue, run and the time from its end
-    # to the answer (journals of plugins before 2026-12-04 lack these fields: left out).
+    # ones that waited on the old path's fence, that fence's queue, run (and of the run, its wait
+    # for a running grant of remote write) and the time from its end to the answer (journals of
+    # plugins before 2026-12-04 lack these fields, those before the grant wait was journaled
+    # lack fence_grant_wait_us: left out).
     res = [e for e in list(new_a) + list(new_b) if e.get("event") == "resume" and e.get("waited_us") is not None]
     waited = [e for e in res if e["waited_us"] > 0 and e.get("fence_us")]
     # Send paths (re)opened in the cycle: how long openSendPath held the caller's thread (NCCL's
@@ -160,6 +162,8 @@ def cycle_record(i: int, applied_us: int, undone_us: Optional[int], new_a: Seque
         "resume_wait_ms": [e["waited_us"] / 1e3 for e in res],
         "resume_fence_queue_ms": [e["fence_queue_us"] / 1e3 for e in waited],
         "resume_fence_ms": [e["fence_us"] / 1e3 for e in waited],
+        "resume_fence_grant_wait_ms": [e["fence_grant_wait_us"] / 1e3 for e in waited
+                                       if e.get("fence_grant_wait_us") is not None],
         "resume_fence_to_answer_ms": [e["fence_to_answer_us"] / 1e3 for e in waited],
         "send_open_ms": [e["open_us"] / 1e3 for e in opens],
         "fatal": sum(1 for e in list(new_a) + list(new_b) if e.get("event") == "fatal"),
@@ -180,8 +184,8 @@ def kind_summary(kind: str, cycles: Sequence[Mapping[str, Any]]) -> Dict[str, An
         "fault_to_failover_a_ms": C.summary([c["fault_to_failover_a_ms"] for c in cycles]),
         "failback_convergence_ms": C.summary([x for c in cycles for x in c["failback_convergence_ms"]]),
         **{k: C.summary([x for c in cycles for x in c.get(k, ())])
-           for k in ("resume_wait_ms", "resume_fence_queue_ms", "resume_fence_ms", "resume_fence_to_answer_ms",
-                     "send_open_ms")},
+           for k in ("resume_wait_ms", "resume_fence_queue_ms", "resume_fence_ms", "resume_fence_grant_wait_ms",
+                     "resume_fence_to_answer_ms", "send_open_ms")},
         "fatal": sum(c["fatal"] for c in cycles),
         "bytes_resent": sum(c["bytes_resent"] for c in cycles),
         "cycles": list(cycles),
@@ -227,8 +231,11 @@ def _resume_wait_detail(r: Mapping[str, Any]) -> str:
     out = f"; RESUME answers waited p50 {C.fmt(w['p50'], 1)}, max {C.fmt(w['max'], 1)} ms"
     if f.get("n"):
         q, a = r["resume_fence_queue_ms"], r["resume_fence_to_answer_ms"]
+        g = r.get("resume_fence_grant_wait_ms") or {}
+        grant = (f" (of it, waiting for a running grant of remote write {C.fmt(g['p50'], 1)}/{C.fmt(g['max'], 1)})"
+                 if g.get("n") else "")
         out += (f" ({f['n']} of {w['n']} on the old path's fence: its queue p50/max {C.fmt(q['p50'], 1)}/"
-                f"{C.fmt(q['max'], 1)}, run {C.fmt(f['p50'], 1)}/{C.fmt(f['max'], 1)}, end to answer "
+                f"{C.fmt(q['max'], 1)}, run {C.fmt(f['p50'], 1)}/{C.fmt(f['max'], 1)}{grant}, end to answer "
                 f"{C.fmt(a['p50'], 1)}/{C.fmt(a['max'], 1)} ms)")
     return out
 
