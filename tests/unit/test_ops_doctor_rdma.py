@@ -241,6 +241,46 @@ def test_a_tcp_only_host_is_not_a_problem():
     assert [c.status for c in rdma(rep, "eth0")] == [dr.INFO]
 
 
+IPOIB_WHY = ("InfiniBand port without an IPoIB interface: railover runs each path over a NIC with an IP address (the "
+             "path's bootstrap stream), so it cannot use this port; configure IPoIB on it, or use NCCL's own IB transport")
+
+
+def unused(hca, port, why, state="ACTIVE", ll="InfiniBand", netdevs=()):
+    return {"hca": hca, "port": port, "state": state, "link_layer": ll, "netdevs": list(netdevs), "why": why}
+
+
+def test_an_infiniband_host_without_ipoib_warns_that_its_active_ports_sit_unused():
+    # The plugin's report on an IB host whose HCAs have no IPoIB: the job would run over TCP on
+    # the management NIC while the ACTIVE IB ports sit idle; the plugin's init WARNs the same.
+    why = "no RDMA device is bound to NIC eth0"
+    r = report([nic("eth0", "failed", why=why)], transport="tcp", why="RAILOVER_TRANSPORT=auto: NIC eth0: " + why)
+    r["unused_ports"] = [unused("mlx5_0", 1, IPOIB_WHY), unused("mlx5_1", 1, IPOIB_WHY, state="DOWN")]
+    rep = rdma_run(r)
+    (c,) = rdma(rep, "mlx5_0 port 1")
+    assert c.status == dr.WARN and c.detail == "unused (InfiniBand, ACTIVE): " + IPOIB_WHY, c
+    assert "configure IPoIB on mlx5_0 port 1" in c.fix and "NCCL's own IB transport" in c.fix, c
+    (o,) = rdma(rep, "other HCA ports")
+    assert o.status == dr.INFO and o.detail == "unused and not ACTIVE: mlx5_1 port 1 (InfiniBand, DOWN)", o
+    assert not rdma(rep, "mlx5_1 port 1")
+
+
+def test_an_unused_port_beside_rdma_in_use_is_information_and_an_exclusion_needs_no_fix():
+    r = report([nic("eth1")])
+    r["unused_ports"] = [unused("rxe1", 1, "its interface(s) eth2 are not among the selected NICs (RAILOVER_IFNAMES, "
+                                "NCCL_SOCKET_IFNAME, or the default: every interface with an address)", ll="Ethernet",
+                                netdevs=["eth2"]),
+                         unused("mlx5_4", 1, "excluded by NCCL_IB_HCA='^mlx5_4'", ll="Ethernet", netdevs=["eth9"])]
+    rep = rdma_run(r)
+    (c,) = rdma(rep, "rxe1 port 1")
+    assert c.status == dr.INFO and "add eth2 to RAILOVER_IFNAMES" in c.fix, c
+    (x,) = rdma(rep, "mlx5_4 port 1")
+    assert x.status == dr.INFO and x.fix == "" and "excluded by NCCL_IB_HCA" in x.detail, x
+    # the same unselected port while the job would run over TCP: a WARN
+    r["transport"], r["nics"] = "tcp", [nic("eth0", "failed", why="no RDMA device is bound to NIC eth0")]
+    assert [c.status for c in rdma(rdma_run(r), "rxe1 port 1")] == [dr.WARN]
+    assert [c.status for c in rdma(rdma_run(r), "mlx5_4 port 1")] == [dr.INFO]
+
+
 def test_a_port_down_at_start_is_a_warning_and_the_job_still_uses_rdma():
     # The plugin keeps a NIC whose port is down when the job starts (PortChoice::kChosenDown):
     # its comms start on the other NICs and move to it once the port is ACTIVE. Before, this was
@@ -353,6 +393,7 @@ def test_the_plugin_answers_for_a_nic_without_rdma_device(native):
     assert r["transport"] == "tcp" and r["transport_why"].startswith("RAILOVER_TRANSPORT=auto: NIC lo: no RDMA device")
     assert r["memory"]["ptr_support"] == ["HOST"]
     assert r["gpudirect"]["dmabuf"] == []
+    assert r["unused_ports"] == [], "no HCA port on this host, so none unused"
     # RAILOVER_TRANSPORT=rdma: the plugin's init would fail; tcp: no RDMA needed
     r = native.rdma_report(["lo"], {"RAILOVER_TRANSPORT": "rdma"})
     assert r["transport"] == "error" and "NIC lo" in r["transport_why"]

@@ -988,7 +988,7 @@ def rdma_checks(r: Mapping[str, Any]) -> List[Check]:
                                  f"{n.get('port')})"))
                 continue
             ports = n.get("ports", [])
-            seen = "; HCA ports with a GID bound to it: " + ", ".join(
+            seen = "; HCA ports behind it: " + ", ".join(
                 f"{p['hca']} port {p['port']} ({p['link_layer']}, {p['state']}"
                 f"{'' if p.get('allowed', True) else ', excluded by NCCL_IB_HCA'})" for p in ports) if ports else ""
             fate = {LEFT_OUT: " (left out of NCCL's devices: the job uses the RDMA NICs only)",
@@ -1010,6 +1010,7 @@ def rdma_checks(r: Mapping[str, Any]) -> List[Check]:
                 status, fix = INFO, ""
             out.append(Check("rdma", n["nic"], status, f"no RDMA: {n.get('why', '')}{fate}{seen}", fix))
     t, why = r.get("transport"), r.get("transport_why", "")
+    out.extend(_unused_port_checks(r.get("unused_ports", []), t))
     if t == "error":
         out.append(Check("rdma", "RAILOVER_TRANSPORT", FAIL, f"NCCL init would fail: {why}",
                          "fix the NICs above, or set RAILOVER_TRANSPORT=auto (TCP where RDMA is not usable)"))
@@ -1037,6 +1038,36 @@ def rdma_checks(r: Mapping[str, Any]) -> List[Check]:
                 "): no GPU peer-memory client and no HCA that takes dmabufs; NCCL stages GPU buffers "
                 "through host memory")
     out.append(Check("rdma", "GPUDirect RDMA", INFO, what + ". This host: " + "; ".join(facts)))
+    return out
+
+
+def _unused_port_checks(ports: Sequence[Mapping[str, Any]], transport: Optional[str]) -> List[Check]:
+    """Checks for the HCA ports no selected NIC uses (the report's ``unused_ports``). An ACTIVE
+    one is a WARN when the job would run over TCP (RDMA sits idle beside it: typically
+    InfiniBand without IPoIB, which railover cannot use), INFO when the job uses RDMA on other
+    ports; ports that are not ACTIVE share one INFO line."""
+    out: List[Check] = []
+    idle = []
+    for p in ports:
+        name = f"{p.get('hca')} port {p.get('port')}"
+        if p.get("state") != "ACTIVE":
+            idle.append(f"{name} ({p.get('link_layer')}, {p.get('state')})")
+            continue
+        why = p.get("why", "")
+        netdevs = p.get("netdevs", [])
+        if why.startswith("excluded by NCCL_IB_HCA"):
+            fix = ""
+        elif why.startswith("InfiniBand port without an IPoIB interface"):
+            fix = (f"configure IPoIB on {name} (an interface with an IP address) and select it, or leave this port "
+                   f"to NCCL's own IB transport")
+        elif netdevs and "not among the selected NICs" in why:
+            fix = f"add {', '.join(netdevs)} to RAILOVER_IFNAMES (or NCCL_SOCKET_IFNAME) if the job should use it"
+        else:
+            fix = ""
+        status = WARN if transport == "tcp" and fix else INFO
+        out.append(Check("rdma", name, status, f"unused ({p.get('link_layer')}, ACTIVE): {why}", fix))
+    if idle:
+        out.append(Check("rdma", "other HCA ports", INFO, "unused and not ACTIVE: " + ", ".join(idle)))
     return out
 
 
