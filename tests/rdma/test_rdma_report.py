@@ -8,8 +8,10 @@ Asserted in guest A:
   the port's rate (SDR 1x, as rxe reports a netdev of unknown speed);
   ``RAILOVER_TRANSPORT=auto`` would use rdma; the NIC list from the plugin's own discovery
   (``RAILOVER_IFNAMES``) gives the same;
+* with the management NIC alone selected, auto uses tcp and the rails' ACTIVE ports are listed
+  as unused, naming their interfaces (``unused_ports``);
 * ``NCCL_IB_HCA`` excluding one rail's HCA: that NIC is "excluded", its port listed as not
-  allowed, auto falls back to tcp and ``RAILOVER_TRANSPORT=rdma`` is reported as an init error;
+  allowed and as unused (excluded), auto falls back to tcp and ``RAILOVER_TRANSPORT=rdma`` is reported as an init error;
 * a cable pull (QEMU set_link off) shows the port DOWN, the NIC still on its port ("down": kept,
   down until the port is ACTIVE) and the reason naming the port; back ACTIVE after the repair.
 
@@ -81,9 +83,18 @@ def test_each_rail_nic_has_its_rxe_port_and_gid(rdma_bed, tool):
         assert r["transport"] == "rdma" and r["setting"] == "auto", r
         assert r["memory"]["ptr_support"] == ["HOST"]
         assert [d["hca"] for d in r["gpudirect"]["dmabuf"]] == [n.rdma_dev for n in nics]
+        assert r["unused_ports"] == [], "every rxe port is behind a rail NIC"
         # the plugin's own NIC discovery, restricted to the rails
         d = report(bed, tool, None, bed.rail_env())
         assert [x["nic"] for x in d["nics"]] == [n.ifname for n in nics] and d["transport"] == "rdma", d
+        # only the management NIC selected: auto runs over TCP, and the rails' ACTIVE ports are
+        # listed as unused, naming their interfaces
+        m = report(bed, tool, ["eth0"])
+        assert m["transport"] == "tcp", m
+        assert [(u["hca"], u["port"], u["state"], u["link_layer"], u["netdevs"]) for u in m["unused_ports"]] == \
+            [(n.rdma_dev, 1, "ACTIVE", "Ethernet", [n.ifname]) for n in nics], m["unused_ports"]
+        for u, n in zip(m["unused_ports"], nics):
+            assert u["why"].startswith(f"its interface(s) {n.ifname} are not among the selected NICs"), u
     crash_retry(rdma_bed, body)
 
 
@@ -98,6 +109,8 @@ def test_nccl_ib_hca_exclusion_and_rdma_required(rdma_bed, tool):
         x = got[a1.ifname]
         assert x["choice"] == "excluded" and f"excluded by NCCL_IB_HCA='^={a1.rdma_dev}'" in x["why"], x
         assert [p["allowed"] for p in x["ports"]] == [False], x
+        assert [(u["hca"], u["why"]) for u in r["unused_ports"]] == \
+            [(a1.rdma_dev, f"excluded by NCCL_IB_HCA='^={a1.rdma_dev}'")], r["unused_ports"]
         # auto with a mix: rdma on the NIC that has it, the excluded one left out of NCCL's devices
         assert r["transport"] == "rdma" and f"NIC {a1.ifname}" in r["transport_why"], r
         assert "left out of NCCL's devices" in r["transport_why"], r
