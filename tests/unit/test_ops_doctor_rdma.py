@@ -281,6 +281,45 @@ def test_an_unused_port_beside_rdma_in_use_is_information_and_an_exclusion_needs
     assert [c.status for c in rdma(rdma_run(r), "mlx5_4 port 1")] == [dr.INFO]
 
 
+def test_unused_ports_are_no_warning_when_tcp_is_asked_for():
+    """RAILOVER_TRANSPORT=tcp puts every NIC on TCP whatever the HCA ports: the plugin's init
+    names no idle port then (it WARNs only where auto / rdma+tcp fall back to TCP), and no fix
+    to a port (IPoIB, selecting its interface) would make the job use it. Doctor lists the
+    port as information, with no fix to follow."""
+    r = report([nic("eth0", "failed", why="no RDMA device is bound to NIC eth0")], setting="tcp", transport="tcp",
+               why="RAILOVER_TRANSPORT=tcp")
+    r["unused_ports"] = [unused("mlx5_0", 1, IPOIB_WHY),
+                         unused("rxe1", 1, "its interface(s) eth2 are not among the selected NICs (RAILOVER_IFNAMES, "
+                                "NCCL_SOCKET_IFNAME, or the default: every interface with an address)", ll="Ethernet",
+                                netdevs=["eth2"])]
+    rep = rdma_run(r)
+    for what in ("mlx5_0 port 1", "rxe1 port 1"):
+        (c,) = rdma(rep, what)
+        assert c.status == dr.INFO and c.fix == "", c
+    # the same report with auto: the job fell back to TCP beside them, as the plugin WARNs
+    r["setting"], r["transport_why"] = "auto", "RAILOVER_TRANSPORT=auto: NIC eth0: no RDMA device is bound to NIC eth0"
+    assert [c.status for w in ("mlx5_0 port 1", "rxe1 port 1") for c in rdma(rdma_run(r), w)] == [dr.WARN, dr.WARN]
+
+
+def test_an_unused_ports_interface_without_an_address_is_said_to_need_one():
+    """The common InfiniBand case: the IPoIB driver made ib0 on the port but nobody gave it an
+    address. The plugin sees only interfaces with an address, so "add ib0 to RAILOVER_IFNAMES"
+    alone would change nothing: the fix names the missing address first."""
+    ifaces = [dr.Iface("eth0", 2, ["10.0.0.1/24"]), dr.Iface("ib0", 5, [])]
+    r = report([nic("eth0", "failed", why="no RDMA device is bound to NIC eth0")], transport="tcp",
+               why="RAILOVER_TRANSPORT=auto: NIC eth0: no RDMA device is bound to NIC eth0")
+    r["unused_ports"] = [unused("mlx5_0", 1, "its interface(s) ib0 are not among the selected NICs (RAILOVER_IFNAMES, "
+                                "NCCL_SOCKET_IFNAME, or the default: every interface with an address)", netdevs=["ib0"])]
+    rep = mgmt_run(r, ifaces=ifaces)
+    (c,) = rdma(rep, "mlx5_0 port 1")
+    assert c.status == dr.WARN, c
+    assert c.fix.startswith("ib0 has no IP address, so the plugin cannot select it: give it one"), c.fix
+    # with an address, selecting it is the fix
+    ifaces[1] = dr.Iface("ib0", 5, ["10.9.0.1/24"])
+    (c,) = rdma(mgmt_run(r, ifaces=ifaces), "mlx5_0 port 1")
+    assert c.fix.startswith("add ib0 to RAILOVER_IFNAMES"), c.fix
+
+
 def test_a_port_down_at_start_is_a_warning_and_the_job_still_uses_rdma():
     # The plugin keeps a NIC whose port is down when the job starts (PortChoice::kChosenDown):
     # its comms start on the other NICs and move to it once the port is ACTIVE. Before, this was

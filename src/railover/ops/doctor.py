@@ -881,7 +881,7 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
                                     f"({sel_addrs[i.name]}): {how}", f"check {i.name}'s link, routes and the peer"))
     checks += nccl_checks(env, facts.plugin, facts.torch, facts.ld_resolve)
     if facts.rdma is not None:
-        checks += rdma_checks(facts.rdma)
+        checks += rdma_checks(facts.rdma, ifaces=facts.ifaces)
     if facts.tools is not None:
         checks += [Check("system", what, status, detail, fix) for what, status, detail, fix in prereqs.doctor_rows(facts.tools)]
     return Report(checks, nics, facts.rdma)
@@ -947,13 +947,15 @@ def rdma_fate_reason(r: Mapping[str, Any], nic: str, fate: str) -> str:
             f"on TCP beside the RDMA NIC(s) {rdma_nics}; its comms fail over only to other TCP NICs")
 
 
-def rdma_checks(r: Mapping[str, Any]) -> List[Check]:
+def rdma_checks(r: Mapping[str, Any], ifaces: Optional[Sequence[Iface]] = None) -> List[Check]:
     """Checks of section ``rdma`` from the plugin's RDMA report ``r`` (shape:
     ``native/plugin/rdma_report.h``, or ``{"error": why}``). FAIL only when the job's init
     would fail (``RAILOVER_TRANSPORT=rdma`` without a usable HCA port on every NIC); a NIC
     without an RDMA port is INFO when the job uses TCP anyway, WARN when other NICs have one
     (``auto`` then leaves it out of NCCL's devices; ``rdma+tcp`` serves it over TCP beside the
-    RDMA NICs, and its comms fail over only to other TCP NICs)."""
+    RDMA NICs, and its comms fail over only to other TCP NICs). ``ifaces``: this host's
+    interfaces, where known (an unused port's interface without an address needs one before
+    selecting it helps)."""
     out: List[Check] = []
     if "error" in r:
         return [Check("rdma", "RDMA transport", INFO, f"not checked: {r['error']}")]
@@ -1010,7 +1012,7 @@ def rdma_checks(r: Mapping[str, Any]) -> List[Check]:
                 status, fix = INFO, ""
             out.append(Check("rdma", n["nic"], status, f"no RDMA: {n.get('why', '')}{fate}{seen}", fix))
     t, why = r.get("transport"), r.get("transport_why", "")
-    out.extend(_unused_port_checks(r.get("unused_ports", []), t))
+    out.extend(_unused_port_checks(r.get("unused_ports", []), t, setting, ifaces))
     if t == "error":
         out.append(Check("rdma", "RAILOVER_TRANSPORT", FAIL, f"NCCL init would fail: {why}",
                          "fix the NICs above, or set RAILOVER_TRANSPORT=auto (TCP where RDMA is not usable)"))
@@ -1041,13 +1043,19 @@ def rdma_checks(r: Mapping[str, Any]) -> List[Check]:
     return out
 
 
-def _unused_port_checks(ports: Sequence[Mapping[str, Any]], transport: Optional[str]) -> List[Check]:
+def _unused_port_checks(ports: Sequence[Mapping[str, Any]], transport: Optional[str], setting: Optional[str] = None,
+                        ifaces: Optional[Sequence[Iface]] = None) -> List[Check]:
     """Checks for the HCA ports no selected NIC uses (the report's ``unused_ports``). An ACTIVE
-    one is a WARN when the job would run over TCP (RDMA sits idle beside it: typically
-    InfiniBand without IPoIB, which railover cannot use), INFO when the job uses RDMA on other
-    ports; ports that are not ACTIVE share one INFO line."""
+    one is a WARN when ``auto`` (or ``rdma+tcp``) would fall back to TCP (RDMA sits idle beside
+    it: typically InfiniBand without IPoIB, which railover cannot use) and a fix exists, as the
+    plugin's init WARNs; INFO when the job uses RDMA on other ports, or when
+    ``RAILOVER_TRANSPORT=tcp`` asks for TCP whatever the ports (the plugin says nothing then, and
+    no fix would make it use them). Ports that are not ACTIVE share one INFO line. An interface
+    on the port that has no address (``ifaces``: an IPoIB interface the driver made but nobody
+    configured) is named as needing one: the plugin sees only interfaces with an address."""
     out: List[Check] = []
     idle = []
+    addressed = None if ifaces is None else {i.name for i in ifaces if i.addrs}
     for p in ports:
         name = f"{p.get('hca')} port {p.get('port')}"
         if p.get("state") != "ACTIVE":
@@ -1061,8 +1069,16 @@ def _unused_port_checks(ports: Sequence[Mapping[str, Any]], transport: Optional[
             fix = (f"configure IPoIB on {name} (an interface with an IP address) and select it, or leave this port "
                    f"to NCCL's own IB transport")
         elif netdevs and "not among the selected NICs" in why:
-            fix = f"add {', '.join(netdevs)} to RAILOVER_IFNAMES (or NCCL_SOCKET_IFNAME) if the job should use it"
+            bare = [n for n in netdevs if addressed is not None and n not in addressed]
+            if bare:
+                fix = (f"{', '.join(bare)} has no IP address, so the plugin cannot select it: give it one (IPoIB / the "
+                       f"port's interface) and add {', '.join(netdevs)} to RAILOVER_IFNAMES (or NCCL_SOCKET_IFNAME) "
+                       f"if the job should use it")
+            else:
+                fix = f"add {', '.join(netdevs)} to RAILOVER_IFNAMES (or NCCL_SOCKET_IFNAME) if the job should use it"
         else:
+            fix = ""
+        if setting == "tcp":  # TCP asked for: nothing about the port changes that
             fix = ""
         status = WARN if transport == "tcp" and fix else INFO
         out.append(Check("rdma", name, status, f"unused ({p.get('link_layer')}, ACTIVE): {why}", fix))
