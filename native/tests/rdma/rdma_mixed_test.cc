@@ -6,10 +6,13 @@
 #include <gtest/gtest.h>
 #include <net/if.h>
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../verbs/fake_verbs.h"
@@ -246,6 +249,45 @@ TEST(RdmaMixedWatch, ThePortWatchReopenAndFlushLeaveTheTcpNicAlone) {
   EXPECT_EQ(p.port, 1);
 
   for (void* m : mrs) t.deregMr(m);
+  t.worker().drain();
+}
+
+// A comm on the TCP NIC registers and deregisters its buffers without waiting behind a
+// re-opened HCA's re-registration of every buffer (MrSet::refresh under the registry lock,
+// which may take long: every GPU buffer on the HCA again): its host registrations are kept
+// apart. Here the re-registration is held (fake ibv_reg_mr) while the TCP NIC's comm
+// registers and deregisters. (Review.)
+TEST(RdmaMixedWatch, ATcpNicsRegistrationDoesNotWaitBehindAnHcaReopen) {
+  ::fake::reset();
+  fake::FakeTransport boot;
+  boot.nicAddr = {"10.0.0.1", "10.0.1.1"};
+  std::string err;
+  rdma::RdmaTransport t(std::vector<verbs::PortSel>{verbs::PortSel{}, portOf("fake0", 1)}, &boot, &err);
+  ASSERT_TRUE(t.ok()) << err;
+  std::vector<uint8_t> b(4096, 1);
+  void* onRdma = t.regMrOn(1, b.data(), b.size(), Transport::kPtrHost, &err);
+  ASSERT_TRUE(onRdma) << err;
+  t.worker().drain();  // the flush QPs the first registration builds (their own MRs)
+  t.startPortWatch([](int, bool, const std::string&) {});
+  ::fake::blockMrRegistration(true);
+  ::fake::deviceFatal("fake0");
+  for (uint64_t deadline = nowUs() + 20 * 1000 * 1000; ::fake::blockedMrRegistrations() == 0 && nowUs() < deadline;)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(::fake::blockedMrRegistrations(), 1) << "the re-opened HCA's re-registration never began";
+  std::atomic<bool> done{false};
+  std::string regErr;
+  std::thread comm([&] {
+    void* host = t.regMrOn(0, b.data(), b.size(), Transport::kPtrHost, &regErr);
+    if (host) t.deregMr(host);
+    done = host != nullptr;
+  });
+  for (uint64_t deadline = nowUs() + 5 * 1000 * 1000; !done && nowUs() < deadline;)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_TRUE(done) << "the TCP NIC's regMr/deregMr waited behind the HCA's re-registration " << regErr;
+  ::fake::blockMrRegistration(false);
+  comm.join();
+  EXPECT_TRUE(done) << regErr;
+  t.deregMr(onRdma);
   t.worker().drain();
 }
 }  // namespace

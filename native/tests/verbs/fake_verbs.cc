@@ -120,6 +120,9 @@ int createGateWaiting = 0;
 // blockAccessModify: the same for a modify of the access flags alone (RTS -> RTS).
 bool accessGateClosed = false;
 int accessGateWaiting = 0;
+// blockMrRegistration: the same for ibv_reg_mr.
+bool regGateClosed = false;
+int regGateWaiting = 0;
 World& w() {
   if (!g) g = std::make_unique<World>();
   return *g;
@@ -244,6 +247,7 @@ void reset() {
   blockErrTransitions(false);
   blockQpCreation(false);
   blockAccessModify(false);
+  blockMrRegistration(false);
   WorldLock l(worldMu);
   g = std::make_unique<World>();
 }
@@ -257,6 +261,17 @@ void blockErrTransitions(bool block) {
 int blockedErrTransitions() {
   std::lock_guard<std::mutex> l(gateMu);
   return gateWaiting;
+}
+void blockMrRegistration(bool block) {
+  {
+    std::lock_guard<std::mutex> l(gateMu);
+    regGateClosed = block;
+  }
+  gateCv.notify_all();
+}
+int blockedMrRegistrations() {
+  std::lock_guard<std::mutex> l(gateMu);
+  return regGateWaiting;
 }
 void blockQpCreation(bool block) {
   {
@@ -557,9 +572,9 @@ int ibv_dealloc_pd(ibv_pd* p) {
   return 0;
 }
 
-#undef ibv_reg_mr
-ibv_mr* ibv_reg_mr(ibv_pd* pd, void* addr, size_t len, int access) {
-  WorldLock l(worldMu);
+namespace {
+// ibv_reg_mr's work, with worldMu held (ibv_reg_dmabuf_mr's too: its gate is not ibv_reg_mr's).
+ibv_mr* regMrLocked(ibv_pd* pd, void* addr, size_t len, int access) {
   if (w().dead.count(pd->context)) return errno = EIO, nullptr;
   auto* m = new ibv_mr{};
   m->context = pd->context;
@@ -572,12 +587,26 @@ ibv_mr* ibv_reg_mr(ibv_pd* pd, void* addr, size_t len, int access) {
   w().lkeyCtx[m->lkey] = pd->context;
   return m;
 }
+}  // namespace
+
+#undef ibv_reg_mr
+ibv_mr* ibv_reg_mr(ibv_pd* pd, void* addr, size_t len, int access) {
+  {
+    std::unique_lock<std::mutex> gl(gateMu);
+    ++regGateWaiting;
+    gateCv.notify_all();
+    gateCv.wait(gl, [] { return !regGateClosed; });
+    --regGateWaiting;
+  }
+  WorldLock l(worldMu);
+  return regMrLocked(pd, addr, len, access);
+}
 ibv_mr* ibv_reg_dmabuf_mr(ibv_pd* pd, uint64_t, size_t len, uint64_t iova, int fd, int access) {
   WorldLock l(worldMu);
   if (!w().dmabuf) return errno = EOPNOTSUPP, nullptr;
   if (fd < 0 || fcntl(fd, F_GETFD) == -1) return errno = EBADF, nullptr;  // a closed fd too
   ++w().dmabufRegs;
-  return ibv_reg_mr(pd, reinterpret_cast<void*>(iova), len, access);
+  return regMrLocked(pd, reinterpret_cast<void*>(iova), len, access);
 }
 int ibv_dereg_mr(ibv_mr* m) {
   WorldLock l(worldMu);

@@ -112,6 +112,12 @@ int blockedQpCreations();
 // such call since reset(), in order. Thread-safe.
 void blockAccessModify(bool block);
 int blockedAccessModifies();
+// While true, ibv_reg_mr blocks until it is set false again (reset() does): a registration
+// held in the middle, e.g. a re-opened HCA's re-registration of every buffer (MrSet::refresh,
+// under the transport's registry lock). ibv_reg_dmabuf_mr is not held. blockedMrRegistrations():
+// how many such calls are blocked now. Thread-safe.
+void blockMrRegistration(bool block);
+int blockedMrRegistrations();
 std::vector<std::thread::id> accessModifiers();
 // Makes the next ibv_modify_qp (of `qp` only, when given) fail with `err` (0: none).
 void failNextModify(int err, ibv_qp* qp = nullptr);

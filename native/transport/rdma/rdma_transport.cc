@@ -1714,7 +1714,7 @@ void* RdmaTransport::regMrOn(int nic, void* data, size_t size, int ptrType, std:
                   "host memory only (ptrSupport host), memory type " + std::to_string(ptrType) + " asked",
            nullptr;
   auto* r = new HostRegistration{data, size};
-  std::lock_guard<std::mutex> g(mrMu_);
+  std::lock_guard<std::mutex> g(hostMu_);
   hostRegs_.insert(r);
   return r;
 }
@@ -1924,11 +1924,14 @@ bool RdmaTransport::track(verbs::MrSet* mr, std::string* err) {
 void RdmaTransport::deregMr(void* mhandle) {
   auto* mr = (verbs::MrSet*)mhandle;
   {
-    std::lock_guard<std::mutex> g(mrMu_);
+    std::lock_guard<std::mutex> g(hostMu_);
     if (hostRegs_.erase(mhandle)) {  // regMrOn's, for a comm on a NIC served over TCP
       delete static_cast<HostRegistration*>(mhandle);
       return;
     }
+  }
+  {
+    std::lock_guard<std::mutex> g(mrMu_);
     for (size_t i = 0; i < mrs_.size(); ++i)
       if (mrs_[i] == mr) {
         mrs_[i] = mrs_.back();

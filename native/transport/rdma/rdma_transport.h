@@ -286,8 +286,9 @@ class RdmaTransport : public Transport {
   // NIC, and nic -1, registers on every HCA as regMr / regMrDmaBuf.
   void* regMrOn(int nic, void* data, size_t size, int ptrType, std::string* err) override;
   void* regMrDmaBufOn(int nic, void* data, size_t size, uint64_t offset, int fd, std::string* err) override;
-  // Deregisters on every HCA (a HostRegistration of regMrOn: frees it). Waits while a re-opened HCA's re-registration runs (the port
-  // watch thread holds the registry then).
+  // Deregisters on every HCA (a HostRegistration of regMrOn: frees it, without the wait that
+  // follows). Waits while a re-opened HCA's re-registration runs (the port watch thread holds
+  // the registry then).
   void deregMr(void* mhandle) override;
   // A 1-byte RDMA READ of `data` through NIC `nic`'s flush QP (verbs::FlushQp). If that READ
   // fails (the NIC's port went down after the data arrived), the flush is retried through
@@ -388,7 +389,11 @@ class RdmaTransport : public Transport {
   bool reviveHca(size_t h, std::string* err);
   mutable std::mutex mrMu_;                      // guards mrs_
   std::vector<verbs::MrSet*> mrs_;               // every registration alive (regMr .. deregMr)
-  std::unordered_set<void*> hostRegs_;           // mixed mode: regMrOn's HostRegistrations alive
+  // Mixed mode: regMrOn's HostRegistrations alive. A lock of their own, not mrMu_: reviveHca
+  // holds mrMu_ while it re-registers every buffer on a re-opened HCA, and a TCP NIC's comm
+  // must not wait for that.
+  mutable std::mutex hostMu_;
+  std::unordered_set<void*> hostRegs_;
   std::vector<std::unique_ptr<std::atomic<uint64_t>>> reopenTries_;  // per HCA index
   bool track(verbs::MrSet* mr, std::string* err);  // registers mr in mrs_ (up to date); false: it is not
   // GPUDirect
