@@ -631,6 +631,26 @@ TEST_F(RdmaPathTest, ReviewTheBlockingFenceWaitsForARunningGrant) {
   EXPECT_LE(gw.us, fenceUs) << "the grant wait is a part of the fence's time";
 }
 
+// A grant that ended long before the comm's close (the usual case: it ran at the path's first
+// advertisement) is nothing the blocking fence waits for: lastFenceGrantWait says it waited for
+// none, so the close's transport_slow carries fence_grant_wait_us 0 and its WARN no "of which
+// 0 ms waiting for the path's grant" for a slow close that had nothing to do with a grant.
+// (Review.)
+TEST_F(RdmaPathTest, TheBlockingFenceOfAPathWhoseGrantEndedLongAgoWaitedForNone) {
+  bringUp();
+  std::vector<uint8_t> rxb(1024);
+  void* rmr = reg(rxb);
+  AdvertEntry e{100, rxb.data(), rxb.size(), rmr};
+  rx->advertise(0, &e, 1, false);
+  t->fencer().joinAll();  // the grant ran and ended
+  ASSERT_EQ(::fake::accessModifiers().size(), 1u) << "the advertisement started no grant";
+  rx->fence();
+  EXPECT_EQ(::fake::state(rq), IBV_QPS_ERR);
+  RecvPath::FenceGrantWait gw = rx->lastFenceGrantWait();
+  EXPECT_FALSE(gw.waited) << "the fence says it waited for a grant that had ended (" << gw.us << " us)";
+  EXPECT_EQ(gw.us, 0u);
+}
+
 // A fence of a path whose grant is queued on the fence runner but has not begun (every fence
 // thread busy, or none woken yet) cancels it (WriteGrant::cancel): fence() on the caller's
 // thread returns without waiting for it, the QPs go to ERR, and the grant never runs (the QPs

@@ -476,6 +476,10 @@ struct WriteGrant {
     std::unique_lock<std::mutex> g(mu);
     cv.wait(g, [this] { return ended; });
   }
+  bool hasEnded() {
+    std::lock_guard<std::mutex> g(mu);
+    return ended;
+  }
 };
 
 class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, private PathEnd {
@@ -634,7 +638,9 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
     if (stage_ == kReady) lingerForClose(*sh_->path);
     fenced_ = true;
     if (stage_ == kReady) {
-      if (grant_ && !grant_->cancel()) {  // a modify of the QPs' access running (one per lane)
+      // A modify of the QPs' access still running (one per lane); one that ended (typically at
+      // the path's first advertisement, long ago) is nothing to wait for.
+      if (grant_ && !grant_->cancel() && !grant_->hasEnded()) {
         uint64_t t0 = nowUs();
         grant_->wait();
         grantWait_.waited = true, grantWait_.us = nowUs() - t0;  // journaled by the engine (transport_slow)
