@@ -1,6 +1,8 @@
 #include "plugin/rdma_report.h"
 
 #include <dlfcn.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -124,6 +126,23 @@ std::string dmabufProbe(const std::string& dev, bool* supported) {
          q(*supported ? "ibv_reg_dmabuf_mr(fd -1) answered with another error than \"not supported\"" : why) + "}";
 }
 
+// Whether interface `name` has an address railover's NIC discovery would take (IPv4, or IPv6
+// that is not link-local: common/nic.cc).
+bool hasIpAddress(const std::string& name) {
+  ifaddrs* ifa = nullptr;
+  if (getifaddrs(&ifa) != 0) return true;  // unknown: do not claim it has none
+  bool found = false;
+  for (ifaddrs* p = ifa; p && !found; p = p->ifa_next) {
+    if (!p->ifa_addr || !p->ifa_name || name != p->ifa_name) continue;
+    if (p->ifa_addr->sa_family == AF_INET) found = true;
+    if (p->ifa_addr->sa_family == AF_INET6 &&
+        !IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<const sockaddr_in6*>(p->ifa_addr)->sin6_addr))
+      found = true;
+  }
+  freeifaddrs(ifa);
+  return found;
+}
+
 // What one NIC's port choice came to: the HCA port it uses ("" when none) or why not.
 struct NicChoice {
   std::string nic, hca;
@@ -152,9 +171,17 @@ std::vector<UnusedRdmaPort> unusedFrom(const std::vector<PortFact>& ports, const
     } else if (on) {
       u.why = "NIC " + on->nic + " is on it but has no usable RDMA port: " + on->err;
     } else if (!f.netdevs.empty()) {
-      u.why = "its interface(s) " + joinNames(f.netdevs) +
-              " are not among the selected NICs (RAILOVER_IFNAMES, NCCL_SOCKET_IFNAME, or the default: every interface "
-              "with an address)";
+      std::vector<std::string> bare;  // interfaces with no address: never a NIC (discoverNics)
+      for (const std::string& n : f.netdevs)
+        if (!hasIpAddress(n)) bare.push_back(n);
+      if (bare.size() == f.netdevs.size())
+        u.why = "its interface(s) " + joinNames(f.netdevs) +
+                " have no IP address, and railover's NICs are interfaces with one: give it an address, then select it "
+                "(RAILOVER_IFNAMES, NCCL_SOCKET_IFNAME, or the default: every interface with an address)";
+      else
+        u.why = "its interface(s) " + joinNames(f.netdevs) +
+                " are not among the selected NICs (RAILOVER_IFNAMES, NCCL_SOCKET_IFNAME, or the default: every "
+                "interface with an address)";
     } else if (f.roce) {
       u.why = "no network interface is bound to its GIDs";
     } else {
@@ -185,8 +212,9 @@ std::string unusedJson(const std::vector<UnusedRdmaPort>& v) {
 
 std::string idleRdmaPortsWarning(const std::string& setting, const std::vector<std::string>& nics, const IbConfig& ib) {
   std::string idle;
+  // An exclusion by NCCL_IB_HCA is the operator's choice: not named.
   for (const UnusedRdmaPort& u : unusedRdmaPorts(nics, ib))
-    if (u.state == "ACTIVE")
+    if (u.state == "ACTIVE" && u.why.rfind("excluded by NCCL_IB_HCA", 0) != 0)
       idle += std::string(idle.empty() ? "" : "; ") + u.hca + " port " + std::to_string(u.port) + " (" + u.linkLayer +
               "): " + u.why;
   if (idle.empty()) return idle;

@@ -80,7 +80,8 @@ std::vector<UnusedRdmaPort> unusedRdmaPorts(const std::vector<std::string>& nics
 
 // The init WARN's text (without the "railover: " prefix) when RAILOVER_TRANSPORT=`setting`
 // runs over TCP on `nics` although some HCA port none of them uses is ACTIVE: names each such
-// port, its link layer and why it is unused; "" when there is none. As unusedRdmaPorts.
+// port, its link layer and why it is unused; "" when there is none. A port excluded by
+// NCCL_IB_HCA is not named (the operator chose it). As unusedRdmaPorts.
 std::string idleRdmaPortsWarning(const std::string& setting, const std::vector<std::string>& nics, const IbConfig& ib);
 
 }  // namespace railover

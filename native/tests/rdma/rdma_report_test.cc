@@ -136,6 +136,13 @@ TEST(RdmaReport, UnusedPortsAreListedWithWhy) {
   EXPECT_EQ(w.find("fake0 port 2"), std::string::npos) << "a port that is down is not named: " << w;
   EXPECT_NE(w.find("; fake1 port 1 (Ethernet): its interface(s) lo are not among the selected NICs"), std::string::npos) << w;
   EXPECT_NE(w.find("(railover doctor lists them)"), std::string::npos) << w;
+  // A port NCCL_IB_HCA excludes is the operator's choice: listed, not named in the WARN.
+  IbConfig noFake1 = ib;
+  noFake1.hca.exclude = true, noFake1.hca.items = {HcaSpec{"fake1", -1}}, noFake1.hcaText = "^fake1";
+  std::string wx = idleRdmaPortsWarning("auto", {"nordma0"}, noFake1);
+  EXPECT_NE(wx.find("fake0 port 1 (InfiniBand)"), std::string::npos) << wx;
+  EXPECT_EQ(wx.find("fake1"), std::string::npos) << wx;
+  EXPECT_EQ(unusedRdmaPorts({"nordma0"}, noFake1)[2].why, "excluded by NCCL_IB_HCA='^fake1'");
   // Nothing ACTIVE unused: no WARN.
   for (const char* d : {"fake0", "fake1"})
     for (int port : {1, 2}) fake::setPortState(d, port, IBV_PORT_DOWN);

@@ -1047,8 +1047,8 @@ def _unused_port_checks(ports: Sequence[Mapping[str, Any]], transport: Optional[
                         ifaces: Optional[Sequence[Iface]] = None) -> List[Check]:
     """Checks for the HCA ports no selected NIC uses (the report's ``unused_ports``). An ACTIVE
     one is a WARN when ``auto`` (or ``rdma+tcp``) would fall back to TCP (RDMA sits idle beside
-    it: typically InfiniBand without IPoIB, which railover cannot use) and a fix exists, as the
-    plugin's init WARNs; INFO when the job uses RDMA on other ports, or when
+    it: typically InfiniBand without IPoIB, which railover cannot use) unless NCCL_IB_HCA
+    excludes it, exactly as the plugin's init WARNs; INFO when the job uses RDMA on other ports, or when
     ``RAILOVER_TRANSPORT=tcp`` asks for TCP whatever the ports (the plugin says nothing then, and
     no fix would make it use them). Ports that are not ACTIVE share one INFO line. An interface
     on the port that has no address (``ifaces``: an IPoIB interface the driver made but nobody
@@ -1078,9 +1078,12 @@ def _unused_port_checks(ports: Sequence[Mapping[str, Any]], transport: Optional[
                 fix = f"add {', '.join(netdevs)} to RAILOVER_IFNAMES (or NCCL_SOCKET_IFNAME) if the job should use it"
         else:
             fix = ""
+        excluded = why.startswith("excluded by NCCL_IB_HCA")
         if setting == "tcp":  # TCP asked for: nothing about the port changes that
             fix = ""
-        status = WARN if transport == "tcp" and fix else INFO
+        # WARN exactly where the plugin's init WARNs (idleRdmaPortsWarning): auto or rdma+tcp
+        # falling back to TCP beside this ACTIVE port, unless NCCL_IB_HCA excludes it.
+        status = WARN if transport == "tcp" and setting != "tcp" and not excluded else INFO
         out.append(Check("rdma", name, status, f"unused ({p.get('link_layer')}, ACTIVE): {why}", fix))
     if idle:
         out.append(Check("rdma", "other HCA ports", INFO, "unused and not ACTIVE: " + ", ".join(idle)))
