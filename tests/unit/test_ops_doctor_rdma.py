@@ -320,6 +320,16 @@ def test_an_unused_ports_interface_without_an_address_is_said_to_need_one():
     assert c.fix.startswith("add ib0 to RAILOVER_IFNAMES"), c.fix
 
 
+def test_an_unused_port_whose_interface_the_plugin_found_without_an_address_says_to_give_it_one():
+    why = "no RDMA device is bound to NIC eth0"
+    r = report([nic("eth0", "failed", why=why)], transport="tcp", why="RAILOVER_TRANSPORT=auto: NIC eth0: " + why)
+    r["unused_ports"] = [unused("mlx5_0", 1, "its interface(s) ib0 have no IP address, and railover's NICs are "
+                                "interfaces with one: give it an address, then select it (RAILOVER_IFNAMES, "
+                                "NCCL_SOCKET_IFNAME, or the default: every interface with an address)", netdevs=["ib0"])]
+    (c,) = rdma(rdma_run(r), "mlx5_0 port 1")
+    assert c.status == dr.WARN and c.fix.startswith("give ib0 an IP address"), c
+
+
 def test_a_port_down_at_start_is_a_warning_and_the_job_still_uses_rdma():
     # The plugin keeps a NIC whose port is down when the job starts (PortChoice::kChosenDown):
     # its comms start on the other NICs and move to it once the port is ACTIVE. Before, this was

@@ -1068,6 +1068,9 @@ def _unused_port_checks(ports: Sequence[Mapping[str, Any]], transport: Optional[
         elif why.startswith("InfiniBand port without an IPoIB interface"):
             fix = (f"configure IPoIB on {name} (an interface with an IP address) and select it, or leave this port "
                    f"to NCCL's own IB transport")
+        elif netdevs and "have no IP address" in why:  # the plugin found no address on any of them
+            fix = (f"give {', '.join(netdevs)} an IP address (IPoIB / the port's interface), then select it "
+                   f"(RAILOVER_IFNAMES or NCCL_SOCKET_IFNAME) if the job should use it")
         elif netdevs and "not among the selected NICs" in why:
             bare = [n for n in netdevs if addressed is not None and n not in addressed]
             if bare:
