@@ -194,16 +194,28 @@ TEST(RdmaMixedInit, ANicWithoutAPortFailsUnlessMixedAndMixedNeedsOneRdmaNic) {
 namespace railover {
 namespace {
 using rdmatest::portOf;
+// The mixed transport with the TCP NIC first (index 0, no HCA) and the RDMA NIC second (fake0
+// port 1), over the byte-stream fake; check t->ok() (err says why not).
+struct TcpFirst {
+  TcpFirst() {
+    ::fake::reset();
+    boot.nicAddr = {"10.0.0.1", "10.0.1.1"};
+    t = std::make_unique<rdma::RdmaTransport>(std::vector<verbs::PortSel>{verbs::PortSel{}, portOf("fake0", 1)}, &boot,
+                                              &err);
+  }
+  fake::FakeTransport boot;
+  std::string err;
+  std::unique_ptr<rdma::RdmaTransport> t;
+};
+
 // The port watch (a port error and its return, a device fatal error and the re-open), flush
 // QPs and device properties with the TCP NIC first (index 0, no HCA) and the RDMA NIC second:
 // nothing reads an HCA for the TCP NIC, and only the RDMA NIC is signalled. (Review.)
 TEST(RdmaMixedWatch, ThePortWatchReopenAndFlushLeaveTheTcpNicAlone) {
-  ::fake::reset();
-  fake::FakeTransport boot;
-  boot.nicAddr = {"10.0.0.1", "10.0.1.1"};
+  TcpFirst bed;
+  ASSERT_TRUE(bed.t->ok()) << bed.err;
+  rdma::RdmaTransport& t = *bed.t;
   std::string err;
-  rdma::RdmaTransport t(std::vector<verbs::PortSel>{verbs::PortSel{}, portOf("fake0", 1)}, &boot, &err);
-  ASSERT_TRUE(t.ok()) << err;
   std::vector<uint8_t> b(4096, 1);
   std::vector<void*> mrs;
   void* mr = rdmatest::regBuffer(t, b, mrs);
@@ -258,12 +270,10 @@ TEST(RdmaMixedWatch, ThePortWatchReopenAndFlushLeaveTheTcpNicAlone) {
 // apart. Here the re-registration is held (fake ibv_reg_mr) while the TCP NIC's comm
 // registers and deregisters. (Review.)
 TEST(RdmaMixedWatch, ATcpNicsRegistrationDoesNotWaitBehindAnHcaReopen) {
-  ::fake::reset();
-  fake::FakeTransport boot;
-  boot.nicAddr = {"10.0.0.1", "10.0.1.1"};
+  TcpFirst bed;
+  ASSERT_TRUE(bed.t->ok()) << bed.err;
+  rdma::RdmaTransport& t = *bed.t;
   std::string err;
-  rdma::RdmaTransport t(std::vector<verbs::PortSel>{verbs::PortSel{}, portOf("fake0", 1)}, &boot, &err);
-  ASSERT_TRUE(t.ok()) << err;
   std::vector<uint8_t> b(4096, 1);
   void* onRdma = t.regMrOn(1, b.data(), b.size(), Transport::kPtrHost, &err);
   ASSERT_TRUE(onRdma) << err;
