@@ -50,6 +50,9 @@ class Runtime {
   // threads (the test installs its own Health and plays the acceptor, routing streams through
   // `links`, and runs links.sweepIdle() in place of the sweeper thread).
   void initForTest(const Config& c, const std::vector<Nic>& n, Transport* t, Journal* journal = nullptr);
+  // Unit tests: RAILOVER_TRANSPORT's choice (chooseTransport below) for `cfg` and `nics` as
+  // set, with its log lines; sets `transport` (the caller deletes it), nothing else started.
+  bool chooseTransportForTest(std::string* err) { return chooseTransport(err); }
 
   // What links get from the process (its configuration, NICs, ports, transport, health,
   // journal and link registry).

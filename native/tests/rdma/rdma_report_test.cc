@@ -12,6 +12,8 @@
 #include "abi/nccl_net_abi.h"
 #include "common/config.h"
 #include "plugin/rdma_report.h"
+#include "plugin/runtime.h"
+#include "tests/log_capture.h"
 #include "tests/rdma/rdma_test_ports.h"
 #include "tests/test_nic.h"
 #include "transport/rdma/rdma_transport.h"
@@ -147,6 +149,37 @@ TEST(RdmaReport, UnusedPortsAreListedWithWhy) {
   for (const char* d : {"fake0", "fake1"})
     for (int port : {1, 2}) fake::setPortState(d, port, IBV_PORT_DOWN);
   EXPECT_EQ(idleRdmaPortsWarning("auto", {"nordma0"}, ib), "");
+}
+
+// The plugin's init (Runtime::chooseTransport): RAILOVER_TRANSPORT=auto with no RDMA port behind
+// the NIC falls back to tcp, and WARNs naming the ACTIVE ports no NIC is on (here an InfiniBand
+// port without IPoIB, and Ethernet ports bound to no interface); with every port down, no WARN.
+TEST(RdmaAutoFallback, AutoFallingBackToTcpBesideActiveRdmaPortsWarnsNamingThem) {
+  fake::reset();
+  fake::setLinkLayer("fake0", 1, IBV_LINK_LAYER_INFINIBAND);
+  auto choose = [](std::vector<std::string>* warnings) {
+    testlog::Scope logs(nullptr);
+    Runtime rt;
+    rt.nics = {testbed::makeNic(0, "lo", "127.0.0.1")};
+    rt.ports = {0};
+    std::string err;
+    EXPECT_TRUE(rt.chooseTransportForTest(&err)) << err;
+    std::string name = rt.transport ? rt.transport->name() : "";
+    delete rt.transport;
+    rt.transport = nullptr;
+    *warnings = testlog::warnings();
+    return name;
+  };
+  std::vector<std::string> w;
+  EXPECT_EQ(choose(&w), "tcp");
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0].rfind("railover: RAILOVER_TRANSPORT=auto runs over tcp on NIC(s) lo, but ACTIVE RDMA ports are "
+                       "unused: fake0 port 1 (InfiniBand): InfiniBand port without an IPoIB interface", 0), 0u) << w[0];
+  EXPECT_NE(w[0].find("; fake1 port 2 (Ethernet): no network interface is bound to its GIDs"), std::string::npos) << w[0];
+  for (const char* d : {"fake0", "fake1"})
+    for (int port : {1, 2}) fake::setPortState(d, port, IBV_PORT_DOWN);
+  EXPECT_EQ(choose(&w), "tcp");
+  EXPECT_TRUE(w.empty()) << w[0];
 }
 
 // A mix (a NIC with no RDMA port beside ones that have one): not every NIC is usable, and the
