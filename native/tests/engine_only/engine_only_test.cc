@@ -30,6 +30,16 @@ void quiet(ncclDebugLogLevel, unsigned long, const char*, int, const char*, ...)
 // The bed over the chunk-level fake, through the links (SendLink, RecvLink, Listener).
 class EngineOnly : public EngineBed<chunkfake::PathTransport> {
  protected:
+  // The journal's transport_slow lines since `mark` of call `call` on direction `dir` (and on
+  // NIC `nic` when given): a test reads only its own call's lines (a call descheduled for
+  // 200 ms on a busy host may add one of its own).
+  static std::vector<std::string> slowCallLines(size_t mark, const char* call, const char* dir, const char* nic = nullptr) {
+    std::vector<std::string> out;
+    for (auto& l : journalEvents(mark, {"transport_slow"}))
+      if (jsonField(l, "call") == call && jsonField(l, "dir") == dir && (!nic || jsonField(l, "nic") == nic))
+        out.push_back(l);
+    return out;
+  }
   static void SetUpTestSuite() { setUpBed(new chunkfake::PathTransport(), "railover-engine-only-journal", quiet); }
   void TearDown() override {
     EngineBed::TearDown();
@@ -282,9 +292,7 @@ TEST_F(EngineOnly, AProgressCallThatHoldsTheThreadIsJournaledOnce) {
   EXPECT_FALSE(st.timedOut);
   EXPECT_EQ(st.delivered, 20u);
   EXPECT_EQ(w(0, kA0)->slowCalls, 0) << "the slow calls did not happen";
-  std::vector<std::string> lines;  // a call descheduled for 200 ms on a busy host may add its own line
-  for (auto& l : journalEvents(mark, {"transport_slow"}))
-    if (jsonField(l, "dir") == "send" && jsonField(l, "call") == "progress") lines.push_back(l);
+  std::vector<std::string> lines = slowCallLines(mark, "progress", "send");
   ASSERT_EQ(lines.size(), 1u) << "two slow calls within a second: one line";
   EXPECT_EQ(jsonField(lines[0], "dir"), "send");
   EXPECT_EQ(jsonField(lines[0], "nic"), "n0");
@@ -308,9 +316,7 @@ TEST_F(EngineOnly, ASlowCloseOfAFailedPathIsJournaled) {
   EXPECT_FALSE(st.timedOut);
   EXPECT_EQ(st.delivered, 60u);
   EXPECT_EQ(w(0, kA0)->slowCloses, 0) << "the failed path was never closed";
-  std::vector<std::string> lines;  // a call descheduled for 200 ms on a busy host may add its own line
-  for (auto& l : journalEvents(mark, {"transport_slow"}))
-    if (jsonField(l, "call") == "close" && jsonField(l, "dir") == "send") lines.push_back(l);
+  std::vector<std::string> lines = slowCallLines(mark, "close", "send");
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_EQ(jsonInt(lines[0], "fence_grant_wait_us"), 0) << "a sender's close waits for no grant: " << lines[0];
   EXPECT_EQ(send->counters.failovers, 1u);
@@ -332,9 +338,7 @@ TEST_F(EngineOnly, ASlowCloseOfAReceivePathSaysHowLongItsFenceWaitedForAGrant) {
   testlog::Scope log(logger);
   closeRecv();
   EXPECT_EQ(w(0, kA0)->slowRecvCloses, 0) << "the receive path was never fenced";
-  std::vector<std::string> lines;  // a call descheduled for 200 ms on a busy host may add its own line
-  for (auto& l : journalEvents(mark, {"transport_slow"}))
-    if (jsonField(l, "call") == "close" && jsonField(l, "dir") == "recv" && jsonField(l, "nic") == "n0") lines.push_back(l);
+  std::vector<std::string> lines = slowCallLines(mark, "close", "recv", "n0");
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_GE(jsonInt(lines[0], "us"), (long long)tuning::kSlowTransportCallUs) << lines[0];
   EXPECT_EQ(jsonInt(lines[0], "fence_grant_wait_us"), 30000) << lines[0];
@@ -363,9 +367,7 @@ TEST_F(EngineOnly, ASlowCloseOfTheOldPathAtFailbackIsJournaled) {
   EXPECT_EQ(activeNic(), 0);
   EXPECT_EQ(w(1, kA1)->slowCloses, 0) << "the old active path was never closed";
   // Only this close counts: a call descheduled for 200 ms on a busy host may add its own line.
-  std::vector<std::string> lines;
-  for (auto& l : journalEvents(mark, {"transport_slow"}))
-    if (jsonField(l, "call") == "close" && jsonField(l, "dir") == "send" && jsonField(l, "nic") == "n1") lines.push_back(l);
+  std::vector<std::string> lines = slowCallLines(mark, "close", "send", "n1");
   ASSERT_EQ(lines.size(), 1u);
   st = run(100, mixed, 8);
   EXPECT_EQ(st.delivered, 100u);
@@ -439,9 +441,7 @@ TEST_F(EngineOnly, ASlowOpenOfARetriedPathIsJournaled) {
   runUntilFailback(20);
   ASSERT_EQ(send->counters.failbacks, 1u);
   EXPECT_EQ(w(0, kA0)->slowOpens, 0) << "the failed path was never re-opened";
-  std::vector<std::string> lines;  // a call descheduled for 200 ms on a busy host may add its own line
-  for (auto& l : journalEvents(mark, {"transport_slow"}))
-    if (jsonField(l, "call") == "open" && jsonField(l, "dir") == "send" && jsonField(l, "nic") == "n0") lines.push_back(l);
+  std::vector<std::string> lines = slowCallLines(mark, "open", "send", "n0");
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_GE(jsonInt(lines[0], "us"), (long long)tuning::kSlowTransportCallUs) << lines[0];
   // The path's path_up says how long its open took, slow or not: the slow one, and the fast
