@@ -243,6 +243,98 @@ std::vector<UnusedRdmaPort> unusedRdmaPorts(const std::vector<std::string>& nics
 #endif
 }
 
+std::string TransportPlan::deviceOf(const std::string& nic) const {
+  if (!rdma()) return name == "tcp" ? "tcp" : "";
+  if (std::find(rdmaNics.begin(), rdmaNics.end(), nic) != rdmaNics.end()) return "rdma";
+  return name == "rdma+tcp" ? "tcp" : "left_out";
+}
+
+TransportPlan planTransport(const std::vector<Nic>& nics, const Config& cfg) {
+  TransportPlan p;
+  const std::string setting = transportName(cfg.transport);
+  // RAILOVER_MAX_RECVS set on purpose, and without effect on TCP NICs: said once.
+  auto maxRecvsOnTcp = [&](const std::vector<std::string>& tcpNics, const std::vector<std::string>& rdmaNics) {
+    if (cfg.maxRecvs <= 1) return;
+    if (rdmaNics.empty())
+      p.warnings.push_back("RAILOVER_MAX_RECVS=" + std::to_string(cfg.maxRecvs) +
+                           " has no effect with the tcp transport: maxRecvs stays 1, as NCCL's socket transport's (a "
+                           "TCP sender is not told the receiver's grouped receives, which NCCL's shared comms need it "
+                           "to match sends against by tag)");
+    else
+      p.warnings.push_back("RAILOVER_MAX_RECVS=" + std::to_string(cfg.maxRecvs) + " applies to the rdma NIC(s) " +
+                           joinNames(rdmaNics) + " only: the tcp NIC(s) " + joinNames(tcpNics) +
+                           " offer maxRecvs 1 (a TCP sender is not told the receiver's grouped receives)");
+  };
+  if (cfg.transport == TransportKind::kTcp) {
+    p.name = "tcp", p.why = "RAILOVER_TRANSPORT=tcp";
+    maxRecvsOnTcp({}, {});
+    return p;
+  }
+#ifdef RAILOVER_HAVE_VERBS
+  std::string uwhy;
+  const bool all = rdma::rdmaUsable(nics, cfg, &uwhy, &p.rdmaNics);
+  if (cfg.transport == TransportKind::kRdma) {
+    if (all) p.name = "rdma", p.why = "RAILOVER_TRANSPORT=rdma: every NIC has an RDMA port with a GID";
+    else p.name = "error", p.why = "RAILOVER_TRANSPORT=rdma: cannot use RDMA: " + uwhy;
+    return p;
+  }
+  if (all) {
+    p.name = "rdma", p.why = "RAILOVER_TRANSPORT=" + setting + ": every NIC has an RDMA port with a GID";
+  } else if (p.rdmaNics.empty()) {  // no RDMA port behind any NIC, or libibverbs does not load
+    p.name = "tcp", p.why = "RAILOVER_TRANSPORT=" + setting + ": " + uwhy;
+    // ACTIVE RDMA ports none of the NICs is on (InfiniBand without IPoIB, or their interfaces
+    // not selected): the job runs over TCP beside them, which the operator must hear of.
+    std::vector<std::string> names;
+    for (const Nic& n : nics) names.push_back(n.name);
+    std::string idle = idleRdmaPortsWarning(setting, names, cfg.ib);
+    if (!idle.empty()) p.warnings.push_back(idle);
+    maxRecvsOnTcp({}, {});
+  } else if (cfg.transport == TransportKind::kMixed) {
+    p.name = "rdma+tcp";
+    p.why = "RAILOVER_TRANSPORT=rdma+tcp: rdma on " + joinNames(p.rdmaNics) +
+            ", tcp on the others (first without an RDMA port: " + uwhy +
+            "); each comm fails over only within its kind (GPU memory on the rdma NICs only)";
+    std::vector<std::string> tcpNics;
+    for (const Nic& n : nics)
+      if (std::find(p.rdmaNics.begin(), p.rdmaNics.end(), n.name) == p.rdmaNics.end()) tcpNics.push_back(n.name);
+    // Said loudly: a comm on a NIC served over TCP sends from host memory only and cannot fail
+    // over to the RDMA NICs (nor the reverse).
+    p.warnings.push_back("RAILOVER_TRANSPORT=rdma+tcp: rdma on NIC(s) " + joinNames(p.rdmaNics) + ", tcp on NIC(s) " +
+                         joinNames(tcpNics) +
+                         " (no RDMA port behind them). Each comm stays on its NIC's kind: comms of a tcp NIC fail "
+                         "over only to other tcp NICs, and rdma comms only to rdma NICs; a connection NCCL pairs "
+                         "across kinds (a tcp NIC here, an rdma NIC on the peer) fails with an error naming both. "
+                         "RAILOVER_TRANSPORT=auto leaves the tcp NIC(s) out instead");
+    maxRecvsOnTcp(tcpNics, p.rdmaNics);
+  } else {
+    // auto with a mix (typically a management NIC in the list): the NICs without an RDMA port
+    // are left out of NCCL's devices, as NCCL's IB transport lists only RDMA devices. Serving
+    // them over TCP as devices of their own (rdma+tcp) is opt-in: NCCL picks each rank's
+    // device for a connection by its own topology, and may pair a TCP NIC on one rank with an
+    // RDMA NIC on another, which no comm can carry (GPU memory on one end, host on the other).
+    p.name = "rdma";
+    for (const Nic& n : nics)
+      if (std::find(p.rdmaNics.begin(), p.rdmaNics.end(), n.name) == p.rdmaNics.end()) p.leftOut.push_back(n.name);
+    const std::string rdmaNames = joinNames(p.rdmaNics), outNames = joinNames(p.leftOut);
+    p.why = "RAILOVER_TRANSPORT=auto: rdma on " + rdmaNames +
+            "; the NICs without an RDMA port are left out of NCCL's devices (first: " + uwhy + ")";
+    p.warnings.push_back("RAILOVER_TRANSPORT=auto: NIC(s) " + outNames + " have no RDMA port (first: " + uwhy +
+                         ") and are left out: NCCL's devices are the RDMA NIC(s) " + rdmaNames +
+                         " only, as with NCCL's own IB transport. RAILOVER_TRANSPORT=rdma+tcp serves them over TCP "
+                         "as devices of their own, RAILOVER_TRANSPORT=tcp puts every NIC on TCP; leaving them out "
+                         "of RAILOVER_IFNAMES or NCCL_SOCKET_IFNAME silences this");
+  }
+#else
+  (void)nics;
+  const std::string none = "this build of railover has no RDMA transport (built without rdma-core's headers: "
+                           "install libibverbs-dev and rebuild)";
+  if (cfg.transport == TransportKind::kRdma) p.name = "error", p.why = "RAILOVER_TRANSPORT=rdma: " + none;
+  else p.name = "tcp", p.why = "RAILOVER_TRANSPORT=" + setting + ": " + none;
+  if (p.name == "tcp") maxRecvsOnTcp({}, {});
+#endif
+  return p;
+}
+
 std::string rdmaReportJson(const std::vector<std::string>& names, const EnvLookup& env) {
   uint32_t ptrSupport = RAILOVER_NCCL_PTR_HOST;
   Config cfg;
@@ -260,7 +352,17 @@ std::string rdmaReportJson(const std::vector<std::string>& names, const EnvLooku
     }
   }
   std::string setting = transportName(cfg.transport);
-  std::string libOk = "false", libErr, transport = "tcp", why, nicsJson, dmabuf, unused;
+  std::string libOk = "false", libErr, transport = "tcp", why, nicsJson, dmabuf, unused, warnings;
+  TransportPlan plan;
+  if (cfgOk) {
+    plan = planTransport(nics, cfg);
+    transport = plan.name, why = plan.why;
+    const std::string noNic = "no NIC";  // rdmaUsable's reason for an empty list: discovery's is better
+    if (nics.empty() && !nicErr.empty() && why.size() >= noNic.size() &&
+        why.compare(why.size() - noNic.size(), noNic.size(), noNic) == 0)
+      why = why.substr(0, why.size() - noNic.size()) + nicErr;
+    for (const std::string& w : plan.warnings) warnings += std::string(warnings.empty() ? "" : ",") + q(w);
+  }
 #ifdef RAILOVER_HAVE_VERBS
   const bool built = true;
   std::string e;
@@ -299,7 +401,8 @@ std::string rdmaReportJson(const std::vector<std::string>& names, const EnvLooku
                   ",\"port\":" + std::to_string(chosen ? sel.port : 0) + ",\"link_layer\":" + q(ll) +
                   ",\"state\":" + q(state) + ",\"gid_index\":" + std::to_string(chosen ? sel.gidIndex : -1) +
                   ",\"gid\":" + q(chosen && sel.roce ? verbs::gidString(sel.gid) : "") +
-                  ",\"rate_mbps\":" + std::to_string(chosen ? sel.speedMbps : 0) + ",\"ports\":[" + pj + "]}";
+                  ",\"rate_mbps\":" + std::to_string(chosen ? sel.speedMbps : 0) + ",\"ports\":[" + pj +
+                  "],\"device\":" + q(plan.deviceOf(n.name)) + "}";
     }
     unused = unusedJson(unusedFrom(ports, choices, cfg.ib));
     bool allDmabuf = !chosenHcas.empty();
@@ -308,35 +411,11 @@ std::string rdmaReportJson(const std::vector<std::string>& names, const EnvLooku
       dmabuf += std::string(dmabuf.empty() ? "" : ",") + dmabufProbe(h, &sup);
       allDmabuf &= sup;
     }
-    // The rule of Runtime::chooseTransport (plugin/runtime.cc).
-    std::string uwhy;
-    std::vector<std::string> withRdma;
-    bool usable = !nics.empty() && rdma::rdmaUsable(nics, cfg, &uwhy, &withRdma);
-    if (nics.empty()) uwhy = nicErr.empty() ? "no NIC" : nicErr;
-    if (cfg.transport == TransportKind::kTcp) {
-      transport = "tcp", why = "RAILOVER_TRANSPORT=tcp";
-    } else if (usable) {
-      transport = "rdma";
-      why = "RAILOVER_TRANSPORT=" + setting + ": every NIC has an RDMA port with a GID";
+    // What getProperties advertises with the plan's transport (RdmaTransport::ptrSupport):
+    // GPU memory on the rdma NICs where GPUDirect is detected.
+    if (plan.rdma()) {
       if (verbs::gdrPeerMemLoaded()) ptrSupport |= RAILOVER_NCCL_PTR_CUDA;
       if (allDmabuf) ptrSupport |= RAILOVER_NCCL_PTR_DMABUF;
-    } else if (cfg.transport == TransportKind::kRdma) {
-      transport = "error", why = "RAILOVER_TRANSPORT=rdma: cannot use RDMA: " + uwhy;
-    } else if (!withRdma.empty()) {  // a mix: auto leaves the others out, rdma+tcp serves them over TCP
-      const std::string names = joinNames(withRdma);
-      if (cfg.transport == TransportKind::kMixed) {
-        transport = "rdma+tcp";
-        why = "RAILOVER_TRANSPORT=rdma+tcp: rdma on " + names + ", tcp on the others (first without an RDMA port: " +
-              uwhy + "); each comm fails over only within its kind (GPU memory on the rdma NICs only)";
-      } else {
-        transport = "rdma";
-        why = "RAILOVER_TRANSPORT=auto: rdma on " + names + "; the NICs without an RDMA port are left out of NCCL's "
-              "devices (first: " + uwhy + ")";
-      }
-      if (verbs::gdrPeerMemLoaded()) ptrSupport |= RAILOVER_NCCL_PTR_CUDA;  // on the rdma NICs
-      if (allDmabuf) ptrSupport |= RAILOVER_NCCL_PTR_DMABUF;
-    } else {
-      transport = "tcp", why = "RAILOVER_TRANSPORT=" + setting + ": " + uwhy;
     }
   }
 #else
@@ -345,15 +424,14 @@ std::string rdmaReportJson(const std::vector<std::string>& names, const EnvLooku
   for (const Nic& n : nics)
     nicsJson += std::string(nicsJson.empty() ? "" : ",") + "{\"nic\":" + q(n.name) +
                 ",\"choice\":\"failed\",\"why\":" + q(libErr) +
-                ",\"hca\":\"\",\"port\":0,\"link_layer\":\"\",\"state\":\"\",\"gid_index\":-1,\"gid\":\"\",\"rate_mbps\":0,\"ports\":[]}";
-  if (cfg.transport == TransportKind::kRdma) transport = "error", why = "RAILOVER_TRANSPORT=rdma: " + libErr;
-  else why = "RAILOVER_TRANSPORT=" + setting + ": " + libErr;
+                ",\"hca\":\"\",\"port\":0,\"link_layer\":\"\",\"state\":\"\",\"gid_index\":-1,\"gid\":\"\",\"rate_mbps\":0,\"ports\":[]" +
+                ",\"device\":" + q(plan.deviceOf(n.name)) + "}";
 #endif
-  if (!cfgOk) transport = "error", why = cfgErr, nicsJson.clear(), unused.clear();
+  if (!cfgOk) transport = "error", why = cfgErr, nicsJson.clear(), unused.clear(), warnings.clear();
   return "{\"version\":1,\"built_with_verbs\":" + std::string(b(built)) + ",\"libibverbs\":{\"loaded\":" + libOk +
          ",\"error\":" + q(libErr) + "},\"config_error\":" + q(cfgOk ? "" : cfgErr) + ",\"nic_error\":" + q(nicErr) +
          ",\"setting\":" + q(setting) + ",\"transport\":" + q(transport) + ",\"transport_why\":" + q(why) +
-         ",\"nics\":[" + nicsJson + "],\"unused_ports\":[" + unused + "],\"memory\":{\"ptr_support\":" + ptrList(ptrSupport) +
+         ",\"warnings\":[" + warnings + "],\"nics\":[" + nicsJson + "],\"unused_ports\":[" + unused + "],\"memory\":{\"ptr_support\":" + ptrList(ptrSupport) +
          "},\"gpudirect\":{\"nvidia_driver\":" + b(exists("/sys/module/nvidia")) + ",\"peermem\":" + q(peermemFile()) +
          ",\"dmabuf\":[" + dmabuf + "]}}";
 }

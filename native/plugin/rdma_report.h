@@ -16,6 +16,9 @@
 //                                         // out; "rdma+tcp": setting rdma+tcp and a mix, the
 //                                         // others served over TCP); "error": init fails
 //    "transport_why": str,                // one line
+//    "warnings": [str],                   // the WARN lines init logs about this choice
+//                                         // (TransportPlan::warnings): NICs auto leaves out,
+//                                         // ACTIVE RDMA ports left idle while the job runs TCP
 //    "nics": [{"nic": str,
 //              "choice": "chosen" | "down" | "excluded" | "failed",  // verbs::PortChoice
 //                                         // down: chosen, the port not ACTIVE now (kChosenDown)
@@ -28,10 +31,14 @@
 //              "gid": str,                // "" when none
 //              "rate_mbps": int,          // the port's rate (verbs::portSpeedMbps), what NCCL
 //                                         // is told as the device's speed; 0: unknown / down
-//              "ports": [{"hca", "port", "state", "link_layer", "allowed"}]}],
+//              "ports": [{"hca", "port", "state", "link_layer", "allowed"}],
 //                                         // the ports behind the NIC (any state): RoCE ports with
 //                                         // a GID bound to it, the port of an IPoIB NIC;
 //                                         // allowed: NCCL_IB_HCA lets the transport use it
+//              "device": "rdma" | "tcp" | "left_out" | ""}],
+//                                         // what init makes of the NIC (TransportPlan): an NCCL
+//                                         // device served over RDMA or TCP, left out of NCCL's
+//                                         // devices (auto with a mix), "" when init fails
 //    "unused_ports": [{"hca": str, "port": int, "state": str, "link_layer": str,
 //                      "netdevs": [str],  // interfaces on it: RoCE GIDs' netdevs, IPoIB on IB
 //                      "why": str}],      // every HCA port no evaluated NIC uses, and why (not
@@ -51,6 +58,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "plugin/devices.h"
 
 namespace railover {
 
@@ -83,5 +91,31 @@ std::vector<UnusedRdmaPort> unusedRdmaPorts(const std::vector<std::string>& nics
 // port, its link layer and why it is unused; "" when there is none. A port excluded by
 // NCCL_IB_HCA is not named (the operator chose it). As unusedRdmaPorts.
 std::string idleRdmaPortsWarning(const std::string& setting, const std::vector<std::string>& nics, const IbConfig& ib);
+
+// What init does with RAILOVER_TRANSPORT on `nics` (as discovered, before any is left out):
+// the one rule that Runtime::chooseTransport applies and the report shows, so doctor and the
+// plugin cannot disagree.
+//   tcp            every NIC over TCP (setting tcp; or auto / rdma+tcp and no NIC has an RDMA
+//                  port, or libibverbs does not load: warnings then name any ACTIVE HCA port
+//                  left idle, idleRdmaPortsWarning)
+//   rdma           every NIC has an RDMA port (a chosen one that is down counts); or auto
+//                  with a mix: the NICs without one are left out of NCCL's devices (leftOut,
+//                  with a warning), as NCCL's own IB transport lists only RDMA devices
+//   rdma+tcp       setting rdma+tcp and a mix: the NICs without a port served over TCP
+//   error          setting rdma and some NIC has no usable RDMA port, or no verbs in this
+//                  build; `why` is init's error
+// Opens and closes every HCA (milliseconds): init or the report only, never NCCL's progress
+// thread. Reentrant.
+struct TransportPlan {
+  std::string name;                    // "tcp" | "rdma" | "rdma+tcp" | "error"
+  std::string why;                     // one line: the report's transport_why, init's INFO or error
+  std::vector<std::string> rdmaNics;   // the NICs with an RDMA port (in `nics` order)
+  std::vector<std::string> leftOut;    // auto with a mix: the NICs left out of NCCL's devices
+  std::vector<std::string> warnings;   // the WARN lines init logs (no "railover: " prefix)
+  bool rdma() const { return name == "rdma" || name == "rdma+tcp"; }
+  // "rdma", "tcp", "left_out" for NIC `nic` of the plan's `nics`; "" for an error.
+  std::string deviceOf(const std::string& nic) const;
+};
+TransportPlan planTransport(const std::vector<Nic>& nics, const Config& cfg);
 
 }  // namespace railover

@@ -38,8 +38,18 @@ def nic(name, choice="chosen", hca="rxe0", port=1, gid_index=1, gid="::ffff:10.1
             "ports": ports if ports is not None else []}
 
 
+def device(n, transport):
+    """A report NIC's ``device`` as the plugin's planTransport gives it (native/plugin/rdma_report.h)."""
+    if transport in ("tcp", "error"):
+        return "tcp" if transport == "tcp" else ""
+    if n["choice"] in ("chosen", "down"):
+        return "rdma"
+    return "tcp" if transport == "rdma+tcp" else "left_out"
+
+
 def report(nics, setting="auto", transport="rdma", why="RAILOVER_TRANSPORT=auto: every NIC has an ACTIVE RDMA port "
            "with a GID", built=True, lib=True, lib_error="", config_error="", ptr=("HOST",), gpu=GPU):
+    nics = [n if "device" in n else dict(n, device=device(n, transport)) for n in nics]
     return {"version": 1, "built_with_verbs": built, "libibverbs": {"loaded": lib, "error": lib_error},
             "config_error": config_error, "nic_error": "", "setting": setting, "transport": transport,
             "transport_why": why, "nics": nics, "memory": {"ptr_support": list(ptr)}, "gpudirect": gpu}
@@ -226,8 +236,10 @@ def test_the_table_is_unchanged_where_every_nic_is_a_device(setting, transport, 
 
 
 def test_libibverbs_not_loading_changes_nothing():
-    r = mgmt_report()
-    r["libibverbs"] = {"loaded": False, "error": "cannot load libibverbs.so.1"}
+    # the plugin then runs every NIC over TCP (planTransport): no NIC is left out
+    r = report([nic("eth0", "failed", why=NO_DEV), nic("eth1", "failed", why="cannot load libibverbs.so.1")],
+               transport="tcp", lib=False, lib_error="cannot load libibverbs.so.1")
+    assert [n["device"] for n in r["nics"]] == ["tcp", "tcp"]
     assert dr.rdma_fates(r) == {}
     assert dr.rdma_fates(mgmt_report()) == {"eth0": dr.LEFT_OUT}
     assert dr.rdma_fates({"error": "plugin not found"}) == {} and dr.rdma_fates(None) == {}

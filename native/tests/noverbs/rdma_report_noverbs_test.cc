@@ -30,12 +30,17 @@ TEST(RdmaReportWithoutVerbs, SaysSoAndAutoIsTcp) {
   const std::string no = "this build of railover has no RDMA transport (built without rdma-core's headers)";
   std::string r = reportFor({});
   EXPECT_TRUE(has(r, "\"built_with_verbs\":false,\"libibverbs\":{\"loaded\":false,\"error\":\"" + no + "\"}")) << r;
-  EXPECT_TRUE(has(r, "\"transport\":\"tcp\",\"transport_why\":\"RAILOVER_TRANSPORT=auto: " + no + "\"")) << r;
+  // init's reason (planTransport) names the fix
+  const std::string fix = no.substr(0, no.size() - 1) + ": install libibverbs-dev and rebuild)";
+  EXPECT_TRUE(has(r, "\"transport\":\"tcp\",\"transport_why\":\"RAILOVER_TRANSPORT=auto: " + fix + "\",\"warnings\":[]")) << r;
   EXPECT_TRUE(has(r, "{\"nic\":\"lo\",\"choice\":\"failed\",\"why\":\"" + no + "\"")) << r;
+  EXPECT_TRUE(has(r, "\"ports\":[],\"device\":\"tcp\"}")) << r;
   r = reportFor({{"RAILOVER_TRANSPORT", "rdma"}});
-  EXPECT_TRUE(has(r, "\"transport\":\"error\",\"transport_why\":\"RAILOVER_TRANSPORT=rdma: " + no + "\"")) << r;
-  r = reportFor({{"RAILOVER_TRANSPORT", "tcp"}});
+  EXPECT_TRUE(has(r, "\"transport\":\"error\",\"transport_why\":\"RAILOVER_TRANSPORT=rdma: " + fix + "\"")) << r;
+  EXPECT_TRUE(has(r, "\"ports\":[],\"device\":\"\"}")) << "init fails: no NIC is a device: " << r;
+  r = reportFor({{"RAILOVER_TRANSPORT", "tcp"}, {"RAILOVER_MAX_RECVS", "4"}});
   EXPECT_TRUE(has(r, "\"transport\":\"tcp\"")) << r;
+  EXPECT_TRUE(has(r, "\"warnings\":[\"RAILOVER_MAX_RECVS=4 has no effect with the tcp transport")) << r;
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <net/if.h>
 
+#include <cstring>
 #include <map>
 #include <string>
 
@@ -12,7 +13,9 @@
 #include "abi/nccl_net_abi.h"
 #include "common/config.h"
 #include "plugin/rdma_report.h"
+#include "plugin/devices.h"
 #include "plugin/runtime.h"
+#include "telemetry/journal.h"
 #include "tests/log_capture.h"
 #include "tests/rdma/rdma_test_ports.h"
 #include "tests/test_nic.h"
@@ -44,7 +47,7 @@ TEST(RdmaReport, ChosenPortStateGidAndAutoPicksRdma) {
   EXPECT_TRUE(has(r, "{\"nic\":\"lo\",\"choice\":\"chosen\",\"why\":\"fake1 port 2 GID 1 (RoCE v2, IPv4 127.0.0.1, "
                      "bound to lo; NCCL_IB_GID_INDEX unset)\",\"hca\":\"fake1\",\"port\":2,\"link_layer\":\"Ethernet\","
                      "\"state\":\"ACTIVE\",\"gid_index\":1,\"gid\":\"::ffff:127.0.0.1\",\"rate_mbps\":200000,\"ports\":[{\"hca\":\"fake1\","
-                     "\"port\":2,\"state\":\"ACTIVE\",\"link_layer\":\"Ethernet\",\"allowed\":true}]}"))
+                     "\"port\":2,\"state\":\"ACTIVE\",\"link_layer\":\"Ethernet\",\"allowed\":true}],\"device\":\"rdma\"}"))
       << r;
   EXPECT_TRUE(has(r, "\"setting\":\"auto\",\"transport\":\"rdma\"")) << r;
   // The fake HCA takes dmabufs (its ibv_reg_dmabuf_mr answers fd -1 with EBADF), no peer-memory
@@ -180,6 +183,78 @@ TEST(RdmaAutoFallback, AutoFallingBackToTcpBesideActiveRdmaPortsWarnsNamingThem)
     for (int port : {1, 2}) fake::setPortState(d, port, IBV_PORT_DOWN);
   EXPECT_EQ(choose(&w), "tcp");
   EXPECT_TRUE(w.empty()) << w[0];
+}
+
+// The report and init apply one rule (planTransport): for each setting and host, init's choice
+// (the transport it runs, or its error), the NICs it keeps as NCCL's devices and every WARN it
+// logs about the choice are what the report says (transport, each NIC's device, warnings).
+TEST(RdmaReport, InitAndTheReportAgreeOnTheChoiceItsDevicesAndItsWarnings) {
+  fake::reset();
+  unsigned lo = if_nametoindex("lo");
+  fake::setGids("fake0", 1, {gidOn("::ffff:127.0.0.1", IBV_GID_TYPE_ROCE_V2, lo)});
+  fake::setLinkLayer("fake1", 1, IBV_LINK_LAYER_INFINIBAND);  // IB without IPoIB: idle
+  struct Case {
+    std::vector<std::string> nics;
+    std::map<std::string, std::string> env;
+    std::string transport;                  // the report's "transport" = init's kinds() or "error"
+    std::vector<std::string> devices;       // the report's per-NIC "device"
+    size_t warnings;                        // how many WARNs init logs about the choice
+  };
+  const std::vector<Case> cases = {
+      {{"lo"}, {}, "rdma", {"rdma"}, 0},
+      {{"lo", "nordma0"}, {}, "rdma", {"rdma", "left_out"}, 1},
+      {{"lo", "nordma0"}, {{"RAILOVER_TRANSPORT", "rdma+tcp"}, {"RAILOVER_MAX_RECVS", "8"}}, "rdma+tcp", {"rdma", "tcp"}, 2},
+      {{"lo", "nordma0"}, {{"RAILOVER_TRANSPORT", "rdma"}}, "error", {"", ""}, 0},
+      {{"nordma0"}, {}, "tcp", {"tcp"}, 1},  // the idle ports: fake0 port 1 (lo unselected), fake1's IB port
+      {{"nordma0"}, {{"RAILOVER_TRANSPORT", "tcp"}, {"RAILOVER_MAX_RECVS", "2"}}, "tcp", {"tcp"}, 1},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE("NICs " + joinNames(c.nics) + ", RAILOVER_TRANSPORT=" +
+                 (c.env.count("RAILOVER_TRANSPORT") ? c.env.at("RAILOVER_TRANSPORT") : std::string("auto")));
+    EnvLookup env = [&c](const char* k) -> const char* {
+      auto it = c.env.find(k);
+      return it == c.env.end() ? nullptr : it->second.c_str();
+    };
+    const std::string r = rdmaReportJson(c.nics, env);
+    // init, on the same NICs and environment
+    testlog::Scope logs(nullptr);
+    Runtime rt;
+    std::string err;
+    ASSERT_TRUE(parseConfig(env, &rt.cfg, &err)) << err;
+    for (size_t i = 0; i < c.nics.size(); ++i)
+      rt.nics.push_back(
+          testbed::makeNic(static_cast<int>(i), c.nics[i].c_str(), ("127.0.0." + std::to_string(i + 1)).c_str()));
+    rt.ports.assign(rt.nics.size(), 0);
+    const bool ok = rt.chooseTransportForTest(&err);
+    const std::string initChoice = ok ? rt.transport->kinds() : "error";
+    std::vector<std::string> kept;
+    for (const Nic& n : rt.nics) kept.push_back(n.name);
+    delete rt.transport;
+    rt.transport = nullptr;
+    EXPECT_EQ(initChoice, c.transport) << err;
+    EXPECT_TRUE(has(r, "\"transport\":" + jsonStr(c.transport) + ",")) << r;
+    if (!ok) {
+      EXPECT_TRUE(has(r, "\"transport_why\":" + jsonStr(err) + ",")) << "init's error: " << err << "\n" << r;
+    }
+    // the NICs init keeps as NCCL's devices are the report's rdma / tcp ones
+    std::vector<std::string> devices;
+    for (size_t i = 0; i < c.nics.size(); ++i) {
+      EXPECT_TRUE(has(r, "\"device\":" + jsonStr(c.devices[i]) + "}")) << c.nics[i] << ": " << r;
+      if (ok && c.devices[i] != "left_out") devices.push_back(c.nics[i]);
+    }
+    if (ok) {
+      EXPECT_EQ(kept, devices);
+    }
+    // every WARN init logs about the choice, word for word, and no other
+    std::vector<std::string> w = testlog::warnings();
+    EXPECT_EQ(w.size(), c.warnings) << testlog::all();
+    std::string want;
+    for (const std::string& line : w) {
+      ASSERT_EQ(line.rfind("railover: ", 0), 0u) << line;
+      want += std::string(want.empty() ? "" : ",") + jsonStr(line.substr(std::strlen("railover: ")));
+    }
+    EXPECT_TRUE(has(r, "\"warnings\":[" + want + "],")) << r;
+  }
 }
 
 // A mix (a NIC with no RDMA port beside ones that have one): not every NIC is usable, and the

@@ -915,22 +915,19 @@ def _has_rdma_port(n: Mapping[str, Any]) -> bool:
 
 
 def rdma_fates(r: Optional[Mapping[str, Any]]) -> Dict[str, str]:
-    """What the plugin does with each NIC of its RDMA report ``r`` that has no RDMA port it may
-    use (choice ``failed`` or ``excluded``) while other NICs have one, by NIC name:
-    :data:`LEFT_OUT` with ``RAILOVER_TRANSPORT=auto`` (``Runtime::chooseTransport`` leaves it
-    out of NCCL's devices, as NCCL's own IB transport lists only RDMA devices), :data:`OVER_TCP`
-    with ``rdma+tcp`` (served over TCP, a device of its own). Empty when every NIC is a device
-    of the one transport the job uses (``tcp``; ``rdma``, or ``auto`` with a port on every NIC;
-    no RDMA port anywhere or libibverbs not loaded: every NIC on TCP), when init would fail, or
-    when the report is missing or did not evaluate (``error``, ``config_error``)."""
-    if not r or "error" in r or r.get("config_error") or not (r.get("libibverbs") or {}).get("loaded"):
+    """What the plugin's init does with each NIC of its RDMA report ``r`` that is not an RDMA
+    device while other NICs are, by NIC name, from each NIC's ``device`` (the plugin's own
+    rule, ``planTransport`` in native/plugin/rdma_report.h, which init applies):
+    :data:`LEFT_OUT` (``left_out``: ``RAILOVER_TRANSPORT=auto`` with a mix leaves it out of
+    NCCL's devices, as NCCL's own IB transport lists only RDMA devices), :data:`OVER_TCP`
+    (``tcp`` beside RDMA NICs: ``rdma+tcp`` serves it over TCP, a device of its own). Empty
+    when every NIC is a device of the one transport the job uses (``tcp`` everywhere, or
+    ``rdma`` everywhere), when init would fail, or when the report is missing or did not
+    evaluate (``error``, ``config_error``)."""
+    if not r or "error" in r or r.get("config_error") or r.get("transport") not in ("rdma", "rdma+tcp"):
         return {}
-    nics = r.get("nics") or []
-    if not any(_has_rdma_port(n) for n in nics):
-        return {}
-    how = (r.get("setting"), r.get("transport"))
-    fate = LEFT_OUT if how == ("auto", "rdma") else OVER_TCP if how == ("rdma+tcp", "rdma+tcp") else None
-    return {n["nic"]: fate for n in nics if fate and not _has_rdma_port(n)}
+    fates = {"left_out": LEFT_OUT, "tcp": OVER_TCP}
+    return {n["nic"]: fates[n["device"]] for n in r.get("nics") or [] if n.get("device") in fates}
 
 
 def rdma_fate_reason(r: Mapping[str, Any], nic: str, fate: str) -> str:
