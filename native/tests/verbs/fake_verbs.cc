@@ -17,6 +17,7 @@
 #include <set>
 #include <condition_variable>
 #include <mutex>
+#include <atomic>
 #include <memory>
 #include <thread>
 
@@ -484,6 +485,12 @@ void setDevicePresent(const std::string& dev, bool present) {
   else
     w().absent.insert(dev);
 }
+// Outside the world (reset() keeps them): the layer calls ibv_fork_init once, when it loads.
+std::atomic<int> g_forkInits{0};
+std::atomic<bool> g_forkLate{false};
+std::atomic<bool> g_verbsUsed{false};  // a device listed or opened, or memory registered
+int forkInitCalls() { return g_forkInits.load(); }
+bool forkInitCameLate() { return g_forkLate.load(); }
 int deviceListCalls() {
   WorldLock l(worldMu);
   return w().listCalls;
@@ -524,7 +531,14 @@ void setQpAccess(const std::string& dev, QpAccess mode) {
 
 // ---- the libibverbs entry points (C linkage from verbs.h's declarations)
 
+int ibv_fork_init(void) {
+  ++fake::g_forkInits;
+  if (fake::g_verbsUsed.load()) fake::g_forkLate = true;
+  return 0;
+}
+
 ibv_device** ibv_get_device_list(int* n) {
+  fake::g_verbsUsed = true;
   WorldLock l(worldMu);
   World& W = w();
   ++W.listCalls;
@@ -539,6 +553,7 @@ void ibv_free_device_list(ibv_device**) {}
 const char* ibv_get_device_name(ibv_device* d) { return d->name; }
 
 ibv_context* ibv_open_device(ibv_device* d) {
+  fake::g_verbsUsed = true;
   WorldLock l(worldMu);
   if (w().absent.count(d->name)) return errno = ENODEV, nullptr;
   auto* c = new ibv_context{};
@@ -591,6 +606,7 @@ ibv_mr* regMrLocked(ibv_pd* pd, void* addr, size_t len, int access) {
 
 #undef ibv_reg_mr
 ibv_mr* ibv_reg_mr(ibv_pd* pd, void* addr, size_t len, int access) {
+  fake::g_verbsUsed = true;
   {
     std::unique_lock<std::mutex> gl(gateMu);
     ++regGateWaiting;

@@ -87,6 +87,11 @@ void deviceFatal(const std::string& dev);
 // repaired is absent. Default: present. deviceListCalls(): ibv_get_device_list calls so far.
 void setDevicePresent(const std::string& dev, bool present);
 int deviceListCalls();
+// ibv_fork_init calls since the process started (reset() does not clear them), and whether one
+// came after the first ibv_get_device_list / ibv_open_device / ibv_reg_mr (libibverbs: too late
+// to protect the registrations made before it). Thread-safe.
+int forkInitCalls();
+bool forkInitCameLate();
 // True when `rkey` names a live MR registered on a context that reported DEVICE_FATAL.
 bool mrOnDeadContext(uint32_t rkey);
 // Keys are checked per opening: a send whose lkey belongs to an MR of another context completes

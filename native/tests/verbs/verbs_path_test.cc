@@ -712,4 +712,18 @@ TEST_F(VerbsPathTest, TheSilenceClockStartsWhenAnIdleQpGetsWorkAndEndsAtItsCompl
   EXPECT_EQ(s->outstanding(), 0);
   EXPECT_GE(s->lastProgressUs(), beforeAck) << "the completion ends the silence";
 }
+
+// NCCL's IB transport calls ibv_fork_init() once, before it lists or opens a device
+// (src/transport/net_ib/init.cc, ncclIbInitDevices; net_ib.cc in 2.19-2.23). Without it, on a
+// kernel that does not copy pinned pages at fork (before Linux 5.13), a process that forks after
+// registering host memory (a PyTorch DataLoader worker, a subprocess) leaves the parent's
+// registered pages copy-on-write: the parent's next write moves them and the HCA keeps reading
+// and writing the old frames. Loading the verbs table calls it first thing (the fake counts it
+// and notes a call that came after a device was listed or memory registered).
+TEST(VerbsApiLoad, ForkInitRunsBeforeAnyDeviceIsListedOrMemoryRegisteredAsNcclsIbTransportDoes) {
+  std::string err;
+  ASSERT_NE(verbsApi(&err), nullptr) << err;
+  EXPECT_GE(fake::forkInitCalls(), 1) << "ibv_fork_init was never called";
+  EXPECT_FALSE(fake::forkInitCameLate()) << "ibv_fork_init came after a device was listed or memory registered";
+}
 }  // namespace

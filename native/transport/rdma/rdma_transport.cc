@@ -1120,6 +1120,12 @@ RdmaTransport::RdmaTransport(const std::vector<Nic>* nics, const Config* cfg, st
     std::string e;
     names[n.index] = n.name;
     verbs::PortChoice c = verbs::choosePortForNetdev(n.name, cfg->ib, &sels[n.index], &e);
+    if (n.index == 0) {  // choosePortForNetdev loaded libibverbs, which ran ibv_fork_init (verbs_api.h)
+      int rc = verbs::forkInitResult();
+      if (rc > 0)
+        RO_WARN("railover: ibv_fork_init failed (%s): memory registered for RDMA is not protected from a fork() "
+                "on this kernel (NCCL's IB transport only warns too)", strerror(rc));
+    }
     if (c == verbs::PortChoice::kChosenDown) {
       // As TCP keeps a NIC whose link is down: its comms start on the other NICs and move to
       // it once its port is ACTIVE (the port watch reports it down at once, then up).

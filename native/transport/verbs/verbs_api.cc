@@ -13,6 +13,7 @@ VerbsApi g_api;
 bool g_loaded = false;
 std::string g_err;
 std::mutex g_mu;
+int g_forkRc = -1;
 
 template <typename F>
 bool sym(void* h, const char* name, F* out, std::string* err) {
@@ -50,14 +51,20 @@ bool resolve(void* h, VerbsApi* a, std::string* err) {
          sym(h, "_ibv_query_gid_ex", &a->query_gid_ex, err) &&
          sym(h, "ibv_query_pkey", &a->query_pkey, err) && sym(h, "ibv_wc_status_str", &a->wc_status_str, err) &&
          sym(h, "ibv_event_type_str", &a->event_type_str, err) &&
-         sym(h, "ibv_port_state_str", &a->port_state_str, err) && optionalSym(h, "ibv_reg_dmabuf_mr", &a->reg_dmabuf_mr);
+         sym(h, "ibv_port_state_str", &a->port_state_str, err) && optionalSym(h, "ibv_reg_dmabuf_mr", &a->reg_dmabuf_mr) &&
+         optionalSym(h, "ibv_fork_init", &a->fork_init);
 }
+
+// Once per load, before the table is handed out (so before any device is listed or memory
+// registered: libibverbs refuses a late ibv_fork_init). g_mu held.
+void forkInit(const VerbsApi& a) { g_forkRc = a.fork_init ? a.fork_init() : -1; }
 }  // namespace
 
 bool loadVerbsApi(void* handle, std::string* err) {
   std::lock_guard<std::mutex> g(g_mu);
   VerbsApi a{};
   if (!resolve(handle, &a, err)) return false;
+  forkInit(a);
   g_api = a;
   g_loaded = true;
   g_err.clear();
@@ -76,12 +83,18 @@ const VerbsApi* verbsApi(std::string* err) {
     const char* e = dlerror();
     g_err = std::string("cannot load libibverbs.so.1 (install rdma-core's libibverbs1): ") + (e ? e : "?");
   } else if (VerbsApi a{}; resolve(h, &a, &g_err)) {
+    forkInit(a);
     g_api = a;
     g_loaded = true;
     return &g_api;
   }
   if (err) *err = g_err;
   return nullptr;
+}
+
+int forkInitResult() {
+  std::lock_guard<std::mutex> g(g_mu);
+  return g_forkRc;
 }
 
 int queryPort(const VerbsApi& api, ibv_context* ctx, uint8_t port, ibv_port_attr* attr) {

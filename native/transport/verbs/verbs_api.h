@@ -49,10 +49,19 @@ struct VerbsApi {
   // Optional (nullptr when this libibverbs predates it, rdma-core < 34): registers a dmabuf
   // (GPU memory exported by the CUDA driver) for NCCL's regMrDmaBuf.
   ibv_mr* (*reg_dmabuf_mr)(ibv_pd*, uint64_t offset, size_t length, uint64_t iova, int fd, int access);
+  // Optional: ibv_fork_init. Loading the table calls it once, before anything else of libibverbs
+  // (as NCCL's IB transport does at init): registered memory stays out of a forked child's
+  // copy-on-write on kernels that do not copy pinned pages at fork (on those that do, rdma-core
+  // makes it a no-op). Its result: forkInitResult().
+  int (*fork_init)(void);
 };
 
 const VerbsApi* verbsApi(std::string* err);
 bool loadVerbsApi(void* handle, std::string* err);
+// What the load's ibv_fork_init returned (0: done or not needed; an errno value; -1 when this
+// libibverbs has no ibv_fork_init or the table is not loaded). Registration goes on either way,
+// as with NCCL, which only warns.
+int forkInitResult();
 
 // What verbs.h's inline ibv_query_port does, through the table: the extended op of the context
 // when the provider has one, else the exported compat call.
