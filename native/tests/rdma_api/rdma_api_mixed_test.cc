@@ -139,9 +139,13 @@ TEST_F(RdmaMixedApi, ACommOnTheTcpDeviceRegistersOnNoHcaAndMovesItsBytes) {
   ASSERT_EQ(api::listen(1, h1, &l1), ncclSuccess);
   void *s = nullptr, *r = nullptr;
   for (int i = 0; i < 100000 && !(s && r) && !HasFailure(); ++i) {
-    if (!s) ASSERT_EQ(api::connect(1, h1, &s, -1), ncclSuccess);
+    if (!s) {
+      ASSERT_EQ(api::connect(1, h1, &s, -1), ncclSuccess);
+    }
     boot->pump();
-    if (!r) ASSERT_EQ(api::accept(l1, &r), ncclSuccess);
+    if (!r) {
+      ASSERT_EQ(api::accept(l1, &r), ncclSuccess);
+    }
   }
   api::closeListen(l1);
   ASSERT_TRUE(s && r) << "the TCP device's comm did not connect";
@@ -169,11 +173,19 @@ TEST_F(RdmaMixedApi, ACommOnTheTcpDeviceRegistersOnNoHcaAndMovesItsBytes) {
   int tag = 3;
   int sdone = 0, rdone = 0, ssize = 0, rsize = 0;
   for (int i = 0; i < 1000000 && !(sdone && rdone) && !HasFailure(); ++i) {
-    if (!sreq) ASSERT_EQ(api::isend(s, src.data(), src.size(), tag, ms, &sreq), ncclSuccess);
-    if (!rreq) ASSERT_EQ(api::irecv(r, 1, &data, &cap, &tag, &mr, &rreq), ncclSuccess);
+    if (!sreq) {
+      ASSERT_EQ(api::isend(s, src.data(), src.size(), tag, ms, &sreq), ncclSuccess);
+    }
+    if (!rreq) {
+      ASSERT_EQ(api::irecv(r, 1, &data, &cap, &tag, &mr, &rreq), ncclSuccess);
+    }
     boot->pump();
-    if (sreq && !sdone) ASSERT_EQ(api::test(sreq, &sdone, &ssize), ncclSuccess);
-    if (rreq && !rdone) ASSERT_EQ(api::test(rreq, &rdone, &rsize), ncclSuccess);
+    if (sreq && !sdone) {
+      ASSERT_EQ(api::test(sreq, &sdone, &ssize), ncclSuccess);
+    }
+    if (rreq && !rdone) {
+      ASSERT_EQ(api::test(rreq, &rdone, &rsize), ncclSuccess);
+    }
   }
   ASSERT_TRUE(sdone && rdone) << "the message did not complete";
   EXPECT_EQ(rsize, (int)src.size());

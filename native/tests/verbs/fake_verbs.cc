@@ -803,7 +803,7 @@ int ibv_query_port(ibv_context* c, uint8_t port, _compat_ibv_port_attr* pa) {
     auto rate = w().portRate.find({c->device->name, port});
     if (rate != w().portRate.end()) p->active_speed = rate->second.first, p->active_width = rate->second.second;
     auto ll = w().linkLayer.find({c->device->name, port});
-    p->link_layer = ll == w().linkLayer.end() ? IBV_LINK_LAYER_ETHERNET : ll->second;
+    p->link_layer = ll == w().linkLayer.end() ? static_cast<uint8_t>(IBV_LINK_LAYER_ETHERNET) : ll->second;
   }
   p->active_mtu = IBV_MTU_1024;
   {
