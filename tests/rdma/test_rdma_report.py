@@ -83,7 +83,8 @@ def test_each_rail_nic_has_its_rxe_port_and_gid(rdma_bed, tool):
         assert r["transport"] == "rdma" and r["setting"] == "auto", r
         assert r["memory"]["ptr_support"] == ["HOST"]
         assert [d["hca"] for d in r["gpudirect"]["dmabuf"]] == [n.rdma_dev for n in nics]
-        assert r["unused_ports"] == [], "every rxe port is behind a rail NIC"
+        assert r["unused_ports"] == [] and r["warnings"] == [], "every rxe port is behind a rail NIC"
+        assert [got["device"] for got in r["nics"]] == ["rdma"] * len(nics), r["nics"]
         # the plugin's own NIC discovery, restricted to the rails
         d = report(bed, tool, None, bed.rail_env())
         assert [x["nic"] for x in d["nics"]] == [n.ifname for n in nics] and d["transport"] == "rdma", d
@@ -95,6 +96,13 @@ def test_each_rail_nic_has_its_rxe_port_and_gid(rdma_bed, tool):
             [(n.rdma_dev, 1, "ACTIVE", "Ethernet", [n.ifname]) for n in nics], m["unused_ports"]
         for u, n in zip(m["unused_ports"], nics):
             assert u["why"].startswith(f"its interface(s) {n.ifname} are not among the selected NICs"), u
+        # ... and init WARNs so, naming each ACTIVE port (the plugin's init logs the report's
+        # warnings: one rule, planTransport; RdmaReport.InitAndTheReportAgree... checks that)
+        assert [x["device"] for x in m["nics"]] == ["tcp"], m["nics"]
+        (w,) = m["warnings"]
+        assert w.startswith("RAILOVER_TRANSPORT=auto runs over tcp on NIC(s) eth0, but ACTIVE RDMA ports are unused: "), w
+        for n in nics:
+            assert f"{n.rdma_dev} port 1 (Ethernet): its interface(s) {n.ifname} are not among the selected NICs" in w, w
     crash_retry(rdma_bed, body)
 
 
@@ -114,8 +122,13 @@ def test_nccl_ib_hca_exclusion_and_rdma_required(rdma_bed, tool):
         # auto with a mix: rdma on the NIC that has it, the excluded one left out of NCCL's devices
         assert r["transport"] == "rdma" and f"NIC {a1.ifname}" in r["transport_why"], r
         assert "left out of NCCL's devices" in r["transport_why"], r
+        assert [got[n]["device"] for n in (a0.ifname, a1.ifname)] == ["rdma", "left_out"], r["nics"]
+        (w,) = r["warnings"]
+        assert w.startswith(f"RAILOVER_TRANSPORT=auto: NIC(s) {a1.ifname} have no RDMA port"), w
         r = report(bed, tool, [a0.ifname, a1.ifname], dict(env, RAILOVER_TRANSPORT="rdma+tcp"))
         assert r["transport"] == "rdma+tcp" and f"rdma on {a0.ifname}, tcp on the others" in r["transport_why"], r
+        assert [x["device"] for x in r["nics"]] == ["rdma", "tcp"], r["nics"]
+        assert [w.split(":")[0] for w in r["warnings"]] == ["RAILOVER_TRANSPORT=rdma+tcp"], r["warnings"]
         r = report(bed, tool, [a0.ifname, a1.ifname], dict(env, RAILOVER_TRANSPORT="rdma"))
         assert r["transport"] == "error" and "RAILOVER_TRANSPORT=rdma: cannot use RDMA" in r["transport_why"], r
     crash_retry(rdma_bed, body)
