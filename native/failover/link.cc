@@ -776,7 +776,9 @@ bool Link::otherPathUsable(size_t i, uint64_t now) const {
 // RC retries run for ~30 s. The proof it is the network: the peer's HCA acknowledged nothing
 // for RAILOVER_FLOW_STALL_MS with writes in flight (a stopped or busy peer process does not
 // stop its HCA's acknowledgements; a late caller is excluded by judging right after the poll,
-// and the call-gap rule restarts lastProgressUs_). Needs a usable standby: with none, moving
+// with the silence measured up to that poll's start (PathBase::silenceUs: a process stopped
+// between its poll and this judgement has completions waiting it has not read), and the
+// call-gap rule restarts lastProgressUs_). Needs a usable standby: with none, moving
 // gains nothing and the path keeps its retries. Also judged while a RESUME is out (a failback
 // onto a flow that is still cut): the peer's HCA acknowledges the RESUME SEND on arrival (its
 // receives are pre-posted, its QPs are RTS before its endpoints go back); only the engine's
@@ -1635,7 +1637,8 @@ void RecvLink::progress() {
 // ACKs, RESUME_ACKs and (RDMA) advertisements; when only that direction is cut, the sender's
 // data direction may look fine (its writes are acknowledged, or it has none in flight because
 // no advertisement came), so only this end can tell. As at the sender: the sender's HCA
-// acknowledges whatever its process does, the silence is read right after this path's poll,
+// acknowledges whatever its process does, the silence is read right after this path's poll and
+// runs only up to that poll's start (time stopped after it is not the peer's: PathBase::silenceUs),
 // and a standby whose pair answers must exist (else closing the path gains nothing).
 bool RecvLink::flowStalled(int idx, uint64_t now, std::string* cause) const {
   const Config& cfg = *deps.cfg;

@@ -324,6 +324,48 @@ TEST_F(RdmaPathTest, MessagesLandInTheAdvertisedBufferAndTheAckComesBack) {
   EXPECT_TRUE(tx->completionNeedsReceiverAck());
 }
 
+// The flow-stall rule's silence (unackedSilenceMs) runs to each path's latest poll: a process
+// stopped or descheduled after its poll while the peer's HCA acknowledged everything reads no
+// silence, at either end. On the RDMA bed a receiver stopped for 12.5 s between its poll and its
+// flow-stall check failed over on "no acknowledgement for 12579 ms" (the stopped-peer control).
+TEST_F(RdmaPathTest, TimeStoppedAfterThePollIsNoAckSilenceAtEitherEnd) {
+  bringUp();
+  std::vector<uint8_t> rxb(4 * kChunk), txb(2 * kChunk, 7);
+  void* rmr = reg(rxb);
+  void* smr = reg(txb);
+  advertiseOne(0, 100, rxb.data(), rxb.size(), rmr);
+  sink.dst = rxb.data();
+  wire();
+  std::string err;
+  // The sender: its writes posted and polled, then acknowledged by the receiver's HCA while the
+  // sender's process is stopped for 30 ms.
+  postMessage(0, txb, txb.size(), smr);
+  ASSERT_TRUE(tx->peerAckedWithinMs(1000)) << "no write in flight";  // (false with nothing outstanding)
+  ::fake::deliver(sq, rq);
+  // The receiver: a control SEND posted and polled, then acknowledged by the sender's HCA.
+  CtlMsg ack;
+  ack.type = CtlType::kAck, ack.seq = 1;
+  rx->sendCtl(ack);
+  ASSERT_EQ(rx->flushCtl(&err), 0) << err;
+  rx->progress(sink, &err);
+  ::fake::deliver(rq, sq);
+  const uint64_t stoppedAt = nowUs();
+  while (nowUs() - stoppedAt < 30000) {
+  }  // both processes "stopped": no poll for 30 ms
+  EXPECT_LT(tx->unackedSilenceMs(), 30u) << "the sender's stopped time was read as the peer's silence";
+  EXPECT_LT(rx->unackedSilenceMs(), 30u) << "the receiver's stopped time was read as the peer's silence";
+  EXPECT_TRUE(tx->peerAckedWithinMs(30)) << "the sender's stopped time was read as no acknowledgement";
+  // A real silence (polled all along, nothing acknowledged) still grows.
+  CtlMsg ack2;
+  ack2.type = CtlType::kAck, ack2.seq = 1;
+  rx->sendCtl(ack2);
+  ASSERT_EQ(rx->flushCtl(&err), 0) << err;
+  const uint64_t postedAt = nowUs();
+  while (nowUs() - postedAt < 30000) rx->progress(sink, &err);
+  rx->progress(sink, &err);
+  EXPECT_GE(rx->unackedSilenceMs(), 29u) << "polled for 30 ms with a SEND unacknowledged";
+}
+
 // NCCL_IB_QPS_PER_CONNECTION = 3 at the sender: the bootstrap carries three endpoints each way,
 // the receiver builds as many QPs, chunks are split over them, and a message is reported only
 // once each QP's share has landed.

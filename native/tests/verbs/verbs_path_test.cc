@@ -706,11 +706,37 @@ TEST_F(VerbsPathTest, TheSilenceClockStartsWhenAnIdleQpGetsWorkAndEndsAtItsCompl
   while (railover::nowUs() < until) progress();  // never delivered: no acknowledgement
   EXPECT_EQ(s->lastProgressUs(), posted) << "the silence restarted without an acknowledgement";
   EXPECT_GE(railover::nowUs() - s->lastProgressUs(), 20000u);
+  EXPECT_GE(s->silenceUs(), 20000u) << "polled all along, no acknowledgement: silence";
   uint64_t beforeAck = railover::nowUs();
   fake::deliver(sq(), rq());
   progress();
   EXPECT_EQ(s->outstanding(), 0);
   EXPECT_GE(s->lastProgressUs(), beforeAck) << "the completion ends the silence";
+}
+
+// The silence the flow-stall rule reads runs to the latest poll, not to now: a process stopped
+// (SIGSTOP, the RDMA bed's stopped-peer control) or descheduled after its poll has not looked
+// at its completion queue since, and the peer's HCA may have acknowledged everything meanwhile.
+// Seen on the bed: the receiver posted an ACK, was stopped for 12.5 s before its flow-stall
+// check, and failed its path over on "no acknowledgement for 12579 ms" with the ACK's
+// completion waiting in the queue.
+TEST_F(VerbsPathTest, TimeAProcessSpendsStoppedAfterItsPollIsNoSilence) {
+  connect();
+  std::string err;
+  CtlMsg ack;
+  ack.type = CtlType::kAck;
+  ASSERT_EQ(s->sendCtl(ack, &err), 1) << err;
+  progress();  // the poll: nothing acknowledged yet
+  ASSERT_EQ(s->outstanding(), 1);
+  fake::deliver(sq(), rq());  // the peer's HCA acknowledges while this process is stopped
+  const uint64_t stoppedAt = railover::nowUs();
+  while (railover::nowUs() - stoppedAt < 30000) {
+  }  // 30 ms without a poll: the stop
+  EXPECT_GE(railover::nowUs() - s->lastProgressUs(), 30000u) << "the old measure, to now, reads 30 ms";
+  EXPECT_LT(s->silenceUs(), 30000u) << "the stopped time was read as the peer's silence";
+  progress();  // back: the first poll finds the acknowledgement
+  EXPECT_EQ(s->outstanding(), 0);
+  EXPECT_EQ(s->silenceUs(), 0u);
 }
 
 // NCCL's IB transport calls ibv_fork_init() once, before it lists or opens a device

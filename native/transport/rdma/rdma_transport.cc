@@ -401,13 +401,15 @@ class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink, priva
     return true;
   }
 
+  // Both read the silence up to the path's latest poll (PathBase::silenceUs): time this
+  // process spent stopped or descheduled since is not the peer's.
   bool peerAckedWithinMs(uint32_t ms) override {
     if (stage_ != kReady || fenced_ || sh_->path->outstanding() == 0) return false;
-    return nowUs() - sh_->path->lastProgressUs() < (uint64_t)ms * 1000;
+    return sh_->path->silenceUs() < (uint64_t)ms * 1000;
   }
   uint32_t unackedSilenceMs() override {
     if (stage_ != kReady || fenced_ || sh_->path->outstanding() == 0) return 0;
-    return (uint32_t)((nowUs() - sh_->path->lastProgressUs()) / 1000);
+    return (uint32_t)(sh_->path->silenceUs() / 1000);
   }
   // RC: the peer's HCA acknowledges every packet, whatever its process does (transport.h).
   bool ackSilenceIsFault() const override { return true; }
@@ -655,7 +657,7 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
   // sender's HCA whatever its process does (transport.h).
   uint32_t unackedSilenceMs() override {
     if (stage_ != kReady || fenced_ || sh_->path->outstanding() == 0) return 0;
-    return (uint32_t)((nowUs() - sh_->path->lastProgressUs()) / 1000);
+    return (uint32_t)(sh_->path->silenceUs() / 1000);  // to the latest poll, as the sender's
   }
   bool ackSilenceIsFault() const override { return true; }
 

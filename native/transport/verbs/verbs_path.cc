@@ -279,6 +279,13 @@ uint64_t PathBase::lastProgressUs() const {
   return oldest != UINT64_MAX ? oldest : lastOkUs_;
 }
 
+uint64_t PathBase::silenceUs() const {
+  uint64_t most = 0;
+  for (const Lane& l : lanes_)
+    if (l.sendsInFlight > 0 && l.lastPollUs > l.lastOkUs) most = std::max(most, l.lastPollUs - l.lastOkUs);
+  return most;
+}
+
 void PathBase::markBroken(const std::string& source, const std::string& status, int code) {
   if (broken_) return;
   broken_ = true;
@@ -395,6 +402,8 @@ void PathBase::pollOnce() {
 void PathBase::pollLane(int lane) {
   Lane& l = lanes_[static_cast<size_t>(lane)];
   ibv_wc wc[32];
+  // Before the poll: whatever the HCA completed until now is in what it returns (silenceUs).
+  l.lastPollUs = nowUs();
   int n = ibv_poll_cq(l.qp->cq(), 32, wc);
   if (n < 0) {
     markBroken("completion", "ibv_poll_cq failed", n);

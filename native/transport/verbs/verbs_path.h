@@ -216,6 +216,14 @@ class PathBase {
   // its flow) is not hidden by the others. A QP's clock restarts when a send is posted to it
   // with none in flight: an idle QP is not silent.
   uint64_t lastProgressUs() const;
+  // µs the peer's HCA is known to have acknowledged nothing with sends in flight: on each QP
+  // with sends in flight, from its last completion (or the post that ended its idleness) to the
+  // start of its latest poll of the completion queue; the largest over the QPs. 0 when nothing
+  // is in flight. Measured to the poll, not to now: a process stopped or descheduled after its
+  // poll (SIGSTOP, a busy host) has not looked since, and its completions may be waiting in the
+  // queue (an HCA acknowledges whatever its process does), so that time is no silence. What the
+  // flow-stall rule reads (RdmaTransport's unackedSilenceMs).
+  uint64_t silenceUs() const;
   // Send work requests posted and not completed yet (every lane).
   int outstanding() const;
   // Completions and async events the last progress() found (0: nothing happened).
@@ -289,6 +297,7 @@ class PathBase {
     int sendsInFlight = 0;
     int recvsPosted = 0;
     uint64_t lastOkUs = 0;      // last successful completion on this QP (connect time, or the post that ended its idleness)
+    uint64_t lastPollUs = 0;    // when its latest poll of the completion queue started
   };
   bool postRecv(Lane& l, int slot, std::string* err);
   void pollLane(int lane);
