@@ -15,9 +15,16 @@ std::string g_err;
 std::mutex g_mu;
 int g_forkRc = -1;
 
+// Where symbols come from: dlsym on a handle, or a lookup function (loadVerbsApiWith).
+struct Syms {
+  void* h = nullptr;
+  void* (*lookup)(const char*) = nullptr;
+  void* get(const char* name) const { return lookup ? lookup(name) : dlsym(h, name); }
+};
+
 template <typename F>
-bool sym(void* h, const char* name, F* out, std::string* err) {
-  void* p = dlsym(h, name);
+bool sym(const Syms& h, const char* name, F* out, std::string* err) {
+  void* p = h.get(name);
   if (!p) {
     *err = std::string("libibverbs has no symbol ") + name;
     return false;
@@ -27,12 +34,12 @@ bool sym(void* h, const char* name, F* out, std::string* err) {
 }
 
 template <typename F>
-bool optionalSym(void* h, const char* name, F* out) {
-  *out = reinterpret_cast<F>(dlsym(h, name));  // nullptr when absent
+bool optionalSym(const Syms& h, const char* name, F* out) {
+  *out = reinterpret_cast<F>(h.get(name));  // nullptr when absent
   return true;
 }
 
-bool resolve(void* h, VerbsApi* a, std::string* err) {
+bool resolve(const Syms& h, VerbsApi* a, std::string* err) {
   return sym(h, "ibv_get_device_list", &a->get_device_list, err) &&
          sym(h, "ibv_free_device_list", &a->free_device_list, err) &&
          sym(h, "ibv_get_device_name", &a->get_device_name, err) && sym(h, "ibv_open_device", &a->open_device, err) &&
@@ -52,23 +59,38 @@ bool resolve(void* h, VerbsApi* a, std::string* err) {
          sym(h, "ibv_query_pkey", &a->query_pkey, err) && sym(h, "ibv_wc_status_str", &a->wc_status_str, err) &&
          sym(h, "ibv_event_type_str", &a->event_type_str, err) &&
          sym(h, "ibv_port_state_str", &a->port_state_str, err) && optionalSym(h, "ibv_reg_dmabuf_mr", &a->reg_dmabuf_mr) &&
-         optionalSym(h, "ibv_fork_init", &a->fork_init);
+         optionalSym(h, "ibv_fork_init", &a->fork_init) && optionalSym(h, "ibv_reg_mr_iova2", &a->reg_mr_iova2);
 }
 
-// Once per load, before the table is handed out (so before any device is listed or memory
-// registered: libibverbs refuses a late ibv_fork_init). g_mu held.
-void forkInit(const VerbsApi& a) { g_forkRc = a.fork_init ? a.fork_init() : -1; }
-}  // namespace
+// On the first load, before the table is handed out (so before any device is listed or memory
+// registered: libibverbs refuses a late ibv_fork_init); a table loaded again (tests) does not
+// call it again. g_mu held.
+void forkInit(const VerbsApi& a) {
+  if (!g_loaded) g_forkRc = a.fork_init ? a.fork_init() : -1;
+}
 
-bool loadVerbsApi(void* handle, std::string* err) {
+bool load(const Syms& s, std::string* err) {
   std::lock_guard<std::mutex> g(g_mu);
   VerbsApi a{};
-  if (!resolve(handle, &a, err)) return false;
+  if (!resolve(s, &a, err)) return false;
   forkInit(a);
   g_api = a;
   g_loaded = true;
   g_err.clear();
   return true;
+}
+}  // namespace
+
+bool loadVerbsApi(void* handle, std::string* err) {
+  Syms s;
+  s.h = handle;
+  return load(s, err);
+}
+
+bool loadVerbsApiWith(void* (*lookup)(const char* name), std::string* err) {
+  Syms s;
+  s.lookup = lookup;
+  return load(s, err);
 }
 
 const VerbsApi* verbsApi(std::string* err) {
@@ -82,7 +104,7 @@ const VerbsApi* verbsApi(std::string* err) {
   if (!h) {
     const char* e = dlerror();
     g_err = std::string("cannot load libibverbs.so.1 (install rdma-core's libibverbs1): ") + (e ? e : "?");
-  } else if (VerbsApi a{}; resolve(h, &a, &g_err)) {
+  } else if (VerbsApi a{}; resolve(Syms{h, nullptr}, &a, &g_err)) {
     forkInit(a);
     g_api = a;
     g_loaded = true;

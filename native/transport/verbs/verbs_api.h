@@ -54,10 +54,20 @@ struct VerbsApi {
   // copy-on-write on kernels that do not copy pinned pages at fork (on those that do, rdma-core
   // makes it a no-op). Its result: forkInitResult().
   int (*fork_init)(void);
+  // Optional (nullptr when this libibverbs predates it: rdma-core < 28, symbol version
+  // IBVERBS_1.8): ibv_reg_mr with an explicit iova, the call that takes optional access flags.
+  // NCCL's IB transport registers its buffers with it and IBV_ACCESS_RELAXED_ORDERING, and takes
+  // its presence as the capability (NCCL_IB_PCI_RELAXED_ORDERING; verbs_config.h,
+  // relaxedOrderingChoice; verbs_mr.h).
+  ibv_mr* (*reg_mr_iova2)(ibv_pd*, void*, size_t, uint64_t iova, unsigned int access);
 };
 
 const VerbsApi* verbsApi(std::string* err);
 bool loadVerbsApi(void* handle, std::string* err);
+// The same with every symbol looked up through `lookup` (tests: a fake provider that leaves an
+// optional symbol out, as an older libibverbs would). May be called again to replace the table
+// (before anything uses it, or while nothing does); ibv_fork_init runs on the first load only.
+bool loadVerbsApiWith(void* (*lookup)(const char* name), std::string* err);
 // What the load's ibv_fork_init returned (0: done or not needed; an errno value; -1 when this
 // libibverbs has no ibv_fork_init or the table is not loaded). Registration goes on either way,
 // as with NCCL, which only warns.
