@@ -86,6 +86,7 @@ const UintField kUintFields[] = {
     RO_UINT_FIELD("NCCL_IB_RETRY_CNT", ib.retryCnt),
     RO_UINT_FIELD("NCCL_IB_QPS_PER_CONNECTION", ib.qpsPerConnection),
     RO_UINT_FIELD("NCCL_IB_PKEY", ib.pkeyIndex),
+    RO_UINT_FIELD("NCCL_IB_PCI_RELAXED_ORDERING", ib.relaxedOrdering),
 };
 #undef RO_UINT_FIELD
 

@@ -75,6 +75,9 @@ struct IbConfig {
   bool slSet = false, trafficClassSet = false;
   uint32_t qpsPerConnection = RO_PARAM_DEFAULT("NCCL_IB_QPS_PER_CONNECTION");  // RC QPs per path and direction
   uint32_t pkeyIndex = RO_PARAM_DEFAULT("NCCL_IB_PKEY");      // P_Key table index of the QPs (NCCL's meaning)
+  // NCCL_IB_PCI_RELAXED_ORDERING: 0 off, 1 on, 2 on where capable; NCCL treats 1 and 2 alike (on
+  // when libibverbs has ibv_reg_mr_iova2). verbs_config.h: relaxedOrderingChoice.
+  uint32_t relaxedOrdering = RO_PARAM_DEFAULT("NCCL_IB_PCI_RELAXED_ORDERING");
 };
 
 // Field defaults come from the parameter table (common/params.h), checked at compile time.

@@ -109,6 +109,14 @@ inline constexpr ParamSpec kParams[] = {
      "on the rxe bed's lossless wire 4 QPs moved 1.19-1.34x one QP's busbw at >= 1 MiB (docs/BENCHMARKS.md)"},
     {"NCCL_IB_PKEY", ParamType::kUint, kReadPlugin, 0, 0, 65535, 1, "", "0", "", "1",
      "index into the HCA port's P_Key table of the partition key the QPs use (an index, as in NCCL)"},
+    {"NCCL_IB_PCI_RELAXED_ORDERING", ParamType::kUint, kReadPlugin, 2, 0, 2, 1, "", "2",
+     "0 = off; 1 = on; 2 = on where capable. As in NCCL, 1 and 2 both mean on when libibverbs exports "
+     "ibv_reg_mr_iova2 (rdma-core 28 or later) and off otherwise, without an error",
+     "0",
+     "PCIe relaxed ordering of NCCL's buffers: their registrations (regMr through ibv_reg_mr_iova2, regMrDmaBuf) on every "
+     "HCA get IBV_ACCESS_RELAXED_ORDERING, as NCCL's IB transport does (net_ib/init.cc ncclIbRelaxedOrderingCapable, "
+     "reg.cc); railover's own control and flush buffers never (nor NCCL's). An HCA whose kernel refuses the flag "
+     "(EINVAL) is registered without it from then on, with one WARN"},
     {"RAILOVER_NSTREAMS", ParamType::kUint, kReadPlugin, 2, 1, 16, 1, "streams", "2", "", "4",
      "TCP streams per path (docs/BENCHMARKS.md has the measurement behind the default)"},
     {"RAILOVER_MIN_CHUNK_BYTES", ParamType::kUint, kReadPlugin, 64 << 10, 128, 1 << 20, 128, "bytes", "65536", "",

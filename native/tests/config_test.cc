@@ -175,7 +175,7 @@ TEST(ParamTable, NumericDefaultsRangesAndSteps) {
         EXPECT_NE(err.find(paramRangeText(p)), std::string::npos) << err;  // names the accepted range
     }
   }
-  EXPECT_EQ(numeric, 21);  // 14 railover variables + 7 numeric NCCL_IB_* ones
+  EXPECT_EQ(numeric, 22);  // 14 railover variables + 8 numeric NCCL_IB_* ones
 }
 
 TEST(ParamTable, EveryExampleIsValid) {

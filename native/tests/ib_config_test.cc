@@ -43,6 +43,7 @@ TEST(IbConfig, NcclDefaults) {
   EXPECT_FALSE(ib.trafficClassSet);
   EXPECT_EQ(ib.qpsPerConnection, 1u);
   EXPECT_EQ(ib.pkeyIndex, 0u);
+  EXPECT_EQ(ib.relaxedOrdering, 2u);  // NCCL_IB_PCI_RELAXED_ORDERING: on where capable
   // empty = unset, as for every variable
   ASSERT_TRUE(parse({{"NCCL_IB_HCA", " "}, {"NCCL_IB_GID_INDEX", ""}, {"NCCL_IB_ADDR_RANGE", ""}, {"NCCL_IB_SL", ""}},
                     &c, &err))
@@ -66,7 +67,8 @@ TEST(IbConfig, GoodValues) {
                      {"NCCL_IB_TIMEOUT", "14"},
                      {"NCCL_IB_RETRY_CNT", "6"},
                      {"NCCL_IB_QPS_PER_CONNECTION", "4"},
-                     {"NCCL_IB_PKEY", "2"}},
+                     {"NCCL_IB_PKEY", "2"},
+                     {"NCCL_IB_PCI_RELAXED_ORDERING", "0"}},
                     &c, &err))
       << err;
   const IbConfig& ib = c.ib;
@@ -94,6 +96,7 @@ TEST(IbConfig, GoodValues) {
   EXPECT_EQ(ib.retryCnt, 6u);
   EXPECT_EQ(ib.qpsPerConnection, 4u);
   EXPECT_EQ(ib.pkeyIndex, 2u);
+  EXPECT_EQ(ib.relaxedOrdering, 0u);
   // explicit 0 is "given" (NCCL then ignores the comm's traffic class)
   ASSERT_TRUE(parse({{"NCCL_IB_TC", "0"}, {"NCCL_IB_GID_INDEX", "-1"}, {"NCCL_IB_ADDR_RANGE", "10.1.0.0/16"}}, &c,
                     &err))
@@ -138,6 +141,9 @@ TEST(IbConfig, BadValuesNameTheVariable) {
       {"NCCL_IB_QPS_PER_CONNECTION", "129"},
       {"NCCL_IB_PKEY", "0x8001"},
       {"NCCL_IB_PKEY", "65536"},
+      {"NCCL_IB_PCI_RELAXED_ORDERING", "3"},
+      {"NCCL_IB_PCI_RELAXED_ORDERING", "-1"},
+      {"NCCL_IB_PCI_RELAXED_ORDERING", "on"},
   };
   for (auto& [var, value] : bad) {
     Config c;
