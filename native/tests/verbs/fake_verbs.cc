@@ -25,12 +25,19 @@
 
 namespace {
 
+// Whether the table resolves ibv_reg_mr_iova2 (fake::setRegMrIova2).
+std::atomic<bool> g_iova2{true};
+void* fakeSym(const char* name) {
+  if (!g_iova2.load() && std::strcmp(name, "ibv_reg_mr_iova2") == 0) return nullptr;
+  return dlsym(RTLD_DEFAULT, name);
+}
+
 // The layer reaches libibverbs through dlsym: point it at this binary's definitions below.
 class FakeVerbsEnv : public ::testing::Environment {
  public:
   void SetUp() override {
     std::string err;
-    ASSERT_TRUE(railover::verbs::loadVerbsApi(RTLD_DEFAULT, &err)) << err;
+    ASSERT_TRUE(railover::verbs::loadVerbsApiWith(fakeSym, &err)) << err;
   }
 };
 ::testing::Environment* const g_env = ::testing::AddGlobalTestEnvironment(new FakeVerbsEnv);
@@ -90,6 +97,7 @@ struct World {
     uint64_t addr, len;
     int access;
     ibv_context* ctx;
+    const char* call;  // the registering call
   };
   std::map<uint32_t, ibv_context*> lkeyCtx;   // lkey -> the context (opening) its MR is on
   std::set<std::string> absent;               // devices ibv_get_device_list does not list
@@ -99,6 +107,8 @@ struct World {
   std::map<uint32_t, Mr> mrs;  // by rkey
   bool dmabuf = true;
   int dmabufRegs = 0;
+  std::set<std::string> refuseRo;  // devices whose registrations refuse IBV_ACCESS_RELAXED_ORDERING
+  int roRefusals = 0;
   World() {
     std::memset(devs, 0, sizeof devs);
     std::strcpy(devs[0].name, "fake0");
@@ -245,6 +255,7 @@ std::vector<std::thread::id> qpCreators() {
   return w().qpCreators;
 }
 void reset() {
+  if (!g_iova2.load()) setRegMrIova2(true);
   blockErrTransitions(false);
   blockQpCreation(false);
   blockAccessModify(false);
@@ -372,6 +383,46 @@ int dmabufRegistrations() {
 int liveMrs() {
   WorldLock l(worldMu);
   return (int)w().mrs.size();
+}
+namespace {
+MrInfo infoOf(const World::Mr& m) {
+  MrInfo i;
+  i.found = true;
+  auto d = w().opened.find(m.ctx);
+  i.dev = d != w().opened.end() ? d->second : "";
+  i.call = m.call;
+  i.access = m.access;
+  i.iova = m.addr;
+  i.len = m.len;
+  return i;
+}
+}  // namespace
+MrInfo mrInfo(uint32_t rkey) {
+  WorldLock l(worldMu);
+  auto m = w().mrs.find(rkey);
+  return m == w().mrs.end() ? MrInfo() : infoOf(m->second);
+}
+std::vector<MrInfo> liveMrInfos() {
+  WorldLock l(worldMu);
+  std::vector<MrInfo> v;
+  for (auto& m : w().mrs) v.push_back(infoOf(m.second));
+  return v;
+}
+void setRegMrIova2(bool present) {
+  g_iova2 = present;
+  std::string err;
+  if (!railover::verbs::loadVerbsApiWith(fakeSym, &err)) ADD_FAILURE() << err;
+}
+void refuseRelaxedOrdering(const std::string& dev, bool refuse) {
+  WorldLock l(worldMu);
+  if (refuse)
+    w().refuseRo.insert(dev);
+  else
+    w().refuseRo.erase(dev);
+}
+int relaxedOrderingRefusals() {
+  WorldLock l(worldMu);
+  return w().roRefusals;
 }
 ibv_qp_state state(ibv_qp* qp) {
   WorldLock l(worldMu);
@@ -589,8 +640,10 @@ int ibv_dealloc_pd(ibv_pd* p) {
 
 namespace {
 // ibv_reg_mr's work, with worldMu held (ibv_reg_dmabuf_mr's too: its gate is not ibv_reg_mr's).
-ibv_mr* regMrLocked(ibv_pd* pd, void* addr, size_t len, int access) {
+ibv_mr* regMrLocked(ibv_pd* pd, void* addr, size_t len, int access, const char* call) {
   if (w().dead.count(pd->context)) return errno = EIO, nullptr;
+  if ((access & IBV_ACCESS_RELAXED_ORDERING) && w().refuseRo.count(w().opened[pd->context]))
+    return ++w().roRefusals, errno = EINVAL, nullptr;
   auto* m = new ibv_mr{};
   m->context = pd->context;
   m->pd = pd;
@@ -598,31 +651,45 @@ ibv_mr* regMrLocked(ibv_pd* pd, void* addr, size_t len, int access) {
   m->length = len;
   m->lkey = ++w().nextKey;
   m->rkey = ++w().nextKey;
-  w().mrs[m->rkey] = {(uint64_t)(uintptr_t)addr, (uint64_t)len, access, pd->context};
+  w().mrs[m->rkey] = {(uint64_t)(uintptr_t)addr, (uint64_t)len, access, pd->context, call};
   w().lkeyCtx[m->lkey] = pd->context;
   return m;
+}
+
+// The blockMrRegistration gate of ibv_reg_mr and ibv_reg_mr_iova2.
+void regGate() {
+  std::unique_lock<std::mutex> gl(gateMu);
+  ++regGateWaiting;
+  gateCv.notify_all();
+  gateCv.wait(gl, [] { return !regGateClosed; });
+  --regGateWaiting;
 }
 }  // namespace
 
 #undef ibv_reg_mr
 ibv_mr* ibv_reg_mr(ibv_pd* pd, void* addr, size_t len, int access) {
   fake::g_verbsUsed = true;
-  {
-    std::unique_lock<std::mutex> gl(gateMu);
-    ++regGateWaiting;
-    gateCv.notify_all();
-    gateCv.wait(gl, [] { return !regGateClosed; });
-    --regGateWaiting;
-  }
+  regGate();
   WorldLock l(worldMu);
-  return regMrLocked(pd, addr, len, access);
+  // libibverbs' exported ibv_reg_mr takes no optional access flags (verbs.h's inline wrapper
+  // sends them to ibv_reg_mr_iova2): the fake keeps what it is given, for tests to see.
+  return regMrLocked(pd, addr, len, access, "ibv_reg_mr");
+}
+ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t len, uint64_t iova, unsigned int access) {
+  fake::g_verbsUsed = true;
+  regGate();
+  WorldLock l(worldMu);
+  // The fake addresses MRs by address: an iova other than the address is not modelled.
+  if (iova != (uint64_t)(uintptr_t)addr) return errno = ENOTSUP, nullptr;
+  return regMrLocked(pd, addr, len, (int)access, "ibv_reg_mr_iova2");
 }
 ibv_mr* ibv_reg_dmabuf_mr(ibv_pd* pd, uint64_t, size_t len, uint64_t iova, int fd, int access) {
   WorldLock l(worldMu);
   if (!w().dmabuf) return errno = EOPNOTSUPP, nullptr;
   if (fd < 0 || fcntl(fd, F_GETFD) == -1) return errno = EBADF, nullptr;  // a closed fd too
-  ++w().dmabufRegs;
-  return regMrLocked(pd, reinterpret_cast<void*>(iova), len, access);
+  ibv_mr* m = regMrLocked(pd, reinterpret_cast<void*>(iova), len, access, "ibv_reg_dmabuf_mr");
+  if (m) ++w().dmabufRegs;
+  return m;
 }
 int ibv_dereg_mr(ibv_mr* m) {
   WorldLock l(worldMu);

@@ -117,9 +117,10 @@ int blockedQpCreations();
 // such call since reset(), in order. Thread-safe.
 void blockAccessModify(bool block);
 int blockedAccessModifies();
-// While true, ibv_reg_mr blocks until it is set false again (reset() does): a registration
-// held in the middle, e.g. a re-opened HCA's re-registration of every buffer (MrSet::refresh,
-// under the transport's registry lock). ibv_reg_dmabuf_mr is not held. blockedMrRegistrations():
+// While true, ibv_reg_mr and ibv_reg_mr_iova2 block until it is set false again (reset()
+// does): a registration held in the middle, e.g. a re-opened HCA's re-registration of every
+// buffer (MrSet::refresh, under the transport's registry lock). ibv_reg_dmabuf_mr is not held.
+// blockedMrRegistrations():
 // how many such calls are blocked now. Thread-safe.
 void blockMrRegistration(bool block);
 int blockedMrRegistrations();
@@ -151,8 +152,31 @@ bool qpAlive(ibv_qp* qp);
 // EBADF), or not (EOPNOTSUPP). Default: supported. dmabufRegistrations(): successful ones.
 void setDmabuf(bool supported);
 int dmabufRegistrations();
-// MRs registered (ibv_reg_mr, ibv_reg_dmabuf_mr) and not deregistered yet, on every device.
+// MRs registered (ibv_reg_mr, ibv_reg_mr_iova2, ibv_reg_dmabuf_mr) and not deregistered yet,
+// on every device.
 int liveMrs();
+// One live MR as registered: the device of its context, the call that made it
+// ("ibv_reg_mr", "ibv_reg_mr_iova2", "ibv_reg_dmabuf_mr"), its access flags as passed and its
+// iova (ibv_reg_mr: the address). mrInfo(rkey): found false when no live MR has that rkey.
+struct MrInfo {
+  bool found = false;
+  std::string dev, call;
+  int access = 0;
+  uint64_t iova = 0, len = 0;
+};
+MrInfo mrInfo(uint32_t rkey);
+std::vector<MrInfo> liveMrInfos();
+// ibv_reg_mr_iova2 (rdma-core 28+, IBVERBS_1.8): exported and resolved by default; present
+// false re-loads the verbs table (verbs::loadVerbsApiWith) without it, as an older libibverbs
+// would have (reg_mr_iova2 nullptr), true puts it back. reset() puts it back. Call it while no
+// other thread uses the table (before a transport or HCA is made).
+void setRegMrIova2(bool present);
+// While true for HCA `dev`, ibv_reg_mr_iova2 and ibv_reg_dmabuf_mr refuse a registration whose
+// access has IBV_ACCESS_RELAXED_ORDERING with EINVAL (a kernel that predates optional access
+// flags); without the flag they register as usual. relaxedOrderingRefusals(): how many were
+// refused since reset(). reset() clears both.
+void refuseRelaxedOrdering(const std::string& dev, bool refuse);
+int relaxedOrderingRefusals();
 // The thread that made each ibv_create_qp call since reset(), in order. Thread-safe.
 std::vector<std::thread::id> qpCreators();
 // How many times ibv_poll_cq was called on `cq` (a test can see that a caller is polling, not

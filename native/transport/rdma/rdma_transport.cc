@@ -1165,6 +1165,7 @@ RdmaTransport::RdmaTransport(const std::vector<Nic>* nics, const Config* cfg, st
       return;
     }
   }
+  chooseRelaxedOrdering();
   detectGdr();
   ok_ = true;
 }
@@ -1175,7 +1176,20 @@ RdmaTransport::RdmaTransport(const std::vector<verbs::PortSel>& ports, Transport
   std::vector<std::string> names;
   for (size_t i = 0; i < ports.size(); ++i) names.push_back("nic" + std::to_string(i));
   ok_ = openPorts(names, ports, err);
-  if (ok_) detectGdr();
+  if (ok_) chooseRelaxedOrdering(), detectGdr();
+}
+
+void RdmaTransport::chooseRelaxedOrdering() {
+  ro_ = verbs::relaxedOrderingChoice(ib_, hcas_.empty() ? verbs::verbsApi(nullptr) : &hcas_[0]->api(), &roWhy_);
+  for (auto& h : hcas_) h->setRelaxedOrdering(ro_);
+}
+
+void RdmaTransport::logRelaxedOrderingRefusals() {
+  for (auto& h : hcas_)
+    if (h->takeRelaxedOrderingRefusal())
+      RO_WARN("railover: HCA %s refused IBV_ACCESS_RELAXED_ORDERING (EINVAL: a kernel that predates optional access "
+              "flags): registered without it, and every later registration on %s is too (NCCL_IB_PCI_RELAXED_ORDERING=%u)",
+              h->name().c_str(), h->name().c_str(), ib_.relaxedOrdering);
 }
 
 bool RdmaTransport::openPorts(const std::vector<std::string>& names, const std::vector<verbs::PortSel>& sels,
@@ -1242,10 +1256,12 @@ bool RdmaTransport::reviveHca(size_t h, std::string* err) {
       std::string e;
       if (!mr->refresh(h, &e)) {
         *err = "re-opened, but a registered buffer cannot be registered on it again: " + e;
+        logRelaxedOrderingRefusals();
         return false;
       }
     }
   }
+  logRelaxedOrderingRefusals();  // an HCA whose new opening refused the flag
   // Each NIC's flush QP is built on the new opening now: it also proves the opening works (a
   // provider may open a device that is still broken). Flushes in flight on the old QP fail
   // (FlushQp::test sees its opening dead) and move to another NIC.
@@ -1489,6 +1505,11 @@ std::string RdmaTransport::describe() const {
          (np.sel.roce ? " GID " + std::to_string(np.sel.gidIndex) : std::string(" LID ") + std::to_string(np.sel.lid)) +
          (np.sel.why.empty() ? "" : " [" + np.sel.why + "]");
   }
+  std::string refused;
+  for (auto& h : hcas_)
+    if (h->relaxedOrderingRefused()) refused += (refused.empty() ? "" : ", ") + h->name();
+  s += (s.empty() ? "" : "; ") + std::string("relaxed ordering ") + (ro_ ? "on" : "off") + " [" + roWhy_ + "]" +
+       (refused.empty() ? "" : " (refused with EINVAL by " + refused + ": registered there without it)");
   return s;
 }
 
@@ -1692,6 +1713,7 @@ void* RdmaTransport::regMr(void* data, size_t size, int ptrType, std::string* er
   if (ptrType != (int)kPtrHost && ptrType != (int)kPtrCuda)
     return *err = "unknown memory type " + std::to_string(ptrType) + " (NCCL_PTR_HOST 1 or NCCL_PTR_CUDA 2)", nullptr;
   auto* mr = new verbs::MrSet(hcaList(hcas_), data, size, err);
+  logRelaxedOrderingRefusals();
   if (!mr->ok()) {
     delete mr;
     return nullptr;
@@ -1709,6 +1731,7 @@ void* RdmaTransport::regMrDmaBuf(void* data, size_t size, uint64_t offset, int f
     if (h >= dmabuf_.size() || !dmabuf_[h])
       return *err = "HCA " + hcas_[h]->name() + " does not register dmabufs (ptrSupport has no DMABUF)", nullptr;
   auto* mr = new verbs::MrSet(hcaList(hcas_), data, size, offset, fd, err);
+  logRelaxedOrderingRefusals();
   if (!mr->ok()) {
     delete mr;
     return nullptr;
@@ -1929,8 +1952,9 @@ bool RdmaTransport::track(verbs::MrSet* mr, std::string* err) {
   // as it would have without the re-open: no NIC may come up with a buffer it has no key for.
   for (size_t h = 0; h < hcas_.size(); ++h) {
     verbs::Hca::Opening o = hcas_[h]->current();
-    if (mr->epochOf(h) != o.epoch && !o.dead && !mr->refresh(h, err)) return false;
+    if (mr->epochOf(h) != o.epoch && !o.dead && !mr->refresh(h, err)) return logRelaxedOrderingRefusals(), false;
   }
+  logRelaxedOrderingRefusals();
   mrs_.push_back(mr);
   return true;
 }

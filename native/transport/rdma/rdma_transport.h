@@ -239,8 +239,15 @@ class RdmaTransport : public Transport {
                 const IbConfig& ib = IbConfig{});
   ~RdmaTransport() override;
   bool ok() const { return ok_; }
-  // One line per NIC: "eth1 -> rxe0 port 1 GID 1 (...)", for the INIT log.
+  // One line per NIC: "eth1 -> rxe0 port 1 GID 1 (...)", for the INIT log, then the memory
+  // registration's relaxed ordering ("; relaxed ordering on [why]", with the HCAs that refused it).
   std::string describe() const;
+  // NCCL_IB_PCI_RELAXED_ORDERING as applied (verbs::relaxedOrderingChoice, given to every HCA):
+  // whether NCCL's buffers are registered with IBV_ACCESS_RELAXED_ORDERING, and why.
+  bool relaxedOrdering(std::string* why = nullptr) const {
+    if (why) *why = roWhy_;
+    return ro_;
+  }
 
   std::unique_ptr<Conn> connect(int nic, const sockaddr_storage& remote, socklen_t len, std::string* err) override;
   std::unique_ptr<SendPath> openSendPath(int nic, const sockaddr_storage& remote, socklen_t len, int nStreams,
@@ -396,6 +403,12 @@ class RdmaTransport : public Transport {
   std::unordered_set<void*> hostRegs_;
   std::vector<std::unique_ptr<std::atomic<uint64_t>>> reopenTries_;  // per HCA index
   bool track(verbs::MrSet* mr, std::string* err);  // registers mr in mrs_ (up to date); false: it is not
+  // Relaxed ordering (NCCL_IB_PCI_RELAXED_ORDERING): chosen once HCAs are open, given to each.
+  void chooseRelaxedOrdering();
+  // One WARN per HCA that refused the flag (Hca::takeRelaxedOrderingRefusal), after registrations.
+  void logRelaxedOrderingRefusals();
+  bool ro_ = false;
+  std::string roWhy_;
   // GPUDirect
   void detectGdr();
   bool peerMem_ = false;        // a GPU peer-memory client is loaded

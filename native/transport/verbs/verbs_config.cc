@@ -511,6 +511,20 @@ RcParams rcParamsFor(const IbConfig& s, int commTrafficClass) {
   return p;
 }
 
+bool relaxedOrderingChoice(const IbConfig& s, const VerbsApi* api, std::string* why) {
+  const std::string var = "NCCL_IB_PCI_RELAXED_ORDERING=" + std::to_string(s.relaxedOrdering);
+  if (s.relaxedOrdering == 0) return *why = var + ": off", false;
+  if (!api || !api->reg_mr_iova2) {
+    *why = var + (s.relaxedOrdering == 1 ? " asks for it, but" : " (on where capable), but") +
+           " this libibverbs has no ibv_reg_mr_iova2 (rdma-core 28 or later): off, as in NCCL";
+    return false;
+  }
+  *why = var + (s.relaxedOrdering == 2 ? " (on where capable)" : "") +
+         " and libibverbs has ibv_reg_mr_iova2: NCCL's buffers are registered with IBV_ACCESS_RELAXED_ORDERING "
+         "(an HCA without it ignores the flag)";
+  return true;
+}
+
 bool checkPkeyIndex(Hca& hca, int port, int index, uint16_t* pkey, std::string* err) {
   if (!hca.ok()) {
     *err = "HCA " + hca.name() + " is not open";

@@ -128,6 +128,13 @@ bool reselectGid(Hca& hca, const IbConfig& s, const PortSel& cur, PortSel* out, 
 // Pure.
 RcParams rcParamsFor(const IbConfig& s, int commTrafficClass = -1);
 
+// NCCL_IB_PCI_RELAXED_ORDERING applied as NCCL's IB transport does (net_ib/init.cc,
+// ncclIbRelaxedOrderingCapable): 0 off; 1 and 2 on exactly when this libibverbs exports
+// ibv_reg_mr_iova2 (`api` null: not loaded, off). NCCL turns an explicit 1 off silently where it
+// is missing; railover does too, and says so in *why (one line, for the transport's INFO line
+// and the RDMA report). The result goes to every HCA (Hca::setRelaxedOrdering). Pure.
+bool relaxedOrderingChoice(const IbConfig& s, const VerbsApi* api, std::string* why);
+
 // Checks P_Key index `index` (NCCL_IB_PKEY) on port `port` of the opened `hca`
 // (ibv_query_pkey): false with *err naming NCCL_IB_PKEY when the index is beyond the port's
 // P_Key table or its entry is empty (0); *pkey gets the P_Key value (host order) for logs.

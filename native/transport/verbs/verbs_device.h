@@ -125,6 +125,23 @@ class Hca {
   // function of their own). Read once at construction.
   const std::string& pciPath() const { return pciPath_; }
 
+  // Relaxed ordering of NCCL's buffers registered on this HCA (MrSet, verbs_mr.h): the owner's
+  // choice (NCCL_IB_PCI_RELAXED_ORDERING with a libibverbs that has ibv_reg_mr_iova2; off
+  // until set), and whether this HCA's kernel refused the flag with EINVAL (one that predates
+  // optional access flags), after which it is never asked again. Both outlive reopen(), so a
+  // re-registration on a new opening makes the same choice.
+  void setRelaxedOrdering(bool on) { roWanted_.store(on, std::memory_order_release); }
+  bool relaxedOrderingWanted() const { return roWanted_.load(std::memory_order_acquire); }
+  // Wanted and not refused: what the next registration uses.
+  bool relaxedOrdering() const { return relaxedOrderingWanted() && !relaxedOrderingRefused(); }
+  bool relaxedOrderingRefused() const { return roRefused_.load(std::memory_order_acquire); }
+  // Records a refusal (MrSet, after its retry without the flag succeeded).
+  void noteRelaxedOrderingRefused() { roRefused_.store(true, std::memory_order_release); }
+  // True once, for the first caller after the refusal was recorded: the one that logs it.
+  bool takeRelaxedOrderingRefusal() {
+    return relaxedOrderingRefused() && !roRefusalTaken_.exchange(true, std::memory_order_acq_rel);
+  }
+
   // Opens the device named name() again (after DEVICE_FATAL: the caller decides when). On
   // success the new context and PD become current, deviceFatal() is false again and fatal-QP
   // state is cleared; the old opening is kept until destruction. false with *err ("no RDMA
@@ -202,6 +219,7 @@ class Hca {
   std::atomic<bool> watched_{false};
   std::atomic<uint64_t> lastReadUs_{0};  // when pollAsync() last read the event file (any thread)
   std::atomic<uint64_t> asyncReads_{0};
+  std::atomic<bool> roWanted_{false}, roRefused_{false}, roRefusalTaken_{false};
   bool openOnce(Opening* o, Attrs* a, std::string* err);  // opens dev_ into *o, *a (no lock held)
 };
 

@@ -13,13 +13,38 @@ namespace {
 const char* callName(bool dmabuf) { return dmabuf ? "ibv_reg_dmabuf_mr" : "ibv_reg_mr"; }
 }  // namespace
 
-ibv_mr* MrSet::registerOn(const Hca::Opening& o, size_t i) {
+ibv_mr* MrSet::registerWith(const Hca::Opening& o, size_t i, int access) {
   const VerbsApi& api = hcas_[i]->api();
-  if (!dmabuf_) return api.reg_mr(o.pd, addr_, size_, kMrAccess);
+  // iova = the buffer's address (as ibv_reg_mr gives it), so keys and addresses match regMr's.
+  const uint64_t iova = (uint64_t)(uintptr_t)addr_;
+  if (!dmabuf_) {
+    // The flag goes through ibv_reg_mr_iova2, as in NCCL: libibverbs' exported ibv_reg_mr
+    // predates optional access flags.
+    if (access & IBV_ACCESS_RELAXED_ORDERING) return api.reg_mr_iova2(o.pd, addr_, size_, iova, (unsigned)access);
+    return api.reg_mr(o.pd, addr_, size_, access);
+  }
   int fd = fd_ >= 0 ? fd_ : tmpFd_;
   if (fd < 0) return errno = dupErr_ ? dupErr_ : EBADF, nullptr;
-  // iova = the address NCCL uses for the buffer, so remote keys and addresses match regMr's.
-  return api.reg_dmabuf_mr(o.pd, offset_, size_, (uint64_t)(uintptr_t)addr_, fd, kMrAccess);
+  return api.reg_dmabuf_mr(o.pd, offset_, size_, iova, fd, access);
+}
+
+ibv_mr* MrSet::registerOn(const Hca::Opening& o, size_t i, bool* withRo) {
+  Hca& h = *hcas_[i];
+  const bool ro = h.relaxedOrdering() && (dmabuf_ || h.api().reg_mr_iova2);
+  ibv_mr* m = registerWith(o, i, ro ? kMrAccess | IBV_ACCESS_RELAXED_ORDERING : kMrAccess);
+  *withRo = m && ro;
+  if (m || !ro || errno != EINVAL) return m;
+  // IBV_ACCESS_RELAXED_ORDERING is optional (a device without it ignores it), but a kernel that
+  // predates optional access flags refuses it with EINVAL: once more without it, and when that
+  // works the HCA is not asked again (Hca::noteRelaxedOrderingRefused; its owner logs it).
+  m = registerWith(o, i, kMrAccess);
+  if (m) h.noteRelaxedOrderingRefused();
+  return m;
+}
+
+bool MrSet::relaxedOrdering(size_t i) const {
+  const Reg* r = slots_[i].cur.load(std::memory_order_acquire);
+  return r && r->relaxedOrdering;
 }
 
 MrSet::MrSet(const std::vector<Hca*>& hcas, void* addr, size_t size, std::string* err)
@@ -67,7 +92,8 @@ bool MrSet::refresh(size_t i, std::string* err) {
       return false;
     }
     if (cur && cur->epoch == o.epoch) return true;
-    ibv_mr* m = registerOn(o, i);
+    bool ro = false;
+    ibv_mr* m = registerOn(o, i, &ro);
     if (!m) {
       int e = errno;
       h.pollAsync();  // a device that died just now: skip it like one that was dead already
@@ -77,7 +103,7 @@ bool MrSet::refresh(size_t i, std::string* err) {
       *err = std::string(callName(dmabuf_)) + "(" + h.name() + ", " + std::to_string(size_) + " bytes): " + std::strerror(e);
       return false;
     }
-    regs_.emplace_back(i, std::unique_ptr<Reg>(new Reg{m, o.epoch}));
+    regs_.emplace_back(i, std::unique_ptr<Reg>(new Reg{m, o.epoch, ro}));
     slots_[i].cur.store(regs_.back().second.get(), std::memory_order_release);
     return true;
   }

@@ -9,7 +9,12 @@
 // Access: LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ (receive buffers are RDMA WRITE targets;
 // LOCAL_WRITE is required by verbs whenever REMOTE_WRITE is set; REMOTE_READ lets the flush QP
 // of verbs_gdr.h read a receive buffer, as iflush does after GPUDirect writes, the same access
-// NCCL's IB transport gives its buffers). Thread-safety: immutable after construction.
+// NCCL's IB transport gives its buffers), plus IBV_ACCESS_RELAXED_ORDERING on an HCA whose
+// Hca::relaxedOrdering() is on (NCCL_IB_PCI_RELAXED_ORDERING, set by the RDMA transport): host
+// and GPU memory through ibv_reg_mr_iova2 (iova = the address), dmabufs through
+// ibv_reg_dmabuf_mr, as NCCL's reg.cc does. A registration the kernel refuses with EINVAL
+// because of the flag is made again without it, and the HCA remembers not to use it
+// (Hca::noteRelaxedOrderingRefused). Thread-safety: immutable after construction.
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -83,11 +88,15 @@ class MrSet {
   uint64_t epochOf(size_t i) const;
   // Index of `h` in the set, -1 if it is not one of its HCAs.
   int indexOf(const Hca* h) const;
+  // Whether HCA i's current registration has IBV_ACCESS_RELAXED_ORDERING (false: none, or
+  // registered without it).
+  bool relaxedOrdering(size_t i) const;
 
  private:
   struct Reg {  // one registration, immutable once published
     ibv_mr* mr;
     uint64_t epoch;  // the HCA opening it is on
+    bool relaxedOrdering;  // registered with IBV_ACCESS_RELAXED_ORDERING
   };
   struct Slot {
     std::atomic<const Reg*> cur{nullptr};
@@ -105,10 +114,16 @@ class MrSet {
   int dupErr_ = 0;  // errno of that failed duplication (refresh() reports it)
   void dropAll();   // deregisters every registration, current and replaced
   bool ok_ = false;
-  ibv_mr* registerOn(const Hca::Opening& o, size_t i);  // one registration; errno on failure
+  // One registration (with relaxed ordering when HCA i wants it, once more without it after an
+  // EINVAL); errno on failure; *withRo: whether the flag is on the MR.
+  ibv_mr* registerOn(const Hca::Opening& o, size_t i, bool* withRo);
+  ibv_mr* registerWith(const Hca::Opening& o, size_t i, int access);  // one call with `access`
 };
 
-// Access flags of every railover registration (see above).
+// Access flags of every railover registration of NCCL's buffers (see above; relaxed ordering
+// added where chosen). railover's own control and flush buffers (verbs_path.cc, verbs_gdr.cc)
+// are registered with IBV_ACCESS_LOCAL_WRITE alone and never relaxed ordering: NCCL registers
+// its internal ones (FIFOs, completion records, the flush buffer) with plain ibv_reg_mr too.
 constexpr int kMrAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
 
 }  // namespace verbs
