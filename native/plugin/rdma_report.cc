@@ -353,6 +353,8 @@ std::string rdmaReportJson(const std::vector<std::string>& names, const EnvLooku
   }
   std::string setting = transportName(cfg.transport);
   std::string libOk = "false", libErr, transport = "tcp", why, nicsJson, dmabuf, unused, warnings;
+  bool ro = false;  // NCCL_IB_PCI_RELAXED_ORDERING as the RDMA transport would apply it
+  std::string roWhy = "not used: the job would use the tcp transport, which registers nothing with verbs";
   TransportPlan plan;
   if (cfgOk) {
     plan = planTransport(nics, cfg);
@@ -416,6 +418,7 @@ std::string rdmaReportJson(const std::vector<std::string>& names, const EnvLooku
     if (plan.rdma()) {
       if (verbs::gdrPeerMemLoaded()) ptrSupport |= RAILOVER_NCCL_PTR_CUDA;
       if (allDmabuf) ptrSupport |= RAILOVER_NCCL_PTR_DMABUF;
+      ro = verbs::relaxedOrderingChoice(cfg.ib, api, &roWhy);  // RdmaTransport::chooseRelaxedOrdering's rule
     }
   }
 #else
@@ -428,11 +431,13 @@ std::string rdmaReportJson(const std::vector<std::string>& names, const EnvLooku
                 ",\"device\":" + q(plan.deviceOf(n.name)) + "}";
 #endif
   if (!cfgOk) transport = "error", why = cfgErr, nicsJson.clear(), unused.clear(), warnings.clear();
+  if (!cfgOk) roWhy = "not evaluated: " + cfgErr;
+  else if (transport == "error") roWhy = "not evaluated: NCCL init would fail";
   return "{\"version\":1,\"built_with_verbs\":" + std::string(b(built)) + ",\"libibverbs\":{\"loaded\":" + libOk +
          ",\"error\":" + q(libErr) + "},\"config_error\":" + q(cfgOk ? "" : cfgErr) + ",\"nic_error\":" + q(nicErr) +
          ",\"setting\":" + q(setting) + ",\"transport\":" + q(transport) + ",\"transport_why\":" + q(why) +
          ",\"warnings\":[" + warnings + "],\"nics\":[" + nicsJson + "],\"unused_ports\":[" + unused + "],\"memory\":{\"ptr_support\":" + ptrList(ptrSupport) +
-         "},\"gpudirect\":{\"nvidia_driver\":" + b(exists("/sys/module/nvidia")) + ",\"peermem\":" + q(peermemFile()) +
+         ",\"relaxed_ordering\":" + b(ro) + ",\"relaxed_ordering_why\":" + q(roWhy) + "},\"gpudirect\":{\"nvidia_driver\":" + b(exists("/sys/module/nvidia")) + ",\"peermem\":" + q(peermemFile()) +
          ",\"dmabuf\":[" + dmabuf + "]}}";
 }
 

@@ -43,7 +43,12 @@
 //                      "netdevs": [str],  // interfaces on it: RoCE GIDs' netdevs, IPoIB on IB
 //                      "why": str}],      // every HCA port no evaluated NIC uses, and why (not
 //                                         // selected, NCCL_IB_HCA, no IPoIB interface, ...)
-//    "memory": {"ptr_support": [str]},    // what getProperties advertises: "HOST", "CUDA", "DMABUF"
+//    "memory": {"ptr_support": [str],     // what getProperties advertises: "HOST", "CUDA", "DMABUF"
+//               "relaxed_ordering": bool, // NCCL's buffers registered with IBV_ACCESS_RELAXED_ORDERING
+//                                         // (NCCL_IB_PCI_RELAXED_ORDERING and ibv_reg_mr_iova2:
+//                                         // verbs::relaxedOrderingChoice, as the transport applies it;
+//                                         // false with the tcp transport or a failing init)
+//               "relaxed_ordering_why": str},  // one line: the value and why
 //    "gpudirect": {"nvidia_driver": bool, // /sys/module/nvidia
 //                  "peermem": str,        // the file that shows a peer-memory module, "" = none
 //                  "dmabuf": [{"hca": str, "supported": bool | null, "detail": str}]}}

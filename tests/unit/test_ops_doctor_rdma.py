@@ -390,6 +390,19 @@ def test_gpudirect_is_reported_honestly():
     assert "not evaluated" in c.detail
 
 
+def test_relaxed_ordering_is_shown_when_the_job_uses_rdma():
+    r = report([nic("eth0")])
+    assert rdma(rdma_run(r), "relaxed ordering") == []  # a plugin without the key: no line
+    r["memory"].update(relaxed_ordering=True, relaxed_ordering_why="NCCL_IB_PCI_RELAXED_ORDERING=2 (on where capable)")
+    c = rdma(rdma_run(r), "relaxed ordering")[0]
+    assert c.status == dr.INFO and c.detail == "on: NCCL_IB_PCI_RELAXED_ORDERING=2 (on where capable)"
+    r["memory"].update(relaxed_ordering=False, relaxed_ordering_why="NCCL_IB_PCI_RELAXED_ORDERING=0: off")
+    assert rdma(rdma_run(r), "relaxed ordering")[0].detail == "off: NCCL_IB_PCI_RELAXED_ORDERING=0: off"
+    r = report([nic("eth0")], transport="tcp", why="RAILOVER_TRANSPORT=tcp")
+    r["memory"].update(relaxed_ordering=False, relaxed_ordering_why="not used")
+    assert rdma(rdma_run(r), "relaxed ordering") == []
+
+
 def test_build_without_verbs_and_missing_libibverbs():
     r = report([], built=False, lib=False, transport="tcp", why="RAILOVER_TRANSPORT=auto: no RDMA transport")
     c = rdma(rdma_run(r), "build")[0]

@@ -5,8 +5,9 @@
 // sets it; a libibverbs without ibv_reg_mr_iova2 sets it for neither 2 nor 1 (as NCCL) and fails
 // nothing; an HCA whose kernel refuses the flag with EINVAL gets its buffers registered without
 // it, is not asked again and is named in one WARN; a re-opened HCA registers again with the same
-// choice.
+// choice. The RDMA report shows the choice as the transport makes it.
 #include <fcntl.h>
+#include <net/if.h>
 #include <unistd.h>
 #include <gtest/gtest.h>
 
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "../verbs/fake_verbs.h"
+#include "plugin/rdma_report.h"
 #include "tests/fake_net.h"
 #include "tests/log_capture.h"
 #include "tests/rdma/rdma_test_ports.h"
@@ -231,6 +233,42 @@ TEST(RelaxedOrdering, AReopenedHcaRegistersAgainWithTheSameChoice) {
   EXPECT_EQ(on(ma, 0).call, "ibv_reg_mr_iova2");
   EXPECT_EQ(::fake::relaxedOrderingRefusals(), 1) << "the re-opened fake1 was asked again";
   EXPECT_EQ(testlog::count("refused IBV_ACCESS_RELAXED_ORDERING"), 1u) << testlog::all();
+}
+
+std::string reportFor(const std::map<std::string, std::string>& vars) {
+  EnvLookup env = [vars](const char* k) -> const char* {
+    auto it = vars.find(k);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  };
+  return rdmaReportJson({"lo"}, env);
+}
+
+// The RDMA report (railover doctor) shows the transport's choice and why.
+TEST(RelaxedOrdering, TheRdmaReportShowsTheChoice) {
+  ::fake::reset();
+  unsigned lo = if_nametoindex("lo");
+  ASSERT_NE(lo, 0u);
+  ::fake::setGids("fake1", 2, {rdmatest::gidOn("::ffff:127.0.0.1", IBV_GID_TYPE_ROCE_V2, lo)});
+  std::string r = reportFor({});
+  EXPECT_NE(r.find("\"relaxed_ordering\":true,\"relaxed_ordering_why\":\"NCCL_IB_PCI_RELAXED_ORDERING=2 (on where "
+                   "capable) and libibverbs has ibv_reg_mr_iova2"),
+            std::string::npos)
+      << r;
+  r = reportFor({{"NCCL_IB_PCI_RELAXED_ORDERING", "0"}});
+  EXPECT_NE(r.find("\"relaxed_ordering\":false,\"relaxed_ordering_why\":\"NCCL_IB_PCI_RELAXED_ORDERING=0: off\""),
+            std::string::npos)
+      << r;
+  r = reportFor({{"RAILOVER_TRANSPORT", "tcp"}});
+  EXPECT_NE(r.find("\"relaxed_ordering\":false,\"relaxed_ordering_why\":\"not used: the job would use the tcp transport"),
+            std::string::npos)
+      << r;
+  ::fake::setRegMrIova2(false);
+  r = reportFor({{"NCCL_IB_PCI_RELAXED_ORDERING", "1"}});
+  EXPECT_NE(r.find("\"relaxed_ordering\":false,\"relaxed_ordering_why\":\"NCCL_IB_PCI_RELAXED_ORDERING=1 asks for it, "
+                   "but this libibverbs has no ibv_reg_mr_iova2"),
+            std::string::npos)
+      << r;
+  ::fake::reset();
 }
 
 }  // namespace

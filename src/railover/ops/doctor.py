@@ -1037,6 +1037,10 @@ def rdma_checks(r: Mapping[str, Any], ifaces: Optional[Sequence[Iface]] = None) 
                 "): no GPU peer-memory client and no HCA that takes dmabufs; NCCL stages GPU buffers "
                 "through host memory")
     out.append(Check("rdma", "GPUDirect RDMA", INFO, what + ". This host: " + "; ".join(facts)))
+    memory = r.get("memory", {})
+    if "relaxed_ordering" in memory and t in ("rdma", "rdma+tcp"):  # plugins before it have no key
+        out.append(Check("rdma", "relaxed ordering", INFO,
+                         ("on" if memory["relaxed_ordering"] else "off") + ": " + memory.get("relaxed_ordering_why", "")))
     return out
 
 
