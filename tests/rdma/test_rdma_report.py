@@ -82,6 +82,7 @@ def test_each_rail_nic_has_its_rxe_port_and_gid(rdma_bed, tool):
                     "allowed": True} in got["ports"]
         assert r["transport"] == "rdma" and r["setting"] == "auto", r
         assert r["memory"]["ptr_support"] == ["HOST"]
+        assert r["memory"]["relaxed_ordering"] is True, r["memory"]  # libibverbs has ibv_reg_mr_iova2
         assert [d["hca"] for d in r["gpudirect"]["dmabuf"]] == [n.rdma_dev for n in nics]
         assert r["unused_ports"] == [] and r["warnings"] == [], "every rxe port is behind a rail NIC"
         assert [got["device"] for got in r["nics"]] == ["rdma"] * len(nics), r["nics"]

@@ -111,6 +111,11 @@ def test_allreduce_over_the_rdma_transport_every_byte(rdma_bed, tmp_path, abi):
             # the plugin chose the HCA port behind each rail NIC
             assert "transport rdma: eth1 -> rxe0 port 1" in r.stdout + r.stderr, r.stdout + r.stderr
             assert "eth2 -> rxe1 port 1" in r.stdout + r.stderr
+            # NCCL_IB_PCI_RELAXED_ORDERING's default: NCCL's buffers registered with the flag
+            # through ibv_reg_mr_iova2 (Debian 12's rdma-core has it), and rxe takes it (every
+            # byte above was written into such registrations)
+            assert "relaxed ordering on [" in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]
+            assert "refused IBV_ACCESS_RELAXED_ORDERING" not in r.stdout + r.stderr
             # no grouped receives by default (maxRecvs 1: NCCL shares no comm among local ranks,
             # plugin/api.cc), and messages < 4 GiB (the size travels in 32 bits)
             assert r.json["device"]["max_recvs"] == 1
