@@ -115,6 +115,19 @@ TEST(RelaxedOrdering, DefaultWithIova2RegistersEveryNcclBufferWithTheFlagOnEvery
   EXPECT_GE(internal, 1) << "no flush landing buffer was registered";
 }
 
+// `host` and `gpu` (as a dmabuf) registered on both HCAs of `r`, each without the flag (host
+// memory through plain ibv_reg_mr). The buffers outlive their registrations (the caller's).
+void expectPlainRegistrations(Rig& r, std::vector<uint8_t>& host, std::vector<uint8_t>& gpu) {
+  verbs::MrSet* h = r.reg(host);
+  verbs::MrSet* d = r.regDmaBuf(gpu);
+  ASSERT_TRUE(h && d);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(on(h, i).call, "ibv_reg_mr");
+    EXPECT_EQ(on(h, i).access, verbs::kMrAccess);
+    EXPECT_EQ(on(d, i).access, verbs::kMrAccess) << "a dmabuf got the flag";
+  }
+}
+
 TEST(RelaxedOrdering, ZeroNeverSetsIt) {
   ::fake::reset();
   Rig r(0);
@@ -124,14 +137,7 @@ TEST(RelaxedOrdering, ZeroNeverSetsIt) {
   EXPECT_NE(r.t->describe().find("relaxed ordering off [NCCL_IB_PCI_RELAXED_ORDERING=0: off]"), std::string::npos)
       << r.t->describe();
   std::vector<uint8_t> host(4096), gpu(4096);
-  verbs::MrSet* h = r.reg(host);
-  verbs::MrSet* d = r.regDmaBuf(gpu);
-  ASSERT_TRUE(h && d);
-  for (size_t i = 0; i < 2; ++i) {
-    EXPECT_EQ(on(h, i).call, "ibv_reg_mr");
-    EXPECT_EQ(on(h, i).access, verbs::kMrAccess);
-    EXPECT_EQ(on(d, i).access, verbs::kMrAccess);
-  }
+  expectPlainRegistrations(r, host, gpu);
   for (const ::fake::MrInfo& m : ::fake::liveMrInfos()) EXPECT_EQ(m.access & kRo, 0) << m.call << " on " << m.dev;
 }
 
@@ -151,14 +157,7 @@ TEST(RelaxedOrdering, WithoutIova2NeitherTwoNorOneSetsItAndNothingFails) {
           << why;
       EXPECT_NE(r.t->describe().find("relaxed ordering off ["), std::string::npos) << r.t->describe();
       std::vector<uint8_t> host(4096), gpu(4096);
-      verbs::MrSet* h = r.reg(host);
-      verbs::MrSet* d = r.regDmaBuf(gpu);
-      ASSERT_TRUE(h && d);
-      for (size_t i = 0; i < 2; ++i) {
-        EXPECT_EQ(on(h, i).call, "ibv_reg_mr");
-        EXPECT_EQ(on(h, i).access, verbs::kMrAccess);
-        EXPECT_EQ(on(d, i).access, verbs::kMrAccess) << "NCCL gives a dmabuf the flag only where iova2 exists";
-      }
+  expectPlainRegistrations(r, host, gpu);
     }
     ::fake::reset();  // puts ibv_reg_mr_iova2 back
   }
