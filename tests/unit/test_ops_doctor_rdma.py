@@ -245,6 +245,24 @@ def test_libibverbs_not_loading_changes_nothing():
     assert dr.rdma_fates({"error": "plugin not found"}) == {} and dr.rdma_fates(None) == {}
 
 
+def test_a_report_of_a_plugin_built_before_device_still_shows_each_nic_s_fate():
+    """A plugin built before the report had each NIC's ``device`` (doctor --plugin PATH of an
+    older build): the fates come from the rule that plugin applied (setting, transport, each
+    NIC's choice), as doctor showed them then, not from nothing."""
+    def older(r):
+        r = dict(r, nics=[{k: v for k, v in n.items() if k != "device"} for n in r["nics"]])
+        assert all("device" not in n for n in r["nics"])
+        return r
+    assert dr.rdma_fates(older(mgmt_report())) == {"eth0": dr.LEFT_OUT}
+    assert dr.rdma_fates(older(mgmt_report("rdma+tcp", "rdma+tcp"))) == {"eth0": dr.OVER_TCP}
+    assert dr.rdma_fates(older(mgmt_report("rdma", "error"))) == {}
+    lib_off = older(mgmt_report())
+    lib_off["libibverbs"] = {"loaded": False, "error": "cannot load libibverbs.so.1"}
+    assert dr.rdma_fates(lib_off) == {}
+    r0 = row(mgmt_run(older(mgmt_report())), "eth0")
+    assert r0["selected"] is False and "left out of NCCL's devices" in r0["reason"], r0
+
+
 def test_a_tcp_only_host_is_not_a_problem():
     why = "no RDMA device found (is an RDMA driver or rdma_rxe loaded, and libibverbs' provider installed?)"
     rep = rdma_run(report([nic("eth0", "failed", why=why), nic("eth1", "failed", why=why)], transport="tcp",

@@ -923,11 +923,20 @@ def rdma_fates(r: Optional[Mapping[str, Any]]) -> Dict[str, str]:
     (``tcp`` beside RDMA NICs: ``rdma+tcp`` serves it over TCP, a device of its own). Empty
     when every NIC is a device of the one transport the job uses (``tcp`` everywhere, or
     ``rdma`` everywhere), when init would fail, or when the report is missing or did not
-    evaluate (``error``, ``config_error``)."""
+    evaluate (``error``, ``config_error``). A report of a plugin built before ``device`` (doctor
+    ``--plugin`` of an older build) is read with the rule that plugin applied: setting,
+    transport and each NIC's ``choice``."""
     if not r or "error" in r or r.get("config_error") or r.get("transport") not in ("rdma", "rdma+tcp"):
         return {}
+    nics = r.get("nics") or []
+    if nics and not any("device" in n for n in nics):  # older plugin: its rule, as it applied it
+        if not (r.get("libibverbs") or {}).get("loaded") or not any(_has_rdma_port(n) for n in nics):
+            return {}
+        how = (r.get("setting"), r.get("transport"))
+        fate = LEFT_OUT if how == ("auto", "rdma") else OVER_TCP if how == ("rdma+tcp", "rdma+tcp") else None
+        return {n["nic"]: fate for n in nics if fate and not _has_rdma_port(n)}
     fates = {"left_out": LEFT_OUT, "tcp": OVER_TCP}
-    return {n["nic"]: fates[n["device"]] for n in r.get("nics") or [] if n.get("device") in fates}
+    return {n["nic"]: fates[n["device"]] for n in nics if n.get("device") in fates}
 
 
 def rdma_fate_reason(r: Mapping[str, Any], nic: str, fate: str) -> str:
