@@ -130,8 +130,8 @@ void connectPair(const Ops& o, void** lc, void** sc, void** rc) {
   uint8_t handle[128] = {};
   ASSERT_EQ(o.listen(handle, lc), ncclSuccess);
   ASSERT_TRUE(until([&] {
-    if (!*sc) EXPECT_EQ(o.connect(handle, sc), ncclSuccess);
-    if (!*rc) EXPECT_EQ(o.accept(*lc, rc), ncclSuccess);
+    if (!*sc) { EXPECT_EQ(o.connect(handle, sc), ncclSuccess); }
+    if (!*rc) { EXPECT_EQ(o.accept(*lc, rc), ncclSuccess); }
     return *sc && *rc;
   }, 30000));
 }

@@ -171,8 +171,9 @@ TEST(ParamTable, NumericDefaultsRangesAndSteps) {
       std::string err;
       EXPECT_FALSE(parseOne(p.name, b, &c, &err)) << b;
       EXPECT_EQ(err.rfind(std::string(p.name) + "='" + b + "' is not valid", 0), 0u) << err;
-      if (p.step == 1 || b != std::to_string(p.lo + 1))
+      if (p.step == 1 || b != std::to_string(p.lo + 1)) {
         EXPECT_NE(err.find(paramRangeText(p)), std::string::npos) << err;  // names the accepted range
+      }
     }
   }
   EXPECT_EQ(numeric, 22);  // 14 railover variables + 8 numeric NCCL_IB_* ones
@@ -207,7 +208,7 @@ TEST(ParamTable, EmptyValueMeansUnset) {
       EXPECT_FALSE(c.stateDirSet);
       for (const ParamSpec& q : kParams) {
         uint64_t a = 0, b = 0;
-        if (configUintField(q.name, c, &a) && configUintField(q.name, d, &b)) EXPECT_EQ(a, b) << q.name;
+        if (configUintField(q.name, c, &a) && configUintField(q.name, d, &b)) { EXPECT_EQ(a, b) << q.name; }
       }
       EXPECT_TRUE(checkParam(p.name, empty, &err)) << err;
     }

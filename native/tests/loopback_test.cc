@@ -72,8 +72,8 @@ class Loopback : public ::testing::Test {
     memset(p.handle, 0, sizeof(p.handle));
     EXPECT_EQ(api::listen(0, p.handle, &p.listen), ncclSuccess);
     EXPECT_TRUE(waitFor([&] {
-      if (!p.send) EXPECT_EQ(api::connect(0, p.handle, &p.send), ncclSuccess);
-      if (!p.recv) EXPECT_EQ(api::accept(p.listen, &p.recv), ncclSuccess);
+      if (!p.send) { EXPECT_EQ(api::connect(0, p.handle, &p.send), ncclSuccess); }
+      if (!p.recv) { EXPECT_EQ(api::accept(p.listen, &p.recv), ncclSuccess); }
       return p.send && p.recv;
     }));
     api::closeListen(p.listen);
@@ -188,7 +188,7 @@ TEST_F(Loopback, StrayConnectionsDoNotDisturbTheListener) {
   auto stray = [&](const void* bytes, size_t n) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     ASSERT_EQ(connect(fd, (sockaddr*)&a, sizeof(a)), 0);
-    if (n) ASSERT_EQ(write(fd, bytes, n), (ssize_t)n);
+    if (n) { ASSERT_EQ(write(fd, bytes, n), (ssize_t)n); }
     close(fd);
   };
   char junk[64];
@@ -239,7 +239,7 @@ TEST_F(Loopback, OneListenCommAcceptsManyConnections) {
   std::vector<void*> s(n, nullptr), r;
   ASSERT_TRUE(waitFor([&] {
     for (int i = 0; i < n; ++i)
-      if (!s[i]) EXPECT_EQ(api::connect(0, h[i].data(), &s[i]), ncclSuccess);
+      if (!s[i]) { EXPECT_EQ(api::connect(0, h[i].data(), &s[i]), ncclSuccess); }
     void* rc = nullptr;
     EXPECT_EQ(api::accept(lc, &rc), ncclSuccess) << "a second accept is not a usage error";
     if (rc) r.push_back(rc);
@@ -265,10 +265,10 @@ TEST_F(Loopback, OneListenCommAcceptsManyConnections) {
     int all = 0;
     for (int i = 0; i < n; ++i) {
       int done = 0, size = 0;
-      if (sq[i]) EXPECT_EQ(api::test(sq[i], &done, &size), ncclSuccess);
+      if (sq[i]) { EXPECT_EQ(api::test(sq[i], &done, &size), ncclSuccess); }
       if (done) sq[i] = nullptr;
       done = 0;
-      if (rq[i]) EXPECT_EQ(api::test(rq[i], &done, &size), ncclSuccess);
+      if (rq[i]) { EXPECT_EQ(api::test(rq[i], &done, &size), ncclSuccess); }
       if (done) rq[i] = nullptr;
       all += !sq[i] && !rq[i];
     }

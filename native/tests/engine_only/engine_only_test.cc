@@ -453,7 +453,7 @@ TEST_F(EngineOnly, ASlowOpenOfARetriedPathIsJournaled) {
       slowUp = true;
   EXPECT_TRUE(slowUp) << "no path_up of n0 with the slow open's open_us";
   for (auto& l : journalEvents(0, {"path_up"}))
-    if (jsonField(l, "dir") == "recv") EXPECT_EQ(jsonInt(l, "open_us"), 0) << l;
+    if (jsonField(l, "dir") == "recv") { EXPECT_EQ(jsonInt(l, "open_us"), 0) << l; }
 }
 
 // The fatal error names the device behind each NIC where the transport has one (RDMA: the HCA
@@ -909,13 +909,13 @@ TEST_F(EngineOnlyMatched, ASendOfTheNextReceiveWaitsUntilTheCurrentOneIsFilled) 
     while (!cond() && std::chrono::steady_clock::now() < end) {
       links().sweepIdle(), transport->pump();
       if (!done0) EXPECT_EQ(testRecv(q0, &done0, sizes), ncclSuccess);
-      else if (!done1) EXPECT_EQ(testRecv(q1, &done1, sizes), ncclSuccess);
+      else if (!done1) { EXPECT_EQ(testRecv(q1, &done1, sizes), ncclSuccess); }
     }
     return cond();
   };
   // a0 is placed once the receiver's advertisement is in.
   ASSERT_TRUE(until([&] {
-    if (!s0) EXPECT_EQ(isend(a0.data(), 100, a, &s0), ncclSuccess);
+    if (!s0) { EXPECT_EQ(isend(a0.data(), 100, a, &s0), ncclSuccess); }
     return s0 != nullptr;
   }));
   ASSERT_TRUE(until([&] { return senderKnows(2); })) << "the second receive is told to the sender";
@@ -929,7 +929,7 @@ TEST_F(EngineOnlyMatched, ASendOfTheNextReceiveWaitsUntilTheCurrentOneIsFilled) 
   ASSERT_EQ(isend(b0.data(), 100, b, &s2), ncclSuccess);
   ASSERT_NE(s2, nullptr) << "b0 fills the first receive";
   ASSERT_TRUE(until([&] {
-    if (!s1) EXPECT_EQ(isend(a1.data(), 100, a, &s1), ncclSuccess);
+    if (!s1) { EXPECT_EQ(isend(a1.data(), 100, a, &s1), ncclSuccess); }
     return s1 != nullptr;
   })) << "a1 is placed once the second receive is told";
   ASSERT_EQ(isend(b1.data(), 100, b, &s3), ncclSuccess);
@@ -942,7 +942,7 @@ TEST_F(EngineOnlyMatched, ASendOfTheNextReceiveWaitsUntilTheCurrentOneIsFilled) 
   for (void* s : {s0, s1, s2, s3}) {
     int done = 0, size = 0;
     ASSERT_TRUE(until([&] {
-      if (!done) EXPECT_EQ(testSend(s, &done, &size), ncclSuccess);
+      if (!done) { EXPECT_EQ(testSend(s, &done, &size), ncclSuccess); }
       return done != 0;
     }));
   }
@@ -978,7 +978,7 @@ TEST_F(EngineOnlyMatched, ASingleReceiveTakesOnlyASendWithItsTag) {
   }
   end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while ((!s || !done) && std::chrono::steady_clock::now() < end) {
-    if (!s) ASSERT_EQ(isend(sb.data(), 64, 5, &s), ncclSuccess);
+    if (!s) { ASSERT_EQ(isend(sb.data(), 64, 5, &s), ncclSuccess); }
     ASSERT_EQ(testRecv(q, &done, &size), ncclSuccess);
     links().sweepIdle(), transport->pump();
   }
@@ -1045,9 +1045,9 @@ TEST_F(EngineOnlyMatched, ASendWaitingForItsReceiveFailsWhenThePeerProcessIsGone
   int rdone = 0, sdone = 0, size = 0;
   auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (!(s && rdone && sdone) && std::chrono::steady_clock::now() < end) {
-    if (!s) ASSERT_EQ(isend(sb.data(), 64, 5, &s), ncclSuccess);
-    if (!rdone) ASSERT_EQ(testRecv(q, &rdone, &size), ncclSuccess);
-    if (s && !sdone) ASSERT_EQ(testSend(s, &sdone, &size), ncclSuccess);
+    if (!s) { ASSERT_EQ(isend(sb.data(), 64, 5, &s), ncclSuccess); }
+    if (!rdone) { ASSERT_EQ(testRecv(q, &rdone, &size), ncclSuccess); }
+    if (s && !sdone) { ASSERT_EQ(testSend(s, &sdone, &size), ncclSuccess); }
     links().sweepIdle(), transport->pump();
   }
   ASSERT_TRUE(s && rdone && sdone);

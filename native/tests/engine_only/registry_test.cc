@@ -107,10 +107,10 @@ struct Side {
       int tag = 0, sdone = 0, rdone = 0, size = 0, rsize = 0;
       auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
       while (!(sdone && rdone) && std::chrono::steady_clock::now() < end) {
-        if (!sr) ASSERT_EQ(send->isend(sb.data(), sb.size(), 0, &sr), ncclSuccess);
-        if (!rr) ASSERT_EQ(recv->irecv(1, &d, &cap, &tag, &rr), ncclSuccess);
-        if (sr && !sdone) ASSERT_EQ(send->test((SendReq*)sr, &sdone, &size), ncclSuccess);
-        if (rr && !rdone) ASSERT_EQ(recv->test((RecvReq*)rr, &rdone, &rsize), ncclSuccess);
+        if (!sr) { ASSERT_EQ(send->isend(sb.data(), sb.size(), 0, &sr), ncclSuccess); }
+        if (!rr) { ASSERT_EQ(recv->irecv(1, &d, &cap, &tag, &rr), ncclSuccess); }
+        if (sr && !sdone) { ASSERT_EQ(send->test((SendReq*)sr, &sdone, &size), ncclSuccess); }
+        if (rr && !rdone) { ASSERT_EQ(recv->test((RecvReq*)rr, &rdone, &rsize), ncclSuccess); }
         transport.pump();
       }
       ASSERT_TRUE(sdone && rdone) << "message " << k << " not delivered within 60 s";
