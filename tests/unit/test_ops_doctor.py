@@ -250,6 +250,21 @@ def test_absolute_plugin_path_depends_on_the_nccl_release(tmp_path):
     assert find(rep, "nccl", "NCCL_NET_PLUGIN", dr.WARN) and rep.ok
 
 
+def test_plugin_file_name_depends_on_the_nccl_release():
+    # NCCL 2.19 and 2.20 open only libnccl-net-<NCCL_NET_PLUGIN>.so (src/net.cc), so the file
+    # name itself becomes libnccl-net-libnccl-net-railover.so.so there; 2.21+ try it verbatim first
+    env = dict(GOOD_NCCL, NCCL_NET_PLUGIN=_paths.PLUGIN_FILE)
+    torch = lambda v: {"torch": "2.x", "nccl": v, "error": ""}  # noqa: E731
+    for v in ([2, 19, 3], [2, 20, 5]):
+        fails = find(run(env, torch=torch(v)), "nccl", "NCCL_NET_PLUGIN", dr.FAIL)
+        assert fails and "2.19" in fails[0].detail and fails[0].fix == "export NCCL_NET_PLUGIN=railover", v
+    for v in ([2, 21, 5], [2, 27, 3], [2, 30, 7]):
+        rep = run(env, torch=torch(v))
+        assert not find(rep, "nccl", "NCCL_NET_PLUGIN", dr.FAIL) and rep.ok, (v, rep.checks)
+    unknown = run(env)
+    assert find(unknown, "nccl", "NCCL_NET_PLUGIN", dr.WARN) and unknown.ok
+
+
 @pytest.mark.parametrize("version,abi", [((2, 18, 3), None), ((2, 19, 3), 7), ((2, 20, 5), 8), ((2, 23, 4), 8),
                                           ((2, 24, 3), 9), ((2, 25, 1), 9), ((2, 26, 2), 10), ((2, 27, 7), 10),
                                           ((2, 28, 9), 11), ((2, 29, 7), 11), ((2, 30, 7), 12), ((2, 31, 0), 12)])

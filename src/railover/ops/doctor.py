@@ -523,6 +523,15 @@ def nccl_checks(env: Mapping[str, str], plugin: Mapping[str, Any], torch: Option
                                  "(NCCL 2.27+ tries them in order; older releases take the value as one name)",
                                  f"export NCCL_NET_PLUGIN={name}"))
             p = ours[0]
+            if p == _paths.PLUGIN_FILE and (nver is None or nver[1] in (19, 20)):
+                # 2.19/2.20 (src/net.cc) open only libnccl-net-<value>.so: the file name becomes
+                # libnccl-net-libnccl-net-railover.so.so, not found, and NCCL falls back silently
+                # (or fails with NCCL_NET set); 2.21+ try the value verbatim first
+                out.append(Check("nccl", "NCCL_NET_PLUGIN", FAIL if nver else WARN,
+                                 f"file name '{p}': NCCL 2.19 and 2.20 open only libnccl-net-<NCCL_NET_PLUGIN>.so, "
+                                 f"here libnccl-net-{p}.so, which does not exist"
+                                 + (f" (this NCCL is {'.'.join(map(str, nver))})" if nver else ""),
+                                 f"export NCCL_NET_PLUGIN={name}"))
             if "/" in p:
                 bad_rel = nver is not None and ((nver[1] in (19, 20)) or tuple(nver[:3]) == (2, 27, 3))
                 out.append(Check("nccl", "NCCL_NET_PLUGIN", FAIL if bad_rel else WARN,
