@@ -57,7 +57,7 @@ plugin and life cycle:
   --abi N                  use ncclNetPlugin_vN only (7..12); default: newest exported
   --reload                 run twice as two communicators; dlclose+dlopen in between
   --reload-no-init         like --reload, but (<=v10) skip init/devices after the reload,
-                           as NCCL 2.22-2.25 do
+                           as NCCL 2.22-2.23 do
   --reconnect-every N      every N iterations switch to connections the service thread
                            opened while the previous ones carried data (0 = off)
   --no-close-inflight      do not leave extra requests in flight when closing

@@ -57,7 +57,7 @@ class NetAbi {
   virtual int version() const = 0;
   virtual const char* name() const = 0;
   // v11+: plugin init per call. <= v10: plugin init on the first call of this load only
-  // (never when skipPluginInit, emulating NCCL 2.22-2.25 after a reload).
+  // (never when skipPluginInit, emulating NCCL 2.22-2.23 after a reload).
   virtual ncclResult_t init(void** ctx, uint64_t commId, ncclNetCommConfig_t* config) = 0;
   virtual ncclResult_t finalize(void* ctx) = 0;
   virtual ncclResult_t devices(int* ndev) = 0;
@@ -131,7 +131,7 @@ class Plugin {
   // dlopen + symbol choice. forceAbi = 0: newest available; else exactly that version.
   bool load(const std::string& path, int forceAbi, std::string* err);
   // dlclose then dlopen again, re-resolving the same ABI version (NCCL's unload after the last
-  // communicator). skipInit: emulate NCCL 2.22-2.25, which does not call init after a reload.
+  // communicator). skipInit: emulate NCCL 2.22-2.23, which do not call init after a reload.
   bool reload(bool skipInit, std::string* err);
   void unload();
   int abi() const { return net_ ? net_->version() : 0; }
