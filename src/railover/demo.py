@@ -45,10 +45,19 @@ FAULT_KINDS = {
 }
 
 
-def check_args(layout: str, size: str, duration: float, specs: List[tuple]) -> None:
-    """Reject a bad layout (1 NIC per host included: no standby NIC), size, duration or a fault
-    on a NIC the layout lacks before anything is built. Raises typer.BadParameter naming the
-    option."""
+def fault_start_s(i: int, fault_for: float, hold_down_ms: int) -> float:
+    """When the demo applies its ``i``-th fault, seconds after the all-reduce starts: 3 s of
+    healthy traffic, then one fault per ``fault_for`` + hold-down + 3 s (its failback and a
+    healthy stretch before the next)."""
+    return 3.0 + i * (fault_for + hold_down_ms / 1000 + 3.0)
+
+
+def check_args(layout: str, size: str, duration: float, specs: List[tuple], fault_for: float = 5.0,
+               hold_down_ms: int = 2000) -> None:
+    """Reject a bad layout (1 NIC per host included: no standby NIC), size, duration (one
+    that ends before the last fault is applied: that fault would never happen, and the run
+    would count as surviving it) or a fault on a NIC the layout lacks before anything is
+    built. Raises typer.BadParameter naming the option."""
     try:
         topo = Topology.from_layout(layout)
         topo.validate()
@@ -60,6 +69,11 @@ def check_args(layout: str, size: str, duration: float, specs: List[tuple]) -> N
     check_size(size)
     if duration < 0:
         raise typer.BadParameter(f"{duration:g}: must be >= 0 (0 = fit the faults)", param_hint="--duration")
+    last = fault_start_s(len(specs) - 1, fault_for, hold_down_ms)
+    if duration and specs and duration <= last:
+        kind, nic = specs[-1]
+        raise typer.BadParameter(f"{duration:g} s ends before fault {kind}:{nic} is applied, {last:g} s after the "
+                                 f"start: give more than {last:g} s, or 0 to fit the faults", param_hint="--duration")
     names = {f"{host_label(h, topo.hosts).lower()}{n}" for h in range(topo.hosts) for n in range(topo.nics)}
     for kind, nic in specs:
         if nic.lower() not in names:
@@ -206,7 +220,9 @@ def build_report(res: ScenarioResult, fault_specs: List[tuple], baseline: bool) 
         r["bw_during_gbs"] = _bandwidth(res, t0 + 200_000, t1)
         r["bw_after_gbs"] = _bandwidth(res, t1 + 3_000_000, t1 + 5_000_000) if r.get("undo_t_us") else None
     ranks = res.perf.ranks
-    survived = res.ok and res.wrong_bytes == 0 and (baseline or all(r["failovers"] >= 1 for r in rows))
+    # every fault applied (a run that ended before one never tested it) and, with railover, failed over
+    survived = res.ok and res.wrong_bytes == 0 and len(rows) == len(fault_specs) and \
+        (baseline or all(r["failovers"] >= 1 for r in rows))
     return {
         "mode": "baseline (RAILOVER_STANDBY=none)" if baseline else "railover",
         "survived": survived,
@@ -321,10 +337,9 @@ def run_demo(layout: str = "T2", ranks_per_host: int = 2, fault_spec: str = "por
              fault_for: float = 5.0, baseline: bool = False, quiet: bool = False) -> int:
     console = Console(quiet=quiet, width=max(120, shutil.get_terminal_size((120, 24)).columns))
     specs = parse_faults(fault_spec)
-    check_args(layout, size, duration, specs)
-    gap = fault_for + hold_down_ms / 1000 + 3.0
+    check_args(layout, size, duration, specs, fault_for, hold_down_ms)
     if not duration:
-        duration = 3.0 + len(specs) * gap + 2.0
+        duration = fault_start_s(len(specs), fault_for, hold_down_ms) + 2.0
     try:
         check_system(specs)
     except (prereqs.MissingTools, OSError, ValueError) as e:  # OSError: a missing file, a plugin that does not
@@ -351,7 +366,7 @@ def run_demo(layout: str = "T2", ranks_per_host: int = 2, fault_spec: str = "por
                     f = cls(tb.nic(nic))
                 except (KeyError, TestBedError, ValueError) as e:
                     raise typer.BadParameter(f"fault {kind}:{nic}: {e}")
-                t0 = 3.0 + i * gap
+                t0 = fault_start_s(i, fault_for, hold_down_ms)
                 steps += [Step(t0, "apply", f, label=kind), Step(t0 + fault_for, "undo", f, label=kind)]
                 console.print(f"  at {t0:4.1f} s: {desc} on {nic} ({tb.nic(nic).ifname}) for {fault_for:.0f} s")
             nranks = len(tb.hosts) * ranks_per_host
@@ -397,9 +412,11 @@ def run_demo(layout: str = "T2", ranks_per_host: int = 2, fault_spec: str = "por
             f"rank {r['rank']} exited {r['exit_code']}" for r in report["ranks"] if r["exit_code"] != 0) or
             "see the stalls") + f" (details in {res.workdir})")
         return 1
+    unapplied = [f"{k}:{n}" for k, n in specs[len(report["faults"]):]]
     console.print("[red bold]NOT survived[/]: " + ("; ".join(
         f"rank {r['rank']} exited {r['exit_code']}" for r in report["ranks"] if r["exit_code"] != 0) or
-        "a fault caused no failover") + f" (details in {res.workdir})")
+        (f"the run ended before {', '.join(unapplied)} was applied" if unapplied else "a fault caused no failover"))
+        + f" (details in {res.workdir})")
     return 1
 
 

@@ -25,6 +25,47 @@ def test_bad_options_are_rejected_naming_the_option(layout, size, duration, faul
         demo.check_args(layout, size, duration, demo.parse_faults(faults))
 
 
+@pytest.mark.parametrize("duration,faults,fault_for,hold_down_ms,at", [
+    (1, "port-down:a0", 5.0, 2000, "3 s"),                    # the one fault comes at 3 s
+    (3, "port-down:a0", 5.0, 2000, "3 s"),
+    (10, "port-down:a0,silent:b0", 5.0, 2000, "13 s"),        # the second at 3 + (5 + 2 + 3) s
+    (12, "port-down:a0,silent:b0", 1.0, 8000, "15 s"),
+])
+def test_a_duration_that_ends_before_a_fault_is_refused(duration, faults, fault_for, hold_down_ms, at):
+    """`demo --faults port-down:a0 --duration 1` ran 1 s of all-reduce, applied no fault and
+    said "every fault survived, 0 wrong bytes" with exit 0."""
+    with pytest.raises(typer.BadParameter, match=f"ends before fault .* is applied, {at} after the start"):
+        demo.check_args("T2", "4M", duration, demo.parse_faults(faults), fault_for, hold_down_ms)
+    if "," in faults:   # the first fault alone is applied in time
+        demo.check_args("T2", "4M", duration, demo.parse_faults(faults.split(",")[0]), fault_for, hold_down_ms)
+    demo.check_args("T2", "4M", 0, demo.parse_faults(faults), fault_for, hold_down_ms)   # 0: fit the faults
+
+
+def test_a_fault_the_run_never_applied_is_not_survived():
+    """The report counts a fault as survived only when it was applied (and, with railover,
+    failed over): a run that ended first tested nothing."""
+    class Perf:
+        ranks = []
+
+    class Res:
+        ok, wrong_bytes, buckets, perf, workdir, meta = True, 0, [], Perf(), "w", {}
+
+        def __init__(self, rows):
+            self.rows = rows
+
+        def analyze(self):
+            return [dict(r) for r in self.rows]
+
+        def count(self, ev):
+            return 0
+
+    applied = {"t_us": 1, "failovers": 1}
+    specs = demo.parse_faults("port-down:a0,silent:b0")
+    assert demo.build_report(Res([applied, applied]), specs, False)["survived"]
+    assert not demo.build_report(Res([applied]), specs, False)["survived"]
+    assert not demo.build_report(Res([]), specs, False)["survived"]
+
+
 @pytest.mark.parametrize("spec", ["port-down:a0,,silent:b0", "port-down:a0,", ",silent:b0"])
 def test_an_empty_fault_item_is_refused_not_skipped(spec):
     with pytest.raises(typer.BadParameter, match="has an empty item"):
