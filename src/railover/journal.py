@@ -92,15 +92,20 @@ class Stats:
 
 
 def parse_line(line: Union[str, bytes], stats: Optional[Stats] = None) -> Optional[Dict[str, Any]]:
-    """The event of one line, or None for an empty or garbled line (counted in ``stats``).
-    An event not in :data:`EVENTS` is returned too, and counted in ``stats.unknown``."""
+    """The event of one line, or None for an empty or garbled line (counted in ``stats``): not
+    a JSON object, or one whose ``t_us``, ``pid`` (when present) or ``event`` has another type
+    than :data:`COMMON_FIELDS` says. An event not in :data:`EVENTS` is returned too, and counted
+    in ``stats.unknown``."""
     if not line.strip():
         return None
     try:
         e = json.loads(line)
     except (json.JSONDecodeError, UnicodeDecodeError):
         e = None
-    if not isinstance(e, dict) or not isinstance(e.get("event"), str) or not isinstance(e.get("t_us"), int):
+    # the common fields' types (a pid may be absent); a pid that is a list or an object would
+    # break every reader that looks processes up by it
+    if not isinstance(e, dict) or not isinstance(e.get("event"), str) or not isinstance(e.get("t_us"), int) \
+            or ("pid" in e and (not isinstance(e["pid"], int) or isinstance(e["pid"], bool))):
         if stats is not None:
             stats.garbled += 1
         return None

@@ -337,6 +337,24 @@ def test_status_text_reports_skipped_journal_lines(tmp_path):
     assert "journal lines skipped (partial or not a JSON event): 2" in out, out
 
 
+@pytest.mark.parametrize("pid", [[1], {"n": 1}, "1", True, 1.5])
+def test_a_journal_line_whose_pid_is_not_an_integer_is_skipped_not_a_traceback(tmp_path, pid):
+    """A journal line whose pid was a list or an object (garbled, or hand-edited) made
+    `railover status` end in a traceback (unhashable type: 'list') on every run; it is an
+    unreadable line, as one that is not JSON."""
+    j = tmp_path / "ev.jsonl"
+    append_events(j, [{"t_us": st.now_us(), "pid": pid, "event": "nic_down", "nic": "eth0", "signal": "x"},
+                      {"t_us": st.now_us(), "pid": 7, "event": "nic_down", "nic": "eth1", "signal": "y"}])
+    d = tmp_path / "s"
+    write_state(d, _live(tmp_path, event_log=str(j)))
+    snap = st.snapshot([d])
+    assert snap["journal"]["garbled"] == 1
+    assert [e["nic"] for e in snap["events"]] == ["eth1"]
+    r = CliRunner().invoke(app, ["status", "--state-dir", str(d)], env={"COLUMNS": "200"})
+    assert r.exit_code == 0 and r.exception is None, r.output
+    assert "journal lines skipped (partial or not a JSON event): 1" in r.output, r.output
+
+
 @pytest.mark.parametrize("argv", [["--events", "-1"], ["--events=-5", "--json"]])
 def test_status_refuses_a_negative_event_count(tmp_path, argv):
     from railover.cli import app
