@@ -228,6 +228,19 @@ def test_a_badly_typed_journal_field_is_an_unreadable_line_not_a_failed_scrape(s
     assert val(s, "railover_bytes_resent_total", rank="pid:600", nic="") == 10
 
 
+@pytest.mark.parametrize("bad", ["nan", "inf", "-Infinity", float("nan"), float("inf")])
+def test_a_journal_count_that_is_not_finite_is_an_unreadable_line_not_a_failed_scrape(setup, bad):
+    """bytes_resent "nan" or "inf" (a JSON string, or the NaN/Infinity Python's json reads) ended
+    the scrape in ValueError/OverflowError from int(); it is an unreadable line like "lots"."""
+    proc, d, j, srv = setup
+    append_events(j, [{"t_us": 1, "pid": 600, "event": "failover", "comm": "9", "bytes_resent": bad},
+                      {"t_us": 3, "pid": 600, "event": "failover", "comm": "9", "bytes_resent": 10}])
+    s = scrape(srv.url)
+    assert val(s, "railover_journal_unreadable_lines_total") == 1
+    assert val(s, "railover_failovers_total", rank="pid:600", nic="") == 1
+    assert val(s, "railover_bytes_resent_total", rank="pid:600", nic="") == 10
+
+
 def test_process_transport_is_an_info_gauge_per_live_process(setup):
     proc, d, j, srv = setup
     write_proc(proc, 100, 5, {"RANK": "0"})

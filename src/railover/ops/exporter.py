@@ -59,6 +59,7 @@ The rank label is the process's ``RANK`` (or ``OMPI_COMM_WORLD_RANK``, ``PMI_RAN
 """
 from __future__ import annotations
 
+import math
 import socket
 import socketserver
 import threading
@@ -484,7 +485,7 @@ def _primary_nic_of(ev: str, e: Dict[str, Any]) -> str:
 
 def _as_int(v: Any) -> Optional[int]:
     """A journal field that must be a whole number (a pid, a byte count): its value (None and
-    "" count as 0), or None when it is not one (``"lots"``, a list, 1.5)."""
+    "" count as 0), or None when it is not one (``"lots"``, a list, 1.5, ``"nan"``, ``"inf"``)."""
     if v is None or v == "":
         return 0
     if isinstance(v, bool) or not isinstance(v, (int, float, str)):
@@ -493,7 +494,7 @@ def _as_int(v: Any) -> Optional[int]:
         f = float(v)
     except ValueError:
         return None
-    return int(f) if f == int(f) else None
+    return int(f) if math.isfinite(f) and f == int(f) else None
 
 
 #: The one URL path the exporter serves (Prometheus' default ``metrics_path``).
