@@ -353,6 +353,18 @@ def test_drill_analysis_finds_the_problems():
     assert any("no event journal" in p for p in r.problems)
 
 
+def test_drill_analysis_of_a_garbled_comm_field_is_a_report_not_a_traceback():
+    """A failover whose comm was a list or an object (a garbled journal line) ended the drill,
+    after the NIC was back, in a traceback (unhashable type: 'list') instead of the report."""
+    evs = [{"t_us": 1_000_400, "pid": 1, "event": "nic_down", "nic": "eth0", "signal": "admin down"},
+           {"t_us": 1_001_000, "pid": 1, "event": "failover", "comm": [5], "to_nic": "eth1"},
+           {"t_us": 1_002_000, "pid": 1, "event": "failover", "comm": {"id": 6}, "to_nic": "eth1"},
+           {"t_us": 4_100_000, "pid": 1, "event": "failback", "comm": [5], "to_nic": "eth0"}]
+    r = dl.analyze(_res(), evs)
+    assert len(r.failovers) == 2 and len(r.failbacks) == 1
+    assert r.problems == ["no failback after the NIC came back for: pid 1 comm {'id': 6}"]
+
+
 @pytest.fixture
 def no_link_changes(monkeypatch):
     """The NIC 'exists and is up'; taking it down fails the test (records the calls)."""

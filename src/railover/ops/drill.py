@@ -173,8 +173,8 @@ def analyze(res: DrillResult, events: Iterable[Dict[str, Any]]) -> DrillResult:
             res.problems.append("no down event in the journals: railover did not notice the NIC going down")
         if not res.failovers and not res.fatal:
             res.problems.append(f"no failover in the journals (did any comm carry traffic over {res.nic}?)")
-        backs = {(e.get("pid"), e.get("comm")) for e in res.failbacks}
-        missing = sorted({_who(e) for e in res.failovers if (e.get("pid"), e.get("comm")) not in backs})
+        backs = {_comm_key(e) for e in res.failbacks}
+        missing = sorted({_who(e) for e in res.failovers if _comm_key(e) not in backs})
         if missing:
             res.problems.append("no failback after the NIC came back for: " + ", ".join(missing))
     elif res.users:
@@ -186,6 +186,12 @@ def analyze(res: DrillResult, events: Iterable[Dict[str, Any]]) -> DrillResult:
     if res.still_failed_over:
         res.problems.append("still on a standby path at the end: " + ", ".join(res.still_failed_over))
     return res
+
+
+def _comm_key(e: Dict[str, Any]) -> Tuple[Any, str]:
+    """``(pid, comm)`` of a journal event, hashable whatever the comm field holds (a garbled
+    line's list or object: as its text), so the failovers can be matched with their failbacks."""
+    return e.get("pid"), str(e.get("comm"))
 
 
 def _who(e: Dict[str, Any]) -> str:
@@ -302,8 +308,8 @@ def run_drill(nic: str, down_for_s: float, *, netns: Optional[str] = None, state
             files = st.journal_files(states, extra)
             evs = st.recent_events(files, limit=0, since_us=res.down_us)
             res.still_failed_over = _failed_over(states, pids)
-            fo = {(e.get("pid"), e.get("comm")) for e in evs if e["event"] == "failover"}
-            fb = {(e.get("pid"), e.get("comm")) for e in evs if e["event"] == "failback" and e["t_us"] >= res.up_us}
+            fo = {_comm_key(e) for e in evs if e["event"] == "failover"}
+            fb = {_comm_key(e) for e in evs if e["event"] == "failback" and e["t_us"] >= res.up_us}
             alive = {s.pid for s in states if not s.stale}
             pending = {k for k in fo - fb if k[0] in alive}
             if (not pending and not res.still_failed_over) or time.monotonic() >= deadline:
