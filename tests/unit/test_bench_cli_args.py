@@ -128,3 +128,16 @@ def test_an_out_that_is_a_file_is_refused_before_any_bed_is_built(tmp_path, suit
     out = text(r)
     assert r.exit_code == 2, out
     assert f"cannot use -o {afile}" in out and "Traceback" not in out, out
+
+
+@pytest.mark.parametrize("kind", ["file", "under-file"])
+def test_soak_out_that_cannot_be_a_directory_is_refused_before_any_bed_is_built(tmp_path, kind):
+    """`soak --out <a file>` (or a path under one, or under /proc) ended in a traceback,
+    FileExistsError / NotADirectoryError from mkdir, with exit 1."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    out = afile if kind == "file" else afile / "sub"
+    r = CliRunner().invoke(app, ["soak", "--duration", "60", "--out", str(out)])
+    assert r.exit_code == 2 and not isinstance(r.exception, (AssertionError, OSError)), r.output
+    assert f"cannot use --out {out}" in text(r) and "give a directory" in text(r), text(r)
+    assert afile.read_text() == "x"

@@ -464,7 +464,10 @@ def soak(duration_s: float, out: Path, layout: str = "T2", seed: Optional[int] =
     settle_s = min(60.0, max(20.0, duration_s / 20))
     env = {**SOAK_ENV, **(env or {})}
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:  # before the bed is built: a bad --out is a refusal, not a traceback
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise SoakError(f"cannot use --out {out}: {e.strerror or e} (give a directory; it is created if missing)")
     rep = C.Report("soak", out, False, {"duration_s": duration_s, "layout": layout, "seed": seed, "size": size,
                                         "workload": "allreduce", "check": True, "hang_bound_s": hang_bound_s,
                                         "kinds": list(kinds), "env": env, "warmup_s": warmup_s, "settle_s": settle_s,
