@@ -233,6 +233,21 @@ def test_nccl_settings(env, what, status, words):
     assert hits and words in hits[0].detail, rep.checks
 
 
+@pytest.mark.parametrize("value,warned", [("1", False), ("2", False), (" 4 ", False), ("0", True), ("-1", True),
+                                          ("", True), ("one", True)])
+def test_any_ref_count_of_1_or_more_keeps_the_plugin_loaded(value, warned):
+    """NCCL starts the plugin's reference count at NCCL_NET_PLUGIN_REF_COUNT and unloads the
+    plugin when it falls to 0, so 2 works around the 2.28/2.29 reload bug as well as 1; doctor
+    (and launch) warned that NCCL would forget the plugin for any value but exactly "1"."""
+    nccl_2_28 = {"torch": "2.11.0", "nccl": [2, 28, 9], "error": ""}
+    rep = run(dict(GOOD_NCCL, NCCL_NET_PLUGIN_REF_COUNT=value), torch=nccl_2_28)
+    assert bool(find(rep, "nccl", "NCCL_NET_PLUGIN_REF_COUNT", dr.WARN)) == warned, rep.checks
+    from railover.ops.cli import launch_env
+    env, warnings = launch_env({"NCCL_NET_PLUGIN_REF_COUNT": value})
+    assert env["NCCL_NET_PLUGIN_REF_COUNT"] == value
+    assert any("NCCL_NET_PLUGIN_REF_COUNT" in w for w in warnings) == warned, warnings
+
+
 def test_plugin_not_on_library_path():
     rep = run(GOOD_NCCL, resolved=None)
     c = find(rep, "nccl", "LD_LIBRARY_PATH", dr.FAIL)

@@ -449,7 +449,8 @@ def launch_env(base: Mapping[str, str], force: bool = False,
     :func:`~railover.ops.doctor.duplicate_rail_checks`, as in doctor), and so is a plugin that
     cannot be loaded here (nothing could be validated). Raises FileNotFoundError when the
     plugin is not installed (and the user named no build of their own)."""
-    from railover.ops.doctor import duplicate_rail_checks, known_vars, unknown_var_checks, validate_config
+    from railover.ops.doctor import (duplicate_rail_checks, known_vars, ref_count_keeps_plugin, unknown_var_checks,
+                                     validate_config)
     env = dict(base)
     problems: List[str] = []
     forced: List[str] = []    # what --force does about each problem
@@ -521,7 +522,7 @@ def launch_env(base: Mapping[str, str], force: bool = False,
         env.pop(var, None)
     if "NCCL_NET_PLUGIN_REF_COUNT" in env:
         add.pop("NCCL_NET_PLUGIN_REF_COUNT")
-        if env["NCCL_NET_PLUGIN_REF_COUNT"] != "1":
+        if not ref_count_keeps_plugin(env["NCCL_NET_PLUGIN_REF_COUNT"]):
             warnings.append(f"keeping NCCL_NET_PLUGIN_REF_COUNT={env['NCCL_NET_PLUGIN_REF_COUNT']}: NCCL 2.28/2.29 may then "
                             "lose the plugin after the last communicator is destroyed")
     env.update(add)

@@ -457,6 +457,15 @@ def ld_resolve(env: Mapping[str, str], fname: str = _paths.PLUGIN_FILE) -> Optio
     return None
 
 
+def ref_count_keeps_plugin(value: Optional[str]) -> bool:
+    """Whether ``NCCL_NET_PLUGIN_REF_COUNT=value`` works around NCCL 2.28/2.29's reload bug:
+    NCCL starts the plugin's reference count at this value, adds one per communicator and
+    unloads the plugin when a destroyed one brings the count to 0, so any count >= 1 keeps it
+    loaded (1 is what railover sets). Unset, 0, negative or not a number: it does not."""
+    v = (value or "").strip()
+    return v.isdigit() and v.isascii() and int(v) >= 1
+
+
 def nccl_checks(env: Mapping[str, str], plugin: Mapping[str, Any], torch: Optional[Mapping[str, Any]],
                 resolved: Optional[str]) -> List[Check]:
     """NCCL variables, plugin file, exported ABIs, PyTorch's NCCL and its known bugs."""
@@ -554,7 +563,7 @@ def nccl_checks(env: Mapping[str, str], plugin: Mapping[str, Any], torch: Option
     # reload bug 2.28/2.29
     rc = env.get("NCCL_NET_PLUGIN_REF_COUNT")
     affected = nver is None or (nver[0] == 2 and nver[1] in (28, 29))
-    if rc != "1" and affected:
+    if not ref_count_keeps_plugin(rc) and affected:
         out.append(Check("nccl", "NCCL_NET_PLUGIN_REF_COUNT", WARN,
                          ("unset" if rc is None else f"'{rc}'") + ": NCCL 2.28/2.29 forget a non-default plugin name when the "
                          "last communicator is destroyed (NCCL issue 1978) and later ones fall back"
