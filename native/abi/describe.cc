@@ -1,4 +1,4 @@
-// Three C functions besides NCCL's ncclNetPlugin_v* symbols, for railover's own Python tools
+// Four C functions besides NCCL's ncclNetPlugin_v* symbols, for railover's own Python tools
 // (railover.params loads the plugin with ctypes; the .so is the one artefact present both in
 // an installed wheel and in a build tree, and it describes exactly the code NCCL will run).
 // NCCL never calls them; they start nothing (no threads, no init).
@@ -37,6 +37,40 @@ RO_EXPORT int railover_check_param(const char* name, const char* value, char* er
   return 0;
 }
 
+namespace {
+
+// Variables read from `env`, a NULL-terminated array of "NAME=VALUE" strings (NULL: this
+// process's environment). The array must outlive the lookup.
+railover::EnvLookup envOf(const char* const* env) {
+  if (!env) return railover::processEnv();
+  return [env](const char* k) -> const char* {
+    size_t n = strlen(k);
+    for (const char* const* e = env; *e; ++e)
+      if (strncmp(*e, k, n) == 0 && (*e)[n] == '=') return *e + n + 1;
+    return nullptr;
+  };
+}
+
+}  // namespace
+
+// Checks the whole configuration as the plugin's init parses it: every variable (as
+// railover_check_param does) and the rules between variables (NCCL_IB_ADDR_RANGE's family
+// against NCCL_IB_ADDR_FAMILY), which no single variable's check sees. `env` as in
+// railover_rdma_report_json. Returns 1 when init would accept it, 0 when not, with init's
+// message (naming the variable) copied, NUL-terminated and possibly cut, into err[errlen].
+// Thread-safe.
+RO_EXPORT int railover_check_config(const char* const* env, char* err, size_t errlen) {
+  railover::Config cfg;
+  std::string e;
+  if (railover::parseConfig(envOf(env), &cfg, &e)) return 1;
+  if (err && errlen) {
+    size_t n = e.size() < errlen - 1 ? e.size() : errlen - 1;
+    memcpy(err, e.data(), n);
+    err[n] = 0;
+  }
+  return 0;
+}
+
 // What the RDMA transport would do on this host (`railover doctor`): JSON of the shape in
 // plugin/rdma_report.h, from the plugin's own parser, NIC discovery, port/GID choice and auto
 // rule. `nic_names_csv`: comma-separated NIC names to evaluate (NULL or "" = the plugin's own
@@ -58,15 +92,6 @@ RO_EXPORT const char* railover_rdma_report_json(const char* nic_names_csv, const
       }
     }
   }
-  railover::EnvLookup lookup = railover::processEnv();
-  if (env) {
-    lookup = [env](const char* k) -> const char* {
-      size_t n = strlen(k);
-      for (const char* const* e = env; *e; ++e)
-        if (strncmp(*e, k, n) == 0 && (*e)[n] == '=') return *e + n + 1;
-      return nullptr;
-    };
-  }
-  out = railover::rdmaReportJson(nics, lookup);
+  out = railover::rdmaReportJson(nics, envOf(env));
   return out.c_str();
 }

@@ -58,6 +58,11 @@ class Native:
         if self._rdma is not None:
             self._rdma.restype = ctypes.c_char_p
             self._rdma.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_char_p)]
+        # Newer still: an older build lacks it (check_config then checks nothing).
+        self._check_config = getattr(lib, "railover_check_config", None)
+        if self._check_config is not None:
+            self._check_config.restype = ctypes.c_int
+            self._check_config.argtypes = [ctypes.POINTER(ctypes.c_char_p), ctypes.c_char_p, ctypes.c_size_t]
         self._lib = lib
         self.describe: Dict[str, Any] = json.loads(desc().decode())
 
@@ -67,6 +72,17 @@ class Native:
         and the accepted values."""
         buf = ctypes.create_string_buffer(1024)
         ok = self._check(name.encode(), value.encode(errors="surrogateescape"), buf, len(buf))
+        return None if ok else buf.value.decode(errors="replace")
+
+    def check_config(self, env: Mapping[str, str]) -> Optional[str]:
+        """None when the plugin's init would accept the variables of ``env`` as a whole, else
+        init's message (it names the variable): the per-variable checks (:meth:`check`) plus
+        the rules between variables (NCCL_IB_ADDR_RANGE's family against
+        NCCL_IB_ADDR_FAMILY). None too from a build that predates ``railover_check_config``."""
+        if self._check_config is None:
+            return None
+        buf = ctypes.create_string_buffer(1024)
+        ok = self._check_config(_env_array(env), buf, len(buf))
         return None if ok else buf.value.decode(errors="replace")
 
     def rdma_report(self, nics: Optional[List[str]] = None, env: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
@@ -79,13 +95,17 @@ class Native:
         the HCAs it inspects. Raises OSError when the plugin predates the function."""
         if self._rdma is None:
             raise OSError(f"{self.path} has no railover_rdma_report_json (built before the RDMA report; rebuild it)")
-        arr = None
-        if env is not None:
-            items = [f"{k}={v}".encode(errors="surrogateescape") for k, v in env.items() if "=" not in k and "\0" not in k + v]
-            arr = (ctypes.c_char_p * (len(items) + 1))(*items, None)
+        arr = _env_array(env) if env is not None else None
         csv = ",".join(nics or []).encode(errors="surrogateescape")
         out = self._rdma(csv, arr)
         return json.loads(out.decode(errors="replace"))
+
+
+def _env_array(env: Mapping[str, str]) -> Any:
+    """``env`` as the NULL-terminated ``NAME=VALUE`` array the plugin's functions read (a name
+    with '=' or a NUL, which no environment can hold, is left out)."""
+    items = [f"{k}={v}".encode(errors="surrogateescape") for k, v in env.items() if "=" not in k and "\0" not in k + v]
+    return (ctypes.c_char_p * (len(items) + 1))(*items, None)
 
 
 def load(path: Optional[Path] = None) -> Native:
@@ -125,7 +145,10 @@ def check(name: str, value: str, path: Optional[Path] = None) -> Optional[str]:
 def refused(env: Mapping[str, str], native: Optional[Native] = None) -> Dict[str, str]:
     """The plugin variables set in ``env`` whose value the plugin refuses: ``{name: error}``,
     in parameter-table order, each error from the plugin's own parser (it names the variable
-    and the accepted values). Blank values are the same as unset and are never refused.
+    and the accepted values). Blank values are the same as unset and are never refused. When
+    the other values, each valid, would still fail init together (a rule between variables,
+    :meth:`Native.check_config`), that error too, under the variable it names ("configuration"
+    when it names none that ``env`` sets).
     ``native``: a loaded :class:`Native` (default the installed plugin; OSError if it cannot
     be loaded)."""
     native = native or load()
@@ -136,6 +159,12 @@ def refused(env: Mapping[str, str], native: Optional[Native] = None) -> Dict[str
             err = native.check(var, env[var])
             if err:
                 out[var] = err
+    # the others, each valid, may still fail init together (a rule between variables)
+    err = native.check_config({k: v for k, v in env.items() if k not in out})
+    if err:
+        var = next((p["name"] for p in native.describe["params"] if err.startswith(p["name"] + "=")
+                    and p["name"] in env), None)
+        out[var or "configuration"] = err
     return out
 
 

@@ -90,6 +90,35 @@ def test_doctor_checks_come_from_the_table(table):
             assert len(bad) == 1 and bad[0].detail.startswith(f"{var}='a b=c;d' is not valid"), (var, bad)
 
 
+MISMATCH = {"NCCL_IB_ADDR_RANGE": "10.0.0.0/8", "NCCL_IB_ADDR_FAMILY": "AF_INET6"}
+MISMATCH_WORDS = "it is an IPv4 range but NCCL_IB_ADDR_FAMILY is AF_INET6"
+
+
+def test_a_rule_between_variables_is_refused_as_init_refuses_it(table):
+    """NCCL_IB_ADDR_RANGE=10.0.0.0/8 with NCCL_IB_ADDR_FAMILY=AF_INET6: each value is valid
+    alone, but the plugin's init refuses them together (and NCCL init fails, whatever the
+    transport). doctor said ok (exit 0), launch ran the command and the demo built its bed:
+    they checked each variable alone."""
+    n = params.load()
+    assert MISMATCH_WORDS in n.check_config(MISMATCH)
+    assert n.check_config({"NCCL_IB_ADDR_RANGE": "10.0.0.0/8"}) is None
+    assert n.check_config({}) is None
+    bad = params.refused(MISMATCH)
+    assert list(bad) == ["NCCL_IB_ADDR_RANGE"] and MISMATCH_WORDS in bad["NCCL_IB_ADDR_RANGE"], bad
+    both = params.refused(dict(MISMATCH, RAILOVER_NSTREAMS="99"))   # a bad value does not hide the rule
+    assert list(both) == ["RAILOVER_NSTREAMS", "NCCL_IB_ADDR_RANGE"], both
+    fails = [c for c in dr.validate_config(MISMATCH) if c.status == dr.FAIL]
+    assert [c.what for c in fails] == ["NCCL_IB_ADDR_RANGE"] and MISMATCH_WORDS in fails[0].detail, fails
+    from railover.ops.cli import LaunchConflict, launch_env
+    with pytest.raises(LaunchConflict, match=MISMATCH_WORDS):
+        launch_env(MISMATCH)
+    env, warnings = launch_env(MISMATCH, force=True)
+    assert "NCCL_IB_ADDR_RANGE" not in env and params.refused(env) == {}, env
+    from railover import demo
+    with pytest.raises(ValueError, match=MISMATCH_WORDS):
+        demo.check_env(MISMATCH)
+
+
 def test_doctor_without_the_plugin_says_config_was_not_checked(monkeypatch):
     def boom(*a, **k):
         raise FileNotFoundError("libnccl-net-railover.so not found")

@@ -13,7 +13,7 @@ from railover import _paths, envvars
 
 # NCCL's tables plus railover's own self-description for its Python tools (abi/describe.cc).
 EXPECTED = {f"ncclNetPlugin_v{v}" for v in range(7, 13)} | {"railover_describe_json", "railover_check_param",
-                                                           "railover_rdma_report_json"}
+                                                           "railover_rdma_report_json", "railover_check_config"}
 
 
 @pytest.fixture(scope="module")

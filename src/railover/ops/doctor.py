@@ -254,6 +254,9 @@ def validate_config(env: Mapping[str, str], native: Optional[params.Native] = No
                 good(var)
         else:
             good(var)
+    for var, err in refused.items():  # a rule between variables that names none of them
+        if var not in defaults:
+            out.append(Check("config", var, FAIL, err, "fix the variables it names (NCCL init fails with them)"))
     hd = values.get("RAILOVER_HOLD_DOWN_MS", defaults["RAILOVER_HOLD_DOWN_MS"])
     hdm = values.get("RAILOVER_HOLD_DOWN_MAX_MS")
     if hdm is not None and hdm < hd:
