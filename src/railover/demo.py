@@ -297,7 +297,7 @@ def _failback_cell(r: Dict[str, Any]) -> str:
 def timeline_table(report: Dict[str, Any]) -> Table:
     t = Table(title=f"Faults and what railover did ({report['mode']})")
     for c in ("fault", "detect", "converge", "stall (normal)", "resent B", "failback", "GB/s before/during/after"):
-        t.add_column(c, no_wrap=True)
+        t.add_column(c, overflow="fold")  # wrapped where too narrow (a pipe: 120 columns), never cut with '…'
     for r in report["faults"]:
         t.add_row(f"{r['label']} {r['nic']}", _fmt(r["detection_ms"], " ms", 2), _fmt(r["convergence_ms"], " ms", 2),
                   f"{_fmt(r['stall_ms'], ' ms', 0)} ({_fmt(r['baseline_gap_ms'], ' ms', 0)})",

@@ -324,3 +324,24 @@ def test_ctrl_c_does_not_point_at_an_earlier_runs_journals(monkeypatch, tmp_path
     r = CliRunner().invoke(app, ["demo", "--out", str(out)], env={"COLUMNS": "250"})
     assert r.exit_code == 130, r.output
     assert "It had written no journal yet" in _flat(r.output), r.output
+
+
+def test_the_fault_table_wraps_instead_of_cutting_its_figures():
+    """`railover demo | tee demo.log` (no terminal: 120 columns) printed the fault table cut
+    with '…': 'silent b0 | 104.40… | 105.26 … | 2437 ms (4 of…', units and counts lost."""
+    import io
+    import re
+
+    from rich.console import Console
+    row = {"label": "silent", "nic": "b0", "detection_ms": 104.403, "convergence_ms": 105.263, "failovers": 4,
+           "bytes_resent": 2097152, "stall_ms": 99.0, "baseline_gap_ms": 19.0, "undo_t_us": 2, "failback_ms": 2437.359,
+           "failbacks": 4, "failback_bytes_resent": 3670016, "bw_before_gbs": 0.177471488,
+           "bw_during_gbs": 0.22744417269894424, "bw_after_gbs": 0.217841664}
+    out = io.StringIO()
+    Console(file=out, width=120).print(demo.timeline_table({"mode": "railover", "faults": [row]}))
+    text = out.getvalue()
+    assert "…" not in text, text
+    cells = " ".join(re.sub(r"[\u2500-\u257f]", " ", text).split())
+    for figure in ("104.40 ms", "105.26 ms", "99 ms (19 ms)", "2,097,152", "+3,670,016", "2437 ms (4 of 4)",
+                   "0.177 / 0.227 /"):
+        assert figure in cells, (figure, text)
