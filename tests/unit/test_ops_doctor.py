@@ -82,6 +82,17 @@ def test_family_selects_addresses():
     assert "no IPv6 address" in why["eth0"]
 
 
+@pytest.mark.parametrize("value", ["AF_INET6 ", " AF_INET6", "\tAF_INET6"])
+def test_family_with_blanks_around_it_selects_as_the_plugin_does(value):
+    """The plugin trims NCCL_SOCKET_FAMILY (' AF_INET6' is AF_INET6 to it, and valid), but
+    doctor read it as "any family": it listed eth0 as selected with its IPv4 address, which
+    the plugin does not see, and checked routes and peers from that address."""
+    sel, why, _ = dr.select_interfaces({"NCCL_SOCKET_FAMILY": value}, IFACES)
+    assert [i.name for i in sel] == ["eth1"] and "no IPv6 address" in why["eth0"]
+    assert dr.socket_family({"NCCL_SOCKET_FAMILY": value}) == socket.AF_INET6
+    assert not [c for c in dr.validate_config({"NCCL_SOCKET_FAMILY": value}) if c.status == dr.FAIL]
+
+
 @pytest.mark.parametrize("var,value,words", [
     ("RAILOVER_NSTREAMS", "17", "expected an integer 1..16"),
     ("RAILOVER_PROBE_MULT", "1", "2..100"),

@@ -300,13 +300,21 @@ def unknown_var_checks(env: Mapping[str, str], names: Optional[set] = None) -> L
             for var in sorted(env) if var.startswith("RAILOVER_") and var not in names]
 
 
+def socket_family(env: Mapping[str, str]) -> int:
+    """The address family ``NCCL_SOCKET_FAMILY`` makes the plugin use: AF_INET, AF_INET6, or 0
+    (any: unset, blank or refused). Blanks around the value are ignored, as the plugin ignores
+    them."""
+    return {"AF_INET": socket.AF_INET, "AF_INET6": socket.AF_INET6}.get(
+        env.get("NCCL_SOCKET_FAMILY", "").strip(" \t"), 0)
+
+
 def select_interfaces(env: Mapping[str, str], ifaces: Sequence[Iface]) -> Tuple[List[Iface], Dict[str, str], str]:
     """Reproduce the plugin's NIC discovery: ``(selected, reasons, source)`` where
     ``selected`` are in the plugin's order (by ifindex, at most 16), ``reasons`` maps every
     interface name to why it is or is not selected, ``source`` names the variable used
     (``RAILOVER_IFNAMES``, ``NCCL_SOCKET_IFNAME`` or ``default``). Empty values count as unset."""
     env = effective_env(env)
-    fam = {"AF_INET": socket.AF_INET, "AF_INET6": socket.AF_INET6}.get(env.get("NCCL_SOCKET_FAMILY", ""), 0)
+    fam = socket_family(env)
     var = "RAILOVER_IFNAMES" if "RAILOVER_IFNAMES" in env else ("NCCL_SOCKET_IFNAME" if "NCCL_SOCKET_IFNAME" in env else "")
     reasons: Dict[str, str] = {}
     cands = []
@@ -758,7 +766,7 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
     for p in peers:
         ipaddress.ip_address(p)  # ValueError names the bad one
     selected, reasons, source = select_interfaces(env, facts.ifaces)
-    fam = {"AF_INET": socket.AF_INET, "AF_INET6": socket.AF_INET6}.get(env.get("NCCL_SOCKET_FAMILY", ""), 0)
+    fam = socket_family(env)
     rails = rails_of(env, selected)  # numbered before the RDMA transport leaves any NIC out, as in the plugin
     # The RDMA transport's say (the plugin's report): with RAILOVER_TRANSPORT=auto the selected
     # NICs without an RDMA port are left out of NCCL's devices when others have one; with
