@@ -432,3 +432,21 @@ def test_drill_report_shows_fields_an_event_lacks_as_absent_not_none(monkeypatch
     assert "PROBLEM: no failback after the NIC came back for: pid 5 PROBLEM" in out, out
     r = CliRunner().invoke(app, argv + ["--json"])
     assert r.exit_code == 1 and "None" not in " ".join(json.loads(r.stdout)["problems"]), r.output
+
+
+@pytest.mark.parametrize("first_line,code,words", [
+    (b"#!/nonexistent/interpreter\n", 127, "its interpreter '/nonexistent/interpreter' (the #! line) was not found"),
+    (b"#!/bin/sh\r\n", 127, "(the line ends in \\r: Windows line endings)"),
+    (b"echo no shebang\n", 126, "not a program this machine runs"),
+])
+def test_launch_names_why_an_executable_file_cannot_run(tmp_path, first_line, code, words):
+    """An executable script whose #! interpreter is missing (or has a Windows \\r), or with no
+    #! line at all, ended `railover launch` in a traceback (FileNotFoundError naming the script,
+    which is there; OSError Exec format error), exit 1."""
+    script = tmp_path / "train.sh"
+    script.write_bytes(first_line)
+    script.chmod(0o755)
+    cp = _launch(["--", str(script)])
+    assert cp.returncode == code, cp.stderr
+    assert "Traceback" not in cp.stderr and f"error: {script}: cannot run it: " in cp.stderr, cp.stderr
+    assert words in cp.stderr, cp.stderr

@@ -7,10 +7,12 @@ Exit codes: 0 success; 1 ``doctor`` found a blocking problem / ``drill`` ran but
 not behave (no failover, no failback, a fatal error); 2 usage errors and refusals (``drill``
 without ``--yes``, or with no railover process on the NIC and no ``--force``; ``launch`` with
 conflicting NCCL settings); 3 ``drill`` could not restore the NIC; 126 ``launch`` found the
-command but cannot run it (not executable, a directory); 127 ``launch`` could not find it.
+command but cannot run it (not executable, a directory, no program); 127 ``launch`` could not
+find it (or the interpreter its ``#!`` line names).
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -575,7 +577,30 @@ def launch_cmd(
         _fail(f"command not found: {command[0]}", 127)
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(exe, command, env)
+    try:
+        os.execve(exe, command, env)
+    except OSError as e:  # found and executable, yet the kernel cannot run it: as a shell, 127 or 126
+        _fail(f"{exe}: cannot run it: {_exec_error(exe, e)}", 127 if e.errno == errno.ENOENT else 126)
+
+
+def _exec_error(exe: str, e: OSError) -> str:
+    """Why execve of the file ``exe`` failed, in words: ENOENT for a file that is there means
+    its ``#!`` interpreter is missing (named, from the file's first line); ENOEXEC a file that
+    is no program the kernel runs; else the system's message."""
+    if e.errno == errno.ENOENT:
+        try:
+            with open(exe, "rb") as f:
+                first = f.readline(256)
+        except OSError:
+            first = b""
+        if first.startswith(b"#!"):
+            interp = first[2:].rstrip(b"\n").decode(errors="replace").strip(" \t")   # a \r stays: it is in the name
+            return (f"its interpreter {interp!r} (the #! line) was not found"
+                    + (" (the line ends in \\r: Windows line endings)" if interp.endswith("\r") else ""))
+        return "its interpreter or a library it needs was not found"
+    if e.errno == errno.ENOEXEC:
+        return "not a program this machine runs (a script needs a #! line, e.g. #!/bin/sh)"
+    return e.strerror or str(e)
 
 
 # --------------------------------------------------------------------------- drill
