@@ -85,6 +85,15 @@ def test_every_nic_on_an_active_port_uses_rdma():
     assert "eth1 rxe1 port 1 Ethernet ACTIVE - 1 ::ffff:10.0.1.1" in out, "no rate known: -"
 
 
+def test_the_transport_line_names_the_setting_once():
+    """The plugin's why starts with the setting (it is also its init log line); doctor printed
+    "RAILOVER_TRANSPORT=auto: the job would use tcp (RAILOVER_TRANSPORT=auto: NIC eth0: ...)"."""
+    why = "RAILOVER_TRANSPORT=auto: NIC eth0: no RDMA device found"
+    rep = rdma_run(report([nic("eth0", "failed", why="no RDMA device found")], transport="tcp", why=why))
+    t = rdma(rep, "RAILOVER_TRANSPORT")[0]
+    assert t.detail == "RAILOVER_TRANSPORT=auto: the job would use tcp (NIC eth0: no RDMA device found)", t.detail
+
+
 def test_the_port_rate_is_shown_where_the_plugin_read_it():
     """The rate NCCL is told as the device's speed (the HCA port's active rate)."""
     rep = rdma_run(report([nic("eth0", gid="::ffff:10.0.0.1", rate=100000),

@@ -1052,6 +1052,8 @@ def rdma_checks(r: Mapping[str, Any], ifaces: Optional[Sequence[Iface]] = None) 
         out.append(Check("rdma", "RAILOVER_TRANSPORT", FAIL, f"NCCL init would fail: {why}",
                          "fix the NICs above, or set RAILOVER_TRANSPORT=auto (TCP where RDMA is not usable)"))
     else:
+        # the plugin's why (its init log line) names the setting first: said once, not twice
+        why = why[len(f"RAILOVER_TRANSPORT={setting}: "):] if why.startswith(f"RAILOVER_TRANSPORT={setting}: ") else why
         out.append(Check("rdma", "RAILOVER_TRANSPORT", OK if t == "rdma" or setting == "tcp" else INFO,
                          f"RAILOVER_TRANSPORT={setting}: the job would use {t} ({why})"))
     mem = r.get("memory", {}).get("ptr_support", [])
