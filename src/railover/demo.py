@@ -565,5 +565,5 @@ def _compare(out: Path) -> None:
     ok_b = all(r["exit_code"] == 0 for r in b["ranks"])
     for fa, fb in zip(a["faults"], b["faults"]):
         t.add_row(f"{fa['label']} {fa['nic']}", _fmt(fa["stall_ms"], " ms", 0), _fmt(fb["stall_ms"], " ms", 0),
-                  f"{ok_a} / {ok_b}")
+                  f"{'yes' if ok_a else 'no'} / {'yes' if ok_b else 'no'}")
     console.print(t)

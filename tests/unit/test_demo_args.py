@@ -1,6 +1,7 @@
 """`railover demo` rejects bad options before it builds anything (no root needed)."""
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -345,3 +346,14 @@ def test_the_fault_table_wraps_instead_of_cutting_its_figures():
     for figure in ("104.40 ms", "105.26 ms", "99 ms (19 ms)", "2,097,152", "+3,670,016", "2437 ms (4 of 4)",
                    "0.177 / 0.227 /"):
         assert figure in cells, (figure, text)
+
+
+def test_the_side_by_side_table_says_yes_or_no_not_python_booleans(tmp_path, capsys):
+    """`demo --baseline` ended with 'ranks OK with / without: True / False'."""
+    fault = {"label": "port-down", "nic": "a0", "stall_ms": 25.0}
+    for name, codes in (("demo", [0, 0]), ("baseline", [0, 3])):
+        (tmp_path / f"{name}-report.json").write_text(json.dumps(
+            {"faults": [dict(fault)], "ranks": [{"rank": r, "exit_code": c} for r, c in enumerate(codes)]}))
+    demo._compare(tmp_path)
+    out = capsys.readouterr().out
+    assert "yes / no" in out and "True" not in out and "False" not in out, out
