@@ -188,7 +188,7 @@ inline constexpr ParamSpec kParams[] = {
      "tests only: the tree whose C++ tests the README's test command builds and runs through ctest, instead of compiling a plain build-unit (CI: its ASan+UBSan tree)"},
     {"RAILOVER_BED_FULL_ABI_MATRIX", ParamType::kFlag, kReadTests, 0, 0, 1, 1, "", "(unset)", "1 = on", "1",
      "RDMA test bed only: the single-fault and negative-control tests run under every net ABI (v7-v12) instead of v12 alone (~6x their time)"},
-    {"RAILOVER_FUZZ_SECONDS", ParamType::kUint, kReadTests, 30, 1, 86400, 1, "s", "30", "1-86400", "60",
+    {"RAILOVER_FUZZ_SECONDS", ParamType::kUint, kReadTests, 30, 1, 86400, 1, "s", "30", "", "60",
      "CI (.ci/run) only: how long each fuzz target runs"},
     {"RAILOVER_RDMA_ACCEL", ParamType::kPath, kReadTools, 0, 0, 0, 1, "", "auto", "auto, kvm or tcg", "tcg",
      "QEMU accelerator of the RDMA test bed (auto: KVM when it works, else TCG; the choice and why are printed)"},
