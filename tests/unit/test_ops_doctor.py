@@ -508,3 +508,40 @@ def test_doctor_tables_fit_the_terminal(monkeypatch, columns, want):
     assert r.exit_code == 1, r.output
     widths = [len(line.rstrip()) for line in r.output.splitlines()]
     assert max(widths) <= want and max(widths) > want - 10, (max(widths), r.output)
+
+
+def test_a_plugin_that_is_not_a_railover_build_is_no_ok():
+    """--plugin of another NCCL net plugin (here the test bed's baseline): it loads and exports
+    ncclNetPlugin_v*, but NCCL would run it without railover's failover; doctor said 'OK loads'."""
+    own = dr.plugin_exports(_paths.plugin_path())
+    assert own["railover"] is True
+    baseline = _paths.plugin_path().parent / "libnccl-net-baseline.so"
+    if not baseline.exists():
+        pytest.skip(f"{baseline} not built")
+    info = dr.plugin_exports(baseline)
+    assert info["loaded"] and info["abi"] and info["railover"] is False
+    (c,) = [c for c in dr.nccl_checks({}, info, None, None) if c.section == "plugin"]
+    assert c.status == dr.FAIL and "not a railover build" in c.detail, c
+    assert c.fix == "the file is not a railover plugin build"
+    (c,) = [c for c in dr.nccl_checks({}, own, None, None) if c.section == "plugin"]
+    assert c.status == dr.OK, c
+
+
+def test_settings_are_checked_with_the_plugin_doctor_was_given(monkeypatch):
+    """doctor --plugin X checks the RAILOVER_* values with X's own parser (the build NCCL will
+    load), not with the installed plugin's; a file that is no railover build falls back to it."""
+    from railover import params
+    real = params.load
+    asked = []
+
+    def load(path=None):
+        asked.append(path)
+        return real()
+
+    monkeypatch.setattr(params, "load", load)
+    other = dict(PLUGIN_OK, path="/opt/other/libnccl-net-railover.so", railover=True)
+    run(dict(GOOD_NCCL, RAILOVER_HOLD_DOWN_MS="500"), plugin=other)
+    assert asked and asked[0] == Path("/opt/other/libnccl-net-railover.so"), asked
+    asked.clear()
+    run(dict(GOOD_NCCL, RAILOVER_HOLD_DOWN_MS="500"), plugin=dict(other, railover=False))
+    assert Path("/opt/other/libnccl-net-railover.so") not in asked, asked

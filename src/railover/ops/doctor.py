@@ -401,9 +401,11 @@ def parse_nccl_version(v: Any) -> Optional[List[int]]:
 def plugin_exports(path: Path) -> Dict[str, Any]:
     """dlopen the plugin like NCCL does (``RTLD_NOW | RTLD_LOCAL``) and look up its symbols.
     Returns ``{"path", "loaded", "error", "abi": [versions of ncclNetPlugin_vN], "collnet":
-    [...], "foreign": [tuner/profiler symbol names]}``, and ``"absent": "missing"`` or
-    ``"directory"`` when there is no file to load; never raises."""
-    out: Dict[str, Any] = {"path": str(path), "loaded": False, "error": "", "abi": [], "collnet": [], "foreign": []}
+    [...], "foreign": [tuner/profiler symbol names], "railover": whether it is a railover build
+    (it exports ``railover_describe_json``)}``, and ``"absent": "missing"`` or ``"directory"``
+    when there is no file to load; never raises."""
+    out: Dict[str, Any] = {"path": str(path), "loaded": False, "error": "", "abi": [], "collnet": [], "foreign": [],
+                           "railover": False}
     if not Path(path).exists() or Path(path).is_dir():
         out["absent"] = "directory" if Path(path).is_dir() else "missing"
         out["error"] = "a directory, not the plugin file" if out["absent"] == "directory" else "no such file"
@@ -426,6 +428,7 @@ def plugin_exports(path: Path) -> Dict[str, Any]:
     out["collnet"] = [v for v in range(1, 21) if has(f"ncclCollNetPlugin_v{v}")]
     out["foreign"] = [s for s in [f"ncclTunerPlugin_v{v}" for v in range(1, 8)] +
                       [f"ncclProfiler_v{v}" for v in range(1, 8)] if has(s)]
+    out["railover"] = hasattr(lib, "railover_describe_json")
     return out
 
 
@@ -502,9 +505,12 @@ def nccl_checks(env: Mapping[str, str], plugin: Mapping[str, Any], torch: Option
                          "check 'ldd' on the file for missing libraries and the glibc version"))
     else:
         abis = plugin.get("abi", [])
-        out.append(Check("plugin", plugin["path"], OK if abis else FAIL,
-                         f"loads; exports net ABI {', '.join('v%d' % v for v in abis) or 'none'}",
-                         "" if abis else "the file is not a railover plugin build"))
+        foreign_build = abis and plugin.get("railover") is False  # absent: a caller's own summary, not checked
+        out.append(Check("plugin", plugin["path"], OK if abis and not foreign_build else FAIL,
+                         f"loads; exports net ABI {', '.join('v%d' % v for v in abis) or 'none'}"
+                         + ("; but it is not a railover build (no railover_describe_json): NCCL would run it "
+                            "without railover's failover" if foreign_build else ""),
+                         "" if abis and not foreign_build else "the file is not a railover plugin build"))
         if plugin.get("foreign"):
             out.append(Check("plugin", "symbols", WARN, f"also exports {', '.join(plugin['foreign'])}: NCCL would use "
                              "them as tuner/profiler plugins", "rebuild with hidden visibility"))
@@ -752,6 +758,18 @@ def _neighbour(net: ipaddress._BaseNetwork, own: str) -> Optional[str]:
     return None
 
 
+def _facts_native(plugin: Mapping[str, Any]) -> Optional[params.Native]:
+    """The parameter table of the plugin doctor was asked about (``--plugin``, else the one
+    found): the settings are checked with the parser of the build NCCL will load. None (the
+    installed plugin's table is used) when that file is no loadable railover build."""
+    if not (plugin.get("loaded") and plugin.get("railover") and plugin.get("path")):
+        return None
+    try:
+        return params.load(Path(plugin["path"]))
+    except OSError:
+        return None
+
+
 def diagnose(facts: Facts, peers: Sequence[str] = (), *,
              route: Optional[Callable[[str, str], Tuple[Optional[str], str]]] = None,
              probe: Optional[Callable[[str, str], Tuple[bool, str]]] = None) -> Report:
@@ -762,7 +780,7 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
     route = route or route_get
     probe = probe or tcp_probe
     env = facts.env
-    checks = validate_config(env)
+    checks = validate_config(env, _facts_native(facts.plugin))
     for p in peers:
         ipaddress.ip_address(p)  # ValueError names the bad one
     selected, reasons, source = select_interfaces(env, facts.ifaces)
