@@ -20,9 +20,12 @@ def nccl_env(base: dict[str, str] | None = None) -> dict[str, str]:
     base = dict(os.environ if base is None else base)
     libdir = str(_paths.plugin_path().parent)
     ld = base.get("LD_LIBRARY_PATH", "")
-    # the user's entries as given, empty ones included (an empty entry is the current directory)
+    # the user's entries as given, empty ones included (an empty entry is the current directory),
+    # after the plugin's directory: the loader takes the first directory holding the file, so an
+    # entry of ours further back would lose to another build in front of it (the later copy of
+    # ours is left in place, harmless)
     parts = ld.split(":") if ld else []
-    if libdir not in parts:
+    if not parts or parts[0] != libdir:
         parts.insert(0, libdir)
     return {
         "NCCL_NET_PLUGIN": _paths.PLUGIN_NAME,

@@ -297,6 +297,18 @@ def test_nccl_env_keeps_the_users_ld_library_path_entries_as_given(ld):
     assert env["LD_LIBRARY_PATH"] == f"{libdir}:{ld}"
 
 
+def test_nccl_env_puts_the_plugin_directory_first_even_when_it_is_already_further_back(tmp_path):
+    """`railover env` promises railover's own directory first: one already on LD_LIBRARY_PATH
+    behind a directory with another build of the plugin lost to it (the loader takes the first)."""
+    libdir = str(_paths.plugin_path().parent)
+    other = tmp_path / "old"
+    other.mkdir()
+    (other / _paths.PLUGIN_FILE).write_bytes(b"")
+    got = envvars.nccl_env({"LD_LIBRARY_PATH": f"{other}:{libdir}"})["LD_LIBRARY_PATH"]
+    assert got.split(":")[0] == libdir and got == f"{libdir}:{other}:{libdir}"
+    assert envvars.nccl_env({"LD_LIBRARY_PATH": f"{libdir}:/x"})["LD_LIBRARY_PATH"] == f"{libdir}:/x"  # already first
+
+
 # --------------------------------------------------------------------------- drill
 
 def test_drill_refuses_without_yes():
