@@ -93,6 +93,19 @@ def _report(suite):
             "targets": [], "results": {}}
 
 
+def test_report_on_a_hand_made_json_missing_a_suite_s_field_is_a_message_not_a_traceback(tmp_path):
+    """load_report checks the top-level fields only; a report whose machine or results lack what
+    the tables read (a hand-made or hand-edited file) ended `bench report` in a KeyError."""
+    rep = _report("healthy")
+    rep["machine"] = {"loadavg_at_start": [0.1], "plugin": "x"}   # no nproc, cpu, ...
+    (tmp_path / "healthy.json").write_text(json.dumps(rep))
+    r = CliRunner().invoke(app, ["bench", "report", "--out", str(tmp_path)])
+    assert r.exit_code == 2, r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+    assert f"cannot summarise {tmp_path}" in text(r) and "missing" in text(r), text(r)
+    assert not (tmp_path / "summary.md").exists()
+
+
 def test_report_skips_a_corrupt_json_and_names_it(tmp_path, monkeypatch):
     (tmp_path / "failover.json").write_text("{bad")
     with pytest.raises(C.BenchError, match="failover.json: cannot be read as JSON"):

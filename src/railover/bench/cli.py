@@ -596,7 +596,17 @@ def register(app: typer.Typer) -> None:
                           f"--out {out} first)"))
             raise typer.Exit(2)
         try:
-            (out / "summary.md").write_text(summary_markdown(out))
+            text = summary_markdown(out)
+            misses = targets_table(reports, only_misses=True)
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
+            # load_report checks a report's top-level fields only; a hand-made or hand-edited
+            # file can still lack what a suite's tables read
+            what = f"field {e.args[0]!r} missing" if isinstance(e, KeyError) and e.args else f"{type(e).__name__}: {e}"
+            console.print(f"[red]cannot summarise {escape(str(out))}:[/] a suite's JSON is not as railover bench "
+                          f"writes it ({escape(what)}); run the suite again or remove that file")
+            raise typer.Exit(2)
+        try:
+            (out / "summary.md").write_text(text)
         except OSError as e:
             console.print(f"[red]cannot write {out / 'summary.md'}:[/] {e.strerror or e}")
             raise typer.Exit(2)
@@ -608,4 +618,4 @@ def register(app: typer.Typer) -> None:
                               f"{r['elapsed_s']:.0f} s; finished: {'; '.join(parts) or 'nothing'})"
                               + ("" if r.get("targets") else ": its targets were not evaluated")
                               + "; summary.md lists it under the targets missed")
-        console.print(targets_table(reports, only_misses=True))
+        console.print(misses)
