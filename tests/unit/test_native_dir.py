@@ -64,8 +64,19 @@ def test_a_relative_native_dir_gives_absolute_paths(monkeypatch, tmp_path):
 
 def test_an_empty_native_dir_is_unset(monkeypatch):
     want = _paths.plugin_path()
+    monkeypatch.delenv("RAILOVER_NATIVE_DIR", raising=False)
+    try:
+        default = _paths.plugin_path()
+    except FileNotFoundError:
+        default = None
     monkeypatch.setenv("RAILOVER_NATIVE_DIR", "")
+    if default is None:  # a checkout with only another build tree (named by RAILOVER_NATIVE_DIR)
+        with pytest.raises(FileNotFoundError) as e:
+            _paths.plugin_path()
+        assert not isinstance(e.value, _paths.NativeDirError), e.value  # not "RAILOVER_NATIVE_DIR=: ..."
+        return
     found = _paths.plugin_path()
+    assert found == default
     assert found.is_file() and (os.environ.get("RAILOVER_NATIVE_DIR") == "")
     assert found.name == want.name
 
