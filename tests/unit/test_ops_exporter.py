@@ -228,10 +228,12 @@ def test_a_badly_typed_journal_field_is_an_unreadable_line_not_a_failed_scrape(s
     assert val(s, "railover_bytes_resent_total", rank="pid:600", nic="") == 10
 
 
-@pytest.mark.parametrize("bad", ["nan", "inf", "-Infinity", float("nan"), float("inf")])
+@pytest.mark.parametrize("bad", ["nan", "inf", "-Infinity", float("nan"), float("inf"),
+                                 pytest.param(10 ** 400, id="integer-beyond-a-float")])
 def test_a_journal_count_that_is_not_finite_is_an_unreadable_line_not_a_failed_scrape(setup, bad):
     """bytes_resent "nan" or "inf" (a JSON string, or the NaN/Infinity Python's json reads) ended
-    the scrape in ValueError/OverflowError from int(); it is an unreadable line like "lots"."""
+    the scrape in ValueError/OverflowError from int(), and a JSON integer beyond a float's range
+    (400 digits) in OverflowError from float(); it is an unreadable line like "lots"."""
     proc, d, j, srv = setup
     append_events(j, [{"t_us": 1, "pid": 600, "event": "failover", "comm": "9", "bytes_resent": bad},
                       {"t_us": 3, "pid": 600, "event": "failover", "comm": "9", "bytes_resent": 10}])

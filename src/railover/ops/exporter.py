@@ -485,14 +485,15 @@ def _primary_nic_of(ev: str, e: Dict[str, Any]) -> str:
 
 def _as_int(v: Any) -> Optional[int]:
     """A journal field that must be a whole number (a pid, a byte count): its value (None and
-    "" count as 0), or None when it is not one (``"lots"``, a list, 1.5, ``"nan"``, ``"inf"``)."""
+    "" count as 0), or None when it is not one (``"lots"``, a list, 1.5, ``"nan"``, ``"inf"``,
+    an integer beyond a float's range: no Prometheus sample holds it)."""
     if v is None or v == "":
         return 0
     if isinstance(v, bool) or not isinstance(v, (int, float, str)):
         return None
     try:
         f = float(v)
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: an int of ~309 digits or more
         return None
     return int(f) if math.isfinite(f) and f == int(f) else None
 
