@@ -245,7 +245,12 @@ def test_nccl_settings(env, what, status, words):
 
 
 @pytest.mark.parametrize("value,warned", [("1", False), ("2", False), (" 4 ", False), ("0", True), ("-1", True),
-                                          ("", True), ("one", True)])
+                                          ("", True), ("one", True),
+                                          # read as NCCL reads it (strtoll base 0, then a C int): "08" is
+                                          # octal 0 then junk, 2**32 is 0 as an int, 2**64 is out of
+                                          # range (NCCL's default, 0); "0x2" is 2
+                                          ("08", True), ("4294967296", True), ("18446744073709551616", True),
+                                          ("0x2", False), ("010", False)])
 def test_any_ref_count_of_1_or_more_keeps_the_plugin_loaded(value, warned):
     """NCCL starts the plugin's reference count at NCCL_NET_PLUGIN_REF_COUNT and unloads the
     plugin when it falls to 0, so 2 works around the 2.28/2.29 reload bug as well as 1; doctor

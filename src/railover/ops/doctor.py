@@ -42,6 +42,7 @@ import ctypes
 import ipaddress
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -475,9 +476,19 @@ def ref_count_keeps_plugin(value: Optional[str]) -> bool:
     """Whether ``NCCL_NET_PLUGIN_REF_COUNT=value`` works around NCCL 2.28/2.29's reload bug:
     NCCL starts the plugin's reference count at this value, adds one per communicator and
     unloads the plugin when a destroyed one brings the count to 0, so any count >= 1 keeps it
-    loaded (1 is what railover sets). Unset, 0, negative or not a number: it does not."""
-    v = (value or "").strip()
-    return v.isdigit() and v.isascii() and int(v) >= 1
+    loaded (1 is what railover sets). Unset, 0, negative or not a number: it does not. The
+    value is read as NCCL reads it: ``strtoll(value, NULL, 0)`` (leading blanks skipped, 0x hex,
+    a leading 0 octal, the rest of the text ignored; out of range: NCCL's default, 0) stored
+    in a C ``int`` (so "08" is 0 and 4294967296 is 0)."""
+    m = re.match(r"([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)", (value or "").lstrip(" \t\n\v\f\r"))
+    if not m:
+        return False  # no number: strtoll gives 0
+    digits = m.group(2)
+    n = int(digits, 16 if digits[:2].lower() == "0x" else 8 if digits.startswith("0") else 10)
+    n = -n if m.group(1) == "-" else n
+    if not -2 ** 63 <= n < 2 ** 63:
+        return False  # ERANGE: NCCL keeps its default, 0
+    return (n + 2 ** 31) % 2 ** 32 - 2 ** 31 >= 1  # the int NCCL counts with
 
 
 def nccl_checks(env: Mapping[str, str], plugin: Mapping[str, Any], torch: Optional[Mapping[str, Any]],
