@@ -449,6 +449,8 @@ def test_drill_report_shows_fields_an_event_lacks_as_absent_not_none(monkeypatch
 @pytest.mark.parametrize("first_line,code,words", [
     (b"#!/nonexistent/interpreter\n", 127, "its interpreter '/nonexistent/interpreter' (the #! line) was not found"),
     (b"#!/bin/sh\r\n", 127, "(the line ends in \\r: Windows line endings)"),
+    # the kernel runs the first word; the rest is one argument to it, not part of its name
+    (b"#!/nonexistent/python3 -u -x\n", 127, "its interpreter '/nonexistent/python3' (the #! line) was not found"),
     (b"echo no shebang\n", 126, "not a program this machine runs"),
 ])
 def test_launch_names_why_an_executable_file_cannot_run(tmp_path, first_line, code, words):

@@ -594,7 +594,9 @@ def _exec_error(exe: str, e: OSError) -> str:
         except OSError:
             first = b""
         if first.startswith(b"#!"):
-            interp = first[2:].rstrip(b"\n").decode(errors="replace").strip(" \t")   # a \r stays: it is in the name
+            # the kernel runs the line's first word (blanks around it skipped); the rest is one
+            # argument, not part of the name. A \r stays: it is in the name
+            interp = first[2:].rstrip(b"\n").decode(errors="replace").strip(" \t").replace("\t", " ").split(" ", 1)[0]
             return (f"its interpreter {interp!r} (the #! line) was not found"
                     + (" (the line ends in \\r: Windows line endings)" if interp.endswith("\r") else ""))
         return "its interpreter or a library it needs was not found"
