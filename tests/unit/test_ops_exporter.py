@@ -243,6 +243,20 @@ def test_a_journal_count_that_is_not_finite_is_an_unreadable_line_not_a_failed_s
     assert val(s, "railover_bytes_resent_total", rank="pid:600", nic="") == 10
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), pytest.param(10 ** 400, id="integer-beyond-a-float")])
+def test_a_convergence_time_that_is_not_a_finite_number_is_not_observed(setup, bad):
+    """convergence_us NaN or Infinity (Python's json reads them) made the histogram's sum NaN
+    or inf for the exporter's whole life, and a JSON integer beyond a float's range ended every
+    scrape in OverflowError (500); the event is still counted, its time is left out."""
+    proc, d, j, srv = setup
+    append_events(j, [{"t_us": 1, "pid": 600, "event": "failover", "comm": "9", "convergence_us": bad},
+                      {"t_us": 2, "pid": 600, "event": "failover", "comm": "9", "convergence_us": 3000}])
+    s = scrape(srv.url)
+    assert val(s, "railover_events_total", event="failover") == 2
+    assert val(s, "railover_convergence_seconds_count", event="failover") == 1
+    assert val(s, "railover_convergence_seconds_sum", event="failover") == pytest.approx(0.003)
+
+
 def test_process_transport_is_an_info_gauge_per_live_process(setup):
     proc, d, j, srv = setup
     write_proc(proc, 100, 5, {"RANK": "0"})

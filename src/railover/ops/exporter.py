@@ -263,8 +263,9 @@ class RailoverCollector:
             return
         ev = str(e.get("event"))
         self._events[ev] = self._events.get(ev, 0) + 1
-        if ev in jr.RESUMED and isinstance(e.get("convergence_us"), (int, float)):
-            self._hist.setdefault(ev, _Hist(self._buckets)).observe(e["convergence_us"] / 1e6)
+        conv = _as_seconds(e.get("convergence_us"))
+        if ev in jr.RESUMED and conv is not None:
+            self._hist.setdefault(ev, _Hist(self._buckets)).observe(conv)
         learns_nic = _primary_nic_of(ev, e)
         if (ev not in EVENT_COUNTERS and not learns_nic) or "comm" not in e:
             return
@@ -496,6 +497,19 @@ def _as_int(v: Any) -> Optional[int]:
     except (ValueError, OverflowError):  # OverflowError: an int of ~309 digits or more
         return None
     return int(f) if math.isfinite(f) and f == int(f) else None
+
+
+def _as_seconds(us: Any) -> Optional[float]:
+    """A journal time in µs (``convergence_us``) in seconds, or None when it is not a finite
+    number (a string, a bool, NaN or Infinity, an int beyond a float's range): one such value
+    would make a histogram's sum NaN or inf for good, or fail every scrape."""
+    if isinstance(us, bool) or not isinstance(us, (int, float)):
+        return None
+    try:
+        s = us / 1e6
+    except OverflowError:  # an int of ~309 digits or more
+        return None
+    return s if math.isfinite(s) else None
 
 
 #: The one URL path the exporter serves (Prometheus' default ``metrics_path``).
