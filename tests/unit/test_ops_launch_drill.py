@@ -464,3 +464,22 @@ def test_launch_names_why_an_executable_file_cannot_run(tmp_path, first_line, co
     assert cp.returncode == code, cp.stderr
     assert "Traceback" not in cp.stderr and f"error: {script}: cannot run it: " in cp.stderr, cp.stderr
     assert words in cp.stderr, cp.stderr
+
+
+@pytest.mark.parametrize("conv", [float("inf"), float("nan"), pytest.param(10 ** 400, id="integer-beyond-a-float")])
+def test_drill_report_shows_a_convergence_time_that_is_not_a_finite_number_as_absent(monkeypatch, tmp_path, conv):
+    """A garbled journal line's convergence_us of Infinity (Python's json reads it) or an
+    integer beyond a float's range ended the drill's report in an OverflowError traceback
+    after the NIC was back; it is '-' like a missing one."""
+    evs = [{"t_us": 1_000_400, "event": "nic_down", "nic": "eth0", "signal": "carrier lost"},
+           {"t_us": 1_001_000, "pid": 5, "event": "failover", "comm": "1", "to_nic": "eth1", "convergence_us": conv},
+           {"t_us": 4_100_000, "pid": 5, "event": "failback", "comm": "1", "to_nic": "eth0", "convergence_us": 700}]
+    res = dl.analyze(_res(counters_before={"failovers": 0}, counters_after={"failovers": 1}), evs)
+    monkeypatch.setattr(dl, "run_drill", lambda *a, **k: res)
+    argv = ["drill", "--nic", "eth0", "--down-for", "1", "--yes", "--state-dir", str(tmp_path)]
+    r = CliRunner().invoke(app, argv, env={"COLUMNS": "200"})
+    assert isinstance(r.exception, SystemExit) or r.exception is None, (r.exception, r.output)
+    assert "Traceback" not in r.output, r.output
+    out = " ".join(r.output.split())
+    assert "│ failover │ 5 │ 1 │ eth1 │ - │ 1.0 │ - │ - │ - │" in out, out
+    assert "│ 0.7 │" in out, out

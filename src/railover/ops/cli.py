@@ -75,11 +75,13 @@ def _path_warnings(state_dir: Optional[List[Path]], dirs: List[Path], journal: O
 
 
 def _ms(us: Any) -> str:
+    """A time in µs as milliseconds for a table cell: '-' when absent, not positive or not a
+    finite number (a garbled journal's Infinity or NaN, an int beyond a float's range)."""
     try:
         v = int(us)
-    except (TypeError, ValueError):
+        return "-" if v <= 0 else f"{v / 1000:.1f}"
+    except (TypeError, ValueError, OverflowError):
         return "-"
-    return "-" if v <= 0 else f"{v / 1000:.1f}"
 
 
 def _bytes(n: int) -> str:
