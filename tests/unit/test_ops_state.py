@@ -510,3 +510,18 @@ def test_a_bad_rdma_object_names_the_field(tmp_path, rdma, field):
     with pytest.raises(st.StateFileError) as ei:
         st.read_state_file(f)
     assert field in str(ei.value), str(ei.value)
+
+
+def test_a_journal_time_beyond_a_float_s_range_is_shown_not_a_traceback(tmp_path):
+    """A journal line (garbled, or hand-edited) whose convergence_us was an integer beyond a
+    float's range ended `railover status` in an OverflowError traceback on every run (µs are
+    shown in ms); the value is shown as it is, as a field that is no number."""
+    j = tmp_path / "ev.jsonl"
+    big = 10 ** 400
+    append_events(j, [{"t_us": st.now_us(), "pid": 7, "event": "failover", "comm": "1", "to_nic": "eth1",
+                       "peer": "10.0.0.2", "resumed_seq": 1, "bytes_resent": 0, "convergence_us": big}])
+    assert f"convergence_us={big}" in st.format_event(json.loads(j.read_text()))
+    d = tmp_path / "s"
+    write_state(d, _live(tmp_path, event_log=str(j)))
+    r = CliRunner().invoke(app, ["status", "--state-dir", str(d)], env={"COLUMNS": "200"})
+    assert r.exit_code == 0 and r.exception is None, (r.exception, r.output)

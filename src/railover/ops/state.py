@@ -437,9 +437,12 @@ def format_event(e: Mapping[str, Any]) -> str:
         if v is None:   # absent, or null: left out, never "k=None"
             continue
         if k.endswith("_us") and isinstance(v, (int, float)):
-            parts.append(f"{k[:-3]}={v / 1000:.1f}ms")
-        else:
-            parts.append(f"{k}={v}")
+            try:
+                parts.append(f"{k[:-3]}={v / 1000:.1f}ms")
+                continue
+            except OverflowError:  # an int beyond a float's range (a garbled line): shown as it is
+                pass
+        parts.append(f"{k}={v}")
     return " ".join(parts)
 
 
