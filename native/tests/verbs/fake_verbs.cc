@@ -434,6 +434,9 @@ int deliver(ibv_qp* from, ibv_qp* to, int max) {
   FakeQp* a = fqp(from);
   FakeQp* b = fqp(to);
   int n = 0;
+  // A QP in ERR places nothing: packets for it are dropped (rxe drops them before placement),
+  // and the sender's WRs wait (a real requester retries until its retry count runs out).
+  if (to->state == IBV_QPS_ERR && to != from) return 0;
   while (n < max && !a->sends.empty()) {
     PostedSend& s = a->sends.front();
     if (s.badLkey) {  // an lkey of another HCA opening: the local HCA refuses the WR
@@ -809,6 +812,7 @@ int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* a, int mask) {
     qp2.isGlobal = a->ah_attr.is_global, qp2.dlid = a->ah_attr.dlid;
     qp2.sgidIndex = a->ah_attr.is_global ? a->ah_attr.grh.sgid_index : -1;
   }
+  if (mask & IBV_QP_DEST_QPN) w().qpPath[qp].destQpn = a->dest_qp_num;
   if (mask & IBV_QP_TIMEOUT) w().qpPath[qp].timeout = a->timeout;
   if (mask & IBV_QP_RETRY_CNT) w().qpPath[qp].retryCnt = a->retry_cnt;
   if (mask & IBV_QP_RNR_RETRY) w().qpPath[qp].rnrRetry = a->rnr_retry;

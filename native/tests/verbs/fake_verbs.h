@@ -41,7 +41,9 @@ size_t postedRecvs(ibv_qp* qp);
 // Delivers up to `max` of `from`'s outstanding sends to `to`, in order: WRITE copies into
 // remoteAddr, WRITE_WITH_IMM copies and consumes one of `to`'s receives (RECV_RDMA_WITH_IMM),
 // SEND copies into one of `to`'s receive buffers (RECV). The sender gets a success completion
-// per WR. Returns how many were delivered (stops when `to` has no receive posted).
+// per WR. Returns how many were delivered (stops when `to` has no receive posted). Nothing
+// reaches a `to` in ERR (dropped, as an HCA drops packets for a QP in the error state; the
+// sends stay outstanding).
 int deliver(ibv_qp* from, ibv_qp* to, int max = 1 << 30);
 // RDMA READs are delivered by deliver() too: the bytes at remoteAddr go to the READ's local
 // buffer, but only when an MR registered with IBV_ACCESS_REMOTE_READ and that rkey covers
@@ -144,6 +146,7 @@ std::pair<int, int> qos(ibv_qp* qp);
 struct QpPath {
   int isGlobal = -1, dlid = -1, sgidIndex = -1;
   int timeout = -1, retryCnt = -1, rnrRetry = -1;
+  int64_t destQpn = -1;  // IBV_QP_DEST_QPN at RTR: the peer QP this one is connected to
 };
 QpPath qpPath(ibv_qp* qp);
 // Whether `qp` was created and not destroyed yet (safe on a destroyed QP's pointer).

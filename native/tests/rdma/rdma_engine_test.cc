@@ -1,0 +1,650 @@
+// Both engines over the RDMA transport: a real SendLink and a real RecvLink (failover/link.h)
+// of one comm, each on the RDMA transport's paths over the fake verbs provider
+// (tests/verbs/fake_verbs.h), driven as NCCL drives them (isend/irecv/test), with faults
+// injected between the calls: QP errors on either end, partial delivery, paths cut while a
+// RESUME is in flight, several QPs per path, grouped receives. Every byte of every message is
+// checked in the buffer the engine chose, the bytes after it are checked untouched, and a send
+// that completes is checked against the receive buffer at that moment (a send completes only
+// when the receiver holds the whole message).
+//
+// The bed: one transport plays both processes (NIC 0 = fake0 port 1, NIC 1 = fake1 port 1).
+// The sender's path 0 (its primary) goes from NIC 0 to the receiver's NIC 1, path 1 (the
+// standby) from NIC 1 to the receiver's NIC 0, so a failover changes both ends' HCAs. The fake
+// bootstrap streams are routed to the RecvLink by the test (the acceptor's part); the fake
+// wire between two QPs is carried by step() only between QPs connected to each other.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../verbs/fake_verbs.h"
+#include "common/clock.h"
+#include "failover/link.h"
+#include "tests/fake_net.h"
+#include "tests/rdma/rdma_test_ports.h"
+#include "tests/test_nic.h"
+#include "transport/rdma/rdma_transport.h"
+#include "transport/tcp/wire.h"
+
+namespace railover {
+namespace {
+
+using rdmatest::addrOf;
+using rdmatest::portOf;
+
+constexpr const char* kIp[2] = {"10.0.0.1", "10.0.1.1"};
+constexpr uint64_t kSecret = 0x5eed;
+constexpr uint8_t kCanary = 0xA5;
+
+class RdmaEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ::fake::reset();
+    boot.nicAddr = {kIp[0], kIp[1]};
+    std::string err;
+    ib.qpsPerConnection = lanes;
+    t = std::make_unique<rdma::RdmaTransport>(std::vector<verbs::PortSel>{portOf("fake0", 1), portOf("fake1", 1)},
+                                              &boot, &err, ib);
+    ASSERT_TRUE(t->ok()) << err;
+    nics = {testbed::makeNic(0, "n0", kIp[0], 0), testbed::makeNic(1, "n1", kIp[1], 1)};
+    cfg.nStreams = 1;
+    cfg.minChunkBytes = 128;
+    cfg.maxChunkBytes = 1024;  // messages of several chunks
+    cfg.fatalTimeoutS = 0;     // the test decides when the comm is lost
+    cfg.holdDownMs = holdDownMs;
+    cfg.backoffMaxMs = 20;
+    cfg.maxRecvs = maxRecvs;
+    deps.cfg = &cfg, deps.nics = &nics, deps.ports = &ports, deps.transport = t.get(), deps.health = nullptr;
+    PeerHandle h;
+    h.secret = kSecret;
+    h.transport = "rdma";
+    h.primary = 0;
+    h.naddr = 2;
+    h.addrs[0].rail = 0, h.addrs[0].addr = addrOf(kIp[1], 5000), h.addrs[0].len = sizeof(sockaddr_in);
+    h.addrs[1].rail = 1, h.addrs[1].addr = addrOf(kIp[0], 5000), h.addrs[1].len = sizeof(sockaddr_in);
+    send.reset(SendLink::create(deps, 0, h, &err));
+    ASSERT_TRUE(send) << err;
+    recv = std::make_unique<RecvLink>(deps, kSecret, send->connId, 1);
+    txb.assign(8 << 20, 0);
+    rxb.assign(8 << 20, kCanary);
+    smr = reg(txb);
+    rmr = reg(rxb);
+  }
+  void TearDown() override {
+    if (t && fencesHeld) holdFences(false);
+    if (send) send->close();
+    if (recv) recv->close();
+    settle();
+    send.reset();
+    recv.reset();
+    settle();
+    for (void* m : mrs) t->deregMr(m);
+    settle();
+  }
+  void* reg(std::vector<uint8_t>& b) { return rdmatest::regBuffer(*t, b, mrs); }
+  // Waits for what the links handed to the worker and the fence threads (the fake provider is
+  // driven from the test thread between the calls); not for held fences (holdFences()).
+  bool fencesHeld = false;
+  void settle() {
+    if (!fencesHeld) t->fencer().joinAll();
+    t->worker().drain();
+  }
+  void holdFences(bool h) {
+    fencesHeld = h;
+    t->fencer().hold(h);
+  }
+
+  // The acceptor's part: every bootstrap stream whose HELLO is in goes to the RecvLink.
+  void route() {
+    for (size_t i = 0; i < boot.pending.size();) {
+      auto& p = boot.pending[i];
+      if (p.in->q.size() < wire::kFrameBytes) {
+        ++i;
+        continue;
+      }
+      uint8_t hb[wire::kFrameBytes];
+      std::string err;
+      ASSERT_EQ(p.server->read(hb, sizeof hb, &err), (ssize_t)sizeof hb);
+      wire::Hello h;
+      ASSERT_TRUE(wire::decodeHello(hb, &h, &err)) << err;
+      StreamHello sh;
+      sh.id.secret = h.secret, sh.id.connId = h.connId, sh.id.pathIndex = h.path, sh.id.srcRail = h.srcRail;
+      sh.id.generation = h.generation, sh.id.probePort = h.probePort;
+      sh.stream = h.stream, sh.nStreams = h.nStreams;
+      recv->offerStream(std::move(p.server), sh, p.clientAddr, p.remoteNic);
+      boot.pending.erase(boot.pending.begin() + (long)i);
+    }
+  }
+
+  // The QPs of the sender's path i and of the receiver's path i, when they are connected to
+  // each other (the same generation at both ends), lane by lane.
+  bool pairOf(int i, std::vector<ibv_qp*>* s, std::vector<ibv_qp*>* r) {
+    if ((size_t)i >= send->paths.size() || (size_t)i >= recv->paths.size()) return false;
+    if (!send->paths[i].tx || !recv->paths[i].rx) return false;
+    *s = rdma::pathQps(send->paths[i].tx.get());
+    *r = rdma::pathQps(recv->paths[i].rx.get());
+    if (s->empty() || s->size() != r->size()) return false;
+    for (size_t k = 0; k < s->size(); ++k)
+      if (::fake::qpPath((*s)[k]).destQpn != (*r)[k]->qp_num || ::fake::qpPath((*r)[k]).destQpn != (*s)[k]->qp_num)
+        return false;
+    return true;
+  }
+
+  // One round: the wire of every path not cut carries what is posted (both ways), both links
+  // run as their sweeper and NCCL's calls would.
+  // cut: nothing moves either way; cutData: only the receiver's messages (advertisements,
+  // ACKs, RESUME_ACKs) reach the sender.
+  bool cut[2] = {false, false}, cutData[2] = {false, false};
+  void step() {
+    route();
+    for (int i = 0; i < 2; ++i) {
+      std::vector<ibv_qp*> s, r;
+      if (cut[i] || !pairOf(i, &s, &r)) continue;
+      for (size_t k = 0; k < s.size(); ++k) {
+        if (!cutData[i]) ::fake::deliver(s[k], r[k]);
+        ::fake::deliver(r[k], s[k]);
+      }
+    }
+    send->sweep();
+    settle();
+    static_cast<Link&>(*recv).idleSweep(nowUs() + 1000 * 1000);  // the sweeper's idle pass (as if NCCL had been away)
+    settle();
+    recv->ready();
+    settle();
+    recv->sweep();
+    settle();
+  }
+
+  // Traffic: messages in send order (seq = index), receives in post order.
+  struct Msg {
+    uint64_t size = 0;
+    int tag = 0;
+    uint64_t off = 0;  // in txb
+    void* req = nullptr;
+    bool posted = false, done = false;
+    int recvIdx = -1, buf = -1;  // where the receiver's engine must put it
+    bool ring = false, verified = false;  // endless traffic: checked when its receive is done
+  };
+  struct Recv {
+    std::vector<uint64_t> caps;
+    std::vector<int> tags;
+    std::vector<uint64_t> at;  // offsets in rxb
+    uint64_t firstSeq = 0;
+    void* req = nullptr;
+    bool posted = false, done = false;
+    bool ring = false;  // endless traffic (its buffer is used again)
+    int sizes[kMaxRecvs] = {0};
+  };
+  std::vector<Msg> msgs;
+  std::vector<Recv> recvs;
+  uint64_t txAt = 0, rxAt = 0;
+  static uint8_t pat(uint64_t seq, uint64_t i) { return (uint8_t)(seq * 131 + i * 7 + (i >> 8) + 1); }
+
+  // A receive of caps.size() buffers (tags); returns its index.
+  int addRecv(const std::vector<uint64_t>& caps, const std::vector<int>& tags) {
+    Recv r;
+    r.caps = caps, r.tags = tags;
+    r.firstSeq = recvs.empty() ? 0 : recvs.back().firstSeq + recvs.back().caps.size();
+    for (uint64_t c : caps) {
+      r.at.push_back(rxAt);
+      rxAt += c + 64;  // canary bytes after each buffer
+    }
+    EXPECT_LE(rxAt, rxb.size());
+    recvs.push_back(r);
+    return (int)recvs.size() - 1;
+  }
+  // The message of seq msgs.size(): `size` bytes with `tag`, for receive `ri`'s buffer `buf`.
+  void addMsg(uint64_t size, int tag, int ri, int buf) {
+    Msg m;
+    m.size = size, m.tag = tag, m.off = txAt, m.recvIdx = ri, m.buf = buf;
+    uint64_t seq = msgs.size();
+    for (uint64_t i = 0; i < size; ++i) txb[txAt + i] = pat(seq, i);
+    txAt += size + 8;
+    EXPECT_LE(txAt, txb.size());
+    msgs.push_back(m);
+  }
+  // Single receives: one per message, cap bytes each.
+  void singles(const std::vector<uint64_t>& sizes, uint64_t cap) {
+    for (uint64_t s : sizes) {
+      int ri = addRecv({cap}, {7});
+      addMsg(s, 7, ri, 0);
+    }
+  }
+
+  // Whether message k is whole in its buffer now.
+  bool holds(size_t k) {
+    const Msg& m = msgs[k];
+    const uint8_t* b = rxb.data() + recvs[m.recvIdx].at[m.buf];
+    for (uint64_t i = 0; i < m.size; ++i)
+      if (b[i] != pat(k, i)) return false;
+    return true;
+  }
+
+  // NCCL's calls: posts what the window allows (receives first), tests what is outstanding.
+  // `recvWindow`: receives posted ahead. A send completing is checked against the receive
+  // buffer (sendCompletedEarly counts violations).
+  int recvWindow = 4;
+  int sendCompletedEarly = 0;
+  ncclResult_t firstErr = ncclSuccess;
+  std::string firstErrWhere;
+  // endless: NCCL keeps posting (single receives of 2 KiB, one message each), 4 ahead, in a
+  // ring of kRing buffers at the end of txb/rxb; each message is checked when its receive is
+  // done (then its buffers may be used again).
+  static constexpr int kRing = 64;
+  static constexpr uint64_t kRingSlot = 2048 + 64;
+  bool endless = false;
+  int ringBad = 0;
+  void addRingMsg() {
+    size_t k = msgs.size();
+    uint64_t slot = (uint64_t)(k % kRing) * kRingSlot;
+    Recv r;
+    r.caps = {2048}, r.tags = {7}, r.ring = true;
+    r.firstSeq = recvs.empty() ? 0 : recvs.back().firstSeq + recvs.back().caps.size();
+    r.at = {rxb.size() - kRing * kRingSlot + slot};
+    std::fill(rxb.begin() + (long)r.at[0], rxb.begin() + (long)(r.at[0] + kRingSlot), kCanary);
+    recvs.push_back(r);
+    Msg m;
+    m.size = (k * 389) % 2049, m.tag = 7, m.off = txb.size() - kRing * kRingSlot + slot, m.recvIdx = (int)recvs.size() - 1,
+    m.buf = 0, m.ring = true;
+    for (uint64_t i = 0; i < m.size; ++i) txb[m.off + i] = pat(k, i);
+    msgs.push_back(m);
+  }
+  void nccl() {
+    if (endless) {
+      size_t open = 0;
+      for (const Msg& m : msgs) open += !m.done;
+      while (open < 4 && (msgs.size() < kRing || msgs[msgs.size() - kRing].verified)) addRingMsg(), ++open;
+    }
+    size_t doneRecvs = 0;
+    while (doneRecvs < recvs.size() && recvs[doneRecvs].done) ++doneRecvs;
+    for (size_t j = doneRecvs; j < recvs.size() && j < doneRecvs + (size_t)recvWindow; ++j) {
+      Recv& r = recvs[j];
+      if (r.posted) continue;
+      if (j > 0 && !recvs[j - 1].posted) break;
+      void* data[kMaxRecvs];
+      void* mh[kMaxRecvs];
+      uint64_t c[kMaxRecvs];
+      int tg[kMaxRecvs];
+      for (size_t b = 0; b < r.caps.size(); ++b) data[b] = rxb.data() + r.at[b], mh[b] = rmr, c[b] = r.caps[b], tg[b] = r.tags[b];
+      ncclResult_t rc = recv->irecv((int)r.caps.size(), data, c, tg, &r.req, mh);
+      note(rc, "irecv");
+      r.posted = r.req != nullptr;
+      settle();
+    }
+    for (size_t k = 0; k < msgs.size(); ++k) {
+      Msg& m = msgs[k];
+      if (m.posted) continue;
+      if (k > 0 && !msgs[k - 1].posted) break;
+      ncclResult_t rc = send->isend(txb.data() + m.off, m.size, m.tag, &m.req, smr);
+      note(rc, "isend");
+      m.posted = m.req != nullptr;
+      settle();
+      if (!m.posted) break;
+    }
+    for (size_t k = 0; k < msgs.size(); ++k) {
+      Msg& m = msgs[k];
+      if (!m.posted || m.done) continue;
+      int done = 0, size = 0;
+      note(send->test((SendReq*)m.req, &done, &size), "send test");
+      settle();
+      if (done) {
+        m.done = true;
+        if (!holds(k)) ++sendCompletedEarly;
+      }
+    }
+    for (Recv& r : recvs) {
+      if (!r.posted || r.done) continue;
+      int done = 0;
+      note(recv->test((RecvReq*)r.req, &done, r.sizes), "recv test");
+      settle();
+      r.done = done != 0;
+    }
+    for (size_t k = 0; k < msgs.size(); ++k) {
+      Msg& m = msgs[k];
+      if (!m.ring || m.verified || !m.done || !recvs[m.recvIdx].done) continue;
+      const uint8_t* b = rxb.data() + recvs[m.recvIdx].at[0];
+      if (!holds(k) || (uint64_t)recvs[m.recvIdx].sizes[0] != m.size || b[m.size] != kCanary) ++ringBad;
+      m.verified = true;
+    }
+  }
+  void note(ncclResult_t rc, const char* where) {
+    if (rc != ncclSuccess && firstErr == ncclSuccess) firstErr = rc, firstErrWhere = where;
+  }
+  bool allDone() const {
+    for (const Msg& m : msgs)
+      if (!m.done) return false;
+    for (const Recv& r : recvs)
+      if (!r.done) return false;
+    return true;
+  }
+  // Runs NCCL's calls and rounds until `until` holds (everything is done when it is empty),
+  // for at most `seconds` (a generous bound: reconnects wait their back-off).
+  bool run(const std::function<bool()>& until = nullptr, int seconds = 10) {
+    uint64_t deadline = nowUs() + (uint64_t)seconds * 1000 * 1000;
+    while (nowUs() < deadline) {
+      if (until ? until() : allDone()) return true;
+      if (firstErr != ncclSuccess) return false;
+      nccl();
+      step();
+    }
+    return until ? until() : allDone();
+  }
+  // Every message in its buffer, every byte; the reported sizes; the canaries after each
+  // buffer untouched; no send completed before its message was whole at the receiver.
+  void expectAllDelivered() {
+    ASSERT_EQ(firstErr, ncclSuccess) << "NCCL saw an error from " << firstErrWhere;
+    ASSERT_TRUE(allDone());
+    EXPECT_EQ(sendCompletedEarly, 0) << "a send completed before the receiver held its message";
+    EXPECT_EQ(ringBad, 0) << "messages of the endless traffic not whole in their buffers";
+    for (size_t k = 0; k < msgs.size(); ++k) {
+      const Msg& m = msgs[k];
+      if (m.ring) continue;
+      EXPECT_TRUE(holds(k)) << "message " << k << " not whole in its buffer";
+      EXPECT_EQ((uint64_t)recvs[m.recvIdx].sizes[m.buf], m.size) << "message " << k << "'s size";
+    }
+    for (const Recv& r : recvs)
+      for (size_t b = 0; b < r.caps.size() && !r.ring; ++b) {
+        uint64_t used = 0;
+        for (size_t k = 0; k < msgs.size(); ++k)
+          if (&recvs[msgs[k].recvIdx] == &r && msgs[k].buf == (int)b) used = msgs[k].size;
+        const uint8_t* p = rxb.data() + r.at[b];
+        for (uint64_t i = used; i < r.caps[b] + 64; ++i)
+          ASSERT_EQ(p[i], kCanary) << "written past buffer " << b << " of a receive at byte " << i;
+      }
+  }
+
+  // The state of the comm, for a failure's message.
+  std::string info() {
+    std::string o = "NCCL error " + std::to_string((int)firstErr) + " from " + firstErrWhere + "; sender active " +
+                    std::to_string(send->active) + " state " + std::to_string((int)send->state()) + ", receiver active " +
+                    std::to_string(recv->active) + " state " + std::to_string((int)recv->state()) + "; sends done";
+    size_t sd = 0, sp = 0, rd = 0, rp = 0;
+    for (const Msg& m : msgs) sd += m.done, sp += m.posted;
+    for (const Recv& r : recvs) rd += r.done, rp += r.posted;
+    o += " " + std::to_string(sd) + "/" + std::to_string(sp) + "/" + std::to_string(msgs.size()) + ", receives done " +
+         std::to_string(rd) + "/" + std::to_string(rp) + "/" + std::to_string(recvs.size());
+    for (size_t i = 0; i < send->paths.size(); ++i) o += "; send path " + std::to_string(i) + " " + std::to_string((int)send->paths[i].state) + " " + send->paths[i].lastError + " next attempt in " + std::to_string((long long)send->paths[i].nextAttemptUs - (long long)nowUs()) + " us";
+    for (size_t i = 0; i < recv->paths.size(); ++i) o += "; recv path " + std::to_string(i) + " " + std::to_string((int)recv->paths[i].state) + " " + recv->paths[i].lastError;
+    return o;
+  }
+  // Waits for the comm to be running on path `i` at both ends.
+  bool runningOn(int i) {
+    return run([&] {
+      return send->active == i && send->state() == LinkState::kRunning && recv->active == i &&
+             recv->state() == LinkState::kRunning;
+    });
+  }
+
+
+  // The QPs of the sender's / receiver's path i now (empty: none connected).
+  std::vector<ibv_qp*> sqs(int i) { return send->paths[i].tx ? rdma::pathQps(send->paths[i].tx.get()) : std::vector<ibv_qp*>{}; }
+  std::vector<ibv_qp*> rqs(int i) { return recv->paths[i].rx ? rdma::pathQps(recv->paths[i].rx.get()) : std::vector<ibv_qp*>{}; }
+  // Rounds in which nothing the sender posts moves (it stays on its QPs); the receiver's
+  // advertisements and ACKs still reach the sender.
+  void stepsCut(int n) {
+    bool was[2] = {cutData[0], cutData[1]};
+    cutData[0] = cutData[1] = true;
+    for (int i = 0; i < n; ++i) nccl(), step();
+    cutData[0] = was[0], cutData[1] = was[1];
+  }
+
+  fake::FakeTransport boot;
+  IbConfig ib;
+  int lanes = 1;
+  uint32_t maxRecvs = 1;
+  uint32_t holdDownMs = 60000;  // no failback unless a test wants one
+  std::unique_ptr<rdma::RdmaTransport> t;
+  Config cfg;
+  std::vector<Nic> nics;
+  std::vector<uint16_t> ports{40000, 40001};
+  LinkDeps deps;
+  std::unique_ptr<SendLink> send;
+  std::unique_ptr<RecvLink> recv;
+  std::vector<uint8_t> txb, rxb;
+  void* smr = nullptr;
+  void* rmr = nullptr;
+  std::vector<void*> mrs;
+};
+
+// The bed itself: both engines come up on the primary and move a mix of sizes (empty, one
+// byte, exactly the buffer, several chunks) with every byte checked.
+TEST_F(RdmaEngineTest, MessagesOfEverySizeArriveWholeOverTheEngines) {
+  singles({0, 1, 1024, 4096, 4095, 3, 4096, 0}, 4096);
+  ASSERT_TRUE(runningOn(0) || allDone());
+  ASSERT_TRUE(run()) << info();
+  expectAllDelivered();
+  EXPECT_EQ(send->active, 0);
+}
+
+// The primary's send QP fails in the middle of the traffic, after part of what it carried
+// reached the receiver (a message half-written): the sender fails over, the receiver fences
+// the primary and the rest is resent whole on the standby.
+TEST_F(RdmaEngineTest, ASenderQpErrorMidMessageFailsOverAndResendsWhole) {
+  singles({5000, 4096, 3000, 0, 8192, 777, 4000, 1, 2048, 8192}, 8192);
+  ASSERT_TRUE(runningOn(0));
+  ASSERT_TRUE(run([&] { return msgs[1].done; })) << info();
+  stepsCut(4);
+  std::vector<ibv_qp*> s = sqs(0), r = rqs(0);
+  ASSERT_FALSE(s.empty());
+  ASSERT_GE(::fake::outstanding(s[0]).size(), 3u) << "chunks of the next messages wait on the primary";
+  ::fake::deliver(s[0], r[0], 2);  // part of a message lands
+  ::fake::fail(s[0], IBV_WC_RETRY_EXC_ERR);
+  ASSERT_TRUE(run()) << info();
+  expectAllDelivered();
+  EXPECT_EQ(send->active, 1);
+  EXPECT_FALSE(send->isFatal());
+  EXPECT_FALSE(recv->isFatal());
+}
+
+// The receiver's QP of the primary fails (its ACK is not acknowledged): the receiver drops the
+// path, the sender learns it from the bootstrap stream and fails over.
+TEST_F(RdmaEngineTest, AReceiverQpErrorFailsOverWithoutLoss) {
+  singles({4096, 100, 8192, 0, 5000, 4096, 1, 3333}, 8192);
+  ASSERT_TRUE(runningOn(0));
+  ASSERT_TRUE(run([&] { return msgs[0].done; })) << info();
+  // Deliver the sender's writes but not the receiver's answers, so an ACK waits on its QP.
+  for (int i = 0; i < 6; ++i) {
+    nccl();
+    std::vector<ibv_qp*> s = sqs(0), r = rqs(0);
+    if (!s.empty() && !r.empty()) ::fake::deliver(s[0], r[0]);
+    cut[0] = true;
+    step();
+    cut[0] = false;
+  }
+  std::vector<ibv_qp*> r = rqs(0);
+  ASSERT_FALSE(r.empty());
+  ASSERT_FALSE(::fake::outstanding(r[0]).empty()) << "the receiver's ACK waits on its QP";
+  ::fake::fail(r[0], IBV_WC_RETRY_EXC_ERR);
+  ASSERT_TRUE(run()) << info();
+  expectAllDelivered();
+  EXPECT_EQ(send->active, 1);
+}
+
+// A second fault during the resume: the primary's QP fails, the sender's RESUME waits on the
+// standby's QP, and that QP fails too before it leaves. The primary is reconnected and the
+// comm resumes there; nothing is lost and NCCL sees no error.
+TEST_F(RdmaEngineTest, TheStandbysQpFailingWhileItsResumeIsInFlightResumesOnTheReconnectedPrimary) {
+  singles({5000, 4096, 3000, 0, 8192, 777, 4000, 1, 2048, 8192}, 8192);
+  ASSERT_TRUE(runningOn(0));
+  ASSERT_TRUE(run([&] { return msgs[1].done; })) << info();
+  stepsCut(3);
+  std::vector<ibv_qp*> s0 = sqs(0), r0 = rqs(0);
+  ::fake::deliver(s0[0], r0[0], 1);
+  ::fake::fail(s0[0], IBV_WC_RETRY_EXC_ERR);
+  // Until the RESUME is posted on the standby (the wires stay cut).
+  bool resumeOnStandby = false;
+  for (int i = 0; i < 200 && !resumeOnStandby; ++i) {
+    stepsCut(1);
+    std::vector<ibv_qp*> s1 = sqs(1);
+    resumeOnStandby = send->active == 1 && !s1.empty() && !::fake::outstanding(s1[0]).empty();
+  }
+  ASSERT_TRUE(resumeOnStandby);
+  ::fake::fail(sqs(1)[0], IBV_WC_RETRY_EXC_ERR);
+  ASSERT_TRUE(run()) << info();
+  expectAllDelivered();
+  EXPECT_GE(send->counters.failovers + send->counters.recoveries, 1u);
+  EXPECT_FALSE(recv->isFatal());
+}
+
+// The old primary comes back while the receiver's answer to the RESUME on the standby waits
+// for the primary's fence (held): the standby's QP dies meanwhile (a fatal QP event), the
+// sender reconnects the primary and resumes there; the receiver answers only once the old
+// primary's fence is done. Every byte lands once.
+TEST_F(RdmaEngineTest, ThePrimaryComingBackWhileTheResumeWaitsForItsFenceResumesThereOnceFenced) {
+  singles({5000, 4096, 3000, 0, 8192, 777, 4000, 1, 2048, 8192}, 8192);
+  ASSERT_TRUE(runningOn(0));
+  ASSERT_TRUE(run([&] { return msgs[1].done; })) << info();
+  stepsCut(3);
+  holdFences(true);
+  std::vector<ibv_qp*> s0 = sqs(0), r0 = rqs(0);
+  ::fake::deliver(s0[0], r0[0], 1);
+  ::fake::fail(s0[0], IBV_WC_RETRY_EXC_ERR);
+  // The RESUME reaches the receiver on the standby; its answer waits for the primary's fence.
+  bool waiting = false;
+  for (int i = 0; i < 300 && !waiting; ++i) {
+    nccl(), step();
+    waiting = send->active == 1 && recv->paths.size() > 1 && recv->paths[0].state == PathState::kFailed &&
+              t->fencer().queued() > 0 && send->state() == LinkState::kResuming;
+    if (waiting) {  // the RESUME left and the receiver read it
+      std::vector<ibv_qp*> s1 = sqs(1);
+      waiting = !s1.empty() && ::fake::outstanding(s1[0]).empty() && recv->active < 0;
+    }
+  }
+  ASSERT_TRUE(waiting) << "the receiver's answer does not wait for the primary's fence";
+  cut[1] = true;
+  std::vector<ibv_qp*> s1 = sqs(1);
+  const uint32_t dead0 = s0[0]->qp_num, dead1 = s1[0]->qp_num;
+  ::fake::asyncEvent(s1[0]->context, IBV_EVENT_QP_FATAL, 0, s1[0]);
+  // The sender gives the standby up, reconnects and resumes on a new path.
+  ASSERT_TRUE(run([&] {
+    if (send->active < 0 || send->state() != LinkState::kResuming) return false;
+    std::vector<ibv_qp*> q = sqs(send->active);
+    return !q.empty() && q[0]->qp_num != dead1 && q[0]->qp_num != dead0;
+  })) << info();
+  for (int i = 0; i < 20; ++i) nccl(), step();
+  EXPECT_LT(recv->active, 0) << "answered a RESUME while an old path's fence was held";
+  holdFences(false);
+  cut[1] = false;
+  ASSERT_TRUE(run()) << info();
+  expectAllDelivered();
+  EXPECT_FALSE(recv->isFatal());
+}
+
+// Failback racing a new failover: the primary comes back, its hold-down passes, and its
+// failback RESUME is in flight when its QP fails again; the comm fails over to the standby
+// (reconnected after the failback fenced it).
+class RdmaEngineFailbackTest : public RdmaEngineTest {
+ protected:
+  void SetUp() override {
+    holdDownMs = 30;
+    RdmaEngineTest::SetUp();
+  }
+};
+
+TEST_F(RdmaEngineFailbackTest, APrimaryFailingAgainDuringItsFailbackFailsOverToTheStandby) {
+  endless = true;
+  ASSERT_TRUE(runningOn(0));
+  ASSERT_TRUE(run([&] { return msgs[1].done; })) << info();
+  stepsCut(2);
+  ::fake::fail(sqs(0)[0], IBV_WC_RETRY_EXC_ERR);
+  cut[0] = true;  // the primary reconnects (its bootstrap stream is not cut), its QP carries nothing
+  ASSERT_TRUE(run([&] { return send->state() == LinkState::kFailingBack; })) << info();
+  ASSERT_EQ(send->active, 0);
+  ASSERT_EQ(send->counters.failovers, 1u);
+  std::vector<ibv_qp*> s0 = sqs(0);
+  bool resumePosted = false;
+  for (int i = 0; i < 100 && !resumePosted; ++i) {
+    resumePosted = !s0.empty() && !::fake::outstanding(s0[0]).empty();
+    if (!resumePosted) nccl(), step(), s0 = sqs(0);
+  }
+  ASSERT_TRUE(resumePosted);
+  ::fake::fail(s0[0], IBV_WC_RETRY_EXC_ERR);
+  cut[0] = false;
+  ASSERT_TRUE(run([&] { return send->counters.failovers >= 2 && send->state() == LinkState::kRunning; })) << info();
+  endless = false;
+  ASSERT_TRUE(run()) << info();
+  expectAllDelivered();
+  EXPECT_FALSE(recv->isFatal());
+}
+
+// Several QPs per path (NCCL_IB_QPS_PER_CONNECTION=3): one QP of the primary fails in the
+// middle of a message whose other shares landed.
+class RdmaEngineLanesTest : public RdmaEngineTest {
+ protected:
+  void SetUp() override {
+    lanes = 3;
+    RdmaEngineTest::SetUp();
+  }
+};
+
+TEST_F(RdmaEngineLanesTest, OneQpFailingMidMessageFailsOverAndTheMessageIsResentWhole) {
+  singles({5000, 4096, 3000, 0, 8192, 777, 4000, 1, 2048, 8192, 129, 384}, 8192);
+  ASSERT_TRUE(runningOn(0));
+  ASSERT_EQ(sqs(0).size(), 3u);
+  ASSERT_TRUE(run([&] { return msgs[1].done; })) << info();
+  stepsCut(4);
+  std::vector<ibv_qp*> s = sqs(0), r = rqs(0);
+  ::fake::deliver(s[0], r[0]);  // QP 0 and 1 deliver everything, QP 2 nothing
+  ::fake::deliver(s[1], r[1]);
+  for (int i = 0; i < 3; ++i) {
+    nccl();
+    cut[0] = true;
+    step();
+    cut[0] = false;
+  }
+  ::fake::fail(s[2], IBV_WC_RETRY_EXC_ERR);
+  ASSERT_TRUE(run()) << info();
+  expectAllDelivered();
+  EXPECT_EQ(send->active, 1);
+}
+
+// Grouped receives (RAILOVER_MAX_RECVS=8) over two QPs per path, with empty messages and
+// messages exactly the size of their buffer, failing over in the middle of a group.
+class RdmaEngineGroupedTest : public RdmaEngineTest {
+ protected:
+  void SetUp() override {
+    lanes = 2;
+    maxRecvs = kMaxRecvs;
+    RdmaEngineTest::SetUp();
+  }
+  // A group of n buffers with distinct tags; its messages are sent in a shuffled tag order.
+  void group(int n, std::mt19937& rng) {
+    std::vector<uint64_t> caps;
+    std::vector<int> tags;
+    int base = (int)recvs.size() * 100;
+    for (int i = 0; i < n; ++i) caps.push_back(256 + (uint64_t)((i * 613 + n * 37) % 3000)), tags.push_back(base + i);
+    int ri = addRecv(caps, tags);
+    std::vector<int> order(n);
+    for (int i = 0; i < n; ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), rng);
+    for (int j = 0; j < n; ++j) {
+      int b = order[j];
+      uint64_t size = j % 3 == 0 ? 0 : j % 3 == 1 ? caps[b] : caps[b] / 2 + 1;
+      addMsg(size, tags[b], ri, b);
+    }
+  }
+};
+
+TEST_F(RdmaEngineGroupedTest, AFailoverInTheMiddleOfGroupsLosesNothing) {
+  ASSERT_TRUE(send->matchTags());
+  std::mt19937 rng(7);
+  for (int n : {3, 8, 1, 5, 8, 2}) group(n, rng);
+  ASSERT_TRUE(runningOn(0));
+  ASSERT_TRUE(run([&] { return recvs[0].done; })) << info();
+  stepsCut(3);
+  std::vector<ibv_qp*> s = sqs(0), r = rqs(0);
+  ASSERT_FALSE(::fake::outstanding(s[1]).empty()) << "QP 1 carries shares and PARTs of the next messages";
+  ::fake::deliver(s[0], r[0], 3);
+  ::fake::fail(s[1], IBV_WC_RETRY_EXC_ERR);
+  ASSERT_TRUE(run()) << info();
+  expectAllDelivered();
+  EXPECT_EQ(send->active, 1);
+}
+
+}  // namespace
+}  // namespace railover
