@@ -601,6 +601,40 @@ TEST_F(RdmaEngineTest, ATruncatedSendResentAfterAFailoverIsTheCallersErrorAndWri
   EXPECT_EQ(send->paths[send->active].state, PathState::kActive) << "the refusal is not a path fault";
 }
 
+// NCCL closes both comms while the receiver's answer to a RESUME still waits for the old
+// path's fence (held): the closes return without waiting for it, the held fence runs to its
+// end afterwards, and the buffers are deregistered after that with nothing left behind.
+TEST_F(RdmaEngineTest, ClosingBothCommsWhileAnOldPathsFenceIsHeldEndsCleanly) {
+  singles({5000, 4096, 3000, 0, 8192, 777}, 8192);
+  ASSERT_TRUE(runningOn(0));
+  ASSERT_TRUE(run([&] { return msgs[1].done; })) << info();
+  stepsCut(2);
+  holdFences(true);
+  ::fake::fail(sqs(0)[0], IBV_WC_RETRY_EXC_ERR);
+  bool waiting = false;
+  for (int i = 0; i < 300 && !waiting; ++i) {
+    nccl(), step();
+    waiting = send->active == 1 && recv->active < 0 && t->fencer().queued() > 0 && sqs(1).size() == 1 &&
+              ::fake::outstanding(sqs(1)[0]).empty();
+  }
+  ASSERT_TRUE(waiting) << info();
+  const size_t queued = t->fencer().queued();
+  send->close();
+  recv->close();
+  EXPECT_GE(t->fencer().queued(), queued) << "a close ran a held fence on its own thread";
+  holdFences(false);
+  settle();
+  EXPECT_EQ(t->fencer().queued(), 0u);
+  send.reset();
+  recv.reset();
+  settle();
+  for (void* m : mrs) t->deregMr(m);
+  mrs.clear();
+  settle();
+  for (const auto& m : ::fake::liveMrInfos())  // the flush QPs' landing buffers stay (the transport's)
+    EXPECT_TRUE(m.len != txb.size() && m.len != rxb.size()) << "a registration outlived its deregMr (" << m.dev << ")";
+}
+
 // Several QPs per path (NCCL_IB_QPS_PER_CONNECTION=3): one QP of the primary fails in the
 // middle of a message whose other shares landed.
 class RdmaEngineLanesTest : public RdmaEngineTest {
