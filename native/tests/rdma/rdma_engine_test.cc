@@ -635,6 +635,46 @@ TEST_F(RdmaEngineTest, ClosingBothCommsWhileAnOldPathsFenceIsHeldEndsCleanly) {
     EXPECT_TRUE(m.len != txb.size() && m.len != rxb.size()) << "a registration outlived its deregMr (" << m.dev << ")";
 }
 
+// A receiving process that stops calling NCCL for several flow-stall periods (stopped,
+// descheduled) while its HCA goes on acknowledging: neither end takes that for a fault (no
+// failover, the primary's QPs stay the same), and the traffic goes on where it was.
+TEST_F(RdmaEngineTest, AReceiverThatStopsCallingForSeveralFlowStallPeriodsIsNoFault) {
+  cfg.flowStallMs = 100;
+  endless = true;
+  ASSERT_TRUE(runningOn(0));
+  ASSERT_TRUE(run([&] { return msgs.size() > 20 && msgs[20].done; })) << info();
+  const uint32_t qpn = sqs(0)[0]->qp_num;
+  uint64_t until = nowUs() + 4 * 100 * 1000;
+  while (nowUs() < until) {  // only the sender's calls; both HCAs carry and acknowledge
+    for (size_t k = 0; k < msgs.size(); ++k) {
+      Msg& m = msgs[k];
+      int done = 0, size = 0;
+      if (!m.posted) {
+        note(send->isend(txb.data() + m.off, m.size, m.tag, &m.req, smr), "isend");
+        m.posted = m.req != nullptr;
+      } else if (!m.done) {
+        note(send->test((SendReq*)m.req, &done, &size), "send test");
+        m.done = done != 0;
+      }
+      settle();
+      if (!m.posted) break;
+    }
+    std::vector<ibv_qp*> s, r;
+    if (pairOf(0, &s, &r))
+      for (size_t k = 0; k < s.size(); ++k) ::fake::deliver(s[k], r[k]), ::fake::deliver(r[k], s[k]);
+    send->sweep();
+    settle();
+  }
+  size_t before = msgs.size();
+  ASSERT_TRUE(run([&] { return msgs.size() > before + 20 && msgs[before + 20].done; })) << info();
+  endless = false;
+  ASSERT_TRUE(run()) << info();
+  expectAllDelivered();
+  EXPECT_EQ(send->counters.failovers + send->counters.recoveries, 0u) << info();
+  EXPECT_EQ(send->active, 0);
+  EXPECT_EQ(sqs(0)[0]->qp_num, qpn) << "the primary was reconnected";
+}
+
 // Several QPs per path (NCCL_IB_QPS_PER_CONNECTION=3): one QP of the primary fails in the
 // middle of a message whose other shares landed.
 class RdmaEngineLanesTest : public RdmaEngineTest {
@@ -708,6 +748,109 @@ TEST_F(RdmaEngineGroupedTest, AFailoverInTheMiddleOfGroupsLosesNothing) {
   expectAllDelivered();
   EXPECT_EQ(send->active, 1);
 }
+
+// Seeded random fault scripts over the engines: 1..3 QPs per path, single or grouped receives,
+// a hold-down of 20 ms (failbacks) or none, and two to five faults at random rounds: part of
+// what the active path carries delivered and the rest failed on a random QP of the sender, the
+// receiver's QP failing, a fatal QP event on a random QP of either end, the receiver's fences
+// held for a while, one or both directions of the active path cut for some rounds. Every byte
+// checked, no send completing early, NCCL never sees an error.
+class RdmaEngineFuzzTest : public RdmaEngineTest, public ::testing::WithParamInterface<int> {
+ protected:
+  void SetUp() override {
+    seed = GetParam();
+    lanes = 1 + seed % 3;
+    maxRecvs = (seed / 3) % 2 ? kMaxRecvs : 1;
+    if ((seed / 6) % 2) holdDownMs = 20;  // failbacks race the faults too
+    RdmaEngineTest::SetUp();
+  }
+  int seed = 0;
+};
+
+TEST_P(RdmaEngineFuzzTest, RandomFaultsLoseNothing) {
+  std::mt19937 rng((uint32_t)seed * 7919u + 1);
+  auto uni = [&](int n) { return (int)(rng() % (uint32_t)n); };
+  if (maxRecvs > 1) {
+    for (int g = 0; g < 10; ++g) {
+      int n = 1 + uni(kMaxRecvs);
+      std::vector<uint64_t> caps;
+      std::vector<int> tags;
+      for (int i = 0; i < n; ++i) caps.push_back(1 + (uint64_t)uni(5000)), tags.push_back(g * 10 + uni(3));
+      int ri = addRecv(caps, tags);
+      std::vector<int> order(n);
+      for (int i = 0; i < n; ++i) order[i] = i;
+      std::shuffle(order.begin(), order.end(), rng);
+      // The messages in that tag order; each lands in the first buffer with its tag that the
+      // messages before it in the receive left free (equal tags fill in seq order), and is
+      // sized to fit it (a larger one would be the caller's truncation).
+      std::vector<bool> taken((size_t)n, false);
+      for (int b : order) {
+        int at = -1;
+        for (int i = 0; i < n && at < 0; ++i)
+          if (!taken[(size_t)i] && tags[(size_t)i] == tags[(size_t)b]) at = i;
+        taken[(size_t)at] = true;
+        int pick = uni(4);
+        uint64_t cap = caps[(size_t)at];
+        addMsg(pick == 0 ? 0 : pick == 1 ? cap : (uint64_t)uni((int)cap + 1), tags[(size_t)b], ri, at);
+      }
+    }
+  } else {
+    std::vector<uint64_t> sizes;
+    for (int i = 0; i < 60; ++i) {
+      int pick = uni(5);
+      sizes.push_back(pick == 0 ? 0 : pick == 1 ? 4096 : pick == 2 ? 1 : (uint64_t)uni(4097));
+    }
+    singles(sizes, 4096);
+  }
+  ASSERT_TRUE(runningOn(0)) << info();
+  int faults = 2 + uni(4);
+  int heldRounds = 0;
+  for (int round = 0; round < 4000 && !allDone(); ++round) {
+    ASSERT_EQ(firstErr, ncclSuccess) << info();
+    if (heldRounds && --heldRounds == 0) holdFences(false);
+    if (faults > 0 && uni(6) == 0 && send->active >= 0) {
+      int a = send->active;
+      std::vector<ibv_qp*> s = sqs(a), r = rqs(a);
+      int kind = uni(7);
+      if (kind == 0 && !s.empty()) {  // part delivered, then a QP of the sender fails
+        stepsCut(1 + uni(3));
+        for (size_t l = 0; l < s.size() && l < r.size(); ++l) ::fake::deliver(s[l], r[l], uni(3));
+        ::fake::fail(s[(size_t)uni((int)s.size())], IBV_WC_RETRY_EXC_ERR);
+        --faults;
+      } else if (kind == 1 && !r.empty() && !::fake::outstanding(r[0]).empty()) {  // the receiver's QP fails
+        ::fake::fail(r[0], IBV_WC_RETRY_EXC_ERR);
+        --faults;
+      } else if (kind == 2 && !s.empty()) {  // a fatal event names a QP of the sender's path
+        ibv_qp* q = s[(size_t)uni((int)s.size())];
+        ::fake::asyncEvent(q->context, IBV_EVENT_QP_FATAL, 0, q);
+        --faults;
+      } else if (kind == 3 && !fencesHeld) {
+        holdFences(true);
+        heldRounds = 5 + uni(50);
+      } else if (kind == 4) {
+        stepsCut(1 + uni(5));
+      } else if (kind == 5 && !r.empty()) {  // a fatal event names a QP of the receiver's path
+        ibv_qp* q = r[(size_t)uni((int)r.size())];
+        ::fake::asyncEvent(q->context, IBV_EVENT_QP_FATAL, 0, q);
+        --faults;
+      } else if (kind == 6) {  // nothing moves either way for some rounds (ACKs, RESUME_ACKs wait)
+        bool was = cut[a];
+        cut[a] = true;
+        for (int i = 1 + uni(8); i > 0; --i) nccl(), step();
+        cut[a] = was;
+      }
+    }
+    nccl();
+    step();
+  }
+  if (fencesHeld) holdFences(false);
+  ASSERT_TRUE(run()) << info();
+  expectAllDelivered();
+  EXPECT_FALSE(send->isFatal());
+  EXPECT_FALSE(recv->isFatal());
+}
+
+INSTANTIATE_TEST_SUITE_P(Seeds, RdmaEngineFuzzTest, ::testing::Range(0, 48));
 
 }  // namespace
 }  // namespace railover
