@@ -811,7 +811,7 @@ TEST_P(RdmaEngineFuzzTest, RandomFaultsLoseNothing) {
     if (faults > 0 && uni(6) == 0 && send->active >= 0) {
       int a = send->active;
       std::vector<ibv_qp*> s = sqs(a), r = rqs(a);
-      int kind = uni(7);
+      int kind = uni(8);
       if (kind == 0 && !s.empty()) {  // part delivered, then a QP of the sender fails
         stepsCut(1 + uni(3));
         for (size_t l = 0; l < s.size() && l < r.size(); ++l) ::fake::deliver(s[l], r[l], uni(3));
@@ -832,6 +832,10 @@ TEST_P(RdmaEngineFuzzTest, RandomFaultsLoseNothing) {
       } else if (kind == 5 && !r.empty()) {  // a fatal event names a QP of the receiver's path
         ibv_qp* q = r[(size_t)uni((int)r.size())];
         ::fake::asyncEvent(q->context, IBV_EVENT_QP_FATAL, 0, q);
+        --faults;
+      } else if (kind == 7 && !s.empty()) {  // a port error on the sender's active port (in this
+        // bed that HCA port also serves the receiver's end of the other path: both paths break)
+        ::fake::asyncEvent(s[0]->context, IBV_EVENT_PORT_ERR, 1);
         --faults;
       } else if (kind == 6) {  // nothing moves either way for some rounds (ACKs, RESUME_ACKs wait)
         bool was = cut[a];
