@@ -139,13 +139,18 @@ class RdmaEngineTest : public ::testing::Test {
   // run as their sweeper and NCCL's calls would.
   // cut: nothing moves either way; cutData: only the receiver's messages (advertisements,
   // ACKs, RESUME_ACKs) reach the sender.
+  // The QPs of a path are carried in turn, lane 0 first and last every other round (RC orders
+  // one QP's operations only: a PART may come before or after lane 0's end of its message).
   bool cut[2] = {false, false}, cutData[2] = {false, false};
+  uint64_t rounds = 0;
   void step() {
     route();
+    ++rounds;
     for (int i = 0; i < 2; ++i) {
       std::vector<ibv_qp*> s, r;
       if (cut[i] || !pairOf(i, &s, &r)) continue;
-      for (size_t k = 0; k < s.size(); ++k) {
+      for (size_t j = 0; j < s.size(); ++j) {
+        size_t k = rounds % 2 ? s.size() - 1 - j : j;
         if (!cutData[i]) ::fake::deliver(s[k], r[k]);
         ::fake::deliver(r[k], s[k]);
       }
