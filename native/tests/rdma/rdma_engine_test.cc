@@ -398,6 +398,33 @@ class RdmaEngineTest : public ::testing::Test {
     cutData[0] = was[0], cutData[1] = was[1];
   }
 
+  // A send larger than its receive resent on the standby after a failover (the tests below).
+  void truncatedSendResentAfterAFailover() {
+    singles({4096, 100, 3000, 0, 4096, 1}, 4096);
+    int big = addRecv({2000}, {7});
+    addMsg(2001, 7, big, 0);
+    ASSERT_TRUE(runningOn(0));
+    ASSERT_TRUE(run([&] { return msgs[1].done; })) << info();
+    stepsCut(4);
+    std::vector<ibv_qp*> s = sqs(0), r = rqs(0);
+    ::fake::deliver(s[0], r[0], 1);
+    ::fake::fail(s[0], IBV_WC_RETRY_EXC_ERR);
+    ASSERT_FALSE(run()) << "the truncated receive completed";
+    EXPECT_EQ(firstErr, ncclInvalidUsage) << info();
+    EXPECT_EQ(firstErrWhere, "recv test");
+    EXPECT_EQ(send->counters.failovers, 1u);
+    for (size_t k = 0; k + 1 < msgs.size(); ++k) {
+      EXPECT_TRUE(recvs[msgs[k].recvIdx].done) << "message " << k;
+      EXPECT_TRUE(holds(k)) << "message " << k;
+    }
+    const uint8_t* b = rxb.data() + recvs[big].at[0];
+    for (uint64_t i = 0; i < 2000 + 64; ++i) ASSERT_EQ(b[i], kCanary) << "the refused message wrote byte " << i;
+    EXPECT_FALSE(msgs.back().done) << "the truncated send completed";
+    EXPECT_FALSE(send->isFatal());
+    EXPECT_FALSE(recv->isFatal());
+    EXPECT_EQ(send->paths[send->active].state, PathState::kActive) << "the refusal is not a path fault";
+  }
+
   fake::FakeTransport boot;
   IbConfig ib;
   int lanes = 1;
@@ -581,29 +608,7 @@ TEST_F(RdmaEngineFailbackTest, APrimaryFailingAgainDuringItsFailbackFailsOverToT
 // receive fails with ncclInvalidUsage as on TCP, nothing of it is written, the messages before
 // it are whole, and neither engine takes the refusal for a path fault.
 TEST_F(RdmaEngineTest, ATruncatedSendResentAfterAFailoverIsTheCallersErrorAndWritesNothing) {
-  singles({4096, 100, 3000, 0, 4096, 1}, 4096);
-  int big = addRecv({2000}, {7});
-  addMsg(2001, 7, big, 0);
-  ASSERT_TRUE(runningOn(0));
-  ASSERT_TRUE(run([&] { return msgs[1].done; })) << info();
-  stepsCut(4);
-  std::vector<ibv_qp*> s = sqs(0), r = rqs(0);
-  ::fake::deliver(s[0], r[0], 1);
-  ::fake::fail(s[0], IBV_WC_RETRY_EXC_ERR);
-  ASSERT_FALSE(run()) << "the truncated receive completed";
-  EXPECT_EQ(firstErr, ncclInvalidUsage) << info();
-  EXPECT_EQ(firstErrWhere, "recv test");
-  EXPECT_EQ(send->counters.failovers, 1u);
-  for (size_t k = 0; k + 1 < msgs.size(); ++k) {
-    EXPECT_TRUE(recvs[msgs[k].recvIdx].done) << "message " << k;
-    EXPECT_TRUE(holds(k)) << "message " << k;
-  }
-  const uint8_t* b = rxb.data() + recvs[big].at[0];
-  for (uint64_t i = 0; i < 2000 + 64; ++i) ASSERT_EQ(b[i], kCanary) << "the refused message wrote byte " << i;
-  EXPECT_FALSE(msgs.back().done) << "the truncated send completed";
-  EXPECT_FALSE(send->isFatal());
-  EXPECT_FALSE(recv->isFatal());
-  EXPECT_EQ(send->paths[send->active].state, PathState::kActive) << "the refusal is not a path fault";
+  truncatedSendResentAfterAFailover();
 }
 
 // NCCL closes both comms while the receiver's answer to a RESUME still waits for the old
@@ -709,6 +714,12 @@ TEST_F(RdmaEngineLanesTest, OneQpFailingMidMessageFailsOverAndTheMessageIsResent
   ASSERT_TRUE(run()) << info();
   expectAllDelivered();
   EXPECT_EQ(send->active, 1);
+}
+
+// The same truncation over three QPs per path: the refusal (a DONE on QP 0, PARTs on the
+// others) is the caller's error, not a path fault, and writes nothing.
+TEST_F(RdmaEngineLanesTest, ATruncatedSendResentAfterAFailoverIsTheCallersErrorAndWritesNothing) {
+  truncatedSendResentAfterAFailover();
 }
 
 // Grouped receives (RAILOVER_MAX_RECVS=8) over two QPs per path, with empty messages and
