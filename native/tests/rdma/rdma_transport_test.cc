@@ -1160,6 +1160,67 @@ TEST_F(RdmaPathTest, ASendPathWhoseQpsCannotBeCreatedFailsFromConnectState) {
   boot.pending.clear();
 }
 
+// A send path's fence whose move to ERR blocks (rxe: ~3 s after a local link loss, found on
+// the RDMA bed) holds no other path's bring-up: while it blocks, a new path's QPs are created
+// and the path comes up. When the fence ran on the transport's single worker, every bring-up
+// of every comm (a reconnect, a new comm's connect) waited behind it, and a connect that needs
+// two worker jobs (create, then RTS) could wait for two such blocks: longer than the 3 s
+// connect timeout.
+TEST_F(RdmaPathTest, ASendFenceBlockedInItsMoveToErrHoldsNoOtherPathsBringUp) {
+  bringUp();
+  struct Unblock {
+    ~Unblock() { ::fake::blockErrTransitions(false); }
+  } unblock;  // before TearDown drains the worker, whatever fails below
+  ::fake::blockErrTransitions(true);
+  tx->fence();  // the sender's fence (a failover): its QP's move to ERR now blocks
+  uint64_t deadline = nowUs() + 10 * 1000 * 1000;
+  while (::fake::blockedErrTransitions() == 0 && nowUs() < deadline) std::this_thread::yield();
+  ASSERT_EQ(::fake::blockedErrTransitions(), 1) << "the fence's move to ERR did not start";
+  std::unique_ptr<SendPath> fenced = std::move(tx);  // kept: its fence is still running
+  ibv_qp* fencedRq = rq;
+  size_t created = ::fake::qpCreators().size();
+  std::string err;
+  ASSERT_TRUE(openSendOnly(&err)) << err;
+  deadline = nowUs() + 5 * 1000 * 1000;  // generous: the creation takes microseconds
+  while (::fake::qpCreators().size() == created && nowUs() < deadline) {
+    ASSERT_GE(tx->connectState(&err), 0) << err;
+    std::this_thread::yield();
+  }
+  ASSERT_GT(::fake::qpCreators().size(), created) << "the new path's QPs wait for another path's blocked fence";
+  // And it comes all the way up (its move to RTS is a worker job too).
+  deadline = nowUs() + 5 * 1000 * 1000;
+  int a = 0;
+  ASSERT_EQ(boot.pending.size(), 1u);
+  while (boot.pending[0].in->q.size() < wire::kFrameBytes && nowUs() < deadline) {
+    a = tx->connectState(&err);
+    ASSERT_GE(a, 0) << err;
+  }
+  ASSERT_GE(boot.pending[0].in->q.size(), (size_t)wire::kFrameBytes) << "no HELLO and endpoints from the new path";
+  std::unique_ptr<Conn> server = std::move(boot.pending[0].server);
+  boot.pending.clear();
+  uint8_t hb[wire::kFrameBytes];
+  ASSERT_EQ(server->read(hb, sizeof(hb), &err), (ssize_t)sizeof(hb));
+  std::unique_ptr<RecvPath> rx2 = t->newRecvPathOn(1, 1);
+  ASSERT_TRUE(rx2->adopt(0, std::move(server)));
+  int b = 0;
+  a = 0;
+  while ((a != 1 || b != 1) && nowUs() < deadline) {
+    b = rx2->connectState(&err);
+    ASSERT_GE(b, 0) << err;
+    a = tx->connectState(&err);
+    ASSERT_GE(a, 0) << err;
+  }
+  EXPECT_TRUE(a == 1 && b == 1) << "the new path did not come up while another path's fence blocked";
+  EXPECT_EQ(::fake::blockedErrTransitions(), 1) << "the fence was released before the check";
+  ::fake::blockErrTransitions(false);
+  t->worker().drain();
+  t->fencer().joinAll();
+  EXPECT_EQ(::fake::state(rdma::pathQp(fenced.get()) ? rdma::pathQp(fenced.get()) : sq), IBV_QPS_ERR)
+      << "the blocked fence did not finish its move to ERR";
+  (void)fencedRq;
+  rx2.reset();
+}
+
 // Bring-up jobs (creating a path's QPs, moving them to RTS) run before the worker's other jobs
 // (a QP's release can take ~3 s on rxe after a link loss), so a connect is not timed out behind
 // a NIC's worth of releases; a path's release still runs after its own bring-up.
@@ -2197,8 +2258,9 @@ TEST_F(RdmaPathTest, ASendersCloseReachesTheReceiverBeforeItsStreamEnds) {
   bringUp();
   tx->sendClose();
   std::thread wire = deliverWhenAwaited(sq, rq);
-  tx->fence();  // the QP's move to ERR, and the linger before it, run on the worker
+  tx->fence();  // the linger before the QP's move to ERR runs here, the move on a fence thread
   wire.join();
+  t->fencer().joinAll();
   t->worker().drain();
   std::string err;
   int r = 0;
@@ -2215,6 +2277,7 @@ TEST_F(RdmaPathTest, AnOrderlyCloseToADeadPeerDoesNotWait) {
   ASSERT_EQ(::fake::outstanding(sq).size(), 1u) << "the CLOSE is posted and nothing will complete it";
   uint64_t polls = ::fake::cqPolls(sq->send_cq);
   tx->fence();
+  t->fencer().joinAll();  // the move to ERR runs on a fence thread
   t->worker().drain();
   EXPECT_EQ(::fake::cqPolls(sq->send_cq), polls) << "the close waited (polled) for a CLOSE no one will take";
   EXPECT_EQ(::fake::state(sq), IBV_QPS_ERR);

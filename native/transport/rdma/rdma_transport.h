@@ -24,8 +24,8 @@
 // resolve addresses) and QP destruction (~3 s on rxe after a local link loss) run on the
 // transport's worker thread, never on NCCL's threads.
 //
-// Fence: the sender stops posting and moves its QP to ERR on the worker thread (nothing more
-// leaves; not on the caller's thread, see RdmaSendPath::fence); the receiver moves its QP to
+// Fence: the sender stops posting and moves its QP to ERR on a fence thread (nothing more
+// leaves; not on the caller's thread nor on the worker, see RdmaSendPath::fence); the receiver moves its QP to
 // ERR and drains the flush completions of every posted receive (bounded by kFenceDrainMs) on
 // a fence thread of its own (RdmaRecvPath::fenceAsync, FenceRunner), and the engine answers
 // RESUME_ACK on the new path only once that is done, so no write of the old path lands in a
@@ -108,7 +108,8 @@ constexpr uint8_t kStreamNudge = 0x6e;
 // failover by as much (it no longer blocks NCCL's thread: RdmaRecvPath::fenceAsync).
 constexpr uint64_t kSlowFenceUs = 50000;
 
-// Runs each receive path's asynchronous fence on a thread of its own. A QP's move to ERR was
+// Runs each path's asynchronous fence on a thread of its own (a receive path's fenceAsync, a
+// send path's move to ERR). A QP's move to ERR was
 // seen to block ~3 s on rxe after a local link loss (docs/DESIGN.md, "RDMA"), so fences must
 // not wait behind each other (one NIC's loss fences every comm on it at once) nor behind QP
 // destruction on the Worker.
@@ -188,7 +189,7 @@ void handOff(W& w, std::shared_ptr<T>& sh) {
 
 // Jobs on one background thread (QP bring-up and destruction), in two FIFOs: bring-up jobs
 // (postBringUp: creating a path's QPs, moving them to RTS; milliseconds) run before the other
-// jobs (post: releasing paths, send fences, ...), which may block for seconds each (a QP's
+// jobs (post: releasing paths, ...), which may block for seconds each (a QP's
 // release waits ~3 s on rxe after a link loss), so a connect is not timed out (3 s) behind a
 // NIC's worth of releases. A path's release is posted after its bring-up jobs, so it still
 // runs after them. Thread-safe.
