@@ -92,6 +92,7 @@ class RdmaEngineTest : public ::testing::Test {
   bool fencesHeld = false;
   void settle() {
     if (!fencesHeld) t->fencer().joinAll();
+    t->sendFencer().drain();
     t->worker().drain();
   }
   void holdFences(bool h) {

@@ -346,11 +346,13 @@ class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink, priva
     if (fenced_) return;
     fenced_ = true;  // from here on this object posts nothing more and reads nothing of the QP
     sh_->cancelled.store(true, std::memory_order_relaxed);  // a creation not yet run: nothing to create
-    // The QP goes to ERR (what is queued is flushed) on a fence thread (FenceRunner): on rxe,
-    // moving a QP whose NIC just lost its link to ERR was seen to block for ~3 s, and NCCL's
-    // progress thread (or the sweeper, holding the link's mutex) must not wait for it; nor must
-    // the worker, which brings every comm's paths up (until 2026-12-06 this ran there, and every
-    // bring-up waited behind a blocked move: RdmaPathTest.ASendFenceBlockedInItsMoveToErrHoldsNoOtherPathsBringUp).
+    // The QP goes to ERR (what is queued is flushed) on the transport's send-fence thread: on
+    // rxe, moving a QP whose NIC just lost its link to ERR was seen to block for ~3 s, and
+    // NCCL's progress thread (or the sweeper, holding the link's mutex) must not wait for it;
+    // nor must the worker, which brings every comm's paths up (until 2026-12-06 this ran there,
+    // and every bring-up waited behind a blocked move:
+    // RdmaPathTest.ASendFenceBlockedInItsMoveToErrHoldsNoOtherPathsBringUp). Send fences queue
+    // behind each other there; no thread is started for one.
     // The engine's guarantee does not need it to be synchronous here: the receiver moves its own QP of this
     // path to ERR before it answers RESUME on another path, so nothing this QP still sends
     // can land after the resume. A QP still being brought up by the worker is left to it: no
@@ -366,7 +368,7 @@ class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink, priva
       auto sh = sh_;
       int nic = nic_;
       RdmaTransport* t = &t_;
-      t_.fencer().run([sh, nic, t]() mutable {
+      t_.sendFencer().post([sh, nic, t]() mutable {
         verbs::FenceResult fr = sh->path->fence(0);
         if (!fr.err.empty() || fr.us > kSlowFenceUs)
           RO_WARN("railover: RDMA fence of a send path on %s port %d: %s%llu us", t->port(nic).sel.dev.c_str(),

@@ -24,8 +24,8 @@
 // resolve addresses) and QP destruction (~3 s on rxe after a local link loss) run on the
 // transport's worker thread, never on NCCL's threads.
 //
-// Fence: the sender stops posting and moves its QP to ERR on a fence thread (nothing more
-// leaves; not on the caller's thread nor on the worker, see RdmaSendPath::fence); the receiver moves its QP to
+// Fence: the sender stops posting and moves its QP to ERR on the send-fence thread (nothing
+// more leaves; not on the caller's thread nor on the worker, see RdmaSendPath::fence); the receiver moves its QP to
 // ERR and drains the flush completions of every posted receive (bounded by kFenceDrainMs) on
 // a fence thread of its own (RdmaRecvPath::fenceAsync, FenceRunner), and the engine answers
 // RESUME_ACK on the new path only once that is done, so no write of the old path lands in a
@@ -108,8 +108,7 @@ constexpr uint8_t kStreamNudge = 0x6e;
 // failover by as much (it no longer blocks NCCL's thread: RdmaRecvPath::fenceAsync).
 constexpr uint64_t kSlowFenceUs = 50000;
 
-// Runs each path's asynchronous fence on a thread of its own (a receive path's fenceAsync, a
-// send path's move to ERR). A QP's move to ERR was
+// Runs each receive path's asynchronous fence on a thread of its own. A QP's move to ERR was
 // seen to block ~3 s on rxe after a local link loss (docs/DESIGN.md, "RDMA"), so fences must
 // not wait behind each other (one NIC's loss fences every comm on it at once) nor behind QP
 // destruction on the Worker.
@@ -367,6 +366,11 @@ class RdmaTransport : public Transport {
   const NicPort& port(int nic) const { return ports_[nic]; }
   Worker& worker() { return worker_; }
   FenceRunner& fencer() { return fencer_; }
+  // Where send paths' fences move their QPs to ERR (RdmaSendPath::fence): a thread of its own,
+  // so a move that blocks (~3 s on rxe after a local link loss) holds neither the worker's
+  // bring-ups nor NCCL's thread (no thread is started per fence; they queue, which costs
+  // nothing: the receiver's fence is what keeps a path's writes out).
+  Worker& sendFencer() { return sendFences_; }
   const verbs::RcParams& rcParams() const { return rc_; }
   // Logs, once per HCA, what the first receive path connected on NIC `nic` read back of its
   // QPs' remote access (verbs::RecvPath::writesAllowed): INFO when the HCA confirmed
@@ -389,6 +393,7 @@ class RdmaTransport : public Transport {
   mutable std::mutex selMu_;     // guards ports_[i].sel after init (the port watch rewrites it)
   Worker worker_;
   FenceRunner fencer_;  // after worker_: its jobs hand what they held to the worker
+  Worker sendFences_;   // after worker_: its jobs hand the fenced send paths to the worker
   bool ok_ = false;
   void watchLoop(PortSignal signal, AddrSignal addr);
   // Re-opens HCA index `h` if its opening is dead, then registers every live MrSet on it again
