@@ -1234,8 +1234,9 @@ RdmaTransport::~RdmaTransport() {
     watch_.join();
   }
   if (stopFd_ >= 0) close(stopFd_);
-  fencer_.joinAll();  // fences still running hand their paths to the worker
-  worker_.drain();    // retired paths go before their HCAs
+  sendFences_.drain();  // send fences still queued hand their paths to the worker
+  fencer_.joinAll();    // fences still running hand their paths to the worker
+  worker_.drain();      // retired paths go before their HCAs
 }
 
 verbs::PortSel RdmaTransport::portSel(int nic) const {
