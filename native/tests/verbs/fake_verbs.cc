@@ -313,6 +313,8 @@ std::vector<std::thread::id> accessModifiers() {
 }
 const std::vector<PostedSend>& outstanding(ibv_qp* qp) {
   WorldLock l(worldMu);
+  static const std::vector<PostedSend> kNone;
+  if (!w().liveQps.count(qp)) return kNone;  // destroyed meanwhile (the transport's worker): nothing queued
   return fqp(qp)->sends;
 }
 size_t postedRecvs(ibv_qp* qp) {
@@ -431,6 +433,8 @@ ibv_qp_state state(ibv_qp* qp) {
 
 int deliver(ibv_qp* from, ibv_qp* to, int max) {
   WorldLock l(worldMu);
+  // A QP the transport's worker destroyed since the test read it sends and takes nothing.
+  if (!w().liveQps.count(from) || !w().liveQps.count(to)) return 0;
   FakeQp* a = fqp(from);
   FakeQp* b = fqp(to);
   int n = 0;
@@ -497,6 +501,7 @@ int deliver(ibv_qp* from, ibv_qp* to, int max) {
 
 void fail(ibv_qp* from, ibv_wc_status status, bool flushRest) {
   WorldLock l(worldMu);
+  if (!w().liveQps.count(from)) return;  // destroyed meanwhile: nothing left to fail
   FakeQp* a = fqp(from);
   if (a->sends.empty()) return;
   pushWc(from->send_cq, a->sends.front().wrId, status, IBV_WC_SEND);

@@ -35,6 +35,8 @@ struct PostedSend {
 // Resets every fake object (call at the start of each test).
 void reset();
 // Sends posted on `qp` and not yet completed, oldest first.
+// A QP destroyed since the caller read it (the transport's worker) has none, and deliver() and
+// fail() leave such a QP alone.
 const std::vector<PostedSend>& outstanding(ibv_qp* qp);
 // Receive WRs posted on `qp` and not consumed.
 size_t postedRecvs(ibv_qp* qp);
