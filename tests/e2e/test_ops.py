@@ -187,9 +187,50 @@ def test_doctor_on_a_healthy_and_a_broken_host(testbed):
         ipr.route("del", dst=b1.subnet, oif=ipr.link_lookup(ifname=b1.ifname)[0], scope="link", table=254)
     rc, doc, fails = _doctor(tb, "B", [a0.addr, a1.addr])
     assert rc == 1
-    assert fails == {("routing", f"{b1.ifname} -> {a1.addr}"), ("reach", f"{b1.ifname} -> {a1.addr}")}, doc["checks"]
+    assert fails == {("routing", f"{b1.ifname} -> {a1.addr}")}, doc["checks"]
+    # the probe is bound to b1 like the plugin's sockets, which the kernel sends on-link through
+    # their device when no route matches: the peer answers
+    assert [c["status"] for c in doc["checks"] if c["section"] == "reach" and c["what"] == f"{b1.ifname} -> {a1.addr}"] \
+        == ["OK"]
     route = [c for c in doc["checks"] if c["section"] == "routing" and c["status"] == "FAIL"][0]
     assert "unreachable" in route["detail"].lower() and b1.addr in route["detail"]
+
+
+def test_doctor_on_nics_sharing_a_subnet(testbed):
+    """All four NICs in one subnet, main-table routes only (no policy routing), as on many RoCE
+    hosts. railover's sockets are bound to their NIC, so this works (bed sysctls: arp_ignore=1,
+    arp_announce=2, rp_filter=0) and doctor passes it; a NIC that cannot send is found by the
+    probe bound to it (an address-bound probe leaves through a0 and finds the peer); strict
+    reverse-path filtering and ARP flux (the kernel defaults on many distributions) FAIL."""
+    tb = testbed("T2-flat", policy_routing=False)
+    a0, a1, b0, b1 = (tb.nic(n) for n in ("a0", "a1", "b0", "b1"))
+    peers = [b0.addr, b1.addr]
+    rc, doc, fails = _doctor(tb, "A", peers)
+    assert rc == 0 and not fails, [c for c in doc["checks"] if c["status"] == "FAIL"]
+    (w,) = [c for c in doc["checks"] if c["section"] == "routing" and c["what"] == f"{a1.ifname} -> {b1.addr}"]
+    assert w["status"] == "WARN" and f"leaves through {a0.ifname}" in w["detail"], w
+    assert {c["what"] for c in doc["checks"] if c["section"] == "arp" and c["status"] == "OK"} == {a0.ifname, a1.ifname}
+
+    # a1 sends nothing (its egress dropped on host A)
+    rule = f"add table inet ro_doc; add chain inet ro_doc out {{ type filter hook output priority 0; }}; " \
+           f"add rule inet ro_doc out oifname {a1.ifname} drop"
+    assert tb.run_collect("A", ["nft", rule])[0] == 0
+    rc, doc, fails = _doctor(tb, "A", peers)
+    assert tb.run_collect("A", ["nft", "delete table inet ro_doc"])[0] == 0
+    assert rc == 1 and fails == {("reach", f"{a1.ifname} -> {b0.addr}"), ("reach", f"{a1.ifname} -> {b1.addr}")}, fails
+
+    # strict reverse-path filtering: what B sends to a1 arrives where the route back does not leave
+    sysctl = ["sysctl", "-q", "-w"]
+    assert tb.run_collect("A", sysctl + ["net.ipv4.conf.all.rp_filter=1"])[0] == 0
+    rc, doc, fails = _doctor(tb, "A", peers)
+    assert rc == 1 and ("routing", f"{a1.ifname} -> {b1.addr}") in fails, fails
+    assert ("routing", f"{a0.ifname} -> {b0.addr}") not in fails
+    assert tb.run_collect("A", sysctl + ["net.ipv4.conf.all.rp_filter=0"])[0] == 0
+
+    # ARP flux: every NIC of A answers ARP for both addresses
+    assert tb.run_collect("A", sysctl + ["net.ipv4.conf.all.arp_ignore=0"])[0] == 0
+    rc, doc, fails = _doctor(tb, "A", peers)
+    assert rc == 1 and fails == {("arp", a0.ifname), ("arp", a1.ifname)}, fails
 
 
 def test_launch_sets_the_environment_nccl_needs(testbed):

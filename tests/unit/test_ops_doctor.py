@@ -31,13 +31,13 @@ def good_route(dst, src):
     return {"10.0.0.1": "eth0", "10.0.1.1": "eth1"}[src], ""
 
 
-def reachable(src, dst):
+def reachable(src, dst, ifname=""):
     return True, "TCP port 22 refused (host answered)"
 
 
 def run(env, ifaces=IFACES, peers=(), route=good_route, probe=reachable, plugin=PLUGIN_OK, torch=None,
-        resolved="/opt/railover/libnccl-net-railover.so"):
-    facts = dr.Facts(env=dict(env), ifaces=ifaces, plugin=plugin, torch=torch, ld_resolve=resolved)
+        resolved="/opt/railover/libnccl-net-railover.so", sysctls=None):
+    facts = dr.Facts(env=dict(env), ifaces=ifaces, plugin=plugin, torch=torch, ld_resolve=resolved, sysctls=sysctls)
     return dr.diagnose(facts, peers, route=route, probe=probe)
 
 
@@ -189,7 +189,7 @@ def test_down_nic_and_missing_route_are_blocking():
     def route(dst, src):
         return (None, "Network is unreachable") if src == "10.0.1.1" else ("eth0", "")
 
-    def probe(src, dst):
+    def probe(src, dst, ifname=""):
         return (src == "10.0.0.1"), "No route to host"
 
     rep = run(GOOD_NCCL, ifaces, peers=["10.0.0.2", "10.0.1.2"], route=route, probe=probe)
@@ -205,6 +205,70 @@ def test_route_through_the_wrong_nic():
     bad = find(rep, "routing", status=dr.FAIL)
     assert [c.what for c in bad] == ["eth1 -> 10.0.1.2"]   # neighbour in eth1's own subnet
     assert "leaves through eth0, not eth1" in bad[0].detail and "ip rule add from 10.0.1.1" in bad[0].fix
+
+
+FLAT = [dr.Iface("lo", 1, ["127.0.0.1/8"], operstate="UNKNOWN"),
+        dr.Iface("eth0", 2, ["10.0.0.1/24"]), dr.Iface("eth1", 3, ["10.0.0.11/24"])]
+
+
+def flat_route(dst, src, oif=None):
+    """A host whose NICs share 10.0.0.0/24 with only the main table's connected routes: what
+    is not bound to a device leaves through eth0 (the first route)."""
+    return oif or "eth0", ""
+
+
+def knobs(arp_ignore=1, arp_announce=2, rp_filter=0):
+    return {n: {"arp_ignore": arp_ignore, "arp_announce": arp_announce, "rp_filter": rp_filter} for n in ("eth0", "eth1")}
+
+
+def test_nics_sharing_a_subnet_fail_with_arp_flux_and_warn_without_arp_announce():
+    rep = run(GOOD_NCCL, FLAT, peers=["10.0.0.2", "10.0.0.12"], route=flat_route, sysctls=knobs(arp_ignore=0))
+    assert {c.what for c in find(rep, "arp", status=dr.FAIL)} == {"eth0", "eth1"} and not rep.ok
+    (f,) = find(rep, "arp", "eth1")
+    assert "arp_ignore=0" in f.detail and "shares subnet 10.0.0.0/24 with eth0" in f.detail and "arp_ignore=1" in f.fix
+    rep = run(GOOD_NCCL, FLAT, peers=["10.0.0.2", "10.0.0.12"], route=flat_route, sysctls=knobs(arp_announce=0))
+    assert {c.what for c in find(rep, "arp", status=dr.WARN)} == {"eth0", "eth1"}
+    assert "arp_announce=2" in find(rep, "arp", "eth0")[0].fix
+    rep = run(GOOD_NCCL, FLAT, peers=["10.0.0.2", "10.0.0.12"], route=flat_route, sysctls=knobs())
+    assert {c.what for c in find(rep, "arp", status=dr.OK)} == {"eth0", "eth1"} and rep.ok
+    # NICs in subnets of their own: ARP flux cannot put one NIC's traffic on another
+    rep = run(GOOD_NCCL, peers=["10.0.0.2", "10.0.1.2"], sysctls=knobs(arp_ignore=0, arp_announce=0))
+    assert not find(rep, "arp") and rep.ok
+
+
+def test_a_shared_subnet_without_policy_routing_fails_only_under_strict_reverse_path_filtering():
+    """railover binds its sockets to the NIC, so its traffic leaves through eth1 although the
+    source route says eth0; what comes back to eth1 is dropped only by rp_filter=1."""
+    rep = run(GOOD_NCCL, FLAT, peers=["10.0.0.2", "10.0.0.12"], route=flat_route, sysctls=knobs(rp_filter=2))
+    assert rep.ok, [c for c in rep.checks if c.status == dr.FAIL]
+    (w,) = find(rep, "routing", "eth1 -> 10.0.0.12")
+    assert w.status == dr.WARN and "bound to eth1, still use it" in w.detail
+    rep = run(GOOD_NCCL, FLAT, peers=["10.0.0.2", "10.0.0.12"], route=flat_route, sysctls=knobs(rp_filter=1))
+    (f,) = find(rep, "routing", "eth1 -> 10.0.0.12")
+    assert f.status == dr.FAIL and "rp_filter=1 on eth1" in f.detail and "rp_filter=2" in f.fix
+    assert find(rep, "routing", "eth0 -> 10.0.0.2", dr.OK)
+    # no route through eth1 even when bound to it: the plugin's traffic cannot use eth1
+    rep = run(GOOD_NCCL, FLAT, peers=["10.0.0.12"], route=lambda dst, src, oif=None: ("eth0", ""),
+              sysctls=knobs(rp_filter=2))
+    assert find(rep, "routing", "eth1 -> 10.0.0.12", dr.FAIL)
+
+
+def test_reach_probes_are_sent_from_the_nic_they_test():
+    seen = []
+    run(GOOD_NCCL, FLAT, peers=["10.0.0.2", "10.0.0.12"], route=flat_route,
+        probe=lambda src, dst, ifname: seen.append((src, dst, ifname)) or (True, "ok"))
+    assert sorted(seen) == sorted([("10.0.0.1", "10.0.0.2", "eth0"), ("10.0.0.1", "10.0.0.12", "eth0"),
+                                   ("10.0.0.11", "10.0.0.2", "eth1"), ("10.0.0.11", "10.0.0.12", "eth1")])
+
+
+def test_nic_sysctls_are_the_larger_of_all_and_the_nic(tmp_path):
+    for d, vals in {"all": (1, 0, 2), "eth0": (0, 2, 1), "eth1": (0, 0, 0)}.items():
+        (tmp_path / d).mkdir()
+        for k, v in zip(("arp_ignore", "arp_announce", "rp_filter"), vals):
+            (tmp_path / d / k).write_text(f"{v}\n")
+    got = dr.nic_sysctls(["eth0", "eth1", "eth9"], root=tmp_path)
+    assert got == {"eth0": {"arp_ignore": 1, "arp_announce": 2, "rp_filter": 2},
+                   "eth1": {"arp_ignore": 1, "arp_announce": 0, "rp_filter": 2}, "eth9": {}}
 
 
 def test_routed_peer_is_checked_from_every_nic_and_wrong_egress_warns():
@@ -432,7 +496,7 @@ def test_a_peer_of_another_address_family_is_a_finding_not_a_crash(ifaces, env, 
         assert ":" in dst and ":" in src or ":" not in dst and ":" not in src, "route_get with mixed families"
         return "eth0", ""
 
-    def probe(src, dst):
+    def probe(src, dst, ifname=""):
         raise AssertionError("probed across address families")
     rep = run(dict(GOOD_NCCL, **env), ifaces=ifaces, peers=[peer], route=route, probe=probe)
     bad = find(rep, "routing", status=dr.FAIL)

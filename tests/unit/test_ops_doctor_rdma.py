@@ -57,7 +57,7 @@ def report(nics, setting="auto", transport="rdma", why="RAILOVER_TRANSPORT=auto:
 
 def rdma_run(rep, env=GOOD_NCCL):
     facts = dr.Facts(env=dict(env), ifaces=IFACES, plugin=PLUGIN_OK, ld_resolve=PLUGIN_OK["path"], rdma=rep)
-    return dr.diagnose(facts, route=good_route, probe=lambda s, d: (True, "ok"))
+    return dr.diagnose(facts, route=good_route, probe=lambda s, d, i: (True, "ok"))
 
 
 def rdma(rep, what=None):
@@ -145,7 +145,7 @@ NO_DEV = "no RDMA device is bound to NIC eth0 (for Soft-RoCE: rdma link add rxe0
 def mgmt_run(rep, env=GOOD_NCCL, ifaces=MGMT_IFACES):
     facts = dr.Facts(env=dict(env), ifaces=ifaces, plugin=PLUGIN_OK, ld_resolve=PLUGIN_OK["path"], rdma=rep)
     own = {i.addr(): i.name for i in ifaces}
-    return dr.diagnose(facts, route=lambda dst, src: (own[src], ""), probe=lambda s, d: (True, "ok"))
+    return dr.diagnose(facts, route=lambda dst, src: (own[src], ""), probe=lambda s, d, i: (True, "ok"))
 
 
 def mgmt_report(setting="auto", transport="rdma", eth0=None):

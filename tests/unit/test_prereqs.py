@@ -89,7 +89,7 @@ def test_doctor_reports_missing_programs_with_their_package():
     rep = dr.diagnose(dr.Facts(env={}, ifaces=[dr.Iface("eth0", 2, ["10.0.0.1/24"]), dr.Iface("eth1", 3, ["10.0.1.1/24"])],
                                plugin={"path": "/x.so", "loaded": True, "abi": [7, 8, 9, 10, 11, 12]},
                                tools={"ip": "/usr/sbin/ip", "nft": None}),
-                      route=lambda d, s: ("eth0" if s.startswith("10.0.0") else "eth1", ""), probe=lambda s, d: (True, ""))
+                      route=lambda d, s: ("eth0" if s.startswith("10.0.0") else "eth1", ""), probe=lambda s, d, i: (True, ""))
     sysc = {c.what: c for c in rep.checks if c.section == "system"}
     assert sysc["ip"].status == dr.OK
     assert sysc["nft"].status == dr.WARN and "nft not found: apt-get install nftables" in sysc["nft"].detail

@@ -363,7 +363,7 @@ def doctor_cmd(
     from railover.ops import doctor as dr
     try:
         facts = dr.gather(plugin=plugin, check_torch=not no_torch)
-        rep = dr.diagnose(facts, peer or (), probe=lambda s, d: dr.tcp_probe(s, d, probe_port))
+        rep = dr.diagnose(facts, peer or (), probe=lambda s, d, i: dr.tcp_probe(s, d, probe_port, ifname=i))
     except ValueError as e:
         _fail(f"bad --peer: {e}")
     except OSError as e:

@@ -14,10 +14,16 @@ or would run without the redundancy railover is there for):
   with ``RAILOVER_TRANSPORT=auto`` a selected NIC without an RDMA port, while others have one,
   is shown as not a device, as the plugin leaves it out of NCCL's devices (the RDMA report
   below says so), and the counts and per-NIC checks that follow leave it out too;
+* NICs sharing an IPv4 subnet: ``arp_ignore`` (0 = ARP flux: a peer's traffic to one NIC
+  may arrive on another, where railover's device-bound sockets do not take it) and
+  ``arp_announce``;
 * source routing per NIC: traffic sourced from a NIC's address to a peer (or, without
-  ``--peer``, to a neighbour in its subnet) must leave through that NIC;
+  ``--peer``, to a neighbour in its subnet) should leave through that NIC; where it does not
+  but a socket bound to the NIC (as railover's are) has a route through it, only strict
+  ``rp_filter`` makes that blocking (it drops what arrives on the NIC);
 * reachability of each ``--peer`` address from each NIC that should reach it (TCP connect
-  bound to the NIC's address: an answer, even a refusal, proves the path);
+  bound to the NIC's address and device, like the plugin's streams: an answer, even a
+  refusal, proves the path);
 * NCCL settings that conflict (``NCCL_NET``/``NCCL_NET_PLUGIN`` pointing elsewhere, the
   plugin not on ``LD_LIBRARY_PATH``), and which ``NCCL_IB_*`` set here railover's RDMA
   transport reads and which only tune NCCL's own IB transport;
@@ -56,7 +62,7 @@ from railover import _paths, params, prereqs
 __all__ = ["OK", "WARN", "FAIL", "Check", "Iface", "Facts", "Report", "ifname_matches", "validate_config",
            "select_interfaces", "nccl_abi", "plugin_exports", "torch_nccl", "list_interfaces", "route_get",
            "tcp_probe", "gather", "diagnose", "known_vars", "unknown_var_checks", "duplicate_rail_checks", "effective_env", "rdma_report", "rdma_checks",
-           "rdma_fates", "LEFT_OUT", "OVER_TCP"]
+           "rdma_fates", "LEFT_OUT", "OVER_TCP", "nic_sysctls"]
 
 OK, WARN, FAIL, INFO = "OK", "WARN", "FAIL", "INFO"
 
@@ -134,6 +140,10 @@ class Facts:
     #: the plugin's RDMA report (:func:`rdma_report`; shape ``native/plugin/rdma_report.h``), or
     #: ``{"error": why}`` when it could not be asked; None: not gathered (no RDMA section)
     rdma: Optional[Dict[str, Any]] = None
+    #: per selected NIC, the kernel's effective IPv4 settings that decide whether a NIC sharing
+    #: an IPv4 subnet with another one sends and receives its own traffic (:func:`nic_sysctls`):
+    #: ``arp_ignore``, ``arp_announce``, ``rp_filter``; None: not gathered (no such checks)
+    sysctls: Optional[Dict[str, Dict[str, int]]] = None
 
 
 @dataclass
@@ -682,14 +692,18 @@ def list_interfaces(ns: Optional[str] = None) -> List[Iface]:
         ipr.close()
 
 
-def route_get(dst: str, src: str) -> Tuple[Optional[str], str]:
-    """``ip route get <dst> from <src>``: ``(outgoing interface name, "")``, or
-    ``(None, reason)`` when the kernel has no route (e.g. "Network is unreachable")."""
+def route_get(dst: str, src: str, oif: Optional[str] = None) -> Tuple[Optional[str], str]:
+    """``ip route get <dst> from <src> [oif <oif>]``: ``(outgoing interface name, "")``, or
+    ``(None, reason)`` when the kernel has no route (e.g. "Network is unreachable"). With
+    ``oif``, the route a socket bound to that device gets."""
     from pyroute2 import IPRoute
     from pyroute2.netlink.exceptions import NetlinkError
     with IPRoute() as ipr:
         try:
-            r = ipr.route("get", dst=dst, src=src)
+            kw: Dict[str, Any] = {"oif": ipr.link_lookup(ifname=oif)[0]} if oif else {}
+            r = ipr.route("get", dst=dst, src=src, **kw)
+        except IndexError:
+            return None, f"no interface {oif}"
         except NetlinkError as e:
             return None, os.strerror(e.code) if e.code else str(e)
         if not r:
@@ -702,14 +716,22 @@ def route_get(dst: str, src: str) -> Tuple[Optional[str], str]:
         return (links[0].get("IFLA_IFNAME") if links else None), ""
 
 
-def tcp_probe(src: str, dst: str, port: int = 22, timeout_s: float = 1.0) -> Tuple[bool, str]:
-    """Open a TCP connection from ``src`` (bound, like the plugin's streams) to ``dst:port``.
-    ``(True, how)`` when the peer's kernel answered (accepted or refused: both prove the
-    path), ``(False, why)`` on timeout or a network error. ``timeout_s`` in seconds."""
+def tcp_probe(src: str, dst: str, port: int = 22, timeout_s: float = 1.0, ifname: str = "") -> Tuple[bool, str]:
+    """Open a TCP connection from ``src`` to ``dst:port``, bound like the plugin's streams: to
+    the address and, when ``ifname`` is given, to that device (``SO_BINDTODEVICE``; skipped
+    without the privilege, as in the plugin), so it leaves through that NIC whatever the
+    routing table says. ``(True, how)`` when the peer's kernel answered (accepted or refused:
+    both prove the path), ``(False, why)`` on timeout or a network error. ``timeout_s`` in
+    seconds."""
     fam = socket.AF_INET6 if ":" in dst else socket.AF_INET
     s = socket.socket(fam, socket.SOCK_STREAM)
     try:
         s.settimeout(timeout_s)
+        if ifname:
+            try:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, ifname.encode())
+            except PermissionError:
+                pass   # no CAP_NET_RAW before Linux 5.7: the plugin keeps the address binding only, too
         s.bind((src, 0))
         s.connect((dst, port))
         return True, f"TCP port {port} accepted"
@@ -738,6 +760,22 @@ def rdma_report(nics: Sequence[str], env: Mapping[str, str], plugin: Optional[Pa
         return {"error": f"the plugin's RDMA report is not JSON: {e}"}
 
 
+def nic_sysctls(names: Sequence[str], root: Path = Path("/proc/sys/net/ipv4/conf")) -> Dict[str, Dict[str, int]]:
+    """The effective ``arp_ignore``, ``arp_announce`` and ``rp_filter`` of each NIC in
+    ``names`` (this network namespace): the larger of ``conf/all/<key>`` and
+    ``conf/<nic>/<key>``, as the kernel applies them. A value that cannot be read is left out."""
+    out: Dict[str, Dict[str, int]] = {}
+    for n in names:
+        vals: Dict[str, int] = {}
+        for key in ("arp_ignore", "arp_announce", "rp_filter"):
+            try:
+                vals[key] = max(int((root / "all" / key).read_text()), int((root / n / key).read_text()))
+            except (OSError, ValueError):
+                pass
+        out[n] = vals
+    return out
+
+
 def gather(env: Optional[Mapping[str, str]] = None, plugin: Optional[Path] = None, check_torch: bool = True) -> Facts:
     """Observe this host (current network namespace): interfaces, the plugin, PyTorch's NCCL,
     and the plugin's RDMA report for the NICs it would select."""
@@ -757,7 +795,8 @@ def gather(env: Optional[Mapping[str, str]] = None, plugin: Optional[Path] = Non
             else {"error": "the plugin could not be loaded (see the plugin check)"})
     return Facts(env=env, ifaces=ifaces, plugin=pinfo,
                  torch=torch_nccl() if check_torch else {"skipped": True}, ld_resolve=ld_resolve(env),
-                 tools=prereqs.found(path=env.get("PATH")), rdma=rdma)
+                 tools=prereqs.found(path=env.get("PATH")), rdma=rdma,
+                 sysctls=nic_sysctls([i.name for i in selected]))
 
 
 def _neighbour(net: ipaddress._BaseNetwork, own: str) -> Optional[str]:
@@ -785,11 +824,12 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
              route: Optional[Callable[[str, str], Tuple[Optional[str], str]]] = None,
              probe: Optional[Callable[[str, str], Tuple[bool, str]]] = None) -> Report:
     """Evaluate ``facts`` into a :class:`Report`. ``peers`` are IP addresses of other hosts'
-    NICs. ``route(dst, src)`` answers "which interface does traffic from src to dst leave
-    through" (default :func:`route_get`); ``probe(src, dst)`` tests reachability (default
-    :func:`tcp_probe`). Raises ValueError for a peer that is not an IP address."""
+    NICs. ``route(dst, src[, oif])`` answers "which interface does traffic from src to dst
+    leave through" (with ``oif``: for a socket bound to that device; default
+    :func:`route_get`); ``probe(src, dst, ifname)`` tests reachability from NIC ``ifname``
+    (default :func:`tcp_probe`). Raises ValueError for a peer that is not an IP address."""
     route = route or route_get
-    probe = probe or tcp_probe
+    probe = probe or (lambda src, dst, ifname: tcp_probe(src, dst, ifname=ifname))
     env = facts.env
     checks = validate_config(env, _facts_native(facts.plugin))
     for p in peers:
@@ -882,8 +922,38 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
         else:
             checks.append(Check("nics", i.name, OK, f"{i.name} {', '.join(i.addrs)} up, rail {rails[i.name]}"))
 
-    # source routing and reachability
+    # several NICs in one IPv4 subnet: each must answer ARP for its own address only, else a
+    # peer's traffic to one NIC arrives on another, where railover's device-bound sockets do not
+    # take it (a connect is refused, a probe lost). IPv6 neighbour discovery answers per NIC.
     sel_addrs = {i.name: i.addr(fam) for i in selected}
+    nets = {i.name: i.network_of(sel_addrs[i.name]) for i in selected if sel_addrs[i.name]}
+    nets = {n: net for n, net in nets.items() if net is not None and net.version == 4}
+    sysctls = facts.sysctls or {}
+    for i in selected:
+        mates = [n for n in nets if n != i.name and i.name in nets and nets[n].overlaps(nets[i.name])]
+        vals = sysctls.get(i.name, {})
+        if not mates or not vals:
+            continue
+        share = f"{i.name} ({sel_addrs[i.name]}) shares subnet {nets[i.name]} with {', '.join(mates)}"
+        if vals.get("arp_ignore") == 0:
+            checks.append(Check("arp", i.name, FAIL,
+                                f"{share} and arp_ignore=0: every NIC in the subnet answers ARP for "
+                                f"{sel_addrs[i.name]} (ARP flux), so a peer's traffic to it may arrive on "
+                                f"{mates[0]}, where railover's sockets, bound to {i.name}, do not take it "
+                                "(connects refused, probes lost)",
+                                f"sysctl -w net.ipv4.conf.all.arp_ignore=1 (or net.ipv4.conf.{i.name}.arp_ignore=1 "
+                                "on each of these NICs), persistently in /etc/sysctl.d"))
+        elif vals.get("arp_announce") is not None and vals["arp_announce"] != 2:
+            checks.append(Check("arp", i.name, WARN,
+                                f"{share} and arp_announce={vals['arp_announce']}: an ARP request sent from "
+                                f"another NIC may carry {sel_addrs[i.name]} as its sender, teaching peers "
+                                f"that NIC's hardware address for {i.name}",
+                                f"sysctl -w net.ipv4.conf.all.arp_announce=2 (or net.ipv4.conf.{i.name}.arp_announce=2)"))
+        elif "arp_ignore" in vals:
+            checks.append(Check("arp", i.name, OK, f"{share}: arp_ignore={vals['arp_ignore']}, "
+                                f"arp_announce={vals.get('arp_announce')}"))
+
+    # source routing and reachability
     targets: List[Tuple[Iface, str, bool]] = []   # (nic, destination, on the NIC's own subnet)
     peer_nics: Dict[str, List[Iface]] = {}
     for p in peers:
@@ -919,16 +989,34 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
             checks.append(Check("routing", what, FAIL, f"ip route get {dst} from {src}: {err}",
                                 f"add a route for {dst} via {i.name} (is {i.name} up with its subnet route?)"))
         elif oif != i.name:
-            checks.append(Check("routing", what, FAIL if onlink else WARN,
-                                f"traffic from {src} to {dst} leaves through {oif}, not {i.name}",
-                                f"add source routing: ip rule add from {src} table <N>; ip route add "
-                                f"{dst if not onlink else i.network_of(src)} dev {i.name} table <N>"))
+            fix = (f"add source routing: ip rule add from {src} table <N>; ip route add "
+                   f"{dst if not onlink else i.network_of(src)} dev {i.name} table <N>")
+            rpf = sysctls.get(i.name, {}).get("rp_filter")
+            # railover binds its sockets to the NIC (SO_BINDTODEVICE): what they send leaves
+            # through it when a route via the NIC exists; what arrives on it is dropped by strict
+            # reverse-path filtering, whose route back to dst is the one without a device.
+            bound = route(dst, src, i.name)[0] == i.name if rpf is not None else False
+            if bound and rpf == 1:
+                checks.append(Check("routing", what, FAIL,
+                                    f"traffic from {src} to {dst} leaves through {oif}, not {i.name}: railover's "
+                                    f"sockets, bound to {i.name}, still send through it, but strict reverse-path "
+                                    f"filtering (rp_filter=1 on {i.name}) drops what {dst} sends to {i.name}",
+                                    fix + f", or loose filtering: sysctl -w net.ipv4.conf.all.rp_filter=2 "
+                                    f"net.ipv4.conf.{i.name}.rp_filter=2"))
+            elif bound:
+                checks.append(Check("routing", what, WARN,
+                                    f"traffic from {src} to {dst} leaves through {oif}, not {i.name}: railover's "
+                                    f"sockets, bound to {i.name}, still use it (rp_filter={rpf}), but software "
+                                    f"bound to {src} only (NCCL's bootstrap, other tools) leaves through {oif}", fix))
+            else:
+                checks.append(Check("routing", what, FAIL if onlink else WARN,
+                                    f"traffic from {src} to {dst} leaves through {oif}, not {i.name}", fix))
         else:
             checks.append(Check("routing", what, OK, f"from {src} leaves through {i.name}"))
     if peers:
         jobs = [(i, p) for p in peers for i in peer_nics[p] if (i.name, p) not in mismatched]
         with ThreadPoolExecutor(max_workers=min(16, max(1, len(jobs)))) as ex:
-            results = list(ex.map(lambda j: probe(sel_addrs[j[0].name], j[1]), jobs))
+            results = list(ex.map(lambda j: probe(sel_addrs[j[0].name], j[1], j[0].name), jobs))
         reach: Dict[str, List[str]] = {p: [] for p in peers}
         for (i, p), (ok, how) in zip(jobs, results):
             if ok:
