@@ -19,7 +19,7 @@ namespace railover {
 struct Nic {
   int index = 0;            // railover device index (what NCCL calls dev)
   std::string name;         // interface name, e.g. "eth0"
-  int ifindex = 0;          // kernel interface index
+  int ifindex = 0;          // kernel interface index at discovery (health follows the name to a re-registered device)
   int rail = -1;            // rail id: RAILOVER_RAILS, else position in the device list
   std::string pciPath;      // realpath of /sys/class/net/<if>/device, "" for virtual NICs
   int speedMbps = 10000;    // /sys/class/net/<if>/speed, 10 Gb/s when unknown

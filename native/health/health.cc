@@ -112,6 +112,14 @@ struct NicState {
   uint64_t downSinceUs = 0;
   std::string downSignal;
   int udp = -1;
+  // The kernel interface that carries the NIC's name now (0: none). Starts as Nic::ifindex; a
+  // device registered again under the name (driver reload, device reset: a new ifindex) is
+  // followed, a device renamed away is not. Health thread only.
+  int ifindex = 0;
+  // The probe socket and the transport's listener are bound to a device that is gone: re-open
+  // them on the NIC's address once it has one. Health thread only.
+  bool reopen = false;
+  int sockIfindex = 0;  // the interface the probe socket and listener were bound to; health thread only
 };
 
 bool sameIp(const sockaddr_storage& a, const sockaddr_storage& b) {
@@ -300,7 +308,7 @@ class Monitor : public Health {
   // for the kernel's retransmission timer. Runs on the health thread; blocks at most ~100 ms.
   bool neighFlushDenied = false;
   int flushFailedNeighbours(int i) {
-    if (neighFlushDenied) return 0;
+    if (neighFlushDenied || nicState[i].ifindex == 0) return 0;  // 0 would name every interface
     int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
     if (fd < 0) return 0;
     timeval tv{0, tuning::kNeighFlushTimeoutUs};
@@ -314,7 +322,7 @@ class Monitor : public Health {
     req.h.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
     req.h.nlmsg_seq = 1;
     req.n.ndm_family = AF_UNSPEC;
-    req.n.ndm_ifindex = nics[i].ifindex;
+    req.n.ndm_ifindex = nicState[i].ifindex;
     std::vector<std::vector<uint8_t>> dels;  // RTM_DELNEIGH requests built from the dump
     if (send(fd, &req, sizeof(req), 0) == (ssize_t)sizeof(req)) {
       char* buf = nlBuf;
@@ -329,7 +337,7 @@ class Monitor : public Health {
           }
           if (h->nlmsg_type != RTM_NEWNEIGH) continue;
           auto* nd = (ndmsg*)NLMSG_DATA(h);
-          if (nd->ndm_ifindex != nics[i].ifindex || !(nd->ndm_state & (NUD_INCOMPLETE | NUD_FAILED))) continue;
+          if (nd->ndm_ifindex != nicState[i].ifindex || !(nd->ndm_state & (NUD_INCOMPLETE | NUD_FAILED))) continue;
           int alen = (int)h->nlmsg_len - (int)NLMSG_LENGTH(sizeof(ndmsg));
           for (rtattr* a = (rtattr*)((char*)nd + NLMSG_ALIGN(sizeof(ndmsg))); RTA_OK(a, alen); a = RTA_NEXT(a, alen)) {
             if (a->rta_type != NDA_DST) continue;
@@ -377,6 +385,26 @@ class Monitor : public Health {
   // A local NIC moved to a new address: re-open its probe socket and listener there and tell
   // every peer (over every NIC) where it went, so their reconnects and probes follow it.
   void onLocalAddrChange(int i, const sockaddr_storage& oldA, const sockaddr_storage& newA, socklen_t len, uint64_t now) {
+    reopenSockets(i, newA, len);
+    uint8_t buf[probe::kHeaderBytes + probe::kAddrChangeBytes];
+    probe::AddrChange c;
+    c.family = newA.ss_family == AF_INET ? 4 : 6;
+    putAddr(c.oldAddr, oldA);
+    putAddr(c.newAddr, newA);
+    c.port = ports[i];
+    probe::encodeAddrChange(c, buf);
+    std::lock_guard<std::mutex> g(mu);
+    for (Pair& p : live())
+      if (p.used && nicState[p.nic].udp >= 0)
+        sendto(nicState[p.nic].udp, buf, sizeof(buf), MSG_DONTWAIT, (sockaddr*)&p.remote, p.len);
+    if (journal) journal->nic_addr_change(nics[i].name, addrToString(oldA), addrToString(newA));
+    (void)now;
+  }
+
+  // Re-opens NIC i's probe socket on address `newA` (bound to the device that carries the NIC's
+  // name now) and has the transport listen there again (the address-change hook).
+  void reopenSockets(int i, const sockaddr_storage& newA, socklen_t len) {
+    nicState[i].sockIfindex = nicState[i].ifindex;
     std::string err;
     int fd = udpOn(newA, len, ports[i], nics[i].name, &err);
     if (fd >= 0) {
@@ -394,19 +422,28 @@ class Monitor : public Health {
               addrToString(newA).c_str(), err.c_str());
     }
     if (gAddrHook && notifyHooks_) gAddrHook(i, newA, len);  // a private monitor's NIC is not the runtime's
-    uint8_t buf[probe::kHeaderBytes + probe::kAddrChangeBytes];
-    probe::AddrChange c;
-    c.family = newA.ss_family == AF_INET ? 4 : 6;
-    putAddr(c.oldAddr, oldA);
-    putAddr(c.newAddr, newA);
-    c.port = ports[i];
-    probe::encodeAddrChange(c, buf);
-    std::lock_guard<std::mutex> g(mu);
-    for (Pair& p : live())
-      if (p.used && nicState[p.nic].udp >= 0)
-        sendto(nicState[p.nic].udp, buf, sizeof(buf), MSG_DONTWAIT, (sockaddr*)&p.remote, p.len);
-    if (journal) journal->nic_addr_change(nics[i].name, addrToString(oldA), addrToString(newA));
-    (void)now;
+  }
+
+  // Re-learns NIC i's address (lookupIfAddr by its name) after an address event or after its
+  // name moved to another device; returns whether it has one. A new address is handled as a
+  // move (onLocalAddrChange); the same address on a new device re-opens the sockets only.
+  bool relearnAddr(int i, uint64_t now) {
+    sockaddr_storage a;
+    socklen_t l;
+    bool has = lookupIfAddr(nics[i].name, cfg.family, &a, &l);
+    if (!has) return false;
+    socklen_t ol;
+    sockaddr_storage old = nics[i].getAddr(&ol);
+    if (!sameIp(old, a)) {
+      RO_WARN("railover: NIC %s address changed %s -> %s; re-learned", nics[i].name.c_str(), addrToString(old).c_str(),
+              addrToString(a).c_str());
+      nics[i].setAddr(a, l);
+      onLocalAddrChange(i, old, a, l, now);
+    } else if (nicState[i].reopen) {
+      reopenSockets(i, a, l);
+    }
+    nicState[i].reopen = false;
+    return true;
   }
 
   // Bilateral detection: tell every peer, over our surviving NICs, that NIC `down` is gone.
@@ -704,30 +741,40 @@ class Monitor : public Health {
       for (nlmsghdr* h = (nlmsghdr*)buf; NLMSG_OK(h, (unsigned)n); h = NLMSG_NEXT(h, n)) {
         if (h->nlmsg_type == RTM_NEWLINK || h->nlmsg_type == RTM_DELLINK) {
           auto* ifi = (ifinfomsg*)NLMSG_DATA(h);
+          std::string name;  // IFLA_IFNAME, "" when absent
+          int alen = (int)h->nlmsg_len - (int)NLMSG_LENGTH(sizeof(ifinfomsg));
+          for (rtattr* a = IFLA_RTA(ifi); RTA_OK(a, alen); a = RTA_NEXT(a, alen))
+            if (a->rta_type == IFLA_IFNAME) name.assign((const char*)RTA_DATA(a), strnlen((const char*)RTA_DATA(a), RTA_PAYLOAD(a)));
           for (int i = 0; i < nNics; ++i) {
-            if (nics[i].ifindex != ifi->ifi_index) continue;
+            NicState& st = nicState[i];
+            bool newLink = h->nlmsg_type == RTM_NEWLINK;
+            if (st.ifindex != ifi->ifi_index) {
+              // A NIC is its name (what RAILOVER_IFNAMES selected and its sockets bind to): a
+              // device registered again under it (driver reload, device reset) or renamed back
+              // is the NIC, on a new ifindex. Its probe socket and listener are re-opened there.
+              if (!newLink || name != nics[i].name) continue;
+              RO_INFO(RO_SUBSYS_NET, "railover: NIC %s is interface %d now (was %d)", nics[i].name.c_str(),
+                      ifi->ifi_index, st.ifindex);
+              st.ifindex = ifi->ifi_index;
+              st.reopen = st.sockIfindex != st.ifindex;  // renamed back: its sockets are still bound to it
+              st.hasAddr = relearnAddr(i, now);
+            } else if (newLink && !name.empty() && name != nics[i].name) {
+              // Renamed: the device no longer carries the NIC's name, which its sockets bind to.
+              st.ifindex = 0;
+              setNic(i, false, st.hasAddr, "renamed", now);
+              continue;
+            }
             bool admin = ifi->ifi_flags & IFF_UP, running = ifi->ifi_flags & IFF_RUNNING;
-            bool linkUp = h->nlmsg_type == RTM_NEWLINK && admin && running;
-            const char* sig = h->nlmsg_type == RTM_DELLINK ? "link removed" : !admin ? "admin down" : !running ? "carrier lost" : "link up";
-            setNic(i, linkUp, nicState[i].hasAddr, sig, now);
+            bool linkUp = newLink && admin && running;
+            const char* sig = !newLink ? "link removed" : !admin ? "admin down" : !running ? "carrier lost" : "link up";
+            if (!newLink) st.ifindex = 0;
+            setNic(i, linkUp, st.hasAddr, sig, now);
           }
         } else if (h->nlmsg_type == RTM_NEWADDR || h->nlmsg_type == RTM_DELADDR) {
           auto* ifa = (ifaddrmsg*)NLMSG_DATA(h);
           for (int i = 0; i < nNics; ++i) {
-            if (nics[i].ifindex != (int)ifa->ifa_index) continue;
-            sockaddr_storage a;
-            socklen_t l;
-            bool has = lookupIfAddr(nics[i].name, cfg.family, &a, &l);
-            if (has) {
-              socklen_t ol;
-              sockaddr_storage old = nics[i].getAddr(&ol);
-              if (!sameIp(old, a)) {
-                RO_WARN("railover: NIC %s address changed %s -> %s; re-learned", nics[i].name.c_str(),
-                        addrToString(old).c_str(), addrToString(a).c_str());
-                nics[i].setAddr(a, l);
-                onLocalAddrChange(i, old, a, l, now);
-              }
-            }
+            if (nicState[i].ifindex != (int)ifa->ifa_index) continue;
+            bool has = relearnAddr(i, now);
             setNic(i, nicState[i].linkUp, has, has ? "address added" : "address removed", now);
           }
         }
@@ -835,6 +882,7 @@ Monitor* newMonitor(const Config& cfg, Nic* nics, int nNics, const uint16_t* por
     socklen_t l;
     sockaddr_storage a = nics[i].getAddr(&l);
     std::string err;
+    m->nicState[i].ifindex = m->nicState[i].sockIfindex = nics[i].ifindex;
     m->nicState[i].udp = udpOn(a, l, ports[i], nics[i].name, &err);
     if (m->nicState[i].udp < 0)
       RO_WARN("railover: no probe socket on NIC %s (%s); silent faults there are found by socket errors only",

@@ -27,7 +27,7 @@
 #include <type_traits>
 
 #define RAILOVER_JOURNAL_EVENTS(EVENT)                                                                          \
-  EVENT(nic_down, "a local NIC lost carrier, was set down or lost its address (netlink)")                      \
+  EVENT(nic_down, "a local NIC lost carrier, was set down, removed or renamed, or lost its address (netlink)")   \
   EVENT(nic_up, "a local NIC is usable again (carrier, admin up and an address)")                              \
   EVENT(nic_addr_change, "a local NIC's address changed; railover listens on the new one and tells its peers") \
   EVENT(peer_addr_change, "a peer's NIC moved to another address (its notice arrived)")                        \
@@ -66,7 +66,7 @@
 
 #define RO_EVENT_FIELDS_nic_down(FIRST, NEXT) \
   FIRST(nic, Str, "NIC name")                 \
-  NEXT(signal, Str, "what showed it: carrier, admin state, address removed, RDMA port error / device fatal error")
+  NEXT(signal, Str, "what showed it: carrier, admin state, link removed, renamed, address removed, RDMA port error / device fatal error")
 #define RO_EVENT_FIELDS_nic_up(FIRST, NEXT)                                         \
   FIRST(nic, Str, "NIC name")                                                       \
   NEXT(signal, Str, "what showed it: carrier, admin state, address added, RDMA port active, RDMA device re-opened")  \

@@ -90,6 +90,23 @@ def test_address_removed_then_restored(testbed):
     assert any(e["event"] == "nic_down" and e.get("signal") == "address removed" for e in res.events)
 
 
+def test_nic_reregistered_by_a_driver_reload(testbed):
+    """A driver reload or device reset removes a0's network device and registers it again:
+    same name, address and link, a new ifindex. The comms fail over at the removal and fail
+    back once the NIC is back (the health monitor follows the NIC by name, re-opens its probe
+    socket and the transport listens on the new device)."""
+    tb = testbed("T2")
+    f = faults.Reregister(tb.nic("a0"))
+    # undo does nothing: it marks when the NIC was back, for the failback bound
+    res = run_scenario(tb, [Step(2, "apply", f), Step(2.5, "undo", f)], duration_s=11, env=FAST)
+    _one_failover(res, T_CARRIER_MS)
+    a0 = tb.nic("a0").ifname
+    assert any(e["event"] == "nic_down" and e["nic"] == a0 for e in res.events)
+    assert any(e["event"] == "nic_up" and e["nic"] == a0 for e in res.events)
+    # both ranks' send comms fail back: B's through A's listener and probe socket on the new device
+    assert {e["rank"] for e in res.events if e["event"] == "failback"} == {0, 1}, res.events[-20:]
+
+
 def test_silent_black_hole(testbed):
     tb = testbed("T2")
     f = faults.Silent(tb.nic("b0"))

@@ -41,7 +41,7 @@ from railover.testbed.netns import (NETNS_DIR, Nic, TestBed, TestBedError, add_n
 
 __all__ = [
     "FaultError", "Fault", "NftFault", "HostDown", "PortDown", "Silent", "OneWay", "Loss",
-    "BigDrop", "SynDrop", "Rate", "AddrDel", "AddrChange", "Kill", "Stop",
+    "BigDrop", "SynDrop", "Rate", "AddrDel", "AddrChange", "Reregister", "Kill", "Stop",
     "LinkState", "nic_stats", "link_state", "nft_tables", "parse_rate",
 ]
 
@@ -591,6 +591,43 @@ class AddrChange(Fault):
     def _undo(self) -> None:
         del_nic_address(self.nic, self.new_addr)
         add_nic_address(self.nic, self.nic.addr)
+
+
+class Reregister(Fault):
+    """REREGISTER: the host NIC's network device is removed and registered again with the same
+    name, address and switch port, as a driver reload or a device reset (firmware reset, PCI
+    recovery) does: the NIC comes back as a new kernel interface (a new ifindex). Applying it
+    is the whole event (the NIC is back when apply() returns); undo does nothing."""
+
+    code = "REREGISTER"
+
+    def __init__(self, nic: Nic):
+        super().__init__()
+        self.nic = nic
+
+    def _target(self) -> str:
+        return self.nic.name
+
+    def _apply(self) -> None:
+        n = self.nic
+        try:
+            with netlink(n.ns) as ipr:   # deleting one end of the veth deletes the switch port too
+                ipr.link("del", index=ipr.link_lookup(ifname=n.ifname)[0])
+            with netlink(n.fabric_ns) as f:
+                f.link("add", ifname=n.port, kind="veth", peer={"ifname": n.ifname, "net_ns_fd": n.ns})
+                port = f.link_lookup(ifname=n.port)[0]
+                f.link("set", index=port, master=f.link_lookup(ifname=n.bridge)[0])
+                f.link("set", index=port, state="up")
+            with netlink(n.ns) as ipr:
+                ipr.link("set", index=ipr.link_lookup(ifname=n.ifname)[0], state="up")
+                add_nic_address(n, n.addr, ipr)
+        except TestBedError:
+            raise
+        except Exception as e:
+            raise FaultError(f"re-registering {n.ifname} in {n.ns} failed: {e}") from e
+
+    def _undo(self) -> None:
+        pass
 
 
 # --------------------------------------------------------------------------- processes
