@@ -233,6 +233,35 @@ def test_doctor_on_nics_sharing_a_subnet(testbed):
     assert rc == 1 and fails == {("arp", a0.ifname), ("arp", a1.ifname)}, fails
 
 
+def test_doctor_sees_nics_stacked_on_one_port(testbed):
+    """A macvlan interface on a0, and a bridge (a master, like a bond) over a veth port, as the
+    kernel reports them: doctor finds the port a0 and the macvlan share, and the master is the
+    port beneath it. (VLAN and bond work the same way, IFLA_LINK and IFLA_MASTER; macvlan and
+    bridge are used as small CI kernels may lack 8021q and bonding. A stack on a master's port
+    is in the unit test: the kernel refuses a macvlan on a bridge port.)"""
+    from railover.ops import doctor as dr
+    tb = testbed("T2")
+    a0, a1 = tb.nic("a0"), tb.nic("a1")
+    mv, br, port, peer = (tb.prefix + s for s in ("mv", "br", "p0", "p1"))
+    with netlink(a0.ns) as ipr:
+        ipr.link("add", ifname=mv, kind="macvlan", link=ipr.link_lookup(ifname=a0.ifname)[0], macvlan_mode="bridge")
+        ipr.link("add", ifname=port, kind="veth", peer=peer)
+        ipr.link("add", ifname=br, kind="bridge")
+        ipr.link("set", index=ipr.link_lookup(ifname=port)[0], master=ipr.link_lookup(ifname=br)[0])
+        for name, addr in ((mv, "10.9.0.1"), (br, "10.9.1.1"), (peer, "10.9.2.1")):
+            idx = ipr.link_lookup(ifname=name)[0]
+            ipr.addr("add", index=idx, address=addr, prefixlen=24)
+            ipr.link("set", index=idx, state="up")
+    ifaces = {i.name: i for i in dr.list_interfaces(ns=a0.ns)}
+    assert ifaces[mv].ports == [a0.ifname] and ifaces[a0.ifname].ports == [a0.ifname]
+    assert ifaces[br].ports == [port] and ifaces[peer].ports == [peer] and ifaces[a1.ifname].ports == [a1.ifname]
+    facts = dr.Facts(env={"RAILOVER_IFNAMES": "=" + ",".join((a0.ifname, a1.ifname, mv, br, peer))},
+                     ifaces=list(ifaces.values()), plugin={"path": "", "loaded": False, "abi": []})
+    rep = dr.diagnose(facts, route=lambda dst, src: ("?", ""))
+    warned = {c.what for c in rep.checks if c.section == "nics" and "same port" in c.detail}
+    assert warned == {f"{a0.ifname}, {mv}"}, warned
+
+
 def test_launch_sets_the_environment_nccl_needs(testbed):
     tb = testbed("T2")
     a0 = tb.nic("a0")

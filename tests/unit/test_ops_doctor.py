@@ -271,6 +271,23 @@ def test_nic_sysctls_are_the_larger_of_all_and_the_nic(tmp_path):
                    "eth1": {"arp_ignore": 1, "arp_announce": 0, "rp_filter": 2}, "eth9": {}}
 
 
+def test_nics_on_one_port_warn():
+    ifaces = [dr.Iface("eth0", 2, ["10.0.0.1/24"], ports=["eth0"]), dr.Iface("eth1", 3, ["10.0.1.1/24"], ports=["eth1"]),
+              dr.Iface("eth0.100", 4, ["10.0.2.1/24"], ports=["eth0"])]
+    rep = run(GOOD_NCCL, ifaces, route=lambda dst, src: ({"10.0.0.1": "eth0", "10.0.1.1": "eth1"}.get(src, "eth0.100"), ""))
+    (w,) = find(rep, "nics", "eth0, eth0.100", dr.WARN)
+    assert "same port (eth0)" in w.detail and rep.ok
+    assert len(find(rep, "nics", status=dr.WARN)) == 1
+    # a bond over two ports is one NIC: no warning; a VLAN of one of its ports beside it is
+    ifaces = [dr.Iface("bond0", 5, ["10.0.0.1/24"], ports=["eth0", "eth1"]),
+              dr.Iface("eth2", 6, ["10.0.1.1/24"], ports=["eth2"])]
+    rep = run(GOOD_NCCL, ifaces, route=lambda dst, src: ({"10.0.0.1": "bond0"}.get(src, "eth2"), ""))
+    assert not find(rep, "nics", status=dr.WARN)
+    ifaces.append(dr.Iface("eth1.7", 7, ["10.0.2.1/24"], ports=["eth1"]))
+    rep = run(GOOD_NCCL, ifaces, route=lambda dst, src: ({"10.0.0.1": "bond0", "10.0.1.1": "eth2"}.get(src, "eth1.7"), ""))
+    assert [c.what for c in find(rep, "nics", status=dr.WARN)] == ["bond0, eth1.7"]
+
+
 def test_routed_peer_is_checked_from_every_nic_and_wrong_egress_warns():
     rep = run(GOOD_NCCL, peers=["192.168.5.5"], route=lambda dst, src: ("eth0", ""))
     assert [c.status for c in find(rep, "routing")] == [dr.OK, dr.WARN]

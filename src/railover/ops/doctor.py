@@ -11,6 +11,8 @@ or would run without the redundancy railover is there for):
   ``NCCL_SOCKET_IFNAME`` syntax: comma list of prefixes, ``^`` excludes, ``=`` exact; by
   default every interface with an address except ``lo``, ``docker*``, ``virbr*``), their
   addresses, link state (admin, carrier) and rails (``RAILOVER_RAILS`` or interface order);
+  two selected NICs on one physical port (VLAN/macvlan/ipvlan beside its parent, a bond's
+  port) are a WARN: failing over between them does not survive that port's fault;
   with ``RAILOVER_TRANSPORT=auto`` a selected NIC without an RDMA port, while others have one,
   is shown as not a device, as the plugin leaves it out of NCCL's devices (the RDMA report
   below says so), and the counts and per-NIC checks that follow leave it out too;
@@ -90,7 +92,7 @@ class Iface:
     """A network interface as the plugin sees it: ``addrs`` are ``addr/prefixlen`` strings
     (IPv4 and global IPv6, link-local excluded), ``admin_up`` (IFF_UP), ``carrier``,
     ``operstate`` (``UP``, ``DOWN``, ``LOWERLAYERDOWN``, ``UNKNOWN``...), ``speed_mbps``
-    (None when unknown)."""
+    (None when unknown), ``ports`` (the physical interfaces beneath it)."""
 
     name: str
     index: int
@@ -99,6 +101,9 @@ class Iface:
     carrier: bool = True
     operstate: str = "UP"
     speed_mbps: Optional[int] = None
+    #: the interfaces at the bottom of this one's stack, by name (itself when it has none below
+    #: it): a VLAN, macvlan or ipvlan interface's parent's, a bond's or team's ports'
+    ports: List[str] = field(default_factory=list)
 
     def addr(self, family: int = 0) -> Optional[str]:
         """The address the plugin uses: the first IPv4 one (unless ``family`` is AF_INET6),
@@ -667,6 +672,8 @@ def list_interfaces(ns: Optional[str] = None) -> List[Iface]:
     ipr = IPRoute(netns=ns) if ns else IPRoute()
     try:
         out: Dict[int, Iface] = {}
+        parent: Dict[int, int] = {}          # stacked interface -> the one it sits on
+        members: Dict[int, List[int]] = {}   # bond/team/bridge -> its ports
         for link in ipr.get_links():
             name = link.get("IFLA_IFNAME")
             idx = link["index"]
@@ -678,6 +685,14 @@ def list_interfaces(ns: Optional[str] = None) -> List[Iface]:
                 pass
             out[idx] = Iface(name, idx, [], bool(link["flags"] & 1), bool(link.get("IFLA_CARRIER")),
                              str(link.get("IFLA_OPERSTATE")), speed)
+            info = link.get("IFLA_LINKINFO")
+            kind = info.get("IFLA_INFO_KIND") if info else None
+            if kind in STACKED_KINDS and link.get("IFLA_LINK") and link.get("IFLA_LINK_NETNSID") is None:
+                parent[idx] = link.get("IFLA_LINK")
+            if link.get("IFLA_MASTER"):
+                members.setdefault(link.get("IFLA_MASTER"), []).append(idx)
+        for idx, i in out.items():
+            i.ports = sorted(_ports_of(idx, out, parent, members))
         for a in ipr.get_addr():
             i = out.get(a["index"])
             addr = a.get("IFA_ADDRESS")
@@ -690,6 +705,28 @@ def list_interfaces(ns: Optional[str] = None) -> List[Iface]:
         return sorted(out.values(), key=lambda x: x.index)
     finally:
         ipr.close()
+
+
+#: interface kinds that sit on another interface of this namespace (IFLA_LINK): they share its port
+STACKED_KINDS = ("vlan", "macvlan", "macvtap", "ipvlan", "ipvtap")
+
+
+def _ports_of(idx: int, links: Mapping[int, Iface], parent: Mapping[int, int], members: Mapping[int, List[int]],
+              seen: Optional[set] = None) -> set:
+    """Names of the interfaces at the bottom of ``idx``'s stack: follows a stacked interface to
+    its parent and a master (bond, team) to its ports; an interface with neither is its own."""
+    seen = set() if seen is None else seen
+    if idx in seen or idx not in links:
+        return set()
+    seen.add(idx)
+    if idx in parent:
+        return _ports_of(parent[idx], links, parent, members, seen) or {links[idx].name}
+    if members.get(idx):
+        out: set = set()
+        for m in members[idx]:
+            out |= _ports_of(m, links, parent, members, seen)
+        return out or {links[idx].name}
+    return {links[idx].name}
 
 
 def route_get(dst: str, src: str, oif: Optional[str] = None) -> Tuple[Optional[str], str]:
@@ -904,6 +941,17 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
                     checks.append(Check("nics", "RAILOVER_STANDBY", WARN,
                                         f"RAILOVER_STANDBY pair {item} names {name}, {what}: "
                                         "that pair gives no standby path", "fix the name or the NIC selection"))
+    # NICs on one port (a VLAN beside its parent, two VLANs of one port, a bond and a VLAN of
+    # its port): a standby path between them shares the cable, optic and switch port it is
+    # meant to survive.
+    for k, i in enumerate(selected):
+        for j in selected[k + 1:]:
+            shared = sorted(set(i.ports or [i.name]) & set(j.ports or [j.name]))
+            if shared:
+                checks.append(Check("nics", f"{i.name}, {j.name}", WARN,
+                                    f"{i.name} and {j.name} are on the same port ({', '.join(shared)}): a comm failing "
+                                    "over between them shares the cable, optic and switch port that failed",
+                                    "select one interface per physical port (RAILOVER_IFNAMES)"))
     speeds = {i.speed_mbps for i in selected if i.speed_mbps}
     if len(speeds) > 1:
         checks.append(Check("nics", "speed", INFO, "selected NICs have different speeds "
