@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -66,6 +67,7 @@ struct Pair {
   uint64_t nextRoundUs = 0;  // an up pair is probed once per round, not again on a burst's extra round
   // The peer process answering on this pair (its instance id from the answers; 0 = unknown).
   uint64_t peerId = 0;
+  uint16_t peerMtu = 0;  // the MTU the peer's NIC told in its answers (0: not yet, or an older railover); under mu
   bool silenceHeld = false;  // this timeout is being held as a peer-wide silence (journaled once)
   uint64_t silenceHeldSinceUs = 0;  // when that hold began (the round that first held it)
   bool queueHeld = false;    // this timeout is being held as congestion (health::holdForQueue)
@@ -120,6 +122,7 @@ struct NicState {
   // them on the NIC's address once it has one. Health thread only.
   bool reopen = false;
   int sockIfindex = 0;  // the interface the probe socket and listener were bound to; health thread only
+  int mtu = 0;          // the NIC's MTU, bytes (0: unknown), from sysfs at start and netlink after; health thread only
 };
 
 bool sameIp(const sockaddr_storage& a, const sockaddr_storage& b) {
@@ -464,7 +467,8 @@ class Monitor : public Health {
     uint8_t* buf = probeBuf;
     health::Probe pr;
     pr.big = big;
-    pr.padding = big ? (uint32_t)kBigProbeBytes : 0;
+    pr.padding = big ? health::bigProbePadding(nicState[p.nic].mtu, p.peerMtu, p.remote.ss_family == AF_INET6) : 0;
+    pr.mtu = (uint16_t)std::min(nicState[p.nic].mtu, 65535);
     pr.id = ++probeSeq;
     pr.sentUs = nowUs();
     health::encodeProbe(pr, buf);
@@ -515,7 +519,7 @@ class Monitor : public Health {
       health::Probe pr;
       if (!health::decodeProbe(buf, (size_t)n, &pr)) continue;
       if (!pr.ack) {  // answer with the same size, so big probes test both directions
-        health::answerProbe(buf, instanceId);
+        health::answerProbe(buf, instanceId, (uint16_t)std::min(nicState[nic].mtu, 65535));
         sendto(nicState[nic].udp, buf, (size_t)n, MSG_DONTWAIT, (sockaddr*)&from, fl);
         // The peer probes us from that NIC again: if our pair to it is hard down (its NIC-down
         // notice) and its re-probes backed off (up to RAILOVER_PROBE_BACKOFF_MAX_MS), re-probe
@@ -542,6 +546,7 @@ class Monitor : public Health {
         p.lastAckUs = now;
         p.answeredUs.store(now, std::memory_order_release);
         if (pr.responder) p.peerId = pr.responder;
+        if (pr.mtu) p.peerMtu = pr.mtu;
         if (pr.big) p.lastBigAckUs = now;
         uint64_t rtt = now > pr.sentUs ? now - pr.sentUs : 0;
         if (rtt <= detectUs / 2) {
@@ -743,8 +748,11 @@ class Monitor : public Health {
           auto* ifi = (ifinfomsg*)NLMSG_DATA(h);
           std::string name;  // IFLA_IFNAME, "" when absent
           int alen = (int)h->nlmsg_len - (int)NLMSG_LENGTH(sizeof(ifinfomsg));
-          for (rtattr* a = IFLA_RTA(ifi); RTA_OK(a, alen); a = RTA_NEXT(a, alen))
+          uint32_t mtu = 0;  // IFLA_MTU, 0 when absent
+          for (rtattr* a = IFLA_RTA(ifi); RTA_OK(a, alen); a = RTA_NEXT(a, alen)) {
             if (a->rta_type == IFLA_IFNAME) name.assign((const char*)RTA_DATA(a), strnlen((const char*)RTA_DATA(a), RTA_PAYLOAD(a)));
+            if (a->rta_type == IFLA_MTU && RTA_PAYLOAD(a) >= sizeof(uint32_t)) memcpy(&mtu, RTA_DATA(a), sizeof(mtu));
+          }
           for (int i = 0; i < nNics; ++i) {
             NicState& st = nicState[i];
             bool newLink = h->nlmsg_type == RTM_NEWLINK;
@@ -764,6 +772,7 @@ class Monitor : public Health {
               setNic(i, false, st.hasAddr, "renamed", now);
               continue;
             }
+            if (newLink && mtu) st.mtu = (int)std::min<uint32_t>(mtu, 65535);
             bool admin = ifi->ifi_flags & IFF_UP, running = ifi->ifi_flags & IFF_RUNNING;
             bool linkUp = newLink && admin && running;
             const char* sig = !newLink ? "link removed" : !admin ? "admin down" : !running ? "carrier lost" : "link up";
@@ -857,8 +866,9 @@ class Monitor : public Health {
   }
 };
 
-std::string readOper(const std::string& name) {
-  FILE* f = fopen(("/sys/class/net/" + name + "/operstate").c_str(), "r");
+// The first line of /sys/class/net/<name>/<file> ("" when it cannot be read).
+std::string readSys(const std::string& name, const char* file) {
+  FILE* f = fopen(("/sys/class/net/" + name + "/" + file).c_str(), "r");
   char b[32] = {};
   if (f) {
     if (!fgets(b, sizeof(b), f)) b[0] = 0;
@@ -887,7 +897,8 @@ Monitor* newMonitor(const Config& cfg, Nic* nics, int nNics, const uint16_t* por
     if (m->nicState[i].udp < 0)
       RO_WARN("railover: no probe socket on NIC %s (%s); silent faults there are found by socket errors only",
               nics[i].name.c_str(), err.c_str());
-    std::string oper = readOper(nics[i].name);
+    m->nicState[i].mtu = atoi(readSys(nics[i].name, "mtu").c_str());
+    std::string oper = readSys(nics[i].name, "operstate");
     unsigned int flags = 0;
     bool linkUp = oper != "down" && oper != "lowerlayerdown" && oper != "notpresent";
     (void)flags;
@@ -956,7 +967,7 @@ int Monitor::registerPair(int nic, const sockaddr_storage& remote, socklen_t len
   p.queuedUs.store(0);
   p.queueHeld = false;
   p.burstUntilUs = 0, p.downSinceUs = 0, p.cause.clear();
-  p.nextProbeUs = 0, p.probeGapMs = 0, p.downProbes = 0, p.nextRoundUs = 0, p.peerId = 0, p.silenceHeld = false;
+  p.nextProbeUs = 0, p.probeGapMs = 0, p.downProbes = 0, p.nextRoundUs = 0, p.peerId = 0, p.peerMtu = 0, p.silenceHeld = false;
   p.silenceHeldSinceUs = 0;
   p.peerWideDown = false, p.reprobedOnRequest = false;
   p.burstBigSent = p.burstBigAnswered = p.burstSmallAnswered = 0, p.burstStartUs = 0;

@@ -21,6 +21,7 @@ void encodeHeader(const Header& h, uint8_t* out) {
   memset(out, 0, kHeaderBytes);
   out[0] = h.type;
   out[1] = h.flags;
+  putLe(out + 2, h.mtu, 2);
   putLe(out + 4, h.len, 4);
   putLe(out + 8, h.seq, 8);
   putLe(out + 16, h.sentUs, 6);
@@ -30,6 +31,7 @@ void encodeHeader(const Header& h, uint8_t* out) {
 bool decodeHeader(const uint8_t* in, Header* h, std::string* err) {
   h->type = in[0];
   h->flags = in[1];
+  h->mtu = (uint16_t)getLe(in + 2, 2);
   h->len = (uint32_t)getLe(in + 4, 4);
   h->seq = getLe(in + 8, 8);
   h->sentUs = getLe(in + 16, 6);
@@ -40,8 +42,9 @@ bool decodeHeader(const uint8_t* in, Header* h, std::string* err) {
   return true;
 }
 
-void answerHeader(uint8_t* hdr, uint64_t responder) {
+void answerHeader(uint8_t* hdr, uint64_t responder, uint16_t mtu) {
   hdr[0] = kTypeProbeAck;
+  putLe(hdr + 2, mtu, 2);
   putLe(hdr + 22, responder, 6);
 }
 

@@ -26,7 +26,8 @@ namespace probe {
 // PROBE, 7 PROBE_ACK), so a probe datagram also reads as a valid frame of that type. Health
 // encodes it itself and needs nothing of the transport; native/tests/probe_wire_test.cc
 // proves the two encodings agree byte for byte.
-//   0 u8 type (6 or 7)   1 u8 flags   2 u16 0 (a frame's stream)   4 u32 len: bytes that follow
+//   0 u8 type (6 or 7)   1 u8 flags   2 u16 mtu: the sender NIC's MTU, 0 = unknown (a frame's
+//   stream)   4 u32 len: bytes that follow
 //   8 u64 seq: probe id   16 u48 sentUs (a frame's offset)   22 u48 responder (a frame's total)
 //   28 u32 0 (a frame's tag)
 constexpr size_t kHeaderBytes = 32;
@@ -41,22 +42,24 @@ struct Header {
   uint64_t seq = 0;           // probe id
   uint64_t sentUs = 0;        // the prober's send time, µs of its CLOCK_MONOTONIC (48 bits on the wire)
   uint64_t responder = 0;     // an answer's responder instance id, 0 in a probe (48 bits on the wire)
+  uint16_t mtu = 0;           // the MTU of the NIC that sent it, bytes (0: unknown, or a railover before 2026-12-06)
 };
 
-// Writes the kHeaderBytes bytes of `h` to `out` (the unused bytes 2..3 and 28..31 as 0).
+// Writes the kHeaderBytes bytes of `h` to `out` (the unused bytes 28..31 as 0).
 void encodeHeader(const Header& h, uint8_t* out);
 // Reads the header at in[0, kHeaderBytes) (the caller checked the length). False with `err`
 // when the type is not a probe or answer ("frame type N is not a probe") or `len` exceeds
 // kMaxLenBytes.
 bool decodeHeader(const uint8_t* in, Header* h, std::string* err);
-// Rewrites a probe header in place into its answer from `responder`: type kTypeProbeAck and
-// the responder field; every other byte (flags, len, id, send time) stays as received.
-void answerHeader(uint8_t* hdr, uint64_t responder);
+// Rewrites a probe header in place into its answer from `responder`, whose NIC has MTU `mtu`
+// (0: unknown): type kTypeProbeAck, the responder and mtu fields; every other byte (flags, len,
+// id, send time) stays as received.
+void answerHeader(uint8_t* hdr, uint64_t responder, uint16_t mtu = 0);
 
 constexpr uint8_t kFlagBig = 1;         // full-size probe (size-dependent loss check)
 constexpr uint8_t kFlagNotice = 2;      // "my NIC with this address is down"
 constexpr uint8_t kFlagAddrChange = 4;  // "my NIC moved from this address to that one"
-constexpr size_t kBigProbeBytes = 4000;
+constexpr size_t kBigProbeBytes = 4000;  // a full-size probe's padding at most (less where the MTUs are smaller)
 constexpr size_t kNoticeBytes = 32;      // payload a notice sender writes
 constexpr size_t kNoticeMinBytes = 20;   // payload a receiver needs
 constexpr size_t kAddrChangeBytes = 40;  // payload an address-change sender writes (and a receiver needs)

@@ -1,5 +1,6 @@
 #include "health/rules.h"
 
+#include <algorithm>
 #include <string>
 
 #include "health/probe_wire.h"
@@ -17,6 +18,7 @@ void encodeProbe(const Probe& p, uint8_t* out) {
   h.seq = p.id;
   h.sentUs = p.sentUs;
   h.responder = p.ack ? p.responder : 0;
+  h.mtu = p.mtu;
   probe::encodeHeader(h, out);
 }
 
@@ -33,10 +35,18 @@ bool decodeProbe(const uint8_t* in, size_t n, Probe* p) {
   p->sentUs = h.sentUs;
   p->responder = p->ack ? h.responder : 0;
   p->padding = h.len;
+  p->mtu = h.mtu;
   return true;
 }
 
-void answerProbe(uint8_t* buf, uint64_t responder) { probe::answerHeader(buf, responder); }
+void answerProbe(uint8_t* buf, uint64_t responder, uint16_t mtu) { probe::answerHeader(buf, responder, mtu); }
+
+uint32_t bigProbePadding(int localMtu, int peerMtu, bool ipv6) {
+  int mtu = localMtu > 0 && (peerMtu <= 0 || localMtu < peerMtu) ? localMtu : peerMtu;
+  if (mtu <= 0) return (uint32_t)probe::kBigProbeBytes;
+  int room = mtu - (ipv6 ? 40 : 20) - 8 - (int)kProbeHeaderBytes;  // IP, UDP and probe headers
+  return (uint32_t)std::max(0, std::min(room, (int)probe::kBigProbeBytes));
+}
 
 }  // namespace health
 }  // namespace railover

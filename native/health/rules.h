@@ -21,6 +21,7 @@ struct Probe {
   uint64_t sentUs = 0;
   uint64_t responder = 0;
   uint32_t padding = 0;
+  uint16_t mtu = 0;  // the sender NIC's MTU, bytes (0: unknown)
 };
 constexpr size_t kProbeHeaderBytes = 32;
 // Writes the 32-byte header of `p` to `out`.
@@ -28,9 +29,14 @@ void encodeProbe(const Probe& p, uint8_t* out);
 // Decodes a datagram of `n` bytes: true for a plain probe or answer (not a notice, address
 // change or anything else) whose padding matches the datagram length; false otherwise.
 bool decodeProbe(const uint8_t* in, size_t n, Probe* p);
-// Rewrites a received probe header in place into its answer from `responder` (same size, so a
-// full-size probe tests the reverse direction too).
-void answerProbe(uint8_t* buf, uint64_t responder);
+// Rewrites a received probe header in place into its answer from `responder`, whose NIC has
+// MTU `mtu` (same size, so a full-size probe tests the reverse direction too).
+void answerProbe(uint8_t* buf, uint64_t responder, uint16_t mtu = 0);
+// Padding of a full-size probe on a pair whose local NIC has MTU `localMtu` and whose peer NIC
+// told `peerMtu` (either 0: unknown), for IPv6 when `ipv6`: kBigProbeBytes, or less so that the
+// datagram is one frame of the smaller MTU (a frame either NIC takes: TCP's segments are sized
+// by both ends' MSS, so a bigger probe would be dropped where the data is not).
+uint32_t bigProbePadding(int localMtu, int peerMtu, bool ipv6);
 
 // ---- rules --------------------------------------------------------------------------------
 

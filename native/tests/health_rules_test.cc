@@ -86,6 +86,31 @@ TEST(HealthRules, ATimeoutOnARailThatQueuedWaitsThePeerWideHold) {
   EXPECT_FALSE(holdForQueue(150000, detect, UINT64_MAX, memory)) << "never queued: the usual detection time";
 }
 
+TEST(HealthRules, AProbeCarriesItsNicsMtuAndTheAnswerTheAnsweringNics) {
+  uint8_t buf[kProbeHeaderBytes] = {};
+  Probe p;
+  p.mtu = 9000;
+  encodeProbe(p, buf);
+  Probe q;
+  ASSERT_TRUE(decodeProbe(buf, sizeof(buf), &q));
+  EXPECT_EQ(q.mtu, 9000);
+  answerProbe(buf, 0xfeedULL, 1500);
+  ASSERT_TRUE(decodeProbe(buf, sizeof(buf), &q));
+  EXPECT_TRUE(q.ack);
+  EXPECT_EQ(q.mtu, 1500) << "the answer tells the answering NIC's MTU, not the prober's";
+}
+
+TEST(HealthRules, AFullSizeProbeIsOneFrameOfTheSmallerMtu) {
+  EXPECT_EQ(bigProbePadding(0, 0, false), 4000u) << "unknown MTUs: the full 4000 bytes";
+  EXPECT_EQ(bigProbePadding(9000, 0, false), 4000u) << "an older peer tells no MTU";
+  EXPECT_EQ(bigProbePadding(9000, 9000, false), 4000u);
+  EXPECT_EQ(bigProbePadding(9000, 1500, false), 1500u - 20 - 8 - 32) << "the peer's NIC takes 1500-byte frames";
+  EXPECT_EQ(bigProbePadding(1500, 9000, false), 1500u - 20 - 8 - 32) << "ours sends 1500-byte frames";
+  EXPECT_EQ(bigProbePadding(1500, 0, true), 1500u - 40 - 8 - 32);
+  EXPECT_EQ(bigProbePadding(68, 0, false), 8u);
+  EXPECT_EQ(bigProbePadding(40, 0, false), 0u);
+}
+
 TEST(HealthRules, ProbeRoundTrip) {
   uint8_t buf[kProbeHeaderBytes + 4000] = {};
   Probe p;

@@ -139,10 +139,12 @@ TEST(ProbeWire, HeaderLayoutIsTheFrameLayout) {
     h.seq = rng();
     h.sentUs = rng() & ((1ULL << 48) - 1);
     h.responder = rng() & ((1ULL << 48) - 1);
+    h.mtu = (uint16_t)rng();
     uint8_t mine[kHeaderBytes], theirs[wire::kFrameBytes];
     encodeHeader(h, mine);
     wire::Frame f;
     f.type = h.type, f.flags = h.flags, f.len = h.len, f.seq = h.seq, f.offset = h.sentUs, f.total = h.responder;
+    f.stream = h.mtu;  // the sender NIC's MTU sits in a frame's stream field
     wire::encodeFrame(f, theirs);
     ASSERT_EQ(0, memcmp(mine, theirs, kHeaderBytes)) << "probe header and frame header differ at iteration " << i;
 
@@ -156,7 +158,7 @@ TEST(ProbeWire, HeaderLayoutIsTheFrameLayout) {
     EXPECT_EQ(g.seq, h.seq);
     EXPECT_EQ(g.offset, h.sentUs);
     EXPECT_EQ(g.total, h.responder);
-    EXPECT_EQ(g.stream, 0);
+    EXPECT_EQ(g.stream, h.mtu);
     EXPECT_EQ(g.tag, 0);
     Header back;
     ASSERT_TRUE(decodeHeader(theirs, &back, &err)) << err;
@@ -166,12 +168,14 @@ TEST(ProbeWire, HeaderLayoutIsTheFrameLayout) {
     EXPECT_EQ(back.seq, h.seq);
     EXPECT_EQ(back.sentUs, h.sentUs);
     EXPECT_EQ(back.responder, h.responder);
+    EXPECT_EQ(back.mtu, h.mtu);
 
-    // The answer rewrites only the type and the responder field, as re-encoding the decoded
-    // frame with type PROBE_ACK and a new total does.
+    // The answer rewrites only the type, the responder and the MTU (the answering NIC's), as
+    // re-encoding the decoded frame with type PROBE_ACK, a new total and stream does.
     uint64_t responder = rng() & ((1ULL << 48) - 1);
-    answerHeader(mine, responder);
-    g.type = wire::kProbeAck, g.total = responder;
+    uint16_t mtu = (uint16_t)rng();
+    answerHeader(mine, responder, mtu);
+    g.type = wire::kProbeAck, g.total = responder, g.stream = mtu;
     wire::encodeFrame(g, theirs);
     ASSERT_EQ(0, memcmp(mine, theirs, kHeaderBytes)) << "answer differs from the frame rewrite at iteration " << i;
   }

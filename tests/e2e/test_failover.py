@@ -16,7 +16,7 @@ import pytest
 
 from railover.testbed import faults
 from railover.testbed.scenario import LazyFault, Step, rank_process, run_scenario
-from railover.testbed.netns import _ns_sysctl
+from railover.testbed.netns import _ns_sysctl, netlink
 
 pytestmark = pytest.mark.netns
 
@@ -104,6 +104,25 @@ def test_nic_reregistered_by_a_driver_reload(testbed):
     assert any(e["event"] == "nic_down" and e["nic"] == a0 for e in res.events)
     assert any(e["event"] == "nic_up" and e["nic"] == a0 for e in res.events)
     # both ranks' send comms fail back: B's through A's listener and probe socket on the new device
+    assert {e["rank"] for e in res.events if e["event"] == "failback"} == {0, 1}, res.events[-20:]
+
+
+def test_failback_between_nics_of_different_mtu(testbed):
+    """a0 has jumbo frames (MTU 9000, its switch ports too), b0 the standard 1500: TCP works
+    (each end sends segments the other's MSS allows), so after b0's port comes back both comms
+    fail back. A down pair is re-probed with full-size probes only, so they must fit the
+    smaller of the two MTUs: a 4000-byte probe from a0 is one frame b0 cannot take (before
+    2026-12-06 the rail never came back, on either host)."""
+    tb = testbed("T2")
+    a0, b0 = tb.nic("a0"), tb.nic("b0")
+    with netlink(a0.fabric_ns) as f:
+        for n in (a0, b0):
+            f.link("set", index=f.link_lookup(ifname=n.port)[0], mtu=9000)
+    with netlink(a0.ns) as ipr:
+        ipr.link("set", index=ipr.link_lookup(ifname=a0.ifname)[0], mtu=9000)
+    f = faults.PortDown(b0)
+    res = run_scenario(tb, [Step(2, "apply", f), Step(4, "undo", f)], duration_s=11, env=FAST)
+    _one_failover(res, T_CARRIER_MS)
     assert {e["rank"] for e in res.events if e["event"] == "failback"} == {0, 1}, res.events[-20:]
 
 
