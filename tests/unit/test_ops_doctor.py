@@ -253,6 +253,13 @@ def test_a_shared_subnet_without_policy_routing_fails_only_under_strict_reverse_
     assert find(rep, "routing", "eth1 -> 10.0.0.12", dr.FAIL)
 
 
+def test_strict_ipv4_reverse_path_filtering_does_not_judge_ipv6_paths():
+    ifaces = [dr.Iface("eth0", 2, ["fd00::1/64"]), dr.Iface("eth1", 3, ["fd00::11/64"])]
+    rep = run(GOOD_NCCL, ifaces, peers=["fd00::2"], route=flat_route, sysctls=knobs(arp_ignore=0, rp_filter=1))
+    assert rep.ok, [c for c in rep.checks if c.status == dr.FAIL]
+    assert find(rep, "routing", "eth1 -> fd00::2", dr.WARN) and not find(rep, "arp")
+
+
 def test_reach_probes_are_sent_from_the_nic_they_test():
     seen = []
     run(GOOD_NCCL, FLAT, peers=["10.0.0.2", "10.0.0.12"], route=flat_route,

@@ -1040,6 +1040,8 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
             fix = (f"add source routing: ip rule add from {src} table <N>; ip route add "
                    f"{dst if not onlink else i.network_of(src)} dev {i.name} table <N>")
             rpf = sysctls.get(i.name, {}).get("rp_filter")
+            if rpf is not None and sv == 6:
+                rpf = 0   # reverse-path filtering is IPv4's (net.ipv4.conf); IPv6 has none
             # railover binds its sockets to the NIC (SO_BINDTODEVICE): what they send leaves
             # through it when a route via the NIC exists; what arrives on it is dropped by strict
             # reverse-path filtering, whose route back to dst is the one without a device.
