@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,16 @@ bool discoverNics(const Config& cfg, std::vector<Nic>* out, std::string* err);
 // the names of the NICs left out. For RAILOVER_TRANSPORT=auto, which leaves out the NICs
 // without an RDMA port when some have one.
 std::vector<std::string> keepOnlyNics(std::vector<Nic>* nics, const std::vector<std::string>& keep);
+
+// NICs that share an IPv4 subnet and answer ARP for each other's addresses (effective
+// arp_ignore 0, the kernel default): a peer may send one NIC's traffic to another, where the
+// device-bound sockets railover opens do not take it (connects refused, probes lost), so that
+// rail looks broken from the start. Returns the warning naming them and the subnet ("" when
+// none). `prefixLen[i]`: the prefix length of nics[i]'s address, -1 when it is not IPv4;
+// `arpIgnore(name)`: the NIC's effective arp_ignore (the larger of net.ipv4.conf.all and
+// net.ipv4.conf.<name>), -1 when unknown. Pure.
+std::string arpFluxWarning(const std::vector<Nic>& nics, const std::vector<int>& prefixLen,
+                           const std::function<int(const std::string&)>& arpIgnore);
 
 // "eth1,eth2": NIC names as the logs list them.
 std::string joinNames(const std::vector<std::string>& names);

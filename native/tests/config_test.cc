@@ -1,5 +1,6 @@
 // Unit tests: configuration parsing (every bad value names its variable) and interface
 // selection syntax.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -268,3 +269,37 @@ TEST(KeepOnlyNics, TheKeptNicsAreNumberedAgainAndTheOthersNamed) {
 
 }  // namespace
 }  // namespace railover
+
+namespace {
+railover::Nic v4Nic(const char* name, const char* addr) {
+  railover::Nic n;
+  n.name = name;
+  auto& a = (sockaddr_in&)n.addr;
+  a.sin_family = AF_INET;
+  inet_pton(AF_INET, addr, &a.sin_addr);
+  n.addrLen = sizeof(sockaddr_in);
+  return n;
+}
+}  // namespace
+
+TEST(Devices, NicsSharingASubnetWithArpFluxAreNamedAtInit) {
+  using railover::arpFluxWarning;
+  std::vector<railover::Nic> nics{v4Nic("eth0", "10.0.0.1"), v4Nic("eth1", "10.0.0.11"), v4Nic("eth2", "10.0.1.1")};
+  std::vector<int> len{24, 24, 24};
+  int ignore = 0;
+  auto arp = [&](const std::string&) { return ignore; };
+  std::string w = arpFluxWarning(nics, len, arp);
+  EXPECT_NE(w.find("NICs eth0,eth1 share subnet 10.0.0.0/24"), std::string::npos) << w;
+  EXPECT_NE(w.find("arp_ignore=1"), std::string::npos) << w;
+  ignore = 1;
+  EXPECT_EQ(arpFluxWarning(nics, len, arp), "") << "each NIC answers for its own address only";
+  ignore = -1;
+  EXPECT_EQ(arpFluxWarning(nics, len, arp), "") << "unknown: no claim";
+  ignore = 0;
+  EXPECT_NE(arpFluxWarning(nics, {24, 28, 24}, arp).find("NICs eth0,eth1 share subnet 10.0.0.0/24"), std::string::npos)
+      << "overlapping subnets of different lengths share the smaller one's addresses";
+  EXPECT_EQ(arpFluxWarning(nics, {24, -1, 24}, arp), "") << "one rail per subnet: nothing shared";
+  std::vector<railover::Nic> rails{v4Nic("eth0", "10.0.0.1"), v4Nic("eth1", "10.0.1.1")};
+  EXPECT_EQ(arpFluxWarning(rails, {24, 24}, arp), "");
+  EXPECT_NE(arpFluxWarning(rails, {16, 16}, arp).find("share subnet 10.0.0.0/16"), std::string::npos);
+}
