@@ -77,7 +77,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(hok == fok, "probe header decode %d ('%s'), frame decode %d ('%s')", hok, herr.c_str(), fok, ferr.c_str());
     if (hok)
       FUZZ_CHECK(h.type == f.type && h.flags == f.flags && h.len == f.len && h.seq == f.seq && h.sentUs == f.offset &&
-                     h.responder == f.total,
+                     h.responder == f.total && h.mtu == f.stream,
                  "probe header fields differ from the frame's");
   }
   if (!ok) {
@@ -86,7 +86,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(d.kind == kind, "kind %d, flags say %d", (int)d.kind, (int)kind);
     FUZZ_CHECK(d.header.type == data[0] && d.header.flags == data[1] && d.header.len == le(data + 4, 4) &&
                    d.header.seq == le(data + 8, 8) && d.header.sentUs == le(data + 16, 6) &&
-                   d.header.responder == le(data + 22, 6),
+                   d.header.responder == le(data + 22, 6) && d.header.mtu == le(data + 2, 2),
                "decoded header differs from the bytes");
     const uint8_t* p = data + kHeaderBytes;
     if (d.kind == Kind::kNotice) {
