@@ -59,14 +59,17 @@ def _nft(ns: str, script: str = None, args: List[str] = ()) -> str:
 
 class BridgeCounters:
     """nft counters in the fabric bridge (counting only, before any fault's drop rule):
-    per source address, first fragments of fragmented datagrams (full-size probes: 4 KB in
-    3 IP fragments) and TCP SYNs (connect attempts)."""
+    per source address, full-size probes (UDP datagrams of more than 1000 bytes, counted once:
+    unfragmented or their first fragment; a full-size probe is one frame of the smaller of the
+    two NICs' MTUs, at most 4000 bytes of padding, so 1500 bytes on this bed's veths) and TCP
+    SYNs (connect attempts)."""
 
     def __init__(self, fabric_ns: str, addrs: List[str]):
         self.ns, self.addrs, self.table = fabric_ns, addrs, "ro_count_health"
         rules = []
         for a in addrs:
-            rules.append(f"    ip saddr {a} ip frag-off & 0x3fff == 0x2000 counter comment \"big {a}\"\n")
+            rules.append(f"    ip saddr {a} ip protocol udp ip frag-off & 0x1fff == 0 ip length > 1000 counter "
+                         f"comment \"big {a}\"\n")
             rules.append(f"    ip saddr {a} tcp flags & (syn | ack) == syn counter comment \"syn {a}\"\n")
         _nft(self.ns, f"table bridge {self.table} {{\n  chain c {{\n    type filter hook forward priority -200; "
                       f"policy accept;\n{''.join(rules)}  }}\n}}\n")
@@ -135,7 +138,7 @@ def test_peer_descheduled_for_600ms_is_no_pair_down(testbed):
 
 def test_dead_pair_probes_and_reconnects_back_off_and_the_repair_is_found_on_a_busy_host(testbed):
     """A silent black hole on a0 for 20 s, every core busy. Probes to the dead pair are full
-    size (4 KB: 3 IP fragments, so each one is one first fragment on the bridge): without
+    size (one frame of the smaller MTU, 1500 bytes here; one count each on the bridge): without
     back-off that is one per 20 ms interval (~950 per side in 19 s); with the back-off capped at
     RAILOVER_PROBE_BACKOFF_MAX_MS (1 s) a few dozen. Reconnect SYNs back off too. After the
     repair, failback within cap + hold-down + margin."""
