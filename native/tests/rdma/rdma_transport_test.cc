@@ -1220,6 +1220,62 @@ TEST_F(RdmaPathTest, ASendFenceBlockedInItsMoveToErrHoldsNoOtherPathsBringUp) {
   rx2.reset();
 }
 
+// A QP's destruction blocks ~3 s on rxe after a local link loss (it waits for packets queued
+// on the dead link). Released paths are destroyed on the transport's release thread, not on
+// the worker: with them on the worker, a release already running held every bring-up job
+// behind it (bring-ups only go before releases still queued), so a reconnect or a new comm's
+// connect (two worker jobs, a 3 s timeout) could time out after a cable pull.
+TEST_F(RdmaPathTest, AQpDestructionBlockedAfterALinkLossHoldsNoOtherPathsBringUp) {
+  bringUp();
+  struct Unblock {
+    ~Unblock() { ::fake::blockQpDestroy(false); }
+  } unblock;  // before TearDown and the transport's destructor drain the releases
+  ::fake::blockQpDestroy(true);
+  tx.reset();  // both ends of the path released (a failed path replaced by a reconnect)
+  rx.reset();
+  uint64_t deadline = nowUs() + 10 * 1000 * 1000;
+  while (::fake::blockedQpDestroys() == 0 && nowUs() < deadline) std::this_thread::yield();
+  ASSERT_EQ(::fake::blockedQpDestroys(), 1) << "the released path's QP destruction did not start";
+  size_t created = ::fake::qpCreators().size();
+  std::string err;
+  ASSERT_TRUE(openSendOnly(&err)) << err;
+  deadline = nowUs() + 5 * 1000 * 1000;  // generous: the creation takes microseconds
+  while (::fake::qpCreators().size() == created && nowUs() < deadline) {
+    ASSERT_GE(tx->connectState(&err), 0) << err;
+    std::this_thread::yield();
+  }
+  ASSERT_GT(::fake::qpCreators().size(), created) << "the new path's QPs wait for another path's blocked destruction";
+  // And it comes all the way up (its move to RTS and the receiver's QP are worker jobs too).
+  deadline = nowUs() + 5 * 1000 * 1000;
+  ASSERT_EQ(boot.pending.size(), 1u);
+  while (boot.pending[0].in->q.size() < wire::kFrameBytes && nowUs() < deadline)
+    ASSERT_GE(tx->connectState(&err), 0) << err;
+  ASSERT_GE(boot.pending[0].in->q.size(), (size_t)wire::kFrameBytes) << "no HELLO and endpoints from the new path";
+  std::unique_ptr<Conn> server = std::move(boot.pending[0].server);
+  boot.pending.clear();
+  uint8_t hb[wire::kFrameBytes];
+  ASSERT_EQ(server->read(hb, sizeof(hb), &err), (ssize_t)sizeof(hb));
+  rx = t->newRecvPathOn(1, 1);
+  ASSERT_TRUE(rx->adopt(0, std::move(server)));
+  int a = 0, b = 0;
+  while ((a != 1 || b != 1) && nowUs() < deadline) {
+    b = rx->connectState(&err);
+    ASSERT_GE(b, 0) << err;
+    a = tx->connectState(&err);
+    ASSERT_GE(a, 0) << err;
+  }
+  EXPECT_TRUE(a == 1 && b == 1) << "the new path did not come up while another path's QP destruction blocked";
+  EXPECT_EQ(::fake::blockedQpDestroys(), 1) << "the destruction was released before the check";
+  size_t destroyed = ::fake::qpDestroyers().size();
+  ::fake::blockQpDestroy(false);
+  t->worker().drain();
+  t->releaser().drain();
+  // The old path's two QPs (and CQs) are gone now, destroyed on the release thread.
+  EXPECT_GE(::fake::qpDestroyers().size(), destroyed + 2) << "the blocked destruction did not finish";
+  for (size_t i = destroyed; i < ::fake::qpDestroyers().size(); ++i)
+    EXPECT_NE(::fake::qpDestroyers()[i], std::this_thread::get_id()) << "a QP destroyed on the caller's thread";
+}
+
 // Bring-up jobs (creating a path's QPs, moving them to RTS) run before the worker's other jobs
 // (a QP's release can take ~3 s on rxe after a link loss), so a connect is not timed out behind
 // a NIC's worth of releases; a path's release still runs after its own bring-up.

@@ -79,6 +79,7 @@ struct World {
   std::map<std::string, std::pair<uint64_t, int>> devAttrs;         // sys_image_guid, max_qp
   uint32_t nextQpn = 100, nextKey = 1000;
   std::vector<std::thread::id> qpCreators;  // the thread of every ibv_create_qp, in order
+  std::vector<std::thread::id> qpDestroyers;  // the thread of every ibv_destroy_qp that got past the gate
   std::vector<std::thread::id> accessModifiers;  // the thread of every access-only ibv_modify_qp
   bool holdFlushes = false;
   int failModify = 0;
@@ -128,6 +129,9 @@ int gateWaiting = 0;
 // blockQpCreation: the same kind of gate for ibv_create_qp.
 bool createGateClosed = false;
 int createGateWaiting = 0;
+// blockQpDestroy: the same for ibv_destroy_qp.
+bool destroyGateClosed = false;
+int destroyGateWaiting = 0;
 // blockAccessModify: the same for a modify of the access flags alone (RTS -> RTS).
 bool accessGateClosed = false;
 int accessGateWaiting = 0;
@@ -258,6 +262,7 @@ void reset() {
   if (!g_iova2.load()) setRegMrIova2(true);
   blockErrTransitions(false);
   blockQpCreation(false);
+  blockQpDestroy(false);
   blockAccessModify(false);
   blockMrRegistration(false);
   WorldLock l(worldMu);
@@ -295,6 +300,21 @@ void blockQpCreation(bool block) {
 int blockedQpCreations() {
   std::lock_guard<std::mutex> l(gateMu);
   return createGateWaiting;
+}
+void blockQpDestroy(bool block) {
+  {
+    std::lock_guard<std::mutex> l(gateMu);
+    destroyGateClosed = block;
+  }
+  gateCv.notify_all();
+}
+int blockedQpDestroys() {
+  std::lock_guard<std::mutex> l(gateMu);
+  return destroyGateWaiting;
+}
+std::vector<std::thread::id> qpDestroyers() {
+  WorldLock l(worldMu);
+  return w().qpDestroyers;
 }
 void blockAccessModify(bool block) {
   {
@@ -768,7 +788,14 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* ia) {
   return &f->qp;
 }
 int ibv_destroy_qp(ibv_qp* qp) {
+  {
+    std::unique_lock<std::mutex> gl(gateMu);
+    ++destroyGateWaiting;
+    gateCv.wait(gl, [] { return !destroyGateClosed; });
+    --destroyGateWaiting;
+  }
   WorldLock l(worldMu);
+  w().qpDestroyers.push_back(std::this_thread::get_id());
   if (w().failDestroy && w().failDestroyQp == qp && w().failDestroyTimes > 0) {
     int e = w().failDestroy;
     if (--w().failDestroyTimes == 0) w().failDestroy = 0, w().failDestroyQp = nullptr;

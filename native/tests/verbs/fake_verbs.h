@@ -116,6 +116,13 @@ int blockedErrTransitions();
 // such calls are blocked now. Thread-safe.
 void blockQpCreation(bool block);
 int blockedQpCreations();
+// While true, ibv_destroy_qp blocks until it is set false again (reset() does), as rxe's was
+// seen to for ~3 s after a local link loss (it waits for packets queued on the dead link);
+// other calls go on meanwhile. blockedQpDestroys(): how many such calls are blocked now;
+// qpDestroyers(): the thread of every ibv_destroy_qp that returned. Thread-safe.
+void blockQpDestroy(bool block);
+int blockedQpDestroys();
+std::vector<std::thread::id> qpDestroyers();
 // Holds every ibv_modify_qp of the access flags alone (RTS -> RTS, RcQp::setAccess) until
 // released; blockedAccessModifies(): how many wait now; accessModifiers(): the thread of every
 // such call since reset(), in order. Thread-safe.

@@ -73,10 +73,12 @@ struct Shared {
   std::atomic<bool> cancelled{false};
 };
 
-// Hands the verbs objects to the worker for destruction (destroying a QP can take seconds).
+// Hands the verbs objects over for destruction off NCCL's thread (RdmaTransport::release:
+// through the worker, after the path's bring-up jobs, to the release thread; destroying a QP
+// can take seconds).
 template <typename P>
-void retire(Worker& w, std::shared_ptr<Shared<P>>& sh) {
-  handOff(w, sh);
+void retire(RdmaTransport& t, std::shared_ptr<Shared<P>>& sh) {
+  t.release(sh);
 }
 
 // A receive path's fence (QP to ERR, drain bounded by kFenceDrainMs), logged when it failed,
@@ -179,7 +181,7 @@ class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink, priva
   }
   ~RdmaSendPath() override {
     sh_->cancelled.store(true, std::memory_order_relaxed);
-    retire(t_.worker(), sh_);  // after the bring-up jobs (Worker: they run first)
+    retire(t_, sh_);  // after the bring-up jobs (Worker: they run first)
   }
 
   int connectState(std::string* err) override {
@@ -357,7 +359,7 @@ class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink, priva
     // path to ERR before it answers RESUME on another path, so nothing this QP still sends
     // can land after the resume. A QP still being brought up by the worker is left to it: no
     // advertisement ever reached it, so it can write nothing. The verbs path is released on
-    // the worker afterwards, as retire() does.
+    // the release thread afterwards, as retire() does.
     // An orderly close (sendClose posted the CLOSE) first lets the path's last sends complete,
     // here (NCCL closes comms on its service thread, after the progress thread was joined; the
     // shared worker must not wait for it), and only then ends the bootstrap stream: the
@@ -373,7 +375,7 @@ class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink, priva
         if (!fr.err.empty() || fr.us > kSlowFenceUs)
           RO_WARN("railover: RDMA fence of a send path on %s port %d: %s%llu us", t->port(nic).sel.dev.c_str(),
                   t->port(nic).sel.port, fr.err.empty() ? "" : (fr.err + ", after ").c_str(), (unsigned long long)fr.us);
-        retire(t->worker(), sh);  // destruction stays on the worker
+        retire(*t, sh);  // destroyed on the release thread
       });
     }
     conn_.reset();  // the receiver sees the path end
@@ -494,7 +496,7 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
  public:
   RdmaRecvPath(RdmaTransport& t, int nic, int nStreams)
       : t_(t), nic_(nic), nStreams_(nStreams), sh_(std::make_shared<Shared<verbs::RecvPath>>()) {}
-  ~RdmaRecvPath() override { retire(t_.worker(), sh_); }
+  ~RdmaRecvPath() override { retire(t_, sh_); }
 
   bool adopt(int stream, std::unique_ptr<Conn> c) override {
     if (stream != 0) return false;
@@ -670,7 +672,7 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
   // The fence without blocking the caller: the path stops now (fenced_: nothing more is
   // posted, polled or read here; the bootstrap stream closes, so the sender sees the path
   // end), and the QP's move to ERR and the drain run on a fence thread (FenceRunner). The
-  // verbs path is destroyed on the worker afterwards, as retire() does.
+  // verbs path is destroyed on the release thread afterwards, as retire() does.
   std::shared_ptr<FenceWait> fenceAsync() override {
     if (fenced_) return nullptr;
     fenced_ = true;
@@ -735,7 +737,7 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
       }
       w->endUs.store(nowUs(), std::memory_order_relaxed);
       w->done.store(true, std::memory_order_release);
-      retire(t->worker(), sh);  // destruction stays on the worker
+      retire(*t, sh);  // destroyed on the release thread
     });
     return w;
   }
@@ -1236,7 +1238,8 @@ RdmaTransport::~RdmaTransport() {
   if (stopFd_ >= 0) close(stopFd_);
   sendFences_.drain();  // send fences still queued hand their paths to the worker
   fencer_.joinAll();    // fences still running hand their paths to the worker
-  worker_.drain();      // retired paths go before their HCAs
+  worker_.drain();      // paths retired through it go to the release thread
+  releases_.drain();    // retired paths go before their HCAs
 }
 
 verbs::PortSel RdmaTransport::portSel(int nic) const {
@@ -1288,7 +1291,7 @@ bool RdmaTransport::reviveHca(size_t h, std::string* err) {
       old = std::move(s.qp);
       s.qp = q, s.err.clear(), s.lastFailUs = 0, s.pending = false;
     }
-    handOff(worker_, old);
+    release(old);
   }
   return true;
 }
@@ -1811,7 +1814,7 @@ void RdmaTransport::rebuildFlushQp(int nic, const verbs::FlushQp* failed) {
     }
     // (A build running now ends with the port's current choice: buildFlushQp.)
   }
-  handOff(worker_, old);
+  release(old);
   if (!start) return;
   worker_.post([this, nic] { buildFlushQp(nic); });
 }
@@ -1895,7 +1898,7 @@ class RdmaFlushOp : public FlushOp {
         return;
       }
     }
-    handOff(t_->worker(), qp_);
+    t_->release(qp_);
   }
   int test(std::string* err) override {
     while (k_ < order_.size()) {
@@ -1920,7 +1923,7 @@ class RdmaFlushOp : public FlushOp {
       if (r >= 0) return r;
       errs_ += (errs_.empty() ? "" : "; ") + t_->names_[nic] + ": " + e;
       t_->rebuildFlushQp(nic, qp_.get());
-      handOff(t_->worker(), qp_);  // perhaps the last reference: its QP goes on the worker
+      t_->release(qp_);  // perhaps the last reference: its QP goes on the release thread
       ++k_;
     }
     *err = "flush failed on every NIC (" + errs_ + ")";

@@ -186,12 +186,12 @@ void handOff(W& w, std::shared_ptr<T>& sh) {
   w.post([last = std::move(sh)]() mutable { last.reset(); });
 }
 
-// Jobs on one background thread (QP bring-up and destruction), in two FIFOs: bring-up jobs
-// (postBringUp: creating a path's QPs, moving them to RTS; milliseconds) run before the other
-// jobs (post: releasing paths, ...), which may block for seconds each (a QP's
-// release waits ~3 s on rxe after a link loss), so a connect is not timed out (3 s) behind a
-// NIC's worth of releases. A path's release is posted after its bring-up jobs, so it still
-// runs after them. Thread-safe.
+// Jobs on one background thread, in two FIFOs: bring-up jobs (postBringUp: creating a path's
+// QPs, moving them to RTS; milliseconds) run before the other jobs (post: building a flush QP,
+// handing a retired path on to the release thread, ...). The transport has two: its worker
+// (bring-ups) and its release thread (RdmaTransport::release: destroying QPs, which blocks ~3 s
+// each on rxe after a link loss), so a connect (two worker jobs, a 3 s timeout) never waits
+// behind a release, not even one already running. Thread-safe.
 class Worker {
  public:
   Worker();
@@ -371,6 +371,19 @@ class RdmaTransport : public Transport {
   // bring-ups nor NCCL's thread (no thread is started per fence; they queue, which costs
   // nothing: the receiver's fence is what keeps a path's writes out).
   Worker& sendFencer() { return sendFences_; }
+  // Releases `sh` (reset here) off the caller's thread: through the worker, so after every
+  // bring-up job posted before (a path's release follows its own bring-up), to the release
+  // thread, where the last reference is dropped and the verbs objects are destroyed (a QP's
+  // destruction blocks ~3 s on rxe after a local link loss; on the worker it held every
+  // comm's bring-up: RdmaPathTest.AQpDestructionBlockedAfterALinkLossHoldsNoOtherPathsBringUp).
+  // A copy still held elsewhere (a bring-up job running now) is dropped there first: the
+  // worker's hop runs after that job. Thread-safe.
+  template <typename T>
+  void release(std::shared_ptr<T>& sh) {
+    if (!sh) return;
+    worker_.post([this, last = std::move(sh)]() mutable { handOff(releases_, last); });
+  }
+  Worker& releaser() { return releases_; }
   const verbs::RcParams& rcParams() const { return rc_; }
   // Logs, once per HCA, what the first receive path connected on NIC `nic` read back of its
   // QPs' remote access (verbs::RecvPath::writesAllowed): INFO when the HCA confirmed
@@ -391,6 +404,7 @@ class RdmaTransport : public Transport {
   verbs::RcParams rc_;
   IbConfig ib_;                  // NCCL_IB_* (GID re-choice)
   mutable std::mutex selMu_;     // guards ports_[i].sel after init (the port watch rewrites it)
+  Worker releases_;  // before worker_ (outlives it): the worker's jobs hand paths to it
   Worker worker_;
   FenceRunner fencer_;  // after worker_: its jobs hand what they held to the worker
   Worker sendFences_;   // after worker_: its jobs hand the fenced send paths to the worker
