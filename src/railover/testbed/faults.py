@@ -148,11 +148,9 @@ def _set_link(ns: str, ifname: str, state: str) -> None:
         raise FaultError(f"setting {ifname} {state} in {ns} failed: {e}") from e
 
 
-class HostDown(Fault):
-    """HOST-DOWN: the host NIC is set admin-down (``ip -n <ns> link set <nic> down``).
-    Undo sets it up again and restores flat-layout policy routes the kernel dropped."""
-
-    code = "HOST-DOWN"
+class NicFault(Fault):
+    """A fault of one host NIC (``nic``): its target in reports is the NIC's name unless a
+    subclass names something more precise (the switch port, the address)."""
 
     def __init__(self, nic: Nic):
         super().__init__()
@@ -160,6 +158,13 @@ class HostDown(Fault):
 
     def _target(self) -> str:
         return self.nic.name
+
+
+class HostDown(NicFault):
+    """HOST-DOWN: the host NIC is set admin-down (``ip -n <ns> link set <nic> down``).
+    Undo sets it up again and restores flat-layout policy routes the kernel dropped."""
+
+    code = "HOST-DOWN"
 
     def _apply(self) -> None:
         _set_link(self.nic.ns, self.nic.ifname, "down")
@@ -172,15 +177,11 @@ class HostDown(Fault):
             raise FaultError(f"restoring policy routes of {self.nic.name} failed: {e}") from e
 
 
-class PortDown(Fault):
+class PortDown(NicFault):
     """PORT-DOWN: the switch end of the NIC's veth (in the fabric netns) goes down; the
     host NIC loses carrier (NO-CARRIER) while staying admin-up. Undo brings the port up."""
 
     code = "PORT-DOWN"
-
-    def __init__(self, nic: Nic):
-        super().__init__()
-        self.nic = nic
 
     def _target(self) -> str:
         return self.nic.port
@@ -546,15 +547,11 @@ class Rate(Fault):
 
 # --------------------------------------------------------------------------- addresses
 
-class AddrDel(Fault):
+class AddrDel(NicFault):
     """ADDR-DEL: the NIC's address (``nic.addr``) is deleted; the link stays up. Undo
     re-adds the same address (plus flat-layout policy rule and routes)."""
 
     code = "ADDR-DEL"
-
-    def __init__(self, nic: Nic):
-        super().__init__()
-        self.nic = nic
 
     def _target(self) -> str:
         return f"{self.nic.name} {self.nic.addr}"
@@ -593,20 +590,13 @@ class AddrChange(Fault):
         add_nic_address(self.nic, self.nic.addr)
 
 
-class Reregister(Fault):
+class Reregister(NicFault):
     """REREGISTER: the host NIC's network device is removed and registered again with the same
     name, address and switch port, as a driver reload or a device reset (firmware reset, PCI
     recovery) does: the NIC comes back as a new kernel interface (a new ifindex). Applying it
     is the whole event (the NIC is back when apply() returns); undo does nothing."""
 
     code = "REREGISTER"
-
-    def __init__(self, nic: Nic):
-        super().__init__()
-        self.nic = nic
-
-    def _target(self) -> str:
-        return self.nic.name
 
     def _apply(self) -> None:
         n = self.nic
