@@ -78,8 +78,11 @@ constexpr int kSweeperPassMs = 1;
 // A recv comm that NCCL has not called for this long, ms, is driven by the sweeper every
 // this many ms (10 ms): a receiver whose receives are all complete still owes its sender an
 // answer to a RESUME (failback, or failover after the ACKs of its last messages were lost with
-// a path), and NCCL calls it again only at its next irecv. Cost: one pass over the idle recv
-// comms every 10 ms, a few non-blocking reads each.
+// a path), and NCCL calls it again only at its next irecv. A send comm idle as long is driven
+// while it has a path to reconnect (back-off run out), a connect in progress, a RESUME out or a
+// failback due (SendLink::idleSweep). Cost: one pass over the idle comms every 10 ms, a few
+// non-blocking reads per recv comm; a look at its paths per send comm, a few non-blocking
+// system calls only for one with work due.
 constexpr int kIdleSweepMs = 10;
 
 // Nice value asked for the health and sweeper threads: ahead of busy-polling threads (NCCL's

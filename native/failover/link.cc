@@ -134,6 +134,32 @@ bool SendLink::sweep() {
   return settled();
 }
 
+// An idle send comm whose path failed or whose standby died is not called again before its
+// next isend, and the sweeper's window after the repair ends once the comm sits on a healthy
+// active path: its failed paths would wait for that call, and a second fault at it found no
+// connected path. So the idle pass drives it as a test() call would, but only while that call
+// would have something to do: a failed path whose back-off ran out (NIC up: advancePath's
+// rule, so no more attempts than calls would make), a connect in progress, a RESUME waiting
+// for its answer, a failback due (failbackDue: the hold-down rules), or no active path.
+// Otherwise it only looks at the paths (no system call).
+void SendLink::idleSweep(uint64_t now) {
+  std::unique_lock<std::mutex> lk(mu, std::try_to_lock);
+  if (!lk.owns_lock()) return;
+  // CONNECTING: NCCL's connect calls drive it. `now` was read before the lock: a call since is
+  // later than it.
+  if (state() == LinkState::kConnecting || isFatal() || peerClosed() || !deregMsg.empty() ||
+      lastCallUs_ + (uint64_t)tuning::kIdleSweepMs * 1000 > now)
+    return;
+  Health* hl = deps.health;
+  bool due = active < 0 || resuming() || failbackDue(now);
+  for (size_t i = 0; i < paths.size() && !due; ++i) {
+    const Path& p = paths[i];
+    due = p.state == PathState::kConnecting ||
+          (p.state == PathState::kFailed && now >= p.nextAttemptUs && (!hl || hl->nicUp(p.localNic)));
+  }
+  if (due) progress(true);
+}
+
 void RecvLink::idleSweep(uint64_t now) {
   std::unique_lock<std::mutex> lk(mu, std::try_to_lock);
   if (!lk.owns_lock()) return;

@@ -171,9 +171,10 @@ class Link {
   // whose mutex is held. Returns true when the link is settled.
   virtual bool sweep() { return true; }
   // The sweeper's idle pass (every tuning::kIdleSweepMs, sweeper thread): drives a link that
-  // owes its peer an answer while NCCL is not calling it (a recv comm whose receives are all
-  // complete must still answer a RESUME, or its sender's last sends never complete). Never
-  // blocks: skips a link whose mutex is held. `now` in µs (nowUs()).
+  // NCCL is not calling while it has work: a recv comm whose receives are all complete must
+  // still answer a RESUME, or its sender's last sends never complete; a send comm reconnects
+  // its failed paths, or a second fault at its next call would find no connected standby.
+  // Never blocks: skips a link whose mutex is held. `now` in µs (nowUs()).
   virtual void idleSweep(uint64_t now) { (void)now; }
   // NCCL deregisters `mhandle` (deregMr on this comm). Messages not complete that still use it
   // forget it, and if there are any the link stops (deregMsg set): NCCL is tearing the comm
@@ -334,6 +335,9 @@ class SendLink : public Link {
   bool matchTags_ = false;  // set at create(); see isend
   // fromSweeper: the sweeper, not NCCL, is calling (does not count as the caller's return).
   void progress(bool fromSweeper = false);
+  // The idle pass: reconnects failed paths (and completes a RESUME or a due failback) of a
+  // comm NCCL has not called for tuning::kIdleSweepMs, as its next call would (link.cc).
+  void idleSweep(uint64_t now) override;
   // The failover policy, every tuning::kSlowTickUs and at every health change: the decisions
   // below, in order, acting through the mechanism functions after them.
   void slowTick(uint64_t now);

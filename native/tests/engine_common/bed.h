@@ -247,6 +247,13 @@ class EngineBed : public ::testing::Test {
   }
   int activeNic() const { return send->active >= 0 ? send->paths[send->active].localNic : -1; }
 
+  // What the runtime's sweeper thread does after a health change (LinkRegistry::runSweeper):
+  // passes until every link is settled (bounded here; the thread stops after 1 s). Between
+  // health changes it makes only idle passes (links().sweepIdle()).
+  void sweeperWindow() {
+    for (int i = 0; i < 20000 && links().sweep() > 0; ++i) transport->pump();
+  }
+
   // Connects one comm (`send`, `recv`) as NCCL does: connect and accept called in turn until
   // both returned their comm.
   void connectComm() {
