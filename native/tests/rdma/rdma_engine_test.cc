@@ -27,6 +27,7 @@
 #include "failover/link.h"
 #include "tests/fake_net.h"
 #include "tests/rdma/rdma_test_ports.h"
+#include "tests/scripted_health.h"
 #include "tests/test_nic.h"
 #include "transport/rdma/rdma_transport.h"
 #include "transport/tcp/wire.h"
@@ -567,6 +568,54 @@ TEST_F(RdmaEngineTest, ThePrimaryComingBackWhileTheResumeWaitsForItsFenceResumes
   cut[1] = false;
   ASSERT_TRUE(run()) << info();
   expectAllDelivered();
+  EXPECT_FALSE(recv->isFatal());
+}
+
+// NCCL stops calling the send comm; then its primary's NIC dies (the sweeper's window fails
+// the comm over) and comes back. The sweeper's idle pass alone (SendLink::idleSweep, called
+// as the sweeper thread calls it once NCCL has been away) must reconnect the primary over
+// RDMA: its bootstrap stream, the worker's creation of its QPs and their bring-up, both ends'
+// QPs connected to each other. Before it the path stayed connecting until NCCL's next call.
+TEST_F(RdmaEngineTest, AnIdleSendCommReconnectsItsRepairedPrimaryWithoutACall) {
+  singles({4096, 100, 8192}, 8192);
+  ASSERT_TRUE(runningOn(0));
+  ASSERT_TRUE(run()) << info();
+  expectAllDelivered();
+  // The sender's health view (the bed has none): scripted, until the end of the test.
+  fake::ScriptedHealth health;
+  struct Use {
+    SendLink& l;
+    Use(SendLink& link, Health* h) : l(link) { l.deps.health = h; }
+    ~Use() { l.deps.health = nullptr; }
+  } use(*send, &health);
+  for (Path& p : send->paths) p.pairId = health.registerPair(p.localNic, p.remote, p.remoteLen);
+  const int nic0 = send->paths[0].localNic;
+  const std::string peer0 = health.pairs[send->paths[0].pairId].remote;
+  // Idle from here: no isend, no test; the sweeper's passes and the wire only.
+  auto idleUntil = [&](const std::function<bool()>& done) {
+    uint64_t deadline = nowUs() + 10ull * 1000 * 1000;
+    while (!done() && nowUs() < deadline) {
+      step();
+      static_cast<Link&>(*send).idleSweep(nowUs() + 1000 * 1000);
+      settle();
+    }
+    return done();
+  };
+  health.setPair(nic0, peer0, false, true, "local NIC down (test)");
+  health.setNic(nic0, false);
+  ASSERT_TRUE(idleUntil([&] {
+    return send->active == 1 && send->state() == LinkState::kRunning && send->paths[0].state == PathState::kFailed;
+  })) << info();
+  uint32_t gen = send->paths[0].generation;
+  health.setNic(nic0, true);
+  health.setPair(nic0, peer0, true, false, "");
+  std::vector<ibv_qp*> s, r;
+  ASSERT_TRUE(idleUntil([&] { PathState st = send->paths[0].state;
+    return (st == PathState::kStandby || st == PathState::kActive) && pairOf(0, &s, &r);
+  }))
+      << "the repaired primary was not reconnected without an NCCL call: " << info();
+  EXPECT_GT(send->paths[0].generation, gen);
+  EXPECT_FALSE(send->isFatal());
   EXPECT_FALSE(recv->isFatal());
 }
 
