@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
+#include <netinet/in.h>
 
 #include <cstring>
 
@@ -47,6 +48,65 @@ bool lookupIfAddr(const std::string& name, int family, sockaddr_storage* out, so
   }
   freeifaddrs(ifa);
   return found;
+}
+
+bool inSubnet(const sockaddr_storage& a, const Subnet& s) {
+  if (s.prefixLen < 0 || a.ss_family != s.addr.ss_family) return false;
+  const uint8_t* x;
+  const uint8_t* y;
+  int bits;
+  if (a.ss_family == AF_INET) {
+    x = (const uint8_t*)&((const sockaddr_in&)a).sin_addr, y = (const uint8_t*)&((const sockaddr_in&)s.addr).sin_addr;
+    bits = 32;
+  } else if (a.ss_family == AF_INET6) {
+    x = ((const sockaddr_in6&)a).sin6_addr.s6_addr, y = ((const sockaddr_in6&)s.addr).sin6_addr.s6_addr;
+    bits = 128;
+  } else {
+    return false;
+  }
+  int n = s.prefixLen < bits ? s.prefixLen : bits;
+  if (memcmp(x, y, n / 8) != 0) return false;
+  if (n % 8 == 0) return true;
+  uint8_t mask = (uint8_t)(0xff << (8 - n % 8));
+  return (x[n / 8] & mask) == (y[n / 8] & mask);
+}
+
+std::string subnetToString(const Subnet& s) {
+  if (s.prefixLen < 0) return "?";
+  sockaddr_storage net = s.addr;
+  uint8_t* b = net.ss_family == AF_INET ? (uint8_t*)&((sockaddr_in&)net).sin_addr
+                                        : ((sockaddr_in6&)net).sin6_addr.s6_addr;
+  int bytes = net.ss_family == AF_INET ? 4 : 16;
+  for (int i = 0; i < bytes; ++i) {
+    int keep = s.prefixLen - 8 * i;
+    b[i] &= keep >= 8 ? 0xff : keep <= 0 ? 0 : (uint8_t)(0xff << (8 - keep));
+  }
+  return addrToString(net) + "/" + std::to_string(s.prefixLen);
+}
+
+std::vector<Subnet> lookupSubnets(const std::vector<Nic>& nics) {
+  std::vector<Subnet> out(nics.size());
+  ifaddrs* ifa = nullptr;
+  if (getifaddrs(&ifa) != 0) return out;
+  for (size_t i = 0; i < nics.size(); ++i) {
+    socklen_t len = 0;
+    sockaddr_storage a = nics[i].getAddr(&len);
+    for (ifaddrs* p = ifa; p; p = p->ifa_next) {
+      if (!p->ifa_addr || !p->ifa_netmask || nics[i].name != p->ifa_name || p->ifa_addr->sa_family != a.ss_family) continue;
+      Subnet s;
+      memcpy(&s.addr, p->ifa_addr, a.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));
+      if (!inSubnet(a, Subnet{s.addr, a.ss_family == AF_INET ? 32 : 128})) continue;  // another address of the NIC
+      const uint8_t* m = a.ss_family == AF_INET ? (const uint8_t*)&((const sockaddr_in*)p->ifa_netmask)->sin_addr
+                                                : ((const sockaddr_in6*)p->ifa_netmask)->sin6_addr.s6_addr;
+      int bytes = a.ss_family == AF_INET ? 4 : 16, bits = 0;
+      for (int b = 0; b < bytes; ++b) bits += __builtin_popcount(m[b]);
+      s.prefixLen = bits;
+      out[i] = s;
+      break;
+    }
+  }
+  freeifaddrs(ifa);
+  return out;
 }
 
 }  // namespace railover

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace railover {
 
@@ -51,5 +52,22 @@ std::string addrToString(const sockaddr_storage& a);
 // Used by NIC discovery and by the health monitor to re-learn a NIC's address after a change.
 // Thread-safety: stateless; safe from any thread.
 bool lookupIfAddr(const std::string& name, int family, sockaddr_storage* out, socklen_t* len);
+
+// A NIC's subnet: its address and prefix length in bits (-1: unknown, e.g. a fake NIC in a
+// test or an address the kernel no longer lists).
+struct Subnet {
+  sockaddr_storage addr{};
+  int prefixLen = -1;
+};
+
+// Whether `a` lies in `s`: same family, the first prefixLen bits equal. False when s is unknown.
+bool inSubnet(const sockaddr_storage& a, const Subnet& s);
+// "10.0.1.0/24", "fd00::/64"; "?" when unknown.
+std::string subnetToString(const Subnet& s);
+
+// The subnets of `nics` now: each NIC's current address with the prefix length the kernel lists
+// for it (one getifaddrs call); prefixLen -1 where the address is not found.
+// Thread-safety: reads each NIC's address under its lock; safe from any thread.
+std::vector<Subnet> lookupSubnets(const std::vector<Nic>& nics);
 
 }  // namespace railover

@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/tuning.h"
 #include "health/health.h"
+#include "failover/pairing.h"
 #include "failover/registry.h"
 #include "telemetry/journal.h"
 
@@ -393,14 +394,6 @@ SendLink* SendLink::create(const LinkDeps& deps, int dev, const PeerHandle& h, s
     if (Health* hl = deps.health) p.pairId = hl->registerPair(localNic, p.remote, p.remoteLen);
     l->paths.push_back(std::move(p));
   };
-  addPath(dev, h.primary);
-  l->primary = 0;
-  // Standby paths: from each other local NIC to the peer's NIC on the same rail.
-  auto remoteOnRail = [&](int rail) {
-    for (int i = 0; i < h.naddr; ++i)
-      if (i != h.primary && h.addrs[i].rail == rail) return i;
-    return -1;
-  };
   // Only from NICs whose paths the same transport carries (Transport::nicTransport: in the RDMA
   // transport's mixed mode a comm of a NIC served over TCP fails over only to TCP NICs, and an
   // RDMA comm only to RDMA NICs; the peer's handle carries only its NICs of that kind).
@@ -421,9 +414,18 @@ SendLink* SendLink::create(const LinkDeps& deps, int dev, const PeerHandle& h, s
         if ((*d.nics)[j].name == pr.second) consider(j);
     }
   }
-  for (int j : standbyNics) {
-    int r = remoteOnRail((*d.nics)[j].rail);
-    if (r >= 0) addPath(j, r);
+  // The primary from dev, standby paths from each other NIC: to the peer's NIC on the same
+  // rail, or on the NIC's subnet where the rails do not match (failover/pairing.h).
+  std::vector<LocalNicView> views((*d.nics).size());
+  std::vector<Subnet> subnets = lookupSubnets(*d.nics);
+  for (size_t i = 0; i < views.size(); ++i) views[i] = {(*d.nics)[i].name, (*d.nics)[i].rail, subnets[i]};
+  PathPlan plan = planPaths(dev, standbyNics, views, h);
+  for (auto& pr : plan.pairs) addPath(pr.localNic, pr.remote);
+  l->primary = 0;
+  for (auto& n : plan.notes) {
+    // Once per local NIC and kind: every comm between the two hosts shows the same cabling.
+    if (d.registry && !d.registry->firstPairingWarning(n.localNic, (int)n.kind)) continue;
+    RO_WARN("railover: %s", n.text.c_str());
   }
   l->peerName = addrToString(l->paths[0].remote);
   if (l->paths.size() == 1 && d.cfg->standby != StandbyPolicy::kNone) {
@@ -435,7 +437,7 @@ SendLink* SendLink::create(const LinkDeps& deps, int dev, const PeerHandle& h, s
               : standbyNics.empty() && otherKind > 0
                   ? "every other local NIC is served by another transport (RAILOVER_TRANSPORT=rdma+tcp: rdma where an "
                     "RDMA port backs the NIC, tcp elsewhere; a comm fails over only within its kind)"
-                  : "the peer has no NIC on the rail of any other local NIC (see RAILOVER_RAILS, RAILOVER_STANDBY)");
+                  : "the peer has no NIC on the rail or subnet of any other local NIC (see RAILOVER_RAILS, RAILOVER_STANDBY)");
       if (Journal* j = d.journal) j->no_standby((*d.nics)[dev].name, l->peerName);
     }
   }

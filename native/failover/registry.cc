@@ -68,6 +68,14 @@ bool LinkRegistry::firstNoStandbyWarning(int dev) {
   return true;
 }
 
+bool LinkRegistry::firstPairingWarning(int nic, int kind) {
+  std::lock_guard<std::mutex> g(warnMu_);
+  auto key = std::make_pair(nic, kind);
+  if (std::find(warnedPairing_.begin(), warnedPairing_.end(), key) != warnedPairing_.end()) return false;
+  warnedPairing_.push_back(key);
+  return true;
+}
+
 // ------------------------------------------------------------------------------------------
 // The failover sweeper
 

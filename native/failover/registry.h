@@ -38,6 +38,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -103,6 +104,9 @@ class LinkRegistry : public StreamRouter {
   // True the first time it is asked for NIC `dev`: a comm from it has no standby path, to be
   // said once per NIC.
   bool firstNoStandbyWarning(int dev);
+  // True the first time it is asked for local NIC `nic` and PairingNote `kind`: a pairing that
+  // does not match the peer's rails is said once per NIC and kind, not once per comm.
+  bool firstPairingWarning(int nic, int kind);
 
  private:
   friend class Listener;  // registers itself, and keeps its fresh links under routeMu_
@@ -130,6 +134,7 @@ class LinkRegistry : public StreamRouter {
 
   std::mutex warnMu_;
   std::vector<int> warnedNoStandby_;
+  std::vector<std::pair<int, int>> warnedPairing_;  // (nic, kind) said
 };
 
 }  // namespace railover

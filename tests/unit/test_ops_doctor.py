@@ -638,3 +638,19 @@ def test_settings_are_checked_with_the_plugin_doctor_was_given(monkeypatch):
     asked.clear()
     run(dict(GOOD_NCCL, RAILOVER_HOLD_DOWN_MS="500"), plugin=dict(other, railover=False))
     assert Path("/opt/other/libnccl-net-railover.so") not in asked, asked
+
+
+def test_peers_whose_rails_do_not_match_warn():
+    # both NICs have a peer on their subnet: nothing to say
+    rep = run(GOOD_NCCL, peers=["10.0.0.2", "10.0.1.2"])
+    assert not find(rep, "rails")
+    # the peer host has no NIC on eth1's subnet, and one on a subnet no NIC here has
+    rep = run(GOOD_NCCL, peers=["10.0.0.2", "10.0.9.2"], route=lambda dst, src: ("eth0", ""))
+    (nic,) = find(rep, "rails", "eth1", dr.WARN)
+    assert "10.0.1.0/24" in nic.detail and "10.0.0.2 on eth0" in nic.detail, nic.detail
+    (peer,) = find(rep, "rails", "10.0.9.2", dr.WARN)
+    assert "no selected NIC's subnet" in peer.detail
+    assert rep.ok  # a WARN: a route may reach it
+    # a routed fabric (no peer on any local subnet) says nothing of rails
+    rep = run(GOOD_NCCL, peers=["192.168.5.5", "192.168.6.5"], route=lambda dst, src: ("eth0", ""))
+    assert not find(rep, "rails")

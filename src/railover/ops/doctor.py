@@ -23,6 +23,9 @@ or would run without the redundancy railover is there for):
   ``--peer``, to a neighbour in its subnet) should leave through that NIC; where it does not
   but a socket bound to the NIC (as railover's are) has a route through it, only strict
   ``rp_filter`` makes that blocking (it drops what arrives on the NIC);
+* rails: with ``--peer`` addresses of which some are on a selected NIC's subnet, a selected
+  NIC with none on its subnet, or a peer on no NIC's subnet, is a WARN (the hosts' rails do
+  not match);
 * reachability of each ``--peer`` address from each NIC that should reach it (TCP connect
   bound to the NIC's address and device, like the plugin's streams: an answer, even a
   refusal, proves the path);
@@ -1010,6 +1013,35 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
         peer_nics[p] = onlink or list(selected)
         for i in peer_nics[p]:
             targets.append((i, p, bool(onlink)))
+    # rails: where some peers are on a NIC's subnet (a rail per subnet), a selected NIC with no
+    # peer on its subnet, or a peer on none, means the hosts' rails do not match (a NIC missing,
+    # on another subnet or not selected there); railover pairs by rail and, where the subnets
+    # show the mismatch, by subnet, and WARNs once at connect (docs/DESIGN.md: which peer NIC
+    # each path goes to). Not when no peer is on any subnet (a routed fabric).
+    nets_of = {i.name: i.network_of(sel_addrs[i.name]) for i in selected}
+    onlink_of = {p: [i.name for i in selected if nets_of[i.name] is not None
+                     and ipaddress.ip_address(p) in nets_of[i.name]] for p in peers}
+    if any(onlink_of.values()):
+        have = ", ".join(f"{p} on {' '.join(n)}" for p, n in onlink_of.items() if n)
+        for i in selected:
+            net = nets_of[i.name]
+            if net is None or any(i.name in n for n in onlink_of.values()):
+                continue
+            if not any(ipaddress.ip_address(p).version == net.version for p in peers):
+                continue
+            checks.append(Check("rails", i.name, WARN,
+                                f"no --peer address is on {i.name}'s subnet {net} ({have}): if these are the "
+                                f"peers' NICs, their rails do not match this host's; railover's paths from "
+                                f"{i.name} go to a peer NIC on another subnet (connects time out unless routed) "
+                                f"or are not opened",
+                                f"give every host a NIC on each rail's subnet and select the same NICs "
+                                f"(RAILOVER_IFNAMES/NCCL_SOCKET_IFNAME, RAILOVER_RAILS) on every host"))
+        for p, n in onlink_of.items():
+            if not n:
+                checks.append(Check("rails", p, WARN,
+                                    f"{p} is on no selected NIC's subnet while other peers are ({have}): a peer "
+                                    f"NIC on another subnet than this host's NICs of its rail",
+                                    "put the peer's NIC on the subnet of its rail, or check that it is routed"))
     if not peers:
         for i in selected:
             net = i.network_of(sel_addrs[i.name])
