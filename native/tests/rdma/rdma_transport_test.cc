@@ -201,6 +201,41 @@ class RdmaPathTest : public ::testing::Test {
     ASSERT_TRUE(sq && rq);
   }
 
+  // While something else holds a transport thread (`blocked` names it), a new path 0 -> 1 is
+  // opened into `tx` and must come all the way up: its QPs created, HELLO and endpoints sent,
+  // the receiver's end (into *rxOut) and both moves to RTS, all within generous bounds
+  // (microseconds of work each). Fails the test otherwise (check HasFatalFailure()).
+  void expectANewPathComesUpWhile(const std::string& blocked, std::unique_ptr<RecvPath>* rxOut) {
+    size_t created = ::fake::qpCreators().size();
+    std::string err;
+    ASSERT_TRUE(openSendOnly(&err)) << err;
+    uint64_t deadline = nowUs() + 5 * 1000 * 1000;
+    while (::fake::qpCreators().size() == created && nowUs() < deadline) {
+      ASSERT_GE(tx->connectState(&err), 0) << err;
+      std::this_thread::yield();
+    }
+    ASSERT_GT(::fake::qpCreators().size(), created) << "the new path's QPs wait for " << blocked;
+    deadline = nowUs() + 5 * 1000 * 1000;
+    ASSERT_EQ(boot.pending.size(), 1u);
+    while (boot.pending[0].in->q.size() < wire::kFrameBytes && nowUs() < deadline)
+      ASSERT_GE(tx->connectState(&err), 0) << err;
+    ASSERT_GE(boot.pending[0].in->q.size(), (size_t)wire::kFrameBytes) << "no HELLO and endpoints from the new path";
+    std::unique_ptr<Conn> server = std::move(boot.pending[0].server);
+    boot.pending.clear();
+    uint8_t hb[wire::kFrameBytes];
+    ASSERT_EQ(server->read(hb, sizeof(hb), &err), (ssize_t)sizeof(hb));
+    *rxOut = t->newRecvPathOn(1, 1);
+    ASSERT_TRUE((*rxOut)->adopt(0, std::move(server)));
+    int a = 0, b = 0;
+    while ((a != 1 || b != 1) && nowUs() < deadline) {
+      b = (*rxOut)->connectState(&err);
+      ASSERT_GE(b, 0) << err;
+      a = tx->connectState(&err);
+      ASSERT_GE(a, 0) << err;
+    }
+    EXPECT_TRUE(a == 1 && b == 1) << "the new path did not come up while " << blocked;
+  }
+
   // A single-buffer receive told to the sender (what the engine does on irecv of one buffer).
   // The path's first advertisement waits for its QPs' grant of remote write, which runs on a
   // fence thread: joined here, then the queue is sent (as the engine's next progress would).
@@ -1177,46 +1212,14 @@ TEST_F(RdmaPathTest, ASendFenceBlockedInItsMoveToErrHoldsNoOtherPathsBringUp) {
   while (::fake::blockedErrTransitions() == 0 && nowUs() < deadline) std::this_thread::yield();
   ASSERT_EQ(::fake::blockedErrTransitions(), 1) << "the fence's move to ERR did not start";
   std::unique_ptr<SendPath> fenced = std::move(tx);  // kept: its fence is still running
-  ibv_qp* fencedRq = rq;
-  size_t created = ::fake::qpCreators().size();
-  std::string err;
-  ASSERT_TRUE(openSendOnly(&err)) << err;
-  deadline = nowUs() + 5 * 1000 * 1000;  // generous: the creation takes microseconds
-  while (::fake::qpCreators().size() == created && nowUs() < deadline) {
-    ASSERT_GE(tx->connectState(&err), 0) << err;
-    std::this_thread::yield();
-  }
-  ASSERT_GT(::fake::qpCreators().size(), created) << "the new path's QPs wait for another path's blocked fence";
-  // And it comes all the way up (its move to RTS is a worker job too).
-  deadline = nowUs() + 5 * 1000 * 1000;
-  int a = 0;
-  ASSERT_EQ(boot.pending.size(), 1u);
-  while (boot.pending[0].in->q.size() < wire::kFrameBytes && nowUs() < deadline) {
-    a = tx->connectState(&err);
-    ASSERT_GE(a, 0) << err;
-  }
-  ASSERT_GE(boot.pending[0].in->q.size(), (size_t)wire::kFrameBytes) << "no HELLO and endpoints from the new path";
-  std::unique_ptr<Conn> server = std::move(boot.pending[0].server);
-  boot.pending.clear();
-  uint8_t hb[wire::kFrameBytes];
-  ASSERT_EQ(server->read(hb, sizeof(hb), &err), (ssize_t)sizeof(hb));
-  std::unique_ptr<RecvPath> rx2 = t->newRecvPathOn(1, 1);
-  ASSERT_TRUE(rx2->adopt(0, std::move(server)));
-  int b = 0;
-  a = 0;
-  while ((a != 1 || b != 1) && nowUs() < deadline) {
-    b = rx2->connectState(&err);
-    ASSERT_GE(b, 0) << err;
-    a = tx->connectState(&err);
-    ASSERT_GE(a, 0) << err;
-  }
-  EXPECT_TRUE(a == 1 && b == 1) << "the new path did not come up while another path's fence blocked";
+  std::unique_ptr<RecvPath> rx2;
+  expectANewPathComesUpWhile("another path's fence blocks in its move to ERR", &rx2);
+  if (HasFatalFailure()) return;
   EXPECT_EQ(::fake::blockedErrTransitions(), 1) << "the fence was released before the check";
   ::fake::blockErrTransitions(false);
   t->sendFencer().drain();
   t->worker().drain();
   EXPECT_EQ(::fake::state(sq), IBV_QPS_ERR) << "the blocked fence did not finish its move to ERR";
-  (void)fencedRq;
   rx2.reset();
 }
 
@@ -1236,35 +1239,8 @@ TEST_F(RdmaPathTest, AQpDestructionBlockedAfterALinkLossHoldsNoOtherPathsBringUp
   uint64_t deadline = nowUs() + 10 * 1000 * 1000;
   while (::fake::blockedQpDestroys() == 0 && nowUs() < deadline) std::this_thread::yield();
   ASSERT_EQ(::fake::blockedQpDestroys(), 1) << "the released path's QP destruction did not start";
-  size_t created = ::fake::qpCreators().size();
-  std::string err;
-  ASSERT_TRUE(openSendOnly(&err)) << err;
-  deadline = nowUs() + 5 * 1000 * 1000;  // generous: the creation takes microseconds
-  while (::fake::qpCreators().size() == created && nowUs() < deadline) {
-    ASSERT_GE(tx->connectState(&err), 0) << err;
-    std::this_thread::yield();
-  }
-  ASSERT_GT(::fake::qpCreators().size(), created) << "the new path's QPs wait for another path's blocked destruction";
-  // And it comes all the way up (its move to RTS and the receiver's QP are worker jobs too).
-  deadline = nowUs() + 5 * 1000 * 1000;
-  ASSERT_EQ(boot.pending.size(), 1u);
-  while (boot.pending[0].in->q.size() < wire::kFrameBytes && nowUs() < deadline)
-    ASSERT_GE(tx->connectState(&err), 0) << err;
-  ASSERT_GE(boot.pending[0].in->q.size(), (size_t)wire::kFrameBytes) << "no HELLO and endpoints from the new path";
-  std::unique_ptr<Conn> server = std::move(boot.pending[0].server);
-  boot.pending.clear();
-  uint8_t hb[wire::kFrameBytes];
-  ASSERT_EQ(server->read(hb, sizeof(hb), &err), (ssize_t)sizeof(hb));
-  rx = t->newRecvPathOn(1, 1);
-  ASSERT_TRUE(rx->adopt(0, std::move(server)));
-  int a = 0, b = 0;
-  while ((a != 1 || b != 1) && nowUs() < deadline) {
-    b = rx->connectState(&err);
-    ASSERT_GE(b, 0) << err;
-    a = tx->connectState(&err);
-    ASSERT_GE(a, 0) << err;
-  }
-  EXPECT_TRUE(a == 1 && b == 1) << "the new path did not come up while another path's QP destruction blocked";
+  expectANewPathComesUpWhile("another path's QP destruction blocks", &rx);
+  if (HasFatalFailure()) return;
   EXPECT_EQ(::fake::blockedQpDestroys(), 1) << "the destruction was released before the check";
   size_t destroyed = ::fake::qpDestroyers().size();
   ::fake::blockQpDestroy(false);
