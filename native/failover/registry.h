@@ -38,7 +38,6 @@
 #include <memory>
 #include <mutex>
 #include <thread>
-#include <utility>
 #include <unordered_map>
 #include <utility>
 #include <vector>

@@ -90,10 +90,7 @@ std::string arpFluxWarning(const std::vector<Nic>& nics, const std::vector<int>&
     for (const Nic& n : nics)
       if (std::find(group.begin(), group.end(), n.name) != group.end()) flux |= arpIgnore(n.name) == 0;
     if (!flux) continue;
-    sockaddr_storage sub = nics[i].addr;
-    ((sockaddr_in&)sub).sin_addr.s_addr = htonl(net(i, prefixLen[i]));
-    return "railover: NICs " + joinNames(group) + " share subnet " + addrToString(sub) + "/" +
-           std::to_string(prefixLen[i]) +
+    return "railover: NICs " + joinNames(group) + " share subnet " + subnetToString(Subnet{nics[i].addr, prefixLen[i]}) +
            " and answer ARP for each other's addresses (arp_ignore=0): a peer may send one NIC's traffic to another, "
            "where railover's sockets (bound to their NIC) do not take it, so connects are refused and probes lost on "
            "that rail; set net.ipv4.conf.all.arp_ignore=1 and arp_announce=2 (railover doctor checks this)";
@@ -105,20 +102,6 @@ static int readArpIgnore(const std::string& name) {
   std::string all = readFile("/proc/sys/net/ipv4/conf/all/arp_ignore"), own = readFile("/proc/sys/net/ipv4/conf/" + name + "/arp_ignore");
   if (all.empty() || own.empty()) return -1;
   return std::max(atoi(all.c_str()), atoi(own.c_str()));
-}
-
-// The prefix length of interface `name`'s address `a` (getifaddrs' netmask), -1 when not IPv4 or not found.
-static int prefixLenOf(const std::string& name, const sockaddr_storage& a) {
-  if (a.ss_family != AF_INET) return -1;
-  ifaddrs* ifa = nullptr;
-  if (getifaddrs(&ifa) != 0) return -1;
-  int len = -1;
-  for (ifaddrs* p = ifa; p && len < 0; p = p->ifa_next)
-    if (p->ifa_addr && p->ifa_netmask && p->ifa_addr->sa_family == AF_INET && name == p->ifa_name &&
-        ((sockaddr_in*)p->ifa_addr)->sin_addr.s_addr == ((const sockaddr_in&)a).sin_addr.s_addr)
-      len = __builtin_popcount(((sockaddr_in*)p->ifa_netmask)->sin_addr.s_addr);
-  freeifaddrs(ifa);
-  return len;
 }
 
 bool discoverNics(const Config& cfg, std::vector<Nic>* out, std::string* err) {
@@ -189,7 +172,7 @@ bool discoverNics(const Config& cfg, std::vector<Nic>* out, std::string* err) {
     if (!known) RO_WARN("railover: RAILOVER_RAILS names %s, which is not a selected NIC", r.first.c_str());
   }
   std::vector<int> prefixLen;
-  for (auto& n : *out) prefixLen.push_back(prefixLenOf(n.name, n.addr));
+  for (const Subnet& sn : lookupSubnets(*out)) prefixLen.push_back(sn.prefixLen);
   std::string flux = arpFluxWarning(*out, prefixLen, readArpIgnore);
   if (!flux.empty()) RO_WARN("%s", flux.c_str());
   // A misspelt RAILOVER_STANDBY pair would leave the NIC's comms without failover, silently.
