@@ -270,16 +270,24 @@ class HealthMonitorTest : public ::testing::Test {
     peer_.sendNotice();
     ASSERT_TRUE(eventually([&] { return mon_->pairHardDown(id_); })) << mon_->pairDownCause(id_);
   }
-  // Waits until the monitor's re-probes to the down pair have backed off to a gap of at least
-  // `gapMs`, returning the time of the probe that ended that gap (the next gap is about twice
-  // as long: RAILOVER_PROBE_BACKOFF_MAX_MS is far above it).
-  uint64_t waitBackOff(uint64_t gapMs) { return waitBackOff(peer_, gapMs); }
-  static uint64_t waitBackOff(FakePeer::Rail& peer, uint64_t gapMs) {
-    for (size_t n = peer.probes().size() + 1;; ++n) {
-      EXPECT_TRUE(peer.waitProbes(n, 30000)) << "re-probes stopped";
-      auto v = peer.probes();
-      if (v.size() < n) return 0;
-      if (v.size() >= 2 && v.back().sentUs - v[v.size() - 2].sentUs >= gapMs * 1000) return v.back().sentUs;
+  // The re-probes of a down pair are full size and back off by count, not by clock: from the
+  // verdict (or a reset) the k-th is followed by a gap of kIntervalMs * 2^(k-1). The 8th ends a
+  // gap of 1.28 s and the next is 2.56 s after it, however late the monitor's thread ran (a
+  // late round only lengthens a gap, so a gap measured by clock can be a short one made long).
+  static constexpr size_t kBackedOff = 8;
+  static_assert(kIntervalMs << (kBackedOff - 1) >= 2000 && kIntervalMs << kBackedOff < kBackoffMaxMs,
+                "the gap after the kBackedOff-th re-probe is over 2 s and below the cap");
+  // The send time of the n-th full-size probe the monitor sent to `rail` after `fromUs`
+  // (0 with a test failure). Up pairs are probed small (no burst is asked for in these tests).
+  static uint64_t nthFullSizeProbeAfter(FakePeer::Rail& rail, uint64_t fromUs, size_t n) {
+    for (size_t seen = rail.probes().size();; ++seen) {
+      size_t k = 0;
+      for (auto& p : rail.probes())
+        if (p.big && p.sentUs > fromUs && ++k == n) return p.sentUs;
+      if (!rail.waitProbes(seen + 1, 30000)) {
+        ADD_FAILURE() << "re-probes stopped at " << k << " of " << n;
+        return 0;
+      }
     }
   }
   // Registers the pair from local NIC `nic` to `other`, the same peer process's second rail
@@ -378,9 +386,10 @@ TEST_F(HealthMonitorTest, ASoftVerdictConfirmedByANoticeBecomesHardWithItsCause)
 }
 
 TEST_F(HealthMonitorTest, APeersProbeRequestResetsTheBackOffOfAHardDownPairOncePerEpisode) {
+  uint64_t before = nowUs();
   hardDownByNotice();
-  // Re-probes back off (20, 40, 80, ... ms). Once a gap of 1.2 s was seen the next is ~2.4 s.
-  uint64_t last = waitBackOff(1200);
+  // Re-probes back off (20, 40, 80, ... ms): after the 8th the next is 2.56 s away.
+  uint64_t last = nthFullSizeProbeAfter(peer_, before, kBackedOff);
   ASSERT_TRUE(last);
   // The peer probes us again (its NIC is back): the monitor answers and re-probes at its next
   // round instead of after the backed-off gap.
@@ -391,8 +400,9 @@ TEST_F(HealthMonitorTest, APeersProbeRequestResetsTheBackOffOfAHardDownPairOnceP
   EXPECT_LT(next - asked, 1200 * 1000u) << "re-probed " << (next - last) / 1000 << " ms after the previous probe";
   EXPECT_TRUE(eventually([&] { return peer_.answersReceived() >= 1; })) << "the request was not answered";
   EXPECT_TRUE(mon_->pairHardDown(id_)) << "a request is no answer: the pair stays down";
-  // Once per down episode: after backing off again, a second request changes nothing.
-  last = waitBackOff(1200);
+  // Once per down episode: after backing off again (counted from the reset), a second request
+  // changes nothing.
+  last = nthFullSizeProbeAfter(peer_, asked, kBackedOff);
   ASSERT_TRUE(last);
   asked = nowUs();
   peer_.sendProbeRequest();
@@ -408,12 +418,13 @@ TEST_F(HealthMonitorTest, APeersProbeRequestLeavesTheBackOffOfASoftDownPair) {
   // 127.0.0.3), so the monitor does look at its pairs when the request comes.
   int otherId = mon_->registerPair(0, nobodyAt("127.0.0.3"), sizeof(sockaddr_in));
   ASSERT_GE(otherId, 0);
+  uint64_t before = nowUs();
   peer_.answering = false;
   ASSERT_TRUE(eventually([&] { return !mon_->pairUp(id_); }));
   ASSERT_FALSE(mon_->pairHardDown(id_));
   peer_.sendNotice("127.0.0.3");
   ASSERT_TRUE(eventually([&] { return mon_->pairHardDown(otherId); }));
-  uint64_t last = waitBackOff(1200);
+  uint64_t last = nthFullSizeProbeAfter(peer_, before, kBackedOff);
   ASSERT_TRUE(last);
   peer_.sendProbeRequest();
   uint64_t next = firstProbeSentAfter(peer_, last);
@@ -430,12 +441,13 @@ TEST_F(HealthMonitorTest, APeerAnsweringAgainAfterAPeerWideSilenceBringsItsOther
   FakePeer::Rail& other = peerProc_.rail(1);  // the same peer process's second rail (same responder id)
   int otherId = addSecondRail(other);
   ASSERT_GE(otherId, 0);
+  uint64_t before = nowUs();
   peerProc_.setAnswering(false);  // the peer process stops: every rail at once
   ASSERT_TRUE(eventually([&] { return !mon_->pairUp(id_) && !mon_->pairUp(otherId); }));
   EXPECT_EQ(timeoutNote(mon_->pairDownCause(otherId)), " (every rail to this peer silent)")
       << mon_->pairDownCause(otherId);
-  // Both back off to gaps of 1.2 s (the next ones ~2.4 s), then the first rail answers again.
-  ASSERT_TRUE(waitBackOff(other, 1200));
+  // Both back off (the next re-probes 2.56 s away), then the first rail answers again.
+  ASSERT_TRUE(nthFullSizeProbeAfter(other, before, kBackedOff));
   peer_.answering = true;
   ASSERT_TRUE(eventually([&] { return mon_->pairUp(id_); }, 30000));
   int soon = probesInTheSecondAfter(other, mon_->repairedUs(0, id_), 2);
@@ -455,10 +467,11 @@ TEST_F(HealthMonitorTest, ARailHeldAsCongestionWhenThePeerStoppedIsBroughtForwar
   ASSERT_GE(otherId, 0);
   peer_.delayMs = 80;  // over half the detection time (100 ms): a queue on this rail
   ASSERT_TRUE(eventually([&] { return mon_->queuedUs(id_) != 0; })) << "no queued answer seen";
+  uint64_t before = nowUs();
   peerProc_.setAnswering(false);  // the peer process stops: every rail at once
   ASSERT_TRUE(eventually([&] { return !mon_->pairUp(id_) && !mon_->pairUp(otherId); }));
   EXPECT_NE(mon_->pairDownCause(id_).find("held as congestion"), std::string::npos) << mon_->pairDownCause(id_);
-  ASSERT_TRUE(waitBackOff(peer_, 1200));
+  ASSERT_TRUE(nthFullSizeProbeAfter(peer_, before, kBackedOff));
   other.answering = true;  // the peer wakes up: the other rail answers first
   ASSERT_TRUE(eventually([&] { return mon_->pairUp(otherId); }, 30000));
   int soon = probesInTheSecondAfter(peer_, mon_->repairedUs(0, otherId), 2);
@@ -473,10 +486,11 @@ TEST_F(HealthMonitorTest, ARailDownOnItsOwnKeepsItsBackOffWhenAnotherRailComesBa
   FakePeer::Rail& other = peerProc_.rail(1);
   int otherId = addSecondRail(other);
   ASSERT_GE(otherId, 0);
+  uint64_t before = nowUs();
   other.answering = false;  // a silent fault of the other rail alone
   ASSERT_TRUE(eventually([&] { return !mon_->pairUp(otherId); }));
   EXPECT_EQ(mon_->pairDownCause(otherId).find("every rail"), std::string::npos) << mon_->pairDownCause(otherId);
-  ASSERT_TRUE(waitBackOff(other, 1200));
+  ASSERT_TRUE(nthFullSizeProbeAfter(other, before, kBackedOff));
   // This rail goes down hard (the peer's notice) and comes back.
   hardDownByNotice();
   peer_.answering = true;
