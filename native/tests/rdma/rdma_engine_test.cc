@@ -380,11 +380,14 @@ class RdmaEngineTest : public ::testing::Test {
     return o;
   }
   // Waits for the comm to be running on path `i` at both ends.
-  bool runningOn(int i) {
-    return run([&] {
-      return send->active == i && send->state() == LinkState::kRunning && recv->active == i &&
-             recv->state() == LinkState::kRunning;
-    });
+  // The failure names the comm's state (info()).
+  testing::AssertionResult runningOn(int i) {
+    if (run([&] {
+          return send->active == i && send->state() == LinkState::kRunning && recv->active == i &&
+                 recv->state() == LinkState::kRunning;
+        }))
+      return testing::AssertionSuccess();
+    return testing::AssertionFailure() << "not running on path " << i << " at both ends: " << info();
   }
 
 
