@@ -422,12 +422,13 @@ SendLink* SendLink::create(const LinkDeps& deps, int dev, const PeerHandle& h, s
   PathPlan plan = planPaths(dev, standbyNics, views, h);
   for (auto& pr : plan.pairs) addPath(pr.localNic, pr.remote);
   l->primary = 0;
+  l->peerName = addrToString(l->paths[0].remote);
   for (auto& n : plan.notes) {
     // Once per local NIC and kind: every comm between the two hosts shows the same cabling.
     if (d.registry && !d.registry->firstPairingWarning(n.localNic, (int)n.kind)) continue;
     RO_WARN("railover: %s", n.text.c_str());
+    if (Journal* j = d.journal) j->rail_mismatch((*d.nics)[n.localNic].name, l->peerName, pairingNoteName(n.kind), n.text);
   }
-  l->peerName = addrToString(l->paths[0].remote);
   if (l->paths.size() == 1 && d.cfg->standby != StandbyPolicy::kNone) {
     // A comm without a standby path: say once per NIC that its connections cannot fail over, and why.
     if (!d.registry || d.registry->firstNoStandbyWarning(dev)) {

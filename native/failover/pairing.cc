@@ -2,6 +2,17 @@
 
 namespace railover {
 
+const char* pairingNoteName(PairingNote kind) {
+  switch (kind) {
+    case PairingNote::kPrimaryRepaired: return "primary_repaired";
+    case PairingNote::kPrimaryOffSubnet: return "primary_off_subnet";
+    case PairingNote::kStandbyRepaired: return "standby_repaired";
+    case PairingNote::kStandbySkipped: return "standby_skipped";
+    case PairingNote::kNoPartner: return "no_partner";
+  }
+  return "unknown";
+}
+
 PathPlan planPaths(int dev, const std::vector<int>& standbyNics, const std::vector<LocalNicView>& nics,
                    const PeerHandle& h) {
   PathPlan plan;

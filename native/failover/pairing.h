@@ -30,6 +30,9 @@ enum class PairingNote {
   kNoPartner,            // the peer lists no NIC on this NIC's rail or subnet: no standby path
 };
 constexpr int kPairingNoteKinds = 5;
+// The kind's name in the journal's rail_mismatch event: "primary_repaired", "primary_off_subnet",
+// "standby_repaired", "standby_skipped", "no_partner".
+const char* pairingNoteName(PairingNote kind);
 
 struct PathPlan {
   struct Pair {

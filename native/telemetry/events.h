@@ -40,6 +40,9 @@
                     "reason: every transition of the path state machine, one line each")                        \
   EVENT(no_standby, "a connection got no standby path (one NIC, or no NIC on the peer's rail): it cannot "     \
                     "fail over")                                                                               \
+  EVENT(rail_mismatch, "the two hosts' rails do not match (cabling, NIC selection or RAILOVER_RAILS differ): "    \
+                       "a path was paired on its NIC's subnet instead of by rail, kept off it, or not opened; "   \
+                       "once per local NIC and kind, with the WARN")                                            \
   EVENT(failover, "traffic of a comm moved from a failed path to a standby path and resumed")                  \
   EVENT(failback, "traffic moved back to the repaired primary path after its hold-down")                       \
   EVENT(recover, "traffic resumed on the very path that failed (no standby was usable)")                       \
@@ -112,6 +115,11 @@
 #define RO_EVENT_FIELDS_no_standby(FIRST, NEXT) \
   FIRST(nic, Str, "local NIC of the primary path") \
   NEXT(peer, Str, "the peer")
+#define RO_EVENT_FIELDS_rail_mismatch(FIRST, NEXT)                                                        \
+  FIRST(nic, Str, "local NIC the note is about")                                                          \
+  NEXT(peer, Str, "the peer (its address on the comm's primary path)")                                    \
+  NEXT(kind, Str, "primary_repaired, primary_off_subnet, standby_repaired, standby_skipped or no_partner") \
+  NEXT(message, Str, "the WARN's text: the NICs, addresses and subnets, and what railover does")
 #define RO_RESUMED_FIELDS(FIRST, NEXT)                                                    \
   FIRST(comm, Comm, "comm id")                                                           \
   NEXT(to_nic, Str, "local NIC now carrying the traffic")                                \

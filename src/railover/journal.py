@@ -45,6 +45,7 @@ EVENTS: Dict[str, Dict[str, str]] = {
     "path_state": {"comm": "comm", "dir": "string", "nic": "string", "peer": "string", "from": "string",
                    "to": "string", "reason": "string"},
     "no_standby": {"nic": "string", "peer": "string"},
+    "rail_mismatch": {"nic": "string", "peer": "string", "kind": "string", "message": "string"},
     "failover": dict(_RESUMED),
     "failback": dict(_RESUMED),
     "recover": dict(_RESUMED),

@@ -26,6 +26,11 @@ def _warns(res, rank):
     return [l for l in (res.workdir / f"rank{rank}.err").read_text().splitlines() if "NCCL WARN railover: " in l]
 
 
+def _mismatches(res, rank):
+    """The rail_mismatch journal events of `rank`: (nic, kind, message)."""
+    return [(e["nic"], e["kind"], e["message"]) for e in res.events if e["rank"] == rank and e["event"] == "rail_mismatch"]
+
+
 def _timeouts(res, rank):
     return [(e["nic"], e["peer"]) for e in res.events if e["rank"] == rank and e["event"] == "path_state"
             and e.get("to") == "failed" and "connect timed out" in e.get("reason", "")]
@@ -54,6 +59,10 @@ def test_swapped_rails_pair_by_subnet_and_are_named(testbed):
     # once per NIC and kind, not once per comm
     keys = [re.search(r"NIC (\S+) ", w).group(1) for w in warns]
     assert len(keys) == len(set(keys)), warns
+    # the journal says the same, one event per WARN, for status and the exporter's readers
+    journaled = _mismatches(res, 0)
+    assert sorted(m for _, _, m in journaled) == sorted(w.split("NCCL WARN railover: ", 1)[1] for w in warns)
+    assert (a0.ifname, "standby_repaired") in {(n, k) for n, k, _ in journaled}, journaled
 
 
 def test_a_host_missing_a_rail_is_named_and_the_job_runs(testbed):
@@ -68,8 +77,10 @@ def test_a_host_missing_a_rail_is_named_and_the_job_runs(testbed):
     assert len(kept) == 1, warns
     assert f"on the subnet of local NIC {a0.ifname}" in kept[0] and "carries these comms on their standby paths" in kept[0]
     assert set(_timeouts(res, 0)) <= {(a2.ifname, b0.addr)}
+    assert (a2.ifname, "primary_off_subnet", kept[0].split("NCCL WARN railover: ", 1)[1]) in _mismatches(res, 0)
     # B's comm from b0 to A's a2 connects to a0 instead, at once
     (moved,) = [w for w in _warns(res, 1) if "was to connect" in w]
     assert f"NIC {b0.ifname} (10.0.0.0/24, rail 0) was to connect to the peer's {a2.addr} (rail 2)" in moved, moved
     assert f"connects to the peer's {a0.addr} (rail 0) on its subnet instead" in moved
+    assert (b0.ifname, "primary_repaired") in {(n, k) for n, k, _ in _mismatches(res, 1)}
     assert not _timeouts(res, 1)
