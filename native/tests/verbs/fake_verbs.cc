@@ -121,23 +121,39 @@ struct World {
 };
 std::unique_ptr<World> g;
 
-// blockErrTransitions: a gate of its own (never held with worldMu, so other threads go on).
+// The blocking gates of the calls below (blockErrTransitions, blockQpCreation, blockQpDestroy,
+// blockAccessModify, blockMrRegistration): a caller that finds its gate closed waits there,
+// outside worldMu, so every other thread goes on. One mutex and condition variable for all.
 std::mutex gateMu;
 std::condition_variable gateCv;
-bool gateClosed = false;
-int gateWaiting = 0;
-// blockQpCreation: the same kind of gate for ibv_create_qp.
-bool createGateClosed = false;
-int createGateWaiting = 0;
-// blockQpDestroy: the same for ibv_destroy_qp.
-bool destroyGateClosed = false;
-int destroyGateWaiting = 0;
-// blockAccessModify: the same for a modify of the access flags alone (RTS -> RTS).
-bool accessGateClosed = false;
-int accessGateWaiting = 0;
-// blockMrRegistration: the same for ibv_reg_mr.
-bool regGateClosed = false;
-int regGateWaiting = 0;
+struct Gate {
+  bool closed = false;
+  int waiting = 0;  // callers held at the gate now
+  void set(bool close) {
+    {
+      std::lock_guard<std::mutex> l(gateMu);
+      closed = close;
+    }
+    gateCv.notify_all();
+  }
+  int held() {
+    std::lock_guard<std::mutex> l(gateMu);
+    return waiting;
+  }
+  // Returns once the gate is open (at once when it is).
+  void pass() {
+    std::unique_lock<std::mutex> gl(gateMu);
+    ++waiting;
+    gateCv.notify_all();
+    gateCv.wait(gl, [this] { return !closed; });
+    --waiting;
+  }
+};
+Gate errGate;      // a modify to ERR
+Gate createGate;   // ibv_create_qp
+Gate destroyGate;  // ibv_destroy_qp
+Gate accessGate;   // a modify of the access flags alone (RTS -> RTS)
+Gate regGate;      // ibv_reg_mr and ibv_reg_mr_iova2
 World& w() {
   if (!g) g = std::make_unique<World>();
   return *g;
@@ -268,65 +284,20 @@ void reset() {
   WorldLock l(worldMu);
   g = std::make_unique<World>();
 }
-void blockErrTransitions(bool block) {
-  {
-    std::lock_guard<std::mutex> l(gateMu);
-    gateClosed = block;
-  }
-  gateCv.notify_all();
-}
-int blockedErrTransitions() {
-  std::lock_guard<std::mutex> l(gateMu);
-  return gateWaiting;
-}
-void blockMrRegistration(bool block) {
-  {
-    std::lock_guard<std::mutex> l(gateMu);
-    regGateClosed = block;
-  }
-  gateCv.notify_all();
-}
-int blockedMrRegistrations() {
-  std::lock_guard<std::mutex> l(gateMu);
-  return regGateWaiting;
-}
-void blockQpCreation(bool block) {
-  {
-    std::lock_guard<std::mutex> l(gateMu);
-    createGateClosed = block;
-  }
-  gateCv.notify_all();
-}
-int blockedQpCreations() {
-  std::lock_guard<std::mutex> l(gateMu);
-  return createGateWaiting;
-}
-void blockQpDestroy(bool block) {
-  {
-    std::lock_guard<std::mutex> l(gateMu);
-    destroyGateClosed = block;
-  }
-  gateCv.notify_all();
-}
-int blockedQpDestroys() {
-  std::lock_guard<std::mutex> l(gateMu);
-  return destroyGateWaiting;
-}
+void blockErrTransitions(bool block) { errGate.set(block); }
+int blockedErrTransitions() { return errGate.held(); }
+void blockMrRegistration(bool block) { regGate.set(block); }
+int blockedMrRegistrations() { return regGate.held(); }
+void blockQpCreation(bool block) { createGate.set(block); }
+int blockedQpCreations() { return createGate.held(); }
+void blockQpDestroy(bool block) { destroyGate.set(block); }
+int blockedQpDestroys() { return destroyGate.held(); }
 std::vector<std::thread::id> qpDestroyers() {
   WorldLock l(worldMu);
   return w().qpDestroyers;
 }
-void blockAccessModify(bool block) {
-  {
-    std::lock_guard<std::mutex> l(gateMu);
-    accessGateClosed = block;
-  }
-  gateCv.notify_all();
-}
-int blockedAccessModifies() {
-  std::lock_guard<std::mutex> l(gateMu);
-  return accessGateWaiting;
-}
+void blockAccessModify(bool block) { accessGate.set(block); }
+int blockedAccessModifies() { return accessGate.held(); }
 std::vector<std::thread::id> accessModifiers() {
   WorldLock l(worldMu);
   return w().accessModifiers;
@@ -684,20 +655,12 @@ ibv_mr* regMrLocked(ibv_pd* pd, void* addr, size_t len, int access, const char* 
   return m;
 }
 
-// The blockMrRegistration gate of ibv_reg_mr and ibv_reg_mr_iova2.
-void regGate() {
-  std::unique_lock<std::mutex> gl(gateMu);
-  ++regGateWaiting;
-  gateCv.notify_all();
-  gateCv.wait(gl, [] { return !regGateClosed; });
-  --regGateWaiting;
-}
 }  // namespace
 
 #undef ibv_reg_mr
 ibv_mr* ibv_reg_mr(ibv_pd* pd, void* addr, size_t len, int access) {
   fake::g_verbsUsed = true;
-  regGate();
+  regGate.pass();
   WorldLock l(worldMu);
   // libibverbs' exported ibv_reg_mr takes no optional access flags (verbs.h's inline wrapper
   // sends them to ibv_reg_mr_iova2): the fake keeps what it is given, for tests to see.
@@ -705,7 +668,7 @@ ibv_mr* ibv_reg_mr(ibv_pd* pd, void* addr, size_t len, int access) {
 }
 ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t len, uint64_t iova, unsigned int access) {
   fake::g_verbsUsed = true;
-  regGate();
+  regGate.pass();
   WorldLock l(worldMu);
   // The fake addresses MRs by address: an iova other than the address is not modelled.
   if (iova != (uint64_t)(uintptr_t)addr) return errno = ENOTSUP, nullptr;
@@ -766,13 +729,7 @@ int ibv_destroy_cq(ibv_cq* cq) {
 }
 
 ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* ia) {
-  {
-    std::unique_lock<std::mutex> gl(gateMu);
-    ++createGateWaiting;
-    gateCv.notify_all();
-    gateCv.wait(gl, [] { return !createGateClosed; });
-    --createGateWaiting;
-  }
+  createGate.pass();
   WorldLock l(worldMu);
   if (w().dead.count(pd->context)) return errno = EIO, nullptr;
   auto* f = new FakeQp{};
@@ -788,12 +745,7 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* ia) {
   return &f->qp;
 }
 int ibv_destroy_qp(ibv_qp* qp) {
-  {
-    std::unique_lock<std::mutex> gl(gateMu);
-    ++destroyGateWaiting;
-    gateCv.wait(gl, [] { return !destroyGateClosed; });
-    --destroyGateWaiting;
-  }
+  destroyGate.pass();
   WorldLock l(worldMu);
   w().qpDestroyers.push_back(std::this_thread::get_id());
   if (w().failDestroy && w().failDestroyQp == qp && w().failDestroyTimes > 0) {
@@ -809,18 +761,8 @@ int ibv_destroy_qp(ibv_qp* qp) {
   return 0;
 }
 int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* a, int mask) {
-  if ((mask & IBV_QP_STATE) && a->qp_state == IBV_QPS_ERR) {
-    std::unique_lock<std::mutex> gl(gateMu);
-    ++gateWaiting;
-    gateCv.wait(gl, [] { return !gateClosed; });
-    --gateWaiting;
-  }
-  if (mask == IBV_QP_ACCESS_FLAGS) {
-    std::unique_lock<std::mutex> gl(gateMu);
-    ++accessGateWaiting;
-    gateCv.wait(gl, [] { return !accessGateClosed; });
-    --accessGateWaiting;
-  }
+  if ((mask & IBV_QP_STATE) && a->qp_state == IBV_QPS_ERR) errGate.pass();
+  if (mask == IBV_QP_ACCESS_FLAGS) accessGate.pass();
   WorldLock l(worldMu);
   if (mask == IBV_QP_ACCESS_FLAGS) w().accessModifiers.push_back(std::this_thread::get_id());
   if (!(mask & IBV_QP_STATE) && qp->state == IBV_QPS_ERR) {
