@@ -2,7 +2,13 @@
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+#include <net/if.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
 
 #include <cstring>
 
@@ -106,6 +112,56 @@ std::vector<Subnet> lookupSubnets(const std::vector<Nic>& nics) {
     }
   }
   freeifaddrs(ifa);
+  return out;
+}
+
+std::string routeOifFrom(const sockaddr_in& src, const sockaddr_in& dst) {
+  struct {
+    nlmsghdr h;
+    rtmsg r;
+    char attrs[2 * RTA_SPACE(sizeof(in_addr))];
+  } req;
+  memset(&req, 0, sizeof(req));
+  req.h.nlmsg_len = NLMSG_LENGTH(sizeof(rtmsg));
+  req.h.nlmsg_type = RTM_GETROUTE;
+  req.h.nlmsg_flags = NLM_F_REQUEST;
+  req.h.nlmsg_seq = 1;
+  req.r.rtm_family = AF_INET;
+  req.r.rtm_dst_len = 32;
+  req.r.rtm_src_len = 32;
+  auto add = [&](unsigned short type, const in_addr& a) {
+    auto* at = (rtattr*)((char*)&req + NLMSG_ALIGN(req.h.nlmsg_len));
+    at->rta_type = type;
+    at->rta_len = RTA_LENGTH(sizeof(a));
+    memcpy(RTA_DATA(at), &a, sizeof(a));
+    req.h.nlmsg_len = NLMSG_ALIGN(req.h.nlmsg_len) + RTA_ALIGN(at->rta_len);
+  };
+  add(RTA_DST, dst.sin_addr);
+  add(RTA_SRC, src.sin_addr);
+  int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+  if (fd < 0) return "";
+  timeval tv{1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  sockaddr_nl kernel{};
+  kernel.nl_family = AF_NETLINK;
+  std::string out;
+  alignas(nlmsghdr) char buf[8192];
+  ssize_t n = -1;
+  if (sendto(fd, &req, req.h.nlmsg_len, 0, (sockaddr*)&kernel, sizeof(kernel)) >= 0) n = recv(fd, buf, sizeof(buf), 0);
+  close(fd);
+  int left = n > 0 ? (int)n : 0;
+  for (auto* h = (nlmsghdr*)buf; out.empty() && NLMSG_OK(h, left); h = NLMSG_NEXT(h, left)) {
+    if (h->nlmsg_type != RTM_NEWROUTE) break;  // NLMSG_ERROR: no route (ENETUNREACH, ...)
+    auto* r = (rtmsg*)NLMSG_DATA(h);
+    int len = (int)RTM_PAYLOAD(h);
+    for (auto* at = RTM_RTA(r); RTA_OK(at, len); at = RTA_NEXT(at, len)) {
+      if (at->rta_type != RTA_OIF || RTA_PAYLOAD(at) < sizeof(int)) continue;
+      int idx = 0;
+      memcpy(&idx, RTA_DATA(at), sizeof(idx));
+      char name[IF_NAMESIZE] = {};
+      if (if_indextoname((unsigned)idx, name)) out = name;
+    }
+  }
   return out;
 }
 

@@ -70,4 +70,10 @@ std::string subnetToString(const Subnet& s);
 // Thread-safety: reads each NIC's address under its lock; safe from any thread.
 std::vector<Subnet> lookupSubnets(const std::vector<Nic>& nics);
 
+// The NIC the kernel routes IPv4 traffic from local address `src` to `dst` through, as
+// `ip route get <dst> from <src>` shows it (one RTM_GETROUTE on a netlink socket: the policy
+// rules and tables are applied, no socket is bound to a device). "" when there is no route or
+// netlink does not answer within 1 s. Thread-safety: stateless; safe from any thread.
+std::string routeOifFrom(const sockaddr_in& src, const sockaddr_in& dst);
+
 }  // namespace railover

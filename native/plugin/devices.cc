@@ -98,8 +98,54 @@ std::string arpFluxWarning(const std::vector<Nic>& nics, const std::vector<int>&
   return "";
 }
 
-static int readArpIgnore(const std::string& name) {
-  std::string all = readFile("/proc/sys/net/ipv4/conf/all/arp_ignore"), own = readFile("/proc/sys/net/ipv4/conf/" + name + "/arp_ignore");
+std::vector<std::string> rpFilterWarnings(
+    const std::vector<Nic>& nics, const std::vector<int>& prefixLen, const std::function<int(const std::string&)>& rpFilter,
+    const std::function<std::string(const sockaddr_in&, const sockaddr_in&)>& routeOif) {
+  auto v4 = [&](size_t i) { return i < prefixLen.size() && prefixLen[i] > 0 && nics[i].addr.ss_family == AF_INET; };
+  auto host = [&](size_t i) { return ntohl(((const sockaddr_in&)nics[i].addr).sin_addr.s_addr); };
+  auto mask = [](int len) { return len <= 0 ? 0u : 0xffffffffu << (32 - len); };
+  std::vector<std::string> out;
+  for (size_t i = 0; i < nics.size(); ++i) {
+    // A /31 or /32 holds no third host: no shared subnet to speak of.
+    if (!v4(i) || prefixLen[i] > 30) continue;
+    std::vector<std::string> sharing;
+    for (size_t j = 0; j < nics.size(); ++j) {
+      if (j == i || !v4(j)) continue;
+      uint32_t m = mask(std::min(prefixLen[i], prefixLen[j]));
+      if ((host(i) & m) == (host(j) & m)) sharing.push_back(nics[j].name);
+    }
+    if (sharing.empty() || rpFilter(nics[i].name) != 1) continue;
+    // Where a peer on the subnet would be answered from: the first address of the subnet that
+    // no selected NIC holds (a connected route covers every address of it alike).
+    uint32_t net = host(i) & mask(prefixLen[i]), last = net | ~mask(prefixLen[i]);
+    sockaddr_in src = (const sockaddr_in&)nics[i].addr, dst{};
+    dst.sin_family = AF_INET;
+    for (uint32_t a = net + 1; a < last && !dst.sin_addr.s_addr; ++a) {
+      bool ours = false;
+      for (size_t j = 0; j < nics.size(); ++j) ours |= nics[j].addr.ss_family == AF_INET && host(j) == a;
+      if (!ours) dst.sin_addr.s_addr = htonl(a);
+    }
+    if (!dst.sin_addr.s_addr) continue;
+    std::string oif = routeOif(src, dst);
+    if (oif.empty() || oif == nics[i].name) continue;
+    char ip[INET_ADDRSTRLEN] = "?";
+    inet_ntop(AF_INET, &src.sin_addr, ip, sizeof(ip));
+    std::string subnet = subnetToString(Subnet{nics[i].addr, prefixLen[i]}), name = nics[i].name;
+    out.push_back("railover: NIC " + name + " shares subnet " + subnet + " with " + joinNames(sharing) +
+                  ", and its traffic to that subnet leaves through " + oif +
+                  " (no source routing): strict reverse-path filtering (rp_filter=1) drops what peers send to " +
+                  name + ", so railover's paths and probes on it get no answer; add source routing (ip rule add from " +
+                  ip + " table <N>; ip route add " + subnet + " dev " + name +
+                  " table <N>) or loose filtering (sysctl -w net.ipv4.conf.all.rp_filter=2 net.ipv4.conf." + name +
+                  ".rp_filter=2) (railover doctor checks this)");
+  }
+  return out;
+}
+
+// A NIC's effective net.ipv4.conf value for `key` (arp_ignore, rp_filter): the kernel applies the
+// larger of the "all" and the NIC's own value. -1 when either cannot be read.
+static int effectiveIpv4Conf(const std::string& key, const std::string& name) {
+  std::string all = readFile("/proc/sys/net/ipv4/conf/all/" + key), own = readFile("/proc/sys/net/ipv4/conf/" + name + "/" + key);
   if (all.empty() || own.empty()) return -1;
   return std::max(atoi(all.c_str()), atoi(own.c_str()));
 }
@@ -173,8 +219,10 @@ bool discoverNics(const Config& cfg, std::vector<Nic>* out, std::string* err) {
   }
   std::vector<int> prefixLen;
   for (const Subnet& sn : lookupSubnets(*out)) prefixLen.push_back(sn.prefixLen);
-  std::string flux = arpFluxWarning(*out, prefixLen, readArpIgnore);
+  std::string flux = arpFluxWarning(*out, prefixLen, [](const std::string& n) { return effectiveIpv4Conf("arp_ignore", n); });
   if (!flux.empty()) RO_WARN("%s", flux.c_str());
+  auto rpFilter = [](const std::string& n) { return effectiveIpv4Conf("rp_filter", n); };
+  for (const std::string& w : rpFilterWarnings(*out, prefixLen, rpFilter, routeOifFrom)) RO_WARN("%s", w.c_str());
   // A misspelt RAILOVER_STANDBY pair would leave the NIC's comms without failover, silently.
   std::string have;
   for (auto& n : *out) have += (have.empty() ? "" : ",") + n.name;

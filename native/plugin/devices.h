@@ -41,6 +41,20 @@ std::vector<std::string> keepOnlyNics(std::vector<Nic>* nics, const std::vector<
 std::string arpFluxWarning(const std::vector<Nic>& nics, const std::vector<int>& prefixLen,
                            const std::function<int(const std::string&)>& arpIgnore);
 
+// NICs that share an IPv4 subnet with another selected NIC, under strict reverse-path filtering
+// (effective rp_filter 1: the larger of net.ipv4.conf.all and net.ipv4.conf.<name>; the default
+// of several distributions), whose own traffic to that subnet the kernel routes through another
+// NIC (no source-based policy routing). The kernel then drops what peers send to the NIC, since
+// the route back to them does not leave through it: railover's paths and probes on it never
+// get an answer, so its rail is down from the start. Returns one warning per such NIC, naming
+// it, the subnet, the NIC its traffic leaves through and the fixes ({} when none).
+// `prefixLen[i]` as for arpFluxWarning; `rpFilter(name)`: the NIC's effective rp_filter, -1 when
+// unknown; `routeOif(src, dst)`: the NIC the kernel routes from src to dst through ("" when
+// unknown: no claim), routeOifFrom at init. Pure apart from those two.
+std::vector<std::string> rpFilterWarnings(
+    const std::vector<Nic>& nics, const std::vector<int>& prefixLen, const std::function<int(const std::string&)>& rpFilter,
+    const std::function<std::string(const sockaddr_in&, const sockaddr_in&)>& routeOif);
+
 // "eth1,eth2": NIC names as the logs list them.
 std::string joinNames(const std::vector<std::string>& names);
 

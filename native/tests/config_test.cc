@@ -303,3 +303,49 @@ TEST(Devices, NicsSharingASubnetWithArpFluxAreNamedAtInit) {
   EXPECT_EQ(arpFluxWarning(rails, {24, 24}, arp), "");
   EXPECT_NE(arpFluxWarning(rails, {16, 16}, arp).find("share subnet 10.0.0.0/16"), std::string::npos);
 }
+
+// Strict reverse-path filtering on a NIC that shares its subnet and whose traffic to it the
+// kernel routes through another NIC (main-table routes only): named at init with the NIC its
+// traffic leaves through; not where the route is its own (source routing), filtering is loose
+// or off, the value or the route is unknown, or the NIC has the subnet to itself.
+TEST(Devices, StrictReversePathFilteringOnANicSharingASubnetIsNamedAtInit) {
+  using railover::rpFilterWarnings;
+  std::vector<railover::Nic> nics{v4Nic("eth0", "10.0.0.1"), v4Nic("eth1", "10.0.0.2"), v4Nic("eth2", "10.0.1.1")};
+  std::vector<int> len{24, 24, 24};
+  int rpf = 1;
+  auto filter = [&](const std::string&) { return rpf; };
+  std::vector<std::pair<std::string, std::string>> asked;  // (src, dst) of each route lookup
+  std::string via = "eth0";                                  // the main table's first route wins
+  auto route = [&](const sockaddr_in& src, const sockaddr_in& dst) {
+    char s[INET_ADDRSTRLEN], d[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &src.sin_addr, s, sizeof(s));
+    inet_ntop(AF_INET, &dst.sin_addr, d, sizeof(d));
+    asked.push_back({s, d});
+    return std::string(s) == "10.0.0.1" ? std::string("eth0") : via;
+  };
+  auto w = rpFilterWarnings(nics, len, filter, route);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("NIC eth1 shares subnet 10.0.0.0/24 with eth0, and its traffic to that subnet leaves through eth0"),
+            std::string::npos) << w[0];
+  EXPECT_NE(w[0].find("ip rule add from 10.0.0.2 table <N>; ip route add 10.0.0.0/24 dev eth1 table <N>"), std::string::npos)
+      << w[0];
+  EXPECT_NE(w[0].find("net.ipv4.conf.eth1.rp_filter=2"), std::string::npos) << w[0];
+  // The lookups: from each sharing NIC's address to an address of the subnet no NIC holds
+  // (10.0.0.1 and .2 are ours); eth2 has its subnet to itself and is not asked about.
+  EXPECT_EQ(asked, (std::vector<std::pair<std::string, std::string>>{{"10.0.0.1", "10.0.0.3"}, {"10.0.0.2", "10.0.0.3"}}));
+  via = "eth1";
+  EXPECT_TRUE(rpFilterWarnings(nics, len, filter, route).empty()) << "source routing: eth1's traffic leaves through it";
+  via = "";
+  EXPECT_TRUE(rpFilterWarnings(nics, len, filter, route).empty()) << "route unknown: no claim";
+  via = "eth0";
+  for (int loose : {0, 2, -1}) {
+    rpf = loose;
+    EXPECT_TRUE(rpFilterWarnings(nics, len, filter, route).empty()) << "rp_filter " << loose;
+  }
+  rpf = 1;
+  std::vector<railover::Nic> rails{v4Nic("eth0", "10.0.0.1"), v4Nic("eth1", "10.0.1.1")};
+  EXPECT_TRUE(rpFilterWarnings(rails, {24, 24}, filter, route).empty()) << "a subnet per rail: each route is its NIC's";
+  std::vector<railover::Nic> pair{v4Nic("eth0", "10.0.0.2"), v4Nic("eth1", "10.0.0.3")};
+  EXPECT_TRUE(rpFilterWarnings(pair, {31, 31}, filter, route).empty()) << "one /31 holds no third host";
+  EXPECT_EQ(rpFilterWarnings(pair, {30, 30}, filter, route).size(), 1u) << "the /30 of the same two NICs does";
+}

@@ -233,6 +233,49 @@ def test_doctor_on_nics_sharing_a_subnet(testbed):
     assert rc == 1 and fails == {("arp", a0.ifname), ("arp", a1.ifname)}, fails
 
 
+def test_the_plugin_names_strict_reverse_path_filtering_on_a_shared_subnet_at_init(testbed):
+    """The flat bed without policy routing, host A under strict reverse-path filtering (the
+    default of several distributions), B not: a1's traffic to the subnet leaves through a0, so
+    the kernel drops what B sends to a1. Each rank's plugin says so at init, naming the NIC,
+    where its traffic leaves and the fixes, for the host whose filter drops it only (doctor
+    finds the same, test above). With A's filter loose, nothing."""
+    tb = testbed("T2-flat", policy_routing=False)
+    a0, a1 = tb.nic("a0"), tb.nic("a1")
+
+    def warns(res, rank):
+        err = (res.workdir / f"rank{rank}.err").read_text()
+        return [ln for ln in err.splitlines() if "reverse-path filtering" in ln]
+
+    sysctl = ["sysctl", "-q", "-w"]
+    assert tb.run_collect("A", sysctl + ["net.ipv4.conf.all.rp_filter=1"])[0] == 0
+    try:
+        # primary paths only (a0 to b0): the standbys on a1 could not connect, which is the point
+        res = run_scenario(tb, [], duration_s=3, env={"RAILOVER_STANDBY": "none"})
+    finally:
+        assert tb.run_collect("A", sysctl + ["net.ipv4.conf.all.rp_filter=0"])[0] == 0
+    assert res.wrong_bytes == 0
+    (w,) = warns(res, 0)
+    assert f"NIC {a1.ifname} shares subnet " in w and f"with {a0.ifname}, and its traffic to that subnet leaves " \
+        f"through {a0.ifname}" in w, w
+    assert f"ip rule add from {a1.addr} table <N>" in w and f"net.ipv4.conf.{a1.ifname}.rp_filter=2" in w, w
+    assert warns(res, 1) == []
+    # with loose filtering nothing, and under strict filtering nothing once a1's own traffic
+    # leaves through a1 (source routing: the lookup applies the rules for a1's address)
+    res = run_scenario(tb, [], duration_s=3)
+    assert warns(res, 0) == [] and warns(res, 1) == []
+    net = a1.addr.rsplit(".", 1)[0] + ".0/24"
+    for cmd in (["ip", "rule", "add", "from", a1.addr, "table", "100"],
+                ["ip", "route", "add", net, "dev", a1.ifname, "table", "100"]):
+        assert tb.run_collect("A", cmd)[0] == 0, cmd
+    assert tb.run_collect("A", sysctl + ["net.ipv4.conf.all.rp_filter=1"])[0] == 0
+    try:
+        res = run_scenario(tb, [], duration_s=3)
+    finally:
+        assert tb.run_collect("A", sysctl + ["net.ipv4.conf.all.rp_filter=0"])[0] == 0
+    assert res.wrong_bytes == 0
+    assert warns(res, 0) == [] and warns(res, 1) == []
+
+
 def test_doctor_sees_nics_stacked_on_one_port(testbed):
     """A macvlan interface on a0, and a bridge (a master, like a bond) over a veth port, as the
     kernel reports them: doctor finds the port a0 and the macvlan share, and the master is the
