@@ -1,5 +1,7 @@
 #include "failover/pairing.h"
 
+#include <algorithm>
+
 namespace railover {
 
 const char* pairingNoteName(PairingNote kind) {
@@ -79,7 +81,13 @@ PathPlan planPaths(int dev, const std::vector<int>& standbyNics, const std::vect
   // Standbys: first every NIC that has an address on its subnet, then the others by rail.
   std::vector<int> left;
   std::vector<PathPlan::Pair> standbys;
-  for (int j : standbyNics) {
+  // A NIC listed twice (RAILOVER_STANDBY=explicit with a pair given twice) is one candidate:
+  // a second path from it would take a second address, and the path order pass below would
+  // add its pair once per listing.
+  std::vector<int> cand;
+  for (int j : standbyNics)
+    if (j != dev && std::find(cand.begin(), cand.end(), j) == cand.end()) cand.push_back(j);
+  for (int j : cand) {
     // The rail pairing (before any standby took an address), to say what changed.
     int byRail = -1;
     for (int a = 0; a < h.naddr && byRail < 0; ++a)
@@ -121,7 +129,7 @@ PathPlan planPaths(int dev, const std::vector<int>& standbyNics, const std::vect
     standbys.push_back({j, k});
   }
   // In the order of the candidates, as before (path order is what the state file and tests show).
-  for (int j : standbyNics)
+  for (int j : cand)
     for (auto& p : standbys)
       if (p.localNic == j) plan.pairs.push_back(p);
   return plan;

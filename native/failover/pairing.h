@@ -49,7 +49,8 @@ struct PathPlan {
 };
 
 // Pairs local NIC `dev` (NCCL's choice) and the candidate standby NICs `standbyNics` with the
-// addresses of handle `h`, each address at most once (the receiver keys paths by it).
+// addresses of handle `h`, each address at most once (the receiver keys paths by it) and each
+// local NIC at most once (a candidate listed twice, or `dev` among them, counts once).
 // By rail, as always, where the subnets agree or are unknown. Where they show the rails do not
 // match (hosts cabled or configured differently: a NIC missing, other RAILOVER_RAILS, another
 // NIC order), a NIC connects to the peer's address on its own subnet when the handle has one

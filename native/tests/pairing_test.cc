@@ -178,3 +178,22 @@ TEST(Pairing, AStandbyWhoseRailPartnerIsOnAnotherNicsSubnetIsNotOpened) {
   EXPECT_NE(p.notes[0].text.find("10.0.1.2 (rail 2), which is on the subnet of local NIC a1"), std::string::npos)
       << p.notes[0].text;
 }
+
+TEST(Pairing, ACandidateListedTwiceGetsOnePath) {
+  // RAILOVER_STANDBY=explicit with a pair given twice ('a0=a1;a0=a1') lists a1 twice among the
+  // candidates. Each handle address is used at most once (the receiver keys paths by it), and
+  // a local NIC has at most one path to the peer.
+  for (int len : {24, -1}) {
+    auto l = nics({"10.0.0.1", "10.0.1.1", "10.0.2.1"}, len);
+    auto h = handle({{"10.0.0.2", 0}, {"10.0.1.2", 1}, {"10.0.2.2", 2}});
+    PathPlan p = planPaths(0, {1, 1}, l, h);
+    EXPECT_EQ(pairs(p), "a0->0,a1->1") << "prefix " << len;
+    p = planPaths(0, {1, 2, 1}, l, h);
+    EXPECT_EQ(pairs(p), "a0->0,a1->1,a2->2") << "prefix " << len;
+    std::vector<bool> seen(h.naddr, false);
+    for (auto& x : p.pairs) {
+      EXPECT_FALSE(seen[x.remote]) << "address " << x.remote << " used twice: " << pairs(p);
+      seen[x.remote] = true;
+    }
+  }
+}
