@@ -164,7 +164,9 @@ void SendLink::idleSweep(uint64_t now) {
 void RecvLink::idleSweep(uint64_t now) {
   std::unique_lock<std::mutex> lk(mu, std::try_to_lock);
   if (!lk.owns_lock()) return;
-  if (!everReady_ || isFatal() || peerClosed() || now - lastCallUs_ < (uint64_t)tuning::kIdleSweepMs * 1000) return;
+  // `now` was read before the lock: a call since is later than it (as for SendLink::idleSweep;
+  // `now - lastCallUs_` would wrap and pass a comm NCCL had just called).
+  if (!everReady_ || isFatal() || peerClosed() || lastCallUs_ + (uint64_t)tuning::kIdleSweepMs * 1000 > now) return;
   progress();
 }
 
