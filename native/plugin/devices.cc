@@ -69,8 +69,9 @@ std::vector<std::string> keepOnlyNics(std::vector<Nic>* nics, const std::vector<
   return out;
 }
 
-std::string arpFluxWarning(const std::vector<Nic>& nics, const std::vector<int>& prefixLen,
-                           const std::function<int(const std::string&)>& arpIgnore) {
+std::vector<std::string> arpFluxWarnings(const std::vector<Nic>& nics, const std::vector<int>& prefixLen,
+                                         const std::function<int(const std::string&)>& arpIgnore) {
+  std::vector<std::string> out;
   auto net = [&](size_t i, int len) {
     uint32_t a = ntohl(((const sockaddr_in&)nics[i].addr).sin_addr.s_addr);
     return len <= 0 ? 0u : a & (0xffffffffu << (32 - len));
@@ -90,12 +91,12 @@ std::string arpFluxWarning(const std::vector<Nic>& nics, const std::vector<int>&
     for (const Nic& n : nics)
       if (std::find(group.begin(), group.end(), n.name) != group.end()) flux |= arpIgnore(n.name) == 0;
     if (!flux) continue;
-    return "railover: NICs " + joinNames(group) + " share subnet " + subnetToString(Subnet{nics[i].addr, prefixLen[i]}) +
+    out.push_back("railover: NICs " + joinNames(group) + " share subnet " + subnetToString(Subnet{nics[i].addr, prefixLen[i]}) +
            " and answer ARP for each other's addresses (arp_ignore=0): a peer may send one NIC's traffic to another, "
            "where railover's sockets (bound to their NIC) do not take it, so connects are refused and probes lost on "
-           "that rail; set net.ipv4.conf.all.arp_ignore=1 and arp_announce=2 (railover doctor checks this)";
+           "that rail; set net.ipv4.conf.all.arp_ignore=1 and arp_announce=2 (railover doctor checks this)");
   }
-  return "";
+  return out;
 }
 
 std::vector<std::string> rpFilterWarnings(
@@ -219,8 +220,8 @@ bool discoverNics(const Config& cfg, std::vector<Nic>* out, std::string* err) {
   }
   std::vector<int> prefixLen;
   for (const Subnet& sn : lookupSubnets(*out)) prefixLen.push_back(sn.prefixLen);
-  std::string flux = arpFluxWarning(*out, prefixLen, [](const std::string& n) { return effectiveIpv4Conf("arp_ignore", n); });
-  if (!flux.empty()) RO_WARN("%s", flux.c_str());
+  auto arpIgnore = [](const std::string& n) { return effectiveIpv4Conf("arp_ignore", n); };
+  for (const std::string& w : arpFluxWarnings(*out, prefixLen, arpIgnore)) RO_WARN("%s", w.c_str());
   auto rpFilter = [](const std::string& n) { return effectiveIpv4Conf("rp_filter", n); };
   for (const std::string& w : rpFilterWarnings(*out, prefixLen, rpFilter, routeOifFrom)) RO_WARN("%s", w.c_str());
   // A misspelt RAILOVER_STANDBY pair would leave the NIC's comms without failover, silently.

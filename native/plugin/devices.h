@@ -34,12 +34,12 @@ std::vector<std::string> keepOnlyNics(std::vector<Nic>* nics, const std::vector<
 // NICs that share an IPv4 subnet and answer ARP for each other's addresses (effective
 // arp_ignore 0, the kernel default): a peer may send one NIC's traffic to another, where the
 // device-bound sockets railover opens do not take it (connects refused, probes lost), so that
-// rail looks broken from the start. Returns the warning naming them and the subnet ("" when
-// none). `prefixLen[i]`: the prefix length of nics[i]'s address, -1 when it is not IPv4;
-// `arpIgnore(name)`: the NIC's effective arp_ignore (the larger of net.ipv4.conf.all and
-// net.ipv4.conf.<name>), -1 when unknown. Pure.
-std::string arpFluxWarning(const std::vector<Nic>& nics, const std::vector<int>& prefixLen,
-                           const std::function<int(const std::string&)>& arpIgnore);
+// rail looks broken from the start. Returns one warning per such group of NICs, naming them and
+// the subnet ({} when none). `prefixLen[i]`: the prefix length of nics[i]'s address, -1 when it
+// is not IPv4; `arpIgnore(name)`: the NIC's effective arp_ignore (the larger of
+// net.ipv4.conf.all and net.ipv4.conf.<name>), -1 when unknown. Pure.
+std::vector<std::string> arpFluxWarnings(const std::vector<Nic>& nics, const std::vector<int>& prefixLen,
+                                         const std::function<int(const std::string&)>& arpIgnore);
 
 // NICs that share an IPv4 subnet with another selected NIC, under strict reverse-path filtering
 // (effective rp_filter 1: the larger of net.ipv4.conf.all and net.ipv4.conf.<name>; the default
@@ -48,7 +48,7 @@ std::string arpFluxWarning(const std::vector<Nic>& nics, const std::vector<int>&
 // the route back to them does not leave through it: railover's paths and probes on it never
 // get an answer, so its rail is down from the start. Returns one warning per such NIC, naming
 // it, the subnet, the NIC its traffic leaves through and the fixes ({} when none).
-// `prefixLen[i]` as for arpFluxWarning; `rpFilter(name)`: the NIC's effective rp_filter, -1 when
+// `prefixLen[i]` as for arpFluxWarnings; `rpFilter(name)`: the NIC's effective rp_filter, -1 when
 // unknown; `routeOif(src, dst)`: the NIC the kernel routes from src to dst through ("" when
 // unknown: no claim), routeOifFrom at init. Pure apart from those two.
 std::vector<std::string> rpFilterWarnings(

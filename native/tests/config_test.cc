@@ -283,25 +283,36 @@ railover::Nic v4Nic(const char* name, const char* addr) {
 }  // namespace
 
 TEST(Devices, NicsSharingASubnetWithArpFluxAreNamedAtInit) {
-  using railover::arpFluxWarning;
+  using railover::arpFluxWarnings;
   std::vector<railover::Nic> nics{v4Nic("eth0", "10.0.0.1"), v4Nic("eth1", "10.0.0.11"), v4Nic("eth2", "10.0.1.1")};
   std::vector<int> len{24, 24, 24};
   int ignore = 0;
   auto arp = [&](const std::string&) { return ignore; };
-  std::string w = arpFluxWarning(nics, len, arp);
-  EXPECT_NE(w.find("NICs eth0,eth1 share subnet 10.0.0.0/24"), std::string::npos) << w;
-  EXPECT_NE(w.find("arp_ignore=1"), std::string::npos) << w;
+  auto w = arpFluxWarnings(nics, len, arp);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("NICs eth0,eth1 share subnet 10.0.0.0/24"), std::string::npos) << w[0];
+  EXPECT_NE(w[0].find("arp_ignore=1"), std::string::npos) << w[0];
   ignore = 1;
-  EXPECT_EQ(arpFluxWarning(nics, len, arp), "") << "each NIC answers for its own address only";
+  EXPECT_TRUE(arpFluxWarnings(nics, len, arp).empty()) << "each NIC answers for its own address only";
   ignore = -1;
-  EXPECT_EQ(arpFluxWarning(nics, len, arp), "") << "unknown: no claim";
+  EXPECT_TRUE(arpFluxWarnings(nics, len, arp).empty()) << "unknown: no claim";
   ignore = 0;
-  EXPECT_NE(arpFluxWarning(nics, {24, 28, 24}, arp).find("NICs eth0,eth1 share subnet 10.0.0.0/24"), std::string::npos)
-      << "overlapping subnets of different lengths share the smaller one's addresses";
-  EXPECT_EQ(arpFluxWarning(nics, {24, -1, 24}, arp), "") << "one rail per subnet: nothing shared";
+  w = arpFluxWarnings(nics, {24, 28, 24}, arp);
+  ASSERT_EQ(w.size(), 1u) << "overlapping subnets of different lengths share the smaller one's addresses";
+  EXPECT_NE(w[0].find("NICs eth0,eth1 share subnet 10.0.0.0/24"), std::string::npos) << w[0];
+  EXPECT_TRUE(arpFluxWarnings(nics, {24, -1, 24}, arp).empty()) << "one rail per subnet: nothing shared";
   std::vector<railover::Nic> rails{v4Nic("eth0", "10.0.0.1"), v4Nic("eth1", "10.0.1.1")};
-  EXPECT_EQ(arpFluxWarning(rails, {24, 24}, arp), "");
-  EXPECT_NE(arpFluxWarning(rails, {16, 16}, arp).find("share subnet 10.0.0.0/16"), std::string::npos);
+  EXPECT_TRUE(arpFluxWarnings(rails, {24, 24}, arp).empty());
+  w = arpFluxWarnings(rails, {16, 16}, arp);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("share subnet 10.0.0.0/16"), std::string::npos) << w[0];
+  // Two groups: each is named (not the first only).
+  std::vector<railover::Nic> two{v4Nic("eth0", "10.0.0.1"), v4Nic("eth1", "10.0.0.2"), v4Nic("eth2", "10.0.1.1"),
+                                 v4Nic("eth3", "10.0.1.2")};
+  w = arpFluxWarnings(two, {24, 24, 24, 24}, arp);
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_NE(w[0].find("NICs eth0,eth1 share subnet 10.0.0.0/24"), std::string::npos) << w[0];
+  EXPECT_NE(w[1].find("NICs eth2,eth3 share subnet 10.0.1.0/24"), std::string::npos) << w[1];
 }
 
 // Strict reverse-path filtering on a NIC that shares its subnet and whose traffic to it the
