@@ -102,7 +102,16 @@ class RdmaEngineTest : public ::testing::Test {
   }
 
   // The acceptor's part: every bootstrap stream whose HELLO is in goes to the RecvLink.
+  // Until the sender's primary path first connected, a standby's stream waits here (held): the
+  // comm then starts on the primary however slow its first connects are. (Under
+  // ThreadSanitizer on a loaded host a round can take over a second; a primary attempt timed
+  // out after 3 s, the standby's retry got through first, and the comm ran on the standby with
+  // no failback before the tests' 60 s hold-down.)
   void route() {
+    if (!held.empty() && primaryUp()) {
+      for (Held& x : held) recv->offerStream(std::move(x.server), x.sh, x.clientAddr, x.remoteNic);
+      held.clear();
+    }
     for (size_t i = 0; i < boot.pending.size();) {
       auto& p = boot.pending[i];
       if (p.in->q.size() < wire::kFrameBytes) {
@@ -118,10 +127,27 @@ class RdmaEngineTest : public ::testing::Test {
       sh.id.secret = h.secret, sh.id.connId = h.connId, sh.id.pathIndex = h.path, sh.id.srcRail = h.srcRail;
       sh.id.generation = h.generation, sh.id.probePort = h.probePort;
       sh.stream = h.stream, sh.nStreams = h.nStreams;
-      recv->offerStream(std::move(p.server), sh, p.clientAddr, p.remoteNic);
+      if (h.path != 0 && !primaryUp())
+        held.push_back({std::move(p.server), sh, p.clientAddr, p.remoteNic});
+      else
+        recv->offerStream(std::move(p.server), sh, p.clientAddr, p.remoteNic);
       boot.pending.erase(boot.pending.begin() + (long)i);
     }
   }
+  // Whether the sender's primary has connected at least once in this test.
+  bool primaryUp() {
+    if (!primaryWasUp && (send->paths[0].state == PathState::kStandby || send->paths[0].state == PathState::kActive))
+      primaryWasUp = true;
+    return primaryWasUp;
+  }
+  struct Held {
+    std::unique_ptr<Conn> server;
+    StreamHello sh;
+    sockaddr_storage clientAddr;
+    int remoteNic;
+  };
+  std::vector<Held> held;
+  bool primaryWasUp = false;
 
   // The QPs of the sender's path i and of the receiver's path i, when they are connected to
   // each other (the same generation at both ends), lane by lane.
