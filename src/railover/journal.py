@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
 
-__all__ = ["EVENTS", "COMMON_FIELDS", "RESUMED", "Stats", "parse_line", "read", "Tail"]
+__all__ = ["EVENTS", "COMMON_FIELDS", "RESUMED", "T_US_LIMIT", "Stats", "parse_line", "read", "Tail"]
 
 #: Fields every line has.
 COMMON_FIELDS = {"t_us": "integer", "pid": "integer", "event": "string"}
@@ -92,20 +92,29 @@ class Stats:
         return "; ".join(parts)
 
 
+#: Upper bound (exclusive) of ``t_us``: CLOCK_MONOTONIC µs since boot, which the plugin writes as
+#: a 64-bit integer, stay far below it. A time beyond it (a garbled line) overflowed the readers'
+#: float arithmetic (ages, ms since a drill's fault).
+T_US_LIMIT = 1 << 63
+
+
 def parse_line(line: Union[str, bytes], stats: Optional[Stats] = None) -> Optional[Dict[str, Any]]:
     """The event of one line, or None for an empty or garbled line (counted in ``stats``): not
-    a JSON object, or one whose ``t_us``, ``pid`` (when present) or ``event`` has another type
-    than :data:`COMMON_FIELDS` says. An event not in :data:`EVENTS` is returned too, and counted
-    in ``stats.unknown``."""
+    a JSON object (also one too deeply nested, or with a number of more digits than Python
+    converts), or one whose ``t_us``, ``pid`` (when present) or ``event`` has another type
+    than :data:`COMMON_FIELDS` says, or whose ``t_us`` is negative or not below
+    :data:`T_US_LIMIT`. An event not in :data:`EVENTS` is returned too, and counted in
+    ``stats.unknown``."""
     if not line.strip():
         return None
     try:
         e = json.loads(line)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError, int digit limit; nesting
         e = None
     # the common fields' types (a pid may be absent); a pid that is a list or an object would
     # break every reader that looks processes up by it
     if not isinstance(e, dict) or not isinstance(e.get("event"), str) or not isinstance(e.get("t_us"), int) \
+            or isinstance(e["t_us"], bool) or not 0 <= e["t_us"] < T_US_LIMIT \
             or ("pid" in e and (not isinstance(e["pid"], int) or isinstance(e["pid"], bool))):
         if stats is not None:
             stats.garbled += 1

@@ -525,3 +525,34 @@ def test_a_journal_time_beyond_a_float_s_range_is_shown_not_a_traceback(tmp_path
     write_state(d, _live(tmp_path, event_log=str(j)))
     r = CliRunner().invoke(app, ["status", "--state-dir", str(d)], env={"COLUMNS": "200"})
     assert r.exit_code == 0 and r.exception is None, (r.exception, r.output)
+
+
+@pytest.mark.parametrize("bad", ['{"t_us": 1, "pid": 7, "event": "nic_down", "n": ' + "9" * 5000 + "}",
+                                 "[" * 100000,
+                                 '{"t_us": 1' + "0" * 400 + ', "pid": 7, "event": "nic_down", "nic": "eth0"}',
+                                 '{"t_us": -1' + "0" * 400 + ', "pid": 7, "event": "nic_down", "nic": "eth0"}',
+                                 '{"t_us": 9223372036854775808, "pid": 7, "event": "nic_down", "nic": "eth0"}',
+                                 '{"t_us": true, "pid": 7, "event": "nic_down", "nic": "eth0"}'],
+                         ids=["5000-digit-number", "nested-100000-deep", "t_us-10e400", "t_us-minus-10e400",
+                              "t_us-2e63", "t_us-true"])
+def test_a_journal_line_python_cannot_read_or_beyond_the_clock_is_skipped_not_a_traceback(tmp_path, bad):
+    """A garbled journal line with a number of more than 4300 digits (ValueError from json),
+    nested deeper than Python's recursion limit (RecursionError), or a t_us beyond the 64-bit
+    µs clock (OverflowError computing its age) ended `railover status` in a traceback on every
+    run, and made every scrape of the exporter fail; it is an unreadable line, as one that is
+    not JSON."""
+    from railover.ops import exporter as ex
+    j = tmp_path / "ev.jsonl"
+    append_events(j, [{"t_us": st.now_us(), "pid": 7, "event": "nic_down", "nic": "eth1", "signal": "y"}])
+    with open(j, "a") as fh:
+        fh.write(bad + "\n")
+    d = tmp_path / "s"
+    write_state(d, _live(tmp_path, event_log=str(j)))
+    snap = st.snapshot([d])
+    assert snap["journal"]["garbled"] == 1 and [e["nic"] for e in snap["events"]] == ["eth1"], snap["journal"]
+    r = CliRunner().invoke(app, ["status", "--state-dir", str(d)], env={"COLUMNS": "200"})
+    assert r.exit_code == 0 and r.exception is None, (r.exception, r.output)
+    assert "journal lines skipped (partial or not a JSON event): 1" in r.output, r.output
+    col = ex.RailoverCollector([d], [])
+    fams = {f.name: f for f in col.collect()}
+    assert fams["railover_journal_unreadable_lines"].samples[0].value == 1
