@@ -556,3 +556,44 @@ def test_a_journal_line_python_cannot_read_or_beyond_the_clock_is_skipped_not_a_
     col = ex.RailoverCollector([d], [])
     fams = {f.name: f for f in col.collect()}
     assert fams["railover_journal_unreadable_lines"].samples[0].value == 1
+
+
+@pytest.mark.parametrize("what", ["totals.bytes_resent", "comms[0].bytes_resent", "comms[0].last_convergence_us",
+                                  "5000-digit-number", "nested-100000-deep"])
+def test_a_state_file_python_cannot_read_or_beyond_64_bits_is_unreadable_not_a_traceback(tmp_path, what):
+    """A corrupt state file with an integer beyond 64 bits (OverflowError showing bytes in KiB
+    or µs in seconds), a number of more than 4300 digits (ValueError from json) or nesting past
+    the recursion limit (RecursionError) ended `railover status` in a traceback on every run and
+    failed every exporter scrape; it is an unreadable file, reported as one, as a non-JSON file."""
+    from railover.ops import exporter as ex
+    d = tmp_path / "s"
+    s = _live(tmp_path)
+    s["comms"][0].update(failovers=1, active_nic="eth1")
+    f = write_state(d, s)
+    if what == "5000-digit-number":
+        f.write_text(json.dumps(s)[:-1] + ', "x": ' + "9" * 5000 + "}")
+    elif what == "nested-100000-deep":
+        f.write_text("[" * 100000)
+    else:
+        obj, key = what.split(".")
+        (s["totals"] if obj == "totals" else s["comms"][0])[key] = 10 ** 400
+        f.write_text(json.dumps(s))
+    snap = st.snapshot([d])
+    assert len(snap["errors"]) == 1 and str(f) in snap["errors"][0] and not snap["hosts"], snap["errors"]
+    r = CliRunner().invoke(app, ["status", "--state-dir", str(d)], env={"COLUMNS": "200"})
+    assert r.exit_code == 0 and r.exception is None, (r.exception, r.output)
+    assert "unreadable:" in r.output, r.output
+    fams = {fm.name: fm for fm in ex.RailoverCollector([d], []).collect()}
+    assert fams["railover_state_read_errors"].samples[0].value == 1
+
+
+def test_a_64_bit_counter_is_read_and_shown(tmp_path):
+    """The plugin's counters are unsigned 64-bit: the largest one is a valid value."""
+    d = tmp_path / "s"
+    s = _live(tmp_path)
+    s["totals"]["bytes_resent"] = (1 << 64) - 1
+    write_state(d, s)
+    snap = st.snapshot([d])
+    assert not snap["errors"] and snap["totals"]["bytes_resent"] == (1 << 64) - 1, snap["errors"]
+    out = _status(["--state-dir", str(d)], env={"COLUMNS": "250"})
+    assert "16777216.0 TiB" in out, out

@@ -189,6 +189,10 @@ _COMM_FIELDS = (("id", (_STR, _INT), True), ("dir", (_STR,), True), ("peer", (_S
 _PATH_FIELDS = (("nic", (_STR,), True), ("peer", (_STR,), False), ("state", (_STR,), False))
 _TOTAL_FIELDS = tuple((k, (_INT,), False) for k in ("comms", "failovers", "failbacks", "flaps", "bytes_resent",
                                                     "fatal_errors"))
+#: Range of every integer field: the plugin writes 64-bit integers (signed or unsigned). A larger
+#: one (a corrupt file) makes the file unreadable: the readers' float arithmetic (byte counts in
+#: KiB, µs in seconds) would overflow on it.
+_INT_RANGE = (-(1 << 63), (1 << 64) - 1)
 #: Integer fields that are counts or durations: a negative one (a corrupt file) makes the file
 #: unreadable, as a null or a non-number does, instead of being shown (``failovers -3``).
 _COUNTERS = frozenset(("failovers", "failbacks", "flaps", "bytes_resent", "recoveries", "fatal_errors", "comms",
@@ -209,6 +213,9 @@ def _check_fields(path: Path, obj: Any, fields: Sequence[Tuple[str, Tuple[type, 
         if not isinstance(v, types) or (isinstance(v, bool) and _BOOL not in types):
             want = " or ".join(_TYPE_NAMES[t] for t in types)
             raise StateFileError(f"{path}: field {where + k!r} is not {want} (got {json.dumps(v)[:40]})")
+        if isinstance(v, int) and not isinstance(v, bool) and not _INT_RANGE[0] <= v <= _INT_RANGE[1]:
+            raise StateFileError(f"{path}: field {where + k!r} is beyond a 64-bit integer (got {str(v)[:20]}..., "
+                                 f"{len(str(abs(v)))} digits)")
         if k in _COUNTERS and isinstance(v, int) and v < 0:
             raise StateFileError(f"{path}: field {where + k!r} is negative (got {v})")
 
@@ -250,6 +257,10 @@ def read_state_file(path: Path, proc: Path = Path("/proc")) -> ProcessState:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise StateFileError(f"{path}: not valid JSON ({e})") from None
+    except ValueError as e:  # a number of more digits than Python converts (4300)
+        raise StateFileError(f"{path}: not a state file ({e})") from None
+    except RecursionError:
+        raise StateFileError(f"{path}: not a state file (JSON nested deeper than Python reads)") from None
     _check_schema(path, data)
     st = ProcessState(path, data, mtime=mtime)
     start = proc_start_time(st.pid, proc)
