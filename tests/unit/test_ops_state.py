@@ -597,3 +597,79 @@ def test_a_64_bit_counter_is_read_and_shown(tmp_path):
     assert not snap["errors"] and snap["totals"]["bytes_resent"] == (1 << 64) - 1, snap["errors"]
     out = _status(["--state-dir", str(d)], env={"COLUMNS": "250"})
     assert "16777216.0 TiB" in out, out
+
+
+
+@pytest.fixture
+def unsearchable_journal(tmp_path):
+    """A live state file (this process) whose event_log is a journal directory the reader may
+    not search (mode 0000; as a /var/log/railover made by root, mode 0700, is to the exporter's
+    user): ``(state dir, journal path, reader)``, ``reader()`` a context in which this process
+    reads as such a user (as root: the effective uid of nobody). A real denial, not a fake."""
+    import contextlib
+    import shutil
+    import tempfile
+    base = Path(tempfile.mkdtemp(prefix="railover-perm-", dir="/tmp"))   # not under a 0700 TMPDIR or pytest's root
+    secret = base / "logs"
+    try:
+        base.chmod(0o755)
+        secret.mkdir()
+        j = secret / f"railover-{os.getpid()}.jsonl"
+        append_events(j, [{"t_us": st.now_us(), "pid": 7, "event": "nic_down", "nic": "eth1", "signal": "y"}])
+        secret.chmod(0o000)
+        d = base / "s"
+        write_state(d, _live(tmp_path, event_log=str(secret) + "/"))
+        d.chmod(0o755)
+
+        @contextlib.contextmanager
+        def reader():
+            if os.geteuid() != 0:
+                yield
+                return
+            os.seteuid(65534)
+            try:
+                yield
+            finally:
+                os.seteuid(0)
+        yield d, j, reader
+    finally:
+        if secret.exists():
+            secret.chmod(0o755)
+        shutil.rmtree(base)
+
+
+def test_a_journal_in_a_directory_the_reader_may_not_search_is_reported_not_a_traceback(unsearchable_journal):
+    """A state file (mode 0640, readable by the exporter's group) whose event_log is a journal
+    directory the reader may not search: pathlib's is_dir/is_file raise PermissionError there,
+    and `railover status` ended in a traceback, every exporter scrape failed. The journal is
+    left out, and status names it."""
+    from railover.ops import exporter as ex
+    d, j, reader = unsearchable_journal
+    # loads every module the command imports lazily while it can (the interpreter's own
+    # files may be out of nobody's reach: a pyenv under /root)
+    CliRunner().invoke(app, ["status", "--state-dir", str(d)], env={"COLUMNS": "200"})
+    with reader():
+        snap = st.snapshot([d])
+        r = CliRunner().invoke(app, ["status", "--state-dir", str(d)], env={"COLUMNS": "200"})
+        named = CliRunner().invoke(app, ["status", "--state-dir", str(d), "--journal", str(j)], env={"COLUMNS": "200"})
+        fams = {fm.name: fm for fm in ex.RailoverCollector([d], []).collect()}
+    assert snap["hosts"] and snap["errors"] == [f"journal {j}: Permission denied"], snap["errors"]
+    for res in (r, named):
+        assert res.exit_code == 0 and res.exception is None, (res.exception, res.output)
+        out = " ".join(res.output.split())
+        assert out.count(f"unreadable: journal {j}: Permission denied") == 1 and "does not exist" not in out, out
+    assert fams["railover_processes"].samples
+
+
+def test_a_drill_names_a_journal_it_may_not_read(unsearchable_journal, monkeypatch):
+    """The drill read the journals after the NIC came back: a PermissionError traceback there;
+    left out without a word, its report would read "no failover" for want of the journal."""
+    from railover.ops import drill as dl
+    d, j, reader = unsearchable_journal
+    monkeypatch.setattr(dl, "link_admin_up", lambda nic, netns=None: True)
+    monkeypatch.setattr(dl, "set_link", lambda nic, up, netns=None: None)
+    said = []
+    with reader():
+        res = dl.run_drill("eth0", 0.01, state_dirs=[d], wait_failback_s=0, progress=said.append)
+    assert f"warning: cannot read journal {j}: Permission denied" in said, said
+    assert res.journals == []

@@ -69,8 +69,12 @@ def _path_warnings(state_dir: Optional[List[Path]], dirs: List[Path], journal: O
         elif not d.is_dir():
             out.append(f"state dir {d} is not a directory")
     for j in journal or ():
-        if not j.exists():
+        try:
+            j.stat()
+        except (FileNotFoundError, NotADirectoryError):
             out.append(f"journal {j} does not exist")
+        except OSError:  # e.g. EACCES: the readers report it (railover.ops.state.journal_files)
+            pass
     return out
 
 

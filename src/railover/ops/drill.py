@@ -305,7 +305,8 @@ def run_drill(nic: str, down_for_s: float, *, netns: Optional[str] = None, state
         progress(f"waiting up to {wait_failback_s:g} s for traffic to move back")
         while True:
             states, _ = st.read_state_dirs(dirs)
-            files = st.journal_files(states, extra)
+            unreadable: List[str] = []
+            files = st.journal_files(states, extra, unreadable)
             evs = st.recent_events(files, limit=0, since_us=res.down_us)
             res.still_failed_over = _failed_over(states, pids)
             fo = {_comm_key(e) for e in evs if e["event"] == "failover"}
@@ -319,6 +320,8 @@ def run_drill(nic: str, down_for_s: float, *, netns: Optional[str] = None, state
             except (KeyboardInterrupt, SystemExit):
                 res.interrupted = True  # the NIC is back already: stop waiting, report what we have
                 break
+    for u in unreadable:
+        progress(f"warning: cannot read {u}")
     res.journals = [str(f) for f in files]
     res.counters_after = _counters(states, pids)
     return analyze(res, evs)

@@ -317,14 +317,32 @@ def prune_stale(dirs: Iterable[Path], proc: Path = Path("/proc")) -> List[Path]:
 
 # --------------------------------------------------------------------------- journals
 
-def journal_files(states: Sequence[ProcessState], extra: Iterable[Path] = ()) -> List[Path]:
+def journal_files(states: Sequence[ProcessState], extra: Iterable[Path] = (),
+                  errors: Optional[List[str]] = None) -> List[Path]:
     """Journal files to read: each state file's ``event_log`` (a directory there means its
     ``railover-<pid>.jsonl``; ``%p`` is the pid) plus ``extra`` paths (a directory: every
-    ``*.jsonl`` in it). Missing files are left out; no duplicates."""
+    ``*.jsonl`` in it). Missing files are left out; no duplicates. A file this process may not
+    open (a journal directory of mode 0700 read by another user) is left out too, with one
+    message per file appended to ``errors`` when given."""
     out: List[Path] = []
 
+    def kind(p: Path) -> str:
+        """``dir``, ``file`` (one this process can open) or ``""`` (missing, other, unreadable)."""
+        try:
+            if p.is_dir():
+                return "dir"
+            if not p.is_file():
+                return ""
+            with open(p, "rb"):
+                return "file"
+        except OSError as e:  # is_dir/is_file raise on EACCES (only ENOENT and the like read as False)
+            msg = f"journal {p}: {e.strerror or e}"
+            if errors is not None and msg not in errors:
+                errors.append(msg)
+            return ""
+
     def add(p: Path) -> None:
-        if p.is_file() and p not in out:
+        if p not in out and kind(p) == "file":
             out.append(p)
 
     for s in states:
@@ -333,10 +351,10 @@ def journal_files(states: Sequence[ProcessState], extra: Iterable[Path] = ()) ->
             continue
         log = log.replace("%p", str(s.pid))
         p = Path(log)
-        add(p / f"railover-{s.pid}.jsonl" if p.is_dir() else p)
+        add(p / f"railover-{s.pid}.jsonl" if kind(p) == "dir" else p)
     for e in extra:
         p = Path(e)
-        if p.is_dir():
+        if kind(p) == "dir":
             for f in sorted(p.glob("*.jsonl")):
                 add(f)
         else:
@@ -570,7 +588,7 @@ def snapshot(dirs: Iterable[Path], journals: Iterable[Path] = (), events: int = 
         for k in ("failovers", "failbacks", "flaps", "bytes_resent", "fatal_errors"):
             totals[k] += int(s.totals.get(k, 0))
     jstats = jr.Stats()
-    evs = recent_events(journal_files(states, journals), limit=events, stats=jstats,
+    evs = recent_events(journal_files(states, journals, errors), limit=events, stats=jstats,
                         skip=() if all_events else ROUTINE_EVENTS) if events > 0 else []
     by_pid = {s.pid: s for s in states}
     anchors = _foreign_clock_anchors(evs, now)
