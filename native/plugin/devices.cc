@@ -24,6 +24,10 @@ bool ifnameMatches(const std::string& specIn, const std::string& name) {
   while (start <= spec.size()) {
     size_t pos = spec.find(',', start);
     std::string item = spec.substr(start, pos == std::string::npos ? std::string::npos : pos - start);
+    // blanks around an item are no part of it, as for every list the config parser reads
+    // ("eth0, eth1" passes its check as eth0 and eth1, so it must select both)
+    size_t a = item.find_first_not_of(" \t"), b = item.find_last_not_of(" \t");
+    item = a == std::string::npos ? std::string() : item.substr(a, b - a + 1);
     if (!item.empty() && (exact ? name == item : name.compare(0, item.size(), item) == 0)) hit = true;
     if (pos == std::string::npos) break;
     start = pos + 1;

@@ -116,6 +116,20 @@ TEST(Ifname, NcclSyntax) {
   EXPECT_FALSE(ifnameMatches("^=eth0,lo", "lo"));
 }
 
+// The config check accepts blanks around the items (it trims them, as in every list it reads):
+// "eth0, eth1" passed the check and then selected eth0 alone (" eth1" is no prefix of eth1), a
+// job without its standby NIC.
+TEST(Ifname, BlanksAroundItemsAreNoPartOfThem) {
+  Config c;
+  std::string err;
+  ASSERT_TRUE(parse({{"RAILOVER_IFNAMES", "eth0, eth1 "}}, &c, &err)) << err;
+  EXPECT_TRUE(ifnameMatches(c.ifnames, "eth0"));
+  EXPECT_TRUE(ifnameMatches(c.ifnames, "eth1"));
+  EXPECT_TRUE(ifnameMatches("=eth0,\teth1", "eth1"));
+  EXPECT_FALSE(ifnameMatches("^=eth0, lo", "lo"));
+  EXPECT_TRUE(ifnameMatches("^=eth0, lo", "eth1"));
+}
+
 TEST(Config, ParseUint) {
   uint64_t v;
   EXPECT_TRUE(parseUint("42", 0, 100, &v));

@@ -50,6 +50,8 @@ def find(rep, section, what=None, status=None):
     ("eth", "eth0", True), ("eth", "ib0", False), ("eth,ib", "ib0", True),
     ("^eth", "eth0", False), ("^eth", "ib0", True), ("=eth0", "eth0", True), ("=eth0", "eth01", False),
     ("^=eth0", "eth01", True), ("^=eth0", "eth0", False), ("eth0,", "eth0", True),
+    # blanks around an item (the plugin's check accepts them): "eth0, eth1" selected eth0 alone
+    ("eth0, eth1", "eth1", True), ("=eth0, eth1 ", "eth1", True), ("^=eth0,\tlo", "lo", False),
 ])
 def test_ifname_matching_is_nccl_syntax(spec, name, hit):
     assert dr.ifname_matches(spec, name) is hit

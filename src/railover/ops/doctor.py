@@ -204,14 +204,15 @@ def known_vars(table: Optional[Sequence[Mapping[str, Any]]] = None) -> set:
 def ifname_matches(spec: str, name: str) -> bool:
     """Whether interface ``name`` is selected by ``spec`` (NCCL_SOCKET_IFNAME syntax: a comma
     list of prefixes; a leading ``^`` excludes the listed ones, a leading ``=`` (after the
-    optional ``^``) makes them exact names). Same rule as the plugin's ``ifnameMatches``."""
+    optional ``^``) makes them exact names); blanks around an item are no part of it. Same
+    rule as the plugin's ``ifnameMatches``."""
     exclude = spec.startswith("^")
     if exclude:
         spec = spec[1:]
     exact = spec.startswith("=")
     if exact:
         spec = spec[1:]
-    hit = any(item and (name == item if exact else name.startswith(item)) for item in spec.split(","))
+    hit = any(item and (name == item if exact else name.startswith(item)) for item in _split(spec, ","))
     return not hit if exclude else hit
 
 
