@@ -255,6 +255,25 @@ def test_a_shared_subnet_without_policy_routing_fails_only_under_strict_reverse_
     assert find(rep, "routing", "eth1 -> 10.0.0.12", dr.FAIL)
 
 
+def test_without_peers_a_nic_sharing_a_subnet_is_not_checked_against_another_nic_of_this_host():
+    """Without --peer each NIC's route is checked to a stand-in neighbour, the subnet's first
+    host address other than the NIC's own: for eth1 (10.0.0.11) that was 10.0.0.1, eth0's
+    address, which the kernel routes through lo whatever the source or policy rule. Doctor said
+    "leaves through lo, not eth1" (a FAIL under rp_filter=1: exit 1, a drained node), and the
+    source routing it advised could never clear it. The neighbour is no address of this host."""
+    local = {a.split("/")[0] for i in FLAT for a in i.addrs}
+
+    def kernel(dst, src, oif=None):   # local addresses: lo; the rest: source routing per NIC is in place
+        return ("lo" if dst in local else {"10.0.0.1": "eth0", "10.0.0.11": "eth1"}[src]), ""
+
+    rep = run(GOOD_NCCL, FLAT, route=kernel, sysctls=knobs(rp_filter=1))
+    assert rep.ok, [(c.what, c.detail) for c in rep.checks if c.status != dr.OK]
+    assert {c.what for c in find(rep, "routing", status=dr.OK)} == {"eth0 -> 10.0.0.2", "eth1 -> 10.0.0.2"}
+    # every low address taken by this host's NICs: the next one
+    more = FLAT + [dr.Iface("eth2", 4, ["10.0.0.2/24"]), dr.Iface("eth3", 5, ["10.0.0.3/24"])]
+    assert dr._neighbour(more[1].network_of("10.0.0.1"), {a.split("/")[0] for i in more for a in i.addrs}) == "10.0.0.4"
+
+
 def test_strict_ipv4_reverse_path_filtering_does_not_judge_ipv6_paths():
     ifaces = [dr.Iface("eth0", 2, ["fd00::1/64"]), dr.Iface("eth1", 3, ["fd00::11/64"])]
     rep = run(GOOD_NCCL, ifaces, peers=["fd00::2"], route=flat_route, sysctls=knobs(arp_ignore=0, rp_filter=1))

@@ -60,7 +60,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from railover import _paths, params, prereqs
 
@@ -840,12 +840,17 @@ def gather(env: Optional[Mapping[str, str]] = None, plugin: Optional[Path] = Non
                  sysctls=nic_sysctls([i.name for i in selected]))
 
 
-def _neighbour(net: ipaddress._BaseNetwork, own: str) -> Optional[str]:
+def _neighbour(net: ipaddress._BaseNetwork, local: Collection[str]) -> Optional[str]:
+    """A stand-in for a peer on ``net`` when no ``--peer`` is given: one of its first host
+    addresses that is none of this host's addresses ``local`` (the kernel routes those through
+    lo whatever the source, so a NIC sharing its subnet with another NIC of this host got a
+    routing finding that no source routing could clear). None when ``net`` has no such one."""
     if net.num_addresses < 4:
         return None
-    for h in (net.network_address + 1, net.network_address + 2):
-        if str(h) != own:
-            return str(h)
+    for k in range(1, min(net.num_addresses - 1, 64)):
+        h = str(net.network_address + k)
+        if h not in local:
+            return h
     return None
 
 
@@ -1044,9 +1049,10 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
                                     f"NIC on another subnet than this host's NICs of its rail",
                                     "put the peer's NIC on the subnet of its rail, or check that it is routed"))
     if not peers:
+        local = {a.split("/")[0] for x in facts.ifaces for a in x.addrs}
         for i in selected:
             net = i.network_of(sel_addrs[i.name])
-            nb = _neighbour(net, sel_addrs[i.name]) if net is not None else None
+            nb = _neighbour(net, local) if net is not None else None
             if nb:
                 targets.append((i, nb, True))
     mismatched = set()   # (nic, peer) whose address families differ: no route or probe possible
