@@ -675,3 +675,23 @@ def test_peers_whose_rails_do_not_match_warn():
     # a routed fabric (no peer on any local subnet) says nothing of rails
     rep = run(GOOD_NCCL, peers=["192.168.5.5", "192.168.6.5"], route=lambda dst, src: ("eth0", ""))
     assert not find(rep, "rails")
+
+
+def test_a_peer_that_is_an_address_of_this_host_is_not_checked():
+    """One --peer list for every host of a job (`srun railover doctor --peer A --peer B` runs
+    the same command on A and B) names each host's own NICs too: such a peer was checked like
+    a remote one, its route judged through lo ("leaves through lo, not eth0", a FAIL on its own
+    subnet: exit 1, the node drained). It is named as this host's and left out."""
+    local = {"10.0.0.1", "10.0.1.1", "fd00::1", "127.0.0.1", "172.17.0.1", "192.168.122.1"}
+
+    def kernel(dst, src, oif=None):
+        return ("lo" if dst in local else good_route(dst, src)[0]), ""
+
+    rep = run(GOOD_NCCL, peers=["10.0.0.1", "10.0.0.2", "10.0.1.1", "10.0.1.2"], route=kernel)
+    assert rep.ok, [(c.what, c.detail) for c in rep.checks if c.status == dr.FAIL]
+    assert {c.what for c in find(rep, "routing")} == {"eth0 -> 10.0.0.2", "eth1 -> 10.0.1.2"}
+    (i,) = find(rep, "reach", "10.0.0.1")
+    assert i.status == dr.INFO and "is an address of this host (eth0)" in i.detail
+    # only this host's own addresses: checked as without --peer (a neighbour on each NIC's subnet)
+    rep = run(GOOD_NCCL, peers=["10.0.0.1", "10.0.1.1"], route=kernel)
+    assert rep.ok and {c.what for c in find(rep, "routing")} == {"eth0 -> 10.0.0.2", "eth1 -> 10.0.1.2"}

@@ -880,6 +880,12 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
     checks = validate_config(env, _facts_native(facts.plugin))
     for p in peers:
         ipaddress.ip_address(p)  # ValueError names the bad one
+    # a --peer that is an address of this host: one --peer list for every host of a job (srun
+    # runs the same command on each) names each host's own NICs too; checking them judged the
+    # route through lo and failed the host
+    mine = {ipaddress.ip_address(a.split("/")[0]): i.name for i in facts.ifaces for a in i.addrs}
+    own = [p for p in peers if ipaddress.ip_address(p) in mine]
+    peers = [p for p in peers if p not in own]
     selected, reasons, source = select_interfaces(env, facts.ifaces)
     fam = socket_family(env)
     rails = rails_of(env, selected)  # numbered before the RDMA transport leaves any NIC out, as in the plugin
@@ -1114,6 +1120,9 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
             else:
                 checks.append(Check("reach", f"{i.name} -> {p}", FAIL, f"{p} not reachable from {i.name} "
                                     f"({sel_addrs[i.name]}): {how}", f"check {i.name}'s link, routes and the peer"))
+    for p in own:
+        checks.append(Check("reach", p, INFO, f"{p} is an address of this host ({mine[ipaddress.ip_address(p)]}), "
+                            "not a peer's: not checked"))
     checks += nccl_checks(env, facts.plugin, facts.torch, facts.ld_resolve)
     if facts.rdma is not None:
         checks += rdma_checks(facts.rdma, ifaces=facts.ifaces)
