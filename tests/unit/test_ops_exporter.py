@@ -402,6 +402,25 @@ def test_exporter_cli_refuses_an_empty_address(monkeypatch, given):
     assert re.search(r"Invalid value for '?--addr'?: .*empty address", text(r)), text(r)
 
 
+@pytest.mark.parametrize("given,hint", [("0.0.0.0:9477", "--addr 0.0.0.0 --port 9477"),
+                                        ("[::1]:9000", "--addr [::1] --port 9000"),
+                                        ("node1:9100", "--addr node1 --port 9100")])
+def test_exporter_cli_refuses_an_address_with_a_port_naming_port(monkeypatch, given, hint):
+    """`--addr 0.0.0.0:9477` (host:port, as many exporters take it) was looked up as a host
+    name: "cannot listen on 0.0.0.0:9477:9477: Name or service not known" (IPv6: brackets
+    doubled), which does not say that the port goes to --port."""
+    from typer.testing import CliRunner
+    from railover.cli import app
+    from cli_text import text
+
+    def serve(*a, **k):
+        raise AssertionError("served")
+    monkeypatch.setattr(ex, "serve", serve)
+    r = CliRunner().invoke(app, ["exporter", "--addr", given])
+    assert r.exit_code == 2 and not isinstance(r.exception, AssertionError), r.output
+    assert "an address with a port" in text(r) and hint in text(r), text(r)
+
+
 def test_rdma_port_active_and_info_per_nic(setup):
     proc, d, j, srv = setup
     for pid in (100, 101, 102):

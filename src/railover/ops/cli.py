@@ -272,8 +272,14 @@ DEFAULT_EXPORTER_PORT = 9477
 
 def _bind_addr(addr: str) -> str:
     """--addr as bind() takes it: an IPv6 address in URL brackets (``[::1]``) without them;
-    an empty one refused (exit 2): getaddrinfo would read it as "every address"."""
+    an empty one refused (exit 2): getaddrinfo would read it as "every address"; so is one
+    with a port (``0.0.0.0:9477``, ``[::]:9477``), naming --port: it was looked up as a host
+    name ("Name or service not known")."""
     a = addr.strip()
+    m = re.fullmatch(r"(\[[^\]]*\]|[^:\[\]]*):(\d+)", a)
+    if m:
+        raise typer.BadParameter(f"{addr!r}: an address with a port; give the address alone and the port with "
+                                 f"--port, e.g. --addr {m.group(1) or '0.0.0.0'} --port {m.group(2)}")
     if a.startswith("[") and a.endswith("]"):
         a = a[1:-1].strip()
     if not a:
