@@ -60,6 +60,7 @@ ncclResult_t Runtime::init(ncclDebugLogger_t logger) {
   Health::setAddrChangeHook([](int nic, const sockaddr_storage& a, socklen_t l) { Runtime::get().relisten(nic, a, l); });
   fileJournal_.reset(new FileJournal(cfg.eventLog));
   journal = fileJournal_.get();
+  journalFile = fileJournal_->path();
   stateStart(cfg, cfg.stateDirSet, processStateSource(*this));
   links.startSweeper();
   Health::setEpochHook([] { Runtime::get().links.notifySweeper(); });

@@ -66,6 +66,10 @@ class Runtime {
   // The process's journal (RAILOVER_EVENT_LOG; off when unset), opened by init(); nullptr
   // before init.
   Journal* journal = nullptr;
+  // The file that journal writes (FileJournal::path(): absolute, '%p' and a directory resolved),
+  // set by init(); "" when it writes none. The state file's event_log, so readers running in
+  // another directory find a relative RAILOVER_EVENT_LOG's file.
+  std::string journalFile;
   // The process's links, their routing and the failover sweeper (started by init()).
   LinkRegistry links;
 

@@ -37,7 +37,8 @@ static std::string renderNics(Runtime& rt, Health* hl) {
 }
 
 std::string renderStateFields(Runtime& rt, Health* hl) {
-  std::string o = "\"event_log\":" + jsonStr(rt.cfg.eventLog) +
+  // the file the journal writes; RAILOVER_EVENT_LOG as given when it could not be opened
+  std::string o = "\"event_log\":" + jsonStr(rt.journalFile.empty() ? rt.cfg.eventLog : rt.journalFile) +
                   ",\"transport\":" + jsonStr(rt.transport ? rt.transport->kinds() : "") + ",\"nics\":[" +
                   renderNics(rt, hl);
   o += "],\"pairs\":" + (hl ? hl->pairsJson() : std::string("[]")) + ",\"comms\":[";

@@ -23,7 +23,12 @@ FileJournal::FileJournal(const std::string& pathIn) {
   size_t p = path.find("%p");
   if (p != std::string::npos) path.replace(p, 2, std::to_string(getpid()));
   struct stat st;
-  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) path += "/railover-" + std::to_string(getpid()) + ".jsonl";
+  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    path += (path.back() == '/' ? "railover-" : "/railover-") + std::to_string(getpid()) + ".jsonl";
+  if (path[0] != '/') {  // relative to this process's working directory: readers run elsewhere
+    char cwd[4096];
+    if (getcwd(cwd, sizeof cwd)) path = std::string(cwd) + "/" + path;
+  }
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) {
     RO_WARN("railover: cannot open RAILOVER_EVENT_LOG %s: %m", path.c_str());

@@ -67,7 +67,9 @@ class FileJournal final : public Journal {
   FileJournal(const FileJournal&) = delete;
   FileJournal& operator=(const FileJournal&) = delete;
   bool enabled() const override { return fd_ >= 0; }
-  const std::string& path() const { return path_; }  // the file written ("" when off)
+  // the file written, absolute ("" when off): '%p' replaced, a directory's railover-<pid>.jsonl,
+  // a relative path taken from the working directory at construction
+  const std::string& path() const { return path_; }
 
  protected:
   void writeLine(const std::string& line) override;

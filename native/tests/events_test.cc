@@ -2,6 +2,7 @@
 // declared fields, in order, with values of the declared JSON types; the self-description
 // lists every parameter and event.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -192,6 +193,33 @@ TEST(Journal, FileAndMemoryJournalsWriteTheSameLines) {
     ASSERT_EQ(got.size(), want.size()) << f;
     for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(strip(got[i]), strip(want[i])) << f;
   }
+  rmdir(dir);
+}
+
+// A relative RAILOVER_EVENT_LOG is the job's working directory's: path() (what the state file
+// names for `railover status`, the exporter and the drill, which run elsewhere) is absolute.
+// It was the value as given, and the readers looked for the journal in their own directory.
+TEST(Journal, ARelativePathIsNamedAbsolute) {
+  char dir[] = "/tmp/railover-journal-cwd-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  char old[4096];
+  ASSERT_NE(getcwd(old, sizeof old), nullptr);
+  ASSERT_EQ(chdir(dir), 0);
+  const std::string pid = std::to_string(getpid());
+  {
+    FileJournal rel("j-%p.jsonl");
+    ASSERT_TRUE(rel.enabled());
+    EXPECT_EQ(rel.path(), std::string(dir) + "/j-" + pid + ".jsonl");
+  }
+  {
+    ASSERT_EQ(mkdir("logs", 0755), 0);
+    FileJournal relDir("logs/");
+    EXPECT_EQ(relDir.path(), std::string(dir) + "/logs/railover-" + pid + ".jsonl");
+  }
+  ASSERT_EQ(chdir(old), 0);
+  unlink((std::string(dir) + "/j-" + pid + ".jsonl").c_str());
+  unlink((std::string(dir) + "/logs/railover-" + pid + ".jsonl").c_str());
+  rmdir((std::string(dir) + "/logs").c_str());
   rmdir(dir);
 }
 

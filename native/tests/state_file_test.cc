@@ -57,6 +57,11 @@ TEST(StateFile, MembersKeepTheirNamesOrderAndEscaping) {
       << f;
   EXPECT_NE(f.find(R"("up":false,"rdma":null,"transport":"tcp"}],"pairs":[],)"), std::string::npos) << f;
   rt.transport = nullptr;
+
+  // event_log is the file the journal writes (absolute, resolved) once it is open
+  rt.cfg.eventLog = "logs/";
+  rt.journalFile = "/home/u/job/logs/railover-42.jsonl";
+  EXPECT_EQ(renderStateFields(rt, &h).rfind(R"("event_log":"/home/u/job/logs/railover-42.jsonl",)", 0), 0u);
 }
 
 }  // namespace
