@@ -1,6 +1,7 @@
 """railover.ops.state: parsing state files, staleness, journals, summaries, `railover status`."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -600,13 +601,26 @@ def test_a_64_bit_counter_is_read_and_shown(tmp_path):
 
 
 
+@contextlib.contextmanager
+def _as_another_user():
+    """Read files as a user other than their owner: as root, with the effective uid of nobody
+    (root reads every file); otherwise as this user (a mode 0000 denies the owner too)."""
+    if os.geteuid() != 0:
+        yield
+        return
+    os.seteuid(65534)
+    try:
+        yield
+    finally:
+        os.seteuid(0)
+
+
 @pytest.fixture
 def unsearchable_journal(tmp_path):
     """A live state file (this process) whose event_log is a journal directory the reader may
     not search (mode 0000; as a /var/log/railover made by root, mode 0700, is to the exporter's
     user): ``(state dir, journal path, reader)``, ``reader()`` a context in which this process
-    reads as such a user (as root: the effective uid of nobody). A real denial, not a fake."""
-    import contextlib
+    reads as such a user (:func:`_as_another_user`). A real denial, not a fake."""
     import shutil
     import tempfile
     base = Path(tempfile.mkdtemp(prefix="railover-perm-", dir="/tmp"))   # not under a 0700 TMPDIR or pytest's root
@@ -621,17 +635,7 @@ def unsearchable_journal(tmp_path):
         write_state(d, _live(tmp_path, event_log=str(secret) + "/"))
         d.chmod(0o755)
 
-        @contextlib.contextmanager
-        def reader():
-            if os.geteuid() != 0:
-                yield
-                return
-            os.seteuid(65534)
-            try:
-                yield
-            finally:
-                os.seteuid(0)
-        yield d, j, reader
+        yield d, j, _as_another_user
     finally:
         if secret.exists():
             secret.chmod(0o755)
@@ -673,3 +677,54 @@ def test_a_drill_names_a_journal_it_may_not_read(unsearchable_journal, monkeypat
         res = dl.run_drill("eth0", 0.01, state_dirs=[d], wait_failback_s=0, progress=said.append)
     assert f"warning: cannot read journal {j}: Permission denied" in said, said
     assert res.journals == []
+
+
+def test_a_state_dir_the_reader_may_not_list_is_reported_not_read_as_empty(tmp_path):
+    """A state directory the reader may not list (docs: /run/railover of mode 2770, group
+    railover; a user outside the group runs `railover status`) read as an empty one: "no
+    railover state files found (is a job running?)", the exporter 0 processes, and nothing
+    said why. It is named as unreadable. Run with a real denial (as root: the effective uid of
+    nobody while reading)."""
+    import shutil
+    import tempfile
+    from railover.ops import exporter as ex
+    base = Path(tempfile.mkdtemp(prefix="railover-perm-", dir="/tmp"))   # not under a 0700 TMPDIR or pytest's root
+    d = base / "run-railover"
+    try:
+        base.chmod(0o755)
+        write_state(d, _live(tmp_path))
+        d.chmod(0o000 if os.geteuid() != 0 else 0o700)   # as root: owner root, read as nobody
+        env = {"RAILOVER_STATE_DIR": str(d), "COLUMNS": "200"}
+        CliRunner().invoke(app, ["status"], env=env)   # loads what the command imports lazily, while it can
+        with _as_another_user():
+            snap = st.snapshot([d])
+            r = CliRunner().invoke(app, ["status"], env=env)
+            fams = {fm.name: fm for fm in ex.RailoverCollector([d], []).collect()}
+        assert snap["errors"] == [f"{d}: Permission denied"], snap["errors"]
+        assert r.exit_code == 0 and r.exception is None, (r.exception, r.output)
+        out = " ".join(r.output.split())
+        assert f"unreadable: {d}: Permission denied" in out and "is a job running?" not in out, out
+        assert fams["railover_state_read_errors"].samples[0].value == 1
+    finally:
+        d.chmod(0o755)
+        shutil.rmtree(base)
+
+
+def test_another_user_s_fallback_state_dir_is_not_a_default_dir_when_it_cannot_be_listed():
+    """A directory the reader may not list is named as unreadable (above); the fallback
+    directories /tmp/railover-<uid> of other users (mode 0750) are found by looking, not
+    named: left out of the defaults, or every status and exporter scrape of every other user
+    would report them."""
+    import shutil
+    mine = Path(f"/tmp/railover-{os.getpid() + 4000000}")   # a uid no user has: a test's own
+    mine.mkdir(mode=0o700)
+    try:
+        assert mine in st.default_state_dirs({})
+        if os.geteuid() != 0:
+            mine.chmod(0o000)
+        with _as_another_user():
+            dirs = st.default_state_dirs({})
+        assert mine not in dirs and Path("/run/railover") in dirs, dirs
+    finally:
+        mine.chmod(0o755)
+        shutil.rmtree(mine)

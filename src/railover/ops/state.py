@@ -35,7 +35,6 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1
-STATE_GLOB = "railover-*.json"
 STATE_RE = re.compile(r"^railover-(\d+)\.json$")
 #: Environment variables that name a process's rank, in order of preference.
 RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
@@ -56,7 +55,7 @@ def default_state_dirs(env: Optional[Mapping[str, str]] = None) -> List[Path]:
     ``RAILOVER_STATE_DIR`` when set (``off`` means the plugin writes none: the list is empty
     then); otherwise, and when it is empty (the same as unset, as for every railover
     variable), the plugin's defaults: ``/run/railover`` and every existing
-    ``/tmp/railover-<uid>`` directory (one per user that ran jobs).
+    ``/tmp/railover-<uid>`` directory (one per user that ran jobs) this reader may list.
     """
     env = os.environ if env is None else env
     v = env.get("RAILOVER_STATE_DIR", "").strip(" \t")
@@ -64,7 +63,11 @@ def default_state_dirs(env: Optional[Mapping[str, str]] = None) -> List[Path]:
         return [] if v == "off" else [Path(env["RAILOVER_STATE_DIR"])]
     out = [Path("/run/railover")]
     try:
-        out += sorted(p for p in Path("/tmp").glob("railover-*") if p.is_dir() and p.name[9:].isdigit())
+        # another user's fallback directory (mode 0750) that this reader may not list is left
+        # out, as before: it was found by looking, not named, and would read as unreadable on
+        # every run (status) and scrape (exporter) of every other user
+        out += sorted(p for p in Path("/tmp").glob("railover-*") if p.is_dir() and p.name[9:].isdigit()
+                      and os.access(p, os.R_OK | os.X_OK, effective_ids=os.access in os.supports_effective_ids))
     except OSError:
         pass
     return out
@@ -283,7 +286,11 @@ def read_state_dirs(dirs: Iterable[Path], proc: Path = Path("/proc")) -> Tuple[L
     for d in dirs:
         d = Path(d)
         try:
-            files = sorted(d.glob(STATE_GLOB))
+            # listdir, not glob: glob reads a directory this process may not list (a /run/railover
+            # of mode 2770 read by a user outside its group) as an empty one, without a word
+            files = [d / n for n in sorted(os.listdir(d))]
+        except (FileNotFoundError, NotADirectoryError):
+            continue
         except OSError as e:
             errors.append(f"{d}: {e.strerror or e}")
             continue
