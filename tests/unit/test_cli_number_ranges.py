@@ -46,6 +46,7 @@ def nothing_runs(monkeypatch, tmp_path):
     (["soak", "--duration", "60", "--hang-bound", "inf"], "--hang-bound"),  # no hang would ever count
     (["status", "--interval", "0"], "--interval"),
     (["status", "--watch", "--interval", "nan"], "--interval"),             # used to be a ValueError traceback
+    (["status", "--watch", "--interval", "1e300"], "--interval"),           # an OverflowError traceback (time.sleep)
     (["drill", "--nic", "eth0", "--down-for", "inf"], "--down-for"),        # the NIC down for ever
     (["drill", "--nic", "eth0", "--down-for", "1", "--wait-failback", "inf"], "--wait-failback"),
     (["demo", "--duration", "-1"], "--duration"),

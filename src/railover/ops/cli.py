@@ -218,7 +218,8 @@ def status_cmd(
     journal: Optional[List[Path]] = typer.Option(None, "--journal", help="extra event journal file or directory (repeatable)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON document instead of tables"),
     watch: bool = typer.Option(False, "--watch", "-w", help="refresh until Ctrl-C"),
-    interval: float = typer.Option(1.0, "--interval", callback=positive, help="refresh interval of --watch, seconds (> 0)"),
+    interval: float = typer.Option(1.0, "--interval", max=86400, callback=positive,
+                                   help="refresh interval of --watch, seconds (> 0, at most a day)"),
     events: int = typer.Option(15, "--events", min=0, help="how many recent journal events to show (0: none)"),
     all_events: bool = typer.Option(False, "--all-events", help="include routine events (path_state: every path "
                                     "transition) in the recent events"),
