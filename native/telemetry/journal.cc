@@ -20,8 +20,9 @@ void Journal::emit(Event e, const std::string& fields) {
 FileJournal::FileJournal(const std::string& pathIn) {
   if (pathIn.empty()) return;
   std::string path = pathIn;
-  size_t p = path.find("%p");
-  if (p != std::string::npos) path.replace(p, 2, std::to_string(getpid()));
+  const std::string pid = std::to_string(getpid());
+  for (size_t p = path.find("%p"); p != std::string::npos; p = path.find("%p", p + pid.size()))
+    path.replace(p, 2, pid);  // every "%p", as the readers and the docs take it
   struct stat st;
   if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
     path += (path.back() == '/' ? "railover-" : "/railover-") + std::to_string(getpid()) + ".jsonl";

@@ -212,6 +212,12 @@ TEST(Journal, ARelativePathIsNamedAbsolute) {
     EXPECT_EQ(rel.path(), std::string(dir) + "/j-" + pid + ".jsonl");
   }
   {
+    // every "%p" is the pid (only the first was: "j-<pid>-%p.jsonl")
+    FileJournal twice("j-%p-%p.jsonl");
+    EXPECT_EQ(twice.path(), std::string(dir) + "/j-" + pid + "-" + pid + ".jsonl");
+    unlink(twice.path().c_str());
+  }
+  {
     ASSERT_EQ(mkdir("logs", 0755), 0);
     FileJournal relDir("logs/");
     EXPECT_EQ(relDir.path(), std::string(dir) + "/logs/railover-" + pid + ".jsonl");
