@@ -140,6 +140,20 @@ def test_good_values_pass_and_typos_warn(tmp_path):
     assert [c.what for c in warn] == ["RAILOVER_PROBE_INTERVAL"] and "typo" in warn[0].detail
 
 
+def test_an_event_log_directory_that_does_not_exist_warns(tmp_path):
+    """RAILOVER_EVENT_LOG=/var/log/railover/ (the docs' example) where that directory was never
+    made: the plugin's open() of "dir/" fails (no journal, a WARN in the NCCL log only), and
+    doctor said OK (it checked the parent, /var/log). A file in an existing directory, and an
+    existing directory, stay OK."""
+    missing = str(tmp_path / "railover") + "/"
+    (c,) = [c for c in dr.validate_config({"RAILOVER_EVENT_LOG": missing}) if c.what == "RAILOVER_EVENT_LOG"]
+    assert c.status == dr.WARN and "does not exist" in c.detail and "no journal" in c.detail, c
+    (tmp_path / "railover").mkdir()
+    for ok in (missing, str(tmp_path / "railover-%p.jsonl")):
+        (c,) = [c for c in dr.validate_config({"RAILOVER_EVENT_LOG": ok}) if c.what == "RAILOVER_EVENT_LOG"]
+        assert c.status == dr.OK, c
+
+
 @pytest.mark.parametrize("rails, nic, entries, rail", [
     ("eth0=0,eth0=1", "eth0", "eth0=0, eth0=1", "1"),          # meant eth1: eth0 and eth1 end up on rail 1
     ("eth0=0, eth1=1, eth1=1", "eth1", "eth1=1, eth1=1", "1"),  # the same entry twice

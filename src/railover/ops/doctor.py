@@ -267,7 +267,12 @@ def validate_config(env: Mapping[str, str], native: Optional[params.Native] = No
             d = path if (var == "RAILOVER_STATE_DIR" or path.is_dir()) else path.parent
             if var == "RAILOVER_STATE_DIR" and not d.exists():
                 d = d.parent  # the plugin creates the directory itself
-            if not d.is_dir() or not os.access(d, os.W_OK):
+            if var == "RAILOVER_EVENT_LOG" and v.endswith("/") and not path.is_dir():
+                # "dir/" is a directory to the plugin (open() of it fails): it does not create one
+                out.append(Check("config", var, WARN, f"{var}='{v}' names a directory, {path}, that does not exist: "
+                                 "the plugin does not create it, and the job writes no journal",
+                                 f"create {path} writable for the job's user, or change {var}"))
+            elif not d.is_dir() or not os.access(d, os.W_OK):
                 out.append(Check("config", var, WARN, f"{var}='{v}': {d} is not a writable directory",
                                  f"create {d} writable for the job's user, or change {var}"))
             else:
