@@ -336,3 +336,27 @@ def test_a_logs_dir_that_cannot_be_written_does_not_stop_the_teardown(tmp_path):
     bed.logs_dir = tmp_path / "logs"
     bed._stop_guests()
     assert sorted(p.name for p in bed.logs_dir.iterdir()) == [f"{bed.prefix}-{h.name}-boot0.console.log" for h in bed.hosts]
+
+
+@pytest.mark.parametrize("content", ["[]", '{"prefix": "roabcd", "pid": [1], "namespaces": 5}',
+                                     '{"prefix": "roabcd", "pid": 7, "qemu": [{"pid": "x"}]}',
+                                     '{"prefix": "roabcd", "qemu": null, "namespaces": [1]}', "[" * 100000],
+                         ids=["list", "wrong-types", "qemu-pid-string", "nulls", "nested-100000-deep"])
+def test_a_corrupt_bed_state_file_is_skipped_not_a_traceback(tmp_path, monkeypatch, content):
+    """A bed state file that is JSON but no object of the bed's fields ('[]', a pid that is a
+    list, a QEMU pid that is a string), or nested past Python's recursion limit, ended `railover
+    testbed list` (and `down`, which lists first) in a traceback: no bed could be listed or
+    removed. It is skipped like an unreadable file; its namespaces are still found by name."""
+    from typer.testing import CliRunner
+    from railover.cli import app
+    from railover.testbed import netns
+    monkeypatch.setenv("RAILOVER_TESTBED_STATE", str(tmp_path / "state"))
+    (tmp_path / "state").mkdir()
+    for name in ("roabcd.json", "rdma-roabcd.json"):
+        (tmp_path / "state" / name).write_text(content)
+    for info in rbed.list_rdma_beds():   # listed only when what cleanup acts on is sound
+        assert all(isinstance(p, int) for p in info.qemu_pids) and isinstance(info.pid, (int, type(None)))
+    for info in netns.list_testbeds():
+        assert all(isinstance(n, str) for n in info.namespaces)
+    r = CliRunner().invoke(app, ["testbed", "list"])
+    assert r.exit_code == 0 and r.exception is None, (r.exception, r.output)

@@ -57,7 +57,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 __all__ = [
     "TestBedError", "PrivilegeError", "Topology", "Nic", "Host", "TestBed", "TestBedInfo",
@@ -631,6 +631,25 @@ class TestBedInfo:
         return self.state_file is None and bool(self.pids_inside)
 
 
+def read_bed_state(f: Path, types: Mapping[str, type]) -> Optional[Dict[str, Any]]:
+    """A bed's state file as a dict, or None when it cannot be read, is no JSON object (also
+    one Python's json cannot read: nesting past the recursion limit, a number of more than 4300
+    digits) or one of the fields in ``types`` (name -> type, absent allowed; a bool is no int)
+    has another type: a corrupt file is skipped like a missing one (the namespace sweep still
+    finds its bed), never a traceback that would keep ``testbed list``/``down`` from running."""
+    try:
+        st = json.loads(f.read_text())
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(st, dict):
+        return None
+    for k, t in types.items():
+        v = st.get(k)
+        if v is not None and (not isinstance(v, t) or (isinstance(v, bool) and t is not bool)):
+            return None
+    return st
+
+
 def list_testbeds() -> List[TestBedInfo]:
     """All test beds visible to this process: from state files plus a sweep of
     namespace names matching ``ro????-ns*``. Sorted by prefix."""
@@ -640,11 +659,10 @@ def list_testbeds() -> List[TestBedInfo]:
         if not d.is_dir():
             continue
         for f in sorted(d.glob("ro*.json")):
-            try:
-                st = json.loads(f.read_text())
-            except (OSError, ValueError):
+            st = read_bed_state(f, {"prefix": str, "pid": int, "pid_start": int, "namespaces": list})
+            if st is None or not all(isinstance(n, str) for n in st.get("namespaces") or []):
                 continue
-            prefix = st.get("prefix", f.stem)
+            prefix = st.get("prefix") or f.stem
             pid = st.get("pid")
             alive = bool(pid) and _proc_starttime(pid) == st.get("pid_start")
             found[prefix] = TestBedInfo(prefix, [n for n in st.get("namespaces", []) if n in existing],

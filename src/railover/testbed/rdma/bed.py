@@ -480,13 +480,14 @@ def list_rdma_beds() -> List[RdmaBedInfo]:
         if not d.is_dir():
             continue
         for f in sorted(d.glob("rdma-ro*.json")):
-            try:
-                st = json.loads(f.read_text())
-            except (OSError, ValueError):
-                continue
+            st = _nb.read_bed_state(f, {"prefix": str, "pid": int, "pid_start": int, "qemu": list, "run_dir": str,
+                                        "kernel": str, "hosts": int, "rails": int})
+            if st is None or not all(isinstance(q, dict) and isinstance(q.get("pid"), int)
+                                     and not isinstance(q.get("pid"), bool) for q in st.get("qemu") or []):
+                continue   # corrupt: its QEMU pids are not to be trusted (cleanup kills them)
             pid = st.get("pid")
             alive = bool(pid) and _nb._proc_starttime(pid) == st.get("pid_start")
-            qp = [q["pid"] for q in st.get("qemu", []) if _qemu_alive(q["pid"], q.get("start"))]
+            qp = [q["pid"] for q in st.get("qemu") or [] if _qemu_alive(q["pid"], q.get("start"))]
             out.append(RdmaBedInfo(st.get("prefix", f.stem[5:]), pid, alive, qp, st.get("run_dir"), f,
                                    st.get("kernel", ""), st.get("hosts", 0), st.get("rails", 0)))
     return out
