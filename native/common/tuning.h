@@ -19,6 +19,17 @@ namespace tuning {
 // connect time moves on to its standby within seconds.
 constexpr uint64_t kConnectTimeoutUs = 3000000;
 
+// The most one poll of a connecting path adds to its attempt's waiting time, µs (250 ms).
+// A connect moves on only when it is polled (the verbs bootstrap: HELLO, endpoint, QP
+// bring-up, one stage per poll; TCP: the HELLO after the kernel's connect), by NCCL's calls or
+// the sweeper's idle pass every kIdleSweepMs, so the time a late caller (a descheduled proxy
+// thread on a busy host) was away is not the network's: counted in full, a caller 3 s late
+// failed an attempt that the peer had answered long before. 250 ms: 25 idle-pass periods, so
+// with a caller on time the attempt's waiting time is its elapsed time; with polls late by
+// seconds a dead path still times out, after kConnectTimeoutUs / kConnectPollCreditUs = 12
+// polls.
+constexpr uint64_t kConnectPollCreditUs = 250000;
+
 // First reconnect back-off after a path fails, ms; it doubles on every failure up to
 // RAILOVER_BACKOFF_MAX_MS. 100 ms: well above a connect's round trip, below a human-visible
 // pause after a quick repair.

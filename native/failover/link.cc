@@ -460,6 +460,8 @@ void SendLink::startConnect(Path& p, uint64_t now, const std::string& why) {
   p.generation++;
   setPathState(p, PathState::kConnecting, why);
   p.attemptStartUs = now;
+  p.connectWaitedUs = 0;
+  p.lastConnectPollUs = now;
   if (Health* hl = deps.health) hl->remapRemote(&p.remote);  // the peer's NIC may have moved
   PathIdentity id;
   id.secret = secret;
@@ -481,12 +483,25 @@ void SendLink::startConnect(Path& p, uint64_t now, const std::string& why) {
   if (!p.tx) failPath(p, err, now);
 }
 
+// Policy: the connect timeout counts waiting time as the polls saw it (Path::connectWaitedUs,
+// tuning::kConnectPollCreditUs): a caller away for seconds gets one poll's credit for the gap,
+// and that poll moves the connect on before it is judged. `now` was read before the poll.
 void SendLink::advanceConnect(Path& p, uint64_t now) {
+  if (now > p.lastConnectPollUs) {
+    p.connectWaitedUs += std::min(now - p.lastConnectPollUs, tuning::kConnectPollCreditUs);
+    p.lastConnectPollUs = now;
+  }
   std::string err;
   int r = p.tx ? p.tx->connectState(&err) : -1;
   if (r < 0) return failPath(p, p.tx ? err : "path not open", now);
   if (r == 0) {
-    if (now - p.attemptStartUs > tuning::kConnectTimeoutUs) failPath(p, "connect timed out after 3 s", now);
+    if (p.connectWaitedUs > tuning::kConnectTimeoutUs) {
+      uint64_t elapsedMs = (now - std::min(now, p.attemptStartUs)) / 1000;
+      std::string why = "connect timed out after 3 s";
+      if (elapsedMs > tuning::kConnectTimeoutUs / 1000 + 1000)  // the polls came late: say so
+        why += " of polling (" + std::to_string(elapsedMs) + " ms since the attempt started)";
+      failPath(p, why, now);
+    }
     return;
   }
   setPathState(p, PathState::kStandby, "connected, generation " + std::to_string(p.generation));

@@ -112,6 +112,11 @@ struct Path {
   uint64_t decayedUs = 0;      // when its hold-down last shrank
   uint64_t failedAtUs = 0;
   uint64_t attemptStartUs = 0;
+  // Send: the connect attempt's waiting time as its polls saw it, µs: each poll adds the time
+  // since the previous one (or since the attempt started), at most kConnectPollCreditUs, so a
+  // caller that was away is not read as a network that did not answer (advanceConnect).
+  uint64_t connectWaitedUs = 0;
+  uint64_t lastConnectPollUs = 0;
   uint64_t openUs = 0;  // send: how long the last openSendPath held the thread, µs (path_up)
   uint32_t flaps = 0;
   uint32_t holdDownMs = 0;     // current (flap-grown) hold-down

@@ -456,6 +456,66 @@ TEST_F(EngineOnly, ASlowOpenOfARetriedPathIsJournaled) {
     if (jsonField(l, "dir") == "recv") { EXPECT_EQ(jsonInt(l, "open_us"), 0) << l; }
 }
 
+// A connect moves on only when it is polled (here: the third poll connects, as the verbs
+// bootstrap's stages do). A caller away for longer than the connect timeout (a descheduled
+// proxy thread on a busy host) is not a network that did not answer: the paths connect at the
+// next polls, in their first attempt, and no attempt is failed as timed out.
+TEST_F(EngineOnly, ACallerAwayLongerThanTheConnectTimeoutFailsNoConnectAttempt) {
+  w(0, kA0)->connectPolls = 3;
+  w(1, kA1)->connectPolls = 3;
+  listen();
+  size_t mark = journalSize();
+  ASSERT_FALSE(connectStep());  // the first poll of both paths; then the caller is away
+  std::this_thread::sleep_for(std::chrono::microseconds(tuning::kConnectTimeoutUs + 500000));
+  bool connected = false, accepted = false;
+  for (int i = 0; i < 100000 && !(connected && accepted) && !HasFatalFailure(); ++i) {
+    if (!connected) connected = connectStep();
+    transport->pump();
+    if (!accepted) accepted = acceptStep();
+  }
+  endListen();
+  ASSERT_TRUE(connected && accepted);
+  for (auto& l : journalEvents(mark, {"path_state"}))
+    EXPECT_EQ(jsonField(l, "reason").find("timed out"), std::string::npos) << l;
+  for (auto& p : send->paths) {
+    EXPECT_EQ(p.generation, 1u) << "path " << p.index << " needed another attempt: " << p.lastError;
+    EXPECT_TRUE(p.state == PathState::kActive || p.state == PathState::kStandby) << "path " << p.index;
+  }
+  EXPECT_EQ(activeNic(), 0);
+  EXPECT_EQ(run(50, mixed, 8).delivered, 50u);
+}
+
+// The other side of the same rule: a connect that never completes still times out when every
+// poll comes late. Polled every 400 ms (more than the 250 ms a poll may add), each poll counts
+// 250 ms, so the attempt fails after 13 polls, about 5 s, and its cause says that the polls
+// came late (the time since the attempt started).
+TEST_F(EngineOnly, AConnectThatNeverCompletesTimesOutWhenEveryPollComesLate) {
+  static_assert(tuning::kConnectPollCreditUs < 400000, "the polls below must come later than one poll's credit");
+  w(0, kA0)->hangConnect = true;
+  w(1, kA1)->hangConnect = true;
+  listen();
+  size_t mark = journalSize();
+  auto t0 = std::chrono::steady_clock::now();
+  int polls = 0;
+  auto timedOut = [&] { return !send && connecting_ && connecting_->paths[0].state == PathState::kFailed; };
+  for (; polls < 100 && !timedOut() && !HasFatalFailure(); ++polls) {
+    ASSERT_FALSE(connectStep());
+    if (timedOut()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  }
+  auto waited = std::chrono::steady_clock::now() - t0;
+  ASSERT_TRUE(timedOut()) << "no timeout after " << polls << " late polls";
+  EXPECT_GE(polls, (int)(tuning::kConnectTimeoutUs / tuning::kConnectPollCreditUs))
+      << "a late poll counted more than its credit";
+  EXPECT_GE(waited, std::chrono::microseconds(tuning::kConnectTimeoutUs + 1000000));
+  bool named = false;
+  for (auto& l : journalEvents(mark, {"path_state"}))
+    if (jsonField(l, "to") == "failed" && jsonField(l, "nic") == "n0")
+      named |= jsonField(l, "reason").rfind("connect timed out after 3 s of polling (", 0) == 0;
+  EXPECT_TRUE(named) << "the timeout's cause does not say the polls came late";
+  endListen();
+}
+
 // The fatal error names the device behind each NIC where the transport has one (RDMA: the HCA
 // port), beside the NIC, the peer and each path's cause: what an operator looks at first.
 TEST_F(EngineOnly, TheFatalErrorNamesTheHcaPortBehindEachNic) {

@@ -13,6 +13,9 @@
 //   refuse     new paths fail as the network would (no route to host)
 //   peerGone   new paths are refused by the peer (its process exited)
 //   hangConnect  paths opened now never connect
+//   connectPolls paths opened now connect on their this-many-th connectState() call (0 or 1:
+//              the first), as a transport whose connect moves one stage per poll (the verbs
+//              bootstrap: HELLO, endpoint, QP bring-up)
 //   peerAcks   the peer's transport still acknowledges (a slow, not dead, path)
 //   acksTell   the transport's own acknowledgements prove delivery, as RDMA RC's (the peer's
 //              HCA acknowledges whatever its process does): unackedSilenceMs counts from the
@@ -83,6 +86,7 @@ struct Wire {
   uint64_t slowCallUs = 0, recvGrantWaitUs = 0;
   bool silentDrop = false;
   int nudges = 0;
+  int connectPolls = 0;
 };
 
 struct Item {
@@ -118,13 +122,15 @@ class Token : public Conn {
 
 class FakeSendPath : public SendPath {
  public:
-  FakeSendPath(std::shared_ptr<Channel> ch, bool hangs, ChunkPolicy chunks) : ch_(ch), hangs_(hangs), chunks_(chunks) {
+  FakeSendPath(std::shared_ptr<Channel> ch, bool hangs, ChunkPolicy chunks)
+      : ch_(ch), hangs_(hangs), chunks_(chunks), pollsToConnect_(ch->wire->connectPolls) {
     queued_.resize(ch->lanes.size(), 0);
   }
   ~FakeSendPath() override { fence(); }
   int connectState(std::string* err) override {
     if (ch_->wire->broken) return *err = "connection reset (fake)", -1;
-    return hangs_ ? 0 : 1;
+    if (hangs_) return 0;
+    return ++polls_ >= pollsToConnect_ ? 1 : 0;
   }
   uint64_t chunkBytes(uint64_t size) const override {
     if (ch_->wholeMessages) return size ? size : 1;
@@ -237,6 +243,7 @@ class FakeSendPath : public SendPath {
   std::shared_ptr<Channel> ch_;
   bool hangs_;
   ChunkPolicy chunks_;
+  int pollsToConnect_ = 0, polls_ = 0;  // Wire::connectPolls when opened; connectState() calls so far
   std::deque<Queued> q_;
   std::deque<CtlMsg> ctl_;
   std::vector<uint64_t> queued_;
