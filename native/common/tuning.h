@@ -96,6 +96,14 @@ constexpr int kSweeperPassMs = 1;
 // system calls only for one with work due.
 constexpr int kIdleSweepMs = 10;
 
+// An idle send comm with a connected standby is driven once per this, µs (1 s), even with
+// nothing else due, so that a standby the receiver dropped, reset or refused while the comm
+// was idle (its NIC still up: no health change wakes the sweeper) is found and reconnected
+// before the next fault needs it, not at NCCL's next call. 1 s: a standby is looked at about as
+// often as the probe monitor declares a silent pair (RAILOVER_PROBE_INTERVAL_MS x multiplier),
+// at the cost of one pass (a few non-blocking system calls) per idle comm per second.
+constexpr uint64_t kIdleStandbyLookUs = 1000000;
+
 // Nice value asked for the health and sweeper threads: ahead of busy-polling threads (NCCL's
 // proxy, data loaders), best effort; without privilege they stay at normal priority.
 constexpr int kHelperThreadNice = -10;

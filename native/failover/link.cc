@@ -141,7 +141,8 @@ bool SendLink::sweep() {
 // connected path. So the idle pass drives it as a test() call would, but only while that call
 // would have something to do: a failed path whose back-off ran out (NIC up: advancePath's
 // rule, so no more attempts than calls would make), a connect in progress, a RESUME waiting
-// for its answer, a failback due (failbackDue: the hold-down rules), or no active path.
+// for its answer, a failback due (failbackDue: the hold-down rules), no active path, or, once
+// a second (tuning::kIdleStandbyLookUs), a connected standby to look at.
 // Otherwise it only looks at the paths (no system call).
 void SendLink::idleSweep(uint64_t now) {
   std::unique_lock<std::mutex> lk(mu, std::try_to_lock);
@@ -153,12 +154,18 @@ void SendLink::idleSweep(uint64_t now) {
     return;
   Health* hl = deps.health;
   bool due = active < 0 || resuming() || failbackDue(now);
+  // A connected standby is looked at (its receiver's CLOSE, NACK or reset: advancePath) once
+  // per kIdleStandbyLookUs since the last call or look.
+  bool lookAtStandbys = now >= std::max(lastCallUs_, idleStandbyLookUs_) + tuning::kIdleStandbyLookUs;
   for (size_t i = 0; i < paths.size() && !due; ++i) {
     const Path& p = paths[i];
     due = p.state == PathState::kConnecting ||
-          (p.state == PathState::kFailed && now >= p.nextAttemptUs && (!hl || hl->nicUp(p.localNic)));
+          (p.state == PathState::kFailed && now >= p.nextAttemptUs && (!hl || hl->nicUp(p.localNic))) ||
+          (p.state == PathState::kStandby && lookAtStandbys);
   }
-  if (due) progress(true);
+  if (!due) return;
+  idleStandbyLookUs_ = now;
+  progress(true);
 }
 
 void RecvLink::idleSweep(uint64_t now) {

@@ -419,6 +419,7 @@ class SendLink : public Link {
   int failedFrom_ = -1;         // path that failed at faultUs_ (resuming on it again is a recovery)
   uint64_t lastProgressUs_ = 0;
   uint64_t lastCallUs_ = 0;     // the caller's last progress() (a long gap is not a network stall)
+  uint64_t idleStandbyLookUs_ = 0;  // the idle pass's last drive of this comm (idleSweep)
   bool burstRequested_ = false;
   uint64_t ackCheckUs_ = 0;     // last look at the active path's TCP acknowledgements (stall watch)
   bool ackSeen_ = false;        // ...and whether the peer's TCP had acknowledged data then

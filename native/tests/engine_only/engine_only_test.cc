@@ -456,6 +456,47 @@ TEST_F(EngineOnly, ASlowOpenOfARetriedPathIsJournaled) {
     if (jsonField(l, "dir") == "recv") { EXPECT_EQ(jsonInt(l, "open_us"), 0) << l; }
 }
 
+// NCCL stops calling the comm, and the receiver drops its end of the standby path (its NIC
+// stays up: no health change wakes the sweeper). The idle pass looks at a connected standby
+// once a second (tuning::kIdleStandbyLookUs), so the sender finds the closed standby and
+// reconnects it without an NCCL call, and a fault of the primary at the next call finds it
+// connected. (Before, the closed standby was found only at that call, and the failover then
+// waited for its reconnect.)
+TEST_F(EngineOnly, AnIdleSendCommFindsAStandbyTheReceiverDroppedAndReconnectsIt) {
+  connectComm();
+  ASSERT_EQ(run(50, mixed, 8).delivered, 50u);
+  ASSERT_EQ(activeNic(), 0);
+  ASSERT_EQ(send->paths[1].state, PathState::kStandby);
+  auto* tx = dynamic_cast<chunkfake::FakeSendPath*>(send->paths[1].tx.get());
+  ASSERT_NE(tx, nullptr);
+  uint32_t gen = send->paths[1].generation;
+  size_t mark = journalSize();
+  tx->channel().receiverGone = true;  // idle from here: no isend, no test; the receiver's FIN arrives
+  auto t0 = std::chrono::steady_clock::now();
+  while ((send->paths[1].generation == gen || send->paths[1].state != PathState::kStandby) &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10)) {
+    links().sweepIdle();
+    transport->pump();
+  }
+  ASSERT_GT(send->paths[1].generation, gen) << "the closed standby was not found without an NCCL call";
+  ASSERT_EQ(send->paths[1].state, PathState::kStandby) << pathStateName(send->paths[1].state);
+  bool named = false;
+  for (auto& l : journalEvents(mark, {"path_state"}))
+    named |= jsonField(l, "nic") == "n1" && jsonField(l, "to") == "failed" &&
+             jsonField(l, "reason").find("closed by peer") != std::string::npos;
+  EXPECT_TRUE(named) << "no path_state of the standby failing with the receiver's close";
+  uint32_t idleGen = send->paths[1].generation;
+  // The primary dies at the next call: the comm moves onto the standby reconnected while idle.
+  w(0, kA0)->broken = true;
+  health->setNic(0, false);
+  Stats st = run(100, mixed, 8);
+  EXPECT_EQ(st.delivered, 100u);
+  EXPECT_EQ(activeNic(), 1);
+  EXPECT_EQ(send->paths[1].generation, idleGen) << "the comm waited for a new connect of the standby";
+  w(0, kA0)->broken = false;
+  health->setNic(0, true);
+}
+
 // A connect moves on only when it is polled (here: the third poll connects, as the verbs
 // bootstrap's stages do). A caller away for longer than the connect timeout (a descheduled
 // proxy thread on a busy host) is not a network that did not answer: the paths connect at the
