@@ -17,11 +17,12 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+import heapq
 import json
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
-__all__ = ["EVENTS", "COMMON_FIELDS", "RESUMED", "T_US_LIMIT", "Stats", "parse_line", "read", "Tail"]
+__all__ = ["EVENTS", "COMMON_FIELDS", "RESUMED", "T_US_LIMIT", "Stats", "parse_line", "read", "read_last", "Tail"]
 
 #: Fields every line has.
 COMMON_FIELDS = {"t_us": "integer", "pid": "integer", "event": "string"}
@@ -136,6 +137,58 @@ def read(path: Path, stats: Optional[Stats] = None) -> List[Dict[str, Any]]:
         if e is not None:
             out.append(e)
     return out
+
+
+#: Bytes :func:`read_last` reads from a journal at a time, from its end backwards.
+READ_BLOCK = 1 << 20
+
+#: How far (µs) a journal's lines may be out of time order: each ``t_us`` is taken before the
+#: line is appended, so threads (or processes sharing a journal) write them slightly out of
+#: order. :func:`read_last` reads on this far past the events it keeps.
+REORDER_US = 1_000_000
+
+
+def read_last(path: Path, limit: int, want: Callable[[Dict[str, Any]], bool] = lambda e: True,
+              stats: Optional[Stats] = None, block: int = READ_BLOCK) -> List[Dict[str, Any]]:
+    """The last ``limit`` (>= 1) events of one journal that ``want`` accepts (the latest by
+    ``t_us``; in file order), as from :func:`read`, but reading the file backwards from its end
+    in blocks of ``block`` bytes: it stops once it holds ``limit`` events and has reached a line
+    older than all of them by more than :data:`REORDER_US`, so a journal of any length costs
+    about what its tail holds (``railover status`` on a long-running job's journal read and
+    parsed every line of it, on every refresh). ``stats`` counts what was skipped or unknown
+    among the lines read. A missing or unreadable file has none; a file truncated while being
+    read (copytruncate) gives what was read before."""
+    kept: List[Tuple[int, int, Dict[str, Any]]] = []  # min-heap of (t_us, -lines from the end, event)
+    n = 0
+    try:
+        with open(path, "rb") as f:
+            pos = f.seek(0, 2)
+            rest = b""  # the start of a line whose end was read already (none: the file's end)
+            while pos > 0:
+                size = min(block, pos)
+                pos -= size
+                f.seek(pos)
+                data = f.read(size)
+                if len(data) != size:
+                    break  # truncated meanwhile
+                lines = (data + rest).split(b"\n")
+                rest = lines.pop(0) if pos > 0 else b""  # the first may continue in the block before
+                for line in reversed(lines):
+                    e = parse_line(line, stats)
+                    if e is None:
+                        continue
+                    n += 1
+                    if len(kept) == limit and e["t_us"] < kept[0][0] - REORDER_US:
+                        return [k[2] for k in sorted(kept, key=lambda k: k[1])]
+                    if want(e):
+                        item = (e["t_us"], -n, e)
+                        if len(kept) < limit:
+                            heapq.heappush(kept, item)
+                        elif item[:2] > kept[0][:2]:
+                            heapq.heapreplace(kept, item)
+    except OSError:
+        pass
+    return [k[2] for k in sorted(kept, key=lambda k: k[1])]
 
 
 class Tail:

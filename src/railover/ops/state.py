@@ -408,16 +408,21 @@ ROUTINE_EVENTS = frozenset({"path_state"})
 
 def recent_events(paths: Iterable[Path], limit: int = 20, since_us: Optional[int] = None,
                   stats: Optional[jr.Stats] = None, skip: Iterable[str] = ()) -> List[Dict[str, Any]]:
-    """The last ``limit`` events (oldest first) of the given journals, optionally only those
-    at or after ``since_us`` (CLOCK_MONOTONIC µs) and not named in ``skip``; ``stats`` counts
-    what was skipped or unknown."""
+    """The last ``limit`` events (oldest first; ``limit`` <= 0: all) of the given journals,
+    optionally only those at or after ``since_us`` (CLOCK_MONOTONIC µs) and not named in
+    ``skip``; ``stats`` counts what was skipped or unknown among the lines read. With a
+    ``limit``, each journal is read from its end only as far as its last ``limit`` such events
+    (:func:`railover.journal.read_last`), not in full."""
     evs: List[Dict[str, Any]] = []
     skip = frozenset(skip)
+
+    def want(e: Dict[str, Any]) -> bool:
+        return (since_us is None or e["t_us"] >= since_us) and e.get("event") not in skip
+
     for p in paths:
-        for e in read_journal(p, stats):
-            if (since_us is None or e["t_us"] >= since_us) and e.get("event") not in skip:
-                e.setdefault("journal", str(p))
-                evs.append(e)
+        for e in jr.read_last(p, limit, want, stats) if limit > 0 else filter(want, read_journal(p, stats)):
+            e.setdefault("journal", str(p))
+            evs.append(e)
     evs.sort(key=lambda e: e["t_us"])
     return evs[-limit:] if limit > 0 else evs
 
