@@ -356,7 +356,7 @@ def test_bad_peer_raises():
     (dict(GOOD_NCCL, NCCL_NET="IB"), "NCCL_NET", dr.FAIL, "not railover"),
     (dict(GOOD_NCCL, NCCL_NET="RailOver"), "NCCL_NET", dr.OK, "fatal"),
     (dict(GOOD_NCCL, NCCL_NET_PLUGIN="aws-ofi"), "NCCL_NET_PLUGIN", dr.FAIL, "another plugin"),
-    (dict(GOOD_NCCL, NCCL_NET_PLUGIN="none"), "NCCL_NET_PLUGIN", dr.FAIL, "another plugin"),
+    (dict(GOOD_NCCL, NCCL_NET_PLUGIN="none"), "NCCL_NET_PLUGIN", dr.FAIL, "loads no network plugin"),
     (dict(GOOD_NCCL, NCCL_NET_PLUGIN="railover,aws-ofi"), "NCCL_NET_PLUGIN", dr.WARN, "several plugins"),
     (dict(GOOD_NCCL, NCCL_NET_PLUGIN_REF_COUNT="0"), "NCCL_NET_PLUGIN_REF_COUNT", dr.WARN, "issue 1978"),
     (dict(GOOD_NCCL, NCCL_IB_HCA="mlx5_0", NCCL_IB_TIMEOUT="20"), "NCCL_IB_*", dr.INFO, "NCCL_IB_HCA, NCCL_IB_TIMEOUT"),
@@ -709,3 +709,31 @@ def test_a_peer_that_is_an_address_of_this_host_is_not_checked():
     # only this host's own addresses: checked as without --peer (a neighbour on each NIC's subnet)
     rep = run(GOOD_NCCL, peers=["10.0.0.1", "10.0.1.1"], route=kernel)
     assert rep.ok and {c.what for c in find(rep, "routing")} == {"eth0 -> 10.0.0.2", "eth1 -> 10.0.1.2"}
+
+
+_OURS = {"path": "/x/libnccl-net-railover.so", "loaded": True, "abi": [10, 11], "railover": True}
+
+
+@pytest.mark.parametrize("nccl,status", [(None, dr.WARN), ((2, 23, 4), dr.FAIL), ((2, 26, 6), dr.FAIL),
+                                         ((2, 27, 7), dr.OK), ((2, 29, 2), dr.OK)])
+def test_a_plugin_list_naming_railover_is_judged_by_the_nccl_release(nccl, status):
+    """NCCL 2.27+ read NCCL_NET_PLUGIN as a comma list; before 2.27 the whole value is one name
+    (libnccl-net-railover,ib.so: nothing opens and init fails with NCCL_NET=railover). doctor
+    warned about a list whatever the release, even one known to fail."""
+    env = {"NCCL_NET": "railover", "NCCL_NET_PLUGIN": "railover,ib"}
+    checks = [c for c in dr.nccl_checks(env, _OURS, {"nccl": nccl} if nccl else None, _OURS["path"])
+              if c.what == "NCCL_NET_PLUGIN"]
+    (lst,) = [c for c in checks if "lists several plugins" in c.detail]
+    assert lst.status == status, lst
+    assert "'ib': no plugin" in lst.detail
+
+
+@pytest.mark.parametrize("plugins,words", [
+    ("ib, railover", "does not trim blanks"), ("foo,ib", "lists no railover plugin (entries: foo, ib)")])
+def test_a_plugin_list_that_opens_no_railover_fails(plugins, words):
+    """NCCL does not trim the entries: 'ib, railover' looks for ' railover' and finds nothing;
+    doctor trimmed them and said the list was fine."""
+    env = {"NCCL_NET": "railover", "NCCL_NET_PLUGIN": plugins}
+    checks = [c for c in dr.nccl_checks(env, _OURS, {"nccl": (2, 28, 3)}, _OURS["path"])
+              if c.what == "NCCL_NET_PLUGIN"]
+    assert [c.status for c in checks] == [dr.FAIL] and words in checks[0].detail, checks

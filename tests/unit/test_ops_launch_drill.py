@@ -483,3 +483,42 @@ def test_drill_report_shows_a_convergence_time_that_is_not_a_finite_number_as_ab
     out = " ".join(r.output.split())
     assert "│ failover │ 5 │ 1 │ eth1 │ - │ 1.0 │ - │ - │ - │" in out, out
     assert "│ 0.7 │" in out, out
+
+
+@pytest.mark.parametrize("plugins", ["railover,ib", "ib,railover", "railover,,socket", "railover, ib"])
+def test_launch_keeps_a_plugin_list_naming_railover_in_the_users_order(plugins):
+    """NCCL 2.27+ read NCCL_NET_PLUGIN as a comma list (src/plugin/net.cc: each entry opened in
+    turn; with NCCL_NET=railover only railover is used). launch refused a list naming railover
+    ("selects another plugin"); it keeps it as given, saying what NCCL makes of it."""
+    base = {"PATH": "/usr/bin", "NCCL_NET_PLUGIN": plugins}
+    env, warnings = launch_env(base)
+    assert env["NCCL_NET_PLUGIN"] == plugins and env["NCCL_NET"] == "railover"
+    assert env["LD_LIBRARY_PATH"] == str(_paths.plugin_path().parent)
+    (w,) = warnings
+    assert "lists several plugins" in w and "older NCCL takes the whole value as one plugin name" in w, w
+    assert "kept as given" in w
+
+
+def test_launch_keeps_a_list_naming_the_users_build_by_path(tmp_path):
+    other = tmp_path / _paths.PLUGIN_FILE
+    shutil.copy(_paths.plugin_path(), other)
+    env, _ = launch_env({"NCCL_NET_PLUGIN": f"{other},ib", "LD_LIBRARY_PATH": "/opt/cuda/lib64"})
+    assert env["NCCL_NET_PLUGIN"] == f"{other},ib" and env["LD_LIBRARY_PATH"] == "/opt/cuda/lib64"
+    with pytest.raises(LaunchConflict, match="RAILOVER_NSTREAMS='99' is not valid"):  # validated by that build
+        launch_env({"NCCL_NET_PLUGIN": f"{other},ib", "RAILOVER_NSTREAMS": "99"})
+    with pytest.raises(LaunchConflict, match="not a loadable railover plugin"):
+        launch_env({"NCCL_NET_PLUGIN": f"{tmp_path / 'no' / _paths.PLUGIN_FILE},ib"})
+
+
+@pytest.mark.parametrize("plugins,words", [
+    ("foo,ib", "lists no railover plugin (entries: foo, ib)"),
+    ("ib, railover", "NCCL does not trim blanks around its entries, so ' railover' opens no plugin"),
+    (" railover", "NCCL does not trim blanks"),
+    ("none", "loads no network plugin"),
+    ("foo", "selects another plugin")])
+def test_launch_names_why_a_plugin_list_opens_no_railover(plugins, words):
+    with pytest.raises(LaunchConflict) as e:
+        launch_env({"NCCL_NET_PLUGIN": plugins})
+    assert words in str(e.value)
+    env, warnings = launch_env({"NCCL_NET_PLUGIN": plugins}, force=True)
+    assert env["NCCL_NET_PLUGIN"] == "railover" and words in warnings[0]

@@ -404,16 +404,19 @@ class LaunchConflict(Exception):
         self.warnings = list(warnings)
 
 
-def _is_ours(plugin_value: str) -> bool:
-    v = plugin_value.strip()
-    return v in (_paths.PLUGIN_NAME, _paths.PLUGIN_FILE) or ("/" in v and Path(v).name == _paths.PLUGIN_FILE)
+def _our_entry(plugin_value: str) -> Optional[str]:
+    """The first entry of ``NCCL_NET_PLUGIN=plugin_value`` that opens a railover build (a
+    name, the file name or a path; NCCL 2.27+ read the value as a list), else None."""
+    from railover.ops.doctor import is_railover_entry, plugin_entries
+    return next((p for p in plugin_entries(plugin_value) if is_railover_entry(p)), None)
 
 
 def _plugin_by_path(value: str) -> Optional[Path]:
-    """The file ``NCCL_NET_PLUGIN=value`` names when it is a path to a railover build
-    (``.../libnccl-net-railover.so``), else None (a name, or another plugin)."""
-    v = value.strip()
-    return Path(v) if "/" in v and Path(v).name == _paths.PLUGIN_FILE else None
+    """The file ``NCCL_NET_PLUGIN=value`` names when its railover entry (:func:`_our_entry`)
+    is a path to a railover build (``.../libnccl-net-railover.so``), else None (a name, or
+    another plugin)."""
+    v = _our_entry(value)
+    return Path(v) if v is not None and "/" in v else None
 
 
 def _on_ld_library_path(ld: str) -> Optional[Path]:
@@ -454,7 +457,14 @@ def launch_env(base: Mapping[str, str], force: bool = False,
     first. When the user's build is not railover's own, a line appended to ``notes`` says
     which build the command gets.
 
-    Raises LaunchConflict when ``NCCL_NET`` or ``NCCL_NET_PLUGIN`` select something else, or
+    ``NCCL_NET_PLUGIN`` listing several plugins, railover among them (``railover,ib``: NCCL
+    2.27+ read a list), is kept as given, in the user's order (with ``NCCL_NET=railover`` NCCL
+    uses railover alone, wherever it stands); a warning says what NCCL makes of the list
+    (:func:`railover.ops.doctor.plugin_list_note`). Its railover entry decides the build as
+    above.
+
+    Raises LaunchConflict when ``NCCL_NET`` or ``NCCL_NET_PLUGIN`` select something else (a
+    list without a railover entry; an entry with blanks around it, which NCCL does not trim), or
     a variable the plugin reads (``RAILOVER_*``, ``NCCL_SOCKET_IFNAME``, ``NCCL_SOCKET_FAMILY``)
     has a value the plugin rejects, unless ``force``. With ``force``: ``NCCL_NET`` and
     ``NCCL_NET_PLUGIN`` are replaced by railover's values, and each invalid variable is
@@ -464,8 +474,8 @@ def launch_env(base: Mapping[str, str], force: bool = False,
     :func:`~railover.ops.doctor.duplicate_rail_checks`, as in doctor), and so is a plugin that
     cannot be loaded here (nothing could be validated). Raises FileNotFoundError when the
     plugin is not installed (and the user named no build of their own)."""
-    from railover.ops.doctor import (duplicate_rail_checks, known_vars, ref_count_keeps_plugin, unknown_var_checks,
-                                     validate_config)
+    from railover.ops.doctor import (duplicate_rail_checks, known_vars, plugin_list_note, plugin_list_problem,
+                                     ref_count_keeps_plugin, unknown_var_checks, validate_config)
     env = dict(base)
     problems: List[str] = []
     forced: List[str] = []    # what --force does about each problem
@@ -488,8 +498,14 @@ def launch_env(base: Mapping[str, str], force: bool = False,
             conflict(f"NCCL_NET_PLUGIN={env['NCCL_NET_PLUGIN']} is not a loadable railover plugin ({e})",
                      "NCCL_NET_PLUGIN", _paths.PLUGIN_NAME)
         add = {"NCCL_NET": _paths.PLUGIN_NAME, "NCCL_NET_PLUGIN_REF_COUNT": "1"}
-    elif env.get("NCCL_NET_PLUGIN") and not _is_ours(env["NCCL_NET_PLUGIN"]):
-        conflict(f"NCCL_NET_PLUGIN={env['NCCL_NET_PLUGIN']} selects another plugin", "NCCL_NET_PLUGIN", _paths.PLUGIN_NAME)
+    elif env.get("NCCL_NET_PLUGIN") and _our_entry(env["NCCL_NET_PLUGIN"]) is None:
+        conflict(plugin_list_problem(env["NCCL_NET_PLUGIN"]) or "", "NCCL_NET_PLUGIN", _paths.PLUGIN_NAME)
+    # a list naming railover (NCCL 2.27+) is the user's: kept as given, in their order (unless
+    # its railover entry is a path that does not load, replaced with --force)
+    note = plugin_list_note(env["NCCL_NET_PLUGIN"]) if _our_entry(env.get("NCCL_NET_PLUGIN", "")) else None
+    keep_list = note is not None and (users is not None or _plugin_by_path(env["NCCL_NET_PLUGIN"]) is None)
+    if keep_list:
+        warnings.append(f"{note}; kept as given, in your order")
     # by name: the loader's search finds it, LD_LIBRARY_PATH first
     theirs = _on_ld_library_path(env.get("LD_LIBRARY_PATH", "")) if users is None else None
     if theirs is not None:
@@ -540,6 +556,8 @@ def launch_env(base: Mapping[str, str], force: bool = False,
         if not ref_count_keeps_plugin(env["NCCL_NET_PLUGIN_REF_COUNT"]):
             warnings.append(f"keeping NCCL_NET_PLUGIN_REF_COUNT={env['NCCL_NET_PLUGIN_REF_COUNT']}: NCCL 2.28/2.29 may then "
                             "lose the plugin after the last communicator is destroyed")
+    if keep_list:
+        add.pop("NCCL_NET_PLUGIN", None)
     env.update(add)
     return env, warnings
 

@@ -480,6 +480,57 @@ def torch_nccl(python: str = sys.executable, timeout_s: float = 60.0) -> Optiona
     return r
 
 
+#: NCCL's own transports: always there after the plugins NCCL_NET_PLUGIN lists (not plugins).
+NCCL_BUILTIN_NETS = ("ib", "socket")
+
+
+def plugin_entries(value: str) -> List[str]:
+    """The plugins ``NCCL_NET_PLUGIN=value`` lists, as NCCL 2.27 and later read it: entries
+    separated by ``,``, empty ones skipped, blanks kept (NCCL does not trim them: ``" ib"`` is
+    looked up as the file `` ib`` and ``libnccl-net- ib.so``); ``none`` (any case) lists none.
+    Releases before 2.27 take the whole value as one name."""
+    return [] if value.lower() == "none" else [p for p in value.split(",") if p]
+
+
+def is_railover_entry(entry: str) -> bool:
+    """Whether one ``NCCL_NET_PLUGIN`` entry opens a railover build: ``railover``, its file
+    name, or a path to that file, with no blank around it (NCCL would not find the file)."""
+    return entry == entry.strip() and (entry in (_paths.PLUGIN_NAME, _paths.PLUGIN_FILE)
+                                       or ("/" in entry and Path(entry).name == _paths.PLUGIN_FILE))
+
+
+def plugin_list_problem(value: str) -> Optional[str]:
+    """Why ``NCCL_NET_PLUGIN=value`` (set, not empty) opens no railover build, in words, or
+    None when an entry of it does (:func:`plugin_entries`, :func:`is_railover_entry`)."""
+    entries = plugin_entries(value)
+    if any(is_railover_entry(p) for p in entries):
+        return None
+    padded = [p for p in entries if is_railover_entry(p.strip())]
+    if padded:
+        return (f"NCCL_NET_PLUGIN='{value}': NCCL does not trim blanks around its entries, so '{padded[0]}' "
+                f"opens no plugin (NCCL looks for the file '{padded[0]}', then 'libnccl-net-{padded[0]}.so')")
+    if not entries:
+        return f"NCCL_NET_PLUGIN='{value}' loads no network plugin, not railover"
+    if len(entries) > 1:
+        return (f"NCCL_NET_PLUGIN='{value}' lists no railover plugin (entries: {', '.join(entries)}), so "
+                f"NCCL_NET={_paths.PLUGIN_NAME} finds none")
+    return f"NCCL_NET_PLUGIN={value} selects another plugin"
+
+
+def plugin_list_note(value: str) -> Optional[str]:
+    """For ``NCCL_NET_PLUGIN=value`` listing railover among other entries: what NCCL makes of
+    the list (None for one entry)."""
+    entries = plugin_entries(value)
+    if len(entries) < 2:
+        return None
+    builtin = [p for p in entries if p.strip().lower() in NCCL_BUILTIN_NETS]
+    return (f"NCCL_NET_PLUGIN='{value}' lists several plugins: NCCL 2.27+ opens each in turn and, with "
+            f"NCCL_NET={_paths.PLUGIN_NAME}, uses railover alone; older NCCL takes the whole value as one plugin "
+            f"name and fails at init (NCCL_NET_PLUGIN={_paths.PLUGIN_NAME} works with every release)"
+            + (f"; {', '.join(repr(p) for p in builtin)}: no plugin (NCCL's IB and Socket transports are built in; "
+               f"NCCL looks for libnccl-net-{builtin[0].strip()}.so)" if builtin else ""))
+
+
 def ld_resolve(env: Mapping[str, str], fname: str = _paths.PLUGIN_FILE) -> Optional[str]:
     """Where ``dlopen(fname)`` would find the file in a process started with ``env``:
     the first ``LD_LIBRARY_PATH`` entry holding it, else the ldconfig cache; None if nowhere."""
@@ -572,17 +623,20 @@ def nccl_checks(env: Mapping[str, str], plugin: Mapping[str, Any], torch: Option
                          f"export NCCL_NET_PLUGIN={name} and put {Path(our_file).parent if our_file else 'its directory'} "
                          "on LD_LIBRARY_PATH ('railover env --shell' prints both)"))
     else:
-        items = [p.strip() for p in plug.split(",") if p.strip()]
-        ours = [p for p in items if p == name or p == _paths.PLUGIN_FILE or
-                (("/" in p) and Path(p).name == _paths.PLUGIN_FILE)]
-        if not ours:
-            out.append(Check("nccl", "NCCL_NET_PLUGIN", FAIL, f"NCCL_NET_PLUGIN='{plug}' points to another plugin",
-                             f"export NCCL_NET_PLUGIN={name}"))
+        items = plugin_entries(plug)
+        ours = [p for p in items if is_railover_entry(p)]
+        problem = plugin_list_problem(plug)
+        if problem is not None:
+            out.append(Check("nccl", "NCCL_NET_PLUGIN", FAIL, problem, f"export NCCL_NET_PLUGIN={name}"))
         else:
-            if len(items) > 1:
-                out.append(Check("nccl", "NCCL_NET_PLUGIN", WARN, f"NCCL_NET_PLUGIN='{plug}' lists several plugins "
-                                 "(NCCL 2.27+ tries them in order; older releases take the value as one name)",
-                                 f"export NCCL_NET_PLUGIN={name}"))
+            note = plugin_list_note(plug)
+            if note is not None:
+                # 2.27+ read a list (src/plugin/net.cc); older releases look the whole value up as one name
+                old_nccl = nver is not None and tuple(nver[:2]) < (2, 27)
+                out.append(Check("nccl", "NCCL_NET_PLUGIN", FAIL if old_nccl else WARN if nver is None else OK,
+                                 note + (f" (this NCCL is {'.'.join(map(str, nver))})" if nver else
+                                         " (NCCL version unknown here)"),
+                                 f"export NCCL_NET_PLUGIN={name}" if nver is None or old_nccl else ""))
             p = ours[0]
             if p == _paths.PLUGIN_FILE and (nver is None or nver[1] in (19, 20)):
                 # 2.19/2.20 (src/net.cc) open only libnccl-net-<value>.so: the file name becomes
