@@ -117,7 +117,9 @@ bool parseOne(const ParamSpec& p, const char* s, Config& c, std::string* err) {
       const UintField* f = uintField(p.name);
       uint64_t v = 0;
       if (!f) return *err = std::string("internal error: ") + p.name + " has no Config field", false;
-      if (!parseUint(s, p.lo, p.hi, &v)) return *err = bad(p, s, "expected an integer " + paramRangeText(p)), false;
+      // blanks around the number are no part of it, as around a word or a list item
+      if (!parseUint(trim(s).c_str(), p.lo, p.hi, &v))
+        return *err = bad(p, s, "expected an integer " + paramRangeText(p)), false;
       if (p.step > 1 && v % p.step)
         return *err = bad(p, s, "must be a multiple of " + std::to_string(p.step)), false;
       f->set(c, v);

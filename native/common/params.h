@@ -7,7 +7,8 @@
 // Empty values: a variable set to an empty string (or only blanks) is the same as an unset
 // one, for every variable: its default applies. (This is NCCL's own rule for its variables,
 // e.g. NCCL_SOCKET_IFNAME="" means automatic selection.) An explicit "off" is spelled out
-// where a variable has one (RAILOVER_STATE_DIR=off, RAILOVER_STANDBY=none).
+// where a variable has one (RAILOVER_STATE_DIR=off, RAILOVER_STANDBY=none). Blanks (space,
+// tab) around a number, a word or a list item are no part of it: " 500" is 500, " tcp" tcp.
 //
 // Adding a variable: one entry below. A numeric (kUint) or flag (kFlag) variable the plugin
 // reads also needs its Config field (config.h, initialised with RO_PARAM_DEFAULT) and one

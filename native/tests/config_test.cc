@@ -130,6 +130,28 @@ TEST(Ifname, BlanksAroundItemsAreNoPartOfThem) {
   EXPECT_TRUE(ifnameMatches("^=eth0, lo", "eth1"));
 }
 
+// Blanks around a number are trimmed, as around a word ("tcp ") or a list item ("eth0= 0"):
+// RAILOVER_HOLD_DOWN_MS=" 500" failed NCCL's init (and doctor's check) while
+// RAILOVER_TRANSPORT=" tcp " and RAILOVER_RAILS="eth0= 0" passed. Blanks inside are refused.
+TEST(Config, BlanksAroundANumberAreNoPartOfIt) {
+  for (const char* v : {" 500", "500 ", "\t500\t", "  500 \t"}) {
+    SCOPED_TRACE(std::string("'") + v + "'");
+    Config c;
+    std::string err;
+    ASSERT_TRUE(parse({{"RAILOVER_HOLD_DOWN_MS", v}, {"RAILOVER_ABORT_ON_FATAL", v[0] == ' ' ? " 1" : "1\t"}},
+                      &c, &err))
+        << err;
+    EXPECT_EQ(c.holdDownMs, 500u);
+    EXPECT_TRUE(c.abortOnFatal);
+    EXPECT_TRUE(checkParam("RAILOVER_HOLD_DOWN_MS", v, &err)) << err;
+  }
+  Config c;
+  std::string err;
+  EXPECT_FALSE(parse({{"RAILOVER_HOLD_DOWN_MS", "5 00"}}, &c, &err));
+  EXPECT_FALSE(parse({{"RAILOVER_MIN_CHUNK_BYTES", " 1000 "}}, &c, &err));  // trimmed, still no multiple of 128
+  EXPECT_EQ(err, "RAILOVER_MIN_CHUNK_BYTES=' 1000 ' is not valid: must be a multiple of 128") << err;
+}
+
 TEST(Config, ParseUint) {
   uint64_t v;
   EXPECT_TRUE(parseUint("42", 0, 100, &v));
@@ -178,7 +200,7 @@ TEST(ParamTable, NumericDefaultsRangesAndSteps) {
       else
         EXPECT_EQ(v, good);
     }
-    std::vector<std::string> bad = {std::to_string(p.hi + 1), "x", "-1", "1.5", " 7", "0x10"};
+    std::vector<std::string> bad = {std::to_string(p.hi + 1), "x", "-1", "1.5", "7 7", "0x10"};  // blanks around are trimmed
     if (p.lo > 0) bad.push_back(std::to_string(p.lo - 1));
     if (p.step > 1) bad.push_back(std::to_string(p.lo + 1));
     for (auto& b : bad) {

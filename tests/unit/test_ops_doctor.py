@@ -181,6 +181,23 @@ def test_semantic_warnings():
     assert warns == {"RAILOVER_HOLD_DOWN_MAX_MS", "RAILOVER_PROBE_INTERVAL_MS", "RAILOVER_STANDBY"}
 
 
+@pytest.mark.parametrize("blank", [" ", "\t", "  \t"])
+def test_blanks_around_numbers_are_trimmed_as_the_plugin_does(blank):
+    """Numbers with blanks around them (RAILOVER_HOLD_DOWN_MS=" 500") were refused by the
+    plugin and so by doctor and launch, while words and list items (" tcp ", "eth0= 0") were
+    trimmed. They are trimmed too, and the values doctor compares are the numbers."""
+    from railover.ops.cli import launch_env
+    env = {"RAILOVER_HOLD_DOWN_MS": blank + "5000", "RAILOVER_HOLD_DOWN_MAX_MS": "1000" + blank,
+           "RAILOVER_NSTREAMS": blank + "4" + blank, "RAILOVER_TRANSPORT": blank + "tcp"}
+    checks = dr.validate_config(env)
+    assert not [c for c in checks if c.status == dr.FAIL], [c.detail for c in checks]
+    assert {c.what for c in checks if c.status == dr.WARN} == {"RAILOVER_HOLD_DOWN_MAX_MS"}
+    launched, _ = launch_env(env)
+    assert launched["RAILOVER_HOLD_DOWN_MS"] == blank + "5000"
+    (c,) = [c for c in dr.validate_config({"RAILOVER_NSTREAMS": "1 6"}) if c.status == dr.FAIL]
+    assert "expected an integer 1..16" in c.detail
+
+
 def test_healthy_host_is_ok():
     rep = run(GOOD_NCCL, peers=["10.0.0.2", "10.0.1.2"])
     assert rep.ok, [c for c in rep.checks if c.status == dr.FAIL]
