@@ -195,15 +195,22 @@ class Tail:
     """Incremental reader of one journal: :meth:`read_new` returns the events of the complete
     lines appended since the previous call (a partial last line waits for its end). A file
     that was truncated or replaced (other inode) is read again from the start. ``stats``
-    accumulates what was skipped or unknown."""
+    accumulates what was skipped or unknown. :attr:`more` says whether the last call stopped
+    at its ``max_bytes`` before the end of the file."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
         self.stats = Stats()
+        self.more = False
         self._ino: Optional[int] = None
         self._off = 0
 
-    def read_new(self) -> List[Dict[str, Any]]:
+    def read_new(self, max_bytes: Optional[int] = None) -> List[Dict[str, Any]]:
+        """The events of the complete lines appended since the last call; with ``max_bytes``,
+        of only about that many bytes of them (whole lines; a longer line is read whole), so
+        a long journal read for the first time need not be held in memory at once: call again
+        while :attr:`more`."""
+        self.more = False
         try:
             st = self.path.stat()
         except OSError:
@@ -215,13 +222,22 @@ class Tail:
         try:
             with open(self.path, "rb") as f:
                 f.seek(self._off)
-                chunk = f.read()
+                if max_bytes is None:
+                    chunk = f.read()
+                else:
+                    chunk = f.read(max_bytes)
+                    while len(chunk) >= max_bytes and b"\n" not in chunk[-max_bytes:]:
+                        part = f.read(max_bytes)  # a line longer than max_bytes: up to its end
+                        if not part:
+                            break
+                        chunk += part
         except OSError:
             return []
         end = chunk.rfind(b"\n")
         if end < 0:
             return []
         self._off += end + 1
+        self.more = max_bytes is not None and self._off < st.st_size
         out = []
         for line in chunk[:end].split(b"\n"):
             e = parse_line(line, self.stats)

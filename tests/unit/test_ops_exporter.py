@@ -617,3 +617,32 @@ def test_docs_list_every_exported_metric(setup):
     documented = set(re.findall(r"`(railover_[a-z_]+)`", table))
     assert fams - documented == set(), "metrics served but not in docs/OPERATIONS.md"
     assert documented - fams == set(), "metrics in docs/OPERATIONS.md the exporter does not serve"
+
+
+def test_a_long_journal_is_counted_a_piece_at_a_time(tmp_path, monkeypatch):
+    """The first scrape of a long journal read all of it into memory at once and parsed it into
+    one list (200 MB of journal: 2.2 GB resident). It reads JOURNAL_READ_BYTES at a time
+    (whole lines) and still counts every event once."""
+    from railover import journal as jr
+    monkeypatch.setattr(ex, "JOURNAL_READ_BYTES", 4096, raising=False)
+    j = tmp_path / "events.jsonl"
+    n = 500  # about 170 bytes a line: some 20 pieces
+    append_events(j, [{"t_us": 1000 + k, "pid": 7, "event": "failover", "comm": str(k % 3), "to_nic": "eth1",
+                       "peer": "10.0.0.2", "resumed_seq": k, "bytes_resent": 1, "convergence_us": 800}
+                      for k in range(n)])
+    with open(j, "a") as fh:  # a line longer than a piece is read whole
+        fh.write('{"t_us": 9000, "pid": 7, "event": "nic_down", "nic": "eth0", "signal": "' + "x" * 9000 + '"}\n')
+    sizes = []
+    read_new = jr.Tail.read_new
+
+    def recording(self, *args):
+        evs = read_new(self, *args)
+        sizes.append(len(evs))
+        return evs
+    monkeypatch.setattr(jr.Tail, "read_new", recording)
+    col = ex.RailoverCollector([tmp_path / "state"], [j], proc=tmp_path / "proc")
+    col.refresh()
+    assert sum(sizes) == n + 1 and max(sizes) <= 4096 // 150, sizes
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in col.collect() for s in f.samples}
+    assert val(samples, "railover_events_total", event="failover") == n
+    assert val(samples, "railover_events_total", event="nic_down") == 1

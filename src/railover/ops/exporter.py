@@ -158,6 +158,11 @@ class _Hist:
         return out
 
 
+#: Bytes of each journal the exporter parses at a time (a long journal's first scrape reads
+#: all of it, for the counters since its start, but holds one piece at a time).
+JOURNAL_READ_BYTES = 8 << 20
+
+
 class RailoverCollector:
     """A prometheus_client collector; every :meth:`collect` (one per scrape) re-reads the
     state files in ``dirs`` and the new lines of the journals (those the state files name
@@ -173,7 +178,7 @@ class RailoverCollector:
         self._procs: Dict[Tuple[int, int], _Proc] = {}
         self._retired: Dict[Labels, Dict[str, int]] = {}
         self._dead: set = set()            # process keys already folded into _retired
-        self._tail = st.JournalTail()
+        self._tail = st.JournalTail(JOURNAL_READ_BYTES)
         self._events: Dict[str, int] = {}
         self._hist: Dict[str, _Hist] = {}
         self._buckets = buckets
@@ -204,8 +209,12 @@ class RailoverCollector:
                 if f not in self._journal_paths:
                     self._journal_paths.append(f)
             by_pid = dict(self._pid_keys)
-            for e in self._tail.poll(self._journal_paths):
-                self._journal_event(e, by_pid)
+            # a piece at a time: the first scrape of a long journal does not hold it all in memory
+            while True:
+                for e in self._tail.poll(self._journal_paths):
+                    self._journal_event(e, by_pid)
+                if not self._tail.more:
+                    break
             for s in states:
                 self._account(s)
             self._choose_port_views([s for s in states if not s.stale])

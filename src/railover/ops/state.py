@@ -379,23 +379,29 @@ class JournalTail:
     """Incremental reader of journals: each :meth:`poll` returns only the events appended
     since the previous one (complete lines only), each with ``journal`` (its file). A file
     that was truncated or replaced (different inode) is read again from the start.
-    :attr:`stats` accumulates garbled lines and events this railover does not know."""
+    :attr:`stats` accumulates garbled lines and events this railover does not know.
+    ``max_bytes``: read about that many bytes of each journal per :meth:`poll` at most (whole
+    lines), and poll again while :attr:`more` (a long journal's backlog, a piece at a time)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_bytes: Optional[int] = None) -> None:
         self._tails: Dict[Path, jr.Tail] = {}
         self.stats = jr.Stats()
+        self.max_bytes = max_bytes
+        self.more = False
 
     def poll(self, paths: Iterable[Path]) -> List[Dict[str, Any]]:
         out: List[Dict[str, Any]] = []
+        self.more = False
         for p in paths:
             p = Path(p)
             t = self._tails.get(p)
             if t is None:
                 t = self._tails[p] = jr.Tail(p)
                 t.stats = self.stats
-            for e in t.read_new():
+            for e in t.read_new(self.max_bytes):
                 e.setdefault("journal", str(p))
                 out.append(e)
+            self.more = self.more or t.more
         out.sort(key=lambda e: e["t_us"])
         return out
 
