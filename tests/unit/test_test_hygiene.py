@@ -31,6 +31,7 @@ def _session(tmp_path: Path, test_code: str, **env: str) -> subprocess.Completed
     e = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""), **env)
     e.pop("RAILOVER_STATE_DIR", None)   # the inner session sets its own, as a fresh run does
     e.pop("RAILOVER_TESTBED_STATE", None)
+    e.pop("PYTEST_ADDOPTS", None)       # CI's options for its own run (--durations) are not the inner session's
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(d), str(d)],
                           cwd=d, env=e, capture_output=True, text=True, timeout=300)
 
