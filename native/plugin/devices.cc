@@ -73,21 +73,27 @@ std::vector<std::string> keepOnlyNics(std::vector<Nic>* nics, const std::vector<
   return out;
 }
 
+std::vector<size_t> nicsSharingSubnet(const std::vector<Nic>& nics, const std::vector<int>& prefixLen, size_t i) {
+  std::vector<size_t> out;
+  auto v4 = [&](size_t k) { return k < prefixLen.size() && prefixLen[k] >= 0 && nics[k].addr.ss_family == AF_INET; };
+  if (i >= nics.size() || !v4(i)) return out;
+  auto host = [&](size_t k) { return ntohl(((const sockaddr_in&)nics[k].addr).sin_addr.s_addr); };
+  for (size_t j = 0; j < nics.size(); ++j) {
+    if (j == i || !v4(j)) continue;
+    int len = std::min(prefixLen[i], prefixLen[j]);  // overlapping subnets: the larger one holds the other
+    uint32_t mask = len <= 0 ? 0u : 0xffffffffu << (32 - std::min(len, 32));
+    if ((host(i) & mask) == (host(j) & mask)) out.push_back(j);
+  }
+  return out;
+}
+
 std::vector<std::string> arpFluxWarnings(const std::vector<Nic>& nics, const std::vector<int>& prefixLen,
                                          const std::function<int(const std::string&)>& arpIgnore) {
   std::vector<std::string> out;
-  auto net = [&](size_t i, int len) {
-    uint32_t a = ntohl(((const sockaddr_in&)nics[i].addr).sin_addr.s_addr);
-    return len <= 0 ? 0u : a & (0xffffffffu << (32 - len));
-  };
   for (size_t i = 0; i < nics.size(); ++i) {
-    if (i >= prefixLen.size() || prefixLen[i] < 0 || nics[i].addr.ss_family != AF_INET) continue;
     std::vector<std::string> group{nics[i].name};
     bool flux = false, seen = false;  // seen: the group was looked at from an earlier member
-    for (size_t j = 0; j < nics.size(); ++j) {
-      if (j == i || j >= prefixLen.size() || prefixLen[j] < 0 || nics[j].addr.ss_family != AF_INET) continue;
-      int len = std::min(prefixLen[i], prefixLen[j]);  // overlapping subnets
-      if (net(i, len) != net(j, len)) continue;
+    for (size_t j : nicsSharingSubnet(nics, prefixLen, i)) {
       seen |= j < i;
       group.push_back(nics[j].name);
     }
@@ -106,6 +112,7 @@ std::vector<std::string> arpFluxWarnings(const std::vector<Nic>& nics, const std
 std::vector<std::string> rpFilterWarnings(
     const std::vector<Nic>& nics, const std::vector<int>& prefixLen, const std::function<int(const std::string&)>& rpFilter,
     const std::function<std::string(const sockaddr_in&, const sockaddr_in&)>& routeOif) {
+  // A prefix length of 0 is left out here (of the NIC and of those sharing its subnet).
   auto v4 = [&](size_t i) { return i < prefixLen.size() && prefixLen[i] > 0 && nics[i].addr.ss_family == AF_INET; };
   auto host = [&](size_t i) { return ntohl(((const sockaddr_in&)nics[i].addr).sin_addr.s_addr); };
   auto mask = [](int len) { return len <= 0 ? 0u : 0xffffffffu << (32 - len); };
@@ -114,11 +121,8 @@ std::vector<std::string> rpFilterWarnings(
     // A /31 or /32 holds no third host: no shared subnet to speak of.
     if (!v4(i) || prefixLen[i] > 30) continue;
     std::vector<std::string> sharing;
-    for (size_t j = 0; j < nics.size(); ++j) {
-      if (j == i || !v4(j)) continue;
-      uint32_t m = mask(std::min(prefixLen[i], prefixLen[j]));
-      if ((host(i) & m) == (host(j) & m)) sharing.push_back(nics[j].name);
-    }
+    for (size_t j : nicsSharingSubnet(nics, prefixLen, i))
+      if (v4(j)) sharing.push_back(nics[j].name);
     if (sharing.empty() || rpFilter(nics[i].name) != 1) continue;
     // Where a peer on the subnet would be answered from: the first address of the subnet that
     // no selected NIC holds (a connected route covers every address of it alike).

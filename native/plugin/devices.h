@@ -31,12 +31,22 @@ bool discoverNics(const Config& cfg, std::vector<Nic>* out, std::string* err);
 // without an RDMA port when some have one.
 std::vector<std::string> keepOnlyNics(std::vector<Nic>* nics, const std::vector<std::string>& keep);
 
+// The selected NICs sharing nics[i]'s IPv4 subnet: the indices j != i, in order, of the NICs
+// whose address is IPv4 with a known prefix length and whose subnet overlaps nics[i]'s, i.e. whose
+// address agrees with nics[i]'s in the first min(prefixLen[i], prefixLen[j]) bits (the same
+// subnet, or one holding the other: 10.0.0.1/24 shares with 10.0.0.17/28 and with 10.0.1.1/16).
+// IPv4 only: {} when nics[i] is not IPv4 or its prefix length is unknown, and no IPv6 NIC is
+// listed. `prefixLen[k]`: the prefix length of nics[k]'s address (as lookupSubnets gives it; 0
+// to 32 for IPv4), -1 when unknown; a shorter vector leaves the rest unknown. Pure.
+std::vector<size_t> nicsSharingSubnet(const std::vector<Nic>& nics, const std::vector<int>& prefixLen, size_t i);
+
 // NICs that share an IPv4 subnet and answer ARP for each other's addresses (effective
 // arp_ignore 0, the kernel default): a peer may send one NIC's traffic to another, where the
 // device-bound sockets railover opens do not take it (connects refused, probes lost), so that
 // rail looks broken from the start. Returns one warning per such group of NICs, naming them and
-// the subnet ({} when none). `prefixLen[i]`: the prefix length of nics[i]'s address, -1 when it
-// is not IPv4; `arpIgnore(name)`: the NIC's effective arp_ignore (the larger of
+// the subnet ({} when none); a group: a NIC and those nicsSharingSubnet lists for it.
+// `prefixLen[i]`: the prefix length of nics[i]'s address, -1 when unknown (ignored where the
+// address is not IPv4); `arpIgnore(name)`: the NIC's effective arp_ignore (the larger of
 // net.ipv4.conf.all and net.ipv4.conf.<name>), -1 when unknown. Pure.
 std::vector<std::string> arpFluxWarnings(const std::vector<Nic>& nics, const std::vector<int>& prefixLen,
                                          const std::function<int(const std::string&)>& arpIgnore);
@@ -47,8 +57,8 @@ std::vector<std::string> arpFluxWarnings(const std::vector<Nic>& nics, const std
 // NIC (no source-based policy routing). The kernel then drops what peers send to the NIC, since
 // the route back to them does not leave through it: railover's paths and probes on it never
 // get an answer, so its rail is down from the start. Returns one warning per such NIC, naming
-// it, the subnet, the NIC its traffic leaves through and the fixes ({} when none).
-// `prefixLen[i]` as for arpFluxWarnings; `rpFilter(name)`: the NIC's effective rp_filter, -1 when
+// it, the subnet, the NICs sharing it (nicsSharingSubnet, a prefix length of 0 left out), the NIC
+// its traffic leaves through and the fixes ({} when none). `prefixLen[i]` as for arpFluxWarnings; `rpFilter(name)`: the NIC's effective rp_filter, -1 when
 // unknown; `routeOif(src, dst)`: the NIC the kernel routes from src to dst through ("" when
 // unknown: no claim), routeOifFrom at init. Pure apart from those two.
 std::vector<std::string> rpFilterWarnings(

@@ -318,6 +318,29 @@ railover::Nic v4Nic(const char* name, const char* addr) {
 }
 }  // namespace
 
+// The NICs sharing a NIC's IPv4 subnet: those whose subnet overlaps it (the same, or one holding
+// the other), with a known prefix length; IPv6 addresses and unknown lengths share nothing.
+TEST(Devices, NicsSharingASubnetAreThoseWhoseIpv4SubnetsOverlap) {
+  using railover::nicsSharingSubnet;
+  using V = std::vector<size_t>;
+  railover::Nic v6;
+  v6.name = "eth4";
+  auto& a6 = (sockaddr_in6&)v6.addr;
+  a6.sin6_family = AF_INET6;
+  inet_pton(AF_INET6, "fd00::1", &a6.sin6_addr);
+  std::vector<railover::Nic> nics{v4Nic("eth0", "10.0.0.1"), v4Nic("eth1", "10.0.0.17"), v4Nic("eth2", "10.0.1.1"),
+                                  v4Nic("eth3", "10.0.0.2")};
+  nics.push_back(v6);
+  EXPECT_EQ(nicsSharingSubnet(nics, {24, 28, 16, -1, 64}, 0), (V{1, 2})) << "a /28 in it, a /16 holding it, eth3 unknown";
+  EXPECT_EQ(nicsSharingSubnet(nics, {24, 28, 16, -1, 64}, 1), (V{0, 2}));
+  EXPECT_EQ(nicsSharingSubnet(nics, {24, 28, 24, 24, 64}, 2), V{}) << "10.0.1.0/24 is a subnet of its own";
+  EXPECT_EQ(nicsSharingSubnet(nics, {24, 24, 24, 24, 64}, 3), (V{0, 1}));
+  EXPECT_EQ(nicsSharingSubnet(nics, {24, 28, 16, -1, 64}, 3), V{}) << "its own length unknown";
+  EXPECT_EQ(nicsSharingSubnet(nics, {24, 24, 24, 24, 0}, 4), V{}) << "IPv6: IPv4 only, even where every bit matches";
+  EXPECT_EQ(nicsSharingSubnet(nics, {24, 24}, 1), V{0}) << "a shorter vector: the rest unknown";
+  EXPECT_EQ(nicsSharingSubnet(nics, {0, 24, 24, 24, 64}, 2), V{0}) << "a /0 holds every IPv4 address";
+}
+
 TEST(Devices, NicsSharingASubnetWithArpFluxAreNamedAtInit) {
   using railover::arpFluxWarnings;
   std::vector<railover::Nic> nics{v4Nic("eth0", "10.0.0.1"), v4Nic("eth1", "10.0.0.11"), v4Nic("eth2", "10.0.1.1")};
