@@ -419,3 +419,28 @@ TEST(Devices, StrictReversePathFilteringOnANicSharingASubnetIsNamedAtInit) {
   EXPECT_TRUE(rpFilterWarnings(pair, {31, 31}, filter, route).empty()) << "one /31 holds no third host";
   EXPECT_EQ(rpFilterWarnings(pair, {30, 30}, filter, route).size(), 1u) << "the /30 of the same two NICs does";
 }
+
+// rp_filter is IPv4's (IPv6 has no reverse-path filter sysctl): NICs whose address is IPv6 share
+// no subnet here and their routes are not looked up, even where the filter reads 1 and the
+// prefix lengths are known (lookupSubnets gives an IPv6 NIC its /64).
+TEST(Devices, Ipv6OnlyNicsGetNoReversePathFilteringWarning) {
+  std::vector<railover::Nic> nics(3);
+  const char* addrs[] = {"fd00::1", "fd00::2", "fd00::3"};
+  for (size_t i = 0; i < nics.size(); ++i) {
+    nics[i].name = "eth" + std::to_string(i);
+    auto& a = (sockaddr_in6&)nics[i].addr;
+    a.sin6_family = AF_INET6;
+    inet_pton(AF_INET6, addrs[i], &a.sin6_addr);
+    nics[i].addrLen = sizeof(sockaddr_in6);
+  }
+  int lookups = 0;
+  auto route = [&](const sockaddr_in&, const sockaddr_in&) { return ++lookups, std::string("eth0"); };
+  auto strict = [](const std::string&) { return 1; };
+  for (const std::vector<int>& len : {std::vector<int>{64, 64, 64}, std::vector<int>{24, 24, 24}})
+    EXPECT_TRUE(railover::rpFilterWarnings(nics, len, strict, route).empty());
+  EXPECT_EQ(lookups, 0);
+  // one IPv4 NIC among them shares its subnet with none
+  nics[2] = v4Nic("eth2", "10.0.0.1");
+  EXPECT_TRUE(railover::rpFilterWarnings(nics, {64, 64, 24}, strict, route).empty());
+  EXPECT_EQ(lookups, 0);
+}
