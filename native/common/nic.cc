@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
+#include <linux/if_link.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <net/if.h>
@@ -115,11 +116,51 @@ std::vector<Subnet> lookupSubnets(const std::vector<Nic>& nics) {
   return out;
 }
 
-std::string routeOifFrom(const sockaddr_in& src, const sockaddr_in& dst) {
+int l3mdevMaster(int ifindex) {
+  if (ifindex <= 0) return 0;
+  struct {
+    nlmsghdr h;
+    ifinfomsg i;
+  } req;
+  memset(&req, 0, sizeof(req));
+  req.h.nlmsg_len = NLMSG_LENGTH(sizeof(ifinfomsg));
+  req.h.nlmsg_type = RTM_GETLINK;
+  req.h.nlmsg_flags = NLM_F_REQUEST;
+  req.h.nlmsg_seq = 1;
+  req.i.ifi_family = AF_UNSPEC;
+  req.i.ifi_index = ifindex;
+  int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+  if (fd < 0) return 0;
+  timeval tv{1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  sockaddr_nl kernel{};
+  kernel.nl_family = AF_NETLINK;
+  alignas(nlmsghdr) char buf[32768];  // one RTM_NEWLINK: its statistics and link info included
+  ssize_t n = -1;
+  if (sendto(fd, &req, req.h.nlmsg_len, 0, (sockaddr*)&kernel, sizeof(kernel)) >= 0) n = recv(fd, buf, sizeof(buf), 0);
+  close(fd);
+  int left = n > 0 ? (int)n : 0, master = 0;
+  bool vrf = false;
+  auto* h = (nlmsghdr*)buf;
+  if (!NLMSG_OK(h, left) || h->nlmsg_type != RTM_NEWLINK) return 0;  // NLMSG_ERROR: no such interface
+  int len = (int)IFLA_PAYLOAD(h);
+  for (auto* at = IFLA_RTA((ifinfomsg*)NLMSG_DATA(h)); RTA_OK(at, len); at = RTA_NEXT(at, len)) {
+    if (at->rta_type == IFLA_MASTER && RTA_PAYLOAD(at) >= sizeof(int)) memcpy(&master, RTA_DATA(at), sizeof(master));
+    if (at->rta_type != IFLA_LINKINFO) continue;
+    // the kind of the master's driver, as `ip -d link` shows it ("vrf_slave", "bridge_slave")
+    int inner = (int)RTA_PAYLOAD(at);
+    for (auto* in = (rtattr*)RTA_DATA(at); RTA_OK(in, inner); in = RTA_NEXT(in, inner))
+      if (in->rta_type == IFLA_INFO_SLAVE_KIND)
+        vrf = std::string((const char*)RTA_DATA(in), strnlen((const char*)RTA_DATA(in), RTA_PAYLOAD(in))) == "vrf";
+  }
+  return vrf ? master : 0;
+}
+
+std::string routeOifFrom(const sockaddr_in& src, const sockaddr_in& dst, int vrf) {
   struct {
     nlmsghdr h;
     rtmsg r;
-    char attrs[2 * RTA_SPACE(sizeof(in_addr))];
+    char attrs[3 * RTA_SPACE(sizeof(in_addr))];
   } req;
   memset(&req, 0, sizeof(req));
   req.h.nlmsg_len = NLMSG_LENGTH(sizeof(rtmsg));
@@ -129,15 +170,19 @@ std::string routeOifFrom(const sockaddr_in& src, const sockaddr_in& dst) {
   req.r.rtm_family = AF_INET;
   req.r.rtm_dst_len = 32;
   req.r.rtm_src_len = 32;
-  auto add = [&](unsigned short type, const in_addr& a) {
+  auto add = [&](unsigned short type, const void* data, size_t size) {
     auto* at = (rtattr*)((char*)&req + NLMSG_ALIGN(req.h.nlmsg_len));
     at->rta_type = type;
-    at->rta_len = RTA_LENGTH(sizeof(a));
-    memcpy(RTA_DATA(at), &a, sizeof(a));
+    at->rta_len = RTA_LENGTH(size);
+    memcpy(RTA_DATA(at), data, size);
     req.h.nlmsg_len = NLMSG_ALIGN(req.h.nlmsg_len) + RTA_ALIGN(at->rta_len);
   };
-  add(RTA_DST, dst.sin_addr);
-  add(RTA_SRC, src.sin_addr);
+  add(RTA_DST, &dst.sin_addr, sizeof(in_addr));
+  add(RTA_SRC, &src.sin_addr, sizeof(in_addr));
+  // The VRF as the output device: the kernel's l3mdev rule then looks up in its table, as for
+  // `ip route get ... vrf <name>` (and as for a socket bound to a NIC of the VRF); without it the
+  // VRF's routes are not looked at (no rule sends a lookup without a device to its table).
+  if (vrf > 0) add(RTA_OIF, &vrf, sizeof(vrf));
   int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
   if (fd < 0) return "";
   timeval tv{1, 0};

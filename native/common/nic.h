@@ -70,10 +70,19 @@ std::string subnetToString(const Subnet& s);
 // Thread-safety: reads each NIC's address under its lock; safe from any thread.
 std::vector<Subnet> lookupSubnets(const std::vector<Nic>& nics);
 
+// The ifindex of the VRF (an l3mdev master: `ip link add <name> type vrf table <N>`) that
+// interface `ifindex` is enslaved to; 0 when none (no master, or a master of another kind: bond,
+// bridge), when the interface is gone or netlink does not answer within 1 s. One RTM_GETLINK.
+// Thread-safety: stateless; safe from any thread.
+int l3mdevMaster(int ifindex);
+
 // The NIC the kernel routes IPv4 traffic from local address `src` to `dst` through, as
 // `ip route get <dst> from <src>` shows it (one RTM_GETROUTE on a netlink socket: the policy
-// rules and tables are applied, no socket is bound to a device). "" when there is no route or
-// netlink does not answer within 1 s. Thread-safety: stateless; safe from any thread.
-std::string routeOifFrom(const sockaddr_in& src, const sockaddr_in& dst);
+// rules and tables are applied, no socket is bound to a device). `vrf`: the ifindex of the VRF
+// (l3mdevMaster) of the NIC holding `src`, 0 for none: the lookup is then made in the VRF's table,
+// as `ip route get <dst> from <src> vrf <name>` makes it (without it, the rules send a lookup
+// from a VRF's address to the main table, which has none of the VRF's routes). "" when there is
+// no route or netlink does not answer within 1 s. Thread-safety: stateless; safe from any thread.
+std::string routeOifFrom(const sockaddr_in& src, const sockaddr_in& dst, int vrf = 0);
 
 }  // namespace railover

@@ -231,7 +231,16 @@ bool discoverNics(const Config& cfg, std::vector<Nic>* out, std::string* err) {
   auto arpIgnore = [](const std::string& n) { return effectiveIpv4Conf("arp_ignore", n); };
   for (const std::string& w : arpFluxWarnings(*out, prefixLen, arpIgnore)) RO_WARN("%s", w.c_str());
   auto rpFilter = [](const std::string& n) { return effectiveIpv4Conf("rp_filter", n); };
-  for (const std::string& w : rpFilterWarnings(*out, prefixLen, rpFilter, routeOifFrom)) RO_WARN("%s", w.c_str());
+  // The route of a NIC in a VRF is its VRF's: the lookup is made there (the kernel's
+  // reverse-path filter looks up in the VRF of the NIC a packet arrives on).
+  auto route = [&](const sockaddr_in& src, const sockaddr_in& dst) {
+    int vrf = 0;
+    for (const Nic& n : *out)
+      if (n.addr.ss_family == AF_INET && ((const sockaddr_in&)n.addr).sin_addr.s_addr == src.sin_addr.s_addr)
+        vrf = l3mdevMaster(n.ifindex);
+    return routeOifFrom(src, dst, vrf);
+  };
+  for (const std::string& w : rpFilterWarnings(*out, prefixLen, rpFilter, route)) RO_WARN("%s", w.c_str());
   // A misspelt RAILOVER_STANDBY pair would leave the NIC's comms without failover, silently.
   std::string have;
   for (auto& n : *out) have += (have.empty() ? "" : ",") + n.name;

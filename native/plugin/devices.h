@@ -61,9 +61,9 @@ std::vector<std::string> arpFluxWarnings(const std::vector<Nic>& nics, const std
 // its traffic leaves through and the fixes ({} when none). `prefixLen[i]` as for
 // arpFluxWarnings; `rpFilter(name)`: the NIC's effective rp_filter, -1 when unknown;
 // `routeOif(src, dst)`: the NIC the kernel routes from src to dst through ("" when unknown: no
-// claim), routeOifFrom at init. IPv4 only (rp_filter is IPv4's): a NIC whose address is IPv6 is
-// neither warned about nor counted as sharing, and its route is never looked up. Pure apart from
-// those two.
+// claim), routeOifFrom at init (in the NIC's VRF where it is enslaved to one: l3mdevMaster).
+// IPv4 only (rp_filter is IPv4's): a NIC whose address is IPv6 is neither warned about nor
+// counted as sharing, and its route is never looked up. Pure apart from those two.
 std::vector<std::string> rpFilterWarnings(
     const std::vector<Nic>& nics, const std::vector<int>& prefixLen, const std::function<int(const std::string&)>& rpFilter,
     const std::function<std::string(const sockaddr_in&, const sockaddr_in&)>& routeOif);

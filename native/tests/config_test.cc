@@ -2,6 +2,7 @@
 // selection syntax.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <net/if.h>
 
 #include <algorithm>
 #include <map>
@@ -443,4 +444,11 @@ TEST(Devices, Ipv6OnlyNicsGetNoReversePathFilteringWarning) {
   nics[2] = v4Nic("eth2", "10.0.0.1");
   EXPECT_TRUE(railover::rpFilterWarnings(nics, {64, 64, 24}, strict, route).empty());
   EXPECT_EQ(lookups, 0);
+}
+
+// A NIC with no master (loopback), and an ifindex no interface has, are in no VRF.
+TEST(Devices, ANicWithoutAMasterIsInNoVrf) {
+  EXPECT_EQ(railover::l3mdevMaster((int)if_nametoindex("lo")), 0);
+  EXPECT_EQ(railover::l3mdevMaster(0), 0);
+  EXPECT_EQ(railover::l3mdevMaster(1 << 30), 0);
 }

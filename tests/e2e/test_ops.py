@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import urllib.request
 from pathlib import Path
 from typing import Dict, List
@@ -274,6 +275,72 @@ def test_the_plugin_names_strict_reverse_path_filtering_on_a_shared_subnet_at_in
         assert tb.run_collect("A", sysctl + ["net.ipv4.conf.all.rp_filter=0"])[0] == 0
     assert res.wrong_bytes == 0
     assert warns(res, 0) == [] and warns(res, 1) == []
+
+
+def test_the_plugin_looks_up_the_route_of_a_nic_in_a_vrf_in_the_vrf(testbed):
+    """The flat bed's a0 and a1 enslaved to a VRF (an l3mdev, table 10) on host A, under strict
+    reverse-path filtering: their connected routes move to the VRF's table, which routes (and
+    filters: the kernel's reverse-path lookup is made in the VRF of the NIC a packet arrives on)
+    their traffic, so a1's traffic to the subnet leaves through a0 there and the plugin names a1
+    (not a0) at init, as `ip route get ... vrf` answers. The main table plays no part: with no
+    route to the subnet (a lookup there finds none: the WARN would be missed) and with a default
+    route through another NIC (a lookup there names that NIC: a WARN for a0 too, and the wrong NIC
+    for a1). Skipped where the kernel has no VRF (CONFIG_NET_VRF)."""
+    from railover import _paths
+    tb = testbed("T2-flat", policy_routing=False)
+    a0, a1 = tb.nic("a0"), tb.nic("a1")
+    vrf, m0, m1 = (tb.prefix + s for s in ("vrf", "m0", "m1"))
+    rc, _, err = tb.run_collect("A", ["ip", "link", "add", vrf, "type", "vrf", "table", "10"])
+    if rc != 0:
+        pytest.skip(f"no VRF on this kernel: {err.strip()}")
+    for cmd in (["ip", "link", "set", vrf, "up"], ["ip", "link", "set", "dev", a0.ifname, "master", vrf],
+                ["ip", "link", "set", "dev", a1.ifname, "master", vrf]):
+        assert tb.run_collect("A", cmd)[0] == 0, cmd
+    net = a1.addr.rsplit(".", 1)[0]
+    # what the kernel says: in the VRF a1's traffic to the subnet leaves through a0 (the first
+    # connected route of the VRF's table)
+    rc, out, err = tb.run_collect("A", ["ip", "route", "get", net + ".250", "from", a1.addr, "vrf", vrf])
+    assert rc == 0 and f"dev {a0.ifname} " in out, (out, err)
+
+    def warns():
+        """The plugin's init on host A (one rank of railover-perf, stopped once init is done:
+        what it does next on NICs whose traffic the filter drops is no part of this test)."""
+        env = {"RAILOVER_IFNAMES": f"={a0.ifname},{a1.ifname}", "NCCL_DEBUG": "INFO", "RAILOVER_STATE_DIR": "off"}
+        with tempfile.TemporaryDirectory() as wd, open(Path(wd) / "err", "w") as err:
+            (Path(wd) / "rv").mkdir()
+            p = tb.run("A", [str(_paths.perf_path()), "--plugin", str(_paths.plugin_path()), "--rank", "0", "--nranks",
+                             "1", "--rendezvous", str(Path(wd) / "rv"), "-b", "8", "-e", "8"], env=env,
+                       stdout=subprocess.DEVNULL, stderr=err)
+            try:
+                poll_until(lambda: "railover: NIC 1 " in (Path(wd) / "err").read_text() or p.poll() is not None,
+                           timeout_s=60, what="the plugin's init")
+            finally:
+                p.kill()
+                p.wait()
+            text = (Path(wd) / "err").read_text()
+        # past the NICs' discovery (which WARNs): listening on both, or a listener's failure named
+        assert "railover: NIC 1 " in text or "cannot listen on NIC" in text, text[-3000:]
+        return [ln for ln in text.splitlines() if "reverse-path filtering" in ln]
+
+    sysctl = ["sysctl", "-q", "-w"]
+    assert tb.run_collect("A", sysctl + ["net.ipv4.conf.all.rp_filter=1"])[0] == 0
+    try:
+        w = warns()  # no route to the subnet in the main table
+        assert len(w) == 1, w
+        w = w[0]
+        assert f"NIC {a1.ifname} shares subnet {net}.0/24 with {a0.ifname}, and its traffic to that subnet leaves " \
+            f"through {a0.ifname}" in w, w
+        # a default route in the main table through a NIC outside the VRF
+        for cmd in (["ip", "link", "add", m0, "type", "veth", "peer", "name", m1], ["ip", "addr", "add", "192.168.77.1/24",
+                     "dev", m0], ["ip", "link", "set", m0, "up"], ["ip", "link", "set", m1, "up"],
+                    ["ip", "route", "add", "default", "via", "192.168.77.2", "dev", m0]):
+            assert tb.run_collect("A", cmd)[0] == 0, cmd
+        w = warns()
+        assert len(w) == 1, w
+        w = w[0]
+        assert f"NIC {a1.ifname} shares subnet " in w and f"leaves through {a0.ifname} " in w, w
+    finally:
+        assert tb.run_collect("A", sysctl + ["net.ipv4.conf.all.rp_filter=0"])[0] == 0
 
 
 def test_doctor_sees_nics_stacked_on_one_port(testbed):
