@@ -888,6 +888,13 @@ void SendLink::advancePath(Path& p, uint64_t now) {
   Health* hl = deps.health;
   if (p.state == PathState::kConnecting) {
     advanceConnect(p, now);
+    // The receiver's refusal of a reconnect (NACK: it no longer knows the comm) arrives on the
+    // connecting path (the verbs bootstrap reads it where it waits for the endpoint, and reports
+    // it only through recvNotice): read it now, as connectStep does at connect, not 3 s later
+    // when the connect timeout's failPath looks for the receiver's word.
+    std::string err;
+    if (p.state == PathState::kConnecting && !peerClosed() && (!pollPeerClose(p, now, &err) || peerClosed()))
+      failPath(p, peerClosed() ? closedCause : err, now);
   } else if (p.state == PathState::kFailed && now >= p.nextAttemptUs && (!hl || hl->nicUp(p.localNic))) {
     startConnect(p, now, p.backoffMs ? "retry after a " + std::to_string(p.backoffMs) + " ms back-off" : "reconnect");
   } else if (p.state == PathState::kStandby) {

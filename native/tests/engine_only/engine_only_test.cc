@@ -497,6 +497,48 @@ TEST_F(EngineOnly, AnIdleSendCommFindsAStandbyTheReceiverDroppedAndReconnectsIt)
   health->setNic(0, true);
 }
 
+// The receiver closed its comm while every path to it was cut, so its CLOSE never arrived;
+// after the repair the sender reconnects, and the receiver's acceptor refuses the new paths
+// with NACK (unknown comm). A connect still in progress (here: one that needs many polls, as
+// the verbs bootstrap waits for an endpoint and reads the NACK instead) must report that
+// refusal at once: the comm learns that its peer closed it and stops reconnecting. (Before,
+// after the connect, only the 3 s connect timeout's failPath read it: the comm learned 3 s
+// late.)
+TEST_F(EngineOnly, AReconnectTheReceiverRefusesEndsTheCommWithoutAConnectTimeout) {
+  connectComm();
+  ASSERT_EQ(run(20, mixed, 8).delivered, 20u);
+  w(0, kA0)->broken = true;  // every path cut: the receiver's CLOSE below is lost
+  w(1, kA1)->broken = true;
+  health->setNic(0, false);  // both NICs down: the sweeper fails every path
+  health->setNic(1, false);
+  sweeperWindow();
+  ASSERT_LT(send->active, 0);
+  recv->close();
+  delete recv;
+  recv = nullptr;
+  size_t mark = journalSize();
+  w(0, kA0)->connectPolls = INT_MAX;  // reconnects stay in progress (the NACK comes instead of an endpoint)
+  w(1, kA1)->connectPolls = INT_MAX;
+  w(0, kA0)->broken = false;
+  w(1, kA1)->broken = false;
+  health->setNic(0, true);
+  health->setNic(1, true);
+  sweeperWindow();
+  auto t0 = std::chrono::steady_clock::now();
+  while (!send->peerClosed() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10)) {
+    links().sweepIdle();
+    transport->pump();
+  }
+  ASSERT_TRUE(send->peerClosed()) << "the receiver's refusal of the reconnect was not read";
+  EXPECT_NE(send->closedCause.find("NACK"), std::string::npos) << send->closedCause;
+  // Read while the attempts were young, not at their connect timeout (whose failPath also looks
+  // for the receiver's word before calling it a fault: then 3 s late).
+  for (auto& p : send->paths)
+    EXPECT_LT(p.connectWaitedUs, tuning::kConnectTimeoutUs) << "path " << p.index << " waited for its connect timeout";
+  for (auto& l : journalEvents(mark, {"path_state"}))
+    EXPECT_EQ(jsonField(l, "reason").find("timed out"), std::string::npos) << l;
+}
+
 // A connect moves on only when it is polled (here: the third poll connects, as the verbs
 // bootstrap's stages do). A caller away for longer than the connect timeout (a descheduled
 // proxy thread on a busy host) is not a network that did not answer: the paths connect at the
