@@ -148,7 +148,9 @@ constexpr long kNeighFlushTimeoutUs = 100000;
 
 // An accepted connection must deliver its HELLO within this, µs (5 s), or it is dropped:
 // stray or half-open connections are not kept. Longer than kConnectTimeoutUs, which bounds
-// the sender's side of the same exchange.
+// the sender's side of the same exchange while its polls come on time (with late polls the
+// sender may write its HELLO later: the acceptor's drop then fails that attempt as closed by
+// the peer, and it is retried).
 constexpr uint64_t kHelloTimeoutUs = 5000000;
 
 static_assert(kHelloTimeoutUs > kConnectTimeoutUs, "the acceptor must wait longer than the sender tries");
