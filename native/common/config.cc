@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <sys/socket.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -13,13 +14,20 @@ EnvLookup processEnv() {
   return [](const char* k) -> const char* { return getenv(k); };
 }
 
-bool parseUint(const char* s, uint64_t lo, uint64_t hi, uint64_t* out) {
+bool parseUint(const char* s, uint64_t lo, uint64_t hi, uint64_t* out, bool asNccl) {
   if (!s || !*s) return false;
-  for (const char* p = s; *p; ++p)
-    if (*p < '0' || *p > '9') return false;
+  int base = 10;
+  const char* digits = s;
+  if (asNccl && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) base = 16, digits = s + 2;
+  else if (asNccl && s[0] == '0' && s[1]) base = 8, digits = s + 1;
+  if (!*digits) return false;  // "0x" alone
+  for (const char* p = digits; *p; ++p) {
+    bool ok = base == 16 ? isxdigit((unsigned char)*p) != 0 : *p >= '0' && *p < '0' + base;
+    if (!ok) return false;
+  }
   errno = 0;
   char* end = nullptr;
-  unsigned long long v = strtoull(s, &end, 10);
+  unsigned long long v = strtoull(digits, &end, base);
   if (errno || *end || v < lo || v > hi) return false;
   *out = v;
   return true;
@@ -117,9 +125,14 @@ bool parseOne(const ParamSpec& p, const char* s, Config& c, std::string* err) {
       const UintField* f = uintField(p.name);
       uint64_t v = 0;
       if (!f) return *err = std::string("internal error: ") + p.name + " has no Config field", false;
-      // blanks around the number are no part of it, as around a word or a list item
-      if (!parseUint(trim(s).c_str(), p.lo, p.hi, &v))
-        return *err = bad(p, s, "expected an integer " + paramRangeText(p)), false;
+      // Blanks around the number are no part of it, as around a word or a list item. NCCL's
+      // own variables are read as NCCL reads them (strtoll base 0: 0x hex, leading-0 octal).
+      bool asNccl = !strncmp(p.name, "NCCL_", 5);
+      if (!parseUint(trim(s).c_str(), p.lo, p.hi, &v, asNccl))
+        return *err = bad(p, s, std::string("expected an integer ") +
+                                    (asNccl ? "(decimal, 0x hex or 0-led octal, as NCCL reads it) " : "") +
+                                    paramRangeText(p)),
+               false;
       if (p.step > 1 && v % p.step)
         return *err = bad(p, s, "must be a multiple of " + std::to_string(p.step)), false;
       f->set(c, v);
@@ -158,7 +171,7 @@ bool parseOne(const ParamSpec& p, const char* s, Config& c, std::string* err) {
       std::string v = trim(s);
       uint64_t idx = 0;
       if (v == "-1") c.ib.gidIndex = -1;
-      else if (parseUint(v.c_str(), 0, 65535, &idx)) c.ib.gidIndex = static_cast<int>(idx);
+      else if (parseUint(v.c_str(), 0, 65535, &idx, true)) c.ib.gidIndex = static_cast<int>(idx);
       else return *err = bad(p, s, "expected -1 (automatic) or a GID table index 0..65535"), false;
       return true;
     }

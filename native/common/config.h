@@ -132,7 +132,10 @@ bool checkParam(const char* name, const char* value, std::string* err);
 bool parseHcaFilter(const std::string& s, HcaFilter* out, std::string* why);
 
 // Helpers exposed for unit tests.
-bool parseUint(const char* s, uint64_t lo, uint64_t hi, uint64_t* out);
+// parseUint: a decimal number in [lo, hi], nothing else (no sign, no blanks); with `asNccl`
+// also 0x-led hex and 0-led octal, as NCCL reads its own variables (strtoll base 0), but
+// strict where NCCL is not (trailing characters are an error, not ignored).
+bool parseUint(const char* s, uint64_t lo, uint64_t hi, uint64_t* out, bool asNccl = false);
 // The Config field a numeric (kUint) plugin variable sets; false when `name` has none.
 bool configUintField(const char* name, const Config& c, uint64_t* out);
 

@@ -201,7 +201,9 @@ TEST(ParamTable, NumericDefaultsRangesAndSteps) {
       else
         EXPECT_EQ(v, good);
     }
-    std::vector<std::string> bad = {std::to_string(p.hi + 1), "x", "-1", "1.5", "7 7", "0x10"};  // blanks around are trimmed
+    std::vector<std::string> bad = {std::to_string(p.hi + 1), "x", "-1", "1.5", "7 7"};  // blanks around are trimmed
+    if (strncmp(p.name, "NCCL_", 5)) bad.push_back("0x10");  // railover's own: decimal only
+    else bad.insert(bad.end(), {"0x", "0x1g", "08", "0x" + std::to_string(p.hi + 1) + "0"});  // NCCL's: as NCCL reads them
     if (p.lo > 0) bad.push_back(std::to_string(p.lo - 1));
     if (p.step > 1) bad.push_back(std::to_string(p.lo + 1));
     for (auto& b : bad) {
@@ -215,6 +217,35 @@ TEST(ParamTable, NumericDefaultsRangesAndSteps) {
     }
   }
   EXPECT_EQ(numeric, 22);  // 14 railover variables + 8 numeric NCCL_IB_* ones
+}
+
+// NCCL reads its own numeric variables with strtoll(value, NULL, 0) (src/misc/param.cc), so
+// NCCL_IB_TC=0x68 is 104 and NCCL_IB_SL=010 is 8 to NCCL's IB transport: railover honours
+// them with NCCL's meaning, and stays strict where NCCL is not (trailing characters).
+TEST(Config, NcclVariablesAreReadAsNcclReadsThem) {
+  struct Case {
+    const char* name;
+    const char* value;
+    uint64_t want;
+  };
+  for (const Case& k : {Case{"NCCL_IB_TC", "0x68", 104}, Case{"NCCL_IB_TC", "0X68", 104}, Case{"NCCL_IB_SL", "010", 8},
+                        Case{"NCCL_IB_PKEY", " 0x7f ", 127}, Case{"NCCL_IB_TIMEOUT", "20", 20},
+                        Case{"NCCL_IB_RETRY_CNT", "0", 0}}) {
+    Config c;
+    std::string err;
+    ASSERT_TRUE(parseOne(k.name, k.value, &c, &err)) << k.name << "='" << k.value << "': " << err;
+    uint64_t v = 0;
+    ASSERT_TRUE(configUintField(k.name, c, &v));
+    EXPECT_EQ(v, k.want) << k.name << "='" << k.value << "'";
+  }
+  Config c;
+  std::string err;
+  ASSERT_TRUE(parseOne("NCCL_IB_GID_INDEX", "0x3", &c, &err)) << err;
+  EXPECT_EQ(c.ib.gidIndex, 3);
+  EXPECT_FALSE(parseOne("NCCL_IB_TC", "0x68q", &c, &err));  // NCCL would take 104 and ignore the rest
+  EXPECT_NE(err.find("0x hex"), std::string::npos) << err;
+  EXPECT_FALSE(parseOne("RAILOVER_HOLD_DOWN_MS", "0x10", &c, &err));  // railover's own stay decimal
+  EXPECT_EQ(err.find("0x hex"), std::string::npos) << err;
 }
 
 TEST(ParamTable, EveryExampleIsValid) {
