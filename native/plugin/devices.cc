@@ -124,24 +124,60 @@ std::vector<std::string> rpFilterWarnings(
     for (size_t j : nicsSharingSubnet(nics, prefixLen, i))
       if (v4(j)) sharing.push_back(nics[j].name);
     if (sharing.empty() || rpFilter(nics[i].name) != 1) continue;
-    // Where a peer on the subnet would be answered from: the first address of the subnet that
-    // no selected NIC holds (a connected route covers every address of it alike).
-    uint32_t net = host(i) & mask(prefixLen[i]), last = net | ~mask(prefixLen[i]);
+    // The subnets of sharing NICs that lie in this NIC's with a longer prefix: the kernel routes
+    // a destination there by the longest prefix, through that NIC (a0 10.0.0.1/16 beside a1
+    // 10.0.1.1/24: a peer at 10.0.1.9 on a0's link is answered through a1).
+    std::vector<std::pair<uint32_t, int>> inner;  // (network, prefix length), host order
+    for (size_t j : nicsSharingSubnet(nics, prefixLen, i)) {
+      std::pair<uint32_t, int> sn{host(j) & mask(prefixLen[j]), prefixLen[j]};
+      if (v4(j) && prefixLen[j] > prefixLen[i] && std::find(inner.begin(), inner.end(), sn) == inner.end())
+        inner.push_back(sn);
+    }
+    // Where a peer would be answered from: the first address of a subnet that no selected NIC
+    // holds (a connected route covers every address of it alike), of this NIC's subnet outside
+    // those inner ones, then of each inner one; 0 when none. 64-bit: a subnet may end at
+    // 255.255.255.255.
+    auto firstFree = [&](uint32_t net, int len, bool skipInner) -> uint32_t {
+      uint64_t last = net | ~mask(len);
+      for (uint64_t a = net + 1ull; a < last; ++a) {
+        bool skip = false;
+        for (const auto& sn : inner)
+          if (skipInner && ((uint32_t)a & mask(sn.second)) == sn.first) skip = true, a = sn.first | ~mask(sn.second);
+        if (skip) continue;
+        bool ours = false;
+        for (size_t j = 0; j < nics.size(); ++j) ours |= nics[j].addr.ss_family == AF_INET && host(j) == a;
+        if (!ours) return (uint32_t)a;
+      }
+      return 0;
+    };
+    std::vector<std::pair<uint32_t, int>> tests{{host(i) & mask(prefixLen[i]), prefixLen[i]}};
+    tests.insert(tests.end(), inner.begin(), inner.end());
     sockaddr_in src = (const sockaddr_in&)nics[i].addr, dst{};
     dst.sin_family = AF_INET;
-    for (uint32_t a = net + 1; a < last && !dst.sin_addr.s_addr; ++a) {
-      bool ours = false;
-      for (size_t j = 0; j < nics.size(); ++j) ours |= nics[j].addr.ss_family == AF_INET && host(j) == a;
-      if (!ours) dst.sin_addr.s_addr = htonl(a);
+    std::string oif, part = "that subnet";
+    for (size_t t = 0; t < tests.size(); ++t) {
+      dst.sin_addr.s_addr = htonl(firstFree(tests[t].first, tests[t].second, t == 0));
+      if (!dst.sin_addr.s_addr) continue;
+      oif = routeOif(src, dst);
+      if (!oif.empty() && oif != nics[i].name) {
+        if (t > 0) {
+          Subnet sn;
+          auto& in = (sockaddr_in&)sn.addr;
+          in.sin_family = AF_INET;
+          in.sin_addr.s_addr = htonl(tests[t].first);
+          sn.prefixLen = tests[t].second;
+          part = subnetToString(sn) + " (in that subnet)";
+        }
+        break;
+      }
+      oif.clear();
     }
-    if (!dst.sin_addr.s_addr) continue;
-    std::string oif = routeOif(src, dst);
-    if (oif.empty() || oif == nics[i].name) continue;
+    if (oif.empty()) continue;
     char ip[INET_ADDRSTRLEN] = "?";
     inet_ntop(AF_INET, &src.sin_addr, ip, sizeof(ip));
     std::string subnet = subnetToString(Subnet{nics[i].addr, prefixLen[i]}), name = nics[i].name;
     out.push_back("railover: NIC " + name + " shares subnet " + subnet + " with " + joinNames(sharing) +
-                  ", and its traffic to that subnet leaves through " + oif +
+                  ", and its traffic to " + part + " leaves through " + oif +
                   " (no source routing): strict reverse-path filtering (rp_filter=1) drops what peers send to " +
                   name + ", so railover's paths and probes on it get no answer; add source routing (ip rule add from " +
                   ip + " table <N>; ip route add " + subnet + " dev " + name +

@@ -56,9 +56,13 @@ std::vector<std::string> arpFluxWarnings(const std::vector<Nic>& nics, const std
 // of several distributions), whose own traffic to that subnet the kernel routes through another
 // NIC (no source-based policy routing). The kernel then drops what peers send to the NIC, since
 // the route back to them does not leave through it: railover's paths and probes on it never
-// get an answer, so its rail is down from the start. Returns one warning per such NIC, naming
-// it, the subnet, the NICs sharing it (nicsSharingSubnet, a prefix length of 0 left out), the NIC
-// its traffic leaves through and the fixes ({} when none). `prefixLen[i]` as for
+// get an answer, so its rail is down from the start. Its traffic is looked up to one address of
+// its subnet outside the subnets of sharing NICs with a longer prefix, then to one of each of
+// those (the kernel routes there by the longest prefix: beside a1 10.0.1.1/24, a0 10.0.0.1/16's
+// traffic to 10.0.1.0/24 leaves through a1), an address no selected NIC holds each. Returns one
+// warning per such NIC, naming it, the subnet, the NICs sharing it (nicsSharingSubnet, a prefix
+// length of 0 left out), the part of the subnet whose traffic leaves elsewhere, the NIC it
+// leaves through and the fixes ({} when none). `prefixLen[i]` as for
 // arpFluxWarnings; `rpFilter(name)`: the NIC's effective rp_filter, -1 when unknown;
 // `routeOif(src, dst)`: the NIC the kernel routes from src to dst through ("" when unknown: no
 // claim), routeOifFrom at init (in the NIC's VRF where it is enslaved to one: l3mdevMaster).

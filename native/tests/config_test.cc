@@ -452,6 +452,62 @@ TEST(Devices, StrictReversePathFilteringOnANicSharingASubnetIsNamedAtInit) {
   EXPECT_EQ(rpFilterWarnings(pair, {30, 30}, filter, route).size(), 1u) << "the /30 of the same two NICs does";
 }
 
+// Overlapping subnets of different lengths (a0 10.0.0.1/16, a1 10.0.1.1/24), main-table routes
+// only: the kernel routes by the longest prefix, so a0's traffic to the part of its /16 that is
+// a1's /24 leaves through a1, and strict filtering on a0 drops what a peer there (10.0.1.9/16,
+// on a0's link) sends to a0. a0 is named (a lookup into a1's /24 as well as one into the rest
+// of its /16); a1, whose whole /24 is its own, is not.
+TEST(Devices, StrictReversePathFilteringOnANicWhoseSubnetHoldsAnotherNicsIsNamedAtInit) {
+  using railover::rpFilterWarnings;
+  std::vector<railover::Nic> nics{v4Nic("a0", "10.0.0.1"), v4Nic("a1", "10.0.1.1")};
+  std::vector<int> len{16, 24};
+  auto strict = [](const std::string&) { return 1; };
+  std::vector<std::pair<std::string, std::string>> asked;  // (src, dst) of each route lookup
+  // the main table's connected routes of `nics` (lengths `len`), the longest prefix wins
+  auto route = [&](const sockaddr_in& src, const sockaddr_in& dst) {
+    char s[INET_ADDRSTRLEN], d[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &src.sin_addr, s, sizeof(s));
+    inet_ntop(AF_INET, &dst.sin_addr, d, sizeof(d));
+    asked.push_back({s, d});
+    std::string via;
+    int best = -1;
+    for (size_t k = 0; k < nics.size(); ++k) {
+      uint32_t mask = 0xffffffffu << (32 - len[k]);
+      uint32_t net = ntohl(((const sockaddr_in&)nics[k].addr).sin_addr.s_addr) & mask;
+      if ((ntohl(dst.sin_addr.s_addr) & mask) == net && len[k] > best) best = len[k], via = nics[k].name;
+    }
+    return via;
+  };
+  auto w = rpFilterWarnings(nics, len, strict, route);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("NIC a0 shares subnet 10.0.0.0/16 with a1, and its traffic to 10.0.1.0/24 (in that subnet) "
+                      "leaves through a1"),
+            std::string::npos) << w[0];
+  EXPECT_NE(w[0].find("ip rule add from 10.0.0.1 table <N>; ip route add 10.0.0.0/16 dev a0 table <N>"), std::string::npos)
+      << w[0];
+  EXPECT_EQ(asked, (std::vector<std::pair<std::string, std::string>>{
+                       {"10.0.0.1", "10.0.0.2"}, {"10.0.0.1", "10.0.1.2"}, {"10.0.1.1", "10.0.1.2"}}));
+  // The reverse: a1's /16 holds a0's /24; a1 is named, a0 not. The rest of a1's /16 is looked
+  // up outside a0's /24 (10.0.1.0, past it).
+  len = {24, 16};
+  asked.clear();
+  w = rpFilterWarnings(nics, len, strict, route);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("NIC a1 shares subnet 10.0.0.0/16 with a0, and its traffic to 10.0.0.0/24 (in that subnet) "
+                      "leaves through a0"),
+            std::string::npos) << w[0];
+  EXPECT_EQ(asked, (std::vector<std::pair<std::string, std::string>>{
+                       {"10.0.0.1", "10.0.0.2"}, {"10.0.1.1", "10.0.1.0"}, {"10.0.1.1", "10.0.0.2"}}));
+  // The same lengths: one subnet, one lookup each, as before (the first route wins: a0).
+  len = {16, 16};
+  asked.clear();
+  w = rpFilterWarnings(nics, len, strict, route);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("NIC a1 shares subnet 10.0.0.0/16 with a0, and its traffic to that subnet leaves through a0"),
+            std::string::npos) << w[0];
+  EXPECT_EQ(asked.size(), 2u);
+}
+
 // rp_filter is IPv4's (IPv6 has no reverse-path filter sysctl): NICs whose address is IPv6 share
 // no subnet here and their routes are not looked up, even where the filter reads 1 and the
 // prefix lengths are known (lookupSubnets gives an IPv6 NIC its /64).

@@ -277,6 +277,77 @@ def test_the_plugin_names_strict_reverse_path_filtering_on_a_shared_subnet_at_in
     assert warns(res, 0) == [] and warns(res, 1) == []
 
 
+def _init_warnings(tb, host: str, nics) -> List[str]:
+    """The reverse-path filtering WARNs of the plugin's init on ``host`` over ``nics`` (one rank
+    of railover-perf, stopped once init is done)."""
+    from railover import _paths
+    env = {"RAILOVER_IFNAMES": "=" + ",".join(n.ifname for n in nics), "NCCL_DEBUG": "INFO", "RAILOVER_STATE_DIR": "off"}
+    last = len(nics) - 1
+    with tempfile.TemporaryDirectory() as wd, open(Path(wd) / "err", "w") as err:
+        (Path(wd) / "rv").mkdir()
+        p = tb.run(host, [str(_paths.perf_path()), "--plugin", str(_paths.plugin_path()), "--rank", "0", "--nranks",
+                          "1", "--rendezvous", str(Path(wd) / "rv"), "-b", "8", "-e", "8"], env=env,
+                   stdout=subprocess.DEVNULL, stderr=err)
+        try:
+            poll_until(lambda: f"railover: NIC {last} " in (Path(wd) / "err").read_text() or p.poll() is not None,
+                       timeout_s=60, what="the plugin's init")
+        finally:
+            p.kill()
+            p.wait()
+        text = (Path(wd) / "err").read_text()
+    # past the NICs' discovery (which WARNs): listening on all, or a listener's failure named
+    assert f"railover: NIC {last} " in text or "cannot listen on NIC" in text, text[-3000:]
+    return [ln for ln in text.splitlines() if "reverse-path filtering" in ln]
+
+
+def test_the_plugin_names_strict_reverse_path_filtering_where_a_longer_prefix_takes_part_of_a_subnet(testbed):
+    """Host A of the flat bed (main table only) with a0 on a /16 and a1 on a /24 inside it
+    (10.<b>.0.x/16, 10.<b>.1.1/24): the kernel routes by the longest prefix, so A's traffic to
+    10.<b>.1.0/24 leaves through a1 whatever its source, and under strict reverse-path filtering
+    A drops what a peer at 10.<b>.1.9 on a0's link (B's b0, a /16 address beside its own) sends
+    to a0: a TCP probe bound to b0 gets no answer, with loose filtering it does. The plugin
+    names a0 at init (and not a1, whose /24 is all its own)."""
+    tb = testbed("T2-flat", policy_routing=False)
+    a0, a1, b0 = tb.nic("a0"), tb.nic("a1"), tb.nic("b0")
+    b = a0.addr.split(".")[1]
+    wide, inner, peer = f"10.{b}.0.0/16", f"10.{b}.1.1", f"10.{b}.1.9"
+    for host, cmd in (("A", ["ip", "addr", "del", a0.cidr, "dev", a0.ifname]),
+                      ("A", ["ip", "addr", "add", f"{a0.addr}/16", "dev", a0.ifname]),
+                      ("A", ["ip", "addr", "del", a1.cidr, "dev", a1.ifname]),
+                      ("A", ["ip", "addr", "add", f"{inner}/24", "dev", a1.ifname]),
+                      ("B", ["ip", "addr", "add", f"{peer}/16", "dev", b0.ifname])):
+        assert tb.run_collect(host, cmd)[0] == 0, cmd
+    # what the kernel says: from a0's address, the peer is routed through a1; the rest of the
+    # /16 through a0
+    rc, out, err = tb.run_collect("A", ["ip", "route", "get", peer, "from", a0.addr])
+    assert rc == 0 and f"dev {a1.ifname} " in out, (out, err)
+    rc, out, err = tb.run_collect("A", ["ip", "route", "get", f"10.{b}.0.250", "from", a0.addr])
+    assert rc == 0 and f"dev {a0.ifname} " in out, (out, err)
+
+    def answered() -> bool:
+        """Whether A answers a TCP SYN sent from the peer's address through b0 to a0."""
+        probe = ("import sys; from railover.ops.doctor import tcp_probe; "
+                 f"ok, how = tcp_probe({peer!r}, {a0.addr!r}, port=9, timeout_s=3, ifname={b0.ifname!r}); "
+                 "print(how); sys.exit(0 if ok else 1)")
+        rc, out, err = tb.run_collect("B", [sys.executable, "-c", probe], env={"PYTHONPATH": SRC})
+        assert rc in (0, 1), err
+        return rc == 0
+
+    assert answered()
+    assert _init_warnings(tb, "A", [a0, a1]) == []
+    sysctl = ["sysctl", "-q", "-w"]
+    assert tb.run_collect("A", sysctl + ["net.ipv4.conf.all.rp_filter=1"])[0] == 0
+    try:
+        assert not answered(), "strict filtering on A let the peer's SYN to a0 through"
+        w = _init_warnings(tb, "A", [a0, a1])
+    finally:
+        assert tb.run_collect("A", sysctl + ["net.ipv4.conf.all.rp_filter=0"])[0] == 0
+    assert len(w) == 1, w
+    assert f"NIC {a0.ifname} shares subnet {wide} with {a1.ifname}, and its traffic to 10.{b}.1.0/24 (in that " \
+        f"subnet) leaves through {a1.ifname}" in w[0], w
+    assert f"ip route add {wide} dev {a0.ifname} table <N>" in w[0], w
+
+
 def test_the_plugin_looks_up_the_route_of_a_nic_in_a_vrf_in_the_vrf(testbed):
     """The flat bed's a0 and a1 enslaved to a VRF (an l3mdev, table 10) on host A, under strict
     reverse-path filtering: their connected routes move to the VRF's table, which routes (and
