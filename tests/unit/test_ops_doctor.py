@@ -2,6 +2,7 @@
 reachability, NCCL settings, plugin exports, NCCL version -> ABI."""
 from __future__ import annotations
 
+import ipaddress
 import json
 import socket
 from pathlib import Path
@@ -303,6 +304,36 @@ def test_without_peers_a_nic_sharing_a_subnet_is_not_checked_against_another_nic
     # every low address taken by this host's NICs: the next one
     more = FLAT + [dr.Iface("eth2", 4, ["10.0.0.2/24"]), dr.Iface("eth3", 5, ["10.0.0.3/24"])]
     assert dr._neighbour(more[1].network_of("10.0.0.1"), {a.split("/")[0] for i in more for a in i.addrs}) == "10.0.0.4"
+
+
+def longest_prefix(ifaces):
+    """A host with only the main table's connected routes of ``ifaces``: the longest prefix
+    holding the destination wins, whatever the source (a device given: that device)."""
+    def route(dst, src, oif=None):
+        nets = [(i.network_of(a.split("/")[0]), i.name) for i in ifaces for a in i.addrs]
+        hits = [(n.prefixlen, name) for n, name in nets if n and ipaddress.ip_address(dst) in n]
+        return oif or (max(hits)[1] if hits else None), "" if hits else "Network is unreachable"
+    return route
+
+
+def test_without_peers_a_subnet_holding_another_nics_longer_one_is_checked_in_both_parts():
+    """eth0 10.0.0.1/16 beside eth1 10.0.1.1/24: the kernel routes 10.0.1.0/24 through eth1
+    whatever the source, so under strict reverse-path filtering what a peer there (on eth0's
+    /16) sends to eth0 is dropped. Without --peer, doctor's stand-in for eth0 was 10.0.0.2 only
+    (routed through eth0: OK), as the plugin's init looked it up: missed. Now eth0 is checked
+    to the rest of its /16 and to eth1's /24, as the plugin does; eth1's /24 is all its own."""
+    ifaces = [dr.Iface("eth0", 2, ["10.0.0.1/16"]), dr.Iface("eth1", 3, ["10.0.1.1/24"])]
+    rep = run(GOOD_NCCL, ifaces, route=longest_prefix(ifaces), sysctls=knobs(rp_filter=1))
+    assert {(c.what, c.status) for c in find(rep, "routing")} == {
+        ("eth0 -> 10.0.0.2", dr.OK), ("eth0 -> 10.0.1.2", dr.FAIL), ("eth1 -> 10.0.1.2", dr.OK)}
+    (f,) = find(rep, "routing", status=dr.FAIL)
+    assert "leaves through eth1, not eth0" in f.detail and "rp_filter=1 on eth0" in f.detail, f.detail
+    assert "ip route add 10.0.0.0/16 dev eth0 table <N>" in f.fix, f.fix
+    # the reverse: eth1's /16 holds eth0's /24; the rest of the /16 is tried past it (10.0.1.0)
+    ifaces = [dr.Iface("eth0", 2, ["10.0.0.1/24"]), dr.Iface("eth1", 3, ["10.0.1.1/16"])]
+    rep = run(GOOD_NCCL, ifaces, route=longest_prefix(ifaces), sysctls=knobs(rp_filter=1))
+    assert {(c.what, c.status) for c in find(rep, "routing")} == {
+        ("eth0 -> 10.0.0.2", dr.OK), ("eth1 -> 10.0.1.0", dr.OK), ("eth1 -> 10.0.0.2", dr.FAIL)}
 
 
 def test_strict_ipv4_reverse_path_filtering_does_not_judge_ipv6_paths():

@@ -899,17 +899,26 @@ def gather(env: Optional[Mapping[str, str]] = None, plugin: Optional[Path] = Non
                  sysctls=nic_sysctls([i.name for i in selected]))
 
 
-def _neighbour(net: ipaddress._BaseNetwork, local: Collection[str]) -> Optional[str]:
+def _neighbour(net: ipaddress._BaseNetwork, local: Collection[str],
+               skip: Sequence[ipaddress._BaseNetwork] = ()) -> Optional[str]:
     """A stand-in for a peer on ``net`` when no ``--peer`` is given: one of its first host
     addresses that is none of this host's addresses ``local`` (the kernel routes those through
     lo whatever the source, so a NIC sharing its subnet with another NIC of this host got a
-    routing finding that no source routing could clear). None when ``net`` has no such one."""
+    routing finding that no source routing could clear) and in none of the networks ``skip``
+    (subnets of other NICs inside ``net``, checked on their own). None when ``net`` has no
+    such one."""
     if net.num_addresses < 4:
         return None
-    for k in range(1, min(net.num_addresses - 1, 64)):
-        h = str(net.network_address + k)
-        if h not in local:
-            return h
+    a, last, tried = int(net.network_address) + 1, int(net.broadcast_address), 0
+    while a < last and tried < 64:
+        ip = type(net.network_address)(a)
+        inner = [n for n in skip if ip in n]
+        if inner:
+            a = max(int(n.broadcast_address) for n in inner) + 1
+            continue
+        if str(ip) not in local:
+            return str(ip)
+        a, tried = a + 1, tried + 1
     return None
 
 
@@ -1117,9 +1126,17 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
         local = {a.split("/")[0] for x in facts.ifaces for a in x.addrs}
         for i in selected:
             net = i.network_of(sel_addrs[i.name])
-            nb = _neighbour(net, local) if net is not None else None
-            if nb:
-                targets.append((i, nb, True))
+            if net is None:
+                continue
+            # other NICs' subnets inside this one with a longer prefix: the kernel routes there
+            # through them (the longest prefix), so each gets a stand-in of its own, the rest of
+            # the subnet one outside them (as the plugin's init looks them up)
+            inner = sorted({n for n in nets_of.values() if n is not None and n.version == net.version
+                            and n.prefixlen > net.prefixlen and n.subnet_of(net)})
+            for sub, skip in [(net, inner)] + [(n, []) for n in inner]:
+                nb = _neighbour(sub, local, skip)
+                if nb:
+                    targets.append((i, nb, True))
     mismatched = set()   # (nic, peer) whose address families differ: no route or probe possible
     for i, dst, onlink in targets:
         src = sel_addrs[i.name]
