@@ -436,6 +436,8 @@ def test_doctor_sees_nics_stacked_on_one_port(testbed):
     ifaces = {i.name: i for i in dr.list_interfaces(ns=a0.ns)}
     assert ifaces[mv].ports == [a0.ifname] and ifaces[a0.ifname].ports == [a0.ifname]
     assert ifaces[br].ports == [port] and ifaces[peer].ports == [peer] and ifaces[a1.ifname].ports == [a1.ifname]
+    # a master that is no VRF (the bridge) puts its port in no VRF
+    assert all(i.vrf is None for i in ifaces.values()), [(i.name, i.vrf) for i in ifaces.values()]
     facts = dr.Facts(env={"RAILOVER_IFNAMES": "=" + ",".join((a0.ifname, a1.ifname, mv, br, peer))},
                      ifaces=list(ifaces.values()), plugin={"path": "", "loaded": False, "abi": []})
     rep = dr.diagnose(facts, route=lambda dst, src: ("?", ""))

@@ -336,6 +336,28 @@ def test_without_peers_a_subnet_holding_another_nics_longer_one_is_checked_in_bo
         ("eth0 -> 10.0.0.2", dr.OK), ("eth1 -> 10.0.1.0", dr.OK), ("eth1 -> 10.0.0.2", dr.FAIL)}
 
 
+def test_the_route_of_a_nic_in_a_vrf_is_looked_up_in_the_vrf():
+    """A NIC enslaved to a VRF routes by the VRF's table, where the kernel's reverse-path filter
+    looks too: its lookup names the VRF as the device (``ip route get ... vrf blue``), as the
+    plugin's does; a NIC in no VRF is looked up with none (the bound check names the NIC)."""
+    ifaces = [dr.Iface("eth0", 2, ["10.0.0.1/24"], vrf="blue"), dr.Iface("eth1", 3, ["10.0.1.1/24"])]
+    asked = []
+
+    def route(dst, src, oif=None):
+        asked.append((dst, src, oif))
+        return (None, "Network is unreachable") if oif is None and src == "10.0.0.1" else \
+            ({"10.0.0.1": "eth0", "10.0.1.1": "eth1"}[src], "")
+
+    rep = run(GOOD_NCCL, ifaces, route=route, sysctls=knobs(rp_filter=1))
+    assert sorted(asked) == [("10.0.0.2", "10.0.0.1", "blue"), ("10.0.1.2", "10.0.1.1", None)]
+    assert find(rep, "routing", "eth0 -> 10.0.0.2", dr.OK) and find(rep, "routing", "eth1 -> 10.0.1.2", dr.OK)
+    # no route in the VRF: the finding names the lookup made
+    rep = run(GOOD_NCCL, ifaces, route=lambda dst, src, oif=None: (None, "Network is unreachable") if oif == "blue"
+              else ("eth1", ""), sysctls=knobs(rp_filter=1))
+    (f,) = find(rep, "routing", "eth0 -> 10.0.0.2", dr.FAIL)
+    assert f.detail == "ip route get 10.0.0.2 from 10.0.0.1 vrf blue: Network is unreachable", f.detail
+
+
 def test_strict_ipv4_reverse_path_filtering_does_not_judge_ipv6_paths():
     ifaces = [dr.Iface("eth0", 2, ["fd00::1/64"]), dr.Iface("eth1", 3, ["fd00::11/64"])]
     rep = run(GOOD_NCCL, ifaces, peers=["fd00::2"], route=flat_route, sysctls=knobs(arp_ignore=0, rp_filter=1))

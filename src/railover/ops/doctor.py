@@ -107,6 +107,8 @@ class Iface:
     #: the interfaces at the bottom of this one's stack, by name (itself when it has none below
     #: it): a VLAN, macvlan or ipvlan interface's parent's, a bond's or team's ports'
     ports: List[str] = field(default_factory=list)
+    #: the VRF (l3mdev) it is enslaved to, by name (None: none): its routes are the VRF's
+    vrf: Optional[str] = None
 
     def addr(self, family: int = 0) -> Optional[str]:
         """The address the plugin uses: the first IPv4 one (unless ``family`` is AF_INET6),
@@ -736,7 +738,8 @@ def list_interfaces(ns: Optional[str] = None) -> List[Iface]:
     try:
         out: Dict[int, Iface] = {}
         parent: Dict[int, int] = {}          # stacked interface -> the one it sits on
-        members: Dict[int, List[int]] = {}   # bond/team/bridge -> its ports
+        members: Dict[int, List[int]] = {}   # bond/team/bridge/vrf -> its ports
+        kinds: Dict[int, Optional[str]] = {}  # IFLA_INFO_KIND of each
         for link in ipr.get_links():
             name = link.get("IFLA_IFNAME")
             idx = link["index"]
@@ -754,8 +757,12 @@ def list_interfaces(ns: Optional[str] = None) -> List[Iface]:
                 parent[idx] = link.get("IFLA_LINK")
             if link.get("IFLA_MASTER"):
                 members.setdefault(link.get("IFLA_MASTER"), []).append(idx)
+            kinds[idx] = kind
         for idx, i in out.items():
             i.ports = sorted(_ports_of(idx, out, parent, members))
+        for m, slaves in members.items():
+            for idx in slaves if kinds.get(m) == "vrf" else []:
+                out[idx].vrf = out[m].name
         for a in ipr.get_addr():
             i = out.get(a["index"])
             addr = a.get("IFA_ADDRESS")
@@ -795,7 +802,8 @@ def _ports_of(idx: int, links: Mapping[int, Iface], parent: Mapping[int, int], m
 def route_get(dst: str, src: str, oif: Optional[str] = None) -> Tuple[Optional[str], str]:
     """``ip route get <dst> from <src> [oif <oif>]``: ``(outgoing interface name, "")``, or
     ``(None, reason)`` when the kernel has no route (e.g. "Network is unreachable"). With
-    ``oif``, the route a socket bound to that device gets."""
+    ``oif``, the route a socket bound to that device gets; ``oif`` a VRF: the route in that
+    VRF (``ip route get <dst> from <src> vrf <oif>``)."""
     from pyroute2 import IPRoute
     from pyroute2.netlink.exceptions import NetlinkError
     with IPRoute() as ipr:
@@ -939,7 +947,8 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
              probe: Optional[Callable[[str, str], Tuple[bool, str]]] = None) -> Report:
     """Evaluate ``facts`` into a :class:`Report`. ``peers`` are IP addresses of other hosts'
     NICs. ``route(dst, src[, oif])`` answers "which interface does traffic from src to dst
-    leave through" (with ``oif``: for a socket bound to that device; default
+    leave through" (with ``oif``: for a socket bound to that device, or, a VRF, in that VRF,
+    as for a NIC enslaved to it; default
     :func:`route_get`); ``probe(src, dst, ifname)`` tests reachability from NIC ``ifname``
     (default :func:`tcp_probe`). Raises ValueError for a peer that is not an IP address."""
     route = route or route_get
@@ -1153,9 +1162,12 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
                                 (f", or set NCCL_SOCKET_FAMILY={want} on every host (railover then uses {other})"
                                  if other else f", or give {i.name} an IPv{dv} address")))
             continue
-        oif, err = route(dst, src)
+        # a NIC in a VRF: the lookup in the VRF's table (the VRF as the device, as the plugin
+        # does), where its routes are and where the kernel's reverse-path filter looks
+        oif, err = route(dst, src, i.vrf) if i.vrf else route(dst, src)
         if oif is None:
-            checks.append(Check("routing", what, FAIL, f"ip route get {dst} from {src}: {err}",
+            vrf = f" vrf {i.vrf}" if i.vrf else ""
+            checks.append(Check("routing", what, FAIL, f"ip route get {dst} from {src}{vrf}: {err}",
                                 f"add a route for {dst} via {i.name} (is {i.name} up with its subnet route?)"))
         elif oif != i.name:
             fix = (f"add source routing: ip rule add from {src} table <N>; ip route add "
