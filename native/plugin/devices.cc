@@ -111,7 +111,8 @@ std::vector<std::string> arpFluxWarnings(const std::vector<Nic>& nics, const std
 
 std::vector<std::string> rpFilterWarnings(
     const std::vector<Nic>& nics, const std::vector<int>& prefixLen, const std::function<int(const std::string&)>& rpFilter,
-    const std::function<std::string(const sockaddr_in&, const sockaddr_in&)>& routeOif) {
+    const std::function<std::string(const sockaddr_in&, const sockaddr_in&)>& routeOif,
+    const std::vector<uint32_t>& hostAddrs) {
   // A prefix length of 0 is left out here (of the NIC and of those sharing its subnet).
   auto v4 = [&](size_t i) { return i < prefixLen.size() && prefixLen[i] > 0 && nics[i].addr.ss_family == AF_INET; };
   auto host = [&](size_t i) { return ntohl(((const sockaddr_in&)nics[i].addr).sin_addr.s_addr); };
@@ -134,7 +135,8 @@ std::vector<std::string> rpFilterWarnings(
         inner.push_back(sn);
     }
     // Where a peer would be answered from: the first address of a subnet that no selected NIC
-    // holds (a connected route covers every address of it alike), of this NIC's subnet outside
+    // nor other address of this host holds (a connected route covers every address of it
+    // alike; the kernel routes one of this host's through lo, whatever the source), of this NIC's subnet outside
     // those inner ones, then of each inner one; 0 when none. 64-bit: a subnet may end at
     // 255.255.255.255.
     auto firstFree = [&](uint32_t net, int len, bool skipInner) -> uint32_t {
@@ -146,6 +148,7 @@ std::vector<std::string> rpFilterWarnings(
         if (skip) continue;
         bool ours = false;
         for (size_t j = 0; j < nics.size(); ++j) ours |= nics[j].addr.ss_family == AF_INET && host(j) == a;
+        ours |= std::find(hostAddrs.begin(), hostAddrs.end(), (uint32_t)a) != hostAddrs.end();
         if (!ours) return (uint32_t)a;
       }
       return 0;
@@ -276,7 +279,14 @@ bool discoverNics(const Config& cfg, std::vector<Nic>* out, std::string* err) {
         vrf = l3mdevMaster(n.ifindex);
     return routeOifFrom(src, dst, vrf);
   };
-  for (const std::string& w : rpFilterWarnings(*out, prefixLen, rpFilter, route)) RO_WARN("%s", w.c_str());
+  std::vector<uint32_t> hostAddrs;  // every IPv4 address of this host, secondary ones too
+  if (getifaddrs(&ifa) == 0) {
+    for (ifaddrs* p = ifa; p; p = p->ifa_next)
+      if (p->ifa_addr && p->ifa_addr->sa_family == AF_INET)
+        hostAddrs.push_back(ntohl(((const sockaddr_in*)p->ifa_addr)->sin_addr.s_addr));
+    freeifaddrs(ifa);
+  }
+  for (const std::string& w : rpFilterWarnings(*out, prefixLen, rpFilter, route, hostAddrs)) RO_WARN("%s", w.c_str());
   // A misspelt RAILOVER_STANDBY pair would leave the NIC's comms without failover, silently.
   std::string have;
   for (auto& n : *out) have += (have.empty() ? "" : ",") + n.name;

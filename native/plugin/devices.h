@@ -62,7 +62,9 @@ std::vector<std::string> arpFluxWarnings(const std::vector<Nic>& nics, const std
 // traffic to 10.0.1.0/24 leaves through a1), an address no selected NIC holds each. Returns one
 // warning per such NIC, naming it, the subnet, the NICs sharing it (nicsSharingSubnet, a prefix
 // length of 0 left out), the part of the subnet whose traffic leaves elsewhere, the NIC it
-// leaves through and the fixes ({} when none). `prefixLen[i]` as for
+// leaves through and the fixes ({} when none). `hostAddrs`: every IPv4 address of this host (host
+// byte order; of any interface, secondary ones too), never a lookup's destination, as no
+// selected NIC's address is: the kernel routes them through lo whatever the source. `prefixLen[i]` as for
 // arpFluxWarnings; `rpFilter(name)`: the NIC's effective rp_filter, -1 when unknown;
 // `routeOif(src, dst)`: the NIC the kernel routes from src to dst through ("" when unknown: no
 // claim), routeOifFrom at init (in the NIC's VRF where it is enslaved to one: l3mdevMaster).
@@ -70,7 +72,8 @@ std::vector<std::string> arpFluxWarnings(const std::vector<Nic>& nics, const std
 // counted as sharing, and its route is never looked up. Pure apart from those two.
 std::vector<std::string> rpFilterWarnings(
     const std::vector<Nic>& nics, const std::vector<int>& prefixLen, const std::function<int(const std::string&)>& rpFilter,
-    const std::function<std::string(const sockaddr_in&, const sockaddr_in&)>& routeOif);
+    const std::function<std::string(const sockaddr_in&, const sockaddr_in&)>& routeOif,
+    const std::vector<uint32_t>& hostAddrs = {});
 
 // "eth1,eth2": NIC names as the logs list them.
 std::string joinNames(const std::vector<std::string>& names);

@@ -508,6 +508,27 @@ TEST(Devices, StrictReversePathFilteringOnANicWhoseSubnetHoldsAnotherNicsIsNamed
   EXPECT_EQ(asked.size(), 2u);
 }
 
+// An address of this host on an interface railover does not use (or a NIC's second address)
+// is no stand-in for a peer: the kernel routes it through lo whatever the source, which named lo
+// for every NIC sharing the subnet. The lookups skip it.
+TEST(Devices, AnAddressOfThisHostIsNoReversePathLookupsDestination) {
+  std::vector<railover::Nic> nics{v4Nic("eth0", "10.0.0.1"), v4Nic("eth1", "10.0.0.11")};
+  uint32_t vip = 10u << 24 | 2;  // 10.0.0.2, host order
+  std::vector<std::string> dsts;
+  auto route = [&](const sockaddr_in& src, const sockaddr_in& dst) {
+    char d[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &dst.sin_addr, d, sizeof(d));
+    dsts.push_back(d);
+    return ntohl(dst.sin_addr.s_addr) == vip ? std::string("lo") : std::string("eth0");  // main table only
+  };
+  auto strict = [](const std::string&) { return 1; };
+  auto w = railover::rpFilterWarnings(nics, {24, 24}, strict, route, {vip, 10u << 24 | 1, 127u << 24 | 1});
+  EXPECT_EQ(dsts, (std::vector<std::string>{"10.0.0.3", "10.0.0.3"}));
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("NIC eth1 shares subnet 10.0.0.0/24 with eth0, and its traffic to that subnet leaves through eth0"),
+            std::string::npos) << w[0];
+}
+
 // rp_filter is IPv4's (IPv6 has no reverse-path filter sysctl): NICs whose address is IPv6 share
 // no subnet here and their routes are not looked up, even where the filter reads 1 and the
 // prefix lengths are known (lookupSubnets gives an IPv6 NIC its /64).

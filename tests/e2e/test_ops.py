@@ -348,6 +348,34 @@ def test_the_plugin_names_strict_reverse_path_filtering_where_a_longer_prefix_ta
     assert f"ip route add {wide} dev {a0.ifname} table <N>" in w[0], w
 
 
+def test_the_plugin_and_doctor_judge_the_route_to_a_peer_not_to_an_address_of_this_host(testbed):
+    """The flat bed without policy routing, host A under strict reverse-path filtering, with an
+    address of the subnet (10.<b>.0.2, b0's on B) on an interface of A that railover does not
+    use (a veth here: a service address, as keepalived adds). The kernel routes an address of this
+    host through lo whatever the source, so a lookup to it says nothing of where a peer is
+    answered from: only a1 (whose traffic to the subnet leaves through a0) is named, by the
+    plugin at init and by doctor (without --peer), and a0 by neither."""
+    tb = testbed("T2-flat", policy_routing=False)
+    a0, a1 = tb.nic("a0"), tb.nic("a1")
+    net = a0.addr.rsplit(".", 1)[0]
+    m0, m1 = tb.prefix + "m0", tb.prefix + "m1"
+    for cmd in (["ip", "link", "add", m0, "type", "veth", "peer", "name", m1], ["ip", "addr", "add", f"{net}.2/32",
+                "dev", m0], ["ip", "link", "set", m0, "up"], ["ip", "link", "set", m1, "up"]):
+        assert tb.run_collect("A", cmd)[0] == 0, cmd
+    rc, out, err = tb.run_collect("A", ["ip", "route", "get", f"{net}.2", "from", a0.addr])
+    assert rc == 0 and out.startswith("local ") and " dev lo " in out, (out, err)
+    sysctl = ["sysctl", "-q", "-w"]
+    assert tb.run_collect("A", sysctl + ["net.ipv4.conf.all.rp_filter=1"])[0] == 0
+    try:
+        w = _init_warnings(tb, "A", [a0, a1])
+        rc, doc, fails = _doctor(tb, "A", [])
+    finally:
+        assert tb.run_collect("A", sysctl + ["net.ipv4.conf.all.rp_filter=0"])[0] == 0
+    assert len(w) == 1 and f"NIC {a1.ifname} shares subnet {net}.0/24 with {a0.ifname}, and its traffic to that " \
+        f"subnet leaves through {a0.ifname} " in w[0], w
+    assert {what for section, what in fails if section == "routing"} == {f"{a1.ifname} -> {net}.3"}, doc["checks"]
+
+
 def test_the_plugin_looks_up_the_route_of_a_nic_in_a_vrf_in_the_vrf(testbed):
     """The flat bed's a0 and a1 enslaved to a VRF (an l3mdev, table 10) on host A, under strict
     reverse-path filtering: their connected routes move to the VRF's table, which routes (and
