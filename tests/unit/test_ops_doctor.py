@@ -265,6 +265,14 @@ def test_nics_sharing_a_subnet_fail_with_arp_flux_and_warn_without_arp_announce(
     assert "arp_announce=2" in find(rep, "arp", "eth0")[0].fix
     rep = run(GOOD_NCCL, FLAT, peers=["10.0.0.2", "10.0.0.12"], route=flat_route, sysctls=knobs())
     assert {c.what for c in find(rep, "arp", status=dr.OK)} == {"eth0", "eth1"} and rep.ok
+    # arp_ignore=0 on eth0 only: eth0 answers ARP for eth1's address (the NIC a request arrives
+    # on decides), so eth1's traffic may arrive on eth0; eth1 answers for its own only
+    mixed = knobs()
+    mixed["eth0"]["arp_ignore"] = 0
+    rep = run(GOOD_NCCL, FLAT, peers=["10.0.0.2", "10.0.0.12"], route=flat_route, sysctls=mixed)
+    (f,) = find(rep, "arp", status=dr.FAIL)
+    assert f.what == "eth0" and "eth0 answers ARP for the addresses of eth1 too" in f.detail, f.detail
+    assert "traffic to eth1 may arrive on eth0, where railover's sockets, bound to eth1, do not take it" in f.detail
     # NICs in subnets of their own: ARP flux cannot put one NIC's traffic on another
     rep = run(GOOD_NCCL, peers=["10.0.0.2", "10.0.1.2"], sysctls=knobs(arp_ignore=0, arp_announce=0))
     assert not find(rep, "arp") and rep.ok

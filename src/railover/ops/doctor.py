@@ -1077,10 +1077,10 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
         share = f"{i.name} ({sel_addrs[i.name]}) shares subnet {nets[i.name]} with {', '.join(mates)}"
         if vals.get("arp_ignore") == 0:
             checks.append(Check("arp", i.name, FAIL,
-                                f"{share} and arp_ignore=0: every NIC in the subnet answers ARP for "
-                                f"{sel_addrs[i.name]} (ARP flux), so a peer's traffic to it may arrive on "
-                                f"{mates[0]}, where railover's sockets, bound to {i.name}, do not take it "
-                                "(connects refused, probes lost)",
+                                f"{share} and arp_ignore=0: {i.name} answers ARP for the addresses of "
+                                f"{', '.join(mates)} too (ARP flux: arp_ignore of the NIC a request arrives on), so a "
+                                f"peer's traffic to {mates[0]} may arrive on {i.name}, where railover's sockets, "
+                                f"bound to {mates[0]}, do not take it (connects refused, probes lost)",
                                 f"sysctl -w net.ipv4.conf.all.arp_ignore=1 (or net.ipv4.conf.{i.name}.arp_ignore=1 "
                                 "on each of these NICs), persistently in /etc/sysctl.d"))
         elif vals.get("arp_announce") is not None and vals["arp_announce"] != 2:
