@@ -139,7 +139,7 @@ TEST(IbConfig, BadValuesNameTheVariable) {
       {"NCCL_IB_RETRY_CNT", "8"},
       {"NCCL_IB_QPS_PER_CONNECTION", "0"},
       {"NCCL_IB_QPS_PER_CONNECTION", "129"},
-      {"NCCL_IB_PKEY", "0x8001"},
+      {"NCCL_IB_PKEY", "0x10000"},  // read as NCCL does (0x hex): 65536, out of range
       {"NCCL_IB_PKEY", "65536"},
       {"NCCL_IB_PCI_RELAXED_ORDERING", "3"},
       {"NCCL_IB_PCI_RELAXED_ORDERING", "-1"},
