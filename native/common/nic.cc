@@ -116,6 +116,34 @@ std::vector<Subnet> lookupSubnets(const std::vector<Nic>& nics) {
   return out;
 }
 
+namespace {
+
+// Fills the header of a one-shot rtnetlink request of `type` whose fixed payload is `payload` bytes.
+void startRequest(nlmsghdr* h, uint16_t type, size_t payload) {
+  h->nlmsg_len = NLMSG_LENGTH(payload);
+  h->nlmsg_type = type;
+  h->nlmsg_flags = NLM_F_REQUEST;
+  h->nlmsg_seq = 1;
+}
+
+// Sends one rtnetlink request (`req`, its nlmsg_len bytes) and receives the kernel's first
+// answer into `buf` (`size` bytes). Returns the bytes received, or -1 when no socket, the send
+// failed or no answer came within 1 s (SO_RCVTIMEO: init must not hang on netlink).
+ssize_t askRouteNetlink(const nlmsghdr* req, char* buf, size_t size) {
+  int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+  if (fd < 0) return -1;
+  timeval tv{1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  sockaddr_nl kernel{};
+  kernel.nl_family = AF_NETLINK;
+  ssize_t n = -1;
+  if (sendto(fd, req, req->nlmsg_len, 0, (sockaddr*)&kernel, sizeof(kernel)) >= 0) n = recv(fd, buf, size, 0);
+  close(fd);
+  return n;
+}
+
+}  // namespace
+
 int l3mdevMaster(int ifindex) {
   if (ifindex <= 0) return 0;
   struct {
@@ -123,22 +151,11 @@ int l3mdevMaster(int ifindex) {
     ifinfomsg i;
   } req;
   memset(&req, 0, sizeof(req));
-  req.h.nlmsg_len = NLMSG_LENGTH(sizeof(ifinfomsg));
-  req.h.nlmsg_type = RTM_GETLINK;
-  req.h.nlmsg_flags = NLM_F_REQUEST;
-  req.h.nlmsg_seq = 1;
+  startRequest(&req.h, RTM_GETLINK, sizeof(ifinfomsg));
   req.i.ifi_family = AF_UNSPEC;
   req.i.ifi_index = ifindex;
-  int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
-  if (fd < 0) return 0;
-  timeval tv{1, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  sockaddr_nl kernel{};
-  kernel.nl_family = AF_NETLINK;
   alignas(nlmsghdr) char buf[32768];  // one RTM_NEWLINK: its statistics and link info included
-  ssize_t n = -1;
-  if (sendto(fd, &req, req.h.nlmsg_len, 0, (sockaddr*)&kernel, sizeof(kernel)) >= 0) n = recv(fd, buf, sizeof(buf), 0);
-  close(fd);
+  ssize_t n = askRouteNetlink(&req.h, buf, sizeof(buf));
   int left = n > 0 ? (int)n : 0, master = 0;
   bool vrf = false;
   auto* h = (nlmsghdr*)buf;
@@ -163,10 +180,7 @@ std::string routeOifFrom(const sockaddr_in& src, const sockaddr_in& dst, int vrf
     char attrs[3 * RTA_SPACE(sizeof(in_addr))];
   } req;
   memset(&req, 0, sizeof(req));
-  req.h.nlmsg_len = NLMSG_LENGTH(sizeof(rtmsg));
-  req.h.nlmsg_type = RTM_GETROUTE;
-  req.h.nlmsg_flags = NLM_F_REQUEST;
-  req.h.nlmsg_seq = 1;
+  startRequest(&req.h, RTM_GETROUTE, sizeof(rtmsg));
   req.r.rtm_family = AF_INET;
   req.r.rtm_dst_len = 32;
   req.r.rtm_src_len = 32;
@@ -183,17 +197,9 @@ std::string routeOifFrom(const sockaddr_in& src, const sockaddr_in& dst, int vrf
   // `ip route get ... vrf <name>` (and as for a socket bound to a NIC of the VRF); without it the
   // VRF's routes are not looked at (no rule sends a lookup without a device to its table).
   if (vrf > 0) add(RTA_OIF, &vrf, sizeof(vrf));
-  int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
-  if (fd < 0) return "";
-  timeval tv{1, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  sockaddr_nl kernel{};
-  kernel.nl_family = AF_NETLINK;
   std::string out;
   alignas(nlmsghdr) char buf[8192];
-  ssize_t n = -1;
-  if (sendto(fd, &req, req.h.nlmsg_len, 0, (sockaddr*)&kernel, sizeof(kernel)) >= 0) n = recv(fd, buf, sizeof(buf), 0);
-  close(fd);
+  ssize_t n = askRouteNetlink(&req.h, buf, sizeof(buf));
   int left = n > 0 ? (int)n : 0;
   for (auto* h = (nlmsghdr*)buf; out.empty() && NLMSG_OK(h, left); h = NLMSG_NEXT(h, left)) {
     if (h->nlmsg_type != RTM_NEWROUTE) break;  // NLMSG_ERROR: no route (ENETUNREACH, ...)
