@@ -73,6 +73,12 @@ class FakeConn : public Conn {
     return hangs_ ? 0 : 1;
   }
   bool peerAckedWithinMs(uint32_t) override { return toReceiver_ && wire_->peerAcks; }
+  // What the peer's kernel would have acknowledged: every byte, once connected, unless the wire
+  // or the connection drops, stalls or broke.
+  bool sentAllAcked() override {
+    return !hangs_ && !timedOut && !stalled && !in_->reset && !wire_->broken && !wire_->stalled &&
+           !(wire_->drop && toReceiver_);
+  }
   ssize_t writev(const iovec* iov, int n, std::string* err) override {
     if (timedOut) return *err = "Connection timed out (fake)", -1;
     if (in_->reset) return *err = "Connection reset by peer (fake)", -1;

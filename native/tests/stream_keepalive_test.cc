@@ -14,9 +14,12 @@
 
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "transport/tcp/socket.h"
+#include "transport/tcp/tcp_transport.h"
 
 using namespace railover;
 
@@ -121,4 +124,48 @@ TEST(StreamKeepalive, ALiveIdlePeerAnswersTheKeepalivesAndTheStreamStaysUp) {
   ASSERT_EQ(poll(&pf, 1, kFoundWithinMs), 1);
   EXPECT_EQ(recv(p.server, &y, 1, 0), 1);
   EXPECT_EQ(y, 'x') << "the stream no longer carries data";
+}
+
+// Conn::sentAllAcked over real loopback sockets (the RDMA bootstrap's "the peer's kernel took
+// our request" test, SendPath::connectWaitsOnPeer): bytes the peer's process never read are
+// acknowledged by its kernel all the same (true); bytes held back by a full receive window
+// are not (false) until the peer reads and its kernel takes them (true again).
+TEST(TcpConnAcks, SentAllAckedOnlyOnceThePeersKernelTookEveryByte) {
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(connectPair(tcp::StreamTuning{}, &p));
+  TcpConn c(p.client);
+  p.client = -1;  // c closes it
+  std::string err;
+  ASSERT_EQ(c.connectState(&err), 1) << err;
+  auto within = [](const std::function<bool()>& cond) {
+    auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(kFoundWithinMs);
+    while (!cond() && std::chrono::steady_clock::now() < end) poll(nullptr, 0, 1);
+    return cond();
+  };
+  EXPECT_TRUE(within([&] { return c.sentAllAcked(); })) << "nothing written yet";
+  char hello[64];
+  memset(hello, 0x5a, sizeof hello);
+  iovec iov{hello, sizeof hello};
+  ASSERT_EQ(c.writev(&iov, 1, &err), (ssize_t)sizeof hello) << err;
+  EXPECT_TRUE(within([&] { return c.sentAllAcked(); })) << "the peer's kernel did not acknowledge 64 bytes its process did not read";
+  // Fill the peer's receive buffer and our send buffer: the rest waits behind a zero window.
+  std::vector<char> big(1 << 20, 0x33);
+  size_t queued = 0;
+  for (int i = 0; i < 4096; ++i) {
+    iovec b{big.data(), big.size()};
+    ssize_t n = c.writev(&b, 1, &err);
+    ASSERT_GE(n, 0) << err;
+    if (n == 0) break;
+    queued += (size_t)n;
+  }
+  ASSERT_GT(queued, 0u);
+  EXPECT_FALSE(c.sentAllAcked()) << queued << " bytes queued behind a full window";
+  // The peer reads everything: its kernel takes and acknowledges the rest.
+  size_t drained = 0;
+  EXPECT_TRUE(within([&] {
+    char buf[1 << 16];
+    ssize_t n;
+    while ((n = recv(p.server, buf, sizeof buf, MSG_DONTWAIT)) > 0) drained += (size_t)n;
+    return drained == queued + sizeof hello && c.sentAllAcked();
+  })) << drained << " of " << queued + sizeof hello << " bytes read";
 }

@@ -193,6 +193,14 @@ class SendPath {
   // after the RC retries, ~30 s. TCP: false (default); its retransmission back-off (200 ms,
   // 400 ms, ...) makes silences of seconds normal on a lossy but working rail.
   virtual bool ackSilenceIsFault() const { return false; }
+  // While connecting (connectState() 0): true when all that is left is the peer's answer and
+  // the network has delivered every byte this side sent for it (Conn::sentAllAcked), so the
+  // wait is the peer's process (a receiver thread late on a busy host, a stopped process), not
+  // a fault of the path. The engine does not count such waiting towards the connect timeout
+  // (tuning::kConnectTimeoutUs), only towards tuning::kConnectPeerWaitMaxUs. False (default)
+  // where the connect needs nothing from the peer's threads (TCP: the peer's acceptor thread
+  // takes the HELLO) or it cannot tell. Called on every poll of a connecting path: cheap.
+  virtual bool connectWaitsOnPeer() { return false; }
   // True when delivery is proven only by the receiver's ACK (TCP). A transport that can prove
   // delivery otherwise (an RDMA write completion with a receiver-side placement guarantee)
   // may return false; the engine still requires the receiver to hold the whole message.
@@ -317,6 +325,14 @@ class RecvPath {
   // rail's probes answer (as SendPath::ackSilenceIsFault: RDMA RC true, TCP false, default).
   virtual uint32_t unackedSilenceMs() { return 0; }
   virtual bool ackSilenceIsFault() const { return false; }
+  // While connecting (connectState() 0): true when all that is left is the peer's answer and
+  // the network has delivered every byte this side sent for it (Conn::sentAllAcked), so the
+  // wait is the peer's process (a receiver thread late on a busy host, a stopped process), not
+  // a fault of the path. The engine does not count such waiting towards the connect timeout
+  // (tuning::kConnectTimeoutUs), only towards tuning::kConnectPeerWaitMaxUs. False (default)
+  // where the connect needs nothing from the peer's threads (TCP: the peer's acceptor thread
+  // takes the HELLO) or it cannot tell. Called on every poll of a connecting path: cheap.
+  virtual bool connectWaitsOnPeer() { return false; }
   // Stream transports: takes accepted stream `stream` (< the path's stream count) of the path,
   // replacing one already there. Returns false when the transport builds paths otherwise.
   virtual bool adopt(int stream, std::unique_ptr<Conn> c) { (void)stream, (void)c; return false; }
@@ -357,6 +373,13 @@ class Conn {
   // False when nothing is outstanding or it is unknown. Costs a syscall: call it only when a
   // path is already suspect.
   virtual bool peerAckedWithinMs(uint32_t ms) { (void)ms; return false; }
+  // True when the connection is established and the peer's transport has acknowledged every
+  // byte written on it so far (TCP: the peer's kernel ACKed them, SIOCOUTQ is 0); false while
+  // any is unacknowledged or unsent, or when it cannot tell. The peer's kernel acknowledges
+  // without the peer's threads, so after a request this tells "the network delivered it, the
+  // peer's process has not answered yet" from "the network did not deliver it". One or two
+  // syscalls: for a connect that waits, not for the data path.
+  virtual bool sentAllAcked() { return false; }
 };
 
 // Where a transport's acceptor hands every incoming stream whose first bytes identified it

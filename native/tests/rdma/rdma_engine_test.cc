@@ -16,14 +16,17 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../verbs/fake_verbs.h"
 #include "common/clock.h"
+#include "common/tuning.h"
 #include "failover/link.h"
 #include "tests/fake_net.h"
 #include "tests/rdma/rdma_test_ports.h"
@@ -646,6 +649,59 @@ TEST_F(RdmaEngineTest, AnIdleSendCommReconnectsItsRepairedPrimaryWithoutACall) {
   EXPECT_GT(send->paths[0].generation, gen);
   EXPECT_FALSE(send->isFatal());
   EXPECT_FALSE(recv->isFatal());
+}
+
+// The receiver answers the verbs bootstrap on its own threads' polls: it reads the sender's
+// endpoints, brings its QPs up on its worker and writes its endpoints back. Here its threads
+// are away longer than the connect timeout (a proxy thread and the sweeper descheduled on a
+// busy host) while the sender polls on time. The receiver's kernel acknowledged the HELLO and
+// the endpoints, so the sender waits for the answer (SendPath::connectWaitsOnPeer) instead of
+// failing the attempt after 3 s and starting over with new QPs; both paths then connect in
+// their first attempt. Before, both attempts timed out (generation 2).
+TEST_F(RdmaEngineTest, AReceiverAwayLongerThanTheConnectTimeoutFailsNoConnectAttempt) {
+  singles({4096, 100, 3000}, 4096);
+  const uint64_t awayUs = tuning::kConnectTimeoutUs + 1500000;
+  const uint64_t until = nowUs() + awayUs;
+  while (nowUs() < until) {  // the sender's sweeper, on time; the receiver's threads, away
+    route();                 // the acceptor thread (not the receiver's): it offers the streams
+    send->sweep();
+    settle();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // the sweeper's pace
+  }
+  for (const Path& p : send->paths) {
+    EXPECT_EQ(p.state, PathState::kConnecting) << "path " << p.index << ": " << info();
+    EXPECT_EQ(p.generation, 1u) << "path " << p.index << " started over: " << info();
+    EXPECT_LT(p.connectWaitedUs, tuning::kConnectTimeoutUs) << "path " << p.index;
+    EXPECT_GT(p.peerWaitedUs, tuning::kConnectTimeoutUs) << "path " << p.index << ": its wait was not the peer's";
+  }
+  ASSERT_TRUE(runningOn(0));
+  ASSERT_TRUE(run()) << info();
+  expectAllDelivered();
+  // The standby's connect moves on with the sender's next calls or its idle pass.
+  ASSERT_TRUE(run([&] {
+    static_cast<Link&>(*send).idleSweep(nowUs() + 1000 * 1000);
+    settle();
+    return send->paths[1].state == PathState::kStandby;
+  })) << info();
+  for (const Path& p : send->paths) EXPECT_EQ(p.generation, 1u) << "path " << p.index << ": " << info();
+}
+
+// The control: a request the network did not deliver (a black hole that takes the HELLO and
+// the endpoints: nothing acknowledged) is a fault of the path, and the attempt still times
+// out after 3 s, not after the peer's 30 s.
+TEST_F(RdmaEngineTest, AConnectWhoseRequestTheNetworkDropsStillTimesOutAfterThreeSeconds) {
+  boot.wire(send->paths[0].localNic, addrToString(send->paths[0].remote))->drop = true;
+  const uint64_t t0 = nowUs();
+  const uint64_t deadline = t0 + tuning::kConnectTimeoutUs + 5000000;
+  while (send->paths[0].generation == 1 && send->paths[0].state != PathState::kFailed && nowUs() < deadline) {
+    route();
+    send->sweep();
+    settle();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_LT(nowUs(), deadline) << "the attempt waited past its connect timeout: " << info();
+  EXPECT_GE(nowUs() - t0, tuning::kConnectTimeoutUs);
+  EXPECT_EQ(send->paths[0].lastError.rfind("connect timed out after 3 s", 0), 0u) << info();
 }
 
 // Failback racing a new failover: the primary comes back, its hold-down passes, and its

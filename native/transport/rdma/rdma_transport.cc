@@ -421,6 +421,11 @@ class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink, priva
   }
   // RC: the peer's HCA acknowledges every packet, whatever its process does (transport.h).
   bool ackSilenceIsFault() const override { return true; }
+  // Waiting for the receiver's endpoints with the HELLO and ours acknowledged by its kernel:
+  // the receiver answers on its own threads' polls (it reads our endpoints, brings its QPs to
+  // RTS on its worker, then writes its endpoints back), so what is left is a receiver thread,
+  // not the network.
+  bool connectWaitsOnPeer() override { return stage_ == kEndpoint && !notice_ && why_.empty() && conn_->sentAllAcked(); }
 
  private:
   struct Pending {

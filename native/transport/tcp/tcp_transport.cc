@@ -1,8 +1,10 @@
 #include "transport/tcp/tcp_transport.h"
 
 #include <errno.h>
+#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -65,6 +67,14 @@ bool TcpConn::peerAckedWithinMs(uint32_t ms) {
   socklen_t l = sizeof(ti);
   if (getsockopt(fd_, IPPROTO_TCP, TCP_INFO, &ti, &l) != 0 || ti.tcpi_unacked == 0) return false;
   return ti.tcpi_last_ack_recv < ms;
+}
+
+bool TcpConn::sentAllAcked() {
+  tcp_info ti{};
+  socklen_t l = sizeof(ti);
+  if (getsockopt(fd_, IPPROTO_TCP, TCP_INFO, &ti, &l) != 0 || ti.tcpi_state != TCP_ESTABLISHED) return false;
+  int outq = 0;  // bytes written and not yet acknowledged, sent or not
+  return ioctl(fd_, SIOCOUTQ, &outq) == 0 && outq == 0;
 }
 
 TcpTransport::TcpTransport(const std::vector<Nic>* nics, const Config* cfg) : nics_(nics), cfg_(cfg) {}

@@ -23,6 +23,7 @@ class TcpConn : public Conn {
   bool dead(std::string* err) override;
   uint32_t unackedSilenceMs() override;
   bool peerAckedWithinMs(uint32_t ms) override;
+  bool sentAllAcked() override;
   int fd() const { return fd_; }
 
  private:
