@@ -30,17 +30,19 @@ constexpr uint64_t kConnectTimeoutUs = 3000000;
 // polls.
 constexpr uint64_t kConnectPollCreditUs = 250000;
 
-// The longest a connect attempt waits for the peer's answer while the network has delivered
-// everything this side sent for it (SendPath::connectWaitsOnPeer: the RDMA bootstrap, whose
-// receiver answers on its own threads' polls), µs (30 s). Such waiting does not count towards
-// kConnectTimeoutUs: the peer's kernel acknowledged the request, so the silence is the peer's
-// process (a proxy thread descheduled on a busy host, a process stopped in a debugger), and a
-// new attempt would wait for the same thread while it churns QPs on both ends. Bounded all the
-// same, for an answer lost to a fault that came after the request was acknowledged (a silent
-// black hole; a NIC or pair verdict ends the attempt sooner, SendLink::slowTick): 30 s is as
-// long as NCCL's IB transport takes to notice a dead link at its defaults (RC timeout).
-constexpr uint64_t kConnectPeerWaitMaxUs = 30000000;
-static_assert(kConnectPeerWaitMaxUs > kConnectTimeoutUs, "the peer's process gets longer than the network");
+// The longest a connect attempt waits while the network has done its part and what is left
+// is a process's work (SendPath::connectWaitsOffNetwork: on RDMA the receiver's answer, given on
+// its own threads' polls once its kernel acknowledged our request, or this side's worker
+// creating and bringing up the QPs, queued behind other comms' bring-ups), µs (30 s). Such
+// waiting does not count towards kConnectTimeoutUs: a proxy thread descheduled on a busy host, a
+// peer stopped in a debugger, or thousands of comms connecting at once at init are not a dead
+// path, and a new attempt would wait for the same threads while it churns QPs on both ends.
+// Bounded all the same, for an answer lost to a fault that came after the request was
+// acknowledged (a silent black hole; a NIC or hard pair verdict ends the attempt sooner,
+// SendLink::slowTick) and for a wedged worker: 30 s is as long as NCCL's IB transport takes to
+// notice a dead link at its defaults (its RC timeout).
+constexpr uint64_t kConnectOffNetworkMaxUs = 30000000;
+static_assert(kConnectOffNetworkMaxUs > kConnectTimeoutUs, "processes get longer than the network");
 
 // First reconnect back-off after a path fails, ms; it doubles on every failure up to
 // RAILOVER_BACKOFF_MAX_MS. 100 ms: well above a connect's round trip, below a human-visible

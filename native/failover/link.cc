@@ -468,8 +468,8 @@ void SendLink::startConnect(Path& p, uint64_t now, const std::string& why) {
   setPathState(p, PathState::kConnecting, why);
   p.attemptStartUs = now;
   p.connectWaitedUs = 0;
-  p.peerWaitedUs = 0;
-  p.waitsOnPeer = false;
+  p.offNetWaitedUs = 0;
+  p.waitsOffNetwork = false;
   p.lastConnectPollUs = now;
   if (Health* hl = deps.health) hl->remapRemote(&p.remote);  // the peer's NIC may have moved
   PathIdentity id;
@@ -494,31 +494,32 @@ void SendLink::startConnect(Path& p, uint64_t now, const std::string& why) {
 
 // Policy: the connect timeout counts waiting time as the polls saw it (Path::connectWaitedUs,
 // tuning::kConnectPollCreditUs): a caller away for seconds gets one poll's credit for the gap,
-// and that poll moves the connect on before it is judged. Time spent waiting for the peer's
-// process, with the network shown to have delivered the request (SendPath::connectWaitsOnPeer
-// at the poll that began the gap), counts towards tuning::kConnectPeerWaitMaxUs instead: a
-// late receiver thread is not a network fault either. `now` was read before the poll.
+// and that poll moves the connect on before it is judged. Time spent waiting for a process's
+// work with the network's part done (SendPath::connectWaitsOffNetwork at the poll that began
+// the gap: the peer's answer to an acknowledged request, this side's RDMA worker) counts
+// towards tuning::kConnectOffNetworkMaxUs instead: a late thread is not a network fault
+// either. `now` was read before the poll.
 void SendLink::advanceConnect(Path& p, uint64_t now) {
   if (now > p.lastConnectPollUs) {
     uint64_t credit = std::min(now - p.lastConnectPollUs, tuning::kConnectPollCreditUs);
-    (p.waitsOnPeer ? p.peerWaitedUs : p.connectWaitedUs) += credit;
+    (p.waitsOffNetwork ? p.offNetWaitedUs : p.connectWaitedUs) += credit;
     p.lastConnectPollUs = now;
   }
   std::string err;
   int r = p.tx ? p.tx->connectState(&err) : -1;
   if (r < 0) return failPath(p, p.tx ? err : "path not open", now);
   if (r == 0) {
-    p.waitsOnPeer = p.tx->connectWaitsOnPeer();
+    p.waitsOffNetwork = p.tx->connectWaitsOffNetwork();
     uint64_t elapsedMs = (now - std::min(now, p.attemptStartUs)) / 1000;
     if (p.connectWaitedUs > tuning::kConnectTimeoutUs) {
       std::string why = "connect timed out after 3 s";
       if (elapsedMs > tuning::kConnectTimeoutUs / 1000 + 1000)  // the polls came late, or the peer: say so
         why += " of polling (" + std::to_string(elapsedMs) + " ms since the attempt started)";
       failPath(p, why, now);
-    } else if (p.connectWaitedUs + p.peerWaitedUs > tuning::kConnectPeerWaitMaxUs) {
-      failPath(p, "connect timed out: the peer's host acknowledged the request but its process did not answer in " +
-                      std::to_string(tuning::kConnectPeerWaitMaxUs / 1000000) + " s (" + std::to_string(elapsedMs) +
-                      " ms since the attempt started)",
+    } else if (p.connectWaitedUs + p.offNetWaitedUs > tuning::kConnectOffNetworkMaxUs) {
+      failPath(p, "connect timed out after " + std::to_string(tuning::kConnectOffNetworkMaxUs / 1000000) +
+                      " s: the network delivered the request, but the peer's answer or this host's own bring-up of the "
+                      "path did not come (" + std::to_string(elapsedMs) + " ms since the attempt started)",
                now);
     }
     return;

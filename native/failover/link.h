@@ -117,11 +117,12 @@ struct Path {
   // caller that was away is not read as a network that did not answer (advanceConnect).
   uint64_t connectWaitedUs = 0;
   uint64_t lastConnectPollUs = 0;
-  // Send: the part of the attempt's waiting time that was the peer's process, not the network
-  // (SendPath::connectWaitsOnPeer at the poll that began it), µs: counted here instead of in
-  // connectWaitedUs, bounded by tuning::kConnectPeerWaitMaxUs.
-  uint64_t peerWaitedUs = 0;
-  bool waitsOnPeer = false;  // what the latest poll of the attempt said
+  // Send: the part of the attempt's waiting time that was a process's work, not the network's
+  // (SendPath::connectWaitsOffNetwork at the poll that began it: the peer's answer, this side's
+  // worker), µs: counted here instead of in connectWaitedUs, bounded by
+  // tuning::kConnectOffNetworkMaxUs.
+  uint64_t offNetWaitedUs = 0;
+  bool waitsOffNetwork = false;  // what the latest poll of the attempt said
   uint64_t openUs = 0;  // send: how long the last openSendPath held the thread, µs (path_up)
   uint32_t flaps = 0;
   uint32_t holdDownMs = 0;     // current (flap-grown) hold-down

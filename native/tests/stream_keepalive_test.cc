@@ -127,7 +127,7 @@ TEST(StreamKeepalive, ALiveIdlePeerAnswersTheKeepalivesAndTheStreamStaysUp) {
 }
 
 // Conn::sentAllAcked over real loopback sockets (the RDMA bootstrap's "the peer's kernel took
-// our request" test, SendPath::connectWaitsOnPeer): bytes the peer's process never read are
+// our request" test, SendPath::connectWaitsOffNetwork): bytes the peer's process never read are
 // acknowledged by its kernel all the same (true); bytes held back by a full receive window
 // are not (false) until the peer reads and its kernel takes them (true again).
 TEST(TcpConnAcks, SentAllAckedOnlyOnceThePeersKernelTookEveryByte) {

@@ -193,14 +193,16 @@ class SendPath {
   // after the RC retries, ~30 s. TCP: false (default); its retransmission back-off (200 ms,
   // 400 ms, ...) makes silences of seconds normal on a lossy but working rail.
   virtual bool ackSilenceIsFault() const { return false; }
-  // While connecting (connectState() 0): true when all that is left is the peer's answer and
-  // the network has delivered every byte this side sent for it (Conn::sentAllAcked), so the
-  // wait is the peer's process (a receiver thread late on a busy host, a stopped process), not
-  // a fault of the path. The engine does not count such waiting towards the connect timeout
-  // (tuning::kConnectTimeoutUs), only towards tuning::kConnectPeerWaitMaxUs. False (default)
-  // where the connect needs nothing from the peer's threads (TCP: the peer's acceptor thread
-  // takes the HELLO) or it cannot tell. Called on every poll of a connecting path: cheap.
-  virtual bool connectWaitsOnPeer() { return false; }
+  // While connecting (connectState() 0): true when the network has done its part so far and
+  // what is left is a process's work: the peer's answer, with every byte this side sent for
+  // it acknowledged by the peer's kernel (Conn::sentAllAcked; a receiver thread late on a busy
+  // host, a stopped process), or this side's own background work (RDMA: the worker creating or
+  // bringing up the path's QPs, queued behind other comms' bring-ups). Not a fault of the
+  // path: the engine does not count such waiting towards the connect timeout
+  // (tuning::kConnectTimeoutUs), only towards tuning::kConnectOffNetworkMaxUs. False (default)
+  // where the connect waits for nothing but the network (TCP: the peer's acceptor thread takes
+  // the HELLO) or it cannot tell. Called on every poll of a connecting path: cheap.
+  virtual bool connectWaitsOffNetwork() { return false; }
   // True when delivery is proven only by the receiver's ACK (TCP). A transport that can prove
   // delivery otherwise (an RDMA write completion with a receiver-side placement guarantee)
   // may return false; the engine still requires the receiver to hold the whole message.
@@ -325,14 +327,6 @@ class RecvPath {
   // rail's probes answer (as SendPath::ackSilenceIsFault: RDMA RC true, TCP false, default).
   virtual uint32_t unackedSilenceMs() { return 0; }
   virtual bool ackSilenceIsFault() const { return false; }
-  // While connecting (connectState() 0): true when all that is left is the peer's answer and
-  // the network has delivered every byte this side sent for it (Conn::sentAllAcked), so the
-  // wait is the peer's process (a receiver thread late on a busy host, a stopped process), not
-  // a fault of the path. The engine does not count such waiting towards the connect timeout
-  // (tuning::kConnectTimeoutUs), only towards tuning::kConnectPeerWaitMaxUs. False (default)
-  // where the connect needs nothing from the peer's threads (TCP: the peer's acceptor thread
-  // takes the HELLO) or it cannot tell. Called on every poll of a connecting path: cheap.
-  virtual bool connectWaitsOnPeer() { return false; }
   // Stream transports: takes accepted stream `stream` (< the path's stream count) of the path,
   // replacing one already there. Returns false when the transport builds paths otherwise.
   virtual bool adopt(int stream, std::unique_ptr<Conn> c) { (void)stream, (void)c; return false; }

@@ -421,11 +421,22 @@ class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink, priva
   }
   // RC: the peer's HCA acknowledges every packet, whatever its process does (transport.h).
   bool ackSilenceIsFault() const override { return true; }
-  // Waiting for the receiver's endpoints with the HELLO and ours acknowledged by its kernel:
-  // the receiver answers on its own threads' polls (it reads our endpoints, brings its QPs to
-  // RTS on its worker, then writes its endpoints back), so what is left is a receiver thread,
-  // not the network.
-  bool connectWaitsOnPeer() override { return stage_ == kEndpoint && !notice_ && why_.empty() && conn_->sentAllAcked(); }
+  // What the connect waits for, stage by stage: kCreate, this side's worker creating the QPs
+  // (off the network once the bootstrap stream is connected); kTcp, the network; kEndpoint, the
+  // receiver's endpoints: the receiver answers on its own threads' polls (it reads ours, brings
+  // its QPs to RTS on its worker, writes its endpoints back), so once its kernel acknowledged
+  // the HELLO and our endpoints what is left is a receiver thread, not the network; kRts, this
+  // side's worker bringing the QPs up.
+  bool connectWaitsOffNetwork() override {
+    if (!why_.empty() || notice_) return false;
+    std::string e;
+    switch (stage_) {
+      case kCreate: return conn_->connectState(&e) == 1;
+      case kEndpoint: return conn_->sentAllAcked();
+      case kRts: return true;
+      default: return false;
+    }
+  }
 
  private:
   struct Pending {
