@@ -49,6 +49,12 @@ struct Pair {
   // When the latest hard evidence came (a peer's NIC-down notice, our NIC down): a path that
   // connected over the pair after it proves the verdict stale (Health::pairHardDownSinceUs).
   std::atomic<uint64_t> hardSinceUs{0};
+  // Where this down episode's hard evidence came from (under mu): our own NIC's loss, and the
+  // peer's notice of its NIC's loss (its cause kept). When our NIC comes back and no peer
+  // notice came, the verdict is no longer hard, only unconfirmed (setNic).
+  bool hardByLocalNic = false;
+  bool hardByPeer = false;
+  std::string peerHardCause;
   bool reprobedOnRequest = false;  // this down episode's back-off was reset by a peer's probe (once)
   bool peerWideDown = false;       // down after a silence of every rail to its peer (held, then judged)
   uint64_t lastAckUs = 0;
@@ -262,6 +268,7 @@ class Monitor : public Health {
   }
   void setPairUp(Pair& p, uint64_t now) {
     if (p.up.load()) return;
+    p.hardByLocalNic = p.hardByPeer = false;
     p.hard.store(false, std::memory_order_release);
     p.upSinceUs.store(now, std::memory_order_release);
     p.up.store(true, std::memory_order_release);
@@ -279,6 +286,28 @@ class Monitor : public Health {
     // that failed to resolve during the outage, or the first packets would wait for the
     // kernel's next ARP/ND retransmission (retrans_time_ms, 1 s by default).
     int cleared = up ? flushFailedNeighbours(i) : 0;
+    if (up) {
+      // Before anyone sees the NIC up: a pair down because this NIC was is now down only for
+      // want of an answer, soft, as a probe timeout. Kept hard, it failed every connect over it
+      // until its first answer: with the peer's process late (a stopped or descheduled rank) a
+      // repaired rail's reconnect was cut at every slow tick, however well the network carried
+      // it. A peer's notice in the same episode keeps it hard, with the notice's cause.
+      // Probes to its pairs backed off during the outage: probe them at the next round.
+      std::lock_guard<std::mutex> g(mu);
+      for (Pair& p : live()) {
+        if (!p.used || p.nic != i) continue;
+        p.nextProbeUs = 0, p.probeGapMs = cfg.probeIntervalMs;
+        if (p.up.load() || !p.hard.load() || !p.hardByLocalNic) continue;
+        p.hardByLocalNic = false;
+        if (p.hardByPeer) {
+          p.cause = p.peerHardCause;
+        } else {
+          p.hard.store(false, std::memory_order_release);
+          p.hardSinceUs.store(0, std::memory_order_release);
+          p.cause = std::string("no probe answered yet since local NIC ") + nics[i].name + " came back (" + signal + ")";
+        }
+      }
+    }
     if (up) s.upSinceUs.store(nowUs(), std::memory_order_release);
     else s.downSinceUs = now, s.downSignal = signal;
     s.up.store(up, std::memory_order_release);
@@ -286,12 +315,6 @@ class Monitor : public Health {
     if (journal && !up) journal->nic_down(nics[i].name, signal);
     if (up) {
       RO_INFO(RO_SUBSYS_NET, "railover: NIC %s up (%s)", nics[i].name.c_str(), signal);
-      {
-        // Probes to its pairs backed off during the outage: probe them at the next round.
-        std::lock_guard<std::mutex> g(mu);
-        for (Pair& p : live())
-          if (p.used && p.nic == i) p.nextProbeUs = 0, p.probeGapMs = cfg.probeIntervalMs;
-      }
       sockaddr_storage a;
       socklen_t l;
       if (lookupIfAddr(nics[i].name, cfg.family, &a, &l)) nics[i].setAddr(a, l);  // re-learn the address
@@ -299,7 +322,10 @@ class Monitor : public Health {
       RO_WARN("railover: NIC %s down (%s); moving its comms to standby paths", nics[i].name.c_str(), signal);
       std::lock_guard<std::mutex> g(mu);
       for (Pair& p : live())
-        if (p.used && p.nic == i) setPairDown(p, std::string("local NIC ") + nics[i].name + " down (" + signal + ")", now, true);
+        if (p.used && p.nic == i) {
+          setPairDown(p, std::string("local NIC ") + nics[i].name + " down (" + signal + ")", now, true);
+          p.hardByLocalNic = true;
+        }
       sendNotices(i);
     }
     bump();
@@ -492,7 +518,11 @@ class Monitor : public Health {
         getAddr(d.notice.addr, d.notice.family, &gone);
         std::lock_guard<std::mutex> g(mu);
         for (Pair& p : live())
-          if (p.used && sameIp(p.remote, gone)) setPairDown(p, "peer reported its NIC " + addrToString(gone) + " down", now, true);
+          if (p.used && sameIp(p.remote, gone)) {
+            p.peerHardCause = "peer reported its NIC " + addrToString(gone) + " down";
+            setPairDown(p, p.peerHardCause, now, true);
+            p.hardByPeer = true;
+          }
         continue;
       }
       if (d.kind == probe::Kind::kAddrChange) {
@@ -970,6 +1000,7 @@ int Monitor::registerPair(int nic, const sockaddr_storage& remote, socklen_t len
   p.nextProbeUs = 0, p.probeGapMs = 0, p.downProbes = 0, p.nextRoundUs = 0, p.peerId = 0, p.peerMtu = 0, p.silenceHeld = false;
   p.silenceHeldSinceUs = 0;
   p.peerWideDown = false, p.reprobedOnRequest = false;
+  p.hardByLocalNic = p.hardByPeer = false, p.peerHardCause.clear();
   p.burstBigSent = p.burstBigAnswered = p.burstSmallAnswered = 0, p.burstStartUs = 0;
   p.dataAckedUs.store(0);
   p.burstOn.store(false);

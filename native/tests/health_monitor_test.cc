@@ -592,6 +592,38 @@ TEST_F(HealthMonitorTest, AnsweredWithinTellsAnAnsweringPairFromASilentOneStillU
   mon_->unregisterPair(fresh);
 }
 
+// A pair down because its local NIC was (port down) is hard: its paths fail at once. Once the
+// NIC is back the verdict is only unconfirmed until the peer answers: soft, as a probe
+// timeout, so a connect over the repaired rail is not cut while the peer's process is late
+// (stopped, descheduled). Before, it stayed hard until the first answer, and the sender's
+// engine failed every reconnect over it at its next slow tick (seen on the RDMA bed with the
+// receiver SIGSTOPped during the repair).
+TEST_F(HealthMonitorTest, APairDownWithItsLocalNicIsSoftOnceTheNicIsBackUntilThePeerAnswers) {
+  peer_.answering = false;  // the peer's process is away
+  mon_->transportNicSignal(0, false, "port down");
+  ASSERT_TRUE(eventually([&] { return mon_->pairHardDown(id_); })) << mon_->pairDownCause(id_);
+  EXPECT_NE(mon_->pairDownCause(id_).find("local NIC lo down (port down)"), std::string::npos) << mon_->pairDownCause(id_);
+  mon_->transportNicSignal(0, true, "port up");
+  ASSERT_TRUE(eventually([&] { return mon_->nicUp(0) && !mon_->pairHardDown(id_); })) << mon_->pairDownCause(id_);
+  EXPECT_FALSE(mon_->pairUp(id_)) << "no answer came: the pair is not up";
+  EXPECT_EQ(mon_->pairHardDownSinceUs(id_), 0u);
+  EXPECT_EQ(mon_->pairDownCause(id_), "no probe answered yet since local NIC lo came back (port up)");
+  peer_.answering = true;
+  ASSERT_TRUE(eventually([&] { return mon_->pairUp(id_); }, 30000)) << mon_->pairDownCause(id_);
+}
+
+// The peer's NIC-down notice in the same episode is hard evidence of its own: the pair stays
+// hard, with the notice's cause, when our NIC comes back.
+TEST_F(HealthMonitorTest, APeersNoticeKeepsThePairHardWhenTheLocalNicComesBack) {
+  hardDownByNotice();
+  mon_->transportNicSignal(0, false, "port down");
+  ASSERT_TRUE(eventually([&] { return !mon_->nicUp(0); }));
+  mon_->transportNicSignal(0, true, "port up");
+  ASSERT_TRUE(eventually([&] { return mon_->nicUp(0); }));
+  EXPECT_TRUE(mon_->pairHardDown(id_)) << mon_->pairDownCause(id_);
+  EXPECT_EQ(mon_->pairDownCause(id_).rfind("peer reported its NIC", 0), 0u) << mon_->pairDownCause(id_);
+}
+
 TEST_F(HealthMonitorTest, AnAnsweredReprobeEndsTheHardVerdict) {
   hardDownByNotice();
   ASSERT_TRUE(peer_.waitProbes(peer_.probes().size() + 1, 10000));
