@@ -874,6 +874,76 @@ def test_a_stopped_peer_is_not_a_nic_failure(rdma_bed, tmp_path, abi):
     crash_retry(bed, body)
 
 
+def test_a_receiver_stopped_while_a_path_reconnects_fails_no_connect_attempt(rdma_bed, tmp_path):
+    """The verbs receiver answers a reconnect on its own threads (its acceptor takes the bootstrap
+    stream, its comm reads the sender's endpoints, brings its QPs up and answers with its own).
+    Guest A's standby cable is pulled and, once A's send comm has lost that path, rank 1 (B, the
+    receiver of A's send comm) is SIGSTOPped and the cable repaired: A reconnects the path at
+    once, B's kernel completes the TCP handshake and acknowledges A's HELLO and endpoints, and
+    the answer waits for B's process. A waits 10 s of its clock for it (past the 3 s connect
+    timeout), then B is SIGCONTinued: the path must come up in that first attempt
+    (SendPath::connectWaitsOffNetwork), with no "connect timed out" for it, and every byte of
+    the collective arrives. Before, the attempt timed out after 3 s and was retried while B
+    was stopped (RdmaEngineTest.AReceiverAwayLongerThanTheConnectTimeoutFailsNoConnectAttempt
+    pins it with fakes)."""
+    bed = rdma_bed
+
+    def body():
+        run = _Background(bed, tmp_path, {}, duration=600, timeout_s=900, stoppable=True)
+        pull = st = None
+        try:
+            run.wait_armed()
+            pulled = _stamps(bed)
+            pull = rf.CablePull(bed, "a1").apply()
+            poll_until(lambda: any(e.get("event") == "path_state" and e.get("dir") == "send" and e.get("nic") == "eth2"
+                                   and e.get("to") == "failed" and e["t_us"] >= pulled["A"]
+                                   for e in _journal(bed, "A")), 240, 1.0, "A's send path on eth2 failed")
+            st = rf.Stop(bed, "B", "railover-perf").apply()
+            assert len(st.pids) == 1, st.pids
+            repaired = _stamps(bed)
+            pull.undo()
+            pull = None
+            poll_until(lambda: any(e.get("event") == "path_state" and e.get("dir") == "send" and e.get("nic") == "eth2"
+                                   and e.get("to") == "connecting" and e["t_us"] >= repaired["A"]
+                                   for e in _journal(bed, "A")), 240, 1.0, "A reconnecting its send path on eth2")
+            _hold_guest_time(bed, "A", 10)
+            assert set(st.states().values()) == {"T"}, "rank 1 was not stopped all along"
+            st.undo()
+            st = None
+            poll_until(lambda: any(e.get("event") == "path_up" and e.get("dir") == "send" and e.get("nic") == "eth2"
+                                   and e["t_us"] >= repaired["A"] for e in _journal(bed, "A")),
+                       240, 1.0, "A's send path on eth2 up again")
+            _hold_guest_time(bed, "A", 3)  # traffic after the stop before the run ends
+        finally:
+            if st is not None:
+                st.undo()
+            if pull is not None:
+                pull.undo()
+            res = run.result()
+        assert res.ok, res.describe()
+        assert res.wrong_total == 0
+        a = _rank_events(tmp_path, 0)
+        after = [e for e in a if e["t_us"] >= repaired["A"] and e.get("dir") == "send" and e.get("nic") == "eth2"]
+        print("A's send path on eth2 after the repair:",
+              [(e["event"], e.get("to"), e.get("reason"), e.get("generation")) for e in after][:12])
+        timeouts = [e for e in after if e.get("event") == "path_state" and "timed out" in (e.get("reason") or "")]
+        assert not timeouts, timeouts
+        ups = {}
+        for e in after:
+            if e.get("event") == "path_up":
+                ups.setdefault(e["comm"], e)
+        assert ups, after
+        for comm, up in ups.items():
+            connects = [e for e in after if e["comm"] == comm and e.get("event") == "path_state"
+                        and e.get("to") == "connecting" and e["t_us"] <= up["t_us"]]
+            assert len(connects) == 1, f"comm {comm}: the path took {len(connects)} attempts to come up: {connects}"
+            # the attempt waited for B's process past the connect timeout (B was stopped all along)
+            assert up["t_us"] - connects[0]["t_us"] > 3_000_000, (connects[0], up)
+        assert not _named(_events(tmp_path), "fatal")
+
+    crash_retry(bed, body)
+
+
 @abi_matrix
 def test_both_rails_down_is_a_clean_error_within_the_fatal_timeout(rdma_bed, tmp_path, abi):
     """Both of guest A's cables pulled: no path is left, so within RAILOVER_FATAL_TIMEOUT (10 s)
