@@ -749,7 +749,7 @@ TEST_F(RdmaEngineTest, ABringUpQueuedOnTheWorkerLongerThanTheConnectTimeoutFails
 // out after 3 s, not after the peer's 30 s.
 TEST_F(RdmaEngineTest, AConnectWhoseRequestTheNetworkDropsStillTimesOutAfterThreeSeconds) {
   boot.wire(send->paths[0].localNic, addrToString(send->paths[0].remote))->drop = true;
-  const uint64_t t0 = nowUs();
+  const uint64_t t0 = send->paths[0].attemptStartUs;  // the attempt began in SetUp
   const uint64_t deadline = t0 + tuning::kConnectTimeoutUs + 5000000;
   while (send->paths[0].generation == 1 && send->paths[0].state != PathState::kFailed && nowUs() < deadline) {
     route();
