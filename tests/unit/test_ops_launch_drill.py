@@ -522,3 +522,27 @@ def test_launch_names_why_a_plugin_list_opens_no_railover(plugins, words):
     assert words in str(e.value)
     env, warnings = launch_env({"NCCL_NET_PLUGIN": plugins}, force=True)
     assert env["NCCL_NET_PLUGIN"] == "railover" and words in warnings[0]
+
+
+def test_launch_and_doctor_refuse_railover_past_the_entries_nccl_reads():
+    """NCCL 2.27+ keep only the first 14 entries of an NCCL_NET_PLUGIN list (16 networks, 2 of
+    them built in; src/plugin/net.cc) and drop an entry of more than 254 characters: railover
+    listed 15th, or by a longer path, is never opened, and with NCCL_NET=railover init fails.
+    launch kept such a list as given and doctor passed it (warning only about old releases)."""
+    from railover.ops import doctor as dr
+    others = [f"p{k}" for k in range(14)]
+    late = ",".join(others + ["railover"])
+    with pytest.raises(LaunchConflict, match="railover is entry 15: NCCL reads only the first 14"):
+        launch_env({"NCCL_NET_PLUGIN": late})
+    nccl = {"torch": "2.9.0", "nccl": [2, 28, 9], "error": ""}
+    checks = dr.nccl_checks(dict(NCCL_NET="railover", NCCL_NET_PLUGIN=late), {}, nccl, None)
+    assert [c.status for c in checks if c.what == "NCCL_NET_PLUGIN"] == [dr.FAIL], checks
+    # the 14th is still read, as with an empty entry before it (it takes no place), or a long
+    # entry (dropped: it takes none either)
+    for ok in [",".join(others[:13] + ["railover"]), ",".join(others[:13]) + ",,railover",
+               ",".join(["x" * 300] + others[:13] + ["railover"])]:
+        env, warnings = launch_env({"NCCL_NET_PLUGIN": ok})
+        assert env["NCCL_NET_PLUGIN"] == ok and "several plugins" in warnings[0], (ok, warnings)
+    long_path = "/" + "d" * 240 + "/" + _paths.PLUGIN_FILE
+    with pytest.raises(LaunchConflict, match="railover entry is 265 characters long; NCCL reads at most 254"):
+        launch_env({"NCCL_NET_PLUGIN": long_path + ",ib"})

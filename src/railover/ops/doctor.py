@@ -485,13 +485,28 @@ def torch_nccl(python: str = sys.executable, timeout_s: float = 60.0) -> Optiona
 #: NCCL's own transports: always there after the plugins NCCL_NET_PLUGIN lists (not plugins).
 NCCL_BUILTIN_NETS = ("ib", "socket")
 
+#: How many entries of an ``NCCL_NET_PLUGIN`` list NCCL reads (2.27.3 to 2.30.7,
+#: src/plugin/net.cc): its table holds NCCL_NET_MAX_PLUGINS (16) networks, 2 of them its own IB
+#: and Socket transports, so the entries after the 14th are dropped (an INFO line says so).
+NCCL_PLUGIN_LIST_MAX = 14
+#: The longest ``NCCL_NET_PLUGIN`` entry NCCL reads (its MAX_STR_LEN, 255, less the NUL): a
+#: longer one is dropped (2.27+; it takes no place in the list), older releases cut the value there.
+NCCL_PLUGIN_NAME_MAX = 254
+
+
+def _plugin_words(value: str) -> List[str]:
+    """Every entry of ``NCCL_NET_PLUGIN=value`` (split at ``,``, empty ones skipped, blanks
+    kept), before NCCL's limits; ``none`` (any case, the whole value) lists none."""
+    return [] if value.lower() == "none" else [p for p in value.split(",") if p]
+
 
 def plugin_entries(value: str) -> List[str]:
     """The plugins ``NCCL_NET_PLUGIN=value`` lists, as NCCL 2.27 and later read it: entries
     separated by ``,``, empty ones skipped, blanks kept (NCCL does not trim them: ``" ib"`` is
-    looked up as the file `` ib`` and ``libnccl-net- ib.so``); ``none`` (any case) lists none.
-    Releases before 2.27 take the whole value as one name."""
-    return [] if value.lower() == "none" else [p for p in value.split(",") if p]
+    looked up as the file `` ib`` and ``libnccl-net- ib.so``), an entry longer than
+    :data:`NCCL_PLUGIN_NAME_MAX` dropped, and only the first :data:`NCCL_PLUGIN_LIST_MAX` of the
+    rest kept. ``none`` (any case) lists none. Releases before 2.27 take the whole value as one name."""
+    return [p for p in _plugin_words(value) if len(p) <= NCCL_PLUGIN_NAME_MAX][:NCCL_PLUGIN_LIST_MAX]
 
 
 def is_railover_entry(entry: str) -> bool:
@@ -507,14 +522,25 @@ def plugin_list_problem(value: str) -> Optional[str]:
     entries = plugin_entries(value)
     if any(is_railover_entry(p) for p in entries):
         return None
+    words = _plugin_words(value)
+    ours = [k for k, p in enumerate(words) if is_railover_entry(p)]
+    if ours and len(words[ours[0]]) > NCCL_PLUGIN_NAME_MAX:
+        return (f"NCCL_NET_PLUGIN: its railover entry is {len(words[ours[0]])} characters long; NCCL reads at most "
+                f"{NCCL_PLUGIN_NAME_MAX} (2.27+ drop a longer entry, older releases cut the value there), so it "
+                "opens no railover plugin")
+    if ours:
+        return (f"NCCL_NET_PLUGIN lists {len(words)} plugins and railover is entry {ours[0] + 1}: NCCL reads only "
+                f"the first {NCCL_PLUGIN_LIST_MAX} (its table of {NCCL_PLUGIN_LIST_MAX + 2} networks keeps 2 for its "
+                "own IB and Socket transports) and drops the rest, so it opens no railover plugin (older releases "
+                "take the whole value as one name)")
     padded = [p for p in entries if is_railover_entry(p.strip())]
     if padded:
         return (f"NCCL_NET_PLUGIN='{value}': NCCL does not trim blanks around its entries, so '{padded[0]}' "
                 f"opens no plugin (NCCL looks for the file '{padded[0]}', then 'libnccl-net-{padded[0]}.so')")
-    if not entries:
+    if not words:
         return f"NCCL_NET_PLUGIN='{value}' loads no network plugin, not railover"
-    if len(entries) > 1:
-        return (f"NCCL_NET_PLUGIN='{value}' lists no railover plugin (entries: {', '.join(entries)}), so "
+    if len(words) > 1:
+        return (f"NCCL_NET_PLUGIN='{value}' lists no railover plugin (entries: {', '.join(words)}), so "
                 f"NCCL_NET={_paths.PLUGIN_NAME} finds none")
     return f"NCCL_NET_PLUGIN={value} selects another plugin"
 
