@@ -524,6 +524,23 @@ def test_launch_names_why_a_plugin_list_opens_no_railover(plugins, words):
     assert env["NCCL_NET_PLUGIN"] == "railover" and words in warnings[0]
 
 
+@pytest.mark.parametrize("nver", [[2, 27, 7], [2, 28, 9], None])
+def test_none_loads_no_railover_on_any_nccl_release(nver):
+    """NCCL_NET_PLUGIN=none: 2.28.3+ read it (any case) as no plugin (src/plugin/net.cc);
+    2.27 and older look for a plugin file 'none' / libnccl-net-none.so, which loads none either.
+    railover is not loaded on any release: doctor FAILs and launch refuses it whatever the
+    release, and the words say what each release does with it."""
+    from railover.ops import doctor as dr
+    torch = {"torch": "2.9.0", "nccl": nver, "error": ""} if nver else None
+    for value in ("none", "NONE"):
+        (c,) = [c for c in dr.nccl_checks(dict(NCCL_NET="railover", NCCL_NET_PLUGIN=value), {}, torch, None)
+                if c.what == "NCCL_NET_PLUGIN"]
+        assert c.status == dr.FAIL and "loads no network plugin" in c.detail, c
+        assert "NCCL 2.28+ read 'none' as no plugin; older releases look for a plugin file of that name" in c.detail
+        with pytest.raises(LaunchConflict, match="loads no network plugin"):
+            launch_env({"NCCL_NET_PLUGIN": value})
+
+
 def test_launch_and_doctor_refuse_railover_past_the_entries_nccl_reads():
     """NCCL 2.27+ keep only the first 14 entries of an NCCL_NET_PLUGIN list (16 networks, 2 of
     them built in; src/plugin/net.cc) and drop an entry of more than 254 characters: railover

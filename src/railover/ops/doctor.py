@@ -505,7 +505,9 @@ def plugin_entries(value: str) -> List[str]:
     separated by ``,``, empty ones skipped, blanks kept (NCCL does not trim them: ``" ib"`` is
     looked up as the file `` ib`` and ``libnccl-net- ib.so``), an entry longer than
     :data:`NCCL_PLUGIN_NAME_MAX` dropped, and only the first :data:`NCCL_PLUGIN_LIST_MAX` of the
-    rest kept. ``none`` (any case) lists none. Releases before 2.27 take the whole value as one name."""
+    rest kept. ``none`` (any case) lists none: 2.28+ read it so; 2.27 and older look for a plugin
+    file ``none`` (``libnccl-net-none.so``), which loads none either, unless such a file exists.
+    Releases before 2.27 take the whole value as one name."""
     return [p for p in _plugin_words(value) if len(p) <= NCCL_PLUGIN_NAME_MAX][:NCCL_PLUGIN_LIST_MAX]
 
 
@@ -538,7 +540,8 @@ def plugin_list_problem(value: str) -> Optional[str]:
         return (f"NCCL_NET_PLUGIN='{value}': NCCL does not trim blanks around its entries, so '{padded[0]}' "
                 f"opens no plugin (NCCL looks for the file '{padded[0]}', then 'libnccl-net-{padded[0]}.so')")
     if not words:
-        return f"NCCL_NET_PLUGIN='{value}' loads no network plugin, not railover"
+        return (f"NCCL_NET_PLUGIN='{value}' loads no network plugin, not railover (NCCL 2.28+ read 'none' as no "
+                "plugin; older releases look for a plugin file of that name)")
     if len(words) > 1:
         return (f"NCCL_NET_PLUGIN='{value}' lists no railover plugin (entries: {', '.join(words)}), so "
                 f"NCCL_NET={_paths.PLUGIN_NAME} finds none")
