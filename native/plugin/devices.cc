@@ -138,7 +138,9 @@ std::vector<std::string> rpFilterWarnings(
     // nor other address of this host holds (a connected route covers every address of it
     // alike; the kernel routes one of this host's through lo, whatever the source), of this NIC's subnet outside
     // those inner ones, then of each inner one; 0 when none. 64-bit: a subnet may end at
-    // 255.255.255.255.
+    // 255.255.255.255. No cap on the addresses tried (doctor's _neighbour has none either):
+    // each one is returned or an address of this host, and an inner subnet is passed in one
+    // step, so the loop ends within nics + hostAddrs + inner + 1 steps.
     auto firstFree = [&](uint32_t net, int len, bool skipInner) -> uint32_t {
       uint64_t last = net | ~mask(len);
       for (uint64_t a = net + 1ull; a < last; ++a) {

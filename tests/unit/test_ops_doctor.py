@@ -344,6 +344,19 @@ def test_without_peers_a_subnet_holding_another_nics_longer_one_is_checked_in_bo
         ("eth0 -> 10.0.0.2", dr.OK), ("eth1 -> 10.0.1.0", dr.OK), ("eth1 -> 10.0.0.2", dr.FAIL)}
 
 
+def test_without_peers_the_stand_in_is_found_past_any_number_of_this_hosts_addresses():
+    """The stand-in for a peer skips this host's addresses. doctor gave up after 64 of them and
+    then checked nothing for the NIC (no routing line at all), while the plugin's init looks
+    further and names the NIC: 65 service addresses 10.0.0.2-66 on another interface, eth1
+    sharing eth0's subnet under strict filtering, its traffic there leaving through eth0."""
+    svc = dr.Iface("svc", 9, [f"10.0.0.{k}/32" for k in range(2, 67)])
+    ifaces = [dr.Iface("eth0", 2, ["10.0.0.1/24"]), dr.Iface("eth1", 3, ["10.0.0.100/24"]), svc]
+    env = dict(GOOD_NCCL, RAILOVER_IFNAMES="eth")
+    rep = run(env, ifaces, route=lambda dst, src, oif=None: (oif or "eth0", ""), sysctls=knobs(rp_filter=1))
+    assert {(c.what, c.status) for c in find(rep, "routing")} == {
+        ("eth0 -> 10.0.0.67", dr.OK), ("eth1 -> 10.0.0.67", dr.FAIL)}, find(rep, "routing")
+
+
 def test_the_route_of_a_nic_in_a_vrf_is_looked_up_in_the_vrf():
     """A NIC enslaved to a VRF routes by the VRF's table, where the kernel's reverse-path filter
     looks too: its lookup names the VRF as the device (``ip route get ... vrf blue``), as the

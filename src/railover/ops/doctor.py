@@ -943,11 +943,14 @@ def _neighbour(net: ipaddress._BaseNetwork, local: Collection[str],
     lo whatever the source, so a NIC sharing its subnet with another NIC of this host got a
     routing finding that no source routing could clear) and in none of the networks ``skip``
     (subnets of other NICs inside ``net``, checked on their own). None when ``net`` has no
-    such one."""
+    such one. No cap on the addresses tried (doctor tried 64 and then checked nothing, where
+    the plugin's init looks further): each one tried is either returned or one of ``local``,
+    and each subnet of ``skip`` is passed in one step, so at most ``len(local) + len(skip) + 1``
+    steps are taken, as in the plugin (rpFilterWarnings)."""
     if net.num_addresses < 4:
         return None
-    a, last, tried = int(net.network_address) + 1, int(net.broadcast_address), 0
-    while a < last and tried < 64:
+    a, last = int(net.network_address) + 1, int(net.broadcast_address)
+    while a < last:
         ip = type(net.network_address)(a)
         inner = [n for n in skip if ip in n]
         if inner:
@@ -955,7 +958,7 @@ def _neighbour(net: ipaddress._BaseNetwork, local: Collection[str],
             continue
         if str(ip) not in local:
             return str(ip)
-        a, tried = a + 1, tried + 1
+        a += 1
     return None
 
 
