@@ -87,22 +87,36 @@ std::vector<size_t> nicsSharingSubnet(const std::vector<Nic>& nics, const std::v
   return out;
 }
 
+// Whether nics[i] is served (a device of NCCL): `served` empty means every NIC is.
+static bool isServed(const std::vector<bool>& served, size_t i) { return served.empty() || (i < served.size() && served[i]); }
+
 std::vector<std::string> arpFluxWarnings(const std::vector<Nic>& nics, const std::vector<int>& prefixLen,
-                                         const std::function<int(const std::string&)>& arpIgnore) {
+                                         const std::function<int(const std::string&)>& arpIgnore,
+                                         const std::vector<bool>& served) {
   std::vector<std::string> out;
   for (size_t i = 0; i < nics.size(); ++i) {
-    std::vector<std::string> group{nics[i].name};
+    std::vector<size_t> group{i};
     bool flux = false, seen = false;  // seen: the group was looked at from an earlier member
     for (size_t j : nicsSharingSubnet(nics, prefixLen, i)) {
       seen |= j < i;
-      group.push_back(nics[j].name);
+      group.push_back(j);
     }
     if (seen || group.size() < 2) continue;
-    for (const Nic& n : nics)
-      if (std::find(group.begin(), group.end(), n.name) != group.end()) flux |= arpIgnore(n.name) == 0;
+    // A member answering ARP for every address of the group (arp_ignore=0) harms the served
+    // members other than itself: one served NIC beside it is enough.
+    std::vector<std::string> names, unserved;
+    for (size_t m : group) {
+      names.push_back(nics[m].name);
+      if (!isServed(served, m)) unserved.push_back(nics[m].name);
+      if (arpIgnore(nics[m].name) != 0) continue;
+      for (size_t n : group) flux |= n != m && isServed(served, n);
+    }
     if (!flux) continue;
-    out.push_back("railover: NICs " + joinNames(group) + " share subnet " + subnetToString(Subnet{nics[i].addr, prefixLen[i]}) +
-           " and answer ARP for each other's addresses (arp_ignore=0): a peer may send one NIC's traffic to another, "
+    out.push_back("railover: NICs " + joinNames(names) + " share subnet " + subnetToString(Subnet{nics[i].addr, prefixLen[i]}) +
+           " and answer ARP for each other's addresses (arp_ignore=0)" +
+           (unserved.empty() ? std::string()
+                             : " (" + joinNames(unserved) + ": not railover's devices, but on that subnet all the same)") +
+           ": a peer may send one NIC's traffic to another, "
            "where railover's sockets (bound to their NIC) do not take it, so connects are refused and probes lost on "
            "that rail; set net.ipv4.conf.all.arp_ignore=1 and arp_announce=2 (railover doctor checks this)");
   }
@@ -112,15 +126,16 @@ std::vector<std::string> arpFluxWarnings(const std::vector<Nic>& nics, const std
 std::vector<std::string> rpFilterWarnings(
     const std::vector<Nic>& nics, const std::vector<int>& prefixLen, const std::function<int(const std::string&)>& rpFilter,
     const std::function<std::string(const sockaddr_in&, const sockaddr_in&)>& routeOif,
-    const std::vector<uint32_t>& hostAddrs) {
+    const std::vector<uint32_t>& hostAddrs, const std::vector<bool>& served) {
   // A prefix length of 0 is left out here (of the NIC and of those sharing its subnet).
   auto v4 = [&](size_t i) { return i < prefixLen.size() && prefixLen[i] > 0 && nics[i].addr.ss_family == AF_INET; };
   auto host = [&](size_t i) { return ntohl(((const sockaddr_in&)nics[i].addr).sin_addr.s_addr); };
   auto mask = [](int len) { return len <= 0 ? 0u : 0xffffffffu << (32 - len); };
   std::vector<std::string> out;
   for (size_t i = 0; i < nics.size(); ++i) {
-    // A /31 or /32 holds no third host: no shared subnet to speak of.
-    if (!v4(i) || prefixLen[i] > 30) continue;
+    // A /31 or /32 holds no third host: no shared subnet to speak of. Only the NICs served are
+    // judged; the others still share their subnets (their routes are the kernel's all the same).
+    if (!v4(i) || prefixLen[i] > 30 || !isServed(served, i)) continue;
     std::vector<std::string> sharing;
     for (size_t j : nicsSharingSubnet(nics, prefixLen, i))
       if (v4(j)) sharing.push_back(nics[j].name);
@@ -200,6 +215,39 @@ static int effectiveIpv4Conf(const std::string& key, const std::string& name) {
   return std::max(atoi(all.c_str()), atoi(own.c_str()));
 }
 
+void warnNicSetup(const std::vector<Nic>& selected, const std::vector<Nic>& devices) {
+  std::vector<int> prefixLen;
+  for (const Subnet& sn : lookupSubnets(selected)) prefixLen.push_back(sn.prefixLen);
+  std::vector<bool> served;
+  for (const Nic& n : selected) {
+    bool dev = false;
+    for (const Nic& d : devices) dev |= d.name == n.name;
+    served.push_back(dev);
+  }
+  auto arpIgnore = [](const std::string& n) { return effectiveIpv4Conf("arp_ignore", n); };
+  for (const std::string& w : arpFluxWarnings(selected, prefixLen, arpIgnore, served)) RO_WARN("%s", w.c_str());
+  auto rpFilter = [](const std::string& n) { return effectiveIpv4Conf("rp_filter", n); };
+  // The route of a NIC in a VRF is its VRF's: the lookup is made there (the kernel's
+  // reverse-path filter looks up in the VRF of the NIC a packet arrives on).
+  auto route = [&](const sockaddr_in& src, const sockaddr_in& dst) {
+    int vrf = 0;
+    for (const Nic& n : selected)
+      if (n.addr.ss_family == AF_INET && ((const sockaddr_in&)n.addr).sin_addr.s_addr == src.sin_addr.s_addr)
+        vrf = l3mdevMaster(n.ifindex);
+    return routeOifFrom(src, dst, vrf);
+  };
+  std::vector<uint32_t> hostAddrs;  // every IPv4 address of this host, secondary ones too
+  ifaddrs* ifa = nullptr;
+  if (getifaddrs(&ifa) == 0) {
+    for (ifaddrs* p = ifa; p; p = p->ifa_next)
+      if (p->ifa_addr && p->ifa_addr->sa_family == AF_INET)
+        hostAddrs.push_back(ntohl(((const sockaddr_in*)p->ifa_addr)->sin_addr.s_addr));
+    freeifaddrs(ifa);
+  }
+  for (const std::string& w : rpFilterWarnings(selected, prefixLen, rpFilter, route, hostAddrs, served))
+    RO_WARN("%s", w.c_str());
+}
+
 bool discoverNics(const Config& cfg, std::vector<Nic>* out, std::string* err) {
   ifaddrs* ifa = nullptr;
   if (getifaddrs(&ifa) != 0) {
@@ -267,28 +315,6 @@ bool discoverNics(const Config& cfg, std::vector<Nic>* out, std::string* err) {
     for (auto& n : *out) known |= n.name == r.first;
     if (!known) RO_WARN("railover: RAILOVER_RAILS names %s, which is not a selected NIC", r.first.c_str());
   }
-  std::vector<int> prefixLen;
-  for (const Subnet& sn : lookupSubnets(*out)) prefixLen.push_back(sn.prefixLen);
-  auto arpIgnore = [](const std::string& n) { return effectiveIpv4Conf("arp_ignore", n); };
-  for (const std::string& w : arpFluxWarnings(*out, prefixLen, arpIgnore)) RO_WARN("%s", w.c_str());
-  auto rpFilter = [](const std::string& n) { return effectiveIpv4Conf("rp_filter", n); };
-  // The route of a NIC in a VRF is its VRF's: the lookup is made there (the kernel's
-  // reverse-path filter looks up in the VRF of the NIC a packet arrives on).
-  auto route = [&](const sockaddr_in& src, const sockaddr_in& dst) {
-    int vrf = 0;
-    for (const Nic& n : *out)
-      if (n.addr.ss_family == AF_INET && ((const sockaddr_in&)n.addr).sin_addr.s_addr == src.sin_addr.s_addr)
-        vrf = l3mdevMaster(n.ifindex);
-    return routeOifFrom(src, dst, vrf);
-  };
-  std::vector<uint32_t> hostAddrs;  // every IPv4 address of this host, secondary ones too
-  if (getifaddrs(&ifa) == 0) {
-    for (ifaddrs* p = ifa; p; p = p->ifa_next)
-      if (p->ifa_addr && p->ifa_addr->sa_family == AF_INET)
-        hostAddrs.push_back(ntohl(((const sockaddr_in*)p->ifa_addr)->sin_addr.s_addr));
-    freeifaddrs(ifa);
-  }
-  for (const std::string& w : rpFilterWarnings(*out, prefixLen, rpFilter, route, hostAddrs)) RO_WARN("%s", w.c_str());
   // A misspelt RAILOVER_STANDBY pair would leave the NIC's comms without failover, silently.
   std::string have;
   for (auto& n : *out) have += (have.empty() ? "" : ",") + n.name;

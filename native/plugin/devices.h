@@ -25,6 +25,13 @@ bool ifnameMatches(const std::string& spec, const std::string& name);
 // when the configuration selects nothing usable.
 bool discoverNics(const Config& cfg, std::vector<Nic>* out, std::string* err);
 
+// Logs the init WARNs about how the NICs share subnets (arpFluxWarnings, rpFilterWarnings) with
+// the sysctls and routes of this host now. `selected`: the NICs discoverNics gave; `devices`:
+// those NCCL is given (after RAILOVER_TRANSPORT=auto left out the NICs without an RDMA port;
+// matched by name). Only devices are judged, as `railover doctor` judges them; the NICs left
+// out still count as sharing a subnet (they keep their address, routes and ARP answers).
+void warnNicSetup(const std::vector<Nic>& selected, const std::vector<Nic>& devices);
+
 // Keeps only the NICs named in `keep` (in their order in *nics), numbered again from 0 (index
 // and the per-device guid follow the new position; names, rails and addresses stay). Returns
 // the names of the NICs left out. For RAILOVER_TRANSPORT=auto, which leaves out the NICs
@@ -47,9 +54,13 @@ std::vector<size_t> nicsSharingSubnet(const std::vector<Nic>& nics, const std::v
 // the subnet ({} when none); a group: a NIC and those nicsSharingSubnet lists for it.
 // `prefixLen[i]`: the prefix length of nics[i]'s address, -1 when unknown (ignored where the
 // address is not IPv4); `arpIgnore(name)`: the NIC's effective arp_ignore (the larger of
-// net.ipv4.conf.all and net.ipv4.conf.<name>), -1 when unknown. Pure.
+// net.ipv4.conf.all and net.ipv4.conf.<name>), -1 when unknown. `served[i]`: whether nics[i]
+// is a device of NCCL (empty: all are); a group is named only where a member with arp_ignore=0
+// can take the traffic of a served member other than itself (the one answering may be a NIC
+// left out, which the warning says). Pure.
 std::vector<std::string> arpFluxWarnings(const std::vector<Nic>& nics, const std::vector<int>& prefixLen,
-                                         const std::function<int(const std::string&)>& arpIgnore);
+                                         const std::function<int(const std::string&)>& arpIgnore,
+                                         const std::vector<bool>& served = {});
 
 // NICs that share an IPv4 subnet with another selected NIC, under strict reverse-path filtering
 // (effective rp_filter 1: the larger of net.ipv4.conf.all and net.ipv4.conf.<name>; the default
@@ -69,11 +80,13 @@ std::vector<std::string> arpFluxWarnings(const std::vector<Nic>& nics, const std
 // `routeOif(src, dst)`: the NIC the kernel routes from src to dst through ("" when unknown: no
 // claim), routeOifFrom at init (in the NIC's VRF where it is enslaved to one: l3mdevMaster).
 // IPv4 only (rp_filter is IPv4's): a NIC whose address is IPv6 is neither warned about nor
-// counted as sharing, and its route is never looked up. Pure apart from those two.
+// counted as sharing, and its route is never looked up. `served[i]`: whether nics[i] is a
+// device of NCCL (empty: all are): only those are warned about; the others count as sharing.
+// Pure apart from those two.
 std::vector<std::string> rpFilterWarnings(
     const std::vector<Nic>& nics, const std::vector<int>& prefixLen, const std::function<int(const std::string&)>& rpFilter,
     const std::function<std::string(const sockaddr_in&, const sockaddr_in&)>& routeOif,
-    const std::vector<uint32_t>& hostAddrs = {});
+    const std::vector<uint32_t>& hostAddrs = {}, const std::vector<bool>& served = {});
 
 // "eth1,eth2": NIC names as the logs list them.
 std::string joinNames(const std::vector<std::string>& names);

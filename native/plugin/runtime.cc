@@ -35,11 +35,14 @@ ncclResult_t Runtime::init(ncclDebugLogger_t logger) {
     return result_ = ncclSystemError;
   }
   ports.assign(nics.size(), 0);
+  const std::vector<Nic> selected = nics;  // before RAILOVER_TRANSPORT=auto leaves any out
   if (!transport && !chooseTransport(&err)) {
     error_ = err;
     RO_WARN("railover: %s", err.c_str());
     return result_ = ncclSystemError;
   }
+  // Judged on the NICs served, as doctor judges them (the NICs left out still share subnets).
+  warnNicSetup(selected, nics);
   applyDeviceProps(*transport, &nics);
   for (auto& n : nics) {
     socklen_t len = 0;

@@ -508,6 +508,43 @@ TEST(Devices, StrictReversePathFilteringOnANicWhoseSubnetHoldsAnotherNicsIsNamed
   EXPECT_EQ(asked.size(), 2u);
 }
 
+// RAILOVER_TRANSPORT=auto leaves the NICs without an RDMA port out of NCCL's devices. The init
+// checks judged every NIC discovered, before that: a WARN about a NIC railover then does not use
+// (its traffic, its ARP answers), while doctor judges the devices only. Now only the NICs served
+// are judged; the ones left out still share their subnet (their routes and ARP answers are the
+// kernel's all the same), so a served NIC harmed by one is still named.
+TEST(Devices, OnlyTheNicsServedAreJudgedAndTheNicsLeftOutStillShareTheirSubnet) {
+  using railover::arpFluxWarnings;
+  using railover::rpFilterWarnings;
+  std::vector<railover::Nic> nics{v4Nic("a0", "10.0.0.1"), v4Nic("a1", "10.0.0.2")};
+  std::vector<int> len{24, 24};
+  const std::vector<bool> served{true, false};  // a1 left out
+  auto strict = [](const std::string&) { return 1; };
+  std::string via;  // the main table's first route, whatever the source
+  auto route = [&](const sockaddr_in&, const sockaddr_in&) { return via; };
+  via = "a0";
+  EXPECT_EQ(rpFilterWarnings(nics, len, strict, route).size(), 1u) << "every NIC served: a1 is named";
+  EXPECT_TRUE(rpFilterWarnings(nics, len, strict, route, {}, served).empty()) << "a1 is no device: not judged";
+  via = "a1";
+  auto w = rpFilterWarnings(nics, len, strict, route, {}, served);
+  ASSERT_EQ(w.size(), 1u) << "a0's traffic leaves through a1, left out or not";
+  EXPECT_NE(w[0].find("NIC a0 shares subnet 10.0.0.0/24 with a1, and its traffic to that subnet leaves through a1"),
+            std::string::npos) << w[0];
+  // ARP: a0 with arp_ignore=0 answers for a1's address, which railover does not use: nothing to
+  // say; a1 with arp_ignore=0 answers for a0's, a device: named, and a1 as left out.
+  std::map<std::string, int> ignore{{"a0", 0}, {"a1", 1}};
+  auto arp = [&](const std::string& n) { return ignore[n]; };
+  EXPECT_EQ(arpFluxWarnings(nics, len, arp).size(), 1u) << "every NIC served";
+  EXPECT_TRUE(arpFluxWarnings(nics, len, arp, served).empty());
+  ignore = {{"a0", 1}, {"a1", 0}};
+  w = arpFluxWarnings(nics, len, arp, served);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("NICs a0,a1 share subnet 10.0.0.0/24 and answer ARP for each other's addresses (arp_ignore=0) "
+                      "(a1: not railover's devices, but on that subnet all the same)"),
+            std::string::npos) << w[0];
+  EXPECT_TRUE(arpFluxWarnings(nics, len, arp, {false, false}).empty()) << "no device in the group";
+}
+
 // An address of this host on an interface railover does not use (or a NIC's second address)
 // is no stand-in for a peer: the kernel routes it through lo whatever the source, which named lo
 // for every NIC sharing the subnet. The lookups skip it.

@@ -3,6 +3,7 @@ railover_rdma_report_json (shape: native/plugin/rdma_report.h), the NCCL_IB_* me
 real function of the built plugin on this host (libibverbs, no RDMA device)."""
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -528,3 +529,41 @@ def test_doctor_cli_shows_the_plugins_rdma_answer(native):
                         env=env, capture_output=True, text=True, timeout=120)
     assert cp.returncode == 1 and "Traceback" not in cp.stderr + cp.stdout
     assert "NCCL_IB_GID_INDEX" in cp.stdout
+
+
+def test_the_nics_left_out_are_not_judged_but_still_share_their_subnet():
+    """RAILOVER_TRANSPORT=auto leaves eth0 (no RDMA port) out; it shares eth1's subnet. The
+    plugin's init judged every NIC discovered, doctor the devices only, so they named different
+    NICs. Now both judge the devices (eth1, eth2) and count eth0 as sharing eth1's subnet: it
+    keeps its address, its routes and its ARP answers (plugin: Devices.OnlyTheNicsServedAre...).
+    ARP: eth1 with arp_ignore=0 answers only for eth0's address, which railover does not use:
+    no FAIL; eth0 with arp_ignore=0 answers for eth1's: eth1 FAILs, naming eth0 (doctor missed
+    it: eth0 was no mate). Routing: eth1's /16 holds eth0's /24, which the kernel routes through
+    eth0: eth1 is checked there too (doctor looked only into the devices' subnets)."""
+    ifaces = [dr.Iface("eth0", 2, ["10.0.1.9/24"]), dr.Iface("eth1", 3, ["10.0.0.1/16"]),
+              dr.Iface("eth2", 4, ["10.2.0.1/24"])]
+
+    def knobs(ignore):
+        return {n: {"arp_ignore": ignore.get(n, 1), "arp_announce": 2, "rp_filter": 1} for n in ("eth0", "eth1", "eth2")}
+
+    def longest(dst, src, oif=None):
+        nets = [(ipaddress.ip_interface(a).network, i.name) for i in ifaces for a in i.addrs]
+        hits = [(n.prefixlen, name) for n, name in nets if ipaddress.ip_address(dst) in n]
+        return oif or max(hits)[1], ""
+
+    def go(ignore):
+        facts = dr.Facts(env=dict(GOOD_NCCL), ifaces=ifaces, plugin=PLUGIN_OK, ld_resolve=PLUGIN_OK["path"],
+                         rdma=mgmt_report(), sysctls=knobs(ignore))
+        return dr.diagnose(facts, route=longest, probe=lambda s, d, i: (True, "ok"))
+
+    rep = go({"eth1": 0})
+    assert not find(rep, "arp", status=dr.FAIL), find(rep, "arp")
+    (a,) = find(rep, "arp", "eth1")
+    assert "shares subnet 10.0.0.0/16 with eth0 (left out of NCCL's devices)" in a.detail, a.detail
+    rep = go({"eth0": 0})
+    (f,) = find(rep, "arp", status=dr.FAIL)
+    assert f.what == "eth1" and "eth0 has arp_ignore=0: it answers ARP for eth1's address" in f.detail, f.detail
+    assert "net.ipv4.conf.eth0.arp_ignore=1" in f.fix, f.fix
+    assert not find(rep, "arp", "eth0"), "eth0 is no device: not judged"
+    assert {(c.what, c.status) for c in find(rep, "routing")} == {
+        ("eth1 -> 10.0.0.2", dr.OK), ("eth1 -> 10.0.1.1", dr.FAIL), ("eth2 -> 10.2.0.2", dr.OK)}, find(rep, "routing")

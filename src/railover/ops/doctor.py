@@ -1009,6 +1009,7 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
         del rails[i.name]
     for i in over_tcp:
         reasons[i.name] += "; " + rdma_fate_reason(facts.rdma, i.name, OVER_TCP)
+    discovered = list(selected)   # the NICs the plugin discovers, those left out included
     selected = [i for i in selected if i not in left_out]
     out_note = (f"; {', '.join(i.name for i in left_out)} left out of NCCL's devices: no RDMA port, and "
                 "RAILOVER_TRANSPORT=auto uses the RDMA NICs only" if left_out else "")
@@ -1097,24 +1098,39 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
     # several NICs in one IPv4 subnet: each must answer ARP for its own address only, else a
     # peer's traffic to one NIC arrives on another, where railover's device-bound sockets do not
     # take it (a connect is refused, a probe lost). IPv6 neighbour discovery answers per NIC.
-    sel_addrs = {i.name: i.addr(fam) for i in selected}
-    nets = {i.name: i.network_of(sel_addrs[i.name]) for i in selected if sel_addrs[i.name]}
+    # The NICs judged are the devices (`selected`), as in the plugin's init; the NICs left out
+    # (RAILOVER_TRANSPORT=auto) still share their subnet: they keep their address, routes and
+    # ARP answers, so one with arp_ignore=0 can take a device's traffic.
+    sel_addrs = {i.name: i.addr(fam) for i in discovered}
+    nets = {i.name: i.network_of(sel_addrs[i.name]) for i in discovered if sel_addrs[i.name]}
     nets = {n: net for n, net in nets.items() if net is not None and net.version == 4}
+    out_names = {i.name for i in left_out}
     sysctls = facts.sysctls or {}
     for i in selected:
         mates = [n for n in nets if n != i.name and i.name in nets and nets[n].overlaps(nets[i.name])]
         vals = sysctls.get(i.name, {})
         if not mates or not vals:
             continue
-        share = f"{i.name} ({sel_addrs[i.name]}) shares subnet {nets[i.name]} with {', '.join(mates)}"
-        if vals.get("arp_ignore") == 0:
+        served_mates = [n for n in mates if n not in out_names]
+        out_flux = [n for n in mates if n in out_names and sysctls.get(n, {}).get("arp_ignore") == 0]
+        share = (f"{i.name} ({sel_addrs[i.name]}) shares subnet {nets[i.name]} with "
+                 + ", ".join(n + (" (left out of NCCL's devices)" if n in out_names else "") for n in mates))
+        if vals.get("arp_ignore") == 0 and served_mates:
             checks.append(Check("arp", i.name, FAIL,
                                 f"{share} and arp_ignore=0: {i.name} answers ARP for the addresses of "
-                                f"{', '.join(mates)} too (ARP flux: arp_ignore of the NIC a request arrives on), so a "
-                                f"peer's traffic to {mates[0]} may arrive on {i.name}, where railover's sockets, "
-                                f"bound to {mates[0]}, do not take it (connects refused, probes lost)",
+                                f"{', '.join(served_mates)} too (ARP flux: arp_ignore of the NIC a request arrives "
+                                f"on), so a peer's traffic to {served_mates[0]} may arrive on {i.name}, where "
+                                f"railover's sockets, bound to {served_mates[0]}, do not take it (connects refused, "
+                                "probes lost)",
                                 f"sysctl -w net.ipv4.conf.all.arp_ignore=1 (or net.ipv4.conf.{i.name}.arp_ignore=1 "
                                 "on each of these NICs), persistently in /etc/sysctl.d"))
+        elif out_flux:
+            checks.append(Check("arp", i.name, FAIL,
+                                f"{share}, and {out_flux[0]} has arp_ignore=0: it answers ARP for {i.name}'s "
+                                f"address (ARP flux), so a peer's traffic to {i.name} may arrive on {out_flux[0]}, "
+                                "which railover does not use (connects refused, probes lost)",
+                                f"sysctl -w net.ipv4.conf.all.arp_ignore=1 (or net.ipv4.conf.{out_flux[0]}.arp_ignore=1)"
+                                ", persistently in /etc/sysctl.d"))
         elif vals.get("arp_announce") is not None and vals["arp_announce"] != 2:
             checks.append(Check("arp", i.name, WARN,
                                 f"{share} and arp_announce={vals['arp_announce']}: an ARP request sent from "
@@ -1172,7 +1188,8 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
             # other NICs' subnets inside this one with a longer prefix: the kernel routes there
             # through them (the longest prefix), so each gets a stand-in of its own, the rest of
             # the subnet one outside them (as the plugin's init looks them up)
-            inner = sorted({n for n in nets_of.values() if n is not None and n.version == net.version
+            inner = sorted({n for n in (x.network_of(sel_addrs[x.name]) for x in discovered if sel_addrs[x.name])
+                            if n is not None and n.version == net.version
                             and n.prefixlen > net.prefixlen and n.subnet_of(net)})
             for sub, skip in [(net, inner)] + [(n, []) for n in inner]:
                 nb = _neighbour(sub, local, skip)
