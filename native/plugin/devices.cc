@@ -123,6 +123,20 @@ std::vector<std::string> arpFluxWarnings(const std::vector<Nic>& nics, const std
   return out;
 }
 
+std::vector<std::string> zeroPrefixWarnings(const std::vector<Nic>& nics, const std::vector<int>& prefixLen,
+                                            const std::vector<bool>& served) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < nics.size() && i < prefixLen.size(); ++i) {
+    if (!isServed(served, i) || prefixLen[i] != 0 || nics[i].addr.ss_family != AF_INET) continue;
+    out.push_back("railover: NIC " + nics[i].name + "'s address " + addrToString(nics[i].addr) +
+                  "/0 has prefix length 0: the kernel gives it no subnet route, so no peer is on its link by its "
+                  "address and what it sends leaves wherever other routes say (under strict reverse-path filtering, "
+                  "rp_filter=1, what arrives on it is dropped unless the route back leaves through it); its routes "
+                  "are not checked here. Give it its subnet's prefix length (railover doctor checks this)");
+  }
+  return out;
+}
+
 std::vector<std::string> rpFilterWarnings(
     const std::vector<Nic>& nics, const std::vector<int>& prefixLen, const std::function<int(const std::string&)>& rpFilter,
     const std::function<std::string(const sockaddr_in&, const sockaddr_in&)>& routeOif,
@@ -224,6 +238,7 @@ void warnNicSetup(const std::vector<Nic>& selected, const std::vector<Nic>& devi
     for (const Nic& d : devices) dev |= d.name == n.name;
     served.push_back(dev);
   }
+  for (const std::string& w : zeroPrefixWarnings(selected, prefixLen, served)) RO_WARN("%s", w.c_str());
   auto arpIgnore = [](const std::string& n) { return effectiveIpv4Conf("arp_ignore", n); };
   for (const std::string& w : arpFluxWarnings(selected, prefixLen, arpIgnore, served)) RO_WARN("%s", w.c_str());
   auto rpFilter = [](const std::string& n) { return effectiveIpv4Conf("rp_filter", n); };

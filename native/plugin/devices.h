@@ -88,6 +88,14 @@ std::vector<std::string> rpFilterWarnings(
     const std::function<std::string(const sockaddr_in&, const sockaddr_in&)>& routeOif,
     const std::vector<uint32_t>& hostAddrs = {}, const std::vector<bool>& served = {});
 
+// Served NICs (`served` as for rpFilterWarnings) whose IPv4 address has prefix length 0: the
+// kernel adds no subnet route for a /0 address (`ip route` lists none), so nothing is on the
+// NIC's link by its address, and a stand-in peer "in its subnet" would be no address
+// (0.0.0.1): rpFilterWarnings leaves such a NIC out, and `railover doctor` makes no stand-in
+// lookup for it; one warning each says so instead ({} when none). Pure.
+std::vector<std::string> zeroPrefixWarnings(const std::vector<Nic>& nics, const std::vector<int>& prefixLen,
+                                            const std::vector<bool>& served = {});
+
 // "eth1,eth2": NIC names as the logs list them.
 std::string joinNames(const std::vector<std::string>& names);
 

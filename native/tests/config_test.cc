@@ -545,6 +545,31 @@ TEST(Devices, OnlyTheNicsServedAreJudgedAndTheNicsLeftOutStillShareTheirSubnet) 
   EXPECT_TRUE(arpFluxWarnings(nics, len, arp, {false, false}).empty()) << "no device in the group";
 }
 
+// A /0 address: the kernel adds no subnet route for it (no peer is on the link by its address),
+// so the rp_filter check cannot pick a stand-in peer for it (0.0.0.1 is no address) and leaves
+// it out, as doctor does; one WARN says so. A /30 is looked into, a /31 and a /32 are not (no
+// third host), in the plugin as in doctor (_neighbour).
+TEST(Devices, ANicWithPrefixLengthZeroIsNamedAndNotLookedInto) {
+  std::vector<railover::Nic> nics{v4Nic("v0", "10.9.0.1"), v4Nic("v1", "10.9.1.1")};
+  std::vector<std::string> dsts;
+  auto route = [&](const sockaddr_in&, const sockaddr_in& dst) {
+    char d[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &dst.sin_addr, d, sizeof(d));
+    dsts.push_back(d);
+    return std::string("v1");
+  };
+  auto strict = [](const std::string&) { return 1; };
+  EXPECT_TRUE(railover::rpFilterWarnings(nics, {0, 24}, strict, route).empty());
+  EXPECT_TRUE(dsts.empty()) << dsts[0];
+  auto w = railover::zeroPrefixWarnings(nics, {0, 24});
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("NIC v0's address 10.9.0.1/0 has prefix length 0: the kernel gives it no subnet route"),
+            std::string::npos) << w[0];
+  EXPECT_TRUE(railover::zeroPrefixWarnings(nics, {0, 24}, {false, true}).empty()) << "not a device: not judged";
+  EXPECT_TRUE(railover::zeroPrefixWarnings(nics, {8, 24}).empty());
+  EXPECT_TRUE(railover::zeroPrefixWarnings(nics, {-1, 24}).empty()) << "unknown: no claim";
+}
+
 // An address of this host on an interface railover does not use (or a NIC's second address)
 // is no stand-in for a peer: the kernel routes it through lo whatever the source, which named lo
 // for every NIC sharing the subnet. The lookups skip it.

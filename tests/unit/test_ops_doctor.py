@@ -357,6 +357,32 @@ def test_without_peers_the_stand_in_is_found_past_any_number_of_this_hosts_addre
         ("eth0 -> 10.0.0.67", dr.OK), ("eth1 -> 10.0.0.67", dr.FAIL)}, find(rep, "routing")
 
 
+def test_a_nic_with_prefix_length_zero_is_named_and_not_looked_into():
+    """A /0 address gets no subnet route from the kernel. Without --peer doctor looked up a
+    stand-in 0.0.0.1 for it ('ip route get 0.0.0.1 from ...: Network is unreachable', a FAIL)
+    and its route into every other NIC's subnet (all inside 0.0.0.0/0: FAILs under rp_filter=1),
+    while the plugin's init leaves a /0 out. Now both name it (a WARN) and look nothing up for
+    it. A /30 gets a stand-in; a /31 and a /32 none (no third host), as in the plugin."""
+    ifaces = [dr.Iface("v0", 2, ["10.9.0.1/0"]), dr.Iface("v1", 3, ["10.9.1.1/24"])]
+    asked = []
+
+    def route(dst, src, oif=None):
+        asked.append((dst, src))
+        return (oif, "") if oif else ("v1", "") if ipaddress.ip_address(dst) in ipaddress.ip_network("10.9.1.0/24") \
+            else (None, "Network is unreachable")
+
+    rep = run(dict(GOOD_NCCL, RAILOVER_IFNAMES="v"), ifaces, route=route, sysctls={
+        n: {"arp_ignore": 1, "arp_announce": 2, "rp_filter": 1} for n in ("v0", "v1")})
+    assert {(c.what, c.status) for c in find(rep, "routing")} == {("v0", dr.WARN), ("v1 -> 10.9.1.2", dr.OK)}
+    assert "has prefix length 0: the kernel gives it no subnet route" in find(rep, "routing", "v0")[0].detail
+    assert all(src != "10.9.0.1" for _dst, src in asked), asked
+    for plen, stand_in in ((30, "10.9.0.2"), (31, None), (32, None)):
+        ifaces = [dr.Iface("v0", 2, [f"10.9.0.1/{plen}"]), dr.Iface("v1", 3, ["10.9.1.1/24"])]
+        rep = run(dict(GOOD_NCCL, RAILOVER_IFNAMES="v"), ifaces, route=lambda dst, src, oif=None: (oif or "v0", ""))
+        got = [c.what for c in find(rep, "routing") if c.what.startswith("v0")]
+        assert got == ([f"v0 -> {stand_in}"] if stand_in else []), (plen, got)
+
+
 def test_the_route_of_a_nic_in_a_vrf_is_looked_up_in_the_vrf():
     """A NIC enslaved to a VRF routes by the VRF's table, where the kernel's reverse-path filter
     looks too: its lookup names the VRF as the device (``ip route get ... vrf blue``), as the

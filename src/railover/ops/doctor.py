@@ -1185,6 +1185,20 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
             net = i.network_of(sel_addrs[i.name])
             if net is None:
                 continue
+            if net.prefixlen == 0:
+                # the kernel adds no subnet route for a /0 address: nothing is on the NIC's link
+                # by its address, and a stand-in "in its subnet" would be no address (0.0.0.1);
+                # the plugin's init leaves it out too, with the same WARN (zeroPrefixWarnings)
+                if net.version == 4:
+                    checks.append(Check("routing", i.name, WARN,
+                                        f"{i.name}'s address {sel_addrs[i.name]}/0 has prefix length 0: the kernel "
+                                        "gives it no subnet route, so no peer is on its link by its address and what "
+                                        "it sends leaves wherever other routes say (under rp_filter=1, what arrives "
+                                        "on it is dropped unless the route back leaves through it); its routes are "
+                                        "not checked without --peer",
+                                        f"give {i.name} its subnet's prefix length (ip addr replace "
+                                        f"{sel_addrs[i.name]}/<len> dev {i.name}), or pass --peer addresses"))
+                continue
             # other NICs' subnets inside this one with a longer prefix: the kernel routes there
             # through them (the longest prefix), so each gets a stand-in of its own, the rest of
             # the subnet one outside them (as the plugin's init looks them up)
