@@ -229,7 +229,32 @@ static int effectiveIpv4Conf(const std::string& key, const std::string& name) {
   return std::max(atoi(all.c_str()), atoi(own.c_str()));
 }
 
-void warnNicSetup(const std::vector<Nic>& selected, const std::vector<Nic>& devices) {
+std::vector<std::string> standbyPairWarnings(const std::vector<std::pair<std::string, std::string>>& pairs,
+                                             const std::vector<std::string>& selected,
+                                             const std::vector<std::string>& devices) {
+  std::vector<std::string> out;
+  auto has = [](const std::vector<std::string>& v, const std::string& n) { return std::find(v.begin(), v.end(), n) != v.end(); };
+  for (auto& pr : pairs)
+    for (const std::string* name : {&pr.first, &pr.second}) {
+      if (has(devices, *name)) continue;
+      std::string what = has(selected, *name)
+                             ? "which is left out of NCCL's devices (no RDMA port, and RAILOVER_TRANSPORT=auto uses the "
+                               "RDMA NICs only; devices: " + joinNames(devices) + ")"
+                             : "which is not a selected NIC (selected: " + joinNames(devices) + ")";
+      out.push_back("railover: RAILOVER_STANDBY pair " + pr.first + "=" + pr.second + " names " + *name + ", " + what +
+                    "; comms of that pair get no standby path from it");
+    }
+  return out;
+}
+
+void warnNicSetup(const Config& cfg, const std::vector<Nic>& selected, const std::vector<Nic>& devices) {
+  // A misspelt RAILOVER_STANDBY pair would leave the NIC's comms without failover, silently;
+  // so would a pair naming a NIC left out of NCCL's devices.
+  std::vector<std::string> selectedNames, deviceNames;
+  for (const Nic& n : selected) selectedNames.push_back(n.name);
+  for (const Nic& n : devices) deviceNames.push_back(n.name);
+  for (const std::string& w : standbyPairWarnings(cfg.standbyPairs, selectedNames, deviceNames))
+    RO_WARN("%s", w.c_str());
   std::vector<int> prefixLen;
   for (const Subnet& sn : lookupSubnets(selected)) prefixLen.push_back(sn.prefixLen);
   std::vector<bool> served;
@@ -330,18 +355,6 @@ bool discoverNics(const Config& cfg, std::vector<Nic>* out, std::string* err) {
     for (auto& n : *out) known |= n.name == r.first;
     if (!known) RO_WARN("railover: RAILOVER_RAILS names %s, which is not a selected NIC", r.first.c_str());
   }
-  // A misspelt RAILOVER_STANDBY pair would leave the NIC's comms without failover, silently.
-  std::string have;
-  for (auto& n : *out) have += (have.empty() ? "" : ",") + n.name;
-  for (auto& pr : cfg.standbyPairs)
-    for (const std::string* name : {&pr.first, &pr.second}) {
-      bool known = false;
-      for (auto& n : *out) known |= n.name == *name;
-      if (!known)
-        RO_WARN("railover: RAILOVER_STANDBY pair %s=%s names %s, which is not a selected NIC (selected: %s); "
-                "comms of that pair get no standby path from it",
-                pr.first.c_str(), pr.second.c_str(), name->c_str(), have.c_str());
-    }
   return true;
 }
 

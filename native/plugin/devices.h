@@ -30,7 +30,16 @@ bool discoverNics(const Config& cfg, std::vector<Nic>* out, std::string* err);
 // those NCCL is given (after RAILOVER_TRANSPORT=auto left out the NICs without an RDMA port;
 // matched by name). Only devices are judged, as `railover doctor` judges them; the NICs left
 // out still count as sharing a subnet (they keep their address, routes and ARP answers).
-void warnNicSetup(const std::vector<Nic>& selected, const std::vector<Nic>& devices);
+// Also the RAILOVER_STANDBY pairs naming a NIC that is no device (standbyPairWarnings).
+void warnNicSetup(const Config& cfg, const std::vector<Nic>& selected, const std::vector<Nic>& devices);
+
+// One warning per name in an explicit RAILOVER_STANDBY pair (`pairs`) that is none of `devices`
+// (the NICs NCCL is given): "left out of NCCL's devices" where it is among `selected` (the NICs
+// discovered, before RAILOVER_TRANSPORT=auto left out those without an RDMA port), else "not a
+// selected NIC"; either way that pair gives no standby path. Pure.
+std::vector<std::string> standbyPairWarnings(const std::vector<std::pair<std::string, std::string>>& pairs,
+                                             const std::vector<std::string>& selected,
+                                             const std::vector<std::string>& devices);
 
 // Keeps only the NICs named in `keep` (in their order in *nics), numbered again from 0 (index
 // and the per-device guid follow the new position; names, rails and addresses stay). Returns

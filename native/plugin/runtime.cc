@@ -42,7 +42,7 @@ ncclResult_t Runtime::init(ncclDebugLogger_t logger) {
     return result_ = ncclSystemError;
   }
   // Judged on the NICs served, as doctor judges them (the NICs left out still share subnets).
-  warnNicSetup(selected, nics);
+  warnNicSetup(cfg, selected, nics);
   applyDeviceProps(*transport, &nics);
   for (auto& n : nics) {
     socklen_t len = 0;

@@ -545,6 +545,21 @@ TEST(Devices, OnlyTheNicsServedAreJudgedAndTheNicsLeftOutStillShareTheirSubnet) 
   EXPECT_TRUE(arpFluxWarnings(nics, len, arp, {false, false}).empty()) << "no device in the group";
 }
 
+// A RAILOVER_STANDBY pair naming a NIC that RAILOVER_TRANSPORT=auto left out gives no standby
+// path: init checked the pairs at discovery, before the drop, and said nothing (doctor WARNs).
+TEST(Devices, AStandbyPairNamingANicLeftOutIsNamed) {
+  using V = std::vector<std::string>;
+  std::vector<std::pair<std::string, std::string>> pairs{{"eth1", "eth0"}, {"eth2", "eth9"}};
+  V w = railover::standbyPairWarnings(pairs, {"eth0", "eth1", "eth2"}, {"eth1", "eth2"});
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_NE(w[0].find("RAILOVER_STANDBY pair eth1=eth0 names eth0, which is left out of NCCL's devices (no RDMA port"),
+            std::string::npos) << w[0];
+  EXPECT_NE(w[1].find("pair eth2=eth9 names eth9, which is not a selected NIC (selected: eth1,eth2)"), std::string::npos)
+      << w[1];
+  EXPECT_TRUE(railover::standbyPairWarnings(pairs, {"eth0", "eth1", "eth2", "eth9"}, {"eth0", "eth1", "eth2", "eth9"})
+                  .empty());
+}
+
 // A /0 address: the kernel adds no subnet route for it (no peer is on the link by its address),
 // so the rp_filter check cannot pick a stand-in peer for it (0.0.0.1 is no address) and leaves
 // it out, as doctor does; one WARN says so. A /30 is looked into, a /31 and a /32 are not (no
