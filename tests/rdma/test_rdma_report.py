@@ -155,3 +155,53 @@ def test_a_pulled_cable_shows_the_port_down(rdma_bed, tool):
                        f"{a0.rdma_dev} port 1 ACTIVE again")
         assert x["state"] == "ACTIVE" and x["gid_index"] == a0.gid_index
     crash_retry(rdma_bed, body)
+
+
+def test_init_judges_the_nics_it_serves_not_those_auto_leaves_out(rdma_bed):
+    """RAILOVER_TRANSPORT=auto with NCCL_IB_HCA excluding a1's HCA leaves a1 out of NCCL's
+    devices. With a1 moved into a0's subnet (a0's connected route first, so a1's traffic to the
+    subnet leaves through a0) under strict reverse-path filtering, and a0 answering ARP for
+    every address (arp_ignore=0): the plugin's init WARNed about a1, which it then does not use
+    (rp_filter), and about the pair (ARP: a0 answers only for a1's address), as it judged the
+    NICs before the drop. Now neither; with a1 answering ARP for a0's address instead, the ARP
+    WARN names the pair and says a1 is not a device (its answers take a0's traffic)."""
+    bed = rdma_bed
+    a0, a1 = bed.host("A").nics[:2]
+    knobs = ["all.rp_filter", "all.arp_ignore", f"{a0.ifname}.arp_ignore", f"{a1.ifname}.arp_ignore"]
+
+    def sysctl(values):
+        script = "; ".join(f"sysctl -q -w net.ipv4.conf.{k}={v}" for k, v in values.items())
+        assert bed.sh("A", script)[0] == 0, script
+
+    def init_log():
+        env = {"RAILOVER_IFNAMES": f"={a0.ifname},{a1.ifname}", "NCCL_IB_HCA": f"^={a1.rdma_dev}",
+               "NCCL_DEBUG": "INFO", "RAILOVER_STATE_DIR": "off"}
+        p = bed.spawn("A", ["/mnt/build/bin/railover-perf", "--plugin", PLUGIN, "--rank", "0", "--nranks", "1",
+                            "--rendezvous", "/tmp/rv-init", "-b", "8", "-e", "8"], env=env)
+        try:
+            poll_until(lambda: "railover: NIC 0 " in p.stderr() + p.stdout() or p.poll() is not None,
+                       timeout_s=300, what="the plugin's init")
+        finally:
+            p.kill()
+        text = p.stderr() + p.stdout()
+        assert "railover: NIC 0 " in text and f"NIC(s) {a1.ifname} have no RDMA port" in text, text[-3000:]
+        return [ln for ln in text.splitlines() if "reverse-path filtering" in ln or "answer ARP" in ln]
+
+    rc, out, _ = bed.sh("A", "; ".join(f"sysctl -n net.ipv4.conf.{k}" for k in knobs))
+    assert rc == 0
+    before = dict(zip(knobs, out.split()))
+    net = a0.addr.rsplit(".", 1)[0]
+    assert bed.sh("A", f"mkdir -p /tmp/rv-init; ip addr flush dev {a1.ifname} && "
+                       f"ip addr add {net}.200/{a0.prefixlen} dev {a1.ifname}")[0] == 0
+    try:
+        sysctl({"all.rp_filter": 1, "all.arp_ignore": 0, f"{a0.ifname}.arp_ignore": 0, f"{a1.ifname}.arp_ignore": 1})
+        rc, route, _ = bed.sh("A", f"ip route get {net}.201 from {net}.200")
+        assert rc == 0 and f"dev {a0.ifname}" in route, route  # a1's traffic leaves through a0
+        assert init_log() == []
+        sysctl({f"{a0.ifname}.arp_ignore": 1, "all.arp_ignore": 0, f"{a1.ifname}.arp_ignore": 0})
+        (w,) = init_log()
+        assert f"NICs {a0.ifname},{a1.ifname} share subnet" in w and \
+            f"({a1.ifname}: not railover's devices, but on that subnet all the same)" in w, w
+    finally:
+        sysctl(before)
+        bed.sh("A", f"ip addr flush dev {a1.ifname}; ip addr add {a1.cidr} dev {a1.ifname}")
