@@ -205,3 +205,25 @@ def test_init_judges_the_nics_it_serves_not_those_auto_leaves_out(rdma_bed):
     finally:
         sysctl(before)
         bed.sh("A", f"ip addr flush dev {a1.ifname}; ip addr add {a1.cidr} dev {a1.ifname}")
+
+
+def test_init_names_a_standby_pair_naming_a_nic_auto_leaves_out(rdma_bed):
+    """RAILOVER_STANDBY=eth1=eth2 with eth2 left out by RAILOVER_TRANSPORT=auto (NCCL_IB_HCA
+    excludes its HCA): the pair gives no standby path. The plugin checked the pairs at discovery,
+    before the drop, and said nothing (doctor WARNs); now init names it."""
+    bed = rdma_bed
+    a0, a1 = bed.host("A").nics[:2]
+    env = {"RAILOVER_IFNAMES": f"={a0.ifname},{a1.ifname}", "NCCL_IB_HCA": f"^={a1.rdma_dev}", "NCCL_DEBUG": "INFO",
+           "RAILOVER_STATE_DIR": "off", "RAILOVER_STANDBY": f"{a0.ifname}={a1.ifname}"}
+    assert bed.sh("A", "mkdir -p /tmp/rv-standby")[0] == 0
+    p = bed.spawn("A", ["/mnt/build/bin/railover-perf", "--plugin", PLUGIN, "--rank", "0", "--nranks", "1",
+                        "--rendezvous", "/tmp/rv-standby", "-b", "8", "-e", "8"], env=env)
+    try:
+        poll_until(lambda: "railover: NIC 0 " in p.stderr() + p.stdout() or p.poll() is not None,
+                   timeout_s=300, what="the plugin's init")
+    finally:
+        p.kill()
+    text = p.stderr() + p.stdout()
+    assert "railover: NIC 0 " in text, text[-3000:]
+    assert (f"RAILOVER_STANDBY pair {a0.ifname}={a1.ifname} names {a1.ifname}, which is left out of NCCL's devices "
+            "(no RDMA port") in text, text[-3000:]
