@@ -529,3 +529,17 @@ def test_the_faults_run_in_checked_runs_of_faults_per_run_each_with_its_bytes_ch
     with pytest.raises(R.C.BenchError, match="faults per checked run must be >= 1"):
         R.convergence(_fake_bed(crash_at=None), ["cable-pull"], 1, "256K", 1000, tmp_path, console, 5, 5,
                       faults_per_run=0)
+
+
+def test_the_bench_reads_guest_journals_with_railovers_journal_parser(tmp_path):
+    """bench rdma parsed the guests' journals with a bare json.loads of its own: a line that is
+    JSON but no event (a garbled ``null`` or ``7``) was returned as an event (then ``.get``
+    raised AttributeError, ending the run with a traceback) where railover's journal parser,
+    which every other reader uses, skips and counts it. Now both places use that parser."""
+    lines = ['{"t_us": 1, "pid": 7, "event": "fatal", "why": "x"}', "null", "7",
+             '{"t_us": 2, "pid": 7, "event": "path_up", "nic": "eth1"}', '{"t_us": 3, "pid": 7, "ev']
+    bed = SimpleNamespace(sh=lambda host, script, timeout_s=60: (0, "\n".join(lines), ""))
+    assert [e["event"] for e in R._journal(bed, "A", "/tmp/x")] == ["fatal", "path_up"]
+    j = tmp_path / "journal-rank0.jsonl"
+    j.write_text("\n".join(lines) + "\n")
+    assert R._fatal_events([j, tmp_path / "missing.jsonl"]) == 1

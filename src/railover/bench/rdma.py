@@ -50,6 +50,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from rich.console import Console
 from rich.table import Table
 
+from railover import journal
 from railover.bench import common as C
 from railover.sizes import parse_size
 
@@ -423,15 +424,15 @@ def tables(data: Mapping[str, Any]) -> List[Table]:
 # --------------------------------------------------------------------------- bed helpers
 
 def _journal(bed, host: str, wd: str) -> List[Dict[str, Any]]:
-    """Journal events of the ranks running in ``host`` (one rank per guest here), in order."""
+    """Journal events of the ranks running in ``host`` (one rank per guest here), in order,
+    read by railover's journal parser (a line being written, or any garbled one, is skipped)."""
     rc, out, _ = bed.sh(host, f"cat {wd}/journal-rank*.jsonl 2>/dev/null || true", timeout_s=60)
-    evs = []
-    for line in out.splitlines():
-        try:
-            evs.append(json.loads(line))
-        except ValueError:
-            pass  # the line being written
-    return evs
+    return [e for e in map(journal.parse_line, out.splitlines()) if e is not None]
+
+
+def _fatal_events(paths: Sequence[Path]) -> int:
+    """How many ``fatal`` events the journals ``paths`` hold (a missing one holds none)."""
+    return sum(e["event"] == "fatal" for p in paths for e in journal.read(p))
 
 
 def _proc_stat(bed, host: str) -> List[int]:
@@ -614,16 +615,7 @@ def convergence(bed, kinds: Sequence[str], n: int, size: str, hold_down_ms: int,
                     console.print(f"  [dim]{line}[/]")
             except (RdmaBedError, TimeoutError) as e:
                 aborted = f"stopped at {crashes[-1]['at']}: the guests did not come back after the crash: {e}"
-    fatal = 0
-    for seg in segments:
-        for r in range(2):
-            p = work / seg["dir"] / f"journal-rank{r}.jsonl"
-            if p.exists():
-                for line in p.read_text().splitlines():
-                    try:
-                        fatal += json.loads(line).get("event") == "fatal"
-                    except ValueError:
-                        pass
+    fatal = _fatal_events([work / seg["dir"] / f"journal-rank{r}.jsonl" for seg in segments for r in range(2)])
     complete = [s_ for s_ in segments if "wrong_bytes" in s_]
     out: Dict[str, Any] = {
         "kinds": {k: kind_summary(k, v) for k, v in per_kind.items() if v},
