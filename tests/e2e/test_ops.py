@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -518,6 +519,27 @@ def test_drill_refuses_without_yes_and_restores_the_nic_on_sigterm(testbed, tmp_
     assert p.returncode == 143, err
     assert "set up again" in err
     assert faults.link_state(tb, a1).admin_up, "the drill left the NIC down"
+
+
+def test_drill_whose_nic_down_is_refused_says_so_and_changes_nothing(testbed, tmp_path):
+    """A drill without CAP_NET_ADMIN (here: root with it dropped from the bounding set, as in a
+    container) gets EPERM from netlink when it takes the NIC down. It must say that the NIC
+    could not be taken down and is still up (exit 2), not try to set it up again and report the
+    second EPERM as 'STILL DOWN' (exit 3), as it did."""
+    setpriv = shutil.which("setpriv")
+    if not setpriv:
+        pytest.skip("setpriv (util-linux) not installed")
+    tb = testbed("T2")
+    a1 = tb.nic("a1")
+    env = dict(os.environ, PYTHONPATH=SRC)
+    cp = subprocess.run([setpriv, "--bounding-set", "-net_admin"] + cli(
+        "drill", "--nic", a1.ifname, "--netns", a1.ns, "--state-dir", str(tmp_path), "--down-for", "1", "--yes",
+        "--force"), env=env, capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 2, (cp.returncode, cp.stderr)
+    assert f"setting {a1.ifname} in netns {a1.ns} down failed: Operation not permitted" in cp.stderr, cp.stderr
+    assert "CAP_NET_ADMIN" in cp.stderr and "nothing changed" in cp.stderr, cp.stderr
+    assert "STILL DOWN" not in cp.stderr and "Traceback" not in cp.stderr, cp.stderr
+    assert faults.link_state(tb, a1).admin_up
 
 
 def test_drill_reports_the_failover_it_caused(testbed, tmp_path):

@@ -17,6 +17,7 @@ All times are CLOCK_MONOTONIC microseconds, the clock of the journals.
 """
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import time
@@ -77,7 +78,11 @@ def set_link(nic: str, up: bool, netns: Optional[str] = None) -> None:
         raise
     except Exception as e:
         where = f" in netns {netns}" if netns else ""
-        raise DrillError(f"setting {nic}{where} {'up' if up else 'down'} failed: {e}") from e
+        code = getattr(e, "code", None)  # pyroute2's NetlinkError: the kernel's errno
+        why = os.strerror(code) if isinstance(code, int) and code > 0 else str(e)
+        if code in (errno.EPERM, errno.EACCES):
+            why += " (changing a link needs root or CAP_NET_ADMIN in its network namespace)"
+        raise DrillError(f"setting {nic}{where} {'up' if up else 'down'} failed: {why}") from e
     finally:
         ipr.close()
 
@@ -253,8 +258,9 @@ def run_drill(nic: str, down_for_s: float, *, netns: Optional[str] = None, state
     ``wait_failback_s`` seconds for every comm to be back on its primary path, and report.
 
     Raises DrillError before anything changed when a duration is out of range, the NIC is
-    missing or already down, or no live railover process uses it (nothing to observe; with
-    ``force`` the drill runs anyway, with a warning), and RestoreError when the NIC could not
+    missing or already down, no live railover process uses it (nothing to observe; with
+    ``force`` the drill runs anyway, with a warning) or netlink refuses to take it down (no
+    CAP_NET_ADMIN: the NIC is still up, and is not set up again), and RestoreError when the NIC could not
     be set up again (it is then still down). A signal
     (SIGINT/SIGTERM) during the drill restores the NIC, then propagates as
     KeyboardInterrupt/SystemExit after the result was marked ``interrupted``.
@@ -279,11 +285,18 @@ def run_drill(nic: str, down_for_s: float, *, netns: Optional[str] = None, state
                              "--state-dir / RAILOVER_STATE_DIR the job's?), or pass --force to take the NIC down anyway")
         progress(f"warning: {msg}")
     where = f" in netns {netns}" if netns else ""
+    refused: Optional[DrillError] = None  # netlink refused to take the NIC down: nothing to restore
     with _Signals():
         try:
             progress(f"setting {nic}{where} down for {down_for_s:g} s")
             res.down_us = st.now_us()
-            set_link(nic, False, netns)
+            try:
+                set_link(nic, False, netns)
+            except DrillError as e:
+                if link_admin_up(nic, netns):
+                    refused = DrillError(f"{e}; nothing changed: {nic}{where} is still up")
+                    raise refused from e
+                raise
             end = time.monotonic() + down_for_s
             while True:  # the outage itself: its length is what the operator asked for
                 left = end - time.monotonic()
@@ -291,16 +304,18 @@ def run_drill(nic: str, down_for_s: float, *, netns: Optional[str] = None, state
                     break
                 time.sleep(min(0.1, left))
         except BaseException:
-            res.interrupted = True
+            if refused is None:
+                res.interrupted = True
             raise
         finally:
-            try:
-                set_link(nic, True, netns)
-            except DrillError as e:
-                raise RestoreError(f"{e}; {nic} is STILL DOWN: run 'ip {'-n ' + netns + ' ' if netns else ''}link set "
-                                   f"{nic} up' now") from e
-            res.up_us = st.now_us()
-            progress(f"{nic}{where} is up again")
+            if refused is None:  # (a NIC that never went down is not set up: that would fail the same way)
+                try:
+                    set_link(nic, True, netns)
+                except DrillError as e:
+                    raise RestoreError(f"{e}; {nic} is STILL DOWN: run 'ip {'-n ' + netns + ' ' if netns else ''}"
+                                       f"link set {nic} up' now") from e
+                res.up_us = st.now_us()
+                progress(f"{nic}{where} is up again")
         deadline = time.monotonic() + wait_failback_s
         progress(f"waiting up to {wait_failback_s:g} s for traffic to move back")
         while True:
