@@ -34,7 +34,8 @@ from railover import _paths, params, prereqs
 from railover._cliutil import SIGNAL_EXITS, finite, plugin_range, signals_unwind
 from railover.sizes import check_size
 from railover.testbed import faults as F
-from railover.testbed.scenario import ScenarioError, ScenarioResult, Step, read_journal, run_scenario
+from railover.testbed.scenario import (BED_ENV, ScenarioError, ScenarioResult, Step, bed_overrides, read_journal,
+                                       run_scenario)
 from railover.testbed.netns import PrivilegeError, TestBed, TestBedError, Topology, host_label
 
 FAULT_KINDS = {
@@ -176,10 +177,11 @@ def check_system(specs: List[tuple], path: Optional[str] = None) -> None:
 
 def check_env(env: Optional[Dict[str, str]] = None) -> None:
     """Every plugin variable set in ``env`` (default: this process's environment, which the
-    ranks inherit) has a value the plugin accepts, checked by the plugin itself before a bed is
-    built: otherwise every rank would fail its init. Raises ValueError naming each variable
-    and what it accepts. Empty values are the same as unset (the default applies)."""
-    bad = params.refused(os.environ if env is None else env)
+    ranks inherit, less the variables the bed sets itself, :data:`BED_ENV`) has a value the
+    plugin accepts, checked by the plugin itself before a bed is built: otherwise every rank
+    would fail its init. Raises ValueError naming each variable and what it accepts. Empty
+    values are the same as unset (the default applies)."""
+    bad = params.refused({**os.environ, **BED_ENV} if env is None else env)
     if bad:
         raise ValueError("the environment has a value the plugin refuses (every rank would fail its init): "
                          + "; ".join(bad.values()))
@@ -346,6 +348,12 @@ def run_demo(layout: str = "T2", ranks_per_host: int = 2, fault_spec: str = "por
         # load; ValueError: a plugin variable of the environment the plugin refuses
         console.print(f"[red]error:[/] {e}", soft_wrap=True)
         return 2
+    ignored = bed_overrides()
+    if ignored:
+        console.print("[yellow]note:[/] the test bed sets its own " + ", ".join(
+            f"{k}={BED_ENV[k] or '(unset)'} (yours: {v})" for k, v in ignored.items()) + ": they describe this "
+            "host's NICs, not the bed's (veths with IPv4 addresses, TCP; --transport rdma runs the RDMA demo)",
+            soft_wrap=True)
     out = Path(out)
     lock = prepare_out(out)  # noqa: F841 (held open: the flock lasts as long as the process)
     env = {"RAILOVER_HOLD_DOWN_MS": str(hold_down_ms), "RAILOVER_STATE_DIR": "off"}

@@ -3,6 +3,7 @@ a ring all-reduce over the plugin, 0 wrong bytes, a plot, a report and the journ
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -36,3 +37,24 @@ def test_demo_rejects_a_bad_fault_spec(netns_mode, tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
     assert "bad fault 'melt:a0'" in r.stdout + r.stderr
+
+
+def test_the_demo_bed_ignores_the_hosts_transport_family_standby_and_rails(netns_mode, tmp_path):
+    """An operator's environment for the cluster's own NICs (RDMA, IPv6, standby pairs and rails
+    of its NIC names) used to reach the bed's ranks: RAILOVER_TRANSPORT=rdma or
+    NCCL_SOCKET_FAMILY=AF_INET6 made every rank fail its init ('the demo could not run', exit
+    1), RAILOVER_STANDBY pairs of other NICs left the comms without standby paths. The bed sets
+    its own values, and the demo names the ones it does not use."""
+    out = tmp_path / "demo"
+    env = dict(os.environ, RAILOVER_TRANSPORT="rdma", NCCL_SOCKET_FAMILY="AF_INET6",
+               RAILOVER_STANDBY="eth0=eth1;eth1=eth0", RAILOVER_RAILS="eth0=0,eth1=1")
+    r = subprocess.run([sys.executable, "-m", "railover.cli", "demo", "--out", str(out), "--faults", "port-down:a0",
+                        "--fault-for", "1", "--hold-down-ms", "500", "--ranks-per-host", "1"],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    text = " ".join(r.stdout.split())
+    for k, v in (("RAILOVER_TRANSPORT", "rdma"), ("NCCL_SOCKET_FAMILY", "AF_INET6"),
+                 ("RAILOVER_STANDBY", "eth0=eth1;eth1=eth0"), ("RAILOVER_RAILS", "eth0=0,eth1=1")):
+        assert f"{k}=" in text and f"(yours: {v})" in text, text[:2000]
+    rep = json.loads((out / "demo-report.json").read_text())
+    assert rep["survived"] and rep["wrong_bytes"] == 0 and rep["faults"][0]["failovers"] >= 1, rep["faults"]

@@ -85,11 +85,30 @@ def read_journal(path: Path, stats: Optional[journal.Stats] = None) -> List[Dict
     return journal.read(Path(path), stats)
 
 
+# Plugin variables that describe a host's own network, not the bed's: set in the caller's
+# environment (a cluster's RAILOVER_TRANSPORT=rdma, RAILOVER_STANDBY pairs or RAILOVER_RAILS of
+# its own NIC names, NCCL_SOCKET_FAMILY=AF_INET6) they made every rank on the bed fail its init
+# or lose its standby paths. The bed is TCP over veths with IPv4 addresses, its NICs in rail
+# order: a rank gets these values (empty = unset, the default) unless the caller's ``extra``
+# sets them.
+BED_ENV = {"RAILOVER_TRANSPORT": "tcp", "NCCL_SOCKET_FAMILY": "", "RAILOVER_STANDBY": "", "RAILOVER_RAILS": ""}
+
+
+def bed_overrides(environ: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+    """The variables of :data:`BED_ENV` that ``environ`` (default: this process's) sets to
+    something else (blank values are unset): what the bed's ranks do not inherit."""
+    environ = os.environ if environ is None else environ
+    return {k: environ[k] for k, v in BED_ENV.items()
+            if environ.get(k, "").strip(" \t") and environ[k].strip(" \t") != v}
+
+
 def rank_env(tb: TestBed, host_index: int, journal: Path, extra: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     """Plugin environment for a rank on host ``host_index``: its NICs (exact names, in rail
-    order) and its event journal."""
+    order), its event journal, and :data:`BED_ENV` (the bed's transport, address family,
+    standby and rails, whatever this process's environment says)."""
     host = tb.hosts[host_index]
-    env = {
+    env = dict(BED_ENV)
+    env |= {
         "RAILOVER_IFNAMES": "=" + ",".join(n.ifname for n in host.nics),
         "RAILOVER_EVENT_LOG": str(journal),
         "RAILOVER_STATE_DIR": str(journal.parent / "state"),  # per run, not the node's /run/railover
