@@ -213,14 +213,32 @@ def _bandwidth(res: ScenarioResult, t0: int, t1: int) -> Optional[float]:
     return res.delivered(t0, t1) / ((t1 - t0) / 1e6) / 1e9
 
 
-def build_report(res: ScenarioResult, fault_specs: List[tuple], baseline: bool) -> Dict[str, Any]:
+def after_window(undo_us: int, failback_ms: Optional[float], hold_down_ms: int, next_apply_us: Optional[int],
+                 end_us: int) -> Optional[tuple]:
+    """The stretch a fault's "after" bandwidth is measured over: from 1 s after its failback
+    (after the hold-down when there was none) for 2 s, cut at the next fault and at the end of
+    the run's data; None when less than 0.5 s of it is left (a run that ended first measured
+    nothing there). It used to be a fixed 3-5 s after the repair: before the failback with a
+    hold-down over 3 s, into the next fault with one under 2 s, and 0 GB/s past the run's end."""
+    back = max(hold_down_ms * 1e3, (failback_ms or 0) * 1e3)
+    a = undo_us + int(back) + 1_000_000
+    b = min([a + 2_000_000, end_us] + ([next_apply_us] if next_apply_us is not None else []))
+    return (a, b) if b - a >= 500_000 else None
+
+
+def build_report(res: ScenarioResult, fault_specs: List[tuple], baseline: bool,
+                 hold_down_ms: int = 2000) -> Dict[str, Any]:
     rows = res.analyze()
-    end = max((t for t, _ in res.buckets[0]), default=0) if res.buckets and res.buckets[0] else 0
+    # the 1 ms buckets of rank 0: the last one ends 1 ms after its start
+    end = max((t for t, _ in res.buckets[0]), default=0) + 1000 if res.buckets and res.buckets[0] else 0
+    applies = sorted(r["t_us"] for r in rows)
     for r in rows:
         t0, t1 = r["t_us"], r.get("undo_t_us") or end
         r["bw_before_gbs"] = _bandwidth(res, t0 - 2_000_000, t0)
         r["bw_during_gbs"] = _bandwidth(res, t0 + 200_000, t1)
-        r["bw_after_gbs"] = _bandwidth(res, t1 + 3_000_000, t1 + 5_000_000) if r.get("undo_t_us") else None
+        win = after_window(t1, r.get("failback_ms"), hold_down_ms, next((x for x in applies if x > t0), None),
+                           end) if r.get("undo_t_us") else None
+        r["bw_after_gbs"] = _bandwidth(res, *win) if win else None
     ranks = res.perf.ranks
     # every fault applied (a run that ended before one never tested it) and, with railover, failed over
     survived = res.ok and res.wrong_bytes == 0 and len(rows) == len(fault_specs) and \
@@ -396,7 +414,7 @@ def run_demo(layout: str = "T2", ranks_per_host: int = 2, fault_spec: str = "por
             return 2
         console.print(f"[red]the demo could not run:[/] {e}")
         return 1
-    report = build_report(res, specs, baseline)
+    report = build_report(res, specs, baseline, hold_down_ms)
     name = "baseline" if baseline else "demo"
     (out / f"{name}-report.json").write_text(json.dumps(report, indent=1))
     journals = out / f"{name}-journals"

@@ -1,11 +1,13 @@
 """`railover demo` rejects bad options before it builds anything (no root needed)."""
 from __future__ import annotations
 
+import io
 import json
 import os
 
 import pytest
 import typer
+from rich.console import Console
 
 from railover import demo
 
@@ -357,3 +359,58 @@ def test_the_side_by_side_table_says_yes_or_no_not_python_booleans(tmp_path, cap
     demo._compare(tmp_path)
     out = capsys.readouterr().out
     assert "yes / no" in out and "True" not in out and "False" not in out, out
+
+
+def _report_of_one_fault(hold_down_ms, failback_ms, run_ms, rate_before_fb, rate_after_fb, next_apply_ms=None):
+    """build_report over synthetic 1 ms buckets of rank 0: a fault applied at 3 s, repaired at
+    4 s, failed back failback_ms later; rank 0 receives rate_before_fb bytes per ms until the
+    failback and rate_after_fb after it, for run_ms."""
+    undo, fb = 4_000_000, 4_000_000 + failback_ms * 1000
+    rows = [{"t_us": 3_000_000, "undo_t_us": undo, "failovers": 1, "failback_ms": failback_ms}]
+    if next_apply_ms is not None:
+        rows.append({"t_us": next_apply_ms * 1000, "failovers": 1})
+
+    class Perf:
+        ranks = []
+
+    class Res:
+        ok, wrong_bytes, perf, workdir, meta = True, 0, Perf(), "w", {}
+        buckets = [[(t * 1000, rate_before_fb if t * 1000 < fb else rate_after_fb) for t in range(run_ms)]]
+
+        def analyze(self):
+            return [dict(r) for r in rows]
+
+        def count(self, ev):
+            return 0
+
+        def delivered(self, since_us, until_us, rank=0):
+            return sum(b for t, b in self.buckets[rank] if since_us <= t < until_us)
+
+    specs = demo.parse_faults("port-down:a0" + (",silent:b0" if next_apply_ms is not None else ""))
+    return demo.build_report(Res(), specs, False, hold_down_ms)["faults"][0]
+
+
+def test_the_after_bandwidth_is_measured_after_the_failback_and_within_the_run():
+    """'GB/s after' was the bandwidth 3-5 s after the repair whatever the hold-down: with
+    --hold-down-ms 6000 it was measured while the comms were still on the standby, with a short
+    hold-down it ran into the next fault, and a run that ended within it (--duration) printed
+    0.000 GB/s for the time after the run. It is now measured from 1 s after the failback, for
+    up to 2 s, before the next fault and the end of the run, and absent ('-') when that leaves
+    under 0.5 s."""
+    # hold-down 6 s: failback at 4 s + 6 s; 1000 B/ms on the standby, 3000 B/ms back on the primary
+    r = _report_of_one_fault(6000, 6000, 14_000, 1000, 3000)
+    assert r["bw_after_gbs"] == pytest.approx(3000 * 1000 / 1e9), r
+    # a failback later than the hold-down (a loaded host) is waited for too
+    r = _report_of_one_fault(2000, 4500, 14_000, 1000, 3000)
+    assert r["bw_after_gbs"] == pytest.approx(3000 * 1000 / 1e9), r
+    # hold-down 0 and the next fault 3 s after the repair: nothing of the next fault is counted
+    r = _report_of_one_fault(0, 10, 14_000, 1000, 3000, next_apply_ms=7000)
+    assert r["bw_after_gbs"] == pytest.approx(3000 * 1000 / 1e9), r
+    # the run ended 1.2 s after the repair: nothing was measured after the failback
+    r = _report_of_one_fault(2000, 2000, 5_200, 1000, 3000)
+    assert r["bw_after_gbs"] is None, r
+    table = io.StringIO()
+    row = dict(r, label="port-down", nic="a0", detection_ms=1.0, convergence_ms=1.0, stall_ms=1.0,
+               baseline_gap_ms=1.0, bytes_resent=0, failbacks=1)
+    Console(file=table, width=160).print(demo.timeline_table({"mode": "railover", "faults": [row]}))
+    assert "/ -" in " ".join(table.getvalue().split()) and "0.000" not in table.getvalue(), table.getvalue()
