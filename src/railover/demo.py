@@ -48,9 +48,14 @@ FAULT_KINDS = {
 
 def fault_start_s(i: int, fault_for: float, hold_down_ms: int) -> float:
     """When the demo applies its ``i``-th fault, seconds after the all-reduce starts: 3 s of
-    healthy traffic, then one fault per ``fault_for`` + hold-down + 3 s (its failback and a
-    healthy stretch before the next)."""
-    return 3.0 + i * (fault_for + hold_down_ms / 1000 + 3.0)
+    healthy traffic, then one fault per ``fault_for`` + hold-down + a healthy stretch: the
+    failback (at the end of the hold-down, up to about a second later after a silent fault,
+    whose repair the probes find) and then at least 3 s and more than the hold-down before the
+    next fault. The plugin counts a path that fails again within its hold-down after it became
+    active as a flap and doubles its hold-down: with a fixed 3 s stretch, --hold-down-ms 3000
+    and above made the demo's own next fault a flap, whose failback then took twice the
+    hold-down (or never came before the run ended)."""
+    return 3.0 + i * (fault_for + hold_down_ms / 1000 + max(3.0, hold_down_ms / 1000 + 1.5))
 
 
 def check_args(layout: str, size: str, duration: float, specs: List[tuple], fault_for: float = 5.0,

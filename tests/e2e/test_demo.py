@@ -58,3 +58,24 @@ def test_the_demo_bed_ignores_the_hosts_transport_family_standby_and_rails(netns
         assert f"{k}=" in text and f"(yours: {v})" in text, text[:2000]
     rep = json.loads((out / "demo-report.json").read_text())
     assert rep["survived"] and rep["wrong_bytes"] == 0 and rep["faults"][0]["failovers"] >= 1, rep["faults"]
+
+
+def test_the_demos_next_fault_is_no_flap_of_the_last_one_with_a_long_hold_down(netns_mode, tmp_path):
+    """The demo applied its next fault 3 s after the last failback whatever the hold-down; the
+    plugin counts a path that fails again within its hold-down after it became active as a flap
+    and doubles the hold-down, so with --hold-down-ms 4000 (and from about 3000, the plugin's default) the
+    demo's second fault was a flap of the first and its failback took twice the hold-down (or
+    came after the run). Now the stretch between them is longer than the hold-down."""
+    out = tmp_path / "demo"
+    hold_down = 4000
+    r = subprocess.run([sys.executable, "-m", "railover.cli", "demo", "--out", str(out), "--faults",
+                        "port-down:a0,silent:b0", "--fault-for", "1", "--hold-down-ms", str(hold_down),
+                        "--ranks-per-host", "1"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    flaps = [line for j in (out / "demo-journals").iterdir() for line in j.read_text().splitlines()
+             if json.loads(line).get("event") == "flap"]
+    assert flaps == [], flaps
+    rep = json.loads((out / "demo-report.json").read_text())
+    for f in rep["faults"]:
+        # the hold-down, plus the probes finding a repaired black hole (back-off up to 1 s) on a busy host
+        assert f["failbacks"] >= 1 and hold_down <= f["failback_ms"] < 2 * hold_down, f

@@ -31,8 +31,9 @@ def test_bad_options_are_rejected_naming_the_option(layout, size, duration, faul
 @pytest.mark.parametrize("duration,faults,fault_for,hold_down_ms,at", [
     (1, "port-down:a0", 5.0, 2000, "3 s"),                    # the one fault comes at 3 s
     (3, "port-down:a0", 5.0, 2000, "3 s"),
-    (10, "port-down:a0,silent:b0", 5.0, 2000, "13 s"),        # the second at 3 + (5 + 2 + 3) s
-    (12, "port-down:a0,silent:b0", 1.0, 8000, "15 s"),
+    (10, "port-down:a0,silent:b0", 5.0, 2000, "13.5 s"),      # the second at 3 + (5 + 2 + max(3, 2 + 1.5)) s
+    (12, "port-down:a0,silent:b0", 1.0, 8000, "21.5 s"),      # 3 + (1 + 8 + 9.5) s: no flap of the first
+    (7, "port-down:a0,silent:b0", 1.0, 1000, "8 s"),          # 3 + (1 + 1 + 3) s: a short hold-down keeps 3 s
 ])
 def test_a_duration_that_ends_before_a_fault_is_refused(duration, faults, fault_for, hold_down_ms, at):
     """`demo --faults port-down:a0 --duration 1` ran 1 s of all-reduce, applied no fault and
