@@ -188,6 +188,18 @@ def test_t3_and_generic_layouts(testbed):
 
 
 @netns
+def test_a_bed_of_six_hosts_and_more_has_a_host_f(testbed):
+    """The fabric namespace was <prefix>-nsF, host F's namespace too: every layout of 6 to 26
+    hosts failed to build ('network namespace ...-nsF appeared while test bed ... was being
+    built (another process made it)'). Host F and the fabric now have namespaces of their own."""
+    tb = testbed(hosts=6, nics=2)
+    assert [h.name for h in tb.hosts] == ["A", "B", "C", "D", "E", "F"]
+    assert len(set(tb.namespaces)) == 7 and tb.fabric_ns not in [h.ns for h in tb.hosts]
+    srv = tb.echo_server("F")
+    assert _works(tb, "a0", "f0", srv.port) and _works(tb, "e1", "f1", srv.port)
+
+
+@netns
 def test_parallel_beds_do_not_collide(testbed):
     one, two = testbed("T2"), testbed("T2")
     assert one.prefix != two.prefix

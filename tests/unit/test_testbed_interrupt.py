@@ -98,7 +98,7 @@ def _state_files() -> List[str]:
 def test_the_fake_builds_and_tears_down_a_bed(monkeypatch):
     fake = FakeNetns().install(monkeypatch)
     tb = netns.TestBed("T2", prefix=PREFIX).up()
-    assert fake.existing == {f"{PREFIX}-nsF", f"{PREFIX}-nsA", f"{PREFIX}-nsB"} and _state_files() == [f"{PREFIX}.json"]
+    assert fake.existing == {f"{PREFIX}-nsSW", f"{PREFIX}-nsA", f"{PREFIX}-nsB"} and _state_files() == [f"{PREFIX}.json"]
     tb.down()
     assert fake.existing == set() and _state_files() == []
     assert fake.steps[0] == "state file" and fake.steps[-1] == "ready" and len(fake.steps) >= 8, fake.steps
@@ -144,7 +144,7 @@ def test_a_real_sigint_during_a_namespace_creation_waits_until_it_is_complete(mo
     monkeypatch.setattr(fake, "create", create)
     with pytest.raises(KeyboardInterrupt):
         netns.TestBed("T2", prefix=PREFIX).up()
-    assert completed == [f"{PREFIX}-nsF"], "Ctrl-C cut the namespace's creation short"
+    assert completed == [f"{PREFIX}-nsSW"], "Ctrl-C cut the namespace's creation short"
     assert fake.existing == set() and _state_files() == []
 
 
@@ -172,7 +172,7 @@ def test_a_real_sigint_during_a_namespace_creation_waits_while_another_thread_ru
     finally:
         stop.set()
         other.join(10)
-    assert completed == [f"{PREFIX}-nsF"], "Ctrl-C cut the namespace's creation short"
+    assert completed == [f"{PREFIX}-nsSW"], "Ctrl-C cut the namespace's creation short"
     assert fake.existing == set() and _state_files() == []
 
 
@@ -185,20 +185,20 @@ def test_testbed_up_interrupted_while_building_says_so_and_exits_130(monkeypatch
 
 
 def test_a_namespace_left_behind_is_named_with_the_command_that_removes_it(monkeypatch):
-    fake = FakeNetns(existing={f"{PREFIX}-nsF"}).install(monkeypatch)
+    fake = FakeNetns(existing={f"{PREFIX}-nsSW"}).install(monkeypatch)
     r = CliRunner().invoke(app, ["testbed", "up", "--prefix", PREFIX])
     assert r.exit_code == 2, (r.exception, r.output)
-    assert (f"network namespace {PREFIX}-nsF already exists: left behind by test bed {PREFIX}" in text(r)
+    assert (f"network namespace {PREFIX}-nsSW already exists: left behind by test bed {PREFIX}" in text(r)
             and f"remove it with 'railover testbed down --prefix {PREFIX}'" in text(r)), text(r)
-    assert fake.existing == {f"{PREFIX}-nsF"}, "a namespace the run did not make was removed"
+    assert fake.existing == {f"{PREFIX}-nsSW"}, "a namespace the run did not make was removed"
     assert fake.steps == [] and _state_files() == []
 
 
 def test_a_namespace_of_a_live_bed_is_not_offered_for_removal(monkeypatch):
-    fake = FakeNetns(existing={f"{PREFIX}-nsF", f"{PREFIX}-nsA"}).install(monkeypatch)
+    fake = FakeNetns(existing={f"{PREFIX}-nsSW", f"{PREFIX}-nsA"}).install(monkeypatch)
     state = Path(os.environ["RAILOVER_TESTBED_STATE"]) / f"{PREFIX}.json"   # this process owns that bed
     netns._write_json(state, {"prefix": PREFIX, "pid": os.getpid(), "pid_start": netns._proc_starttime(os.getpid()),
-                              "namespaces": [f"{PREFIX}-nsF", f"{PREFIX}-nsA"], "layout": "T2", "mode": "root"})
+                              "namespaces": [f"{PREFIX}-nsSW", f"{PREFIX}-nsA"], "layout": "T2", "mode": "root"})
     fake.steps.clear()
     try:
         with pytest.raises(netns.TestBedError) as ei:
@@ -207,9 +207,9 @@ def test_a_namespace_of_a_live_bed_is_not_offered_for_removal(monkeypatch):
     finally:
         state.unlink()
     msg = str(ei.value)
-    assert f"network namespace {PREFIX}-nsF already exists (and {PREFIX}-nsA): test bed {PREFIX} is up (owner pid " \
+    assert f"network namespace {PREFIX}-nsSW already exists (and {PREFIX}-nsA): test bed {PREFIX} is up (owner pid " \
            f"{os.getpid()})" in msg and "testbed down" not in msg, msg
-    assert fake.existing == {f"{PREFIX}-nsF", f"{PREFIX}-nsA"}
+    assert fake.existing == {f"{PREFIX}-nsSW", f"{PREFIX}-nsA"}
 
 
 def test_a_namespace_made_by_another_process_during_the_build_is_not_removed(monkeypatch):

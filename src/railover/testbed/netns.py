@@ -2,7 +2,7 @@
 
 Layout::
 
-    host netns  <prefix>-nsA        fabric netns <prefix>-nsF          host netns <prefix>-nsB
+    host netns  <prefix>-nsA        fabric netns <prefix>-nsSW         host netns <prefix>-nsB
       <prefix>a0 ==== veth ==== <prefix>swA0 --[br0]-- <prefix>swB0 ==== veth ==== <prefix>b0
       <prefix>a1 ==== veth ==== <prefix>swA1 --[br1]-- <prefix>swB1 ==== veth ==== <prefix>b1
 
@@ -20,7 +20,7 @@ Layout::
   leaves through the NIC of the first route.
 
 Every run gets a random prefix ``ro<4 chars>`` used in namespace names
-(``<prefix>-nsA``, ``<prefix>-nsF``) and in host/port interface names (``<prefix>a0``,
+(``<prefix>-nsA``, ``<prefix>-nsSW``) and in host/port interface names (``<prefix>a0``,
 ``<prefix>swA0``), so parallel runs never collide. Bridges are called ``br<r>``; they only
 ever exist inside the private fabric namespace. The logical names
 (``a0``, ``swA0``, ``A``) are kept as :attr:`Nic.name` / :attr:`Host.name` and accepted by
@@ -858,7 +858,9 @@ class TestBed:
         self.handle_signals = handle_signals
         self.mode: Optional[str] = None
         self._owner_pid = os.getpid()
-        self.fabric_ns = f"{self.prefix}-nsF"
+        # Not a host label (A..Z, H<i>): as "-nsF" it was host F's namespace too, and every
+        # layout of 6 to 26 hosts failed to build ("appeared while ... being built").
+        self.fabric_ns = f"{self.prefix}-nsSW"
         self.hosts: List[Host] = []
         self.nics: List[Nic] = []
         self.bridges: List[str] = ["br0"] if topo.flat else [f"br{r}" for r in range(topo.nics)]
