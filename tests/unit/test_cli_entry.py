@@ -47,3 +47,18 @@ def test_the_entry_point_runs_the_cli():
 def test_the_console_script_is_the_guarded_entry_point():
     text = (ROOT / "pyproject.toml").read_text()
     assert 'railover = "railover._entry:main"' in text
+
+
+def test_python_dash_m_railover_runs_the_cli():
+    """`python3 -m railover ...` said "No module named railover.__main__; 'railover' is a
+    package and cannot be directly executed": the way to run the tools when pip put the
+    console script in a directory not on PATH."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    r = subprocess.run([sys.executable, "-m", "railover", "--version"], env=env, capture_output=True, text=True,
+                       timeout=60)
+    from railover import __version__
+    assert r.returncode == 0 and r.stdout.strip() == __version__, (r.returncode, r.stderr)
+    r = subprocess.run([sys.executable, "-m", "railover", "no-such-command"], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and "No such command 'no-such-command'" in r.stderr and "Traceback" not in r.stderr, \
+        r.stderr
