@@ -154,3 +154,26 @@ def test_soak_out_that_cannot_be_a_directory_is_refused_before_any_bed_is_built(
     assert r.exit_code == 2 and not isinstance(r.exception, (AssertionError, OSError)), r.output
     assert f"cannot use --out {out}" in text(r) and "give a directory" in text(r), text(r)
     assert afile.read_text() == "x"
+
+
+def test_a_run_that_met_every_target_prints_no_empty_misses_table():
+    """Every bench run that met its targets ended with a 'targets missed' table of a header and
+    no row, above 'targets missed: 0'; the table is printed only when a target was missed."""
+    import io
+
+    import typer
+    from rich.console import Console
+
+    from railover.bench import cli as bcli
+
+    def finish(targets):
+        out = io.StringIO()
+        with pytest.raises(typer.Exit) as ex:
+            bcli._finish([{"wrong_bytes": 0, "targets": targets}], Console(file=out, width=120))
+        return ex.value.exit_code, out.getvalue()
+
+    rc, text = finish([{"figure": "p99 convergence", "value": 4.0, "target": "<= 10 ms", "met": True}])
+    assert rc == 0 and "targets missed: 0" in text, text
+    assert "figure" not in text and "targets missed\n" not in text, text
+    rc, text = finish([{"figure": "p99 convergence", "value": 40.0, "target": "<= 10 ms", "met": False}])
+    assert rc == 1 and "figure" in text and "p99 convergence" in text and "targets missed: 1" in text, text

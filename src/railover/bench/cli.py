@@ -238,7 +238,9 @@ def _keep_interrupted(suite: str, why: str, console: Console, mark: int) -> None
 
 
 def _finish(reports: List[Dict[str, Any]], console: Console) -> None:
-    console.print(targets_table(reports, only_misses=True))
+    misses = targets_table(reports, only_misses=True)
+    if misses.row_count:  # an empty "targets missed" table (its header alone) said nothing
+        console.print(misses)
     wrong = sum(r["wrong_bytes"] for r in reports)
     missed = sum(len(C.misses(r)) for r in reports)
     console.print(f"wrong bytes: {wrong}; targets missed: {missed}")
