@@ -482,7 +482,8 @@ def register(app: typer.Typer) -> None:
                                            "that does not change the exit status (see below)"),
     ):
         """Run a ring all-reduce through real NIC faults on a namespace test bed and show what
-        railover did (needs root). Writes a plot, a JSON report and the event journals.
+        railover did (as root, or in an unprivileged user namespace where the kernel allows
+        one). Writes a plot, a JSON report and the event journals.
 
         Exit status: 0 when the railover run survived every fault with 0 wrong bytes; 1 when it
         did not; 2 for bad options, a bad RAILOVER_*/NCCL_* value in the environment, missing

@@ -67,3 +67,17 @@ def test_a_flag_row_has_its_help_right_after_its_name():
     text = " ".join(r.output.replace("│", " ").split())
     assert "--quick tiny sizes and counts (smoke test)" in text, r.output
     assert "--out -o <path> output directory" in text, r.output   # an option with a value keeps its type
+
+
+def test_the_test_bed_commands_do_not_claim_to_need_root():
+    """demo and bench said '(needs root)'/'(need root)', but without root they build their beds
+    in an unprivileged user namespace (testbed.netns.ensure_privileges; 'railover demo' as uid
+    65534 ran and survived its faults, 'test bed ... (T2, userns)')."""
+    from typer.testing import CliRunner
+
+    from railover.cli import app
+    for cmd in (["demo", "--help"], ["bench", "--help"]):
+        r = CliRunner().invoke(app, cmd, env={"COLUMNS": "200"})
+        text = " ".join(r.output.split())
+        assert r.exit_code == 0 and "need root" not in text and "needs root" not in text, text
+        assert "unprivileged user namespace" in text, text

@@ -1,6 +1,6 @@
 """``railover bench <suite>``: the benchmarks behind docs/BENCHMARKS.md.
 
-Suites (each runs on network-namespace test beds, needs root, prints tables and writes
+Suites (each runs on network-namespace test beds, as root or in a user namespace, prints tables and writes
 ``<out>/<suite>.json`` plus PNG plots; ``--quick`` is a tiny version for smoke tests):
 
 * ``healthy``        busbw and small-message latency: armed vs RAILOVER_STANDBY=none vs iperf3,
@@ -253,7 +253,7 @@ def _console() -> Console:
 
 def register(app: typer.Typer) -> None:
     bench = typer.Typer(no_args_is_help=True, add_completion=False,
-                        help="Benchmarks (need root): healthy overhead, failover, degraded bandwidth, failback, "
+                        help="Benchmarks (as root, or in an unprivileged user namespace where the kernel allows one): healthy overhead, failover, degraded bandwidth, failback, "
                              "false failovers, scale. Results: <out>/<suite>.json and PNG plots. Exit status: 0 "
                              "when every figure meets its target, 1 when some miss, 2 when a suite could not run, "
                              "130 after Ctrl-C (143 SIGTERM, 129 SIGHUP) with the finished parts kept in "
