@@ -646,3 +646,30 @@ def test_a_long_journal_is_counted_a_piece_at_a_time(tmp_path, monkeypatch):
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in col.collect() for s in f.samples}
     assert val(samples, "railover_events_total", event="failover") == n
     assert val(samples, "railover_events_total", event="nic_down") == 1
+
+
+def test_exporter_started_with_sigint_ignored_still_stops_on_sigint(tmp_path):
+    """A non-interactive shell starts 'railover exporter &' with SIGINT ignored (inherited
+    across exec): 'kill -INT <pid>' left it running, though it serves until SIGINT/SIGTERM."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import railover
+    src = str(Path(railover.__file__).resolve().parent.parent)
+    p = subprocess.Popen([sys.executable, "-m", "railover.cli", "exporter", "--port", "0", "--state-dir",
+                          str(tmp_path)], env=dict(os.environ, PYTHONPATH=src), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        line = p.stdout.readline()
+        assert "railover exporter: http://" in line, (line, p.stderr.read() if p.poll() is not None else "")
+        p.send_signal(signal.SIGINT)
+        assert p.wait(timeout=30) == 0
+        assert "Traceback" not in p.stderr.read()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()

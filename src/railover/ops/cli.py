@@ -310,6 +310,10 @@ def exporter_cmd(
         typer.echo(f"railover exporter: warning: {w}", err=True)
     sys.stdout.flush()
     signal.signal(signal.SIGTERM, _interrupt)
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        # A script's background job ('railover exporter &') starts with SIGINT ignored, and the
+        # ignore survives exec: 'kill -INT' did nothing. This command runs until SIGINT.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         while True:
             signal.pause()
