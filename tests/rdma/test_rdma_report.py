@@ -157,6 +157,24 @@ def test_a_pulled_cable_shows_the_port_down(rdma_bed, tool):
     crash_retry(rdma_bed, body)
 
 
+
+def _init_output(bed, a0, a1, rendezvous, extra_env=None) -> str:
+    """The output of a one-rank railover-perf init in guest A over NICs a0 and a1, with
+    RAILOVER_TRANSPORT=auto leaving a1 out (NCCL_IB_HCA excludes its HCA); up to the plugin's
+    NIC list ("railover: NIC 0 "), then the rank is killed."""
+    env = {"RAILOVER_IFNAMES": f"={a0.ifname},{a1.ifname}", "NCCL_IB_HCA": f"^={a1.rdma_dev}", "NCCL_DEBUG": "INFO",
+           "RAILOVER_STATE_DIR": "off", **(extra_env or {})}
+    p = bed.spawn("A", ["/mnt/build/bin/railover-perf", "--plugin", PLUGIN, "--rank", "0", "--nranks", "1",
+                        "--rendezvous", rendezvous, "-b", "8", "-e", "8"], env=env)
+    try:
+        poll_until(lambda: "railover: NIC 0 " in p.stderr() + p.stdout() or p.poll() is not None,
+                   timeout_s=300, what="the plugin's init")
+    finally:
+        p.kill()
+    text = p.stderr() + p.stdout()
+    assert "railover: NIC 0 " in text, text[-3000:]
+    return text
+
 def test_init_judges_the_nics_it_serves_not_those_auto_leaves_out(rdma_bed):
     """RAILOVER_TRANSPORT=auto with NCCL_IB_HCA excluding a1's HCA leaves a1 out of NCCL's
     devices. With a1 moved into a0's subnet (a0's connected route first, so a1's traffic to the
@@ -174,17 +192,8 @@ def test_init_judges_the_nics_it_serves_not_those_auto_leaves_out(rdma_bed):
         assert bed.sh("A", script)[0] == 0, script
 
     def init_log():
-        env = {"RAILOVER_IFNAMES": f"={a0.ifname},{a1.ifname}", "NCCL_IB_HCA": f"^={a1.rdma_dev}",
-               "NCCL_DEBUG": "INFO", "RAILOVER_STATE_DIR": "off"}
-        p = bed.spawn("A", ["/mnt/build/bin/railover-perf", "--plugin", PLUGIN, "--rank", "0", "--nranks", "1",
-                            "--rendezvous", "/tmp/rv-init", "-b", "8", "-e", "8"], env=env)
-        try:
-            poll_until(lambda: "railover: NIC 0 " in p.stderr() + p.stdout() or p.poll() is not None,
-                       timeout_s=300, what="the plugin's init")
-        finally:
-            p.kill()
-        text = p.stderr() + p.stdout()
-        assert "railover: NIC 0 " in text and f"NIC(s) {a1.ifname} have no RDMA port" in text, text[-3000:]
+        text = _init_output(bed, a0, a1, "/tmp/rv-init")
+        assert f"NIC(s) {a1.ifname} have no RDMA port" in text, text[-3000:]
         return [ln for ln in text.splitlines() if "reverse-path filtering" in ln or "answer ARP" in ln]
 
     rc, out, _ = bed.sh("A", "; ".join(f"sysctl -n net.ipv4.conf.{k}" for k in knobs))
@@ -213,17 +222,7 @@ def test_init_names_a_standby_pair_naming_a_nic_auto_leaves_out(rdma_bed):
     before the drop, and said nothing (doctor WARNs); now init names it."""
     bed = rdma_bed
     a0, a1 = bed.host("A").nics[:2]
-    env = {"RAILOVER_IFNAMES": f"={a0.ifname},{a1.ifname}", "NCCL_IB_HCA": f"^={a1.rdma_dev}", "NCCL_DEBUG": "INFO",
-           "RAILOVER_STATE_DIR": "off", "RAILOVER_STANDBY": f"{a0.ifname}={a1.ifname}"}
     assert bed.sh("A", "mkdir -p /tmp/rv-standby")[0] == 0
-    p = bed.spawn("A", ["/mnt/build/bin/railover-perf", "--plugin", PLUGIN, "--rank", "0", "--nranks", "1",
-                        "--rendezvous", "/tmp/rv-standby", "-b", "8", "-e", "8"], env=env)
-    try:
-        poll_until(lambda: "railover: NIC 0 " in p.stderr() + p.stdout() or p.poll() is not None,
-                   timeout_s=300, what="the plugin's init")
-    finally:
-        p.kill()
-    text = p.stderr() + p.stdout()
-    assert "railover: NIC 0 " in text, text[-3000:]
+    text = _init_output(bed, a0, a1, "/tmp/rv-standby", {"RAILOVER_STANDBY": f"{a0.ifname}={a1.ifname}"})
     assert (f"RAILOVER_STANDBY pair {a0.ifname}={a1.ifname} names {a1.ifname}, which is left out of NCCL's devices "
             "(no RDMA port") in text, text[-3000:]
