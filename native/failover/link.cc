@@ -879,7 +879,9 @@ bool SendLink::repairedSinceSeen(Path& p, const PairView& v) {
 // After a repair every reconnect starts afresh. A waiting retry runs now, with its back-off
 // reset (it grew during the outage); an attempt in progress is restarted, whenever it began:
 // its SYN may have been lost, and the kernel would resend it only after its retransmission
-// timeout (1 s, 3 s, ...), and a failed late attempt must not wait the grown back-off.
+// timeout (1 s, 3 s, ...), and a failed late attempt must not wait the grown back-off. Not
+// an attempt that waits off the network (SendPath::connectWaitsOffNetwork at its latest poll):
+// its request got through.
 // An established path (active or standby) is nudged instead (SendPath::nudge): the receiver
 // may have dropped its end during the outage, and a sender with nothing to write (RDMA: no
 // advertisement came) would otherwise learn it only from the receiver's late FIN, or never.
@@ -887,7 +889,10 @@ void SendLink::restartAfterRepair(Path& p, uint64_t now) {
   if (p.state == PathState::kFailed) {
     p.backoffMs = 0;
     p.nextAttemptUs = now;
-  } else if (p.state == PathState::kConnecting) {
+  } else if (p.state == PathState::kConnecting && !p.waitsOffNetwork) {
+    // An attempt whose request the peer's kernel acknowledged (or that waits on this host's
+    // worker) sent nothing into the outage: restarting it would throw away the QPs both ends
+    // built and wait for the same peer threads again.
     p.backoffMs = 0;
     startConnect(p, now, "restart after the repair of its NIC or pair");
   } else if ((p.state == PathState::kActive || p.state == PathState::kStandby) && p.tx) {

@@ -425,9 +425,10 @@ class RdmaEngineTest : public ::testing::Test {
   // Only the sender's sweeper runs, every 10 ms, for `us` µs: the receiver's threads are away.
   // `acceptor`: its acceptor thread (not the receiver's) still offers the streams (route());
   // `!acceptor`: nothing waits for the worker either (a test that holds it).
-  void senderAloneFor(uint64_t us, bool acceptor) {
-    const uint64_t until = nowUs() + us;
-    while (nowUs() < until) {
+  // `until` (optional) ends it early.
+  void senderAloneFor(uint64_t us, bool acceptor, const std::function<bool()>& until = nullptr) {
+    const uint64_t end = nowUs() + us;
+    while (nowUs() < end && !(until && until())) {
       if (acceptor) {
         route();
         settle();
@@ -677,7 +678,13 @@ TEST_F(RdmaEngineTest, AnIdleSendCommReconnectsItsRepairedPrimaryWithoutACall) {
 // their first attempt. Before, both attempts timed out (generation 2).
 TEST_F(RdmaEngineTest, AReceiverAwayLongerThanTheConnectTimeoutFailsNoConnectAttempt) {
   singles({4096, 100, 3000}, 4096);
-  senderAloneFor(tuning::kConnectTimeoutUs + 1500000, true);
+  // Until both attempts have waited past the connect timeout as the engine counts it (late
+  // polls on a loaded host count at most 250 ms each: the wall-clock cap is generous).
+  senderAloneFor(30000000, true, [&] {
+    for (const Path& p : send->paths)
+      if (p.offNetWaitedUs <= tuning::kConnectTimeoutUs + 500000) return false;
+    return true;
+  });
   for (const Path& p : send->paths) {
     EXPECT_EQ(p.state, PathState::kConnecting) << "path " << p.index << ": " << info();
     EXPECT_EQ(p.generation, 1u) << "path " << p.index << " started over: " << info();
@@ -731,7 +738,10 @@ TEST_F(RdmaEngineTest, ABringUpQueuedOnTheWorkerLongerThanTheConnectTimeoutFails
     std::unique_lock<std::mutex> lk(mu);
     cv.wait(lk, [&] { return released; });
   });
-  senderAloneFor(tuning::kConnectTimeoutUs + 1500000, false);
+  senderAloneFor(30000000, false, [&] {
+    const Path& p = send->paths[0];
+    return p.connectWaitedUs + p.offNetWaitedUs > tuning::kConnectTimeoutUs + 500000;
+  });
   for (const Path& p : send->paths) {
     EXPECT_EQ(p.state, PathState::kConnecting) << "path " << p.index << ": " << info();
     EXPECT_EQ(p.generation, 1u) << "path " << p.index << " started over: " << info();
@@ -750,7 +760,9 @@ TEST_F(RdmaEngineTest, ABringUpQueuedOnTheWorkerLongerThanTheConnectTimeoutFails
 TEST_F(RdmaEngineTest, AConnectWhoseRequestTheNetworkDropsStillTimesOutAfterThreeSeconds) {
   boot.wire(send->paths[0].localNic, addrToString(send->paths[0].remote))->drop = true;
   const uint64_t t0 = send->paths[0].attemptStartUs;  // the attempt began in SetUp
-  const uint64_t deadline = t0 + tuning::kConnectTimeoutUs + 5000000;
+  // Generous: late polls on a loaded host count at most 250 ms each. The 30 s bound's failure
+  // reads "connect timed out after 30 s", which the cause check below tells apart.
+  const uint64_t deadline = t0 + tuning::kConnectOffNetworkMaxUs + 10000000;
   while (send->paths[0].generation == 1 && send->paths[0].state != PathState::kFailed && nowUs() < deadline) {
     route();
     send->sweep();
@@ -760,6 +772,37 @@ TEST_F(RdmaEngineTest, AConnectWhoseRequestTheNetworkDropsStillTimesOutAfterThre
   EXPECT_LT(nowUs(), deadline) << "the attempt waited past its connect timeout: " << info();
   EXPECT_GE(nowUs() - t0, tuning::kConnectTimeoutUs);
   EXPECT_EQ(send->paths[0].lastError.rfind("connect timed out after 3 s", 0), 0u) << info();
+  if (send->paths[0].generation == 1)  // only the worker's QP creation (kCreate) was off the network
+    EXPECT_LT(send->paths[0].offNetWaitedUs, 1000000u) << "an unacknowledged request counted as the peer's wait";
+}
+
+// A repair of the pair while an attempt waits for a late receiver: the attempt's request got
+// through (the receiver's kernel acknowledged it), so the repair does not restart it, which
+// would throw away the QPs both ends built and wait for the same receiver threads again
+// (SendLink::restartAfterRepair). A standby's repair after the health layer's soft verdict is
+// the normal order once a local NIC's hard verdict ends with the NIC's return.
+TEST_F(RdmaEngineTest, ARepairWhileAnAttemptWaitsForALateReceiverDoesNotRestartIt) {
+  singles({4096, 100}, 4096);
+  fake::ScriptedHealth health;
+  struct Use {
+    SendLink& l;
+    Use(SendLink& link, Health* h) : l(link) { l.deps.health = h; }
+    ~Use() { l.deps.health = nullptr; }
+  } use(*send, &health);
+  for (Path& p : send->paths) p.pairId = health.registerPair(p.localNic, p.remote, p.remoteLen);
+  const int nic0 = send->paths[0].localNic;
+  const std::string peer0 = health.pairs[send->paths[0].pairId].remote;
+  health.setPair(nic0, peer0, false, false, "probe timeout (test)");  // soft: the attempt goes on
+  senderAloneFor(30000000, true, [&] { return send->paths[0].waitsOffNetwork; });
+  ASSERT_TRUE(send->paths[0].waitsOffNetwork) << info();
+  health.setPair(nic0, peer0, true, false, "");  // the repair
+  senderAloneFor(30000000, true, [&] { return send->paths[0].repairSeenUs != 0; });
+  ASSERT_NE(send->paths[0].repairSeenUs, 0u) << "the repair was not seen: " << info();
+  EXPECT_EQ(send->paths[0].generation, 1u) << "the repair restarted the attempt: " << info();
+  ASSERT_TRUE(runningOn(0));
+  ASSERT_TRUE(run()) << info();
+  expectAllDelivered();
+  EXPECT_EQ(send->paths[0].generation, 1u) << info();
 }
 
 // Failback racing a new failover: the primary comes back, its hold-down passes, and its

@@ -192,6 +192,7 @@ class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink, priva
       // reported now, not after the creation (the engine's peer-gone verdict needs its words).
       int r = conn_->connectState(err);
       if (r < 0) return fail("bootstrap connect: " + *err, err);
+      bootUp_ = r == 1;  // for connectWaitsOffNetwork: asking the socket again would take its error
       int c = sh_->created.load(std::memory_order_acquire);
       if (c == 0) return 0;
       if (c < 0) return fail(sh_->createErr, err);
@@ -429,10 +430,13 @@ class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink, priva
   // side's worker bringing the QPs up.
   bool connectWaitsOffNetwork() override {
     if (!why_.empty() || notice_) return false;
-    std::string e;
     switch (stage_) {
-      case kCreate: return conn_->connectState(&e) == 1;
-      case kEndpoint: return conn_->sentAllAcked();
+      // What this poll's connectState saw: a second connectState here would read (and clear) a
+      // socket error that arrived in between (SO_ERROR), and the refusal would be lost.
+      case kCreate: return bootUp_;
+      case kEndpoint:
+        if (!acked_) acked_ = conn_->sentAllAcked();  // stays true: nothing more is written until the answer
+        return acked_;
       case kRts: return true;
       default: return false;
     }
@@ -459,6 +463,8 @@ class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink, priva
   uint64_t chunk_;
   std::shared_ptr<Shared<verbs::SendPath>> sh_;
   Stage stage_ = kCreate;
+  bool bootUp_ = false;  // kCreate: the bootstrap stream was connected at the latest poll
+  bool acked_ = false;   // kEndpoint: the receiver's kernel acknowledged the HELLO and our endpoints
   std::vector<uint8_t> ep_;  // the receiver's endpoints, one per QP of the path
   size_t got_ = 0;
   bool notice_ = false;
