@@ -939,6 +939,14 @@ def test_a_receiver_stopped_while_a_path_reconnects_fails_no_connect_attempt(rdm
             assert len(connects) == 1, f"comm {comm}: the path took {len(connects)} attempts to come up: {connects}"
             # the attempt waited for B's process past the connect timeout (B was stopped all along)
             assert up["t_us"] - connects[0]["t_us"] > 3_000_000, (connects[0], up)
+            # and it is the attempt that came up: no restart in between (a restart after a
+            # repair is connecting -> connecting, not journaled, but it takes a new generation)
+            mine = [e for e in a if e.get("comm") == comm and e.get("dir") == "send" and e.get("nic") == "eth2"]
+            before = [e for e in mine if e.get("event") == "path_up" and e["t_us"] < repaired["A"]]
+            assert before, mine
+            attempts = [e for e in mine if e.get("event") == "path_state" and e.get("to") == "connecting"
+                        and before[-1]["t_us"] < e["t_us"] <= up["t_us"]]
+            assert up["generation"] == before[-1]["generation"] + len(attempts), (before[-1], attempts, up)
         assert not _named(_events(tmp_path), "fatal")
 
     crash_retry(bed, body)
