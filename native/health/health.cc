@@ -54,6 +54,9 @@ struct Pair {
   // notice came, the verdict is no longer hard, only unconfirmed (setNic).
   bool hardByLocalNic = false;
   bool hardByPeer = false;
+  // Softened when its local NIC came back (hardByLocalNic), not answered since: a peer's probe
+  // request resets its back-off once, as for a hard pair (onUdp): the peer probing us is awake.
+  bool awaitingAfterLocalNic = false;
   std::string peerHardCause;
   bool reprobedOnRequest = false;  // this down episode's back-off was reset by a peer's probe (once)
   bool peerWideDown = false;       // down after a silence of every rail to its peer (held, then judged)
@@ -268,7 +271,7 @@ class Monitor : public Health {
   }
   void setPairUp(Pair& p, uint64_t now) {
     if (p.up.load()) return;
-    p.hardByLocalNic = p.hardByPeer = false;
+    p.hardByLocalNic = p.hardByPeer = p.awaitingAfterLocalNic = false;
     p.hard.store(false, std::memory_order_release);
     p.upSinceUs.store(now, std::memory_order_release);
     p.up.store(true, std::memory_order_release);
@@ -304,6 +307,8 @@ class Monitor : public Health {
         } else {
           p.hard.store(false, std::memory_order_release);
           p.hardSinceUs.store(0, std::memory_order_release);
+          p.awaitingAfterLocalNic = true;
+          p.reprobedOnRequest = false;
           p.cause = std::string("no probe answered yet since local NIC ") + nics[i].name + " came back (" + signal + ")";
         }
       }
@@ -557,11 +562,12 @@ class Monitor : public Health {
         // without this, our verdict outlived its repair by up to the back-off, and a path it
         // reconnected meanwhile was failed here as a flap. Not for a soft down (size-dependent
         // or one-way loss: the peer's probes keep coming, and the back-off must hold), and the
-        // walk only while some pair is hard down (hardDownSeen, refreshed every round).
+        // walk only while some pair is hard down or awaiting its first answer after its local NIC's
+        // return (hardDownSeen, refreshed every round).
         if (!hardDownSeen.load(std::memory_order_relaxed)) continue;
         std::lock_guard<std::mutex> g(mu);
         for (Pair& p : live())
-          if (p.used && p.nic == nic && !p.up.load() && p.hard.load() && !p.reprobedOnRequest &&
+          if (p.used && p.nic == nic && !p.up.load() && (p.hard.load() || p.awaitingAfterLocalNic) && !p.reprobedOnRequest &&
               p.probeGapMs > cfg.probeIntervalMs && sameIp(p.remote, from)) {
             p.nextProbeUs = 0, p.probeGapMs = cfg.probeIntervalMs;
             p.reprobedOnRequest = true;
@@ -637,7 +643,7 @@ class Monitor : public Health {
     }
     bool anyHard = false;
     for (Pair& p : live()) {
-      anyHard |= p.used && !p.up.load() && p.hard.load();
+      anyHard |= p.used && !p.up.load() && (p.hard.load() || p.awaitingAfterLocalNic);
       if (!p.used || !nicState[p.nic].up.load()) continue;
       bool burst = p.burst.exchange(false);
       if (burst && !(p.burstUntilUs && now < p.burstUntilUs)) {
@@ -1000,7 +1006,7 @@ int Monitor::registerPair(int nic, const sockaddr_storage& remote, socklen_t len
   p.nextProbeUs = 0, p.probeGapMs = 0, p.downProbes = 0, p.nextRoundUs = 0, p.peerId = 0, p.peerMtu = 0, p.silenceHeld = false;
   p.silenceHeldSinceUs = 0;
   p.peerWideDown = false, p.reprobedOnRequest = false;
-  p.hardByLocalNic = p.hardByPeer = false, p.peerHardCause.clear();
+  p.hardByLocalNic = p.hardByPeer = p.awaitingAfterLocalNic = false, p.peerHardCause.clear();
   p.burstBigSent = p.burstBigAnswered = p.burstSmallAnswered = 0, p.burstStartUs = 0;
   p.dataAckedUs.store(0);
   p.burstOn.store(false);

@@ -611,6 +611,26 @@ TEST_F(HealthMonitorTest, APairDownWithItsLocalNicIsSoftOnceTheNicIsBackUntilThe
   ASSERT_TRUE(eventually([&] { return mon_->pairUp(id_); }, 30000)) << mon_->pairDownCause(id_);
 }
 
+// The softened pair keeps the hard pair's shortcut: the peer probing us (it woke up) resets
+// the backed-off re-probes once, so the pair comes up at the next round, not up to
+// RAILOVER_PROBE_BACKOFF_MAX_MS later (review finding on the softening).
+TEST_F(HealthMonitorTest, APeersProbeRequestResetsTheBackOffOfAPairAwaitingItsAnswerAfterItsLocalNicCameBack) {
+  peer_.answering = false;
+  mon_->transportNicSignal(0, false, "port down");
+  ASSERT_TRUE(eventually([&] { return mon_->pairHardDown(id_); })) << mon_->pairDownCause(id_);
+  uint64_t before = nowUs();
+  mon_->transportNicSignal(0, true, "port up");
+  ASSERT_TRUE(eventually([&] { return mon_->nicUp(0) && !mon_->pairHardDown(id_); })) << mon_->pairDownCause(id_);
+  uint64_t last = nthFullSizeProbeAfter(peer_, before, kBackedOff);
+  ASSERT_TRUE(last);
+  uint64_t asked = nowUs();
+  peer_.sendProbeRequest();
+  uint64_t next = firstProbeSentAfter(peer_, asked);
+  ASSERT_TRUE(next);
+  EXPECT_LT(next - asked, 1200 * 1000u) << "re-probed " << (next - last) / 1000 << " ms after the previous probe";
+  EXPECT_FALSE(mon_->pairHardDown(id_));
+}
+
 // The peer's NIC-down notice in the same episode is hard evidence of its own: the pair stays
 // hard, with the notice's cause, when our NIC comes back.
 TEST_F(HealthMonitorTest, APeersNoticeKeepsThePairHardWhenTheLocalNicComesBack) {
