@@ -148,7 +148,9 @@ bool sameEndpoint(const sockaddr_storage& a, const sockaddr_storage& b) {
 class Monitor : public Health {
  public:
   // The health thread's buffers (members, not statics: a test may run a private monitor).
-  char nlBuf[32768];
+  // Aligned for the netlink headers read in place (a char array after the base class's members
+  // may start at any address: UBSan's misaligned nlmsghdr in flushFailedNeighbours).
+  alignas(nlmsghdr) char nlBuf[32768];
   uint8_t probeBuf[probe::kHeaderBytes + kBigProbeBytes];
   uint8_t udpBuf[probe::kHeaderBytes + 65536];
   // A private monitor (Health::startPrivate) stops its thread when destroyed; the
@@ -396,7 +398,7 @@ class Monitor : public Health {
     int deleted = 0;
     for (auto& d : dels) {
       if (send(fd, d.data(), d.size(), 0) != (ssize_t)d.size()) break;
-      char ack[256];
+      alignas(nlmsghdr) char ack[256];
       ssize_t n = recv(fd, ack, sizeof(ack), 0);
       if (n < (ssize_t)NLMSG_LENGTH(sizeof(nlmsgerr))) break;
       auto* h = (nlmsghdr*)ack;
@@ -775,7 +777,7 @@ class Monitor : public Health {
   }
 
   void onNetlink(uint64_t now) {
-    char buf[16384];
+    alignas(nlmsghdr) char buf[16384];
     while (true) {
       ssize_t n = recv(nl, buf, sizeof(buf), MSG_DONTWAIT);
       if (n <= 0) return;
