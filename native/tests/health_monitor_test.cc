@@ -329,6 +329,19 @@ class HealthMonitorTest : public ::testing::Test {
       n = v.size();
     }
   }
+  // The pair's re-probes since `fromUs` back off (kBackedOff of them: the next gap is 2.56 s),
+  // then the peer sends a probe request: the monitor must re-probe within 1.2 s of it (its
+  // next round). Returns when the request was sent (0 with a test failure).
+  uint64_t aRequestReprobesAtOnce(uint64_t fromUs) {
+    uint64_t last = nthFullSizeProbeAfter(peer_, fromUs, kBackedOff);
+    if (!last) return ADD_FAILURE() << "the re-probes did not back off", 0;
+    uint64_t asked = nowUs();
+    peer_.sendProbeRequest();
+    uint64_t next = firstProbeSentAfter(peer_, asked);
+    if (!next) return 0;
+    EXPECT_LT(next - asked, 1200 * 1000u) << "re-probed " << (next - last) / 1000 << " ms after the previous probe";
+    return asked;
+  }
   // The peer_silence events journaled for the pair to `rail` so far: each is a probe timeout
   // of that pair being held as the peer's silence.
   size_t peerSilences(FakePeer::Rail& rail) {
@@ -388,25 +401,20 @@ TEST_F(HealthMonitorTest, ASoftVerdictConfirmedByANoticeBecomesHardWithItsCause)
 TEST_F(HealthMonitorTest, APeersProbeRequestResetsTheBackOffOfAHardDownPairOncePerEpisode) {
   uint64_t before = nowUs();
   hardDownByNotice();
-  // Re-probes back off (20, 40, 80, ... ms): after the 8th the next is 2.56 s away.
-  uint64_t last = nthFullSizeProbeAfter(peer_, before, kBackedOff);
-  ASSERT_TRUE(last);
-  // The peer probes us again (its NIC is back): the monitor answers and re-probes at its next
-  // round instead of after the backed-off gap.
-  uint64_t asked = nowUs();
-  peer_.sendProbeRequest();
-  uint64_t next = firstProbeSentAfter(peer_, asked);
-  ASSERT_TRUE(next);
-  EXPECT_LT(next - asked, 1200 * 1000u) << "re-probed " << (next - last) / 1000 << " ms after the previous probe";
+  // Re-probes back off (20, 40, 80, ... ms): after the 8th the next is 2.56 s away. The peer
+  // probes us again (its NIC is back): the monitor answers and re-probes at its next round
+  // instead of after the backed-off gap.
+  uint64_t asked = aRequestReprobesAtOnce(before);
+  ASSERT_TRUE(asked);
   EXPECT_TRUE(eventually([&] { return peer_.answersReceived() >= 1; })) << "the request was not answered";
   EXPECT_TRUE(mon_->pairHardDown(id_)) << "a request is no answer: the pair stays down";
   // Once per down episode: after backing off again (counted from the reset), a second request
   // changes nothing.
-  last = nthFullSizeProbeAfter(peer_, asked, kBackedOff);
+  uint64_t last = nthFullSizeProbeAfter(peer_, asked, kBackedOff);
   ASSERT_TRUE(last);
   asked = nowUs();
   peer_.sendProbeRequest();
-  next = firstProbeSentAfter(peer_, asked);
+  uint64_t next = firstProbeSentAfter(peer_, asked);
   ASSERT_TRUE(next);
   EXPECT_GE(next - last, 2000 * 1000u) << "a second request in one episode reset the back-off again";
 }
@@ -621,13 +629,7 @@ TEST_F(HealthMonitorTest, APeersProbeRequestResetsTheBackOffOfAPairAwaitingItsAn
   uint64_t before = nowUs();
   mon_->transportNicSignal(0, true, "port up");
   ASSERT_TRUE(eventually([&] { return mon_->nicUp(0) && !mon_->pairHardDown(id_); })) << mon_->pairDownCause(id_);
-  uint64_t last = nthFullSizeProbeAfter(peer_, before, kBackedOff);
-  ASSERT_TRUE(last);
-  uint64_t asked = nowUs();
-  peer_.sendProbeRequest();
-  uint64_t next = firstProbeSentAfter(peer_, asked);
-  ASSERT_TRUE(next);
-  EXPECT_LT(next - asked, 1200 * 1000u) << "re-probed " << (next - last) / 1000 << " ms after the previous probe";
+  EXPECT_TRUE(aRequestReprobesAtOnce(before));
   EXPECT_FALSE(mon_->pairHardDown(id_));
 }
 

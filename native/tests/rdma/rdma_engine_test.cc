@@ -422,6 +422,22 @@ class RdmaEngineTest : public ::testing::Test {
   }
 
 
+  // The sender's health view (the bed has none): a scripted one with every path's pair
+  // registered, installed for as long as this lives. nic0/peer0: the primary's pair.
+  struct SenderHealth {
+    fake::ScriptedHealth health;
+    SendLink& l;
+    int nic0 = -1;
+    std::string peer0;
+    explicit SenderHealth(SendLink& link) : l(link) {
+      l.deps.health = &health;
+      for (Path& p : l.paths) p.pairId = health.registerPair(p.localNic, p.remote, p.remoteLen);
+      nic0 = l.paths[0].localNic;
+      peer0 = health.pairs[l.paths[0].pairId].remote;
+    }
+    ~SenderHealth() { l.deps.health = nullptr; }
+  };
+
   // Only the sender's sweeper runs, every 10 ms, for `us` µs: the receiver's threads are away.
   // `acceptor`: its acceptor thread (not the receiver's) still offers the streams (route());
   // `!acceptor`: nothing waits for the worker either (a test that holds it).
@@ -632,15 +648,10 @@ TEST_F(RdmaEngineTest, AnIdleSendCommReconnectsItsRepairedPrimaryWithoutACall) {
   ASSERT_TRUE(run()) << info();
   expectAllDelivered();
   // The sender's health view (the bed has none): scripted, until the end of the test.
-  fake::ScriptedHealth health;
-  struct Use {
-    SendLink& l;
-    Use(SendLink& link, Health* h) : l(link) { l.deps.health = h; }
-    ~Use() { l.deps.health = nullptr; }
-  } use(*send, &health);
-  for (Path& p : send->paths) p.pairId = health.registerPair(p.localNic, p.remote, p.remoteLen);
-  const int nic0 = send->paths[0].localNic;
-  const std::string peer0 = health.pairs[send->paths[0].pairId].remote;
+  SenderHealth sh(*send);
+  fake::ScriptedHealth& health = sh.health;
+  const int nic0 = sh.nic0;
+  const std::string peer0 = sh.peer0;
   // Idle from here: no isend, no test; the sweeper's passes and the wire only.
   auto idleUntil = [&](const std::function<bool()>& done) {
     uint64_t deadline = nowUs() + 10ull * 1000 * 1000;
@@ -783,15 +794,10 @@ TEST_F(RdmaEngineTest, AConnectWhoseRequestTheNetworkDropsStillTimesOutAfterThre
 // the normal order once a local NIC's hard verdict ends with the NIC's return.
 TEST_F(RdmaEngineTest, ARepairWhileAnAttemptWaitsForALateReceiverDoesNotRestartIt) {
   singles({4096, 100}, 4096);
-  fake::ScriptedHealth health;
-  struct Use {
-    SendLink& l;
-    Use(SendLink& link, Health* h) : l(link) { l.deps.health = h; }
-    ~Use() { l.deps.health = nullptr; }
-  } use(*send, &health);
-  for (Path& p : send->paths) p.pairId = health.registerPair(p.localNic, p.remote, p.remoteLen);
-  const int nic0 = send->paths[0].localNic;
-  const std::string peer0 = health.pairs[send->paths[0].pairId].remote;
+  SenderHealth sh(*send);
+  fake::ScriptedHealth& health = sh.health;
+  const int nic0 = sh.nic0;
+  const std::string peer0 = sh.peer0;
   health.setPair(nic0, peer0, false, false, "probe timeout (test)");  // soft: the attempt goes on
   senderAloneFor(30000000, true, [&] { return send->paths[0].waitsOffNetwork; });
   ASSERT_TRUE(send->paths[0].waitsOffNetwork) << info();
