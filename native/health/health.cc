@@ -50,10 +50,9 @@ struct Pair {
   // connected over the pair after it proves the verdict stale (Health::pairHardDownSinceUs).
   std::atomic<uint64_t> hardSinceUs{0};
   // Where this down episode's hard evidence came from (under mu): our own NIC's loss, and the
-  // peer's notice of its NIC's loss (its cause kept). When our NIC comes back and no peer
-  // notice came, the verdict is no longer hard, only unconfirmed (setNic).
+  // peer's notice of its NIC's loss (peerHardCause, empty when none came). When our NIC comes
+  // back and no peer notice came, the verdict is no longer hard, only unconfirmed (setNic).
   bool hardByLocalNic = false;
-  bool hardByPeer = false;
   // Softened when its local NIC came back (hardByLocalNic), not answered since: a peer's probe
   // request resets its back-off once, as for a hard pair (onUdp): the peer probing us is awake.
   bool awaitingAfterLocalNic = false;
@@ -273,7 +272,8 @@ class Monitor : public Health {
   }
   void setPairUp(Pair& p, uint64_t now) {
     if (p.up.load()) return;
-    p.hardByLocalNic = p.hardByPeer = p.awaitingAfterLocalNic = false;
+    p.hardByLocalNic = p.awaitingAfterLocalNic = false;
+    p.peerHardCause.clear();
     p.hard.store(false, std::memory_order_release);
     p.upSinceUs.store(now, std::memory_order_release);
     p.up.store(true, std::memory_order_release);
@@ -304,7 +304,7 @@ class Monitor : public Health {
         p.nextProbeUs = 0, p.probeGapMs = cfg.probeIntervalMs;
         if (p.up.load() || !p.hard.load() || !p.hardByLocalNic) continue;
         p.hardByLocalNic = false;
-        if (p.hardByPeer) {
+        if (!p.peerHardCause.empty()) {
           p.cause = p.peerHardCause;
         } else {
           p.hard.store(false, std::memory_order_release);
@@ -528,7 +528,6 @@ class Monitor : public Health {
           if (p.used && sameIp(p.remote, gone)) {
             p.peerHardCause = "peer reported its NIC " + addrToString(gone) + " down";
             setPairDown(p, p.peerHardCause, now, true);
-            p.hardByPeer = true;
           }
         continue;
       }
@@ -1008,7 +1007,7 @@ int Monitor::registerPair(int nic, const sockaddr_storage& remote, socklen_t len
   p.nextProbeUs = 0, p.probeGapMs = 0, p.downProbes = 0, p.nextRoundUs = 0, p.peerId = 0, p.peerMtu = 0, p.silenceHeld = false;
   p.silenceHeldSinceUs = 0;
   p.peerWideDown = false, p.reprobedOnRequest = false;
-  p.hardByLocalNic = p.hardByPeer = p.awaitingAfterLocalNic = false, p.peerHardCause.clear();
+  p.hardByLocalNic = p.awaitingAfterLocalNic = false, p.peerHardCause.clear();
   p.burstBigSent = p.burstBigAnswered = p.burstSmallAnswered = 0, p.burstStartUs = 0;
   p.dataAckedUs.store(0);
   p.burstOn.store(false);
