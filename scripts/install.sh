@@ -8,7 +8,7 @@
 #    iproute2, nftables, iperf3, ..., the compiler and cmake that build the plugin, QEMU and
 #    rdma-core for the RDMA test bed, and with --test GoogleTest, binutils and clang). python3 itself is installed first when missing.
 # 2. pip installs this tree into $PYTHON (default: python3), which builds the plugin and
-#    railover-perf (scikit-build-core + cmake); with --test the [test] extra (pytest).
+#    railover-perf (scikit-build-core + cmake); with --test the [test] extra (pytest, pytest-timeout).
 #    Debian's own python3 refuses pip installs (PEP 668, "externally-managed-environment").
 #    For that interpreter only, the script passes --break-system-packages: pip then installs
 #    into /usr/local/lib/python3.X/dist-packages and the railover command into /usr/local/bin,

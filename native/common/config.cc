@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
@@ -334,6 +335,45 @@ bool parseConfig(const EnvLookup& env, Config* out, std::string* err) {
   }
   *out = c;
   return true;
+}
+
+namespace {
+size_t editDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+}  // namespace
+
+std::vector<std::string> unknownVarWarnings(const char* const* envp) {
+  static const std::string kPrefix = "RAILOVER_";
+  std::vector<std::string> out;
+  for (const char* const* e = envp; e && *e; ++e) {
+    const char* eq = strchr(*e, '=');
+    std::string name = eq ? std::string(*e, eq) : std::string(*e);
+    if (name.compare(0, kPrefix.size(), kPrefix) != 0 || findParam(name.c_str())) continue;
+    std::string tail = name.substr(kPrefix.size()), best;
+    size_t bestD = SIZE_MAX;
+    for (const ParamSpec& p : kParams) {
+      std::string known = p.name;
+      if (known.compare(0, kPrefix.size(), kPrefix) != 0) continue;
+      std::string kt = known.substr(kPrefix.size());
+      size_t d = editDistance(tail, kt);
+      if (d * 5 <= std::max(tail.size(), kt.size()) && d < bestD) bestD = d, best = known;
+    }
+    out.push_back(name + " is not a railover variable (" + (best.empty() ? "typo?" : "did you mean " + best + "?") +
+                  "); it is ignored");
+  }
+  return out;
 }
 
 bool checkParam(const char* name, const char* value, std::string* err) {

@@ -761,7 +761,8 @@ void SendLink::slowTick(uint64_t now) {
       std::string cause = v.cause;
       if (p.state == PathState::kActive && !v.pairUp) {
         if (activePathFails(i, v, now, &cause)) failPath(p, cause, now);
-      } else if ((p.state == PathState::kStandby || p.state == PathState::kConnecting) && v.hard) {
+      } else if ((p.state == PathState::kStandby || p.state == PathState::kConnecting) && v.hard &&
+                 !reachedPeerSinceVerdict(p, v)) {
         failPath(p, cause, now);
       }
       if (repairedSinceSeen(p, v)) restartAfterRepair(p, now);
@@ -866,6 +867,23 @@ bool SendLink::flowStalled(size_t i, uint64_t now, std::string* cause, uint64_t*
            " ms with data in flight while the rail's probes answer (RAILOVER_FLOW_STALL_MS=" +
            std::to_string(cfg.flowStallMs) + ")";
   return true;
+}
+
+// A pair's hard verdict that is not this host's NIC (the peer's notice that its NIC went
+// down) lasts until the next probe answers, and probes of a pair down back off. A standby that
+// connected over the pair since proves it stale: failing it would throw away the peer's work
+// (its QPs) against a stale verdict. An attempt begun since is the test of it: its own
+// connect timeout judges it (3 s of network silence; a request the peer's kernel acknowledged
+// waits for the peer's answer, SendPath::connectWaitsOffNetwork), where failing it at once
+// would fail every retry until a probe answers. The receiver keeps such paths likewise
+// (RecvLink::failPathsDownByHealth). A path connected or an attempt begun before the verdict
+// proves nothing about the NIC since, and fails.
+bool SendLink::reachedPeerSinceVerdict(const Path& p, const PairView& v) const {
+  if (!v.nicUp) return false;
+  uint64_t since = deps.health->pairHardDownSinceUs(p.pairId);
+  if (!since) return false;
+  if (p.state == PathState::kStandby) return p.upSinceUs > since;
+  return p.state == PathState::kConnecting && p.attemptStartUs > since;
 }
 
 // A repair of the NIC or pair (it came back up since this path last looked)?

@@ -9,6 +9,8 @@
 #include "telemetry/journal.h"
 #include "telemetry/state.h"
 #include "transport/tcp/tcp_transport.h"
+
+#include <unistd.h>  // environ
 #ifdef RAILOVER_HAVE_VERBS
 #include "transport/rdma/rdma_transport.h"
 #endif
@@ -29,6 +31,7 @@ ncclResult_t Runtime::init(ncclDebugLogger_t logger) {
     RO_WARN("railover: %s", err.c_str());
     return result_ = ncclInvalidArgument;
   }
+  for (const std::string& w : unknownVarWarnings(environ)) RO_WARN("railover: %s", w.c_str());
   if (!discoverNics(cfg, &nics, &err)) {
     error_ = err;
     RO_WARN("railover: %s", err.c_str());

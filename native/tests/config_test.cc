@@ -54,6 +54,29 @@ TEST(Config, BadValuesNameTheVariable) {
   }
 }
 
+// A RAILOVER_* name the plugin does not read is warned about at init, with the closest known
+// name when one is close; known names, other prefixes and a bare name without '=' are handled.
+TEST(Config, AMisspeltVariableIsNamedWithTheClosestKnownOne) {
+  const char* env[] = {"RAILOVER_HOLDDOWN_MS=500",      "RAILOVER_STALL_MS=70", "RAILOVER_PROBE_INTERVAL=5",
+                       "RAILOVER_HCAS=mlx5_0",          "NCCL_IB_HCA=mlx5",     "RAILOVER_FATAL_TIMEOUT_S",
+                       "PATH=/usr/bin:RAILOVER_NOPE=1", "RAILOVER_=1",          nullptr};
+  std::vector<std::string> w = unknownVarWarnings(env);
+  ASSERT_EQ(w.size(), 5u) << ::testing::PrintToString(w);
+  EXPECT_EQ(w[0], "RAILOVER_HOLDDOWN_MS is not a railover variable (did you mean RAILOVER_HOLD_DOWN_MS?); it is ignored");
+  EXPECT_EQ(w[1], "RAILOVER_PROBE_INTERVAL is not a railover variable (did you mean RAILOVER_PROBE_INTERVAL_MS?); it is ignored");
+  // shares only the prefix with RAILOVER_RAILS: no suggestion
+  EXPECT_EQ(w[2], "RAILOVER_HCAS is not a railover variable (typo?); it is ignored");
+  EXPECT_EQ(w[3], "RAILOVER_FATAL_TIMEOUT_S is not a railover variable (did you mean RAILOVER_FATAL_TIMEOUT?); it is ignored");
+  EXPECT_EQ(w[4], "RAILOVER_ is not a railover variable (typo?); it is ignored");
+  EXPECT_TRUE(unknownVarWarnings(nullptr).empty());
+  // Every variable of the table is known.
+  for (const ParamSpec& p : kParams) {
+    std::string e = std::string(p.name) + "=1";
+    const char* one[] = {e.c_str(), nullptr};
+    EXPECT_TRUE(unknownVarWarnings(one).empty()) << p.name;
+  }
+}
+
 TEST(Config, GoodValues) {
   Config c;
   std::string err;

@@ -50,7 +50,6 @@ bounded generously.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import secrets
@@ -61,6 +60,7 @@ from typing import Dict, List
 
 import pytest
 
+from railover import journal
 from railover.testbed.netns import poll_until
 from railover.testbed.rdma import faults as rf
 from railover.testbed.rdma import perf as rperf
@@ -75,13 +75,8 @@ RDMA_ENV = {"RAILOVER_TRANSPORT": "rdma", "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBS
 def _journal(bed, host: str) -> List[dict]:
     """Events of the journals of the railover-perf ranks running in ``host`` now."""
     rc, out, _ = bed.sh(host, "cat /tmp/rperf-*/journal-rank*.jsonl 2>/dev/null || true", timeout_s=60)
-    evs = []
-    for line in out.splitlines():
-        try:
-            evs.append(json.loads(line))
-        except ValueError:
-            pass  # a line being written
-    return evs
+    # railover.journal.parse_line: a line being written (or garbled) is None, not an error
+    return [e for e in map(journal.parse_line, out.splitlines()) if e is not None]
 
 
 @pytest.mark.parametrize("abi", [12, 11, 10, 9, 8, 7])
@@ -205,7 +200,7 @@ class _Background:
 
 def _rank_events(tmp_path, rank: int) -> List[dict]:
     """Rank ``rank``'s journal (rank 0 runs in guest A, rank 1 in B; times on that guest's clock)."""
-    return [json.loads(l) for l in (tmp_path / f"journal-rank{rank}.jsonl").read_text().splitlines()]
+    return journal.read(tmp_path / f"journal-rank{rank}.jsonl")
 
 
 def _events(tmp_path) -> List[dict]:

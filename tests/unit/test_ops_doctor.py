@@ -138,7 +138,7 @@ def test_good_values_pass_and_typos_warn(tmp_path):
     checks = dr.validate_config(env)
     assert not [c for c in checks if c.status == dr.FAIL], checks
     warn = [c for c in checks if c.status == dr.WARN]
-    assert [c.what for c in warn] == ["RAILOVER_PROBE_INTERVAL"] and "typo" in warn[0].detail
+    assert [c.what for c in warn] == ["RAILOVER_PROBE_INTERVAL"] and "did you mean RAILOVER_PROBE_INTERVAL_MS?" in warn[0].detail
 
 
 def test_an_event_log_directory_that_does_not_exist_warns(tmp_path):

@@ -207,7 +207,7 @@ def test_launch_warns_about_a_misspelt_railover_variable_as_doctor_does():
     from railover.ops.doctor import validate_config
     base = {"RAILOVER_HOLDDOWN_MS": "500", "RAILOVER_STALL_MS": "70"}
     env, warnings = launch_env(base)
-    want = "RAILOVER_HOLDDOWN_MS is not a railover variable (typo?); it is ignored"
+    want = "RAILOVER_HOLDDOWN_MS is not a railover variable (did you mean RAILOVER_HOLD_DOWN_MS?); it is ignored"
     assert warnings == [want]
     assert env["RAILOVER_HOLDDOWN_MS"] == "500"   # warned about, not removed: the command runs as asked
     assert [c.detail for c in validate_config(base) if c.what == "RAILOVER_HOLDDOWN_MS"] == [want]   # doctor's words
@@ -215,6 +215,21 @@ def test_launch_warns_about_a_misspelt_railover_variable_as_doctor_does():
     assert cp.returncode == 0, cp.stderr
     assert f"warning: {want}" in cp.stderr and "Traceback" not in cp.stderr
     assert json.loads(cp.stdout)["RAILOVER_HOLDDOWN_MS"] == "500"
+
+
+def test_a_misspelt_variable_gets_the_closest_name_and_an_unrelated_one_none():
+    from railover.ops.doctor import unknown_var_checks
+    names = {"RAILOVER_HOLD_DOWN_MS", "RAILOVER_STALL_MS", "RAILOVER_RAILS", "RAILOVER_PROBE_INTERVAL_MS"}
+    got = {c.what: (c.detail, c.fix) for c in unknown_var_checks(
+        {"RAILOVER_STALLMS": "1", "RAILOVER_PROBE_INTERVAL": "5", "RAILOVER_HCAS": "mlx5_0", "RAILOVER_RAILS": "",
+         "NCCL_IB_HCA": "mlx5"}, names)}
+    assert set(got) == {"RAILOVER_STALLMS", "RAILOVER_PROBE_INTERVAL", "RAILOVER_HCAS"}
+    assert got["RAILOVER_STALLMS"][0] == ("RAILOVER_STALLMS is not a railover variable "
+                                           "(did you mean RAILOVER_STALL_MS?); it is ignored")
+    assert "rename it to RAILOVER_STALL_MS" in got["RAILOVER_STALLMS"][1]
+    assert "did you mean RAILOVER_PROBE_INTERVAL_MS?" in got["RAILOVER_PROBE_INTERVAL"][0]
+    # RAILOVER_HCAS shares only the prefix with RAILOVER_RAILS: no suggestion
+    assert got["RAILOVER_HCAS"][0] == "RAILOVER_HCAS is not a railover variable (typo?); it is ignored"
 
 
 def test_launch_warns_about_a_nic_listed_twice_in_rails():

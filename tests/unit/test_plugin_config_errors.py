@@ -26,3 +26,20 @@ def test_bad_value_fails_init_naming_the_variable(abi, var, value):
     assert "plugin call init failed" in r.stderr
     warn = [l for l in r.stderr.splitlines() if "NCCL WARN railover:" in l]
     assert warn and var in warn[0], r.stderr[-2000:]
+
+
+def test_a_misspelt_variable_is_warned_about_at_init_and_the_run_goes_on():
+    """A RAILOVER_* name the plugin does not read would be ignored in silence (the operator
+    believes a hold-down is set that is not): init says so, naming the closest variable, and
+    does not fail."""
+    env = dict(os.environ, RAILOVER_IFNAMES="=lo", NCCL_DEBUG="WARN", RAILOVER_STATE_DIR="off",
+               RAILOVER_HOLDDOWN_MS="500")
+    with tempfile.TemporaryDirectory() as rv:
+        r = subprocess.run([str(_paths.perf_path()), "--plugin", str(_paths.plugin_path()), "--rank", "0",
+                            "--nranks", "1", "--rendezvous", rv, "-b", "8", "-e", "8", "--abi", "12"],
+                           env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    warn = [l for l in r.stderr.splitlines() if "NCCL WARN railover:" in l and "RAILOVER_HOLDDOWN_MS" in l]
+    assert len(warn) == 1, r.stderr[-2000:]
+    assert warn[0].endswith("RAILOVER_HOLDDOWN_MS is not a railover variable "
+                            "(did you mean RAILOVER_HOLD_DOWN_MS?); it is ignored"), warn

@@ -50,6 +50,7 @@ checks can be tested on synthetic hosts.
 from __future__ import annotations
 
 import ctypes
+import difflib
 import ipaddress
 import json
 import os
@@ -322,9 +323,22 @@ def unknown_var_checks(env: Mapping[str, str], names: Optional[set] = None) -> L
     plugin would ignore it silently). ``names``: the known variables (default
     :func:`known_vars`). Shared by doctor and ``railover launch``."""
     names = known_vars() if names is None else names
-    return [Check("config", var, WARN, f"{var} is not a railover variable (typo?); it is ignored",
-                  "see `railover env --list` or the configuration table in README.md")
-            for var in sorted(env) if var.startswith("RAILOVER_") and var not in names]
+
+    def check(var: str) -> Check:
+        # the closest known name, when one is close: difflib's ratio >= 0.8 over the part after
+        # RAILOVER_ (the shared prefix would make any two names look alike): a letter or an
+        # underscore dropped, swapped or added, as in RAILOVER_HOLDDOWN_MS
+        tail = var[len("RAILOVER_"):]
+        tails = {n[len("RAILOVER_"):]: n for n in names if n.startswith("RAILOVER_")}
+        near = difflib.get_close_matches(tail, sorted(tails), n=1, cutoff=0.8)
+        if near:
+            name = tails[near[0]]
+            return Check("config", var, WARN, f"{var} is not a railover variable (did you mean {name}?); it is ignored",
+                         f"rename it to {name}, or see `railover env --list`")
+        return Check("config", var, WARN, f"{var} is not a railover variable (typo?); it is ignored",
+                     "see `railover env --list` or the configuration table in README.md")
+
+    return [check(var) for var in sorted(env) if var.startswith("RAILOVER_") and var not in names]
 
 
 def socket_family(env: Mapping[str, str]) -> int:
