@@ -240,7 +240,7 @@ std::vector<std::string> standbyPairWarnings(const std::vector<std::pair<std::st
       std::string what = has(selected, *name)
                              ? "which is left out of NCCL's devices (no RDMA port, and RAILOVER_TRANSPORT=auto uses the "
                                "RDMA NICs only; devices: " + joinNames(devices) + ")"
-                             : "which is not a selected NIC (selected: " + joinNames(devices) + ")";
+                             : "which is not a selected NIC (selected: " + joinNames(selected) + ")";
       out.push_back("railover: RAILOVER_STANDBY pair " + pr.first + "=" + pr.second + " names " + *name + ", " + what +
                     "; comms of that pair get no standby path from it");
     }

@@ -577,7 +577,7 @@ TEST(Devices, AStandbyPairNamingANicLeftOutIsNamed) {
   ASSERT_EQ(w.size(), 2u);
   EXPECT_NE(w[0].find("RAILOVER_STANDBY pair eth1=eth0 names eth0, which is left out of NCCL's devices (no RDMA port"),
             std::string::npos) << w[0];
-  EXPECT_NE(w[1].find("pair eth2=eth9 names eth9, which is not a selected NIC (selected: eth1,eth2)"), std::string::npos)
+  EXPECT_NE(w[1].find("pair eth2=eth9 names eth9, which is not a selected NIC (selected: eth0,eth1,eth2)"), std::string::npos)
       << w[1];
   EXPECT_TRUE(railover::standbyPairWarnings(pairs, {"eth0", "eth1", "eth2", "eth9"}, {"eth0", "eth1", "eth2", "eth9"})
                   .empty());
