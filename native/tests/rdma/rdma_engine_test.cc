@@ -765,6 +765,67 @@ TEST_F(RdmaEngineTest, ABringUpQueuedOnTheWorkerLongerThanTheConnectTimeoutFails
   for (const Path& p : send->paths) EXPECT_EQ(p.generation, 1u) << "path " << p.index << ": " << info();
 }
 
+// The first stage of a reconnect: the worker creates the path's CQ and QPs while the bootstrap
+// stream connects. Here the worker is busy for 4.5 s (another comm's bring-ups) when the
+// standby's NIC comes back; the bootstrap stream connected at once (the network did its part),
+// so the attempt waits for this host's worker (kCreate with the stream up counts as off the
+// network) instead of timing out after 3 s and creating its QPs again.
+TEST_F(RdmaEngineTest, AQpCreationQueuedOnTheWorkerLongerThanTheConnectTimeoutFailsNoConnectAttempt) {
+  singles({4096, 100, 3000}, 4096);
+  ASSERT_TRUE(runningOn(0));
+  ASSERT_TRUE(run([&] {
+    static_cast<Link&>(*send).idleSweep(nowUs() + 1000 * 1000);
+    settle();
+    return send->paths[1].state == PathState::kStandby;
+  })) << info();
+  SenderHealth sh(*send);
+  fake::ScriptedHealth& health = sh.health;
+  const int nic1 = send->paths[1].localNic;
+  health.setNic(nic1, false);  // the standby's NIC goes down: the standby fails
+  senderAloneFor(10000000, true, [&] { return send->paths[1].state == PathState::kFailed; });
+  ASSERT_EQ(send->paths[1].state, PathState::kFailed) << info();
+  const uint32_t gen = send->paths[1].generation;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool released = false;
+  auto release = [&] {
+    std::lock_guard<std::mutex> g(mu);
+    released = true;
+    cv.notify_all();
+  };
+  struct Release {
+    std::function<void()> f;
+    ~Release() { f(); }
+  } guard{release};
+  t->worker().postBringUp([&] {  // the worker is busy with another comm's bring-ups
+    std::unique_lock<std::mutex> lk(mu);
+    cv.wait(lk, [&] { return released; });
+  });
+  health.setNic(nic1, true);  // the repair: the reconnect starts at once, its QPs queued
+  const Path& p1 = send->paths[1];
+  // The sweeper's idle passes drive the standby's reconnect (NCCL is not calling; the stage
+  // waits for no HELLO yet, and settle() would wait for the worker).
+  const uint64_t end = nowUs() + 30000000;
+  while (nowUs() < end &&
+         !(p1.generation > gen && p1.connectWaitedUs + p1.offNetWaitedUs > tuning::kConnectTimeoutUs + 500000)) {
+    static_cast<Link&>(*send).idleSweep(nowUs() + 1000 * 1000);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // the sweeper's pace
+  }
+  EXPECT_EQ(p1.state, PathState::kConnecting) << info();
+  EXPECT_EQ(p1.generation, gen + 1) << "the attempt started over: " << info();
+  EXPECT_LT(p1.connectWaitedUs, tuning::kConnectTimeoutUs) << info();
+  EXPECT_GT(p1.offNetWaitedUs, tuning::kConnectTimeoutUs) << "the worker's wait counted as the network's: " << info();
+  release();
+  ASSERT_TRUE(run([&] {
+    static_cast<Link&>(*send).idleSweep(nowUs() + 1000 * 1000);
+    settle();
+    return p1.state == PathState::kStandby;
+  })) << info();
+  EXPECT_EQ(p1.generation, gen + 1) << info();
+  ASSERT_TRUE(run()) << info();
+  expectAllDelivered();
+}
+
 // The control: a request the network did not deliver (a black hole that takes the HELLO and
 // the endpoints: nothing acknowledged) is a fault of the path, and the attempt still times
 // out after 3 s, not after the peer's 30 s.
