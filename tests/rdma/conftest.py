@@ -109,6 +109,16 @@ class _Shared:
     """The one bed the RDMA tests share (booted at first use, shut down after the last RDMA test)."""
 
     bed: Optional[rbed.RdmaBed] = None
+    #: bed tests failed in a row (their call phase), and whether the bed was rebooted for them
+    failed_in_a_row: int = 0
+    rebooted: bool = False
+
+
+#: After this many bed tests in a row fail, the bed is rebooted once; after as many more, the
+#: rest fail at once. A bed that went bad (a wedged guest the reset does not see) made every
+#: later test wait out its own bounds (up to 15 min each): CI ran past its 90 min with no word
+#: of what broke. Failing fast keeps the first failures' reports, which say why.
+FAILS_BEFORE_REBOOT = 3
 
 
 def _boot_shared(tmp_path_factory) -> rbed.RdmaBed:
@@ -134,6 +144,15 @@ def _shut_down_shared() -> None:
 
 @pytest.fixture
 def rdma_bed(rdma_ok, tmp_path_factory, request) -> rbed.RdmaBed:
+    if _Shared.failed_in_a_row >= FAILS_BEFORE_REBOOT:
+        if _Shared.rebooted:
+            pytest.fail(f"not run: the last {_Shared.failed_in_a_row} RDMA bed tests failed in a row, "
+                        f"{FAILS_BEFORE_REBOOT} of them after a reboot of the bed; the first failures say why",
+                        pytrace=False)
+        print(f"[rdma bed] the last {_Shared.failed_in_a_row} tests failed in a row: rebooting the bed")
+        _shut_down_shared()
+        _Shared.rebooted = True
+        _Shared.failed_in_a_row = 0
     bed = _boot_shared(tmp_path_factory)
     t0 = time.monotonic()
     with _outside_test_dirs():  # a reboot of crashed guests rewrites the state file
@@ -141,6 +160,20 @@ def rdma_bed(rdma_ok, tmp_path_factory, request) -> rbed.RdmaBed:
     print(f"[rdma bed] reset before {request.node.name}: {time.monotonic() - t0:.1f} s"
           + ("".join(f"\n[rdma bed]   repaired: {x}" for x in fixed) if fixed else ", nothing to repair"))
     return bed
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """Counts the bed tests that fail in a row (a test using ``rdma_bed`` whose setup, as a
+    reset that cannot repair the bed, or whose call failed; one that passes resets the count)."""
+    outcome = yield
+    rep = outcome.get_result()
+    if "rdma_bed" not in getattr(item, "fixturenames", ()):
+        return
+    if rep.failed and rep.when in ("setup", "call"):
+        _Shared.failed_in_a_row += 1
+    elif rep.when == "call" and rep.passed:
+        _Shared.failed_in_a_row = 0
 
 
 def _in_this_dir(item: Optional[pytest.Item]) -> bool:

@@ -854,3 +854,24 @@ def test_a_plugin_list_that_opens_no_railover_fails(plugins, words):
     checks = [c for c in dr.nccl_checks(env, _OURS, {"nccl": (2, 28, 3)}, _OURS["path"])
               if c.what == "NCCL_NET_PLUGIN"]
     assert [c.status for c in checks] == [dr.FAIL] and words in checks[0].detail, checks
+
+
+def test_a_state_dir_the_plugin_cannot_use_warns_with_the_reason(tmp_path):
+    """RAILOVER_STATE_DIR is judged by the plugin's rule (an existing writable directory, or one
+    mkdir makes, without its parents). As root, os.access said /proc was writable and doctor
+    said OK to RAILOVER_STATE_DIR=/proc/x, and to a file it advised "create /etc/passwd"."""
+    def check(v):
+        (c,) = [c for c in dr.validate_config({"RAILOVER_STATE_DIR": v}) if c.what == "RAILOVER_STATE_DIR"]
+        return c
+
+    (tmp_path / "file").write_text("x")
+    c = check(str(tmp_path / "file"))
+    assert c.status == dr.WARN and "exists and is not a directory" in c.detail and "no state file" in c.detail, c
+    assert "point RAILOVER_STATE_DIR at a directory" in c.fix and "create" not in c.fix, c
+    c = check(str(tmp_path / "a" / "b"))
+    assert c.status == dr.WARN and f"{tmp_path / 'a'} does not exist" in c.detail, c
+    c = check("/proc/railover-doctor-test")
+    assert c.status == dr.WARN and "cannot create /proc/railover-doctor-test" in c.detail, c
+    for ok in (str(tmp_path / "new"), str(tmp_path)):
+        assert check(ok).status == dr.OK, check(ok)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"], "the try left a directory behind"

@@ -58,6 +58,7 @@ import re
 import socket
 import subprocess
 import sys
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -265,12 +266,17 @@ def validate_config(env: Mapping[str, str], native: Optional[params.Native] = No
                              "unset RAILOVER_STANDBY (or 'all') to have standby paths"))
         elif var == "RAILOVER_STATE_DIR" and v.strip(" \t") == "off":
             good(var, "no state file: railover status and the exporter will not see this job")
-        elif var in ("RAILOVER_STATE_DIR", "RAILOVER_EVENT_LOG"):
+        elif var == "RAILOVER_STATE_DIR":
+            problem = state_dir_problem(Path(v))
+            if problem:
+                out.append(Check("config", var, WARN, f"{var}='{v}': {problem[0]}; the job writes no state file "
+                                 "(railover status and the exporter will not see it)", problem[1]))
+            else:
+                good(var)
+        elif var == "RAILOVER_EVENT_LOG":
             path = Path(v.replace("%p", str(os.getpid())))
-            d = path if (var == "RAILOVER_STATE_DIR" or path.is_dir()) else path.parent
-            if var == "RAILOVER_STATE_DIR" and not d.exists():
-                d = d.parent  # the plugin creates the directory itself
-            if var == "RAILOVER_EVENT_LOG" and v.endswith("/") and not path.is_dir():
+            d = path if path.is_dir() else path.parent
+            if v.endswith("/") and not path.is_dir():
                 # "dir/" is a directory to the plugin (open() of it fails): it does not create one
                 out.append(Check("config", var, WARN, f"{var}='{v}' names a directory, {path}, that does not exist: "
                                  "the plugin does not create it, and the job writes no journal",
@@ -316,6 +322,30 @@ def duplicate_rail_checks(env: Mapping[str, str]) -> List[Check]:
                   f"the plugin uses the last, rail {rails[-1]}",
                   f"list {name} once in RAILOVER_RAILS (is one of them another NIC?)")
             for name, rails in entries.items() if len(rails) > 1]
+
+
+def state_dir_problem(path: Path) -> Optional[Tuple[str, str]]:
+    """``(what, fix)`` when the plugin could not use ``path`` as ``RAILOVER_STATE_DIR``, by its
+    rule (telemetry/state.cc makeDir: an existing writable directory, or one ``mkdir`` creates,
+    without its parents); None when it can. Whether ``mkdir`` would succeed is tried (a
+    directory made and removed at once in the parent): as root, ``os.access`` says yes where
+    mkdir fails (``/proc``, a read-only bind mount's own rules)."""
+    if path.exists() or path.is_symlink():
+        if not path.is_dir():
+            return (f"{path} exists and is not a directory", "point RAILOVER_STATE_DIR at a directory")
+        if not os.access(path, os.W_OK):
+            return (f"{path} is not writable", f"make {path} writable for the job's user, or change RAILOVER_STATE_DIR")
+        return None
+    parent = path.parent
+    if not parent.is_dir():
+        return (f"{parent} does not exist (the plugin creates {path.name} in it, not its parents)",
+                f"create {parent} writable for the job's user, or change RAILOVER_STATE_DIR")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".railover-doctor-", dir=parent))
+    except OSError as e:
+        return (f"the plugin cannot create {path}: {e.strerror or e}",
+                f"make {parent} writable for the job's user, or change RAILOVER_STATE_DIR")
+    return None
 
 
 def unknown_var_checks(env: Mapping[str, str], names: Optional[set] = None) -> List[Check]:
