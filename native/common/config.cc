@@ -361,14 +361,21 @@ std::vector<std::string> unknownVarWarnings(const char* const* envp) {
     const char* eq = strchr(*e, '=');
     std::string name = eq ? std::string(*e, eq) : std::string(*e);
     if (name.compare(0, kPrefix.size(), kPrefix) != 0 || findParam(name.c_str())) continue;
+    // A name the start of a known one (a unit left off: RAILOVER_HOLD_DOWN_MAX) gets the
+    // shortest such; otherwise the nearest within the bound; ties go to the first in
+    // alphabetical order (doctor.py close_var has the same rule).
     std::string tail = name.substr(kPrefix.size()), best;
     size_t bestD = SIZE_MAX;
+    bool bestPrefix = false;
     for (const ParamSpec& p : kParams) {
       std::string known = p.name;
       if (known.compare(0, kPrefix.size(), kPrefix) != 0) continue;
       std::string kt = known.substr(kPrefix.size());
-      size_t d = editDistance(tail, kt);
-      if (d * 5 <= std::max(tail.size(), kt.size()) && d < bestD) bestD = d, best = known;
+      bool prefix = !tail.empty() && kt.compare(0, tail.size(), tail) == 0;
+      size_t d = prefix ? kt.size() - tail.size() : editDistance(tail, kt);
+      if (!prefix && (bestPrefix || d * 5 > std::max(tail.size(), kt.size()))) continue;
+      if ((prefix && !bestPrefix) || d < bestD || (d == bestD && known < best))
+        bestD = d, best = known, bestPrefix = prefix;
     }
     out.push_back(name + " is not a railover variable (" + (best.empty() ? "typo?" : "did you mean " + best + "?") +
                   "); it is ignored");

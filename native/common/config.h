@@ -130,11 +130,11 @@ bool checkParam(const char* name, const char* value, std::string* err);
 // One warning per RAILOVER_* variable in `envp` ("NAME=value" entries, null-terminated; null
 // = none) that is not in the parameter table: a misspelt name the plugin would otherwise
 // ignore in silence. Each reads "RAILOVER_X is not a railover variable (did you mean
-// RAILOVER_Y?); it is ignored", naming the closest known variable when one is close: edit
-// distance over the part after RAILOVER_ at most a fifth of the longer of the two (the
-// shared prefix would make any two names look alike), else "(typo?)" instead. Doctor and
-// `railover launch` warn in the same words (their closest name is difflib's). Pure; in the
-// order of `envp`.
+// RAILOVER_Y?); it is ignored", naming the closest known variable when one is close: over the
+// part after RAILOVER_ (the shared prefix would make any two names look alike), the shortest
+// known name it is the start of, else the nearest by edit distance if that is at most a fifth
+// of the longer of the two; else "(typo?)" instead. Doctor and `railover launch` warn in the
+// same words by the same rule (doctor.py close_var). Pure; in the order of `envp`.
 std::vector<std::string> unknownVarWarnings(const char* const* envp);
 
 // Parses an NCCL_IB_HCA value (syntax above) into *out; false with *why (no variable name)

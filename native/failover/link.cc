@@ -612,7 +612,11 @@ int SendLink::pickStandby() const {
     return primary;
   // At connect, give the primary a moment to finish before settling for a standby (which
   // would mean a failback right after connect).
-  if (active < 0 && counters.resumes == 0 && pr.state == PathState::kConnecting && now - createdUs < tuning::kPrimaryPreferenceAtConnectUs) return -1;
+  // Not for a primary whose NIC or pair is down: a comm created during an outage (its primary's
+  // attempt kept under a peer's notice, SendLink::reachedPeerSinceVerdict) uses its standby.
+  if (active < 0 && counters.resumes == 0 && pr.state == PathState::kConnecting &&
+      now - createdUs < tuning::kPrimaryPreferenceAtConnectUs && (!hl || (hl->nicUp(pr.localNic) && hl->pairUp(pr.pairId))))
+    return -1;
   // Spread comms over the surviving NICs: rotate the start by the comm's secret.
   int n = (int)paths.size();
   for (int k = 0; k < n; ++k) {
@@ -874,7 +878,8 @@ bool SendLink::flowStalled(size_t i, uint64_t now, std::string* cause, uint64_t*
 // connected over the pair since proves it stale: failing it would throw away the peer's work
 // (its QPs) against a stale verdict. An attempt begun since is the test of it: its own
 // connect timeout judges it (3 s of network silence; a request the peer's kernel acknowledged
-// waits for the peer's answer, SendPath::connectWaitsOffNetwork), where failing it at once
+// waits for the peer's answer up to tuning::kConnectOffNetworkMaxUs, 30 s,
+// SendPath::connectWaitsOffNetwork), where failing it at once
 // would fail every retry until a probe answers. The receiver keeps such paths likewise
 // (RecvLink::failPathsDownByHealth). A path connected or an attempt begun before the verdict
 // proves nothing about the NIC since, and fails.

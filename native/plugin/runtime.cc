@@ -26,12 +26,13 @@ ncclResult_t Runtime::init(ncclDebugLogger_t logger) {
   }
   tried_ = true;
   std::string err;
+  // Before the values: a misspelt name may be why a value init refuses is not the one meant.
+  for (const std::string& w : unknownVarWarnings(environ)) RO_WARN("railover: %s", w.c_str());
   if (!parseConfig(processEnv(), &cfg, &err)) {
     error_ = err;
     RO_WARN("railover: %s", err.c_str());
     return result_ = ncclInvalidArgument;
   }
-  for (const std::string& w : unknownVarWarnings(environ)) RO_WARN("railover: %s", w.c_str());
   if (!discoverNics(cfg, &nics, &err)) {
     error_ = err;
     RO_WARN("railover: %s", err.c_str());

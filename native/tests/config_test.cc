@@ -59,15 +59,19 @@ TEST(Config, BadValuesNameTheVariable) {
 TEST(Config, AMisspeltVariableIsNamedWithTheClosestKnownOne) {
   const char* env[] = {"RAILOVER_HOLDDOWN_MS=500",      "RAILOVER_STALL_MS=70", "RAILOVER_PROBE_INTERVAL=5",
                        "RAILOVER_HCAS=mlx5_0",          "NCCL_IB_HCA=mlx5",     "RAILOVER_FATAL_TIMEOUT_S",
-                       "PATH=/usr/bin:RAILOVER_NOPE=1", "RAILOVER_=1",          nullptr};
+                       "PATH=/usr/bin:RAILOVER_NOPE=1", "RAILOVER_=1",          "RAILOVER_HOLD_DOWN_MAX=9",
+                       "RAILOVER_HOLD_DOWN=5",          nullptr};
   std::vector<std::string> w = unknownVarWarnings(env);
-  ASSERT_EQ(w.size(), 5u) << ::testing::PrintToString(w);
+  ASSERT_EQ(w.size(), 7u) << ::testing::PrintToString(w);
   EXPECT_EQ(w[0], "RAILOVER_HOLDDOWN_MS is not a railover variable (did you mean RAILOVER_HOLD_DOWN_MS?); it is ignored");
   EXPECT_EQ(w[1], "RAILOVER_PROBE_INTERVAL is not a railover variable (did you mean RAILOVER_PROBE_INTERVAL_MS?); it is ignored");
   // shares only the prefix with RAILOVER_RAILS: no suggestion
   EXPECT_EQ(w[2], "RAILOVER_HCAS is not a railover variable (typo?); it is ignored");
   EXPECT_EQ(w[3], "RAILOVER_FATAL_TIMEOUT_S is not a railover variable (did you mean RAILOVER_FATAL_TIMEOUT?); it is ignored");
   EXPECT_EQ(w[4], "RAILOVER_ is not a railover variable (typo?); it is ignored");
+  // the start of known names (a unit left off): the shortest, not the nearest by edits
+  EXPECT_EQ(w[5], "RAILOVER_HOLD_DOWN_MAX is not a railover variable (did you mean RAILOVER_HOLD_DOWN_MAX_MS?); it is ignored");
+  EXPECT_EQ(w[6], "RAILOVER_HOLD_DOWN is not a railover variable (did you mean RAILOVER_HOLD_DOWN_MS?); it is ignored");
   EXPECT_TRUE(unknownVarWarnings(nullptr).empty());
   // Every variable of the table is known.
   for (const ParamSpec& p : kParams) {

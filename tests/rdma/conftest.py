@@ -162,6 +162,15 @@ def rdma_bed(rdma_ok, tmp_path_factory, request) -> rbed.RdmaBed:
     return bed
 
 
+def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
+    """The RDMA tests' pytest-timeout is 60 min, not the suite's 20: the first one's setup may
+    build the guest image (apt downloads, bounded at 15-30 min a step) and boot the bed (up to
+    10 min), and the longest test runs its workload for up to 25 min."""
+    for item in items:
+        if _in_this_dir(item) and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(3600))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     """Counts the bed tests that fail in a row (a test using ``rdma_bed`` whose setup, as a

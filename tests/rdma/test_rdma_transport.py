@@ -200,7 +200,12 @@ class _Background:
 
 def _rank_events(tmp_path, rank: int) -> List[dict]:
     """Rank ``rank``'s journal (rank 0 runs in guest A, rank 1 in B; times on that guest's clock)."""
-    return journal.read(tmp_path / f"journal-rank{rank}.jsonl")
+    path = tmp_path / f"journal-rank{rank}.jsonl"
+    assert path.is_file(), f"rank {rank} wrote no journal"
+    stats = journal.Stats()
+    events = journal.read(path, stats)
+    assert stats.garbled == 0, f"rank {rank}'s journal has {stats.garbled} garbled line(s)"  # the run has ended
+    return events
 
 
 def _events(tmp_path) -> List[dict]:

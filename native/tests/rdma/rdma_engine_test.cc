@@ -914,6 +914,17 @@ TEST_F(RdmaEngineTest, AnAttemptThatReachedThePeerAfterItsNicDownNoticeIsNotFail
   health.setPair(sh.nic0, sh.peer0, false, true, "peer's NIC down again (notice, test)");
   senderAloneFor(1000000, true, [&] { return p0.state != PathState::kStandby; });
   EXPECT_NE(p0.state, PathState::kStandby) << "a fresh notice left the standby up: " << info();
+  // Its retry, begun after that notice, is kept in turn; this host's NIC going down is news
+  // whatever came before: it fails the attempt.
+  senderAloneFor(10000000, true, [&] {
+    return p0.state == PathState::kConnecting && p0.attemptStartUs > health.pairHardDownSinceUs(p0.pairId);
+  });
+  ASSERT_EQ(p0.state, PathState::kConnecting) << info();
+  health.setNic(sh.nic0, false);
+  senderAloneFor(2000000, true, [&] { return p0.state != PathState::kConnecting; });
+  EXPECT_EQ(p0.state, PathState::kFailed) << "a kept attempt outlived its local NIC: " << info();
+  EXPECT_NE(p0.lastError.find("local NIC"), std::string::npos) << p0.lastError;
+  health.setNic(sh.nic0, true);
   health.setPair(sh.nic0, sh.peer0, true, false, "");
   ASSERT_TRUE(run()) << info();
   expectAllDelivered();

@@ -50,7 +50,6 @@ checks can be tested on synthetic hosts.
 from __future__ import annotations
 
 import ctypes
-import difflib
 import ipaddress
 import json
 import os
@@ -348,6 +347,34 @@ def state_dir_problem(path: Path) -> Optional[Tuple[str, str]]:
     return None
 
 
+def _edit_distance(a: str, b: str) -> int:
+    """Levenshtein distance (insertions, deletions, substitutions of one character)."""
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        diag, row[0] = row[0], i
+        for j, cb in enumerate(b, 1):
+            diag, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, diag + (ca != cb))
+    return row[-1]
+
+
+def close_var(var: str, names: Collection[str]) -> Optional[str]:
+    """The known ``RAILOVER_*`` name ``var`` was probably meant to be, or None; the plugin's rule
+    (config.cc unknownVarWarnings), so its init and doctor suggest the same. Over the part after
+    ``RAILOVER_`` (the shared prefix would make any two names look alike): the shortest known
+    name it is the start of (a unit left off: ``RAILOVER_HOLD_DOWN_MAX``), else the nearest by
+    edit distance if that is at most a fifth of the longer of the two (a letter or an underscore
+    dropped, swapped or added: ``RAILOVER_HOLDDOWN_MS``); ties go to the first alphabetically."""
+    pre = "RAILOVER_"
+    tail = var[len(pre):]
+    tails = sorted(n for n in names if n.startswith(pre))
+    longer = [n for n in tails if tail and n[len(pre):].startswith(tail)]
+    if longer:
+        return min(longer, key=lambda n: (len(n), n))
+    scored = [(_edit_distance(tail, n[len(pre):]), n) for n in tails]
+    near = [(d, n) for d, n in scored if d * 5 <= max(len(tail), len(n) - len(pre))]
+    return min(near)[1] if near else None
+
+
 def unknown_var_checks(env: Mapping[str, str], names: Optional[set] = None) -> List[Check]:
     """One WARN per ``RAILOVER_*`` name in ``env`` that railover does not read (a typo: the
     plugin would ignore it silently). ``names``: the known variables (default
@@ -355,14 +382,8 @@ def unknown_var_checks(env: Mapping[str, str], names: Optional[set] = None) -> L
     names = known_vars() if names is None else names
 
     def check(var: str) -> Check:
-        # the closest known name, when one is close: difflib's ratio >= 0.8 over the part after
-        # RAILOVER_ (the shared prefix would make any two names look alike): a letter or an
-        # underscore dropped, swapped or added, as in RAILOVER_HOLDDOWN_MS
-        tail = var[len("RAILOVER_"):]
-        tails = {n[len("RAILOVER_"):]: n for n in names if n.startswith("RAILOVER_")}
-        near = difflib.get_close_matches(tail, sorted(tails), n=1, cutoff=0.8)
-        if near:
-            name = tails[near[0]]
+        name = close_var(var, names)
+        if name:
             return Check("config", var, WARN, f"{var} is not a railover variable (did you mean {name}?); it is ignored",
                          f"rename it to {name}, or see `railover env --list`")
         return Check("config", var, WARN, f"{var} is not a railover variable (typo?); it is ignored",
