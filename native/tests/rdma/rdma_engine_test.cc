@@ -454,6 +454,32 @@ class RdmaEngineTest : public ::testing::Test {
     }
   }
 
+  // Holds the transport's worker with a job that waits (as behind another comm's bring-ups)
+  // until release() or the end of the scope; the destructor waits for the job to end.
+  struct WorkerHold {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool released = false, ended = false;
+    explicit WorkerHold(rdma::Worker& w) {
+      w.postBringUp([this] {
+        std::unique_lock<std::mutex> lk(mu);
+        cv.wait(lk, [this] { return released; });
+        ended = true;
+        cv.notify_all();
+      });
+    }
+    void release() {
+      std::lock_guard<std::mutex> g(mu);
+      released = true;
+      cv.notify_all();
+    }
+    ~WorkerHold() {
+      release();
+      std::unique_lock<std::mutex> lk(mu);
+      cv.wait(lk, [this] { return ended; });
+    }
+  };
+
   // The QPs of the sender's / receiver's path i now (empty: none connected).
   std::vector<ibv_qp*> sqs(int i) { return send->paths[i].tx ? rdma::pathQps(send->paths[i].tx.get()) : std::vector<ibv_qp*>{}; }
   std::vector<ibv_qp*> rqs(int i) { return recv->paths[i].rx ? rdma::pathQps(recv->paths[i].rx.get()) : std::vector<ibv_qp*>{}; }
@@ -733,22 +759,7 @@ TEST_F(RdmaEngineTest, ABringUpQueuedOnTheWorkerLongerThanTheConnectTimeoutFails
   }
   ASSERT_TRUE(recv->paths.size() >= 1 && recv->paths[0].state == PathState::kStandby) << info();
   ASSERT_EQ(send->paths[0].state, PathState::kConnecting) << info();
-  std::mutex mu;
-  std::condition_variable cv;
-  bool released = false;
-  auto release = [&] {
-    std::lock_guard<std::mutex> g(mu);
-    released = true;
-    cv.notify_all();
-  };
-  struct Release {
-    std::function<void()> f;
-    ~Release() { f(); }
-  } guard{release};
-  t->worker().postBringUp([&] {  // the worker is busy with another comm's bring-ups
-    std::unique_lock<std::mutex> lk(mu);
-    cv.wait(lk, [&] { return released; });
-  });
+  WorkerHold hold(t->worker());  // the worker is busy with another comm's bring-ups
   senderAloneFor(30000000, false, [&] {
     const Path& p = send->paths[0];
     return p.connectWaitedUs + p.offNetWaitedUs > tuning::kConnectTimeoutUs + 500000;
@@ -758,7 +769,7 @@ TEST_F(RdmaEngineTest, ABringUpQueuedOnTheWorkerLongerThanTheConnectTimeoutFails
     EXPECT_EQ(p.generation, 1u) << "path " << p.index << " started over: " << info();
     EXPECT_LT(p.connectWaitedUs, tuning::kConnectTimeoutUs) << "path " << p.index;
   }
-  release();
+  hold.release();
   ASSERT_TRUE(runningOn(0));
   ASSERT_TRUE(run()) << info();
   expectAllDelivered();
@@ -785,22 +796,7 @@ TEST_F(RdmaEngineTest, AQpCreationQueuedOnTheWorkerLongerThanTheConnectTimeoutFa
   senderAloneFor(10000000, true, [&] { return send->paths[1].state == PathState::kFailed; });
   ASSERT_EQ(send->paths[1].state, PathState::kFailed) << info();
   const uint32_t gen = send->paths[1].generation;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool released = false;
-  auto release = [&] {
-    std::lock_guard<std::mutex> g(mu);
-    released = true;
-    cv.notify_all();
-  };
-  struct Release {
-    std::function<void()> f;
-    ~Release() { f(); }
-  } guard{release};
-  t->worker().postBringUp([&] {  // the worker is busy with another comm's bring-ups
-    std::unique_lock<std::mutex> lk(mu);
-    cv.wait(lk, [&] { return released; });
-  });
+  WorkerHold hold(t->worker());  // the worker is busy with another comm's bring-ups
   health.setNic(nic1, true);  // the repair: the reconnect starts at once, its QPs queued
   const Path& p1 = send->paths[1];
   // The sweeper's idle passes drive the standby's reconnect (NCCL is not calling; the stage
@@ -815,7 +811,7 @@ TEST_F(RdmaEngineTest, AQpCreationQueuedOnTheWorkerLongerThanTheConnectTimeoutFa
   EXPECT_EQ(p1.generation, gen + 1) << "the attempt started over: " << info();
   EXPECT_LT(p1.connectWaitedUs, tuning::kConnectTimeoutUs) << info();
   EXPECT_GT(p1.offNetWaitedUs, tuning::kConnectTimeoutUs) << "the worker's wait counted as the network's: " << info();
-  release();
+  hold.release();
   ASSERT_TRUE(run([&] {
     static_cast<Link&>(*send).idleSweep(nowUs() + 1000 * 1000);
     settle();
