@@ -146,9 +146,9 @@ def _shut_down_shared() -> None:
 def rdma_bed(rdma_ok, tmp_path_factory, request) -> rbed.RdmaBed:
     if _Shared.failed_in_a_row >= FAILS_BEFORE_REBOOT:
         if _Shared.rebooted:
-            pytest.fail(f"not run: the last {_Shared.failed_in_a_row} RDMA bed tests failed in a row, "
-                        f"{FAILS_BEFORE_REBOOT} of them after a reboot of the bed; the first failures say why",
-                        pytrace=False)
+            pytest.fail(f"not run: {FAILS_BEFORE_REBOOT} RDMA bed tests failed in a row, and "
+                        f"{_Shared.failed_in_a_row} more after the bed was rebooted; the rest would fail the "
+                        "same way, and the first failures say why", pytrace=False)
         print(f"[rdma bed] the last {_Shared.failed_in_a_row} tests failed in a row: rebooting the bed")
         _shut_down_shared()
         _Shared.rebooted = True
