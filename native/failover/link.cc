@@ -612,11 +612,7 @@ int SendLink::pickStandby() const {
     return primary;
   // At connect, give the primary a moment to finish before settling for a standby (which
   // would mean a failback right after connect).
-  // Not for a primary whose NIC or pair is down: a comm created during an outage (its primary's
-  // attempt kept under a peer's notice, SendLink::reachedPeerSinceVerdict) uses its standby.
-  if (active < 0 && counters.resumes == 0 && pr.state == PathState::kConnecting &&
-      now - createdUs < tuning::kPrimaryPreferenceAtConnectUs && (!hl || (hl->nicUp(pr.localNic) && hl->pairUp(pr.pairId))))
-    return -1;
+  if (active < 0 && counters.resumes == 0 && pr.state == PathState::kConnecting && now - createdUs < tuning::kPrimaryPreferenceAtConnectUs) return -1;
   // Spread comms over the surviving NICs: rotate the start by the comm's secret.
   int n = (int)paths.size();
   for (int k = 0; k < n; ++k) {
@@ -765,8 +761,7 @@ void SendLink::slowTick(uint64_t now) {
       std::string cause = v.cause;
       if (p.state == PathState::kActive && !v.pairUp) {
         if (activePathFails(i, v, now, &cause)) failPath(p, cause, now);
-      } else if ((p.state == PathState::kStandby || p.state == PathState::kConnecting) && v.hard &&
-                 !reachedPeerSinceVerdict(p, v)) {
+      } else if ((p.state == PathState::kStandby || p.state == PathState::kConnecting) && v.hard) {
         failPath(p, cause, now);
       }
       if (repairedSinceSeen(p, v)) restartAfterRepair(p, now);
@@ -871,24 +866,6 @@ bool SendLink::flowStalled(size_t i, uint64_t now, std::string* cause, uint64_t*
            " ms with data in flight while the rail's probes answer (RAILOVER_FLOW_STALL_MS=" +
            std::to_string(cfg.flowStallMs) + ")";
   return true;
-}
-
-// A pair's hard verdict that is not this host's NIC (the peer's notice that its NIC went
-// down) lasts until the next probe answers, and probes of a pair down back off. A standby that
-// connected over the pair since proves it stale: failing it would throw away the peer's work
-// (its QPs) against a stale verdict. An attempt begun since is the test of it: its own
-// connect timeout judges it (3 s of network silence; a request the peer's kernel acknowledged
-// waits for the peer's answer up to tuning::kConnectOffNetworkMaxUs, 30 s,
-// SendPath::connectWaitsOffNetwork), where failing it at once
-// would fail every retry until a probe answers. The receiver keeps such paths likewise
-// (RecvLink::failPathsDownByHealth). A path connected or an attempt begun before the verdict
-// proves nothing about the NIC since, and fails.
-bool SendLink::reachedPeerSinceVerdict(const Path& p, const PairView& v) const {
-  if (!v.nicUp) return false;
-  uint64_t since = deps.health->pairHardDownSinceUs(p.pairId);
-  if (!since) return false;
-  if (p.state == PathState::kStandby) return p.upSinceUs > since;
-  return p.state == PathState::kConnecting && p.attemptStartUs > since;
 }
 
 // A repair of the NIC or pair (it came back up since this path last looked)?

@@ -368,9 +368,6 @@ class SendLink : public Link {
   // *sinceUs: when the silence began (for the flap test).
   bool flowStalled(size_t i, uint64_t now, std::string* cause, uint64_t* sinceUs) const;
   bool repairedSinceSeen(Path& p, const PairView& v);  // a NIC/pair repair this path has not acted on
-  // A standby connected, or a connect attempt begun, after its pair's hard verdict by the
-  // peer's notice (which lasts until the next probe answers): not failed by that verdict.
-  bool reachedPeerSinceVerdict(const Path& p, const PairView& v) const;
   void decayHoldDown(Path& p, uint64_t now);            // flap damping: shrink a grown hold-down
   int pickStandby() const;                              // which path to resume on (-1: none)
   bool failbackDue(uint64_t now) const;                 // the primary's hold-down has passed

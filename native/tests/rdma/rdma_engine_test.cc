@@ -868,65 +868,6 @@ TEST_F(RdmaEngineTest, ARepairWhileAnAttemptWaitsForALateReceiverDoesNotRestartI
   EXPECT_EQ(send->paths[0].generation, 1u) << info();
 }
 
-// The peer's notice that its NIC went down keeps the pair hard down until a probe answers
-// (probes of a pair down back off). An attempt begun after the notice is judged by its own
-// connect timeout, and the standby it becomes proved the notice stale: the sender keeps both
-// (SendLink::reachedPeerSinceVerdict) instead of failing them against the stale verdict.
-// Before, each retry was failed at the next slow tick, and the primary never connected while
-// the verdict lasted.
-TEST_F(RdmaEngineTest, AnAttemptThatReachedThePeerAfterItsNicDownNoticeIsNotFailedByTheNotice) {
-  singles({4096, 100}, 4096);
-  SenderHealth sh(*send);
-  fake::ScriptedHealth& health = sh.health;
-  health.setPair(sh.nic0, sh.peer0, false, true, "peer's NIC down (notice, test)");
-  const uint64_t verdictUs = health.pairHardDownSinceUs(send->paths[0].pairId);
-  // The attempt under way began before the notice: the notice fails it, and the retry reaches
-  // the peer's kernel while the receiver's threads are away.
-  senderAloneFor(10000000, true, [&] {
-    const Path& p = send->paths[0];
-    return p.attemptStartUs > verdictUs && p.waitsOffNetwork;
-  });
-  const Path& p0 = send->paths[0];
-  ASSERT_TRUE(p0.attemptStartUs > verdictUs && p0.waitsOffNetwork)
-      << "no attempt since the notice reached the peer: " << info();
-  const uint32_t gen = p0.generation;
-  EXPECT_GE(gen, 2u) << "the attempt begun before the notice was kept: " << info();
-  senderAloneFor(1000000, true);  // several slow ticks with the notice still in force
-  EXPECT_EQ(p0.state, PathState::kConnecting) << info();
-  EXPECT_EQ(p0.generation, gen) << "the stale notice failed an attempt that reached the peer: " << info();
-  // The receiver's threads come back: the attempt completes into a standby, which the notice
-  // (still in force) does not fail either.
-  ASSERT_TRUE(run([&] {
-    static_cast<Link&>(*send).idleSweep(nowUs() + 1000 * 1000);
-    settle();
-    return p0.state == PathState::kStandby || p0.state == PathState::kActive;
-  })) << info();
-  ASSERT_TRUE(health.pairHardDown(p0.pairId));
-  ASSERT_EQ(p0.state, PathState::kStandby) << "a path whose pair is down carries no traffic: " << info();
-  senderAloneFor(1000000, true);
-  EXPECT_EQ(p0.state, PathState::kStandby) << info();
-  EXPECT_EQ(p0.generation, gen) << info();
-  // A notice that comes after the standby connected is news: it fails the path.
-  health.setPair(sh.nic0, sh.peer0, false, true, "peer's NIC down again (notice, test)");
-  senderAloneFor(1000000, true, [&] { return p0.state != PathState::kStandby; });
-  EXPECT_NE(p0.state, PathState::kStandby) << "a fresh notice left the standby up: " << info();
-  // Its retry, begun after that notice, is kept in turn; this host's NIC going down is news
-  // whatever came before: it fails the attempt.
-  senderAloneFor(10000000, true, [&] {
-    return p0.state == PathState::kConnecting && p0.attemptStartUs > health.pairHardDownSinceUs(p0.pairId);
-  });
-  ASSERT_EQ(p0.state, PathState::kConnecting) << info();
-  health.setNic(sh.nic0, false);
-  senderAloneFor(2000000, true, [&] { return p0.state != PathState::kConnecting; });
-  EXPECT_EQ(p0.state, PathState::kFailed) << "a kept attempt outlived its local NIC: " << info();
-  EXPECT_NE(p0.lastError.find("local NIC"), std::string::npos) << p0.lastError;
-  health.setNic(sh.nic0, true);
-  health.setPair(sh.nic0, sh.peer0, true, false, "");
-  ASSERT_TRUE(run()) << info();
-  expectAllDelivered();
-  EXPECT_FALSE(send->isFatal());
-}
-
 // Failback racing a new failover: the primary comes back, its hold-down passes, and its
 // failback RESUME is in flight when its QP fails again; the comm fails over to the standby
 // (reconnected after the failback fenced it).
