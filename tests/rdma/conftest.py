@@ -109,7 +109,7 @@ class _Shared:
     """The one bed the RDMA tests share (booted at first use, shut down after the last RDMA test)."""
 
     bed: Optional[rbed.RdmaBed] = None
-    #: bed tests failed in a row (their call phase), and whether the bed was rebooted for them
+    #: bed tests failed in a row (setup or call), and whether the bed was rebooted for them
     failed_in_a_row: int = 0
     rebooted: bool = False
 
