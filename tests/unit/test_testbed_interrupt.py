@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import List, Optional, Set
@@ -129,51 +130,62 @@ def test_ctrl_c_at_any_step_of_the_build_leaves_nothing_behind(monkeypatch):
             assert tb.down() is None   # idempotent
 
 
-def test_a_real_sigint_during_a_namespace_creation_waits_until_it_is_complete(monkeypatch):
-    """pyroute2 creates a namespace in a forked child; Ctrl-C reaches both, and one that cut
-    the creation short left a half-made namespace. The signal is held until create() returns,
-    then unwinds the build, which removes the namespace."""
+def _ctrl_c_in_the_middle() -> None:
+    """SIGINT to this process, as Ctrl-C would send it, from inside a held step; returns once the
+    signal left the kernel's pending set. Alone, the process keeps it pending (the step blocks
+    it) until the step ends. With other threads, the kernel hands it to one of them, which runs
+    Python's C-level handler whenever it is next scheduled: on a busy host that came after the
+    step had ended, and the interrupt landed in a later step (a flaky test). Waiting for that
+    hand-off makes the test's order the one it means; its bound only turns a hang into a failure."""
+    os.kill(os.getpid(), signal.SIGINT)
+    deadline = time.monotonic() + 60
+    while len(os.listdir("/proc/self/task")) > 1 and signal.SIGINT in signal.sigpending():
+        assert time.monotonic() < deadline, "no thread of this process took the SIGINT in 60 s"
+    for _ in range(1000):  # bytecode for the interpreter to run a pending handler in
+        pass
+
+
+def _interrupted_build(monkeypatch) -> None:
+    """Brings a bed up with a Ctrl-C sent in the middle of its first namespace's creation, and
+    asserts that the build unwound (KeyboardInterrupt, nothing left behind) with no creation cut
+    short: every creation that began, ended."""
     fake = FakeNetns().install(monkeypatch)
+    begun: List[str] = []
     completed: List[str] = []
 
     def create(ns: str) -> None:
-        os.kill(os.getpid(), signal.SIGINT)   # Ctrl-C, as it would arrive, in the middle of the creation
+        begun.append(ns)
+        if len(begun) == 1:
+            _ctrl_c_in_the_middle()
         fake.existing.add(ns)
         completed.append(ns)
 
     monkeypatch.setattr(fake, "create", create)
     with pytest.raises(KeyboardInterrupt):
         netns.TestBed("T2", prefix=PREFIX).up()
-    assert completed == [f"{PREFIX}-nsSW"], "Ctrl-C cut the namespace's creation short"
+    assert begun[0] == f"{PREFIX}-nsSW" and completed == begun, "Ctrl-C cut a namespace's creation short"
     assert fake.existing == set() and _state_files() == []
+
+
+def test_a_real_sigint_during_a_namespace_creation_waits_until_it_is_complete(monkeypatch):
+    """pyroute2 creates a namespace in a forked child; Ctrl-C reaches both, and one that cut
+    the creation short left a half-made namespace. The signal is held until create() returns,
+    then unwinds the build, which removes the namespace."""
+    _interrupted_build(monkeypatch)
 
 
 def test_a_real_sigint_during_a_namespace_creation_waits_while_another_thread_runs(monkeypatch):
     """The same with another thread in the process (a test runner's, a library's): the kernel
     hands the process-wide SIGINT to that thread, which does not block it, and Python then ran
     its handler in the main thread in the middle of the creation. It must still wait."""
-    fake = FakeNetns().install(monkeypatch)
-    completed: List[str] = []
     stop = threading.Event()
     other = threading.Thread(target=stop.wait, daemon=True)
     other.start()
-
-    def create(ns: str) -> None:
-        os.kill(os.getpid(), signal.SIGINT)
-        for _ in range(1000):  # bytecode for the interpreter to run a pending handler in
-            pass
-        fake.existing.add(ns)
-        completed.append(ns)
-
-    monkeypatch.setattr(fake, "create", create)
     try:
-        with pytest.raises(KeyboardInterrupt):
-            netns.TestBed("T2", prefix=PREFIX).up()
+        _interrupted_build(monkeypatch)
     finally:
         stop.set()
         other.join(10)
-    assert completed == [f"{PREFIX}-nsSW"], "Ctrl-C cut the namespace's creation short"
-    assert fake.existing == set() and _state_files() == []
 
 
 def test_testbed_up_interrupted_while_building_says_so_and_exits_130(monkeypatch):
