@@ -314,6 +314,7 @@ void Link::enterFatal(const std::string& msg, bool peerGone) {
   // The WARN with the whole message comes when the error is returned (fatalResult).
   setState(LinkState::kFatal, "see the fatal error");
   if (Journal* j = deps.journal) j->fatal(secret, dir(), fatalMsg);
+  onFatal();
 }
 
 void Link::notePeerClosed(const std::string& cause) {
@@ -364,7 +365,8 @@ ncclResult_t fatalResult(const std::string& msg, bool abortOnFatal) {
 static const char* const kCloseCause = "the receiver closed the comm (CLOSE)";
 static const char* const kSenderCloseCause = "the sender closed the comm (CLOSE)";
 static const char* const kNackCause =
-    "the receiver no longer knows this comm (NACK: its listen comm or recv comm was closed)";
+    "the receiver no longer serves this comm (NACK: its listen comm or recv comm was closed, ended in a fatal "
+    "error, or is being torn down)";
 
 // For protocol errors: the control message's name, or the transport's raw type code.
 static std::string ctlName(const CtlMsg& m) {
@@ -906,7 +908,7 @@ void SendLink::advancePath(Path& p, uint64_t now) {
   Health* hl = deps.health;
   if (p.state == PathState::kConnecting) {
     advanceConnect(p, now);
-    // The receiver's refusal of a reconnect (NACK: it no longer knows the comm) arrives on the
+    // The receiver's refusal of a reconnect (NACK: it no longer serves the comm) arrives on the
     // connecting path (the verbs bootstrap reads it where it waits for the endpoint, and reports
     // it only through recvNotice): read it now, as connectStep does at connect, not 3 s later
     // when the connect timeout's failPath looks for the receiver's word.
@@ -1244,10 +1246,29 @@ RecvLink::RecvLink(const LinkDeps& d, uint64_t s, uint64_t id, int dev) : connId
   list();
 }
 
-void RecvLink::offerStream(std::unique_ptr<Conn> c, const StreamHello& h, const sockaddr_storage& peer, int localNic) {
+bool RecvLink::offerStream(std::unique_ptr<Conn>& c, const StreamHello& h, const sockaddr_storage& peer, int localNic) {
   uint64_t now = nowUs();
   std::lock_guard<std::mutex> g(inMu_);
+  if (refusing_) return false;
   incoming_.push_back({std::move(c), h, peer, localNic, now});
+  return true;
+}
+
+void RecvLink::stopTakingPaths(const std::string& why) {
+  std::vector<Incoming> queued;
+  {
+    std::lock_guard<std::mutex> g(inMu_);
+    if (refusing_) return;
+    refusing_ = true;
+    queued.swap(incoming_);
+  }
+  queued.clear();  // their streams close: each sender fails that attempt
+  for (auto& p : paths) {
+    if (p.state != PathState::kConnecting) continue;
+    closePath(p);  // nothing to fence: no path still connecting has carried data
+    setPathState(p, PathState::kClosed, why + "; no new path is taken");
+    p.lastError = why;
+  }
 }
 
 void RecvLink::takeIncoming(uint64_t now) {
@@ -1799,6 +1820,7 @@ size_t RecvLink::forgetRegistration(void* mhandle) {
     deregMsg = "railover: recv comm from " + peerName + ": NCCL deregistered a buffer of " + std::to_string(n) +
                " receive(s) not yet complete; nothing more is received on this comm";
     RO_INFO(RO_SUBSYS_NET, "%s", deregMsg.c_str());
+    stopTakingPaths("NCCL is tearing the recv comm down (a buffer of a receive in progress was deregistered)");
   }
   return n;
 }

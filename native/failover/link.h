@@ -251,7 +251,7 @@ class Link {
   std::string describe(const Path& p) const;
   // Every path failed because the peer's kernel refused or reset it (the peer process exited).
   bool peerGoneOnAllPaths() const;
-  // Why the peer closed the comm (CLOSE, or a NACK saying it no longer knows it); "" if it did not.
+  // Why the peer closed the comm (CLOSE, or a NACK saying it no longer serves it); "" if it did not.
   std::string closedCause;
 
   // The one place a path's state changes. Logs one line and journals one path_state event:
@@ -266,6 +266,8 @@ class Link {
   // The link gives up with `msg` (the error NCCL gets): FATAL, journaled once. peerGone: the
   // peer process exited or closed the comm (pending requests fail, posting more succeeds).
   void enterFatal(const std::string& msg, bool peerGone = false);
+  // Called once by enterFatal when the link turns fatal. Under `mu`.
+  virtual void onFatal() {}
   // The peer closed the comm (`cause`): sets closedCause (the first cause stays) and enters
   // PEER_CLOSED unless the link is fatal or closed already.
   void notePeerClosed(const std::string& cause);
@@ -504,8 +506,11 @@ class RecvLink : public Link, public RecvSink {
   uint64_t connId = 0;
   ~RecvLink() override { unlist(); }
   bool sweep() override;
-  // Called by the acceptor thread with a validated stream.
-  void offerStream(std::unique_ptr<Conn> c, const StreamHello& h, const sockaddr_storage& peer, int localNic);
+  // Called by the acceptor thread with a validated stream: takes `c` (leaving it empty) and
+  // returns true, or, once the link has ended (stopTakingPaths), leaves it with the caller and
+  // returns false (the transport then refuses it with NACK(kNackReasonUnknownComm), as for a
+  // closed comm).
+  bool offerStream(std::unique_ptr<Conn>& c, const StreamHello& h, const sockaddr_storage& peer, int localNic);
   bool ready();  // true once the first path has all its streams
   // n buffers (1..kMaxRecvs) with their capacities (bytes) and tags; NULL *request = ring full.
   // mhandles: n registrations (Transport::regMr), or nullptr when the transport needs none.
@@ -526,6 +531,17 @@ class RecvLink : public Link, public RecvSink {
   void progress();
   void idleSweep(uint64_t now) override;
   void takeIncoming(uint64_t now);
+  void onFatal() override { stopTakingPaths("the recv comm ended in a fatal error"); }
+  // The link has ended (fatal, or NCCL deregistered a buffer of a receive in progress: the
+  // comm is being torn down) and takes no new path: streams offered from now on are refused
+  // (offerStream returns false: NACK, so the sender ends its comm at its attempt's first
+  // poll), streams queued and not yet taken are closed, and so are paths still connecting,
+  // with `why` (their senders fail the attempt and retry, into the NACK). Without it, a
+  // sender's attempt on RDMA waited for an endpoint answer no poll would give, up to
+  // tuning::kConnectOffNetworkMaxUs (30 s), and retried for as long as its comm lived.
+  // Connected paths stay as they are (NCCL still gets this link's error on its calls). Once;
+  // under `mu`.
+  void stopTakingPaths(const std::string& why);
   // A connecting receive path: becomes a standby once its transport says it is up, fails when
   // its transport says it broke.
   void pollConnect(Path& p, uint64_t now);
@@ -575,6 +591,7 @@ class RecvLink : public Link, public RecvSink {
     uint64_t arrivedUs;  // when offerStream() got it (the acceptor's thread)
   };
   std::vector<Incoming> incoming_;
+  bool refusing_ = false;       // under inMu_: set by stopTakingPaths, never cleared
   RecvReq ring_[kRing];         // requests, by request number
   uint64_t reqPost_ = 0;        // requests posted
   uint64_t reqComplete_ = 0;    // every request below this one is complete

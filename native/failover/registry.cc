@@ -188,8 +188,7 @@ bool LinkRegistry::route(std::unique_ptr<Conn>& c, const StreamHello& sh, const 
       c.reset();
       return true;
     }
-    it->second->offerStream(std::move(c), sh, peer, localNic);
-    return true;
+    return it->second->offerStream(c, sh, peer, localNic);  // false: the link ended (NACK)
   }
   auto lt = listeners_.find(h.secret);
   if (lt == listeners_.end()) return false;
@@ -204,8 +203,7 @@ bool LinkRegistry::route(std::unique_ptr<Conn>& c, const StreamHello& sh, const 
   auto* l = new RecvLink(L->deps_, h.secret, h.connId, L->dev);
   recvLinks_[{h.secret, h.connId}] = l;
   L->fresh_.push_back(l);
-  l->offerStream(std::move(c), sh, peer, localNic);
-  return true;
+  return l->offerStream(c, sh, peer, localNic);  // a new link takes it
 }
 
 // ------------------------------------------------------------------------------------------

@@ -276,7 +276,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (size_t s = 0; s < p.feeds.size(); ++s) {
       wire::Hello h = p.hello;
       h.stream = (uint8_t)s;
-      link->offerStream(std::unique_ptr<Conn>(new FeedConn(p.feeds[s].get())), helloToStream(h), peer, p.hello.path % 2);
+      std::unique_ptr<Conn> c(new FeedConn(p.feeds[s].get()));
+      link->offerStream(c, helloToStream(h), peer, p.hello.path % 2);  // refused once the link ended: c closes
     }
     p.offered = true;
   };

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <string>
 #include <thread>
 
@@ -537,6 +538,80 @@ TEST_F(EngineOnly, AReconnectTheReceiverRefusesEndsTheCommWithoutAConnectTimeout
     EXPECT_LT(p.connectWaitedUs, tuning::kConnectTimeoutUs) << "path " << p.index << " waited for its connect timeout";
   for (auto& l : journalEvents(mark, {"path_state"}))
     EXPECT_EQ(jsonField(l, "reason").find("timed out"), std::string::npos) << l;
+}
+
+// A recv comm that has ended takes no new path (RecvLink::stopTakingPaths). The sender's
+// reconnect after a repair is refused with NACK, read while the attempt is young: the sender's
+// comm ends at once with the receiver's word instead of each attempt waiting for an answer no
+// poll of the receiver would ever give (on RDMA up to 30 s off the network each, retried for
+// as long as the comm lived). `end` ends the receiver's comm; then the standby is cut and
+// repaired, so the sender reconnects it.
+class EngineOnlyEndedReceiver : public EngineOnly {
+ protected:
+  void reconnectIsRefusedAtOnce(const std::function<void()>& end) {
+    connectComm();
+    ASSERT_EQ(run(20, mixed, 8).delivered, 20u);
+    end();
+    if (HasFatalFailure()) return;
+    w(1, kA1)->broken = true;  // the standby fails at both ends
+    health->setNic(1, false);
+    sweeperWindow();
+    ASSERT_EQ(send->paths[1].state, PathState::kFailed) << pathStateName(send->paths[1].state);
+    size_t mark = journalSize();
+    w(1, kA1)->connectPolls = INT_MAX;  // the reconnect stays in progress: the NACK comes instead of an answer
+    w(1, kA1)->broken = false;
+    health->setNic(1, true);
+    sweeperWindow();
+    auto t0 = std::chrono::steady_clock::now();
+    while (!send->peerClosed() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10)) {
+      links().sweepIdle();
+      transport->pump();
+    }
+    ASSERT_TRUE(send->peerClosed()) << "the ended receiver's refusal of the reconnect was not read";
+    EXPECT_NE(send->closedCause.find("NACK"), std::string::npos) << send->closedCause;
+    EXPECT_LT(send->paths[1].connectWaitedUs, tuning::kConnectTimeoutUs) << "the reconnect waited for its connect timeout";
+    for (auto& l : journalEvents(mark, {"path_state"}))
+      EXPECT_EQ(jsonField(l, "reason").find("timed out"), std::string::npos) << l;
+  }
+  // A receive the sender never sends for, its buffer registered as `mh`.
+  void postReceive(void* mh) {
+    static uint8_t buf[64];
+    void* data = buf;
+    uint64_t cap = sizeof buf;
+    int tag = 0;
+    void* req = nullptr;
+    ASSERT_EQ(recv->irecv(1, &data, &cap, &tag, &req, &mh), ncclSuccess);
+    ASSERT_NE(req, nullptr);
+  }
+};
+
+TEST_F(EngineOnlyEndedReceiver, ARecvCommNcclIsTearingDownRefusesTheSendersReconnect) {
+  reconnectIsRefusedAtOnce([&] {
+    int mh = 0;
+    postReceive(&mh);
+    std::lock_guard<std::mutex> g(recv->mu);
+    ASSERT_EQ(recv->forgetRegistration(&mh), 1u);  // NCCL's deregMr of the receive's buffer
+  });
+}
+
+TEST_F(EngineOnlyEndedReceiver, AFatalRecvCommRefusesTheSendersReconnect) {
+  reconnectIsRefusedAtOnce([&] {
+    int mh = 0;
+    postReceive(&mh);
+    // No path for RAILOVER_FATAL_TIMEOUT (1 s here) with the receive pending: the receiver
+    // gives up. The sender has nothing in flight and stays.
+    w(0, kA0)->broken = true;
+    w(1, kA1)->broken = true;
+    health->setNic(0, false);
+    health->setNic(1, false);
+    auto t0 = std::chrono::steady_clock::now();
+    while (!recv->isFatal() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20)) {
+      links().sweep();
+      transport->pump();
+    }
+    ASSERT_TRUE(recv->isFatal()) << "the receiver did not give up";
+    ASSERT_FALSE(send->isFatal() || send->peerClosed());  // rail 0 stays cut; rail 1 is repaired below
+  });
 }
 
 // A connect moves on only when it is polled (here: the third poll connects, as the verbs

@@ -114,7 +114,7 @@ class RdmaEngineTest : public ::testing::Test {
   // no failback before the tests' 60 s hold-down.)
   void route() {
     if (!held.empty() && primaryUp()) {
-      for (Held& x : held) recv->offerStream(std::move(x.server), x.sh, x.clientAddr, x.remoteNic);
+      for (Held& x : held) ASSERT_TRUE(recv->offerStream(x.server, x.sh, x.clientAddr, x.remoteNic));
       held.clear();
     }
     for (size_t i = 0; i < boot.pending.size();) {
@@ -135,7 +135,7 @@ class RdmaEngineTest : public ::testing::Test {
       if (h.path != 0 && !primaryUp())
         held.push_back({std::move(p.server), sh, p.clientAddr, p.remoteNic});
       else
-        recv->offerStream(std::move(p.server), sh, p.clientAddr, p.remoteNic);
+        ASSERT_TRUE(recv->offerStream(p.server, sh, p.clientAddr, p.remoteNic));
       boot.pending.erase(boot.pending.begin() + (long)i);
     }
   }
@@ -840,8 +840,9 @@ TEST_F(RdmaEngineTest, AConnectWhoseRequestTheNetworkDropsStillTimesOutAfterThre
   EXPECT_LT(nowUs(), deadline) << "the attempt waited past its connect timeout: " << info();
   EXPECT_GE(nowUs() - t0, tuning::kConnectTimeoutUs);
   EXPECT_EQ(send->paths[0].lastError.rfind("connect timed out after 3 s", 0), 0u) << info();
-  if (send->paths[0].generation == 1)  // only the worker's QP creation (kCreate) was off the network
+  if (send->paths[0].generation == 1) {  // only the worker's QP creation (kCreate) was off the network
     EXPECT_LT(send->paths[0].offNetWaitedUs, 1000000u) << "an unacknowledged request counted as the peer's wait";
+  }
 }
 
 // A repair of the pair while an attempt waits for a late receiver: the attempt's request got

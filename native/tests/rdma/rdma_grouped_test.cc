@@ -93,7 +93,7 @@ class RdmaGroupedTest : public ::testing::Test {
     ASSERT_EQ(server->read(hb, sizeof(hb), &err), (ssize_t)sizeof(hb));
     StreamHello h;
     h.id = id, h.stream = 0, h.nStreams = 1;
-    recv->offerStream(std::move(server), h, addrOf(kIp[sendNic], 40000), recvNic);
+    ASSERT_TRUE(recv->offerStream(server, h, addrOf(kIp[sendNic], 40000), recvNic));
     uint64_t deadline = nowUs() + 20 * 1000 * 1000;
     int a = 0;
     while ((a != 1 || recv->paths.size() <= (size_t)k || recv->paths[k].state != PathState::kStandby) &&
