@@ -105,9 +105,12 @@ std::vector<std::string> arpFluxWarnings(const std::vector<Nic>& nics, const std
     // A member answering ARP for every address of the group (arp_ignore=0) harms the served
     // members other than itself: one served NIC beside it is enough.
     std::vector<std::string> names, unserved;
+    auto add = [](std::vector<std::string>& v, const std::string& n) {  // an interface may hold several addresses
+      if (std::find(v.begin(), v.end(), n) == v.end()) v.push_back(n);
+    };
     for (size_t m : group) {
-      names.push_back(nics[m].name);
-      if (!isServed(served, m)) unserved.push_back(nics[m].name);
+      add(names, nics[m].name);
+      if (!isServed(served, m)) add(unserved, nics[m].name);
       if (arpIgnore(nics[m].name) != 0) continue;
       for (size_t n : group) flux |= n != m && isServed(served, n);
     }
@@ -150,9 +153,9 @@ std::vector<std::string> rpFilterWarnings(
     // A /31 or /32 holds no third host: no shared subnet to speak of. Only the NICs served are
     // judged; the others still share their subnets (their routes are the kernel's all the same).
     if (!v4(i) || prefixLen[i] > 30 || !isServed(served, i)) continue;
-    std::vector<std::string> sharing;
+    std::vector<std::string> sharing;  // names once each: an interface may hold several addresses
     for (size_t j : nicsSharingSubnet(nics, prefixLen, i))
-      if (v4(j)) sharing.push_back(nics[j].name);
+      if (v4(j) && std::find(sharing.begin(), sharing.end(), nics[j].name) == sharing.end()) sharing.push_back(nics[j].name);
     if (sharing.empty() || rpFilter(nics[i].name) != 1) continue;
     // The subnets of sharing NICs that lie in this NIC's with a longer prefix: the kernel routes
     // a destination there by the longest prefix, through that NIC (a0 10.0.0.1/16 beside a1
@@ -247,6 +250,29 @@ std::vector<std::string> standbyPairWarnings(const std::vector<std::pair<std::st
   return out;
 }
 
+// The IPv4 addresses of this host's interfaces other than `selected` and lo, one entry per
+// address (an interface's secondary addresses answer ARP too), in getifaddrs order. These are
+// not railover's NICs, but one on a device's subnet takes part in its ARP answers and routes.
+static std::vector<Nic> otherIpv4Interfaces(const std::vector<Nic>& selected) {
+  std::vector<Nic> out;
+  ifaddrs* ifa = nullptr;
+  if (getifaddrs(&ifa) != 0) return out;
+  for (ifaddrs* p = ifa; p; p = p->ifa_next) {
+    if (!p->ifa_addr || p->ifa_addr->sa_family != AF_INET || std::string(p->ifa_name) == "lo") continue;
+    bool chosen = false;
+    for (const Nic& n : selected) chosen |= n.name == p->ifa_name;
+    if (chosen) continue;
+    Nic n;
+    n.name = p->ifa_name;
+    n.ifindex = (int)if_nametoindex(p->ifa_name);
+    memcpy(&n.addr, p->ifa_addr, sizeof(sockaddr_in));
+    n.addrLen = sizeof(sockaddr_in);
+    out.push_back(n);
+  }
+  freeifaddrs(ifa);
+  return out;
+}
+
 void warnNicSetup(const Config& cfg, const std::vector<Nic>& selected, const std::vector<Nic>& devices) {
   // A misspelt RAILOVER_STANDBY pair would leave the NIC's comms without failover, silently;
   // so would a pair naming a NIC left out of NCCL's devices.
@@ -255,23 +281,28 @@ void warnNicSetup(const Config& cfg, const std::vector<Nic>& selected, const std
   for (const Nic& n : devices) deviceNames.push_back(n.name);
   for (const std::string& w : standbyPairWarnings(cfg.standbyPairs, selectedNames, deviceNames))
     RO_WARN("%s", w.c_str());
+  // Judged: the devices. Counted as sharing their subnets: every other selected NIC and every
+  // other interface of this host with an IPv4 address (not lo): each keeps its address, routes
+  // and ARP answers whether railover uses it or not.
+  std::vector<Nic> nics = selected;
+  for (const Nic& n : otherIpv4Interfaces(selected)) nics.push_back(n);
   std::vector<int> prefixLen;
-  for (const Subnet& sn : lookupSubnets(selected)) prefixLen.push_back(sn.prefixLen);
+  for (const Subnet& sn : lookupSubnets(nics)) prefixLen.push_back(sn.prefixLen);
   std::vector<bool> served;
-  for (const Nic& n : selected) {
+  for (const Nic& n : nics) {
     bool dev = false;
     for (const Nic& d : devices) dev |= d.name == n.name;
     served.push_back(dev);
   }
-  for (const std::string& w : zeroPrefixWarnings(selected, prefixLen, served)) RO_WARN("%s", w.c_str());
+  for (const std::string& w : zeroPrefixWarnings(nics, prefixLen, served)) RO_WARN("%s", w.c_str());
   auto arpIgnore = [](const std::string& n) { return effectiveIpv4Conf("arp_ignore", n); };
-  for (const std::string& w : arpFluxWarnings(selected, prefixLen, arpIgnore, served)) RO_WARN("%s", w.c_str());
+  for (const std::string& w : arpFluxWarnings(nics, prefixLen, arpIgnore, served)) RO_WARN("%s", w.c_str());
   auto rpFilter = [](const std::string& n) { return effectiveIpv4Conf("rp_filter", n); };
   // The route of a NIC in a VRF is its VRF's: the lookup is made there (the kernel's
   // reverse-path filter looks up in the VRF of the NIC a packet arrives on).
   auto route = [&](const sockaddr_in& src, const sockaddr_in& dst) {
     int vrf = 0;
-    for (const Nic& n : selected)
+    for (const Nic& n : nics)
       if (n.addr.ss_family == AF_INET && ((const sockaddr_in&)n.addr).sin_addr.s_addr == src.sin_addr.s_addr)
         vrf = l3mdevMaster(n.ifindex);
     return routeOifFrom(src, dst, vrf);
@@ -284,7 +315,7 @@ void warnNicSetup(const Config& cfg, const std::vector<Nic>& selected, const std
         hostAddrs.push_back(ntohl(((const sockaddr_in*)p->ifa_addr)->sin_addr.s_addr));
     freeifaddrs(ifa);
   }
-  for (const std::string& w : rpFilterWarnings(selected, prefixLen, rpFilter, route, hostAddrs, served))
+  for (const std::string& w : rpFilterWarnings(nics, prefixLen, rpFilter, route, hostAddrs, served))
     RO_WARN("%s", w.c_str());
 }
 

@@ -29,7 +29,10 @@ bool discoverNics(const Config& cfg, std::vector<Nic>* out, std::string* err);
 // the sysctls and routes of this host now. `selected`: the NICs discoverNics gave; `devices`:
 // those NCCL is given (after RAILOVER_TRANSPORT=auto left out the NICs without an RDMA port;
 // matched by name). Only devices are judged, as `railover doctor` judges them; the NICs left
-// out still count as sharing a subnet (they keep their address, routes and ARP answers).
+// out, and every other interface of this host with an IPv4 address but lo (not selected by
+// RAILOVER_IFNAMES / NCCL_SOCKET_IFNAME, or beyond the first 16), still count as sharing a
+// subnet (they keep their address, routes and ARP answers: a management NIC on a rail's subnet
+// with arp_ignore=0 takes that rail's traffic).
 // Also the RAILOVER_STANDBY pairs naming a NIC that is no device (standbyPairWarnings).
 void warnNicSetup(const Config& cfg, const std::vector<Nic>& selected, const std::vector<Nic>& devices);
 

@@ -278,9 +278,10 @@ def test_the_plugin_names_strict_reverse_path_filtering_on_a_shared_subnet_at_in
     assert warns(res, 0) == [] and warns(res, 1) == []
 
 
-def _init_warnings(tb, host: str, nics) -> List[str]:
-    """The reverse-path filtering WARNs of the plugin's init on ``host`` over ``nics`` (one rank
-    of railover-perf, stopped once init is done)."""
+def _init_warnings(tb, host: str, nics, about: str = "reverse-path filtering") -> List[str]:
+    """The WARNs of the plugin's init on ``host`` over ``nics`` whose text has ``about`` (the
+    reverse-path filtering ones by default; one rank of railover-perf, stopped once init is
+    done)."""
     from railover import _paths
     env = {"RAILOVER_IFNAMES": "=" + ",".join(n.ifname for n in nics), "NCCL_DEBUG": "INFO", "RAILOVER_STATE_DIR": "off"}
     last = len(nics) - 1
@@ -298,7 +299,36 @@ def _init_warnings(tb, host: str, nics) -> List[str]:
         text = (Path(wd) / "err").read_text()
     # past the NICs' discovery (which WARNs): listening on all, or a listener's failure named
     assert f"railover: NIC {last} " in text or "cannot listen on NIC" in text, text[-3000:]
-    return [ln for ln in text.splitlines() if "reverse-path filtering" in ln]
+    return [ln for ln in text.splitlines() if about in ln]
+
+
+def test_an_interface_not_selected_that_answers_arp_on_a_devices_subnet_is_named_by_the_plugin_and_doctor(testbed):
+    """The flat bed (a0 and a1 on one subnet), with only a0 selected: a1 is not railover's, but
+    with arp_ignore=0 it answers ARP for a0's address (a management NIC on a rail's subnet), so
+    a peer's traffic to a0 may arrive on a1, where railover takes nothing. The plugin's init
+    WARNs, naming a1 as not a device, and doctor FAILs a0's ARP check, naming a1 as not
+    selected; with arp_ignore=1, neither. Before, both judged the selected NICs only."""
+    tb = testbed("T2-flat", policy_routing=False)
+    a0, a1 = tb.nic("a0"), tb.nic("a1")
+    sysctl = ["sysctl", "-q", "-w"]
+    assert tb.run_collect("A", sysctl + ["net.ipv4.conf.all.arp_ignore=0"])[0] == 0
+    try:
+        w = _init_warnings(tb, "A", [a0], about="answer ARP")
+        env = dict(envvars.nccl_env(), PYTHONPATH=SRC, RAILOVER_IFNAMES="=" + a0.ifname)
+        rc, out, err = tb.run_collect("A", cli("doctor", "--json", "--no-torch"), env=env, timeout_s=60)
+    finally:
+        assert tb.run_collect("A", sysctl + ["net.ipv4.conf.all.arp_ignore=1"])[0] == 0
+    net = a0.addr.rsplit(".", 1)[0] + ".0/24"
+    assert len(w) == 1 and f"NICs {a0.ifname},{a1.ifname} share subnet {net} and answer ARP" in w[0] and \
+        f"({a1.ifname}: not railover's devices, but on that subnet all the same)" in w[0], w
+    doc = json.loads(out) if out else {}
+    assert [n["name"] for n in doc.get("nics", []) if n["selected"]] == [a0.ifname], (out, err)
+    (f,) = [c for c in doc["checks"] if c["section"] == "arp" and c["status"] == "FAIL"]
+    assert f["what"] == a0.ifname and f"{a1.ifname} (not selected)" in f["detail"] and \
+        f"{a1.ifname} has arp_ignore=0: it answers ARP for {a0.ifname}'s address" in f["detail"], f
+    assert _init_warnings(tb, "A", [a0], about="answer ARP") == []
+    rc, out, err = tb.run_collect("A", cli("doctor", "--json", "--no-torch"), env=env, timeout_s=60)
+    assert not [c for c in json.loads(out)["checks"] if c["section"] == "arp" and c["status"] != "OK"], out
 
 
 def test_the_plugin_names_strict_reverse_path_filtering_where_a_longer_prefix_takes_part_of_a_subnet(testbed):
@@ -372,8 +402,10 @@ def test_the_plugin_and_doctor_judge_the_route_to_a_peer_not_to_an_address_of_th
         rc, doc, fails = _doctor(tb, "A", [])
     finally:
         assert tb.run_collect("A", sysctl + ["net.ipv4.conf.all.rp_filter=0"])[0] == 0
-    assert len(w) == 1 and f"NIC {a1.ifname} shares subnet {net}.0/24 with {a0.ifname}, and its traffic to that " \
-        f"subnet leaves through {a0.ifname} " in w[0], w
+    # m0 holds an address of the subnet, so it is named among those sharing it (not a device,
+    # but its address and routes are the kernel's all the same)
+    assert len(w) == 1 and f"NIC {a1.ifname} shares subnet {net}.0/24 with {a0.ifname},{m0}, and its traffic to " \
+        f"that subnet leaves through {a0.ifname} " in w[0], w
     assert {what for section, what in fails if section == "routing"} == {f"{a1.ifname} -> {net}.3"}, doc["checks"]
 
 

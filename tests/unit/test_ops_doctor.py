@@ -278,6 +278,29 @@ def test_nics_sharing_a_subnet_fail_with_arp_flux_and_warn_without_arp_announce(
     assert not find(rep, "arp") and rep.ok
 
 
+def test_an_interface_not_selected_on_a_devices_subnet_counts_as_sharing_it():
+    """mgmt0 is not selected (RAILOVER_IFNAMES=eth) but holds an address on eth0's subnet. With
+    arp_ignore=0 it answers ARP for eth0's address, so a peer's traffic to eth0 may arrive on
+    mgmt0, where railover takes nothing: FAIL, naming mgmt0 as not selected. eth0 answering for
+    mgmt0's address harms no railover NIC. Before, doctor looked at the selected NICs only."""
+    ifaces = IFACES[:3] + [dr.Iface("mgmt0", 7, ["10.0.0.50/24"])]
+    env = dict(GOOD_NCCL, RAILOVER_IFNAMES="eth")
+    sysctls = {n: {"arp_ignore": 1, "arp_announce": 2, "rp_filter": 0} for n in ("eth0", "eth1", "mgmt0")}
+    sysctls["mgmt0"]["arp_ignore"] = 0
+    rep = run(env, ifaces, peers=["10.0.0.2", "10.0.1.2"], sysctls=sysctls)
+    assert [n["name"] for n in rep.nics if n["selected"]] == ["eth0", "eth1"]
+    (f,) = find(rep, "arp", status=dr.FAIL)
+    assert f.what == "eth0" and "shares subnet 10.0.0.0/24 with mgmt0 (not selected)" in f.detail, f.detail
+    assert "mgmt0 has arp_ignore=0: it answers ARP for eth0's address" in f.detail and "mgmt0.arp_ignore=1" in f.fix
+    assert not find(rep, "arp", "eth1") and not rep.ok
+    sysctls["mgmt0"]["arp_ignore"], sysctls["eth0"]["arp_ignore"] = 1, 0
+    rep = run(env, ifaces, peers=["10.0.0.2", "10.0.1.2"], sysctls=sysctls)
+    assert not find(rep, "arp", status=dr.FAIL) and find(rep, "arp", "eth0", dr.OK) and rep.ok
+    # no interface beside eth0 on its subnet: nothing to judge
+    rep = run(env, IFACES[:3], peers=["10.0.0.2", "10.0.1.2"], sysctls=sysctls)
+    assert not find(rep, "arp")
+
+
 def test_a_shared_subnet_without_policy_routing_fails_only_under_strict_reverse_path_filtering():
     """railover binds its sockets to the NIC, so its traffic leaves through eth1 although the
     source route says eth0; what comes back to eth1 is dropped only by rp_filter=1."""

@@ -302,19 +302,21 @@ def exporter_cmd(
         srv = ex.serve(dirs, journal or (), addr, port)
     except OSError as e:
         _fail(f"cannot listen on {f'[{addr}]' if ':' in addr else addr}:{port}: {e.strerror or e}")
-    typer.echo(f"railover exporter: {srv.url} (state dirs: {', '.join(map(str, dirs)) or 'none'})")
-    if not dirs:
-        typer.echo("railover exporter: warning: state files are off (RAILOVER_STATE_DIR=off): only journals given "
-                   "with --journal are read; use --state-dir", err=True)
-    for w in _path_warnings(state_dir, dirs, journal):
-        typer.echo(f"railover exporter: warning: {w}", err=True)
-    sys.stdout.flush()
+    # The handlers are in place before the URL line: whoever waits for that line (a script, a
+    # test) may signal at once, and a SIGINT still ignored then was lost.
     signal.signal(signal.SIGTERM, _interrupt)
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         # A script's background job ('railover exporter &') starts with SIGINT ignored, and the
         # ignore survives exec: 'kill -INT' did nothing. This command runs until SIGINT.
         signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
+        typer.echo(f"railover exporter: {srv.url} (state dirs: {', '.join(map(str, dirs)) or 'none'})")
+        if not dirs:
+            typer.echo("railover exporter: warning: state files are off (RAILOVER_STATE_DIR=off): only journals given "
+                       "with --journal are read; use --state-dir", err=True)
+        for w in _path_warnings(state_dir, dirs, journal):
+            typer.echo(f"railover exporter: warning: {w}", err=True)
+        sys.stdout.flush()
         while True:
             signal.pause()
     except KeyboardInterrupt:

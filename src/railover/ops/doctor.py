@@ -18,7 +18,8 @@ or would run without the redundancy railover is there for):
   below says so), and the counts and per-NIC checks that follow leave it out too;
 * NICs sharing an IPv4 subnet: ``arp_ignore`` (0 = ARP flux: a peer's traffic to one NIC
   may arrive on another, where railover's device-bound sockets do not take it) and
-  ``arp_announce``;
+  ``arp_announce``; an interface that is not selected (a management NIC) but holds an address
+  on a device's subnet counts as sharing it;
 * source routing per NIC: traffic sourced from a NIC's address to a peer (or, without
   ``--peer``, to a neighbour in its subnet) should leave through that NIC; where it does not
   but a socket bound to the NIC (as railover's are) has a route through it, only strict
@@ -151,7 +152,8 @@ class Facts:
     #: the plugin's RDMA report (:func:`rdma_report`; shape ``native/plugin/rdma_report.h``), or
     #: ``{"error": why}`` when it could not be asked; None: not gathered (no RDMA section)
     rdma: Optional[Dict[str, Any]] = None
-    #: per selected NIC, the kernel's effective IPv4 settings that decide whether a NIC sharing
+    #: per interface (lo aside: the selected NICs and the others, which may share a subnet with
+    #: them), the kernel's effective IPv4 settings that decide whether a NIC sharing
     #: an IPv4 subnet with another one sends and receives its own traffic (:func:`nic_sysctls`):
     #: ``arp_ignore``, ``arp_announce``, ``rp_filter``; None: not gathered (no such checks)
     sysctls: Optional[Dict[str, Dict[str, int]]] = None
@@ -998,7 +1000,20 @@ def gather(env: Optional[Mapping[str, str]] = None, plugin: Optional[Path] = Non
     return Facts(env=env, ifaces=ifaces, plugin=pinfo,
                  torch=torch_nccl() if check_torch else {"skipped": True}, ld_resolve=ld_resolve(env),
                  tools=prereqs.found(path=env.get("PATH")), rdma=rdma,
-                 sysctls=nic_sysctls([i.name for i in selected]))
+                 sysctls=nic_sysctls([i.name for i in ifaces if i.name != "lo"]))
+
+
+def _unselected_ipv4_nets(ifaces: Sequence[Iface], chosen: Collection[str]) -> Dict[str, List[ipaddress.IPv4Network]]:
+    """The IPv4 subnets of each interface in ``ifaces`` that is not ``chosen`` (the NICs the
+    plugin discovers) and not lo, by name; interfaces with no IPv4 address are not listed."""
+    out: Dict[str, List[ipaddress.IPv4Network]] = {}
+    for x in ifaces or ():
+        if x.name in chosen or x.name == "lo":
+            continue
+        nets = [n for n in (ipaddress.ip_interface(a).network for a in x.addrs) if n.version == 4]
+        if nets:
+            out[x.name] = nets
+    return out
 
 
 def _neighbour(net: ipaddress._BaseNetwork, local: Collection[str],
@@ -1170,16 +1185,23 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
     nets = {i.name: i.network_of(sel_addrs[i.name]) for i in discovered if sel_addrs[i.name]}
     nets = {n: net for n, net in nets.items() if net is not None and net.version == 4}
     out_names = {i.name for i in left_out}
+    # every other interface of this host with an IPv4 address (not lo), each of its IPv4
+    # subnets: not selected, but its addresses, routes and ARP answers are the kernel's all the
+    # same (a management NIC on a rail's subnet); the plugin's init counts them too
+    unselected = _unselected_ipv4_nets(facts.ifaces, {i.name for i in discovered})
     sysctls = facts.sysctls or {}
     for i in selected:
         mates = [n for n in nets if n != i.name and i.name in nets and nets[n].overlaps(nets[i.name])]
+        mates += [n for n, ns in unselected.items() if i.name in nets and any(x.overlaps(nets[i.name]) for x in ns)]
         vals = sysctls.get(i.name, {})
         if not mates or not vals:
             continue
-        served_mates = [n for n in mates if n not in out_names]
-        out_flux = [n for n in mates if n in out_names and sysctls.get(n, {}).get("arp_ignore") == 0]
+        served_mates = [n for n in mates if n not in out_names and n not in unselected]
+        out_flux = [n for n in mates if (n in out_names or n in unselected)
+                    and sysctls.get(n, {}).get("arp_ignore") == 0]
         share = (f"{i.name} ({sel_addrs[i.name]}) shares subnet {nets[i.name]} with "
-                 + ", ".join(n + (" (left out of NCCL's devices)" if n in out_names else "") for n in mates))
+                 + ", ".join(n + (" (left out of NCCL's devices)" if n in out_names else
+                                  " (not selected)" if n in unselected else "") for n in mates))
         if vals.get("arp_ignore") == 0 and served_mates:
             checks.append(Check("arp", i.name, FAIL,
                                 f"{share} and arp_ignore=0: {i.name} answers ARP for the addresses of "
@@ -1267,7 +1289,8 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
             # other NICs' subnets inside this one with a longer prefix: the kernel routes there
             # through them (the longest prefix), so each gets a stand-in of its own, the rest of
             # the subnet one outside them (as the plugin's init looks them up)
-            inner = sorted({n for n in (x.network_of(sel_addrs[x.name]) for x in discovered if sel_addrs[x.name])
+            inner = sorted({n for n in [x.network_of(sel_addrs[x.name]) for x in discovered if sel_addrs[x.name]]
+                            + [x for ns in unselected.values() for x in ns]
                             if n is not None and n.version == net.version
                             and n.prefixlen > net.prefixlen and n.subnet_of(net)})
             for sub, skip in [(net, inner)] + [(n, []) for n in inner]:
