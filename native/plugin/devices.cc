@@ -140,6 +140,13 @@ std::vector<std::string> zeroPrefixWarnings(const std::vector<Nic>& nics, const 
   return out;
 }
 
+// Interface `name` as a component of a dotted sysctl key: sysctl(8) reads a '/' there as the
+// '.' of a VLAN's name (net.ipv4.conf.bond0/100.rp_filter is bond0.100's).
+static std::string sysctlName(std::string name) {
+  std::replace(name.begin(), name.end(), '.', '/');
+  return name;
+}
+
 std::vector<std::string> rpFilterWarnings(
     const std::vector<Nic>& nics, const std::vector<int>& prefixLen, const std::function<int(const std::string&)>& rpFilter,
     const std::function<std::string(const sockaddr_in&, const sockaddr_in&)>& routeOif,
@@ -218,7 +225,7 @@ std::vector<std::string> rpFilterWarnings(
                   " (no source routing): strict reverse-path filtering (rp_filter=1) drops what peers send to " +
                   name + ", so railover's paths and probes on it get no answer; add source routing (ip rule add from " +
                   ip + " table <N>; ip route add " + subnet + " dev " + name +
-                  " table <N>) or loose filtering (sysctl -w net.ipv4.conf.all.rp_filter=2 net.ipv4.conf." + name +
+                  " table <N>) or loose filtering (sysctl -w net.ipv4.conf.all.rp_filter=2 net.ipv4.conf." + sysctlName(name) +
                   ".rp_filter=2) (railover doctor checks this)");
   }
   return out;
@@ -250,24 +257,36 @@ std::vector<std::string> standbyPairWarnings(const std::vector<std::pair<std::st
   return out;
 }
 
-// The IPv4 addresses of this host's interfaces other than `selected` and lo, one entry per
-// address (an interface's secondary addresses answer ARP too), in getifaddrs order. These are
-// not railover's NICs, but one on a device's subnet takes part in its ARP answers and routes.
-static std::vector<Nic> otherIpv4Interfaces(const std::vector<Nic>& selected) {
+// The IPv4 addresses of this host's interfaces other than `selected` that can share a
+// device's subnet, one entry per address (an interface's secondary addresses answer ARP too),
+// in getifaddrs order: up with carrier (IFF_UP, IFF_RUNNING), ARP on a shared link (not
+// IFF_LOOPBACK, IFF_POINTOPOINT, IFF_NOARP: no loopback, tunnel, WireGuard or dummy), prefix of
+// at most 30 bits (a /31 or /32 shares no link: a service address). These are not railover's
+// NICs, but one on a device's subnet takes part in its ARP answers and routes. An address
+// label (eth0:vip) is named by its interface (eth0). The same rule as doctor's
+// _unselected_ipv4_nets. `prefixLen` gets each entry's prefix length.
+static std::vector<Nic> otherIpv4Interfaces(const std::vector<Nic>& selected, std::vector<int>* prefixLen) {
   std::vector<Nic> out;
   ifaddrs* ifa = nullptr;
   if (getifaddrs(&ifa) != 0) return out;
   for (ifaddrs* p = ifa; p; p = p->ifa_next) {
-    if (!p->ifa_addr || p->ifa_addr->sa_family != AF_INET || std::string(p->ifa_name) == "lo") continue;
+    if (!p->ifa_addr || p->ifa_addr->sa_family != AF_INET || !p->ifa_netmask) continue;
+    unsigned flags = p->ifa_flags;
+    if (!(flags & IFF_UP) || !(flags & IFF_RUNNING) || (flags & (IFF_LOOPBACK | IFF_POINTOPOINT | IFF_NOARP))) continue;
+    int len = __builtin_popcount(((const sockaddr_in*)p->ifa_netmask)->sin_addr.s_addr);
+    if (len > 30) continue;
+    std::string name = p->ifa_name;
+    name = name.substr(0, name.find(':'));  // glibc names an IPv4 address by its label
     bool chosen = false;
-    for (const Nic& n : selected) chosen |= n.name == p->ifa_name;
+    for (const Nic& n : selected) chosen |= n.name == name;
     if (chosen) continue;
     Nic n;
-    n.name = p->ifa_name;
-    n.ifindex = (int)if_nametoindex(p->ifa_name);
+    n.name = name;
+    n.ifindex = (int)if_nametoindex(name.c_str());
     memcpy(&n.addr, p->ifa_addr, sizeof(sockaddr_in));
     n.addrLen = sizeof(sockaddr_in);
     out.push_back(n);
+    prefixLen->push_back(len);
   }
   freeifaddrs(ifa);
   return out;
@@ -285,9 +304,9 @@ void warnNicSetup(const Config& cfg, const std::vector<Nic>& selected, const std
   // other interface of this host with an IPv4 address (not lo): each keeps its address, routes
   // and ARP answers whether railover uses it or not.
   std::vector<Nic> nics = selected;
-  for (const Nic& n : otherIpv4Interfaces(selected)) nics.push_back(n);
   std::vector<int> prefixLen;
-  for (const Subnet& sn : lookupSubnets(nics)) prefixLen.push_back(sn.prefixLen);
+  for (const Subnet& sn : lookupSubnets(selected)) prefixLen.push_back(sn.prefixLen);
+  for (const Nic& n : otherIpv4Interfaces(selected, &prefixLen)) nics.push_back(n);
   std::vector<bool> served;
   for (const Nic& n : nics) {
     bool dev = false;

@@ -402,10 +402,9 @@ def test_the_plugin_and_doctor_judge_the_route_to_a_peer_not_to_an_address_of_th
         rc, doc, fails = _doctor(tb, "A", [])
     finally:
         assert tb.run_collect("A", sysctl + ["net.ipv4.conf.all.rp_filter=0"])[0] == 0
-    # m0 holds an address of the subnet, so it is named among those sharing it (not a device,
-    # but its address and routes are the kernel's all the same)
-    assert len(w) == 1 and f"NIC {a1.ifname} shares subnet {net}.0/24 with {a0.ifname},{m0}, and its traffic to " \
-        f"that subnet leaves through {a0.ifname} " in w[0], w
+    # m0's /32 shares no link: it is not named among the NICs sharing the subnet
+    assert len(w) == 1 and f"NIC {a1.ifname} shares subnet {net}.0/24 with {a0.ifname}, and its traffic to that " \
+        f"subnet leaves through {a0.ifname} " in w[0], w
     assert {what for section, what in fails if section == "routing"} == {f"{a1.ifname} -> {net}.3"}, doc["checks"]
 
 

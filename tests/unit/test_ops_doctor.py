@@ -299,6 +299,22 @@ def test_an_interface_not_selected_on_a_devices_subnet_counts_as_sharing_it():
     # no interface beside eth0 on its subnet: nothing to judge
     rep = run(env, IFACES[:3], peers=["10.0.0.2", "10.0.1.2"], sysctls=sysctls)
     assert not find(rep, "arp")
+    # interfaces that share no link with eth0 are not counted, whatever their arp_ignore: down,
+    # without carrier, no ARP (a dummy, kube-ipvs0, a tunnel), or a /31-/32 service address
+    quiet = {n: {"arp_ignore": 0, "arp_announce": 2, "rp_filter": 0} for n in ("eth0", "eth1", "x0")}
+    for x in (dr.Iface("x0", 7, ["10.0.0.50/24"], admin_up=False, carrier=False, operstate="DOWN"),
+              dr.Iface("x0", 7, ["10.0.0.50/24"], carrier=False, operstate="DOWN"),
+              dr.Iface("x0", 7, ["10.0.0.50/24"], operstate="UNKNOWN", arp=False),
+              dr.Iface("x0", 7, ["10.0.0.200/32", "10.0.0.202/31"])):
+        rep = run(env, IFACES[:3] + [x], peers=["10.0.0.2", "10.0.1.2"], sysctls=quiet)
+        assert not find(rep, "arp"), (x, [c.detail for c in find(rep, "arp")])
+    # a VLAN's name in a sysctl key: its '.' is written '/' (sysctl -w net.ipv4.conf.eth0.100.x is no key)
+    vlan = [IFACES[0], dr.Iface("eth0.100", 2, ["10.0.0.1/24"]), dr.Iface("eth0.200", 3, ["10.0.0.11/24"])]
+    rep = run(dict(GOOD_NCCL, RAILOVER_IFNAMES="=eth0.100,eth0.200"), vlan, peers=["10.0.0.2"],
+              route=lambda dst, src, oif=None: (oif or "eth0.100", ""),
+              sysctls={n: {"arp_ignore": 0, "arp_announce": 2, "rp_filter": 0} for n in ("eth0.100", "eth0.200")})
+    (f,) = find(rep, "arp", "eth0.100", dr.FAIL)
+    assert "net.ipv4.conf.eth0/100.arp_ignore=1" in f.fix, f.fix
 
 
 def test_a_shared_subnet_without_policy_routing_fails_only_under_strict_reverse_path_filtering():

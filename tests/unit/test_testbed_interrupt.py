@@ -5,9 +5,9 @@ netlink and the sysctls, and raises KeyboardInterrupt at a chosen step."""
 from __future__ import annotations
 
 import os
+import select
 import signal
 import threading
-import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import List, Optional, Set
@@ -130,17 +130,44 @@ def test_ctrl_c_at_any_step_of_the_build_leaves_nothing_behind(monkeypatch):
             assert tb.down() is None   # idempotent
 
 
+def _another_thread_takes_sigint() -> bool:
+    """Whether a thread of this process other than the caller leaves SIGINT unblocked (its
+    SigBlk mask in /proc), so that the kernel may hand a process-wide SIGINT to it."""
+    me = threading.get_native_id()
+    for tid in os.listdir("/proc/self/task"):
+        if int(tid) == me:
+            continue
+        try:
+            status = Path(f"/proc/self/task/{tid}/status").read_text()
+        except OSError:  # the thread ended
+            continue
+        blocked = next((int(ln.split()[1], 16) for ln in status.splitlines() if ln.startswith("SigBlk:")), 0)
+        if not blocked & (1 << (signal.SIGINT - 1)):
+            return True
+    return False
+
+
 def _ctrl_c_in_the_middle() -> None:
-    """SIGINT to this process, as Ctrl-C would send it, from inside a held step; returns once the
-    signal left the kernel's pending set. Alone, the process keeps it pending (the step blocks
-    it) until the step ends. With other threads, the kernel hands it to one of them, which runs
-    Python's C-level handler whenever it is next scheduled: on a busy host that came after the
-    step had ended, and the interrupt landed in a later step (a flaky test). Waiting for that
-    hand-off makes the test's order the one it means; its bound only turns a hang into a failure."""
-    os.kill(os.getpid(), signal.SIGINT)
-    deadline = time.monotonic() + 60
-    while len(os.listdir("/proc/self/task")) > 1 and signal.SIGINT in signal.sigpending():
-        assert time.monotonic() < deadline, "no thread of this process took the SIGINT in 60 s"
+    """SIGINT to this process, as Ctrl-C would send it, from inside a held step. Alone (no other
+    thread takes it), the process keeps it pending (the step blocks it) until the step ends.
+    Otherwise the kernel hands it to another thread, which runs Python's C-level handler
+    whenever it is next scheduled: on a busy host that came after the step had ended, and the
+    interrupt landed in a later step (a flaky test). So this returns only once that handler ran
+    (it writes to the wakeup fd), then gives the main thread bytecode to run the Python-level
+    handler in. The bound only turns a hang into a failure."""
+    waits = _another_thread_takes_sigint()
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    old = signal.set_wakeup_fd(w)
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        if waits:
+            ready, _, _ = select.select([r], [], [], 60)
+            assert ready, "no thread of this process ran the SIGINT handler in 60 s"
+    finally:
+        signal.set_wakeup_fd(old)
+        os.close(r)
+        os.close(w)
     for _ in range(1000):  # bytecode for the interpreter to run a pending handler in
         pass
 

@@ -614,6 +614,53 @@ TEST_F(EngineOnlyEndedReceiver, AFatalRecvCommRefusesTheSendersReconnect) {
   });
 }
 
+// The receiver took the sender's reconnect, and its side of the path is still coming up (as
+// the verbs receiver's QP bring-up on its worker) when the comm ends: that path is closed with
+// the reason, so the sender's attempt fails on the close at its next poll (not after its connect
+// timeout) and its retry meets the NACK.
+TEST_F(EngineOnlyEndedReceiver, APathStillConnectingAtTheReceiverIsClosedWhenItsCommEnds) {
+  connectComm();
+  ASSERT_EQ(run(20, mixed, 8).delivered, 20u);
+  w(1, kA1)->broken = true;
+  health->setNic(1, false);
+  sweeperWindow();
+  ASSERT_EQ(send->paths[1].state, PathState::kFailed) << pathStateName(send->paths[1].state);
+  w(1, kA1)->connectPolls = INT_MAX;      // the sender waits for the receiver's answer
+  w(1, kA1)->recvConnectPolls = INT_MAX;  // which does not come yet: the receiver's side is still coming up
+  w(1, kA1)->broken = false;
+  health->setNic(1, true);
+  sweeperWindow();
+  auto t0 = std::chrono::steady_clock::now();
+  while (!(recv->paths.size() > 1 && recv->paths[1].state == PathState::kConnecting) &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10)) {
+    links().sweepIdle();
+    transport->pump();
+  }
+  ASSERT_EQ(recv->paths[1].state, PathState::kConnecting) << "the receiver did not take the reconnect";
+  size_t mark = journalSize();
+  int mh = 0;
+  postReceive(&mh);
+  {
+    std::lock_guard<std::mutex> g(recv->mu);
+    ASSERT_EQ(recv->forgetRegistration(&mh), 1u);  // NCCL's deregMr: the comm is being torn down
+  }
+  EXPECT_EQ(recv->paths[1].state, PathState::kClosed) << pathStateName(recv->paths[1].state);
+  bool named = false;
+  for (auto& l : journalEvents(mark, {"path_state"}))
+    named |= jsonField(l, "dir") == "recv" && jsonField(l, "to") == "closed" &&
+             jsonField(l, "reason").find("no new path is taken") != std::string::npos;
+  EXPECT_TRUE(named) << "no path_state of the receiver closing its connecting path";
+  t0 = std::chrono::steady_clock::now();
+  while (!send->peerClosed() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10)) {
+    links().sweepIdle();
+    transport->pump();
+  }
+  ASSERT_TRUE(send->peerClosed()) << "the sender did not learn that the receiver's comm ended";
+  EXPECT_NE(send->closedCause.find("NACK"), std::string::npos) << send->closedCause;
+  for (auto& l : journalEvents(mark, {"path_state"}))
+    EXPECT_EQ(jsonField(l, "reason").find("timed out"), std::string::npos) << l;
+}
+
 // A connect moves on only when it is polled (here: the third poll connects, as the verbs
 // bootstrap's stages do). A caller away for longer than the connect timeout (a descheduled
 // proxy thread on a busy host) is not a network that did not answer: the paths connect at the

@@ -16,6 +16,8 @@
 //   connectPolls paths opened now connect on their this-many-th connectState() call (0 or 1:
 //              the first), as a transport whose connect moves one stage per poll (the verbs
 //              bootstrap: HELLO, endpoint, QP bring-up)
+//   recvConnectPolls  the same for the receive side of paths routed now (the verbs receiver
+//              brings its QPs up on its worker before it answers)
 //   peerAcks   the peer's transport still acknowledges (a slow, not dead, path)
 //   acksTell   the transport's own acknowledgements prove delivery, as RDMA RC's (the peer's
 //              HCA acknowledges whatever its process does): unackedSilenceMs counts from the
@@ -87,6 +89,7 @@ struct Wire {
   bool silentDrop = false;
   int nudges = 0;
   int connectPolls = 0;
+  int recvConnectPolls = 0;  // receive paths opened now connect on their this-many-th connectState() call
 };
 
 struct Item {
@@ -263,7 +266,11 @@ class FakeRecvPath : public RecvPath {
     ch_ = t->ch;
     return true;
   }
-  int connectState(std::string*) override { return ch_ ? 1 : 0; }
+  int connectState(std::string*) override {
+    if (!ch_) return 0;
+    if (!pollsToConnect_) pollsToConnect_ = std::max(1, ch_->wire->recvConnectPolls);
+    return ++polls_ >= pollsToConnect_ ? 1 : 0;
+  }
   int progress(RecvSink& sink, std::string* err) override {
     if (!ch_) return *err = "path fenced", -1;
     if (ch_->wire->broken) return *err = "connection reset (fake)", -1;
@@ -316,6 +323,7 @@ class FakeRecvPath : public RecvPath {
   uint32_t unackedSilenceMs() override {
     return ch_ && ch_->wire->acksTell && silentSinceUs_ ? (uint32_t)((nowUs() - silentSinceUs_) / 1000) : 0;
   }
+  int pollsToConnect_ = 0, polls_ = 0;  // Wire::recvConnectPolls when adopted (at least 1); connectState() calls so far
   bool ackSilenceIsFault() const override { return ch_ && ch_->wire->acksTell; }
   int recvCtl(CtlMsg* m, std::string* err) override {
     if (!ch_) return *err = "path fenced", -1;

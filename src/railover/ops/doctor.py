@@ -111,6 +111,9 @@ class Iface:
     ports: List[str] = field(default_factory=list)
     #: the VRF (l3mdev) it is enslaved to, by name (None: none): its routes are the VRF's
     vrf: Optional[str] = None
+    #: it resolves neighbours with ARP on a shared link (IFF_NOARP, IFF_POINTOPOINT and
+    #: IFF_LOOPBACK clear: not a dummy, tunnel, WireGuard or loopback interface)
+    arp: bool = True
 
     def addr(self, family: int = 0) -> Optional[str]:
         """The address the plugin uses: the first IPv4 one (unless ``family`` is AF_INET6),
@@ -845,8 +848,10 @@ def list_interfaces(ns: Optional[str] = None) -> List[Iface]:
                 speed = s if s > 0 else None
             except (OSError, ValueError):
                 pass
-            out[idx] = Iface(name, idx, [], bool(link["flags"] & 1), bool(link.get("IFLA_CARRIER")),
-                             str(link.get("IFLA_OPERSTATE")), speed)
+            flags = link["flags"]
+            out[idx] = Iface(name, idx, [], bool(flags & 1), bool(link.get("IFLA_CARRIER")),
+                             str(link.get("IFLA_OPERSTATE")), speed,
+                             arp=not flags & (IFF_LOOPBACK | IFF_POINTOPOINT | IFF_NOARP))
             info = link.get("IFLA_LINKINFO")
             kind = info.get("IFLA_INFO_KIND") if info else None
             if kind in STACKED_KINDS and link.get("IFLA_LINK") and link.get("IFLA_LINK_NETNSID") is None:
@@ -872,6 +877,9 @@ def list_interfaces(ns: Optional[str] = None) -> List[Iface]:
     finally:
         ipr.close()
 
+
+#: link flags (linux/if.h)
+IFF_LOOPBACK, IFF_POINTOPOINT, IFF_NOARP = 0x8, 0x10, 0x80
 
 #: interface kinds that sit on another interface of this namespace (IFLA_LINK): they share its port
 STACKED_KINDS = ("vlan", "macvlan", "macvtap", "ipvlan", "ipvtap")
@@ -1003,14 +1011,23 @@ def gather(env: Optional[Mapping[str, str]] = None, plugin: Optional[Path] = Non
                  sysctls=nic_sysctls([i.name for i in ifaces if i.name != "lo"]))
 
 
+def _conf(name: str) -> str:
+    """Interface ``name`` as a component of a dotted sysctl key: sysctl(8) reads a '/' there as
+    the '.' of a VLAN's name (``net.ipv4.conf.bond0/100.rp_filter`` is bond0.100's)."""
+    return name.replace(".", "/")
+
+
 def _unselected_ipv4_nets(ifaces: Sequence[Iface], chosen: Collection[str]) -> Dict[str, List[ipaddress.IPv4Network]]:
     """The IPv4 subnets of each interface in ``ifaces`` that is not ``chosen`` (the NICs the
-    plugin discovers) and not lo, by name; interfaces with no IPv4 address are not listed."""
+    plugin discovers) and can take part in a device's subnet, by name: up with carrier, ARP on a
+    shared link (not loopback, dummy, tunnel or WireGuard: :attr:`Iface.arp`), and subnets of 2
+    or more hosts (a /31 or /32 shares no link: a service address). The same rule as the plugin's
+    init (devices.cc, otherIpv4Interfaces). Interfaces with no such subnet are not listed."""
     out: Dict[str, List[ipaddress.IPv4Network]] = {}
     for x in ifaces or ():
-        if x.name in chosen or x.name == "lo":
+        if x.name in chosen or not (x.arp and x.admin_up and x.carrier):
             continue
-        nets = [n for n in (ipaddress.ip_interface(a).network for a in x.addrs) if n.version == 4]
+        nets = [n for n in (ipaddress.ip_interface(a).network for a in x.addrs) if n.version == 4 and n.prefixlen <= 30]
         if nets:
             out[x.name] = nets
     return out
@@ -1209,21 +1226,21 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
                                 f"on), so a peer's traffic to {served_mates[0]} may arrive on {i.name}, where "
                                 f"railover's sockets, bound to {served_mates[0]}, do not take it (connects refused, "
                                 "probes lost)",
-                                f"sysctl -w net.ipv4.conf.all.arp_ignore=1 (or net.ipv4.conf.{i.name}.arp_ignore=1 "
+                                f"sysctl -w net.ipv4.conf.all.arp_ignore=1 (or net.ipv4.conf.{_conf(i.name)}.arp_ignore=1 "
                                 "on each of these NICs), persistently in /etc/sysctl.d"))
         elif out_flux:
             checks.append(Check("arp", i.name, FAIL,
                                 f"{share}, and {out_flux[0]} has arp_ignore=0: it answers ARP for {i.name}'s "
                                 f"address (ARP flux), so a peer's traffic to {i.name} may arrive on {out_flux[0]}, "
                                 "which railover does not use (connects refused, probes lost)",
-                                f"sysctl -w net.ipv4.conf.all.arp_ignore=1 (or net.ipv4.conf.{out_flux[0]}.arp_ignore=1)"
+                                f"sysctl -w net.ipv4.conf.all.arp_ignore=1 (or net.ipv4.conf.{_conf(out_flux[0])}.arp_ignore=1)"
                                 ", persistently in /etc/sysctl.d"))
         elif vals.get("arp_announce") is not None and vals["arp_announce"] != 2:
             checks.append(Check("arp", i.name, WARN,
                                 f"{share} and arp_announce={vals['arp_announce']}: an ARP request sent from "
                                 f"another NIC may carry {sel_addrs[i.name]} as its sender, teaching peers "
                                 f"that NIC's hardware address for {i.name}",
-                                f"sysctl -w net.ipv4.conf.all.arp_announce=2 (or net.ipv4.conf.{i.name}.arp_announce=2)"))
+                                f"sysctl -w net.ipv4.conf.all.arp_announce=2 (or net.ipv4.conf.{_conf(i.name)}.arp_announce=2)"))
         elif "arp_ignore" in vals:
             checks.append(Check("arp", i.name, OK, f"{share}: arp_ignore={vals['arp_ignore']}, "
                                 f"arp_announce={vals.get('arp_announce')}"))
@@ -1336,7 +1353,7 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
                                     f"sockets, bound to {i.name}, still send through it, but strict reverse-path "
                                     f"filtering (rp_filter=1 on {i.name}) drops what {dst} sends to {i.name}",
                                     fix + f", or loose filtering: sysctl -w net.ipv4.conf.all.rp_filter=2 "
-                                    f"net.ipv4.conf.{i.name}.rp_filter=2"))
+                                    f"net.ipv4.conf.{_conf(i.name)}.rp_filter=2"))
             elif bound:
                 checks.append(Check("routing", what, WARN,
                                     f"traffic from {src} to {dst} leaves through {oif}, not {i.name}: railover's "
