@@ -54,6 +54,22 @@ class EngineOnly : public EngineBed<chunkfake::PathTransport> {
       ASSERT_EQ(run(100, mixed, 8).delivered, 100u);
   }
 
+  // Drives the sender's idle passes (no NCCL call) until it learns that its peer closed the
+  // comm, for at most 10 s, and asserts that it learned it from the receiver's NACK and that no
+  // path_state since `mark` says an attempt timed out (the refusal read at once, not after a
+  // connect timeout). `what`: the failure message when it never learns.
+  void expectRefusedAtOnce(size_t mark, const char* what) {
+    auto t0 = std::chrono::steady_clock::now();
+    while (!send->peerClosed() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10)) {
+      links().sweepIdle();
+      transport->pump();
+    }
+    ASSERT_TRUE(send->peerClosed()) << what;
+    EXPECT_NE(send->closedCause.find("NACK"), std::string::npos) << send->closedCause;
+    for (auto& l : journalEvents(mark, {"path_state"}))
+      EXPECT_EQ(jsonField(l, "reason").find("timed out"), std::string::npos) << l;
+  }
+
   // The handle the plugin API would carry: both of the receiver's addresses (one per rail)
   // and the listener's secret.
   void listen() override {
@@ -525,19 +541,12 @@ TEST_F(EngineOnly, AReconnectTheReceiverRefusesEndsTheCommWithoutAConnectTimeout
   health->setNic(0, true);
   health->setNic(1, true);
   sweeperWindow();
-  auto t0 = std::chrono::steady_clock::now();
-  while (!send->peerClosed() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10)) {
-    links().sweepIdle();
-    transport->pump();
-  }
-  ASSERT_TRUE(send->peerClosed()) << "the receiver's refusal of the reconnect was not read";
-  EXPECT_NE(send->closedCause.find("NACK"), std::string::npos) << send->closedCause;
+  expectRefusedAtOnce(mark, "the receiver's refusal of the reconnect was not read");
+  if (HasFatalFailure()) return;
   // Read while the attempts were young, not at their connect timeout (whose failPath also looks
   // for the receiver's word before calling it a fault: then 3 s late).
   for (auto& p : send->paths)
     EXPECT_LT(p.connectWaitedUs, tuning::kConnectTimeoutUs) << "path " << p.index << " waited for its connect timeout";
-  for (auto& l : journalEvents(mark, {"path_state"}))
-    EXPECT_EQ(jsonField(l, "reason").find("timed out"), std::string::npos) << l;
 }
 
 // A recv comm that has ended takes no new path (RecvLink::stopTakingPaths). The sender's
@@ -562,16 +571,9 @@ class EngineOnlyEndedReceiver : public EngineOnly {
     w(1, kA1)->broken = false;
     health->setNic(1, true);
     sweeperWindow();
-    auto t0 = std::chrono::steady_clock::now();
-    while (!send->peerClosed() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10)) {
-      links().sweepIdle();
-      transport->pump();
-    }
-    ASSERT_TRUE(send->peerClosed()) << "the ended receiver's refusal of the reconnect was not read";
-    EXPECT_NE(send->closedCause.find("NACK"), std::string::npos) << send->closedCause;
+    expectRefusedAtOnce(mark, "the ended receiver's refusal of the reconnect was not read");
+    if (HasFatalFailure()) return;
     EXPECT_LT(send->paths[1].connectWaitedUs, tuning::kConnectTimeoutUs) << "the reconnect waited for its connect timeout";
-    for (auto& l : journalEvents(mark, {"path_state"}))
-      EXPECT_EQ(jsonField(l, "reason").find("timed out"), std::string::npos) << l;
   }
   // A receive the sender never sends for, its buffer registered as `mh`.
   void postReceive(void* mh) {
@@ -650,15 +652,7 @@ TEST_F(EngineOnlyEndedReceiver, APathStillConnectingAtTheReceiverIsClosedWhenIts
     named |= jsonField(l, "dir") == "recv" && jsonField(l, "to") == "closed" &&
              jsonField(l, "reason").find("no new path is taken") != std::string::npos;
   EXPECT_TRUE(named) << "no path_state of the receiver closing its connecting path";
-  t0 = std::chrono::steady_clock::now();
-  while (!send->peerClosed() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10)) {
-    links().sweepIdle();
-    transport->pump();
-  }
-  ASSERT_TRUE(send->peerClosed()) << "the sender did not learn that the receiver's comm ended";
-  EXPECT_NE(send->closedCause.find("NACK"), std::string::npos) << send->closedCause;
-  for (auto& l : journalEvents(mark, {"path_state"}))
-    EXPECT_EQ(jsonField(l, "reason").find("timed out"), std::string::npos) << l;
+  expectRefusedAtOnce(mark, "the sender did not learn that the receiver's comm ended");
 }
 
 // A connect moves on only when it is polled (here: the third poll connects, as the verbs
