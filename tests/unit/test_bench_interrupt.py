@@ -294,3 +294,26 @@ def test_a_forked_child_that_inherits_the_handler_dies_instead_of_unwinding():
         _, status = os.waitpid(pid, 0)
         os.close(r)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 128 + signal.SIGTERM
+
+
+def test_a_report_names_the_plugin_variables_its_ranks_inherit(tmp_path, monkeypatch):
+    """A bench run under, say, RAILOVER_HOLD_DOWN_MS=10000 (exported in the user's shell) gave
+    every rank that hold-down, while the report said "plugin defaults". The report now lists
+    the plugin variables the ranks inherit, and the summary shows them; the variables the bench
+    sets for every rank itself (NICs, journal, state dir, the bed's transport) and the ones the
+    plugin does not read are left out."""
+    monkeypatch.setenv("RAILOVER_HOLD_DOWN_MS", "10000")
+    monkeypatch.setenv("RAILOVER_IFNAMES", "eth")          # the bench sets its own
+    monkeypatch.setenv("RAILOVER_TRANSPORT", "rdma")       # the bed's (BED_ENV)
+    monkeypatch.setenv("RAILOVER_PROBE_INTERVAL_MS", " ")  # blank: unset
+    monkeypatch.setenv("RAILOVER_NOT_A_VARIABLE", "1")
+    assert C.inherited_plugin_env() == {"RAILOVER_HOLD_DOWN_MS": "10000"}
+    rep = C.Report("failover", tmp_path, True, {})
+    rep.results["kinds"] = {}
+    rep.finish()
+    data = json.loads((tmp_path / "failover.json").read_text())
+    assert data["inherited_env"] == {"RAILOVER_HOLD_DOWN_MS": "10000"}
+    monkeypatch.setattr(bench_cli, "_markdown", lambda suite: (lambda r: "(tables)\n"))  # the suite's own tables aside
+    assert "`RAILOVER_HOLD_DOWN_MS=10000`" in bench_cli.summary_markdown(tmp_path)
+    monkeypatch.delenv("RAILOVER_HOLD_DOWN_MS")
+    assert C.Report("failover", tmp_path / "b", True, {}).data["inherited_env"] == {}

@@ -145,6 +145,9 @@ def summary_markdown(out: Path, skipped: Optional[List[str]] = None) -> str:
         checked = r["settings"].get("check", True)
         L.append(f"`{r['command']}` — {r['elapsed_s']:.0f} s, "
                  + (f"wrong bytes {r['wrong_bytes']}\n" if checked is not False else "data not checked (-c 0)\n"))
+        if r.get("inherited_env"):
+            L.append("Plugin variables from the caller's environment, in every rank unless the suite sets its own: "
+                     + ", ".join(f"`{k}={v}`" for k, v in r["inherited_env"].items()) + "\n")
         if r.get("interrupted"):
             parts = C.completed_parts(r)
             L.append(f"**Interrupted ({r['interrupted']}) after {r['elapsed_s']:.0f} s: a partial report**"
@@ -171,6 +174,10 @@ def _run_suite(suite: str, out: Path, quick: bool, console: Console, **kw) -> Op
         console.print(f"[red]cannot use -o {out}:[/] {e.strerror or e} (give a directory; it is created if missing)")
         raise typer.Exit(2)
     mark = C.report_mark()
+    inherited = C.inherited_plugin_env()
+    if inherited:  # the numbers are not the defaults': say so before they are measured
+        console.print(f"[yellow]{suite}: the ranks inherit from this environment[/] "
+                      + ", ".join(f"{k}={v}" for k, v in inherited.items()) + " (recorded in the report)")
     try:
         with signals_unwind():
             return _module(suite).run(out, quick=quick, console=console, **kw)

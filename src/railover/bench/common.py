@@ -198,8 +198,32 @@ def misses(report: Mapping[str, Any]) -> List[Dict[str, Any]]:
 
 # --------------------------------------------------------------------------- report files
 
+#: variables every bed rank gets from the bench itself (scenario.rank_env), whatever the caller's environment says
+_BED_SET = ("RAILOVER_IFNAMES", "RAILOVER_EVENT_LOG", "RAILOVER_STATE_DIR", "NCCL_DEBUG")
+
+
+def inherited_plugin_env(environ: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+    """The plugin's variables (its parameter table, readers including "plugin") that
+    ``environ`` (default: this process's) sets to a non-blank value and that a bench rank
+    inherits: every one but those the bench sets itself (``_BED_SET`` and the bed's
+    :data:`railover.testbed.scenario.BED_ENV`). A suite's own settings (its ``env``) still win
+    over them. Without a loadable plugin: every ``RAILOVER_*``/``NCCL_*`` variable but those."""
+    from railover import params
+    from railover.testbed.scenario import BED_ENV
+    environ = os.environ if environ is None else environ
+    try:
+        names = {p["name"] for p in params.params() if "plugin" in p["readers"]}
+        read = lambda k: k in names  # noqa: E731
+    except OSError:
+        read = lambda k: k.startswith(("RAILOVER_", "NCCL_"))  # noqa: E731
+    return {k: v for k, v in sorted(environ.items())
+            if read(k) and v.strip(" \t") and k not in _BED_SET and k not in BED_ENV}
+
+
 class Report:
-    """Collects one suite's results and writes ``<out>/<suite>.json``."""
+    """Collects one suite's results and writes ``<out>/<suite>.json``. Its ``inherited_env``:
+    the plugin variables the caller's environment gave every rank (:func:`inherited_plugin_env`),
+    so a report made under, say, ``RAILOVER_HOLD_DOWN_MS=10000`` says so."""
 
     def __init__(self, suite: str, out: Path, quick: bool, settings: Mapping[str, Any]):
         self.suite = suite
@@ -214,6 +238,7 @@ class Report:
             "elapsed_s": None,
             "machine": machine_info(),
             "settings": dict(settings),
+            "inherited_env": inherited_plugin_env(),
             "results": {},
             "targets": [],
             "wrong_bytes": 0,

@@ -836,7 +836,7 @@ def run_peers(out: Path, quick: bool = False, faults: Optional[int] = None, kind
         "spacing_after_failback_s": 5.0,
         "second_fault": {"outage_s": outage, "after_s": list(afters), "second_for_s": second_for_s, "recover_s": recover_s,
                          "repeats": len(afters)},
-        "railover": {"workload": "allreduce", "size": size, "ranks": 2, "check": True, "env": "plugin defaults"},
+        "railover": {"workload": "allreduce", "size": size, "ranks": 2, "check": True, "env": "plugin defaults (but inherited_env)"},
         "mptcp": {"stream": "64-bit counter words, every byte checked at the receiver", "setup": None, "sysctls": None}})
     work = Path(out) / "peers-work"
     # Each peer's part is stored (with its wrong-bytes target) as soon as it is measured, so an
