@@ -90,6 +90,13 @@ std::vector<size_t> nicsSharingSubnet(const std::vector<Nic>& nics, const std::v
 // Whether nics[i] is served (a device of NCCL): `served` empty means every NIC is.
 static bool isServed(const std::vector<bool>& served, size_t i) { return served.empty() || (i < served.size() && served[i]); }
 
+// Interface `name` as a component of a dotted sysctl key: sysctl(8) reads a '/' there as the
+// '.' of a VLAN's name (net.ipv4.conf.bond0/100.rp_filter is bond0.100's).
+static std::string sysctlName(std::string name) {
+  std::replace(name.begin(), name.end(), '.', '/');
+  return name;
+}
+
 std::vector<std::string> arpFluxWarnings(const std::vector<Nic>& nics, const std::vector<int>& prefixLen,
                                          const std::function<int(const std::string&)>& arpIgnore,
                                          const std::vector<bool>& served) {
@@ -104,7 +111,7 @@ std::vector<std::string> arpFluxWarnings(const std::vector<Nic>& nics, const std
     if (seen || group.size() < 2) continue;
     // A member answering ARP for every address of the group (arp_ignore=0) harms the served
     // members other than itself: one served NIC beside it is enough.
-    std::vector<std::string> names, unserved;
+    std::vector<std::string> names, unserved, answering;  // answering: arp_ignore=0 beside a served NIC
     auto add = [](std::vector<std::string>& v, const std::string& n) {  // an interface may hold several addresses
       if (std::find(v.begin(), v.end(), n) == v.end()) v.push_back(n);
     };
@@ -112,16 +119,22 @@ std::vector<std::string> arpFluxWarnings(const std::vector<Nic>& nics, const std
       add(names, nics[m].name);
       if (!isServed(served, m)) add(unserved, nics[m].name);
       if (arpIgnore(nics[m].name) != 0) continue;
-      for (size_t n : group) flux |= n != m && isServed(served, n);
+      bool harms = false;
+      for (size_t n : group) harms |= n != m && isServed(served, n);
+      if (harms) add(answering, nics[m].name);
+      flux |= harms;
     }
     if (!flux) continue;
+    std::string each;  // the per-NIC alternative to the "all" setting, one key per NIC answering
+    for (const std::string& n : answering) each += (each.empty() ? "" : " ") + ("net.ipv4.conf." + sysctlName(n) + ".arp_ignore=1");
     out.push_back("railover: NICs " + joinNames(names) + " share subnet " + subnetToString(Subnet{nics[i].addr, prefixLen[i]}) +
-           " and answer ARP for each other's addresses (arp_ignore=0)" +
+           "; of them, " + joinNames(answering) + " (arp_ignore=0) will answer ARP for the others' addresses" +
            (unserved.empty() ? std::string()
                              : " (" + joinNames(unserved) + ": not railover's devices, but on that subnet all the same)") +
            ": a peer may send one NIC's traffic to another, "
            "where railover's sockets (bound to their NIC) do not take it, so connects are refused and probes lost on "
-           "that rail; set net.ipv4.conf.all.arp_ignore=1 and arp_announce=2 (railover doctor checks this)");
+           "that rail; set net.ipv4.conf.all.arp_ignore=1 (or " + each +
+           ") and arp_announce=2 (railover doctor checks this)");
   }
   return out;
 }
@@ -138,13 +151,6 @@ std::vector<std::string> zeroPrefixWarnings(const std::vector<Nic>& nics, const 
                   "are not checked here. Give it its subnet's prefix length (railover doctor checks this)");
   }
   return out;
-}
-
-// Interface `name` as a component of a dotted sysctl key: sysctl(8) reads a '/' there as the
-// '.' of a VLAN's name (net.ipv4.conf.bond0/100.rp_filter is bond0.100's).
-static std::string sysctlName(std::string name) {
-  std::replace(name.begin(), name.end(), '.', '/');
-  return name;
 }
 
 std::vector<std::string> rpFilterWarnings(

@@ -566,9 +566,15 @@ TEST(Devices, OnlyTheNicsServedAreJudgedAndTheNicsLeftOutStillShareTheirSubnet) 
   ignore = {{"a0", 1}, {"a1", 0}};
   w = arpFluxWarnings(nics, len, arp, served);
   ASSERT_EQ(w.size(), 1u);
-  EXPECT_NE(w[0].find("NICs a0,a1 share subnet 10.0.0.0/24 and answer ARP for each other's addresses (arp_ignore=0) "
-                      "(a1: not railover's devices, but on that subnet all the same)"),
+  EXPECT_NE(w[0].find("NICs a0,a1 share subnet 10.0.0.0/24; of them, a1 (arp_ignore=0) will answer ARP for the "
+                      "others' addresses (a1: not railover's devices, but on that subnet all the same)"),
             std::string::npos) << w[0];
+  EXPECT_NE(w[0].find("(or net.ipv4.conf.a1.arp_ignore=1)"), std::string::npos) << w[0];
+  // a VLAN's name in the sysctl key: its '.' written '/'
+  std::vector<railover::Nic> vlans{v4Nic("a0", "10.0.0.1"), v4Nic("bond0.100", "10.0.0.2")};
+  w = arpFluxWarnings(vlans, len, [](const std::string& n) { return n == "a0" ? 1 : 0; }, served);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("(or net.ipv4.conf.bond0/100.arp_ignore=1)"), std::string::npos) << w[0];
   EXPECT_TRUE(arpFluxWarnings(nics, len, arp, {false, false}).empty()) << "no device in the group";
 }
 

@@ -319,13 +319,14 @@ def test_an_interface_not_selected_that_answers_arp_on_a_devices_subnet_is_named
     finally:
         assert tb.run_collect("A", sysctl + ["net.ipv4.conf.all.arp_ignore=1"])[0] == 0
     net = a0.addr.rsplit(".", 1)[0] + ".0/24"
-    assert len(w) == 1 and f"NICs {a0.ifname},{a1.ifname} share subnet {net} and answer ARP" in w[0] and \
+    assert len(w) == 1 and f"NICs {a0.ifname},{a1.ifname} share subnet {net}; of them, {a1.ifname} (arp_ignore=0) " \
+        f"will answer ARP" in w[0] and \
         f"({a1.ifname}: not railover's devices, but on that subnet all the same)" in w[0], w
     doc = json.loads(out) if out else {}
     assert [n["name"] for n in doc.get("nics", []) if n["selected"]] == [a0.ifname], (out, err)
     (f,) = [c for c in doc["checks"] if c["section"] == "arp" and c["status"] == "FAIL"]
     assert f["what"] == a0.ifname and f"{a1.ifname} (not selected)" in f["detail"] and \
-        f"{a1.ifname} has arp_ignore=0: it answers ARP for {a0.ifname}'s address" in f["detail"], f
+        f"{a1.ifname} has arp_ignore=0 and answers ARP for {a0.ifname}'s address too" in f["detail"], f
     assert _init_warnings(tb, "A", [a0], about="answer ARP") == []
     rc, out, err = tb.run_collect("A", cli("doctor", "--json", "--no-torch"), env=env, timeout_s=60)
     assert not [c for c in json.loads(out)["checks"] if c["section"] == "arp" and c["status"] != "OK"], out

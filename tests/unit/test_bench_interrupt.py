@@ -315,5 +315,7 @@ def test_a_report_names_the_plugin_variables_its_ranks_inherit(tmp_path, monkeyp
     assert data["inherited_env"] == {"RAILOVER_HOLD_DOWN_MS": "10000"}
     monkeypatch.setattr(bench_cli, "_markdown", lambda suite: (lambda r: "(tables)\n"))  # the suite's own tables aside
     assert "`RAILOVER_HOLD_DOWN_MS=10000`" in bench_cli.summary_markdown(tmp_path)
+    # the RDMA bed's ranks run in QEMU guests and inherit nothing from this process
+    assert C.Report("rdma", tmp_path / "r", True, {}).data["inherited_env"] == {}
     monkeypatch.delenv("RAILOVER_HOLD_DOWN_MS")
     assert C.Report("failover", tmp_path / "b", True, {}).data["inherited_env"] == {}

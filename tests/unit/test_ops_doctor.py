@@ -291,7 +291,7 @@ def test_an_interface_not_selected_on_a_devices_subnet_counts_as_sharing_it():
     assert [n["name"] for n in rep.nics if n["selected"]] == ["eth0", "eth1"]
     (f,) = find(rep, "arp", status=dr.FAIL)
     assert f.what == "eth0" and "shares subnet 10.0.0.0/24 with mgmt0 (not selected)" in f.detail, f.detail
-    assert "mgmt0 has arp_ignore=0: it answers ARP for eth0's address" in f.detail and "mgmt0.arp_ignore=1" in f.fix
+    assert "mgmt0 has arp_ignore=0 and answers ARP for eth0's address too" in f.detail and "mgmt0.arp_ignore=1" in f.fix
     assert not find(rep, "arp", "eth1") and not rep.ok
     sysctls["mgmt0"]["arp_ignore"], sysctls["eth0"]["arp_ignore"] = 1, 0
     rep = run(env, ifaces, peers=["10.0.0.2", "10.0.1.2"], sysctls=sysctls)

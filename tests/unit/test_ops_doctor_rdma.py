@@ -562,7 +562,7 @@ def test_the_nics_left_out_are_not_judged_but_still_share_their_subnet():
     assert "shares subnet 10.0.0.0/16 with eth0 (left out of NCCL's devices)" in a.detail, a.detail
     rep = go({"eth0": 0})
     (f,) = find(rep, "arp", status=dr.FAIL)
-    assert f.what == "eth1" and "eth0 has arp_ignore=0: it answers ARP for eth1's address" in f.detail, f.detail
+    assert f.what == "eth1" and "eth0 has arp_ignore=0 and answers ARP for eth1's address too" in f.detail, f.detail
     assert "net.ipv4.conf.eth0.arp_ignore=1" in f.fix, f.fix
     assert not find(rep, "arp", "eth0"), "eth0 is no device: not judged"
     assert {(c.what, c.status) for c in find(rep, "routing")} == {

@@ -174,10 +174,12 @@ def _run_suite(suite: str, out: Path, quick: bool, console: Console, **kw) -> Op
         console.print(f"[red]cannot use -o {out}:[/] {e.strerror or e} (give a directory; it is created if missing)")
         raise typer.Exit(2)
     mark = C.report_mark()
-    inherited = C.inherited_plugin_env()
+    inherited = {} if suite in C._OWN_ENV_SUITES else C.inherited_plugin_env()
     if inherited:  # the numbers are not the defaults': say so before they are measured
-        console.print(f"[yellow]{suite}: the ranks inherit from this environment[/] "
-                      + ", ".join(f"{k}={v}" for k, v in inherited.items()) + " (recorded in the report)")
+        console.print(f"[yellow]{suite}: the ranks inherit "
+                      + ", ".join(f"{k}={v}" for k, v in inherited.items())
+                      + " from this shell[/] (unless the suite sets its own): the results are not the plugin "
+                      "defaults'; unset them (or run without sudo -E) to measure the defaults. The report lists them.")
     try:
         with signals_unwind():
             return _module(suite).run(out, quick=quick, console=console, **kw)
@@ -264,7 +266,9 @@ def register(app: typer.Typer) -> None:
                              "false failovers, scale. Results: <out>/<suite>.json and PNG plots. Exit status: 0 "
                              "when every figure meets its target, 1 when some miss, 2 when a suite could not run, "
                              "130 after Ctrl-C (143 SIGTERM, 129 SIGHUP) with the finished parts kept in "
-                             "<out>/<suite>.json, marked interrupted.")
+                             "<out>/<suite>.json, marked interrupted. Ranks on the network-namespace beds inherit "
+                             "the RAILOVER_*/NCCL_* plugin variables of this shell (listed as inherited_env in each "
+                             "report).")
     app.add_typer(bench, name="bench")
 
     OUT = typer.Option(Path("railover-bench"), "--out", "-o", help="output directory")

@@ -220,10 +220,16 @@ def inherited_plugin_env(environ: Optional[Mapping[str, str]] = None) -> Dict[st
             if read(k) and v.strip(" \t") and k not in _BED_SET and k not in BED_ENV}
 
 
+#: suites whose ranks do not inherit this process's environment: the RDMA bed's run in QEMU
+#: guests, started by the guest's init with only the variables the suite passes
+_OWN_ENV_SUITES = ("rdma",)
+
+
 class Report:
     """Collects one suite's results and writes ``<out>/<suite>.json``. Its ``inherited_env``:
     the plugin variables the caller's environment gave every rank (:func:`inherited_plugin_env`),
-    so a report made under, say, ``RAILOVER_HOLD_DOWN_MS=10000`` says so."""
+    so a report made under, say, ``RAILOVER_HOLD_DOWN_MS=10000`` says so; empty for the suites
+    whose ranks inherit nothing (``_OWN_ENV_SUITES``)."""
 
     def __init__(self, suite: str, out: Path, quick: bool, settings: Mapping[str, Any]):
         self.suite = suite
@@ -238,7 +244,7 @@ class Report:
             "elapsed_s": None,
             "machine": machine_info(),
             "settings": dict(settings),
-            "inherited_env": inherited_plugin_env(),
+            "inherited_env": {} if suite in _OWN_ENV_SUITES else inherited_plugin_env(),
             "results": {},
             "targets": [],
             "wrong_bytes": 0,

@@ -373,10 +373,12 @@ def doctor_cmd(
     no_torch: bool = typer.Option(False, "--no-torch", help="do not ask PyTorch for its NCCL version"),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
 ) -> None:
-    """Check this host before a job: NIC selection, addresses, link state, rails, source routing,
-    reachability of peers, NCCL settings, the plugin's exports, the RDMA transport (HCA port,
-    state and GID per NIC, the transport RAILOVER_TRANSPORT gives, GPUDirect), PyTorch's NCCL.
-    Exit 1 on a blocking problem."""
+    """Check this host before a job: NIC selection, addresses, link state, rails, ARP flux and
+    reverse-path filtering of NICs sharing a subnet (every IPv4 interface of the host that can
+    share a link counts, selected or not), source routing, reachability of peers, NCCL
+    settings, the plugin's exports, the RDMA transport (HCA port, state and GID per NIC, the
+    transport RAILOVER_TRANSPORT gives, GPUDirect), PyTorch's NCCL. Exit 1 on a blocking
+    problem."""
     from railover.ops import doctor as dr
     try:
         facts = dr.gather(plugin=plugin, check_torch=not no_torch)
@@ -705,7 +707,8 @@ def drill_cmd(
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
 ) -> None:
     """Rehearse a NIC failure: take NIC down for --down-for seconds while a job runs, bring it
-    back, and report from the journals what railover did (detection, convergence, failback).
+    back, and report from the journals of the processes using the NIC what railover did
+    (detection, convergence, failback).
     Needs --yes; refuses when no railover process uses the NIC (unless --force). The NIC is
     restored on Ctrl-C/SIGTERM."""
     from railover.ops import drill as dl

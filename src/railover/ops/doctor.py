@@ -1219,22 +1219,25 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
         share = (f"{i.name} ({sel_addrs[i.name]}) shares subnet {nets[i.name]} with "
                  + ", ".join(n + (" (left out of NCCL's devices)" if n in out_names else
                                   " (not selected)" if n in unselected else "") for n in mates))
-        if vals.get("arp_ignore") == 0 and served_mates:
-            checks.append(Check("arp", i.name, FAIL,
-                                f"{share} and arp_ignore=0: {i.name} answers ARP for the addresses of "
-                                f"{', '.join(served_mates)} too (ARP flux: arp_ignore of the NIC a request arrives "
-                                f"on), so a peer's traffic to {served_mates[0]} may arrive on {i.name}, where "
-                                f"railover's sockets, bound to {served_mates[0]}, do not take it (connects refused, "
-                                "probes lost)",
-                                f"sysctl -w net.ipv4.conf.all.arp_ignore=1 (or net.ipv4.conf.{_conf(i.name)}.arp_ignore=1 "
-                                "on each of these NICs), persistently in /etc/sysctl.d"))
-        elif out_flux:
-            checks.append(Check("arp", i.name, FAIL,
-                                f"{share}, and {out_flux[0]} has arp_ignore=0: it answers ARP for {i.name}'s "
-                                f"address (ARP flux), so a peer's traffic to {i.name} may arrive on {out_flux[0]}, "
-                                "which railover does not use (connects refused, probes lost)",
-                                f"sysctl -w net.ipv4.conf.all.arp_ignore=1 (or net.ipv4.conf.{_conf(out_flux[0])}.arp_ignore=1)"
-                                ", persistently in /etc/sysctl.d"))
+        answers = vals.get("arp_ignore") == 0 and bool(served_mates)
+        if answers or out_flux:
+            said = []
+            if answers:
+                said.append(f"{i.name} answers ARP for the addresses of {', '.join(served_mates)} too (ARP flux: "
+                            f"arp_ignore of the NIC a request arrives on), so a peer's traffic to {served_mates[0]} "
+                            f"may arrive on {i.name}, where railover's sockets, bound to {served_mates[0]}, do not "
+                            "take it (connects refused, probes lost)")
+            if out_flux:
+                one = len(out_flux) == 1
+                said.append(f"{', '.join(out_flux)} {'has' if one else 'have'} arp_ignore=0 and "
+                            f"{'answers' if one else 'answer'} ARP for {i.name}'s address too "
+                            f"(ARP flux), so a peer's traffic to {i.name} may arrive on "
+                            f"{' or '.join(out_flux)}, which railover does not use (connects refused, probes lost)")
+            keys = [f"net.ipv4.conf.{_conf(n)}.arp_ignore=1" for n in ([i.name] if answers else []) + out_flux]
+            checks.append(Check("arp", i.name, FAIL, f"{share}{' and arp_ignore=0' if answers else ''}: "
+                                + "; and ".join(said),
+                                f"sysctl -w net.ipv4.conf.all.arp_ignore=1 (or {' '.join(keys)}), persistently in "
+                                "/etc/sysctl.d"))
         elif vals.get("arp_announce") is not None and vals["arp_announce"] != 2:
             checks.append(Check("arp", i.name, WARN,
                                 f"{share} and arp_announce={vals['arp_announce']}: an ARP request sent from "
