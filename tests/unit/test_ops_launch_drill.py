@@ -380,23 +380,6 @@ def test_drill_analysis_finds_the_problems():
     assert any("no event journal" in p for p in r.problems)
 
 
-def test_drill_analysis_leaves_out_the_processes_that_do_not_use_the_nic():
-    """The counters count the NIC's users only; the journals (every process's) also held a
-    failover of another job on another NIC during the drill, which the table showed as the
-    drill's and whose missing failback was a problem. Events of a process known not to use
-    the NIC (pid 2) are left out; a pid no state file names (a --journal file's) stays."""
-    evs = [{"t_us": 1_000_400, "pid": 1, "event": "nic_down", "nic": "eth0"},
-           {"t_us": 1_000_500, "pid": 2, "event": "failover", "comm": "9", "to_nic": "eth3"},
-           {"t_us": 1_001_000, "pid": 1, "event": "failover", "comm": "5", "to_nic": "eth1"},
-           {"t_us": 1_002_000, "pid": 3, "event": "failover", "comm": "6", "to_nic": "eth1"},
-           {"t_us": 4_100_000, "pid": 1, "event": "failback", "comm": "5", "to_nic": "eth0"},
-           {"t_us": 4_100_000, "pid": 3, "event": "failback", "comm": "6", "to_nic": "eth0"}]
-    r = dl.analyze(_res(others=[2]), evs)
-    assert [e["pid"] for e in r.failovers] == [1, 3] and r.ok, r.problems
-    r = dl.analyze(_res(), evs)
-    assert [e["pid"] for e in r.failovers] == [2, 1, 3] and any("pid 2 comm 9" in p for p in r.problems)
-
-
 def test_drill_analysis_of_a_garbled_comm_field_is_a_report_not_a_traceback():
     """A failover whose comm was a list or an object (a garbled journal line) ended the drill,
     after the NIC was back, in a traceback (unhashable type: 'list') instead of the report."""

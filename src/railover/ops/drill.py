@@ -23,7 +23,7 @@ import signal
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Collection, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from railover.ops import state as st
 
@@ -117,10 +117,7 @@ def users_of(nic: str, states: Sequence[st.ProcessState], netns: Optional[str] =
 @dataclass
 class DrillResult:
     """Outcome of a drill. Times: CLOCK_MONOTONIC µs (``*_us``) and durations in ms.
-    ``users``: labels of the live railover processes that used the NIC; ``others``: pids of
-    the live railover processes that did not (their journal events are not this drill's: a
-    failover of another job on another NIC at the same time is left out, as the counters
-    leave it out); ``detection`` the
+    ``users``: labels of the live railover processes that used the NIC; ``detection`` the
     first down event; ``failovers``/``failbacks``/``flaps``/``fatal``: journal events with
     ``since_down_ms`` or ``since_up_ms`` added; ``still_failed_over``: comms whose traffic is
     not on their primary path at the end; ``problems``: human-readable list (empty = OK)."""
@@ -131,7 +128,6 @@ class DrillResult:
     down_us: int = 0
     up_us: int = 0
     users: List[str] = field(default_factory=list)
-    others: List[int] = field(default_factory=list)
     journals: List[str] = field(default_factory=list)
     detection: Optional[Dict[str, Any]] = None
     failovers: List[Dict[str, Any]] = field(default_factory=list)
@@ -158,9 +154,7 @@ def analyze(res: DrillResult, events: Iterable[Dict[str, Any]]) -> DrillResult:
     """Fill ``res``'s detection, failovers, failbacks, flaps and fatal lists from journal
     ``events`` (those before ``res.down_us`` are ignored) and list the problems: no railover
     process used the NIC, nothing detected, a fatal error, a failover never failed back."""
-    others = set(res.others)
-    evs = sorted((e for e in events if int(e.get("t_us", 0)) >= res.down_us and not _other(e, others)),
-                 key=lambda e: e["t_us"])
+    evs = sorted((e for e in events if int(e.get("t_us", 0)) >= res.down_us), key=lambda e: e["t_us"])
     for e in evs:
         e = dict(e)
         e["since_down_ms"] = round((e["t_us"] - res.down_us) / 1e3, 3)
@@ -197,13 +191,6 @@ def analyze(res: DrillResult, events: Iterable[Dict[str, Any]]) -> DrillResult:
     if res.still_failed_over:
         res.problems.append("still on a standby path at the end: " + ", ".join(res.still_failed_over))
     return res
-
-
-def _other(e: Dict[str, Any], others: Collection[int]) -> bool:
-    """Whether journal event ``e`` is of a process known not to use the drill's NIC. An event
-    whose pid no state file names (a journal given with --journal) is kept."""
-    pid = e.get("pid")
-    return isinstance(pid, int) and pid in others
 
 
 def _comm_key(e: Dict[str, Any]) -> Tuple[Any, str]:
@@ -289,8 +276,7 @@ def run_drill(nic: str, down_for_s: float, *, netns: Optional[str] = None, state
     states, _ = st.read_state_dirs(dirs)
     users = users_of(nic, states, netns)
     pids = [s.pid for s in users]
-    res = DrillResult(nic=nic, netns=netns, down_for_s=down_for_s, users=[s.label for s in users],
-                      others=sorted({s.pid for s in states if not s.stale and s.pid not in pids}))
+    res = DrillResult(nic=nic, netns=netns, down_for_s=down_for_s, users=[s.label for s in users])
     res.counters_before = _counters(states, pids)
     if not users:
         msg = f"no running railover process uses {nic} (state dirs: {', '.join(map(str, dirs)) or 'none'})"
@@ -338,9 +324,8 @@ def run_drill(nic: str, down_for_s: float, *, netns: Optional[str] = None, state
             files = st.journal_files(states, extra, unreadable)
             evs = st.recent_events(files, limit=0, since_us=res.down_us)
             res.still_failed_over = _failed_over(states, pids)
-            mine = [e for e in evs if not _other(e, res.others)]
-            fo = {_comm_key(e) for e in mine if e["event"] == "failover"}
-            fb = {_comm_key(e) for e in mine if e["event"] == "failback" and e["t_us"] >= res.up_us}
+            fo = {_comm_key(e) for e in evs if e["event"] == "failover"}
+            fb = {_comm_key(e) for e in evs if e["event"] == "failback" and e["t_us"] >= res.up_us}
             alive = {s.pid for s in states if not s.stale}
             pending = {k for k in fo - fb if k[0] in alive}
             if (not pending and not res.still_failed_over) or time.monotonic() >= deadline:
