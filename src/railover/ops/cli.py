@@ -707,8 +707,8 @@ def drill_cmd(
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
 ) -> None:
     """Rehearse a NIC failure: take NIC down for --down-for seconds while a job runs, bring it
-    back, and report from the journals of the processes using the NIC what railover did
-    (detection, convergence, failback).
+    back, and report from the journals (every one read: the peers' failovers are the drill's
+    effect too) what railover did (detection, convergence, failback).
     Needs --yes; refuses when no railover process uses the NIC (unless --force). The NIC is
     restored on Ctrl-C/SIGTERM."""
     from railover.ops import drill as dl
