@@ -87,6 +87,11 @@ std::vector<size_t> nicsSharingSubnet(const std::vector<Nic>& nics, const std::v
   return out;
 }
 
+// Appends `name` to `names` unless it is there already (an interface may hold several addresses).
+static void addOnce(std::vector<std::string>& names, const std::string& name) {
+  if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+}
+
 // Whether nics[i] is served (a device of NCCL): `served` empty means every NIC is.
 static bool isServed(const std::vector<bool>& served, size_t i) { return served.empty() || (i < served.size() && served[i]); }
 
@@ -112,16 +117,13 @@ std::vector<std::string> arpFluxWarnings(const std::vector<Nic>& nics, const std
     // A member answering ARP for every address of the group (arp_ignore=0) harms the served
     // members other than itself: one served NIC beside it is enough.
     std::vector<std::string> names, unserved, answering;  // answering: arp_ignore=0 beside a served NIC
-    auto add = [](std::vector<std::string>& v, const std::string& n) {  // an interface may hold several addresses
-      if (std::find(v.begin(), v.end(), n) == v.end()) v.push_back(n);
-    };
     for (size_t m : group) {
-      add(names, nics[m].name);
-      if (!isServed(served, m)) add(unserved, nics[m].name);
+      addOnce(names, nics[m].name);
+      if (!isServed(served, m)) addOnce(unserved, nics[m].name);
       if (arpIgnore(nics[m].name) != 0) continue;
       bool harms = false;
       for (size_t n : group) harms |= n != m && isServed(served, n);
-      if (harms) add(answering, nics[m].name);
+      if (harms) addOnce(answering, nics[m].name);
       flux |= harms;
     }
     if (!flux) continue;
@@ -166,9 +168,9 @@ std::vector<std::string> rpFilterWarnings(
     // A /31 or /32 holds no third host: no shared subnet to speak of. Only the NICs served are
     // judged; the others still share their subnets (their routes are the kernel's all the same).
     if (!v4(i) || prefixLen[i] > 30 || !isServed(served, i)) continue;
-    std::vector<std::string> sharing;  // names once each: an interface may hold several addresses
+    std::vector<std::string> sharing;
     for (size_t j : nicsSharingSubnet(nics, prefixLen, i))
-      if (v4(j) && std::find(sharing.begin(), sharing.end(), nics[j].name) == sharing.end()) sharing.push_back(nics[j].name);
+      if (v4(j)) addOnce(sharing, nics[j].name);
     if (sharing.empty() || rpFilter(nics[i].name) != 1) continue;
     // The subnets of sharing NICs that lie in this NIC's with a longer prefix: the kernel routes
     // a destination there by the longest prefix, through that NIC (a0 10.0.0.1/16 beside a1
@@ -270,12 +272,11 @@ std::vector<std::string> standbyPairWarnings(const std::vector<std::pair<std::st
 // at most 30 bits (a /31 or /32 shares no link: a service address). These are not railover's
 // NICs, but one on a device's subnet takes part in its ARP answers and routes. An address
 // label (eth0:vip) is named by its interface (eth0). The same rule as doctor's
-// _unselected_ipv4_nets. `prefixLen` gets each entry's prefix length.
-static std::vector<Nic> otherIpv4Interfaces(const std::vector<Nic>& selected, std::vector<int>* prefixLen) {
+// _unselected_ipv4_nets. `ifa`: getifaddrs' list; `prefixLen` gets each entry's prefix length.
+static std::vector<Nic> otherIpv4Interfaces(const ifaddrs* ifa, const std::vector<Nic>& selected,
+                                            std::vector<int>* prefixLen) {
   std::vector<Nic> out;
-  ifaddrs* ifa = nullptr;
-  if (getifaddrs(&ifa) != 0) return out;
-  for (ifaddrs* p = ifa; p; p = p->ifa_next) {
+  for (const ifaddrs* p = ifa; p; p = p->ifa_next) {
     if (!p->ifa_addr || p->ifa_addr->sa_family != AF_INET || !p->ifa_netmask) continue;
     unsigned flags = p->ifa_flags;
     if (!(flags & IFF_UP) || !(flags & IFF_RUNNING) || (flags & (IFF_LOOPBACK | IFF_POINTOPOINT | IFF_NOARP))) continue;
@@ -294,7 +295,6 @@ static std::vector<Nic> otherIpv4Interfaces(const std::vector<Nic>& selected, st
     out.push_back(n);
     prefixLen->push_back(len);
   }
-  freeifaddrs(ifa);
   return out;
 }
 
@@ -307,12 +307,19 @@ void warnNicSetup(const Config& cfg, const std::vector<Nic>& selected, const std
   for (const std::string& w : standbyPairWarnings(cfg.standbyPairs, selectedNames, deviceNames))
     RO_WARN("%s", w.c_str());
   // Judged: the devices. Counted as sharing their subnets: every other selected NIC and every
-  // other interface of this host with an IPv4 address (not lo): each keeps its address, routes
-  // and ARP answers whether railover uses it or not.
+  // other interface of this host that can share a link (otherIpv4Interfaces): each keeps its
+  // address, routes and ARP answers whether railover uses it or not.
+  ifaddrs* ifa = nullptr;
+  if (getifaddrs(&ifa) != 0) ifa = nullptr;
+  std::vector<uint32_t> hostAddrs;  // every IPv4 address of this host, secondary ones too
+  for (const ifaddrs* p = ifa; p; p = p->ifa_next)
+    if (p->ifa_addr && p->ifa_addr->sa_family == AF_INET)
+      hostAddrs.push_back(ntohl(((const sockaddr_in*)p->ifa_addr)->sin_addr.s_addr));
   std::vector<Nic> nics = selected;
   std::vector<int> prefixLen;
   for (const Subnet& sn : lookupSubnets(selected)) prefixLen.push_back(sn.prefixLen);
-  for (const Nic& n : otherIpv4Interfaces(selected, &prefixLen)) nics.push_back(n);
+  for (const Nic& n : otherIpv4Interfaces(ifa, selected, &prefixLen)) nics.push_back(n);
+  if (ifa) freeifaddrs(ifa);
   std::vector<bool> served;
   for (const Nic& n : nics) {
     bool dev = false;
@@ -332,14 +339,6 @@ void warnNicSetup(const Config& cfg, const std::vector<Nic>& selected, const std
         vrf = l3mdevMaster(n.ifindex);
     return routeOifFrom(src, dst, vrf);
   };
-  std::vector<uint32_t> hostAddrs;  // every IPv4 address of this host, secondary ones too
-  ifaddrs* ifa = nullptr;
-  if (getifaddrs(&ifa) == 0) {
-    for (ifaddrs* p = ifa; p; p = p->ifa_next)
-      if (p->ifa_addr && p->ifa_addr->sa_family == AF_INET)
-        hostAddrs.push_back(ntohl(((const sockaddr_in*)p->ifa_addr)->sin_addr.s_addr));
-    freeifaddrs(ifa);
-  }
   for (const std::string& w : rpFilterWarnings(nics, prefixLen, rpFilter, route, hostAddrs, served))
     RO_WARN("%s", w.c_str());
 }

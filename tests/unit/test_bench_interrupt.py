@@ -319,3 +319,11 @@ def test_a_report_names_the_plugin_variables_its_ranks_inherit(tmp_path, monkeyp
     assert C.Report("rdma", tmp_path / "r", True, {}).data["inherited_env"] == {}
     monkeypatch.delenv("RAILOVER_HOLD_DOWN_MS")
     assert C.Report("failover", tmp_path / "b", True, {}).data["inherited_env"] == {}
+
+
+def test_the_variables_the_bench_sets_itself_are_those_rank_env_sets(tmp_path):
+    """inherited_plugin_env leaves out what every bed rank gets from rank_env; that list
+    (RANK_VARS and BED_ENV) must stay the one rank_env really sets."""
+    from railover.testbed import scenario as S
+    tb = types.SimpleNamespace(hosts=[types.SimpleNamespace(nics=[types.SimpleNamespace(ifname="a0")])])
+    assert set(S.rank_env(tb, 0, tmp_path / "j.jsonl")) == set(S.RANK_VARS) | set(S.BED_ENV)

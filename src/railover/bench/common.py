@@ -198,18 +198,14 @@ def misses(report: Mapping[str, Any]) -> List[Dict[str, Any]]:
 
 # --------------------------------------------------------------------------- report files
 
-#: variables every bed rank gets from the bench itself (scenario.rank_env), whatever the caller's environment says
-_BED_SET = ("RAILOVER_IFNAMES", "RAILOVER_EVENT_LOG", "RAILOVER_STATE_DIR", "NCCL_DEBUG")
-
-
 def inherited_plugin_env(environ: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     """The plugin's variables (its parameter table, readers including "plugin") that
     ``environ`` (default: this process's) sets to a non-blank value and that a bench rank
-    inherits: every one but those the bench sets itself (``_BED_SET`` and the bed's
-    :data:`railover.testbed.scenario.BED_ENV`). A suite's own settings (its ``env``) still win
+    inherits: every one but those the bench sets itself (:func:`railover.testbed.scenario.rank_env`:
+    ``RANK_VARS`` and ``BED_ENV``). A suite's own settings (its ``env``) still win
     over them. Without a loadable plugin: every ``RAILOVER_*``/``NCCL_*`` variable but those."""
     from railover import params
-    from railover.testbed.scenario import BED_ENV
+    from railover.testbed.scenario import BED_ENV, RANK_VARS
     environ = os.environ if environ is None else environ
     try:
         names = {p["name"] for p in params.params() if "plugin" in p["readers"]}
@@ -217,7 +213,7 @@ def inherited_plugin_env(environ: Optional[Mapping[str, str]] = None) -> Dict[st
     except OSError:
         read = lambda k: k.startswith(("RAILOVER_", "NCCL_"))  # noqa: E731
     return {k: v for k, v in sorted(environ.items())
-            if read(k) and v.strip(" \t") and k not in _BED_SET and k not in BED_ENV}
+            if read(k) and v.strip(" \t") and k not in RANK_VARS and k not in BED_ENV}
 
 
 #: suites whose ranks do not inherit this process's environment: the RDMA bed's run in QEMU

@@ -1202,9 +1202,9 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
     nets = {i.name: i.network_of(sel_addrs[i.name]) for i in discovered if sel_addrs[i.name]}
     nets = {n: net for n, net in nets.items() if net is not None and net.version == 4}
     out_names = {i.name for i in left_out}
-    # every other interface of this host with an IPv4 address (not lo), each of its IPv4
-    # subnets: not selected, but its addresses, routes and ARP answers are the kernel's all the
-    # same (a management NIC on a rail's subnet); the plugin's init counts them too
+    # every other interface of this host that can share a link, with its IPv4 subnets
+    # (_unselected_ipv4_nets): not selected, but its addresses, routes and ARP answers are the
+    # kernel's all the same (a management NIC on a rail's subnet); the plugin's init counts them too
     unselected = _unselected_ipv4_nets(facts.ifaces, {i.name for i in discovered})
     sysctls = facts.sysctls or {}
     for i in selected:

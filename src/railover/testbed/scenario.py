@@ -102,6 +102,11 @@ def bed_overrides(environ: Optional[Mapping[str, str]] = None) -> Dict[str, str]
             if environ.get(k, "").strip(" \t") and environ[k].strip(" \t") != v}
 
 
+#: the variables :func:`rank_env` sets for every rank besides :data:`BED_ENV` (whatever this
+#: process's environment says)
+RANK_VARS = ("RAILOVER_IFNAMES", "RAILOVER_EVENT_LOG", "RAILOVER_STATE_DIR", "NCCL_DEBUG")
+
+
 def rank_env(tb: TestBed, host_index: int, journal: Path, extra: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     """Plugin environment for a rank on host ``host_index``: its NICs (exact names, in rail
     order), its event journal, and :data:`BED_ENV` (the bed's transport, address family,
