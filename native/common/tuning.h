@@ -38,9 +38,10 @@ constexpr uint64_t kConnectPollCreditUs = 250000;
 // peer stopped in a debugger, or thousands of comms connecting at once at init are not a dead
 // path, and a new attempt would wait for the same threads while it churns QPs on both ends.
 // Bounded all the same, for an answer lost to a fault that came after the request was
-// acknowledged (a silent black hole; a NIC or hard pair verdict ends the attempt sooner,
-// SendLink::slowTick) and for a wedged worker: 30 s is as long as NCCL's IB transport takes to
-// notice a dead link at its defaults (its RC timeout).
+// acknowledged and for a wedged worker: 30 s is as long as NCCL's IB transport takes to notice
+// a dead link at its defaults (its RC timeout). Sooner where the health layer can tell
+// (SendLink::slowTick): a NIC or hard pair verdict, or a soft one (a silent black hole) while
+// the peer answers its probes on another rail.
 constexpr uint64_t kConnectOffNetworkMaxUs = 30000000;
 static_assert(kConnectOffNetworkMaxUs > kConnectTimeoutUs, "processes get longer than the network");
 

@@ -765,6 +765,15 @@ void SendLink::slowTick(uint64_t now) {
         if (activePathFails(i, v, now, &cause)) failPath(p, cause, now);
       } else if ((p.state == PathState::kStandby || p.state == PathState::kConnecting) && v.hard) {
         failPath(p, cause, now);
+      } else if (p.state == PathState::kConnecting && p.waitsOffNetwork && !v.pairUp && otherPathUsable(i, now, true)) {
+        // An attempt waiting off the network (its request acknowledged) keeps waiting through
+        // a soft verdict alone: a stopped or late peer process answers neither its probes nor
+        // the attempt. But a peer whose probes answer on another rail is alive: this rail lost
+        // them, and the answer too, which would be waited for up to
+        // tuning::kConnectOffNetworkMaxUs (30 s). Failed now, the attempt is retried with
+        // back-off, at once when the pair comes back (restartAfterRepair).
+        failPath(p, cause + "; the peer answers on another rail, so the answer to this connect was lost on this one",
+                 now);
       }
       if (repairedSinceSeen(p, v)) restartAfterRepair(p, now);
     }
@@ -823,14 +832,15 @@ bool SendLink::activePathFails(size_t i, const PairView& v, uint64_t now, std::s
   return v.hard || (stalled && (otherUsable || netSilent));
 }
 
-bool Link::otherPathUsable(size_t i, uint64_t now) const {
+bool Link::otherPathUsable(size_t i, uint64_t now, bool activeCounts) const {
   const Config& cfg = *deps.cfg;
   Health* hl = deps.health;
   if (!hl) return false;
   uint64_t detectUs = (uint64_t)cfg.probeIntervalMs * cfg.probeMultiplier * 1000;
   for (size_t j = 0; j < paths.size(); ++j) {
     const Path& o = paths[j];
-    if (j == i || o.state != PathState::kStandby || !hl->nicUp(o.localNic) || !hl->pairUp(o.pairId)) continue;
+    bool connected = o.state == PathState::kStandby || (activeCounts && o.state == PathState::kActive);
+    if (j == i || !connected || !hl->nicUp(o.localNic) || !hl->pairUp(o.pairId)) continue;
     if (!hl->pairAnsweredWithinUs(o.pairId, detectUs / 2)) continue;
     uint64_t back = hl->repairedUs(o.localNic, o.pairId);
     if (!back || now >= back + detectUs) return true;

@@ -210,9 +210,10 @@ class Link {
   std::mutex mu;
   uint64_t secret = 0;
   std::vector<Path> paths;
-  // Whether a path other than paths[i] could carry the traffic now: a standby whose NIC is up
-  // and whose pair answers its probes (within half the detection time), not just repaired.
-  bool otherPathUsable(size_t i, uint64_t now) const;
+  // Whether a path other than paths[i] could carry the traffic now: a standby (or, with
+  // `activeCounts`, the active path) whose NIC is up and whose pair answers its probes (within
+  // half the detection time), not just repaired. Proof that the peer is alive and reachable.
+  bool otherPathUsable(size_t i, uint64_t now, bool activeCounts = false) const;
   int active = -1;
   int primary = 0;
   int nStreams = 1;

@@ -80,8 +80,11 @@ def test_failover(out):
     _common(data, "failover", out)
     kinds = data["results"]["kinds"]
     assert set(kinds) == set(bench_failover.KINDS)
+    targets = {t["figure"]: t for t in data["targets"]}
     for kind, r in kinds.items():
         assert r["wrong_bytes"] == 0 and r["rank_exit_codes"] == [0, 0], r.get("error")
+        counted = targets[f"failover: {kind} faults counted"]  # short of the 1 asked: a miss, said so
+        assert counted["value"] == r["faults"] and counted["met"] is (r["faults"] >= 1), counted
         if r["faults"] == 0 and r["discarded_slow_injection"] >= 1:
             # Every injection took longer than MAX_APPLY_MS (seen for host-down's admin-down,
             # 9-19 ms per netlink call beside a CPU hog per core): the fault instant is unknown,

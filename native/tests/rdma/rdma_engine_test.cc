@@ -856,7 +856,9 @@ TEST_F(RdmaEngineTest, ARepairWhileAnAttemptWaitsForALateReceiverDoesNotRestartI
   fake::ScriptedHealth& health = sh.health;
   const int nic0 = sh.nic0;
   const std::string peer0 = sh.peer0;
-  health.setPair(nic0, peer0, false, false, "probe timeout (test)");  // soft: the attempt goes on
+  // Soft, and no other rail shows the peer alive (no path connected: the receiver's threads
+  // are away, as a stopped peer's): the attempt goes on.
+  health.setPair(nic0, peer0, false, false, "probe timeout (test)");
   senderAloneFor(30000000, true, [&] { return send->paths[0].waitsOffNetwork; });
   ASSERT_TRUE(send->paths[0].waitsOffNetwork) << info();
   health.setPair(nic0, peer0, true, false, "");  // the repair
@@ -867,6 +869,72 @@ TEST_F(RdmaEngineTest, ARepairWhileAnAttemptWaitsForALateReceiverDoesNotRestartI
   ASSERT_TRUE(run()) << info();
   expectAllDelivered();
   EXPECT_EQ(send->paths[0].generation, 1u) << info();
+}
+
+// An answer lost to a fault that came after the acknowledgement: the standby's reconnect waits
+// off the network for the receiver's endpoints (its request acknowledged, the receiver's
+// threads away), and then its rail goes silent (a soft pair verdict: a black hole with no
+// carrier or port event) while the peer answers its probes on the active rail. The peer is
+// alive, so this rail lost the answer: the attempt fails at once with the pair's cause instead
+// of waiting out tuning::kConnectOffNetworkMaxUs (30 s), and the repair of the pair retries it
+// at once (restartAfterRepair), so the standby is back as soon as the rail is. The control,
+// a soft verdict with no other rail answering (a stopped peer): the attempt goes on
+// (ARepairWhileAnAttemptWaitsForALateReceiverDoesNotRestartIt).
+TEST_F(RdmaEngineTest, AnAttemptWaitingForAnAnswerItsRailLostFailsWhenThePeerAnswersOnAnotherRail) {
+  singles({4096, 100}, 4096);
+  ASSERT_TRUE(runningOn(0));
+  ASSERT_TRUE(run([&] {
+    static_cast<Link&>(*send).idleSweep(nowUs() + 1000 * 1000);
+    settle();
+    return send->paths[1].state == PathState::kStandby;
+  })) << info();
+  SenderHealth sh(*send);
+  fake::ScriptedHealth& health = sh.health;
+  const Path& p1 = send->paths[1];
+  const int nic1 = p1.localNic;
+  const std::string peer1 = health.pairs[p1.pairId].remote;
+  health.setNic(nic1, false);  // the standby's NIC goes down: the standby fails
+  senderAloneFor(10000000, true, [&] { return p1.state == PathState::kFailed; });
+  ASSERT_EQ(p1.state, PathState::kFailed) << info();
+  const uint32_t gen = p1.generation;
+  // The comm is idle: the sweeper's idle passes drive the standby's reconnect, while the
+  // receiver's threads are away (its acceptor offers the streams).
+  auto idleSenderAloneFor = [&](uint64_t us, const std::function<bool()>& until) {
+    const uint64_t end = nowUs() + us;
+    while (nowUs() < end && !until()) {
+      route();
+      settle();
+      static_cast<Link&>(*send).idleSweep(nowUs() + 1000 * 1000);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));  // the sweeper's pace
+    }
+  };
+  health.setNic(nic1, true);  // its repair: the reconnect starts
+  idleSenderAloneFor(30000000, [&] { return p1.generation > gen && p1.waitsOffNetwork; });
+  ASSERT_TRUE(p1.waitsOffNetwork && p1.state == PathState::kConnecting) << info();
+  // First the active rail silent too (a stopped peer answers no probe): the attempt waits on.
+  health.setAnswering(sh.nic0, sh.peer0, false);
+  health.setPair(nic1, peer1, false, false, "probe timeout (test)");  // soft
+  int passes = 0;  // 50 idle passes (>= 0.5 s), each a chance for the rule to act
+  idleSenderAloneFor(10000000, [&] { return ++passes > 50; });
+  ASSERT_EQ(p1.state, PathState::kConnecting) << "a stopped peer's silence ended the attempt: " << info();
+  EXPECT_EQ(p1.generation, gen + 1) << info();
+  health.setAnswering(sh.nic0, sh.peer0, true);  // the peer answers on the active rail: alive
+  idleSenderAloneFor(10000000, [&] { return p1.state != PathState::kConnecting; });
+  ASSERT_EQ(p1.state, PathState::kFailed) << "the attempt still waits for an answer its rail lost: " << info();
+  EXPECT_EQ(p1.generation, gen + 1) << info();
+  EXPECT_NE(p1.lastError.find("probe timeout (test)"), std::string::npos) << p1.lastError;
+  EXPECT_NE(p1.lastError.find("the peer answers on another rail"), std::string::npos) << p1.lastError;
+  EXPECT_LT(p1.connectWaitedUs + p1.offNetWaitedUs, tuning::kConnectOffNetworkMaxUs) << info();
+  // The repair: retried at once, and connected with the receiver's threads back.
+  health.setPair(nic1, peer1, true, false, "");
+  ASSERT_TRUE(run([&] {
+    static_cast<Link&>(*send).idleSweep(nowUs() + 1000 * 1000);
+    settle();
+    return p1.state == PathState::kStandby;
+  })) << info();
+  EXPECT_GE(p1.generation, gen + 2) << info();
+  ASSERT_TRUE(run()) << info();
+  expectAllDelivered();
 }
 
 // Failback racing a new failover: the primary comes back, its hold-down passes, and its

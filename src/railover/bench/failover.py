@@ -341,10 +341,17 @@ def _kind_summary(kind: str, runs: List[Dict[str, Any]]) -> Dict[str, Any]:
     return out
 
 
-def _add_kind_targets(rep: C.Report, per_kind: Dict[str, Any], who: str = "") -> None:
+def _add_kind_targets(rep: C.Report, per_kind: Dict[str, Any], n: int, who: str = "") -> None:
+    """The suite's targets per kind; ``n``: the faults per kind asked for. A kind with fewer
+    counted faults says so (its percentiles are over fewer samples than asked): on a busy host
+    an injection can take longer than MAX_APPLY_MS (seen for host-down's admin-down, 9-19 ms
+    per netlink call beside a CPU hog per core), and such a cycle is run but not counted."""
     for kind, r in per_kind.items():
         lim = TARGET_MS[r["class"]]
         cv = r["convergence_ms"]
+        rep.add_target(f"failover{who}: {kind} faults counted", r["faults"], ">=", n,
+                       detail=f"{r['discarded_slow_injection']} more run but not counted: their injection took over "
+                              f"{MAX_APPLY_MS:g} ms (the injecting thread was descheduled), so their instant is unknown")
         rep.add_target(f"failover{who}: {kind} convergence p99", cv["p99"], "<=", lim, "ms",
                        detail=f"p50 {C.fmt(cv['p50'], 1)}, max {C.fmt(cv['max'], 1)} ms over {cv['n']} faults; "
                               f"detection p99 {C.fmt(r['detection_ms']['p99'], 1)} ms")
@@ -428,11 +435,11 @@ def run(out: Path, quick: bool = False, faults: Optional[int] = None,
                     rep.add_wrong(pk[kind]["wrong_bytes"])
     shutil.rmtree(work, ignore_errors=True)
     rep.results["kinds"] = per_kind
-    _add_kind_targets(rep, per_kind)
+    _add_kind_targets(rep, per_kind, n)
     if against_so:
         rep.results["against"] = {"kinds": per_kind_old}
         rep.results["vs_against"] = compare(per_kind, per_kind_old)
-        _add_kind_targets(rep, per_kind_old, " (against)")
+        _add_kind_targets(rep, per_kind_old, n, " (against)")
     _plot(rep, per_kind)
     data = rep.finish()
     for t in tables(data):
