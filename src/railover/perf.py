@@ -293,6 +293,27 @@ def run_perf(nranks: int = 2, *, spawn: Optional[Spawn] = None, env: Optional[Ma
     return PerfResult(ranks=ranks, timed_out=timed_out, workdir=wd, argv0=argvs[0])
 
 
+def longest_gap_ms(buckets: Sequence[Tuple[int, int]], t0: int, t1: int, begun_by: Optional[int] = None) -> float:
+    """Longest run of 1 ms buckets (``(t_us, bytes)``, as :func:`read_timeseries` gives) with no
+    delivered byte in [t0, t1), in ms. ``begun_by`` (µs): only runs that began before it count,
+    each in full up to t1 (a fault's stall, begun before the comms converged, and not the host's
+    jitter after they did)."""
+    best = cur = 0
+    start = 0
+    for t, b in buckets:
+        if t < t0 or t >= t1:
+            continue
+        if b:
+            cur = 0
+            continue
+        if cur == 0:
+            start = t
+        cur += 1
+        if begun_by is None or start < begun_by:
+            best = max(best, cur)
+    return float(best)
+
+
 def read_timeseries(path: Union[str, Path]) -> Tuple[List[Tuple[int, int]], List[Dict[str, int]]]:
     """Parse a ``--timeseries`` file (CSV or JSON lines). Returns ``(buckets, iterations)``:
     ``buckets`` = [(t_us, bytes)] per millisecond, ``iterations`` = [{t_us, iter, lat_us, wrong}]."""

@@ -413,15 +413,7 @@ def rate_gbs(buckets: Sequence[Tuple[int, int]], t0: int, t1: int) -> Optional[f
     return sum(inside) / ((t1 - t0) / 1e6) / 1e9
 
 
-def longest_gap_ms(buckets: Sequence[Tuple[int, int]], t0: int, t1: int) -> float:
-    """Longest run of 1 ms buckets without a delivered byte in [t0, t1)."""
-    best = cur = 0
-    for t, b in buckets:
-        if t < t0 or t >= t1:
-            continue
-        cur = cur + 1 if b == 0 else 0
-        best = max(best, cur)
-    return float(best)
+longest_gap_ms = perf.longest_gap_ms
 
 
 # --------------------------------------------------------------------------- processes

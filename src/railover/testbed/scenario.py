@@ -123,6 +123,21 @@ def rank_env(tb: TestBed, host_index: int, journal: Path, extra: Optional[Mappin
     return env
 
 
+#: How long after a fault :meth:`ScenarioResult.analyze` looks for its stall, µs (5 s: past any
+#: detection time; a stall without failover is reported as at least this).
+STALL_WINDOW_US = 5_000_000
+
+
+def _converged_us(failovers: Sequence[Dict[str, Any]], until_us: int) -> Optional[int]:
+    """When every comm of ``failovers`` (journal events, oldest first) had resumed once, up to
+    ``until_us``: the latest of each comm's first failover; None when none did."""
+    first: Dict[Any, int] = {}
+    for e in failovers:
+        if e["t_us"] < until_us:
+            first.setdefault((e.get("rank"), e.get("comm")), e["t_us"])
+    return max(first.values()) if first else None
+
+
 @dataclass
 class ScenarioResult:
     perf: perf.PerfResult
@@ -158,20 +173,16 @@ class ScenarioResult:
         """Bytes rank `rank` received between two instants."""
         return sum(b for t, b in self.buckets[rank] if since_us <= t < until_us)
 
-    def longest_gap_ms(self, since_us: int, until_us: int, rank: int = 0) -> float:
-        """Longest run of 1 ms buckets with no delivered byte, in [since, until)."""
-        best = cur = 0
-        for t, b in self.buckets[rank]:
-            if t < since_us or t >= until_us:
-                continue
-            cur = cur + 1 if b == 0 else 0
-            best = max(best, cur)
-        return float(best)
+    def longest_gap_ms(self, since_us: int, until_us: int, rank: int = 0, begun_by: Optional[int] = None) -> float:
+        """Longest run of 1 ms buckets with no delivered byte at ``rank``, in [since, until)
+        (:func:`railover.perf.longest_gap_ms`)."""
+        return perf.longest_gap_ms(self.buckets[rank], since_us, until_us, begun_by)
 
     def analyze(self) -> List[Dict[str, Any]]:
         """One row per applied fault: detection (fault -> first down event), convergence
-        (fault -> first failover resumed), stall (longest delivery gap around it, and the
-        longest gap in the 2 s before it for comparison), bytes resent by its failovers, and, when
+        (fault -> first failover resumed), stall (the longest delivery gap at rank 0 that began
+        between 100 ms before it and the last comm's convergence, or within 5 s without one;
+        and the longest gap in the 2 s before it for comparison), bytes resent by its failovers, and, when
         the fault was undone, failback (undo -> first failback; the hold-down is included) and
         the bytes its failbacks resent."""
         rows = []
@@ -183,6 +194,9 @@ class ScenarioResult:
             downs = [e for e in self.events if e["t_us"] >= t0 and e["t_us"] < nxt
                      and e["event"] in ("nic_down", "pair_down", "path_down")]
             fos = [e for e in self.events if e["t_us"] >= t0 and e["t_us"] < nxt and e["event"] == "failover"]
+            # Once every comm the fault moved has converged, a gap that begins later is the
+            # host's jitter, not the fault's stall.
+            converged = _converged_us(fos, t0 + STALL_WINDOW_US)
             row = {
                 "label": s.label or s.fault.code,
                 "code": s.fault.code,
@@ -191,7 +205,8 @@ class ScenarioResult:
                 "convergence_ms": (fos[0]["t_us"] - t0) / 1e3 if fos else None,
                 "failovers": len(fos),
                 "bytes_resent": sum(int(e.get("bytes_resent", 0)) for e in fos),
-                "stall_ms": self.longest_gap_ms(t0 - 100_000, t0 + 5_000_000) if self.buckets and self.buckets[0] else None,
+                "stall_ms": self.longest_gap_ms(t0 - 100_000, t0 + STALL_WINDOW_US, begun_by=converged)
+                if self.buckets and self.buckets[0] else None,
                 "baseline_gap_ms": self.longest_gap_ms(t0 - 2_000_000, t0) if self.buckets and self.buckets[0] else None,
             }
             if undo:
