@@ -422,6 +422,18 @@ class RdmaEngineTest : public ::testing::Test {
   }
 
 
+  // Runs NCCL's calls and the sender's idle passes (its standby connects move on there once
+  // the comm is idle) until send path `i` is a connected standby.
+  testing::AssertionResult standbyUp(size_t i) {
+    if (run([&] {
+          static_cast<Link&>(*send).idleSweep(nowUs() + 1000 * 1000);
+          settle();
+          return send->paths[i].state == PathState::kStandby;
+        }))
+      return testing::AssertionSuccess();
+    return testing::AssertionFailure() << "send path " << i << " is no connected standby: " << info();
+  }
+
   // The sender's health view (the bed has none): a scripted one with every path's pair
   // registered, installed for as long as this lives. nic0/peer0: the primary's pair.
   struct SenderHealth {
@@ -732,11 +744,7 @@ TEST_F(RdmaEngineTest, AReceiverAwayLongerThanTheConnectTimeoutFailsNoConnectAtt
   ASSERT_TRUE(run()) << info();
   expectAllDelivered();
   // The standby's connect moves on with the sender's next calls or its idle pass.
-  ASSERT_TRUE(run([&] {
-    static_cast<Link&>(*send).idleSweep(nowUs() + 1000 * 1000);
-    settle();
-    return send->paths[1].state == PathState::kStandby;
-  })) << info();
+  ASSERT_TRUE(standbyUp(1));
   for (const Path& p : send->paths) EXPECT_EQ(p.generation, 1u) << "path " << p.index << ": " << info();
 }
 
@@ -784,11 +792,7 @@ TEST_F(RdmaEngineTest, ABringUpQueuedOnTheWorkerLongerThanTheConnectTimeoutFails
 TEST_F(RdmaEngineTest, AQpCreationQueuedOnTheWorkerLongerThanTheConnectTimeoutFailsNoConnectAttempt) {
   singles({4096, 100, 3000}, 4096);
   ASSERT_TRUE(runningOn(0));
-  ASSERT_TRUE(run([&] {
-    static_cast<Link&>(*send).idleSweep(nowUs() + 1000 * 1000);
-    settle();
-    return send->paths[1].state == PathState::kStandby;
-  })) << info();
+  ASSERT_TRUE(standbyUp(1));
   SenderHealth sh(*send);
   fake::ScriptedHealth& health = sh.health;
   const int nic1 = send->paths[1].localNic;
@@ -812,11 +816,7 @@ TEST_F(RdmaEngineTest, AQpCreationQueuedOnTheWorkerLongerThanTheConnectTimeoutFa
   EXPECT_LT(p1.connectWaitedUs, tuning::kConnectTimeoutUs) << info();
   EXPECT_GT(p1.offNetWaitedUs, tuning::kConnectTimeoutUs) << "the worker's wait counted as the network's: " << info();
   hold.release();
-  ASSERT_TRUE(run([&] {
-    static_cast<Link&>(*send).idleSweep(nowUs() + 1000 * 1000);
-    settle();
-    return p1.state == PathState::kStandby;
-  })) << info();
+  ASSERT_TRUE(standbyUp(1));
   EXPECT_EQ(p1.generation, gen + 1) << info();
   ASSERT_TRUE(run()) << info();
   expectAllDelivered();
@@ -883,11 +883,7 @@ TEST_F(RdmaEngineTest, ARepairWhileAnAttemptWaitsForALateReceiverDoesNotRestartI
 TEST_F(RdmaEngineTest, AnAttemptWaitingForAnAnswerItsRailLostFailsWhenThePeerAnswersOnAnotherRail) {
   singles({4096, 100}, 4096);
   ASSERT_TRUE(runningOn(0));
-  ASSERT_TRUE(run([&] {
-    static_cast<Link&>(*send).idleSweep(nowUs() + 1000 * 1000);
-    settle();
-    return send->paths[1].state == PathState::kStandby;
-  })) << info();
+  ASSERT_TRUE(standbyUp(1));
   SenderHealth sh(*send);
   fake::ScriptedHealth& health = sh.health;
   const Path& p1 = send->paths[1];
@@ -927,11 +923,7 @@ TEST_F(RdmaEngineTest, AnAttemptWaitingForAnAnswerItsRailLostFailsWhenThePeerAns
   EXPECT_LT(p1.connectWaitedUs + p1.offNetWaitedUs, tuning::kConnectOffNetworkMaxUs) << info();
   // The repair: retried at once, and connected with the receiver's threads back.
   health.setPair(nic1, peer1, true, false, "");
-  ASSERT_TRUE(run([&] {
-    static_cast<Link&>(*send).idleSweep(nowUs() + 1000 * 1000);
-    settle();
-    return p1.state == PathState::kStandby;
-  })) << info();
+  ASSERT_TRUE(standbyUp(1));
   EXPECT_GE(p1.generation, gen + 2) << info();
   ASSERT_TRUE(run()) << info();
   expectAllDelivered();
