@@ -22,6 +22,13 @@ using namespace rperf;
 
 namespace {
 
+// The longest value of any seconds option (7 days): far above any test's, and every sum the
+// driver forms from them stays exact in a double and within a uint64_t of µs.
+constexpr double kMaxSeconds = 7 * 86400;
+// The longest timed run with --timeseries (24 h): its 1 ms buckets are allocated up front, 8
+// bytes each (about 690 MB for 24 h).
+constexpr double kMaxTimeseriesSeconds = 86400;
+
 const char* kUsage = R"(usage: railover-perf --plugin PATH --rank R --nranks N --rendezvous DIR [options]
 
 Loads an NCCL net plugin (dlopen RTLD_NOW|RTLD_LOCAL, symbols ncclNetPlugin_v12..v7) and drives
@@ -79,7 +86,9 @@ plugin and life cycle:
   --traffic-class TC       ncclNetCommConfig_t.trafficClass (default -1)
 
 timed run (failover timelines):
-  --duration SECONDS       run the -b size repeatedly for this long (rank 0 keeps time)
+  --duration SECONDS       run the -b size repeatedly for this long (rank 0 keeps time; any
+                           seconds option: 0 to 7 days; with --timeseries, --duration + 2 x
+                           --op-timeout at most 24 h: 8 bytes of buckets per ms)
   --timeseries FILE        bytes received per 1 ms bucket + per-iteration latency
                            (.csv → CSV, otherwise JSON lines; %r = rank); in a sweep
                            (no --duration): per-iteration latency of the timed iterations
@@ -159,7 +168,8 @@ Options parseArgs(int argc, char** argv) {
     auto secVal = [&]() {
       double x;
       std::string s = val();
-      if (!parseSeconds(s, &x)) usageError("bad seconds for " + k + ": " + s);
+      if (!parseSeconds(s, &x) || x > kMaxSeconds)
+        usageError("bad seconds for " + k + ": " + s + strf(" (expected 0 to %.0f: 7 days)", kMaxSeconds));
       return x;
     };
     if (k == "-h" || k == "--help") {
@@ -258,6 +268,9 @@ Options parseArgs(int argc, char** argv) {
   if (o.pauseRecvRank >= 0 && o.duration <= 0) usageError("--pause-recv needs --duration");
   if (o.opTimeout <= 0) usageError("--op-timeout must be > 0");
   if (o.duration <= 0 && o.iters < 1) usageError("-n must be >= 1");
+  if (o.duration > 0 && !o.timeseries.empty() && o.duration + 2 * o.opTimeout > kMaxTimeseriesSeconds)
+    usageError(strf("--timeseries keeps a 1 ms bucket (8 bytes) for every ms of --duration + 2 x --op-timeout, at most "
+                    "%.0f s (24 h); got %.0f s", kMaxTimeseriesSeconds, o.duration + 2 * o.opTimeout));
   return o;
 }
 

@@ -911,7 +911,8 @@ void Communicator::runDuration() {
   }
   uint64_t t0 = nowUs() / 1000 * 1000;  // whole milliseconds: buckets line up across ranks
   logInfo("timed run started: %s per iteration for %.3g s", humanBytes(bytes).c_str(), opt_.duration);
-  engine_->timeseries().start(t0, uint64_t(opt_.duration + 2 * opt_.opTimeout + 60));
+  if (!opt_.timeseries.empty())  // only --timeseries writes them (checked against kMaxTimeseriesSeconds)
+    engine_->timeseries().start(t0, uint64_t(opt_.duration + 2 * opt_.opTimeout + 60));
   uint64_t deadline = t0 + secToUs(opt_.duration);
   if (opt_.pauseRecvRank == opt_.rank && opt_.pauseRecvForS > 0) {
     uint64_t from = t0 + secToUs(opt_.pauseRecvAtS);

@@ -263,6 +263,59 @@ def sockets(tb: TestBed, procs: Dict[int, Any]) -> Dict[str, List[str]]:
     return out
 
 
+#: The longest soak, s (24 h): the driver's --timeseries keeps 8 bytes per ms of the run in
+#: memory per rank (railover-perf's own limit is the same).
+MAX_DURATION_S = 86400
+
+
+def rank_counters(start_sample: Dict[str, Any], end_sample: Dict[str, Any],
+                  samples: Sequence[Dict[str, Any]]) -> Tuple[Dict[str, Any], List[str]]:
+    """Per rank, its :func:`sample` values at start and end, its RSS tolerance, maximum and
+    slope over the second half; and what grew beyond them (RSS past the tolerance, fds or
+    threads changed). A rank gone at the first or the last sample (its exit is among the
+    soak's errors) is listed without growth."""
+    growth: List[str] = []
+    counters: Dict[str, Any] = {}
+    for r, v in start_sample["ranks"].items():
+        e = end_sample["ranks"].get(r, {})
+        series = [(s["t_us"], s["ranks"][r]["rss_kib"]) for s in samples
+                  if r in s["ranks"] and s["ranks"][r]["rss_kib"] is not None]
+        if v["rss_kib"] is None or not series:  # gone before the first sample: its exit is among the errors
+            counters[r] = {"start": v, "end": e, "rss_tolerance_kib": None, "rss_slope_second_half_kib_per_min": None,
+                           "rss_max_kib": None}
+            continue
+        half = [x for x in series if x[0] >= series[0][0] + (series[-1][0] - series[0][0]) / 2]
+        tol = rss_tolerance_kib(v["rss_kib"])
+        counters[r] = {"start": v, "end": e, "rss_tolerance_kib": tol,
+                       "rss_slope_second_half_kib_per_min": slope_kib_per_min(half),
+                       "rss_max_kib": max(x[1] for x in series)}
+        if e.get("rss_kib") is None:  # gone at the end
+            continue
+        if e["rss_kib"] - v["rss_kib"] > tol:
+            growth.append(f"rank {r}: RSS {v['rss_kib']} -> {e.get('rss_kib')} KiB (tolerance +{tol} KiB)")
+        for k in ("fds", "threads"):
+            if e.get(k) != v[k]:
+                msg = f"rank {r}: {k} {v[k]} -> {e.get(k)}"
+                if k == "fds":
+                    # name what is new: listeners and bound UDP sockets keep their address
+                    fixed = lambda ss: {x for x in ss.get(r, []) if x.startswith(("tcp LISTEN", "udp"))}
+                    new = sorted(fixed(end_sample.get("sockets", {})) - fixed(start_sample.get("sockets", {})))
+                    if new:
+                        msg += " (new: " + "; ".join(new) + ")"
+                growth.append(msg)
+    return counters, growth
+
+
+def duration_problem(duration_s: float) -> Optional[str]:
+    """What is wrong with a soak of ``duration_s`` seconds (60 s to MAX_DURATION_S), or None."""
+    if duration_s < 60:
+        return f"must be at least 60 s (warm-up, faults and settle), got {duration_s:g} s"
+    if duration_s > MAX_DURATION_S:
+        return (f"must be at most {MAX_DURATION_S // 3600} h, got {duration_s:g} s: the driver keeps 1 ms delivery "
+                "buckets for the whole run (8 bytes each, about 690 MB per rank for 24 h)")
+    return None
+
+
 def sample(procs: Dict[int, Any], kinds: bool = False) -> Dict[str, Any]:
     """RSS (KiB), open fds and threads of every rank process, with a CLOCK_MONOTONIC µs stamp;
     with ``kinds`` also the fds by kind."""
@@ -456,8 +509,8 @@ def soak(duration_s: float, out: Path, layout: str = "T2", seed: Optional[int] =
         raise SoakError(f"unknown fault kind(s) {', '.join(bad)}; use {', '.join(KINDS)}")
     if not kinds:
         raise SoakError(f"no fault kind given; use {', '.join(KINDS)}")
-    if duration_s < 60:
-        raise SoakError(f"--duration must be at least 60 s (warm-up, faults and settle), got {duration_s:g} s")
+    if duration_problem(duration_s):
+        raise SoakError(f"--duration {duration_problem(duration_s)}")
     if seed is None:
         seed = random.SystemRandom().randrange(1, 2 ** 31)
     warmup_s = min(10.0, duration_s / 12)
@@ -552,28 +605,7 @@ def soak(duration_s: float, out: Path, layout: str = "T2", seed: Optional[int] =
     errors += [f"rank {e['rank']}: fatal: {e.get('message')}" for e in fatal]
     if perf.timed_out:
         errors.append("the ranks did not finish in time")
-    growth = []
-    counters = {}
-    for r, v in start_sample["ranks"].items():
-        e = end_sample["ranks"].get(r, {})
-        series = [(s["t_us"], s["ranks"][r]["rss_kib"]) for s in samples if r in s["ranks"]]
-        half = [x for x in series if x[0] >= series[0][0] + (series[-1][0] - series[0][0]) / 2]
-        tol = rss_tolerance_kib(v["rss_kib"])
-        counters[r] = {"start": v, "end": e, "rss_tolerance_kib": tol,
-                       "rss_slope_second_half_kib_per_min": slope_kib_per_min(half),
-                       "rss_max_kib": max(x[1] for x in series)}
-        if e.get("rss_kib", 0) - v["rss_kib"] > tol:
-            growth.append(f"rank {r}: RSS {v['rss_kib']} -> {e.get('rss_kib')} KiB (tolerance +{tol} KiB)")
-        for k in ("fds", "threads"):
-            if e.get(k) != v[k]:
-                msg = f"rank {r}: {k} {v[k]} -> {e.get(k)}"
-                if k == "fds":
-                    # name what is new: listeners and bound UDP sockets keep their address
-                    fixed = lambda ss: {x for x in ss.get(r, []) if x.startswith(("tcp LISTEN", "udp"))}
-                    new = sorted(fixed(end_sample.get("sockets", {})) - fixed(start_sample.get("sockets", {})))
-                    if new:
-                        msg += " (new: " + "; ".join(new) + ")"
-                growth.append(msg)
+    counters, growth = rank_counters(start_sample, end_sample, samples)
     per_kind: Dict[str, Any] = {}
     for k in kinds:
         rs = [x for x in records if x["kind"] == k]
@@ -652,7 +684,7 @@ def tables(data: Dict[str, Any]) -> List[Table]:
         c.add_column(col, justify="right")
     for rk, v in r["counters"].items():
         s, e = v["start"], v["end"]
-        c.add_row(rk, f"{s['rss_kib']} -> {e.get('rss_kib')}", f"+{v['rss_tolerance_kib']}",
+        c.add_row(rk, f"{s['rss_kib']} -> {e.get('rss_kib')}", f"+{v['rss_tolerance_kib']}" if v["rss_tolerance_kib"] is not None else "-",
                   f"{C.fmt(v['rss_slope_second_half_kib_per_min'], 1)} KiB/min",
                   f"{s['fds']} -> {e.get('fds')}", f"{s['threads']} -> {e.get('threads')}")
     vt = Table(title="verdict")
@@ -670,7 +702,7 @@ def register(app) -> None:
     from railover._cliutil import csv_list, positive
 
     @app.command("soak")
-    def soak_cmd(duration: str = typer.Option("1h", "--duration", "-d", help="how long: 120, 90s, 2m, 1h, 1h30m (at least 60 s)"),
+    def soak_cmd(duration: str = typer.Option("1h", "--duration", "-d", help="how long: 120, 90s, 2m, 1h, 1h30m (60 s to 24 h)"),
                  layout: str = typer.Option("T2", "--layout", help="test bed layout: T2, T2-flat, T3, T3-flat, <H>x<M>[-flat]"),
                  seed: Optional[int] = typer.Option(None, "--seed", help="seed of the fault sequence (default: random, printed)"),
                  out: Path = typer.Option(Path("railover-soak"), "--out", "-o", help="output directory (soak.json, journals)"),
@@ -688,6 +720,8 @@ def register(app) -> None:
             d = parse_duration(duration)
         except ValueError as e:
             raise typer.BadParameter(str(e), param_hint="--duration")
+        if duration_problem(d):
+            raise typer.BadParameter(duration_problem(d), param_hint="--duration")
         try:
             topo = Topology.from_layout(layout)
             topo.validate()
