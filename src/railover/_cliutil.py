@@ -97,6 +97,29 @@ def positive(value: Optional[float]) -> Optional[float]:
     return value
 
 
+def out_dir_problem(out: "os.PathLike[str] | str") -> Optional[str]:
+    """Creates the output directory ``out`` (parents too) if missing and says what keeps a
+    command from writing its results there: a path that exists and is not a directory, one that
+    cannot be created (e.g. under /proc), one that is read-only or not writable. None when it
+    can be used. Checked before a test bed is built, so that a bad ``--out`` costs no bed and
+    ends in no traceback."""
+    from pathlib import Path
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        return f"{out} exists and is not a directory; give a directory (it is created if missing)"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        return f"cannot create the output directory {out}: {e.strerror or e} (give a directory; it is created if missing)"
+    if not os.access(out, os.W_OK | os.X_OK):
+        try:
+            ro = bool(os.statvfs(out).f_flag & os.ST_RDONLY)
+        except OSError:
+            ro = False
+        return f"cannot write into {out}: {'read-only file system' if ro else 'permission denied'}"
+    return None
+
+
 def csv_list(value: str, option: str) -> List[str]:
     """A comma-list option's items (blanks dropped); typer.BadParameter naming ``option`` when
     none is left (``""``, ``",,"``): an empty list is refused, never read as "all" or "none"."""

@@ -31,7 +31,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from railover import _paths, params, prereqs
-from railover._cliutil import SIGNAL_EXITS, finite, plugin_range, signals_unwind
+from railover._cliutil import SIGNAL_EXITS, finite, out_dir_problem, plugin_range, signals_unwind
 from railover.sizes import check_size
 from railover.testbed import faults as F
 from railover.testbed.scenario import (BED_ENV, ScenarioError, ScenarioResult, Step, bed_overrides, read_journal,
@@ -131,15 +131,9 @@ def prepare_out(out: Path) -> _OutLock:
     directory, one that cannot be created (e.g. under /proc), one that is not writable, or a
     directory another demo is writing to."""
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise typer.BadParameter(f"{out} exists and is not a directory; give a directory (it is created if missing)",
-                                 param_hint="--out")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise typer.BadParameter(f"cannot create the output directory {out}: {e.strerror or e}", param_hint="--out")
-    if not os.access(out, os.W_OK | os.X_OK):
-        raise typer.BadParameter(f"cannot write into {out}: permission denied", param_hint="--out")
+    problem = out_dir_problem(out)
+    if problem:
+        raise typer.BadParameter(problem, param_hint="--out")
     lock = _OutLock(os.open(out, os.O_RDONLY | os.O_DIRECTORY))
     try:
         fcntl.flock(lock.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -93,3 +93,30 @@ def test_sizes_up_to_the_limit_pass():
     from railover.sizes import MAX_SIZE, check_size
     assert check_size("1G") == MAX_SIZE == 1 << 30
     assert check_size("1024M") == MAX_SIZE
+
+
+@pytest.fixture
+def read_only_dir(tmp_path):
+    """A directory on a read-only tmpfs (root only: mount)."""
+    import os
+    import subprocess
+    if os.geteuid() != 0:
+        pytest.skip("mounting a read-only tmpfs needs root")
+    d = tmp_path / "ro"
+    d.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(d)], check=True)
+    try:
+        yield d
+    finally:
+        subprocess.run(["umount", str(d)], check=True)
+
+
+@pytest.mark.parametrize("argv", [["bench", "healthy", "--quick"], ["bench", "failover", "--quick"],
+                                  ["bench", "scale", "--quick"], ["soak", "--duration", "60"], ["demo"]])
+def test_an_output_directory_that_cannot_be_written_is_refused_before_a_bed(read_only_dir, argv):
+    """An existing directory on a read-only file system passed the old checks (mkdir with
+    exist_ok) and ended in an OSError traceback once the suite wrote its work directory."""
+    r = CliRunner().invoke(app, [*argv, "--out", str(read_only_dir)], env={"COLUMNS": "250"})
+    assert r.exit_code == 2 and not isinstance(r.exception, AssertionError), r.output
+    assert "Traceback" not in r.output
+    assert f"cannot write into {read_only_dir}: read-only file system" in text(r), text(r)

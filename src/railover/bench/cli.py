@@ -40,8 +40,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from railover._cliutil import (SIGNAL_EXITS, csv_list, finite, given, plugin_range, positive, refuse_combined,
-                               refuse_given, signals_unwind)
+from railover._cliutil import (SIGNAL_EXITS, csv_list, finite, given, out_dir_problem, plugin_range, positive,
+                               refuse_combined, refuse_given, signals_unwind)
 from railover.bench import common as C
 from railover.sizes import check_size
 
@@ -168,10 +168,9 @@ def summary_markdown(out: Path, skipped: Optional[List[str]] = None) -> str:
 
 def _run_suite(suite: str, out: Path, quick: bool, console: Console, **kw) -> Optional[Dict[str, Any]]:
     from railover.testbed.netns import PrivilegeError
-    try:  # before any bed is built: a bad -o must not cost a boot and end in a traceback
-        Path(out).mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        console.print(f"[red]cannot use -o {out}:[/] {e.strerror or e} (give a directory; it is created if missing)")
+    problem = out_dir_problem(out)  # before any bed is built: a bad -o must not cost a boot and end in a traceback
+    if problem:
+        console.print(f"[red]cannot use -o {out}:[/] {escape(problem)}")
         raise typer.Exit(2)
     mark = C.report_mark()
     inherited = {} if suite in C._OWN_ENV_SUITES else C.inherited_plugin_env()

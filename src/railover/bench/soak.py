@@ -60,6 +60,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from rich.console import Console
 from rich.table import Table
 
+from railover._cliutil import out_dir_problem
 from railover.bench import common as C
 from railover.sizes import check_size
 from railover.bench.failover import GroupFault, NetlinkFault, send_comms
@@ -517,10 +518,9 @@ def soak(duration_s: float, out: Path, layout: str = "T2", seed: Optional[int] =
     settle_s = min(60.0, max(20.0, duration_s / 20))
     env = {**SOAK_ENV, **(env or {})}
     out = Path(out)
-    try:  # before the bed is built: a bad --out is a refusal, not a traceback
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise SoakError(f"cannot use --out {out}: {e.strerror or e} (give a directory; it is created if missing)")
+    problem = out_dir_problem(out)  # before the bed is built: a bad --out is a refusal, not a traceback
+    if problem:
+        raise SoakError(f"cannot use --out {out}: {problem}")
     rep = C.Report("soak", out, False, {"duration_s": duration_s, "layout": layout, "seed": seed, "size": size,
                                         "workload": "allreduce", "check": True, "hang_bound_s": hang_bound_s,
                                         "kinds": list(kinds), "env": env, "warmup_s": warmup_s, "settle_s": settle_s,
