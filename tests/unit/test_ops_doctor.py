@@ -550,14 +550,32 @@ def test_plugin_not_on_library_path():
 
 
 def test_absolute_plugin_path_depends_on_the_nccl_release(tmp_path):
+    import shutil
     so = tmp_path / _paths.PLUGIN_FILE
-    so.write_text("")
+    shutil.copy(_paths.plugin_path(), so)  # another railover build: loads
     env = dict(GOOD_NCCL, NCCL_NET_PLUGIN=str(so))
     torch = lambda v: {"torch": "2.x", "nccl": v, "error": ""}  # noqa: E731
     assert find(run(env, torch=torch([2, 27, 3])), "nccl", "NCCL_NET_PLUGIN", dr.FAIL)
     assert find(run(env, torch=torch([2, 20, 5])), "nccl", "NCCL_NET_PLUGIN", dr.FAIL)
     rep = run(env, torch=torch([2, 27, 5]))
     assert find(rep, "nccl", "NCCL_NET_PLUGIN", dr.WARN) and rep.ok
+
+
+@pytest.mark.parametrize("how", ["path", "name"])
+def test_a_plugin_file_nccl_would_open_that_is_no_railover_build_fails(tmp_path, how):
+    """NCCL_NET_PLUGIN naming (by path, or by name through LD_LIBRARY_PATH) a file that is not
+    a loadable railover plugin: NCCL fails at init with NCCL_NET=railover, and `railover
+    launch` refuses it; doctor said OK with a WARN."""
+    so = tmp_path / _paths.PLUGIN_FILE
+    so.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    torch = {"torch": "2.x", "nccl": [2, 27, 5], "error": ""}
+    if how == "path":
+        rep = run(dict(GOOD_NCCL, NCCL_NET_PLUGIN=str(so)), torch=torch)
+    else:
+        rep = run(GOOD_NCCL, torch=torch, resolved=str(so))
+    c = find(rep, "nccl", "NCCL_NET_PLUGIN", dr.FAIL)
+    assert c and "not a loadable railover plugin" in c[0].detail and str(so) in c[0].detail, rep.checks
+    assert not rep.ok
 
 
 def test_plugin_file_name_depends_on_the_nccl_release():

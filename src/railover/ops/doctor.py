@@ -552,6 +552,23 @@ def torch_nccl(python: str = sys.executable, timeout_s: float = 60.0) -> Optiona
     return r
 
 
+def _other_build_checks(item: str, what: str, path: str, checked: str, name: str, fix: str = "") -> List[Check]:
+    """The file NCCL will open (``path``, described as ``what``) when it is not the one doctor
+    checked (``checked``; "" when none could be): a FAIL when it does not load as a railover
+    plugin (NCCL would fail at init with NCCL_NET=railover, or fall back without it; ``railover
+    launch`` refuses it too), else a WARN that it is another railover build. [] when it is the
+    checked file or no file was checked."""
+    if not checked or os.path.realpath(path) == os.path.realpath(checked):
+        return []
+    try:
+        params.load(Path(path))
+    except OSError as e:
+        return [Check("nccl", item, FAIL, f"{what}, which is not a loadable railover plugin ({e})",
+                      fix or f"export NCCL_NET_PLUGIN={name}")]
+    return [Check("nccl", item, WARN, f"{what} (not the checked file {checked}: another railover build)",
+                  fix or f"export NCCL_NET_PLUGIN={name}")]
+
+
 #: NCCL's own transports: always there after the plugins NCCL_NET_PLUGIN lists (not plugins).
 NCCL_BUILTIN_NETS = ("ib", "socket")
 
@@ -756,16 +773,16 @@ def nccl_checks(env: Mapping[str, str], plugin: Mapping[str, Any], torch: Option
                                  f"export NCCL_NET_PLUGIN={name} and LD_LIBRARY_PATH={Path(p).parent}:$LD_LIBRARY_PATH"))
                 if not Path(p).is_file():
                     out.append(Check("nccl", "NCCL_NET_PLUGIN", FAIL, f"'{p}' does not exist", f"export NCCL_NET_PLUGIN={name}"))
+                else:
+                    out += _other_build_checks("NCCL_NET_PLUGIN", f"NCCL_NET_PLUGIN={p}", p, our_file, name)
             elif resolved is None:
                 out.append(Check("nccl", "LD_LIBRARY_PATH", FAIL, f"NCCL_NET_PLUGIN={p} but no {_paths.PLUGIN_FILE} on "
                                  "LD_LIBRARY_PATH or in the ldconfig cache: NCCL cannot open it",
                                  f"export LD_LIBRARY_PATH={Path(our_file).parent if our_file else '<plugin dir>'}:$LD_LIBRARY_PATH"))
             else:
-                same = our_file and os.path.realpath(resolved) == os.path.realpath(our_file)
-                out.append(Check("nccl", "NCCL_NET_PLUGIN", OK if same or not our_file else WARN,
-                                 f"NCCL_NET_PLUGIN={p} -> {resolved}" +
-                                 ("" if same or not our_file else f" (not the checked file {our_file})"),
-                                 "" if same or not our_file else "put the intended plugin directory first on LD_LIBRARY_PATH"))
+                checks = _other_build_checks("NCCL_NET_PLUGIN", f"NCCL_NET_PLUGIN={p} -> {resolved}", resolved, our_file,
+                                             name, fix="put the intended plugin directory first on LD_LIBRARY_PATH")
+                out += checks or [Check("nccl", "NCCL_NET_PLUGIN", OK, f"NCCL_NET_PLUGIN={p} -> {resolved}")]
 
     # reload bug 2.28/2.29
     rc = env.get("NCCL_NET_PLUGIN_REF_COUNT")
