@@ -180,10 +180,9 @@ def check_env(env: Optional[Dict[str, str]] = None) -> None:
     plugin accepts, checked by the plugin itself before a bed is built: otherwise every rank
     would fail its init. Raises ValueError naming each variable and what it accepts. Empty
     values are the same as unset (the default applies)."""
-    bad = params.refused({**os.environ, **BED_ENV} if env is None else env)
-    if bad:
-        raise ValueError("the environment has a value the plugin refuses (every rank would fail its init): "
-                         + "; ".join(bad.values()))
+    problem = params.refusal({**os.environ, **BED_ENV} if env is None else env)
+    if problem:
+        raise ValueError(problem)
 
 
 def parse_faults(spec: str) -> List[tuple]:

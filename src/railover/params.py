@@ -142,6 +142,15 @@ def check(name: str, value: str, path: Optional[Path] = None) -> Optional[str]:
     return load(path).check(name, value)
 
 
+def refusal(env: Mapping[str, str], native: Optional[Native] = None) -> Optional[str]:
+    """Why ranks started with ``env`` would all fail the plugin's init (:func:`refused`, in one
+    line naming each variable and what it accepts), or None. Raises OSError as :func:`refused`."""
+    bad = refused(env, native)
+    if not bad:
+        return None
+    return "the environment has a value the plugin refuses (every rank would fail its init): " + "; ".join(bad.values())
+
+
 def refused(env: Mapping[str, str], native: Optional[Native] = None) -> Dict[str, str]:
     """The plugin variables set in ``env`` whose value the plugin refuses: ``{name: error}``,
     in parameter-table order, each error from the plugin's own parser (it names the variable

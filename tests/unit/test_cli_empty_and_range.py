@@ -120,3 +120,15 @@ def test_an_output_directory_that_cannot_be_written_is_refused_before_a_bed(read
     assert r.exit_code == 2 and not isinstance(r.exception, AssertionError), r.output
     assert "Traceback" not in r.output
     assert f"cannot write into {read_only_dir}: read-only file system" in text(r), text(r)
+
+
+@pytest.mark.parametrize("argv", [["bench", "failover", "--quick"], ["bench", "healthy", "--quick"]])
+def test_an_inherited_plugin_value_the_plugin_refuses_is_named_before_a_bed(tmp_path, monkeypatch, argv):
+    """`RAILOVER_NSTREAMS=abc railover bench failover` built a bed and started ranks that all
+    failed their init; the demo already refused it up front. Now the bench does too, naming the
+    variable (the plugin's own parser's words)."""
+    monkeypatch.setenv("RAILOVER_NSTREAMS", "abc")
+    r = CliRunner().invoke(app, [*argv, "--out", str(tmp_path / "out")], env={"COLUMNS": "250"})
+    assert r.exit_code == 2 and not isinstance(r.exception, AssertionError), r.output
+    assert "Traceback" not in r.output
+    assert "cannot run: the environment has a value the plugin refuses" in text(r) and "RAILOVER_NSTREAMS" in text(r)

@@ -42,6 +42,7 @@ from rich.table import Table
 
 from railover._cliutil import (SIGNAL_EXITS, csv_list, finite, given, out_dir_problem, plugin_range, positive,
                                refuse_combined, refuse_given, signals_unwind)
+from railover import params
 from railover.bench import common as C
 from railover.sizes import check_size
 
@@ -174,6 +175,13 @@ def _run_suite(suite: str, out: Path, quick: bool, console: Console, **kw) -> Op
         raise typer.Exit(2)
     mark = C.report_mark()
     inherited = {} if suite in C._OWN_ENV_SUITES else C.inherited_plugin_env()
+    try:
+        problem = params.refusal(inherited) if inherited else None
+    except OSError:  # no loadable plugin: the suite says so itself
+        problem = None
+    if problem:  # before a bed is built: every rank would fail its init
+        console.print(f"[red]{suite} cannot run:[/] {escape(problem)} (unset it, or give a value it accepts)")
+        raise typer.Exit(2)
     if inherited:  # the numbers are not the defaults': say so before they are measured
         console.print(f"[yellow]{suite}: the ranks inherit "
                       + ", ".join(f"{k}={v}" for k, v in inherited.items())
