@@ -8,9 +8,16 @@ from railover.bench import common as C
 from railover.bench import healthy
 
 
+def _a_build(d: Path) -> Path:
+    """A copy of this railover build in ``d``, as another build to compare against."""
+    import shutil
+    from railover import _paths
+    d.mkdir(parents=True, exist_ok=True)
+    return Path(shutil.copy(_paths.plugin_path(), d / "libnccl-net-railover.so"))
+
+
 def test_against_takes_the_plugin_file_or_the_directory_holding_it(tmp_path: Path):
-    so = tmp_path / "libnccl-net-railover.so"
-    so.write_bytes(b"\x7fELF")
+    so = _a_build(tmp_path)
     assert healthy.against_path(tmp_path) == so.resolve()
     assert healthy.against_path(so) == so.resolve()
 
@@ -18,6 +25,21 @@ def test_against_takes_the_plugin_file_or_the_directory_holding_it(tmp_path: Pat
 def test_against_without_a_plugin_names_the_path(tmp_path: Path):
     with pytest.raises(C.BenchError, match=r"--against .*empty: no libnccl-net-railover.so there"):
         healthy.against_path(tmp_path / "empty")
+
+
+def test_against_a_file_that_is_no_plugin_is_refused_up_front(tmp_path: Path):
+    """`bench failover --against /etc/passwd` ran a whole railover round of faults before the
+    other build's ranks failed to dlopen it."""
+    bad = tmp_path / "libnccl-net-railover.so"
+    bad.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    with pytest.raises(C.BenchError, match=r"does not load as a shared library"):
+        healthy.against_path(bad)
+    import shutil
+    libc = next(p for p in (Path("/lib/x86_64-linux-gnu/libz.so.1"), Path("/usr/lib/x86_64-linux-gnu/libz.so.1"),
+                            Path("/lib64/libz.so.1")) if p.exists())
+    shutil.copy(libc, bad)
+    with pytest.raises(C.BenchError, match=r"exports no NCCL net plugin"):
+        healthy.against_path(tmp_path)
 
 
 def test_against_is_measured_right_after_armed_in_every_round():
@@ -71,9 +93,7 @@ def _fake_runs(monkeypatch, tmp_path: Path, conv_by_plugin):
 def test_failover_against_interleaves_both_builds_and_compares_per_kind(monkeypatch, tmp_path: Path):
     from rich.console import Console
     from railover.bench import failover as fo
-    so = tmp_path / "old" / "libnccl-net-railover.so"
-    so.parent.mkdir()
-    so.write_bytes(b"\x7fELF")
+    so = _a_build(tmp_path / "old")
     calls = _fake_runs(monkeypatch, tmp_path, {False: 10.0, True: 20.0})
     data = fo.run(tmp_path / "out", faults=5, kinds=["port-down", "silent"], console=Console(file=open("/dev/null", "w")),
                   against=so.parent)
