@@ -433,6 +433,19 @@ def test_drill_refuses_when_no_railover_process_uses_the_nic(no_link_changes, tm
     assert json.loads(r.stdout)["problems"] == ["no running railover process used eth0: nothing to observe"]
 
 
+def test_drill_refuses_a_journal_or_state_dir_that_does_not_exist(no_link_changes, tmp_path):
+    """A mistyped --journal (a peer's journal on a shared file system) was left out of the report
+    without a word, after the NIC had gone down; status and exporter warned. The drill, which
+    takes a NIC down, refuses before it does, even with --force."""
+    for extra in (["--journal", str(tmp_path / "nope.jsonl")], ["--state-dir", str(tmp_path / "missing")]):
+        r = CliRunner().invoke(app, ["drill", "--nic", "eth0", "--down-for", "0.01", "--yes", "--force",
+                                     "--state-dir", str(tmp_path)] + extra)
+        assert r.exit_code == 2, r.output
+        out = " ".join(r.output.split())
+        assert "refusing to run:" in out and "does not exist" in out and extra[1] in out, out
+        assert no_link_changes == [], "the NIC was taken down"
+
+
 def test_drill_report_shows_fields_an_event_lacks_as_absent_not_none(monkeypatch, tmp_path):
     """Journal events are checked for their event name and time only: a field one lacks (an
     older or newer plugin, a hand-written journal) or has as null was printed as "None" (pid,

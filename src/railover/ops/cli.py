@@ -717,6 +717,11 @@ def drill_cmd(
         _fail(f"refusing to run: the drill takes {nic}{where} DOWN for {down_for:g} s, cutting every connection "
               "over it (railover should move its traffic to another NIC). Rerun with --yes to do it.", 2)
     dirs = _dirs(state_dir)
+    # before the NIC goes down: a mistyped --journal would silently leave the peers' failovers
+    # out of the report (status and exporter only warn: they change nothing)
+    bad_paths = _path_warnings(state_dir, dirs, journal)
+    if bad_paths:
+        _fail("refusing to run: " + "; ".join(bad_paths) + " (fix the path, or leave the option out)", 2)
     progress = (lambda m: typer.echo(m, err=True))
     try:
         res = dl.run_drill(nic, down_for, netns=netns, state_dirs=dirs, journals=journal or (),
