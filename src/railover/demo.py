@@ -380,7 +380,8 @@ def run_demo(layout: str = "T2", ranks_per_host: int = 2, fault_spec: str = "por
         with TestBed(layout) as tb:
             built = True
             console.print(f"[bold]railover demo[/]: test bed {tb.prefix} ({tb.layout}, {tb.mode}), "
-                          f"{len(tb.hosts)} hosts x {len(tb.hosts[0].nics)} NICs, {ranks_per_host} ranks per host, "
+                          f"{len(tb.hosts)} hosts x {len(tb.hosts[0].nics)} NICs, {ranks_per_host} "
+                          f"rank{'s' if ranks_per_host != 1 else ''} per host, "
                           f"ring all-reduce of {size} for {duration:.0f} s"
                           + (", [yellow]failover disabled (baseline)[/]" if baseline else ""))
             steps = []
@@ -447,8 +448,9 @@ def run_demo(layout: str = "T2", ranks_per_host: int = 2, fault_spec: str = "por
 def register(app: typer.Typer) -> None:
     @app.command("demo")
     def demo_cmd(
-        layout: Optional[str] = typer.Option(None, "--layout", "-l", help="test-bed layout: T2, T2-flat, T3 or "
-                                                                            "<hosts>x<nics> (default T2; tcp only)"),
+        layout: Optional[str] = typer.Option(None, "--layout", "-l", help="test-bed layout: T2, T2-flat, T3, T3-flat "
+                                                                            "or <hosts>x<nics>[-flat] (default T2; tcp "
+                                                                            "only)"),
         ranks_per_host: Optional[int] = typer.Option(None, "--ranks-per-host", "-r", min=1, max=4,
                                                      help="ranks per host (default 2; tcp only: the RDMA demo runs "
                                                           "1 per guest)"),

@@ -35,6 +35,21 @@ _lock = threading.Lock()
 _cache: Dict[str, "Native"] = {}
 
 
+def _exports_net_plugin(lib: ctypes.CDLL) -> bool:
+    """Whether a loaded library exports an NCCL net plugin table, ncclNetPlugin_v7 .. _v12."""
+    return any(hasattr(lib, f"ncclNetPlugin_v{v}") for v in range(7, 13))
+
+
+def net_plugin_problem(path: Path) -> Optional[str]:
+    """Why ``path`` is no NCCL net plugin NCCL could open (it does not load, or it exports no
+    ncclNetPlugin_v7 .. _v12 table), or None. Any railover build passes, older ones too."""
+    try:
+        lib = ctypes.CDLL(str(path), mode=os.RTLD_NOW | os.RTLD_LOCAL)
+    except OSError as e:
+        return f"{path} does not load as a shared library ({e})"
+    return None if _exports_net_plugin(lib) else f"{path} exports no NCCL net plugin (ncclNetPlugin_v7 .. _v12)"
+
+
 class Native:
     """The plugin's self-description (``describe``: the parsed JSON) and its per-variable
     parser (:meth:`check`). Raises FileNotFoundError when the ``.so`` is not found and
@@ -47,8 +62,12 @@ class Native:
             desc = lib.railover_describe_json
             self._check = lib.railover_check_param
         except AttributeError:
-            raise OSError(f"{self.path} has no railover_describe_json/railover_check_param "
-                          "(built before the parameter table; rebuild it)") from None
+            # an NCCL net plugin without them is an older railover build (or another plugin);
+            # a file that exports no net plugin table is no plugin at all
+            if _exports_net_plugin(lib):
+                raise OSError(f"{self.path} has no railover_describe_json/railover_check_param (a railover build "
+                              "from before the parameter table, or another NCCL net plugin; rebuild it)") from None
+            raise OSError(f"{self.path} is no NCCL net plugin (it exports no ncclNetPlugin_v7 .. _v12)") from None
         desc.restype = ctypes.c_char_p
         desc.argtypes = []
         self._check.restype = ctypes.c_int

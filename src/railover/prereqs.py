@@ -70,8 +70,8 @@ def install_line(tools: Iterable[str]) -> str:
 
 
 def missing(tools: Iterable[str], path: Optional[str] = None) -> List[str]:
-    """The programs of ``tools`` not found on ``path`` (default: $PATH; as root the sbin
-    directories are searched too, where Debian puts ``ip`` and ``nft``)."""
+    """The programs of ``tools`` not found on ``path`` (default: $PATH, which the commands
+    run them from; Debian puts ``ip`` and ``nft`` in /usr/sbin, on root's PATH)."""
     return [t for t in tools if _which(t, path) is None]
 
 

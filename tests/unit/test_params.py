@@ -224,3 +224,23 @@ def test_env_list_narrow_accepted_values_wrap_under_their_label(table):
                 wrapped += 1
             assert j < len(lines) and lines[j].startswith("  ") and not lines[j].startswith("   "), lines[i:j + 1]
     assert wrapped, r.output   # some accepted values do wrap at 40 columns
+
+
+def test_a_library_that_is_no_net_plugin_is_not_called_an_old_railover_build(tmp_path):
+    """`doctor --plugin .../libz.so.1` said the file was a railover build from before the
+    parameter table; it is no NCCL net plugin at all."""
+    import shutil
+    from pathlib import Path
+    from railover import _paths, params as P
+    libz = next(p for p in (Path("/lib/x86_64-linux-gnu/libz.so.1"), Path("/usr/lib/x86_64-linux-gnu/libz.so.1"),
+                            Path("/lib64/libz.so.1")) if p.exists())
+    so = Path(shutil.copy(libz, tmp_path / "libz-copy.so"))
+    with pytest.raises(OSError, match=r"is no NCCL net plugin \(it exports no ncclNetPlugin_v7 .. _v12\)"):
+        P.Native(so)
+    assert P.net_plugin_problem(so).endswith("exports no NCCL net plugin (ncclNetPlugin_v7 .. _v12)")
+    assert P.net_plugin_problem(_paths.plugin_path()) is None
+    # the baseline plugin (a net plugin that is not railover) is told apart from a non-plugin
+    base = _paths.plugin_path().parent / "libnccl-net-baseline.so"
+    if base.exists():
+        with pytest.raises(OSError, match=r"another NCCL net plugin"):
+            P.Native(base)

@@ -57,19 +57,15 @@ def against_path(p: Path) -> Path:
     tree or package folder) that holds one, that loads and exports an NCCL net plugin table
     (``ncclNetPlugin_v7`` .. ``_v12``: any railover build, older ones included). Checked before
     a bed is built. Raises BenchError naming what is missing or wrong."""
-    import ctypes
-    import os
+    from railover import params
     p = Path(p)
     cand = p / "libnccl-net-railover.so" if p.is_dir() else p
     if not cand.is_file():
         raise C.BenchError(f"--against {p}: no libnccl-net-railover.so there (give the plugin file or the build "
                            f"directory that holds it)")
-    try:
-        lib = ctypes.CDLL(str(cand.resolve()), mode=os.RTLD_NOW | os.RTLD_LOCAL)
-    except OSError as e:
-        raise C.BenchError(f"--against {p}: {cand} does not load as a shared library ({e})") from None
-    if not any(hasattr(lib, f"ncclNetPlugin_v{v}") for v in range(7, 13)):
-        raise C.BenchError(f"--against {p}: {cand} exports no NCCL net plugin (ncclNetPlugin_v7 .. _v12)")
+    problem = params.net_plugin_problem(cand.resolve())
+    if problem:
+        raise C.BenchError(f"--against {p}: {problem}")
     return cand.resolve()
 
 
