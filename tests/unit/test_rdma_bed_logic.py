@@ -48,6 +48,13 @@ def test_accel_choice_explains_itself(monkeypatch):
     assert rbed.choose_accel("tcg") == ("tcg", "requested")
     with pytest.raises(rbed.RdmaBedError, match="accel must be"):
         rbed.choose_accel("hvf")
+    # a bad value in the environment is named as the variable the user set
+    monkeypatch.setenv("RAILOVER_RDMA_ACCEL", "foo")
+    with pytest.raises(rbed.RdmaBedError, match="RAILOVER_RDMA_ACCEL must be auto, kvm or tcg, got 'foo'"):
+        rbed.choose_accel("auto")
+    monkeypatch.setenv("RAILOVER_RDMA_ACCEL", "tcg")
+    assert rbed.choose_accel("auto") == ("tcg", "requested")
+    monkeypatch.setenv("RAILOVER_RDMA_ACCEL", " ")  # blank: unset, as every railover variable
     monkeypatch.setattr(rbed.os, "access", lambda p, m: False)
     accel, why = rbed.choose_accel("auto")
     assert accel == "tcg" and "/dev/kvm" in why

@@ -108,3 +108,16 @@ def test_a_clean_run_passes(tmp_path):
         """)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "left these behind" not in r.stdout
+
+
+def test_a_testbed_state_dir_the_user_named_that_cannot_be_used_is_an_error(tmp_path, monkeypatch):
+    """RAILOVER_TESTBED_STATE naming a file (or an unusable path) silently sent the bed's
+    record to /run/railover-testbed, where the user would not look for it."""
+    from railover.testbed import netns
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    monkeypatch.setenv("RAILOVER_TESTBED_STATE", str(afile))
+    with pytest.raises(netns.TestBedError, match=rf"RAILOVER_TESTBED_STATE={afile} cannot hold the test beds' records"):
+        netns._writable_state_dir()
+    monkeypatch.setenv("RAILOVER_TESTBED_STATE", str(tmp_path / "new" / "dir"))
+    assert netns._writable_state_dir() == tmp_path / "new" / "dir"

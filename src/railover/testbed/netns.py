@@ -525,13 +525,24 @@ def state_dirs() -> List[Path]:
 
 
 def _writable_state_dir() -> Path:
+    """The first of :func:`state_dirs` that can hold a bed's record. One the user named with
+    ``RAILOVER_TESTBED_STATE`` must be usable: TestBedError names it and why, instead of a
+    record written elsewhere, where the user would not look for it."""
+    named = os.environ.get("RAILOVER_TESTBED_STATE")
     for d in state_dirs():
-        try:
-            d.mkdir(mode=0o755, parents=True, exist_ok=True)
-        except OSError:
-            continue
-        if os.access(d, os.W_OK):
+        if d.exists() and not d.is_dir():
+            why = "not a directory"
+        else:
+            try:
+                d.mkdir(mode=0o755, parents=True, exist_ok=True)
+                why = None if os.access(d, os.W_OK) else "not writable"
+            except OSError as e:
+                why = e.strerror or str(e)
+        if why is None:
             return d
+        if named and d == Path(named):
+            raise TestBedError(f"RAILOVER_TESTBED_STATE={named} cannot hold the test beds' records: {why} "
+                               "(give a writable directory; it is created if missing, or unset it)")
     return Path(tempfile.mkdtemp(prefix="railover-testbed-"))
 
 

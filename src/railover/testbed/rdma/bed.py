@@ -419,10 +419,11 @@ def choose_accel(requested: str = "auto") -> Tuple[str, str]:
     (/dev/kvm read-write and vmx/svm in /proc/cpuinfo), else ``"tcg"``. Raises
     :class:`RdmaBedError` for ``kvm`` requested but unusable, or an unknown value.
     ``RAILOVER_RDMA_ACCEL`` overrides ``auto``."""
-    if requested == "auto":
-        requested = os.environ.get("RAILOVER_RDMA_ACCEL", "auto") or "auto"
+    what = "accel"
+    if requested == "auto" and os.environ.get("RAILOVER_RDMA_ACCEL", "").strip():
+        requested, what = os.environ["RAILOVER_RDMA_ACCEL"], "RAILOVER_RDMA_ACCEL"
     if requested not in ("auto", "kvm", "tcg"):
-        raise RdmaBedError(f"accel must be auto, kvm or tcg, got {requested!r}")
+        raise RdmaBedError(f"{what} must be auto, kvm or tcg, got {requested!r}")
     if requested == "tcg":
         return "tcg", "requested"
     why = None
