@@ -292,6 +292,18 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(f"{s!r}: expected a comma list of {what}, e.g. 1,64,256", param_hint=option)
         return vals
 
+    def _plugin_ints(s: str, option: str, variable: str) -> List[int]:
+        """:func:`_csv_ints`, each value also in the range of the plugin's ``variable`` (its
+        parameter table), which the ranks get it as: exit 2 naming ``option`` otherwise."""
+        vals = _csv_ints(s, option)
+        check = plugin_range(variable)
+        try:
+            for v in vals:
+                check(v)
+        except typer.BadParameter as e:
+            raise typer.BadParameter(e.message, param_hint=option) from None
+        return vals
+
     def _csv(s: str, option: Optional[str] = None) -> List[str]:
         """A comma list's items; with ``option`` an empty list is refused (exit 2) naming it."""
         if option is not None:
@@ -357,7 +369,7 @@ def register(app: typer.Typer) -> None:
             return
         rep = _run_suite("healthy", out, quick, console, rounds=rounds or None, networks=_csv(networks, "--networks"),
                          ranks=_csv_ints(ranks, "--ranks"), workloads=_csv(workloads, "--workloads"),
-                         nstreams=_csv_ints(nstreams, "--nstreams"), against=against)
+                         nstreams=_plugin_ints(nstreams, "--nstreams", "RAILOVER_NSTREAMS"), against=against)
         _finish([rep], console)
 
     @bench.command("failover")

@@ -76,6 +76,8 @@ def baseline_path() -> Path:
     if not p.is_file():
         raise C.BenchError(f"{p} not found: build it (cmake --build build --target nccl-net-baseline)")
     return p
+#: railover-perf's workloads the suite measures
+WORKLOADS = ("sendrecv", "allreduce")
 NETWORKS = {
     "loopback": dict(hosts=1, nics=2),   # one host: traffic between its own addresses uses lo
     "veth": dict(hosts=2, nics=2),       # T2: two hosts, one bridge per rail
@@ -127,6 +129,10 @@ def run(out: Path, quick: bool = False, rounds: Optional[int] = None, networks: 
     if bad or not networks:
         raise C.BenchError(f"--networks: unknown network(s) {', '.join(map(repr, bad)) or '(none given)'}; "
                            f"known: {', '.join(NETWORKS)}")
+    bad = [w for w in workloads if w not in WORKLOADS]
+    if bad or not workloads:
+        raise C.BenchError(f"--workloads: unknown workload(s) {', '.join(map(repr, bad)) or '(none given)'}; "
+                           f"known: {', '.join(WORKLOADS)}")
     against_so = against_path(against) if against else None
     rounds = rounds or (1 if quick else 3)
     small_repeats = 1 if quick else 3
