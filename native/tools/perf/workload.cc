@@ -911,8 +911,11 @@ void Communicator::runDuration() {
   }
   uint64_t t0 = nowUs() / 1000 * 1000;  // whole milliseconds: buckets line up across ranks
   logInfo("timed run started: %s per iteration for %.3g s", humanBytes(bytes).c_str(), opt_.duration);
-  if (!opt_.timeseries.empty())  // only --timeseries writes them (checked against kMaxTimeseriesSeconds)
-    engine_->timeseries().start(t0, uint64_t(opt_.duration + 2 * opt_.opTimeout + 60));
+  // Only --timeseries writes the buckets (--duration <= 24 h then, main.cc). The tail after the
+  // run (end-of-run barrier, late completions) gets up to 2 op timeouts, at most an hour: later
+  // bytes land in the last bucket.
+  if (!opt_.timeseries.empty())
+    engine_->timeseries().start(t0, uint64_t(opt_.duration + std::min(2 * opt_.opTimeout, 3600.0) + 60));
   uint64_t deadline = t0 + secToUs(opt_.duration);
   if (opt_.pauseRecvRank == opt_.rank && opt_.pauseRecvForS > 0) {
     uint64_t from = t0 + secToUs(opt_.pauseRecvAtS);
