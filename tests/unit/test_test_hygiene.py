@@ -110,14 +110,22 @@ def test_a_clean_run_passes(tmp_path):
     assert "left these behind" not in r.stdout
 
 
-def test_a_testbed_state_dir_the_user_named_that_cannot_be_used_is_an_error(tmp_path, monkeypatch):
+def test_a_testbed_state_dir_the_user_named_that_cannot_be_used_is_warned_about(tmp_path, monkeypatch, capsys):
     """RAILOVER_TESTBED_STATE naming a file (or an unusable path) silently sent the bed's
-    record to /run/railover-testbed, where the user would not look for it."""
+    record to /run/railover-testbed, where the user would not look for it. Now a warning (once)
+    says so and where the records go."""
     from railover.testbed import netns
     afile = tmp_path / "afile"
     afile.write_text("x")
     monkeypatch.setenv("RAILOVER_TESTBED_STATE", str(afile))
-    with pytest.raises(netns.TestBedError, match=rf"RAILOVER_TESTBED_STATE={afile} cannot hold the test beds' records"):
-        netns._writable_state_dir()
+    monkeypatch.setattr(netns, "_STATE_DIR_WARNED", set())
+    used = netns._writable_state_dir()
+    assert used != afile and used.is_dir()
+    err = capsys.readouterr().err
+    assert f"RAILOVER_TESTBED_STATE={afile} cannot hold the test beds' records (not a directory); they go to {used}" \
+        in err, err
+    netns._writable_state_dir()
+    assert capsys.readouterr().err == "", "warned twice"
     monkeypatch.setenv("RAILOVER_TESTBED_STATE", str(tmp_path / "new" / "dir"))
     assert netns._writable_state_dir() == tmp_path / "new" / "dir"
+    assert capsys.readouterr().err == ""

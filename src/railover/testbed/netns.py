@@ -51,6 +51,7 @@ import signal
 import socket
 import string
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -525,10 +526,13 @@ def state_dirs() -> List[Path]:
 
 
 def _writable_state_dir() -> Path:
-    """The first of :func:`state_dirs` that can hold a bed's record. One the user named with
-    ``RAILOVER_TESTBED_STATE`` must be usable: TestBedError names it and why, instead of a
-    record written elsewhere, where the user would not look for it."""
+    """The first of :func:`state_dirs` that can hold a bed's record. When the one the user named
+    with ``RAILOVER_TESTBED_STATE`` cannot, a warning on stderr (once per process) names it,
+    why, and where the records go instead, where the user would otherwise not look for them.
+    (Not an error: this runs deep in bed creation and teardown, where a raise would leave
+    a half-built bed.)"""
     named = os.environ.get("RAILOVER_TESTBED_STATE")
+    bad = ""
     for d in state_dirs():
         if d.exists() and not d.is_dir():
             why = "not a directory"
@@ -539,11 +543,18 @@ def _writable_state_dir() -> Path:
             except OSError as e:
                 why = e.strerror or str(e)
         if why is None:
+            if named and d != Path(named) and named not in _STATE_DIR_WARNED:
+                _STATE_DIR_WARNED.add(named)
+                print(f"railover: warning: RAILOVER_TESTBED_STATE={named} cannot hold the test beds' records ({bad}); "
+                      f"they go to {d} (give a writable directory, or unset it)", file=sys.stderr)
             return d
         if named and d == Path(named):
-            raise TestBedError(f"RAILOVER_TESTBED_STATE={named} cannot hold the test beds' records: {why} "
-                               "(give a writable directory; it is created if missing, or unset it)")
+            bad = why
     return Path(tempfile.mkdtemp(prefix="railover-testbed-"))
+
+
+#: RAILOVER_TESTBED_STATE values already warned about (:func:`_writable_state_dir`)
+_STATE_DIR_WARNED: set = set()
 
 
 def _proc_starttime(pid: int) -> Optional[int]:
