@@ -40,8 +40,9 @@ constexpr uint64_t kConnectPollCreditUs = 250000;
 // Bounded all the same, for an answer lost to a fault that came after the request was
 // acknowledged and for a wedged worker: 30 s is as long as NCCL's IB transport takes to notice
 // a dead link at its defaults (its RC timeout). Sooner where the health layer can tell
-// (SendLink::slowTick): a NIC or hard pair verdict, or a soft one (a silent black hole) while
-// the peer answers its probes on another rail.
+// (SendLink::slowTick): a NIC or hard pair verdict, or a soft one (a silent black hole) that
+// came while the attempt waited for the peer's answer, with the peer answering its probes on
+// another rail.
 constexpr uint64_t kConnectOffNetworkMaxUs = 30000000;
 static_assert(kConnectOffNetworkMaxUs > kConnectTimeoutUs, "processes get longer than the network");
 

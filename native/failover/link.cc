@@ -472,6 +472,7 @@ void SendLink::startConnect(Path& p, uint64_t now, const std::string& why) {
   p.connectWaitedUs = 0;
   p.offNetWaitedUs = 0;
   p.waitsOffNetwork = false;
+  p.waitsForPeer = false;
   p.lastConnectPollUs = now;
   if (Health* hl = deps.health) hl->remapRemote(&p.remote);  // the peer's NIC may have moved
   PathIdentity id;
@@ -512,6 +513,9 @@ void SendLink::advanceConnect(Path& p, uint64_t now) {
   if (r < 0) return failPath(p, p.tx ? err : "path not open", now);
   if (r == 0) {
     p.waitsOffNetwork = p.tx->connectWaitsOffNetwork();
+    bool forPeer = p.waitsOffNetwork && p.tx->connectWaitsForPeer();
+    if (forPeer && !p.waitsForPeer) p.pairUpWhenAcked = !deps.health || deps.health->pairUp(p.pairId);
+    p.waitsForPeer = forPeer;
     uint64_t elapsedMs = (now - std::min(now, p.attemptStartUs)) / 1000;
     if (p.connectWaitedUs > tuning::kConnectTimeoutUs) {
       std::string why = "connect timed out after 3 s";
@@ -765,13 +769,17 @@ void SendLink::slowTick(uint64_t now) {
         if (activePathFails(i, v, now, &cause)) failPath(p, cause, now);
       } else if ((p.state == PathState::kStandby || p.state == PathState::kConnecting) && v.hard) {
         failPath(p, cause, now);
-      } else if (p.state == PathState::kConnecting && p.waitsOffNetwork && !v.pairUp && otherPathUsable(i, now, true)) {
-        // An attempt waiting off the network (its request acknowledged) keeps waiting through
-        // a soft verdict alone: a stopped or late peer process answers neither its probes nor
-        // the attempt. But a peer whose probes answer on another rail is alive: this rail lost
-        // them, and the answer too, which would be waited for up to
-        // tuning::kConnectOffNetworkMaxUs (30 s). Failed now, the attempt is retried with
-        // back-off, at once when the pair comes back (restartAfterRepair).
+      } else if (p.state == PathState::kConnecting && p.waitsForPeer && p.pairUpWhenAcked && !v.pairUp &&
+                 otherPathUsable(i, now, true)) {
+        // An attempt waiting for the peer's answer to its acknowledged request keeps waiting
+        // through a soft verdict alone: a stopped or late peer process answers neither its
+        // probes nor the attempt. But when the pair went down after the acknowledgement and the
+        // peer's probes answer on another rail, the peer is alive: this rail lost them, and the
+        // answer too, which would be waited for up to tuning::kConnectOffNetworkMaxUs (30 s).
+        // Failed now, the attempt is retried with back-off, at once when the pair comes back
+        // (restartAfterRepair). Not an attempt waiting on this host's worker (nothing of it is
+        // on the rail), nor one that began while the pair was already down (a rail that loses
+        // probes but carries TCP, e.g. a probe port filtered: its attempts would all fail).
         failPath(p, cause + "; the peer answers on another rail, so the answer to this connect was lost on this one",
                  now);
       }

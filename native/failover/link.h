@@ -123,6 +123,11 @@ struct Path {
   // tuning::kConnectOffNetworkMaxUs.
   uint64_t offNetWaitedUs = 0;
   bool waitsOffNetwork = false;  // what the latest poll of the attempt said
+  // Send: the latest poll said the attempt waits for the peer's answer to an acknowledged
+  // request (SendPath::connectWaitsForPeer), and whether the pair was up when that wait began
+  // (a verdict from before the acknowledgement says nothing about a lost answer).
+  bool waitsForPeer = false;
+  bool pairUpWhenAcked = false;
   uint64_t openUs = 0;  // send: how long the last openSendPath held the thread, µs (path_up)
   uint32_t flaps = 0;
   uint32_t holdDownMs = 0;     // current (flap-grown) hold-down

@@ -203,6 +203,11 @@ class SendPath {
   // where the connect waits for nothing but the network (TCP: the peer's acceptor thread takes
   // the HELLO) or it cannot tell. Called on every poll of a connecting path: cheap.
   virtual bool connectWaitsOffNetwork() { return false; }
+  // While connecting, right after connectWaitsOffNetwork() said true at this poll: true when
+  // what is left is the peer's answer (its kernel acknowledged the request), not this side's own
+  // work (RDMA: the worker creating or bringing up the QPs). Only such an attempt can lose its
+  // answer to a fault of the rail after the acknowledgement (SendLink::slowTick). Default false.
+  virtual bool connectWaitsForPeer() { return false; }
   // True when delivery is proven only by the receiver's ACK (TCP). A transport that can prove
   // delivery otherwise (an RDMA write completion with a receiver-side placement guarantee)
   // may return false; the engine still requires the receiver to hold the whole message.

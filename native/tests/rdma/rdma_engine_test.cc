@@ -466,6 +466,18 @@ class RdmaEngineTest : public ::testing::Test {
     }
   }
 
+  // The comm is idle and only the sender's sweeper runs (idle passes every 10 ms) for `us`
+  // µs or until `until`: the receiver's threads are away, its acceptor offers the streams.
+  void idleSenderAloneFor(uint64_t us, const std::function<bool()>& until) {
+    const uint64_t end = nowUs() + us;
+    while (nowUs() < end && !until()) {
+      route();
+      settle();
+      static_cast<Link&>(*send).idleSweep(nowUs() + 1000 * 1000);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));  // the sweeper's pace
+    }
+  }
+
   // Holds the transport's worker with a job that waits (as behind another comm's bring-ups)
   // until release() or the end of the scope; the destructor waits for the job to end.
   struct WorkerHold {
@@ -893,20 +905,9 @@ TEST_F(RdmaEngineTest, AnAttemptWaitingForAnAnswerItsRailLostFailsWhenThePeerAns
   senderAloneFor(10000000, true, [&] { return p1.state == PathState::kFailed; });
   ASSERT_EQ(p1.state, PathState::kFailed) << info();
   const uint32_t gen = p1.generation;
-  // The comm is idle: the sweeper's idle passes drive the standby's reconnect, while the
-  // receiver's threads are away (its acceptor offers the streams).
-  auto idleSenderAloneFor = [&](uint64_t us, const std::function<bool()>& until) {
-    const uint64_t end = nowUs() + us;
-    while (nowUs() < end && !until()) {
-      route();
-      settle();
-      static_cast<Link&>(*send).idleSweep(nowUs() + 1000 * 1000);
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));  // the sweeper's pace
-    }
-  };
   health.setNic(nic1, true);  // its repair: the reconnect starts
-  idleSenderAloneFor(30000000, [&] { return p1.generation > gen && p1.waitsOffNetwork; });
-  ASSERT_TRUE(p1.waitsOffNetwork && p1.state == PathState::kConnecting) << info();
+  idleSenderAloneFor(30000000, [&] { return p1.generation > gen && p1.waitsForPeer; });
+  ASSERT_TRUE(p1.waitsForPeer && p1.pairUpWhenAcked && p1.state == PathState::kConnecting) << info();
   // First the active rail silent too (a stopped peer answers no probe): the attempt waits on.
   health.setAnswering(sh.nic0, sh.peer0, false);
   health.setPair(nic1, peer1, false, false, "probe timeout (test)");  // soft
@@ -925,6 +926,39 @@ TEST_F(RdmaEngineTest, AnAttemptWaitingForAnAnswerItsRailLostFailsWhenThePeerAns
   health.setPair(nic1, peer1, true, false, "");
   ASSERT_TRUE(standbyUp(1));
   EXPECT_GE(p1.generation, gen + 2) << info();
+  ASSERT_TRUE(run()) << info();
+  expectAllDelivered();
+}
+
+// The control of the rule above for a verdict from before the acknowledgement: the standby's
+// pair is already soft-down (probes lost, e.g. the probe port filtered) when its reconnect
+// starts, and the rail still carries the bootstrap, so the request is acknowledged. That
+// verdict says nothing about a lost answer: the attempt waits for the receiver as any other
+// (failing it would fail every attempt while the verdict lasts), and connects when the
+// receiver's threads are back.
+TEST_F(RdmaEngineTest, AnAttemptBegunWhileItsPairWasAlreadyDownIsNotFailedForIt) {
+  singles({4096, 100}, 4096);
+  ASSERT_TRUE(runningOn(0));
+  ASSERT_TRUE(standbyUp(1));
+  SenderHealth sh(*send);
+  fake::ScriptedHealth& health = sh.health;
+  const Path& p1 = send->paths[1];
+  const int nic1 = p1.localNic;
+  health.setNic(nic1, false);
+  senderAloneFor(10000000, true, [&] { return p1.state == PathState::kFailed; });
+  ASSERT_EQ(p1.state, PathState::kFailed) << info();
+  const uint32_t gen = p1.generation;
+  health.setPair(nic1, health.pairs[p1.pairId].remote, false, false, "probe timeout (test)");  // soft, before
+  health.setNic(nic1, true);  // the reconnect starts with the pair down; the active rail answers
+  idleSenderAloneFor(30000000, [&] { return p1.generation > gen && p1.waitsForPeer; });
+  ASSERT_TRUE(p1.waitsForPeer && p1.state == PathState::kConnecting) << info();
+  EXPECT_FALSE(p1.pairUpWhenAcked);
+  int passes = 0;  // 50 idle passes (>= 0.5 s), each a chance for the rule to act
+  idleSenderAloneFor(10000000, [&] { return ++passes > 50; });
+  EXPECT_EQ(p1.state, PathState::kConnecting) << "failed for a verdict older than its request: " << info();
+  EXPECT_EQ(p1.generation, gen + 1) << info();
+  ASSERT_TRUE(standbyUp(1));  // the receiver's threads are back: it answers
+  EXPECT_EQ(p1.generation, gen + 1) << info();
   ASSERT_TRUE(run()) << info();
   expectAllDelivered();
 }

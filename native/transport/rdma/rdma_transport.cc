@@ -441,6 +441,8 @@ class RdmaSendPath final : public SendPath, private verbs::SendPath::Sink, priva
       default: return false;
     }
   }
+  // kEndpoint with the request acknowledged (acked_, set by connectWaitsOffNetwork at this poll).
+  bool connectWaitsForPeer() override { return why_.empty() && !notice_ && stage_ == kEndpoint && acked_; }
 
  private:
   struct Pending {
