@@ -60,6 +60,7 @@ def no_bed(monkeypatch):
     (["bench", "rdma", "--bw-sizes", "1M,4G"], "--bw-sizes", "at most 1G"),
     (["soak", "--duration", "60", "--size", "1T"], "--size", "at most 1G"),
     (["soak", "--duration", "25h"], "--duration", "at most 24 h, got 90000 s"),
+    (["demo", "--duration", "90000"], "--duration", "at most 86400 s (24 h"),
     (["soak", "--duration", "99999999999999h"], "--duration", "at most 24 h"),
     (["demo", "--hold-down-ms", "99999999999"], "--hold-down-ms", "0..3600000 of RAILOVER_HOLD_DOWN_MS"),
     (["demo", "--hold-down-ms", "3600001"], "--hold-down-ms", "0..3600000 of RAILOVER_HOLD_DOWN_MS"),

@@ -64,6 +64,12 @@ def test_the_stall_is_the_gap_the_fault_caused_not_host_jitter_after_convergence
                           workdir=Path(".")).analyze()
     assert rows[0]["stall_ms"] == 30.0, "host jitter after the comms converged was counted as the fault's stall"
     assert rows[0]["baseline_gap_ms"] == 12.0
+    # comm 1's first standby was bad too: it resumed again at 3.6 s, so the gap at 3.5 s began
+    # before the fault's last failover and is the fault's
+    again = events + [dict(_ev(3_600_000, "failover"), comm="1")]
+    rows = ScenarioResult(perf=None, steps=steps, events=again, buckets=[buckets], started_us=0,
+                          workdir=Path(".")).analyze()
+    assert rows[0]["stall_ms"] == 80.0
     # the same delivery without a failover: every gap in the window is the fault's
     rows = ScenarioResult(perf=None, steps=steps, events=[_ev(3_010_000, "nic_down")], buckets=[buckets],
                           started_us=0, workdir=Path(".")).analyze()

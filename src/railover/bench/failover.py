@@ -349,9 +349,11 @@ def _add_kind_targets(rep: C.Report, per_kind: Dict[str, Any], n: int, who: str 
     for kind, r in per_kind.items():
         lim = TARGET_MS[r["class"]]
         cv = r["convergence_ms"]
+        disc = r["discarded_slow_injection"]
         rep.add_target(f"failover{who}: {kind} faults counted", r["faults"], ">=", n,
-                       detail=f"{r['discarded_slow_injection']} more run but not counted: their injection took over "
-                              f"{MAX_APPLY_MS:g} ms (the injecting thread was descheduled), so their instant is unknown")
+                       detail=(f"{disc} more run but not counted: their injection took over {MAX_APPLY_MS:g} ms (the "
+                               "injecting thread was descheduled), so their instant is unknown") if disc else
+                       ("" if r["faults"] >= n else "the run ended before them (see the run's error)"))
         rep.add_target(f"failover{who}: {kind} convergence p99", cv["p99"], "<=", lim, "ms",
                        detail=f"p50 {C.fmt(cv['p50'], 1)}, max {C.fmt(cv['max'], 1)} ms over {cv['n']} faults; "
                               f"detection p99 {C.fmt(r['detection_ms']['p99'], 1)} ms")

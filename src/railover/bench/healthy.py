@@ -76,6 +76,8 @@ def baseline_path() -> Path:
     if not p.is_file():
         raise C.BenchError(f"{p} not found: build it (cmake --build build --target nccl-net-baseline)")
     return p
+
+
 #: railover-perf's workloads the suite measures
 WORKLOADS = ("sendrecv", "allreduce")
 NETWORKS = {
@@ -119,7 +121,7 @@ def _iperf_pairs(tb: TestBed, nranks: int) -> List[Tuple[Any, Any, str, str]]:
 
 
 def run(out: Path, quick: bool = False, rounds: Optional[int] = None, networks: Sequence[str] = ("loopback", "veth"),
-        ranks: Sequence[int] = (2, 4), workloads: Sequence[str] = ("sendrecv", "allreduce"),
+        ranks: Sequence[int] = (2, 4), workloads: Sequence[str] = WORKLOADS,
         nstreams: Sequence[int] = (1, 2, 4), iperf_s: Optional[float] = None,
         console: Optional[Console] = None, against: Optional[Path] = None) -> Dict[str, Any]:
     """Runs the healthy suite; ``against``: another railover plugin (file or directory) measured

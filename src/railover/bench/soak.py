@@ -510,8 +510,9 @@ def soak(duration_s: float, out: Path, layout: str = "T2", seed: Optional[int] =
         raise SoakError(f"unknown fault kind(s) {', '.join(bad)}; use {', '.join(KINDS)}")
     if not kinds:
         raise SoakError(f"no fault kind given; use {', '.join(KINDS)}")
-    if duration_problem(duration_s):
-        raise SoakError(f"--duration {duration_problem(duration_s)}")
+    problem = duration_problem(duration_s)
+    if problem:
+        raise SoakError(f"--duration {problem}")
     if seed is None:
         seed = random.SystemRandom().randrange(1, 2 ** 31)
     warmup_s = min(10.0, duration_s / 12)
@@ -684,9 +685,11 @@ def tables(data: Dict[str, Any]) -> List[Table]:
         c.add_column(col, justify="right")
     for rk, v in r["counters"].items():
         s, e = v["start"], v["end"]
-        c.add_row(rk, f"{s['rss_kib']} -> {e.get('rss_kib')}", f"+{v['rss_tolerance_kib']}" if v["rss_tolerance_kib"] is not None else "-",
+        tol = v["rss_tolerance_kib"]
+        c.add_row(rk, f"{C.fmt(s['rss_kib'], 0)} -> {C.fmt(e.get('rss_kib'), 0)}", f"+{tol}" if tol is not None else "-",
                   f"{C.fmt(v['rss_slope_second_half_kib_per_min'], 1)} KiB/min",
-                  f"{s['fds']} -> {e.get('fds')}", f"{s['threads']} -> {e.get('threads')}")
+                  f"{C.fmt(s['fds'], 0)} -> {C.fmt(e.get('fds'), 0)}",
+                  f"{C.fmt(s['threads'], 0)} -> {C.fmt(e.get('threads'), 0)}")
     vt = Table(title="verdict")
     for col in ("failovers", "failbacks", "recovers", "flaps", "wrong bytes", "hangs", "errors", "growth", "clean"):
         vt.add_column(col, justify="right")
@@ -720,8 +723,9 @@ def register(app) -> None:
             d = parse_duration(duration)
         except ValueError as e:
             raise typer.BadParameter(str(e), param_hint="--duration")
-        if duration_problem(d):
-            raise typer.BadParameter(duration_problem(d), param_hint="--duration")
+        problem = duration_problem(d)
+        if problem:
+            raise typer.BadParameter(problem, param_hint="--duration")
         try:
             topo = Topology.from_layout(layout)
             topo.validate()

@@ -709,8 +709,9 @@ def drill_cmd(
     """Rehearse a NIC failure: take NIC down for --down-for seconds while a job runs, bring it
     back, and report from the journals (every one read: the peers' failovers are the drill's
     effect too) what railover did (detection, convergence, failback).
-    Needs --yes; refuses when no railover process uses the NIC (unless --force). The NIC is
-    restored on Ctrl-C/SIGTERM."""
+    Needs --yes; refuses when no railover process uses the NIC (unless --force), and when a
+    --journal, --state-dir or RAILOVER_STATE_DIR path does not exist. The NIC is restored on
+    Ctrl-C/SIGTERM."""
     from railover.ops import drill as dl
     if not yes:
         where = f" in network namespace {netns}" if netns else " on this host"
@@ -721,7 +722,8 @@ def drill_cmd(
     # out of the report (status and exporter only warn: they change nothing)
     bad_paths = _path_warnings(state_dir, dirs, journal)
     if bad_paths:
-        _fail("refusing to run: " + "; ".join(bad_paths) + " (fix the path, or leave the option out)", 2)
+        _fail("refusing to run: " + "; ".join(bad_paths) + " (fix the path given with --journal, --state-dir or "
+              "RAILOVER_STATE_DIR, or leave it out)", 2)
     progress = (lambda m: typer.echo(m, err=True))
     try:
         res = dl.run_drill(nic, down_for, netns=netns, state_dirs=dirs, journals=journal or (),

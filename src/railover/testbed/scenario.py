@@ -129,13 +129,11 @@ STALL_WINDOW_US = 5_000_000
 
 
 def _converged_us(failovers: Sequence[Dict[str, Any]], until_us: int) -> Optional[int]:
-    """When every comm of ``failovers`` (journal events, oldest first) had resumed once, up to
-    ``until_us``: the latest of each comm's first failover; None when none did."""
-    first: Dict[Any, int] = {}
-    for e in failovers:
-        if e["t_us"] < until_us:
-            first.setdefault((e.get("rank"), e.get("comm")), e["t_us"])
-    return max(first.values()) if first else None
+    """When every comm of ``failovers`` (journal events) had resumed for the last time before
+    ``until_us`` (a comm whose first standby was bad too resumes twice): the latest of those;
+    None when none did."""
+    last = [e["t_us"] for e in failovers if e["t_us"] < until_us]
+    return max(last) if last else None
 
 
 @dataclass
@@ -181,7 +179,7 @@ class ScenarioResult:
     def analyze(self) -> List[Dict[str, Any]]:
         """One row per applied fault: detection (fault -> first down event), convergence
         (fault -> first failover resumed), stall (the longest delivery gap at rank 0 that began
-        between 100 ms before it and the last comm's convergence, or within 5 s without one;
+        between 100 ms before it and its last failover within 5 s, or within 5 s without one;
         and the longest gap in the 2 s before it for comparison), bytes resent by its failovers, and, when
         the fault was undone, failback (undo -> first failback; the hold-down is included) and
         the bytes its failbacks resent."""
