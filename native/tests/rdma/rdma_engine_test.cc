@@ -466,6 +466,15 @@ class RdmaEngineTest : public ::testing::Test {
     }
   }
 
+  // The standby (send path 1)'s NIC goes down in `health`, and only the sender's sweeper runs
+  // until the standby has failed.
+  testing::AssertionResult failStandbyByItsNic(fake::ScriptedHealth& health) {
+    health.setNic(send->paths[1].localNic, false);
+    senderAloneFor(10000000, true, [&] { return send->paths[1].state == PathState::kFailed; });
+    if (send->paths[1].state == PathState::kFailed) return testing::AssertionSuccess();
+    return testing::AssertionFailure() << "the standby did not fail with its NIC down: " << info();
+  }
+
   // The comm is idle and only the sender's sweeper runs (idle passes every 10 ms) for `us`
   // µs or until `until`: the receiver's threads are away, its acceptor offers the streams.
   void idleSenderAloneFor(uint64_t us, const std::function<bool()>& until) {
@@ -808,9 +817,7 @@ TEST_F(RdmaEngineTest, AQpCreationQueuedOnTheWorkerLongerThanTheConnectTimeoutFa
   SenderHealth sh(*send);
   fake::ScriptedHealth& health = sh.health;
   const int nic1 = send->paths[1].localNic;
-  health.setNic(nic1, false);  // the standby's NIC goes down: the standby fails
-  senderAloneFor(10000000, true, [&] { return send->paths[1].state == PathState::kFailed; });
-  ASSERT_EQ(send->paths[1].state, PathState::kFailed) << info();
+  ASSERT_TRUE(failStandbyByItsNic(health));
   const uint32_t gen = send->paths[1].generation;
   WorkerHold hold(t->worker());  // the worker is busy with another comm's bring-ups
   health.setNic(nic1, true);  // the repair: the reconnect starts at once, its QPs queued
@@ -883,6 +890,28 @@ TEST_F(RdmaEngineTest, ARepairWhileAnAttemptWaitsForALateReceiverDoesNotRestartI
   EXPECT_EQ(send->paths[0].generation, 1u) << info();
 }
 
+// A comm running on its primary whose connected standby (send path 1) then failed with its
+// NIC, under a scripted health view (sh; `gen`: the standby's generation then). The tests
+// below drive the standby's reconnect once the NIC is back.
+class RdmaEngineStandbyReconnectTest : public RdmaEngineTest {
+ protected:
+  void SetUp() override {
+    RdmaEngineTest::SetUp();
+    singles({4096, 100}, 4096);
+    ASSERT_TRUE(runningOn(0));
+    ASSERT_TRUE(standbyUp(1));
+    sh = std::make_unique<SenderHealth>(*send);
+    ASSERT_TRUE(failStandbyByItsNic(sh->health));
+    gen = send->paths[1].generation;
+  }
+  void TearDown() override {
+    sh.reset();
+    RdmaEngineTest::TearDown();
+  }
+  std::unique_ptr<SenderHealth> sh;
+  uint32_t gen = 0;
+};
+
 // An answer lost to a fault that came after the acknowledgement: the standby's reconnect waits
 // off the network for the receiver's endpoints (its request acknowledged, the receiver's
 // threads away), and then its rail goes silent (a soft pair verdict: a black hole with no
@@ -892,30 +921,22 @@ TEST_F(RdmaEngineTest, ARepairWhileAnAttemptWaitsForALateReceiverDoesNotRestartI
 // at once (restartAfterRepair), so the standby is back as soon as the rail is. The control,
 // a soft verdict with no other rail answering (a stopped peer): the attempt goes on
 // (ARepairWhileAnAttemptWaitsForALateReceiverDoesNotRestartIt).
-TEST_F(RdmaEngineTest, AnAttemptWaitingForAnAnswerItsRailLostFailsWhenThePeerAnswersOnAnotherRail) {
-  singles({4096, 100}, 4096);
-  ASSERT_TRUE(runningOn(0));
-  ASSERT_TRUE(standbyUp(1));
-  SenderHealth sh(*send);
-  fake::ScriptedHealth& health = sh.health;
+TEST_F(RdmaEngineStandbyReconnectTest, AnAttemptWaitingForAnAnswerItsRailLostFailsWhenThePeerAnswersOnAnotherRail) {
+  fake::ScriptedHealth& health = sh->health;
   const Path& p1 = send->paths[1];
   const int nic1 = p1.localNic;
   const std::string peer1 = health.pairs[p1.pairId].remote;
-  health.setNic(nic1, false);  // the standby's NIC goes down: the standby fails
-  senderAloneFor(10000000, true, [&] { return p1.state == PathState::kFailed; });
-  ASSERT_EQ(p1.state, PathState::kFailed) << info();
-  const uint32_t gen = p1.generation;
   health.setNic(nic1, true);  // its repair: the reconnect starts
   idleSenderAloneFor(30000000, [&] { return p1.generation > gen && p1.waitsForPeer; });
   ASSERT_TRUE(p1.waitsForPeer && p1.pairUpWhenAcked && p1.state == PathState::kConnecting) << info();
   // First the active rail silent too (a stopped peer answers no probe): the attempt waits on.
-  health.setAnswering(sh.nic0, sh.peer0, false);
+  health.setAnswering(sh->nic0, sh->peer0, false);
   health.setPair(nic1, peer1, false, false, "probe timeout (test)");  // soft
   int passes = 0;  // 50 idle passes (>= 0.5 s), each a chance for the rule to act
   idleSenderAloneFor(10000000, [&] { return ++passes > 50; });
   ASSERT_EQ(p1.state, PathState::kConnecting) << "a stopped peer's silence ended the attempt: " << info();
   EXPECT_EQ(p1.generation, gen + 1) << info();
-  health.setAnswering(sh.nic0, sh.peer0, true);  // the peer answers on the active rail: alive
+  health.setAnswering(sh->nic0, sh->peer0, true);  // the peer answers on the active rail: alive
   idleSenderAloneFor(10000000, [&] { return p1.state != PathState::kConnecting; });
   ASSERT_EQ(p1.state, PathState::kFailed) << "the attempt still waits for an answer its rail lost: " << info();
   EXPECT_EQ(p1.generation, gen + 1) << info();
@@ -936,18 +957,10 @@ TEST_F(RdmaEngineTest, AnAttemptWaitingForAnAnswerItsRailLostFailsWhenThePeerAns
 // verdict says nothing about a lost answer: the attempt waits for the receiver as any other
 // (failing it would fail every attempt while the verdict lasts), and connects when the
 // receiver's threads are back.
-TEST_F(RdmaEngineTest, AnAttemptBegunWhileItsPairWasAlreadyDownIsNotFailedForIt) {
-  singles({4096, 100}, 4096);
-  ASSERT_TRUE(runningOn(0));
-  ASSERT_TRUE(standbyUp(1));
-  SenderHealth sh(*send);
-  fake::ScriptedHealth& health = sh.health;
+TEST_F(RdmaEngineStandbyReconnectTest, AnAttemptBegunWhileItsPairWasAlreadyDownIsNotFailedForIt) {
+  fake::ScriptedHealth& health = sh->health;
   const Path& p1 = send->paths[1];
   const int nic1 = p1.localNic;
-  health.setNic(nic1, false);
-  senderAloneFor(10000000, true, [&] { return p1.state == PathState::kFailed; });
-  ASSERT_EQ(p1.state, PathState::kFailed) << info();
-  const uint32_t gen = p1.generation;
   health.setPair(nic1, health.pairs[p1.pairId].remote, false, false, "probe timeout (test)");  // soft, before
   health.setNic(nic1, true);  // the reconnect starts with the pair down; the active rail answers
   idleSenderAloneFor(30000000, [&] { return p1.generation > gen && p1.waitsForPeer; });
