@@ -31,6 +31,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from railover import _paths, params, prereqs
+from railover.perf import MAX_TIMESERIES_S
 from railover._cliutil import SIGNAL_EXITS, finite, out_dir_problem, plugin_range, signals_unwind
 from railover.sizes import check_size
 from railover.testbed import faults as F
@@ -75,8 +76,8 @@ def check_args(layout: str, size: str, duration: float, specs: List[tuple], faul
     check_size(size)
     if duration < 0:
         raise typer.BadParameter(f"{duration:g}: must be >= 0 (0 = fit the faults)", param_hint="--duration")
-    if duration > MAX_DURATION_S:
-        raise typer.BadParameter(f"{duration:g}: at most {MAX_DURATION_S} s (24 h: railover-perf keeps a 1 ms "
+    if duration > MAX_TIMESERIES_S:
+        raise typer.BadParameter(f"{duration:g}: at most {MAX_TIMESERIES_S} s (24 h: railover-perf keeps a 1 ms "
                                  "delivery time series, 8 bytes per ms)", param_hint="--duration")
     last = fault_start_s(len(specs) - 1, fault_for, hold_down_ms)
     if duration and specs and duration <= last:
@@ -88,10 +89,6 @@ def check_args(layout: str, size: str, duration: float, specs: List[tuple], faul
         if nic.lower() not in names:
             raise typer.BadParameter(f"fault {kind}:{nic}: layout {layout} has no NIC {nic} (it has "
                                      f"{', '.join(sorted(names))})", param_hint="--faults")
-
-
-#: The longest demo run, s: railover-perf's limit with --timeseries (24 h).
-MAX_DURATION_S = 86400
 
 
 #: Options of the TCP demo that the RDMA demo does not take -> why, and what it does instead.

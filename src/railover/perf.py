@@ -293,6 +293,11 @@ def run_perf(nranks: int = 2, *, spawn: Optional[Spawn] = None, env: Optional[Ma
     return PerfResult(ranks=ranks, timed_out=timed_out, workdir=wd, argv0=argvs[0])
 
 
+#: The longest timed run railover-perf takes with --timeseries, s (24 h: its 1 ms buckets are
+#: allocated up front, 8 bytes each; kMaxTimeseriesSeconds in native/tools/perf/main.cc).
+MAX_TIMESERIES_S = 86400
+
+
 def longest_gap_ms(buckets: Sequence[Tuple[int, int]], t0: int, t1: int, begun_by: Optional[int] = None) -> float:
     """Longest run of 1 ms buckets (``(t_us, bytes)``, as :func:`read_timeseries` gives) with no
     delivered byte in [t0, t1), in ms. ``begun_by`` (µs): only runs that began before it count,

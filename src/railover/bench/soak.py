@@ -61,6 +61,7 @@ from rich.console import Console
 from rich.table import Table
 
 from railover._cliutil import out_dir_problem
+from railover.perf import MAX_TIMESERIES_S
 from railover.bench import common as C
 from railover.sizes import check_size
 from railover.bench.failover import GroupFault, NetlinkFault, send_comms
@@ -264,11 +265,6 @@ def sockets(tb: TestBed, procs: Dict[int, Any]) -> Dict[str, List[str]]:
     return out
 
 
-#: The longest soak, s (24 h): the driver's --timeseries keeps 8 bytes per ms of the run in
-#: memory per rank (railover-perf's own limit is the same).
-MAX_DURATION_S = 86400
-
-
 def rank_counters(start_sample: Dict[str, Any], end_sample: Dict[str, Any],
                   samples: Sequence[Dict[str, Any]]) -> Tuple[Dict[str, Any], List[str]]:
     """Per rank, its :func:`sample` values at start and end, its RSS tolerance, maximum and
@@ -308,11 +304,12 @@ def rank_counters(start_sample: Dict[str, Any], end_sample: Dict[str, Any],
 
 
 def duration_problem(duration_s: float) -> Optional[str]:
-    """What is wrong with a soak of ``duration_s`` seconds (60 s to MAX_DURATION_S), or None."""
+    """What is wrong with a soak of ``duration_s`` seconds (60 s to the driver's
+    :data:`railover.perf.MAX_TIMESERIES_S`: the soak records a time series), or None."""
     if duration_s < 60:
         return f"must be at least 60 s (warm-up, faults and settle), got {duration_s:g} s"
-    if duration_s > MAX_DURATION_S:
-        return (f"must be at most {MAX_DURATION_S // 3600} h, got {duration_s:g} s: the driver keeps 1 ms delivery "
+    if duration_s > MAX_TIMESERIES_S:
+        return (f"must be at most {MAX_TIMESERIES_S // 3600} h, got {duration_s:g} s: the driver keeps 1 ms delivery "
                 "buckets for the whole run (8 bytes each, about 690 MB per rank for 24 h)")
     return None
 
