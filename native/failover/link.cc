@@ -699,6 +699,7 @@ bool SendLink::readControl(Path& p, uint64_t now, std::string* err) {
       if (f.seq > acked_) {
         Health* hl = deps.health;
         if (hl && hl->burstActive(p.pairId)) hl->noteDataAcked(p.pairId);
+        if (hl) hl->noteDelivered(p.pairId);
       }
       complete(f.seq);
     } else if (f.type == CtlType::kResumeAck && &p == &paths[active] && resuming()) {
@@ -816,12 +817,26 @@ SendLink::PairView SendLink::pairView(const Path& p) const {
 // network is silent too. Appends to *cause what made it fail beyond the pair's cause.
 bool SendLink::activePathFails(size_t i, const PairView& v, uint64_t now, std::string* cause) const {
   const Config& cfg = *deps.cfg;
+  Health* hl = deps.health;
   const Path& p = paths[i];
-  bool stalled = acked_ == nextSeq_ || now - lastProgressUs_ >= (uint64_t)cfg.stallMs * 1000;
+  bool idle = acked_ == nextSeq_;
+  bool stalled = idle || now - lastProgressUs_ >= (uint64_t)cfg.stallMs * 1000;
   // A slow path is not a stalled one: when every rail is saturated (or rate-limited),
   // probes queue behind data and time out while messages still complete, only slowly.
   // If the peer's kernel acknowledged our bytes within the stall window, data is moving.
-  if (stalled && acked_ < nextSeq_ && !v.hard && p.tx && p.tx->peerAckedWithinMs(cfg.stallMs)) stalled = false;
+  if (stalled && !idle && !v.hard && p.tx && p.tx->peerAckedWithinMs(cfg.stallMs)) stalled = false;
+  uint32_t detectMs = cfg.probeIntervalMs * cfg.probeMultiplier;
+  // When nothing of this comm's own is on the rail (idle, or every byte sent acknowledged by
+  // the peer's transport and only the receiver's ACK awaited), its own flow says nothing about
+  // the rail. Then a rail that brought this process the peer's data or ACKs (any comm's) within
+  // half the detection time carries traffic: its probes were lost in a queue they share with
+  // that traffic (a saturated or rate-limited rail), not to a dead rail, whose deliveries stop
+  // with its answers (so this delays a real failover by at most that half). Seen without it:
+  // the e2e rate-limited test (tbf 100 Mbit/s, 50 ms queues both ways) failed over an idle comm
+  // in ~1 of 8 runs beside two busy loops, the probe answers queued 83 ms.
+  if (stalled && !v.hard && hl && (idle || (p.tx && p.tx->unackedSilenceMs() == 0)) &&
+      hl->pairDeliveredWithinUs(p.pairId, (uint64_t)detectMs * 500))
+    stalled = false;
   // Another path that is healthy shows the silence is this rail's, not the peer's. Healthy
   // means answering now (within half the detection time), not merely "not judged down yet":
   // when a peer stops, each rail's peer-wide hold ends at its own last answer, so for a round
@@ -830,7 +845,6 @@ bool SendLink::activePathFails(size_t i, const PairView& v, uint64_t now, std::s
   // debugger) that wakes up answers rail by rail, so the first rail to answer again says
   // nothing about the active one, whose answer is a moment behind. A real fault of the active
   // rail while the others recover is judged once they have answered for a detection time.
-  uint32_t detectMs = cfg.probeIntervalMs * cfg.probeMultiplier;
   bool otherUsable = otherPathUsable(i, now);
   // The peer's kernel acknowledges nothing either: the network is dead, not the peer
   // process (a stopped process's kernel still acknowledges). That is as good as hard.
@@ -1731,8 +1745,10 @@ void RecvLink::progress() {
   Path& p = paths[active];
   std::string err;
   uint64_t t0 = nowUs();
-  bool ok = p.rx && p.rx->progress(*this, &err) >= 0;
+  int moved = p.rx ? p.rx->progress(*this, &err) : -1;
+  bool ok = moved >= 0;
   noteSlowCall(p, t0, SlowCall::kProgress);
+  if (moved > 0 && hl) hl->noteDelivered(p.pairId);  // the peer's data came in over this rail
   if (ok && nextComplete_ > ackSent_) {
     CtlMsg m;
     m.type = CtlType::kAck;

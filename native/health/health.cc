@@ -84,6 +84,7 @@ struct Pair {
   int burstBigSent = 0, burstBigAnswered = 0, burstSmallAnswered = 0;
   uint64_t burstStartUs = 0;
   std::atomic<uint64_t> dataAckedUs{0};  // a comm saw TCP acknowledge data on this pair (noteDataAcked)
+  std::atomic<uint64_t> deliveredUs{0};  // a link took in the peer's data or ACK on this pair (noteDelivered)
   std::atomic<bool> burstOn{false};      // a full-size burst is running (read by links: burstActive)
   std::atomic<bool> burst{false};
   std::atomic<uint64_t> upSinceUs{0};  // last down -> up transition (0 = never down)
@@ -847,6 +848,14 @@ class Monitor : public Health {
   void requestBurst(int id) override;
   bool burstActive(int id) const override;
   void noteDataAcked(int id) override;
+  void noteDelivered(int id) override {
+    if (id >= 0 && id < kMaxPairs) pairs[id].deliveredUs.store(nowUs(), std::memory_order_release);
+  }
+  bool pairDeliveredWithinUs(int id, uint64_t us) const override {
+    if (id < 0 || id >= kMaxPairs) return false;
+    uint64_t last = pairs[id].deliveredUs.load(std::memory_order_acquire), now = nowUs();
+    return last && now - std::min(now, last) <= us;
+  }
   std::string pairsJson() const override;
   void remapRemote(sockaddr_storage* remote) const override {
     std::lock_guard<std::mutex> g(mu);
@@ -1010,6 +1019,7 @@ int Monitor::registerPair(int nic, const sockaddr_storage& remote, socklen_t len
   p.hardByLocalNic = p.awaitingAfterLocalNic = false, p.peerHardCause.clear();
   p.burstBigSent = p.burstBigAnswered = p.burstSmallAnswered = 0, p.burstStartUs = 0;
   p.dataAckedUs.store(0);
+  p.deliveredUs.store(0);
   p.burstOn.store(false);
   p.upSinceUs.store(0);
   p.up.store(true);

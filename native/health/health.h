@@ -77,6 +77,14 @@ class Health {
   // runs): the rail carries data, so lost full-size probes there are congestion, not an MTU
   // black hole. Thread-safe, never blocks.
   virtual void noteDataAcked(int id) { (void)id; }
+  // A link on pair `id` just took in something only a working rail brings: the peer's data
+  // (a receive path's progress read bytes) or the peer's ACK of a message (a send path). Called
+  // on the data path: thread-safe, never blocks (one atomic store).
+  virtual void noteDelivered(int id) { (void)id; }
+  // Pair `id` brought such a delivery (noteDelivered) within the last `us` µs: the rail carries
+  // traffic, so probes lost on it meanwhile were lost in a queue they share with that traffic.
+  // Views that do not track deliveries say false (no evidence). Thread-safe (one atomic load).
+  virtual bool pairDeliveredWithinUs(int id, uint64_t us) const { (void)id, (void)us; return false; }
   // A peer moved one of its NICs to a new address (its notice): rewrite `remote` (IP + port)
   // to where that NIC is now, so reconnects and probes go there. No-op when unknown.
   virtual void remapRemote(sockaddr_storage* remote) const {}

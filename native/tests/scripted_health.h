@@ -27,6 +27,8 @@ class ScriptedHealth : public Health {
     uint64_t queuedUs = 0;  // last answer that showed a queue (markQueued)
     uint64_t hardSinceUs = 0;  // when the latest hard verdict was set (setPair)
     bool answering = true;     // its probes are answered now (setAnswering; setPair up sets it)
+    bool delivering = false;   // pairDeliveredWithinUs says true (setDelivering)
+    uint64_t deliveries = 0;   // noteDelivered calls
   };
   std::vector<uint64_t> nicRepairedUs = std::vector<uint64_t>(8, 0);
   std::vector<bool> nics = std::vector<bool>(8, true);
@@ -60,6 +62,16 @@ class ScriptedHealth : public Health {
   void requestBurst(int id) override { bursts.push_back(pairs[id].remote); }
   bool burstActive(int id) const override { return id >= 0 && id < (int)burstOn.size() && burstOn[id]; }
   void noteDataAcked(int id) override { dataAcked.push_back(id); }
+  void noteDelivered(int id) override {
+    if (id >= 0) pairs[id].deliveries++;
+  }
+  bool pairDeliveredWithinUs(int id, uint64_t) const override { return id >= 0 && pairs[id].delivering; }
+  // The pairs between local NIC `nic` and `remote` brought some comm the peer's data or ACKs
+  // just now (a busy rail), or nothing lately.
+  void setDelivering(int nic, const std::string& remote, bool delivering) {
+    for (auto& p : pairs)
+      if (p.nic == nic && p.remote == remote) p.delivering = delivering;
+  }
   uint64_t repairedUs(int nic, int id) const override {
     uint64_t t = nic >= 0 && nic < (int)nicRepairedUs.size() ? nicRepairedUs[nic] : 0;
     return id >= 0 ? std::max(t, pairs[id].repairedUs) : t;
