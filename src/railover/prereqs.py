@@ -9,6 +9,7 @@ packages of those groups, one per line.
 """
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
@@ -41,20 +42,50 @@ TOOLS: Dict[str, Tuple[str, str]] = {
 }
 
 
+#: Where Debian installs administration programs (``ip``, ``nft``): on root's PATH, not on a
+#: non-root login's. A program there but not on PATH is installed, only out of reach.
+SYSTEM_DIRS = ("/usr/local/sbin", "/usr/sbin", "/sbin")
+
+
 class MissingTools(RuntimeError):
-    """Programs a command needs are not installed; the message names each one and the
-    ``apt-get install`` line that provides them."""
+    """Programs a command needs are not on PATH; the message names each one with its fix: the
+    ``apt-get install`` line for those not installed, the directory to add to PATH for those
+    installed in a :data:`SYSTEM_DIRS` directory that PATH lacks."""
 
-    def __init__(self, missing: Sequence[str], what: str):
+    def __init__(self, missing: Sequence[str], what: str, path: Optional[str] = None):
         self.missing = list(missing)
-        super().__init__(f"{what} needs {', '.join(self.missing)}, not installed here: "
-                         + "; ".join(hint(t) for t in self.missing)
-                         + f". Install everything at once with: {install_line(self.missing)}"
-                         + " (or ./scripts/install.sh in the source tree)")
+        absent = [t for t in self.missing if off_path(t, path) is None]
+        msg = f"{what} needs {', '.join(self.missing)}, not on PATH here: " + "; ".join(hint(t, path) for t in self.missing)
+        if absent:
+            msg += f". Install everything at once with: {install_line(absent)} (or ./scripts/install.sh in the source tree)"
+        super().__init__(msg)
 
 
-def hint(tool: str) -> str:
-    """``"nft not found: apt-get install nftables"``."""
+def off_path(tool: str, path: Optional[str] = None) -> Optional[str]:
+    """Where ``tool`` is installed in a :data:`SYSTEM_DIRS` directory that ``path`` (default
+    $PATH) does not list; None when it is not there (or PATH lists that directory)."""
+    listed = (os.environ.get("PATH", "") if path is None else path).split(os.pathsep)
+    for d in SYSTEM_DIRS:
+        if d not in listed:
+            where = shutil.which(tool, path=d)
+            if where:
+                return where
+    return None
+
+
+def path_fix(tool: str, path: Optional[str] = None) -> Optional[str]:
+    """The command that puts an installed but unreachable ``tool`` on PATH (see
+    :func:`off_path`), or None."""
+    where = off_path(tool, path)
+    return f'export PATH="$PATH:{os.path.dirname(where)}"' if where else None
+
+
+def hint(tool: str, path: Optional[str] = None) -> str:
+    """``"nft not found: apt-get install nftables"``, or, for a program installed off PATH,
+    ``"nft is installed at /usr/sbin/nft, a directory PATH lacks: export PATH=..."``."""
+    where = off_path(tool, path)
+    if where:
+        return f"{tool} is installed at {where}, a directory PATH lacks: {path_fix(tool, path)} (or run as root)"
     pkg = TOOLS[tool][0] if tool in TOOLS else tool
     return f"{tool} not found: apt-get install {pkg}"
 
@@ -83,7 +114,7 @@ def require(tools: Sequence[str], what: str, path: Optional[str] = None) -> None
     """Raise :class:`MissingTools` naming every program of ``tools`` that is missing."""
     gone = missing(tools, path)
     if gone:
-        raise MissingTools(gone, what)
+        raise MissingTools(gone, what, path)
 
 
 def found(tools: Iterable[str] = tuple(TOOLS), path: Optional[str] = None) -> Dict[str, Optional[str]]:
@@ -102,17 +133,18 @@ def packages(groups: Sequence[str]) -> List[str]:
     return out
 
 
-def doctor_rows(tools: Mapping[str, Optional[str]]) -> List[Tuple[str, str, str, str]]:
-    """``(program, status, finding, fix)`` rows for ``railover doctor``: OK when found; WARN
-    when missing (a job needs none of them: they serve the test bed, demo, bench and the
-    build), with the package to install."""
+def doctor_rows(tools: Mapping[str, Optional[str]], path: Optional[str] = None) -> List[Tuple[str, str, str, str]]:
+    """``(program, status, finding, fix)`` rows for ``railover doctor`` (``tools`` as
+    :func:`found` on ``path``): OK when found; WARN when missing (a job needs none of them:
+    they serve the test bed, demo, bench and the build), with the package to install, or the
+    directory to add to PATH where it is installed off PATH."""
     rows = []
     for t, where in tools.items():
         pkg, use = TOOLS.get(t, (t, ""))
         if where:
             rows.append((t, "OK", f"{t}: {where}", ""))
         else:
-            rows.append((t, "WARN", f"{hint(t)} (needed for {use})", f"apt-get install {pkg}"))
+            rows.append((t, "WARN", f"{hint(t, path)} (needed for {use})", path_fix(t, path) or f"apt-get install {pkg}"))
     return rows
 
 

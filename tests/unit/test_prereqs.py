@@ -27,9 +27,20 @@ def path_without_nft(tmp_path) -> str:
     return str(d)
 
 
+@pytest.fixture(autouse=True)
+def no_system_dirs(monkeypatch):
+    """Programs off PATH in /usr/sbin count as not installed here (this machine has them)."""
+    monkeypatch.setattr(prereqs, "SYSTEM_DIRS", ())
+
+
+# The CLI in a child process, with `path` as PATH and, as above, no system directories looked
+# at beyond it.
+_CLI = "import sys, railover.prereqs as p; p.SYSTEM_DIRS = (); from railover.cli import main; sys.exit(main())"
+
+
 def _cli(args, path):
     env = dict(os.environ, PATH=path, COLUMNS="250")
-    return subprocess.run([sys.executable, "-m", "railover.cli", *args], env=env, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-c", _CLI, *args], env=env, capture_output=True, text=True,
                           timeout=120)
 
 
@@ -103,3 +114,28 @@ def test_doctor_cli_with_a_path_without_nft(path_without_nft):
     checks = {c["what"]: c for c in json.loads(r.stdout)["checks"] if c["section"] == "system"}
     assert checks["nft"]["status"] == "WARN" and "apt-get install nftables" in checks["nft"]["detail"]
     assert checks["iperf3"]["status"] == "WARN" and checks["cmake"]["fix"] == "apt-get install cmake"
+
+
+def test_a_program_installed_off_path_is_named_with_the_directory_to_add(tmp_path, monkeypatch, path_without_nft):
+    # A non-root login on Debian has no /usr/sbin on PATH: nft is installed, only out of reach,
+    # and "apt-get install nftables" would be the wrong advice.
+    sbin = tmp_path / "sbin"
+    sbin.mkdir()
+    (sbin / "nft").write_text("#!/bin/sh\n")
+    (sbin / "nft").chmod(0o755)
+    monkeypatch.setattr(prereqs, "SYSTEM_DIRS", (str(sbin),))
+    assert prereqs.off_path("nft", path_without_nft) == str(sbin / "nft")
+    assert prereqs.off_path("nft", path_without_nft + os.pathsep + str(sbin)) is None, "a directory PATH lists"
+    assert prereqs.off_path("iperf3", path_without_nft) is None, "not there at all"
+    with pytest.raises(prereqs.MissingTools) as ei:
+        prereqs.require(["nft", "iperf3"], "railover bench", path_without_nft)
+    msg = str(ei.value)
+    assert f'nft is installed at {sbin / "nft"}, a directory PATH lacks: export PATH="$PATH:{sbin}"' in msg, msg
+    assert "iperf3 not found: apt-get install iperf3" in msg
+    assert "Install everything at once with: apt-get install iperf3 (" in msg, "nft is installed: not in the line"
+    with pytest.raises(prereqs.MissingTools) as ei:
+        prereqs.require(["nft"], "railover demo", path_without_nft)
+    assert "apt-get" not in str(ei.value), "nothing to install"
+    rows = {r[0]: r for r in prereqs.doctor_rows(prereqs.found(["nft", "iperf3"], path_without_nft), path_without_nft)}
+    assert rows["nft"][1] == "WARN" and rows["nft"][3] == f'export PATH="$PATH:{sbin}"'
+    assert rows["iperf3"][3] == "apt-get install iperf3"

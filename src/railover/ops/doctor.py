@@ -1403,7 +1403,7 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
     if facts.rdma is not None:
         checks += rdma_checks(facts.rdma, ifaces=facts.ifaces)
     if facts.tools is not None:
-        checks += [Check("system", what, status, detail, fix) for what, status, detail, fix in prereqs.doctor_rows(facts.tools)]
+        checks += [Check("system", what, status, detail, fix) for what, status, detail, fix in prereqs.doctor_rows(facts.tools, env.get("PATH"))]
     return Report(checks, nics, facts.rdma)
 
 
