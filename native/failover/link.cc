@@ -834,8 +834,8 @@ bool SendLink::activePathFails(size_t i, const PairView& v, uint64_t now, std::s
   // with its answers (so this delays a real failover by at most that half). Seen without it:
   // the e2e rate-limited test (tbf 100 Mbit/s, 50 ms queues both ways) failed over an idle comm
   // in ~1 of 8 runs beside two busy loops, the probe answers queued 83 ms.
-  if (stalled && !v.hard && hl && (idle || (p.tx && p.tx->unackedSilenceMs() == 0)) &&
-      hl->pairDeliveredWithinUs(p.pairId, (uint64_t)detectMs * 500))
+  if (stalled && !v.hard && hl && hl->pairDeliveredWithinUs(p.pairId, (uint64_t)detectMs * 500) &&
+      (idle || (p.tx && p.tx->unackedSilenceMs() == 0)))  // (a syscall per stream: asked last)
     stalled = false;
   // Another path that is healthy shows the silence is this rail's, not the peer's. Healthy
   // means answering now (within half the detection time), not merely "not judged down yet":
