@@ -826,16 +826,15 @@ bool SendLink::activePathFails(size_t i, const PairView& v, uint64_t now, std::s
   // If the peer's kernel acknowledged our bytes within the stall window, data is moving.
   if (stalled && !idle && !v.hard && p.tx && p.tx->peerAckedWithinMs(cfg.stallMs)) stalled = false;
   uint32_t detectMs = cfg.probeIntervalMs * cfg.probeMultiplier;
-  // When nothing of this comm's own is on the rail (idle, or every byte sent acknowledged by
-  // the peer's transport and only the receiver's ACK awaited), its own flow says nothing about
-  // the rail. Then a rail that brought this process the peer's data or ACKs (any comm's) within
-  // half the detection time carries traffic: its probes were lost in a queue they share with
-  // that traffic (a saturated or rate-limited rail), not to a dead rail, whose deliveries stop
-  // with its answers (so this delays a real failover by at most that half). Seen without it:
-  // the e2e rate-limited test (tbf 100 Mbit/s, 50 ms queues both ways) failed over an idle comm
-  // in ~1 of 8 runs beside two busy loops, the probe answers queued 83 ms.
-  if (stalled && !v.hard && hl && hl->pairDeliveredWithinUs(p.pairId, (uint64_t)detectMs * 500) &&
-      (idle || (p.tx && p.tx->unackedSilenceMs() == 0)))  // (a syscall per stream: asked last)
+  // An idle comm (no RESUME awaiting its RESUME_ACK either) has no flow of its own to tell a
+  // dead rail from a saturated one by. It stays on a rail that brought this process the peer's
+  // data or ACKs (any comm's) within half the detection time: its probes were lost in a queue
+  // they share with that traffic (a saturated or rate-limited rail). A dead rail brings nothing
+  // once the data that reached this host before the fault is read, and a kept comm that gets
+  // work is judged by its own flow again.
+  // Seen without it: the e2e rate-limited test (tbf 100 Mbit/s, 50 ms queues both ways) failed
+  // over an idle comm in ~1 of 8 runs beside two busy loops, the probe answers queued 83 ms.
+  if (stalled && idle && !resuming() && !v.hard && hl && hl->pairDeliveredWithinUs(p.pairId, (uint64_t)detectMs * 500))
     stalled = false;
   // Another path that is healthy shows the silence is this rail's, not the peer's. Healthy
   // means answering now (within half the detection time), not merely "not judged down yet":

@@ -835,10 +835,13 @@ class Monitor : public Health {
   bool pairUp(int id) const override;
   bool pairHardDown(int id) const override;
   uint64_t pairHardDownSinceUs(int id) const override;
-  bool pairAnsweredWithinUs(int id, uint64_t us) const override {
-    if (id < 0 || id >= kMaxPairs) return true;
-    uint64_t last = pairs[id].answeredUs.load(std::memory_order_acquire), now = nowUs();
+  // `stamp` (CLOCK_MONOTONIC µs, 0 = never) lies within the last `us` µs.
+  static bool within(const std::atomic<uint64_t>& stamp, uint64_t us) {
+    uint64_t last = stamp.load(std::memory_order_acquire), now = nowUs();
     return last && now - std::min(now, last) <= us;
+  }
+  bool pairAnsweredWithinUs(int id, uint64_t us) const override {
+    return id < 0 || id >= kMaxPairs || within(pairs[id].answeredUs, us);
   }
   std::string pairDownCause(int id) const override;
   uint64_t repairedUs(int nic, int id) const override;
@@ -852,9 +855,7 @@ class Monitor : public Health {
     if (id >= 0 && id < kMaxPairs) pairs[id].deliveredUs.store(nowUs(), std::memory_order_release);
   }
   bool pairDeliveredWithinUs(int id, uint64_t us) const override {
-    if (id < 0 || id >= kMaxPairs) return false;
-    uint64_t last = pairs[id].deliveredUs.load(std::memory_order_acquire), now = nowUs();
-    return last && now - std::min(now, last) <= us;
+    return id >= 0 && id < kMaxPairs && within(pairs[id].deliveredUs, us);
   }
   std::string pairsJson() const override;
   void remapRemote(sockaddr_storage* remote) const override {

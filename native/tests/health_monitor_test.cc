@@ -600,6 +600,28 @@ TEST_F(HealthMonitorTest, AnsweredWithinTellsAnAnsweringPairFromASilentOneStillU
   mon_->unregisterPair(fresh);
 }
 
+// What the engine reads to keep an idle comm on a soft-down rail that still carries traffic
+// (SendLink::activePathFails): a delivery counts for the window asked (µs), and a pair slot
+// reused for another peer starts without one.
+TEST_F(HealthMonitorTest, DeliveredWithinCountsADeliveryForTheWindowAskedAndNotInAReusedSlot) {
+  int fresh = mon_->registerPair(0, nobodyAt("127.0.0.4"), sizeof(sockaddr_in));
+  ASSERT_GE(fresh, 0);
+  EXPECT_FALSE(mon_->pairDeliveredWithinUs(fresh, 10 * 1000 * 1000)) << "no delivery yet";
+  uint64_t t0 = nowUs();
+  mon_->noteDelivered(fresh);
+  EXPECT_TRUE(mon_->pairDeliveredWithinUs(fresh, 10 * 1000 * 1000));
+  EXPECT_FALSE(mon_->pairDeliveredWithinUs(id_, 10 * 1000 * 1000)) << "counted on another pair";
+  while (nowUs() - t0 < 30 * 1000) {
+  }  // 30 ms pass (a clock, not a scheduler, decides)
+  EXPECT_FALSE(mon_->pairDeliveredWithinUs(fresh, 20 * 1000)) << "a delivery 30 ms old counted within 20 ms";
+  EXPECT_TRUE(mon_->pairDeliveredWithinUs(fresh, 10 * 1000 * 1000));
+  mon_->unregisterPair(fresh);
+  int reused = mon_->registerPair(0, nobodyAt("127.0.0.5"), sizeof(sockaddr_in));
+  ASSERT_EQ(reused, fresh) << "the freed slot is the first free one";
+  EXPECT_FALSE(mon_->pairDeliveredWithinUs(reused, 10 * 1000 * 1000)) << "the slot's last pair's delivery carried over";
+  mon_->unregisterPair(reused);
+}
+
 // A pair down because its local NIC was (port down) is hard: its paths fail at once. Once the
 // NIC is back the verdict is only unconfirmed until the peer answers: soft, as a probe
 // timeout, so a connect over the repaired rail is not cut while the peer's process is late

@@ -63,9 +63,12 @@ class ScriptedHealth : public Health {
   bool burstActive(int id) const override { return id >= 0 && id < (int)burstOn.size() && burstOn[id]; }
   void noteDataAcked(int id) override { dataAcked.push_back(id); }
   void noteDelivered(int id) override {
-    if (id >= 0) pairs[id].deliveries++;
+    if (id >= 0 && id < (int)pairs.size()) pairs[id].deliveries++;
   }
-  bool pairDeliveredWithinUs(int id, uint64_t) const override { return id >= 0 && pairs[id].delivering; }
+  // Scripted: the window (Monitor's, tested in health_monitor_test.cc) is not modelled.
+  bool pairDeliveredWithinUs(int id, uint64_t) const override {
+    return id >= 0 && id < (int)pairs.size() && pairs[id].delivering;
+  }
   // The pairs between local NIC `nic` and `remote` brought some comm the peer's data or ACKs
   // just now (a busy rail), or nothing lately.
   void setDelivering(int nic, const std::string& remote, bool delivering) {

@@ -170,7 +170,8 @@ def check_plugin() -> None:
 def check_system(specs: List[tuple], path: Optional[str] = None) -> None:
     """Before anything is built: the programs the demo runs (see :func:`needed_tools`) and
     the native files (the plugin, which must load, and railover-perf). Raises
-    prereqs.MissingTools naming each missing program and its Debian package,
+    prereqs.MissingTools naming each missing program and its Debian package (or the
+    directory to add to PATH),
     FileNotFoundError naming a missing native file, OSError when the plugin does not load."""
     prereqs.require(needed_tools(specs), "railover demo", path)
     check_plugin()

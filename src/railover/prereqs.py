@@ -2,7 +2,8 @@
 provide them. This file is the one list: ``scripts/install.sh`` installs :data:`PACKAGES`
 (it runs this file with the system ``python3`` before the package is installed, so it uses
 the standard library only), ``railover demo`` checks its tools before it builds anything,
-and ``railover doctor`` reports every missing one with the package to install.
+and ``railover doctor`` reports every missing one with the package to install (or the
+directory to add to PATH, for one installed off it).
 
 Run as a script: ``python3 prereqs.py --packages run build [test]`` prints the Debian
 packages of those groups, one per line.
@@ -54,8 +55,9 @@ class MissingTools(RuntimeError):
 
     def __init__(self, missing: Sequence[str], what: str, path: Optional[str] = None):
         self.missing = list(missing)
-        absent = [t for t in self.missing if off_path(t, path) is None]
-        msg = f"{what} needs {', '.join(self.missing)}, not on PATH here: " + "; ".join(hint(t, path) for t in self.missing)
+        off = {t: off_path(t, path) for t in self.missing}
+        absent = [t for t in self.missing if off[t] is None]
+        msg = f"{what} needs {', '.join(self.missing)}, not on PATH here: " + "; ".join(hint(t, off[t]) for t in self.missing)
         if absent:
             msg += f". Install everything at once with: {install_line(absent)} (or ./scripts/install.sh in the source tree)"
         super().__init__(msg)
@@ -73,19 +75,23 @@ def off_path(tool: str, path: Optional[str] = None) -> Optional[str]:
     return None
 
 
-def path_fix(tool: str, path: Optional[str] = None) -> Optional[str]:
-    """The command that puts an installed but unreachable ``tool`` on PATH (see
-    :func:`off_path`), or None."""
-    where = off_path(tool, path)
-    return f'export PATH="$PATH:{os.path.dirname(where)}"' if where else None
+def found_off_path(tools: Iterable[str] = tuple(TOOLS), path: Optional[str] = None) -> Dict[str, str]:
+    """``{program: where}`` for those of ``tools`` missing on ``path`` but installed off it
+    (:func:`off_path`)."""
+    return {t: where for t in tools if _which(t, path) is None and (where := off_path(t, path))}
 
 
-def hint(tool: str, path: Optional[str] = None) -> str:
-    """``"nft not found: apt-get install nftables"``, or, for a program installed off PATH,
-    ``"nft is installed at /usr/sbin/nft, a directory PATH lacks: export PATH=..."``."""
-    where = off_path(tool, path)
-    if where:
-        return f"{tool} is installed at {where}, a directory PATH lacks: {path_fix(tool, path)} (or run as root)"
+def path_fix(where: str) -> str:
+    """The command that puts the directory of ``where`` (a program found by :func:`off_path`) on PATH."""
+    return f'export PATH="$PATH:{os.path.dirname(where)}"'
+
+
+def hint(tool: str, off: Optional[str] = None) -> str:
+    """``"nft not found: apt-get install nftables"``; for a program installed off PATH at
+    ``off`` (:func:`off_path`), ``"nft is installed in /usr/sbin, which PATH lacks: export
+    PATH=... (or run as root)"``."""
+    if off:
+        return f"{tool} is installed in {os.path.dirname(off)}, which PATH lacks: {path_fix(off)} (or run as root)"
     pkg = TOOLS[tool][0] if tool in TOOLS else tool
     return f"{tool} not found: apt-get install {pkg}"
 
@@ -133,18 +139,21 @@ def packages(groups: Sequence[str]) -> List[str]:
     return out
 
 
-def doctor_rows(tools: Mapping[str, Optional[str]], path: Optional[str] = None) -> List[Tuple[str, str, str, str]]:
-    """``(program, status, finding, fix)`` rows for ``railover doctor`` (``tools`` as
-    :func:`found` on ``path``): OK when found; WARN when missing (a job needs none of them:
-    they serve the test bed, demo, bench and the build), with the package to install, or the
-    directory to add to PATH where it is installed off PATH."""
+def doctor_rows(tools: Mapping[str, Optional[str]],
+                off: Optional[Mapping[str, str]] = None) -> List[Tuple[str, str, str, str]]:
+    """``(program, status, finding, fix)`` rows for ``railover doctor`` from ``tools`` (as
+    :func:`found`) and ``off`` (as :func:`found_off_path`): OK when found; WARN when missing (a
+    job needs none of them: they serve the test bed, demo, bench and the build), with the
+    package to install, or the directory to add to PATH where it is installed off PATH."""
     rows = []
+    off = off or {}
     for t, where in tools.items():
         pkg, use = TOOLS.get(t, (t, ""))
         if where:
             rows.append((t, "OK", f"{t}: {where}", ""))
         else:
-            rows.append((t, "WARN", f"{hint(t, path)} (needed for {use})", path_fix(t, path) or f"apt-get install {pkg}"))
+            rows.append((t, "WARN", f"{hint(t, off.get(t))} (needed for {use})",
+                         path_fix(off[t]) if off.get(t) else f"apt-get install {pkg}"))
     return rows
 
 

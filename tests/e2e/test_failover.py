@@ -260,6 +260,13 @@ def test_abort_on_fatal_exits_the_process_with_one_line(testbed):
 # ---------------------------------------------------------------- negative controls: no failover
 
 
+def _events_since(res, offset_us: int = 0) -> str:
+    """The journal events from ``offset_us`` after the first step on, one JSON line each: why
+    the engine moved, for a failed assertion."""
+    t0 = (res.steps[0].t_us or 0) + offset_us
+    return "\n".join(json.dumps(e, sort_keys=True) for e in res.events if e.get("t_us", 0) >= t0)
+
+
 def test_stopped_peer_is_not_a_nic_failure(testbed):
     tb = testbed("T2")
     f = LazyFault(lambda: faults.Stop(rank_process(tb, 1)))  # SIGSTOP the rank on host B for 3 s
@@ -267,7 +274,7 @@ def test_stopped_peer_is_not_a_nic_failure(testbed):
     assert res.wrong_bytes == 0
     # on failure, say why the engine moved (seen once in a CI pre-check with a second test
     # suite running beside it; not reproduced alone or beside 4 busy loops)
-    why = "\n".join(json.dumps(e, sort_keys=True) for e in res.events if e.get("t_us", 0) >= res.steps[0].t_us - 1_000_000)
+    why = _events_since(res, -1_000_000)
     assert res.count("failover") == 0, why
     assert res.count("path_down") == 0, why
 
@@ -277,8 +284,7 @@ def test_rate_limited_primary_is_not_a_failure(testbed):
     fa, fb = faults.Rate(tb.nic("a0"), "100mbit"), faults.Rate(tb.nic("b0"), "100mbit")
     res = run_scenario(tb, [Step(1, "apply", fa), Step(1, "apply", fb)], duration_s=8, size="1M")
     assert res.wrong_bytes == 0
-    why = "\n".join(json.dumps(e, sort_keys=True) for e in res.events if e.get("t_us", 0) >= res.steps[0].t_us)
-    assert res.count("failover") == 0, why
+    assert res.count("failover") == 0, _events_since(res)
 
 
 def test_saturating_competing_traffic_is_not_a_failure(testbed):

@@ -130,12 +130,14 @@ def test_a_program_installed_off_path_is_named_with_the_directory_to_add(tmp_pat
     with pytest.raises(prereqs.MissingTools) as ei:
         prereqs.require(["nft", "iperf3"], "railover bench", path_without_nft)
     msg = str(ei.value)
-    assert f'nft is installed at {sbin / "nft"}, a directory PATH lacks: export PATH="$PATH:{sbin}"' in msg, msg
+    assert f'nft is installed in {sbin}, which PATH lacks: export PATH="$PATH:{sbin}" (or run as root)' in msg, msg
     assert "iperf3 not found: apt-get install iperf3" in msg
     assert "Install everything at once with: apt-get install iperf3 (" in msg, "nft is installed: not in the line"
     with pytest.raises(prereqs.MissingTools) as ei:
         prereqs.require(["nft"], "railover demo", path_without_nft)
     assert "apt-get" not in str(ei.value), "nothing to install"
-    rows = {r[0]: r for r in prereqs.doctor_rows(prereqs.found(["nft", "iperf3"], path_without_nft), path_without_nft)}
+    assert prereqs.found_off_path(["nft", "iperf3"], path_without_nft) == {"nft": str(sbin / "nft")}
+    rows = {r[0]: r for r in prereqs.doctor_rows(prereqs.found(["nft", "iperf3"], path_without_nft),
+                                                 prereqs.found_off_path(["nft", "iperf3"], path_without_nft))}
     assert rows["nft"][1] == "WARN" and rows["nft"][3] == f'export PATH="$PATH:{sbin}"'
     assert rows["iperf3"][3] == "apt-get install iperf3"

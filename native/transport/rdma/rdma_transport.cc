@@ -604,7 +604,7 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
     verbs::RecvPath& p = *sh_->path;
     p.progress(*this);
     if (!why_.empty()) return *err = why_, -1;
-    int moved = p.lastPollFound() > 0;
+    int moved = p.lastPollOk() > 0;  // not an async event: RecvLink reads this as the rail delivering
     while (!arr_.empty()) {
       const verbs::Arrival& a = arr_.front();
       ChunkRef c;

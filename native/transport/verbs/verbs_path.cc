@@ -370,7 +370,7 @@ void PathBase::waitIdle(int timeoutMs) {
 }
 
 void PathBase::pollOnce() {
-  lastFound_ = 0;
+  lastFound_ = lastOk_ = 0;
   if (!connected_) return;
   lastFound_ += static_cast<int>(hca_.pollAsyncFromDataPath().size());
   if (!broken_ && !fenced_) {
@@ -427,6 +427,7 @@ void PathBase::pollLane(int lane) {
     }
     lastOkUs_ = now;
     l.lastOkUs = now;
+    ++lastOk_;
     if (isRecv) {
       int slot = static_cast<int>(c.wr_id & ~kRecvTag);
       const uint8_t* w = l.ctlRecv.data() + static_cast<size_t>(slot) * kCtlBytes;

@@ -228,6 +228,9 @@ class PathBase {
   int outstanding() const;
   // Completions and async events the last progress() found (0: nothing happened).
   int lastPollFound() const { return lastFound_; }
+  // Of those, the successful completions: the peer's data or control messages, or the peer's
+  // HCA acknowledging this end's sends (each a round trip over the rail).
+  int lastPollOk() const { return lastOk_; }
   // For an idle caller: waits in poll(2) until a completion or an async event of the HCA may be
   // pending, or timeoutMs passes. Never needed for correctness (progress() never blocks).
   void waitIdle(int timeoutMs);
@@ -303,6 +306,7 @@ class PathBase {
   void pollLane(int lane);
   std::vector<Lane> lanes_;
   int lastFound_ = 0;
+  int lastOk_ = 0;
   int flushedSends_ = 0, flushedRecvs_ = 0;
 };
 

@@ -152,6 +152,7 @@ class Facts:
     torch: Optional[Dict[str, Any]] = None
     ld_resolve: Optional[str] = None
     tools: Optional[Dict[str, Optional[str]]] = None  # program -> path or None (railover.prereqs)
+    tools_off_path: Optional[Dict[str, str]] = None  # missing program -> where it is, off PATH (prereqs.found_off_path)
     #: the plugin's RDMA report (:func:`rdma_report`; shape ``native/plugin/rdma_report.h``), or
     #: ``{"error": why}`` when it could not be asked; None: not gathered (no RDMA section)
     rdma: Optional[Dict[str, Any]] = None
@@ -1024,7 +1025,8 @@ def gather(env: Optional[Mapping[str, str]] = None, plugin: Optional[Path] = Non
             else {"error": "the plugin could not be loaded (see the plugin check)"})
     return Facts(env=env, ifaces=ifaces, plugin=pinfo,
                  torch=torch_nccl() if check_torch else {"skipped": True}, ld_resolve=ld_resolve(env),
-                 tools=prereqs.found(path=env.get("PATH")), rdma=rdma,
+                 tools=prereqs.found(path=env.get("PATH")), tools_off_path=prereqs.found_off_path(path=env.get("PATH")),
+                 rdma=rdma,
                  sysctls=nic_sysctls([i.name for i in ifaces if i.name != "lo"]))
 
 
@@ -1403,7 +1405,7 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
     if facts.rdma is not None:
         checks += rdma_checks(facts.rdma, ifaces=facts.ifaces)
     if facts.tools is not None:
-        checks += [Check("system", what, status, detail, fix) for what, status, detail, fix in prereqs.doctor_rows(facts.tools, env.get("PATH"))]
+        checks += [Check("system", what, status, detail, fix) for what, status, detail, fix in prereqs.doctor_rows(facts.tools, facts.tools_off_path)]
     return Report(checks, nics, facts.rdma)
 
 
