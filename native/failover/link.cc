@@ -833,7 +833,7 @@ bool SendLink::activePathFails(size_t i, const PairView& v, uint64_t now, std::s
   // once the data that reached this host before the fault is read, and a kept comm that gets
   // work is judged by its own flow again.
   // Seen without it: the e2e rate-limited test (tbf 100 Mbit/s, 50 ms queues both ways) failed
-  // over an idle comm in ~1 of 8 runs beside two busy loops, the probe answers queued 83 ms.
+  // over an idle comm in 2 of 20 runs beside two busy loops, the probe answers queued 83 ms.
   if (stalled && idle && !resuming() && !v.hard && hl && hl->pairDeliveredWithinUs(p.pairId, (uint64_t)detectMs * 500))
     stalled = false;
   // Another path that is healthy shows the silence is this rail's, not the peer's. Healthy
