@@ -321,6 +321,21 @@ def test_a_report_names_the_plugin_variables_its_ranks_inherit(tmp_path, monkeyp
     assert C.Report("failover", tmp_path / "b", True, {}).data["inherited_env"] == {}
 
 
+def test_suites_wait_out_and_space_faults_by_the_hold_down_their_ranks_inherit():
+    """The peers comparison spaced its faults 5 s after each failback and the degraded suite
+    waited 3.5 s for comms to settle, both sized for the default 3 s hold-down; under an
+    inherited RAILOVER_HOLD_DOWN_MS=10000 the next fault was a flap (the hold-down doubled for
+    the cycles after it) and the settle ended before the comms had failed back. Both now ask
+    plugin_hold_down_s: the inherited value, else the parameter table's default."""
+    assert C.plugin_hold_down_s({}) == 3.0
+    assert C.plugin_hold_down_s({"RAILOVER_HOLD_DOWN_MS": "10000"}) == 10.0
+    assert C.plugin_hold_down_s({"RAILOVER_HOLD_DOWN_MS": " 250 "}) == 0.25
+    assert C.plugin_hold_down_s({"RAILOVER_HOLD_DOWN_MS": " "}) == 3.0  # blank: unset
+    from railover.bench.failover import peer_spacing_s
+    assert peer_spacing_s({}) == 5.0
+    assert peer_spacing_s({"RAILOVER_HOLD_DOWN_MS": "10000"}) == 12.0
+
+
 def test_the_variables_the_bench_sets_itself_are_those_rank_env_sets(tmp_path):
     """inherited_plugin_env leaves out what every bed rank gets from rank_env; that list
     (RANK_VARS and BED_ENV) must stay the one rank_env really sets."""

@@ -216,6 +216,23 @@ def inherited_plugin_env(environ: Optional[Mapping[str, str]] = None) -> Dict[st
             if read(k) and v.strip(" \t") and k not in RANK_VARS and k not in BED_ENV}
 
 
+def plugin_hold_down_s(environ: Optional[Mapping[str, str]] = None) -> float:
+    """The hold-down (s) of a bench rank that inherits ``environ`` (default: this process's):
+    its ``RAILOVER_HOLD_DOWN_MS``, else the parameter table's default (3000 ms; 3 s without a
+    loadable plugin). A suite that waits out a hold-down (a comm that started on a standby
+    fails back after it) or spaces faults so that the next one is no flap (a path failing
+    again within its hold-down of becoming active doubles it) uses this, not the default.
+    Assumes a value the plugin accepts (suites refuse the others first: ``params.refusal``)."""
+    from railover import params
+    v = inherited_plugin_env(environ).get("RAILOVER_HOLD_DOWN_MS")
+    if v is None:
+        try:
+            v = next(str(p["default_value"]) for p in params.params() if p["name"] == "RAILOVER_HOLD_DOWN_MS")
+        except (OSError, StopIteration):
+            v = "3000"
+    return int(v.strip(" \t")) / 1000.0
+
+
 #: suites whose ranks do not inherit this process's environment: the RDMA bed's run in QEMU
 #: guests, started by the guest's init with only the variables the suite passes
 _OWN_ENV_SUITES = ("rdma",)

@@ -32,7 +32,6 @@ from railover.testbed import faults as F
 from railover.bench.failover import NetlinkFault, keep_journals
 from railover.testbed.netns import TestBed, now_us
 
-HOLD_DOWN_S = 3.0  # the plugin's default RAILOVER_HOLD_DOWN_MS
 TBF_LATENCY = "20ms"
 TBF_BURST = "256kb"
 
@@ -80,8 +79,9 @@ def run(out: Path, quick: bool = False, nics: Sequence[int] = (2, 4), rate: str 
                     f = NetlinkFault(tb.nic("a0"), "PORT-DOWN")
                     try:
                         # Steady state first: a comm whose standby path connected before its primary
-                        # starts on the standby and moves to the primary after the hold-down (3 s).
-                        settle = HOLD_DOWN_S + 0.5
+                        # starts on the standby and moves to the primary after the hold-down (3 s,
+                        # or what this shell's RAILOVER_HOLD_DOWN_MS says).
+                        settle = C.plugin_hold_down_s() + 0.5
                         lr.wait_for(lambda: now_us() - lr.started_us >= (settle + before_s) * 1e6, settle + before_s + 2)
                         initial_fb = len(lr.select("failback"))
                         f.apply()

@@ -22,7 +22,7 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -640,6 +640,15 @@ def _wait(pred: Callable[[], Any], timeout_s: float, alive: Callable[[], bool], 
         time.sleep(every_s)
 
 
+def peer_spacing_s(environ: Optional[Mapping[str, str]] = None) -> float:
+    """Seconds from a failback to the next fault of :func:`peer_cycles`: 5, or 2 past the
+    hold-down the ranks inherit (:func:`railover.bench.common.plugin_hold_down_s`) when that
+    is longer. Nearer, railover would count the fault a flap (a path failing again within its
+    hold-down of becoming active doubles it) and the cycles after it would measure a longer
+    failback than the configured one."""
+    return max(5.0, C.plugin_hold_down_s(environ) + 2.0)
+
+
 def peer_cycles(tb: TestBed, rs: RailSampler, alive: Callable[[], bool], kinds: Sequence[str], n: int,
                 fault_for_s: float, failback_window_s: float, console: Console, name: str,
                 spacing_s: float = 5.0) -> List[Dict[str, Any]]:
@@ -669,8 +678,9 @@ def peer_cycles(tb: TestBed, rs: RailSampler, alive: Callable[[], bool], kinds: 
                 rec = {"peer": name, "kind": kind, "i": i, "t_apply": t0, "t_undo": t1, "steady_before": steady,
                        "failback_ms": (tfb - t1) / 1e3 if tfb else None, "t_failback": tfb}
                 recs.append(rec)
-                # Not a flap: the next fault comes spacing_s after the failback, longer than
-                # railover's hold-down (3 s; a path failing again within it doubles it).
+                # Not a flap: the next fault comes spacing_s after the failback, which the
+                # caller makes longer than railover's hold-down (a path failing again within
+                # its hold-down of becoming active doubles it).
                 t_fb = tfb or now_us()
                 _wait(lambda: now_us() - t_fb >= spacing_s * 1e6, spacing_s + 1, lambda: True)
                 console.print(f"  {name} {kind} #{i}: failback "
@@ -830,6 +840,7 @@ def run_peers(out: Path, quick: bool = False, faults: Optional[int] = None, kind
     console = console or Console()
     n = faults or (1 if quick else 5)
     fault_for_s = 2.0 if quick else 5.0
+    spacing_s = peer_spacing_s()
     outage = outage_s if outage_s is not None else (5.0 if quick else 60.0)
     # the second fault 10 s after the repair (both peers had time to fail back), twice, and
     # once 1 s after it (railover still in its hold-down, on the standby rail)
@@ -842,7 +853,7 @@ def run_peers(out: Path, quick: bool = False, faults: Optional[int] = None, kind
         raise C.BenchError(f"--peer mptcp compares {', '.join(PEER_KINDS)}; not {', '.join(bad)}")
     rep = C.Report("failover-peers", out, quick, {
         "faults_per_kind": n, "kinds": list(kinds), "fault_for_s": fault_for_s, "failback_window_s": failback_window_s,
-        "spacing_after_failback_s": 5.0,
+        "spacing_after_failback_s": spacing_s,
         "second_fault": {"outage_s": outage, "after_s": list(afters), "second_for_s": second_for_s, "recover_s": recover_s,
                          "repeats": len(afters)},
         "railover": {"workload": "allreduce", "size": size, "ranks": 2, "check": True, "env": "plugin defaults (but inherited_env)"},
@@ -859,7 +870,8 @@ def run_peers(out: Path, quick: bool = False, faults: Optional[int] = None, kind
             lr = C.LiveRun(tb, work / "railover", workload="allreduce", minbytes=size, check=True,
                            duration_s=3000, timeout_s=3300).start()
             try:
-                recs = peer_cycles(tb, rs, lambda: lr.alive, kinds, n, fault_for_s, failback_window_s, console, "railover")
+                recs = peer_cycles(tb, rs, lambda: lr.alive, kinds, n, fault_for_s, failback_window_s, console, "railover",
+                                   spacing_s)
                 sec = [second_fault(tb, rs, lambda: lr.alive, outage, a, second_for_s, recover_s, console, "railover")
                        for a in afters]
             finally:
@@ -887,7 +899,8 @@ def run_peers(out: Path, quick: bool = False, faults: Optional[int] = None, kind
             peer.start()
             rep.data["settings"]["mptcp"]["subflows_at_start"] = peer.subflows
             try:
-                recs = peer_cycles(tb, rs, lambda: peer.alive, kinds, n, fault_for_s, failback_window_s, console, "mptcp")
+                recs = peer_cycles(tb, rs, lambda: peer.alive, kinds, n, fault_for_s, failback_window_s, console, "mptcp",
+                                   spacing_s)
                 sec = [second_fault(tb, rs, lambda: peer.alive, outage, a, second_for_s, recover_s, console, "mptcp",
                                     snapshot=peer.snapshot)
                        for a in afters]
