@@ -363,6 +363,11 @@ ncclResult_t fatalResult(const std::string& msg, bool abortOnFatal) {
 
 // Causes recorded when the receiver closed the comm.
 static const char* const kCloseCause = "the receiver closed the comm (CLOSE)";
+static const char* const kFatalCloseCause =
+    "the receiver's recv comm ended in a fatal error (CLOSE after a fatal error: the receiving rank's log names "
+    "the cause)";
+// The cause a receiver's CLOSE gives, by the reason in its seq (kCloseReason*).
+static const char* closeCause(const CtlMsg& m) { return m.seq == kCloseReasonFatal ? kFatalCloseCause : kCloseCause; }
 static const char* const kSenderCloseCause = "the sender closed the comm (CLOSE)";
 static const char* const kNackCause =
     "the receiver no longer serves this comm (NACK: its listen comm or recv comm was closed, ended in a fatal "
@@ -715,8 +720,8 @@ bool SendLink::readControl(Path& p, uint64_t now, std::string* err) {
       }
       return *err = "receiver refused the path (reason " + std::to_string(f.seq) + ")", false;
     } else if (f.type == CtlType::kClose) {
-      notePeerClosed(kCloseCause);
-      return *err = kCloseCause, false;
+      notePeerClosed(closeCause(f));
+      return *err = closeCause(f), false;
     } else if (f.type != CtlType::kResumeAck) {
       return *err = "unexpected " + ctlName(f) + " from receiver", false;
     }
@@ -1082,7 +1087,7 @@ bool SendLink::pollPeerClose(Path& p, uint64_t now, std::string* err) {
     if (r < 0) return false;
     if (r == 0) break;
     if (f.type == CtlType::kClose) {
-      notePeerClosed(kCloseCause);
+      notePeerClosed(closeCause(f));
     } else if (f.type == CtlType::kNack && f.seq == kNackReasonUnknownComm) {
       notePeerClosed(kNackCause);
     } else if (f.type == CtlType::kNack) {
@@ -1129,8 +1134,8 @@ bool SendLink::closedVerdict(ncclResult_t* res) {
   if (!peerClosed() || active >= 0) return false;  // still reading ACKs sent before the CLOSE
   // Posting more still succeeds; pending requests fail in test().
   enterFatal("railover: peer " + peerName + " closed the comm with " + std::to_string(nextSeq_ - acked_) +
-                 " message(s) not acknowledged (" + closedCause +
-                 "): the receiving rank destroyed or aborted its communicator",
+                 " message(s) not acknowledged (" + closedCause + ")" +
+                 (closedCause == kFatalCloseCause ? "" : ": the receiving rank destroyed or aborted its communicator"),
              true);
   *res = fatalResult(fatalMsg, deps.cfg->abortOnFatal);
   return true;
@@ -1283,6 +1288,22 @@ bool RecvLink::offerStream(std::unique_ptr<Conn>& c, const StreamHello& h, const
   if (refusing_) return false;
   incoming_.push_back({std::move(c), h, peer, localNic, now});
   return true;
+}
+
+void RecvLink::sendCloseOnPaths(uint64_t reason) {
+  if (closeSent_) return;
+  closeSent_ = true;
+  // This direction carries only whole control frames. The active path first: its ACKs are
+  // flushed before any CLOSE leaves on another path (the sender still reads them after it).
+  if (active >= 0 && paths[active].rx) paths[active].rx->sendClose(reason);
+  for (int i = 0; i < (int)paths.size(); ++i)
+    if (i != active && (paths[i].state == PathState::kStandby || paths[i].state == PathState::kConnecting) && paths[i].rx)
+      paths[i].rx->sendClose(reason);
+}
+
+void RecvLink::onFatal() {
+  stopTakingPaths("the recv comm ended in a fatal error");
+  if (!fatalPeerGone && !peerClosed()) sendCloseOnPaths(kCloseReasonFatal);
 }
 
 void RecvLink::stopTakingPaths(const std::string& why) {
@@ -1904,13 +1925,7 @@ void RecvLink::close() {
   if (deps.registry) deps.registry->unregisterRecvLink(secret, connId);
   std::lock_guard<std::mutex> g(mu);
   takeIncoming(nowUs());  // streams routed here but not yet taken learn of the close too
-  // This direction carries only whole control frames. The active path first: its ACKs are
-  // flushed before any CLOSE leaves on another path (the sender still reads them after it).
-  if (!peerClosed() && active >= 0 && paths[active].rx) paths[active].rx->sendClose();
-  if (!peerClosed())
-    for (int i = 0; i < (int)paths.size(); ++i)
-      if (i != active && (paths[i].state == PathState::kStandby || paths[i].state == PathState::kConnecting) && paths[i].rx)
-        paths[i].rx->sendClose();
+  if (!peerClosed()) sendCloseOnPaths(kCloseReasonClosed);
   {
     std::lock_guard<std::mutex> g2(inMu_);
     incoming_.clear();

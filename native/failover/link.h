@@ -537,7 +537,16 @@ class RecvLink : public Link, public RecvSink {
   void progress();
   void idleSweep(uint64_t now) override;
   void takeIncoming(uint64_t now);
-  void onFatal() override { stopTakingPaths("the recv comm ended in a fatal error"); }
+  // Takes no new path, and tells the sender on every connected path (CLOSE with
+  // kCloseReasonFatal) unless the sender is gone or closed the comm itself: its pending sends
+  // then fail at once with that cause, instead of waiting for a network verdict on rails that
+  // work (a receiver that no longer reads looks like a stalled path) and, after
+  // RAILOVER_FATAL_TIMEOUT, reporting "no usable path".
+  void onFatal() override;
+  // CLOSE with `reason` (kCloseReason*) on the active path first (its ACKs are flushed before
+  // any CLOSE leaves on another path), then on every standby and connecting path. Once per
+  // link: close() after a fatal error sends nothing more. Under `mu`.
+  void sendCloseOnPaths(uint64_t reason);
   // The link has ended (fatal, or NCCL deregistered a buffer of a receive in progress: the
   // comm is being torn down) and takes no new path: streams offered from now on are refused
   // (offerStream returns false: NACK, so the sender ends its comm at its attempt's first
@@ -598,6 +607,7 @@ class RecvLink : public Link, public RecvSink {
   };
   std::vector<Incoming> incoming_;
   bool refusing_ = false;       // under inMu_: set by stopTakingPaths, never cleared
+  bool closeSent_ = false;      // sendCloseOnPaths ran
   RecvReq ring_[kRing];         // requests, by request number
   uint64_t reqPost_ = 0;        // requests posted
   uint64_t reqComplete_ = 0;    // every request below this one is complete

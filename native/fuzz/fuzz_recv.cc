@@ -367,7 +367,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         FUZZ_CHECK(wire::decodeFrame(f->out.data() + o, &fr, &err), "receiver wrote an invalid frame: %s", err.c_str());
         FUZZ_CHECK(fr.type == wire::kAck || fr.type == wire::kResumeAck || fr.type == wire::kClose,
                    "receiver wrote frame type %u", fr.type);
-        if (fr.type == wire::kClose) continue;
+        if (fr.type == wire::kClose) {  // before close(): only a link that ended in a fatal error says so
+          FUZZ_CHECK(fr.seq == kCloseReasonFatal && link->isFatal(), "receiver wrote CLOSE (reason %llu) while %s",
+                     (unsigned long long)fr.seq, link->isFatal() ? "fatal" : "not fatal");
+          continue;
+        }
         FUZZ_CHECK(fr.seq <= (uint64_t)posted, "receiver acknowledged seq %llu with %d receives posted",
                    (unsigned long long)fr.seq, posted);
         for (uint64_t k = 0; k < fr.seq; ++k)

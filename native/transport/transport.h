@@ -86,6 +86,12 @@ struct CtlMsg {
   uint64_t arg = 0;
 };
 constexpr uint64_t kNackReasonUnknownComm = 1;  // same value as wire::kNackUnknownComm
+// A receiver's CLOSE carries why in its seq (docs/PROTOCOL.md, "Close"): 0 NCCL closed the
+// recv comm; 1 the recv comm ended in a fatal error (its rank's log names the cause), so the
+// sender's pending sends fail at once with that cause instead of waiting for a network
+// verdict. A sender takes any other value as 0 (a newer peer's reason).
+constexpr uint64_t kCloseReasonClosed = 0;
+constexpr uint64_t kCloseReasonFatal = 1;
 
 // Who a path belongs to; a stream transport sends it in each stream's HELLO, so the
 // receiver can route the stream to its comm and path.
@@ -298,8 +304,9 @@ class RecvPath {
   // Next control message from the sender on a path that carries no data yet (a standby: a
   // RESUME or a CLOSE): 1 = *m filled, 0 = none, -1 = broken or undecodable.
   virtual int recvCtl(CtlMsg* m, std::string* err) = 0;
-  // Best effort, never blocks: the queued control messages, then kClose, on every stream.
-  virtual void sendClose() = 0;
+  // Best effort, never blocks: the queued control messages, then kClose with `reason`
+  // (kCloseReason*, in its seq), on every stream.
+  virtual void sendClose(uint64_t reason) = 0;
   // After it returns nothing sent on this path can land in a receive buffer (TCP: sockets
   // closed; RDMA: the QPs are in error and flushed). The path is unusable afterwards. May
   // block (RDMA: bounded by the drain timeout, and a QP's move to ERR was seen to take ~3 s

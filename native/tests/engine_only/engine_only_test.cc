@@ -293,6 +293,49 @@ TEST_F(EngineOnly, AFenceThatCouldNotStopTheOldPathFailsTheCommInsteadOfResuming
   EXPECT_EQ(send->counters.failovers, 0u) << "the sender was told RESUME_ACK";
 }
 
+// A receiver whose comm ends in a fatal error tells the sender (CLOSE with the fatal reason on
+// every connected path): the sender's pending send fails at once with a cause that says so,
+// not after RAILOVER_FATAL_TIMEOUT (here 60 s) with "no usable path" on rails that work, and
+// its paths are not judged or reconnected as network faults. The receiver's fatal error here
+// is the unsafe fence above (the sender waits for the RESUME's answer on the new path).
+TEST_F(EngineOnly, AReceiverThatEndsInAFatalErrorFailsTheSendersPendingSendsWithThatCause) {
+  Setting fatal(Runtime::get().cfg.fatalTimeoutS, 60);
+  connectComm();
+  w(0, kA0)->slowFence = true;
+  bool broke = false, released = false;
+  run(100, mixed, 8, [&](int k) {
+    if (k == 30) {
+      w(0, kA0)->broken = true;
+      broke = true;
+    }
+  }, [&] {
+    auto& held = w(0, kA0)->heldFences;
+    if (!broke || released || held.empty() || send->state() != LinkState::kResuming) return;
+    for (auto& f : held) {
+      f->unsafe = "the old path on fake0 port 1 could not be stopped (move to ERR: EIO; ibv_destroy_qp: EBUSY)";
+      f->startUs.store(nowUs()), f->endUs.store(nowUs());
+      f->done.store(true);
+    }
+    released = true;
+  }, 30000);
+  ASSERT_TRUE(recv->isFatal());
+  // From here only the sender runs, as when the receiving rank stops calling (a rank that got
+  // an error may take a while to abort its communicator, or never close it).
+  std::vector<uint8_t> b(4096, 7);
+  void* q = nullptr;
+  ASSERT_EQ(isend(b.data(), b.size(), 0, &q), ncclSuccess);
+  ASSERT_NE(q, nullptr);
+  uint64_t t0 = nowUs();
+  ncclResult_t r = ncclSuccess;
+  int done = 0, size = 0;
+  while (r == ncclSuccess && !done && nowUs() - t0 < 20000000) r = testSend(q, &done, &size);
+  EXPECT_EQ(r, ncclSystemError) << "the send " << (done ? "completed" : "was still pending after 20 s");
+  EXPECT_LT(nowUs() - t0, 5000000u) << "the sender learnt of the receiver's fatal error late";
+  EXPECT_NE(send->fatalMsg.find("ended in a fatal error"), std::string::npos) << send->fatalMsg;
+  EXPECT_EQ(send->fatalMsg.find("destroyed or aborted"), std::string::npos) << send->fatalMsg;
+  EXPECT_EQ(send->counters.failovers, 0u);
+}
+
 // A progress call that holds the caller far longer than any healthy one (a verbs provider
 // blocked in the kernel) is named in the journal (transport_slow: comm, direction, NIC, how
 // long) and the log, once per second per comm at most; fast calls leave no line. Nothing

@@ -338,10 +338,10 @@ class FakeRecvPath : public RecvPath {
     l0.pop_front();
     return 1;
   }
-  void sendClose() override {
+  void sendClose(uint64_t reason) override {
     std::string err;
     CtlMsg m;
-    m.type = CtlType::kClose;
+    m.type = CtlType::kClose, m.seq = reason;
     sendCtl(m);
     if (ch_ && !ch_->wire->broken) flushCtl(&err);
   }

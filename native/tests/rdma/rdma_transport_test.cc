@@ -2254,7 +2254,7 @@ std::thread deliverWhenAwaited(ibv_qp* from, ibv_qp* to) {
 
 TEST_F(RdmaPathTest, AReceiversCloseIsNotFlushedByItsOwnFence) {
   bringUp();
-  rx->sendClose();
+  rx->sendClose(kCloseReasonClosed);
   std::thread wire = deliverWhenAwaited(rq, sq);
   rx->fence();  // RecvLink::close: sendClose() then the fence
   wire.join();
@@ -2273,7 +2273,7 @@ TEST_F(RdmaPathTest, AReceiversLastAckGoesOutBeforeItsCloseFence) {
   rx->sendCtl(ack);
   std::string err;
   ASSERT_EQ(rx->flushCtl(&err), 0) << err;
-  rx->sendClose();
+  rx->sendClose(kCloseReasonClosed);
   std::thread wire = deliverWhenAwaited(rq, sq);
   rx->fence();
   wire.join();
@@ -2322,7 +2322,7 @@ TEST_F(RdmaPathTest, AnOrderlyCloseToADeadPeerDoesNotWait) {
 // polled off the CQ is handed out even when the same progress() saw the stream end after it.
 TEST_F(RdmaPathTest, AControlMessagePolledBeforeTheStreamEndedIsStillRead) {
   bringUp();
-  rx->sendClose();
+  rx->sendClose(kCloseReasonClosed);
   ::fake::deliver(rq, sq);  // the CLOSE is in the sender's CQ
   rx.reset();               // then the stream ends
   std::string err;

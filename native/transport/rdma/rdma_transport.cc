@@ -651,7 +651,7 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
     return peerGone(err) ? -1 : 0;
   }
 
-  void sendClose() override {
+  void sendClose(uint64_t reason) override {
     if (stage_ != kReady || fenced_ || !why_.empty()) return;
     // Buffers not yet advertised never will be (the comm is closing); their registrations may
     // be gone already (NCCL deregisters before it closes). Control messages still go, in order.
@@ -659,7 +659,7 @@ class RdmaRecvPath final : public RecvPath, private verbs::RecvPath::Sink, priva
     std::string e;
     if (flush(&e) < 0 || !out_.empty()) return;
     verbs::CtlMsg v;
-    v.type = verbs::CtlType::kClose;
+    v.type = verbs::CtlType::kClose, v.seq = reason;
     closing_ = sh_->path->sendCtl(v, &e) == 1;
   }
 

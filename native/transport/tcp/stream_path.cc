@@ -477,10 +477,11 @@ int StreamRecvPath::readStream(Stream& s, RecvSink& sink, std::string* err) {
   return moved;
 }
 
-void StreamRecvPath::sendClose() {
+void StreamRecvPath::sendClose(uint64_t reason) {
   uint8_t buf[wire::kFrameBytes];
   wire::Frame f;
   f.type = wire::kClose;
+  f.seq = reason;
   wire::encodeFrame(f, buf);
   for (size_t i = 0; i < s_.size(); ++i) {
     Stream& s = s_[i];

@@ -109,7 +109,7 @@ class StreamRecvPath : public RecvPath {
   void sendCtl(const CtlMsg& m) override;
   int flushCtl(std::string* err) override;
   int recvCtl(CtlMsg* m, std::string* err) override;
-  void sendClose() override;
+  void sendClose(uint64_t reason) override;
   void fence() override;
   size_t streams() const { return s_.size(); }
   Conn* stream(size_t i) { return i < s_.size() ? s_[i].conn.get() : nullptr; }
