@@ -720,6 +720,7 @@ bool SendLink::readControl(Path& p, uint64_t now, std::string* err) {
       }
       return *err = "receiver refused the path (reason " + std::to_string(f.seq) + ")", false;
     } else if (f.type == CtlType::kClose) {
+      if (active >= 0 && &p == &paths[active]) closeReadOnActive_ = true;
       notePeerClosed(closeCause(f));
       return *err = closeCause(f), false;
     } else if (f.type != CtlType::kResumeAck) {
@@ -1109,7 +1110,7 @@ void SendLink::onPeerClosed(const std::string& cause) {
     // The active path's stream 0 stays open for reading (drainClosing): ACKs the receiver sent
     // before its CLOSE may still be on their way there while the CLOSE already arrived on
     // another stream or rail.
-    if (i == active && p.tx && now - closingSinceUs_ < tuning::kCloseDrainUs) continue;
+    if (i == active && p.tx && !closeReadOnActive_ && now - closingSinceUs_ < tuning::kCloseDrainUs) continue;
     closePath(p);
     setPathState(p, PathState::kClosed, cause);
     p.lastError = cause;
@@ -1122,7 +1123,7 @@ void SendLink::drainClosing(uint64_t now) {
   Path& p = paths[active];
   std::string err;
   // Ends at the receiver's CLOSE or EOF on this stream (its ACKs come before), or after 1 s.
-  if (!readControl(p, now, &err) || now - closingSinceUs_ >= tuning::kCloseDrainUs) {
+  if (!readControl(p, now, &err) || closeReadOnActive_ || now - closingSinceUs_ >= tuning::kCloseDrainUs) {
     closePath(p);
     setPathState(p, PathState::kClosed, closedCause + "; its last ACKs are read");
     p.lastError = closedCause;

@@ -410,6 +410,10 @@ class SendLink : public Link {
   void onPeerClosed(const std::string& cause);
   void drainClosing(uint64_t now);
   uint64_t closingSinceUs_ = 0;  // when the receiver's close was first seen
+  // The receiver's CLOSE was read on the active path's control channel, behind its last ACKs:
+  // nothing is left to drain there (a receiver that ended in a fatal error keeps its streams
+  // open, so no EOF would end the drain before kCloseDrainUs).
+  bool closeReadOnActive_ = false;
   // test()/isend() verdicts on a comm whose peer closed it or exited; returns true (with the
   // error in *res) when the request can never complete.
   bool closedVerdict(ncclResult_t* res);
