@@ -155,7 +155,7 @@ def peer_fakes(monkeypatch):
         def snapshot(self):
             return ""
 
-    def cycles(tb, rs, alive, kinds, n, fault_for_s, window_s, console, name):
+    def cycles(tb, rs, alive, kinds, n, fault_for_s, window_s, console, name, spacing_s=5.0):
         if name == "mptcp" and state["mptcp"] is not None:
             raise state["mptcp"]
         return [{"peer": name, "kind": kinds[0], "i": 0, "t_apply": 1_000_000, "t_undo": 2_000_000,

@@ -871,7 +871,7 @@ def run_peers(out: Path, quick: bool = False, faults: Optional[int] = None, kind
                            duration_s=3000, timeout_s=3300).start()
             try:
                 recs = peer_cycles(tb, rs, lambda: lr.alive, kinds, n, fault_for_s, failback_window_s, console, "railover",
-                                   spacing_s)
+                                   spacing_s=spacing_s)
                 sec = [second_fault(tb, rs, lambda: lr.alive, outage, a, second_for_s, recover_s, console, "railover")
                        for a in afters]
             finally:
@@ -900,7 +900,7 @@ def run_peers(out: Path, quick: bool = False, faults: Optional[int] = None, kind
             rep.data["settings"]["mptcp"]["subflows_at_start"] = peer.subflows
             try:
                 recs = peer_cycles(tb, rs, lambda: peer.alive, kinds, n, fault_for_s, failback_window_s, console, "mptcp",
-                                   spacing_s)
+                                   spacing_s=spacing_s)
                 sec = [second_fault(tb, rs, lambda: peer.alive, outage, a, second_for_s, recover_s, console, "mptcp",
                                     snapshot=peer.snapshot)
                        for a in afters]
