@@ -710,6 +710,51 @@ def test_a_state_dir_the_reader_may_not_list_is_reported_not_read_as_empty(tmp_p
         shutil.rmtree(base)
 
 
+def test_a_state_dir_inside_a_directory_the_user_may_not_search_is_named_not_a_traceback():
+    """RAILOVER_STATE_DIR (or --state-dir, or RAILOVER_EVENT_LOG) inside a directory the user
+    may not search (another user's home, mode 0700): Python 3.11's Path.exists()/is_dir()
+    raise PermissionError there, and status, launch, the exporter and the drill ended in a
+    traceback, doctor in "cannot inspect this host" with no report (found by a fresh-user
+    trial). Each names the path and why. A real denial: as root, read as nobody."""
+    import shutil
+    import tempfile
+    from railover.ops import doctor as dr
+    base = Path(tempfile.mkdtemp(prefix="railover-perm-", dir="/tmp"))   # not under a 0700 TMPDIR or pytest's root
+    closed = base / "home"
+    d = closed / "sd"
+    try:
+        base.chmod(0o755)
+        d.mkdir(parents=True)
+        closed.chmod(0o000 if os.geteuid() != 0 else 0o700)   # as root: owner root, searched as nobody
+        env = {"RAILOVER_STATE_DIR": str(d), "COLUMNS": "200"}
+        for argv in (["status"], ["status", "--state-dir", str(base / "nothing")],
+                     ["drill", "--nic", "eth0", "--down-for", "1", "--yes"]):
+            CliRunner().invoke(app, argv, env=env)   # loads what the command imports lazily, while it can
+        dr.validate_config({"RAILOVER_EVENT_LOG": str(d / "j.jsonl")})
+        with _as_another_user():
+            assert st.path_kind(d) == ("unreachable", "Permission denied")
+            assert st.path_kind(base / "nothing") == ("missing", "")
+            r = CliRunner().invoke(app, ["status"], env=env)
+            named = CliRunner().invoke(app, ["status", "--state-dir", str(d)], env={"COLUMNS": "200"})
+            drill = CliRunner().invoke(app, ["drill", "--nic", "eth0", "--down-for", "1", "--yes"], env=env)
+            problem = dr.state_dir_problem(d)
+            checks = dr.validate_config({"RAILOVER_STATE_DIR": str(d), "RAILOVER_EVENT_LOG": str(d / "j.jsonl")})
+        said = f"state dir {d} cannot be looked at (Permission denied)"
+        assert r.exit_code == 0 and r.exception is None, (r.exception, r.output)
+        assert said in " ".join(r.output.split()), r.output
+        assert named.exit_code == 2 and isinstance(named.exception, SystemExit), (named.exception, named.output)
+        assert "cannot be looked at (Permission denied)" in " ".join(named.output.split()), named.output
+        assert drill.exit_code == 2 and isinstance(drill.exception, SystemExit), (drill.exception, drill.output)
+        assert said in " ".join(drill.output.split()), drill.output
+        assert problem and problem[0] == f"{d} cannot be looked at (Permission denied)", problem
+        by_var = {c.what: c for c in checks}
+        assert by_var["RAILOVER_STATE_DIR"].status == dr.WARN and "cannot be looked at" in by_var["RAILOVER_STATE_DIR"].detail
+        assert by_var["RAILOVER_EVENT_LOG"].status == dr.WARN and "cannot be looked at" in by_var["RAILOVER_EVENT_LOG"].detail
+    finally:
+        closed.chmod(0o755)
+        shutil.rmtree(base)
+
+
 def test_another_user_s_fallback_state_dir_is_not_a_default_dir_when_it_cannot_be_listed():
     """A directory the reader may not list is named as unreadable (above); the fallback
     directories /tmp/railover-<uid> of other users (mode 0750) are found by looking, not

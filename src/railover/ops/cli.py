@@ -52,8 +52,10 @@ def _existing_dirs(value: Optional[List[Path]]) -> Optional[List[Path]]:
     2 naming it), or status would report "no state files" for a typo. A missing default
     directory (no job ever ran here) and a missing ``$RAILOVER_STATE_DIR`` stay warnings."""
     for d in value or ():
-        if not d.is_dir():
-            raise typer.BadParameter(f"{d}: {'not a directory' if d.exists() else 'no such directory'}")
+        kind, why = st.path_kind(d)
+        if kind != "dir":
+            raise typer.BadParameter(f"{d}: " + {"file": "not a directory", "missing": "no such directory"}.get(
+                kind, f"cannot be looked at ({why}): is a directory above it closed to this user?"))
     return value
 
 
@@ -64,10 +66,13 @@ def _path_warnings(state_dir: Optional[List[Path]], dirs: List[Path], journal: O
     out = []
     named = state_dir or os.environ.get("RAILOVER_STATE_DIR", "").strip(" \t")
     for d in dirs if named else []:
-        if not d.exists():
+        kind, why = st.path_kind(d)
+        if kind == "missing":
             out.append(f"state dir {d} does not exist")
-        elif not d.is_dir():
+        elif kind == "file":
             out.append(f"state dir {d} is not a directory")
+        elif kind == "unreachable":
+            out.append(f"state dir {d} cannot be looked at ({why}): is a directory above it closed to this user?")
     for j in journal or ():
         try:
             j.stat()

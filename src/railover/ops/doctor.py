@@ -65,6 +65,7 @@ from pathlib import Path
 from typing import Any, Callable, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from railover import _paths, params, prereqs
+from railover.ops.state import path_kind
 
 __all__ = ["OK", "WARN", "FAIL", "Check", "Iface", "Facts", "Report", "ifname_matches", "validate_config",
            "select_interfaces", "nccl_abi", "plugin_exports", "torch_nccl", "list_interfaces", "route_get",
@@ -280,13 +281,19 @@ def validate_config(env: Mapping[str, str], native: Optional[params.Native] = No
                 good(var)
         elif var == "RAILOVER_EVENT_LOG":
             path = Path(v.replace("%p", str(os.getpid())))
-            d = path if path.is_dir() else path.parent
-            if v.endswith("/") and not path.is_dir():
+            is_dir = path_kind(path)[0] == "dir"
+            d = path if is_dir else path.parent
+            d_kind, why = path_kind(d)
+            if d_kind == "unreachable":
+                out.append(Check("config", var, WARN, f"{var}='{v}': {d} cannot be looked at ({why}); the job "
+                                 "writes no journal if it cannot reach it either",
+                                 f"make the directories above {d} searchable for the job's user, or change {var}"))
+            elif v.endswith("/") and not is_dir:
                 # "dir/" is a directory to the plugin (open() of it fails): it does not create one
                 out.append(Check("config", var, WARN, f"{var}='{v}' names a directory, {path}, that does not exist: "
                                  "the plugin does not create it, and the job writes no journal",
                                  f"create {path} writable for the job's user, or change {var}"))
-            elif not d.is_dir() or not os.access(d, os.W_OK):
+            elif d_kind != "dir" or not os.access(d, os.W_OK):
                 out.append(Check("config", var, WARN, f"{var}='{v}': {d} is not a writable directory",
                                  f"create {d} writable for the job's user, or change {var}"))
             else:
@@ -335,14 +342,18 @@ def state_dir_problem(path: Path) -> Optional[Tuple[str, str]]:
     without its parents); None when it can. Whether ``mkdir`` would succeed is tried (a
     directory made and removed at once in the parent): as root, ``os.access`` says yes where
     mkdir fails (``/proc``, a read-only bind mount's own rules)."""
-    if path.exists() or path.is_symlink():
-        if not path.is_dir():
+    kind, why = path_kind(path)
+    if kind == "unreachable":
+        return (f"{path} cannot be looked at ({why})",
+                "make the directories above it searchable for the job's user, or change RAILOVER_STATE_DIR")
+    if kind != "missing" or os.path.islink(path):
+        if kind != "dir":
             return (f"{path} exists and is not a directory", "point RAILOVER_STATE_DIR at a directory")
         if not os.access(path, os.W_OK):
             return (f"{path} is not writable", f"make {path} writable for the job's user, or change RAILOVER_STATE_DIR")
         return None
     parent = path.parent
-    if not parent.is_dir():
+    if path_kind(parent)[0] != "dir":
         return (f"{parent} does not exist (the plugin creates {path.name} in it, not its parents)",
                 f"create {parent} writable for the job's user, or change RAILOVER_STATE_DIR")
     try:
@@ -504,9 +515,11 @@ def plugin_exports(path: Path) -> Dict[str, Any]:
     when there is no file to load; never raises."""
     out: Dict[str, Any] = {"path": str(path), "loaded": False, "error": "", "abi": [], "collnet": [], "foreign": [],
                            "railover": False}
-    if not Path(path).exists() or Path(path).is_dir():
-        out["absent"] = "directory" if Path(path).is_dir() else "missing"
-        out["error"] = "a directory, not the plugin file" if out["absent"] == "directory" else "no such file"
+    kind, why = path_kind(Path(path))
+    if kind != "file":  # missing, a directory, or a path this user cannot reach
+        out["absent"] = "directory" if kind == "dir" else "missing"
+        out["error"] = {"dir": "a directory, not the plugin file", "missing": "no such file"}.get(
+            kind, f"cannot be looked at ({why})")
         return out
     try:
         lib = ctypes.CDLL(str(path), mode=os.RTLD_NOW | os.RTLD_LOCAL)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +32,7 @@ __all__ = [
     "SCHEMA_VERSION", "StateFileError", "ProcessState", "JournalTail", "now_us", "default_state_dirs",
     "proc_start_time", "process_rank", "read_state_file", "read_state_dirs", "journal_files",
     "read_journal", "recent_events", "comm_health", "nic_summary", "rdma_port_text", "snapshot",
-    "prune_stale", "format_event",
+    "prune_stale", "format_event", "path_kind",
 ]
 
 SCHEMA_VERSION = 1
@@ -42,6 +43,22 @@ RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
 
 class StateFileError(ValueError):
     """A state file is unreadable, not JSON, or not schema version 1 (message names the file)."""
+
+
+def path_kind(p: Path) -> Tuple[str, str]:
+    """What ``p`` is, without raising: ``("dir", "")``, ``("file", "")`` (anything else that
+    exists), ``("missing", "")`` (no such path, a dangling symlink, a file where a directory
+    was named above it) or ``("unreachable", strerror)`` (it cannot be looked at: EACCES on a
+    directory above it, ELOOP). Python 3.11's ``Path.exists()``/``is_dir()`` raise on the
+    last kind, which reached users as a traceback (a ``RAILOVER_STATE_DIR`` inside another
+    user's home)."""
+    try:
+        mode = os.stat(p).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return "missing", ""
+    except OSError as e:
+        return "unreachable", e.strerror or str(e)
+    return ("dir" if stat.S_ISDIR(mode) else "file"), ""
 
 
 def now_us() -> int:
