@@ -65,6 +65,23 @@ def test_default_selection_skips_lo_docker_virbr_and_unaddressed():
     assert "no address" in why["ib0"]
 
 
+@pytest.mark.parametrize("var,spec", [("RAILOVER_IFNAMES", "^"), ("RAILOVER_IFNAMES", "^="),
+                                      ("RAILOVER_IFNAMES", "eth0,,lo"), ("NCCL_SOCKET_IFNAME", "^")])
+def test_a_selection_the_plugin_refuses_is_not_evaluated_as_one(var, spec):
+    """'^' (exclude nothing) read by doctor's own matcher selected every NIC, lo included, and
+    the nics section said OK "2 NICs selected" beside the config FAIL saying NCCL's init fails
+    (found by a fresh-user trial). The plugin's refusal wins: no NIC is selected, one FAIL."""
+    rep = run({var: spec, **GOOD_NCCL})
+    assert find(rep, "config", var, dr.FAIL), rep.checks
+    sel = find(rep, "nics", "selection")
+    assert [(c.status, c.detail) for c in sel] == [
+        (dr.FAIL, f"not evaluated: the plugin refuses {var}='{spec}' (config above), so NCCL's init fails and no NIC "
+                  "is selected")], sel
+    assert not [c for c in rep.checks if c.section == "nics" and c.status == dr.OK], rep.checks
+    assert not [n for n in rep.nics if n["selected"]], rep.nics
+    assert not find(rep, "nics", status=dr.WARN), "no 'matches but has no address' WARN for a refused selection"
+
+
 def test_loopback_is_the_last_resort():
     sel, why, _ = dr.select_interfaces({}, [IFACES[0], IFACES[3]])
     assert [i.name for i in sel] == ["lo"] and "no other interface" in why["lo"]

@@ -1125,6 +1125,13 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
     own = [p for p in peers if ipaddress.ip_address(p) in mine]
     peers = [p for p in peers if p not in own]
     selected, reasons, source = select_interfaces(env, facts.ifaces)
+    # A selection the plugin refuses ('^', 'eth0,,lo': FAIL above) selects nothing: NCCL's init
+    # fails. Doctor's own matcher would read it somehow (all NICs, lo included) and judge a
+    # selection the job never gets.
+    sel_refused = any(c.what == source and c.status == FAIL for c in checks if c.section == "config")
+    if sel_refused:
+        selected = []
+        reasons = {i.name: f"not evaluated: the plugin refuses {source}" for i in facts.ifaces}
     fam = socket_family(env)
     rails = rails_of(env, selected)  # numbered before the RDMA transport leaves any NIC out, as in the plugin
     # The RDMA transport's say (the plugin's report): with RAILOVER_TRANSPORT=auto the selected
@@ -1147,10 +1154,15 @@ def diagnose(facts: Facts, peers: Sequence[str] = (), *,
         nics.append({"name": i.name, "selected": i in selected, "reason": reasons.get(i.name, ""),
                      "addrs": i.addrs, "admin_up": i.admin_up, "carrier": i.carrier, "operstate": i.operstate,
                      "rail": rails.get(i.name), "speed_mbps": i.speed_mbps})
-        if i not in selected and source != "default" and i.addr(fam) is None and ifname_matches(env[source], i.name):
+        if (i not in selected and source != "default" and not sel_refused and i.addr(fam) is None
+                and ifname_matches(env[source], i.name)):
             checks.append(Check("nics", i.name, WARN, f"matches {source} but has no address: railover ignores it",
                                 f"give {i.name} an address, or drop it from {source}"))
-    if not selected:
+    if sel_refused:
+        checks.append(Check("nics", "selection", FAIL, f"not evaluated: the plugin refuses {source}='{env[source]}' "
+                            "(config above), so NCCL's init fails and no NIC is selected",
+                            f"fix {source} (the config check above says what it accepts)"))
+    elif not selected:
         checks.append(Check("nics", "selection", FAIL,
                             f"{source}='{env.get(source, '')}' selects no interface with an address" if source != "default"
                             else "no network interface with an address", "set RAILOVER_IFNAMES to the job's NICs"))
