@@ -282,6 +282,31 @@ def test_type_names_read_as_english(tmp_path):
     assert "'pid' is not an integer" in str(ei.value) and "a int" not in str(ei.value)
 
 
+def test_names_that_look_like_rich_markup_are_shown_as_they_are(tmp_path):
+    """A NIC, host or journal value holding '[' was read as rich markup: a journal line with
+    nic "x[/]" ended `railover status --journal` in a MarkupError traceback, and a NIC named
+    "l[red]o" (or an interface "e[red]x" in doctor) was shown as "lo" ("ex"), a name the
+    operator would then put in RAILOVER_IFNAMES (found by a fresh-user trial)."""
+    from railover.ops import doctor as dr
+    from railover.ops.cli import render_doctor
+    from rich.console import Console
+    d = tmp_path / "s"
+    s = _live(tmp_path, host="n[bold]1")
+    s["nics"][0]["name"] = "l[red]o"
+    write_state(d, s)
+    j = tmp_path / "ev.jsonl"
+    append_events(j, [{"t_us": st.now_us(), "pid": 1, "event": "nic_down", "nic": "x[/]", "signal": "carrier"}])
+    out = _status(["--state-dir", str(d), "--journal", str(j)], env={"COLUMNS": "250"})
+    for name in ("l[red]o", "host n[bold]1: NICs", "x[/]"):
+        assert name in out, out
+    facts = dr.Facts(env={"RAILOVER_IFNAMES": "e"}, ifaces=[dr.Iface("e[red]x", 2, ["10.0.0.1/24"])],
+                     plugin={"path": "/x.so", "loaded": False, "error": "no such file", "abi": [], "collnet": [],
+                             "foreign": []}, torch=None, ld_resolve=None)
+    con = Console(width=250, record=True, file=open(os.devnull, "w"))
+    con.print(render_doctor(dr.diagnose(facts, route=lambda dst, src: ("e[red]x", ""), probe=lambda *a: (True, ""))))
+    assert "e[red]x" in con.export_text(), con.export_text()
+
+
 def _status(argv, env=None):
     r = CliRunner().invoke(app, ["status"] + argv, env=env)
     assert r.exit_code == 0 and r.exception is None, r.output

@@ -129,7 +129,7 @@ def render_status(snap: Dict[str, Any], show_comms: bool = False) -> Group:
             for p in h["processes"]:
                 parts.append(Text(f"stale state file: pid {p['pid']}: {p['stale_reason']}", style="dim"))
             continue
-        t = Table(title=f"host {host}: NICs", title_justify="left")
+        t = Table(title=Text(f"host {host}: NICs"), title_justify="left")
         # With RDMA, the HCA port behind each NIC with its state, and its GID (RoCE) or LID
         # (InfiniBand); without, the table is as before.
         rdma = any(n.get("rdma") for n in h["nics"])
@@ -145,12 +145,12 @@ def render_status(snap: Dict[str, Any], show_comms: bool = False) -> Group:
                     hca = "tcp (no RDMA port)"
                 port_cells = (Text(hca) if not rd else Text.assemble(
                     hca + " ", ("ACTIVE", "green") if rd.get("port_active") else ("not ACTIVE", "bold red")), addr)
-            t.add_row(n["name"], n["addr"], str(n["rail"]), Text("up", "green") if n["up"] else Text("DOWN", "bold red"),
+            t.add_row(*_lit(n["name"], n["addr"], str(n["rail"]), Text("up", "green") if n["up"] else Text("DOWN", "bold red"),
                       *port_cells,
                       str(n["active"]), str(n["standby"]), Text(str(n["failed"]), "red" if n["failed"] else ""),
-                      Text(", ".join(n["pairs_down"]) or "-", "red" if n["pairs_down"] else ""), str(n["processes"]))
+                      Text(", ".join(n["pairs_down"]) or "-", "red" if n["pairs_down"] else ""), str(n["processes"])))
         parts.append(t)
-        pt = Table(title=f"host {host}: processes", title_justify="left")
+        pt = Table(title=Text(f"host {host}: processes"), title_justify="left")
         for c in ("process", "transport", "comms", "ok", "failed over", "unprotected", "fatal", "failovers", "failbacks",
                   "flaps", "resent"):
             pt.add_column(c, no_wrap=True)
@@ -164,16 +164,16 @@ def render_status(snap: Dict[str, Any], show_comms: bool = False) -> Group:
             cs = p["comms"]
             cnt = {k: sum(1 for c in cs if c["health"] == k) for k in ("ok", "failed-over", "unprotected", "fatal")}
             tt = p["totals"]
-            pt.add_row(who, str(p.get("transport") or "?"), str(len(cs)), str(cnt["ok"]), Text(str(cnt["failed-over"]), "yellow" if cnt["failed-over"] else ""),
+            pt.add_row(*_lit(who, str(p.get("transport") or "?"), str(len(cs)), str(cnt["ok"]), Text(str(cnt["failed-over"]), "yellow" if cnt["failed-over"] else ""),
                        Text(str(cnt["unprotected"]), "yellow" if cnt["unprotected"] else ""),
                        Text(str(cnt["fatal"]), "bold red" if cnt["fatal"] else ""), str(tt.get("failovers", 0)),
-                       str(tt.get("failbacks", 0)), str(tt.get("flaps", 0)), _bytes(int(tt.get("bytes_resent", 0))))
+                       str(tt.get("failbacks", 0)), str(tt.get("flaps", 0)), _bytes(int(tt.get("bytes_resent", 0)))))
             for c in cs:
                 if show_comms or c["health"] != "ok":
                     comm_rows.append((who, c))
         parts.append(pt)
         if comm_rows:
-            ct = Table(title=f"host {host}: comms" + ("" if show_comms else " that are not ok (--comms shows all)"),
+            ct = Table(title=Text(f"host {host}: comms" + ("" if show_comms else " that are not ok (--comms shows all)")),
                        title_justify="left")
             for c in ("process", "comm", "dir", "peer", "traffic on", "health", "standby", "failovers/backs/flaps",
                       "last detect/converge ms"):
@@ -183,9 +183,9 @@ def render_status(snap: Dict[str, Any], show_comms: bool = False) -> Group:
                 on = c["active_nic"] or "-"
                 if c["active_nic"] != c["primary_nic"]:
                     on += f" (primary {c['primary_nic']})"
-                ct.add_row(who, str(c["id"]), c["dir"], c["peer"], on, Text(c["health"], _HEALTH_STYLE.get(c["health"], "")),
+                ct.add_row(*_lit(who, str(c["id"]), c["dir"], c["peer"], on, Text(c["health"], _HEALTH_STYLE.get(c["health"], "")),
                            standby, f"{c['failovers']}/{c['failbacks']}/{c['flaps']}",
-                           f"{_ms(c.get('last_detection_us'))}/{_ms(c.get('last_convergence_us'))}")
+                           f"{_ms(c.get('last_detection_us'))}/{_ms(c.get('last_convergence_us'))}"))
             parts.append(ct)
         for s in stale:
             parts.append(Text(f"stale state file: {s}", style="dim"))
@@ -199,7 +199,7 @@ def render_status(snap: Dict[str, Any], show_comms: bool = False) -> Group:
             style = "red" if e["event"] in ("nic_down", "pair_down", "path_down", "fatal") else \
                 "yellow" if e["event"] in ("failover", "flap") else ""
             age = f"{e['age_s']:.1f}s" + ("*" if e.get("age_from") else "")
-            et.add_row(age, who, Text(e["event"], style), st.format_event(e))
+            et.add_row(*_lit(age, who, Text(e["event"], style), st.format_event(e)))
         parts.append(et)
         if any(e.get("age_from") for e in snap["events"]):
             parts.append(Text("* from a journal written with another clock (another host, or a QEMU guest): "
@@ -341,9 +341,9 @@ def render_doctor(rep: Any) -> Group:
         t.add_column(c, overflow="fold")
     for n in rep.nics:
         link = "up" if n["admin_up"] and n["carrier"] else ("admin down" if not n["admin_up"] else "no carrier")
-        t.add_row(n["name"], Text("yes", "green") if n["selected"] else "no", n["reason"], ", ".join(n["addrs"]) or "-",
+        t.add_row(*_lit(n["name"], Text("yes", "green") if n["selected"] else "no", n["reason"], ", ".join(n["addrs"]) or "-",
                   Text(link, "" if link == "up" else ("red" if n["selected"] else "dim")),
-                  "-" if n["rail"] is None else str(n["rail"]))
+                  "-" if n["rail"] is None else str(n["rail"])))
     parts: List[Any] = [t]
     r = getattr(rep, "rdma", None) or {}
     if r.get("nics"):
@@ -355,15 +355,15 @@ def render_doctor(rep: Any) -> Group:
             chosen = n.get("choice") in ("chosen", "down")  # down: chosen, its port not ACTIVE now
             gid = (f"{n.get('gid_index')} {n.get('gid', '')}" if n.get("gid_index", -1) >= 0
                    else ("LID" if chosen else "-"))
-            rt.add_row(n.get("nic", "?"), f"{n.get('hca')} port {n.get('port')}" if chosen else Text(n.get("choice", "?"), "yellow"),
+            rt.add_row(*_lit(n.get("nic", "?"), f"{n.get('hca')} port {n.get('port')}" if chosen else Text(n.get("choice", "?"), "yellow"),
                        n.get("link_layer") or "-", Text(n.get("state") or "-", "green" if n.get("state") == "ACTIVE" else "red"),
-                       dr.rate_text(n.get("rate_mbps", 0)), gid, n.get("why", ""))
+                       dr.rate_text(n.get("rate_mbps", 0)), gid, n.get("why", "")))
         parts.append(rt)
     c = Table(title="checks", title_justify="left")
     for col in ("", "area", "subject", "finding", "what to do"):
         c.add_column(col, overflow="fold")
     for ch in rep.checks:
-        c.add_row(Text(ch.status, _STYLE.get(ch.status, "")), ch.section, ch.what, ch.detail, ch.fix)
+        c.add_row(*_lit(Text(ch.status, _STYLE.get(ch.status, "")), ch.section, ch.what, ch.detail, ch.fix))
     nfail = sum(1 for ch in rep.checks if ch.status == "FAIL")
     nwarn = sum(1 for ch in rep.checks if ch.status == "WARN")
     verdict = Text(f"{'FAIL' if nfail else 'OK'}: {nfail} blocking problem(s), {nwarn} warning(s)",
@@ -651,6 +651,14 @@ def _exec_error(exe: str, e: OSError) -> str:
 
 # --------------------------------------------------------------------------- drill
 
+def _lit(*cells: Any) -> List[Any]:
+    """Table cells: plain strings as literal text, rich objects as they are. Names and values
+    from state files, journals and interfaces may hold '[' (an interface may be named
+    ``e[red]x``), which rich would read as markup: a MarkupError traceback, or the name shown
+    without it (found by a fresh-user trial)."""
+    return [Text(c) if isinstance(c, str) else c for c in cells]
+
+
 def _cell(v: Any) -> str:
     """A journal field as a table cell: '-' when the event lacks it (absent or null), as
     ``status`` shows a missing value, never "None"."""
@@ -680,9 +688,9 @@ def render_drill(res: Any) -> Group:
               "resent"):
         t.add_column(c, no_wrap=True)
     for e in res.failovers + res.failbacks:
-        t.add_row(e["event"], _cell(e.get("pid")), _cell(e.get("comm")), _cell(e.get("to_nic")), _cell(e.get("peer")),
+        t.add_row(*_lit(e["event"], _cell(e.get("pid")), _cell(e.get("comm")), _cell(e.get("to_nic")), _cell(e.get("peer")),
                   f"{e['since_down_ms']:.1f}", f"{e['since_up_ms']:.1f}" if "since_up_ms" in e else "-",
-                  _ms(e.get("convergence_us")), _resent(e.get("bytes_resent")))
+                  _ms(e.get("convergence_us")), _resent(e.get("bytes_resent"))))
     parts.append(t)
     for e in res.flaps:
         who = f"pid {e['pid']}" if e.get("pid") is not None else ""
