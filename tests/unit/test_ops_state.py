@@ -704,6 +704,32 @@ def test_a_drill_names_a_journal_it_may_not_read(unsearchable_journal, monkeypat
     assert res.journals == []
 
 
+def test_a_drill_that_cannot_read_the_state_files_says_so_not_that_no_process_runs(tmp_path, monkeypatch):
+    """A state file of mode 0600 (another user's job) read by the drill's user: the drill
+    refused with "no running railover process uses eth0", while status said the file was
+    unreadable (found by a fresh-user trial). The refusal names the unread files."""
+    import shutil
+    import tempfile
+    from railover.ops import drill as dl
+    monkeypatch.setattr(dl, "link_admin_up", lambda nic, netns=None: True)
+    base = Path(tempfile.mkdtemp(prefix="railover-perm-", dir="/tmp"))   # not under a 0700 TMPDIR or pytest's root
+    d = base / "s"
+    try:
+        base.chmod(0o755)
+        write_state(d, _live(tmp_path))
+        d.chmod(0o755)
+        f = next(d.glob("railover-*.json"))
+        f.chmod(0o000 if os.geteuid() != 0 else 0o600)   # as root: owner root, read as nobody
+        with _as_another_user():
+            with pytest.raises(dl.DrillError) as ei:
+                dl.run_drill("eth0", 0.01, state_dirs=[d], wait_failback_s=0)
+        msg = str(ei.value)
+        assert "could not be read" in msg and str(f) in msg and "Permission denied" in msg, msg
+        assert "no running railover process" not in msg, msg
+    finally:
+        shutil.rmtree(base)
+
+
 def test_a_state_dir_the_reader_may_not_list_is_reported_not_read_as_empty(tmp_path):
     """A state directory the reader may not list (docs: /run/railover of mode 2770, group
     railover; a user outside the group runs `railover status`) read as an empty one: "no

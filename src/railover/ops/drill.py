@@ -273,13 +273,17 @@ def run_drill(nic: str, down_for_s: float, *, netns: Optional[str] = None, state
     extra = [Path(j) for j in journals]
     if not link_admin_up(nic, netns):
         raise DrillError(f"{nic} is already administratively down; the drill only takes a working NIC down")
-    states, _ = st.read_state_dirs(dirs)
+    states, unread = st.read_state_dirs(dirs)
     users = users_of(nic, states, netns)
     pids = [s.pid for s in users]
     res = DrillResult(nic=nic, netns=netns, down_for_s=down_for_s, users=[s.label for s in users])
     res.counters_before = _counters(states, pids)
     if not users:
         msg = f"no running railover process uses {nic} (state dirs: {', '.join(map(str, dirs)) or 'none'})"
+        if unread:  # a user may be among what this user could not read: say so, not "no process"
+            msg = (f"no railover process using {nic} was found in the state files this user can read, and "
+                   f"{len(unread)} could not be read ({'; '.join(unread[:3])}{'; ...' if len(unread) > 3 else ''}): "
+                   "run the drill as a user who can read them (the job's, or root)")
         if not force:
             raise DrillError(f"refusing to run: {msg}, so there is nothing to observe. Start the job first (is "
                              "--state-dir / RAILOVER_STATE_DIR the job's?), or pass --force to take the NIC down anyway")
