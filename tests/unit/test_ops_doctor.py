@@ -566,6 +566,19 @@ def test_plugin_not_on_library_path():
     assert c and "export LD_LIBRARY_PATH=/opt/railover" in c[0].fix
 
 
+def test_the_library_path_fix_is_a_line_the_shell_takes_with_a_blank_in_the_directory(tmp_path):
+    """A plugin directory with a blank gave 'export LD_LIBRARY_PATH=/tmp/sp ace:$LD_LIBRARY_PATH',
+    which exports '/tmp/sp' and fails on 'ace:...' when pasted (found by a fresh-user trial).
+    The fix line is run by a shell here and must set the variable to the directory, first."""
+    import subprocess
+    d = tmp_path / "sp ace"
+    rep = run(GOOD_NCCL, resolved=None, plugin=dict(PLUGIN_OK, path=str(d / _paths.PLUGIN_FILE)))
+    fix = find(rep, "nccl", "LD_LIBRARY_PATH", dr.FAIL)[0].fix
+    out = subprocess.run(["bash", "-c", fix + ' && printf %s "$LD_LIBRARY_PATH"'], capture_output=True, text=True,
+                         env={"LD_LIBRARY_PATH": "/old"}, check=True).stdout
+    assert out == f"{d}:/old", (fix, out)
+
+
 def test_absolute_plugin_path_depends_on_the_nccl_release(tmp_path):
     import shutil
     so = tmp_path / _paths.PLUGIN_FILE

@@ -55,6 +55,7 @@ import ipaddress
 import json
 import os
 import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -566,6 +567,12 @@ def torch_nccl(python: str = sys.executable, timeout_s: float = 60.0) -> Optiona
     return r
 
 
+def _ld_path_export(d: Path) -> str:
+    """The shell line that puts ``d`` first on LD_LIBRARY_PATH, ``d`` quoted for the shell (a
+    directory with a blank broke the pasted line; found by a fresh-user trial)."""
+    return f"export LD_LIBRARY_PATH={shlex.quote(str(d))}:$LD_LIBRARY_PATH"
+
+
 def _other_build_checks(item: str, what: str, path: str, checked: str, name: str, fix: str = "") -> List[Check]:
     """The file NCCL will open (``path``, described as ``what``) when it is not the one doctor
     checked (``checked``; "" when none could be): a FAIL when it does not load as a railover
@@ -784,7 +791,7 @@ def nccl_checks(env: Mapping[str, str], plugin: Mapping[str, Any], torch: Option
                 out.append(Check("nccl", "NCCL_NET_PLUGIN", FAIL if bad_rel else WARN,
                                  f"absolute path '{p}': NCCL 2.19, 2.20 and 2.27.3 cannot open a plugin by path"
                                  + (f" (this NCCL is {'.'.join(map(str, nver))})" if bad_rel else ""),
-                                 f"export NCCL_NET_PLUGIN={name} and LD_LIBRARY_PATH={Path(p).parent}:$LD_LIBRARY_PATH"))
+                                 f"export NCCL_NET_PLUGIN={name} and {_ld_path_export(Path(p).parent)}"))
                 if not Path(p).is_file():
                     out.append(Check("nccl", "NCCL_NET_PLUGIN", FAIL, f"'{p}' does not exist", f"export NCCL_NET_PLUGIN={name}"))
                 else:
@@ -792,7 +799,7 @@ def nccl_checks(env: Mapping[str, str], plugin: Mapping[str, Any], torch: Option
             elif resolved is None:
                 out.append(Check("nccl", "LD_LIBRARY_PATH", FAIL, f"NCCL_NET_PLUGIN={p} but no {_paths.PLUGIN_FILE} on "
                                  "LD_LIBRARY_PATH or in the ldconfig cache: NCCL cannot open it",
-                                 f"export LD_LIBRARY_PATH={Path(our_file).parent if our_file else '<plugin dir>'}:$LD_LIBRARY_PATH"))
+                                 _ld_path_export(Path(our_file).parent) if our_file else "export LD_LIBRARY_PATH=<plugin dir>:$LD_LIBRARY_PATH"))
             else:
                 checks = _other_build_checks("NCCL_NET_PLUGIN", f"NCCL_NET_PLUGIN={p} -> {resolved}", resolved, our_file,
                                              name, fix="put the intended plugin directory first on LD_LIBRARY_PATH")
