@@ -243,10 +243,18 @@ bool parseOne(const ParamSpec& p, const char* s, Config& c, std::string* err) {
     case ParamType::kPath:
       if (!strcmp(p.name, "RAILOVER_EVENT_LOG")) c.eventLog = s;
       return true;
-    case ParamType::kStateDir:
+    case ParamType::kStateDir: {
+      std::string t = trim(s), lower = t;
+      for (char& ch : lower) ch = (char)tolower((unsigned char)ch);
+      // 'OFF' or 'Off' meant off, but would be a directory of that name in each rank's working
+      // directory (found by a fresh-user trial): refused, as other keywords in another case are.
+      if (lower == "off" && t != "off")
+        return *err = bad(p, s, "'off' in lower case turns state files off; a directory must not be named '" + t + "'"),
+               false;
       c.stateDirSet = true;
-      c.stateDir = trim(s) == "off" ? std::string() : std::string(s);
+      c.stateDir = t == "off" ? std::string() : std::string(s);
       return true;
+    }
     case ParamType::kNcclOwned:  // NCCL validates its own variables (log.cc reads NCCL_DEBUG itself)
       return true;
   }

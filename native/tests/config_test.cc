@@ -328,6 +328,15 @@ TEST(ParamTable, StateDir) {
   ASSERT_TRUE(parse({{"RAILOVER_STATE_DIR", "/tmp/x"}}, &c, &err));
   EXPECT_TRUE(c.stateDirSet);
   EXPECT_EQ(c.stateDir, "/tmp/x");
+  // 'off' in another case is refused, not a directory named OFF in each rank's working directory
+  for (const char* v : {"OFF", "Off", " oFf "}) {
+    Config o;
+    EXPECT_FALSE(parse({{"RAILOVER_STATE_DIR", v}}, &o, &err)) << v;
+    EXPECT_NE(err.find("RAILOVER_STATE_DIR='"), std::string::npos) << err;
+    EXPECT_NE(err.find("'off' in lower case turns state files off"), std::string::npos) << err;
+  }
+  ASSERT_TRUE(parse({{"RAILOVER_STATE_DIR", " off "}}, &c, &err));
+  EXPECT_TRUE(c.stateDir.empty());
 }
 
 TEST(ParamTable, HoldDownMaxIsRaisedToHoldDown) {

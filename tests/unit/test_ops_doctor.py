@@ -943,6 +943,23 @@ def test_a_plugin_list_that_opens_no_railover_fails(plugins, words):
     assert [c.status for c in checks] == [dr.FAIL] and words in checks[0].detail, checks
 
 
+def test_a_state_dir_of_off_in_another_case_fails_and_relative_paths_warn():
+    """RAILOVER_STATE_DIR=OFF made each rank write into a directory OFF in its working
+    directory, and doctor said OK (found by a fresh-user trial): the plugin now refuses it.
+    A relative state dir or journal lands wherever each rank was started and is not where
+    status and the exporter look: a WARN."""
+    def check(var, v):
+        (c,) = [c for c in dr.validate_config({var: v}) if c.what == var]
+        return c
+
+    c = check("RAILOVER_STATE_DIR", "OFF")
+    assert c.status == dr.FAIL and "'off' in lower case turns state files off" in c.detail, c
+    assert check("RAILOVER_STATE_DIR", "off").status == dr.OK
+    for var, v in (("RAILOVER_STATE_DIR", "state"), ("RAILOVER_EVENT_LOG", "logs/%p.jsonl")):
+        c = check(var, v)
+        assert c.status == dr.WARN and "is a relative path" in c.detail and c.fix == f"give {var} an absolute path", c
+
+
 def test_a_state_dir_the_plugin_cannot_use_warns_with_the_reason(tmp_path):
     """RAILOVER_STATE_DIR is judged by the plugin's rule (an existing writable directory, or one
     mkdir makes, without its parents). As root, os.access said /proc was writable and doctor

@@ -273,6 +273,11 @@ def validate_config(env: Mapping[str, str], native: Optional[params.Native] = No
                              "unset RAILOVER_STANDBY (or 'all') to have standby paths"))
         elif var == "RAILOVER_STATE_DIR" and v.strip(" \t") == "off":
             good(var, "no state file: railover status and the exporter will not see this job")
+        elif var in ("RAILOVER_STATE_DIR", "RAILOVER_EVENT_LOG") and not os.path.isabs(v.strip(" \t")):
+            out.append(Check("config", var, WARN, f"{var}='{v}' is a relative path: each rank resolves it against its "
+                             "own working directory, so the files land wherever the job was started from, and "
+                             "railover status and the exporter look elsewhere",
+                             f"give {var} an absolute path"))
         elif var == "RAILOVER_STATE_DIR":
             problem = state_dir_problem(Path(v))
             if problem:
