@@ -73,7 +73,16 @@ def _ancestors_include(pid: int, root: int) -> bool:
     return False
 
 
+#: The gates that turn a skip into a failure (tests/e2e, tests/rdma conftest): "1" requires,
+#: unset, empty or "0" does not. Anything else ("yes", "true") silently skipped the tests it
+#: was meant to require (found by a fresh-user trial), so the run refuses to start.
+REQUIRE_VARS = ("RAILOVER_REQUIRE_NETNS", "RAILOVER_REQUIRE_RDMA")
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    bad = [f"{v}={os.environ[v]!r}" for v in REQUIRE_VARS if os.environ.get(v, "") not in ("", "0", "1")]
+    if bad:
+        raise pytest.UsageError(f"{', '.join(bad)}: give 1 (the tests must run: fail where they cannot) or 0")
     if hasattr(config, "workerinput"):
         return
     _SESSION["old_state_dir"] = os.environ.get("RAILOVER_STATE_DIR")

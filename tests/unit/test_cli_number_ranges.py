@@ -47,6 +47,7 @@ def nothing_runs(monkeypatch, tmp_path):
     (["status", "--interval", "0"], "--interval"),
     (["status", "--watch", "--interval", "nan"], "--interval"),             # used to be a ValueError traceback
     (["status", "--watch", "--interval", "1e300"], "--interval"),           # an OverflowError traceback (time.sleep)
+    (["status", "--watch", "--interval", "1e-9"], "--interval"),            # redrew the screen in a busy loop
     (["drill", "--nic", "eth0", "--down-for", "inf"], "--down-for"),        # the NIC down for ever
     (["drill", "--nic", "eth0", "--down-for", "1", "--wait-failback", "inf"], "--wait-failback"),
     (["demo", "--duration", "-1"], "--duration"),

@@ -54,6 +54,19 @@ def test_work_folders_and_state_dir_are_temporary_and_removed_even_when_the_test
     assert rec["state"] and not rec["state"].startswith("/run/railover") and not Path(rec["state"]).exists()
 
 
+@pytest.mark.parametrize("var,value", [("RAILOVER_REQUIRE_NETNS", "yes"), ("RAILOVER_REQUIRE_RDMA", "true"),
+                                       ("RAILOVER_REQUIRE_NETNS", " 1")])
+def test_a_require_gate_other_than_0_or_1_stops_the_run(tmp_path, var, value):
+    """RAILOVER_REQUIRE_NETNS=yes read as "not required": the bed tests skipped silently, the
+    opposite of what was asked (found by a fresh-user trial). The run now refuses to start."""
+    r = _session(tmp_path, """
+        def test_runs():
+            pass
+        """, **{var: value})
+    assert r.returncode == 4 and f"{var}={value!r}: give 1" in r.stdout + r.stderr, r.stdout + r.stderr
+    assert "1 passed" not in r.stdout
+
+
 @ROOT_ONLY
 def test_a_bed_left_by_a_failing_test_is_removed_and_reported(tmp_path):
     from railover.testbed import netns as tbmod

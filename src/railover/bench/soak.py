@@ -91,14 +91,16 @@ class SoakError(RuntimeError):
 
 def parse_duration(s: str) -> float:
     """``"90"``/``"90s"``, ``"2m"``, ``"1h"``, ``"1h30m"`` -> seconds (> 0). Raises ValueError."""
-    t = s.strip().lower()
-    if re.fullmatch(r"\d+(\.\d+)?", t):
+    t = s.strip().lower().replace(" ", "")
+    num = r"(\d+(?:\.\d+)?)"
+    if re.fullmatch(num, t):
         v = float(t)
     else:
-        parts = re.findall(r"(\d+(?:\.\d+)?)\s*(h|m|s)", t)
-        if not parts or "".join(a + b for a, b in parts) != t.replace(" ", ""):
-            raise ValueError(f"bad duration {s!r}; use e.g. 120, 90s, 2m, 1h, 1h30m")
-        v = sum(float(a) * {"h": 3600, "m": 60, "s": 1}[u] for a, u in parts)
+        # each unit at most once, in the order h, m, s ("1h1h" and "30s1h" were taken: 2 h)
+        m = re.fullmatch(f"(?:{num}h)?(?:{num}m)?(?:{num}s)?", t)
+        if not t or not m:
+            raise ValueError(f"bad duration {s!r}; use e.g. 120, 90s, 2m, 1h, 1h30m (each unit once, h m s in order)")
+        v = sum(float(g) * k for g, k in zip(m.groups(), (3600, 60, 1)) if g)
     if v <= 0:
         raise ValueError(f"duration must be > 0, got {s!r}")
     return v

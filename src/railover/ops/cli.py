@@ -59,6 +59,16 @@ def _existing_dirs(value: Optional[List[Path]]) -> Optional[List[Path]]:
     return value
 
 
+def _watch_interval(value: float) -> float:
+    """Typer callback of ``status --interval``: a finite number of seconds, 0.1 to 86400 (a
+    day). A smaller one redrew the screen in a busy loop (1e-9 was taken); nan was refused as
+    "should be <= 86400" (found by a fresh-user trial)."""
+    finite(value)
+    if not 0.1 <= value <= 86400:
+        raise typer.BadParameter(f"{value:g} is not in the range 0.1<=x<=86400 (seconds).")
+    return value
+
+
 def _path_warnings(state_dir: Optional[List[Path]], dirs: List[Path], journal: Optional[List[Path]]) -> List[str]:
     """Problems with the directories and journals the user named (``--state-dir``,
     ``RAILOVER_STATE_DIR``, ``--journal``): missing, or a state dir that is a file. The
@@ -223,8 +233,8 @@ def status_cmd(
     journal: Optional[List[Path]] = typer.Option(None, "--journal", help="extra event journal file or directory (repeatable)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON document instead of tables"),
     watch: bool = typer.Option(False, "--watch", "-w", help="refresh until Ctrl-C"),
-    interval: float = typer.Option(1.0, "--interval", max=86400, callback=positive,
-                                   help="refresh interval of --watch, seconds (> 0, at most a day)"),
+    interval: float = typer.Option(1.0, "--interval", callback=_watch_interval,
+                                   help="refresh interval of --watch, seconds (0.1 to 86400)"),
     events: int = typer.Option(15, "--events", min=0, help="how many recent journal events to show (0: none)"),
     all_events: bool = typer.Option(False, "--all-events", help="include routine events (path_state: every path "
                                     "transition) in the recent events"),
