@@ -69,10 +69,10 @@
 
 #define RO_EVENT_FIELDS_nic_down(FIRST, NEXT) \
   FIRST(nic, Str, "NIC name")                 \
-  NEXT(signal, Str, "what showed it: carrier, admin state, link removed, renamed, address removed, RDMA port error / device fatal error")
+  NEXT(signal, Str, "what showed it (health.cc, setNic): 'carrier lost', 'admin down', 'link removed', 'renamed', 'address removed', 'RDMA port error' or 'RDMA device fatal error'")
 #define RO_EVENT_FIELDS_nic_up(FIRST, NEXT)                                         \
   FIRST(nic, Str, "NIC name")                                                       \
-  NEXT(signal, Str, "what showed it: carrier, admin state, address added, RDMA port active, RDMA device re-opened")  \
+  NEXT(signal, Str, "what showed it: 'link up' (carrier and admin up), 'address added', 'RDMA port active' or 'RDMA device re-opened, port active'")  \
   NEXT(neigh_cleared, U64, "unresolved ARP/ND entries deleted at the repair (0 without CAP_NET_ADMIN)")
 #define RO_EVENT_FIELDS_nic_addr_change(FIRST, NEXT) \
   FIRST(nic, Str, "NIC name")                        \
