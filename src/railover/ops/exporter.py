@@ -360,7 +360,7 @@ class RailoverCollector:
         for k in sorted(self._tail.stats.unknown):
             unk.add_metric([k], self._tail.stats.unknown[k])
         yield unk
-        bad = CounterMetricFamily("railover_journal_unreadable_lines", "Journal lines that are not a JSON event object")
+        bad = CounterMetricFamily("railover_journal_unreadable_lines", "Journal lines that are not a JSON event object, or a known event with a field of another type")
         bad.add_metric([], self._tail.stats.garbled)
         yield bad
 
