@@ -367,7 +367,7 @@ def run_demo(layout: str = "T2", ranks_per_host: int = 2, fault_spec: str = "por
         check_system(specs)
     except (prereqs.MissingTools, OSError, ValueError) as e:  # OSError: a missing file, a plugin that does not
         # load; ValueError: a plugin variable of the environment the plugin refuses
-        console.print(f"[red]error:[/] {e}", soft_wrap=True)
+        console.print(f"[red]error:[/] {escape(str(e))}", soft_wrap=True)
         return 2
     ignored = bed_overrides()
     if ignored:
@@ -410,13 +410,13 @@ def run_demo(layout: str = "T2", ranks_per_host: int = 2, fault_spec: str = "por
                 res = run_scenario(tb, steps, duration_s=duration, size=size, ranks_per_host=ranks_per_host,
                                    env=env, workdir=workdir, expect_failure=True, on_tick=tick)
     except PrivilegeError as e:
-        console.print(f"[red]cannot build the test bed:[/] {e}\nrun as root (network namespaces need CAP_NET_ADMIN)")
+        console.print(f"[red]cannot build the test bed:[/] {escape(str(e))}\nrun as root (network namespaces need CAP_NET_ADMIN)")
         return 2
     except (ScenarioError, TestBedError) as e:  # TestBedError includes a fault that failed to apply
         if not built:
-            console.print(f"[red]cannot build the test bed:[/] {e}")
+            console.print(f"[red]cannot build the test bed:[/] {escape(str(e))}")
             return 2
-        console.print(f"[red]the demo could not run:[/] {e}")
+        console.print(f"[red]the demo could not run:[/] {escape(str(e))}")
         return 1
     report = build_report(res, specs, baseline, hold_down_ms)
     name = "baseline" if baseline else "demo"

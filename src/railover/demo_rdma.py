@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 #: The demo's faults when --faults is not given: a carrier loss and a silent black hole on
@@ -117,12 +118,12 @@ def run_rdma_demo(fault_spec: str = DEFAULT_FAULTS, size: str = "1M", out: Path 
         kinds = parse_faults(fault_spec)
         parse_size(size)
     except (DemoError, ValueError) as e:
-        console.print(f"[red]error:[/] {e}")
+        console.print(f"[red]error:[/] {escape(str(e))}")
         return 2
     try:
         check_plugin()  # the guests run the host's build: one that does not load here is no use there
     except OSError as e:
-        console.print(f"[red]error:[/] {e}", soft_wrap=True)
+        console.print(f"[red]error:[/] {escape(str(e))}", soft_wrap=True)
         return 2
     out = Path(out)
     lock = prepare_out(out)  # noqa: F841 (held open: the flock lasts as long as the process)
@@ -135,9 +136,9 @@ def run_rdma_demo(fault_spec: str = DEFAULT_FAULTS, size: str = "1M", out: Path 
         console.print("[bold]railover demo --transport rdma[/]: booting two QEMU guests with Soft-RoCE "
                       "(1-3 minutes without KVM; the guest image is built from Debian 12 packages at first use)")
         try:
-            bed = rbed.RdmaBed(rails=2, boot_timeout_s=600, log=lambda m: console.print(f"[dim][rdma bed] {m}[/]")).up()
+            bed = rbed.RdmaBed(rails=2, boot_timeout_s=600, log=lambda m: console.print(f"[dim]\\[rdma bed] {escape(m)}[/]")).up()
         except (rbed.RdmaBedError, rimg.ImageError, ValueError) as e:
-            console.print(f"[red]the RDMA test bed could not start:[/] {e}")
+            console.print(f"[red]the RDMA test bed could not start:[/] {escape(str(e))}")
             return 2
     work = out / "demo-rdma-run"
     if work.exists():
@@ -163,12 +164,12 @@ def run_rdma_demo(fault_spec: str = DEFAULT_FAULTS, size: str = "1M", out: Path 
                                         conv_timeout_s=60.0, failback_timeout_s=120.0 + hold_down_ms / 1e3,
                                         crash_reboots=None, faults_per_run=None)
         except C.BenchError as e:
-            console.print(f"[red]the demo could not run:[/] {e}")
+            console.print(f"[red]the demo could not run:[/] {escape(str(e))}")
             return 1
         except (rbed.RdmaBedError, FaultError) as e:
             if not own and isinstance(e, rbed.GuestCrash):
                 raise  # the caller's bed: the caller may reboot it and retry
-            console.print(f"[red]the RDMA bed failed during the demo:[/] {e}")
+            console.print(f"[red]the RDMA bed failed during the demo:[/] {escape(str(e))}")
             return 1
     finally:
         if own:

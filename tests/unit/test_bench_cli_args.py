@@ -72,13 +72,18 @@ def test_soak_size_is_checked_up_front(tmp_path):
     assert re.search(r"Invalid value for '?--size", text(r)) and "bad size 'abc'" in text(r), text(r)
 
 
-@pytest.mark.parametrize("dur", ["1h1h", "30s1h", "1m1h", "h", "1x"])
+@pytest.mark.parametrize("dur", ["1h1h", "30s1h", "1m1h", "h", "1x", "1 30m", "1 2"])
 def test_soak_duration_takes_each_unit_once_in_order(tmp_path, dur):
-    """'1h1h' ran a 2 h soak and '30s1h' 1 h 30 s (found by a fresh-user trial)."""
+    """'1h1h' ran a 2 h soak and '30s1h' 1 h 30 s (found by a fresh-user trial); '1 30m' is
+    no duration either (not 1 h 30 m, nor 130 m)."""
     r = CliRunner().invoke(app, ["soak", "--duration", dur, "--out", str(tmp_path)])
     assert r.exit_code == 2 and not isinstance(r.exception, AssertionError), r.output
     assert re.search(r"Invalid value for '?--duration", text(r)) and "each unit once" in text(r), text(r)
-    assert [soak.parse_duration(d) for d in ("90", "90s", "2m30s", "1h30m", "1.5h")] == [90, 90, 150, 5400, 5400]
+
+
+def test_soak_durations_in_every_accepted_form():
+    assert [soak.parse_duration(d) for d in ("90", "90s", " 90 s ", "2m30s", "1h30m", "1h 30m", "1.5h")] == \
+        [90, 90, 90, 150, 5400, 5400, 5400]
 
 
 def test_report_on_a_missing_or_file_out_is_named(tmp_path):

@@ -360,7 +360,7 @@ def test_status_text_reports_skipped_journal_lines(tmp_path):
     snap = st.snapshot([d])
     assert snap["journal"]["garbled"] == 2
     out = _status(["--state-dir", str(d)])
-    assert "journal lines skipped (partial or not a JSON event): 2" in out, out
+    assert "journal lines skipped (partial, not a JSON event, or a field of the wrong type): 2" in out, out
 
 
 @pytest.mark.parametrize("pid", [[1], {"n": 1}, "1", True, 1.5])
@@ -378,7 +378,7 @@ def test_a_journal_line_whose_pid_is_not_an_integer_is_skipped_not_a_traceback(t
     assert [e["nic"] for e in snap["events"]] == ["eth1"]
     r = CliRunner().invoke(app, ["status", "--state-dir", str(d)], env={"COLUMNS": "200"})
     assert r.exit_code == 0 and r.exception is None, r.output
-    assert "journal lines skipped (partial or not a JSON event): 1" in r.output, r.output
+    assert "journal lines skipped (partial, not a JSON event, or a field of the wrong type): 1" in r.output, r.output
 
 
 @pytest.mark.parametrize("argv", [["--events", "-1"], ["--events=-5", "--json"]])
@@ -578,7 +578,7 @@ def test_a_journal_line_python_cannot_read_or_beyond_the_clock_is_skipped_not_a_
     assert snap["journal"]["garbled"] == 1 and [e["nic"] for e in snap["events"]] == ["eth1"], snap["journal"]
     r = CliRunner().invoke(app, ["status", "--state-dir", str(d)], env={"COLUMNS": "200"})
     assert r.exit_code == 0 and r.exception is None, (r.exception, r.output)
-    assert "journal lines skipped (partial or not a JSON event): 1" in r.output, r.output
+    assert "journal lines skipped (partial, not a JSON event, or a field of the wrong type): 1" in r.output, r.output
     col = ex.RailoverCollector([d], [])
     fams = {f.name: f for f in col.collect()}
     assert fams["railover_journal_unreadable_lines"].samples[0].value == 1

@@ -171,7 +171,7 @@ def _run_suite(suite: str, out: Path, quick: bool, console: Console, **kw) -> Op
     from railover.testbed.netns import PrivilegeError
     problem = out_dir_problem(out)  # before any bed is built: a bad -o must not cost a boot and end in a traceback
     if problem:
-        console.print(f"[red]cannot use -o {out}:[/] {escape(problem)}")
+        console.print(f"[red]cannot use -o {escape(str(out))}:[/] {escape(problem)}")
         raise typer.Exit(2)
     mark = C.report_mark()
     inherited = {} if suite in C._OWN_ENV_SUITES else C.inherited_plugin_env()
@@ -198,10 +198,10 @@ def _run_suite(suite: str, out: Path, quick: bool, console: Console, **kw) -> Op
             _keep_interrupted(suite, SIGNAL_EXITS[e.code], console, mark)
         raise
     except PrivilegeError as e:
-        console.print(f"[red]cannot build the test bed:[/] {e}\nrun as root (network namespaces need CAP_NET_ADMIN)")
+        console.print(f"[red]cannot build the test bed:[/] {escape(str(e))}\nrun as root (network namespaces need CAP_NET_ADMIN)")
         raise typer.Exit(2)
     except C.BenchError as e:
-        console.print(f"[red]{suite} could not run:[/] {e}")
+        console.print(f"[red]{suite} could not run:[/] {escape(str(e))}")
         raise typer.Exit(2)
     except OSError as e:
         # A file error while the suite was stopping after an interrupt (its output directory
@@ -444,7 +444,7 @@ def register(app: typer.Typer) -> None:
                 _keep_interrupted("failover-peers", f"the MPTCP peer could not run: {e}", console, mark)
                 raise typer.Exit(2)
             except C.BenchError as e:
-                console.print(f"[red]failover --peer mptcp could not run:[/] {e}")
+                console.print(f"[red]failover --peer mptcp could not run:[/] {escape(str(e))}")
                 raise typer.Exit(2)
             _finish([rep], console)
         rep = _run_suite("failover", out, quick, console, faults=faults or None, kinds=_csv(kinds, "--kinds"), size=size,
@@ -589,7 +589,7 @@ def register(app: typer.Typer) -> None:
             skipped: List[str] = []
             (Path(out) / "summary.md").write_text(summary_markdown(Path(out), skipped))
             for e in skipped:
-                console.print(f"[yellow]left out of summary.md:[/] {e}")
+                console.print(f"[yellow]left out of summary.md:[/] {escape(str(e))}")
             console.print(f"wrote {escape(str(Path(out) / 'summary.md'))}")
 
         for s in chosen:
@@ -621,7 +621,7 @@ def register(app: typer.Typer) -> None:
         skipped: List[str] = []
         reports = [r for _s, r in load_reports(out, skipped)]
         for e in skipped:
-            console.print(f"[yellow]skipped:[/] {e}")
+            console.print(f"[yellow]skipped:[/] {escape(str(e))}")
         if not reports:
             console.print(f"[red]no results in {out}[/]: " + ("no suite's JSON could be read" if skipped else
                           "none of " + ", ".join(f"{s}.json" for s in REPORT_SUITES) + " is there (run a suite with "

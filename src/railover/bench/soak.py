@@ -91,13 +91,14 @@ class SoakError(RuntimeError):
 
 def parse_duration(s: str) -> float:
     """``"90"``/``"90s"``, ``"2m"``, ``"1h"``, ``"1h30m"`` -> seconds (> 0). Raises ValueError."""
-    t = s.strip().lower().replace(" ", "")
+    t = s.strip().lower()
     num = r"(\d+(?:\.\d+)?)"
     if re.fullmatch(num, t):
         v = float(t)
     else:
-        # each unit at most once, in the order h, m, s ("1h1h" and "30s1h" were taken: 2 h)
-        m = re.fullmatch(f"(?:{num}h)?(?:{num}m)?(?:{num}s)?", t)
+        # each unit at most once, in the order h, m, s ("1h1h" and "30s1h" were taken: 2 h);
+        # blanks only between a number and its unit or between parts ("1 30m" is no duration)
+        m = re.fullmatch(rf"(?:{num}\s*h)?\s*(?:{num}\s*m)?\s*(?:{num}\s*s)?", t)
         if not t or not m:
             raise ValueError(f"bad duration {s!r}; use e.g. 120, 90s, 2m, 1h, 1h30m (each unit once, h m s in order)")
         v = sum(float(g) * k for g, k in zip(m.groups(), (3600, 60, 1)) if g)

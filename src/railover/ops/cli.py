@@ -218,7 +218,7 @@ def render_status(snap: Dict[str, Any], show_comms: bool = False) -> Group:
         parts.append(Text(f"unreadable: {err}", style="red"))
     j = snap.get("journal", {})
     if j.get("garbled"):
-        parts.append(Text(f"journal lines skipped (partial or not a JSON event): {j['garbled']}", style="yellow"))
+        parts.append(Text(f"journal lines skipped (partial, not a JSON event, or a field of the wrong type): {j['garbled']}", style="yellow"))
     if j.get("unknown"):
         parts.append(Text("journal events this railover does not know (a newer plugin?): " +
                           ", ".join(f"{k} x{v}" for k, v in sorted(j["unknown"].items())), style="yellow"))
@@ -449,7 +449,7 @@ def _on_ld_library_path(ld: str) -> Optional[Path]:
     and ``;`` separate the entries and an empty entry is the current directory."""
     for d in re.split(r"[:;]", ld) if ld else ():
         p = Path(d or ".") / _paths.PLUGIN_FILE
-        if p.is_file():
+        if st.path_kind(p)[0] == "file":  # an entry this user cannot search is skipped, as ld.so does
             return p
     return None
 

@@ -679,7 +679,7 @@ def ld_resolve(env: Mapping[str, str], fname: str = _paths.PLUGIN_FILE) -> Optio
     """Where ``dlopen(fname)`` would find the file in a process started with ``env``:
     the first ``LD_LIBRARY_PATH`` entry holding it, else the ldconfig cache; None if nowhere."""
     for d in env.get("LD_LIBRARY_PATH", "").split(":"):
-        if d and (Path(d) / fname).is_file():
+        if d and path_kind(Path(d) / fname)[0] == "file":  # an entry this user cannot search: skipped, as ld.so does
             return str(Path(d) / fname)
     try:
         cp = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=10)
@@ -797,7 +797,7 @@ def nccl_checks(env: Mapping[str, str], plugin: Mapping[str, Any], torch: Option
                                  f"absolute path '{p}': NCCL 2.19, 2.20 and 2.27.3 cannot open a plugin by path"
                                  + (f" (this NCCL is {'.'.join(map(str, nver))})" if bad_rel else ""),
                                  f"export NCCL_NET_PLUGIN={name} and {_ld_path_export(Path(p).parent)}"))
-                if not Path(p).is_file():
+                if path_kind(Path(p))[0] != "file":
                     out.append(Check("nccl", "NCCL_NET_PLUGIN", FAIL, f"'{p}' does not exist", f"export NCCL_NET_PLUGIN={name}"))
                 else:
                     out += _other_build_checks("NCCL_NET_PLUGIN", f"NCCL_NET_PLUGIN={p}", p, our_file, name)
