@@ -252,7 +252,7 @@ bool parseOne(const ParamSpec& p, const char* s, Config& c, std::string* err) {
         return *err = bad(p, s, "'off' in lower case turns state files off; a directory must not be named '" + t + "'"),
                false;
       c.stateDirSet = true;
-      c.stateDir = t == "off" ? std::string() : std::string(s);
+      c.stateDir = t == "off" ? std::string() : t;  // blanks around it trimmed, as doctor reads it
       return true;
     }
     case ParamType::kNcclOwned:  // NCCL validates its own variables (log.cc reads NCCL_DEBUG itself)

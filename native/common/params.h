@@ -167,7 +167,7 @@ inline constexpr ParamSpec kParams[] = {
      "file path; '%p' = pid; a directory gets railover-<pid>.jsonl", "/var/log/railover/%p.jsonl",
      "JSON-lines event journal with CLOCK_MONOTONIC µs timestamps (docs/OPERATIONS.md lists its events)"},
     {"RAILOVER_STATE_DIR", ParamType::kStateDir, kReadPlugin | kReadTools, 0, 0, 0, 1, "",
-     "/run/railover if writable, else /tmp/railover-<uid>", "an absolute directory, or 'off' in lower case (no state file)", "/run/railover",
+     "/run/railover if writable, else /tmp/railover-<uid>", "a directory (an absolute path: each rank resolves a relative one in its own working directory), or 'off' in lower case (no state file)", "/run/railover",
      "where each process publishes its live state (railover-<pid>.json) for railover status and railover exporter"},
     {"NCCL_DEBUG", ParamType::kNcclOwned, kReadPlugin | kReadPerf, 0, 0, 0, 1, "", "WARN",
      "VERSION, WARN, INFO, TRACE (other values: WARN)", "INFO",

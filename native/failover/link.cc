@@ -720,7 +720,6 @@ bool SendLink::readControl(Path& p, uint64_t now, std::string* err) {
       }
       return *err = "receiver refused the path (reason " + std::to_string(f.seq) + ")", false;
     } else if (f.type == CtlType::kClose) {
-      if (active >= 0 && &p == &paths[active]) closeReadOnActive_ = true;
       notePeerClosed(closeCause(f));
       return *err = closeCause(f), false;
     } else if (f.type != CtlType::kResumeAck) {
@@ -1110,7 +1109,7 @@ void SendLink::onPeerClosed(const std::string& cause) {
     // The active path's stream 0 stays open for reading (drainClosing): ACKs the receiver sent
     // before its CLOSE may still be on their way there while the CLOSE already arrived on
     // another stream or rail.
-    if (i == active && p.tx && !closeReadOnActive_ && now - closingSinceUs_ < tuning::kCloseDrainUs) continue;
+    if (i == active && p.tx && now - closingSinceUs_ < tuning::kCloseDrainUs) continue;
     closePath(p);
     setPathState(p, PathState::kClosed, cause);
     p.lastError = cause;
@@ -1123,7 +1122,7 @@ void SendLink::drainClosing(uint64_t now) {
   Path& p = paths[active];
   std::string err;
   // Ends at the receiver's CLOSE or EOF on this stream (its ACKs come before), or after 1 s.
-  if (!readControl(p, now, &err) || closeReadOnActive_ || now - closingSinceUs_ >= tuning::kCloseDrainUs) {
+  if (!readControl(p, now, &err) || now - closingSinceUs_ >= tuning::kCloseDrainUs) {
     closePath(p);
     setPathState(p, PathState::kClosed, closedCause + "; its last ACKs are read");
     p.lastError = closedCause;
@@ -1292,8 +1291,6 @@ bool RecvLink::offerStream(std::unique_ptr<Conn>& c, const StreamHello& h, const
 }
 
 void RecvLink::sendCloseOnPaths(uint64_t reason) {
-  if (closeSent_) return;
-  closeSent_ = true;
   // This direction carries only whole control frames. The active path first: its ACKs are
   // flushed before any CLOSE leaves on another path (the sender still reads them after it).
   if (active >= 0 && paths[active].rx) paths[active].rx->sendClose(reason);
@@ -1566,7 +1563,8 @@ void RecvLink::finishResume(uint64_t now) {
 
 // Standby paths carry nothing but a RESUME (or an EOF when the sender drops them).
 bool RecvLink::readControl(Path& p, int idx, uint64_t now, std::string* err) {
-  while (p.state == PathState::kStandby && p.rx) {
+  // A fatal link reads nothing more: a second RESUME must not be answered after the CLOSE.
+  while (p.state == PathState::kStandby && p.rx && !isFatal()) {
     if (resumeWait_.idx == idx) {  // its RESUME waits for the old path's fence
       finishResume(now);
       if (resumeWait_.idx == idx) return true;
@@ -1926,7 +1924,7 @@ void RecvLink::close() {
   if (deps.registry) deps.registry->unregisterRecvLink(secret, connId);
   std::lock_guard<std::mutex> g(mu);
   takeIncoming(nowUs());  // streams routed here but not yet taken learn of the close too
-  if (!peerClosed()) sendCloseOnPaths(kCloseReasonClosed);
+  if (!peerClosed()) sendCloseOnPaths(isFatal() && !fatalPeerGone ? kCloseReasonFatal : kCloseReasonClosed);
   {
     std::lock_guard<std::mutex> g2(inMu_);
     incoming_.clear();

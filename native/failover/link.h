@@ -410,10 +410,6 @@ class SendLink : public Link {
   void onPeerClosed(const std::string& cause);
   void drainClosing(uint64_t now);
   uint64_t closingSinceUs_ = 0;  // when the receiver's close was first seen
-  // The receiver's CLOSE was read on the active path's control channel, behind its last ACKs:
-  // nothing is left to drain there (a receiver that ended in a fatal error keeps its streams
-  // open, so no EOF would end the drain before kCloseDrainUs).
-  bool closeReadOnActive_ = false;
   // test()/isend() verdicts on a comm whose peer closed it or exited; returns true (with the
   // error in *res) when the request can never complete.
   bool closedVerdict(ncclResult_t* res);
@@ -548,8 +544,10 @@ class RecvLink : public Link, public RecvSink {
   // RAILOVER_FATAL_TIMEOUT, reporting "no usable path".
   void onFatal() override;
   // CLOSE with `reason` (kCloseReason*) on the active path first (its ACKs are flushed before
-  // any CLOSE leaves on another path), then on every standby and connecting path. Once per
-  // link: close() after a fatal error sends nothing more. Under `mu`.
+  // any CLOSE leaves on another path), then on every standby and connecting path (best effort:
+  // a path whose queued control messages cannot all be written now gets none). close() sends
+  // again, with the fatal reason on a fatal link: a CLOSE onFatal could not send goes then, and
+  // a sender that read the first has closed those paths already. Under `mu`.
   void sendCloseOnPaths(uint64_t reason);
   // The link has ended (fatal, or NCCL deregistered a buffer of a receive in progress: the
   // comm is being torn down) and takes no new path: streams offered from now on are refused
@@ -611,7 +609,6 @@ class RecvLink : public Link, public RecvSink {
   };
   std::vector<Incoming> incoming_;
   bool refusing_ = false;       // under inMu_: set by stopTakingPaths, never cleared
-  bool closeSent_ = false;      // sendCloseOnPaths ran
   RecvReq ring_[kRing];         // requests, by request number
   uint64_t reqPost_ = 0;        // requests posted
   uint64_t reqComplete_ = 0;    // every request below this one is complete

@@ -337,6 +337,8 @@ TEST(ParamTable, StateDir) {
   }
   ASSERT_TRUE(parse({{"RAILOVER_STATE_DIR", " off "}}, &c, &err));
   EXPECT_TRUE(c.stateDir.empty());
+  ASSERT_TRUE(parse({{"RAILOVER_STATE_DIR", " /tmp/y\t"}}, &c, &err));  // as doctor reads it: not a relative ' /tmp/y'
+  EXPECT_EQ(c.stateDir, "/tmp/y");
 }
 
 TEST(ParamTable, HoldDownMaxIsRaisedToHoldDown) {
