@@ -42,6 +42,32 @@ class EngineOnly : public EngineBed<chunkfake::PathTransport> {
     return out;
   }
   static void SetUpTestSuite() { setUpBed(new chunkfake::PathTransport(), "railover-engine-only-journal", quiet); }
+  // A fence that cannot stop the old path: the active path on fake0 breaks at message 30 of a
+  // 100-message run and its fence is held; once the sender waits for its RESUME's answer,
+  // every held fence ends without stopping the path (FenceWait::unsafe), so the receiver fails
+  // the comm. *released: the fences were ended; `each` runs first on every turn.
+  Stats runWithAnUnsafeFence(bool* released, std::function<void()> each = nullptr) {
+    w(0, kA0)->slowFence = true;
+    bool broke = false;
+    *released = false;
+    return run(100, mixed, 8, [&](int k) {
+      if (k == 30) {
+        w(0, kA0)->broken = true;
+        broke = true;
+      }
+    }, [&] {
+      if (each) each();
+      auto& held = w(0, kA0)->heldFences;
+      if (!broke || *released || held.empty() || send->state() != LinkState::kResuming) return;
+      for (auto& f : held) {
+        f->unsafe = "the old path on fake0 port 1 could not be stopped (move to ERR: EIO; ibv_destroy_qp: EBUSY)";
+        f->startUs.store(nowUs()), f->endUs.store(nowUs());
+        f->done.store(true);
+      }
+      *released = true;
+    }, 30000);
+  }
+
   void TearDown() override {
     EngineBed::TearDown();
     endListen();
@@ -264,25 +290,10 @@ TEST_F(EngineOnly, AFenceThatNeverFinishesIsAFatalErrorThatSaysSo) {
 // that names why, and never activates the standby.
 TEST_F(EngineOnly, AFenceThatCouldNotStopTheOldPathFailsTheCommInsteadOfResuming) {
   connectComm();
-  w(0, kA0)->slowFence = true;
-  bool broke = false, released = false, answered = false;
-  Stats st = run(100, mixed, 8, [&](int k) {
-    if (k == 30) {
-      w(0, kA0)->broken = true;
-      broke = true;
-    }
-  }, [&] {
-    if (!broke) return;
+  bool released = false, answered = false;
+  Stats st = runWithAnUnsafeFence(&released, [&] {
     if (recv->active >= 0 && released) answered = true;
-    auto& held = w(0, kA0)->heldFences;
-    if (released || held.empty() || send->state() != LinkState::kResuming) return;
-    for (auto& f : held) {
-      f->unsafe = "the old path on fake0 port 1 could not be stopped (move to ERR: EIO; ibv_destroy_qp: EBUSY)";
-      f->startUs.store(nowUs()), f->endUs.store(nowUs());
-      f->done.store(true);
-    }
-    released = true;
-  }, 30000);
+  });
   EXPECT_TRUE(released) << "the sender never waited for the receiver's answer";
   EXPECT_FALSE(st.timedOut) << "never a silent hang";
   EXPECT_EQ(st.err, ncclSystemError);
@@ -301,23 +312,9 @@ TEST_F(EngineOnly, AFenceThatCouldNotStopTheOldPathFailsTheCommInsteadOfResuming
 TEST_F(EngineOnly, AReceiverThatEndsInAFatalErrorFailsTheSendersPendingSendsWithThatCause) {
   Setting fatal(Runtime::get().cfg.fatalTimeoutS, 60);
   connectComm();
-  w(0, kA0)->slowFence = true;
-  bool broke = false, released = false;
-  run(100, mixed, 8, [&](int k) {
-    if (k == 30) {
-      w(0, kA0)->broken = true;
-      broke = true;
-    }
-  }, [&] {
-    auto& held = w(0, kA0)->heldFences;
-    if (!broke || released || held.empty() || send->state() != LinkState::kResuming) return;
-    for (auto& f : held) {
-      f->unsafe = "the old path on fake0 port 1 could not be stopped (move to ERR: EIO; ibv_destroy_qp: EBUSY)";
-      f->startUs.store(nowUs()), f->endUs.store(nowUs());
-      f->done.store(true);
-    }
-    released = true;
-  }, 30000);
+  bool released = false;
+  runWithAnUnsafeFence(&released);
+  ASSERT_TRUE(released);
   ASSERT_TRUE(recv->isFatal());
   // From here only the sender runs, as when the receiving rank stops calling (a rank that got
   // an error may take a while to abort its communicator, or never close it).
