@@ -769,6 +769,7 @@ def test_a_state_dir_inside_a_directory_the_user_may_not_search_is_named_not_a_t
     trial). Each names the path and why. A real denial: as root, read as nobody."""
     import shutil
     import tempfile
+    from railover import params
     from railover.ops import doctor as dr
     base = Path(tempfile.mkdtemp(prefix="railover-perm-", dir="/tmp"))   # not under a 0700 TMPDIR or pytest's root
     closed = base / "home"
@@ -781,7 +782,9 @@ def test_a_state_dir_inside_a_directory_the_user_may_not_search_is_named_not_a_t
         for argv in (["status"], ["status", "--state-dir", str(base / "nothing")],
                      ["drill", "--nic", "eth0", "--down-for", "1", "--yes"]):
             CliRunner().invoke(app, argv, env=env)   # loads what the command imports lazily, while it can
-        dr.validate_config({"RAILOVER_EVENT_LOG": str(d / "j.jsonl")})
+        # the parameter table, loaded while the plugin can be read (an installed one lies under
+        # /root's pyenv, which nobody cannot search)
+        native = params.load()
         with _as_another_user():
             assert st.path_kind(d) == ("unreachable", "Permission denied")
             assert st.path_kind(base / "nothing") == ("missing", "")
@@ -789,7 +792,7 @@ def test_a_state_dir_inside_a_directory_the_user_may_not_search_is_named_not_a_t
             named = CliRunner().invoke(app, ["status", "--state-dir", str(d)], env={"COLUMNS": "200"})
             drill = CliRunner().invoke(app, ["drill", "--nic", "eth0", "--down-for", "1", "--yes"], env=env)
             problem = dr.state_dir_problem(d)
-            checks = dr.validate_config({"RAILOVER_STATE_DIR": str(d), "RAILOVER_EVENT_LOG": str(d / "j.jsonl")})
+            checks = dr.validate_config({"RAILOVER_STATE_DIR": str(d), "RAILOVER_EVENT_LOG": str(d / "j.jsonl")}, native)
         said = f"state dir {d} cannot be looked at (Permission denied)"
         assert r.exit_code == 0 and r.exception is None, (r.exception, r.output)
         assert said in " ".join(r.output.split()), r.output
